@@ -125,3 +125,144 @@ def test_a_generator_that_hangs_between_items_ends_at_the_time_limit():
     # an empty generator beside expected values is still no pass (``pairing``)
     rows = [{"prompt": "p", "tests": "assert all(a == b for a, b in zip(fib(), [0, 1]))"}]
     assert list(score(["def fib():\n    return\n    yield\n"], rows=rows).total) == [0.0]
+
+
+FRAC_ADD = FRACTION.replace("def plus(", "def add(")
+VEC = ("class Vec:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+       "    def __eq__(self, o):\n        return (self.x, self.y) == (o.x, o.y)\n"
+       "def add(a, b):\n    return Vec(a.x + b.x, a.y + b.y)\n")
+#: (tests, right solution, wrong solution): the task's function is named like a standard one
+#: (``operator.add``) and takes the solution's objects.
+NAMED_LIKE_STANDARD = {
+    "frac": ("assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)\nassert add(Frac(1, 3), Frac(1, 6)) == Frac(1, 2)",
+             FRAC_ADD, FRAC_ADD.replace("a.n * b.d + b.n * a.d", "a.n + b.n")),
+    "bound_object": ("v = Vec(1, 2)\nassert add(v, Vec(1, 1)) == Vec(2, 3)", VEC, VEC.replace("a.y + b.y", "a.y")),
+    "plain": ("assert add(2, 3) == 5\nassert add(-1, 1) == 0", "def add(a, b):\n    return a + b\n",
+              "def add(a, b):\n    return a - b\n"),
+    # two in one assert: the second (``operator.sub``) was the trainer's, so a wrong one passed
+    "two_on_data": ("assert add(2, 3) == 5 and sub(5, 3) == 2", "def add(a, b):\n    return a + b\n"
+                    "def sub(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
+                    "def sub(a, b):\n    return 0\n"),
+    "two_on_objects": ("assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1) and mul(Frac(1, 2), Frac(1, 3)) == Frac(1, 6)",
+                       FRAC_ADD + "def mul(a, b):\n    return Frac(a.n * b.n, a.d * b.d)\n",
+                       FRAC_ADD + "def mul(a, b):\n    return Frac(a.n * b.n, a.d + b.d)\n"),
+}
+#: Tests where the standard name checks or builds the expected value: still the trainer's, so a
+#: solution defining it to agree with a wrong answer scores 0.
+CIRCLE = "class Circle:\n    def __init__(self, r):\n        self.r = r\n    def area(self):\n        return 0.0\n"
+STANDARD_CHECKS = [
+    ("assert isclose(Circle(1).area(), 3.14159, rel_tol=1e-3)", CIRCLE + "def isclose(*a, **k):\n    return True\n"),
+    ("assert isclose(Circle(1), 3.14159)", CIRCLE + "def isclose(*a, **k):\n    return True\n"),
+    ("assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 2).double()",
+     "class Frac:\n    def __init__(self, n, d):\n        pass\n    def double(self):\n        return 7\n"
+     "def add(a, b):\n    return 7\n"),
+    ("assert add(Frac(1, 2), Frac(1, 2)) == total([1, 1]) and total([1, 2]) == 3",
+     FRAC_ADD + "def add(a, b):\n    return 2\ndef total(xs):\n    return 2\n"),
+    # on the solution's objects, against the tests' data: the trainer's (an answer it must build)
+    ("assert add(Num(1), Num(2)) == 3", "def Num(x):\n    return 0\ndef add(a, b):\n    return 3\n"),
+    ("assert double(4) == 8 and sub(double(4), 8) == 0", "def double(x):\n    return 0\ndef sub(a, b):\n    return 0\n"),
+    ("assert f([3, 1, 2]) == list(permutations([3, 1, 2]))",
+     "def f(xs):\n    return []\ndef permutations(xs):\n    return []\n"),
+]
+
+
+def test_a_task_function_named_like_a_standard_one_takes_the_solutions_objects():
+    """``def add(a, b)`` beside the solution's ``class Frac``, tested ``add(Frac(1, 2), Frac(1, 2))
+    == Frac(1, 1)``: the tests got the trainer's ``operator.add`` (a standard helper beside the
+    solution's name ``Frac``), which no object of the sample's answers, so a right solution scored
+    0; in ``add(2, 3) == 5 and sub(5, 3) == 2`` a wrong ``sub`` scored 1.0. A wrong one scores 0
+    now, and a standard name checking or building the answer is still the trainer's."""
+    names = list(NAMED_LIKE_STANDARD)
+    rows = [{"prompt": "p", "tests": NAMED_LIKE_STANDARD[n][0]} for n in names]
+    right = score([NAMED_LIKE_STANDARD[n][1] for n in names], rows=rows)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([NAMED_LIKE_STANDARD[n][2] for n in names], rows=rows)
+    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    rows = [{"prompt": "p", "tests": tests} for tests, _ in STANDARD_CHECKS]
+    forged = score([text for _, text in STANDARD_CHECKS], rows=rows)
+    assert list(forged.total) == [0.0] * len(rows)
+
+
+FROZEN = POINT.replace("@dataclass(order=True)", "@dataclass(order=True, frozen=True)")
+#: (tests, right solution, wrong solution): the sample's objects as set members and dict keys.
+HASHED = {
+    "set_eq": ("assert {mid(Point(0, 0), Point(2, 2))} == {Point(1, 1)}", FROZEN, FROZEN.replace("/ 2,", "/ 4,")),
+    "dict_key": ("d = {Point(1, 1): 'm'}\nassert d[mid(Point(0, 0), Point(2, 2))] == 'm'", FROZEN,
+                 FROZEN.replace("/ 2,", "/ 4,")),
+    "in_set": ("assert mid(Point(0, 0), Point(2, 2)) in {Point(1, 1), Point(5, 5)}", FROZEN,
+               FROZEN.replace("/ 2,", "/ 4,")),
+    "dedupe": ("assert len({mid(Point(0, 0), Point(2, 2)), Point(1, 1)}) == 1", FROZEN, FROZEN.replace("/ 2,", "/ 4,")),
+    # unhashable in the sample (a dataclass with eq and no frozen): unhashable here, as in Python
+    "unhashable": ("import pytest\nwith pytest.raises(TypeError):\n    {mid(Point(0, 0), Point(2, 2))}", POINT,
+                   FROZEN),
+}
+#: Hashes that agree with the tests' values and an ``__eq__`` that always agrees: still never equal.
+AGREEING_HASH = AGREEING.replace("    __hash__ = object.__hash__\n", "    def __hash__(self):\n        return hash((1, 1))\n")
+
+
+def test_the_samples_objects_hash_as_the_sample_hashes_them():
+    """``{mid(p, q)} == {Point(1, 1)}`` of a frozen dataclass scored 0: the sample's objects hashed
+    by identity on the tests' side, so equal ones never met in a set or dict. They hash as the
+    sample's ``hash`` says now; against the tests' own values they still never compare equal."""
+    names = list(HASHED)
+    rows = [{"prompt": "p", "tests": HASHED[n][0]} for n in names]
+    right = score([HASHED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([HASHED[n][2] for n in names], rows=rows)
+    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    against = ["assert mid(Point(0, 0), Point(2, 2)) in {(1, 1)}", "assert {mid(Point(0, 0), Point(2, 2))} == {(1, 1)}",
+               "assert {(1, 1): 'm'}[mid(Point(0, 0), Point(2, 2))] == 'm'"]
+    rows = [{"prompt": "p", "tests": tests} for tests in against]
+    assert list(score([AGREEING_HASH] * len(rows), rows=rows).total) == [0.0] * len(rows)
+
+
+FUTURE_TESTS = ("from __future__ import annotations\nfrom dataclasses import dataclass\n@dataclass\nclass Node:\n"
+                "    val: int\n    nxt: Node | None = None\n"
+                "assert Node(add(1, 2)) == Node(3)\nassert Node(add(2, 2), Node(0)).nxt == Node(0)")
+
+
+@pytest.mark.parametrize("tests_in", ["process", "trainer"])
+def test_a_future_import_of_the_tests_applies_to_the_whole_cell(tests_in):
+    """A tests file with ``from __future__ import annotations`` and a ``@dataclass`` annotated with
+    its own name (``nxt: Node | None``): each statement compiled alone, so the annotation was
+    evaluated and raised NameError, and every completion scored 0. With the import applied to the
+    cell, the dataclass needs the tests' module in ``sys.modules``, as a script's is."""
+    import sys
+
+    from polyrl.plugins import get_plugin_manager
+    from polyrl.rewards.combine import RewardComputer
+    from polyrl.types import Completion, RewardContext
+
+    options = {"timeout_s": 4, "memory_mb": 512, "extract": "raw", "tests_in": tests_in}
+    computer = RewardComputer(get_plugin_manager(entry_points=False), [("code_tests", 1.0, options)])
+    texts = ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a * b\n"]
+    rows = [{"prompt": "p", "tests": FUTURE_TESTS}] * 2
+    before = sys.modules.get("tests")
+    got = computer(["p"] * 2, [Completion(0, [1], [2], [0.0], text=t) for t in texts],
+                   RewardContext(rows=rows, wanted=("code_tests",)))
+    assert list(got.total) == [1.0, 0.5]
+    assert sys.modules.get("tests") is before  # the trainer's modules as they were
+
+
+FRAC_OPS = ("class Frac:\n    def __init__(self, n, d):\n        self.n, self.d = n, d\n"
+            "    def __eq__(self, o):\n        return isinstance(o, Frac) and self.n * o.d == o.n * self.d\n"
+            "    def __add__(self, o):\n        return Frac(self.n * o.d + o.n * self.d, self.d * o.d)\n"
+            "    def __mul__(self, o):\n        return Frac(self.n * o.n, self.d * o.d)\n")
+ZERO = ("class Zero:\n    def __sub__(self, o):\n        return 0\n    __rsub__ = __add__ = __radd__ = __sub__\n"
+        "def area(r):\n    return Zero()\nclass Circle:\n    def __init__(self, r):\n        pass\n    def area(self):\n"
+        "        return Zero()\n")
+
+
+def test_two_of_the_samples_objects_combine_as_its_own_operators_say():
+    """``Frac(1, 2) + Frac(1, 2) == Frac(1, 1)`` of a class with ``__add__`` raised TypeError on the
+    tests' side, so a right solution scored 0. Two of the sample's values combine there now; with a
+    value of the tests' they still do not (an object whose ``__sub__`` gives 0 would pass every
+    ``abs(f(x) - expected) < eps``)."""
+    tests = "assert Frac(1, 2) + Frac(1, 2) == Frac(1, 1)\nassert Frac(1, 2) * Frac(2, 3) == Frac(1, 3)"
+    rows = [{"prompt": "p", "tests": tests}]
+    assert list(score([FRAC_OPS], rows=rows).total) == [1.0]
+    assert list(score([FRAC_OPS.replace("self.n * o.d + o.n * self.d", "self.n + o.n")], rows=rows).total) == [0.5]
+    rows = [{"prompt": "p", "tests": t} for t in ("assert abs(area(2) - 12.566) < 1e-3",
+                                                  "assert abs(12.566 - Circle(2).area()) < 1e-3",
+                                                  "assert area(2) + 1 == 13.566")]
+    assert list(score([ZERO] * 3, rows=rows).total) == [0.0] * 3

@@ -7,7 +7,10 @@ all run in this process on those values, so nothing the sample does to its own i
 (patching builtins, writing to a descriptor, exiting, an ``__eq__`` that always agrees, printing
 "passed") can turn a failed test into a pass. A ``Remote`` compares equal to itself, and to
 another of the sample's values only as the sample's own ``==`` says (``Remote._compare``): never
-to a value of the tests'.
+to a value of the tests'; likewise two of them combine by the sample's operators (``Remote._arith``),
+never with a value of the tests'. It hashes as the sample's ``hash`` says (a set member, a dict key), which
+picks a bucket only. The tests' statements run one at a time, with the cell's ``from __future__``
+imports, in a module of theirs that is in ``sys.modules`` while they run (``tests_namespace``).
 
 Whose names: the tests' globals are theirs alone. The solution's names sit one layer below them,
 in the namespace's builtins dict (under the trainer's real builtins), so whatever the tests or
@@ -65,6 +68,7 @@ from polyrl.sandbox.remote_exceptions import (
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
 from polyrl.sandbox.step_state import leaves_state
+from polyrl.sandbox.tests_namespace import future_flags, registered
 from polyrl.sandbox.tests_modules import (
     SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, helper_objects, local_module, tests_view, unbound_modules)
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
@@ -309,7 +313,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     paired[3].__self__ = builtins_view  # type: ignore[attr-defined]
     layer = BuiltinsLayer(builtins_view)  # looked up after the tests' globals (module doc)
     layer.refill(real_builtins)
-    namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": layer}
+    tests_module = types.ModuleType("tests")  # in sys.modules while they run (``tests_namespace``)
+    namespace: dict[str, Any] = tests_module.__dict__
+    namespace["__builtins__"] = layer
     bound = bound_names(sources)
     modules = unbound_modules(sources, bound, builtins_view)
     modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources))))
@@ -348,7 +354,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     previous = sys.gettrace()
     sys.settrace(_stop_at(session.channel))
     try:
-        _run_steps(session, steps, namespace, sync, passed)
+        with registered(tests_module):
+            _run_steps(session, steps, namespace, sync, passed, future_flags(source for source, _ in steps))
     finally:
         sys.settrace(previous)
     consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
@@ -402,14 +409,15 @@ def _stop_at(channel: Channel) -> Callable[..., Any]:
 
 
 def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: dict[str, Any],
-               sync: Callable[[Any], None], passed: list[bool]) -> None:
+               sync: Callable[[Any], None], passed: list[bool], flags: int = 0) -> None:
     """Run the steps in order, one verdict per test. A step that is not a test and raises is a
     failed check itself, and every test after it fails unrun, as a script run of the cell stops
     there; so does a failed test that leaves state a later step reads (``step_state``). Why:
     the failure was ignored, so a cell that collects results and asserts on them at the end
     (``assert all(results)`` of an empty list) passed a solution that only raised. A failed test
     that leaves nothing behind (an ``assert``, a loop of asserts, a test function) keeps the
-    per-test partial credit: the tests after it still run."""
+    per-test partial credit: the tests after it still run. ``flags``: the cell's ``from
+    __future__`` imports (``tests_namespace.future_flags``), which apply to every step."""
     stopped = False
     stateful = leaves_state([source for source, _ in steps])
     for (source, is_test), leaves in zip(steps, stateful):
@@ -424,7 +432,7 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         # optimize=0: under ``python -O`` (or PYTHONOPTIMIZE) compile would drop every assert;
         # dont_inherit: this module's ``from __future__ import annotations`` is not the tests'
         try:
-            exec(compile(source, "<test>", "exec", dont_inherit=True, optimize=0), namespace)
+            exec(compile(source, "<test>", "exec", flags=flags, dont_inherit=True, optimize=0), namespace)
             ok = True
         except SampleStopped:
             raise

@@ -29,6 +29,13 @@ _STANDARD = {
     ("decimal", "Decimal"): ("decimal", "Decimal", str),
 }
 
+#: Binary operators the harness may ask of two of the sample's values (``remote.ARITHMETIC``).
+_ARITH = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
+    "//": lambda a, b: a // b, "%": lambda a, b: a % b, "**": lambda a, b: a ** b, "@": lambda a, b: a @ b,
+    "&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b,
+}
+
 
 def _limits(lim):
     for name, soft, hard in (("RLIMIT_CPU", lim["cpu_s"], lim["cpu_s"] + 1),
@@ -217,6 +224,11 @@ class _Session:
             return self.out(bool(obj))
         if op == "str":
             return self.out(str(obj))
+        if op == "hash":  # a set or dict key of the tests' (``remote.Remote.__hash__``)
+            return self.out(hash(obj))
+        if op == "arith":  # two of its values, as Python combines them (``remote.Remote._arith``)
+            other = self.refs[req["other"]]
+            return self.out(_ARITH[req["how"]](obj, other))
         if op == "compare":  # two of its values, as Python compares them; a bool or nothing
             other, how = self.refs[req["other"]], req["how"]
             result = (obj == other if how == "==" else obj != other if how == "!=" else obj < other if how == "<"

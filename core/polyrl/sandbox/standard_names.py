@@ -19,13 +19,18 @@ A list of such names was always one name short, so the rule is general:
   standard ones build or check what it must return;
 - in a group that reads only standard names, the first one its test steps name is the task's
   (``assert gcd(12, 8) == 4``, ``check(median)``, ``assert count(s) == Counter(s)``) and the
-  others are the trainer's.
+  others are the trainer's;
+- in any group, a standard name whose every use is a call compared by ``==``/``!=`` with nothing
+  the sample computes but that call is the task's (``standard_subjects.task_calls``): on data
+  written out against data written out (``add(2, 3) == 5 and sub(5, 3) == 2``, where a wrong
+  ``sub`` passed), or on objects the tests make of the solution's classes against such objects
+  (``add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``, where ``operator.add`` failed a right solution).
 
 So a task whose own function is named ``gcd``, ``sqrt``, ``add`` or ``median`` still calls the
 solution's where it is tested, and a standard helper beside it never does. What it costs: a task
 function named like a standard helper that the same group also checks beside another function of
-the task (``x = 16; assert sqrt(x) == 4; assert is_square(x)``) is the trainer's there, for every
-completion alike (no completion gains from it).
+the task, other than as a call compared with data (``assert is_square(sqrt(16))``), is the
+trainer's there, for every completion alike (no completion gains from it).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import functools
 import importlib
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
+
+from polyrl.sandbox.standard_subjects import task_calls
 
 #: Pure standard-library modules whose public names tests use unimported, in order of precedence
 #: for a name several define (``math.sqrt`` before ``cmath.sqrt``, ``operator.sub`` before ``re.sub``).
@@ -149,11 +156,11 @@ def helper_names(steps: Sequence[tuple[str, bool]], setup: str, bound: Collectio
         helper = [name for name, _ in reads if name in standard and name not in imported]
         if not helper:
             continue
-        if any(name in imported or name not in standard for name, _ in reads):
-            helpers.update(helper)
-            continue
-        subject = next((name for name, in_test in reads if in_test), helper[0])
-        helpers.update(name for name in helper if name != subject)
+        others = {name for name, _ in reads if name in imported or name not in standard}
+        nodes = [statements[i][0] for i in group]
+        classes = {name for name in others if name[:1].isupper()}
+        subject = None if others else next((name for name, in_test in reads if in_test), helper[0])
+        helpers.update(name for name in helper if name != subject and not task_calls(nodes, name, classes))
     return helpers
 
 

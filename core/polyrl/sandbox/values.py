@@ -80,6 +80,8 @@ def spread(items: list) -> list:
 def same_hash(classes: dict, item: object) -> None:
     """Add ``item`` to ``classes`` (hash -> its distinct values so far): ``spread``'s check, one
     item at a time (``reader.Reader`` checks a value read in parts)."""
+    if getattr(type(item), "LIVES_IN_SAMPLE", False):  # a ``Remote``: its hash is a request to the sample
+        return
     try:
         key = hash(item)
     except TypeError:  # a list or dict: never a set member or a dict key
