@@ -276,6 +276,35 @@ def test_two_ranks_average_the_router_loss_over_every_ranks_micro_batches(moe_pa
     assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
 
 
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "glm4_moe", "lfm2_moe"])
+def test_a_config_json_counting_experts_without_router_logits_is_no_moe(model_type, tmp_path):
+    """DeepSeek-V3's, GLM-4-MoE's, LFM2-MoE's configs count experts but their transformers class has
+    no ``output_router_logits``: TRL adds no router term for them. Before: their config.json was
+    read as MoE by its expert count, so the eval loss was dropped (with a warning about a router
+    term the training loss lacks) and a backend without the term refused them at startup."""
+    import json
+
+    from transformers import CONFIG_MAPPING
+
+    from polyrl import eval_loss
+    from polyrl.backend_kit.router_aux import is_moe, refuse_router_aux
+
+    config = CONFIG_MAPPING[model_type]()
+    assert not hasattr(config, "output_router_logits")  # TRL's test: not a MoE model there
+    saved = json.loads(config.to_json_string(use_diff=False))
+    assert any(saved.get(k) for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert not is_moe(saved)
+    assert not eval_loss.needs_router_loss(AlgorithmConfig.preset("grpo"), str(tmp_path))
+    refuse_router_aux(saved, None, "mlx")  # nothing to refuse: TRL adds no term either
+    with pytest.raises(ConfigError, match="not a Mixture-of-Experts"):  # TRL refuses a coefficient there
+        refuse_router_aux(saved, 0.01, "mlx")
+    # a hand-written config.json of a family that returns router logits, or of a type transformers
+    # does not know, still counts as MoE by its experts
+    assert is_moe({"model_type": "qwen3_moe", "num_experts": 4})
+    assert is_moe({"model_type": "someone_elses_moe", "num_local_experts": 4})
+
+
 def test_eval_loss_is_not_computed_without_the_router_term_it_would_lack(moe_path, tiny_model_dir):
     """TRL's eval_loss holds coef x aux_loss too; the eval loss is numpy over ``logprobs`` (no
     router logits), so on a MoE model with the term it is left out, never logged without it."""
