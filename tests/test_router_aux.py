@@ -450,3 +450,41 @@ def test_mlx_micro_batch_without_a_token_to_train_still_counts_its_router_loss(m
     assert mlx.extra["aux_loss"] == pytest.approx(want.extra["aux_loss"], rel=1e-5)
     assert mlx.loss == pytest.approx(want.loss, rel=1e-5)
     assert mlx.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)
+
+
+def test_eval_loss_reads_the_moe_config_of_the_model_path_as_resolved(toy, tmp_path):
+    """``model.path`` an alias or a Hub id: the router check read ``<model.path>/config.json``
+    literally, found none, and ``eval.loss`` was computed (without the router term TRL's
+    ``eval_loss`` holds) for a MoE model. It reads the resolved folder's config now."""
+    import json
+
+    from structlog.testing import capture_logs
+
+    from polyrl.config import RunConfig
+    from polyrl.hookspecs import hookimpl
+    from polyrl.trainer import Trainer
+
+    folder = tmp_path / "moe"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2_moe", "num_experts": 4,
+                                                     "output_router_logits": False, "router_aux_loss_coef": 0.001}))
+
+    class Alias:
+        @hookimpl
+        def polyrl_resolve_model(self, name):
+            return str(folder) if name == "my-moe" else None
+
+    config = RunConfig.from_dict({
+        "model": {"path": "my-moe"}, "backends": {"train": "toy"},
+        "generation": {"group_size": 2, "max_new_tokens": 4}, "optimizer": {"lr": 1.0},
+        "data": {"rows": [{"prompt": "p", "answer": "7"}] * 6}, "rewards": [{"name": "toy_sevens"}],
+        "eval": {"count": 2, "reward": "run", "loss": True, "samples": 2, "greedy": False},
+        "train": {"steps": 1, "prompts_per_step": 2, "output_dir": str(tmp_path / "run")}})
+    with capture_logs() as logs:
+        summary = Trainer(config, extra_plugins=(Alias(),)).run(progress=False)
+    assert summary["steps"] == 1
+    warned = [e["event"] for e in logs if e["event"].startswith("eval.loss is not computed")]
+    assert len(warned) == 1, [e["event"] for e in logs][:40]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/reward" in line or "eval/sampled_reward_mean" in line for line in lines)  # it evaluated
+    assert not any("eval/loss" in line for line in lines)
