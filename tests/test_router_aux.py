@@ -488,3 +488,21 @@ def test_eval_loss_reads_the_moe_config_of_the_model_path_as_resolved(toy, tmp_p
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/reward" in line or "eval/sampled_reward_mean" in line for line in lines)  # it evaluated
     assert not any("eval/loss" in line for line in lines)
+
+
+def test_a_coefficient_on_a_dense_model_is_refused_before_any_model_loads(tiny_model_dir, tmp_path, monkeypatch):
+    """Before: torch's train_step raised it, so the error came after the first rollout (a whole
+    generation later); the startup check covered only backends declaring router_aux_types."""
+    from polyrl import engines
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.setattr(engines, "Engine", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir}, "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "numeric_match"}], "backends": {"train": "torch"},
+        "algorithm": {"router_aux_loss_coef": 0.01},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    with pytest.raises(ConfigError, match="not a Mixture-of-Experts model") as err:
+        Trainer(config)
+    assert err.value.field == "algorithm.router_aux_loss_coef" and "router_aux_loss_coef" in err.value.fix

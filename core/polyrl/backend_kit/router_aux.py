@@ -36,7 +36,7 @@ def text_config(config: Any) -> Any:
 def is_moe(config: Any) -> bool:
     """Whether the model returns router logits (TRL's test: ``output_router_logits`` in its text
     config); a config.json dict also by its expert counts, unless transformers' config class of its
-    ``model_type`` has no ``output_router_logits`` (``_returns_router_logits``)."""
+    ``model_type`` has no ``output_router_logits`` (``returns_router_logits``)."""
     text = text_config(config)
     if isinstance(text, Mapping):
         if text.get("output_router_logits") is not None:
@@ -44,11 +44,11 @@ def is_moe(config: Any) -> bool:
         if not any(text.get(key) is not None for key in EXPERT_KEYS):
             return False
         model_type = text.get("model_type", config.get("model_type") if isinstance(config, Mapping) else None)
-        return _returns_router_logits(model_type) is not False
+        return returns_router_logits(model_type) is not False
     return hasattr(text, "output_router_logits")
 
 
-def _returns_router_logits(model_type: Any) -> bool | None:
+def returns_router_logits(model_type: Any) -> bool | None:
     """Whether transformers' config class for ``model_type`` has ``output_router_logits`` (None:
     transformers or the type unknown here, so the expert counts decide). Why: DeepSeek-V2/V3's,
     GLM-4-MoE's, Hunyuan-MoE's and LFM2-MoE's configs count experts but return no router logits,
