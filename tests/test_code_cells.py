@@ -7,6 +7,8 @@ for real: the sandbox, the harness, the forked copy of the trainer."""
 
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 import pytest
 
@@ -261,3 +263,27 @@ def test_an_import_the_trainer_cannot_make_is_said_once(monkeypatch):
         parse_tests("import no_such_module_abc\nassert add(1, 2) == 3\n", " of row 3")
     warned = [e for e in logs if "cannot import" in e["event"]]
     assert len(warned) == 1 and "row 2 import no_such_module_xyz" in warned[0]["event"]
+
+
+def test_a_conditional_xfail_runs_its_test_where_its_condition_is_false():
+    """``@pytest.mark.xfail(sys.platform == "win32")``: pytest runs the test as a plain one where the
+    condition is false (here) and expects it to fail only where it is true. Before: every xfail
+    mark left its test out, so such tests' checks were gone (a wrong solution passed them, and a
+    cell of them alone was refused as "every test marked to fail")."""
+    cell = ("import sys\nimport pytest\n\n@pytest.mark.xfail(sys.platform == 'no-such-platform', reason='x')\n"
+            "def test_add():\n    assert add(1, 2) == 3\n\n@pytest.mark.xfail('sys.version_info[0] < 3', reason='py2')\n"
+            "def test_same():\n    assert add(2, 2) == 4\n\n@pytest.mark.xfail(condition=False)\nclass TestAdd:\n"
+            "    def test_zero(self):\n        assert add(0, 0) == 0\n\n"
+            "@pytest.mark.xfail(sys.version_info >= (3, 0), reason='a known bug, expected to fail here')\n"
+            "def test_known_bug():\n    assert add(1, 2) == 4\n")
+    scores, _ = score(cell, [RIGHT, WRONG, EMPTY])
+    assert scores == [1.0, 0.0, 0.0], scores
+    from polyrl.rewards.test_runs import expects_failure
+
+    def marked(decorator: str) -> bool:
+        return expects_failure(ast.parse(f"{decorator}\ndef test_x():\n    pass\n").body[0])
+
+    assert marked("@pytest.mark.xfail(sys.platform == sys.platform)")  # true here: left out
+    assert marked("@pytest.mark.xfail(HAS_BUG, reason='a name of the tests')")  # undecidable: left out
+    assert marked("@pytest.mark.xfail(sys.maxsize ** sys.maxsize > 0)")  # no work done deciding
+    assert not marked("@pytest.mark.xfail(platform.system() == 'no-such-system')")

@@ -276,6 +276,35 @@ def test_two_ranks_average_the_router_loss_over_every_ranks_micro_batches(moe_pa
     assert double["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
 
 
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "glm4_moe", "lfm2_moe"])
+def test_a_config_json_counting_experts_without_router_logits_is_no_moe(model_type, tmp_path):
+    """DeepSeek-V3's, GLM-4-MoE's, LFM2-MoE's configs count experts but their transformers class has
+    no ``output_router_logits``: TRL adds no router term for them. Before: their config.json was
+    read as MoE by its expert count, so the eval loss was dropped (with a warning about a router
+    term the training loss lacks) and a backend without the term refused them at startup."""
+    import json
+
+    from transformers import CONFIG_MAPPING
+
+    from polyrl import eval_loss
+    from polyrl.backend_kit.router_aux import is_moe, refuse_router_aux
+
+    config = CONFIG_MAPPING[model_type]()
+    assert not hasattr(config, "output_router_logits")  # TRL's test: not a MoE model there
+    saved = json.loads(config.to_json_string(use_diff=False))
+    assert any(saved.get(k) for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert not is_moe(saved)
+    assert not eval_loss.needs_router_loss(AlgorithmConfig.preset("grpo"), str(tmp_path))
+    refuse_router_aux(saved, None, "mlx")  # nothing to refuse: TRL adds no term either
+    with pytest.raises(ConfigError, match="not a Mixture-of-Experts"):  # TRL refuses a coefficient there
+        refuse_router_aux(saved, 0.01, "mlx")
+    # a hand-written config.json of a family that returns router logits, or of a type transformers
+    # does not know, still counts as MoE by its experts
+    assert is_moe({"model_type": "qwen3_moe", "num_experts": 4})
+    assert is_moe({"model_type": "someone_elses_moe", "num_local_experts": 4})
+
+
 def test_eval_loss_is_not_computed_without_the_router_term_it_would_lack(moe_path, tiny_model_dir):
     """TRL's eval_loss holds coef x aux_loss too; the eval loss is numpy over ``logprobs`` (no
     router logits), so on a MoE model with the term it is left out, never logged without it."""
@@ -421,3 +450,59 @@ def test_mlx_micro_batch_without_a_token_to_train_still_counts_its_router_loss(m
     assert mlx.extra["aux_loss"] == pytest.approx(want.extra["aux_loss"], rel=1e-5)
     assert mlx.loss == pytest.approx(want.loss, rel=1e-5)
     assert mlx.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)
+
+
+def test_eval_loss_reads_the_moe_config_of_the_model_path_as_resolved(toy, tmp_path):
+    """``model.path`` an alias or a Hub id: the router check read ``<model.path>/config.json``
+    literally, found none, and ``eval.loss`` was computed (without the router term TRL's
+    ``eval_loss`` holds) for a MoE model. It reads the resolved folder's config now."""
+    import json
+
+    from structlog.testing import capture_logs
+
+    from polyrl.config import RunConfig
+    from polyrl.hookspecs import hookimpl
+    from polyrl.trainer import Trainer
+
+    folder = tmp_path / "moe"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2_moe", "num_experts": 4,
+                                                     "output_router_logits": False, "router_aux_loss_coef": 0.001}))
+
+    class Alias:
+        @hookimpl
+        def polyrl_resolve_model(self, name):
+            return str(folder) if name == "my-moe" else None
+
+    config = RunConfig.from_dict({
+        "model": {"path": "my-moe"}, "backends": {"train": "toy"},
+        "generation": {"group_size": 2, "max_new_tokens": 4}, "optimizer": {"lr": 1.0},
+        "data": {"rows": [{"prompt": "p", "answer": "7"}] * 6}, "rewards": [{"name": "toy_sevens"}],
+        "eval": {"count": 2, "reward": "run", "loss": True, "samples": 2, "greedy": False},
+        "train": {"steps": 1, "prompts_per_step": 2, "output_dir": str(tmp_path / "run")}})
+    with capture_logs() as logs:
+        summary = Trainer(config, extra_plugins=(Alias(),)).run(progress=False)
+    assert summary["steps"] == 1
+    warned = [e["event"] for e in logs if e["event"].startswith("eval.loss is not computed")]
+    assert len(warned) == 1, [e["event"] for e in logs][:40]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/reward" in line or "eval/sampled_reward_mean" in line for line in lines)  # it evaluated
+    assert not any("eval/loss" in line for line in lines)
+
+
+def test_a_coefficient_on_a_dense_model_is_refused_before_any_model_loads(tiny_model_dir, tmp_path, monkeypatch):
+    """Before: torch's train_step raised it, so the error came after the first rollout (a whole
+    generation later); the startup check covered only backends declaring router_aux_types."""
+    from polyrl import engines
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.setattr(engines, "Engine", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir}, "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "numeric_match"}], "backends": {"train": "torch"},
+        "algorithm": {"router_aux_loss_coef": 0.01},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    with pytest.raises(ConfigError, match="not a Mixture-of-Experts model") as err:
+        Trainer(config)
+    assert err.value.field == "algorithm.router_aux_loss_coef" and "router_aux_loss_coef" in err.value.fix

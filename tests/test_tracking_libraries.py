@@ -755,3 +755,35 @@ def test_wandb_log_model_end_logs_the_trained_model_as_transformers_artifact(tmp
     assert (artifact.name, artifact.type) == ("model-mine", "model") and "final_model" in artifact.aliases
     assert json.loads(artifact.metadata) == {"train_loss": 0.25, "final_model": True}
     assert sorted(entry.path for entry in artifact.manifest.contents) == ["config.json", "model.safetensors"]
+
+
+def test_wandb_log_model_with_a_run_name_w_and_b_refuses_in_a_name_still_logs_and_finishes(tmp_path, monkeypatch):
+    """A run named "qwen 0.5b/grpo" (a space, a slash: characters W&B refuses in an artifact's
+    name). Before: wandb.Artifact raised ValueError in close(), so the model was not logged and
+    run.finish() never ran. Now the name's refused characters are dashes; and an artifact that
+    fails anyway still finishes the run."""
+    import wandb
+
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+    from polyrl.tracking.wandb import WandbTracker
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_WATCH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_LOG_MODEL", "end")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
+    context = TrackerContext(tmp_path, "r", "p", {}, trl=True, trl_run=TrlRun(run_name="qwen 0.5b/grpo"))
+    tracker = WandbTracker(context)
+    tracker.close()
+    assert wandb.run is None  # finished
+    (artifact,) = _wandb_artifacts(tmp_path)
+    assert (artifact.name, artifact.type) == ("model-qwen-0.5b-grpo", "model")
+
+    def fails() -> None:
+        raise OSError("disk full")
+
+    again = WandbTracker(TrackerContext(tmp_path / "again", "r", "p", {}, trl=True))
+    monkeypatch.setattr(again, "_log_final_model", fails)
+    with pytest.raises(OSError, match="disk full"):
+        again.close()
+    assert wandb.run is None  # the run ended all the same

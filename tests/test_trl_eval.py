@@ -598,7 +598,8 @@ def test_eval_loss_divides_by_the_rows_trls_batch_keeps_as_a_training_step_does(
                                   scale_rewards="none")
     config = SimpleNamespace(algorithm=algo, eval=SimpleNamespace(samples=2, loss_batch=0),
                              generation=SimpleNamespace(temperature=1.0), model=SimpleNamespace(path=""))
-    one = SimpleNamespace(config=config, _max_completion_tokens=8, world_size=1, rank=0, train_engine=Engine(),
+    one = SimpleNamespace(config=config, model_path="", _max_completion_tokens=8, world_size=1, rank=0,
+                          train_engine=Engine(),
                           rewards=SimpleNamespace(rewards=[]), episodes=None)
     got = Trainer._eval_loss(one, done, scores, {})
     trained = [0, 2, 3]

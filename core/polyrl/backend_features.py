@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.backend_kit.router_aux import refuse_router_aux
+from polyrl.backend_kit.router_aux import is_moe, refuse_router_aux, returns_router_logits, router_aux_coef
 from polyrl.errors import ConfigError
 from polyrl.model_config import config_tables
 from polyrl.types import OptimizerConfig
@@ -65,10 +65,16 @@ def check_router_aux(config: Any, registry: Any, model_path: str) -> None:
     """Refuse up front a Mixture-of-Experts model whose router load-balancing loss the train backend
     does not compute (``Capabilities.router_aux_types`` declared without its model type) unless
     ``algorithm.router_aux_loss_coef`` is 0: the same error its ``train_step`` would raise, before
-    a model loads instead of after the first rollout."""
+    a model loads instead of after the first rollout. A coefficient set on a dense model is refused
+    here for every backend."""
     name = config.backends.train
     covered = registry.spec(name).capabilities.router_aux_types
     tables = config_tables(model_path)
+    requested = config.algorithm.router_aux_loss_coef
+    if tables and requested and not is_moe(tables[0]) and not returns_router_logits(tables[-1].get("model_type")):
+        # a coefficient on a dense model, whatever the backend: the error train_step would raise
+        # after the first rollout, here before a model loads
+        router_aux_coef(tables[0], requested, f"model {config.model.path!r}")
     if covered is None or not tables or tables[0].get("model_type") in covered:
         return
     refuse_router_aux(tables[0], config.algorithm.router_aux_loss_coef, name)

@@ -1157,7 +1157,9 @@ class Trainer:
         c, algo = self.config, self.config.algorithm
         if eval_loss.needs_entropies(algo, self._max_completion_tokens):
             return {}
-        if eval_loss.needs_router_loss(algo, c.model.path):  # TRL's eval_loss holds it: not a loss without it
+        # TRL's eval_loss holds it: not a loss without it. The folder the model loaded from: model.path
+        # may be an alias or a Hub id, whose config.json is not at that name
+        if eval_loss.needs_router_loss(algo, self.model_path):
             if not self._router_eval_warned:
                 self._router_eval_warned = True
                 log.warning("eval.loss is not computed: the loss holds the MoE model's router load-balancing term "

@@ -10,6 +10,7 @@ coefficient set on a dense model is an error there and here.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from polyrl.validators import shown
 
 FIELD = "algorithm.router_aux_loss_coef"
 #: config.json keys of a mixture-of-experts model beyond ``output_router_logits`` (a hand-written
-#: config.json may leave that out; transformers' config classes always write it)
+#: config.json may leave that out; transformers' config classes that have it always write it)
 EXPERT_KEYS = ("output_router_logits", "num_experts", "num_local_experts", "n_routed_experts")
 
 
@@ -34,11 +35,39 @@ def text_config(config: Any) -> Any:
 
 def is_moe(config: Any) -> bool:
     """Whether the model returns router logits (TRL's test: ``output_router_logits`` in its text
-    config); a config.json dict also by its expert counts."""
+    config); a config.json dict also by its expert counts, unless transformers' config class of its
+    ``model_type`` has no ``output_router_logits`` (``returns_router_logits``)."""
     text = text_config(config)
     if isinstance(text, Mapping):
-        return any(text.get(key) is not None for key in EXPERT_KEYS)
+        if text.get("output_router_logits") is not None:
+            return True
+        if not any(text.get(key) is not None for key in EXPERT_KEYS):
+            return False
+        model_type = text.get("model_type", config.get("model_type") if isinstance(config, Mapping) else None)
+        return returns_router_logits(model_type) is not False
     return hasattr(text, "output_router_logits")
+
+
+def returns_router_logits(model_type: Any) -> bool | None:
+    """Whether transformers' config class for ``model_type`` has ``output_router_logits`` (None:
+    transformers or the type unknown here, so the expert counts decide). Why: DeepSeek-V2/V3's,
+    GLM-4-MoE's, Hunyuan-MoE's and LFM2-MoE's configs count experts but return no router logits,
+    so TRL adds no load-balancing loss for them; counted as MoE, their eval loss was dropped and a
+    backend without the term refused them for a loss TRL does not add."""
+    if not isinstance(model_type, str) or not model_type:
+        return None
+    try:
+        from transformers import CONFIG_MAPPING
+
+        cls = CONFIG_MAPPING[model_type]
+    except Exception:  # noqa: BLE001 - no transformers, or a type it does not know
+        return None
+    if hasattr(cls, "output_router_logits") or "output_router_logits" in getattr(cls, "__annotations__", {}):
+        return True
+    try:  # a class that sets it in ``__init__`` alone
+        return "output_router_logits" in inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return None
 
 
 def _declared(text: Any) -> float | None:

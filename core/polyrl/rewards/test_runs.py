@@ -8,6 +8,9 @@ left out) is a separate rule set, and each rule closed a shape that gave a wrong
 from __future__ import annotations
 
 import ast
+import os
+import platform
+import sys
 
 #: Decorators saying the runner expects the test to fail (``@pytest.mark.xfail``,
 #: ``@unittest.expectedFailure``).
@@ -20,7 +23,50 @@ def expects_failure(node: ast.stmt) -> bool:
     solution failed it (it tests a known bug) and a wrong one giving the buggy answer passed it,
     where a runner counts an unexpected pass as no success."""
     decorators = getattr(node, "decorator_list", [])
-    return any(_decorator_name(d) in _EXPECTED_FAILURES for d in decorators)
+    return any(_decorator_name(d) in _EXPECTED_FAILURES and _applies(d) for d in decorators)
+
+
+#: what pytest evaluates an xfail condition with (its string conditions; the names a bool one reads)
+_CONDITION_NAMES = {"os": os, "sys": sys, "platform": platform}
+
+
+def _applies(decorator: ast.expr) -> bool:
+    """Whether an xfail mark applies here: one without a condition always; ``xfail(*conditions,
+    condition=...)`` where any condition is true on this interpreter, as pytest reads it. A
+    condition that reads anything but ``sys``, ``os`` and ``platform`` (a name of the tests') is
+    taken as true (left out, as before). Why: ``@pytest.mark.xfail(sys.platform == "win32")`` is a
+    plain test to pytest on Linux; left out as a known failure, its checks were gone and a wrong
+    solution passed them."""
+    if not isinstance(decorator, ast.Call):
+        return True
+    conditions = [*decorator.args, *(k.value for k in decorator.keywords if k.arg == "condition")]
+    return not conditions or any(_true(condition) for condition in conditions)
+
+
+def _true(condition: ast.expr) -> bool:
+    """``condition`` evaluated over ``_CONDITION_NAMES`` alone (a string one parsed first); True
+    where it reads anything else, calls anything but a ``platform`` function, or raises."""
+    if isinstance(condition, ast.Constant) and isinstance(condition.value, str):
+        try:
+            condition = ast.parse(condition.value, mode="eval").body
+        except SyntaxError:
+            return True
+    for node in ast.walk(condition):
+        if isinstance(node, ast.Name) and node.id not in _CONDITION_NAMES:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            return True
+        if isinstance(node, ast.Call) and not (
+                isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "platform" and not node.args and not node.keywords):
+            return True
+        if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.comprehension, ast.Starred, ast.BinOp)):  # no work
+            return True
+    try:
+        return bool(eval(compile(ast.Expression(condition), "<xfail>", "eval"),  # noqa: S307 - names checked above
+                         {"__builtins__": {}, **_CONDITION_NAMES}))
+    except Exception:  # noqa: BLE001 - not decidable here: left out, as an xfail
+        return True
 
 
 def _decorator_name(node: ast.expr) -> str | None:

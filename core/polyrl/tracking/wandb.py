@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,9 +60,11 @@ class WandbTracker:
         self.run.log({"completions": table}, step=step)
 
     def close(self) -> None:
-        if os.environ.get("WANDB_LOG_MODEL") in LOG_MODEL:
-            self._log_final_model()
-        self.run.finish()
+        try:
+            if os.environ.get("WANDB_LOG_MODEL") in LOG_MODEL:
+                self._log_final_model()
+        finally:  # an artifact that fails (a full disk, an unreadable file) still ends the run: nothing else lost
+            self.run.finish()
 
     def _log_final_model(self) -> None:
         """The trained model's folder (``output_dir/model``, exported before the trackers close) as
@@ -107,9 +110,16 @@ FINAL_MODEL_DIR = "model"
 
 def model_artifact_name(run: Any, context: TrackerContext) -> str:
     """The model artifact's name as ``WandbCallback`` names it: ``model-<run name>`` for a run named
-    by ``args.run_name`` (other than ``output_dir``), else ``model-<run id>``."""
+    by ``args.run_name`` (other than ``output_dir``), else ``model-<run id>``; each character W&B
+    refuses in a name (transformers passes them on and fails) is a ``-``."""
     named = context.trl_run.run_name if context.trl_run is not None else context.run_name if not context.trl else None
-    return f"model-{run.name}" if named and named != str(context.output_dir) else f"model-{run.id}"
+    name = f"model-{run.name}" if named and named != str(context.output_dir) else f"model-{run.id}"
+    # W&B takes only these characters in an artifact's name: a run name with a space or a slash
+    # ("qwen 0.5b/grpo") raised ValueError there, and the run ended without its model
+    return _ARTIFACT_UNSAFE.sub("-", name)
+
+
+_ARTIFACT_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 #: transformers' ``WandbCallback`` variables polyrl does not act on: each value that turns one on there,
