@@ -342,23 +342,34 @@ def test_a_uid_another_process_holds_is_skipped(tmp_path, monkeypatch):
 
     from polyrl.sandbox import uids
 
+    held = uids.busy()
+    first = _private_first()
     monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    monkeypatch.setattr(uids, "FIRST", first)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from polyrl.sandbox import uids; "
-         f"uids.LOCKS = Path({str(tmp_path)!r}); print(uids.acquire(), flush=True); time.sleep(30)"],
+         f"uids.LOCKS = Path({str(tmp_path)!r}); uids.FIRST = {first}; print(uids.acquire(), flush=True); "
+         "time.sleep(30)"],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         theirs = int(holder.stdout.readline())
         ours = uids.acquire()
-        assert theirs == uids.FIRST and ours == uids.FIRST + 1
         uids.release(ours)
+        assert theirs == first and ours == first + 1
     finally:
         holder.kill()
         holder.wait()
     again = uids.acquire()  # the dead holder's lock is gone with it
-    assert again == uids.FIRST
     uids.release(again)
-    assert uids.busy() == frozenset()
+    assert again == first
+    assert uids.busy() == held
+
+
+def _private_first() -> int:
+    """A pool start apart from the real pool's: a test with a lock folder of its own claims apart
+    from other processes' samples (xdist's other worker), but their live processes still show in
+    /proc, where a uid of the real range would be skipped as theirs."""
+    return 2_100_000_000 + os.getpid() % 1000 * 100
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to another uid")
@@ -438,7 +449,8 @@ def test_without_a_writable_lock_folder_another_processs_uid_is_still_skipped(tm
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     locks = blocker / "locks"  # under a regular file: never made
-    first = 2_100_000_000 + os.getpid() % 1000 * 100  # apart from other pool users of this host
+    first = _private_first()
+    held = uids.busy()
     monkeypatch.setattr(uids, "LOCKS", locks)
     monkeypatch.setattr(uids, "FIRST", first)
     holder = subprocess.Popen(
@@ -449,15 +461,15 @@ def test_without_a_writable_lock_folder_another_processs_uid_is_still_skipped(tm
     try:
         theirs = int(holder.stdout.readline())
         ours = uids.acquire()
-        assert theirs == first and ours == first + 1
         uids.release(ours)
+        assert theirs == first and ours == first + 1
     finally:
         holder.kill()
         holder.wait()
     again = uids.acquire()  # the dead holder's name is free again
-    assert again == first
     uids.release(again)
-    assert uids.busy() == frozenset() and not locks.exists()
+    assert again == first
+    assert uids.busy() == held and not locks.exists()
 
 def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monkeypatch):
     """A scan of /proc costs ~50 us per process on the host, per sample: it is done only for a uid
@@ -466,6 +478,7 @@ def test_a_uid_given_back_clean_is_claimed_without_a_look_at_proc(tmp_path, monk
     from polyrl.sandbox import uids
 
     monkeypatch.setattr(uids, "LOCKS", tmp_path)
+    monkeypatch.setattr(uids, "FIRST", _private_first())
     scans: list[int] = []
     real = uids.live_uids
     monkeypatch.setattr(uids, "live_uids", lambda: scans.append(1) or real())
@@ -503,6 +516,7 @@ def test_a_key_a_sample_leaves_in_its_uids_keyring_is_gone_for_the_next_one():
     the sample's end (``leftovers.clear_keys``)."""
     from polyrl.sandbox import uids
 
+    held = uids.busy()
     box = Sandbox(SandboxLimits(timeout_s=8), python=SYSTEM_PYTHON, isolation="off", audit_hook=False)
     if getattr(box.launch, "uid_pool", None) is False:
         pytest.skip(f"the uid pool is refused here: {box.report['user']}")
@@ -511,7 +525,7 @@ def test_a_key_a_sample_leaves_in_its_uids_keyring_is_gone_for_the_next_one():
     second = box.run(KEY_GET + GOOD, TESTS)
     assert second.all_passed, (second.status, second.error, second.output)
     assert "FOUND b''" in second.output, second.output
-    assert uids.busy() == frozenset()
+    assert uids.busy() == held
 
 
 #: Sample A: makes a file only its group may read (mode 0770) in the host's /tmp, then waits.
