@@ -47,18 +47,24 @@ AGAINST_THE_TESTS = [
 ]
 
 
+def assert_right_scores_1_and_wrong_0(table: dict[str, tuple[str, str, str]], **modes) -> None:
+    """Every row of ``table`` (name: tests, a right solution, a wrong one) scored through the real
+    reward: each right solution 1.0, each wrong one 0.0 (named, so a failure says which)."""
+    names = list(table)
+    rows = [{"prompt": "p", "tests": table[n][0]} for n in names]
+    right = score([table[n][1] for n in names], rows=rows, **modes)
+    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
+    wrong = score([table[n][2] for n in names], rows=rows, **modes)
+    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+
+
 @pytest.mark.parametrize("isolation,audit_hook", MODES)
 def test_two_of_the_samples_objects_compare_as_its_own_eq_says(isolation, audit_hook):
     """``assert mid(Point(0, 0), Point(2, 2)) == Point(1, 1)`` of a ``@dataclass Point`` scored 0:
     the dataclass failed to define in the sample (its annotations were strings there), and two
     objects of the sample's compared by identity; ``!=``, ``in``, ``index``, ``count`` and
     ``sorted`` likewise. A wrong answer still scores 0."""
-    names = list(OBJECTS)
-    rows = [{"prompt": "p", "tests": OBJECTS[n][0]} for n in names]
-    right = score([OBJECTS[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
-    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
-    wrong = score([OBJECTS[n][2] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
-    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    assert_right_scores_1_and_wrong_0(OBJECTS, isolation=isolation, audit_hook=audit_hook)
 
 
 def test_an_object_whose_comparisons_all_agree_never_equals_the_tests_values():
@@ -109,12 +115,7 @@ def test_a_generator_without_end_is_read_as_the_tests_take_its_items(isolation, 
     the whole generator at its first item and stopped past 100 000 of them, so right solutions
     scored 0. Items come as taken now, each once and in order (read ahead only past the first
     ones, and held for the tests); a wrong generator still scores 0."""
-    names = list(ENDLESS)
-    rows = [{"prompt": "p", "tests": ENDLESS[n][0]} for n in names]
-    right = score([ENDLESS[n][1] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
-    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
-    wrong = score([ENDLESS[n][2] for n in names], rows=rows, isolation=isolation, audit_hook=audit_hook)
-    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    assert_right_scores_1_and_wrong_0(ENDLESS, isolation=isolation, audit_hook=audit_hook)
 
 
 def test_a_generator_that_hangs_between_items_ends_at_the_time_limit():
@@ -172,12 +173,7 @@ def test_a_task_function_named_like_a_standard_one_takes_the_solutions_objects()
     solution's name ``Frac``), which no object of the sample's answers, so a right solution scored
     0; in ``add(2, 3) == 5 and sub(5, 3) == 2`` a wrong ``sub`` scored 1.0. A wrong one scores 0
     now, and a standard name checking or building the answer is still the trainer's."""
-    names = list(NAMED_LIKE_STANDARD)
-    rows = [{"prompt": "p", "tests": NAMED_LIKE_STANDARD[n][0]} for n in names]
-    right = score([NAMED_LIKE_STANDARD[n][1] for n in names], rows=rows)
-    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
-    wrong = score([NAMED_LIKE_STANDARD[n][2] for n in names], rows=rows)
-    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    assert_right_scores_1_and_wrong_0(NAMED_LIKE_STANDARD)
     rows = [{"prompt": "p", "tests": tests} for tests, _ in STANDARD_CHECKS]
     forged = score([text for _, text in STANDARD_CHECKS], rows=rows)
     assert list(forged.total) == [0.0] * len(rows)
@@ -204,12 +200,7 @@ def test_the_samples_objects_hash_as_the_sample_hashes_them():
     """``{mid(p, q)} == {Point(1, 1)}`` of a frozen dataclass scored 0: the sample's objects hashed
     by identity on the tests' side, so equal ones never met in a set or dict. They hash as the
     sample's ``hash`` says now; against the tests' own values they still never compare equal."""
-    names = list(HASHED)
-    rows = [{"prompt": "p", "tests": HASHED[n][0]} for n in names]
-    right = score([HASHED[n][1] for n in names], rows=rows)
-    assert dict(zip(names, right.total)) == dict.fromkeys(names, 1.0)
-    wrong = score([HASHED[n][2] for n in names], rows=rows)
-    assert dict(zip(names, wrong.total)) == dict.fromkeys(names, 0.0)
+    assert_right_scores_1_and_wrong_0(HASHED)
     against = ["assert mid(Point(0, 0), Point(2, 2)) in {(1, 1)}", "assert {mid(Point(0, 0), Point(2, 2))} == {(1, 1)}",
                "assert {(1, 1): 'm'}[mid(Point(0, 0), Point(2, 2))] == 'm'"]
     rows = [{"prompt": "p", "tests": tests} for tests in against]
