@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 from family_chat import Scripted, dressed, encoder
-from test_template_bounds import MISTRAL_STYLE, QWEN_STYLE, _folder_with_template
+from test_template_bounds import MISTRAL_STYLE, QWEN_STYLE
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.parsing import parse_tool_calls
@@ -22,6 +22,7 @@ from polyrl.agents.spec import Observation
 from polyrl.cli import main
 from polyrl.data import check_prompt_lengths, from_rows
 from polyrl.errors import ConfigError, EnvironmentFailed
+from polyrl.testing.chat_templates import with_chat_template
 from polyrl.types import SamplingParams
 
 DEVELOPER_FIRST = [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Hi"}]
@@ -201,7 +202,7 @@ def test_the_dry_run_refuses_a_prompt_role_the_template_drops(tiny_model_dir, tm
     """Once: ``polyrl launch --dry-run`` passed it, and the run refused it minutes later, once the
     models loaded. The model folder's tokenizer alone answers it: one error line, exit code 2."""
     pytest.importorskip("torch")  # polyrl launch needs torchrun
-    folder = _folder_with_template(tiny_model_dir, tmp_path / "hub", QWEN_STYLE)
+    folder = with_chat_template(tiny_model_dir, tmp_path / "hub", QWEN_STYLE)
     rows = tmp_path / "rows.jsonl"
     path = tmp_path / "run.toml"
     path.write_text(DRY_RUN.format(model=folder, rows=rows))
