@@ -77,7 +77,7 @@ def check_router_aux(config: Any, registry: Any, model_path: str) -> None:
         router_aux_coef(tables[0], requested, f"model {config.model.path!r}")
     if covered is None or not tables or tables[0].get("model_type") in covered:
         return
-    refuse_router_aux(tables[0], config.algorithm.router_aux_loss_coef, name)
+    refuse_router_aux(tables[0], requested, name)
 
 
 def check_compute_dtype(config: Any, registry: Any) -> None:

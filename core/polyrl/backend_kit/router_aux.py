@@ -33,6 +33,18 @@ def text_config(config: Any) -> Any:
     return get() if callable(get) else config
 
 
+def expert_counts(config: Any) -> tuple[int, int]:
+    """(experts, experts per token) of a MoE config (a transformers config or a config.json dict),
+    as TRL reads them: transformers 5's ``num_experts``, Mixtral's ``num_local_experts`` under that
+    name, and ``num_experts_per_tok``; every backend's router term counts with these."""
+    text = text_config(config)
+
+    def field(key: str) -> Any:
+        return text.get(key) if isinstance(text, Mapping) else getattr(text, key, None)
+
+    return int(field("num_experts") or field("num_local_experts")), int(field("num_experts_per_tok"))
+
+
 def is_moe(config: Any) -> bool:
     """Whether the model returns router logits (TRL's test: ``output_router_logits`` in its text
     config); a config.json dict also by its expert counts, unless transformers' config class of its

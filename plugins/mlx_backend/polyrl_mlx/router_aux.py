@@ -97,12 +97,6 @@ def recording(model: Any) -> Iterator[list[Any]]:
         yield sink
 
 
-def expert_counts(config: Mapping[str, Any]) -> tuple[int, int]:
-    """(experts, experts per token) of a MoE config.json, as the torch backend reads them."""
-    text = text_config(config)
-    return int(text.get("num_experts") or text["num_local_experts"]), int(text["num_experts_per_tok"])
-
-
 def router_aux_weight(engine: Any, objective: Objective) -> float:
     """The coefficient in effect for ``engine``'s model (0.0: no term), as the torch backend's:
     the objective's, else the config's own, else transformers' default for the model type;
@@ -137,5 +131,5 @@ def load_balancing_loss(gate_logits: Sequence[mx.array], real: mx.array, experts
     return (share * mean_prob).sum() * experts
 
 
-__all__ = ["COVERED_TYPES", "expert_counts", "load_balancing_loss", "moe_gates", "real_tokens", "recording",
+__all__ = ["COVERED_TYPES", "load_balancing_loss", "moe_gates", "real_tokens", "recording",
            "router_aux_weight"]

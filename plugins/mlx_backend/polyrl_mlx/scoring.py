@@ -74,7 +74,8 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
     parts = engine.head_parts()
     owners, prompts = prompt_groups(sequences)
     if router is not None:
-        from polyrl_mlx.router_aux import expert_counts, load_balancing_loss, real_tokens, recording
+        from polyrl.backend_kit.router_aux import expert_counts
+        from polyrl_mlx.router_aux import load_balancing_loss, real_tokens, recording
 
         with recording(engine.model) as gates:
             if parts is not None:

@@ -14,21 +14,13 @@ from typing import Any
 import torch
 
 from polyrl.algorithms.objective import Objective
-from polyrl.backend_kit.router_aux import router_aux_coef, text_config
+from polyrl.backend_kit.router_aux import expert_counts, router_aux_coef
 
 
 def router_aux_weight(engine: Any, objective: Objective) -> float:
     """The coefficient in effect for ``engine``'s model (0.0: no term); ``ConfigError`` for a
     coefficient set on a dense model."""
     return router_aux_coef(engine.causal_lm.config, objective.router_aux_loss_coef, f"model {engine.config.model!r}")
-
-
-def expert_counts(config: Any) -> tuple[int, int]:
-    """(experts, experts per token) of a MoE config, as TRL reads them (transformers 5's
-    ``num_experts``; Mixtral's ``num_local_experts`` under that name)."""
-    text = text_config(config)
-    experts: Any = getattr(text, "num_experts", None) or text.num_local_experts
-    return int(experts), int(text.num_experts_per_tok)
 
 
 def load_balancing_loss(config: Any, router_logits: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
