@@ -175,9 +175,11 @@ class Remote:
         TypeError once, as if it had none to give) passed ``assert len(r) == 3 and
         all(is_prime(x) for x in r)``: the items counted must be the ones the tests check. Nothing
         of the sample's ran between, so an honest value's items (and length) are these."""
-        if self._reader is not None and isinstance(items, (list, Exception)):  # the tests' reading goes on there
+        if not isinstance(items, (list, Exception)):
+            return
+        if self._reader is not None:  # the tests' reading goes on there
             self._reader.read_ahead(items)
-        elif isinstance(items, (list, Exception)):
+        else:
             object.__setattr__(self, "_counted", (items, self._session.asks))
 
     def _unread(self) -> list[Any] | Exception | None:
