@@ -435,6 +435,21 @@ def test_python_tool_runs_code_in_the_sandbox():
     assert out[4].startswith("error: FileNotFoundError") or out[4].startswith("error: PermissionError")
 
 
+@pytest.mark.parametrize(("code", "answer"), [
+    ("x = 1\n" + "-" * 900 + "x", "1\n"),  # Python compiles it; ast.unparse of it recursed too deep
+    ("x = 1  # kept\n(x +\n 1)  # as written", "2\n"),
+    ("-" * 200_000 + "1", "error: MemoryError: "),  # past the parser's limits: the sandbox says so
+    ("1" + "+1" * 200_000, "error: RecursionError: maximum recursion depth exceeded during compilation"),
+])
+def test_python_tool_runs_hostile_nesting_in_the_sandbox_not_the_trainer(code, answer):
+    """The REPL rewrite (print the last expression) parses the model's text in the trainer: nesting
+    made it raise RecursionError or MemoryError there, so the tool answered "tool 'python' raised
+    ..." and never ran the program (a valid one too). Now the program runs, or the sandbox's own
+    compiler answers."""
+    [message] = asyncio.run(ToolBox([builtin.python]).run([ToolCall("python", {"code": code})]))
+    assert message["content"] == answer
+
+
 @pytest.mark.faults
 def test_python_tool_stops_a_program_that_never_ends(monkeypatch):
     monkeypatch.setattr(builtin, "PYTHON_TIMEOUT_S", 1.0)

@@ -154,22 +154,49 @@ def _probe_python() -> str | None:
     return f"{problem}. Fix: {fix}" if fix else problem
 
 
+#: Statements that print the REPL value, appended after the program's last expression.
+_SHOW_VALUE = "\nif __polyrl_value is not None:\n    print(repr(__polyrl_value))\n"
+#: One source line with its end, as Python's tokenizer ends lines (LF, CRLF or CR; not str.splitlines'
+#: form feeds or line separators, which are no line ends in Python).
+_SOURCE_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
+
+
 def _print_last_expression(code: str) -> str:
-    """Like a REPL: a trailing expression is printed (models expect ``2 + 3`` to answer 5)."""
+    """Like a REPL: a trailing expression is printed (models expect ``2 + 3`` to answer 5).
+
+    Only the last statement's text changes, in place (the model's other lines and comments stay as
+    written, so a traceback's line numbers are the model's). Why not ``ast.unparse``: this runs in
+    the trainer on the model's text, and unparsing a program the sandbox compiles fine (an expression
+    nested ~900 deep) raised RecursionError here, so the tool answered "raised RecursionError" and
+    never ran it. Code the trainer cannot parse (a syntax error, nesting past its parser's limits:
+    RecursionError, MemoryError) goes as written, and the sandbox reports what its compiler says."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
-        return code  # the sandbox reports the SyntaxError itself
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
     last = tree.body[-1] if tree.body else None
-    if not isinstance(last, ast.Expr):
+    if not isinstance(last, ast.Expr) or last.end_lineno is None or last.end_col_offset is None:
         return code
     call = last.value
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print":
         return code
-    shown = ast.parse("__polyrl_value = None\nif __polyrl_value is not None:\n    print(repr(__polyrl_value))")
-    shown.body[0].value = last.value  # type: ignore[attr-defined]
-    tree.body[-1:] = shown.body
-    return ast.unparse(ast.fix_missing_locations(tree))
+    starts = [0]
+    for match in _SOURCE_LINE.finditer(code):
+        if match.end() == match.start():
+            break
+        starts.append(match.end())
+
+    def index(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        line = code[starts[lineno - 1]:starts[lineno] if lineno < len(starts) else len(code)]
+        return starts[lineno - 1] + len(line.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "surrogatepass"))
+
+    try:
+        begin, end = index(last.lineno, last.col_offset), index(last.end_lineno, last.end_col_offset)
+        shown = f"{code[:begin]}__polyrl_value = ({code[begin:end]}\n){code[end:]}{_SHOW_VALUE}"
+        ast.parse(shown)  # the rewrite must read as the model's program did, else it goes as written
+    except (SyntaxError, ValueError, RecursionError, MemoryError, IndexError, UnicodeError):
+        return code
+    return shown
 
 
 def python(code: str) -> str:
