@@ -308,3 +308,39 @@ def test_at_the_off_level_the_trainers_open_files_stay_unread(user, tmp_path):
     # its own channel (pipes, its output) is all it may write to
     assert all(int(line.split()[1]) < 10 for line in result.output.splitlines()
                if line.startswith("WROTE") and line.split()[1].isdigit()), result.output
+
+
+@needs_bwrap
+def test_a_venv_in_the_project_folder_shows_the_sample_only_its_bin_and_lib(tmp_path):
+    """The interpreter's prefix was bound whole: with a venv made in the project's own folder
+    (``python -m venv .``) the sample read the dataset with its expected answers and the run's
+    config beside it. Now only the prefix's bin, lib and pyvenv.cfg are there; a right solution
+    still scores."""
+    project = tmp_path / "project"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project)], check=True, timeout=120)
+    (project / "data.jsonl").write_text('{"tests": "assert add(1, 2) == 3"}\n')
+    (project / "runs").mkdir()
+    (project / "runs" / "config.toml").write_text('api_key = "sk-secret"\n')
+    box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=str(project / "bin" / "python"),
+                  isolation="auto", audit_hook=False)
+    probe = (f"import os\nfor p in ({str(project / 'data.jsonl')!r}, {str(project / 'runs' / 'config.toml')!r}):\n"
+             "    try:\n        print('READ', open(p).read())\n    except OSError as e:\n        print('DENIED', e.strerror)\n"
+             f"print('SEES', sorted(os.listdir({str(project)!r})))\n")
+    result = run(box, probe)
+    assert result.passed == [True]
+    assert "READ" not in result.output and "sk-secret" not in result.output, result.output
+    assert "SEES ['bin', 'lib'" in result.output, result.output
+    assert "bin and lib" in box.report["filesystem"]
+
+
+@needs_bwrap
+def test_an_interpreter_that_starts_only_with_its_whole_prefix_gets_it_and_the_report_says_so(monkeypatch, tmp_path):
+    """A layout the narrow binds cannot start (here: pretend only ``pyvenv.cfg`` is taken, so the
+    venv's own ``bin/python`` is missing) falls back to the whole folders, never to a refusal, and
+    ``isolation_report()`` names what the sample can then read."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    monkeypatch.setattr(isolation, "PREFIX_ENTRIES", ("pyvenv.cfg",))
+    launch = isolation.choose("auto", "auto", str(venv / "bin" / "python"), 8)
+    assert launch.level == "bwrap"
+    assert "bound whole" in launch.report["filesystem"] and str(venv) in launch.report["filesystem"]

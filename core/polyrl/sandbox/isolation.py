@@ -20,7 +20,7 @@ network) to kernel permissions of a uid that may be the trainer's own.
 
 ``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
                 (and a user namespace when not root); the only filesystem is a read-only view of
-                /usr and the interpreter's folders plus a private tmpfs at /tmp capped in size and
+                /usr and the interpreter's bin and lib (``interpreter_binds``) plus a private tmpfs at /tmp capped in size and
                 inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
                 user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
                 counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
@@ -153,6 +153,23 @@ def interpreter_paths(python: str) -> list[str]:
     return sorted(p for p in paths if not any(p.startswith(q + "/") for q in paths))
 
 
+#: What of an interpreter's prefix folder the sample gets: its programs, its libraries (the standard
+#: library, site-packages) and a venv's ``pyvenv.cfg``; nothing else that lives beside them.
+PREFIX_ENTRIES = ("bin", "lib", "lib32", "lib64", "pyvenv.cfg")
+
+
+def interpreter_binds(paths: Sequence[str]) -> list[str]:
+    """What to bind of ``interpreter_paths``: of a prefix (a folder holding ``bin``, ``lib`` or
+    ``pyvenv.cfg``) only its ``PREFIX_ENTRIES``, of any other folder all of it. Why: the whole
+    prefix was bound, and a venv made in the project's own folder (``python -m venv .``) showed a
+    sample the dataset with its expected answers, the run's config and its checkpoints."""
+    binds: list[str] = []
+    for path in paths:
+        entries = [os.path.join(path, name) for name in PREFIX_ENTRIES if os.path.lexists(os.path.join(path, name))]
+        binds += entries or [path]
+    return binds
+
+
 def _ancestors(path: str) -> list[str]:
     parts = path.strip("/").split("/")[:-1]
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
@@ -201,10 +218,11 @@ def ensure_mount_dir(path: str) -> None:
 
 
 def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
-                 tmpfs_dir: str | None = None) -> tuple[list[str], list[str]]:
+                 tmpfs_dir: str | None = None, whole_prefix: bool = False) -> tuple[list[str], list[str]]:
     """(bwrap command up to the program, privilege drop to run before the interpreter). With
     ``tmpfs_dir`` (under ``tmpfs_wrapper``) the sample's /tmp is the inode-capped tmpfs mounted
-    there, else bwrap's own (size-capped only)."""
+    there, else bwrap's own (size-capped only). The interpreter's folders are bound as
+    ``interpreter_binds`` says, or whole with ``whole_prefix`` (where that alone starts it)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
     cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -224,7 +242,8 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
     else:
         cmd += ["--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
     made: set[str] = {SANDBOX_HOME}
-    for path in interpreter_paths(python):  # after the tmpfs: a venv under /tmp stays visible
+    folders = interpreter_paths(python)
+    for path in folders if whole_prefix else interpreter_binds(folders):  # after the tmpfs: a venv under /tmp stays visible
         for folder in _ancestors(path):
             if folder not in made and not any(folder == f"/{n}" for n in ROOT_LINKS + ("usr",)):
                 made.add(folder)
@@ -388,8 +407,10 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     order = [(i, w) for i in ([pool, ids] if pool else [ids]) for w in ((tuple(wrapper), ()) if wrapper else ((),))]
     failed: dict[tuple[tuple[int, int] | None, tuple[str, ...]], str] = {}
     why: str | None = None
-    for try_ids, try_wrapper in order:
-        prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None)
+    # each layout binds only the interpreter's bin and lib first, its whole folders only where that
+    # alone starts it (an unusual layout: then ``notes`` says the sample reads all of them)
+    for try_ids, try_wrapper, whole in [(i, w, whole) for whole in (False, True) for i, w in order]:
+        prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None, whole_prefix=whole)
         fd_args: list[str] = []
         fds: tuple[int, ...] = ()
         r = -1
@@ -405,8 +426,11 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
             if r >= 0:
                 os.close(r)
         if why is not None:
-            failed[(try_ids, try_wrapper)] = why
+            failed.setdefault((try_ids, try_wrapper), why)
             continue
+        if whole:
+            notes["interpreter"] = (f"{', '.join(interpreter_paths(python))} bound whole (with their bin and lib "
+                                    f"only: {failed.get((try_ids, try_wrapper), 'refused')}): samples read all of it")
         if wrapper and not try_wrapper:
             notes["inodes"] = failed.get((try_ids, tuple(wrapper)), "the mount was refused")
         if pool and try_ids != pool:
@@ -473,7 +497,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + ("" if os.geteuid() == 0 else " and user namespace") + "; no capabilities"
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
-                    "filesystem": f"read-only /usr and interpreter folders; writable: a {disk_mb} MB{inodes}",
+                    "filesystem": "read-only /usr and " + (notes["interpreter"] if "interpreter" in notes else
+                                                           "the interpreter's bin and lib") + f"; writable: a {disk_mb} MB{inodes}",
                     "seccomp": seccomp_report if program is not None else (
                         f"OFF ({seccomp_report.removeprefix('off: ')}): a sample can fork, its processes together "
                         "hold max_processes x memory_mb, and socket families beyond unix/inet/inet6 (AF_VSOCK, AF_NETLINK) are open; "
