@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 import torch
 from hf_families import require_backends
-from test_router_aux import SEQS, _engine, routed_moe
+from test_router_aux import routed_moe
 
-from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.errors import ConfigError
 from polyrl.types import TokenSequence, TrainBatch
@@ -272,3 +271,25 @@ def test_fsdp_ranks_refuse_the_router_term_in_train_step_naming_the_fix(moe_path
     lines = [x for x in result.stderr.splitlines()
              if "algorithm.router_aux_loss_coef: the MoE load-balancing loss is not supported under FSDP" in x]
     assert len(lines) == 2 and "set router_aux_loss_coef = 0" in lines[0], result.stderr[-3000:]
+
+
+# --- 3. completions cut under mask_truncated_completions ---------------------------------------------
+
+
+def test_mask_truncated_completions_with_the_router_term_warns_of_the_prompts_left_out(moe_path, tmp_path):
+    """TRL keeps a cut completion in its micro-batch, completion masked, so its prompt tokens
+    count in the router term; polyrl leaves the row out of the batch (not matched: every backend's
+    batch and mini-batch split would need prompt-only rows). Before: no word of it; now one
+    warning at startup where the term is on, none where it is off."""
+    from structlog.testing import capture_logs
+
+    from polyrl.trainer import Trainer
+
+    def warned(algorithm: dict) -> list[str]:
+        with capture_logs() as logs:
+            Trainer(_run_config(moe_path, tmp_path, algorithm=algorithm))
+        return [e["event"] for e in logs if "leaves its prompt's tokens out" in e["event"]]
+
+    assert len(warned({"mask_truncated_completions": True})) == 1
+    assert warned({"mask_truncated_completions": True, "router_aux_loss_coef": 0.0}) == []
+    assert warned({}) == []

@@ -412,6 +412,15 @@ class Trainer:
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
         self.ref_sync = self.engines.ref_sync
+        if config.algorithm.mask_truncated_completions and self.rank == 0 and \
+                eval_loss.needs_router_loss(config.algorithm, self.model_path):
+            # TRL keeps a cut completion in its micro-batch with its completion masked, so its
+            # prompt's tokens still count in the router term; polyrl leaves the row out of the batch
+            log.warning("with mask_truncated_completions, a completion cut at the length limit leaves the train "
+                        "batch, so the MoE router load-balancing term leaves its prompt's tokens out (TRL's counts "
+                        "them): on steps with cut completions the term differs from TRL's",
+                        fix="raise generation.max_new_tokens so that few completions are cut, or set "
+                            "mask_truncated_completions = false for TRL's term exactly")
         self._think_suffix = self._reasoning_prompt()
         self.episodes = self._episode_runner()
         if self.episodes is not None:
@@ -808,7 +817,9 @@ class Trainer:
             # TRL's forward over such a batch gives its entropy: the idle updates run over it then
             covered = untruncated if self._nothing_scored and not kl_in_loss else None
             # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss
-            router = untruncated if eval_loss.needs_router_loss(algo, self.model_path) else None
+            # (not where dynamic sampling dropped every group: those rows are out of the step's batch)
+            router = untruncated if not algo.dynamic_sampling and \
+                eval_loss.needs_router_loss(algo, self.model_path) else None
             t0 = time.perf_counter()
             idle_lr, idle_entropy = self._idle_updates(completions, algo.updates_per_step, covered, router,
                                                        algo.router_aux_loss_coef)
