@@ -165,6 +165,9 @@ def test_from_trl_trains_a_moe_router_term_over_trls_micro_batches(moe_path, tin
     metrics = engine.train_step(TrainBatch(seqs, adv), config.algorithm.objective())
     assert metrics.extra["aux_loss"] == pytest.approx(trl_aux, rel=1e-5)
     assert metrics.loss == pytest.approx(trl_loss, rel=1e-6, abs=1e-7)
+    whole = Engine(get_registry(), "torch", EngineConfig(model=moe_path, role="train", threads=1)).train_step(
+        TrainBatch(seqs, adv), config.algorithm.objective())  # polyrl's default: one micro-batch
+    assert abs(whole.extra["aux_loss"] - trl_aux) > 1e-4, "the micro-batch size did not matter to the check"
 
 
 # --- 4. steps that train nothing (every advantage 0) ------------------------------------------------
@@ -194,7 +197,7 @@ def test_a_step_with_every_advantage_0_still_trains_the_router_term(moe_path, tm
     summary = trainer.run(progress=False)
     assert summary["steps"] == 1 and summary["history"][0]["skipped"] and seen, "no idle update ran"
     rows, coef, out = seen[-1]
-    assert coef == 0.5 and rows == 4  # every completion of the step (none cut: mask_truncated is TRL's default)
+    assert coef == 0.5 and rows == 4  # every completion of the step (mask_truncated_completions off)
     assert out.extra["aux_loss"] > 0 and out.grad_norm > 0
     assert out.loss == pytest.approx(0.5 * out.extra["aux_loss"], rel=1e-5)  # the policy term is 0
 
