@@ -167,6 +167,9 @@ class GRPOConfig:
     #: set by ``from_trl``: TRL's ``disable_dropout``, checked against the policy's dropout
     #: (``check_trl_dropout``); None for polyrl's own config
     _trl_disable_dropout: bool | None = attrs.field(default=None, repr=False, alias="_trl_disable_dropout")
+    #: set by ``from_trl``: TRL's ``per_device_train_batch_size``, the micro-batch ``run_config``
+    #: trains a MoE model's router term over (``router_micro_batch``); None for polyrl's own config
+    _trl_micro_batch: int | None = attrs.field(default=None, repr=False, alias="_trl_micro_batch")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
         _refuse_unknown_arguments(kwargs)
@@ -202,7 +205,8 @@ class GRPOConfig:
         if "train.epochs" in values:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
         config = cls(**arguments, settings=settings, _from_trl=True, _trl_bf16=bool(getattr(trl_config, "bf16", False)),
-                     _trl_disable_dropout=bool(getattr(trl_config, "disable_dropout", False)))
+                     _trl_disable_dropout=bool(getattr(trl_config, "disable_dropout", False)),
+                     _trl_micro_batch=int(trl_config.per_device_train_batch_size))
         get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
@@ -226,6 +230,28 @@ def check_trl_dropout(config: GRPOConfig, policy: Agent) -> None:
         return
     refuse_dropout_difference(config._trl_disable_dropout, _model_config(policy.model),
                               policy.lora.dropout if policy.lora is not None else 0.0)
+
+
+def router_micro_batch(config: GRPOConfig, model: str, coef: float | None) -> int | None:
+    """``optimizer.micro_batch_size`` for a config read from TRL's on a Mixture-of-Experts model
+    whose router term is on (``coef``, None: the model's own): TRL's ``per_device_train_batch_size``.
+    Why: TRL adds ``coef x aux_loss`` of each micro-batch of that many completions, and the
+    load-balancing loss is not linear in a micro-batch's tokens (a product of two means over
+    them), so polyrl's term over a larger micro-batch (by default the whole rank's batch) was
+    another quantity; a dense model's loss is the same at any micro-batch size, so it is left as
+    it was. None: nothing to carry (polyrl's own config, a dense model, the term off)."""
+    from polyrl.backend_kit.router_aux import declared_coef, is_moe
+
+    if config._trl_micro_batch is None or coef == 0.0:
+        return None
+    loaded = _model_config(model)
+    if loaded is None or not is_moe(loaded):
+        return None
+    if coef is None:
+        declared = declared_coef(loaded)  # null: an error line, as at startup
+        if declared == 0.0:
+            return None
+    return config._trl_micro_batch
 
 
 def _model_config(model: str) -> dict[str, Any] | None:
@@ -616,6 +642,9 @@ def run_config(
                            seed=cfg.seed, threads=cfg.threads, output_dir=cfg.output_dir),
         eval=EvalSection(count=eval_count or (len(eval_rows) if eval_rows is not None else 0)),
     )
+    micro = router_micro_batch(cfg, policy.model, algorithm_config.router_aux_loss_coef)
+    if micro is not None and "optimizer.micro_batch_size" not in settings:  # TRL's micro-batch: its router term
+        settings["optimizer.micro_batch_size"] = micro
     return with_settings(config, settings, generation_config), plugins
 
 

@@ -7,14 +7,17 @@ the field, the backend and the fix. Backends declare what they honour in ``Capab
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
 
-from polyrl.backend_kit.router_aux import is_moe, refuse_router_aux, returns_router_logits, router_aux_coef
+from polyrl.backend_kit.router_aux import (check_declared, declared_coef, is_moe, refuse_router_aux,
+                                          returns_router_logits, router_aux_coef)
 from polyrl.errors import ConfigError
 from polyrl.model_config import config_tables
 from polyrl.types import OptimizerConfig
+from polyrl.validators import shown
 
 #: ``generation`` field -> (its "off" value, the ``Capabilities.sampling`` feature name)
 SAMPLING_FEATURES: dict[str, tuple[float | bool, str]] = {
@@ -61,16 +64,31 @@ def check_backend_features(config: Any, registry: Any) -> None:
                           fix="set train.gradient_checkpointing = false, or train with torch or mlx")
 
 
-def check_router_aux(config: Any, registry: Any, model_path: str) -> None:
+def check_router_aux(config: Any, registry: Any, model_path: str, launched: bool | None = None) -> None:
     """Refuse up front a Mixture-of-Experts model whose router load-balancing loss the train backend
     does not compute (``Capabilities.router_aux_types`` declared without its model type) unless
     ``algorithm.router_aux_loss_coef`` is 0: the same error its ``train_step`` would raise, before
     a model loads instead of after the first rollout. A coefficient set on a dense model is refused
-    here for every backend."""
+    here for every backend, and so is the term under FSDP (``launched``: under a multi-process
+    launcher, None: read from torchrun's environment), whose sharded forward returns no router
+    logits (torch's ``train_step`` refuses it too, after a rollout)."""
     name = config.backends.train
     covered = registry.spec(name).capabilities.router_aux_types
     tables = config_tables(model_path)
     requested = config.algorithm.router_aux_loss_coef
+    if tables:  # "router_aux_loss_coef": null: transformers loads no such model (every backend refuses it)
+        check_declared(tables[0], f"model {config.model.path!r}")
+    if launched is None:
+        launched = "WORLD_SIZE" in os.environ
+    if tables and launched and config.backends.options.get("fsdp") is True and is_moe(tables[0]):
+        coef = requested if requested is not None else declared_coef(tables[0])
+        if coef is None or coef != 0.0:  # unset and undeclared: transformers' default, not 0
+            raise ConfigError(("is " + shown(coef) if requested is not None else "is unset (the model's own "
+                               "coefficient applies)") + ", and the torch backend's sharded (fsdp = true) forward "
+                              "has no Mixture-of-Experts router load-balancing loss (TRL adds it by default)",
+                              field="algorithm.router_aux_loss_coef",
+                              fix="set router_aux_loss_coef = 0 in [algorithm] to train without it under FSDP, or "
+                                  "remove fsdp = true from [backends.options] (plain data parallelism adds it)")
     if tables and requested and not is_moe(tables[0]) and not returns_router_logits(tables[-1].get("model_type")):
         # a coefficient on a dense model, whatever the backend: the error train_step would raise
         # after the first rollout, here before a model loads

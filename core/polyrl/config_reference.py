@@ -89,9 +89,11 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                                      "e.g. 0.5); unset = off. The KL term and entropy bonus stay",
         "router_aux_loss_coef": ("Mixture-of-Experts models: weight of the router load-balancing loss added to "
                                  "each micro-batch's loss (TRL's name); unset = the model config's own (Mixtral, "
-                                 "Qwen-MoE: 0.001), 0 = off; set on a dense model it is an error. torch: every MoE "
-                                 "model; mlx: qwen2_moe, qwen3_moe (another MoE family is refused at startup "
-                                 "unless 0)"),
+                                 "Qwen-MoE: 0.001; a config.json's `null` is an error, as transformers refuses "
+                                 "it), 0 = off; set on a dense model it is an error. Also on steps that train "
+                                 "nothing (no reward scored), as TRL. torch: every MoE model, not under "
+                                 "`fsdp = true` with more than one rank (refused at startup unless 0); mlx: "
+                                 "qwen2_moe, qwen3_moe (another MoE family is refused at startup unless 0)"),
         "mask_truncated_completions": ("leave completions cut at max_new_tokens out of the loss (TRL, DAPO); "
                                        "refused with generation.ignore_eos, which cuts every one"),
         "max_completion_length": "length the overlong shaping and Dr.GRPO normaliser use",

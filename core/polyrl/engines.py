@@ -201,7 +201,7 @@ def _reference_engine(config: RunConfig, registry: Registry, model: str, train: 
     return Engine(registry, c.backends.reference_backend, engine_config(c, "reference", ref_model))
 
 
-def check_engines(config: RunConfig, registry: Registry) -> tuple[str, str]:
+def check_engines(config: RunConfig, registry: Registry, launched: bool | None = None) -> tuple[str, str]:
     """Everything about the backends and models that can be checked without loading one: names,
     options, the model paths, each role's architecture, dtypes and features. The train and
     generate models' paths. ``polyrl launch`` runs it too, so its ranks never meet these errors."""
@@ -218,7 +218,7 @@ def check_engines(config: RunConfig, registry: Registry) -> tuple[str, str]:
             "(needs polyrl[torch])",
         )
     reg.check_architecture(c.backends.train, model, "train", device=c.model.device)
-    check_router_aux(c, reg, model)
+    check_router_aux(c, reg, model, launched)
     gen_model = _generate_model(c, reg, model)  # both roles' models checked before either loads
     reg.check_architecture(c.backends.generate_backend, gen_model, "generate", device=c.model.device,
                            field="generation.max_model_path" if gen_model != model else "model.path")

@@ -47,6 +47,7 @@ from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_changed_error, load_train_and_eval
+from polyrl.backend_features import check_router_aux
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring, eval_loss
 from polyrl.episode_prompts import first_prompt_encoder
@@ -130,7 +131,7 @@ def check_run(config: RunConfig, world_size: int = 1) -> None:
     ``--dry-run``) runs it, so a config every rank would refuse is one error before torchrun starts."""
     trainer = Trainer(config, check_only=True)
     trainer.registry.check_data_parallel(trainer.config.backends.train, world_size)
-    model, _ = check_engines(trainer.config, trainer.registry)
+    model, _ = check_engines(trainer.config, trainer.registry, launched=True)
     trainer._check_template(model)
     from polyrl.dry_run_roles import check_dataset_roles
 
@@ -401,6 +402,9 @@ class Trainer:
 
     def _load_engines(self, config: RunConfig) -> None:
         if self._given_engines is not None:
+            # what load_engines checks of the router term (a coefficient on a dense model, a MoE
+            # family the train backend has no term for), before any step on engines loaded elsewhere
+            check_router_aux(config, self.registry, self._given_engines.model_path)
             self._check_template(self._given_engines.model_path)
             self.engines = self._given_engines
         else:
@@ -408,6 +412,15 @@ class Trainer:
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
         self.ref_sync = self.engines.ref_sync
+        if config.algorithm.mask_truncated_completions and self.rank == 0 and \
+                eval_loss.needs_router_loss(config.algorithm, self.model_path):
+            # TRL keeps a cut completion in its micro-batch with its completion masked, so its
+            # prompt's tokens still count in the router term; polyrl leaves the row out of the batch
+            log.warning("with mask_truncated_completions, a completion cut at the length limit leaves the train "
+                        "batch, so the MoE router load-balancing term leaves its prompt's tokens out (TRL's counts "
+                        "them): on steps with cut completions the term differs from TRL's",
+                        fix="raise generation.max_new_tokens so that few completions are cut, or set "
+                            "mask_truncated_completions = false for TRL's term exactly")
         self._think_suffix = self._reasoning_prompt()
         self.episodes = self._episode_runner()
         if self.episodes is not None:
@@ -803,8 +816,13 @@ class Trainer:
                 metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
             # TRL's forward over such a batch gives its entropy: the idle updates run over it then
             covered = untruncated if self._nothing_scored and not kl_in_loss else None
+            # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss
+            # (not where dynamic sampling dropped every group: those rows are out of the step's batch)
+            router = untruncated if not algo.dynamic_sampling and \
+                eval_loss.needs_router_loss(algo, self.model_path) else None
             t0 = time.perf_counter()
-            idle_lr, idle_entropy = self._idle_updates(completions, algo.updates_per_step, covered)
+            idle_lr, idle_entropy = self._idle_updates(completions, algo.updates_per_step, covered, router,
+                                                       algo.router_aux_loss_coef)
             times["train"] = time.perf_counter() - t0
             if idle_lr is not None:
                 metrics["lr"] = idle_lr
@@ -891,8 +909,9 @@ class Trainer:
             self._warn_unused_env_reward(metrics)
         return metrics
 
-    def _idle_updates(self, completions: list[Completion], updates: int,
-                      whole: np.ndarray | None = None) -> tuple[float | None, float | None]:
+    def _idle_updates(self, completions: list[Completion], updates: int, whole: np.ndarray | None = None,
+                      router: np.ndarray | None = None,
+                      router_coef: float | None = 0.0) -> tuple[float | None, float | None]:
         """TRL's optimizer steps on a step with nothing to train: its loss there is 0 (every
         advantage 0, or no loss token), yet transformers still calls ``optimizer.step()`` and
         ``lr_scheduler.step()``, so the schedule advances and AdamW's moments decay and move the
@@ -907,19 +926,27 @@ class Trainer:
         forward runs whatever the advantages); the step logs the last update's, as a trained step
         logs its last pass's. Returns the last update's lr and entropy, each None when the backend
         gave none (no completion with a loss token on any rank, a refused step: the schedule then
-        stays where it was; a backend without entropies)."""
+        stays where it was; a backend without entropies). ``router`` (this rank's mask of the
+        completions TRL's loss covers, given when the loss holds a MoE model's router term, weighted
+        ``router_coef``: None is the model's own): TRL's loss on such a step is ``coef x aux_loss``,
+        whose gradient is not 0, so the updates run over those completions with that term, as a
+        trained step's micro-batches do; otherwise the term is off (its gradient would move the
+        weights on a step that trains nothing)."""
+        covered = whole if whole is not None else router
         trainable = [i for i, x in enumerate(completions)
-                     if TokenSequence.of(x).loss_mask.any() and (whole is None or whole[i])]
-        pick = trainable if whole is not None else \
+                     if TokenSequence.of(x).loss_mask.any() and (covered is None or covered[i])]
+        if router is not None and not trainable:  # no completion to carry the term: the optimizer alone
+            return self._idle_updates(completions, updates, whole)
+        pick = trainable if covered is not None else \
             [min(trainable, key=lambda i: len(completions[i].prompt_ids) + len(completions[i].completion_ids))] \
             if trainable else []
         batch = TrainBatch([TokenSequence.of(completions[i]) for i in pick], np.zeros(len(pick)),
                            temperature=self.config.generation.temperature or 1.0)
         lr = entropy = None
         self._updating = True  # until the step is counted (_run): the weights move
+        objective = Objective(router_aux_loss_coef=router_coef if router is not None else 0.0)
         for _ in range(updates):
-            # no router term either: a MoE model's load-balancing loss has a gradient of its own
-            out = self.train_engine.train_step(batch, Objective(router_aux_loss_coef=0.0))
+            out = self.train_engine.train_step(batch, objective)
             if out.skipped:
                 break
             self.updates_applied += 1

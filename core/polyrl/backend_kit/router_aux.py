@@ -83,9 +83,46 @@ def returns_router_logits(model_type: Any) -> bool | None:
 
 
 def _declared(text: Any) -> float | None:
-    value = text.get("router_aux_loss_coef") if isinstance(text, Mapping) else getattr(text, "router_aux_loss_coef",
-                                                                                        0.0)
-    return None if value is None else float(value)
+    """The config's own coefficient; None when a config.json leaves the key out (transformers then
+    uses its config class's default). ``null`` is a ``ConfigError`` (``null_coefficient``)."""
+    if isinstance(text, Mapping):
+        if "router_aux_loss_coef" not in text:
+            return None
+        value = text["router_aux_loss_coef"]
+    else:
+        value = getattr(text, "router_aux_loss_coef", 0.0)
+    if value is None:
+        raise null_coefficient()
+    return float(value)
+
+
+def null_coefficient(model: str = "the model") -> ConfigError:
+    """A MoE config that writes ``"router_aux_loss_coef": null``. Why an error: transformers 5's
+    MoE config classes refuse to load it (a float field), and TRL, under a transformers that
+    loads it, takes ``None`` as the coefficient and fails at its first loss; a backend that read
+    it as 0 (no term) or as the type's default (0.001) trained a loss TRL never computes."""
+    return ConfigError(f"{model}'s config.json has \"router_aux_loss_coef\": null, which transformers refuses to load "
+                       "(it is a number) and TRL cannot weight its router load-balancing loss with",
+                       field="model.path",
+                       fix="write a number for router_aux_loss_coef in the model's config.json, or remove the key "
+                           "for transformers' default (0.001 for Qwen-MoE and Mixtral)")
+
+
+def declared_coef(config: Any) -> float | None:
+    """A MoE config's own coefficient (its text config's), None where a config.json declares none."""
+    return _declared(text_config(config))
+
+
+def check_declared(config: Any, model: str = "the model") -> None:
+    """``null_coefficient`` for a MoE config (a transformers config or a config.json dict) whose
+    coefficient is ``null``, whatever ``algorithm.router_aux_loss_coef`` says: the model does not
+    load in transformers either way. Every backend and the eval loss check it before reading it."""
+    if not is_moe(config):
+        return
+    try:
+        _declared(text_config(config))
+    except ConfigError:
+        raise null_coefficient(model) from None
 
 
 def router_aux_coef(config: Any, requested: float | None, model: str = "the model") -> float:
@@ -100,6 +137,7 @@ def router_aux_coef(config: Any, requested: float | None, model: str = "the mode
                           fix="remove router_aux_loss_coef (or set it to 0), or train a Mixture-of-Experts model")
     if not moe:
         return 0.0
+    check_declared(config, model)
     if requested is not None:
         return float(requested)
     declared = _declared(text)
@@ -113,6 +151,7 @@ def refuse_router_aux(config: Mapping[str, Any], requested: float | None, backen
     if not is_moe(config):
         router_aux_coef(config, requested)  # a coefficient on a dense model: TRL's error
         return
+    check_declared(config)
     coef = requested if requested is not None else _declared(text_config(config))
     if coef == 0.0:
         return

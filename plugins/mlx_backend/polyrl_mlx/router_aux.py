@@ -99,11 +99,12 @@ def recording(model: Any) -> Iterator[list[Any]]:
 
 def router_aux_weight(engine: Any, objective: Objective) -> float:
     """The coefficient in effect for ``engine``'s model (0.0: no term), as the torch backend's:
-    the objective's, else the config's own, else transformers' default for the model type;
-    ``ConfigError`` for one set on a dense model (``polyrl.backend_kit.router_aux``)."""
+    the objective's, else the config's own, else (the key left out) transformers' default for the
+    model type; ``ConfigError`` for one set on a dense model, or a config.json's ``null``, which
+    transformers refuses to load (``polyrl.backend_kit.router_aux``)."""
     config = dict(engine.hf_config)
     if is_moe(config) and objective.router_aux_loss_coef is None and \
-            text_config(config).get("router_aux_loss_coef") is None and engine.model_type in COVERED_TYPES:
+            "router_aux_loss_coef" not in text_config(config) and engine.model_type in COVERED_TYPES:
         config["router_aux_loss_coef"] = COVERED_TYPES[engine.model_type]
     return router_aux_coef(config, objective.router_aux_loss_coef, f"model {engine.config.model!r}")
 

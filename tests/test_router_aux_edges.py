@@ -1,0 +1,298 @@
+"""The MoE router load-balancing loss at its edges: a config.json's ``null`` coefficient, TRL's
+micro-batch (``from_trl``), steps that train nothing, engines passed in, and FSDP.
+
+Each as TRL 1.16 (and transformers 5, which loads the model) does it; the term itself is checked
+against TRL's ``_compute_loss`` in ``test_router_aux.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from hf_families import require_backends
+from test_router_aux import routed_moe
+
+from polyrl.algorithms.presets import AlgorithmConfig
+from polyrl.errors import ConfigError
+from polyrl.types import TokenSequence, TrainBatch
+
+
+@pytest.fixture(scope="module")
+def moe_path(tmp_path_factory) -> str:
+    return routed_moe(tmp_path_factory.mktemp("router-aux-edges"))
+
+
+def _run_config(model: str, tmp_path, backend: str = "torch", algorithm: dict | None = None, **sections):
+    from polyrl.config import RunConfig
+
+    return RunConfig.from_dict({
+        "model": {"path": model}, "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": sections.pop("rewards", [{"name": "numeric_match"}]), "backends": {"train": backend, **sections.pop("backends", {})},
+        "algorithm": algorithm or {},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+        **sections})
+
+
+# --- 1. "router_aux_loss_coef": null in config.json ------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_a_null_coefficient_in_config_json_is_one_error_line_on_every_backend_and_eval(backend, moe_path, tmp_path,
+                                                                                      monkeypatch):
+    """transformers 5 refuses to load a Qwen2-MoE config whose router_aux_loss_coef is null (a
+    float field), and TRL, where it loads, weights its loss by None. Before: the core read it as
+    0 (torch: no term), MLX as the type's default 0.001, eval.loss as not 0, and the run failed
+    only when the backend loaded the model, with transformers' validation traceback in a
+    PluginError. Now it is one ``error:`` before any model loads, the same on every backend and
+    in the eval loss, whatever algorithm.router_aux_loss_coef says."""
+    if backend == "mlx":
+        require_backends("mlx")
+    from polyrl import engines, eval_loss
+    from polyrl.backend_kit.router_aux import router_aux_coef
+    from polyrl.trainer import Trainer
+
+    null = tmp_path / "null"
+    shutil.copytree(moe_path, null)
+    config = json.loads((null / "config.json").read_text())
+    config["router_aux_loss_coef"] = None
+    (null / "config.json").write_text(json.dumps(config))
+    for requested in (None, 0.5):
+        with pytest.raises(ConfigError, match="null") as err:
+            router_aux_coef(config, requested)
+        assert err.value.field == "model.path" and "config.json" in err.value.fix
+    with pytest.raises(ConfigError, match="null"):
+        eval_loss.needs_router_loss(AlgorithmConfig.preset("grpo"), str(null))
+    monkeypatch.setattr(engines, "Engine", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
+    for coef in (None, 0.0, 0.5):
+        algorithm = {} if coef is None else {"router_aux_loss_coef": coef}
+        with pytest.raises(ConfigError, match='"router_aux_loss_coef": null') as err:
+            Trainer(_run_config(str(null), tmp_path, backend, algorithm))
+        assert err.value.field == "model.path"
+
+
+# --- 2. from_trl: TRL's micro-batch for the router term --------------------------------------------
+
+
+def _trl_state(model, coef: float, accumulation: int):
+    """TRL 1.16's GRPOTrainer state its ``_compute_loss`` reads (one process, grpo loss, beta 0)."""
+    import contextlib
+    import functools
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    identity = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, num_processes=1,
+                               reduce=lambda x, reduction="sum": x, sync_gradients=True,
+                               autocast=contextlib.nullcontext, is_main_process=True)
+    state = SimpleNamespace(
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=accumulation),
+        loss_type="grpo", beta=0.0, epsilon_low=0.2, epsilon_high=0.2, importance_sampling_level="token",
+        top_entropy_quantile=1.0, off_policy_mask_threshold=None, use_vllm=False,
+        vllm_importance_sampling_correction=False, model=model, current_gradient_accumulation_steps=accumulation,
+        accelerator=identity, _entropy_bonus_enabled=False, entropy_coef=0.0, use_adaptive_entropy=False,
+        router_aux_loss_coef=coef, aux_loss_enabled=True, _metrics={"train": defaultdict(list)})
+    state._get_per_token_logps_and_entropies = functools.partial(GRPOTrainer._get_per_token_logps_and_entropies,
+                                                                 state)
+    return state
+
+
+def _trl_inputs(seqs, adv) -> dict:
+    width = max(len(s.completion_ids) for s in seqs)
+    completion = torch.zeros((len(seqs), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        completion[i, : len(s.completion_ids)] = torch.from_numpy(s.completion_ids)
+        completion_mask[i, : len(s.completion_ids)] = 1
+    prompt = np.stack([s.prompt_ids for s in seqs])
+    return {"prompt_ids": torch.from_numpy(prompt), "prompt_mask": torch.ones(prompt.shape, dtype=torch.long),
+            "completion_ids": completion, "completion_mask": completion_mask,
+            "advantages": torch.as_tensor(adv, dtype=torch.float32)}
+
+
+def test_from_trl_trains_a_moe_router_term_over_trls_micro_batches(moe_path, tiny_model_dir, tmp_path):
+    """TRL adds coef x aux_loss of each per_device_train_batch_size micro-batch / accumulation
+    steps; the load-balancing loss is not linear in a micro-batch. Before: from_trl left
+    optimizer.micro_batch_size unset, so polyrl took the term over the rank's whole batch, another
+    loss than TRL's (a mean of products of means is not the product of the means). Now a TRL config
+    training a MoE model with the term on gets micro_batch_size = per_device_train_batch_size: the
+    step's loss and aux_loss equal TRL's two accumulated micro-batches. A dense model, and the term
+    off, keep polyrl's default (their loss does not depend on it)."""
+    trl = pytest.importorskip("trl")
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.grpo_trainer import GRPOTrainer
+    from trl.trainer.utils import add_fused_lm_head
+
+    from polyrl import api
+    from polyrl.engine import Engine
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig
+
+    def trl_config(**values):
+        return trl.GRPOConfig(use_cpu=True, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                              num_generations=2, max_steps=1, learning_rate=1e-2, max_grad_norm=0.0,
+                              output_dir=str(tmp_path / "out"), report_to="none", **values)
+
+    def run_config(model: str, config):
+        return api.run_config(api.grpo, policy=api.Agent(model), prompts=["1 + 1 ="],
+                              grpo_config=config)[0]
+
+    config = run_config(moe_path, trl_config(router_aux_loss_coef=0.3))
+    assert config.optimizer.micro_batch_size == 2
+    assert run_config(moe_path, trl_config()).optimizer.micro_batch_size == 2  # the model's own 0.001
+    assert run_config(moe_path, trl_config(router_aux_loss_coef=0.0)).optimizer.micro_batch_size is None
+    assert run_config(tiny_model_dir, trl_config()).optimizer.micro_batch_size is None
+
+    seqs = [TokenSequence(np.array([5, 17, 42]), np.array([7, 99, 4, 250, 11, 64, 8])),
+            TokenSequence(np.array([9, 4, 6]), np.arange(20, 30)),
+            TokenSequence(np.array([8, 8, 12]), np.array([60, 61, 62])),
+            TokenSequence(np.array([30, 2, 77]), np.array([15, 16, 90, 91, 5]))]
+    adv = np.array([1.0, -0.2, 0.5, -1.3])
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32)
+    model.train()
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    state = _trl_state(model, 0.3, accumulation=2)
+    trl_loss = sum(float(GRPOTrainer._compute_loss(state, model, _trl_inputs(seqs[i:i + 2], adv[i:i + 2])).detach())
+                   for i in (0, 2))
+    trl_aux = float(np.mean(state._metrics["train"]["aux_loss"]))
+
+    engine = Engine(get_registry(), "torch", EngineConfig(model=moe_path, role="train", threads=1,
+                                                          optimizer=config.optimizer))
+    metrics = engine.train_step(TrainBatch(seqs, adv), config.algorithm.objective())
+    assert metrics.extra["aux_loss"] == pytest.approx(trl_aux, rel=1e-5)
+    assert metrics.loss == pytest.approx(trl_loss, rel=1e-6, abs=1e-7)
+    whole = Engine(get_registry(), "torch", EngineConfig(model=moe_path, role="train", threads=1)).train_step(
+        TrainBatch(seqs, adv), config.algorithm.objective())  # polyrl's default: one micro-batch
+    assert abs(whole.extra["aux_loss"] - trl_aux) > 1e-4, "the micro-batch size did not matter to the check"
+
+
+# --- 4. steps that train nothing (every advantage 0) ------------------------------------------------
+
+
+def test_a_step_with_every_advantage_0_still_trains_the_router_term(moe_path, tmp_path):
+    """No reward scored any completion: TRL's advantages are all 0 and its loss is coef x
+    aux_loss, whose gradient moves the routers. Before: polyrl's idle updates ran with the router
+    term off (a zero gradient, the optimizer's step alone). Now they run the step's completions
+    with the run's coefficient: the term is in their loss and their gradient is not 0."""
+    from polyrl.trainer import Trainer
+
+    (tmp_path / "never.py").write_text("def never(completions, **kw):\n    return [None] * len(completions)\n")
+    config = _run_config(moe_path, tmp_path, algorithm={"router_aux_loss_coef": 0.5},
+                         generation={"group_size": 2, "max_new_tokens": 4, "temperature": 1.0},
+                         rewards=[{"function": f"{tmp_path / 'never.py'}:never"}])
+    trainer = Trainer(config)
+    seen = []
+    plain = trainer.train_engine.train_step
+
+    def recorded(batch, objective):
+        out = plain(batch, objective)
+        seen.append((len(batch.sequences), objective.router_aux_loss_coef, out))
+        return out
+
+    trainer.train_engine.train_step = recorded
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == 1 and summary["history"][0]["skipped"] and seen, "no idle update ran"
+    rows, coef, out = seen[-1]
+    assert coef == 0.5 and rows == 4  # every completion of the step (mask_truncated_completions off)
+    assert out.extra["aux_loss"] > 0 and out.grad_norm > 0
+    assert out.loss == pytest.approx(0.5 * out.extra["aux_loss"], rel=1e-5)  # the policy term is 0
+
+
+# --- 5. engines passed in ------------------------------------------------------------------------------
+
+
+def test_engines_passed_in_get_the_startup_router_check(tiny_model_dir, tmp_path):
+    """``Trainer(engines=...)`` (polyrl.trl's evaluate(), a script's own engines) skipped the check
+    load_engines runs, so a coefficient on a dense model reached the first train_step, after a
+    rollout. It is refused at construction now, naming the field."""
+    from polyrl.engines import load_engines
+    from polyrl.registry import get_registry
+    from polyrl.trainer import Trainer
+
+    loaded = load_engines(_run_config(tiny_model_dir, tmp_path), get_registry())
+    with pytest.raises(ConfigError, match="not a Mixture-of-Experts model") as err:
+        Trainer(_run_config(tiny_model_dir, tmp_path, algorithm={"router_aux_loss_coef": 0.01}), engines=loaded)
+    assert err.value.field == "algorithm.router_aux_loss_coef"
+    Trainer(_run_config(tiny_model_dir, tmp_path), engines=loaded)  # no coefficient: accepted
+
+
+def test_engines_passed_in_for_a_moe_family_mlx_has_no_term_for_are_refused(tmp_path):
+    """The same check for the other refusal it makes: a MoE family MLX reads no router of."""
+    require_backends("mlx")
+    from types import SimpleNamespace
+
+    from polyrl.trainer import Trainer
+    from test_router_aux import _unsupported_moe
+
+    model = _unsupported_moe(tmp_path / "mixtral", 0.02)
+    given = SimpleNamespace(model_path=model)  # refused before anything reads an engine
+    with pytest.raises(ConfigError, match="has no Mixture-of-Experts load-balancing loss") as err:
+        Trainer(_run_config(model, tmp_path, "mlx"), engines=given)
+    assert err.value.field == "algorithm.router_aux_loss_coef"
+
+
+# --- 6. FSDP -------------------------------------------------------------------------------------------
+
+
+def test_fsdp_with_the_router_term_is_refused_before_torchrun_starts(moe_path, tmp_path):
+    """The sharded forward returns no router logits, so torch's train_step refuses the term under
+    FSDP, but only after the first rollout. ``polyrl launch``'s check (and each rank's, under
+    torchrun) refuses it before any model loads now; one process (fsdp a no-op) and a term of 0
+    pass."""
+    from polyrl.backend_features import check_router_aux
+    from polyrl.registry import get_registry
+    from polyrl.trainer import check_run
+
+    def config(coef=None):
+        return _run_config(moe_path, tmp_path, algorithm={} if coef is None else {"router_aux_loss_coef": coef},
+                           backends={"options": {"fsdp": True}})
+
+    for coef in (None, 0.5):
+        with pytest.raises(ConfigError, match="fsdp") as err:
+            check_run(config(coef), world_size=2)
+        assert err.value.field == "algorithm.router_aux_loss_coef" and "router_aux_loss_coef = 0" in err.value.fix
+    check_run(config(0.0), world_size=2)
+    check_router_aux(config(0.5), get_registry(), moe_path, launched=False)  # one process: trains unsharded
+
+
+@pytest.mark.slow  # one torchrun launch of two ranks
+def test_fsdp_ranks_refuse_the_router_term_in_train_step_naming_the_fix(moe_path, tmp_path):
+    """What a sharded train_step does with the term (engines built outside a Trainer): both ranks
+    raise the same error line, none hangs in a collective."""
+    import subprocess
+
+    from test_distributed import SCRIPT, TWO_RANKS
+
+    result = subprocess.run([*TWO_RANKS, str(SCRIPT), moe_path, "--out", str(tmp_path / "out.json"), "--fsdp",
+                             "--router", "0.5", "--micro", "1", "--steps", "1"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    lines = [x for x in result.stderr.splitlines()
+             if "algorithm.router_aux_loss_coef: the MoE load-balancing loss is not supported under FSDP" in x]
+    assert len(lines) == 2 and "set router_aux_loss_coef = 0" in lines[0], result.stderr[-3000:]
+
+
+# --- 3. completions cut under mask_truncated_completions ---------------------------------------------
+
+
+def test_mask_truncated_completions_with_the_router_term_warns_of_the_prompts_left_out(moe_path, tmp_path):
+    """TRL keeps a cut completion in its micro-batch, completion masked, so its prompt tokens
+    count in the router term; polyrl leaves the row out of the batch (not matched: every backend's
+    batch and mini-batch split would need prompt-only rows). Before: no word of it; now one
+    warning at startup where the term is on, none where it is off."""
+    from structlog.testing import capture_logs
+
+    from polyrl.trainer import Trainer
+
+    def warned(algorithm: dict) -> list[str]:
+        with capture_logs() as logs:
+            Trainer(_run_config(moe_path, tmp_path, algorithm=algorithm))
+        return [e["event"] for e in logs if "leaves its prompt's tokens out" in e["event"]]
+
+    assert len(warned({"mask_truncated_completions": True})) == 1
+    assert warned({"mask_truncated_completions": True, "router_aux_loss_coef": 0.0}) == []
+    assert warned({}) == []
