@@ -190,3 +190,22 @@ def test_a_peft_model_with_peft_config_or_modules_to_save_is_one_error(tiny_mode
     assert err.value.field == "model" and "modules_to_save" in str(err.value)
     assert not (tmp_path / "run" / "initial_adapter").exists()
     assert json.dumps(err.value.fix)  # one line
+
+
+@pytest.mark.parametrize("targets, named", [(["q_proj", "v_proj", "lm_head"], "adapts lm_head (outside the decoder"),
+                                            (["q_proj", "embed_tokens"], "adapts model.embed_tokens (outside"),
+                                            (["q_proj", "v_proj", "c_attn"], "lists target_modules 'c_attn'")])
+def test_a_peft_model_adapting_layers_polyrl_cannot_is_refused_as_the_trainer_is_built(tiny_model_dir, tmp_path,
+                                                                                       targets, named):
+    """peft adapts the output head or the embeddings when named, and skips a name that matches
+    nothing; polyrl's engine adapts the decoder blocks' linear layers and refused these only at
+    train(), after saving the model, naming a peft_config the script never passed."""
+    from transformers import AutoModelForCausalLM
+
+    model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=model, reward_funcs=[short], train_dataset=_dataset(), args=_args(tmp_path))
+    assert err.value.field == "model" and named in err.value.message, err.value.message
+    assert "linear layers" in (err.value.fix or "")
+    assert not (tmp_path / "run" / "initial_model").exists()  # refused before anything was saved
