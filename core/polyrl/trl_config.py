@@ -188,6 +188,11 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
     each with its own reason: polyrl's key the Python API does not set, why polyrl has no
     equivalent (the table's note), or, for a field nobody has mapped, that from_trl does not
     translate it (no claim that polyrl lacks it)."""
+    for name, value, _ in changed:  # QLoRA: what to do instead, not its whole quantization config
+        if name == "model_init_kwargs" and isinstance(value, dict) and value.get("quantization_config") is not None:
+            from polyrl.trl_quantized import refuse_quantization_config
+
+            refuse_quantization_config(value["quantization_config"], "grpo_config.model_init_kwargs")
     parts = []
     toml_only = []
     for name, value, default in changed:
