@@ -562,7 +562,10 @@ class GRPOTrainer:
         import tempfile
 
         from polyrl.trl_callbacks import updates_per_step
+        from polyrl.trl_config import refuse_inputs_for_metrics
         from polyrl.trl_evaluate import eval_sets, eval_settings, trl_metrics
+
+        refuse_inputs_for_metrics(self.args)
 
         if not isinstance(metric_key_prefix, str) or not metric_key_prefix:
             raise ConfigError(f"metric_key_prefix is {metric_key_prefix!r}", field="metric_key_prefix",
