@@ -88,3 +88,18 @@ def test_a_resume_after_the_start_folders_were_deleted_trains_as_the_run_would(t
     assert (step / "initial_reference" / "config.json").is_file()
     # the resumed run's own checkpoint keeps them too (its start was the first checkpoint's copy)
     assert (cut / "run" / "checkpoints" / "step-00000002" / "initial_adapter" / "adapter_config.json").is_file()
+
+
+def test_a_reference_still_there_but_changed_is_still_refused_on_a_full_resume(tiny_model_dir, tmp_path):
+    """The copy stands in for a folder that is gone, not for one the user changed: a reference
+    rebuilt in place is refused as before (``--resume-weights-only`` takes it)."""
+    from polyrl.errors import ConfigError
+    from polyrl.trainer import Trainer
+
+    _start_folders(tiny_model_dir, tmp_path / "adapter", tmp_path / "run" / "initial_reference")
+    Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=1))).run()
+    shutil.rmtree(tmp_path / "run" / "initial_reference")
+    shutil.copytree(tiny_model_dir, tmp_path / "run" / "initial_reference")  # another model, same path
+    with pytest.raises(ConfigError) as err:
+        Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=2)), resume="")
+    assert err.value.field == "model.reference_path"

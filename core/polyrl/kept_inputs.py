@@ -4,11 +4,12 @@ Why: ``backends.options.initial_adapter`` (a saved peft adapter the LoRA layers 
 a TRL script's ``PeftModel``) and a KL reference saved inside ``train.output_dir`` (a TRL
 ``PeftModel``'s ``initial_reference``: base and adapter merged) are read from their folder at
 every start. A resume after that folder was moved or deleted (a temporary folder the script
-made) failed, or read another adapter or reference of the same name. Each checkpoint holds a
-copy (the reference hard-linked where it can be, so no space is spent), and a resume of it
-reads the copy: the folders the checkpointed run started from. A reference outside output_dir
-is a model of the user's, kept in place like ``model.path``; it is checked as before
-(``Trainer._check_model_files``).
+made) failed at the engine load, or was refused as a changed reference. Each checkpoint holds
+a copy (the reference hard-linked where it can be, so no space is spent), and a resume of it
+reads the copy of a folder that is gone: the folders the checkpointed run started from. A folder
+still there is read as before (a reference changed in place is refused by
+``Trainer._check_model_files``, or taken with ``--resume-weights-only``). A reference outside
+output_dir is a model of the user's, kept in place like ``model.path``.
 """
 
 from __future__ import annotations
@@ -59,12 +60,14 @@ def save(config: Any, checkpoint_dir: str | Path) -> None:
 
 
 def with_copies(config: Any, checkpoint_dir: str | Path) -> Any:
-    """``config`` reading the copies ``checkpoint_dir`` holds instead of the folders named (only
-    where the config names one: a resume with the option removed goes without it)."""
+    """``config`` reading the copies ``checkpoint_dir`` holds of the folders it names that are
+    gone (only where the config names one: a resume with the option removed goes without it)."""
     found = Path(checkpoint_dir)
-    if config.backends.options.get(ADAPTER) is not None and (found / ADAPTER).is_dir():
+    adapter = config.backends.options.get(ADAPTER)
+    if isinstance(adapter, str) and not Path(adapter).is_dir() and (found / ADAPTER).is_dir():
         config = attrs.evolve(config, backends=attrs.evolve(config.backends, options={
             **config.backends.options, ADAPTER: str(found / ADAPTER)}))
-    if config.model.reference_path and (found / REFERENCE).is_dir():
+    reference = config.model.reference_path
+    if reference and not Path(reference).exists() and (found / REFERENCE).is_dir():
         config = attrs.evolve(config, model=attrs.evolve(config.model, reference_path=str(found / REFERENCE)))
     return config

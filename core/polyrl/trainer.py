@@ -402,8 +402,8 @@ class Trainer:
             self._loading_models = False
 
     def _start_config(self) -> RunConfig:
-        """The config the models load with: on a resume, the start folders read from the
-        checkpoint's own copies (``kept_inputs``), not from where the config names them."""
+        """The config the models load with: on a resume, a start folder that is gone read from
+        the checkpoint's own copy (``kept_inputs``), not from where the config names it."""
         return self.config if self._kept_from is None else kept_inputs.with_copies(self.config, self._kept_from)
 
     def _load_engines(self, config: RunConfig) -> None:
