@@ -787,3 +787,30 @@ def test_wandb_log_model_with_a_run_name_w_and_b_refuses_in_a_name_still_logs_an
     with pytest.raises(OSError, match="disk full"):
         again.close()
     assert wandb.run is None  # the run ended all the same
+
+
+def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, monkeypatch):
+    """$HF_MLFLOW_LOG_ARTIFACTS=1: transformers' MLflowCallback logs model artifacts (each checkpoint);
+    polyrl logged none without a word. It logs the trained model folder as ``model/`` at the end;
+    a polyrl run of its own (not a TRL script's) reads no transformers variable."""
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "1")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
+    client = MlflowClient(tracking_uri=uri)
+    trl_run = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun()))
+    trl_run.close()
+    assert [a.path for a in client.list_artifacts(trl_run.run_id, "model")] == ["model/config.json"]
+    assert client.get_run(trl_run.run_id).info.status == "FINISHED"
+    own = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}))
+    own.close()
+    assert client.list_artifacts(own.run_id) == []

@@ -608,3 +608,21 @@ def test_eval_loss_divides_by_the_rows_trls_batch_keeps_as_a_training_step_does(
                                     [advantages[i] for i in trained], algo.objective(8), num_sequences=4,
                                     num_tokens=sum(int(TokenSequence.of(done[i]).loss_mask.sum()) for i in trained))
     assert got["eval/loss"] == pytest.approx(want, rel=1e-12)
+
+
+def test_include_for_metrics_inputs_is_refused_where_trl_s_evaluation_fails_with_it(tiny_model_dir, tmp_path):
+    """transformers' evaluation loop reads batch["input_ids"] with include_for_metrics=["inputs"];
+    GRPOTrainer's batches are lists of rows, so TRL's evaluation raises a TypeError. polyrl
+    evaluated and reported numbers: now one error where an evaluation runs (scheduled or
+    evaluate()); training without one, and "loss", are taken as TRL takes them."""
+    with pytest.raises(ConfigError) as err:
+        api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=2, include_for_metrics=["inputs"]))
+    assert err.value.field == "grpo_config.include_for_metrics" and "TypeError" in err.value.message
+    assert '"inputs"' in (err.value.fix or "")
+    api.GRPOConfig.from_trl(trl_config(include_for_metrics=["inputs"]))  # no evaluation: TRL trains too
+    api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=2, include_for_metrics=["loss"]))
+    trainer = _trainer(tiny_model_dir, tmp_path, args={"include_for_metrics": ["inputs"]})
+    with pytest.raises(ConfigError) as err:
+        trainer.evaluate()
+    assert err.value.field.endswith("include_for_metrics")
+    assert trainer.state.log_history == []

@@ -190,3 +190,57 @@ def test_a_peft_model_with_peft_config_or_modules_to_save_is_one_error(tiny_mode
     assert err.value.field == "model" and "modules_to_save" in str(err.value)
     assert not (tmp_path / "run" / "initial_adapter").exists()
     assert json.dumps(err.value.fix)  # one line
+
+
+@pytest.mark.parametrize("targets, named", [(["q_proj", "v_proj", "lm_head"], "adapts lm_head (outside the decoder"),
+                                            (["q_proj", "embed_tokens"], "adapts model.embed_tokens (outside"),
+                                            (["q_proj", "v_proj", "c_attn"], "lists target_modules 'c_attn'")])
+def test_a_peft_model_adapting_layers_polyrl_cannot_is_refused_as_the_trainer_is_built(tiny_model_dir, tmp_path,
+                                                                                       targets, named):
+    """peft adapts the output head or the embeddings when named, and skips a name that matches
+    nothing; polyrl's engine adapts the decoder blocks' linear layers and refused these only at
+    train(), after saving the model, naming a peft_config the script never passed."""
+    from transformers import AutoModelForCausalLM
+
+    model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=model, reward_funcs=[short], train_dataset=_dataset(), args=_args(tmp_path))
+    assert err.value.field == "model" and named in err.value.message, err.value.message
+    assert "linear layers" in (err.value.fix or "")
+    assert not (tmp_path / "run" / "initial_model").exists()  # refused before anything was saved
+
+
+def test_the_merged_reference_of_a_tied_embedding_model_is_peft_s_merge_and_unload(tmp_path):
+    """TRL's KL reference for a PeftModel (beta > 0) is base and adapter merged; polyrl computes it
+    from the tensors (``save_merged``), the script's model left unmerged. On a model whose output
+    head is its embedding matrix (SmolLM2's tie_word_embeddings), the folder must load as peft's
+    ``merge_and_unload`` of the same model: every weight, the head still tied, the same logits."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from polyrl.testing.tiny_model import build_tiny_model
+    from polyrl.trl_peft_model import save_merged
+
+    folder = build_tiny_model(tmp_path / "tied", arch="llama", tie_word_embeddings=True)
+    base = AutoModelForCausalLM.from_pretrained(folder)
+    assert base.lm_head.weight is base.model.embed_tokens.weight
+    torch.manual_seed(3)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM",
+                                                      target_modules=["q_proj", "v_proj", "o_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    expected = copy.deepcopy(model).merge_and_unload()
+    save_merged(model, "default", tmp_path / "reference")
+    ours = AutoModelForCausalLM.from_pretrained(tmp_path / "reference")
+    assert ours.config.tie_word_embeddings and ours.lm_head.weight is ours.model.embed_tokens.weight
+    theirs = expected.state_dict()
+    assert ours.state_dict().keys() == theirs.keys()
+    for key, value in ours.state_dict().items():
+        assert torch.equal(value, theirs[key]), key
+    assert torch.equal(_logits(ours), _logits(expected))
+    assert not torch.equal(_logits(ours), _logits(AutoModelForCausalLM.from_pretrained(folder)))
+    assert any("lora_A" in name for name, _ in model.named_parameters())  # the script's model left unmerged

@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from polyrl import checkpoint as ckpt
-from polyrl import previous_runs, resume_config, safe_stats, skip_causes, strict_json, trl_reward_models, trl_saves
+from polyrl import kept_inputs, previous_runs, resume_config, safe_stats, skip_causes, strict_json, trl_reward_models, trl_saves
 from polyrl.algorithms.kl_control import adapted_kl_coef, batch_kl
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.shaping import kl_penalized_rewards
@@ -268,6 +268,8 @@ class Trainer:
         self.final_model_dir = self.output_dir / "model"
         self.lock = OutputDirLock(self.output_dir)
         self._resumed = False
+        #: the checkpoint a resume reads the start folders of (``kept_inputs``), set as it is chosen
+        self._kept_from: Path | None = None
         function_plugins = [
             load_function_reward(r.function, name=r.label, isolation=r.isolation) for r in config.rewards if r.function
         ]
@@ -396,9 +398,14 @@ class Trainer:
         output_dir holds a checkpoint that ``resume()`` may refuse) when first needed."""
         self._loading_models = True
         try:
-            self._load_engines(self.config)
+            self._load_engines(self._start_config())
         finally:
             self._loading_models = False
+
+    def _start_config(self) -> RunConfig:
+        """The config the models load with: on a resume, a start folder that is gone read from
+        the checkpoint's own copy (``kept_inputs``), not from where the config names it."""
+        return self.config if self._kept_from is None else kept_inputs.with_copies(self.config, self._kept_from)
 
     def _load_engines(self, config: RunConfig) -> None:
         if self._given_engines is not None:
@@ -1317,7 +1324,7 @@ class Trainer:
 
     def _fingerprint(self) -> dict[str, str]:
         """What every rank must have loaded alike: the config, the reward code, the prompts, the models."""
-        ref = self.config.model.reference_path
+        ref = self._start_config().model.reference_path
         models = [model_files(self.model_path)]
         if ref:
             models.append(model_files(self.registry.resolve_model(ref, field="model.reference_path")))
@@ -1356,7 +1363,7 @@ class Trainer:
         self._own_output_dir()
         try:
             path = ckpt.write_checkpoint(self.checkpoint_root, self.step, self._state(),
-                                         self.ref_sync.writer(self.train_engine.save_checkpoint))
+                                         self._checkpoint_writer())
         except ckpt.CheckpointWriteError as exc:
             if not exc.disk_problem:
                 raise
@@ -1369,6 +1376,17 @@ class Trainer:
             previous_runs.deferred_prune(self.output_dir, self._set_aside)
             self._prune_pending = False
         return path
+
+    def _checkpoint_writer(self) -> Callable[[str, str], None]:
+        """The engine's part, a refreshed reference (``ref_sync``), and copies of the folders the
+        run started from (``kept_inputs``): a resume needs none of them where they were."""
+        write = self.ref_sync.writer(self.train_engine.save_checkpoint)
+        start = self._start_config()
+
+        def write_all(model_dir: str, state_dir: str) -> None:
+            write(model_dir, state_dir)
+            kept_inputs.save(start, Path(model_dir).parent)
+        return write_all
 
     def _write_failed(self, what: str, cause: OSError | str, fix: str | None = None) -> OutputWriteError:
         """One error for a file of the run that could not be written; ``fix``: the cause's own
@@ -1455,7 +1473,7 @@ class Trainer:
         """The model folders' files as found here (``rank_fingerprint.model_files``), by the config
         field naming each; computed once a run."""
         if self.__dict__.get("_model_prints") is None:  # a resume checks before _load sets it
-            c = self.config.model
+            c = self._start_config().model
             prints = {"model.path": model_files(self.registry.resolve_model(c.path))}
             if c.reference_path:
                 prints["model.reference_path"] = model_files(
@@ -1576,6 +1594,7 @@ class Trainer:
         point = resume_point(self.config, path, weights_only)
         check_backend_files(self.registry, self.config, point, weights_only)  # before any model loads
         if point is not None:
+            self._kept_from, self._model_prints = point[0], None  # its start folders, before they are compared
             self._check_train_data(point[1])
             self._check_reward_code(point[1], point[0], weights_only)
             self._check_model_files(point[1], point[0], weights_only)
@@ -1628,7 +1647,7 @@ class Trainer:
     def _loaded_model_paths(self) -> list[Path]:
         """The local folders this run's models load from (a fresh start must not move them aside)."""
         paths = [Path(self.model_path)]
-        ref = self.config.model.reference_path
+        ref = self._start_config().model.reference_path
         if ref:
             paths.append(Path(self.registry.resolve_model(ref, field="model.reference_path")))
         return [p for p in paths if p.exists()]

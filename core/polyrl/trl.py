@@ -42,6 +42,7 @@ import attrs
 from polyrl import strict_json, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.trl_quantized import FIX as _QLORA_FIX
 
 if TYPE_CHECKING:
     from polyrl.agents.given_tools import GivenTools
@@ -117,7 +118,7 @@ def _train_loss(losses: list[float], nan_inf_filter: bool) -> float:
 #: GRPOTrainer arguments polyrl has no counterpart for -> the fix (None / empty is accepted)
 _REFUSED = {
     "quantization_config": "remove it: polyrl trains the model in its own precision (quantized training is not "
-                           "offered)",
+                           "offered); for QLoRA, " + _QLORA_FIX,
     "rollout_func": "remove it: polyrl samples with its own generate backend; tool calls are tools=[f, g] or "
                     "environment_factory=... here, another multi-turn rollout a polyrl environment (README: "
                     "Environments and tools)",
@@ -192,6 +193,9 @@ class GRPOTrainer:
                                   fix=_REFUSED[name])
         _refuse_optimizers(optimizers)
         from polyrl import trl_peft_model
+        from polyrl.trl_quantized import refuse_quantized_model
+
+        refuse_quantized_model(model)  # QLoRA's base: before anything is read from or saved of it
 
         #: with a PeftModel as model: its adapter's name (TRL trains that adapter), else None
         self._adapter_name: str | None = None
@@ -558,7 +562,10 @@ class GRPOTrainer:
         import tempfile
 
         from polyrl.trl_callbacks import updates_per_step
+        from polyrl.trl_config import refuse_inputs_for_metrics
         from polyrl.trl_evaluate import eval_sets, eval_settings, trl_metrics
+
+        refuse_inputs_for_metrics(self.args)
 
         if not isinstance(metric_key_prefix, str) or not metric_key_prefix:
             raise ConfigError(f"metric_key_prefix is {metric_key_prefix!r}", field="metric_key_prefix",
@@ -992,6 +999,10 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         if not isinstance(kwargs, dict):
             return "float32", args  # from_trl names a model_init_kwargs it cannot read
         for key, value in kwargs.items():
+            if key == "quantization_config" and value is not None:
+                from polyrl.trl_quantized import refuse_quantization_config
+
+                refuse_quantization_config(value, "grpo_config.model_init_kwargs")
             if key in ("dtype", "torch_dtype") or value in _LOADS_AS_POLYRL.get(key, ()):
                 continue
             taken = "" if key not in _LOADS_AS_POLYRL else \

@@ -51,7 +51,8 @@ IGNORED = frozenset({
     # GRPOTrainer: its compute_loss replaces them and normalizes the loss by its own token count
     "average_tokens_across_devices", "label_smoothing_factor",
     # read by transformers' evaluation loop for predictions and compute_metrics (GRPOTrainer takes no
-    # compute_metrics, its prediction_step returns the loss alone): the eval loss is the same mean
+    # compute_metrics, its prediction_step returns the loss alone): the eval loss is the same mean;
+    # include_for_metrics' "inputs" fails TRL's evaluation, refused where one runs (refuse_inputs_for_metrics)
     "prediction_loss_only", "eval_do_concat_batches", "eval_accumulation_steps", "eval_use_gather_object",
     "include_for_metrics", "batch_eval_metrics", "label_names",
     # read by transformers' own samplers, which GRPOTrainer replaces with its RepeatSampler (seeded by
@@ -188,6 +189,11 @@ def _refuse(changed: list[tuple[str, Any, Any]]) -> None:
     each with its own reason: polyrl's key the Python API does not set, why polyrl has no
     equivalent (the table's note), or, for a field nobody has mapped, that from_trl does not
     translate it (no claim that polyrl lacks it)."""
+    for name, value, _ in changed:  # QLoRA: what to do instead, not its whole quantization config
+        if name == "model_init_kwargs" and isinstance(value, dict) and value.get("quantization_config") is not None:
+            from polyrl.trl_quantized import refuse_quantization_config
+
+            refuse_quantization_config(value["quantization_config"], "grpo_config.model_init_kwargs")
     parts = []
     toml_only = []
     for name, value, default in changed:
@@ -693,6 +699,7 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
                               fix='set eval_strategy="steps" (an evaluation every eval_steps and at the end), or '
                                   "remove eval_on_start")
         return {}
+    refuse_inputs_for_metrics(trl_config)
     out: dict[str, Any] = {"eval.reward": RUN_REWARDS, "eval.greedy": False, "eval.before": on_start,
                            "eval.samples": int(trl_config.num_generations_eval or trl_config.num_generations),
                            **eval_loss_settings(trl_config)}
@@ -702,6 +709,21 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
         out["eval.every"] = _eval_every(trl_config.eval_steps, trl_config.max_steps, trl_config.num_iterations,
                                         _minibatches(trl_config))
     return out
+
+
+def refuse_inputs_for_metrics(trl_config: Any) -> None:
+    """TRL's evaluation fails with ``include_for_metrics`` holding ``"inputs"``: transformers'
+    evaluation loop reads ``inputs["input_ids"]`` of each batch, and GRPOTrainer's batches are lists
+    of rows (its identity collator), a TypeError after the first eval batch. Why refused, not
+    taken: polyrl evaluated and reported numbers where TRL's script stops; training alone (no
+    evaluation) is unaffected in both."""
+    include = getattr(trl_config, "include_for_metrics", None) or []
+    if "inputs" in include:
+        raise ConfigError("TRL's include_for_metrics holds 'inputs', with which TRL's evaluation fails (transformers' "
+                          "evaluation loop reads batch['input_ids'], and GRPOTrainer's batches are lists of rows: a "
+                          "TypeError)", field="grpo_config.include_for_metrics",
+                          fix='remove "inputs" from include_for_metrics (GRPOTrainer takes no compute_metrics to read '
+                              'them), or evaluate nothing (eval_strategy="no")')
 
 
 def eval_loss_settings(trl_config: Any) -> dict[str, Any]:

@@ -56,7 +56,45 @@ def adapter_config(model: Any, peft_config: Any) -> tuple[str, Any]:
     except ConfigError as exc:
         raise ConfigError(f"model is a PeftModel whose adapter {name!r} polyrl cannot train: {exc.message}",
                           field="model", fix=(exc.fix or "") + "; or pass the base model with peft_config") from None
+    check_adapted_layers(model, name, config)
     return name, config
+
+
+_LAYERS_FIX = ("pass a PeftModel whose target_modules name only linear layers of the decoder blocks "
+               "(e.g. [\"q_proj\", \"v_proj\"] or \"all-linear\"), or the base model with such a peft_config")
+
+
+def check_adapted_layers(model: Any, name: str, config: Any) -> None:
+    """Refuse now, before anything is saved or loaded, an adapter the train engine cannot build:
+    polyrl adapts the linear layers of the decoder blocks (the outermost ``ModuleList``), and
+    every listed ``target_modules`` name must reach one. peft adapts the output head or the
+    embeddings when named and skips a name that matches nothing; the engine refused both only
+    once it loaded, after the saves, and named ``peft_config``, which the script did not pass."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    lists = [(path.count("."), path) for path, module in base.named_modules()
+             if isinstance(module, torch.nn.ModuleList) and len(module)]
+    blocks = min(lists)[1] if lists else None
+    adapted = [path for path, module in base.named_modules() if isinstance(module, LoraLayer)
+               and (name in module.lora_A or name in getattr(module, "lora_embedding_A", {}))]
+    for path in adapted:
+        layer = base.get_submodule(path).get_base_layer()
+        if blocks is None or not path.startswith(blocks + ".") or type(layer).__name__ not in ("Linear", "Conv1D"):
+            where = "outside the decoder blocks" if blocks is None or not path.startswith(blocks + ".") \
+                else f"a {type(layer).__name__}, not a linear layer"
+            raise ConfigError(f"model is a PeftModel whose adapter {name!r} adapts {path} ({where}); polyrl adapts "
+                              "the linear layers of the decoder blocks only", field="model", fix=_LAYERS_FIX)
+    targets = config.target_modules
+    if isinstance(targets, str):  # "all-linear": peft's set is the blocks' linear layers, checked above
+        return
+    for target in sorted(targets or ()):
+        if not any(path == target or path.endswith("." + target) for path in adapted):
+            raise ConfigError(f"model is a PeftModel whose adapter {name!r} lists target_modules {target!r}, which "
+                              "names no layer of the model (peft skipped it; polyrl refuses a name that adapts "
+                              "nothing)", field="model", fix=f"remove {target!r} from the adapter's target_modules "
+                                                              "(peft_config[name].target_modules), or " + _LAYERS_FIX)
 
 
 def base_state(model: Any) -> dict[str, Any]:

@@ -19,7 +19,9 @@ in ``$MLFLOW_EXPERIMENT_NAME`` (else ``$MLFLOW_EXPERIMENT_ID``, else MLflow's ``
 ``args.run_name`` (unset: MLflow names it), tagged with ``$MLFLOW_TAGS``, with its params
 (``trl_params``), nested under the script's active run with ``$MLFLOW_NESTED_RUN``, or reattached
 to ``$MLFLOW_RUN_ID``; without either, a script's active run is the run itself (logged into, left
-open for the script to end)."""
+open for the script to end). ``$HF_MLFLOW_LOG_ARTIFACTS`` true logs the trained model folder as the
+run's ``model/`` artifacts at the end (``log_artifacts``), with one warning that transformers logs
+each checkpoint instead (``MLflowCallback.on_save``: a pyfunc model ``checkpoint-N``)."""
 
 from __future__ import annotations
 
@@ -117,6 +119,10 @@ def trl_params(combined: Mapping[str, Any]) -> dict[str, str]:
     return dict(items)
 
 
+#: transformers' ``MLflowCallback`` logs model artifacts when this is true
+LOG_ARTIFACTS = "HF_MLFLOW_LOG_ARTIFACTS"
+#: where polyrl's trainer exports the trained model (``Trainer.final_model_dir``)
+FINAL_MODEL_DIR = "model"
 #: transformers' ``ENV_VARS_TRUE_VALUES``
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})
 
@@ -176,6 +182,14 @@ class MlflowTracker:
                 self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         else:
             self.run_id = self.client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        #: the trained model folder logged at close (``$HF_MLFLOW_LOG_ARTIFACTS``, a TRL run's), else None
+        self.model_artifacts = context.output_dir / FINAL_MODEL_DIR \
+            if context.trl and os.environ.get(LOG_ARTIFACTS, "FALSE").upper() in _TRUE else None
+        if self.model_artifacts is not None:
+            log.warning(f"{LOG_ARTIFACTS}: transformers' MLflowCallback logs each checkpoint as an MLflow pyfunc model "
+                        "(checkpoint-N); polyrl logs the trained model folder once, at the end, as the run's model/ "
+                        "artifacts", fix="log a checkpoint yourself with mlflow.log_artifacts(output_dir/checkpoints/"
+                                         f"step-N), or unset {LOG_ARTIFACTS}")
         flat = _flat_params(context.config)
         if context.trl_run is not None:  # TRL's params, then polyrl's own config under polyrl.
             flat = {**trl_params(context.trl_run.params), **_flat_params(context.config, "polyrl.")}
@@ -236,8 +250,23 @@ class MlflowTracker:
         self.client.log_text(self.run_id, dumps(table), f"completions/step_{step:06d}.json")
 
     def close(self) -> None:
-        if not self.adopted:  # the script's run: the script ends it (MLflowCallback's _auto_end_run False)
-            self.client.set_terminated(self.run_id)
+        try:
+            if self.model_artifacts is not None:
+                self._log_model()
+        finally:  # an artifact that fails (a full disk) still ends the run: nothing else lost
+            if not self.adopted:  # the script's run: the script ends it (MLflowCallback's _auto_end_run False)
+                self.client.set_terminated(self.run_id)
+
+    def _log_model(self) -> None:
+        """The trained model (``output_dir/model``, exported before the trackers close) as the run's
+        ``model/`` artifacts. Why: a TRL user's ``HF_MLFLOW_LOG_ARTIFACTS=1`` run ended with no
+        model in MLflow and no word."""
+        folder = self.model_artifacts
+        if folder is None or not folder.is_dir():  # a run stopped before its first step saved none
+            log.warning(f"{LOG_ARTIFACTS}: no trained model in {folder} to log as MLflow artifacts",
+                        fix="log the model you keep with mlflow.log_artifacts(folder) yourself")
+            return
+        self.client.log_artifacts(self.run_id, str(folder), artifact_path=FINAL_MODEL_DIR)
 
     def close_failed(self) -> None:
         if not self.adopted:  # the script's `with mlflow.start_run()` marks its own run failed on the error

@@ -1,0 +1,105 @@
+"""A checkpoint keeps its own copy of the folders the run started from (``polyrl.kept_inputs``):
+``backends.options.initial_adapter`` and a KL reference inside output_dir (a TRL PeftModel's
+``initial_adapter`` and ``initial_reference``). A resume after they were deleted trains exactly as
+the uninterrupted run did; before, it stopped at the engine load (no adapter there)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("polyrl_torch")
+peft = pytest.importorskip("peft")
+torch = pytest.importorskip("torch")
+
+from small_runs import small_run_settings  # noqa: E402
+
+from polyrl.config import RunConfig  # noqa: E402
+
+REWARD = "def length(completions, **kwargs):\n    return [float(len(c)) for c in completions]\n"
+
+
+def _start_folders(model_dir: str, adapter: Path, reference: Path) -> None:
+    """A PeftModel's adapter (B nonzero: another start shows) and base + adapter merged."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(7)
+    model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
+                                peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    model.save_pretrained(str(adapter))
+    model.merge_and_unload().save_pretrained(str(reference))
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(str(reference))
+
+
+def _settings(model_dir: str, tmp_path: Path, steps: int) -> dict[str, Any]:
+    out = tmp_path / "run"
+    settings = small_run_settings(
+        model_dir, tmp_path, REWARD, "length", steps=steps, prompts_per_step=2,
+        train={"checkpoint_every": 1, "output_dir": str(out)},
+        algorithm={"beta": 0.5}, lora={"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
+        backends={"options": {"initial_adapter": str(tmp_path / "adapter")}})
+    settings["model"]["reference_path"] = str(out / "initial_reference")
+    return settings
+
+
+def _weights(folder: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+
+
+def _step_lines(out: Path) -> list[str]:
+    import json
+
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [json.dumps({k: v for k, v in row.items() if "kl" in k or k in ("step", "loss")}, sort_keys=True)
+            for row in lines if "step" in row and "loss" in row]
+
+
+def test_a_resume_after_the_start_folders_were_deleted_trains_as_the_run_would(tiny_model_dir, tmp_path):
+    from polyrl.trainer import Trainer
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    for root in (whole, cut):
+        root.mkdir()
+        _start_folders(tiny_model_dir, root / "adapter", root / "run" / "initial_reference")
+    Trainer(RunConfig.from_dict(_settings(tiny_model_dir, whole, steps=2))).run()
+
+    Trainer(RunConfig.from_dict(_settings(tiny_model_dir, cut, steps=1))).run()
+    shutil.rmtree(cut / "adapter")  # the script's temporary folder, gone
+    shutil.rmtree(cut / "run" / "initial_reference")
+    trainer = Trainer(RunConfig.from_dict(_settings(tiny_model_dir, cut, steps=2)), resume="")
+    trainer.run()
+
+    ours, theirs = _weights(cut / "run" / "model"), _weights(whole / "run" / "model")
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    lines = _step_lines(whole / "run")
+    assert len(lines) == 2 and all('kl' in line for line in lines), lines
+    assert _step_lines(cut / "run") == lines
+    step = cut / "run" / "checkpoints" / "step-00000001"
+    assert (step / "initial_reference" / "config.json").is_file()
+    # the resumed run's own checkpoint keeps them too (its start was the first checkpoint's copy)
+    assert (cut / "run" / "checkpoints" / "step-00000002" / "initial_adapter" / "adapter_config.json").is_file()
+
+
+def test_a_reference_still_there_but_changed_is_still_refused_on_a_full_resume(tiny_model_dir, tmp_path):
+    """The copy stands in for a folder that is gone, not for one the user changed: a reference
+    rebuilt in place is refused as before (``--resume-weights-only`` takes it)."""
+    from polyrl.errors import ConfigError
+    from polyrl.trainer import Trainer
+
+    _start_folders(tiny_model_dir, tmp_path / "adapter", tmp_path / "run" / "initial_reference")
+    Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=1))).run()
+    shutil.rmtree(tmp_path / "run" / "initial_reference")
+    shutil.copytree(tiny_model_dir, tmp_path / "run" / "initial_reference")  # another model, same path
+    with pytest.raises(ConfigError) as err:
+        Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=2)), resume="")
+    assert err.value.field == "model.reference_path"
