@@ -310,35 +310,38 @@ YES = "class Yes:\n    def __eq__(self, o):\n        return True\n    __hash__ =
 
 
 def test_an_object_of_the_samples_equals_the_tests_number_only_by_its_own_conversion():
-    """``add(Num(1), Num(2)) == 3`` of a ``Num`` whose ``__eq__`` compares with an int scored 0
-    (an object of the sample's never equalled a value of the tests'). It equals an int, float
-    or str of the tests' where its own ``int()``/``float()``/``str()`` gives that value and its
-    ``__eq__`` agrees with what it gave: the tests' value never reaches the sample."""
+    """``add(Num(1), Num(2)) == 3`` (``operator.add``, the sample's ``Num.__add__``) of a ``Num``
+    whose ``__eq__`` compares with an int scored 0: an object of the sample's never equalled a
+    value of the tests'. It equals an int, float or str of the tests' where its own
+    ``int()``/``float()``/``str()`` gives that value and its ``__eq__`` agrees with what it gave:
+    the tests' value never reaches the sample. Objects equal to everything still score 0."""
     num = ("class Num:\n    def __init__(self, v):\n        self.v = v\n"
            "    def __eq__(self, o):\n        return self.v == (o.v if isinstance(o, Num) else o)\n"
            "    def __hash__(self):\n        return hash(self.v)\n    def __int__(self):\n        return self.v\n"
            "    def __float__(self):\n        return float(self.v)\n    def __str__(self):\n        return str(self.v)\n"
-           "def add(a, b):\n    return Num(a.v + b.v)\n")
-    plus = num.replace("def add", "def plus")  # ``add`` where the tests use it otherwise is operator.add
-    wrong = plus.replace("a.v + b.v", "a.v * b.v")
+           "    def __add__(self, o):\n        return Num(self.v + o.v)\n"
+           "def plus(a, b):\n    return a + b\n")
+    wrong = num.replace("self.v + o.v", "self.v * o.v")
+    as_str = ("self.v == (o.v", "str(self.v) == (str(o.v)")
     table = {
-        "int": ("assert add(Num(1), Num(2)) == 3", num, num.replace("a.v + b.v", "a.v * b.v")),
-        "reflected_and_ne": ("assert 3 == plus(Num(1), Num(2)) and plus(Num(1), Num(2)) != 4", plus, wrong),
-        "float": ("assert plus(Num(1), Num(2)) == 3.0", plus, wrong),
-        "in_list_and_set": ("assert plus(Num(1), Num(2)) in [1, 3] and plus(Num(1), Num(2)) in {3}", plus, wrong),
-        "str": ("assert plus(Num(1), Num(2)) == '3'", plus.replace("self.v == (o.v", "str(self.v) == (str(o.v)"),
-                wrong.replace("self.v == (o.v", "str(self.v) == (str(o.v)")),
+        "operator_add": ("assert add(Num(1), Num(2)) == 3", num, wrong),
+        "plus": ("assert Num(1) + Num(2) == 3 and plus(Num(1), Num(2)) == 3", num, wrong),
+        "reflected_and_ne": ("assert 3 == plus(Num(1), Num(2)) and plus(Num(1), Num(2)) != 4", num, wrong),
+        "float": ("assert plus(Num(1), Num(2)) == 3.0", num, wrong),
+        "in_list_and_set": ("assert plus(Num(1), Num(2)) in [1, 3] and plus(Num(1), Num(2)) in {3}", num, wrong),
+        "str": ("assert plus(Num(1), Num(2)) == '3'", num.replace(*as_str), wrong.replace(*as_str)),
         # its __eq__ must agree with what its conversion gave: an int() that truncates is no equality
-        "lossy": ("assert plus(Num(1), Num(2)) != 3", plus.replace("a.v + b.v", "a.v + b.v + 0.5")
-                  .replace("return self.v\n    def __float__", "return int(self.v)\n    def __float__"), plus),
+        "lossy": ("assert plus(Num(1), Num(2)) != 3", num.replace("self.v + o.v", "self.v + o.v + 0.5")
+                  .replace("return self.v\n    def __float__", "return int(self.v)\n    def __float__"), num),
     }
     assert_right_scores_1_and_wrong_0(table)
-    tests = ["assert add(Num(1), Num(2)) == 3", "assert add(Num(1), Num(2)) == 12.5",
-             "assert add(Num(1), Num(2)) in [3, 4, 5, 6]", "x = add(Num(1), Num(2))\nassert x == 10 and x == 11",
-             "assert float(add(Num(1), Num(2))) == 12.5", "assert add(Num(1), Num(2)) == 'three'"]
+    tests = ["assert add(Num(1), Num(2)) == 3", "assert plus(Num(1), Num(2)) == 12.5",
+             "assert plus(Num(1), Num(2)) in [3, 4, 5, 6]", "x = plus(Num(1), Num(2))\nassert x == 10 and x == 11",
+             "assert float(plus(Num(1), Num(2))) == 12.5", "assert plus(Num(1), Num(2)) == 'three'"]
     names = sorted(FORGED_NUMBERS)
-    texts = [YES + FORGED_NUMBERS[n] + "def add(a, b):\n    return Num()\n" for n in names for _ in tests]
-    texts = [t.replace("class Num(Yes):\n", "class Num(Yes):\n    def __init__(self, *a):\n        pass\n") for t in texts]
+    made = "    def __init__(self, *a):\n        pass\n    def __add__(self, o):\n        return Num()\n"
+    texts = [YES + FORGED_NUMBERS[n].replace("class Num(Yes):\n", "class Num(Yes):\n" + made)
+             + "def plus(a, b):\n    return Num()\n" for n in names for _ in tests]
     rows = [{"prompt": "p", "tests": t} for _ in names for t in tests]
     got = score(texts, rows=rows).total
     assert {(n, t): s for (n, t), s in zip([(n, t) for n in names for t in tests], got) if s != 0.0} == {}

@@ -19,14 +19,12 @@ def task_calls(nodes: list[ast.stmt], name: str, classes: Collection[str]) -> bo
     - on data written out, against data written out (``assert add(2, 3) == 5 and sub(5, 3) ==
       2``: ``sub`` was the trainer's ``operator.sub``, so a wrong ``sub``, or none, scored 1.0);
     - on objects the tests make of the solution's classes (``classes``: its names spelled like a
-      class, ``Frac(1, 2)``, or a name bound to one, ``v = Vec(1, 2)``), against such objects or a
-      number or str written out (``assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)`` and
-      ``add(Num(1), Num(2)) == 3``: ``operator.add``, which no object of the sample's answers,
-      failed a right solution).
+      class, ``Frac(1, 2)``, or a name bound to one, ``v = Vec(1, 2)``), against such objects only
+      (``assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``: ``operator.add``, which no object of
+      the sample's answers, failed a right solution).
 
     Sound: the first answer must be that very data; the second meets only the sample's objects,
-    through the sample's own ``==``, as any two of its objects do (``remote.Remote._compare``), or
-    a number or str the sample never sees (``remote.Remote._equals_plain``). A
+    through the sample's own ``==``, as any two of its objects do (``remote.Remote._compare``). A
     standard name that builds or checks an answer of the sample's (``== list(permutations(xs))``,
     ``isclose(area(2), 12.57)``, ``sqrt(side(4)) == 2``, ``== Frac(1, 2).double()``) is no such use."""
     made = _made_by_call(nodes)
@@ -54,19 +52,11 @@ def task_calls(nodes: list[ast.stmt], name: str, classes: Collection[str]) -> bo
             others = [side for side in (compare.left, *compare.comparators) if side is not call]
             on_data = all(_data(a) for a in call.args) and all(_data(side) for side in others)
             on_objects = (any(made_here(a) for a in call.args) and all(_data(a) or made_here(a) for a in call.args)
-                          and all(made_here(side) or _scalar(side) for side in others))
+                          and all(made_here(side) for side in others))
             if not (on_data or on_objects):
                 return False
             uses += 1
     return uses > 0
-
-
-def _scalar(node: ast.AST) -> bool:
-    """A number or str written out (``add(Num(1), Num(2)) == 3``): what an object of the sample's
-    equals only by its own conversion to it, made without seeing it (``remote.Remote._equals_plain``)."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return _scalar(node.operand)
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float, str)
 
 
 def _data(node: ast.AST) -> bool:
