@@ -293,7 +293,8 @@ class Remote:
 
     def _compare(self, how: str, other: Remote) -> bool:
         """``self <how> other`` where both live in the sample: run there, as Python runs it (the
-        sample's ``__eq__``/``__lt__``, reflected, identity), its answer a real bool. Why: a
+        sample's ``__eq__``/``__lt__``, reflected, identity), its answer a real bool (numpy's
+        ``np.bool_`` or a 0-d bool array made one there: a numpy-based ``__eq__`` scored 0). Why: a
         ``@dataclass Point`` of the sample's failed ``assert mid(p, q) == Point(1, 1)`` (two
         objects of the sample's compared by identity), as did ``in``, ``index``, ``count`` and
         ``sorted`` over them, where ``python tests.py`` passes. Sound: both operands are the
