@@ -246,7 +246,7 @@ class Remote:
             return True
         if isinstance(other, Remote):
             return self._compare("==", other)
-        if type(other) in _CONVERTED:
+        if isinstance(other, (int, float, str)) and type(other) in _CONVERTED:
             return self._equals_plain(other)
         return False if type(other) in _PLAIN_TYPES else NotImplemented
 
@@ -392,13 +392,13 @@ class Remote:
         return value
 
     def __float__(self) -> float:
-        return self._number("float", float)  # type: ignore[no-any-return]
+        return self._number("float", float)
 
     def __int__(self) -> int:
-        return self._number("int", int)  # type: ignore[no-any-return]
+        return self._number("int", int)
 
     def __index__(self) -> int:
-        return self._number("index", int)  # type: ignore[no-any-return]
+        return self._number("index", int)
 
     def __hash__(self) -> int:
         """The sample's own ``hash`` of it, asked once and kept, so it stays put in the tests' sets
