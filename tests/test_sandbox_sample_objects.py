@@ -257,3 +257,133 @@ def test_two_of_the_samples_objects_combine_as_its_own_operators_say():
                                                   "assert abs(12.566 - Circle(2).area()) < 1e-3",
                                                   "assert area(2) + 1 == 13.566")]
     assert list(score([ZERO] * 3, rows=rows).total) == [0.0] * 3
+
+
+NUMBERS = ("from math import gcd\nclass Frac:\n    def __init__(self, n, d):\n        g = gcd(n, d)\n"
+           "        self.n, self.d = n // g, d // g\n"
+           "    def __eq__(self, o):\n        return isinstance(o, Frac) and self.n * o.d == o.n * self.d\n"
+           "    def __hash__(self):\n        return hash((self.n, self.d))\n"
+           "    def __float__(self):\n        return self.n / self.d\n"
+           "    def __int__(self):\n        return self.n // self.d\n"
+           "    def __round__(self, k=None):\n        return round(self.n / self.d, k)\n"
+           "    def __neg__(self):\n        return Frac(-self.n, self.d)\n"
+           "    def __abs__(self):\n        return Frac(abs(self.n), self.d)\n")
+#: (tests, right, wrong) where the tests ask the sample's object for a number or apply a unary operator.
+CONVERSIONS = {
+    "float": ("assert float(Frac(1, 2)) == 0.5", NUMBERS, NUMBERS.replace("self.n / self.d\n    def __int__",
+                                                                          "self.d / self.n\n    def __int__")),
+    "int": ("assert int(Frac(7, 2)) == 3", NUMBERS, NUMBERS.replace("self.n // self.d", "self.d // self.n")),
+    "round": ("assert round(Frac(1, 3), 2) == 0.33", NUMBERS, NUMBERS.replace("round(self.n / self.d, k)",
+                                                                            "round(self.d / self.n, k)")),
+    "neg": ("assert -Frac(1, 2) == Frac(-1, 2)", NUMBERS, NUMBERS.replace("Frac(-self.n, self.d)", "self")),
+    "abs": ("assert abs(Frac(-1, 2)) == Frac(1, 2)", NUMBERS, NUMBERS.replace("Frac(abs(self.n), self.d)", "self")),
+    "isclose": ("import math\nassert math.isclose(Frac(1, 3), 0.3333, rel_tol=1e-3)", NUMBERS,
+                NUMBERS.replace("self.n / self.d\n    def __int__", "self.d / self.n\n    def __int__")),
+    "index": ("class Num:\n    def __init__(self, v):\n        self.v = v\n    def __index__(self):\n        return self.v\n"
+              "assert [10, 20, 30][Num(1)] == 20 and list(range(Num(2))) == [0, 1]"
+              .replace("class Num", "class _Unused"),
+              "class Num:\n    def __init__(self, v):\n        self.v = v\n    def __index__(self):\n        return self.v\n",
+              "class Num:\n    def __init__(self, v):\n        self.v = v\n    def __index__(self):\n        return self.v + 1\n"),
+}
+
+
+def test_the_samples_object_answers_float_int_round_and_unary_operators():
+    """``float(Frac(1, 2)) == 0.5``, ``int(...)``, ``round(x, 2)``, ``-x``, ``abs(x)``,
+    ``math.isclose(x, ...)`` and ``xs[Num(1)]`` raised TypeError on the tests' side (the value
+    lives in the sample), so right solutions scored 0. The sample makes the number (its
+    ``__float__``...) without seeing any value of the tests', which compare it themselves."""
+    assert_right_scores_1_and_wrong_0(CONVERSIONS)
+
+
+#: Objects equal to everything: no conversion, a constant one, one that answers a new number at
+#: each request, and one whose ``__float__`` hunts the sample's memory for the tests' numbers.
+FORGED_NUMBERS = {
+    "equal_to_everything": "class Num(Yes):\n    pass\n",
+    "constant_conversion": "class Num(Yes):\n    def __int__(self):\n        return 7\n    def __float__(self):\n"
+                           "        return 7.0\n    def __str__(self):\n        return 'seven'\n",
+    "counting_conversion": "N = [9]\nclass Num(Yes):\n    def __int__(self):\n        N[0] += 1\n        return N[0]\n",
+    "reading_memory": "import gc\nclass Num(Yes):\n    def __float__(self):\n"
+                      "        fs = [o for o in gc.get_objects() if type(o) is float and 12 < o < 13]\n"
+                      "        return fs[0] if fs else 0.0\n",
+}
+YES = "class Yes:\n    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
+
+
+def test_an_object_of_the_samples_equals_the_tests_number_only_by_its_own_conversion():
+    """``add(Num(1), Num(2)) == 3`` (``operator.add``, the sample's ``Num.__add__``) of a ``Num``
+    whose ``__eq__`` compares with an int scored 0: an object of the sample's never equalled a
+    value of the tests'. It equals an int, float or str of the tests' where its own
+    ``int()``/``float()``/``str()`` gives that value and its ``__eq__`` agrees with what it gave:
+    the tests' value never reaches the sample. Objects equal to everything still score 0."""
+    num = ("class Num:\n    def __init__(self, v):\n        self.v = v\n"
+           "    def __eq__(self, o):\n        return self.v == (o.v if isinstance(o, Num) else o)\n"
+           "    def __hash__(self):\n        return hash(self.v)\n    def __int__(self):\n        return self.v\n"
+           "    def __float__(self):\n        return float(self.v)\n    def __str__(self):\n        return str(self.v)\n"
+           "    def __add__(self, o):\n        return Num(self.v + o.v)\n"
+           "def plus(a, b):\n    return a + b\n")
+    wrong = num.replace("self.v + o.v", "self.v * o.v")
+    as_str = ("self.v == (o.v", "str(self.v) == (str(o.v)")
+    table = {
+        "operator_add": ("assert add(Num(1), Num(2)) == 3", num, wrong),
+        "plus": ("assert Num(1) + Num(2) == 3 and plus(Num(1), Num(2)) == 3", num, wrong),
+        "reflected_and_ne": ("assert 3 == plus(Num(1), Num(2)) and plus(Num(1), Num(2)) != 4", num, wrong),
+        "float": ("assert plus(Num(1), Num(2)) == 3.0", num, wrong),
+        "in_list_and_set": ("assert plus(Num(1), Num(2)) in [1, 3] and plus(Num(1), Num(2)) in {3}", num, wrong),
+        "str": ("assert plus(Num(1), Num(2)) == '3'", num.replace(*as_str), wrong.replace(*as_str)),
+        # its __eq__ must agree with what its conversion gave: an int() that truncates is no equality
+        "lossy": ("assert plus(Num(1), Num(2)) != 3", num.replace("self.v + o.v", "self.v + o.v + 0.5")
+                  .replace("return self.v\n    def __float__", "return int(self.v)\n    def __float__"), num),
+    }
+    assert_right_scores_1_and_wrong_0(table)
+    tests = ["assert add(Num(1), Num(2)) == 3", "assert plus(Num(1), Num(2)) == 12.5",
+             "assert plus(Num(1), Num(2)) in [3, 4, 5, 6]", "x = plus(Num(1), Num(2))\nassert x == 10 and x == 11",
+             "assert float(plus(Num(1), Num(2))) == 12.5", "assert plus(Num(1), Num(2)) == 'three'"]
+    names = sorted(FORGED_NUMBERS)
+    made = "    def __init__(self, *a):\n        pass\n    def __add__(self, o):\n        return Num()\n"
+    texts = [YES + FORGED_NUMBERS[n].replace("class Num(Yes):\n", "class Num(Yes):\n" + made)
+             + "def plus(a, b):\n    return Num()\n" for n in names for _ in tests]
+    rows = [{"prompt": "p", "tests": t} for _ in names for t in tests]
+    got = score(texts, rows=rows).total
+    assert {(n, t): s for (n, t), s in zip([(n, t) for n in names for t in tests], got) if s != 0.0} == {}
+
+
+def test_a_comparison_answering_numpys_bool_is_an_answer():
+    """A numpy-based class's ``__eq__`` answers ``np.bool_`` (``np.all(a == b)``), which was
+    "no bool", so ``double(V(1, 2)) == V(2, 4)`` scored 0; it, and a 0-d bool array, is a
+    bool now. An array of several bools stays no answer, as ``bool()`` of it raises in Python."""
+    vec = ("import numpy as np\nclass V:\n    def __init__(self, *xs):\n        self.a = np.array(xs)\n"
+           "    def __eq__(self, o):\n        return np.all(self.a == o.a)\n"
+           "def double(v):\n    return V(*(v.a * 2))\n")
+    table = {
+        "np_bool": ("assert double(V(1, 2)) == V(2, 4)", vec, vec.replace("v.a * 2", "v.a * 3")),
+        "zero_d": ("assert double(V(1, 2)) == V(2, 4)", vec.replace("np.all(self.a == o.a)", "np.array(np.all(self.a == o.a))"),
+                   vec.replace("np.all(self.a == o.a)", "np.array(np.all(self.a == o.a))").replace("v.a * 2", "v.a * 3")),
+        "not_equal": ("assert double(V(1, 2)) != V(1, 2)", vec, vec.replace("v.a * 2", "v.a")),
+    }
+    assert_right_scores_1_and_wrong_0(table)
+    rows = [{"prompt": "p", "tests": "assert double(V(1, 2)) == V(2, 4)"}]
+    elementwise = vec.replace("np.all(self.a == o.a)", "np.ones(2, dtype=bool)")
+    assert list(score([elementwise], rows=rows).total) == [0.0]
+
+
+SQUARES = "def squares(n):\n    for i in range(n):\n        yield i * i\n"
+#: Tests reading a generator past the reader's first ``PER_ITEM`` items, one at a time and in batches.
+LONG_READS = {
+    "item_20_by_next": "g = squares(30)\nfor _ in range(20):\n    next(g)\nassert next(g) == 400",
+    "item_20_of_list": "assert list(squares(30))[20] == 400",
+    "list_of_1000": "assert list(squares(1000)) == [i * i for i in range(1000)]",
+    "sum": "assert sum(squares(1000)) == sum(i * i for i in range(1000))",
+    "for_loop": "for i, x in enumerate(squares(100)):\n    assert x == i * i",
+    "islice_past_16": "import itertools\nassert list(itertools.islice(squares(100), 18, 22)) == [324, 361, 400, 441]",
+    "len_after_read": "g = squares(40)\nhead = [next(g) for _ in range(20)]\nassert len(list(g)) == 20",
+}
+
+
+def test_a_generator_read_past_the_first_items_scores_as_in_python():
+    """Items past the reader's first 16 come in batches held for the tests (``reader``): a
+    right generator passes tests reading item 20, ``list`` of 1000, ``sum``, a loop; one wrong
+    only at item 20 fails them."""
+    wrong = SQUARES.replace("yield i * i", "yield i * i if i != 20 else 0")
+    table = {name: (tests, SQUARES, wrong) for name, tests in LONG_READS.items() if name != "len_after_read"}
+    table["len_after_read"] = (LONG_READS["len_after_read"], SQUARES, SQUARES.replace("range(n)", "range(n + 1)"))
+    assert_right_scores_1_and_wrong_0(table)

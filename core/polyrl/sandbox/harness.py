@@ -7,8 +7,10 @@ all run in this process on those values, so nothing the sample does to its own i
 (patching builtins, writing to a descriptor, exiting, an ``__eq__`` that always agrees, printing
 "passed") can turn a failed test into a pass. A ``Remote`` compares equal to itself, and to
 another of the sample's values only as the sample's own ``==`` says (``Remote._compare``): never
-to a value of the tests'; likewise two of them combine by the sample's operators (``Remote._arith``),
-never with a value of the tests'. It hashes as the sample's ``hash`` says (a set member, a dict key), which
+to a value of the tests' on its say alone (an int, float or str of theirs only where its own
+conversion to that type gives it, ``Remote._equals_plain``); likewise two of them combine by the
+sample's operators (``Remote._arith``), never with a value of the tests', and one answers
+``float()``, ``int()``, ``round()`` and unary operators by its own methods. It hashes as the sample's ``hash`` says (a set member, a dict key), which
 picks a bucket only. The tests' statements run one at a time, with the cell's ``from __future__``
 imports, in a module of theirs that is in ``sys.modules`` while they run (``tests_namespace``).
 

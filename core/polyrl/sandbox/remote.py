@@ -41,6 +41,9 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: answers them, so the object does; any other method too (``f(x).equals(y)`` expects an object,
 #: whose own answer it is).
 DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex"})
+#: Types of the tests' values an object of the sample's may equal by its own conversion to them
+#: (``Remote._equals_plain``); bool is left out (``Num(1) == True`` stays False).
+_CONVERTED = frozenset({int, float, str})
 #: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                           frozenset})
@@ -55,7 +58,7 @@ class Remote:
     ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash")
+                 "_reader", "_hash", "_plain")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -72,6 +75,7 @@ class Remote:
         object.__setattr__(self, "_counted", None)  # ``_check_count``'s items, until the next request
         object.__setattr__(self, "_reader", None)  # where the tests' iteration of its own iterator stands
         object.__setattr__(self, "_hash", None)  # the sample's hash of it, once asked (``__hash__``)
+        object.__setattr__(self, "_plain", None)  # ``_equals_plain``'s answer, until the next request
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -234,14 +238,40 @@ class Remote:
 
     def __eq__(self, other: object) -> Any:
         """Itself; another of the sample's values as the sample's own ``==`` says
-        (``_compare``). False, not NotImplemented, against built-in data, which never compares
-        with it: NotImplemented is truthy, so ``assert f(x).__eq__("abc")`` held for any object;
-        other types (numpy arrays, ``pytest.approx``) still get their reflected turn."""
+        (``_compare``); an int, float or str of the tests' as ``_equals_plain`` says. False, not
+        NotImplemented, against other built-in data, which never compares with it: NotImplemented
+        is truthy, so ``assert f(x).__eq__("abc")`` held for any object; other types (numpy
+        arrays, ``pytest.approx``) still get their reflected turn."""
         if self is other:
             return True
         if isinstance(other, Remote):
             return self._compare("==", other)
+        if isinstance(other, (int, float, str)) and type(other) in _CONVERTED:
+            return self._equals_plain(other)
         return False if type(other) in _PLAIN_TYPES else NotImplemented
+
+    def _equals_plain(self, other: int | float | str) -> bool:
+        """Whether it equals ``other``, an int, float or str of the tests': the sample converts it
+        to that type (``int(x)``, ``float(x)``, ``str(x)``) and says whether it equals what it
+        made (its own ``==``, on its own two values), and the comparison with ``other`` is made
+        here. Why: ``add(Num(1), Num(2)) == 3`` of a ``Num`` whose ``__eq__`` compares with an int
+        scored 0. Sound: ``other`` never reaches the sample, so an object equal to everything
+        passes only where its conversion gives the tests' value, as a function returning that
+        constant would; the answer is kept until the next request, so ``x in [1, 2, 3]`` asks
+        once (each guess is not a new one). Stricter than Python: an object with no such
+        conversion, or one whose ``__eq__`` says yes to values its conversion does not give,
+        equals none of them."""
+        s = self._session
+        kind = type(other)
+        kept = self._plain
+        if kept is not None and kept[0] is kind and kept[2] == s.asks:
+            answer = kept[1]
+        else:
+            answer = s.ask("equal_plain", False, ref=self._ref, kind=kind.__name__)
+            object.__setattr__(self, "_plain", (kind, answer, s.asks))
+        if not (type(answer) is list and len(answer) == 2 and type(answer[0]) is kind and answer[1] is True):
+            return False
+        return bool(answer[0] == other)
 
     def __ne__(self, other: object) -> Any:
         if isinstance(other, Remote) and self is not other:
@@ -263,7 +293,8 @@ class Remote:
 
     def _compare(self, how: str, other: Remote) -> bool:
         """``self <how> other`` where both live in the sample: run there, as Python runs it (the
-        sample's ``__eq__``/``__lt__``, reflected, identity), its answer a real bool. Why: a
+        sample's ``__eq__``/``__lt__``, reflected, identity), its answer a real bool (numpy's
+        ``np.bool_`` or a 0-d bool array made one there: a numpy-based ``__eq__`` scored 0). Why: a
         ``@dataclass Point`` of the sample's failed ``assert mid(p, q) == Point(1, 1)`` (two
         objects of the sample's compared by identity), as did ``in``, ``index``, ``count`` and
         ``sorted`` over them, where ``python tests.py`` passes. Sound: both operands are the
@@ -322,6 +353,52 @@ class Remote:
 
     def __xor__(self, other: object) -> Any:
         return self._arith("^", other)
+
+    def _unary(self, how: str) -> Any:
+        """``-x``, ``+x``, ``~x``, ``abs(x)``: run in the sample by its own ``__neg__``..., the
+        result another of its values or plain data. Why: ``-Frac(1, 2) == Frac(-1, 2)`` and
+        ``abs(x)`` raised TypeError here, so right solutions scored 0. Sound: no value of the
+        tests' reaches the sample, so what it answers is what a method of its would return."""
+        return self._session.ask("unary", self._data, root=self._root, ref=self._ref, how=how)
+
+    def __neg__(self) -> Any:
+        return self._unary("-")
+
+    def __pos__(self) -> Any:
+        return self._unary("+")
+
+    def __invert__(self) -> Any:
+        return self._unary("~")
+
+    def __abs__(self) -> Any:
+        return self._unary("abs")
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        """``round(x)``, ``round(x, 2)``: its own ``__round__``'s answer. Only an int (or None)
+        of the tests' goes over, the number of digits, never a value they compare with."""
+        if ndigits is not None and type(ndigits) is not int:
+            raise TypeError("round() of a sample's value takes an int number of digits")
+        return self._session.ask("round", self._data, root=self._root, ref=self._ref, ndigits=ndigits)
+
+    def _number(self, how: str, kind: type) -> Any:
+        """``float(x)``, ``int(x)``, ``operator.index(x)`` (``range(x)``, ``xs[x]``): the number
+        the sample's ``__float__``/``__int__``/``__index__`` makes, exactly a float or an int.
+        Why: ``float(Frac(1, 2)) == 0.5`` and ``int(Num(3)) == 3`` raised TypeError here, so right
+        solutions scored 0. Sound: the tests compare a number the sample made without seeing
+        theirs, as a function's return; a ``__float__`` giving a constant is a function giving one."""
+        value = self._session.ask("number", False, ref=self._ref, how=how)
+        if type(value) is not kind:
+            raise TypeError(f"{how}() of a sample's value gave no {kind.__name__}")
+        return value
+
+    def __float__(self) -> float:
+        return self._number("float", float)
+
+    def __int__(self) -> int:
+        return self._number("int", int)
+
+    def __index__(self) -> int:
+        return self._number("index", int)
 
     def __hash__(self) -> int:
         """The sample's own ``hash`` of it, asked once and kept, so it stays put in the tests' sets

@@ -12,6 +12,7 @@
 # and fd 1 a copy of fd 2 (the captured output), so ``print`` cannot corrupt the channel by
 # accident.
 import _json
+import _operator
 import marshal
 import os
 import resource
@@ -35,6 +36,25 @@ _ARITH = {
     "//": lambda a, b: a // b, "%": lambda a, b: a % b, "**": lambda a, b: a ** b, "@": lambda a, b: a @ b,
     "&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b,
 }
+#: Unary operators the harness may ask of one of the sample's values (``remote.Remote.__neg__``...).
+_UNARY = {"-": lambda a: -a, "+": lambda a: +a, "~": lambda a: ~a, "abs": abs}
+#: Conversions to a number the harness may ask of one (``remote.Remote.__float__``...): the number is
+#: the sample's, made without seeing any value of the tests'.
+_NUMBER = {"float": float, "int": int, "index": _operator.index}
+#: The plain type a value of the tests' has -> the sample's conversion to it (``equal_plain``).
+_PLAIN = {"int": int, "float": float, "str": str}
+
+
+def _truth(result):
+    """A comparison's answer as a real bool: a bool, or numpy's (``np.bool_``, a 0-d bool array),
+    which numpy-based classes' ``__eq__`` give; anything else is no answer."""
+    if type(result) is bool:
+        return result
+    np = sys.modules.get("numpy")
+    if np is not None and (isinstance(result, np.bool_) or (
+            isinstance(result, np.ndarray) and result.shape == () and result.dtype == np.bool_)):
+        return bool(result)
+    raise TypeError("a comparison of the sample's values gave a %s, not a bool" % type(result).__name__)
 
 
 def _limits(lim):
@@ -233,10 +253,19 @@ class _Session:
             other, how = self.refs[req["other"]], req["how"]
             result = (obj == other if how == "==" else obj != other if how == "!=" else obj < other if how == "<"
                       else obj <= other if how == "<=" else obj > other if how == ">" else obj >= other)
-            if type(result) is not bool:
-                raise TypeError("a comparison of two of the sample's values gave a %s, not a bool"
-                                % type(result).__name__)
-            return self.out(result)
+            return self.out(_truth(result))
+        if op == "unary":  # one of its values, as Python applies -, +, ~, abs to it
+            return self.out(_UNARY[req["how"]](obj))
+        if op == "round":  # round(obj) or round(obj, ndigits): its own __round__'s answer
+            return self.out(round(obj) if req["ndigits"] is None else round(obj, req["ndigits"]))
+        if op == "number":  # float(obj), int(obj), operator.index(obj): checked to be exactly that type there
+            return self.out(_NUMBER[req["how"]](obj))
+        if op == "equal_plain":  # its own value of a type the tests compare it with, and whether it equals it
+            try:
+                plain = _PLAIN[req["kind"]](obj)
+                return self.out([plain, _truth(obj == plain)])
+            except Exception:
+                return self.out(None)
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
