@@ -100,7 +100,9 @@ ENDLESS = {
                       "next(g) == 40 and list(islice(g, 300)) == list(range(41, 341)) and "
                       "[next(g) for _ in range(3)] == [341, 342, 343]",
                       COUNT_UP, COUNT_UP.replace("n += 1", "n += 1 if n != 100 else 2")),
-    "long_finite": ("assert list(upto(50000)) == list(range(50000))\nassert sum(upto(50000)) == 1249975000",
+    # 10 000 items reach reader.MAX_BATCH-sized requests and stay inside the 4 s limit on two busy cores
+    # (50 000 timed out there, on old code too)
+    "long_finite": ("assert list(upto(10000)) == list(range(10000))\nassert sum(upto(10000)) == 49995000",
                     "def upto(n):\n    yield from range(n)\n", "def upto(n):\n    yield from range(n - 1)\n"),
     "raises_after_items": ("got = []\ntry:\n    for x in twenty():\n        got.append(x)\nexcept ValueError:\n"
                            "    got.append('stop')\nassert got == list(range(20)) + ['stop']",
