@@ -4,7 +4,8 @@ Qwen3's template drops an assistant turn's ``<think>`` block once a new user que
 keeps it before tool results (which it shows inside a ``user`` turn, but not as a query). Stand-in
 text without ``</think>`` cannot show this, so the glue checks passed it, and an episode whose
 environment answers with ``user`` observations continued from the sampled ids, reasoning kept:
-turn 2 on was sampled and trained on a context the template never shows the model. ``QWEN3`` below
+turn 2 on was sampled and trained on a context the template never shows the model, without a word
+(now one warning at startup, with the fixes; the run trains exactly what was sampled). ``QWEN3`` below
 is polyrl's own template reproducing that behaviour (not Qwen's text).
 """
 
@@ -15,6 +16,7 @@ import functools
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 from family_chat import Scripted, check, encoder
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
@@ -22,7 +24,6 @@ from polyrl.agents.parsing import parse_tool_calls
 from polyrl.agents.spec import Observation
 from polyrl.agents.tools import ToolBox
 from polyrl.config import RunConfig
-from polyrl.errors import ConfigError
 from polyrl.testing.chat_templates import with_chat_template
 from polyrl.types import SamplingParams
 
@@ -99,27 +100,32 @@ def test_the_template_really_drops_earlier_reasoning_after_a_user_query_only(smo
     assert not np.array_equal(rendered("six sevens", tool, [call]), rendered("seven sixes", tool, [call]))
 
 
-def test_an_environment_answering_with_user_messages_is_refused_at_startup(qwen3_style_model, tmp_path):
+def test_an_environment_answering_with_user_messages_is_warned_of_at_startup(qwen3_style_model, tmp_path):
     """guess_number answers with ``user`` messages: under this template the model's earlier
-    reasoning would be in every later turn's context and in what is trained, never in the
-    template's view. Refused when the trainer is built, before any step, with the fixes."""
+    reasoning is in every later turn's context and in what is trained, never in the template's
+    view. One warning when the trainer is built, before any step, with the fixes; the run starts
+    (it trains exactly what was sampled, as TRL's multi-turn rollouts do)."""
     from polyrl.trainer import Trainer
 
-    with pytest.raises(ConfigError) as err:
-        Trainer(_config(qwen3_style_model, tmp_path, {"name": "guess_number"}))
-    assert err.value.field == "environment"
-    assert "<think>" in err.value.message and "a 'user' observation" in err.value.message
-    assert "enable_thinking = false" in err.value.fix and "'tool' messages" in err.value.fix
-
-
-def test_a_generation_prompt_that_closes_the_reasoning_is_not_refused(qwen3_style_model, tmp_path):
-    """With ``enable_thinking = false`` the generation prompt closes the reasoning: no turn writes
-    any, nothing is left out, and the run starts."""
-    from polyrl.trainer import Trainer
-
-    trainer = Trainer(_config(qwen3_style_model, tmp_path, {"name": "guess_number"},
-                              chat_template_kwargs={"enable_thinking": False}))
+    with capture_logs() as logs:
+        trainer = Trainer(_config(qwen3_style_model, tmp_path, {"name": "guess_number"}))
     assert trainer.episodes is not None
+    warned = [e for e in logs if e["log_level"] == "warning" and "<think>" in e["event"]]
+    assert len(warned) == 1 and warned[0]["field"] == "environment"
+    assert "a 'user' observation" in warned[0]["event"]
+    assert "enable_thinking = false" in warned[0]["fix"] and "'tool' messages" in warned[0]["fix"]
+
+
+def test_a_generation_prompt_that_closes_the_reasoning_is_not_warned_of(qwen3_style_model, tmp_path):
+    """With ``enable_thinking = false`` the generation prompt closes the reasoning: no turn writes
+    any, nothing is left out, and the run starts without the warning."""
+    from polyrl.trainer import Trainer
+
+    with capture_logs() as logs:
+        trainer = Trainer(_config(qwen3_style_model, tmp_path, {"name": "guess_number"},
+                                  chat_template_kwargs={"enable_thinking": False}))
+    assert trainer.episodes is not None
+    assert not [e for e in logs if "<think>" in e["event"]]
 
 
 def test_tool_results_keep_the_reasoning_so_tool_episodes_start_and_stay_exact(smollm2_tokenizer):
@@ -148,7 +154,7 @@ def test_tool_results_keep_the_reasoning_so_tool_episodes_start_and_stay_exact(s
     model = Scripted(tok, policy, eos)
     runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=400),
                            toolbox=ToolBox([calc]), parse=functools.partial(parse_tool_calls, fmt="hermes"))
-    runner.check_reasoning_kept()  # no error: tool results keep it
+    assert runner.check_reasoning_kept() is None  # tool results keep it
     out = runner.run([{"prompt": [{"role": "user", "content": "6*7?"}]}], SamplingParams(n=1, max_new_tokens=64))
     assert check(model, out) == []
     [c] = out
@@ -157,7 +163,7 @@ def test_tool_results_keep_the_reasoning_so_tool_episodes_start_and_stay_exact(s
     assert inserted.count("<tool_response>\n42\n</tool_response>") == 1
 
 
-def test_an_environment_with_tool_observations_under_a_template_that_drops_for_both_is_refused(smollm2_tokenizer):
+def test_an_environment_with_tool_observations_under_a_template_that_drops_for_both_is_warned_of(smollm2_tokenizer):
     """A template that drops every earlier turn's reasoning (whatever follows): the runner's check
     names both kinds of message, and offers no 'tool' messages fix."""
     tok = copy.deepcopy(smollm2_tokenizer)
@@ -172,10 +178,10 @@ def test_an_environment_with_tool_observations_under_a_template_that_drops_for_b
 
     runner = EpisodeRunner(Scripted(tok, lambda text, j: "x", 0).generate, encoder(tok), EpisodeLimits(),
                            make_environment=Env, model_name="m")
-    with pytest.raises(ConfigError) as err:
-        runner.check_reasoning_kept()
-    assert "a 'user' observation or a tool's result" in err.value.message and "'tool' messages" not in err.value.fix
-    runner.check_reasoning_kept(reasoning_closed=True)  # the generation prompt closes it: nothing to drop
+    warning = runner.check_reasoning_kept()
+    assert warning is not None and "a 'user' observation or a tool's result" in warning
+    assert "'tool' messages" not in warning
+    assert runner.check_reasoning_kept(reasoning_closed=True) is None  # the generation prompt closes it
 
 
 def test_a_template_that_writes_a_calls_turn_from_the_call_alone_is_not_refused(smollm2_tokenizer):
@@ -196,4 +202,4 @@ def test_a_template_that_writes_a_calls_turn_from_the_call_alone_is_not_refused(
 
     runner = EpisodeRunner(Scripted(tok, lambda text, j: "x", eot).generate, encoder(tok), EpisodeLimits(),
                            toolbox=ToolBox([calc]), parse=functools.partial(parse_tool_calls, fmt="llama3"))
-    runner.check_reasoning_kept()
+    assert runner.check_reasoning_kept() is None

@@ -547,17 +547,18 @@ class EpisodeRunner:
                 fix="use a model whose chat template renders tool messages (Qwen2.5, Qwen3, Llama 3.1+) or at "
                     "least alternating user/assistant turns, or run without [environment] tools")
 
-    def check_reasoning_kept(self, reasoning_closed: bool = False) -> None:
-        """Refuse a template that leaves an earlier assistant turn's ``<think>`` block out once what
-        this runner inserts follows it (Qwen3's, after a new user query): each turn continues from the
-        ids sampled so far, reasoning kept, so turn 2 on would be sampled and trained on a context
-        the template never shows the model, and a deployed model would meet another. Asked once, at
-        setup, of the messages the episodes insert: an environment's ``user`` observations, and tool
-        results in the role ``check_tool_results`` chose. ``reasoning_closed``: the generation
-        prompt closes the reasoning itself (Qwen3 with ``enable_thinking = false``), so no turn
-        writes any and nothing is left out."""
+    def check_reasoning_kept(self, reasoning_closed: bool = False) -> str | None:
+        """Warn (once, at setup) of a template that leaves an earlier assistant turn's ``<think>``
+        block out once what this runner inserts follows it (Qwen3's, after a new user query). Each
+        turn continues from the ids sampled so far, reasoning kept, exact to the token as generated
+        and trained (as TRL's and verl's multi-turn rollouts do), but turn 2 on then sees a context
+        that the template, and so a deployed model, never shows: a warning with the fixes, not a
+        refusal, since such runs train correctly. Asked of the messages the episodes insert: an
+        environment's ``user`` observations, and tool results in the role ``check_tool_results``
+        chose. ``reasoning_closed``: the generation prompt closes the reasoning itself (Qwen3 with
+        ``enable_thinking = false``), so no turn writes any. Returns the warning, or None."""
         if reasoning_closed:
-            return
+            return None
         if self.tool_results_role is None:
             self.check_tool_results(self.toolbox.schemas if self.toolbox is not None else [])
         schemas = list(self.toolbox.schemas) if self.toolbox is not None else []
@@ -574,19 +575,20 @@ class EpisodeRunner:
         tools = schemas or None
         dropped = [what for what, follow, calls in followers if self.glue.drops_reasoning(follow, tools, calls)]
         if not dropped:
-            return
+            return None
         model = f"model {self.model_name!r}" if self.model_name else "this model"
         kept = [what for what, _, _ in followers if what not in dropped]
-        raise ConfigError(
-            f"the chat template of {model} leaves an earlier assistant turn's <think> reasoning out of the "
-            f"conversation once {' or '.join(dropped)} follows it, but an episode's turns continue from the "
-            "ids the model sampled, reasoning kept: every turn after the first would be sampled and trained "
-            "on a context this template never shows the model", field="environment",
-            fix="set model.chat_template_kwargs = {enable_thinking = false} where the template has it (its "
-                "generation prompt then closes the reasoning)"
-                + (", have the environment answer with 'tool' messages (the template keeps the reasoning "
-                   "before those)" if kept else "")
-                + ", or use a model whose chat template keeps earlier turns' reasoning")
+        message = (f"the chat template of {model} leaves an earlier assistant turn's <think> reasoning out of the "
+                   f"conversation once {' or '.join(dropped)} follows it; an episode's turns continue from the "
+                   "ids the model sampled, reasoning kept, so turns after the first are sampled and trained on a "
+                   "context this template (and a model deployed with it) never shows")
+        fix = ("set model.chat_template_kwargs = {enable_thinking = false} where the template has it (its "
+               "generation prompt then closes the reasoning)"
+               + (", have the environment answer with 'tool' messages (the template keeps the reasoning "
+                  "before those)" if kept else "")
+               + ", or use a model whose chat template keeps earlier turns' reasoning")
+        log.warning(message, field="environment", fix=fix)
+        return f"{message}; fix: {fix}"
 
     def _tool_results_role(self, schemas: Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
         """("tool" or "user", why neither works or None), asked of the template."""
