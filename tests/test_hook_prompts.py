@@ -96,3 +96,21 @@ def test_the_encoder_asks_engines_in_order_and_forgets_those_without_a_tokenizer
     assert encode("plain text") is None  # no hook says how the backend tokenizes text
     nobody = HookPromptEncoder([_Engine(None)])  # type: ignore[list-item]
     assert nobody(SHORT) is None and nobody(SHORT) is None
+
+
+def test_a_conversation_already_rendered_is_not_asked_of_the_hook_again():
+    """One hook call per distinct conversation, not per row (a server-backed backend answered a
+    request for every row of a dataset repeating its prompts); the hook's contract renders one
+    conversation a call, so nothing can be batched beyond that. The memo is bounded."""
+    from polyrl import hook_prompts
+
+    rendering = _Engine([5, 6, 7])
+    encode = HookPromptEncoder([rendering])  # type: ignore[list-item]
+    assert [encode(p) for p in (SHORT, LONG, SHORT, [dict(SHORT[0])], LONG)] == [[5, 6, 7]] * 5
+    assert rendering.calls == 2
+    encode(SHORT)[0] = 99  # the caller's copy: the memo is not changed
+    assert encode(SHORT) == [5, 6, 7] and rendering.calls == 2
+    for n in range(hook_prompts.MEMO_SIZE):  # SHORT and LONG pushed out by newer conversations
+        encode([{"role": "user", "content": str(n)}])
+    encode(SHORT)
+    assert rendering.calls == 3 + hook_prompts.MEMO_SIZE

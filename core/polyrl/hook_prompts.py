@@ -8,10 +8,18 @@ its batch was drawn, hours in, and a dropped system message never failed at all)
 ``encode_chat`` hook is, by its contract, exactly ``generate``'s rendering of a chat prompt, and a
 ``TokenPrompt``'s ids are used verbatim; no hook says how a backend tokenizes plain text, so a
 text prompt stays uncounted (None) rather than counted with a tokenizer the backend may not use.
+
+The hook renders one conversation a call (its contract: ``messages`` in, 1-D ids out), so rows
+cannot be sent as one batch without changing what third-party backends implement; a server-backed
+backend still gets a request per row. What can be spared is asked once: a conversation already
+rendered (a dataset repeating its prompts, the role check's stand-in conversations) is answered
+from a bounded memo of the latest ``MEMO_SIZE`` distinct ones.
 """
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +27,17 @@ from polyrl.types import Prompt, TokenPrompt
 
 if TYPE_CHECKING:
     from polyrl.engine import Engine
+
+#: distinct conversations whose ids are kept (ids of a prompt below model.max_length each)
+MEMO_SIZE = 4096
+
+
+def _key(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The conversation as canonical JSON, or None when it is not JSON (then it is not kept)."""
+    try:
+        return json.dumps(list(messages), sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
 
 
 class HookPromptEncoder:
@@ -31,8 +50,21 @@ class HookPromptEncoder:
     def __init__(self, engines: Sequence[Engine]) -> None:
         self._engines = list(engines)
         self._renderer: Engine | None = None
+        self._memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()
 
     def chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int] | None:
+        key = _key(messages)
+        if key is not None and key in self._memo:
+            self._memo.move_to_end(key)
+            return list(self._memo[key])
+        ids = self._asked(messages)
+        if key is not None and ids is not None:
+            self._memo[key] = tuple(ids)
+            if len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return ids
+
+    def _asked(self, messages: Sequence[Mapping[str, Any]]) -> list[int] | None:
         if self._renderer is not None:
             ids = self._renderer.encode_chat(messages, None, add_generation_prompt=True)
             return None if ids is None else [int(i) for i in ids]

@@ -48,16 +48,28 @@ def think_suffix(encode_chat: Callable[[list[dict[str, Any]], bool], Sequence[in
     ending with them makes the model start inside its reasoning), else None. ``encode_chat(messages,
     add_generation_prompt)`` is the run's; ``decode`` the tokenizer's. Why ids: every completion
     carries its prompt's ids, so ``opens_reasoning`` asks each one without decoding it."""
+    suffix = generation_prompt(encode_chat)
+    if not len(suffix) or final_part(decode(suffix.tolist())) is not None:
+        return None
+    return suffix
+
+
+def generation_prompt(encode_chat: Callable[[list[dict[str, Any]], bool], Sequence[int] | np.ndarray]) -> np.ndarray:
+    """The ids the chat template adds for ``add_generation_prompt`` (after a user message)."""
     probe = [{"role": "user", "content": "hi"}]
     with_prompt = np.asarray(encode_chat(probe, True), dtype=np.int64).reshape(-1)
     without = np.asarray(encode_chat(probe, False), dtype=np.int64).reshape(-1)
     n = 0
     while n < min(len(with_prompt), len(without)) and with_prompt[n] == without[n]:
         n += 1
-    suffix = with_prompt[n:]
-    if not len(suffix) or final_part(decode(suffix.tolist())) is not None:
-        return None
-    return suffix
+    return with_prompt[n:]
+
+
+def closes_reasoning(encode_chat: Callable[[list[dict[str, Any]], bool], Sequence[int] | np.ndarray],
+                     decode: Callable[[Sequence[int]], str]) -> bool:
+    """Whether the generation prompt holds a closed ``<think>`` block itself (Qwen3 with
+    ``enable_thinking = false``): the model then writes no reasoning of its own."""
+    return THINK_CLOSE in decode(generation_prompt(encode_chat).tolist())
 
 
 def opens_reasoning(prompt_ids: Sequence[int] | np.ndarray, suffix: np.ndarray | None) -> bool:

@@ -72,7 +72,7 @@ from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.functions import load_function_reward
 from polyrl.rewards.guard import RewardCancelled
 from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code, reward_files
-from polyrl.reasoning import opens_reasoning, think_suffix
+from polyrl.reasoning import closes_reasoning, opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
@@ -432,6 +432,7 @@ class Trainer:
         self.episodes = self._episode_runner()
         if self.episodes is not None:
             self.episodes.think_suffix = self._think_suffix
+            self.episodes.check_reasoning_kept(self._reasoning_closed())
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
                                      shuffle=config.data.shuffle)
@@ -562,13 +563,31 @@ class Trainer:
         """The chat template's generation prompt ids when it opens a ``<think>`` (QwQ, DeepSeek-R1
         distills: the completion starts inside its reasoning), else None (``reasoning.think_suffix``).
         Asked of the first engine that renders chats and decodes ids; None when none does."""
+        reader = self._chat_reader()
+        try:
+            return None if reader is None else think_suffix(*reader)
+        except (ConfigError, PluginError):  # a template that renders no conversation without a generation prompt
+            return None
+
+    def _reasoning_closed(self) -> bool:
+        """Whether the generation prompt closes a ``<think>`` block itself (``reasoning.closes_reasoning``);
+        False when no engine renders chats and decodes ids."""
+        reader = self._chat_reader()
+        try:
+            return False if reader is None else closes_reasoning(*reader)
+        except (ConfigError, PluginError):
+            return False
+
+    def _chat_reader(self) -> tuple[Callable[[list[dict[str, Any]], bool], np.ndarray], Callable[..., str]] | None:
+        """(``encode_chat(messages, add_generation_prompt)``, ``decode``) of the first engine that
+        renders chats and decodes ids, or None."""
         probe = [{"role": "user", "content": "hi"}]
         for engine in (self.gen_engine, self.train_engine):
             raw = engine.raw
             decode = getattr(raw, "decode", None) or getattr(getattr(raw, "tokenizer", None), "decode", None)
             try:
                 if callable(decode) and engine.encode_chat(probe, None, True) is not None:
-                    return think_suffix(functools.partial(_rendered, engine), decode)
+                    return functools.partial(_rendered, engine), decode
             except (ConfigError, PluginError):  # no chat template (a base model on text prompts): nothing opened
                 continue
         return None

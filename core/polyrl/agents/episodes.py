@@ -547,6 +547,49 @@ class EpisodeRunner:
                 fix="use a model whose chat template renders tool messages (Qwen2.5, Qwen3, Llama 3.1+) or at "
                     "least alternating user/assistant turns, or run without [environment] tools")
 
+    def check_reasoning_kept(self, reasoning_closed: bool = False) -> str | None:
+        """Warn (once, at setup) of a template that leaves an earlier assistant turn's ``<think>``
+        block out once what this runner inserts follows it (Qwen3's, after a new user query). Each
+        turn continues from the ids sampled so far, reasoning kept, exact to the token as generated
+        and trained (as TRL's and verl's multi-turn rollouts do), but turn 2 on then sees a context
+        that the template, and so a deployed model, never shows: a warning with the fixes, not a
+        refusal, since such runs train correctly. Asked of the messages the episodes insert: an
+        environment's ``user`` observations, and tool results in the role ``check_tool_results``
+        chose. ``reasoning_closed``: the generation prompt closes the reasoning itself (Qwen3 with
+        ``enable_thinking = false``), so no turn writes any. Returns the warning, or None."""
+        if reasoning_closed:
+            return None
+        if self.tool_results_role is None:
+            self.check_tool_results(self.toolbox.schemas if self.toolbox is not None else [])
+        schemas = list(self.toolbox.schemas) if self.toolbox is not None else []
+        name = str((schemas[0].get("function") or {}).get("name") or "tool") if schemas else "tool"
+        call = {"id": "call00000", "type": "function", "function": {"name": name, "arguments": {}}}
+        result = [{"role": "tool", "name": name, "content": "a", "tool_call_id": "call00000"}]
+        followers: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]] = []
+        if self.make_environment is not None:
+            followers.append(("a 'user' observation", [{"role": "user", "content": "a"}], []))
+        if schemas or self.make_environment is not None:
+            as_user = self.tool_results_role == "user"
+            followers.append(("a tool's result" + (" (as a 'user' message)" if as_user else ""),
+                              tool_results_as_user(result) if as_user else result, [call]))
+        tools = schemas or None
+        dropped = [what for what, follow, calls in followers if self.glue.drops_reasoning(follow, tools, calls)]
+        if not dropped:
+            return None
+        model = f"model {self.model_name!r}" if self.model_name else "this model"
+        kept = [what for what, _, _ in followers if what not in dropped]
+        message = (f"the chat template of {model} leaves an earlier assistant turn's <think> reasoning out of the "
+                   f"conversation once {' or '.join(dropped)} follows it; an episode's turns continue from the "
+                   "ids the model sampled, reasoning kept, so turns after the first are sampled and trained on a "
+                   "context this template (and a model deployed with it) never shows")
+        fix = ("set model.chat_template_kwargs = {enable_thinking = false} where the template has it (its "
+               "generation prompt then closes the reasoning)"
+               + (", have the environment answer with 'tool' messages (the template keeps the reasoning "
+                  "before those)" if kept else "")
+               + ", or use a model whose chat template keeps earlier turns' reasoning")
+        log.warning(message, field="environment", fix=fix)
+        return f"{message}; fix: {fix}"
+
     def _tool_results_role(self, schemas: Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
         """("tool" or "user", why neither works or None), asked of the template."""
         tools = list(schemas) or None

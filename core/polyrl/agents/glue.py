@@ -13,6 +13,12 @@ stay as sampled either way.
 A template that renders an assistant message with ``tool_calls`` from the calls alone, never its
 text (Llama 3.1-3.3), is read the same way with stand-in call *arguments* instead: the sampled ids
 are the call, and the glue is what the template writes after the rendered calls.
+
+What stand-in text cannot show is a template that leaves part of an earlier turn out depending on
+what it says: Qwen3's drops an assistant turn's ``<think>`` block once a new user query follows it.
+An episode continues from the sampled ids, reasoning kept, so its later turns would be sampled and
+trained on a context the template never shows the model; ``drops_reasoning`` asks the template
+with two reasoning stand-ins, and the runner refuses such a setup (``check_reasoning_kept``).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class RenderError(ConfigError):
 EncodeChat = Callable[[Sequence[Mapping[str, Any]], "Sequence[Mapping[str, Any]] | None", bool], np.ndarray]
 
 _PROBE_A, _PROBE_B = "a", "b c d"
+#: two assistant turns that differ only inside their reasoning: a template that renders them alike
+#: once more messages follow leaves an earlier turn's reasoning out
+_REASONING_A, _REASONING_B = "<think>\na\n</think>\n\nb", "<think>\nc d\n</think>\n\nb"
 _FIX = ("use a model whose chat template renders tool/observation messages after assistant turns, "
         "or an environment that answers with 'user' messages")
 
@@ -156,6 +165,28 @@ class ChatGlue:
         if np.array_equal(a, b):
             return f"it drops {role!r} messages"
         return None
+
+    def drops_reasoning(self, follow: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
+                        calls: Sequence[Mapping[str, Any]] = ()) -> bool:
+        """Whether the template leaves an assistant turn's ``<think>`` block out of the conversation
+        once ``follow`` (what an episode inserts: an observation, tool results) comes after it; the
+        turn makes ``calls`` (those ``follow`` answers). Only a drop that hangs on the text counts:
+        a template that writes no text of a turn with calls (Llama 3.x writes the call alone, and
+        the sampled ids are the call) leaves plain text out too. A template that refuses the probe
+        is taken to keep it (refusing is not dropping; the episode's own rendering reports it)."""
+        context: list[dict[str, Any]] = [{"role": "user", "content": _PROBE_A}]
+        turn: dict[str, Any] = {"role": "assistant"}
+        if calls:
+            turn["tool_calls"] = [dict(c) for c in calls]
+
+        def same(texts: tuple[str, str]) -> bool:
+            a, b = (self.encode([*context, {**turn, "content": text}, *follow], True, tools) for text in texts)
+            return bool(np.array_equal(a, b))
+
+        try:
+            return same((_REASONING_A, _REASONING_B)) and not same((_PROBE_A, _PROBE_B))
+        except RenderError:
+            return False
 
     def prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """The first prompt's ids: the messages (and tools) and a generation prompt."""
