@@ -846,7 +846,8 @@ class GRPOTrainer:
         with run_lock.held_while_writing(output_dir, self.accelerator.is_main_process):
             folder.mkdir(parents=True, exist_ok=True)
             run = trl_saves.run_key(output_dir)
-            aside = trl_saves.set_aside_others(folder, own)
+            # one process moves them (the lock's holder), as transformers' save_metrics writes on one only
+            aside = trl_saves.set_aside_others(folder, own) if self.accelerator.is_main_process else None
             if aside is not None and self.summary is None:  # another run's: back with it when train() sets it aside
                 self._displaced.append((aside, run))
             yield folder, own
