@@ -79,3 +79,29 @@ def test_no_recorded_identity_is_said_as_such(tmp_path):
     assert str(err.value).startswith(f"evaluate: this trainer could not list the files of the model its run "
                                      f"exported ({model})")
     assert "later run" not in str(err.value) and "readable" in err.value.fix
+
+
+def _write(folder: Path, name: str, content: object) -> None:
+    import json
+
+    (folder / name).write_text(json.dumps(content, indent=4, sort_keys=True))
+
+
+def test_split_results_an_older_polyrl_wrote_without_a_record_go_aside_with_its_run(tmp_path):
+    """A polyrl before .polyrl-results.json (or transformers' Trainer) wrote validation_results.json
+    and merged it into all_results.json, listing it nowhere: a fresh start set aside
+    all_results.json and left validation_results.json beside the next run's files as if that
+    run's. A split file every item of which all_results.json holds goes with it; a user's own
+    *_results.json (other values, or empty) stays, and so does everything when all_results.json
+    is this trainer's own."""
+    _write(tmp_path, "validation_results.json", {"validation_loss": 1.5, "nan_metric": float("nan")})
+    _write(tmp_path, "all_results.json", {"validation_loss": 1.5, "nan_metric": float("nan"), "train_loss": 1.0})
+    _write(tmp_path, "train_results.json", {"train_loss": 1.0})
+    _write(tmp_path, "my_results.json", {"validation_loss": 2.0})
+    _write(tmp_path, "empty_results.json", {})
+    found = sorted(p.name for p in trl_saves.leftover_run_files(tmp_path, {}))
+    assert found == ["all_results.json", "train_results.json", "validation_results.json"]
+    # this trainer's own (a NaN read back is still its own), with its own train split: nothing goes
+    own = {"all_results.json": {"validation_loss": 1.5, "nan_metric": float("nan"), "train_loss": 1.0},
+           "train_results.json": {"train_loss": 1.0}}
+    assert trl_saves.leftover_run_files(tmp_path, own) == []

@@ -278,7 +278,8 @@ def test_results_of_a_trainer_that_never_trained_are_not_merged_into_a_later_run
     assert json.loads((run / "baseline_results.json").read_text()) == {"baseline_loss": 3.0}
     (kept,) = (run / "previous").glob("results-*")
     assert json.loads((kept / "eval_results.json").read_text()) == {"eval_loss": 1.0, "only_a": 7.0}
-    assert json.loads((kept / "all_results.json").read_text()) == {"eval_loss": 1.0, "only_a": 7.0, "baseline_loss": 3.0}
+    # A's alone: B's save before its train() moved A's aside first (old code: B's baseline_loss merged in)
+    assert json.loads((kept / "all_results.json").read_text()) == {"eval_loss": 1.0, "only_a": 7.0}
     assert (kept / "trainer_state.json").is_file()
     # C saves before its train() with B's finished run there: C's stays, B's goes aside with B's run
     third = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, max_steps=1),
@@ -290,9 +291,9 @@ def test_results_of_a_trainer_that_never_trained_are_not_merged_into_a_later_run
     assert not (run / "baseline_results.json").exists()
     (aside,) = [p for p in (run / "previous").iterdir() if not p.name.startswith("results-")]
     assert json.loads((aside / "baseline_results.json").read_text()) == {"baseline_loss": 3.0}
-    # B's merged file, with C's pre-train keys merged in before C's train() knew it would start fresh
-    assert json.loads((aside / "all_results.json").read_text()).items() >= {"baseline_loss": 3.0,
-                                                                             "train_loss": 2.0}.items()
+    # B's alone (old code: C's pre-train keys merged in), back with B's run from where C's save moved it
+    assert json.loads((aside / "all_results.json").read_text()) == {"baseline_loss": 3.0, "train_loss": 2.0}
+    assert len(list((run / "previous").glob("results-*"))) == 1  # A's; the one C's save made is empty, gone
 
 
 def test_a_trainer_keeps_its_own_trained_model_after_a_later_run_in_its_output_dir(tiny_model_dir, tmp_path):

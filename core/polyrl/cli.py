@@ -667,17 +667,52 @@ def _leave_past_held_threads(code: int, grace_s: float, poll_s: float = 0.1) -> 
 
 def _run_exit_handlers(timeout_s: float) -> None:
     """Run the ``atexit`` handlers (which ``os._exit`` skips) on a thread of their own, waiting at
-    most ``timeout_s`` for them: one that hangs must not keep the program from leaving."""
+    most ``timeout_s`` for them: one that hangs must not keep the program from leaving. W&B's
+    end (``wandb.teardown``) runs on a thread of its own beside them (``_finish_wandb``)."""
     import atexit
     import threading
+    import time
 
     def run() -> None:
         with contextlib.suppress(BaseException):  # each handler's error is printed by atexit itself
             atexit._run_exitfuncs()
 
+    deadline = time.monotonic() + timeout_s
+    wandb = _finish_wandb()
     runner = threading.Thread(target=run, name="polyrl-exit-handlers", daemon=True)
     runner.start()
     runner.join(timeout_s)
+    if wandb is not None:
+        wandb.join(max(0.0, deadline - time.monotonic()))
+        if wandb.is_alive():
+            sys.stderr.write(
+                f"warning: W&B did not finish within {timeout_s:g} s as the program left: a W&B run not finished "
+                "before (its tracker's close timed out, or the run's code started it) loses what W&B had not yet "
+                "written to its run-*.wandb file (its last steps, up to one 32 KiB block, and the run's exit "
+                "record) and what it had not uploaded. Fix: end the threads the run's code left running (the "
+                "warning above), or raise logging.tracker_timeout_s so the tracker's own close finishes it\n")
+
+
+def _finish_wandb() -> Any:
+    """A started thread running ``wandb.teardown()`` (every W&B run not finished ends, its data
+    written), or None when W&B was never imported. Why its own thread: W&B's ``atexit`` hook runs
+    after the handlers registered later, one at a time, and one of those that hung (an
+    environment's, a library's) kept it from running: the run-*.wandb file lost its last block of
+    records and the run's end (W&B writes the file in 32 KiB blocks)."""
+    import threading
+
+    module = sys.modules.get("wandb")
+    teardown = getattr(module, "teardown", None)
+    if not callable(teardown):
+        return None
+
+    def run() -> None:
+        with contextlib.suppress(BaseException):  # W&B's own failure: nothing to add at exit
+            teardown()
+
+    thread = threading.Thread(target=run, name="polyrl-exit-wandb", daemon=True)
+    thread.start()
+    return thread
 
 
 def _main(argv: list[str] | None) -> int:

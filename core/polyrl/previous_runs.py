@@ -390,11 +390,12 @@ def set_aside(output_dir: Path, items: Iterable[Path], keep: int) -> Path:
 RESULTS_PREFIX = "results-"
 
 
-def set_aside_results(output_dir: Path, items: Iterable[Path]) -> Path:
+def set_aside_results(output_dir: Path, items: Iterable[Path], why: str = "") -> Path:
     """Move ``items`` (results a TRL trainer saved in ``output_dir`` without a run: no checkpoint,
     no model) into a new ``previous/results-<time>/``, all or none. Why a folder apart: left in
     place, a later run's ``save_metrics()`` merged into them; counted as a run, metrics alone would
-    push a trained run out of previous/ (``keep_previous_runs``), so they are never pruned."""
+    push a trained run out of previous/ (``keep_previous_runs``), so they are never pruned. ``why``:
+    the warning's text, when not a fresh start's (``trl_saves.set_aside_others``)."""
     aside = new_aside_dir(output_dir / PREVIOUS_DIR, prefix=RESULTS_PREFIX)
     try:
         move_aside(items, aside)
@@ -404,7 +405,7 @@ def set_aside_results(output_dir: Path, items: Iterable[Path]) -> Path:
         except OSError:
             pass
         raise
-    log.warning("output_dir held results a trainer saved without training (save_metrics/save_state, no "
+    log.warning(why or "output_dir held results a trainer saved without training (save_metrics/save_state, no "
                 "checkpoint or model); they were moved aside, not merged into this run's", moved_to=str(aside),
                 fix="nothing to do; they are never deleted by polyrl")
     return aside

@@ -31,7 +31,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -300,6 +300,10 @@ class Trainer:
         #: a TRL trainer's own saves in output_dir before this run (name -> content): a fresh start
         #: sets aside every other trainer's results there, not these (``trl_saves.leftover_run_files``)
         self.own_run_files: Mapping[str, Any] = {}
+        #: (folder, the run then in output_dir) for each ``previous/results-<time>/`` a TRL trainer's
+        #: saves before this run moved another run's results into: a fresh start setting that run
+        #: aside puts them back with it (``trl_saves.rejoin``)
+        self.displaced_results: Sequence[tuple[Path, Any]] = ()
         self._reward_state: TrainerState | None = None
         #: evaluate after training (with held-out rows); False: only the steps ``eval.every`` or an
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
@@ -1635,6 +1639,7 @@ class Trainer:
         # save_metrics() merged into the earlier run's all_results.json; its own saves before this
         # train() stay (``own_run_files``)
         results = trl_saves.leftover_run_files(self.output_dir, self.own_run_files)
+        earlier = trl_saves.run_key(self.output_dir)  # before it moves: which run the displaced results are of
         if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
@@ -1642,9 +1647,10 @@ class Trainer:
                                   # its curves: left here, this run's session start hid them in TensorBoard
                                   self.output_dir / TENSORBOARD_DIR, *results],
                 keep=keep)
+            trl_saves.rejoin(aside, self.displaced_results, earlier)
         elif results:  # a trainer that saved results but never trained: no run to count, but not ours
             previous_runs.set_aside_results(self.output_dir, results)
-        trl_saves.restore_own(self.output_dir, self.own_run_files, results)
+        trl_saves.restore_own(self.output_dir, self.own_run_files)
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = self.num_tokens = self.updates_applied = 0
         self.history = self._rewind_metrics()

@@ -26,6 +26,7 @@ that final model by ``polyrl.trl_peft``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -33,7 +34,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -287,6 +288,12 @@ class GRPOTrainer:
         #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
         #: in). ``train()``'s fresh start keeps these and sets every other trainer's results aside.
         self._own_results: dict[str, Any] = {}
+        #: after ``train()``: the run files its run held when it returned, and what it saved since
+        #: (name -> content); a save finding others there moves them aside (``trl_saves.set_aside_others``)
+        self._run_results: dict[str, Any] = {}
+        #: (previous/results-<time>/, the run then in output_dir) for each move of another run's
+        #: results by a save before ``train()``: its fresh start puts them back with that run
+        self._displaced: list[tuple[Path, trl_saves.RunKey]] = []
         #: the trained model/'s files as this trainer's run left them (``trl_saves.model_identity``)
         self._trained_identity: trl_saves.Identity = ()
         #: polyrl's ``Trainer`` while ``train()`` runs (its trackers open), else None: ``log()`` writes to them
@@ -378,6 +385,7 @@ class GRPOTrainer:
         if asked_only:
             trainer.evaluate_after = False  # TRL evaluates at the end only on its eval_strategy
         trainer.own_run_files = dict(self._own_results)
+        trainer.displaced_results = list(self._displaced)
         if resume is not None and not trainer.resume(resume or None):
             raise ConfigError(f"no checkpoint to resume in {self.grpo_config.output_dir}", field="resume_from_checkpoint",
                               fix="call train() without resume_from_checkpoint to start the run")
@@ -403,7 +411,8 @@ class GRPOTrainer:
         finally:
             self._run = None
         self.summary = summary
-        self._own_results = {}  # what it saved before this run is part of this run now
+        self._own_results, self._displaced = {}, []  # what it saved before this run is part of this run now
+        self._run_results = trl_saves.run_results(Path(self.grpo_config.output_dir))
         best_loaded = self._load_best_model(trainer, summary)
         # what tells this run's model/ from a later run's there (trl_saves.trained_model)
         self._trained_identity = trl_saves.model_identity(Path(summary["model"])) if "model" in summary else ()
@@ -812,32 +821,50 @@ class GRPOTrainer:
     def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
         """Write ``output_dir/{split}_results.json`` (and merge into ``all_results.json``), as transformers does;
         after a later run in that output_dir, where it set this trainer's run aside (``_run_folder``)."""
-        folder = self._run_folder("save_metrics")
-        folder.mkdir(parents=True, exist_ok=True)
-        # each file replaced whole (strict_json's temp file and rename): a write cut short (a kill, a
-        # full disk) left all_results.json half written, and every later save_metrics a JSONDecodeError
-        name = f"{split}_results.json"
-        strict_json.rewrite_lines(folder / name, [json.dumps(metrics, indent=4, sort_keys=True)])
-        trl_saves.record_results(folder, name)  # any split's file goes aside with its run (trl_saves)
-        before_run = self.summary is None
-        if before_run:
-            self._own_results[name] = json.loads(json.dumps(metrics))
-        if combined:
-            everything = folder / "all_results.json"
-            merged = json.loads(everything.read_text()) if everything.is_file() else {}
-            strict_json.rewrite_lines(everything, [json.dumps({**merged, **metrics}, indent=4, sort_keys=True)])
-            if before_run:
-                own = self._own_results.get("all_results.json", {})
-                self._own_results["all_results.json"] = {**own, **json.loads(json.dumps(metrics))}
+        with self._saving_into("save_metrics") as (folder, own):
+            # each file replaced whole (strict_json's temp file and rename): a write cut short (a kill, a
+            # full disk) left all_results.json half written, and every later save_metrics a JSONDecodeError
+            name = f"{split}_results.json"
+            strict_json.rewrite_lines(folder / name, [json.dumps(metrics, indent=4, sort_keys=True)])
+            trl_saves.record_results(folder, name)  # any split's file goes aside with its run (trl_saves)
+            own[name] = json.loads(json.dumps(metrics))
+            if combined:
+                everything = folder / "all_results.json"
+                merged = json.loads(everything.read_text()) if everything.is_file() else {}
+                strict_json.rewrite_lines(everything, [json.dumps({**merged, **metrics}, indent=4, sort_keys=True)])
+                own["all_results.json"] = {**own.get("all_results.json", {}), **json.loads(json.dumps(metrics))}
+
+    @contextlib.contextmanager
+    def _saving_into(self, asked: str) -> Iterator[tuple[Path, dict[str, Any]]]:
+        """(the folder ``save_metrics``/``save_state`` write into: ``_run_folder``, this trainer's
+        own files there: name -> content, to update). In the output_dir, under its run lock (a run
+        of another process there is refused before a file of it is replaced), with every run file
+        not this trainer's moved aside first (``trl_saves.set_aside_others``): as transformers does,
+        an earlier run's or another trainer's files there were overwritten or merged into."""
+        from polyrl import run_lock
+
+        folder = self._run_folder(asked)
+        own = self._own_results if self.summary is None else self._run_results
+        output_dir = Path(self.grpo_config.output_dir)
+        if folder.resolve() != output_dir.resolve():  # a previous/ folder holding this trainer's run alone
+            folder.mkdir(parents=True, exist_ok=True)
+            yield folder, own
+            return
+        with run_lock.held_while_writing(output_dir, self.accelerator.is_main_process):
+            folder.mkdir(parents=True, exist_ok=True)
+            run = trl_saves.run_key(output_dir)
+            # one process moves them (the lock's holder), as transformers' save_metrics writes on one only
+            aside = trl_saves.set_aside_others(folder, own) if self.accelerator.is_main_process else None
+            if aside is not None and self.summary is None:  # another run's: back with it when train() sets it aside
+                self._displaced.append((aside, run))
+            yield folder, own
 
     def save_state(self) -> None:
         """Write ``output_dir/trainer_state.json`` (``state.save_to_json``), as transformers does; after a
         later run in that output_dir, where it set this trainer's run aside (``_run_folder``)."""
-        folder = self._run_folder("save_state")
-        folder.mkdir(parents=True, exist_ok=True)
-        self.state.save_to_json(str(folder / "trainer_state.json"))
-        if self.summary is None:  # before its run: its own (``_own_results``)
-            self._own_results["trainer_state.json"] = json.loads((folder / "trainer_state.json").read_text())
+        with self._saving_into("save_state") as (folder, own):
+            self.state.save_to_json(str(folder / "trainer_state.json"))
+            own["trainer_state.json"] = json.loads((folder / "trainer_state.json").read_text())
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         """Refused: polyrl uploads nothing (``push_to_hub=True`` in the GRPOConfig is refused too)."""

@@ -106,14 +106,46 @@ def leftover_run_files(folder: Path, own: Mapping[str, Any]) -> list[Path]:
     record) a fresh start sets aside: all but those holding exactly what this trainer saved there
     itself before its ``train()`` (``own``: name -> content), which stay its own."""
     found = []
-    for name in dict.fromkeys((*RUN_FILES, *recorded_results(folder))):
+    recorded = recorded_results(folder)
+    for name in dict.fromkeys((*RUN_FILES, *recorded)):
         path = folder / name
-        if (path.exists() or path.is_symlink()) and not (name in own and _content(path) == own[name]):
+        if (path.exists() or path.is_symlink()) and not (name in own and _same(_content(path), own[name])):
             found.append(path)
+    if folder / "all_results.json" in found:
+        found += older_splits(folder, {*RUN_FILES, *recorded, *own})
     record = folder / RESULTS_RECORD
     if found and (record.exists() or record.is_symlink()):
         found.append(record)
     return found
+
+
+def older_splits(folder: Path, known: set[str]) -> list[Path]:
+    """The ``{split}_results.json`` files in ``folder`` (none of ``known``) that ``save_metrics()``
+    wrote with no ``RESULTS_RECORD`` entry (a polyrl before the record, or transformers' Trainer):
+    a non-empty JSON object every item of which ``all_results.json`` holds, as save_metrics merges
+    each split into it. Why: the record lists only what a newer polyrl wrote, so an older run's
+    ``validation_results.json`` stayed beside the next run's files as if that run's; a user's
+    own ``*_results.json`` (other keys or values) stays."""
+    merged = _content(folder / "all_results.json")
+    if not isinstance(merged, dict):
+        return []
+    found = []
+    for path in sorted(folder.glob("*_results.json")):
+        if path.name in known or path.is_symlink() or not _RESULTS_NAME.fullmatch(path.name):
+            continue
+        content = _content(path)
+        if isinstance(content, dict) and content and all(
+                key in merged and _same(merged[key], value) for key, value in content.items()):
+            found.append(path)
+    return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON: a NaN metric read back equals the one saved (``==`` says not, and a trainer's
+    own all_results.json holding one was taken for another's and moved aside at each save)."""
+    if a is _UNREADABLE or b is _UNREADABLE:
+        return False
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _content(path: Path) -> Any:
@@ -126,19 +158,81 @@ def _content(path: Path) -> Any:
 _UNREADABLE = object()  # never equal to a trainer's own content
 
 
-def restore_own(folder: Path, own: Mapping[str, Any], moved: Sequence[Path]) -> None:
-    """Write back this trainer's own saves among ``moved`` (files a fresh start set aside because
-    another trainer's results were merged into them: ``all_results.json``), as it alone saved them,
-    and list its own results in ``RESULTS_RECORD`` again (the record went aside with the others')."""
+def restore_own(folder: Path, own: Mapping[str, Any]) -> None:
+    """Write back this trainer's own saves that ``folder`` no longer holds as it alone saved them
+    (set aside because another trainer's results were merged into them, ``all_results.json``, or
+    moved out by another trainer's save: ``set_aside_others``), and list its own results in
+    ``RESULTS_RECORD`` again (the record went aside with the others')."""
     from polyrl import strict_json
 
-    moved_names = {path.name for path in moved}
     for name, content in own.items():
-        if name in moved_names:
+        if not _same(_content(folder / name), content):
             indent = 2 if name == "trainer_state.json" else 4  # as transformers writes each
             strict_json.rewrite_lines(folder / name, [json.dumps(content, indent=indent, sort_keys=True)])
         if (folder / name).exists():
             record_results(folder, name)
+
+
+def run_results(folder: Path) -> dict[str, Any]:
+    """The run files in ``folder`` (``RUN_FILES``, the recorded splits): name -> content. What a
+    trainer's run holds when its ``train()`` returns: its own from then on (``set_aside_others``)."""
+    names = dict.fromkeys((*RUN_FILES, *recorded_results(folder)))
+    return {name: content for name in names if (content := _content(folder / name)) is not _UNREADABLE}
+
+
+#: which run an output_dir holds: its model/'s file stats and its checkpoints' names (both empty: none)
+RunKey = tuple[Identity, tuple[str, ...]]
+
+
+def run_key(output_dir: Path) -> RunKey:
+    """The ``RunKey`` of the run in ``output_dir`` now."""
+    try:
+        checkpoints = tuple(sorted(p.name for p in (output_dir / "checkpoints").iterdir()))
+    except OSError:
+        checkpoints = ()
+    return model_identity(output_dir / "model"), checkpoints
+
+
+def rejoin(aside: Path, displaced: Sequence[tuple[Path, RunKey]], run: RunKey) -> None:
+    """Move the results a trainer's saves moved out of the output_dir (``set_aside_others``) into
+    ``aside``, the ``previous/`` folder their run (``run``, as it was then) was just set aside
+    into, and remove their emptied ``previous/results-<time>/``. Why: set apart, an earlier run's
+    results lay in one folder and its model in another. Each file is renamed: cut short, some are
+    in one folder and some in the other, none lost."""
+    for folder, key in displaced:
+        if key != run or not any(run) or not folder.is_dir():
+            continue
+        entries = list(folder.iterdir())
+        if any((aside / entry.name).exists() for entry in entries):
+            continue  # not that run's alone: left where it is
+        try:
+            for entry in entries:
+                entry.replace(aside / entry.name)
+            folder.rmdir()
+        except OSError as exc:
+            log.warning("results moved aside before this run could not join their run in previous/; they stay "
+                        "where they are", path=str(folder), moved_to=str(aside), error=str(exc))
+            continue
+        log.info("an earlier run's results a trainer's save had moved aside are back with that run",
+                 moved_from=str(folder), moved_to=str(aside))
+
+
+def set_aside_others(folder: Path, own: Mapping[str, Any]) -> Path | None:
+    """Before a trainer's ``save_metrics()``/``save_state()`` writes into the output_dir
+    ``folder``: move the run files there that are not its own (``own``: what it saved itself, or
+    its run held) intact into ``previous/results-<time>/``, and list its own in ``RESULTS_RECORD``
+    again. Why: as transformers does, it overwrote another run's ``eval_results.json`` and
+    ``trainer_state.json`` and merged into its ``all_results.json`` (an earlier run's, or another
+    trainer's on the same output_dir): that run's results were lost or mixed with this trainer's.
+    Returns the folder they went into (None: nothing was moved)."""
+    others = leftover_run_files(folder, own)
+    if not others:
+        return None
+    aside = previous_runs.set_aside_results(folder, others, why="another run's or trainer's results (save_metrics/"
+                                    "save_state) were in the output_dir a trainer saves into; they were moved "
+                                    "aside whole, not overwritten or merged into this trainer's")
+    restore_own(folder, own)
+    return aside
 
 
 def model_identity(folder: Path) -> Identity:
@@ -207,4 +301,5 @@ def run_folder(folder: Path, identity: Identity, asked: str) -> Path:
 
 
 __all__ = ["RESULTS_RECORD", "RUN_FILES", "Identity", "check_still_ours", "claim", "leftover_run_files", "model_identity",
-           "record_results", "recorded_results", "restore_own", "run_folder", "trained_model"]
+           "older_splits", "record_results", "recorded_results", "rejoin", "restore_own", "run_folder", "run_key",
+           "run_results", "set_aside_others", "trained_model"]
