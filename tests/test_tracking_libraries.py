@@ -787,3 +787,32 @@ def test_wandb_log_model_with_a_run_name_w_and_b_refuses_in_a_name_still_logs_an
     with pytest.raises(OSError, match="disk full"):
         again.close()
     assert wandb.run is None  # the run ended all the same
+
+
+def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
+    """The README's ``mlflow ui --backend-store-uri output_dir/mlruns`` failed on the store a run
+    wrote: MLflow 3 refuses a file store without ``MLFLOW_ALLOW_FILE_STORE=true``, which the tracker
+    sets for itself only, and the start did not say where the store is. It now logs the command;
+    the store opens, in a shell without the variable, with the variable that command sets."""
+    import re
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    code = ("import sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
+            "from polyrl.tracking.mlflow import MlflowTracker\n"
+            "t = MlflowTracker(TrackerContext(Path(sys.argv[1]), 'r', 'proj', {}))\n"
+            "t.log_metrics({'loss': 0.25}, 1)\nt.close()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = re.search(r"([A-Z_]+)=(\S+) mlflow ui --backend-store-uri ([^\s']+)", proc.stderr)
+    assert said, proc.stderr
+    assert said[3] == str((out / "mlruns").resolve())
+    read = ("import sys\nfrom mlflow.tracking import MlflowClient\nc = MlflowClient(tracking_uri=sys.argv[1])\n"
+            "exp = c.get_experiment_by_name('proj')\n"
+            "print([m.value for r in c.search_runs([exp.experiment_id]) for m in c.get_metric_history(r.info.run_id, 'loss')])\n")
+    opened = subprocess.run([sys.executable, "-c", read, said[3]], env={**env, said[1]: said[2]},
+                            capture_output=True, text=True, timeout=300)
+    assert opened.returncode == 0 and opened.stdout.strip() == "[0.25]", opened.stderr[-2000:]
