@@ -816,3 +816,27 @@ def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
     opened = subprocess.run([sys.executable, "-c", read, said[3]], env={**env, said[1]: said[2]},
                             capture_output=True, text=True, timeout=300)
     assert opened.returncode == 0 and opened.stdout.strip() == "[0.25]", opened.stderr[-2000:]
+
+
+@pytest.mark.parametrize("stop_at", [2, None])
+def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, monkeypatch, stop_at):
+    """A run stopped by Ctrl-C or SIGTERM at step 2 of 4 ended its MLflow run FINISHED, as one that
+    took every step: a sweep's "finished" filter kept it. It is now KILLED, MLflow's state for a run
+    its user interrupted; a run that takes every step stays FINISHED."""
+    from mlflow.tracking import MlflowClient
+    from test_step_numbering import _stopper, toy_run
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    holder: dict = {"stop_at": stop_at}
+    data = toy_run(tmp_path, steps=4, report_to=["mlflow"], project="polyrl-stop")
+    data["rewards"] = [{"name": "stopper"}]
+    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
+    client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("polyrl-stop").experiment_id])
+    assert found.info.status == ("KILLED" if stop_at else "FINISHED")

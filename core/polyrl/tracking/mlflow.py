@@ -263,6 +263,12 @@ class MlflowTracker:
         if not self.adopted:  # the script's `with mlflow.start_run()` marks its own run failed on the error
             self.client.set_terminated(self.run_id, status="FAILED")
 
+    def close_stopped(self) -> None:
+        """Ctrl-C or SIGTERM before the last step: MLflow's KILLED, as its own client marks a run its
+        user interrupted (FINISHED read as a run that took all its steps)."""
+        if not self.adopted:
+            self.client.set_terminated(self.run_id, status="KILLED")
+
 
 def trl_tags() -> dict[str, str]:
     """The tags transformers' ``MLflowCallback`` sets on a TRL run: ``$MLFLOW_TAGS``, a JSON object
