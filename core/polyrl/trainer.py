@@ -284,6 +284,8 @@ class Trainer:
         #: sample (``RewardContext.columns``); read once: a row-backed set finds them row by row
         self._columns = tuple(tuple(data.columns) if data is not None else () for data in self._source_data)
         self.stop_requested = False
+        #: the run was stopped by a signal (or its agreement under a launcher) before its last step
+        self._stopped_on_request = False
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
         #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
@@ -1852,7 +1854,7 @@ class Trainer:
         except OutOfMemory as exc:  # the last step trained is kept where it soundly can be, and said
             raise OutOfMemory(exc.what, kept=self._kept_out_of_memory()) from None
         finally:
-            self.tracking.close(failed=failed)
+            self.tracking.close(failed=failed, stopped=self._stopped_on_request)
             # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
             self.rollouts.close(wait=sys.exc_info()[0] is not StoppedAtOnce)
             self.lock.release()
@@ -1930,6 +1932,7 @@ class Trainer:
             if not (self._agree_to_stop() if self.world_size > 1 else self.stop_requested):
                 return True
         log.warning("stopped on request before the first step: nothing was trained or saved")
+        self._stopped_on_request = True
         summary["stopped_early"] = True
         return False
 
@@ -2066,6 +2069,7 @@ class Trainer:
                 log.info("stopped early", step=self.step, asked_by=asked.why)
             else:
                 log.warning("stopped early on request", step=self.step)
+                self._stopped_on_request = True  # the trackers' runs end as killed, not finished
             summary["stopped_early"] = True
         if self.eval_dataset is not None and self.evaluate_after:
             if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated
