@@ -886,6 +886,9 @@ class Trainer:
                        epoch=trl_epoch(self.step + 1 + self._epoch_steps_skipped, c.train.prompts_per_step,
                                        len(self.dataset), self._step_start),
                        step_time=trl_step_time(total, algo.updates_per_step))
+        bonus = algo.objective(self._max_completion_tokens).entropy_coef
+        if bonus:  # TRL logs its entropy coefficient where there is a bonus (polyrl's stays as set)
+            metrics["entropy_coef"] = float(bonus)
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
