@@ -53,3 +53,24 @@ def test_without_an_entropy_bonus_neither_key_is_logged(tiny_model_dir, tmp_path
     trainer.train()
     step = trainer.state.log_history[0]
     assert "policy_loss" not in step and "entropy_coef" not in step and "loss" in step
+
+
+def math_reward_func(prompts, completions, task, **kwargs):
+    """The docs' Example 4 (multi-task): a score for its own task's rows, None for the others."""
+    return [float(len(c)) if t == "math" else None for c, t in zip(completions, task)]
+
+
+def test_with_an_entropy_bonus_rows_no_reward_scored_stay_in_the_loss_as_trls_do(tiny_model_dir, tmp_path):
+    """Example 4's mixed dataset (a "code" row no reward scores) with the static entropy bonus: TRL
+    keeps the unscored rows in its loss at advantage 0 (``nan_to_num``), so the bonus covers their
+    tokens too; polyrl left them out, training the bonus over the scored rows only."""
+    rows = [{"prompt": "What is 2+2?", "task": "math"},
+            {"prompt": "Write a function that returns the sum of two numbers.", "task": "code"}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[math_reward_func],
+                          train_dataset=datasets.Dataset.from_list(rows),
+                          args=_args(tmp_path, entropy_coef=0.05, temperature=1.5))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert step["samples_kept"] == 4  # both groups' completions, the unscored "code" pair included
+    assert step["reward"] == step["rewards/math_reward_func/mean"]  # the unscored rows stay out of the means
+    assert step["policy_loss"] == pytest.approx(step["loss"] + 0.05 * step["entropy"], rel=1e-5, abs=1e-7)

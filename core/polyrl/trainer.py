@@ -811,8 +811,10 @@ class Trainer:
             if idle_entropy is not None:
                 metrics["entropy"] = idle_entropy
         else:
-            if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
-                log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
+            if self._nothing_scored and self.rank == 0:  # kept for the KL term / entropy bonus (kl_only above)
+                terms = " and ".join(t for t, on in (("the KL term", kl_in_loss),
+                                                     ("the entropy bonus", algo.entropy_coef > 0)) if on)
+                log.warning(f"no reward scored any sample this step: it trains {terms} alone, every advantage "
                             "0, as TRL does", step=self.step + 1,
                             fix="make at least one reward function return a number for each completion (None "
                                 f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run")
