@@ -861,8 +861,10 @@ class Trainer:
             if idle_entropy is not None:
                 metrics["entropy"] = idle_entropy
         else:
-            if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
-                log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
+            if self._nothing_scored and self.rank == 0:  # kept for the KL term / entropy bonus (kl_only above)
+                terms = " and ".join(t for t, on in (("the KL term", kl_in_loss),
+                                                     ("the entropy bonus", algo.entropy_coef > 0)) if on)
+                log.warning(f"no reward scored any sample this step: it trains {terms} alone, every advantage "
                             "0, as TRL does", step=self.step + 1,
                             fix="make at least one reward function return a number for each completion (None "
                                 f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run")
@@ -936,6 +938,9 @@ class Trainer:
                        epoch=trl_epoch(self.step + 1 + self._epoch_steps_skipped, c.train.prompts_per_step,
                                        len(self.dataset), self._step_start),
                        step_time=trl_step_time(total, algo.updates_per_step))
+        bonus = algo.objective(self._max_completion_tokens).entropy_coef
+        if bonus:  # TRL logs its entropy coefficient where there is a bonus (polyrl's stays as set)
+            metrics["entropy_coef"] = float(bonus)
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
