@@ -176,7 +176,7 @@ def test_resume_continues_the_count_of_applied_updates(toy, tmp_path, monkeypatc
     state = Trainer._state
     monkeypatch.setattr(Trainer, "_state", lambda self: {k: v for k, v in state(self).items()
                                                          if k != "updates_applied"})  # as an older polyrl saved
-    monkeypatch.setattr(Trainer, "_idle_updates", lambda self, completions, updates, whole=None: (None, None))  # and stepped
+    monkeypatch.setattr(Trainer, "_idle_updates", lambda *args, **kwargs: {})  # and stepped
     Trainer(config("old", 3)).run(progress=False)
     monkeypatch.undo()
     older = Trainer(config("old", 6))

@@ -240,17 +240,15 @@ def router_micro_batch(config: GRPOConfig, model: str, coef: float | None) -> in
     them), so polyrl's term over a larger micro-batch (by default the whole rank's batch) was
     another quantity; a dense model's loss is the same at any micro-batch size, so it is left as
     it was. None: nothing to carry (polyrl's own config, a dense model, the term off)."""
-    from polyrl.backend_kit.router_aux import declared_coef, is_moe
+    from polyrl.backend_kit.router_aux import is_moe, own_coef
 
     if config._trl_micro_batch is None or coef == 0.0:
         return None
     loaded = _model_config(model)
     if loaded is None or not is_moe(loaded):
         return None
-    if coef is None:
-        declared = declared_coef(loaded)  # null: an error line, as at startup
-        if declared == 0.0:
-            return None
+    if coef is None and own_coef(loaded) == 0.0:  # null: an error line, as at startup
+        return None
     return config._trl_micro_batch
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from polyrl.backend_kit.router_aux import (check_declared, declared_coef, is_moe, refuse_router_aux,
+from polyrl.backend_kit.router_aux import (check_declared, is_moe, own_coef, refuse_router_aux,
                                           returns_router_logits, router_aux_coef)
 from polyrl.errors import ConfigError
 from polyrl.model_config import config_tables
@@ -81,8 +81,8 @@ def check_router_aux(config: Any, registry: Any, model_path: str, launched: bool
     if launched is None:
         launched = "WORLD_SIZE" in os.environ
     if tables and launched and config.backends.options.get("fsdp") is True and is_moe(tables[0]):
-        coef = requested if requested is not None else declared_coef(tables[0])
-        if coef is None or coef != 0.0:  # unset and undeclared: transformers' default, not 0
+        coef = requested if requested is not None else own_coef(tables[0])
+        if coef != 0.0:  # unset and undeclared: transformers' default for the type
             raise ConfigError(("is " + shown(coef) if requested is not None else "is unset (the model's own "
                                "coefficient applies)") + ", and the torch backend's sharded (fsdp = true) forward "
                               "has no Mixture-of-Experts router load-balancing loss (TRL adds it by default)",

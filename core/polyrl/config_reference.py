@@ -16,7 +16,7 @@ from polyrl.config import RunConfig, section_classes
 #: One short line per key, by TOML table. A new field without a line here fails the tests.
 FIELD_DOCS: dict[str, dict[str, str]] = {
     "model": {
-        "path": "local HF folder, a GGUF file, a Hub id found in the local HF cache (`org/name`, never downloaded), or an alias (`smollm2-135m-instruct`, `tiny-llama`)",
+        "path": "local HF folder, a GGUF file, a Hub id found in the local HF cache (`org/name`, never downloaded), or an alias (`smollm2-135m-instruct`, `tiny-llama`); a folder pre-quantized by GPTQ/AWQ/bitsandbytes/fp8 (config.json's `quantization_config`) is refused at startup unless the backends declare its method (MLX: mlx-lm's conversions)",
         "dtype": "`float32` (CPU default), `bfloat16`, `float16` (torch and MLX; MAX: float32/bfloat16; on CPU float16 is no faster than bfloat16); a backend that does not run it is refused up front",
         "compute_dtype": "mixed precision: `bfloat16` with dtype `float32` keeps float32 weights and AdamW state and runs the matmuls in bfloat16 (torch autocast; fast where the CPU has AVX512-BF16/AMX); unset = compute in `dtype`; a backend that does not declare it is refused up front",
         "device": "`auto` (the backend's accelerator when this machine has one: CUDA for torch, a GPU for MAX, Metal for MLX; else the CPU), `cpu`, `cuda`, `cuda:1`, `mps`, `gpu` (backend-specific); case and surrounding spaces do not matter (`GPU` is `gpu`); a name a backend of the run does not read (`abc`, `gpu` with torch) is refused when the config loads for polyrl's own backends, and before any engine loads for a plugin's that declares its names (`Capabilities.device_names`; one that declares none gets the name unchecked, its engine decides)",
@@ -88,9 +88,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                                      "minus current log-prob exceeds it (DeepSeek-V3.2 eq. 9, TRL's name; >= 0, "
                                      "e.g. 0.5); unset = off. The KL term and entropy bonus stay",
         "router_aux_loss_coef": ("Mixture-of-Experts models: weight of the router load-balancing loss added to "
-                                 "each micro-batch's loss (TRL's name); unset = the model config's own (Mixtral, "
-                                 "Qwen-MoE: 0.001; a config.json's `null` is an error, as transformers refuses "
-                                 "it), 0 = off; set on a dense model it is an error. Also on steps that train "
+                                 "each micro-batch's loss (TRL's name); unset = the model config's own (left out of "
+                                 "config.json: transformers' default for the type, Mixtral, Qwen-MoE: 0.001, "
+                                 "OLMoE: 0.01; a config.json's `null` is an error, as transformers refuses it), 0 = off; set on a dense model it is an error. Also on steps that train "
                                  "nothing (no reward scored), as TRL. torch: every MoE model, not under "
                                  "`fsdp = true` with more than one rank (refused at startup unless 0); mlx: "
                                  "qwen2_moe, qwen3_moe (another MoE family is refused at startup unless 0)"),

@@ -23,6 +23,7 @@ from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.plugins import install_hint
+from polyrl.prequantized import refuse_prequantized
 from polyrl.ref_sync import ReferenceSync, needs_own_reference
 from polyrl.registry import Registry
 from polyrl.types import EngineConfig, OptimizerConfig, TokenSequence
@@ -218,10 +219,19 @@ def check_engines(config: RunConfig, registry: Registry, launched: bool | None =
             "(needs polyrl[torch])",
         )
     reg.check_architecture(c.backends.train, model, "train", device=c.model.device)
+    refuse_prequantized(model, c.backends.train, reg.spec(c.backends.train).capabilities.quant_methods, "train",
+                        shown_as=c.model.path)
     check_router_aux(c, reg, model, launched)
+    check_model = reg.spec(c.backends.train).check_model
+    if check_model is not None:  # what the train engine's load would refuse (LoRA targets...), no weights read
+        check_model(engine_config(c, "train", model))
     gen_model = _generate_model(c, reg, model)  # both roles' models checked before either loads
+    gen_field = "generation.max_model_path" if gen_model != model else "model.path"
     reg.check_architecture(c.backends.generate_backend, gen_model, "generate", device=c.model.device,
-                           field="generation.max_model_path" if gen_model != model else "model.path")
+                           field=gen_field)
+    refuse_prequantized(gen_model, c.backends.generate_backend,
+                        reg.spec(c.backends.generate_backend).capabilities.quant_methods, "generate", gen_field,
+                        shown_as=c.model.path if gen_model == model else None)
     reg.check_dtype(c.backends.train, c.model.dtype, "train")
     reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
     check_compute_dtype(c, reg)

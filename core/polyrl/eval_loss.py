@@ -28,7 +28,7 @@ import numpy as np
 from polyrl.algorithms import reference
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.presets import AlgorithmConfig
-from polyrl.backend_kit.router_aux import check_declared, is_moe
+from polyrl.backend_kit.router_aux import check_declared, is_moe, own_coef
 from polyrl.model_config import config_tables
 
 #: polyrl's eval metric -> TRL's ``log_history`` name (``polyrl.step_metrics.trl_eval_names``)
@@ -43,7 +43,7 @@ def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) ->
 def needs_router_loss(algo: AlgorithmConfig, model_path: str | None) -> bool:
     """Whether the run's loss holds a MoE model's router term (then the eval loss is not computed):
     a MoE model (its config.json) whose ``router_aux_loss_coef`` is not 0 (unset: the config's own,
-    counted as not 0 when the file declares none, as transformers' MoE configs default to 0.001;
+    transformers' default for its type when the file declares none, ``own_coef``;
     ``null``, which transformers refuses to load, a ``ConfigError`` as at startup)."""
     tables = config_tables(model_path)
     if not tables or not is_moe(tables[0]):
@@ -51,7 +51,7 @@ def needs_router_loss(algo: AlgorithmConfig, model_path: str | None) -> bool:
     check_declared(tables[0], f"model {model_path!r}")  # null: transformers loads no such model
     coef = algo.router_aux_loss_coef
     if coef is None:
-        coef = tables[-1].get("router_aux_loss_coef", 0.001)
+        coef = own_coef(tables[0])
     return float(coef) != 0.0
 
 

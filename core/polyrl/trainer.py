@@ -853,13 +853,11 @@ class Trainer:
             router = untruncated if not algo.dynamic_sampling and \
                 eval_loss.needs_router_loss(algo, self.model_path) else None
             t0 = time.perf_counter()
-            idle_lr, idle_entropy = self._idle_updates(completions, algo.updates_per_step, covered, router,
-                                                       algo.router_aux_loss_coef)
+            idle = self._idle_updates(completions, algo.updates_per_step, covered, router,
+                                      algo.router_aux_loss_coef)
             times["train"] = time.perf_counter() - t0
-            if idle_lr is not None:
-                metrics["lr"] = idle_lr
-            if idle_entropy is not None:
-                metrics["entropy"] = idle_entropy
+            # TRL logs each of these on such a step too (aux_loss: its loss is coef x aux_loss there)
+            metrics.update({key: value for key, value in idle.items() if value is not None})
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term / entropy bonus (kl_only above)
                 terms = " and ".join(t for t, on in (("the KL term", kl_in_loss),
@@ -948,7 +946,7 @@ class Trainer:
 
     def _idle_updates(self, completions: list[Completion], updates: int, whole: np.ndarray | None = None,
                       router: np.ndarray | None = None,
-                      router_coef: float | None = 0.0) -> tuple[float | None, float | None]:
+                      router_coef: float | None = 0.0) -> dict[str, float | None]:
         """TRL's optimizer steps on a step with nothing to train: its loss there is 0 (every
         advantage 0, or no loss token), yet transformers still calls ``optimizer.step()`` and
         ``lr_scheduler.step()``, so the schedule advances and AdamW's moments decay and move the
@@ -961,9 +959,10 @@ class Trainer:
         covers: a step no reward scored, beta 0): the updates run over all of them instead, at the
         cost of a normal step's forward and backward, since TRL logs that batch's ``entropy`` (its
         forward runs whatever the advantages); the step logs the last update's, as a trained step
-        logs its last pass's. Returns the last update's lr and entropy, each None when the backend
-        gave none (no completion with a loss token on any rank, a refused step: the schedule then
-        stays where it was; a backend without entropies). ``router`` (this rank's mask of the
+        logs its last pass's. Returns the last update's ``lr``, ``entropy`` and ``aux_loss``, each
+        None when the backend gave none (no completion with a loss token on any rank, a refused
+        step: the schedule then stays where it was; a backend without entropies; the router term
+        off). ``router`` (this rank's mask of the
         completions TRL's loss covers, given when the loss holds a MoE model's router term, weighted
         ``router_coef``: None is the model's own): TRL's loss on such a step is ``coef x aux_loss``,
         whose gradient is not 0, so the updates run over those completions with that term, as a
@@ -979,7 +978,7 @@ class Trainer:
             if trainable else []
         batch = TrainBatch([TokenSequence.of(completions[i]) for i in pick], np.zeros(len(pick)),
                            temperature=self.config.generation.temperature or 1.0)
-        lr = entropy = None
+        lr = entropy = aux_loss = None
         self._updating = True  # until the step is counted (_run): the weights move
         objective = Objective(router_aux_loss_coef=router_coef if router is not None else 0.0)
         for _ in range(updates):
@@ -989,7 +988,8 @@ class Trainer:
             self.updates_applied += 1
             lr = out.extra.get("lr", lr)
             entropy = out.extra.get("entropy") if whole is not None else None
-        return lr, entropy
+            aux_loss = out.extra.get("aux_loss") if router is not None else None
+        return {"lr": lr, "entropy": entropy, "aux_loss": aux_loss}
 
     def _minibatches(self, whole: TrainBatch, completions: list[Completion], idx: np.ndarray,
                      counted: np.ndarray, trained: np.ndarray, untruncated: np.ndarray,

@@ -637,6 +637,10 @@ class Capabilities:
     #: before any model loads. None (not declared): ``train_step`` decides (torch: every MoE model)
     router_aux_types: tuple[str, ...] | None = attrs.field(default=None,
                                                           converter=attrs.converters.optional(_as_tuple))
+    #: the ``quant_method``s of a pre-quantized transformers folder (config.json's
+    #: ``quantization_config``: GPTQ, AWQ, bitsandbytes, fp8...) the backend loads itself; a model
+    #: folder quantized another way is refused before any model loads (``polyrl.prequantized``)
+    quant_methods: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
     #: and the backend's own loader decides. A declared table is exhaustive: a model_type
     #: missing from it is refused before any weights load; a ``"*"`` entry covers every
@@ -686,6 +690,10 @@ class BackendSpec:
     #: ``--resume`` when a checkpoint's backend files this resume reads are missing or damaged.
     #: Called with no engine, before any model loads, so a bad file costs no model load.
     check_checkpoint: Callable[[str, str, bool], Any] | None = None
+    #: ``(EngineConfig) -> None``: raises a ``ConfigError`` for what loading that engine would
+    #: refuse of the model and its settings (e.g. LoRA ``target_modules`` naming no layer), read
+    #: without weights. Called at startup (``check_engines``, ``polyrl launch``) before any model loads.
+    check_model: Callable[[EngineConfig], Any] | None = None
 
 
 @attrs.define

@@ -82,6 +82,42 @@ def returns_router_logits(model_type: Any) -> bool | None:
         return None
 
 
+#: transformers' MoE config classes' usual default (Qwen2/3-MoE, Mixtral), where the class of a
+#: model type cannot be read here (no transformers, a type it does not know)
+FALLBACK_COEF = 0.001
+
+
+def default_coef(model_type: Any) -> float:
+    """What transformers loads a MoE config.json without ``router_aux_loss_coef`` as: its config
+    class's default for ``model_type`` (0.01 for OLMoE, 0.001 for Qwen-MoE and Mixtral), else
+    ``FALLBACK_COEF``. Why: the torch backend reads the loaded config object (the class default)
+    while the core, the eval loss and MLX read the file; a missing key read as 0 turned the term
+    off where TRL adds it, and a flat 0.001 weighted OLMoE's ten times too little."""
+    if not isinstance(model_type, str) or not model_type:
+        return FALLBACK_COEF
+    try:
+        from transformers import CONFIG_MAPPING
+
+        cls = CONFIG_MAPPING[model_type]
+    except Exception:  # noqa: BLE001 - no transformers, or a type it does not know
+        return FALLBACK_COEF
+    value = getattr(cls, "router_aux_loss_coef", None)
+    if value is None:
+        try:
+            value = inspect.signature(cls.__init__).parameters["router_aux_loss_coef"].default
+        except (KeyError, TypeError, ValueError):
+            return FALLBACK_COEF
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else FALLBACK_COEF
+
+
+def _model_type(config: Any) -> Any:
+    """The (text) config's ``model_type``, else the outer config's."""
+    def get(table: Any) -> Any:
+        return table.get("model_type") if isinstance(table, Mapping) else getattr(table, "model_type", None)
+
+    return get(text_config(config)) or get(config)
+
+
 def _declared(text: Any) -> float | None:
     """The config's own coefficient; None when a config.json leaves the key out (transformers then
     uses its config class's default). ``null`` is a ``ConfigError`` (``null_coefficient``)."""
@@ -113,6 +149,13 @@ def declared_coef(config: Any) -> float | None:
     return _declared(text_config(config))
 
 
+def own_coef(config: Any) -> float:
+    """A MoE config's coefficient as transformers loads it: the declared one, else its config
+    class's default (``default_coef``)."""
+    declared = declared_coef(config)
+    return default_coef(_model_type(config)) if declared is None else declared
+
+
 def check_declared(config: Any, model: str = "the model") -> None:
     """``null_coefficient`` for a MoE config (a transformers config or a config.json dict) whose
     coefficient is ``null``, whatever ``algorithm.router_aux_loss_coef`` says: the model does not
@@ -127,9 +170,9 @@ def check_declared(config: Any, model: str = "the model") -> None:
 
 def router_aux_coef(config: Any, requested: float | None, model: str = "the model") -> float:
     """The coefficient in effect (0.0: no term): ``requested``, or when None the model config's own
-    (0.0 where it declares none), for a MoE model; a dense model gets 0.0, and a nonzero
+    (``own_coef``: transformers' default for its type where config.json declares none), for a MoE
+    model; a dense model gets 0.0, and a nonzero
     ``requested`` there is a ``ConfigError`` naming the field (TRL raises too)."""
-    text = text_config(config)
     moe = is_moe(config)
     if requested and not moe:
         raise ConfigError(f"is {shown(requested)}, but {model} is not a Mixture-of-Experts model that returns "
@@ -140,23 +183,22 @@ def router_aux_coef(config: Any, requested: float | None, model: str = "the mode
     check_declared(config, model)
     if requested is not None:
         return float(requested)
-    declared = _declared(text)
-    return 0.0 if declared is None else declared
+    return own_coef(config)
 
 
 def refuse_router_aux(config: Mapping[str, Any], requested: float | None, backend: str) -> None:
     """For a backend whose loss has no router term: a MoE model whose coefficient is not 0 (set, or
-    the model's own; unknown when a config.json declares none) is a ``ConfigError``, never a loss
+    the model's own, ``own_coef``) is a ``ConfigError``, never a loss
     that silently differs from TRL's."""
     if not is_moe(config):
         router_aux_coef(config, requested)  # a coefficient on a dense model: TRL's error
         return
     check_declared(config)
-    coef = requested if requested is not None else _declared(text_config(config))
+    coef = requested if requested is not None else own_coef(config)
     if coef == 0.0:
         return
     what = (f"is {shown(requested)}" if requested is not None else
-            "is unset, so the model's own coefficient applies" + (f" ({shown(coef)})" if coef is not None else ""))
+            f"is unset, so the model's own coefficient applies ({shown(coef)})")
     raise ConfigError(f"{what}, and backend {backend!r} has no Mixture-of-Experts load-balancing loss (TRL adds "
                       "it by default)", field=FIELD,
                       fix=f"set router_aux_loss_coef = 0 in [algorithm] to train without it on {backend}, or train "

@@ -76,6 +76,9 @@ CAPABILITIES = Capabilities(
     device_names=BUILTIN_DEVICE_NAMES["mlx"],  # what polyrl_mlx.engine._device reads
     sampling=("min_p", "repetition_penalty", "ignore_eos"), gradient_checkpointing=True,
     token_prompts=True, loss_mask=True, router_aux_types=tuple(ROUTER_AUX_TYPES),
+    # transformers-quantized folders mlx-lm's load converts to its own packed layers (it names any
+    # variant it cannot read); polyrl trains LoRA over those as over its own 4/8-bit folders
+    quant_methods=("awq", "gptq", "mxfp4", "mxfp8", "compressed-tensors", "modelopt"),
 )
 
 

@@ -145,6 +145,12 @@ def _check_checkpoint(path: str, state_path: str, weights_only: bool) -> None:
     check_checkpoint(path, state_path, weights_only)
 
 
+def _check_model(config: Any) -> None:
+    from polyrl_torch.startup_check import check_model
+
+    check_model(config)
+
+
 # --- discovery -----------------------------------------------------------------------------------
 
 
@@ -162,6 +168,7 @@ def polyrl_register_backends(register) -> None:
             diagnostics=_diagnostics,
             options=OPTION_KEYS,
             check_checkpoint=_check_checkpoint,
+            check_model=_check_model,
         )
     )
 

@@ -1,0 +1,175 @@
+"""What a model folder's config.json tells at startup, before any model loads: a pre-quantized
+folder, LoRA targets the train engine would refuse, a MoE config's router coefficient left out,
+and the router term's ``aux_loss`` on a step that trains nothing (as TRL logs it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from polyrl.errors import ConfigError
+
+
+def _run_config(model: str, tmp_path, **sections):
+    from polyrl.config import RunConfig
+
+    return RunConfig.from_dict({
+        "model": {"path": model}, "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": sections.pop("rewards", [{"name": "numeric_match"}]), "backends": {"train": "torch"},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")},
+        **sections})
+
+
+def _no_model_loads(monkeypatch) -> None:
+    from polyrl import engines
+
+    monkeypatch.setattr(engines, "Engine", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
+
+
+def _quantized_copy(source: str, folder, quantization: dict) -> str:
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = quantization
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+# --- 1. a pre-quantized model folder as model.path -----------------------------------------------
+
+
+@pytest.mark.parametrize("quantization, shown", [
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq 4-bit"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "bitsandbytes 4-bit"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8"),
+])
+def test_a_pre_quantized_model_folder_is_one_error_on_model_path_before_any_model_loads(
+        quantization, shown, tiny_model_dir, tmp_path, monkeypatch):
+    """Before: a GPTQ/AWQ/bitsandbytes/fp8 folder passed every startup check (only a quantized
+    object and model_init_kwargs were refused) and failed as the torch engine loaded it. Now one
+    error line on model.path, from config.json alone, on polyrl train and its check (launch)."""
+    from polyrl.trainer import Trainer, check_run
+
+    model = _quantized_copy(tiny_model_dir, tmp_path / "quantized", quantization)
+    _no_model_loads(monkeypatch)
+    for start in (check_run, Trainer):
+        with pytest.raises(ConfigError, match="pre-quantized") as err:
+            start(_run_config(model, tmp_path))
+        assert err.value.field == "model.path" and shown in err.value.message and "\n" not in err.value.message
+        assert "unquantized model" in (err.value.fix or "")
+
+
+def test_mlx_quantized_folders_and_float_folders_are_not_read_as_pre_quantized(tiny_model_dir, tmp_path):
+    """mlx-lm writes its own 4-bit folders' quantization_config without a quant_method: the MLX
+    backend trains LoRA over them, so they are not refused here."""
+    from polyrl.prequantized import quantization_of
+
+    mlx = _quantized_copy(tiny_model_dir, tmp_path / "mlx", {"group_size": 64, "bits": 4})
+    assert quantization_of(mlx) is None and quantization_of(tiny_model_dir) is None
+
+
+def test_a_trl_scripts_model_id_of_a_pre_quantized_folder_is_refused_before_it_loads(tiny_model_dir, tmp_path,
+                                                                                     monkeypatch):
+    """The same folder named by a TRL script's model string."""
+    datasets = pytest.importorskip("datasets")
+    trl = pytest.importorskip("trl")
+    from polyrl.trl import GRPOTrainer
+
+    model = _quantized_copy(tiny_model_dir, tmp_path / "awq", {"quant_method": "awq", "bits": 4})
+    _no_model_loads(monkeypatch)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), max_steps=1, num_generations=2,
+                          per_device_train_batch_size=2, max_completion_length=4, use_cpu=True, report_to="none",
+                          disable_tqdm=True, bf16=False)
+    trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                          train_dataset=datasets.Dataset.from_list([{"prompt": "Hi"}] * 2), args=args)
+    with pytest.raises(ConfigError, match="pre-quantized .awq 4-bit"):
+        trainer.train()
+
+
+# --- 2. LoRA targets the train engine would refuse ------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["lm_head", "embed_tokens", "no_such_proj"])
+def test_lora_targets_outside_the_blocks_are_refused_before_any_model_loads(target, tiny_model_dir, tmp_path,
+                                                                            monkeypatch):
+    """Before: the torch engine refused them as it added the adapter, after the model's weights
+    loaded. Now the same rule runs at startup on the model built on the meta device."""
+    pytest.importorskip("polyrl_torch")
+    from polyrl.trainer import Trainer, check_run
+
+    _no_model_loads(monkeypatch)
+    lora = {"rank": 4, "alpha": 8, "target_modules": [target]}
+    for start in (check_run, Trainer):
+        with pytest.raises(ConfigError, match=f"'{target}' names no layer") as err:
+            start(_run_config(tiny_model_dir, tmp_path, lora=lora))
+        assert err.value.field == "lora.target_modules"
+    check_run(_run_config(tiny_model_dir, tmp_path, lora={**lora, "target_modules": ["q_proj"]}))
+
+
+def test_a_trl_peft_config_naming_the_output_head_is_refused_before_any_model_loads(tiny_model_dir, tmp_path,
+                                                                                   monkeypatch):
+    """A TRL script's peft_config (not a PeftModel) naming lm_head: the same refusal, at train()
+    before the engines load (the PeftModel case was already checked on the object)."""
+    datasets = pytest.importorskip("datasets")
+    trl = pytest.importorskip("trl")
+    peft = pytest.importorskip("peft")
+    from polyrl.trl import GRPOTrainer
+
+    _no_model_loads(monkeypatch)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), max_steps=1, num_generations=2,
+                          per_device_train_batch_size=2, max_completion_length=4, use_cpu=True, report_to="none",
+                          disable_tqdm=True, bf16=False)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                          train_dataset=datasets.Dataset.from_list([{"prompt": "Hi"}] * 2), args=args,
+                          peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "lm_head"]))
+    with pytest.raises(ConfigError, match="'lm_head' names no layer"):
+        trainer.train()
+
+
+# --- 3. a MoE config.json without router_aux_loss_coef ---------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_moe", "mixtral", "olmoe"])
+def test_a_moe_config_json_without_the_coefficient_gets_transformers_default_for_its_type(model_type):
+    """transformers loads such a config.json with its config class's default, which the torch
+    backend reads off the loaded config. Before: the core's router_aux_coef read the file's missing
+    key as 0.0 (no term), eval and MLX as 0.001 (OLMoE's is 0.01). Now every reader agrees."""
+    transformers = pytest.importorskip("transformers")
+    from polyrl.backend_kit.router_aux import refuse_router_aux, router_aux_coef
+
+    config = {"model_type": model_type, "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2,
+              "output_router_logits": False}
+    loaded = transformers.CONFIG_MAPPING[model_type]()  # what transformers builds without the key
+    assert loaded.router_aux_loss_coef > 0
+    assert router_aux_coef(config, None) == pytest.approx(loaded.router_aux_loss_coef)
+    assert router_aux_coef(loaded, None) == router_aux_coef(config, None)
+    assert router_aux_coef(config, 0.0) == 0.0 and router_aux_coef({**config, "router_aux_loss_coef": 0.2}, None) == 0.2
+    with pytest.raises(ConfigError, match=f"model's own coefficient applies \\({loaded.router_aux_loss_coef:g}\\)"):
+        refuse_router_aux(config, None, "max")
+
+
+# --- 4. aux_loss on a step that trains nothing ---------------------------------------------------
+
+
+def test_a_step_with_nothing_to_train_logs_the_router_terms_aux_loss(tmp_path):
+    """TRL logs aux_loss on every step whose loss holds the router term, a step with every
+    advantage 0 too (its loss is coef x aux_loss). Before: such a step's metrics had no aux_loss;
+    now the idle update's, as a trained step logs its pass's."""
+    pytest.importorskip("polyrl_torch")
+    from test_router_aux import routed_moe
+
+    from polyrl.trainer import Trainer
+
+    moe = routed_moe(tmp_path / "moe")
+    (tmp_path / "never.py").write_text("def never(completions, **kw):\n    return [None] * len(completions)\n")
+    config = _run_config(moe, tmp_path, algorithm={"router_aux_loss_coef": 0.5},
+                         generation={"group_size": 2, "max_new_tokens": 4, "temperature": 1.0},
+                         rewards=[{"function": f"{tmp_path / 'never.py'}:never"}])
+    trainer = Trainer(config)
+    seen = []
+    plain = trainer.train_engine.train_step
+    trainer.train_engine.train_step = lambda batch, objective: seen.append(plain(batch, objective)) or seen[-1]
+    step = trainer.run(progress=False)["history"][0]
+    assert step["skipped"] and seen, "no idle update ran"
+    assert step["aux_loss"] == pytest.approx(seen[-1].extra["aux_loss"]) and step["aux_loss"] > 0
