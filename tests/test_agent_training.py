@@ -319,6 +319,25 @@ def test_an_environment_that_raises_ends_its_episodes_and_the_run_finishes(tiny_
         assert len(batch.sequences) == int((~ended).sum())
 
 
+@pytest.mark.faults
+def test_an_episode_its_environment_ended_stays_out_of_the_loss_with_an_entropy_bonus_and_kl_term(tiny_model_dir,
+                                                                                               tmp_path):
+    """An episode no reward scored stays in the loss at advantage 0 for a KL term or entropy bonus
+    (as TRL keeps it), but not one that ended in an environment error: its tokens stop where the
+    environment broke (TRL's run stops there), so no term trains it."""
+    (tmp_path / "flaky_env.py").write_text(BROKEN_ENV)
+    out = tmp_path / "run"
+    config = agent_config(tiny_model_dir, out, algorithm={"name": "grpo", "beta": 0.04, "entropy_coef": 0.05},
+                          environment={"name": f"{tmp_path / 'flaky_env.py'}:make", "max_turns": 4})
+    trainer = Trainer(config)
+    rec = Recorder(trainer)
+    assert trainer.run(progress=False)["steps"] == 1
+    m = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    ended = np.array(["env_error" in c.info for c in rec.completions[0]])
+    assert 0 < ended.sum() < len(ended)
+    assert m["samples_kept"] == len(rec.batches[0].sequences) == int((~ended).sum())
+
+
 # --- 4. MLX --------------------------------------------------------------------------------------------
 
 

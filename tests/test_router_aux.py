@@ -506,3 +506,24 @@ def test_a_coefficient_on_a_dense_model_is_refused_before_any_model_loads(tiny_m
     with pytest.raises(ConfigError, match="not a Mixture-of-Experts model") as err:
         Trainer(config)
     assert err.value.field == "algorithm.router_aux_loss_coef" and "router_aux_loss_coef" in err.value.fix
+
+
+def test_mlx_reports_trls_policy_loss_with_an_entropy_bonus_as_torch_does(moe_path):
+    """With ``entropy_coef`` > 0 TRL logs ``policy_loss``: the loss without the entropy bonus and
+    the router term, the KL term in. The torch backend reported it, MLX did not. On the same
+    weights and batch (router term, KL term and bonus all on) both give the same ``policy_loss``,
+    and it is the loss the same step has without a bonus, less its router term."""
+    require_backends("mlx")
+    ref = [lp - 0.1 for lp in _engine(moe_path).logprobs(SEQS, 1.0)]  # a KL term that is not 0
+    batch = TrainBatch(SEQS, np.array([1.0, 0.5, -0.25]), ref_logprobs=ref)  # a policy term far from 0
+    both = Objective(router_aux_loss_coef=0.5, beta=0.04, entropy_coef=0.05)
+    without = Objective(router_aux_loss_coef=0.5, beta=0.04)
+    mlx = _engine(moe_path, micro=1, backend="mlx").train_step(batch, both)
+    want = _engine(moe_path, micro=1).train_step(batch, both)
+    plain = _engine(moe_path, micro=1, backend="mlx").train_step(batch, without)
+    assert not mlx.skipped and mlx.kl > 0
+    assert abs(mlx.extra["policy_loss"]) > 0.1
+    assert mlx.extra["policy_loss"] == pytest.approx(want.extra["policy_loss"], rel=1e-5, abs=1e-6)
+    assert mlx.extra["policy_loss"] == pytest.approx(plain.loss - 0.5 * plain.extra["aux_loss"], rel=1e-5, abs=1e-6)
+    assert abs(mlx.extra["policy_loss"] - mlx.loss) > 1e-3  # the bonus and router term are out of it
+    assert "policy_loss" not in plain.extra  # TRL logs it with a bonus only

@@ -74,3 +74,30 @@ def test_with_an_entropy_bonus_rows_no_reward_scored_stay_in_the_loss_as_trls_do
     assert step["samples_kept"] == 4  # both groups' completions, the unscored "code" pair included
     assert step["reward"] == step["rewards/math_reward_func/mean"]  # the unscored rows stay out of the means
     assert step["policy_loss"] == pytest.approx(step["loss"] + 0.05 * step["entropy"], rel=1e-5, abs=1e-7)
+
+
+class _Desk:
+    """A TRL environment with no tool (``environment_factory``): each rollout is a polyrl episode."""
+
+    def reset(self, **kwargs):
+        return " Answer briefly."
+
+
+@pytest.mark.parametrize("term", [{"entropy_coef": 0.05}, {"beta": 0.04}])
+def test_episodes_no_reward_scored_stay_in_the_loss_for_the_bonus_or_kl_term_as_trls_do(tiny_model_dir, tmp_path,
+                                                                                       term):
+    """Example 4's mixed dataset run as environment_factory episodes, with an entropy bonus or a KL
+    term: TRL keeps a multi-turn row no reward scored in its loss at advantage 0 as it keeps a
+    single-turn one (``nan_to_num``, then the bonus and KL over its model tokens); polyrl left every
+    unscored episode out, so the bonus and KL covered the scored episodes only."""
+    rows = [{"prompt": [{"role": "user", "content": "What is 2+2?"}], "task": "math"},
+            {"prompt": [{"role": "user", "content": "Write a function that adds."}], "task": "code"}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[math_reward_func],
+                          train_dataset=datasets.Dataset.from_list(rows),
+                          args=_args(tmp_path, temperature=1.5, **term), environment_factory=_Desk)
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert step["samples_kept"] == 4  # both groups' episodes, the unscored "code" pair included
+    assert step["reward"] == step["rewards/math_reward_func/mean"]
+    if "entropy_coef" in term:
+        assert step["policy_loss"] == pytest.approx(step["loss"] + 0.05 * step["entropy"], rel=1e-5, abs=1e-7)

@@ -57,9 +57,10 @@ def needs_router_loss(algo: AlgorithmConfig, model_path: str | None) -> bool:
 
 def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, untruncated: np.ndarray,
          group_size: int, per_reward: np.ndarray | None, weights: Sequence[float],
-         episodes: bool, batch_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         barred: np.ndarray | None, batch_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The training step's rule (``AlgorithmConfig.loss_selection``: the completions the loss sees,
-    every completion's advantage, the completions its divisors count) applied within each eval
+    every completion's advantage, the completions its divisors count; ``barred``: the episodes no
+    term trains, ``step_gather.out_of_loss``) applied within each eval
     batch (``batch_of``, from ``batches``), as TRL scores each eval batch on its own
     (``scale_rewards="batch"``' std and GDPO's sums are the batch's)."""
     keep, group_kept = np.zeros(len(shaped), dtype=bool), np.zeros(len(shaped), dtype=bool)
@@ -68,7 +69,8 @@ def kept(algo: AlgorithmConfig, scores: np.ndarray, shaped: np.ndarray, untrunca
         rows = np.asarray(batch_of) == b
         keep[rows], advantages[rows], group_kept[rows] = algo.loss_selection(
             scores[rows], shaped[rows], untruncated[rows], group_size,
-            None if per_reward is None else per_reward[rows], list(weights), episodes)
+            None if per_reward is None else per_reward[rows], list(weights),
+            None if barred is None else np.asarray(barred)[rows])
     return keep, advantages, group_kept
 
 

@@ -413,7 +413,8 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     reference's ``clip_low_fraction``/``clip_high_fraction``, ``clip_low_min``/``clip_high_max``
     (each sequence's clipped shares, their extremes over every rank's sequences: TRL's
     ``clip_ratio/low_min`` and ``high_max``, left out of the step when absent) and ``mismatch_*`` metrics (and
-    ``entropy`` when the loss sees token entropies) in ``StepMetrics.extra``. With sampler log-probs
+    ``entropy`` when the loss sees token entropies; with ``entropy_coef`` > 0 ``policy_loss``, TRL's
+    loss without the entropy bonus and the router term) in ``StepMetrics.extra``. With sampler log-probs
     those are ``reference.mismatch_metrics``' keys: the means over the tokens, abs/kl/over over the
     ones the sampler scored (a NaN sampler log-prob is counted in ``mismatch_unscored`` and left out
     of the gap, never turned into a NaN metric), ``mismatch_abs_max`` and, with a correction on,

@@ -167,6 +167,15 @@ def untrainable(shard: Shard) -> np.ndarray:
     return shard.episode & (shard.completion_len == 0)
 
 
+def out_of_loss(shard: Shard) -> np.ndarray:
+    """Per sample: True for an episode no loss term trains, not even at advantage 0 for a KL term
+    or an entropy bonus (``AlgorithmConfig.loss_selection``'s ``barred``): one that ended in an
+    environment error (its tokens stop where the environment broke, not where the model did; TRL's
+    run stops on such an error) or that has nothing to train (``untrainable``). An episode no
+    reward scored is not one: TRL keeps it in its loss at advantage 0."""
+    return shard.env_error | untrainable(shard)
+
+
 def episode_metrics(shard: Shard) -> dict[str, float]:
     """Per-step means over the step's episodes (empty for single-turn completions)."""
     infos = shard.episodes

@@ -802,7 +802,8 @@ class Trainer:
             matrix = self._reward_matrix(step.per_reward, all_shaped)
         all_keep, all_advantages, group_kept = algo.loss_selection(
             rewards, all_shaped, all_untruncated, c.generation.group_size, matrix,
-            [weight for _, weight, _ in self.rewards.rewards], self.episodes is not None)
+            [weight for _, weight, _ in self.rewards.rewards],
+            step_gather.out_of_loss(step) if self.episodes is not None else None)
         too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
         if too_big is not None:  # the same global advantages on every rank: all refuse together
             self._unscored(rollout)
@@ -1232,7 +1233,8 @@ class Trainer:
             return {}
         seqs = [TokenSequence.of(x) for x in completions]
         mine = (scores, {k: np.asarray(v) for k, v in parts.items()}, [len(x.completion_ids) for x in completions],
-                [x.finish_reason for x in completions], [int(s.loss_mask.sum()) for s in seqs])
+                [x.finish_reason for x in completions], [int(s.loss_mask.sum()) for s in seqs],
+                step_gather.out_of_loss(step_gather.Shard.of(completions)))
         everyone = self.train_engine.all_gather(mine, self.world_size) if self.world_size > 1 else [mine]
         all_scores = np.concatenate([p[0] for p in everyone])
         shaped = algo.shape_rewards(all_scores, np.concatenate([np.asarray(p[2], dtype=np.int64) for p in everyone]),
@@ -1245,7 +1247,7 @@ class Trainer:
         untruncated = algo.untruncated_mask(reasons)
         batch_of = eval_loss.batches(len(all_scores), c.eval.loss_batch)
         keep, advantages, counted = eval_loss.kept(algo, all_scores, shaped, untruncated, c.eval.samples, matrix,
-                                                   weights, self.episodes is not None, batch_of)
+                                                   weights, np.concatenate([p[5] for p in everyone]), batch_of)
         counts = eval_loss.divisors(counted, untruncated, [n for p in everyone for n in p[4]], batch_of)
         offset = sum(len(p[0]) for p in everyone[: self.rank])
         idx = np.flatnonzero(keep[offset: offset + len(seqs)])

@@ -80,7 +80,8 @@ def objective_loss(
     positive advantage), with "vespo" ``vespo_phi_sum`` (its sequence weights' sum) and, with
     ``segments``, ``clip_low_min``/``clip_high_max`` (one sequence's extreme clipped share); with
     ``sampler_logp`` also the ``mismatch_*`` ones (see ``reference.mismatch_metrics``); with
-    ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums; with
+    ``entropy`` (per token, differentiable) also ``entropy`` and ``entropy_selected`` sums (and with
+    ``entropy_coef`` ``bonus_sum``, the bonus's share of the loss, for TRL's ``policy_loss``); with
     ``off_policy_mask_threshold``, ``off_policy_masked``: the number of sequences dropped.
 
     ``advantages`` and ``weights`` are per token (a sequence's advantage repeated over its
@@ -191,6 +192,8 @@ def objective_loss(
             kl = kl * ratio
         loss = loss + objective.beta * kl
     total = (loss * weights.astype(dtype)).sum()
+    if entropy is not None and objective.entropy_coef:  # the bonus's share of total: TRL's policy_loss is total - it
+        extras["bonus_sum"] = (-objective.entropy_coef * mx.stop_gradient(ent) * weights.astype(dtype)).sum()
     if stats is not None:
         stats.update(extras)
     return total, mx.stop_gradient(kl).sum(), clipped.astype(dtype).sum()
@@ -478,7 +481,12 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
                   if objective.off_policy_mask_threshold is not None else {}),
                **({"vespo_phi_seq_mean": sums.get("vespo_phi_sum", 0.0) / len(batch.sequences)}
                   if objective.policy_loss == "vespo" else {}),
-               **({"aux_loss": sums["aux"] / sums["micros"]} if aux_coef else {})},
+               **({"aux_loss": sums["aux"] / sums["micros"]} if aux_coef else {}),
+               # TRL's policy_loss: the loss without the entropy bonus and the router term (the KL term
+               # in), logged where there is a bonus, as TRL logs it and the torch backend reports it
+               **({"policy_loss": sums["loss"] - sums.get("bonus_sum", 0.0)
+                   - (aux_coef * sums["aux"] / sums["micros"] if aux_coef else 0.0)}
+                  if objective.entropy_coef and sums["finite"] else {})},
     )
 
 
