@@ -60,3 +60,20 @@ def test_step_lines_without_the_bar_say_how_far_the_run_is(toy, tmp_path, monkey
     assert [e["of"] for e in steps] == [3, 3, 3]
     assert all(isinstance(e["eta_s"], int) and e["eta_s"] >= 0 for e in steps) and steps[-1]["eta_s"] == 0
     assert list(steps[0])[:3] == ["step", "of", "eta_s"]  # read as "step 2 of 3, 40 s left"
+
+
+def test_the_terminals_step_line_reads_step_of_eta_in_that_order():
+    """The console renderer sorted each line's keys, so the step line read ``eta_s=12 loss=0.5
+    of=50 step=3`` (step last), not the README's ``step=3 of=50 eta_s=...``; every line now keeps
+    the order it was logged in."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from polyrl.logs import configure, get_logger\nconfigure(json=False)\n"
+            "get_logger('polyrl.trainer').info('step', step=3, of=50, eta_s=12, loss=0.5, grad_norm=1.5)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("POLYRL_LOG_JSON", "POLYRL_LOG_LEVEL")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if "[info" in line]
+    assert line.split("]", 1)[1].split() == ["step", "step=3", "of=50", "eta_s=12", "loss=0.5", "grad_norm=1.5"], line

@@ -367,3 +367,40 @@ def test_evaluation_lines_are_drawn_at_their_steps_beside_the_step_lines(tmp_pat
     assert run.lines == lines[1:3] and run.evals == [lines[0], lines[3]] and run.records == [] and not run.warnings
     data = series(run.lines, run.records, run.evals)
     assert data["eval/accuracy"] == [(0.0, 0.25), (2.0, 0.75)] and data["loss"] == [(1.0, 1.0), (2.0, 2.0)]
+
+
+def test_a_run_killed_before_its_first_checkpoint_says_it_did_not_finish(toy, tmp_path, capsys):
+    """A run SIGKILLed after step 1 of 400 with the default checkpoint_every = 0 (its only
+    checkpoint due at the end) left no checkpoint recording train.steps, so its report drew one
+    step as a whole run and said nothing. The run records its planned steps at its start
+    (run_plan.json); the report reads them. A real toy-backend run in its own process."""
+    import os
+    import signal
+    import time
+
+    from test_step_numbering import toy_run
+
+    data = toy_run(tmp_path, steps=400, checkpoint_every=0)
+    data["eval"] = {"count": 0}
+    out = tmp_path / "run"
+    code = ("import json, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
+            "Trainer(RunConfig.from_dict(json.loads(sys.argv[1]))).run(progress=False)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(data)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text().strip():
+            assert proc.poll() is None, proc.stderr.read()[-3000:] if proc.stderr else ""
+            assert time.monotonic() < deadline, "no step logged within 120 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())
+    logged = max(json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines())
+    assert logged < 400
+    assert main(["report", str(out), "--output", str(tmp_path / "killed.png")]) == 0
+    said = capsys.readouterr().out
+    assert f"not finished: the run logged {logged} of its 400 steps (train.steps)" in said, said

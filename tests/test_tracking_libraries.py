@@ -867,3 +867,69 @@ def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, m
     client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
     (found,) = client.search_runs([client.get_experiment_by_name("polyrl-stop").experiment_id])
     assert found.info.status == ("KILLED" if stop_at else "FINISHED")
+
+
+def _wandb_exit_codes(folder: Path) -> list[int]:
+    """The exit records of the offline W&B runs under ``folder``, read from their .wandb files."""
+    import wandb
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    wandb.teardown()
+    codes = []
+    for log_file in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
+        store = DataStore()
+        store.open_for_scan(str(log_file))
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") == "exit":
+                codes.append(record.exit.exit_code)
+    return codes
+
+
+@pytest.mark.parametrize("stop_at", [2, None])
+def test_a_run_stopped_on_request_ends_its_wandb_run_with_ctrl_c_exit_code(toy, tmp_path, monkeypatch, stop_at):
+    """A run stopped by Ctrl-C or SIGTERM at step 2 of 4 finished its W&B run with exit code 0, as
+    one that took every step. It now records 255, wandb's own exit code for a script a Ctrl-C ends
+    (a failed run in W&B's filters); a run that takes every step stays 0. Read back from the
+    offline run's .wandb file."""
+    from test_step_numbering import _stopper, toy_run
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_LOG_MODEL", "WANDB_WATCH"):
+        monkeypatch.delenv(name, raising=False)
+    holder: dict = {"stop_at": stop_at}
+    data = toy_run(tmp_path, steps=4, report_to=["wandb"], project="polyrl-stop")
+    data["rewards"] = [{"name": "stopper"}]
+    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
+    assert _wandb_exit_codes(tmp_path / "run") == [255 if stop_at else 0]
+
+
+def test_trackio_runs_stopped_or_failed_carry_an_alert_saying_so(tmp_path):
+    """trackio keeps no run state: a run stopped on request or ended by an error read as one that
+    took every step. close_stopped and close_failed now leave a warning and an error alert on the
+    run; a clean close leaves none. Read back with trackio's own store reader (a fresh interpreter:
+    trackio fixes its store folder when first imported)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
+    code = ("import json, sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
+            "from polyrl.tracking.trackio import TrackioTracker\n"
+            "for name, end in (('stopped', 'close_stopped'), ('failed', 'close_failed'), ('whole', 'close')):\n"
+            "    t = TrackioTracker(TrackerContext(Path(sys.argv[1]), name, 'p', {}))\n"
+            "    t.log_metrics({'loss': 0.5}, 1)\n    t.log_metrics({'loss': 0.25}, 2)\n    getattr(t, end)()\n"
+            "from trackio.sqlite_storage import SQLiteStorage\n"
+            "print('ALERTS ' + json.dumps({n: [(a['level'], a['title'], a['step']) for a in SQLiteStorage.get_alerts('p', run_name=n)]"
+            " for n in ('stopped', 'failed', 'whole')}))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    alerts = json.loads(proc.stdout.split("ALERTS ")[-1].splitlines()[0])
+    assert alerts == {"stopped": [["warn", "polyrl: run stopped on request before its last step", 2]],
+                      "failed": [["error", "polyrl: run ended with an error", 2]], "whole": []}

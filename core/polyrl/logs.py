@@ -224,7 +224,7 @@ def configure(json: bool | None = None, level: str | None = None) -> None:
         json = _env_json()
     level_name = _env_level(level)
     renderer: Any = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False, sort_keys=False)
     )
     _json_stderr(json)
     structlog.configure(

@@ -273,11 +273,16 @@ def load_run(run_dir: str | Path) -> RunData:
 
 
 def planned_steps(run: Path) -> int | None:
-    """``train.steps`` as the run's newest complete checkpoint recorded it, or None (no checkpoint,
-    an unreadable or odd state file). Why the checkpoint: ``metrics.jsonl`` does not say how many
-    steps the run meant to take, and a chart of a run stopped at step 2 of 50 read as a whole run."""
+    """``train.steps`` as the run recorded it at its start (``run_plan``), else as its newest
+    complete checkpoint recorded it (a run of an earlier polyrl), or None (neither, an unreadable
+    or odd file). Why: ``metrics.jsonl`` does not say how many steps the run meant to take, and a
+    chart of a run stopped at step 2 of 50 read as a whole run."""
+    from polyrl import run_plan
     from polyrl.checkpoint import PARSED_STATE_BYTES, STATE_FILE, latest_checkpoint
 
+    recorded = run_plan.planned_steps(run)
+    if recorded is not None:
+        return recorded
     try:
         found = latest_checkpoint(run / "checkpoints")
         state = found / STATE_FILE if found is not None else None

@@ -78,6 +78,7 @@ from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_observer import RunObserver, StepAsk
 from polyrl.schedules import lr_at, updates_in_history
+from polyrl import run_plan
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, step_gather
@@ -1844,6 +1845,7 @@ class Trainer:
             self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
         if self.rank == 0:
+            run_plan.write(self.output_dir, self.config.train.steps)  # a report of a killed run reads it
             self._say_where()
         failed = True  # until the run returns: an error finishes the trackers' runs as failed
         if self._resumed and self.step > 0:  # a new tracker run: named apart from the one it continues

@@ -2,7 +2,7 @@
 ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri output_dir/mlruns`` shows it: MLflow 3
 refuses to open a file store without that opt-in, and the start logs the command),
 through a client of its own (no global active run). Completions are a JSON artifact per step,
-``completions/step_<n>.json``, in the column layout ``mlflow.log_table`` writes.
+``completions/step_<n>.json`` (``step_000001.json``), in the column layout ``mlflow.log_table`` writes.
 
 MLflow refuses a whole batch over one name it does not take (``eval/pass@4``, a reward named
 with ``@`` or ``(``, a name past 250 characters), which dropped the tracker at its first step:

@@ -81,7 +81,8 @@ class Tracker(Protocol):
     # without it a crashed run shows as a clean finish.
     # Optional: ``close_stopped(self) -> None``, called instead of ``close`` when the run was stopped
     # on request (Ctrl-C, SIGTERM) before its last step, to finish the tracker's run as killed
-    # (MLflow KILLED); without it a stopped run shows as one that ran all its steps.
+    # (MLflow KILLED, W&B exit code 255, a trackio alert); without it a stopped run shows as one that
+    # ran all its steps.
 
 
 #: What every object a tracker's ``create`` returns must have.

@@ -23,6 +23,10 @@ from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 log = get_logger("polyrl.tracking")
 
 STORE_DIR = "trackio"
+#: the alerts a run not ended by its last step gets (trackio keeps no finished/failed state)
+STOPPED_ALERT = "polyrl: run stopped on request before its last step"
+FAILED_ALERT = "polyrl: run ended with an error"
+ALERT_TEXT = "metrics.jsonl and polyrl report RUN_DIR say which step it reached; polyrl train CONFIG --resume continues it"
 
 
 class TrackioTracker:
@@ -52,6 +56,24 @@ class TrackioTracker:
 
     def close(self) -> None:
         self.run.finish()
+
+    def close_stopped(self) -> None:
+        """Ctrl-C or SIGTERM before the last step: trackio keeps no run state, so the run gets a
+        warning alert (shown on the dashboard and by ``trackio`` alert queries) before it finishes;
+        without it a stopped run read as one that took all its steps."""
+        self._finish_with_alert(STOPPED_ALERT, "warn")
+
+    def close_failed(self) -> None:
+        """The run ended with an error: an error alert, then finish (trackio has no failed state)."""
+        self._finish_with_alert(FAILED_ALERT, "error")
+
+    def _finish_with_alert(self, title: str, level: str) -> None:
+        try:
+            from trackio.alerts import AlertLevel
+
+            self.run.alert(title=title, text=ALERT_TEXT, level=AlertLevel(level))
+        finally:  # an alert that fails still ends the run
+            self.run.finish()
 
 
 def run_identity(context: TrackerContext) -> tuple[str, str | None, dict[str, Any]]:

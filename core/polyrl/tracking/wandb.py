@@ -60,11 +60,20 @@ class WandbTracker:
         self.run.log({"completions": table}, step=step)
 
     def close(self) -> None:
+        self._finish(0)
+
+    def close_stopped(self) -> None:
+        """Ctrl-C or SIGTERM before the last step: exit code 255, what wandb itself records for a
+        script a Ctrl-C ends (``ExitHooks``), so the run reads failed, not finished (exit code 0
+        read as a run that took all its steps). The model the stop exported is still logged."""
+        self._finish(STOPPED_EXIT_CODE)
+
+    def _finish(self, exit_code: int) -> None:
         try:
             if os.environ.get("WANDB_LOG_MODEL") in LOG_MODEL:
                 self._log_final_model()
         finally:  # an artifact that fails (a full disk, an unreadable file) still ends the run: nothing else lost
-            self.run.finish()
+            self.run.finish(exit_code=exit_code)
 
     def _log_final_model(self) -> None:
         """The trained model's folder (``output_dir/model``, exported before the trackers close) as
@@ -101,6 +110,8 @@ def run_identity(context: TrackerContext) -> tuple[str | None, dict[str, Any]]:
     return trl_run.run_name, {**trl_run.config, POLYRL_CONFIG_KEY: dict(context.config)}
 
 
+#: the exit code wandb records for a script a Ctrl-C ends (its ``ExitHooks``): a stopped run's
+STOPPED_EXIT_CODE = 255
 #: ``$WANDB_LOG_MODEL`` values with which transformers' ``WandbCallback`` logs the trained model at the
 #: end of training (``WandbLogModel.is_enabled``)
 LOG_MODEL = frozenset({"end", "checkpoint"})
