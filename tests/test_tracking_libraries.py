@@ -814,6 +814,11 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, mon
     own = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}))
     own.close()
     assert client.list_artifacts(own.run_id) == []
+    # a TRL run stopped by Ctrl-C/SIGTERM still logs the model its stop exported, and reads KILLED
+    stopped = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun()))
+    stopped.close_stopped()
+    assert [a.path for a in client.list_artifacts(stopped.run_id, "model")] == ["model/config.json"]
+    assert client.get_run(stopped.run_id).info.status == "KILLED"
 
 
 def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):

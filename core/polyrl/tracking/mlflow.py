@@ -270,12 +270,15 @@ class MlflowTracker:
         self.client.log_text(self.run_id, dumps(table), f"completions/step_{step:06d}.json")
 
     def close(self) -> None:
+        self._end("FINISHED")
+
+    def _end(self, status: str) -> None:
         try:
             if self.model_artifacts is not None:
                 self._log_model()
         finally:  # an artifact that fails (a full disk) still ends the run: nothing else lost
             if not self.adopted:  # the script's run: the script ends it (MLflowCallback's _auto_end_run False)
-                self.client.set_terminated(self.run_id)
+                self.client.set_terminated(self.run_id, status=status)
 
     def _log_model(self) -> None:
         """The trained model (``output_dir/model``, exported before the trackers close) as the run's
@@ -294,9 +297,9 @@ class MlflowTracker:
 
     def close_stopped(self) -> None:
         """Ctrl-C or SIGTERM before the last step: MLflow's KILLED, as its own client marks a run its
-        user interrupted (FINISHED read as a run that took all its steps)."""
-        if not self.adopted:
-            self.client.set_terminated(self.run_id, status="KILLED")
+        user interrupted (FINISHED read as a run that took all its steps). The model the stop
+        exported is still logged (``$HF_MLFLOW_LOG_ARTIFACTS``), as ``close`` logs it."""
+        self._end("KILLED")
 
 
 def trl_tags() -> dict[str, str]:
