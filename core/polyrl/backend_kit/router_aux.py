@@ -60,19 +60,27 @@ def is_moe(config: Any) -> bool:
     return hasattr(text, "output_router_logits")
 
 
+def config_class(model_type: Any) -> Any:
+    """transformers' config class for ``model_type``, or None (no transformers here, no type, or
+    one it does not know): read lazily so the core imports no transformers of its own."""
+    if not isinstance(model_type, str) or not model_type:
+        return None
+    try:
+        from transformers import CONFIG_MAPPING
+
+        return CONFIG_MAPPING[model_type]
+    except Exception:  # noqa: BLE001 - no transformers, or a type it does not know
+        return None
+
+
 def returns_router_logits(model_type: Any) -> bool | None:
     """Whether transformers' config class for ``model_type`` has ``output_router_logits`` (None:
     transformers or the type unknown here, so the expert counts decide). Why: DeepSeek-V2/V3's,
     GLM-4-MoE's, Hunyuan-MoE's and LFM2-MoE's configs count experts but return no router logits,
     so TRL adds no load-balancing loss for them; counted as MoE, their eval loss was dropped and a
     backend without the term refused them for a loss TRL does not add."""
-    if not isinstance(model_type, str) or not model_type:
-        return None
-    try:
-        from transformers import CONFIG_MAPPING
-
-        cls = CONFIG_MAPPING[model_type]
-    except Exception:  # noqa: BLE001 - no transformers, or a type it does not know
+    cls = config_class(model_type)
+    if cls is None:
         return None
     if hasattr(cls, "output_router_logits") or "output_router_logits" in getattr(cls, "__annotations__", {}):
         return True
@@ -93,13 +101,8 @@ def default_coef(model_type: Any) -> float:
     ``FALLBACK_COEF``. Why: the torch backend reads the loaded config object (the class default)
     while the core, the eval loss and MLX read the file; a missing key read as 0 turned the term
     off where TRL adds it, and a flat 0.001 weighted OLMoE's ten times too little."""
-    if not isinstance(model_type, str) or not model_type:
-        return FALLBACK_COEF
-    try:
-        from transformers import CONFIG_MAPPING
-
-        cls = CONFIG_MAPPING[model_type]
-    except Exception:  # noqa: BLE001 - no transformers, or a type it does not know
+    cls = config_class(model_type)
+    if cls is None:
         return FALLBACK_COEF
     value = getattr(cls, "router_aux_loss_coef", None)
     if value is None:
