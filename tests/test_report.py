@@ -89,6 +89,26 @@ def test_panels_follow_the_metrics_the_run_has(run_dir):
     assert "KL to reference" not in left and "entropy" not in left
 
 
+def test_a_run_that_stopped_before_its_planned_steps_says_so(run_dir, tmp_path, capsys):
+    """The report of a run stopped at step 2 of 50 (Ctrl-C, SIGTERM, a crash) drew its curves and
+    said nothing: the chart read as a whole run. The newest checkpoint records train.steps; a run
+    whose metrics.jsonl stops short of it says so, on the terminal and on the page; a finished
+    run says nothing of the kind."""
+    import shutil
+
+    assert main(["report", str(run_dir), "--output", str(tmp_path / "whole.png")]) == 0
+    assert "not finished" not in capsys.readouterr().out.lower()
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run_dir, stopped)
+    lines = (stopped / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (stopped / "metrics.jsonl").write_text("".join(lines[:-1]))  # its last step (3) never logged
+    page = tmp_path / "stopped.html"
+    assert main(["report", str(stopped), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "not finished: the run logged 2 of its 3 steps (train.steps)" in out, out
+    assert "Not finished:</b> the run logged 2 of its 3 steps" in page.read_text()
+
+
 def test_default_output_is_inside_the_run(run_dir, capsys):
     assert main(["report", str(run_dir)]) == 0
     assert (run_dir / "report.png").read_bytes().startswith(PNG_MAGIC)

@@ -814,3 +814,56 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, mon
     own = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}))
     own.close()
     assert client.list_artifacts(own.run_id) == []
+
+
+def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
+    """The README's ``mlflow ui --backend-store-uri output_dir/mlruns`` failed on the store a run
+    wrote: MLflow 3 refuses a file store without ``MLFLOW_ALLOW_FILE_STORE=true``, which the tracker
+    sets for itself only, and the start did not say where the store is. It now logs the command;
+    the store opens, in a shell without the variable, with the variable that command sets."""
+    import re
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    code = ("import sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
+            "from polyrl.tracking.mlflow import MlflowTracker\n"
+            "t = MlflowTracker(TrackerContext(Path(sys.argv[1]), 'r', 'proj', {}))\n"
+            "t.log_metrics({'loss': 0.25}, 1)\nt.close()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = re.search(r"([A-Z_]+)=(\S+) mlflow ui --backend-store-uri ([^\s']+)", proc.stderr)
+    assert said, proc.stderr
+    assert said[3] == str((out / "mlruns").resolve())
+    read = ("import sys\nfrom mlflow.tracking import MlflowClient\nc = MlflowClient(tracking_uri=sys.argv[1])\n"
+            "exp = c.get_experiment_by_name('proj')\n"
+            "print([m.value for r in c.search_runs([exp.experiment_id]) for m in c.get_metric_history(r.info.run_id, 'loss')])\n")
+    opened = subprocess.run([sys.executable, "-c", read, said[3]], env={**env, said[1]: said[2]},
+                            capture_output=True, text=True, timeout=300)
+    assert opened.returncode == 0 and opened.stdout.strip() == "[0.25]", opened.stderr[-2000:]
+
+
+@pytest.mark.parametrize("stop_at", [2, None])
+def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, monkeypatch, stop_at):
+    """A run stopped by Ctrl-C or SIGTERM at step 2 of 4 ended its MLflow run FINISHED, as one that
+    took every step: a sweep's "finished" filter kept it. It is now KILLED, MLflow's state for a run
+    its user interrupted; a run that takes every step stays FINISHED."""
+    from mlflow.tracking import MlflowClient
+    from test_step_numbering import _stopper, toy_run
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    holder: dict = {"stop_at": stop_at}
+    data = toy_run(tmp_path, steps=4, report_to=["mlflow"], project="polyrl-stop")
+    data["rewards"] = [{"name": "stopper"}]
+    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
+    client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("polyrl-stop").experiment_id])
+    assert found.info.status == ("KILLED" if stop_at else "FINISHED")

@@ -132,6 +132,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_outputs(png_path, args.html)  # a folder without metrics is one error line before matplotlib loads
     for warning in run.warnings:
         get_logger("polyrl.report").warning(warning)
+    if run.unfinished:
+        print(f"not finished: {run.unfinished}")
     png = write_png(run, png_path)
     print(f"chart: {png}")
     if args.html:

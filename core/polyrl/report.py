@@ -90,6 +90,8 @@ class RunData:
     records: list[dict[str, Any]]
     warnings: tuple[str, ...] = ()  # one sentence per kind of line left out
     evals: list[dict[str, Any]] = attrs.field(factory=list)  # metrics.jsonl's evaluation lines, before first
+    #: one sentence when the run's newest checkpoint planned more steps than metrics.jsonl logged
+    unfinished: str | None = None
 
 
 def _plural(n: int, word: str) -> str:
@@ -265,8 +267,35 @@ def load_run(run_dir: str | Path) -> RunData:
         why = "; ".join(warnings) or f"{METRICS_FILE} missing or empty"
         raise ConfigError(f"{str(run)!r} has no step metrics ({why})", field="RUN_DIR",
                           fix="pass a run's train.output_dir after at least one training step or evaluation")
+    last = max(by_step, default=0)
     return RunData(run.resolve().name, [by_step[k] for k in sorted(by_step)], records, tuple(warnings),
-                   [evals[p] for p in metrics_file.EVAL_PHASES if p in evals])
+                   [evals[p] for p in metrics_file.EVAL_PHASES if p in evals], unfinished(run, last))
+
+
+def planned_steps(run: Path) -> int | None:
+    """``train.steps`` as the run's newest complete checkpoint recorded it, or None (no checkpoint,
+    an unreadable or odd state file). Why the checkpoint: ``metrics.jsonl`` does not say how many
+    steps the run meant to take, and a chart of a run stopped at step 2 of 50 read as a whole run."""
+    from polyrl.checkpoint import PARSED_STATE_BYTES, STATE_FILE, latest_checkpoint
+
+    try:
+        found = latest_checkpoint(run / "checkpoints")
+        state = found / STATE_FILE if found is not None else None
+        if state is None or not state.is_file() or state.stat().st_size > PARSED_STATE_BYTES:
+            return None
+        steps = json.loads(state.read_bytes()).get("config", {}).get("train.steps")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return steps if metrics_file.is_step_number(steps) else None
+
+
+def unfinished(run: Path, last_step: int) -> str | None:
+    """A sentence saying the run did not reach its planned steps, or None (it did, or nothing says)."""
+    planned = planned_steps(run)
+    if planned is None or last_step >= planned:
+        return None
+    return (f"the run logged {last_step} of its {planned} steps (train.steps): it was stopped (Ctrl-C, "
+            f"SIGTERM), crashed, or is still running; continue it with polyrl train CONFIG --resume")
 
 
 def _phase_records(run: Path, phases: Sequence[str], warnings: list[str]) -> list[dict[str, Any]]:
@@ -462,11 +491,12 @@ def write_html(run: RunData, png: Path, output: str | Path) -> Path:
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
     body = "".join("<tr>" + "".join(f"<td>{_cell(line.get(k))}</td>" for k in keys) + "</tr>" for line in lines)
     title = html.escape(f"polyrl report: {run.name}")
+    note = f"<p><b>Not finished:</b> {html.escape(run.unfinished)}</p>" if run.unfinished else ""
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
             "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{position:sticky;top:0;"
             "background:#eee}div.t{overflow:auto;max-height:60vh}</style></head><body>"
-            f"<h1>{title}</h1><img alt=\"curves\" style=\"max-width:100%\" src=\"data:image/png;base64,{image}\">"
+            f"<h1>{title}</h1>{note}<img alt=\"curves\" style=\"max-width:100%\" src=\"data:image/png;base64,{image}\">"
             f"<h2>metrics.jsonl ({len(run.lines)} steps)</h2><div class=\"t\"><table><tr>{head}</tr>{body}"
             "</table></div></body></html>\n")
     out = Path(output)

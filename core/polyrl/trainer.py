@@ -285,6 +285,8 @@ class Trainer:
         #: sample (``RewardContext.columns``); read once: a row-backed set finds them row by row
         self._columns = tuple(tuple(data.columns) if data is not None else () for data in self._source_data)
         self.stop_requested = False
+        #: the run was stopped by a signal (or its agreement under a launcher) before its last step
+        self._stopped_on_request = False
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
         #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
@@ -860,8 +862,10 @@ class Trainer:
             if idle_entropy is not None:
                 metrics["entropy"] = idle_entropy
         else:
-            if self._nothing_scored and self.rank == 0:  # kept for the KL term alone (kl_only above)
-                log.warning("no reward scored any sample this step: it trains the KL term alone, every advantage "
+            if self._nothing_scored and self.rank == 0:  # kept for the KL term / entropy bonus (kl_only above)
+                terms = " and ".join(t for t, on in (("the KL term", kl_in_loss),
+                                                     ("the entropy bonus", algo.entropy_coef > 0)) if on)
+                log.warning(f"no reward scored any sample this step: it trains {terms} alone, every advantage "
                             "0, as TRL does", step=self.step + 1,
                             fix="make at least one reward function return a number for each completion (None "
                                 f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run")
@@ -935,6 +939,9 @@ class Trainer:
                        epoch=trl_epoch(self.step + 1 + self._epoch_steps_skipped, c.train.prompts_per_step,
                                        len(self.dataset), self._step_start),
                        step_time=trl_step_time(total, algo.updates_per_step))
+        bonus = algo.objective(self._max_completion_tokens).entropy_coef
+        if bonus:  # TRL logs its entropy coefficient where there is a bonus (polyrl's stays as set)
+            metrics["entropy_coef"] = float(bonus)
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
@@ -1856,7 +1863,7 @@ class Trainer:
         except OutOfMemory as exc:  # the last step trained is kept where it soundly can be, and said
             raise OutOfMemory(exc.what, kept=self._kept_out_of_memory()) from None
         finally:
-            self.tracking.close(failed=failed)
+            self.tracking.close(failed=failed, stopped=self._stopped_on_request)
             # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
             self.rollouts.close(wait=sys.exc_info()[0] is not StoppedAtOnce)
             self.lock.release()
@@ -1934,6 +1941,7 @@ class Trainer:
             if not (self._agree_to_stop() if self.world_size > 1 else self.stop_requested):
                 return True
         log.warning("stopped on request before the first step: nothing was trained or saved")
+        self._stopped_on_request = True
         summary["stopped_early"] = True
         return False
 
@@ -2070,6 +2078,7 @@ class Trainer:
                 log.info("stopped early", step=self.step, asked_by=asked.why)
             else:
                 log.warning("stopped early on request", step=self.step)
+                self._stopped_on_request = True  # the trackers' runs end as killed, not finished
             summary["stopped_early"] = True
         if self.eval_dataset is not None and self.evaluate_after:
             if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated

@@ -522,10 +522,11 @@ class AlgorithmConfig:
         step and the eval loss so the two cannot drift: ``(keep, advantages, group_kept)``.
         ``keep`` is the groups dynamic sampling keeps (``group_kept``, which the loss divisors count
         whole as TRL's batch does), less the completions cut under ``mask_truncated_completions``
-        (``untruncated``) and the unscored ones, except that with the KL term in the loss and no
-        environment a completion no reward scored (``scores`` NaN) stays at advantage 0 for its KL
-        term, as in TRL. ``per_reward`` (samples x rewards): GDPO's matrix, else None. An advantage
-        past float64's range comes back inf, for the caller to refuse."""
+        (``untruncated``) and the unscored ones, except that with the KL term or an entropy bonus in
+        the loss and no environment a completion no reward scored (``scores`` NaN) stays at advantage
+        0 for those terms, as in TRL (its unscored rows stay in the loss, their advantage 0).
+        ``per_reward`` (samples x rewards): GDPO's matrix, else None. An advantage past float64's
+        range comes back inf, for the caller to refuse."""
         with np.errstate(over="ignore"):
             if per_reward is not None:
                 group_kept = self.decoupled_keep_mask(per_reward, weights, group_size)
@@ -533,7 +534,8 @@ class AlgorithmConfig:
             else:
                 group_kept = self.keep_mask(shaped, group_size)
                 advantages = self.advantages(shaped, group_size)
-        kl_only = np.isnan(scores) & (self.beta > 0 and not self.kl_in_reward) & (not episodes)
+        other_terms = (self.beta > 0 and not self.kl_in_reward) or self.entropy_coef > 0
+        kl_only = np.isnan(scores) & other_terms & (not episodes)
         keep = group_kept & (np.isfinite(shaped) | kl_only) & untruncated
         return keep, advantages, group_kept
 

@@ -37,7 +37,8 @@ BUILTIN_TRACKERS = (
     ("wandb", "wandb", "WandbTracker", "wandb", "wandb",
      "Weights & Biases, offline run in output_dir/wandb (`wandb sync` uploads it)"),
     ("mlflow", "mlflow", "MlflowTracker", "mlflow", "mlflow",
-     "MLflow local store in output_dir/mlruns (or MLFLOW_TRACKING_URI)"),
+     "MLflow local store in output_dir/mlruns, or MLFLOW_TRACKING_URI "
+     "(`MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri output_dir/mlruns`)"),
     ("trackio", "trackio", "TrackioTracker", "trackio", "trackio",
      "trackio local store in output_dir/trackio, or TRACKIO_DIR (`TRACKIO_DIR=output_dir/trackio trackio show`)"),
 )

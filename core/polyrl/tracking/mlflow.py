@@ -1,5 +1,6 @@
 """MLflow: a local file store under ``output_dir/mlruns`` (or ``MLFLOW_TRACKING_URI`` when set;
-``mlflow ui --backend-store-uri output_dir/mlruns`` shows it),
+``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri output_dir/mlruns`` shows it: MLflow 3
+refuses to open a file store without that opt-in, and the start logs the command),
 through a client of its own (no global active run). Completions are a JSON artifact per step,
 ``completions/step_<n>.json``, in the column layout ``mlflow.log_table`` writes.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -73,6 +75,21 @@ def store_kind(uri: str) -> StoreKind:
     if scheme in ("", "file") or len(scheme) == 1:
         return "file"
     return "database" if scheme.partition("+")[0] in DATABASE_SCHEMES else "server"
+
+
+def file_store_path(uri: str) -> str:
+    """The folder of file-store ``uri`` (``file:///x/mlruns``, a plain path) as a shell reads it."""
+    if urlsplit(uri).scheme.lower() == "file":
+        from urllib.request import url2pathname
+
+        return url2pathname(urlsplit(uri).path)
+    return uri
+
+
+def view_command(store: str) -> str:
+    """The command that opens file store ``store`` in MLflow's UI. Why the variable: MLflow 3's
+    file store refuses to open without it (this tracker sets it for itself, a user's shell has not)."""
+    return f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {shlex.quote(store)}"
 
 
 def server_store(uri: str, timeout_s: float = 5.0) -> StoreKind:
@@ -158,6 +175,9 @@ class MlflowTracker:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             self.uri = (context.output_dir / STORE_DIR).resolve().as_uri()
         kind = store_kind(self.uri)
+        if kind == "file":
+            store = file_store_path(self.uri)
+            log.info("mlflow: file store", store=store, view=view_command(store))
         #: whether the store keeps metrics as files named by them (``_name``)
         self.file_store = (server_store(self.uri) if kind == "server" else kind) == "file"
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -271,6 +291,12 @@ class MlflowTracker:
     def close_failed(self) -> None:
         if not self.adopted:  # the script's `with mlflow.start_run()` marks its own run failed on the error
             self.client.set_terminated(self.run_id, status="FAILED")
+
+    def close_stopped(self) -> None:
+        """Ctrl-C or SIGTERM before the last step: MLflow's KILLED, as its own client marks a run its
+        user interrupted (FINISHED read as a run that took all its steps)."""
+        if not self.adopted:
+            self.client.set_terminated(self.run_id, status="KILLED")
 
 
 def trl_tags() -> dict[str, str]:

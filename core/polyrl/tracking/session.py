@@ -287,9 +287,10 @@ class RunTracking:
         else:
             self._threads.pop(name).close()
 
-    def _close_one(self, name: str, tracker: Tracker, failed: bool = False) -> None:
+    def _close_one(self, name: str, tracker: Tracker, failed: bool = False, stopped: bool = False) -> None:
         thread = self._threads.pop(name)
-        finish = getattr(tracker, "close_failed", None) if failed else None
+        finish = getattr(tracker, "close_failed", None) if failed else \
+            getattr(tracker, "close_stopped", None) if stopped else None
         try:  # inside the call: a missing close is the tracker's error
             thread.call_blocking(finish if callable(finish) else (lambda: tracker.close()), self.timeout_s)
         except CallRaised as exc:
@@ -302,13 +303,14 @@ class RunTracking:
         finally:
             thread.close()
 
-    def close(self, failed: bool = False) -> None:
+    def close(self, failed: bool = False, stopped: bool = False) -> None:
         """Finish every tracker's run; ``failed``: the training run ended with an error, so a
-        tracker that can say so (``close_failed``) finishes its run as failed."""
+        tracker that can say so (``close_failed``) finishes its run as failed; ``stopped``: it was
+        stopped on request before its last step (``close_stopped``: killed, not finished)."""
         self._write_unwritten()
         while self.trackers:
             name, tracker = self.trackers.popitem()
-            self._close_one(name, tracker, failed)
+            self._close_one(name, tracker, failed, stopped)
         for name, (step, error) in self.dropped.items():
             log.warning(f"tracker {name!r} stopped receiving metrics at step {step}: it failed and was dropped "
                         "(metrics.jsonl has every step)", error=error)

@@ -79,6 +79,9 @@ class Tracker(Protocol):
     # Optional: ``close_failed(self) -> None``, called instead of ``close`` when the training run
     # ends with an error, to finish the tracker's run as failed (MLflow FAILED, W&B exit code 1);
     # without it a crashed run shows as a clean finish.
+    # Optional: ``close_stopped(self) -> None``, called instead of ``close`` when the run was stopped
+    # on request (Ctrl-C, SIGTERM) before its last step, to finish the tracker's run as killed
+    # (MLflow KILLED); without it a stopped run shows as one that ran all its steps.
 
 
 #: What every object a tracker's ``create`` returns must have.

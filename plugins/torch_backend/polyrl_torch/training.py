@@ -208,6 +208,9 @@ def objective_loss(
     else:  # seq_mean_token_sum_norm (Dr.GRPO)
         weight = lp.new_full((lp.shape[0],), 1.0 / (n_seq * objective.max_completion_length))
     total = torch.where(valid, loss * weight[:, None], zero).sum()
+    if ent is not None and objective.entropy_coef:  # the bonus's share of total: TRL's policy_loss is total - it
+        mismatch["entropy_bonus_sum"] = torch.where(valid, -objective.entropy_coef * ent.detach() * weight[:, None],
+                                                    zero).sum()
     # each completion's clipped fractions: TRL's clip_ratio/low_min and high_max are their extremes
     has = lengths_t > 0
     per_seq = lengths_t.clamp(min=1).to(torch.float64)
@@ -388,6 +391,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
     dropped = 0.0  # sequences the off-policy mask dropped
     phi_sum = 0.0  # vespo's sequence weights
     aux_sum = 0.0  # the micro-batches' MoE load-balancing losses
+    bonus_sum = 0.0  # the entropy bonus's share of loss_sum (TRL's policy_loss leaves it out)
     mismatch: dict[str, float] = {}
     extremes = {"mismatch_abs_max": 0.0, "mismatch_ratio_min": math.inf, "mismatch_ratio_max": -math.inf}
     regions = dict.fromkeys(CLIP_REGION_KEYS, 0.0)
@@ -437,6 +441,7 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
                 high_max = max(high_max, float(stats["clip_high_max"]))
                 dropped += float(stats.get("off_policy_masked_sum", 0.0))
                 phi_sum += float(stats.get("vespo_phi_sum", 0.0))
+                bonus_sum += float(stats.get("entropy_bonus_sum", 0.0))
                 for key in MISMATCH_KEYS:
                     if f"{key}_sum" in stats:
                         mismatch[key] = mismatch.get(key, 0.0) + float(stats[f"{key}_sum"])
@@ -470,10 +475,11 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
         summed = distributed.sum_scalars(
             [loss_sum if finite else 0.0, kl_sum, clip_sum, 0.0 if finite else 1.0]
             + [regions[k] for k in CLIP_REGION_KEYS] + [mismatch.get(k, 0.0) for k in expected]
-            + [aux_sum, phi_sum, dropped], engine.device)
+            + [bonus_sum, aux_sum, phi_sum, dropped], engine.device)
         dropped = summed.pop()
         phi_sum = summed.pop()
         aux_sum = summed.pop()
+        bonus_sum = summed.pop()
         loss_sum, kl_sum, clip_sum, bad = summed[:4]
         regions = dict(zip(CLIP_REGION_KEYS, summed[4:4 + len(CLIP_REGION_KEYS)]))
         mismatch = dict(zip(expected, summed[4 + len(CLIP_REGION_KEYS):]))
@@ -500,7 +506,11 @@ def train_step(engine: TorchEngine, batch: TrainBatch, objective: Objective) -> 
              **({"vespo_phi_seq_mean": phi_sum / global_n} if objective.policy_loss == "vespo" else {}),
              **({"off_policy_masked_fraction": dropped / global_n}
                 if objective.off_policy_mask_threshold is not None else {}),
-             **({"aux_loss": aux_sum / aux_micros} if aux_coef else {})}
+             **({"aux_loss": aux_sum / aux_micros} if aux_coef else {}),
+             # TRL's policy_loss: the loss without the entropy bonus and the router term (the KL term
+             # in), logged where there is a bonus, as TRL logs it
+             **({"policy_loss": loss_sum - bonus_sum - (aux_coef * aux_sum / aux_micros if aux_coef else 0.0)}
+                if objective.entropy_coef and finite else {})}
     metrics: dict[str, Any] = dict(loss=loss_sum, grad_norm=grad_norm, kl=kl_sum / denom,
                    clip_fraction=clip_sum / denom, tokens=total_tokens, extra=extra)
     if not (finite and math.isfinite(grad_norm)):

@@ -1,0 +1,76 @@
+"""TRL's GRPO documentation examples (docs/source/grpo_trainer.md, TRL 1.16) run through
+``polyrl.trl.GRPOTrainer`` as the docs write them, with what they log checked against the meaning
+TRL's "Logged metrics" section gives it."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("polyrl_torch")
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+
+from polyrl.trl import GRPOTrainer  # noqa: E402
+
+
+def _args(tmp_path: Path, **kwargs):
+    values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
+                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
+                  bf16=False)
+    return trl.GRPOConfig(**{**values, **kwargs})
+
+
+def _dataset(n: int = 4):
+    return datasets.Dataset.from_list([{"prompt": f"Problem {i}:", "ground_truth": str(i)} for i in range(n)])
+
+
+def spread(completions, **kwargs):
+    """A reward with a spread in every group, so the step trains (not TRL's idle zero-advantage step)."""
+    draw = random.Random(len(completions))
+    return [draw.random() for _ in completions]
+
+
+def test_an_entropy_bonus_logs_trls_policy_loss_and_entropy_coef(tiny_model_dir, tmp_path):
+    """The docs' "Static entropy" example, GRPOConfig(entropy_coef=0.05): TRL logs ``policy_loss``
+    (the loss before the bonus) and ``entropy_coef`` beside ``loss``, which holds the bonus; with
+    TRL's token-mean loss the two losses differ by exactly coef x the mean token entropy."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=spread, train_dataset=_dataset(),
+                          args=_args(tmp_path, entropy_coef=0.05))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert step["entropy_coef"] == 0.05
+    assert step["entropy"] > 0
+    assert step["policy_loss"] == pytest.approx(step["loss"] + 0.05 * step["entropy"], rel=1e-5, abs=1e-7)
+    assert step["policy_loss"] != pytest.approx(step["loss"])
+
+
+def test_without_an_entropy_bonus_neither_key_is_logged(tiny_model_dir, tmp_path):
+    """TRL logs ``policy_loss`` and ``entropy_coef`` only when ``entropy_coef`` is nonzero."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=spread, train_dataset=_dataset(), args=_args(tmp_path))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert "policy_loss" not in step and "entropy_coef" not in step and "loss" in step
+
+
+def math_reward_func(prompts, completions, task, **kwargs):
+    """The docs' Example 4 (multi-task): a score for its own task's rows, None for the others."""
+    return [float(len(c)) if t == "math" else None for c, t in zip(completions, task)]
+
+
+def test_with_an_entropy_bonus_rows_no_reward_scored_stay_in_the_loss_as_trls_do(tiny_model_dir, tmp_path):
+    """Example 4's mixed dataset (a "code" row no reward scores) with the static entropy bonus: TRL
+    keeps the unscored rows in its loss at advantage 0 (``nan_to_num``), so the bonus covers their
+    tokens too; polyrl left them out, training the bonus over the scored rows only."""
+    rows = [{"prompt": "What is 2+2?", "task": "math"},
+            {"prompt": "Write a function that returns the sum of two numbers.", "task": "code"}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[math_reward_func],
+                          train_dataset=datasets.Dataset.from_list(rows),
+                          args=_args(tmp_path, entropy_coef=0.05, temperature=1.5))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert step["samples_kept"] == 4  # both groups' completions, the unscored "code" pair included
+    assert step["reward"] == step["rewards/math_reward_func/mean"]  # the unscored rows stay out of the means
+    assert step["policy_loss"] == pytest.approx(step["loss"] + 0.05 * step["entropy"], rel=1e-5, abs=1e-7)
