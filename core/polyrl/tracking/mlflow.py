@@ -294,9 +294,15 @@ class MlflowTracker:
 
     def close_stopped(self) -> None:
         """Ctrl-C or SIGTERM before the last step: MLflow's KILLED, as its own client marks a run its
-        user interrupted (FINISHED read as a run that took all its steps)."""
-        if not self.adopted:
-            self.client.set_terminated(self.run_id, status="KILLED")
+        user interrupted (FINISHED read as a run that took all its steps). The model the stop
+        exported is logged as ``close`` logs it (``$HF_MLFLOW_LOG_ARTIFACTS``): W&B's close, which
+        a stopped run also gets, logs its model, and MLflow's was left out without a word."""
+        try:
+            if self.model_artifacts is not None:
+                self._log_model()
+        finally:
+            if not self.adopted:
+                self.client.set_terminated(self.run_id, status="KILLED")
 
 
 def trl_tags() -> dict[str, str]:
