@@ -103,3 +103,29 @@ def test_a_reference_still_there_but_changed_is_still_refused_on_a_full_resume(t
     with pytest.raises(ConfigError) as err:
         Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=2)), resume="")
     assert err.value.field == "model.reference_path"
+
+
+def test_the_copies_outlive_the_checkpoint_a_resume_read_them_from(tiny_model_dir, tmp_path):
+    """A resume reads the start folders from its checkpoint's copies; once that checkpoint was
+    pruned (``keep_checkpoints``), the next checkpoints kept no copy (the folders were gone and so
+    was the checkpoint holding them), and a resume of those failed at the engine load, as before
+    the copies. Each checkpoint reads them from the newest one that holds them."""
+    from polyrl.trainer import Trainer
+
+    _start_folders(tiny_model_dir, tmp_path / "adapter", tmp_path / "run" / "initial_reference")
+
+    def settings(steps: int) -> dict[str, Any]:
+        out = _settings(tiny_model_dir, tmp_path, steps)
+        out["train"]["keep_checkpoints"] = 1
+        return out
+
+    Trainer(RunConfig.from_dict(settings(1))).run()
+    shutil.rmtree(tmp_path / "adapter")
+    shutil.rmtree(tmp_path / "run" / "initial_reference")
+    Trainer(RunConfig.from_dict(settings(3)), resume="").run()  # step-1 pruned once step-2 is saved
+    (last,) = (tmp_path / "run" / "checkpoints").iterdir()
+    assert last.name == "step-00000003"
+    assert (last / "initial_adapter" / "adapter_config.json").is_file()  # old code: no copy in step 3
+    assert (last / "initial_reference" / "config.json").is_file()
+    Trainer(RunConfig.from_dict(settings(4)), resume="").run()  # old code: the adapter folder is gone
+    assert (tmp_path / "run" / "checkpoints" / "step-00000004" / "initial_adapter").is_dir()

@@ -814,11 +814,30 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, mon
     own = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}))
     own.close()
     assert client.list_artifacts(own.run_id) == []
-    # a TRL run stopped by Ctrl-C/SIGTERM still logs the model its stop exported, and reads KILLED
+
+
+def test_a_trl_run_stopped_on_request_still_logs_its_exported_model_to_mlflow(tmp_path, monkeypatch):
+    """A run stopped on request (Ctrl-C, SIGTERM) exports the model trained so far, and its trackers
+    end through ``close_stopped`` (MLflow KILLED). That skipped the $HF_MLFLOW_LOG_ARTIFACTS upload
+    ``close`` makes, without a word (W&B's close, which a stopped run gets too, logs its model)."""
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "1")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
+    client = MlflowClient(tracking_uri=uri)
     stopped = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun()))
     stopped.close_stopped()
-    assert [a.path for a in client.list_artifacts(stopped.run_id, "model")] == ["model/config.json"]
     assert client.get_run(stopped.run_id).info.status == "KILLED"
+    assert [a.path for a in client.list_artifacts(stopped.run_id, "model")] == ["model/config.json"]  # old: []
 
 
 def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):

@@ -107,3 +107,23 @@ def test_a_save_into_the_output_dir_of_a_running_run_is_refused(tiny_model_dir, 
         os.close(fd)
     assert _read(run / "all_results.json") == {"theirs": 1.0}  # old code: {"theirs": 1.0, "eval_loss": 1.0}
     assert not (run / "eval_results.json").exists() and not (run / "trainer_state.json").exists()
+
+
+def test_only_the_main_process_saves_metrics_and_state(tiny_model_dir, tmp_path):
+    """Under a launcher every rank runs the script's ``save_metrics()``/``save_state()``;
+    transformers writes on the main process only. polyrl wrote on every rank, so rank 0's save,
+    finding rank 1's copy there (not its own), moved it aside into previous/results-<time>/ as
+    another run's results, with a warning, on every such save."""
+    run = tmp_path / "run"
+    other_rank = _trainer(tiny_model_dir, tmp_path)
+    other_rank.accelerator.process_index, other_rank.accelerator.is_main_process = 1, False
+    main = _trainer(tiny_model_dir, tmp_path)
+    other_rank.save_metrics("eval", {"eval_loss": 1.0})
+    other_rank.save_state()
+    written = sorted(p.name for p in run.glob("*.json")) if run.is_dir() else []
+    main.save_metrics("eval", {"eval_loss": 1.0})
+    main.save_state()
+    assert not (run / "previous").exists()  # old code: rank 1's files moved aside as another run's
+    assert written == []  # as transformers: nothing of rank 1's
+    assert _read(run / "all_results.json") == {"eval_loss": 1.0}
+    assert (run / "trainer_state.json").is_file()

@@ -92,7 +92,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                                  "config.json: transformers' default for the type, Mixtral, Qwen-MoE: 0.001, "
                                  "OLMoE: 0.01; a config.json's `null` is an error, as transformers refuses it), 0 = off; set on a dense model it is an error. Also on steps that train "
                                  "nothing (no reward scored), as TRL. torch: every MoE model, not under "
-                                 "`fsdp = true` with more than one rank (refused at startup unless 0); mlx: "
+                                 "`fsdp = true` under a launcher, one rank included (refused at startup unless 0); mlx: "
                                  "qwen2_moe, qwen3_moe (another MoE family is refused at startup unless 0)"),
         "mask_truncated_completions": ("leave completions cut at max_new_tokens out of the loss (TRL, DAPO); "
                                        "refused with generation.ignore_eos, which cuts every one"),

@@ -269,7 +269,8 @@ class Trainer:
         self.final_model_dir = self.output_dir / "model"
         self.lock = OutputDirLock(self.output_dir)
         self._resumed = False
-        #: the checkpoint a resume reads the start folders of (``kept_inputs``), set as it is chosen
+        #: the checkpoint whose copies stand in for start folders that are gone (``kept_inputs``): the
+        #: one a resume reads, set as it is chosen, then each checkpoint this run writes
         self._kept_from: Path | None = None
         function_plugins = [
             load_function_reward(r.function, name=r.label, isolation=r.isolation) for r in config.rewards if r.function
@@ -1402,6 +1403,9 @@ class Trainer:
                 raise
             raise self._write_failed(f"checkpoint of step {self.step}", exc.reason, exc.fix) from None
         self._saved_step = self.step
+        # the newest checkpoint holds the start folders' copies (``kept_inputs``): the next ones read
+        # a folder that is gone from it, not from the checkpoint a resume read, which prune may remove
+        self._kept_from = path
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints,
                    [kept for observer in self.observers if (kept := observer.protected_checkpoint()) is not None])
         log.info("checkpoint saved", path=str(path), step=self.step)

@@ -820,7 +820,11 @@ class GRPOTrainer:
 
     def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
         """Write ``output_dir/{split}_results.json`` (and merge into ``all_results.json``), as transformers does;
-        after a later run in that output_dir, where it set this trainer's run aside (``_run_folder``)."""
+        after a later run in that output_dir, where it set this trainer's run aside (``_run_folder``).
+        On the main process only, as transformers' (``is_world_process_zero``): another rank's copy,
+        written beside rank 0's saves, was taken by rank 0 for another run's results and moved aside."""
+        if not self.is_world_process_zero():
+            return
         with self._saving_into("save_metrics") as (folder, own):
             # each file replaced whole (strict_json's temp file and rename): a write cut short (a kill, a
             # full disk) left all_results.json half written, and every later save_metrics a JSONDecodeError
@@ -861,7 +865,10 @@ class GRPOTrainer:
 
     def save_state(self) -> None:
         """Write ``output_dir/trainer_state.json`` (``state.save_to_json``), as transformers does; after a
-        later run in that output_dir, where it set this trainer's run aside (``_run_folder``)."""
+        later run in that output_dir, where it set this trainer's run aside (``_run_folder``). On the
+        main process only, as transformers' (see ``save_metrics``)."""
+        if not self.is_world_process_zero():
+            return
         with self._saving_into("save_state") as (folder, own):
             self.state.save_to_json(str(folder / "trainer_state.json"))
             own["trainer_state.json"] = json.loads((folder / "trainer_state.json").read_text())

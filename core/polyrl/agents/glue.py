@@ -18,7 +18,7 @@ What stand-in text cannot show is a template that leaves part of an earlier turn
 what it says: Qwen3's drops an assistant turn's ``<think>`` block once a new user query follows it.
 An episode continues from the sampled ids, reasoning kept, so its later turns would be sampled and
 trained on a context the template never shows the model; ``drops_reasoning`` asks the template
-with two reasoning stand-ins, and the runner refuses such a setup (``check_reasoning_kept``).
+with two reasoning stand-ins, and the runner warns of such a setup at startup (``check_reasoning_kept``).
 """
 
 from __future__ import annotations
