@@ -187,3 +187,18 @@ def test_experts_with_global_scales_repack_weights_of_another_range(models, tmp_
     for e in range(want.shape[0]):
         amax = float(mx.abs(want[e]).max().item())
         assert float(mx.abs(dequantized(experts)[e] - want[e]).max().item()) < amax / 5
+
+
+@pytest.mark.parametrize("targets", [["all-linear"], ["gate", "gate_proj"], ["q_proj", "shared_expert.up_proj"]])
+def test_the_startup_check_picks_the_layers_the_engine_adapts(targets, models):
+    """The startup check (``polyrl_mlx.startup_check``, config.json alone) and the engine's load
+    run one rule on one model: on a MoE, router and experts included, they pick the same layers."""
+    require_backends("mlx")
+    from polyrl_mlx.lora_targets import lora_keys
+    from polyrl_mlx.startup_check import build_without_weights, check_model
+
+    path = build_family_model("qwen2_moe", models / "qwen2_moe")
+    lora = LoraConfig(rank=2, alpha=4, target_modules=targets)
+    check_model(EngineConfig(model=path, lora=lora))
+    built, config = build_without_weights(Path(path))
+    assert lora_keys(built, lora, config["model_type"]) == _engine(path, lora=lora).raw.lora_keys

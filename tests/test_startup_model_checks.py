@@ -173,3 +173,43 @@ def test_a_step_with_nothing_to_train_logs_the_router_terms_aux_loss(tmp_path):
     step = trainer.run(progress=False)["history"][0]
     assert step["skipped"] and seen, "no idle update ran"
     assert step["aux_loss"] == pytest.approx(seen[-1].extra["aux_loss"]) and step["aux_loss"] > 0
+
+
+@pytest.mark.parametrize("target", ["lm_head", "embed_tokens", "no_such_proj"])
+def test_mlx_lora_targets_outside_the_blocks_are_refused_before_any_model_loads(target, tiny_model_dir, tmp_path,
+                                                                                monkeypatch):
+    """Before: MLXEngine refused them as it added the adapter, after mlx-lm read every weight. Now
+    the engine's own rule (lora_targets.lora_keys) runs at startup on the mlx-lm model built from
+    config.json alone, its parameters never evaluated."""
+    pytest.importorskip("polyrl_mlx")
+    from polyrl.registry import get_registry
+    from polyrl.trainer import Trainer, check_run
+
+    status = get_registry().status("mlx")
+    if not status.available:
+        pytest.skip(f"mlx backend not usable here: {status.reason}")
+    _no_model_loads(monkeypatch)
+    lora = {"rank": 4, "alpha": 8, "target_modules": [target]}
+    for start in (check_run, Trainer):
+        with pytest.raises(ConfigError, match=f"'{target}' names no layer") as err:
+            start(_run_config(tiny_model_dir, tmp_path, lora=lora, backends={"train": "mlx"}))
+        assert err.value.field == "lora.target_modules" and "\n" not in err.value.message
+    check_run(_run_config(tiny_model_dir, tmp_path, lora={**lora, "target_modules": ["q_proj"]},
+                          backends={"train": "mlx"}))
+
+
+def test_the_mlx_startup_check_reads_no_weight_file(tiny_model_dir, tmp_path):
+    """config.json (and the tokenizer) alone: a folder whose weight files are gone still gets the
+    refusal, and a good target list passes (the load, not this check, names the missing weights)."""
+    pytest.importorskip("polyrl_mlx")
+    pytest.importorskip("mlx_lm")
+    from polyrl_mlx.startup_check import check_model
+
+    from polyrl.types import EngineConfig, LoraConfig
+
+    folder = tmp_path / "no_weights"
+    shutil.copytree(tiny_model_dir, folder, ignore=shutil.ignore_patterns("*.safetensors*"))
+    assert not list(folder.glob("*.safetensors"))
+    with pytest.raises(ConfigError, match="'lm_head' names no layer"):
+        check_model(EngineConfig(model=str(folder), lora=LoraConfig(rank=4, alpha=8, target_modules=["lm_head"])))
+    check_model(EngineConfig(model=str(folder), lora=LoraConfig(rank=4, alpha=8, target_modules=["q_proj"])))

@@ -103,6 +103,15 @@ def _load(config: EngineConfig) -> Any:
     return MLXEngine(config)
 
 
+def _check_model(config: EngineConfig) -> None:
+    """LoRA targets the engine's load would refuse, on the model built from config.json alone."""
+    if _probe() is not None:  # no MLX here: the backend is refused as unusable before this
+        return
+    from polyrl_mlx.startup_check import check_model
+
+    check_model(config)
+
+
 # --- discovery -----------------------------------------------------------------------------------
 
 
@@ -121,6 +130,7 @@ def polyrl_register_backends(register) -> None:
             diagnostics=_diagnostics,
             options=SCORING_KEYS,  # the [backends.options] keys it reads (polyrl_mlx.engine.ScoringOptions)
             check_checkpoint=state_files.check_checkpoint,  # headers only: imports no MLX
+            check_model=_check_model,  # LoRA targets at startup, no weights read
         )
     )
 
