@@ -9,6 +9,7 @@ the backend tokenizes them: they stay uncounted, never counted with a tokenizer 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
@@ -114,3 +115,32 @@ def test_a_conversation_already_rendered_is_not_asked_of_the_hook_again():
         encode([{"role": "user", "content": str(n)}])
     encode(SHORT)
     assert rendering.calls == 3 + hook_prompts.MEMO_SIZE
+
+
+def test_the_memo_is_bounded_by_the_ids_it_holds_and_keeps_them_compact(monkeypatch):
+    """Before: the memo held MEMO_SIZE (4096) conversations whatever their length, each as a tuple
+    of Python ints (~36 bytes an id: ~600 MB for 4k-token prompts). Now the ids held together stay
+    within MEMO_TOKENS, as int32 arrays; a repeated conversation that fits is still not asked again."""
+    from polyrl import hook_prompts
+
+    monkeypatch.setattr(hook_prompts, "MEMO_TOKENS", 100, raising=False)
+    rendering = _Engine(list(range(1000, 1030)))  # 30 ids a conversation
+    encode = HookPromptEncoder([rendering])  # type: ignore[list-item]
+    chats = [[{"role": "user", "content": f"q{n}"}] for n in range(5)]
+    for chat in chats[:3]:  # 90 ids: all kept
+        encode(chat)
+    assert [encode(c) for c in chats[:3]] == [list(range(1000, 1030))] * 3 and rendering.calls == 3
+    encode(chats[3])  # 120 ids would be held: the least recently used (chats[0]) goes
+    assert rendering.calls == 4
+    assert encode(chats[1]) == list(range(1000, 1030)) and rendering.calls == 4
+    encode(chats[0])
+    assert rendering.calls == 5, "the oldest conversation was kept beyond the token bound"
+    memo = encode._memo.values()
+    assert sum(len(ids) for ids in memo) <= 100 and encode.held_tokens == sum(len(ids) for ids in memo)
+    assert all(ids.dtype == np.int32 for ids in memo)
+    copy = encode(chats[0])
+    assert type(copy) is list and type(copy[0]) is int  # noqa: E721 - Python ints, the caller's own
+    copy[0] = -1
+    assert encode(chats[0])[0] == 1000 and rendering.calls == 5
+    huge = HookPromptEncoder([_Engine(list(range(101)))])  # type: ignore[list-item]
+    assert huge(chats[4]) == list(range(101)) and huge.held_tokens == 0  # longer than the bound: not kept

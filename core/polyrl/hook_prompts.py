@@ -13,31 +13,51 @@ The hook renders one conversation a call (its contract: ``messages`` in, 1-D ids
 cannot be sent as one batch without changing what third-party backends implement; a server-backed
 backend still gets a request per row. What can be spared is asked once: a conversation already
 rendered (a dataset repeating its prompts, the role check's stand-in conversations) is answered
-from a bounded memo of the latest ``MEMO_SIZE`` distinct ones.
+from a memo of the latest distinct ones, bounded by count (``MEMO_SIZE``) and by the ids it holds
+(``MEMO_TOKENS``): each is kept as an int32 array under a digest of the conversation (a tuple of
+Python ints costs ~36 bytes an id, so 4096 prompts of 4k tokens held ~600 MB, and the JSON key
+another copy of each prompt's text).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from polyrl.types import Prompt, TokenPrompt
 
 if TYPE_CHECKING:
     from polyrl.engine import Engine
 
-#: distinct conversations whose ids are kept (ids of a prompt below model.max_length each)
+#: distinct conversations whose ids are kept at most
 MEMO_SIZE = 4096
+#: ids kept at most, all conversations together (16 MiB as int32); the oldest go first, and a
+#: conversation longer than this alone is not kept
+MEMO_TOKENS = 1 << 22
 
 
-def _key(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    """The conversation as canonical JSON, or None when it is not JSON (then it is not kept)."""
+def _key(messages: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """A digest of the conversation's canonical JSON, or None when it is not JSON (then it is not
+    kept); a digest, so the memo holds 32 bytes a conversation, not a copy of its text."""
     try:
-        return json.dumps(list(messages), sort_keys=True, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(list(messages), sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _packed(ids: Sequence[int]) -> np.ndarray:
+    """The ids as a read-only int32 array (int64 for an id int32 cannot hold)."""
+    out = np.asarray(ids, dtype=np.int64)
+    if out.size == 0 or (int(out.min()) >= -(1 << 31) and int(out.max()) < 1 << 31):
+        out = out.astype(np.int32)
+    out.flags.writeable = False
+    return out
 
 
 class HookPromptEncoder:
@@ -50,18 +70,21 @@ class HookPromptEncoder:
     def __init__(self, engines: Sequence[Engine]) -> None:
         self._engines = list(engines)
         self._renderer: Engine | None = None
-        self._memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        #: ids the memo holds now (at most ``MEMO_TOKENS``)
+        self.held_tokens = 0
 
     def chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int] | None:
         key = _key(messages)
         if key is not None and key in self._memo:
             self._memo.move_to_end(key)
-            return list(self._memo[key])
+            return self._memo[key].tolist()  # the caller's own list of Python ints
         ids = self._asked(messages)
-        if key is not None and ids is not None:
-            self._memo[key] = tuple(ids)
-            if len(self._memo) > MEMO_SIZE:
-                self._memo.popitem(last=False)
+        if key is not None and ids is not None and len(ids) <= MEMO_TOKENS:
+            self._memo[key] = _packed(ids)
+            self.held_tokens += len(ids)
+            while len(self._memo) > MEMO_SIZE or self.held_tokens > MEMO_TOKENS:
+                self.held_tokens -= self._memo.popitem(last=False)[1].size
         return ids
 
     def _asked(self, messages: Sequence[Mapping[str, Any]]) -> list[int] | None:
