@@ -265,7 +265,7 @@ def _unchanged_links(root: Path, final: Path, folder: Path) -> dict[str, str]:
     known: dict[str, str] = {}
     for rel in _files(folder):
         meta = files.get(rel)
-        if not (_entry(meta) and isinstance(meta.get("mtime_ns"), int)):
+        if not (isinstance(meta, dict) and _entry(meta) and isinstance(meta.get("mtime_ns"), int)):
             continue
         try:
             now, then = (folder / rel).stat(), (previous / rel).stat()
