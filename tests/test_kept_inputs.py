@@ -129,3 +129,31 @@ def test_the_copies_outlive_the_checkpoint_a_resume_read_them_from(tiny_model_di
     assert (last / "initial_reference" / "config.json").is_file()
     Trainer(RunConfig.from_dict(settings(4)), resume="").run()  # old code: the adapter folder is gone
     assert (tmp_path / "run" / "checkpoints" / "step-00000004" / "initial_adapter").is_dir()
+
+
+def test_later_checkpoints_do_not_read_the_unchanged_reference_again_and_a_changed_one_is_refused(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """Each checkpoint hard-links the merged reference; every save read (SHA-256) and fsynced it
+    whole again, seconds per GB each save. The first reads it; a later one takes the digest its
+    predecessor's manifest recorded for the same unchanged file (``checkpoint._unchanged_links``).
+    A resume still reads it: the file altered in place is refused."""
+    from polyrl import checkpoint as ckpt
+    from polyrl.errors import ConfigError
+    from polyrl.trainer import Trainer
+
+    _start_folders(tiny_model_dir, tmp_path / "adapter", tmp_path / "run" / "initial_reference")
+    read: list[Path] = []
+    real = ckpt.sha256
+    monkeypatch.setattr(ckpt, "sha256", lambda path: read.append(Path(path)) or real(path))
+    Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=2))).run()
+    weights = [p for p in read if p.parent.name == "initial_reference" and p.suffix == ".safetensors"]
+    assert [p.parent.parent.name for p in weights] == [".tmp-step-00000001"], weights
+    monkeypatch.setattr(ckpt, "sha256", real)
+    kept = tmp_path / "run" / "checkpoints" / "step-00000002" / "initial_reference" / weights[0].name
+    with open(kept, "r+b") as fh:  # the same file as the reference the run reads, and step 1's
+        fh.seek(kept.stat().st_size // 2)
+        fh.write(b"\x7f" * 8)
+    assert ckpt.verify(kept.parent.parent) == f"initial_reference/{weights[0].name} does not match its checksum"
+    with pytest.raises(ConfigError) as refused:  # as before: both checkpoints hold the altered file
+        Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=3)), resume="")
+    assert f"step-00000002: initial_reference/{weights[0].name} does not match its checksum" in str(refused.value)

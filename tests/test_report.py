@@ -403,4 +403,5 @@ def test_a_run_killed_before_its_first_checkpoint_says_it_did_not_finish(toy, tm
     assert logged < 400
     assert main(["report", str(out), "--output", str(tmp_path / "killed.png")]) == 0
     said = capsys.readouterr().out
-    assert f"not finished: the run logged {logged} of its 400 steps (train.steps)" in said, said
+    assert (f"not finished: the run logged {logged} of its 400 steps (train.steps): it was killed (SIGKILL, "
+            "the OOM killer, a lost machine), crashed, or is still running") in said, said

@@ -516,6 +516,11 @@ def test_should_training_stop_ends_the_run_after_that_step_saved_and_exported(ti
     assert [e for e, _ in recorder.events][-3:] == ["on_save", "on_log", "on_train_end"]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
+    from polyrl.report import load_run  # named as stopped by its code, not as a Ctrl-C or a crash
+
+    assert load_run(tmp_path / "run").unfinished == (
+        "the run logged 1 of its 3 steps (train.steps): its own code asked it to stop after step 1 (a callback "
+        "set control.should_training_stop); polyrl train CONFIG --resume trains the rest")
 
 
 class SaveAtFirstStep(TrainerCallback):

@@ -5,7 +5,7 @@ Layout of one checkpoint (``checkpoints/step-XXXXXXXX/``)::
     model/               the policy as a plain HF folder (+ ``adapter/`` for LoRA): shippable
     engine_state/        the backend's optimizer, RNG and (LoRA) base weights: never shipped
     trainer_state.json   step, data position, Python/numpy RNG, the run's config
-    MANIFEST.json        sha256 and size of every file above
+    MANIFEST.json        sha256, size and mtime_ns of every file above
     COMPLETE             written last: {"step": N, "manifest_sha256": ...}
 
 It is written into ``.tmp-step-XXXXXXXX``, every file fsynced, the manifest then the marker
@@ -185,9 +185,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_tree(path: Path) -> None:
+def _fsync_tree(path: Path, durable: frozenset[str] = frozenset()) -> None:
+    """fsync every file and folder under ``path``, except the files ``durable`` names (relative
+    paths): hard links of a file an earlier checkpoint already fsynced (``_unchanged_links``)."""
     for root, _, files in os.walk(path):
         for name in files:
+            if str(Path(root, name).relative_to(path)) in durable:
+                continue
             with open(os.path.join(root, name), "rb+") as fh:
                 os.fsync(fh.fileno())
         _fsync_dir(Path(root))
@@ -218,9 +222,59 @@ def _files(folder: Path) -> list[str]:
                   if p.is_file() and str(p.relative_to(folder)) not in skip)
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
-    return {"format": 1, "files": {rel: {"sha256": sha256(folder / rel), "size": (folder / rel).stat().st_size}
-                                   for rel in _files(folder)}}
+def _manifest(folder: Path, known: dict[str, str] | None = None) -> dict[str, Any]:
+    """Each file's digest and size, and its mtime_ns (what ``_unchanged_links`` compares at the
+    next save); ``known``: digests taken from the previous checkpoint instead of read again. The
+    stat comes before the read: a file written during it shows a newer mtime next time."""
+    files: dict[str, Any] = {}
+    for rel in _files(folder):
+        st = (folder / rel).stat()
+        digest = (known or {}).get(rel) or sha256(folder / rel)
+        files[rel] = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"format": 1, "files": files}
+
+
+def _previous_manifest(root: Path, final: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint under ``root`` other than ``final`` and its manifest's
+    files, when the manifest matches its marker's checksum; else None."""
+    previous = [p for p in complete_checkpoints(root) if p.name != final.name]
+    if not previous:
+        return None
+    try:
+        marker = json.loads((previous[-1] / MARKER).read_text())
+        if not isinstance(marker, dict) or sha256(previous[-1] / MANIFEST) != marker.get("manifest_sha256"):
+            return None
+        files = json.loads((previous[-1] / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return (previous[-1], files) if isinstance(files, dict) else None
+
+
+def _unchanged_links(root: Path, final: Path, folder: Path) -> dict[str, str]:
+    """{file of ``folder``: its digest} for the files that are the very file (same device and
+    inode: a hard link, ``kept_inputs``' reference) an earlier checkpoint holds at the same place,
+    with the size and mtime_ns its manifest recorded. Why: every save of a TRL PeftModel run with
+    beta > 0 read and fsynced the whole merged reference again (seconds per GB each save), though
+    it is one file on disk, already hashed and fsynced. Sound: the digest is the one read from
+    this inode, unchanged since by its size and mtime; and ``verify`` reads every file again at
+    resume, so a file changed even so (its mtime set back) is refused there, as any change is."""
+    found = _previous_manifest(root, final)
+    if found is None:
+        return {}
+    previous, files = found
+    known: dict[str, str] = {}
+    for rel in _files(folder):
+        meta = files.get(rel)
+        if not (isinstance(meta, dict) and _entry(meta) and isinstance(meta.get("mtime_ns"), int)):
+            continue
+        try:
+            now, then = (folder / rel).stat(), (previous / rel).stat()
+        except OSError:
+            continue
+        if ((now.st_dev, now.st_ino) == (then.st_dev, then.st_ino) and now.st_nlink > 1
+                and now.st_size == meta["size"] and now.st_mtime_ns == meta["mtime_ns"]):
+            known[rel] = meta["sha256"]
+    return known
 
 
 def write_checkpoint(
@@ -244,8 +298,9 @@ def write_checkpoint(
         write_engine(str(tmp / MODEL_DIR), str(tmp / ENGINE_STATE_DIR))
         honour_umask(tmp)  # safetensors writes 0600: the run's other files are readable by the umask
         write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
-        _fsync_tree(tmp)
-        write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp), indent=1, sort_keys=True))
+        known = _unchanged_links(root, final, tmp)  # hashed and fsynced by an earlier checkpoint
+        _fsync_tree(tmp, frozenset(known))
+        write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp, known), indent=1, sort_keys=True))
         write_file_synced(tmp / MARKER, json.dumps({"step": step, "manifest_sha256": sha256(tmp / MANIFEST)}))
         _fsync_dir(tmp)
         old = root / f".old-{final.name}"

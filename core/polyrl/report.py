@@ -295,12 +295,33 @@ def planned_steps(run: Path) -> int | None:
 
 
 def unfinished(run: Path, last_step: int) -> str | None:
-    """A sentence saying the run did not reach its planned steps, or None (it did, or nothing says)."""
+    """A sentence saying the run did not reach its planned steps and why, as the run recorded its
+    end (``run_plan.ended``), or None (it did, or nothing says). Why: a run its own code stopped
+    (early stopping, a TRL callback) was named as stopped by Ctrl-C, crashed or still running."""
+    from polyrl import run_plan
+
     planned = planned_steps(run)
     if planned is None or last_step >= planned:
         return None
-    return (f"the run logged {last_step} of its {planned} steps (train.steps): it was stopped (Ctrl-C, "
-            f"SIGTERM), crashed, or is still running; continue it with polyrl train CONFIG --resume")
+    logged = f"the run logged {last_step} of its {planned} steps (train.steps)"
+    resume = "polyrl train CONFIG --resume"
+    end = run_plan.ended(run)
+    if end == run_plan.NOT_ENDED:  # recorded at the start, no end since: no Python code ran at its end
+        return (f"{logged}: it was killed (SIGKILL, the OOM killer, a lost machine), crashed, or is still "
+                f"running; continue it with {resume}")
+    if not isinstance(end, dict) or end["step"] != last_step:  # nothing says, or a record of another stretch of the run
+        return (f"{logged}: it was stopped (Ctrl-C, SIGTERM), crashed, or is still running; continue it "
+                f"with {resume}")
+    if end["how"] == run_plan.ASKED:
+        return (f"{logged}: its own code asked it to stop after step {last_step} ({end['by']}); {resume} "
+                "trains the rest")
+    if end["how"] == run_plan.SIGNAL:
+        return f"{logged}: it was stopped by a signal (Ctrl-C, SIGTERM) after step {last_step}; continue it with {resume}"
+    if end["how"] == run_plan.FAILED:
+        return (f"{logged}: it stopped with an error after step {last_step} ({end['error']}); fix the cause, "
+                f"then continue it with {resume}")
+    return (f"{logged}: it recorded its end at step {last_step} of {planned}, so {METRICS_FILE} or "
+            f"{run_plan.FILE_NAME} was changed after the run")
 
 
 def _phase_records(run: Path, phases: Sequence[str], warnings: list[str]) -> list[dict[str, Any]]:

@@ -5,13 +5,18 @@ only other record, a checkpoint's state, exists only once a checkpoint is writte
 default ``train.checkpoint_every = 0``, at the end). A run killed before then (SIGKILL, the OOM
 killer, a lost node) left ``polyrl report`` drawing its few steps as a whole run. Each start
 (fresh or resumed) rewrites it, so it holds the newest ``train.steps``.
+
+It also says how the run ended (``ENDED_KEY``), written as the run returns or raises: null from
+the start until then, so a run killed (SIGKILL, the OOM killer) or still running keeps null. Why:
+the report named a run stopped by its own code (an observer, a TRL callback setting
+``control.should_training_stop``, early stopping) as one stopped by Ctrl-C, crashed or running.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from polyrl import metrics_file, strict_json
 from polyrl.logs import get_logger
@@ -20,21 +25,38 @@ FILE_NAME = "run_plan.json"
 #: what ``planned_steps`` reads at most (a hand-made huge file is not parsed)
 MAX_BYTES = 64 * 1024
 STEPS_KEY = "train.steps"  # as a checkpoint's state records it (``resume_config.snapshot``)
+#: how the run ended: null (not yet, or killed), else {"how": one of ``ENDINGS``, "step": the last
+#: step trained, "by": who asked (``ASKED``), "error": the error's type and message (``FAILED``)}
+ENDED_KEY = "ended"
+FINISHED, ASKED, SIGNAL, FAILED = "finished", "stopped by its code", "stopped by a signal", "failed"
+ENDINGS = (FINISHED, ASKED, SIGNAL, FAILED)
+#: what of a "by" or "error" text is kept (a long error message is the log's to hold)
+_TEXT_CHARS = 300
 
 
-def write(output_dir: Path, steps: int) -> None:
-    """Record ``steps`` atomically; a failed write is a warning (the report then cannot say
-    whether a killed run finished), never the end of the run."""
+def ending(how: str, step: int, text: str = "") -> dict[str, Any]:
+    """The ``ENDED_KEY`` record of a run that ended ``how`` after ``step``; ``text``: who asked
+    (``ASKED``) or the error (``FAILED``)."""
+    record: dict[str, Any] = {"how": how, "step": step}
+    if how in (ASKED, FAILED):
+        record["by" if how == ASKED else "error"] = (text.splitlines() or [""])[0][:_TEXT_CHARS]
+    return record
+
+
+def write(output_dir: Path, steps: int, ended: dict[str, Any] | None = None) -> None:
+    """Record ``steps`` and how the run ended (``ending``; None while it runs) atomically; a
+    failed write is a warning (the report then cannot say whether a killed run finished), never
+    the end of the run."""
     try:
-        strict_json.rewrite_lines(Path(output_dir) / FILE_NAME, [json.dumps({STEPS_KEY: steps})])
+        strict_json.rewrite_lines(Path(output_dir) / FILE_NAME,
+                                  [json.dumps({STEPS_KEY: steps, ENDED_KEY: ended})])
     except OSError as exc:
         get_logger("polyrl.run_plan").warning(
             f"{FILE_NAME} could not be written: polyrl report cannot tell a run killed before its last step "
             "from a finished one", path=str(Path(output_dir) / FILE_NAME), error=f"{type(exc).__name__}: {exc}")
 
 
-def planned_steps(output_dir: Path) -> int | None:
-    """The recorded ``train.steps``, or None (no file: a run of an earlier polyrl; unreadable or odd)."""
+def _read(output_dir: Path) -> dict[str, Any] | None:
     path = Path(output_dir) / FILE_NAME
     try:
         if not path.is_file() or path.stat().st_size > MAX_BYTES:
@@ -42,5 +64,31 @@ def planned_steps(output_dir: Path) -> int | None:
         data: Any = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError):
         return None
-    steps = data.get(STEPS_KEY) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def planned_steps(output_dir: Path) -> int | None:
+    """The recorded ``train.steps``, or None (no file: a run of an earlier polyrl; unreadable or odd)."""
+    steps = (_read(output_dir) or {}).get(STEPS_KEY)
     return steps if metrics_file.is_step_number(steps) else None
+
+
+#: what ``ended`` says of a run that recorded its start and no end
+NOT_ENDED: Final = "not ended"
+
+
+def ended(output_dir: Path) -> dict[str, Any] | Literal["not ended"] | None:
+    """How the run ended as ``write`` recorded it (an ``ending`` record); ``NOT_ENDED`` when it
+    recorded no end (killed, crashed past Python, or still running); None when nothing says (no
+    file, a file of a polyrl before the record, an unreadable or odd one)."""
+    data = _read(output_dir)
+    if data is None or ENDED_KEY not in data:
+        return None
+    record = data[ENDED_KEY]
+    if record is None:
+        return NOT_ENDED
+    if not (isinstance(record, dict) and record.get("how") in ENDINGS
+            and metrics_file.is_step_number(record.get("step"))
+            and all(isinstance(record.get(k, ""), str) for k in ("by", "error"))):
+        return None
+    return record

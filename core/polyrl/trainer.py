@@ -288,6 +288,9 @@ class Trainer:
         self.stop_requested = False
         #: the run was stopped by a signal (or its agreement under a launcher) before its last step
         self._stopped_on_request = False
+        #: who of the run's own code asked it to stop before its last step (an observer, a TRL
+        #: callback: ``StepAsk.why``), or None; ``run_plan`` records it as the run's end
+        self._stopped_by_code: str | None = None
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
         #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
@@ -1867,6 +1870,8 @@ class Trainer:
         except OutOfMemory as exc:  # the last step trained is kept where it soundly can be, and said
             raise OutOfMemory(exc.what, kept=self._kept_out_of_memory()) from None
         finally:
+            if self.rank == 0:  # how the run ended, for polyrl report (a kill leaves it null)
+                run_plan.write(self.output_dir, self.config.train.steps, self._ending(sys.exc_info()[1]))
             self.tracking.close(failed=failed, stopped=self._stopped_on_request)
             # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
             self.rollouts.close(wait=sys.exc_info()[0] is not StoppedAtOnce)
@@ -1877,6 +1882,17 @@ class Trainer:
                                            for name, (step, error) in self.tracking.dropped.items()}
         summary["history"] = self.history
         return summary
+
+    def _ending(self, raised: BaseException | None) -> dict[str, Any]:
+        """How the run ended (``run_plan.ending``): ``raised`` is what it raises (None: it returned).
+        A second Ctrl-C (``StoppedAtOnce``) is a KeyboardInterrupt: stopped by a signal."""
+        if isinstance(raised, KeyboardInterrupt) or (raised is None and self._stopped_on_request):
+            return run_plan.ending(run_plan.SIGNAL, self.step)
+        if raised is not None:
+            return run_plan.ending(run_plan.FAILED, self.step, f"{type(raised).__name__}: {raised}")
+        if self._stopped_by_code is not None:
+            return run_plan.ending(run_plan.ASKED, self.step, self._stopped_by_code)
+        return run_plan.ending(run_plan.FINISHED, self.step)
 
     def _kept_out_of_memory(self) -> str:
         """After an OutOfMemory mid-run: checkpoint the last step trained when that is sound (its
@@ -2080,6 +2096,7 @@ class Trainer:
         if stopping() and self.step < c.train.steps:  # asked during the final save: nothing was cut short
             if asked.stop and not self.stop_requested:  # the user's own code asked: no warning
                 log.info("stopped early", step=self.step, asked_by=asked.why)
+                self._stopped_by_code = asked.why or "an observer (RunObserver) asked to stop"
             else:
                 log.warning("stopped early on request", step=self.step)
                 self._stopped_on_request = True  # the trackers' runs end as killed, not finished
