@@ -789,10 +789,13 @@ def test_wandb_log_model_with_a_run_name_w_and_b_refuses_in_a_name_still_logs_an
     assert wandb.run is None  # the run ended all the same
 
 
-def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ending,status", [("close", "FINISHED"), ("close_stopped", "KILLED")])
+def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, monkeypatch, ending, status):
     """$HF_MLFLOW_LOG_ARTIFACTS=1: transformers' MLflowCallback logs model artifacts (each checkpoint);
-    polyrl logged none without a word. It logs the trained model folder as ``model/`` at the end;
-    a polyrl run of its own (not a TRL script's) reads no transformers variable."""
+    polyrl logged none without a word. It logs the trained model folder as ``model/`` at the end,
+    also for a run stopped on request (Ctrl-C, SIGTERM: ``close_stopped``, MLflow KILLED), whose
+    stop exports the model trained so far (that path skipped the upload, without a word); a polyrl
+    run of its own (not a TRL script's) reads no transformers variable."""
     from mlflow.tracking import MlflowClient
 
     from polyrl.tracking.mlflow import MlflowTracker
@@ -808,36 +811,12 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, mon
     (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
     client = MlflowClient(tracking_uri=uri)
     trl_run = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun()))
-    trl_run.close()
+    getattr(trl_run, ending)()
     assert [a.path for a in client.list_artifacts(trl_run.run_id, "model")] == ["model/config.json"]
-    assert client.get_run(trl_run.run_id).info.status == "FINISHED"
+    assert client.get_run(trl_run.run_id).info.status == status
     own = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}))
-    own.close()
+    getattr(own, ending)()
     assert client.list_artifacts(own.run_id) == []
-
-
-def test_a_trl_run_stopped_on_request_still_logs_its_exported_model_to_mlflow(tmp_path, monkeypatch):
-    """A run stopped on request (Ctrl-C, SIGTERM) exports the model trained so far, and its trackers
-    end through ``close_stopped`` (MLflow KILLED). That skipped the $HF_MLFLOW_LOG_ARTIFACTS upload
-    ``close`` makes, without a word (W&B's close, which a stopped run gets too, logs its model)."""
-    from mlflow.tracking import MlflowClient
-
-    from polyrl.tracking.mlflow import MlflowTracker
-    from polyrl.tracking.spec import TrackerContext, TrlRun
-
-    uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "1")
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
-    client = MlflowClient(tracking_uri=uri)
-    stopped = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun()))
-    stopped.close_stopped()
-    assert client.get_run(stopped.run_id).info.status == "KILLED"
-    assert [a.path for a in client.list_artifacts(stopped.run_id, "model")] == ["model/config.json"]  # old: []
 
 
 def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
