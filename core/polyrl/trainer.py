@@ -248,6 +248,10 @@ def _step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7919) % (2**31 - 1)
 
 
+#: (``encode_chat(messages, add_generation_prompt)``, ``decode``) of an engine (``Trainer._chat_reader``)
+ChatReader = tuple[Callable[[list[dict[str, Any]], bool], np.ndarray], Callable[..., str]]
+
+
 class Trainer:
     """Runs a ``RunConfig``. Build it, then call ``run()``; ``evaluate()`` works any time."""
 
@@ -439,11 +443,12 @@ class Trainer:
                         "them): on steps with cut completions the term differs from TRL's",
                         fix="raise generation.max_new_tokens so that few completions are cut, or set "
                             "mask_truncated_completions = false for TRL's term exactly")
-        self._think_suffix = self._reasoning_prompt()
+        reader = self._chat_reader()  # once: both questions below render through it
+        self._think_suffix = self._reasoning_prompt(reader)
         self.episodes = self._episode_runner()
         if self.episodes is not None:
             self.episodes.think_suffix = self._think_suffix
-            self.episodes.check_reasoning_kept(self._reasoning_closed())
+            self.episodes.check_reasoning_kept(self._reasoning_closed(reader))
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
                                      shuffle=config.data.shuffle)
@@ -570,26 +575,24 @@ class Trainer:
             c.reasoning_open = opens_reasoning(c.prompt_ids, self._think_suffix)
         return completions
 
-    def _reasoning_prompt(self) -> np.ndarray | None:
+    def _reasoning_prompt(self, reader: ChatReader | None) -> np.ndarray | None:
         """The chat template's generation prompt ids when it opens a ``<think>`` (QwQ, DeepSeek-R1
         distills: the completion starts inside its reasoning), else None (``reasoning.think_suffix``).
-        Asked of the first engine that renders chats and decodes ids; None when none does."""
-        reader = self._chat_reader()
+        Asked through ``reader`` (``_chat_reader``); None when no engine renders chats and decodes ids."""
         try:
             return None if reader is None else think_suffix(*reader)
         except (ConfigError, PluginError):  # a template that renders no conversation without a generation prompt
             return None
 
-    def _reasoning_closed(self) -> bool:
+    def _reasoning_closed(self, reader: ChatReader | None) -> bool:
         """Whether the generation prompt closes a ``<think>`` block itself (``reasoning.closes_reasoning``);
         False when no engine renders chats and decodes ids."""
-        reader = self._chat_reader()
         try:
             return False if reader is None else closes_reasoning(*reader)
         except (ConfigError, PluginError):
             return False
 
-    def _chat_reader(self) -> tuple[Callable[[list[dict[str, Any]], bool], np.ndarray], Callable[..., str]] | None:
+    def _chat_reader(self) -> ChatReader | None:
         """(``encode_chat(messages, add_generation_prompt)``, ``decode``) of the first engine that
         renders chats and decodes ids, or None."""
         probe = [{"role": "user", "content": "hi"}]
