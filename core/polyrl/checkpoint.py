@@ -240,13 +240,7 @@ def _previous_manifest(root: Path, final: Path) -> tuple[Path, dict[str, Any]] |
     previous = [p for p in complete_checkpoints(root) if p.name != final.name]
     if not previous:
         return None
-    try:
-        marker = json.loads((previous[-1] / MARKER).read_text())
-        if not isinstance(marker, dict) or sha256(previous[-1] / MANIFEST) != marker.get("manifest_sha256"):
-            return None
-        files = json.loads((previous[-1] / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return None
+    files, _ = _manifest_files(previous[-1])
     return (previous[-1], files) if isinstance(files, dict) else None
 
 
@@ -365,15 +359,9 @@ def verify(path: Path, only: str | None = None) -> str | None:
         return f"no valid {MARKER} marker or {STATE_FILE}"
     if is_unverifiable(path):
         return None
-    try:
-        if sha256(path / MANIFEST) != json.loads((path / MARKER).read_text())["manifest_sha256"]:
-            return f"{MANIFEST} does not match the checksum in {MARKER}"
-        manifest = json.loads((path / MANIFEST).read_text())
-        files = manifest["files"]
-    except FileNotFoundError:
-        return f"{MANIFEST} is missing"
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return f"{MANIFEST} is unreadable"
+    files, why = _manifest_files(path)
+    if why is not None:
+        return why
     if not isinstance(files, dict) or not all(_entry(meta) for meta in files.values()):
         return f'{MANIFEST} is not {{"files": {{path: {{"sha256": ..., "size": ...}}}}}}'
     wanted = {rel: meta for rel, meta in files.items() if only is None or rel.startswith(only + "/")}
@@ -390,6 +378,19 @@ def verify(path: Path, only: str | None = None) -> str | None:
         if sha256(file) != meta["sha256"]:
             return f"{rel} does not match its checksum"
     return None
+
+
+def _manifest_files(path: Path) -> tuple[Any, str | None]:
+    """(the manifest's ``files``, None) when ``MANIFEST.json`` matches the checksum ``path``'s
+    marker holds, else (None, why): what ``verify`` and ``_previous_manifest`` both trust."""
+    try:
+        if sha256(path / MANIFEST) != json.loads((path / MARKER).read_text())["manifest_sha256"]:
+            return None, f"{MANIFEST} does not match the checksum in {MARKER}"
+        return json.loads((path / MANIFEST).read_text())["files"], None
+    except FileNotFoundError:
+        return None, f"{MANIFEST} is missing"
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None, f"{MANIFEST} is unreadable"
 
 
 def _entry(meta: Any) -> bool:
