@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -344,3 +345,117 @@ def test_an_interpreter_that_starts_only_with_its_whole_prefix_gets_it_and_the_r
     launch = isolation.choose("auto", "auto", str(venv / "bin" / "python"), 8)
     assert launch.level == "bwrap"
     assert "bound whole" in launch.report["filesystem"] and str(venv) in launch.report["filesystem"]
+
+
+@needs_bwrap
+def test_a_venv_in_the_project_folder_hides_the_projects_own_lib_and_bin(tmp_path):
+    """With ``python -m venv .`` in the project's folder, the venv's ``bin`` and ``lib`` are the
+    project's too: its own ``lib/`` (data, answers) and ``bin/`` (scripts with tokens) were bound
+    with them and the sample read them. Now a venv gets only its interpreter entries of ``bin``
+    and its ``lib/pythonX.Y``; a right solution still scores."""
+    project = tmp_path / "project"
+    (project / "lib").mkdir(parents=True)
+    (project / "bin").mkdir()
+    (project / "lib" / "answers.jsonl").write_text('{"expected": 42}\n')
+    (project / "bin" / "deploy.sh").write_text("TOKEN=sk-deploy\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project)], check=True, timeout=120)
+    box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=str(project / "bin" / "python"),
+                  isolation="require", audit_hook=False)
+    probe = (f"import os\nfor p in ({str(project / 'lib' / 'answers.jsonl')!r}, {str(project / 'bin' / 'deploy.sh')!r}):\n"
+             "    try:\n        print('READ', open(p).read())\n    except OSError as e:\n        print('DENIED', e.strerror)\n"
+             f"print('LIB', sorted(os.listdir({str(project / 'lib')!r})))\n"
+             f"print('BIN', sorted(os.listdir({str(project / 'bin')!r})))\n")
+    result = run(box, probe)
+    assert result.passed == [True], result
+    assert "READ" not in result.output and "sk-deploy" not in result.output, result.output
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    assert f"LIB ['{version}']" in result.output, result.output
+    shown = eval(result.output.split("BIN ", 1)[1].splitlines()[0])  # noqa: S307 - a list the sample printed
+    assert shown and all(name.startswith("python") for name in shown), result.output
+
+
+def test_interpreter_binds_takes_what_a_prefix_reads_at_run_time_and_nothing_beside(tmp_path):
+    """A conda-style prefix reads ``ssl/`` (OpenSSL's certificates and openssl.cnf) and ``share/``
+    (terminfo, Tcl/Tk data) at run time: they were left out, so its ``ssl`` found no certificates
+    in the sandbox. Bound now; its ``conda-meta``, ``pkgs`` and a note beside them are not. A venv
+    (``pyvenv.cfg``) gets only its python entries and ``lib/pythonX.Y``."""
+    conda = tmp_path / "conda"
+    for folder in ("bin", "lib/python3.11", "share/terminfo", "ssl", "conda-meta", "pkgs"):
+        (conda / folder).mkdir(parents=True)
+    (conda / "bin" / "python3.11").symlink_to(os.path.realpath(sys.executable))
+    (conda / "ssl" / "cacert.pem").write_text("cert")
+    (conda / "notes.txt").write_text("beside")
+    binds = isolation.interpreter_binds([str(conda)])
+    assert sorted(os.path.relpath(b, conda) for b in binds) == ["bin", "lib", "share", "ssl"], binds
+    venv = tmp_path / "venv"
+    for folder in ("bin", "lib/python3.11/site-packages", "lib/data", "share/jupyter"):
+        (venv / folder).mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "lib64").symlink_to("lib")
+    for name in ("python", "python3", "python3.11", "activate", "deploy.sh", "mypython"):
+        (venv / "bin" / name).write_text("")
+    binds = isolation.interpreter_binds([str(venv)], str(venv / "bin" / "mypython"))
+    assert sorted(os.path.relpath(b, venv) for b in binds) == [
+        "bin/mypython", "bin/python", "bin/python3", "bin/python3.11", "lib/python3.11", "pyvenv.cfg"], binds
+
+
+PTY_ATTACK = """
+import errno, fcntl, os, termios
+def code(exc):
+    return errno.errorcode.get(exc.errno, str(exc.errno))
+print("TTYS", [os.isatty(fd) for fd in (0, 1, 2)])
+try:
+    os.open("/dev/tty", os.O_RDWR)
+    print("DEVTTY opened")
+except OSError as exc:
+    print("DEVTTY", code(exc))
+try:
+    fd = os.open({host!r}, os.O_WRONLY | os.O_NOCTTY)
+    os.write(fd, b"PWNED")
+    print("HOST terminal written")
+except OSError as exc:
+    print("HOST", code(exc))
+print("PTS before", sorted(os.listdir("/dev/pts")))
+try:
+    master = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
+    fcntl.ioctl(master, 0x40045431, b"\\0\\0\\0\\0")  # TIOCSPTLCK: unlock
+    number = int.from_bytes(fcntl.ioctl(master, 0x80045430, b"\\0\\0\\0\\0"), "little")  # TIOCGPTN
+    print("PTS after", sorted(os.listdir("/dev/pts")), number)
+    slave = os.open(f"/dev/pts/{{number}}", os.O_RDWR | os.O_NOCTTY)
+    try:
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+        fcntl.ioctl(slave, termios.TIOCSTI, b"x")
+        print("TIOCSTI own", "done")
+    except OSError as exc:
+        print("TIOCSTI own", code(exc))
+except OSError as exc:
+    print("PTMX", code(exc))
+"""
+
+
+def test_a_sample_reaches_no_terminal_but_a_pty_of_its_own(box):
+    """/dev/ptmx opens under bubblewrap (``--dev`` gives a private devpts instance): does that
+    reach the trainer's terminal? No. The sample has no terminal on stdin/stdout/stderr, no
+    controlling terminal (``/dev/tty``: ENXIO), and its /dev/pts holds only ``ptmx`` and the pty it
+    opened itself, never the host's (the trainer's terminal, here a pty the test opens as root's,
+    which uid 0 without capabilities could otherwise write: ENOENT). TIOCSTI, typing into a
+    terminal, would reach only its own pty, and the seccomp filter refuses it there too."""
+    master, slave = os.openpty()
+    host = os.ttyname(slave)
+    try:
+        result = run(box, PTY_ATTACK.format(host=host))
+        ready = select.select([master], [], [], 0.5)[0]
+        written = os.read(master, 100) if ready else b""
+    finally:
+        os.close(master)
+        os.close(slave)
+    lines = result.output.splitlines()
+    assert "TTYS [False, False, False]" in lines and "DEVTTY ENXIO" in lines, result.output
+    assert b"PWNED" not in written and "HOST ENOENT" in lines, (result.output, written)
+    assert "PTS before ['ptmx']" in lines, result.output
+    after = next(line for line in lines if line.startswith("PTS after "))  # ptmx opens: its own instance
+    shown, number = after.removeprefix("PTS after ").rsplit(" ", 1)
+    assert shown == str(sorted([number, "ptmx"])), result.output
+    if box.launch.seccomp_program is not None:
+        assert "TIOCSTI own EPERM" in lines, result.output

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -43,6 +44,7 @@ def _fake_path(tmp_path, monkeypatch, *, bwrap: str | None = None, unshare: str 
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setattr(runner, "_launches", {})
     monkeypatch.setattr(runner.isolation, "_probes", {})
+    monkeypatch.setattr(runner.isolation, "_starts", {}, raising=False)
 
 
 def _nobody_python() -> str | None:
@@ -95,6 +97,37 @@ def test_default_refuses_without_user_namespaces_naming_them(tmp_path, monkeypat
     assert "bwrap does not work here (bwrap: No permissions to creating new namespace)" in text, text
     want = "let root create namespaces" if os.geteuid() == 0 else "enable unprivileged user namespaces"
     assert f"Fix: {want}" in text and 'isolation = "weak"' in text, text
+
+
+@pytest.mark.faults
+def test_a_bwrap_that_cannot_start_is_launched_once_per_process(tmp_path, monkeypatch):
+    """Where bubblewrap cannot make its namespaces, each sandbox configuration (disk_mb, user, the
+    python tool's and code_tests' own) tried every layout afresh: up to eight bwrap launches each
+    before the refusal or the weak fallback. It is asked once per process, also from threads
+    setting up at once, and every configuration gets the same reason."""
+    _fake_path(tmp_path, monkeypatch, unshare=REFUSED)
+    log = tmp_path / "launches"
+    bwrap = tmp_path / "bin" / "bwrap"
+    bwrap.write_text(f"#!/bin/sh\necho launch >> {log}\necho 'bwrap: No permissions to creating new namespace' >&2\n"
+                     "exit 1\n")
+    bwrap.chmod(0o755)
+    errors: list[str] = []
+
+    def build(disk_mb: int, user: str) -> None:
+        try:
+            Sandbox(SandboxLimits(timeout_s=3, disk_mb=disk_mb), isolation="auto", user=user)
+        except RewardError as exc:
+            errors.append(str(exc))
+
+    configs = [(disk_mb, user) for disk_mb in (8, 16, 32) for user in ("auto", "none")]
+    threads = [threading.Thread(target=build, args=config) for config in configs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(errors) == len(configs), errors
+    assert all("bwrap does not work here (bwrap: No permissions to creating new namespace)" in e for e in errors)
+    assert log.read_text().count("launch") == 1, log.read_text()
 
 
 @pytest.mark.faults

@@ -140,12 +140,16 @@ What is NOT isolated, or only partly:
       standard-library one (``tests_modules.SAFE_MODULES``), else the solution's object or nothing;
       tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
-      unshare level has network and PID namespaces but the host's files are visible with the
-      sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file,
-      the dataset's expected answers among them), the trainer's OWN uid for a non-root trainer
-      (its ~/.netrc, keys and run folder, readable and writable); the disk is capped per file
-      only. "off" is the Python audit hook, rlimits and the timeout, and a non-root trainer's
-      sample there also reads its /proc/<pid>/environ and memory. The audit hook runs inside the
+      unshare level has network, PID, IPC and mount namespaces; the host's files are read-only,
+      ``/run``, ``/var/tmp``, ``/dev/shm``, ``/dev/pts``, the homes and the trainer's working
+      folder are hidden (``polyrl.sandbox.host_view``), but the rest is readable with the
+      sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file left
+      visible, a dataset outside the working folder among them), the trainer's OWN uid for a
+      non-root trainer (its files outside the hidden folders), and a unix socket outside them
+      accepts it. Where the kernel refuses those mounts the files are also writable and the
+      disk is capped per file only (``isolation_report()["filesystem"]`` says so). "off" is the
+      Python audit hook, rlimits and the timeout, and a non-root trainer's sample there also reads
+      its /proc/<pid>/environ and memory. The audit hook runs inside the
       sample, which can switch it off (``gc`` reaches it). Hostile samples (an RL policy) need
       bubblewrap. The trainer's environment variables never reach the sample at any level: it
       starts with a fixed environment of a few variables.

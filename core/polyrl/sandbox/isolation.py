@@ -20,15 +20,21 @@ network) to kernel permissions of a uid that may be the trainer's own.
 
 ``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
                 (and a user namespace when not root); the only filesystem is a read-only view of
-                /usr and the interpreter's bin and lib (``interpreter_binds``) plus a private tmpfs at /tmp capped in size and
+                /usr and the interpreter's bin, lib, share and ssl (a venv's: its python and
+                lib/pythonX.Y only; ``interpreter_binds``) plus a private tmpfs at /tmp capped in size and
                 inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
                 user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
                 counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
                 processes: the sample is one process, ``memory_mb`` in all).
-``unshare``     util-linux unshare: network and PID namespaces only, files of the host visible
-                (kernel permissions apply: as root the sample is ``nobody``, which reads every
-                world-readable file; a non-root trainer's sample is the trainer's own uid, which
-                reads and writes all of the trainer's files), disk capped per file.
+``unshare``     util-linux unshare: network, PID, IPC and mount namespaces (a user namespace when
+                not root); the host's files read-only, with ``/run``, ``/var/tmp``, ``/dev/shm``,
+                ``/dev/pts``, the homes and the trainer's working folder hidden under empty
+                read-only folders and a capped private tmpfs at /tmp (``polyrl.sandbox.host_view``);
+                kernel permissions apply to the rest: as root the sample is ``nobody``, which reads
+                every world-readable file left visible; a non-root trainer's sample is the
+                trainer's own uid without capabilities, which reads the trainer's files left
+                visible. Where the kernel refuses those mounts: files of the host visible and
+                writable with those permissions, disk capped per file (the report says why).
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
 
 At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -54,7 +61,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import RewardError
-from polyrl.sandbox import seccomp, uids
+from polyrl.sandbox import host_view, seccomp, uids
 
 LEVELS = ("auto", "require", "weak", "off")
 #: Levels that keep the sample from the trainer's files, environment, memory and network.
@@ -153,19 +160,45 @@ def interpreter_paths(python: str) -> list[str]:
     return sorted(p for p in paths if not any(p.startswith(q + "/") for q in paths))
 
 
-#: What of an interpreter's prefix folder the sample gets: its programs, its libraries (the standard
-#: library, site-packages) and a venv's ``pyvenv.cfg``; nothing else that lives beside them.
-PREFIX_ENTRIES = ("bin", "lib", "lib32", "lib64", "pyvenv.cfg")
+#: What of an interpreter's installation prefix (a folder holding ``bin``, ``lib`` or
+#: ``pyvenv.cfg``) the sample gets: its programs, its libraries, the data they read at run time
+#: (conda's OpenSSL reads ``ssl/`` (certificates, openssl.cnf), terminfo and Tcl/Tk data live in
+#: ``share/``) and a venv's ``pyvenv.cfg``; nothing else that lives beside them.
+PREFIX_ENTRIES = ("bin", "lib", "lib32", "lib64", "share", "ssl", "pyvenv.cfg")
+#: A venv's interpreter entries in its ``bin`` and its ``lib/pythonX.Y`` folders.
+_PYTHON_NAME = re.compile(r"python[0-9.]*")
 
 
-def interpreter_binds(paths: Sequence[str]) -> list[str]:
-    """What to bind of ``interpreter_paths``: of a prefix (a folder holding ``bin``, ``lib`` or
-    ``pyvenv.cfg``) only its ``PREFIX_ENTRIES``, of any other folder all of it. Why: the whole
-    prefix was bound, and a venv made in the project's own folder (``python -m venv .``) showed a
-    sample the dataset with its expected answers, the run's config and its checkpoints."""
+def _venv_entries(path: str, python: str | None) -> list[str]:
+    """Of a venv's folder (it holds ``pyvenv.cfg``) only ``pyvenv.cfg``, the interpreter's entries
+    of ``bin`` (``python``, ``python3``, ``python3.X``, the one started) and ``lib/pythonX.Y``. Why:
+    a venv made in the project's folder (``python -m venv .``) shares ``bin`` and ``lib`` with the
+    project, and its own ``lib/`` or ``bin/`` (data, scripts with keys) was the sample's to read."""
+    entries = [os.path.join(path, "pyvenv.cfg")] if "pyvenv.cfg" in PREFIX_ENTRIES else []
+    started = os.path.abspath(python) if python else ""
+    for folder in ("bin", "lib", "lib32", "lib64"):
+        where = os.path.join(path, folder)
+        if folder not in PREFIX_ENTRIES or os.path.islink(where) or not os.path.isdir(where):
+            continue  # lib64 -> lib: lib's own entries are bound
+        for name in sorted(os.listdir(where)):
+            full = os.path.join(where, name)
+            if _PYTHON_NAME.fullmatch(name) and (folder == "bin" or os.path.isdir(full)) or full == started:
+                entries.append(full)
+    return entries
+
+
+def interpreter_binds(paths: Sequence[str], python: str | None = None) -> list[str]:
+    """What to bind of ``interpreter_paths``: of a venv only ``_venv_entries``, of another prefix
+    (a folder holding ``bin``, ``lib`` or ``pyvenv.cfg``) its ``PREFIX_ENTRIES``, of any other
+    folder all of it. Why: the whole prefix was bound, and a venv made in the project's own folder
+    (``python -m venv .``) showed a sample the dataset with its expected answers, the run's config
+    and its checkpoints. ``python``: the interpreter started, bound even under another name."""
     binds: list[str] = []
     for path in paths:
-        entries = [os.path.join(path, name) for name in PREFIX_ENTRIES if os.path.lexists(os.path.join(path, name))]
+        if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+            entries = _venv_entries(path, python)
+        else:
+            entries = [os.path.join(path, name) for name in PREFIX_ENTRIES if os.path.lexists(os.path.join(path, name))]
         binds += entries or [path]
     return binds
 
@@ -243,7 +276,7 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
         cmd += ["--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
     made: set[str] = {SANDBOX_HOME}
     folders = interpreter_paths(python)
-    for path in folders if whole_prefix else interpreter_binds(folders):  # after the tmpfs: a venv under /tmp stays visible
+    for path in folders if whole_prefix else interpreter_binds(folders, python):  # after the tmpfs: a venv under /tmp stays visible
         for folder in _ancestors(path):
             if folder not in made and not any(folder == f"/{n}" for n in ROOT_LINKS + ("usr",)):
                 made.add(folder)
@@ -391,11 +424,44 @@ def _mount_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"polyrl-sandbox-tmpfs-{os.geteuid()}")
 
 
+_starts_lock = threading.Lock()
+_starts: dict[str, str | None] = {}
+
+
+def bwrap_starts() -> str | None:
+    """None when bubblewrap can create the sandbox's namespaces here, else why not; asked once per
+    process and bwrap program (thread-safe: a second caller waits for the first's answer). Why:
+    each configuration (disk_mb, user, interpreter) searched every layout afresh, so where
+    bubblewrap cannot start at all each one launched it up to eight times before falling back."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bwrap not found"
+    true = shutil.which("true", path="/usr/bin:/bin")
+    if true is None:
+        return None  # nothing to ask with: the layouts themselves say
+    with _starts_lock:
+        if bwrap not in _starts:
+            cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                   "--die-with-parent"]
+            if os.geteuid() != 0:
+                cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
+            cmd += ["--ro-bind", "/usr", "/usr"]
+            for name in ROOT_LINKS:
+                if os.path.islink("/" + name):
+                    cmd += ["--symlink", os.readlink("/" + name), "/" + name]
+                elif os.path.isdir("/" + name):
+                    cmd += ["--ro-bind", "/" + name, "/" + name]
+            _starts[bwrap] = probe([*cmd, "--proc", "/proc", "--dev", "/dev", true])
+        return _starts[bwrap]
+
+
 def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk_mb: int,
                   program: bytes | None, expected: str) -> tuple[Launch | None, str | None, dict[str, str]]:
     """The first bwrap layout that starts the interpreter here, strongest first: a uid per sample
     (``uids``) and the inode-capped tmpfs (``tmpfs_wrapper``), each dropped only where it fails
     (then ``notes`` says why); (launch or None, why the last try failed, notes)."""
+    if (cannot := bwrap_starts()) is not None:
+        return None, cannot, {}
     pool = (uids.FIRST, uids.FIRST) if ids is not None and poolable and os.geteuid() == 0 else None
     mount_dir = _mount_dir()
     wrapper = tmpfs_wrapper(disk_mb, mount_dir)
@@ -407,7 +473,7 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     order = [(i, w) for i in ([pool, ids] if pool else [ids]) for w in ((tuple(wrapper), ()) if wrapper else ((),))]
     failed: dict[tuple[tuple[int, int] | None, tuple[str, ...]], str] = {}
     why: str | None = None
-    # each layout binds only the interpreter's bin and lib first, its whole folders only where that
+    # each layout binds only the interpreter's bin and lib (``interpreter_binds``) first, its whole folders only where that
     # alone starts it (an unusual layout: then ``notes`` says the sample reads all of them)
     for try_ids, try_wrapper, whole in [(i, w, whole) for whole in (False, True) for i, w in order]:
         prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None, whole_prefix=whole)
@@ -438,6 +504,24 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
         return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {},
                       wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool), None, notes
     return None, why, notes
+
+
+def _host_view(prefix: list[str], python: str, disk_mb: int,
+               expected: str) -> tuple[list[str], list[str], str]:
+    """(``prefix`` with the read-only host view's setup appended, the folders it hides, "") where
+    that starts the interpreter here, else (``prefix``, [], why not): the kernel may refuse the
+    mounts (a container without CAP_SYS_ADMIN), and a non-root trainer needs ``setpriv`` to take
+    its sample's capabilities in its own user namespace (``host_view.namespace_drop``)."""
+    if os.geteuid() != 0 and not host_view.namespace_drop():
+        return prefix, [], "needs util-linux setpriv"
+    hide = host_view.hidden_folders(host_view.trainer_folders())
+    try:
+        keep = interpreter_binds(interpreter_paths(python), python)
+    except RewardError as exc:
+        return prefix, [], str(exc)
+    view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide)
+    why = probe(view + [python, "-I", "-c", _IDENTITY], expected)
+    return (view, hide, "") if why is None else (prefix, [], why)
 
 
 _POOL_REPORT = ("on: each sample running at once has its own uid and gid (from {first}; no supplementary groups), "
@@ -511,11 +595,13 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
         if unshare:
             # --mount-proc: a fresh /proc of the sample's own PID namespace; without it the host's
             # /proc (every process's cmdline, and as root every environ: the trainer's keys) is there
-            prefix = [unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+            prefix = [unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
             if os.geteuid() != 0:
-                prefix = [unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
-                          "--mount-proc"]
+                prefix[1:1] = ["--user", "--map-root-user"]
+            prefix, view, view_note = _host_view(prefix, python, disk_mb, expected)
             drop = drop_privileges(ids) if ids else no_capabilities()
+            if view and os.geteuid() != 0:
+                drop = host_view.namespace_drop()
             why = probe(prefix + drop + [python, "-I", "-c", _IDENTITY], expected)
             if why is not None and ids is not None and (bare := probe(prefix + [python, "-I", "-c", _IDENTITY],
                                                                       expected)) is not None:
@@ -529,11 +615,19 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 if pool := _pooled(prefix, ids, explicit, python, expected):
                     ids, drop = pool, drop_privileges(pool)
                     base["user"] = _POOL_REPORT.format(first=uids.FIRST)
-                return Launch("unshare", tuple(prefix), tuple(drop), python, False, ids, None, {
-                    **base, "isolation": "PARTIAL (unshare): network and PID namespaces; " + "; ".join(reasons),
-                    "filesystem": "host files visible (kernel permissions apply"
-                                  + (": the sample is the trainer's own uid)" if ids is None and os.geteuid() != 0
-                                     else ")") + "; disk capped per file only",
+                own = ": the sample is the trainer's own uid" if ids is None and os.geteuid() != 0 else ""
+                if view:
+                    filesystem = (f"host files read-only (kernel permissions apply{own}); hidden under empty "
+                                  f"read-only folders: {', '.join(view)} (their unix sockets and writable folders "
+                                  "out of reach; a unix socket elsewhere stays reachable); writable: a "
+                                  f"{disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only")
+                else:
+                    filesystem = (f"host files visible (kernel permissions apply{own}); disk capped per file only "
+                                  f"(no read-only view: {view_note})")
+                return Launch("unshare", tuple(prefix), tuple(drop), python, bool(view), ids, None, {
+                    **base, "isolation": "PARTIAL (unshare): network, PID, IPC" + (" and mount" if view else "")
+                    + " namespaces; " + "; ".join(reasons),
+                    "filesystem": filesystem,
                     "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"},
                     uid_pool=pool is not None)
             reasons.append(f"unshare does not work here ({why})")

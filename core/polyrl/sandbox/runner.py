@@ -128,7 +128,8 @@ class Sandbox:
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
         if self.launch.level not in STRONG_LEVELS and isolation == "weak":
             log.warning("code sandbox runs without full OS isolation (isolation = \"weak\"): samples may read the "
-                        "trainer's files and write its run folder", isolation_level=self.launch.level,
+                        "trainer's files" + ("" if self.launch.private_tmp else " and write its run folder"),
+                        isolation_level=self.launch.level,
                         why=self.report["isolation"], filesystem=self.report["filesystem"])
         if self.launch.level == "bwrap" and self.launch.seccomp_program is None:
             log.warning("code sandbox runs without its seccomp filter: a sample can fork and hold max_processes x "

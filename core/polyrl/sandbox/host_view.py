@@ -1,0 +1,178 @@
+"""The ``unshare`` level's view of the host: read-only, its socket and scratch folders hidden.
+
+Why: without bubblewrap (``isolation = "weak"``) a sample saw the host's whole filesystem with
+its uid's permissions: it wrote every world-writable folder (``/var/tmp``, ``/dev/shm``, a
+project's ``chmod 777`` folder), connected to every unix socket its permissions allowed (a 0666
+judge or reward server socket in ``/run`` or ``/tmp``; a network namespace hides only abstract
+sockets and 127.0.0.1) and, as a non-root trainer's own uid, rewrote the trainer's files.
+
+In the sample's own mount namespace (``unshare --mount``, inside a user namespace of its own for
+a non-root trainer) a short setup program, run before the privilege drop, makes every mount
+read-only (``mount_setattr`` with ``AT_RECURSIVE``, else each mount in turn), mounts the sample's
+size- and inode-capped tmpfs at ``/tmp`` and an empty read-only tmpfs (with the folder's own mode)
+over each of ``hidden_folders()``: the usual homes of unix sockets and world-writable folders, the
+users' homes, the trainer's home and working folder. The interpreter's folders under them are
+bound back (read-only, ancestors with their own modes), then it changes to ``/tmp`` and execs the
+rest of the command. A unix socket elsewhere stays reachable: ``connect`` needs write permission
+on the socket, which a read-only mount does not take away (the kernel's EROFS check skips sockets).
+
+Descendants of a hidden folder cannot be revealed again: a sample has no capability to unmount,
+and in a user namespace of its own the mounts it inherits are locked by the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+from collections.abc import Sequence
+
+#: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
+#: and one line on stderr, which the level's probe reports.
+SETUP = r'''
+import ctypes, os, sys
+args = sys.argv[1:]  # tmpfs options, "root" or "user", hidden folders, "--", kept paths, "--", command
+cut = args.index("--", 2)
+spec = {"tmp": args[0], "root": args[1] == "root", "hide": args[2:cut]}
+end = args.index("--", cut + 1)
+spec["keep"], rest = args[cut + 1:end], args[end + 1:]
+libc = ctypes.CDLL(None, use_errno=True)
+RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
+KEPT = (NOSUID | NODEV | NOEXEC | 1024 | 2048 | (1 << 21))  # locked flags a remount must repeat
+
+def mount(src, dst, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()
+    if libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {fstype or 'bind'} on {dst}: {os.strerror(err)}")
+
+def read_only(path, flags):
+    mount(None, path, None, REMOUNT | BIND | RDONLY | (flags & KEPT))
+
+def all_read_only():
+    attr = (ctypes.c_uint64 * 4)(1, 0, 0, 0)  # struct mount_attr: attr_set = MOUNT_ATTR_RDONLY
+    if libc.syscall(ctypes.c_long(442), ctypes.c_int(-100), b"/", ctypes.c_uint(0x8000), attr,
+                    ctypes.c_size_t(32)) == 0:  # mount_setattr(AT_FDCWD, "/", AT_RECURSIVE, ...)
+        return
+    if ctypes.get_errno() not in (38, 22):  # ENOSYS (before Linux 5.12), EINVAL
+        raise OSError(ctypes.get_errno(), "mount_setattr: " + os.strerror(ctypes.get_errno()))
+    points = []
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            points.append(line.split()[4].encode().decode("unicode_escape"))
+    for point in points:
+        try:
+            read_only(point, os.statvfs(point).f_flag)
+        except OSError:
+            if os.path.exists(point) and os.statvfs(point).f_flag & RDONLY == 0:
+                raise
+
+def under(path, top):
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+try:
+    program = os.path.realpath(rest[0])  # a link in a folder about to be hidden (a tool in /tmp)
+    kept = []  # (path, O_PATH fd, ancestors' (path, mode, uid, gid) below the covering mount)
+    covers = ["/tmp"] + spec["hide"]
+    for path in spec["keep"]:
+        top = next((c for c in covers if under(path, c) and path != c), None)
+        if top is None or not os.path.lexists(path):
+            continue
+        chain, folder = [], os.path.dirname(path)
+        while under(folder, top) and folder != top:
+            st = os.stat(folder)
+            chain.insert(0, (folder, st.st_mode & 0o7777, st.st_uid, st.st_gid))
+            folder = os.path.dirname(folder)
+        kept.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC), chain))
+    modes = {c: os.stat(c) for c in spec["hide"]}
+    all_read_only()
+    mount("polyrl-sample", "/tmp", "tmpfs", NOSUID | NODEV, spec["tmp"])
+    for folder in spec["hide"]:
+        st = modes[folder]
+        owner = f",uid={st.st_uid},gid={st.st_gid}" if spec["root"] else ""
+        mount("polyrl-hidden", folder, "tmpfs", NOSUID | NODEV, f"size=1m,nr_inodes=4096,mode={st.st_mode & 0o7777:o}{owner}")
+    for path, fd, chain in kept:
+        for folder, mode, uid, gid in chain:
+            if not os.path.isdir(folder):
+                os.mkdir(folder)
+                os.chmod(folder, mode)
+                if spec["root"]:
+                    os.chown(folder, uid, gid)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            open(path, "a").close()
+        mount(f"/proc/self/fd/{fd}", path, None, BIND | REC)
+        read_only(path, os.fstatvfs(fd).f_flag)
+        os.close(fd)
+    for folder in spec["hide"]:
+        read_only(folder, NOSUID | NODEV)
+    os.chdir("/tmp")
+except OSError as exc:
+    print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
+    sys.exit(126)
+os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
+'''
+
+#: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,
+#: ``/dev/shm``) and world-writable folders (``/var/tmp``, ``/run/lock``, ``/dev/mqueue``) live,
+#: ``/dev/pts`` (the trainer's terminal: a non-root trainer's sample owns it), and users' homes.
+#: ``/tmp`` is the sample's own tmpfs. The trainer's home and working folder are added.
+HIDDEN = ("/run", "/var/run", "/var/tmp", "/var/lock", "/var/crash", "/dev/shm", "/dev/mqueue", "/dev/pts",
+          "/home", "/root", "/mnt", "/media", "/srv")
+#: The system a sample's interpreter needs: never hidden, nor any folder above or inside it
+#: (a trainer started in ``/`` or ``/usr/lib`` must not hide the C library).
+SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys", "/dev", "/boot")
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def hidden_folders(extra: Sequence[str] = ()) -> list[str]:
+    """``HIDDEN`` and ``extra`` (the trainer's home and working folder) as real, existing folders,
+    none inside another or inside ``/tmp``, none holding or inside ``SYSTEM`` (``/dev``'s own
+    entries of ``HIDDEN`` excepted), never ``/``, ``/var`` or ``/opt`` whole."""
+    found: list[str] = []
+    for name in [*HIDDEN, *extra]:
+        real = os.path.realpath(name)
+        if not os.path.isdir(real) or os.path.islink(real) or _under(real, "/tmp") or real in ("/", "/var", "/opt"):
+            continue
+        if any(_under(system, real) for system in SYSTEM):  # it holds the system
+            continue
+        if name not in HIDDEN and any(_under(real, system) for system in SYSTEM):
+            continue
+        found.append(real)
+    found = sorted(set(found))
+    return [f for f in found if not any(_under(f, other) and f != other for other in found)]
+
+
+def trainer_folders() -> list[str]:
+    """The trainer's home (from the user database and ``HOME``) and working folder: its keys,
+    the dataset and the run's config and checkpoints."""
+    folders = [os.getcwd()]
+    try:
+        folders.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        pass
+    if os.environ.get("HOME"):
+        folders.append(os.environ["HOME"])
+    return folders
+
+
+def setup_command(python: str, disk_mb: int, inodes: int, keep: Sequence[str],
+                  hide: Sequence[str], root: bool | None = None) -> list[str]:
+    """The setup program's command line (module docstring), to put between ``unshare`` and the
+    privilege drop; ``keep`` are the interpreter's folders and files to bind back. ``root``: the
+    trainer is root (default: this process's euid), so hidden folders keep their owners too."""
+    tmp = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={inodes},mode=1777"
+    root = os.geteuid() == 0 if root is None else root
+    return [python, "-I", "-S", "-c", SETUP, tmp, "root" if root else "user", *hide, "--", *keep, "--"]
+
+
+def namespace_drop() -> list[str]:
+    """A non-root trainer's sample is root of its own user namespace, with every capability
+    there: it could unmount what hides the host's sockets, or remount ``/`` writable. This execs
+    it with none (uid 0 with an empty bounding set gains none at exec); [] without setpriv."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"] if setpriv else []

@@ -1,0 +1,288 @@
+"""The ``unshare`` level (``isolation = "weak"`` without bubblewrap): what its read-only view of the
+host stops (``polyrl.sandbox.host_view``). Escapes replayed with the audit hook OFF, so only the
+kernel stops them; bubblewrap is taken off PATH so the level is ``unshare`` on any machine that
+has util-linux and lets it make namespaces."""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
+
+pytestmark = pytest.mark.faults
+
+TESTS = parse_tests("assert add(1, 2) == 3\n")
+GOOD = "def add(a, b):\n    return a + b\n"
+LIMITS = SandboxLimits(timeout_s=20, memory_mb=512, disk_mb=8)
+
+
+def _unshare_works() -> str | None:
+    """None when util-linux unshare makes a mount, PID and network namespace here, else why not."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "util-linux unshare not installed"
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    done = subprocess.run([unshare, *user, "--mount", "--net", "--pid", "--fork", "true"], capture_output=True,
+                          timeout=60)
+    return None if done.returncode == 0 else done.stderr.decode(errors="replace").strip() or "refused"
+
+
+WHY_NOT = _unshare_works()
+needs_unshare = pytest.mark.skipif(WHY_NOT is not None, reason=f"unshare cannot make namespaces here: {WHY_NOT}")
+
+
+def _python_for(user: str) -> str | None:
+    """An interpreter the sample's user can run (a root trainer's own under /root is not nobody's)."""
+    if user == "none" or os.geteuid() != 0:
+        return sys.executable
+    for python in (os.path.realpath(sys.executable), "/usr/bin/python3"):
+        ask = [python, "-I", "-c", isolation._IDENTITY]
+        expected = subprocess.run(ask, capture_output=True, text=True, timeout=60).stdout.strip()
+        if os.path.exists(python) and isolation.probe(isolation.drop_privileges((65534, 65534)) + ask,
+                                                      expected) is None:
+            return python
+    return None
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch, tmp_path):
+    """A PATH without bwrap, with the util-linux tools the weak levels use."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("unshare", "setpriv", "choom", "mount"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(runner, "_launches", {})
+    monkeypatch.setattr(isolation, "_probes", {})
+
+
+def _weak_box(user: str) -> Sandbox:
+    python = _python_for(user)
+    if python is None:
+        pytest.skip("no interpreter user nobody can run (this trainer's is under /root and no /usr/bin/python3)")
+    box = Sandbox(LIMITS, isolation="weak", user=user, python=python, audit_hook=False)
+    assert box.level == "unshare", box.report
+    return box
+
+
+def _socket_server(path: str) -> tuple[socket.socket, list[bytes]]:
+    """A 0666 unix socket at ``path`` (a judge's, a reward server's) recording what reaches it."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o666)
+    server.listen(4)
+    server.settimeout(0.2)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        while server.fileno() >= 0:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    got.append(conn.recv(100))
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, got
+
+
+ATTACK = """
+import os, socket
+for path in {sockets!r}:
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.sendall(b"FORGED 1.0")
+        print("CONNECTED", path)
+    except OSError as exc:
+        print("REFUSED", path, exc.strerror)
+for path in {files!r}:
+    try:
+        with open(path, "w") as out:
+            out.write("sample was here")
+        print("WROTE", path)
+    except OSError as exc:
+        print("DENIED", path, exc.strerror)
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_hides_socket_folders_and_keeps_the_host_read_only(no_bwrap, user, tmp_path):
+    """At the unshare level the host's files were all there with the sample's permissions: it
+    connected to a 0666 unix socket in /run (a judge's: it sent a forged score), wrote a
+    world-writable folder, and as uid 0 (user = "none") rewrote a root-owned 0644 file outside its
+    folder. Now /run, /var/tmp (and the other usual places) are empty read-only folders and the rest
+    of the host is read-only; a right solution still scores."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to place a socket in /run and a folder in /var")
+    tag = f"polyrl-escape-{os.getpid()}-{user}"
+    run_dir, var_dir, var_tmp = f"/run/{tag}", f"/var/{tag}", f"/var/tmp/{tag}"
+    for folder, mode in ((run_dir, 0o755), (var_dir, 0o777), (var_tmp, 0o777)):
+        os.mkdir(folder)
+        os.chmod(folder, mode)
+    server = None
+    try:
+        server, got = _socket_server(f"{run_dir}/judge.sock")
+        with open(f"{var_dir}/scores.json", "w") as out:
+            out.write("intact")
+        os.chmod(f"{var_dir}/scores.json", 0o644)
+        box = _weak_box(user)
+        attack = ATTACK.format(sockets=[f"{run_dir}/judge.sock"],
+                               files=[f"{var_dir}/scores.json", f"{var_dir}/new.txt", f"{var_tmp}/left.txt"])
+        result = box.run(attack + GOOD, TESTS)
+        assert result.status == "ok" and result.passed == [True], (result, result.output)
+        assert "CONNECTED" not in result.output and not any(got), (result.output, got)
+        assert "WROTE" not in result.output, result.output
+        assert open(f"{var_dir}/scores.json").read() == "intact"
+        assert not os.path.exists(f"{var_dir}/new.txt") and not os.listdir(var_tmp)
+        assert "host files read-only" in box.report["filesystem"] and "/run" in box.report["filesystem"], box.report
+    finally:
+        if server is not None:
+            server.close()
+        for folder in (run_dir, var_dir, var_tmp):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_unshare
+def test_unshare_level_sample_cannot_write_the_trainers_terminal(no_bwrap):
+    """The host's /dev/pts was the sample's: as uid 0 without capabilities (user = "none") it
+    opened the trainer's terminal (root's, mode 0620) and wrote to it (escape sequences, fake
+    prompts). Now /dev/pts is an empty read-only folder: no pty opens, /dev/ptmx included
+    (ENODEV); TIOCSTI needs the terminal open first. A non-root trainer's sample owns its
+    terminal, so that case is the same without the root."""
+    master, slave = os.openpty()
+    name = os.ttyname(slave)
+    try:
+        box = _weak_box("none" if os.geteuid() == 0 else "auto")
+        attack = (f"import os\ntry:\n    fd = os.open({name!r}, os.O_WRONLY | os.O_NOCTTY)\n"
+                  "    os.write(fd, b'PWNED')\n    print('WROTE terminal')\nexcept OSError as exc:\n"
+                  "    print('DENIED', exc.strerror)\n"
+                  "try:\n    os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY)\n    print('PTMX opened')\n"
+                  "except OSError as exc:\n    print('PTMX', exc.strerror)\n")
+        result = box.run(attack + GOOD, TESTS)
+        assert result.status == "ok" and result.passed == [True], (result, result.output)
+        ready, _, _ = select.select([master], [], [], 0.5)
+        written = os.read(master, 100) if ready else b""
+        assert b"PWNED" not in written and "WROTE" not in result.output, (result.output, written)
+        assert "PTMX opened" not in result.output, result.output
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+@needs_unshare
+def test_unshare_level_without_the_view_falls_back_and_says_why(no_bwrap, monkeypatch):
+    """Where the kernel refuses the mounts (a container without CAP_SYS_ADMIN), the level runs as
+    before, host files visible, and ``isolation_report()`` says the view is off and why."""
+    from polyrl.sandbox import host_view
+
+    monkeypatch.setattr(host_view, "SETUP", "import sys\nprint('polyrl-sandbox host view: mount tmpfs on /tmp: "
+                                            "Operation not permitted', file=sys.stderr)\nsys.exit(126)\n")
+    box = _weak_box("auto")
+    assert not box.launch.private_tmp
+    assert box.report["filesystem"].startswith("host files visible"), box.report
+    assert "no read-only view: polyrl-sandbox host view: mount tmpfs on /tmp: Operation not permitted" in \
+        box.report["filesystem"], box.report
+    result = box.run(GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], result
+
+
+def test_hidden_folders_never_hide_the_system(monkeypatch, tmp_path):
+    """The trainer's home and working folder are hidden, but never ``/`` or a folder holding or
+    inside the system (a trainer started in ``/`` or ``/usr/lib`` must not hide the C library),
+    nor anything under ``/tmp`` (the sample's own tmpfs) or inside another hidden folder."""
+    from polyrl.sandbox import host_view
+
+    project = tmp_path / "project"
+    project.mkdir()
+    hidden = host_view.hidden_folders(["/", "/usr/lib", "/etc", "/var", str(project), "/root/.cache"])
+    assert not {"/", "/usr/lib", "/etc", "/var"} & set(hidden), hidden
+    assert str(project) not in hidden and not any(h.startswith("/root/") for h in hidden), hidden
+    assert not any(a != b and b.startswith(a + "/") for a in hidden for b in hidden), hidden
+    outside = "/srv" if os.path.isdir("/srv") else None
+    if outside:
+        assert outside in hidden
+
+
+NOBODY_ATTACK = """
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+print("CAPS", [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0])
+try:
+    open({file!r}, "w").write("sample was here")
+    print("WROTE")
+except OSError as exc:
+    print("DENIED", exc.strerror)
+try:
+    socket.socket(socket.AF_UNIX).connect({sock!r})
+    print("CONNECTED")
+except OSError as exc:
+    print("REFUSED", exc.strerror)
+print("UMOUNT", libc.umount2(b"/run", 2), ctypes.get_errno())
+print("REMOUNT", libc.mount(None, b"/", None, 32 | 4096, None), ctypes.get_errno())
+print("NESTED", libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())  # CLONE_NEWUSER | CLONE_NEWNS
+print("UMOUNT", libc.umount2(b"/run", 2), ctypes.get_errno())
+"""
+
+
+@needs_unshare
+def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path):
+    """A non-root trainer's sample is root of its own user namespace: with its capabilities there
+    it could unmount what hides /run or remount / writable. The setup hands it none (setpriv), and
+    in a user namespace it makes itself the mounts it inherits are locked. The unshare command a
+    non-root trainer builds is run here as user nobody, against nobody's own file and a 0666
+    socket in /run: it writes neither, and every unmount and remount is refused."""
+    from polyrl.sandbox import host_view
+
+    python = "/usr/bin/python3"
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None or not os.path.exists(python) or _python_for("auto") is None:
+        pytest.skip("needs root (to become nobody), setpriv and a /usr/bin/python3 nobody can run")
+    tag = f"polyrl-escape-{os.getpid()}-nobody"
+    run_dir, var_dir = f"/run/{tag}", f"/var/{tag}"
+    for folder in (run_dir, var_dir):
+        os.mkdir(folder)
+        os.chown(folder, 65534, 65534)
+    server = None
+    try:
+        server, got = _socket_server(f"{run_dir}/judge.sock")
+        target = f"{var_dir}/mine.txt"
+        with open(target, "w") as out:
+            out.write("intact")
+        os.chown(target, 65534, 65534)
+        unshare = shutil.which("unshare") or "unshare"
+        keep = isolation.interpreter_binds(isolation.interpreter_paths(python), python)
+        cmd = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+               unshare, "--user", "--map-root-user", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc",
+               *host_view.setup_command(python, 8, 4096, keep, host_view.hidden_folders(["/nonexistent"]), root=False),
+               *host_view.namespace_drop(), python, "-I", "-S", "-c",
+               NOBODY_ATTACK.format(file=target, sock=f"{run_dir}/judge.sock")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/")
+        out = done.stdout
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert "CAPS 0000000000000000" in out and "WROTE" not in out and "CONNECTED" not in out, out
+        assert open(target).read() == "intact" and not any(got), (out, got)
+        umounts = [line for line in out.splitlines() if line.startswith(("UMOUNT", "REMOUNT"))]
+        assert len(umounts) == 3 and all(line.split()[1] == "-1" for line in umounts), out
+    finally:
+        if server is not None:
+            server.close()
+        for folder in (run_dir, var_dir):
+            shutil.rmtree(folder, ignore_errors=True)
