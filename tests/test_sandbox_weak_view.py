@@ -123,16 +123,24 @@ for path in {files!r}:
 
 
 @needs_unshare
-@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
-def test_unshare_level_hides_socket_folders_and_keeps_the_host_read_only(no_bwrap, user, tmp_path):
+@pytest.mark.parametrize("user,per_mount", [("auto", False), ("none", False), ("none", True)]
+                         if os.geteuid() == 0 else [("auto", False), ("auto", True)])
+def test_unshare_level_hides_socket_folders_and_keeps_the_host_read_only(no_bwrap, user, per_mount,
+                                                                         monkeypatch):
     """At the unshare level the host's files were all there with the sample's permissions: it
     connected to a 0666 unix socket in /run (a judge's: it sent a forged score), wrote a
     world-writable folder, and as uid 0 (user = "none") rewrote a root-owned 0644 file outside its
     folder. Now /run, /var/tmp (and the other usual places) are empty read-only folders and the rest
-    of the host is read-only; a right solution still scores."""
+    of the host is read-only; a right solution still scores. ``per_mount``: a kernel without
+    ``mount_setattr`` (before 5.12), where each mount is made read-only in turn."""
+    if per_mount:
+        from polyrl.sandbox import host_view
+
+        assert "ctypes.c_long(442)" in host_view.SETUP
+        monkeypatch.setattr(host_view, "SETUP", host_view.SETUP.replace("ctypes.c_long(442)", "ctypes.c_long(-1)"))
     if os.geteuid() != 0:
         pytest.skip("needs root to place a socket in /run and a folder in /var")
-    tag = f"polyrl-escape-{os.getpid()}-{user}"
+    tag = f"polyrl-escape-{os.getpid()}-{user}-{per_mount}"
     run_dir, var_dir, var_tmp = f"/run/{tag}", f"/var/{tag}", f"/var/tmp/{tag}"
     for folder, mode in ((run_dir, 0o755), (var_dir, 0o777), (var_tmp, 0o777)):
         os.mkdir(folder)

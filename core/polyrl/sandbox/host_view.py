@@ -150,7 +150,11 @@ def hidden_folders(extra: Sequence[str] = ()) -> list[str]:
 def trainer_folders() -> list[str]:
     """The trainer's home (from the user database and ``HOME``) and working folder: its keys,
     the dataset and the run's config and checkpoints."""
-    folders = [os.getcwd()]
+    folders = []
+    try:
+        folders.append(os.getcwd())
+    except OSError:  # removed under it
+        pass
     try:
         folders.append(pwd.getpwuid(os.geteuid()).pw_dir)
     except KeyError:
