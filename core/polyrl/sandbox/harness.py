@@ -141,7 +141,10 @@ class Session:
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
         if passed is not None and written(answer.get("v")):
-            return self._decoded(lambda v: write_back(v, *passed), answer.get("v"))
+            self._decoded(lambda v: write_back(v, *passed), answer.get("v"))
+            if len(answer["v"]) == 3:  # the call returned None
+                return None
+            return self._decoded(lambda v: self.value(v, data=data, root=root), answer["v"][3])
         return self._decoded(lambda v: self.value(v, data=data, root=root), answer.get("v"))
 
     def ask_raw_names(self) -> Any:
