@@ -76,13 +76,16 @@ def test_a_task_function_named_like_operator_add_takes_the_solutions_objects_aga
     """``assert add(Num(1), Num(2)) == 3`` where the solution defines ``add`` and a ``Num`` without
     ``__add__``: the tests got ``operator.add`` (a standard helper beside the solution's ``Num``),
     which raised TypeError, so a right solution scored 0. Everything on the call's side is the
-    sample's now and the other side is data: what passes is what the solution's ``add`` answers,
-    met only through its own exact conversion. A wrong ``add`` and answers equal to everything
-    still score 0."""
+    sample's now and the other side is data: what passes is what the solution's ``add`` answers
+    (``operator.add`` where it defines none), met only through its own exact conversion. A wrong
+    ``add`` and answers equal to everything still score 0."""
     table = {
         "int": ("assert add(Num(1), Num(2)) == 3", NUM_NO_ADD, NUM_NO_ADD.replace("a.v + b.v", "a.v * b.v")),
         "reflected_and_ne": ("assert 5 == add(Num(2), Num(3)) and add(Num(1), Num(1)) != 3", NUM_NO_ADD,
                              NUM_NO_ADD.replace("a.v + b.v", "a.v + b.v + 1")),
+        # no add of its own, a Num with __add__: the trainer's operator.add, which adds by its __add__
+        "no_add_of_its_own": ("assert add(Num(1), Num(2)) == 3", NUM.replace("def smaller", "def _smaller"),
+                              NUM.replace("self.v + self._o(o)", "self.v * self._o(o)")),
     }
     assert_right_scores_1_and_wrong_0(table)
     tests = ["assert add(Num(1), Num(2)) == 3", "assert add(Num(1), Num(2)) == 12.5",
