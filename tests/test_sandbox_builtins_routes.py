@@ -135,6 +135,6 @@ def test_a_builtin_functions_self_is_the_tests_builtins_module():
     theirs: ``return []`` scores 0, the right answer 1.0, and they still call, name and pass as
     the builtins (the frame readers, ``globals``, ``eval``, ``dir``..., stay Python's)."""
     apply = "def apply(fn, x):\n    return fn(x)\n"
-    assert scores(FUNCTION_SELF, "def f(x):\n    return sorted(x)\n" + apply) == dict.fromkeys(FUNCTION_SELF, 1.0)
     forged = {name: tests for name, tests in FUNCTION_SELF.items() if name != "as_before"}
     assert scores(forged, "def f(x):\n    return []\n" + apply) == dict.fromkeys(forged, 0.0)
+    assert scores(FUNCTION_SELF, "def f(x):\n    return sorted(x)\n" + apply) == dict.fromkeys(FUNCTION_SELF, 1.0)
