@@ -42,7 +42,7 @@ _UNARY = {"-": lambda a: -a, "+": lambda a: +a, "~": lambda a: ~a, "abs": abs}
 #: the sample's, made without seeing any value of the tests'.
 _NUMBER = {"float": float, "int": int, "index": _operator.index}
 #: The sample's conversions of one of its values to the plain types the tests compare it with (``plain``).
-_PLAIN = (("int", int), ("float", float), ("str", str))
+_PLAIN = (("int", int), ("float", float))
 #: Orderings the harness asks about for a value of the sample's against its own number (``plain``).
 _ORDER = {"<": _operator.lt, "<=": _operator.le, ">": _operator.gt, ">=": _operator.ge}
 #: The binary operators' method names (``plain``: which of them the value's type defines).
@@ -62,7 +62,7 @@ def _truth(result):
     raise TypeError("a comparison of the sample's values gave a %s, not a bool" % type(result).__name__)
 
 
-def _plain(obj):
+def _plain(obj, text=False):
     """What the harness may compare and combine with the tests' plain values, all from one request
     (``remote.Remote._plain_answer``): its own int(), float() and str(), each only where its own ==
     agrees with what it made (``approx``: its float where that is not so); the orderings it answers
@@ -70,7 +70,7 @@ def _plain(obj):
     itself where the number is exact; the operators its type defines, forward and reflected.
     No value of the tests' is seen here: the harness compares and computes with these itself."""
     found = {}
-    for name, kind in _PLAIN:
+    for name, kind in (_PLAIN + (("str", str),) if text else _PLAIN):  # a str only for a str of the tests'
         try:
             value = kind(obj)
             if type(value) is kind:
@@ -311,7 +311,7 @@ class _Session:
         if op == "number":  # float(obj), int(obj), operator.index(obj): checked to be exactly that type there
             return self.out(_NUMBER[req["how"]](obj))
         if op == "plain":  # its own plain values, orderings and operators, for the tests' plain values
-            return self.out(_plain(obj))
+            return self.out(_plain(obj, req.get("text") is True))
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
