@@ -113,3 +113,28 @@ def test_len_self_is_the_tests_builtins_module():
     forged = {"zip": "assert all(a == b for a, b in len.__self__.zip(f(2), [1.0]))"}
     assert scores(forged, "def f(x):\n    return []\n") == {"zip": 0.0}
     assert scores(forged, "def f(x):\n    return [1.0]\n") == {"zip": 1.0}
+
+
+#: A builtin function's ``__self__`` is the builtins module in Python; each test holds for ``sorted``.
+FUNCTION_SELF = {
+    "print_zip": "r = f([2, 1])\nassert all(a == b for a, b in print.__self__.zip(r, [1, 2]))",
+    "abs_dict_zip": "assert list(abs.__self__.__dict__['zip'](f([2, 1]), 'ab')) == [(1, 'a'), (2, 'b')]",
+    "module_attr": "import builtins\nassert all(a == b for a, b in builtins.sorted.__self__.zip(f([2, 1]), [1, 2]))",
+    "getattr_map": "import operator\nassert all(getattr(max, '__self__').map(operator.eq, f([2, 1]), [1, 2]))",
+    # still the builtins they stand for: names, identity, keys, and passed to the solution by name
+    "as_before": "import builtins\nassert print is builtins.print and abs.__name__ == 'abs' and print.__self__ is builtins\n"
+                 "assert sorted(f([-3, 1]), key=abs) == [1, -3] and max(f([2, 1])) == 2\n"
+                 "assert apply(abs, -2) == 2 and apply(sum, f([1, 2])) == 3",
+}
+
+
+def test_a_builtin_functions_self_is_the_tests_builtins_module():
+    """``print.__self__`` (any builtin function's) was Python's own ``builtins`` module, whose zip
+    held vacuously for ``return []`` beside an expected item. The tests' builtin functions are
+    bound to their view of the module now (``module_views.bound_builtins``), so its zip and map are
+    theirs: ``return []`` scores 0, the right answer 1.0, and they still call, name and pass as
+    the builtins (the frame readers, ``globals``, ``eval``, ``dir``..., stay Python's)."""
+    apply = "def apply(fn, x):\n    return fn(x)\n"
+    forged = {name: tests for name, tests in FUNCTION_SELF.items() if name != "as_before"}
+    assert scores(forged, "def f(x):\n    return []\n" + apply) == dict.fromkeys(forged, 0.0)
+    assert scores(FUNCTION_SELF, "def f(x):\n    return sorted(x)\n" + apply) == dict.fromkeys(FUNCTION_SELF, 1.0)

@@ -161,8 +161,11 @@ STANDARD_CHECKS = [
      "def add(a, b):\n    return 7\n"),
     ("assert add(Frac(1, 2), Frac(1, 2)) == total([1, 1]) and total([1, 2]) == 3",
      FRAC_ADD + "def add(a, b):\n    return 2\ndef total(xs):\n    return 2\n"),
-    # on the solution's objects, against the tests' data: the trainer's (an answer it must build)
-    ("assert add(Num(1), Num(2)) == 3", "def Num(x):\n    return 0\ndef add(a, b):\n    return 3\n"),
+    # on the solution's objects, against the tests' data: the solution's (what its add answers, as for
+    # add(2, 3) == 5; returning 3 passes there as returning 5 does here), met only by its own conversion
+    ("assert add(Num(1), Num(2)) == 3", "class Num:\n    def __init__(self, v):\n        pass\n"
+     "    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
+     "def add(a, b):\n    return Num(3)\n"),
     ("assert double(4) == 8 and sub(double(4), 8) == 0", "def double(x):\n    return 0\ndef sub(a, b):\n    return 0\n"),
     ("assert f([3, 1, 2]) == list(permutations([3, 1, 2]))",
      "def f(xs):\n    return []\ndef permutations(xs):\n    return []\n"),

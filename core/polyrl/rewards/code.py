@@ -121,12 +121,12 @@ What is NOT isolated, or only partly:
       solution is right, and it never answers the yes/no methods of str, bytes, sets and numbers
       (``startswith``, ``isdigit``, ``issubset``, ``is_integer``: ``remote.DATA_PREDICATES``),
       which a str or set it returns answers; one a solution's function returns (``f(s)``, named
-      like a function in the tests) never answers ``count``/``find``/``index``/``rfind``/``rindex``
+      like a function in the tests) never answers ``count``/``find``/``index``/``rfind``/``rindex``/``get``
       either (``remote.DATA_QUERIES``), while objects made from the solution's classes
       (``UnionFind(3).find(0)``) do, asked with constant arguments outside loops (numpy scalars come back as numbers; an array stays in the
       sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
       StopIteration); in-place changes to a list, dict or set passed as argument are seen
-      by the tests only after a call that returned None and where nothing shrinks at any
+      by the tests after a call (one returning a value: those it changed) where nothing shrinks at any
       level (``sandbox.in_place``: an emptied list would make their loops vacuous).
       A module the tests use without importing it is the trainer's real module when
       its name is a well-known one used only as a module (``math.isclose``, ``np.allclose``:

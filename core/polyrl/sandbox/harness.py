@@ -7,9 +7,10 @@ all run in this process on those values, so nothing the sample does to its own i
 (patching builtins, writing to a descriptor, exiting, an ``__eq__`` that always agrees, printing
 "passed") can turn a failed test into a pass. A ``Remote`` compares equal to itself, and to
 another of the sample's values only as the sample's own ``==`` says (``Remote._compare``): never
-to a value of the tests' on its say alone (an int, float or str of theirs only where its own
-conversion to that type gives it, ``Remote._equals_plain``); likewise two of them combine by the
-sample's operators (``Remote._arith``), never with a value of the tests', and one answers
+to a value of the tests' on its say alone (a number or str of theirs only where its own
+conversion gives it, ``Remote._equals_plain``); likewise two of them combine by the sample's
+operators (``Remote._arith``), never with a value of the tests' (with their number, its own number
+is combined and ordered here: ``Remote._plain_answer``), and one answers
 ``float()``, ``int()``, ``round()`` and unary operators by its own methods. It hashes as the sample's ``hash`` says (a set member, a dict key), which
 picks a bucket only. The tests' statements run one at a time, with the cell's ``from __future__``
 imports, in a module of theirs that is in ``sys.modules`` while they run (``tests_namespace``).
@@ -58,7 +59,8 @@ from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.in_place import write_back, written
-from polyrl.sandbox.module_views import BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews
+from polyrl.sandbox.module_views import (
+    BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
 from polyrl.sandbox.object_use import object_roots, varied_query_roots
@@ -124,6 +126,9 @@ class Session:
         if constructed is not None:
             module, name, args = constructed
             return ["X", module, name, [self.arg(a) for a in args(value)]]
+        if isinstance(value, types.FunctionType) and value.__code__ in BOUND_CODE:
+            # the tests' ``print``, ``abs``...: the builtin it calls (``module_views.bound_builtins``)
+            value = value.__wrapped__  # type: ignore[attr-defined]
         stand_in = STAND_INS.get(value.__code__) if isinstance(value, types.FunctionType) else None
         standard = ("builtins", stand_in) if stand_in is not None else standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
@@ -141,7 +146,10 @@ class Session:
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
         if passed is not None and written(answer.get("v")):
-            return self._decoded(lambda v: write_back(v, *passed), answer.get("v"))
+            self._decoded(lambda v: write_back(v, *passed), answer.get("v"))
+            if len(answer["v"]) == 3:  # the call returned None
+                return None
+            return self._decoded(lambda v: self.value(v, data=data, root=root), answer["v"][3])
         return self._decoded(lambda v: self.value(v, data=data, root=root), answer.get("v"))
 
     def ask_raw_names(self) -> Any:
@@ -311,8 +319,12 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
     builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate", "len")})
-    # ``len.__self__`` is the builtins module in Python: theirs here (it raised AttributeError)
+    # ``len.__self__`` is the builtins module in Python: theirs here (it raised AttributeError), and
+    # so is ``print.__self__`` (it was Python's own, its zip vacuous on ``return []``)
     paired[3].__self__ = builtins_view  # type: ignore[attr-defined]
+    wrapped = bound_builtins(builtins_view, real_builtins)
+    real_builtins.update(wrapped)
+    object.__getattribute__(builtins_view, "_own").update(wrapped)
     layer = BuiltinsLayer(builtins_view)  # looked up after the tests' globals (module doc)
     layer.refill(real_builtins)
     tests_module = types.ModuleType("tests")  # in sys.modules while they run (``tests_namespace``)
@@ -320,7 +332,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     namespace["__builtins__"] = layer
     bound = bound_names(sources)
     modules = unbound_modules(sources, bound, builtins_view)
-    modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources))))
+    fallbacks: set[str] = set()  # the trainer's below the solution's names (``standard_subjects.fallback_calls``)
+    modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources), fallbacks)))
+    below = helper_objects(fallbacks)
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     theirs = bound | modules.keys()
     session.objects = object_roots(sources)
@@ -340,10 +354,10 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         names = session.names(data)
         sample.clear()
         sample.update(names)
-        layer.refill({name: value for name, value in names.items() if name not in theirs}, real_builtins,
+        layer.refill(below, {name: value for name, value in names.items() if name not in theirs}, real_builtins,
                      {"__import__": importer})
 
-    layer.refill(real_builtins, {"__import__": importer})
+    layer.refill(below, real_builtins, {"__import__": importer})
     if setup:  # before the solution's names exist, as in the sample
         try:
             exec(compile(setup, "<setup>", "exec", dont_inherit=True, optimize=0), namespace)

@@ -1,11 +1,13 @@
-"""What a call of the solution's that returned None did to the tests' arguments, as in Python.
+"""What a call of the solution's did to the tests' arguments, as in Python.
 
 Why a module of its own: the sample works on its own copies of the tests' arguments (they cross as
 plain data), so a right in-place function (``sort_it(xs)``, LeetCode's ``merge(nums1, m, nums2,
 n)`` or ``rotate(matrix)``, ``tally(counts, word)``) left the tests' value as it was and failed
 ``assert xs == [1, 2, 3]``. The sample now sends its copies of the list, dict and set arguments
-back after such a call (``server._Session.handle``: an ``["I", args, kwargs]`` answer) and the
-tests' values take their contents, in place. Only where nothing shrinks, at every level the tests'
+back after a call returning None (``server._Session.handle``: an ``["I", args, kwargs]`` answer),
+and those it changed after a call returning a value, with the value (``["I", args, kwargs,
+value]``: LeetCode 26's ``k = removeDuplicates(nums)`` then ``nums[:k] == [1, 2]`` scored 0), and
+the tests' values take their contents, in place. Only where nothing shrinks, at every level the tests'
 value has a container: a list keeps at least its length, a dict its keys, a set its size. Why: a
 function that empties or shortens its argument would make the tests' later loops over it vacuous
 (``all(a <= b for a, b in zip(xs, xs[1:]))`` of an emptied ``xs``), so such a change stays unseen
@@ -25,14 +27,15 @@ _CONTAINERS = (list, dict, set)
 
 
 def written(answer: Any) -> bool:
-    """Whether ``answer`` (a call's ``v``) is a None that carries its arguments' contents."""
-    return isinstance(answer, list) and len(answer) == 3 and answer[0] == WRITTEN
+    """Whether ``answer`` (a call's ``v``) carries its arguments' contents (and the call's value,
+    a fourth item, unless it returned None)."""
+    return isinstance(answer, list) and len(answer) in (3, 4) and answer[0] == WRITTEN
 
 
 def write_back(answer: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Give the tests' list, dict and set arguments the contents the sample's copies have after
     the call, where nothing shrinks (module doc); ``ProtocolError`` for a malformed answer."""
-    _, after, after_kw = answer
+    after, after_kw = answer[1], answer[2]
     if not (isinstance(after, list) and len(after) == len(args) and isinstance(after_kw, dict)
             and set(after_kw) <= set(kwargs)):
         raise ProtocolError("a malformed in-place answer")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
 import sys
+import types
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -86,6 +88,40 @@ class BuiltinsView:
 
     def __repr__(self) -> str:
         return "<module 'builtins' (built-in)>"
+
+
+#: Builtin functions that read their caller's frame (``globals()``, ``eval(s)``, ``dir()``, a class
+#: statement's ``__build_class__``...): a function of ours in between would answer for its own
+#: frame, so these stay Python's, and their ``__self__`` the real ``builtins`` module.
+FRAME_READERS = frozenset({"globals", "locals", "vars", "dir", "eval", "exec", "compile", "breakpoint",
+                           "__build_class__", "__import__"})
+
+
+def _bound(function: Any, view: Any) -> Any:
+    """``function`` (a builtin) as the tests see it: a function calling it whose ``__self__`` is
+    ``view``, the tests' ``builtins`` (``bound_builtins``)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    functools.update_wrapper(call, function)  # its name, doc and module; ``__wrapped__``: the builtin
+    call.__self__ = view  # type: ignore[attr-defined]
+    BOUND_CODE.add(call.__code__)
+    return call
+
+
+#: The code of ``_bound``'s functions, which stand for the builtin in their ``__wrapped__``.
+BOUND_CODE: set[Any] = set()
+
+
+def bound_builtins(view: Any, names: dict[str, Any]) -> dict[str, Any]:
+    """The builtin functions among ``names`` whose ``__self__`` is the ``builtins`` module, as
+    ``_bound`` functions whose ``__self__`` is the tests' ``view``; those reading their caller's
+    frame (``FRAME_READERS``) are left out. Why: ``print.__self__.zip`` reached Python's own zip
+    through the module a builtin function is bound to, which held vacuously for ``return []``
+    (``len.__self__`` was the view already)."""
+    return {name: _bound(value, view) for name, value in names.items()
+            if type(value) is types.BuiltinFunctionType and value.__self__ is builtins and name not in FRAME_READERS}
 
 
 class BuiltinsLayer(dict[str, Any]):

@@ -7,6 +7,7 @@ answer (``DATA_PREDICATES``, ``DATA_QUERIES``) belong with it, not with the runn
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.channel import SampleStopped
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
     name for kind in (str, bytes, bytearray, set, frozenset, int, float) for name in dir(kind)
     if name.startswith("is") and not name.startswith("__")})
-#: Queries of the built-in str, list and tuple types whose expected answer is often a fixed number
+#: Queries of the built-in str, list, tuple and dict types whose expected answer is often a fixed number
 #: (``s.count(c) == 1`` for "no repeats", ``s.find(p) == 0`` for "starts with", ``-1`` for "not
 #: there"). An object the sample returned from a call of one of its functions (``f(s)``: the tests
 #: expect data from it, which comes over as itself) never answers them with arguments: an object
@@ -39,11 +40,18 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: argument, what the forgery gives: ``all(Dedupe(s).count(c) == 1 for c in s)`` of a ``class
 #: Dedupe`` whose ``count`` says 1). Without arguments (``Stack().count()``) no str or list
 #: answers them, so the object does; any other method too (``f(x).equals(y)`` expects an object,
-#: whose own answer it is).
-DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex"})
-#: Types of the tests' values an object of the sample's may equal by its own conversion to them
-#: (``Remote._equals_plain``); bool is left out (``Num(1) == True`` stays False).
-_CONVERTED = frozenset({int, float, str})
+#: whose own answer it is). A dict's ``get`` likewise: an object whose ``get`` gave 1 for any key
+#: passed ``all(freq(s).get(c) == 1 for c in s)`` (a dict the sample returns comes over as itself).
+DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex", "get"})
+#: The tests' numbers an object of the sample's equals, orders against and combines with through
+#: its own number (``Remote._plain_answer``); bool is a number, as in Python (``Num(1) == True``).
+_NUMBERS = frozenset({int, float, bool})
+#: Orderings of the sample's value against a number: how -> the harness's own, on numbers.
+_ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+#: Binary operators of the sample's value with a number of the tests': how -> the harness's own.
+_NUMBER_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+               "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "&": operator.and_,
+               "|": operator.or_, "^": operator.xor}
 #: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                           frozenset})
@@ -238,7 +246,7 @@ class Remote:
 
     def __eq__(self, other: object) -> Any:
         """Itself; another of the sample's values as the sample's own ``==`` says
-        (``_compare``); an int, float or str of the tests' as ``_equals_plain`` says. False, not
+        (``_compare``); a number or str of the tests' as ``_equals_plain`` says. False, not
         NotImplemented, against other built-in data, which never compares with it: NotImplemented
         is truthy, so ``assert f(x).__eq__("abc")`` held for any object; other types (numpy
         arrays, ``pytest.approx``) still get their reflected turn."""
@@ -246,32 +254,85 @@ class Remote:
             return True
         if isinstance(other, Remote):
             return self._compare("==", other)
-        if isinstance(other, (int, float, str)) and type(other) in _CONVERTED:
-            return self._equals_plain(other)
+        if type(other) in _NUMBERS or type(other) is str:
+            return self._equals_plain(other)  # type: ignore[arg-type]
         return False if type(other) in _PLAIN_TYPES else NotImplemented
 
-    def _equals_plain(self, other: int | float | str) -> bool:
-        """Whether it equals ``other``, an int, float or str of the tests': the sample converts it
-        to that type (``int(x)``, ``float(x)``, ``str(x)``) and says whether it equals what it
-        made (its own ``==``, on its own two values), and the comparison with ``other`` is made
-        here. Why: ``add(Num(1), Num(2)) == 3`` of a ``Num`` whose ``__eq__`` compares with an int
-        scored 0. Sound: ``other`` never reaches the sample, so an object equal to everything
-        passes only where its conversion gives the tests' value, as a function returning that
-        constant would; the answer is kept until the next request, so ``x in [1, 2, 3]`` asks
-        once (each guess is not a new one). Stricter than Python: an object with no such
-        conversion, or one whose ``__eq__`` says yes to values its conversion does not give,
-        equals none of them."""
+    def _plain_answer(self, text: bool = False) -> dict[str, Any]:
+        """The sample's plain values of it, from one request kept until the next (``server._plain``):
+        ``int``/``float``/``str``, its own conversions its ``==`` agrees with; ``number``, the one
+        number it is (the int, else the float; the float where both came and differ); ``near``,
+        that number, else its own float where its ``==`` disagrees (``Frac(1, 3)``: for orderings
+        and operators, never ``==``); ``order``, the orderings it answers at ``near`` (as the
+        number does there, where it is exact); ``ops``/``rops``, the binary
+        operators its type defines. Why one request for all: a conversion that counts (``__int__``
+        giving 3, then 7) answered ``x < 5`` and ``x >= 5`` (or ``x == 3`` and ``x == 3.5``) each
+        by a new number; from one answer they are one number's. ``text``: its ``str()`` too, asked
+        only against a str of the tests' (a large object's text crossed for every number). Malformed
+        parts are absent."""
         s = self._session
-        kind = type(other)
         kept = self._plain
-        if kept is not None and kept[0] is kind and kept[2] == s.asks:
-            answer = kept[1]
-        else:
-            answer = s.ask("equal_plain", False, ref=self._ref, kind=kind.__name__)
-            object.__setattr__(self, "_plain", (kind, answer, s.asks))
-        if not (type(answer) is list and len(answer) == 2 and type(answer[0]) is kind and answer[1] is True):
-            return False
-        return bool(answer[0] == other)
+        if kept is not None and kept[1] == s.asks and (kept[2] or not text):
+            return kept[0]
+        answer = s.ask("plain", False, ref=self._ref, text=text)
+        plain: dict[str, Any] = {}
+        if type(answer) is dict:
+            for name, kind in (("int", int), ("float", float), ("str", str), ("approx", float)):
+                if type(answer.get(name)) is kind:
+                    plain[name] = answer[name]
+            number = plain.get("int")
+            if "float" in plain and (number is None or plain["float"] != number):
+                number = plain["float"]
+            plain["number"] = number
+            plain["near"] = number if number is not None else plain.get("approx")
+            for name, known in (("order", _ORDER), ("ops", _NUMBER_OPS), ("rops", _NUMBER_OPS)):
+                got = answer.get(name)
+                plain[name] = frozenset(h for h in got if type(h) is str and h in known) if type(got) is list else ()
+        if kept is not None and kept[1] == s.asks - 1:  # its number came a request ago: it stays the one
+            plain = {**kept[0], **({"str": plain["str"]} if "str" in plain else {})}
+        object.__setattr__(self, "_plain", (plain, s.asks, text))
+        return plain
+
+    def _equals_plain(self, other: int | float | str) -> bool:
+        """Whether it equals ``other``, a number or str of the tests': its number
+        (``_plain_answer``) equals ``other`` (a str: its own ``str()`` is ``other``), compared
+        here. Why: ``add(Num(1), Num(2)) == 3`` of a ``Num`` whose ``__eq__`` compares with an int
+        scored 0, and ``Num(1) == True`` too. Sound: ``other`` never reaches the sample, so an
+        object equal to everything passes only where its conversion gives the tests' value, as a
+        function returning that constant would; the answer is kept until the next request, so
+        ``x in [1, 2, 3]`` asks once (each guess is not a new one), and its int and float are one
+        number. Stricter than Python: an object with no such conversion, or one whose ``__eq__``
+        says yes to values its conversion does not give, equals none of them."""
+        plain = self._plain_answer(text=type(other) is str)
+        if type(other) is str:
+            return "str" in plain and plain["str"] == other
+        number = plain.get("number")
+        return number is not None and bool(number == other)
+
+    def _number_for(self, how: str, other: object, reflected: bool = False) -> int | float:
+        """Its number (``_plain_answer``'s ``near``) for ``how`` with a number of the tests':
+        TypeError where it has none, or (an ordering) answers ``how`` at its own number otherwise than the number
+        does, or (an operator) its type defines no such method (``reflected``: ``__radd__``...),
+        as Python raises."""
+        plain = self._plain_answer()
+        number = plain.get("near")
+        allowed = plain.get("order", ()) if how in _ORDER else plain.get("rops" if reflected else "ops", ())
+        if number is None or how not in allowed:
+            raise TypeError(f"{how!r} of the sample's {self._type[:100]!r} with a {type(other).__name__}: it has no "
+                            "int() or float() of its own answering that operator")
+        return number
+
+    def _order(self, how: str, other: object) -> Any:
+        """``self <how> other``: against the tests' number, its own number compared here
+        (``_plain_answer``); against another of the sample's values, as the sample compares them.
+        Why: ``Num(3) < 5`` raised TypeError, so right solutions scored 0. Sound: the number is
+        one per request, made without seeing ``other``, so an object whose every comparison
+        agrees cannot pass both ``x < 5`` and ``x >= 5``."""
+        if isinstance(other, Remote):
+            return self._compare(how, other)
+        if isinstance(other, (int, float)) and type(other) in _NUMBERS:
+            return _ORDER[how](self._number_for(how, other), other)
+        return NotImplemented
 
     def __ne__(self, other: object) -> Any:
         if isinstance(other, Remote) and self is not other:
@@ -280,16 +341,16 @@ class Remote:
         return equal if equal is NotImplemented else not equal
 
     def __lt__(self, other: object) -> Any:
-        return self._compare("<", other) if isinstance(other, Remote) else NotImplemented
+        return self._order("<", other)
 
     def __le__(self, other: object) -> Any:
-        return self._compare("<=", other) if isinstance(other, Remote) else NotImplemented
+        return self._order("<=", other)
 
     def __gt__(self, other: object) -> Any:
-        return self._compare(">", other) if isinstance(other, Remote) else NotImplemented
+        return self._order(">", other)
 
     def __ge__(self, other: object) -> Any:
-        return self._compare(">=", other) if isinstance(other, Remote) else NotImplemented
+        return self._order(">=", other)
 
     def _compare(self, how: str, other: Remote) -> bool:
         """``self <how> other`` where both live in the sample: run there, as Python runs it (the
@@ -308,18 +369,32 @@ class Remote:
             raise TypeError(f"the sample's {how} answered no bool")
         return answer
 
-    def _arith(self, how: str, other: object) -> Any:
-        """``self <how> other`` where both live in the sample: run there, as Python runs it (the
-        sample's ``__add__``, ``__radd__``...), the result another of its values or plain data.
-        Why: ``Frac(1, 2) + Frac(1, 2) == Frac(1, 1)`` (a class of the solution's with operators)
-        raised TypeError here, so a right solution scored 0. Sound as ``_compare``: only two of the
-        sample's values meet; with a value of the tests' (``abs(area(2) - 12.57) < 1e-3``, where
-        an object whose ``__sub__`` gives 0 would pass) it stays unsupported."""
-        if not isinstance(other, Remote):
+    def _arith(self, how: str, other: object, reflected: bool = False) -> Any:
+        """``self <how> other`` (``other <how> self`` where ``reflected``). Two of the sample's
+        values: run there, as Python runs it (the sample's ``__add__``, ``__radd__``...), the
+        result another of its values or plain data. Why: ``Frac(1, 2) + Frac(1, 2) == Frac(1, 1)``
+        raised TypeError here, so a right solution scored 0. Sound as ``_compare``: only two of
+        the sample's values meet. A number of the tests': computed here on its own number
+        (``_plain_answer``), the tests' value never sent (``abs(area(2) - 12.57) < 1e-3`` would
+        pass an object whose ``__sub__`` gives 0), where its type defines the operator; ``x + 0``
+        and ``0 + x`` are ``x`` itself (``sum`` starts at 0), so ``sum(fracs) == Frac(1, 1)``
+        adds the sample's values there. Why: ``Frac(1, 2) + 1`` and ``sum(fracs)`` raised
+        TypeError. The result is a number, not an object of its type (``(Frac(1, 2) + 1).n``
+        fails)."""
+        if isinstance(other, Remote):
+            if other._session is not self._session:
+                raise TypeError("a value from another sample")
+            if reflected:
+                return NotImplemented
+            return self._session.ask("arith", self._data and other._data, ref=self._ref, other=other._ref, how=how)
+        if type(other) not in _NUMBERS or how not in _NUMBER_OPS:
             return NotImplemented
-        if other._session is not self._session:
-            raise TypeError("a value from another sample")
-        return self._session.ask("arith", self._data and other._data, ref=self._ref, other=other._ref, how=how)
+        if how == "+" and type(other) is int and other == 0:
+            if how in self._plain_answer().get("rops" if reflected else "ops", ()):
+                return self  # the sum's start: adding 0 to it is itself
+        number = self._number_for(how, other, reflected)
+        op = _NUMBER_OPS[how]
+        return op(other, number) if reflected else op(number, other)
 
     def __add__(self, other: object) -> Any:
         return self._arith("+", other)
@@ -353,6 +428,36 @@ class Remote:
 
     def __xor__(self, other: object) -> Any:
         return self._arith("^", other)
+
+    def __radd__(self, other: object) -> Any:
+        return self._arith("+", other, reflected=True)
+
+    def __rsub__(self, other: object) -> Any:
+        return self._arith("-", other, reflected=True)
+
+    def __rmul__(self, other: object) -> Any:
+        return self._arith("*", other, reflected=True)
+
+    def __rtruediv__(self, other: object) -> Any:
+        return self._arith("/", other, reflected=True)
+
+    def __rfloordiv__(self, other: object) -> Any:
+        return self._arith("//", other, reflected=True)
+
+    def __rmod__(self, other: object) -> Any:
+        return self._arith("%", other, reflected=True)
+
+    def __rpow__(self, other: object) -> Any:
+        return self._arith("**", other, reflected=True)
+
+    def __rand__(self, other: object) -> Any:
+        return self._arith("&", other, reflected=True)
+
+    def __ror__(self, other: object) -> Any:
+        return self._arith("|", other, reflected=True)
+
+    def __rxor__(self, other: object) -> Any:
+        return self._arith("^", other, reflected=True)
 
     def _unary(self, how: str) -> Any:
         """``-x``, ``+x``, ``~x``, ``abs(x)``: run in the sample by its own ``__neg__``..., the

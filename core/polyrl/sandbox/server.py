@@ -41,8 +41,13 @@ _UNARY = {"-": lambda a: -a, "+": lambda a: +a, "~": lambda a: ~a, "abs": abs}
 #: Conversions to a number the harness may ask of one (``remote.Remote.__float__``...): the number is
 #: the sample's, made without seeing any value of the tests'.
 _NUMBER = {"float": float, "int": int, "index": _operator.index}
-#: The plain type a value of the tests' has -> the sample's conversion to it (``equal_plain``).
-_PLAIN = {"int": int, "float": float, "str": str}
+#: The sample's conversions of one of its values to the plain types the tests compare it with (``plain``).
+_PLAIN = (("int", int), ("float", float))
+#: Orderings the harness asks about for a value of the sample's against its own number (``plain``).
+_ORDER = {"<": _operator.lt, "<=": _operator.le, ">": _operator.gt, ">=": _operator.ge}
+#: The binary operators' method names (``plain``: which of them the value's type defines).
+_DUNDERS = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod", "**": "pow",
+            "@": "matmul", "&": "and", "|": "or", "^": "xor"}
 
 
 def _truth(result):
@@ -55,6 +60,46 @@ def _truth(result):
             isinstance(result, np.ndarray) and result.shape == () and result.dtype == np.bool_)):
         return bool(result)
     raise TypeError("a comparison of the sample's values gave a %s, not a bool" % type(result).__name__)
+
+
+def _plain(obj, text=False):
+    """What the harness may compare and combine with the tests' plain values, all from one request
+    (``remote.Remote._plain_answer``): its own int(), float() and str(), each only where its own ==
+    agrees with what it made (``approx``: its float where that is not so); the orderings it answers
+    against its own number (the int, else the float, else ``approx``), as that number does against
+    itself where the number is exact; the operators its type defines, forward and reflected.
+    No value of the tests' is seen here: the harness compares and computes with these itself."""
+    found = {}
+    for name, kind in (_PLAIN + (("str", str),) if text else _PLAIN):  # a str only for a str of the tests'
+        try:
+            value = kind(obj)
+            if type(value) is kind:
+                if _truth(obj == value):
+                    found[name] = value
+                elif kind is float:
+                    found["approx"] = value  # Frac(1, 3): no float equals it, its own float is near
+        except Exception:
+            pass
+    number = found.get("int")
+    if "float" in found and (number is None or found["float"] != number):
+        number = found["float"]
+    exact = number is not None
+    if not exact:
+        number = found.get("approx")
+    order = []
+    if number is not None:
+        for how, op in _ORDER.items():
+            try:
+                answer = _truth(op(obj, number))
+                if not exact or answer is op(number, number):
+                    order.append(how)
+            except Exception:
+                pass
+    kind = type(obj)
+    found["order"] = order
+    found["ops"] = [how for how, name in _DUNDERS.items() if getattr(kind, "__%s__" % name, None) is not None]
+    found["rops"] = [how for how, name in _DUNDERS.items() if getattr(kind, "__r%s__" % name, None) is not None]
+    return found
 
 
 def _limits(lim):
@@ -228,11 +273,16 @@ class _Session:
             args = [self.arg(a) for a in req["args"]]
             kwargs = {k: self.arg(v) for k, v in req["kwargs"].items()}
             result = obj(*args, **kwargs)
-            if result is None:  # an in-place function: its arguments as they are now (``in_place``)
-                after = [encode(a) if type(a) in (list, dict, set) else None for a in args]
-                after_kw = {k: encode(v) for k, v in kwargs.items() if type(v) in (list, dict, set)}
-                if any(a is not None for a in after) or any(v is not None for v in after_kw.values()):
-                    return ["I", after, {k: v for k, v in after_kw.items() if v is not None}]
+            # its list, dict and set arguments as they are now (``in_place``): every one after a
+            # call returning None, the ones it changed after any other (LeetCode 26 returns k)
+            sent = list(req["args"]) + [req["kwargs"][k] for k in kwargs]
+            got = list(args) + [kwargs[k] for k in kwargs]
+            now = [encode(a) if type(a) in (list, dict, set) else None for a in got]
+            if result is not None:
+                now = [a if a is not None and a != d else None for a, d in zip(now, sent)]
+            if any(a is not None for a in now):
+                after_kw = {k: v for k, v in zip(kwargs, now[len(args):]) if v is not None}
+                return ["I", now[:len(args)], after_kw] + ([] if result is None else [self.out(result)])
             return self.out(result)
         if op == "getattr":
             return self.out(getattr(obj, req["name"]))
@@ -260,12 +310,8 @@ class _Session:
             return self.out(round(obj) if req["ndigits"] is None else round(obj, req["ndigits"]))
         if op == "number":  # float(obj), int(obj), operator.index(obj): checked to be exactly that type there
             return self.out(_NUMBER[req["how"]](obj))
-        if op == "equal_plain":  # its own value of a type the tests compare it with, and whether it equals it
-            try:
-                plain = _PLAIN[req["kind"]](obj)
-                return self.out([plain, _truth(obj == plain)])
-            except Exception:
-                return self.out(None)
+        if op == "plain":  # its own plain values, orderings and operators, for the tests' plain values
+            return self.out(_plain(obj, req.get("text") is True))
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take

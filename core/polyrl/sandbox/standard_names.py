@@ -23,8 +23,9 @@ A list of such names was always one name short, so the rule is general:
 - in any group, a standard name whose every use is a call compared by ``==``/``!=`` with nothing
   the sample computes but that call is the task's (``standard_subjects.task_calls``): on data
   written out against data written out (``add(2, 3) == 5 and sub(5, 3) == 2``, where a wrong
-  ``sub`` passed), or on objects the tests make of the solution's classes against such objects
-  (``add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``, where ``operator.add`` failed a right solution).
+  ``sub`` passed), or on objects the tests make of the solution's classes against such objects or
+  data (``add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``, ``add(Num(1), Num(2)) == 3``, where
+  ``operator.add`` failed a right solution).
 
 So a task whose own function is named ``gcd``, ``sqrt``, ``add`` or ``median`` still calls the
 solution's where it is tested, and a standard helper beside it never does. What it costs: a task
@@ -42,7 +43,7 @@ import importlib
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from polyrl.sandbox.standard_subjects import task_calls
+from polyrl.sandbox.standard_subjects import fallback_calls, task_calls
 
 #: Pure standard-library modules whose public names tests use unimported, in order of precedence
 #: for a name several define (``math.sqrt`` before ``cmath.sqrt``, ``operator.sub`` before ``re.sub``).
@@ -140,9 +141,11 @@ def standard_object_name(value: Any) -> tuple[str, str] | None:
 
 
 def helper_names(steps: Sequence[tuple[str, bool]], setup: str, bound: Collection[str],
-                 read_globals: Collection[str]) -> set[str]:
+                 read_globals: Collection[str], fallbacks: set[str] | None = None) -> set[str]:
     """The standard names these tests use as helpers (module doc): read as globals
-    (``read_globals``), never bound by the tests (``bound``)."""
+    (``read_globals``), never bound by the tests (``bound``). ``fallbacks``, where given, gets
+    the task's names that are the trainer's only where the solution defines no such name
+    (``standard_subjects.fallback_calls``)."""
     statements = [(node, False) for node in _parsed(setup)]
     statements += [(node, is_test) for source, is_test in steps for node in _parsed(source)]
     imported = solution_imports(node for node, _ in statements)
@@ -161,6 +164,8 @@ def helper_names(steps: Sequence[tuple[str, bool]], setup: str, bound: Collectio
         classes = {name for name in others if name[:1].isupper()}
         subject = None if others else next((name for name, in_test in reads if in_test), helper[0])
         helpers.update(name for name in helper if name != subject and not task_calls(nodes, name, classes))
+        if fallbacks is not None:
+            fallbacks.update(name for name in helper if name != subject and fallback_calls(nodes, name, classes))
     return helpers
 
 

@@ -12,21 +12,27 @@ import ast
 from collections.abc import Collection, Iterable
 
 
-def task_calls(nodes: list[ast.stmt], name: str, classes: Collection[str]) -> bool:
+def task_calls(nodes: list[ast.stmt], name: str, classes: Collection[str], objects_against_data: bool = True) -> bool:
     """Whether every use of ``name`` in these statements (one group) is a call compared by ``==``
     or ``!=`` with nothing the sample computes but that call, so the name is the task's:
 
     - on data written out, against data written out (``assert add(2, 3) == 5 and sub(5, 3) ==
       2``: ``sub`` was the trainer's ``operator.sub``, so a wrong ``sub``, or none, scored 1.0);
     - on objects the tests make of the solution's classes (``classes``: its names spelled like a
-      class, ``Frac(1, 2)``, or a name bound to one, ``v = Vec(1, 2)``), against such objects only
-      (``assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``: ``operator.add``, which no object of
-      the sample's answers, failed a right solution).
+      class, ``Frac(1, 2)``, or a name bound to one, ``v = Vec(1, 2)``), against such objects or
+      data written out (``assert add(Frac(1, 2), Frac(1, 2)) == Frac(1, 1)``, ``assert add(Num(1),
+      Num(2)) == 3``: ``operator.add``, which no object of the sample's answers without an
+      ``__add__``, failed a right solution).
 
-    Sound: the first answer must be that very data; the second meets only the sample's objects,
-    through the sample's own ``==``, as any two of its objects do (``remote.Remote._compare``). A
+    Sound: everything on the call's side is the sample's (its function, its objects), the other
+    side is the tests' data or the sample's objects, so what passes is what the solution's own
+    call answers, as for ``add(2, 3) == 5``: data meets it only through ``Remote._equals_plain``
+    (the sample's own conversion, made without seeing the data), objects through the sample's own
+    ``==`` (``remote.Remote._compare``). A solution whose ``add`` returns 3 passes ``add(Num(1),
+    Num(2)) == 3`` as one returning 5 passes ``add(2, 3) == 5``: one case, answered. A
     standard name that builds or checks an answer of the sample's (``== list(permutations(xs))``,
-    ``isclose(area(2), 12.57)``, ``sqrt(side(4)) == 2``, ``== Frac(1, 2).double()``) is no such use."""
+    ``isclose(area(2), 12.57)``, ``sqrt(side(4)) == 2``, ``== Frac(1, 2).double()``) is no such use.
+    ``objects_against_data=False``: the second shape against objects only (``fallback_calls``)."""
     made = _made_by_call(nodes)
 
     def made_here(node: ast.AST) -> bool:
@@ -52,11 +58,21 @@ def task_calls(nodes: list[ast.stmt], name: str, classes: Collection[str]) -> bo
             others = [side for side in (compare.left, *compare.comparators) if side is not call]
             on_data = all(_data(a) for a in call.args) and all(_data(side) for side in others)
             on_objects = (any(made_here(a) for a in call.args) and all(_data(a) or made_here(a) for a in call.args)
-                          and all(made_here(side) for side in others))
+                          and all((objects_against_data and _data(side)) or made_here(side) for side in others))
             if not (on_data or on_objects):
                 return False
             uses += 1
     return uses > 0
+
+
+def fallback_calls(nodes: list[ast.stmt], name: str, classes: Collection[str]) -> bool:
+    """Whether ``name`` is the task's (``task_calls``) only through a call on the solution's
+    objects compared with data (``add(Num(1), Num(2)) == 3``), where the trainer's helper was taken
+    before: the solution's ``add`` where it defines one, else the trainer's (``operator.add``,
+    which adds the sample's objects by their own ``__add__``). Why the fallback: a right solution
+    whose ``Num`` has ``__add__`` and no ``add`` of its own passed there, and still does. Sound:
+    either way the call's side is the sample's values and what it computes with them."""
+    return task_calls(nodes, name, classes) and not task_calls(nodes, name, classes, objects_against_data=False)
 
 
 def _data(node: ast.AST) -> bool:
