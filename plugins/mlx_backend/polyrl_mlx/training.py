@@ -445,7 +445,7 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
         refuse_router_aux(engine.hf_config, objective.router_aux_loss_coef, "mlx")
     aux_coef = router_aux_weight(engine, objective)
     total_tokens = batch.num_tokens
-    if not batch.sequences or total_tokens == 0:
+    if not batch.sequences or (total_tokens == 0 and not aux_coef):  # a router term trains prompt-only rows too
         return StepMetrics(loss=0.0, grad_norm=0.0, tokens=total_tokens, skipped=True)
     with mx.stream(engine.device):
         grads, sums = accumulate_gradients(engine, batch, objective, aux_coef=aux_coef)
