@@ -177,8 +177,9 @@ def test_from_trl_trains_a_moe_router_term_over_trls_micro_batches(moe_path, tin
 def test_a_step_with_every_advantage_0_still_trains_the_router_term(moe_path, tmp_path):
     """No reward scored any completion: TRL's advantages are all 0 and its loss is coef x
     aux_loss, whose gradient moves the routers. Before: polyrl's idle updates ran with the router
-    term off (a zero gradient, the optimizer's step alone). Now they run the step's completions
-    with the run's coefficient: the term is in their loss and their gradient is not 0."""
+    term off (a zero gradient, the optimizer's step alone). Now the step trains the completions
+    at advantage 0 with the run's coefficient, as with the KL term in the loss: the term is in
+    their loss and their gradient is not 0."""
     from polyrl.trainer import Trainer
 
     (tmp_path / "never.py").write_text("def never(completions, **kw):\n    return [None] * len(completions)\n")
@@ -196,7 +197,8 @@ def test_a_step_with_every_advantage_0_still_trains_the_router_term(moe_path, tm
 
     trainer.train_engine.train_step = recorded
     summary = trainer.run(progress=False)
-    assert summary["steps"] == 1 and summary["history"][0]["skipped"] and seen, "no idle update ran"
+    assert summary["steps"] == 1 and len(seen) == 1
+    assert summary["history"][0]["aux_loss"] == pytest.approx(seen[0][2].extra["aux_loss"])
     rows, coef, out = seen[-1]
     assert coef == 0.5 and rows == 4  # every completion of the step (mask_truncated_completions off)
     assert out.extra["aux_loss"] > 0 and out.grad_norm > 0
@@ -328,9 +330,11 @@ def _recorded_trainer(config, cut=lambda i: True):
     return trainer, rollouts, steps
 
 
-def _ranked_reward(tmp_path) -> list[dict]:
+def _ranked_reward(tmp_path, unscored: tuple[int, ...] = ()) -> list[dict]:
+    """Rewards 0, 1, 2, 0, ... by position (advantages not 0), None for the completions ``unscored``."""
     (tmp_path / "ranked.py").write_text("def ranked(completions, **kw):\n"
-                                        "    return [float(i % 3) for i in range(len(completions))]\n")
+                                        f"    return [None if i in {unscored!r} else float(i % 3) "
+                                        "for i in range(len(completions))]\n")
     return [{"function": f"{tmp_path / 'ranked.py'}:ranked"}]
 
 
@@ -338,10 +342,11 @@ def _ranked_reward(tmp_path) -> list[dict]:
 def test_a_cut_completions_prompt_counts_in_the_router_term_as_in_trls_attention_mask(backend, moe_path, tmp_path):
     """TRL keeps a completion cut under mask_truncated_completions in its micro-batch with its
     completion mask zeroed; its attention mask still covers the prompt, so the prompt's tokens
-    count in the router term. Before: polyrl left the row out of the batch (a startup warning
-    said so), so the term averaged over fewer tokens than TRL's. Now the row reaches the backend
-    as its prompt alone, in its place: the step's aux_loss is transformers' own over TRL's layout
-    of the whole batch, and coef x it is in the loss."""
+    count in the router term. It keeps an unscored completion (every reward None) whole, at
+    advantage 0. Before: polyrl left both rows out of the batch (a startup warning said so for
+    the cut one), so the term averaged over fewer tokens than TRL's. Now the cut row reaches the
+    backend as its prompt alone and the unscored one whole, each in its place: the step's
+    aux_loss is transformers' own over TRL's layout of the whole batch."""
     from transformers import AutoModelForCausalLM
 
     if backend == "mlx":
@@ -349,7 +354,7 @@ def test_a_cut_completions_prompt_counts_in_the_router_term_as_in_trls_attention
     config = _run_config(moe_path, tmp_path, backend,
                          algorithm={"router_aux_loss_coef": 0.5, "mask_truncated_completions": True},
                          generation={"group_size": 2, "max_new_tokens": 4, "temperature": 1.0},
-                         rewards=_ranked_reward(tmp_path))
+                         rewards=_ranked_reward(tmp_path, unscored=(2,)))
     model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()  # the weights before the step
     trainer, rollouts, steps = _recorded_trainer(config, cut=lambda i: i % 2 == 1)
     summary = trainer.run(progress=False)
@@ -359,6 +364,7 @@ def test_a_cut_completions_prompt_counts_in_the_router_term_as_in_trls_attention
     for c, seq in zip(completions, batch.sequences):
         assert np.array_equal(seq.prompt_ids, c.prompt_ids)
         assert np.array_equal(seq.completion_ids, c.completion_ids if c.finish_reason == "stop" else [])
+    assert batch.advantages[1:].tolist() == [0.0] * 3 and batch.advantages[0] != 0  # cut, unscored, cut
     want = _reference_aux(model, [(c.prompt_ids, c.completion_ids, c.finish_reason == "length") for c in completions])
     assert out.extra["aux_loss"] == pytest.approx(want, rel=1e-5)
     assert summary["history"][0]["aux_loss"] == pytest.approx(want, rel=1e-5)

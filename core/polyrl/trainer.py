@@ -800,12 +800,13 @@ class Trainer:
         if algo.decouples_rewards:  # GDPO: each reward normalized in its group, from the whole step's scores
             matrix = self._reward_matrix(step.per_reward, all_shaped)
         barred = step_gather.out_of_loss(step) if self.episodes is not None else None
+        # a MoE model's router term counts every row of TRL's batch: an unscored one whole (kept at
+        # advantage 0, as for the KL term), and the prompt of one cut under mask_truncated_completions
+        # (TRL's attention mask covers it): a prompt-only row (polyrl.router_rows)
+        router_on = eval_loss.needs_router_loss(algo, self.model_path)
         all_keep, all_advantages, group_kept = algo.loss_selection(
             rewards, all_shaped, all_untruncated, c.generation.group_size, matrix,
-            [weight for _, weight, _ in self.rewards.rewards], barred)
-        # a MoE model's router term also counts the prompts of the rows cut under
-        # mask_truncated_completions (TRL's attention mask covers them): prompt-only rows
-        router_on = eval_loss.needs_router_loss(algo, self.model_path)
+            [weight for _, weight, _ in self.rewards.rewards], barred, router=router_on)
         all_cut_rows = router_rows.router_rows(group_kept, all_untruncated, barred) if router_on else \
             np.zeros(len(all_keep), dtype=bool)
         too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
@@ -867,7 +868,8 @@ class Trainer:
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term / entropy bonus (kl_only above)
                 terms = " and ".join(t for t, on in (("the KL term", kl_in_loss),
-                                                     ("the entropy bonus", algo.entropy_coef > 0)) if on)
+                                                     ("the entropy bonus", algo.entropy_coef > 0),
+                                                     ("the MoE router term", router_on)) if on)
                 log.warning(f"no reward scored any sample this step: it trains {terms} alone, every advantage "
                             "0, as TRL does", step=self.step + 1,
                             fix="make at least one reward function return a number for each completion (None "
