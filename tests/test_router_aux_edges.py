@@ -400,6 +400,31 @@ def test_a_step_whose_every_completion_was_cut_trains_the_router_term_over_the_p
     assert row["loss"] == pytest.approx(0.5 * want, rel=1e-5) and row["grad_norm"] == pytest.approx(out.grad_norm)
 
 
+def test_an_all_cut_step_trains_the_router_term_over_its_mini_batches(moe_path, tmp_path):
+    """With minibatches = 2 (TRL: steps_per_generation = 2 x gradient_accumulation_steps) TRL's
+    all-cut step makes two optimizer steps, each over its half of the shuffled batch, so each
+    update's term is its half's. Now the idle updates split the prompt-only rows as a trained
+    step's rows are split: two updates, each over two of the four prompts, the first one's
+    aux_loss transformers' own over its rows (the second's runs on the weights the first moved)."""
+    from transformers import AutoModelForCausalLM
+
+    config = _run_config(moe_path, tmp_path, algorithm={"router_aux_loss_coef": 0.5, "mask_truncated_completions": True,
+                                                        "minibatches": 2},
+                         generation={"group_size": 2, "max_new_tokens": 3, "temperature": 1.0})
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
+    trainer, rollouts, steps = _recorded_trainer(config)
+    summary = trainer.run(progress=False)
+    assert summary["history"][0]["skipped"] and len(steps) == 2
+    (completions,) = rollouts
+    assert all(objective.router_aux_loss_coef == 0.5 and len(batch.sequences) == 2 for batch, objective, _ in steps)
+    seen = sorted(tuple(s.prompt_ids) for batch, _, _ in steps for s in batch.sequences)
+    assert seen == sorted(tuple(c.prompt_ids) for c in completions)
+    assert all(len(s.completion_ids) == 0 for batch, _, _ in steps for s in batch.sequences)
+    batch, _, out = steps[0]
+    want = _reference_aux(model, [(s.prompt_ids, s.completion_ids, True) for s in batch.sequences])
+    assert out.extra["aux_loss"] == pytest.approx(want, rel=1e-5)
+
+
 def test_micro_batches_of_a_router_term_hold_shuffled_rows_as_trls_do(moe_path, tmp_path):
     """TRL shuffles its generation batch (``shuffle_sequence_dict``: torch.randperm on the global
     generator, whose state no seed reproduces outside TRL) before cutting micro-batches, and the

@@ -855,13 +855,15 @@ class Trainer:
             # TRL's forward over such a batch gives its entropy: the idle updates run over it then
             covered = untruncated if self._nothing_scored and not kl_in_loss else None
             # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss,
-            # over its batch's rows (a cut one's prompt alone; none where dynamic sampling dropped
-            # every group: those rows are out of the step's batch), on every rank when any has one
+            # over its batch's rows (every one cut here, its prompt alone; none where dynamic sampling
+            # dropped every group: those rows are out of the step's batch), split into updates and
+            # micro-batches as a trained step's rows, on every rank when any rank has one
             in_batch = group_kept & ~barred if barred is not None else group_kept
-            router = in_batch[mine] if router_on and in_batch.any() else None
+            parts = self._router_parts(completions, in_batch, group_kept, untruncated,
+                                       [len(part[0]) for part in everyone]) if router_on and in_batch.any() else None
             t0 = time.perf_counter()
-            idle = self._idle_updates(completions, algo.updates_per_step, covered, router,
-                                      algo.router_aux_loss_coef, untruncated)
+            idle = self._idle_updates(completions, algo.updates_per_step, covered, parts, algo.router_aux_loss_coef,
+                                      algo.num_iterations)
             times["train"] = time.perf_counter() - t0
             # TRL logs each of these on such a step too (aux_loss: its loss is coef x aux_loss there)
             metrics.update({key: value for key, value in idle.items() if value is not None})
@@ -954,8 +956,8 @@ class Trainer:
         return metrics
 
     def _idle_updates(self, completions: list[Completion], updates: int, whole: np.ndarray | None = None,
-                      router: np.ndarray | None = None, router_coef: float | None = 0.0,
-                      untruncated: np.ndarray | None = None) -> dict[str, float | None]:
+                      router: list[TrainBatch] | None = None,
+                      router_coef: float | None = 0.0, passes: int = 1) -> dict[str, float | None]:
         """TRL's optimizer steps on a step with nothing to train: its loss there is 0 (every
         advantage 0, or no loss token), yet transformers still calls ``optimizer.step()`` and
         ``lr_scheduler.step()``, so the schedule advances and AdamW's moments decay and move the
@@ -973,30 +975,29 @@ class Trainer:
         (no completion with a loss token on any rank, a refused step: the schedule then stays where
         it was; a backend without entropies; the router term off).
 
-        ``router`` (this rank's mask of the rows of TRL's batch, given when the loss holds a MoE
-        model's router term and some rank has such a row, weighted ``router_coef``: None is the
-        model's own): TRL's loss on such a step is ``coef x aux_loss``, whose gradient is not 0, so
-        the updates run over those rows with that term, as a trained step's micro-batches do: a row
-        cut under ``mask_truncated_completions`` (not ``untruncated``) as its prompt alone
-        (``router_rows``: TRL's attention mask covers its prompt), so a step whose every completion
-        was cut trains its prompts' router term as TRL's does. Otherwise the term is off (its
-        gradient would move the weights on a step that trains nothing)."""
-        lr = entropy = aux_loss = loss = grad_norm = None
+        ``router`` (given when the loss holds a MoE model's router term and some rank's batch has
+        a row: this rank's batches of one pass, ``_router_parts``, weighted ``router_coef``: None is
+        the model's own): TRL's loss on such a step is ``coef x aux_loss``, whose gradient is not 0,
+        so each of ``passes`` (``num_iterations``) runs those batches with that term, as a trained
+        step's mini-batches; every row there was cut under ``mask_truncated_completions``, so it holds its
+        prompt alone, as TRL's attention mask does. Otherwise the term is off (its gradient would
+        move the weights on a step that trains nothing)."""
+        temperature = self.config.generation.temperature or 1.0
         if router is not None:
-            pick = [int(i) for i in np.flatnonzero(router)]
-            seqs = [TokenSequence.of(completions[i]) if untruncated is None or untruncated[i]
-                    else router_rows.prompt_only(completions[i]) for i in pick]
+            objective = Objective(router_aux_loss_coef=router_coef)
+            plan = [part for _ in range(passes) for part in router]
         else:
             trainable = [i for i, x in enumerate(completions)
                          if TokenSequence.of(x).loss_mask.any() and (whole is None or whole[i])]
             pick = trainable if whole is not None else \
                 [min(trainable, key=lambda i: len(completions[i].prompt_ids) + len(completions[i].completion_ids))] \
                 if trainable else []
-            seqs = [TokenSequence.of(completions[i]) for i in pick]
-        batch = TrainBatch(seqs, np.zeros(len(seqs)), temperature=self.config.generation.temperature or 1.0)
+            objective = Objective(router_aux_loss_coef=0.0)
+            plan = [TrainBatch([TokenSequence.of(completions[i]) for i in pick], np.zeros(len(pick)),
+                               temperature=temperature)] * updates
+        lr = entropy = aux_loss = loss = grad_norm = None
         self._updating = True  # until the step is counted (_run): the weights move
-        objective = Objective(router_aux_loss_coef=router_coef if router is not None else 0.0)
-        for _ in range(updates):
+        for batch in plan:
             out = self.train_engine.train_step(batch, objective)
             if out.skipped:
                 break
@@ -1006,6 +1007,18 @@ class Trainer:
             if router is not None:  # TRL's loss and gradient there are the router term's
                 aux_loss, loss, grad_norm = out.extra.get("aux_loss"), out.loss, out.grad_norm
         return {"lr": lr, "entropy": entropy, "aux_loss": aux_loss, "loss": loss, "grad_norm": grad_norm}
+
+    def _router_parts(self, completions: list[Completion], in_batch: np.ndarray, counted: np.ndarray,
+                      untruncated: np.ndarray, sizes: list[int]) -> list[TrainBatch]:
+        """This rank's batches of one pass over a step that trains nothing but a MoE model's router
+        term: the rows of TRL's batch (``in_batch``, the whole step's), at advantage 0, a cut one as
+        its prompt alone (``polyrl.router_rows``), split as ``_minibatches`` splits a trained step."""
+        start = sum(sizes[: self.rank])
+        rows = np.flatnonzero(in_batch[start:start + sizes[self.rank]])
+        seqs = [TokenSequence.of(completions[i]) if untruncated[i] else router_rows.prompt_only(completions[i])
+                for i in rows]
+        whole = TrainBatch(seqs, np.zeros(len(seqs)), temperature=self.config.generation.temperature or 1.0)
+        return self._minibatches(whole, completions, rows, counted, in_batch, untruncated, sizes, shuffle=True)
 
     def _minibatches(self, whole: TrainBatch, completions: list[Completion], idx: np.ndarray,
                      counted: np.ndarray, trained: np.ndarray, untruncated: np.ndarray,
