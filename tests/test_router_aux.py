@@ -534,8 +534,9 @@ def test_a_prompt_only_row_counts_its_prompt_in_the_router_term_on_torch_and_mlx
     """A completion cut under mask_truncated_completions reaches the backend as its prompt alone
     (``polyrl.router_rows``; TRL's attention mask covers the prompt, not the completion): no
     policy token, its prompt in its micro-batch's router term. The torch term is transformers'
-    own over TRL's mask (prompt 1s, the cut completion 0s); MLX gives torch's loss, aux_loss and
-    gradient norm. Before: MLX crashed on a micro-batch of such rows (logsumexp of no logits)."""
+    own over TRL's mask (prompt 1s, the cut completion 0s); MLX gives torch's loss, aux_loss,
+    gradient norm and VESPO's phi mean (the row weighs 1 there, as in TRL's phi_seq). Before: MLX
+    crashed on a micro-batch of such rows (logsumexp of no logits) and counted the row's weight 0."""
     require_backends("mlx")
     from transformers import AutoModelForCausalLM
 
@@ -546,6 +547,10 @@ def test_a_prompt_only_row_counts_its_prompt_in_the_router_term_on_torch_and_mlx
     got = _engine(moe_path, micro=micro, backend="mlx").train_step(batch, Objective(router_aux_loss_coef=0.5))
     assert not got.skipped and got.extra["aux_loss"] == pytest.approx(want.extra["aux_loss"], rel=1e-5)
     assert got.loss == pytest.approx(want.loss, rel=1e-5) and got.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)
+    vespo = Objective(policy_loss="vespo", router_aux_loss_coef=0.5)  # the row's weight: 1, as TRL's phi_seq
+    phi = [_engine(moe_path, micro=micro, backend=b).train_step(batch, vespo).extra["vespo_phi_seq_mean"]
+           for b in ("torch", "mlx")]
+    assert phi[1] == pytest.approx(phi[0], rel=1e-5)
     if micro is None:  # one micro-batch: transformers' own term over TRL's attention mask
         model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
         rows = [(s.prompt_ids, s.completion_ids, False) for s in (SEQS[0], SEQS[2])] + \
