@@ -4,10 +4,11 @@ row by row, against what TRL 1.16's GRPOTrainer does with each.
 TRL keeps every row of its batch in the loss: a row no reward scored gets advantage 0
 (``nan_to_num``), so its policy term is 0 and only the KL term (``beta`` > 0) and the entropy bonus
 (``entropy_coef`` > 0) train it; a row cut under ``mask_truncated_completions`` has no loss token
-at all. polyrl leaves out what no term would train: an unscored row without a KL term in the loss
-or a bonus, a cut row, and a group dynamic sampling (DAPO's, not TRL's) drops. Episodes follow the
-same rule (TRL's multi-turn rows are rows), except those ``barred``: ended by an environment error
-or with nothing to train (``step_gather.out_of_loss``; TRL's run stops on an environment error).
+at all. polyrl leaves out what no term would train: an unscored row without a KL term in the loss,
+a bonus or a MoE model's router term, a cut row, and a group dynamic sampling (DAPO's, not TRL's)
+drops. Episodes follow the same rule (TRL's multi-turn rows are rows), except those ``barred``:
+ended by an environment error or with nothing to train (``step_gather.out_of_loss``; TRL's run
+stops on an environment error).
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def test_the_rows_kept_are_the_rows_trls_loss_trains(settings, barred, kept):
     assert np.isfinite(advantages).all() and (advantages[np.isnan(SCORES)] == 0).all()  # TRL's nan_to_num
     # the divisors count every row of a kept group, cut, unscored or barred (TRL's batch holds them)
     assert group_kept.tolist() == ([T, T, T, F, F, F, T, T, T] if settings.get("dynamic_sampling") else [T] * 9)
+
+
+def test_the_router_term_keeps_unscored_rows_as_a_loss_term_does():
+    """A MoE model's router term (``router=True``) is a loss term over every row of TRL's batch:
+    an unscored row stays in at advantage 0 (its prompt and completion count in it), a cut one
+    stays out of the policy rows (the trainer adds its prompt alone, ``polyrl.router_rows``)."""
+    keep, advantages, _ = AlgorithmConfig().loss_selection(SCORES, SCORES.copy(), UNTRUNCATED, 3, None, [1.0],
+                                                           router=True)
+    assert keep.tolist() == [T, T, T, T, T, T, T, F, F]
+    assert (advantages[np.isnan(SCORES)] == 0).all()
 
 
 def test_gdpo_keeps_the_same_rows():

@@ -527,3 +527,42 @@ def test_mlx_reports_trls_policy_loss_with_an_entropy_bonus_as_torch_does(moe_pa
     assert mlx.extra["policy_loss"] == pytest.approx(plain.loss - 0.5 * plain.extra["aux_loss"], rel=1e-5, abs=1e-6)
     assert abs(mlx.extra["policy_loss"] - mlx.loss) > 1e-3  # the bonus and router term are out of it
     assert "policy_loss" not in plain.extra  # TRL logs it with a bonus only
+
+
+@pytest.mark.parametrize("micro", [None, 1], ids=["one-micro-batch", "a-micro-batch-of-a-prompt-alone"])
+def test_a_prompt_only_row_counts_its_prompt_in_the_router_term_on_torch_and_mlx(moe_path, micro):
+    """A completion cut under mask_truncated_completions reaches the backend as its prompt alone
+    (``polyrl.router_rows``; TRL's attention mask covers the prompt, not the completion): no
+    policy token, its prompt in its micro-batch's router term. The torch term is transformers'
+    own over TRL's mask (prompt 1s, the cut completion 0s); MLX gives torch's loss, aux_loss,
+    gradient norm and VESPO's phi mean (the row weighs 1 there, as in TRL's phi_seq). Before: MLX
+    crashed on a micro-batch of such rows (logsumexp of no logits) and counted the row's weight 0."""
+    require_backends("mlx")
+    from transformers import AutoModelForCausalLM
+
+    cut = SEQS[1]
+    seqs = [SEQS[0], TokenSequence(cut.prompt_ids, np.zeros(0, dtype=np.int64)), SEQS[2]]
+    batch = TrainBatch(seqs, np.array([1.0, 0.0, -0.5]))
+    want = _engine(moe_path, micro=micro).train_step(batch, Objective(router_aux_loss_coef=0.5))
+    got = _engine(moe_path, micro=micro, backend="mlx").train_step(batch, Objective(router_aux_loss_coef=0.5))
+    assert not got.skipped and got.extra["aux_loss"] == pytest.approx(want.extra["aux_loss"], rel=1e-5)
+    assert got.loss == pytest.approx(want.loss, rel=1e-5) and got.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)
+    vespo = Objective(policy_loss="vespo", router_aux_loss_coef=0.5)  # the row's weight: 1, as TRL's phi_seq
+    phi = [_engine(moe_path, micro=micro, backend=b).train_step(batch, vespo).extra["vespo_phi_seq_mean"]
+           for b in ("torch", "mlx")]
+    assert phi[1] == pytest.approx(phi[0], rel=1e-5)
+    if micro is None:  # one micro-batch: transformers' own term over TRL's attention mask
+        model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
+        rows = [(s.prompt_ids, s.completion_ids, False) for s in (SEQS[0], SEQS[2])] + \
+            [(cut.prompt_ids, cut.completion_ids, True)]
+        wide_p, wide_c = max(len(p) for p, _, _ in rows), max(len(c) for _, c, _ in rows)
+        ids = np.full((3, wide_p + wide_c), 3)
+        mask = np.zeros(ids.shape, dtype=np.int64)
+        for i, (p, c, is_cut) in enumerate(rows):
+            ids[i, wide_p - len(p):wide_p], mask[i, wide_p - len(p):wide_p] = p, 1
+            ids[i, wide_p:wide_p + len(c)], mask[i, wide_p:wide_p + len(c)] = c, 0 if is_cut else 1
+        position = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
+        with torch.no_grad():
+            out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                        position_ids=torch.from_numpy(position), output_router_logits=True)
+        assert want.extra["aux_loss"] == pytest.approx(float(out.aux_loss), rel=1e-5)

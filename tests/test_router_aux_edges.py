@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -176,8 +177,9 @@ def test_from_trl_trains_a_moe_router_term_over_trls_micro_batches(moe_path, tin
 def test_a_step_with_every_advantage_0_still_trains_the_router_term(moe_path, tmp_path):
     """No reward scored any completion: TRL's advantages are all 0 and its loss is coef x
     aux_loss, whose gradient moves the routers. Before: polyrl's idle updates ran with the router
-    term off (a zero gradient, the optimizer's step alone). Now they run the step's completions
-    with the run's coefficient: the term is in their loss and their gradient is not 0."""
+    term off (a zero gradient, the optimizer's step alone). Now the step trains the completions
+    at advantage 0 with the run's coefficient, as with the KL term in the loss: the term is in
+    their loss and their gradient is not 0."""
     from polyrl.trainer import Trainer
 
     (tmp_path / "never.py").write_text("def never(completions, **kw):\n    return [None] * len(completions)\n")
@@ -195,7 +197,8 @@ def test_a_step_with_every_advantage_0_still_trains_the_router_term(moe_path, tm
 
     trainer.train_engine.train_step = recorded
     summary = trainer.run(progress=False)
-    assert summary["steps"] == 1 and summary["history"][0]["skipped"] and seen, "no idle update ran"
+    assert summary["steps"] == 1 and len(seen) == 1
+    assert summary["history"][0]["aux_loss"] == pytest.approx(seen[0][2].extra["aux_loss"])
     rows, coef, out = seen[-1]
     assert coef == 0.5 and rows == 4  # every completion of the step (mask_truncated_completions off)
     assert out.extra["aux_loss"] > 0 and out.grad_norm > 0
@@ -276,23 +279,182 @@ def test_fsdp_ranks_refuse_the_router_term_in_train_step_naming_the_fix(moe_path
     assert len(lines) == 2 and "set router_aux_loss_coef = 0" in lines[0], result.stderr[-3000:]
 
 
-# --- 3. completions cut under mask_truncated_completions ---------------------------------------------
+# --- 3. completions cut under mask_truncated_completions, and TRL's shuffled micro-batches ------------
 
 
-def test_mask_truncated_completions_with_the_router_term_warns_of_the_prompts_left_out(moe_path, tmp_path):
-    """TRL keeps a cut completion in its micro-batch, completion masked, so its prompt tokens
-    count in the router term; polyrl leaves the row out of the batch (not matched: every backend's
-    batch and mini-batch split would need prompt-only rows). Before: no word of it; now one
-    warning at startup where the term is on, none where it is off."""
-    from structlog.testing import capture_logs
+def _reference_aux(model, rows) -> float:
+    """transformers' own ``aux_loss`` over one micro-batch laid out as TRL lays it out: prompts
+    left-padded, completions right-padded, the attention mask TRL builds (``prompt_mask`` +
+    ``completion_mask``, the latter zeroed for a completion cut under mask_truncated_completions).
+    ``rows``: (prompt ids, completion ids, cut). Positions count the real tokens (polyrl right-pads;
+    prompts of unequal length)."""
+    wide_p = max(len(p) for p, _, _ in rows)
+    wide_c = max(len(c) for _, c, _ in rows)
+    ids = np.full((len(rows), wide_p + wide_c), 3)
+    mask = np.zeros(ids.shape, dtype=np.int64)
+    for i, (prompt, completion, cut) in enumerate(rows):
+        ids[i, wide_p - len(prompt):wide_p] = prompt
+        mask[i, wide_p - len(prompt):wide_p] = 1
+        ids[i, wide_p:wide_p + len(completion)] = completion
+        mask[i, wide_p:wide_p + len(completion)] = 0 if cut else 1
+    position = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                    position_ids=torch.from_numpy(position), output_router_logits=True)
+    return float(out.aux_loss)
 
+
+def _recorded_trainer(config, cut=lambda i: True):
+    """A Trainer whose rollouts mark completion i cut at the length limit where ``cut(i)``, else
+    stopped (random weights rarely sample EOS), and that records its rollouts' completions and
+    every train_step's (batch, objective, metrics)."""
     from polyrl.trainer import Trainer
 
-    def warned(algorithm: dict) -> list[str]:
-        with capture_logs() as logs:
-            Trainer(_run_config(moe_path, tmp_path, algorithm=algorithm))
-        return [e["event"] for e in logs if "leaves its prompt's tokens out" in e["event"]]
+    trainer = Trainer(config)
+    rollouts, steps = [], []
+    plain_rollout, plain_step = trainer._rollout, trainer.train_engine.train_step
 
-    assert len(warned({"mask_truncated_completions": True})) == 1
-    assert warned({"mask_truncated_completions": True, "router_aux_loss_coef": 0.0}) == []
-    assert warned({}) == []
+    def rollout(times):
+        out = plain_rollout(times)
+        for i, c in enumerate(out.completions):
+            c.finish_reason = "length" if cut(i) else "stop"
+        rollouts.append(list(out.completions))
+        return out
+
+    def step(batch, objective):
+        out = plain_step(batch, objective)
+        steps.append((batch, objective, out))
+        return out
+
+    trainer._rollout, trainer.train_engine.train_step = rollout, step
+    return trainer, rollouts, steps
+
+
+def _ranked_reward(tmp_path, unscored: tuple[int, ...] = ()) -> list[dict]:
+    """Rewards 0, 1, 2, 0, ... by position (advantages not 0), None for the completions ``unscored``."""
+    (tmp_path / "ranked.py").write_text("def ranked(completions, **kw):\n"
+                                        f"    return [None if i in {unscored!r} else float(i % 3) "
+                                        "for i in range(len(completions))]\n")
+    return [{"function": f"{tmp_path / 'ranked.py'}:ranked"}]
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_a_cut_completions_prompt_counts_in_the_router_term_as_in_trls_attention_mask(backend, moe_path, tmp_path):
+    """TRL keeps a completion cut under mask_truncated_completions in its micro-batch with its
+    completion mask zeroed; its attention mask still covers the prompt, so the prompt's tokens
+    count in the router term. It keeps an unscored completion (every reward None) whole, at
+    advantage 0. Before: polyrl left both rows out of the batch (a startup warning said so for
+    the cut one), so the term averaged over fewer tokens than TRL's. Now the cut row reaches the
+    backend as its prompt alone and the unscored one whole, each in its place: the step's
+    aux_loss is transformers' own over TRL's layout of the whole batch."""
+    from transformers import AutoModelForCausalLM
+
+    if backend == "mlx":
+        require_backends("mlx")
+    config = _run_config(moe_path, tmp_path, backend,
+                         algorithm={"router_aux_loss_coef": 0.5, "mask_truncated_completions": True},
+                         generation={"group_size": 2, "max_new_tokens": 4, "temperature": 1.0},
+                         rewards=_ranked_reward(tmp_path, unscored=(2,)))
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()  # the weights before the step
+    trainer, rollouts, steps = _recorded_trainer(config, cut=lambda i: i % 2 == 1)
+    summary = trainer.run(progress=False)
+    assert not summary["history"][0].get("skipped") and len(steps) == 1
+    (completions,), (batch, _, out) = rollouts, steps[0]
+    assert len(batch.sequences) == len(completions) == 4  # every row of TRL's batch, the cut ones too
+    for c, seq in zip(completions, batch.sequences):
+        assert np.array_equal(seq.prompt_ids, c.prompt_ids)
+        assert np.array_equal(seq.completion_ids, c.completion_ids if c.finish_reason == "stop" else [])
+    assert batch.advantages[1:].tolist() == [0.0] * 3 and batch.advantages[0] != 0  # cut, unscored, cut
+    want = _reference_aux(model, [(c.prompt_ids, c.completion_ids, c.finish_reason == "length") for c in completions])
+    assert out.extra["aux_loss"] == pytest.approx(want, rel=1e-5)
+    assert summary["history"][0]["aux_loss"] == pytest.approx(want, rel=1e-5)
+    uncut = _reference_aux(model, [(c.prompt_ids, c.completion_ids, False) for c in completions[::2]])
+    assert abs(uncut - want) > 1e-4, "the cut rows' prompts did not change the term: the check checks nothing"
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_a_step_whose_every_completion_was_cut_trains_the_router_term_over_the_prompts(backend, moe_path, tmp_path):
+    """Every completion cut under mask_truncated_completions: TRL's batch has no loss token, its
+    loss is coef x aux_loss over the prompts (the attention mask's only tokens) and its gradient
+    moves the routers. Before: polyrl's idle update found no row for the term and stepped the
+    optimizer alone (loss and grad_norm logged 0, no aux_loss). Now it trains the term over every
+    row's prompt: aux_loss is transformers' own over the prompts, the step logs TRL's loss
+    (coef x aux_loss) and a gradient."""
+    from transformers import AutoModelForCausalLM
+
+    if backend == "mlx":
+        require_backends("mlx")
+    config = _run_config(moe_path, tmp_path, backend,
+                         algorithm={"router_aux_loss_coef": 0.5, "mask_truncated_completions": True},
+                         generation={"group_size": 2, "max_new_tokens": 3, "temperature": 1.0})
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
+    trainer, rollouts, steps = _recorded_trainer(config)
+    summary = trainer.run(progress=False)
+    row = summary["history"][0]
+    assert row["skipped"] and len(steps) == 1, steps
+    (completions,), (batch, objective, out) = rollouts, steps[0]
+    assert objective.router_aux_loss_coef == 0.5 and [len(s.completion_ids) for s in batch.sequences] == [0] * 4
+    want = _reference_aux(model, [(c.prompt_ids, c.completion_ids, True) for c in completions])
+    assert out.extra["aux_loss"] == pytest.approx(want, rel=1e-5) and out.grad_norm > 0
+    assert row["aux_loss"] == pytest.approx(want, rel=1e-5)
+    assert row["loss"] == pytest.approx(0.5 * want, rel=1e-5) and row["grad_norm"] == pytest.approx(out.grad_norm)
+
+
+def test_an_all_cut_step_trains_the_router_term_over_its_mini_batches(moe_path, tmp_path):
+    """With minibatches = 2 (TRL: steps_per_generation = 2 x gradient_accumulation_steps) TRL's
+    all-cut step makes two optimizer steps, each over its half of the shuffled batch, so each
+    update's term is its half's. Now the idle updates split the prompt-only rows as a trained
+    step's rows are split: two updates, each over two of the four prompts, the first one's
+    aux_loss transformers' own over its rows (the second's runs on the weights the first moved)."""
+    from transformers import AutoModelForCausalLM
+
+    config = _run_config(moe_path, tmp_path, algorithm={"router_aux_loss_coef": 0.5, "mask_truncated_completions": True,
+                                                        "minibatches": 2},
+                         generation={"group_size": 2, "max_new_tokens": 3, "temperature": 1.0})
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
+    trainer, rollouts, steps = _recorded_trainer(config)
+    summary = trainer.run(progress=False)
+    assert summary["history"][0]["skipped"] and len(steps) == 2
+    (completions,) = rollouts
+    assert all(objective.router_aux_loss_coef == 0.5 and len(batch.sequences) == 2 for batch, objective, _ in steps)
+    seen = sorted(tuple(s.prompt_ids) for batch, _, _ in steps for s in batch.sequences)
+    assert seen == sorted(tuple(c.prompt_ids) for c in completions)
+    assert all(len(s.completion_ids) == 0 for batch, _, _ in steps for s in batch.sequences)
+    batch, _, out = steps[0]
+    want = _reference_aux(model, [(s.prompt_ids, s.completion_ids, True) for s in batch.sequences])
+    assert out.extra["aux_loss"] == pytest.approx(want, rel=1e-5)
+
+
+def test_micro_batches_of_a_router_term_hold_shuffled_rows_as_trls_do(moe_path, tmp_path):
+    """TRL shuffles its generation batch (``shuffle_sequence_dict``: torch.randperm on the global
+    generator, whose state no seed reproduces outside TRL) before cutting micro-batches, and the
+    router term is a mean per micro-batch, not linear in its tokens. Before: polyrl cut its batch
+    in order, so a group's completions (one prompt, routed alike) shared a micro-batch. Now, where
+    the loss holds the term and micro_batch_size cuts the batch, the rows are shuffled with the
+    step's seed (the same law over micro-batch contents as TRL's, not TRL's draw): the same order
+    for the same seed, and aux_loss the mean of transformers' own term over those micro-batches."""
+    from transformers import AutoModelForCausalLM
+
+    def run(seed: int, coef: float = 0.5):
+        config = _run_config(moe_path, tmp_path / f"{seed}-{coef}", algorithm={"router_aux_loss_coef": coef},
+                             generation={"group_size": 4, "max_new_tokens": 3, "temperature": 1.0},
+                             optimizer={"micro_batch_size": 2}, rewards=_ranked_reward(tmp_path))
+        config = attrs.evolve(config, train=attrs.evolve(config.train, seed=seed))
+        trainer, rollouts, steps = _recorded_trainer(config, cut=lambda i: False)
+        trainer.run(progress=False)
+        (completions,), ((batch, _, out),) = rollouts, steps
+        order = [next(i for i, c in enumerate(completions) if np.array_equal(c.completion_ids, s.completion_ids)
+                      and np.array_equal(c.prompt_ids, s.prompt_ids)) for s in batch.sequences]
+        return completions, order, out
+
+    model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
+    completions, order, out = run(7)
+    assert sorted(order) == list(range(8)) and order != list(range(8))
+    pairs = [[completions[i] for i in order[k:k + 2]] for k in range(0, 8, 2)]
+    want = np.mean([_reference_aux(model, [(c.prompt_ids, c.completion_ids, False) for c in pair]) for pair in pairs])
+    assert out.extra["aux_loss"] == pytest.approx(want, rel=1e-5)
+    again, order_again, _ = run(7)
+    assert order_again == order and all(np.array_equal(a.completion_ids, b.completion_ids)
+                                        for a, b in zip(completions, again))
+    _, plain, _ = run(7, coef=0.0)  # no router term: the batch keeps its order (prompts shared in a forward)
+    assert plain == list(range(8))

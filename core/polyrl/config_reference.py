@@ -91,7 +91,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                                  "each micro-batch's loss (TRL's name); unset = the model config's own (left out of "
                                  "config.json: transformers' default for the type, Mixtral, Qwen-MoE: 0.001, "
                                  "OLMoE: 0.01; a config.json's `null` is an error, as transformers refuses it), 0 = off; set on a dense model it is an error. Also on steps that train "
-                                 "nothing (no reward scored), as TRL. torch: every MoE model, not under "
+                                 "nothing (no reward scored, every completion cut), as TRL; with "
+                                 "mask_truncated_completions a cut completion's prompt counts in it (TRL's "
+                                 "attention mask); with micro_batch_size the rows are shuffled into micro-batches "
+                                 "with the step's seed, as TRL shuffles them. torch: every MoE model, not under "
                                  "`fsdp = true` under a launcher, one rank included (refused at startup unless 0); mlx: "
                                  "qwen2_moe, qwen3_moe (another MoE family is refused at startup unless 0)"),
         "mask_truncated_completions": ("leave completions cut at max_new_tokens out of the loss (TRL, DAPO); "

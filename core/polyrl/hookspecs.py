@@ -426,7 +426,11 @@ def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetr
     load-balancing term (``objective.router_aux_loss_coef``, resolved by ``backend_kit.router_aux``)
     comes on top of the reference's loss, reported as ``aux_loss`` in ``StepMetrics.extra``; a backend
     without it calls ``refuse_router_aux``, and one with it for some model types only declares them
-    (``Capabilities.router_aux_types``) so the core refuses the others before a model loads. A non-finite loss or gradient must not touch
+    (``Capabilities.router_aux_types``) so the core refuses the others before a model loads. Where the
+    term is on, a batch may hold rows with no completion token (``polyrl.router_rows``: a completion cut
+    under ``mask_truncated_completions``, its prompt alone): they carry no policy, KL or entropy token, their
+    prompt counts in the router term of their micro-batch, and a batch of such rows alone still trains the
+    term (it is no empty step). A non-finite loss or gradient must not touch
     the weights: return ``StepMetrics(..., skipped=True)``; a non-finite ``loss`` reported with
     ``skipped=False`` is a ``PluginError`` (the core would believe the weights were updated).
     """

@@ -81,7 +81,7 @@ from polyrl.schedules import lr_at, updates_in_history
 from polyrl import run_plan
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
 from polyrl import evaluation, metrics_file
-from polyrl import minibatches, step_gather
+from polyrl import minibatches, router_rows, step_gather
 from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, eval_batch_metrics, joined_gaps,
                                  no_loss_token_metrics, nothing_scored_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
                                  trl_gathered_sampling, trl_process_sampling, trl_reward_names, trl_step_time,
@@ -434,15 +434,6 @@ class Trainer:
         self.model_path, self.train_engine = self.engines.model_path, self.engines.train
         self.gen_engine, self.ref_engine = self.engines.generate, self.engines.reference
         self.ref_sync = self.engines.ref_sync
-        if config.algorithm.mask_truncated_completions and self.rank == 0 and \
-                eval_loss.needs_router_loss(config.algorithm, self.model_path):
-            # TRL keeps a cut completion in its micro-batch with its completion masked, so its
-            # prompt's tokens still count in the router term; polyrl leaves the row out of the batch
-            log.warning("with mask_truncated_completions, a completion cut at the length limit leaves the train "
-                        "batch, so the MoE router load-balancing term leaves its prompt's tokens out (TRL's counts "
-                        "them): on steps with cut completions the term differs from TRL's",
-                        fix="raise generation.max_new_tokens so that few completions are cut, or set "
-                            "mask_truncated_completions = false for TRL's term exactly")
         reader = self._chat_reader()  # once: both questions below render through it
         self._think_suffix = self._reasoning_prompt(reader)
         self.episodes = self._episode_runner()
@@ -808,10 +799,16 @@ class Trainer:
         matrix = None
         if algo.decouples_rewards:  # GDPO: each reward normalized in its group, from the whole step's scores
             matrix = self._reward_matrix(step.per_reward, all_shaped)
+        barred = step_gather.out_of_loss(step) if self.episodes is not None else None
+        # a MoE model's router term counts every row of TRL's batch: an unscored one whole (kept at
+        # advantage 0, as for the KL term), and the prompt of one cut under mask_truncated_completions
+        # (TRL's attention mask covers it): a prompt-only row (polyrl.router_rows)
+        router_on = eval_loss.needs_router_loss(algo, self.model_path)
         all_keep, all_advantages, group_kept = algo.loss_selection(
             rewards, all_shaped, all_untruncated, c.generation.group_size, matrix,
-            [weight for _, weight, _ in self.rewards.rewards],
-            step_gather.out_of_loss(step) if self.episodes is not None else None)
+            [weight for _, weight, _ in self.rewards.rewards], barred, router=router_on)
+        all_cut_rows = router_rows.router_rows(group_kept, all_untruncated, barred) if router_on else \
+            np.zeros(len(all_keep), dtype=bool)
         too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
         if too_big is not None:  # the same global advantages on every rank: all refuse together
             self._unscored(rollout)
@@ -857,20 +854,24 @@ class Trainer:
                 metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
             # TRL's forward over such a batch gives its entropy: the idle updates run over it then
             covered = untruncated if self._nothing_scored and not kl_in_loss else None
-            # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss
-            # (not where dynamic sampling dropped every group: those rows are out of the step's batch)
-            router = untruncated if not algo.dynamic_sampling and \
-                eval_loss.needs_router_loss(algo, self.model_path) else None
+            # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss,
+            # over its batch's rows (every one cut here, its prompt alone; none where dynamic sampling
+            # dropped every group: those rows are out of the step's batch), split into updates and
+            # micro-batches as a trained step's rows, on every rank when any rank has one
+            in_batch = group_kept & ~barred if barred is not None else group_kept
+            parts = self._router_parts(completions, in_batch, group_kept, untruncated,
+                                       [len(part[0]) for part in everyone]) if router_on and in_batch.any() else None
             t0 = time.perf_counter()
-            idle = self._idle_updates(completions, algo.updates_per_step, covered, router,
-                                      algo.router_aux_loss_coef)
+            idle = self._idle_updates(completions, algo.updates_per_step, covered, parts, algo.router_aux_loss_coef,
+                                      algo.num_iterations)
             times["train"] = time.perf_counter() - t0
             # TRL logs each of these on such a step too (aux_loss: its loss is coef x aux_loss there)
             metrics.update({key: value for key, value in idle.items() if value is not None})
         else:
             if self._nothing_scored and self.rank == 0:  # kept for the KL term / entropy bonus (kl_only above)
                 terms = " and ".join(t for t, on in (("the KL term", kl_in_loss),
-                                                     ("the entropy bonus", algo.entropy_coef > 0)) if on)
+                                                     ("the entropy bonus", algo.entropy_coef > 0),
+                                                     ("the MoE router term", router_on)) if on)
                 log.warning(f"no reward scored any sample this step: it trains {terms} alone, every advantage "
                             "0, as TRL does", step=self.step + 1,
                             fix="make at least one reward function return a number for each completion (None "
@@ -893,8 +894,9 @@ class Trainer:
             times["logprobs"] = time.perf_counter() - t0
             whole = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref, temperature=temperature,
                                sampler_logprobs=[completions[i].logprobs for i in idx])
-            batches = self._minibatches(whole, completions, idx, group_kept, all_keep, untruncated,
-                                        [len(part[0]) for part in everyone])
+            whole, rows_in = router_rows.joined(whole, idx, np.flatnonzero(all_cut_rows[mine]), completions)
+            batches = self._minibatches(whole, completions, rows_in, group_kept, all_keep | all_cut_rows, untruncated,
+                                        [len(part[0]) for part in everyone], shuffle=router_on)
             t0 = time.perf_counter()
             objective = algo.objective(self._max_completion_tokens)
             updates: list[StepMetrics] = []
@@ -954,8 +956,8 @@ class Trainer:
         return metrics
 
     def _idle_updates(self, completions: list[Completion], updates: int, whole: np.ndarray | None = None,
-                      router: np.ndarray | None = None,
-                      router_coef: float | None = 0.0) -> dict[str, float | None]:
+                      router: list[TrainBatch] | None = None,
+                      router_coef: float | None = 0.0, passes: int = 1) -> dict[str, float | None]:
         """TRL's optimizer steps on a step with nothing to train: its loss there is 0 (every
         advantage 0, or no loss token), yet transformers still calls ``optimizer.step()`` and
         ``lr_scheduler.step()``, so the schedule advances and AdamW's moments decay and move the
@@ -968,56 +970,81 @@ class Trainer:
         covers: a step no reward scored, beta 0): the updates run over all of them instead, at the
         cost of a normal step's forward and backward, since TRL logs that batch's ``entropy`` (its
         forward runs whatever the advantages); the step logs the last update's, as a trained step
-        logs its last pass's. Returns the last update's ``lr``, ``entropy`` and ``aux_loss``, each
-        None when the backend gave none (no completion with a loss token on any rank, a refused
-        step: the schedule then stays where it was; a backend without entropies; the router term
-        off). ``router`` (this rank's mask of the
-        completions TRL's loss covers, given when the loss holds a MoE model's router term, weighted
-        ``router_coef``: None is the model's own): TRL's loss on such a step is ``coef x aux_loss``,
-        whose gradient is not 0, so the updates run over those completions with that term, as a
-        trained step's micro-batches do; otherwise the term is off (its gradient would move the
-        weights on a step that trains nothing)."""
-        covered = whole if whole is not None else router
-        trainable = [i for i, x in enumerate(completions)
-                     if TokenSequence.of(x).loss_mask.any() and (covered is None or covered[i])]
-        if router is not None and not trainable:  # no completion to carry the term: the optimizer alone
-            return self._idle_updates(completions, updates, whole)
-        pick = trainable if covered is not None else \
-            [min(trainable, key=lambda i: len(completions[i].prompt_ids) + len(completions[i].completion_ids))] \
-            if trainable else []
-        batch = TrainBatch([TokenSequence.of(completions[i]) for i in pick], np.zeros(len(pick)),
-                           temperature=self.config.generation.temperature or 1.0)
-        lr = entropy = aux_loss = None
+        logs its last pass's. Returns the last update's ``lr``, ``entropy`` and ``aux_loss`` (and
+        with the router term its ``loss`` and ``grad_norm``), each None when the backend gave none
+        (no completion with a loss token on any rank, a refused step: the schedule then stays where
+        it was; a backend without entropies; the router term off).
+
+        ``router`` (given when the loss holds a MoE model's router term and some rank's batch has
+        a row: this rank's batches of one pass, ``_router_parts``, weighted ``router_coef``: None is
+        the model's own): TRL's loss on such a step is ``coef x aux_loss``, whose gradient is not 0,
+        so each of ``passes`` (``num_iterations``) runs those batches with that term, as a trained
+        step's mini-batches; every row there was cut under ``mask_truncated_completions``, so it holds its
+        prompt alone, as TRL's attention mask does. Otherwise the term is off (its gradient would
+        move the weights on a step that trains nothing)."""
+        temperature = self.config.generation.temperature or 1.0
+        if router is not None:
+            objective = Objective(router_aux_loss_coef=router_coef)
+            plan = [part for _ in range(passes) for part in router]
+        else:
+            trainable = [i for i, x in enumerate(completions)
+                         if TokenSequence.of(x).loss_mask.any() and (whole is None or whole[i])]
+            pick = trainable if whole is not None else \
+                [min(trainable, key=lambda i: len(completions[i].prompt_ids) + len(completions[i].completion_ids))] \
+                if trainable else []
+            objective = Objective(router_aux_loss_coef=0.0)
+            plan = [TrainBatch([TokenSequence.of(completions[i]) for i in pick], np.zeros(len(pick)),
+                               temperature=temperature)] * updates
+        lr = entropy = aux_loss = loss = grad_norm = None
         self._updating = True  # until the step is counted (_run): the weights move
-        objective = Objective(router_aux_loss_coef=router_coef if router is not None else 0.0)
-        for _ in range(updates):
+        for batch in plan:
             out = self.train_engine.train_step(batch, objective)
             if out.skipped:
                 break
             self.updates_applied += 1
             lr = out.extra.get("lr", lr)
             entropy = out.extra.get("entropy") if whole is not None else None
-            aux_loss = out.extra.get("aux_loss") if router is not None else None
-        return {"lr": lr, "entropy": entropy, "aux_loss": aux_loss}
+            if router is not None:  # TRL's loss and gradient there are the router term's
+                aux_loss, loss, grad_norm = out.extra.get("aux_loss"), out.loss, out.grad_norm
+        return {"lr": lr, "entropy": entropy, "aux_loss": aux_loss, "loss": loss, "grad_norm": grad_norm}
+
+    def _router_parts(self, completions: list[Completion], in_batch: np.ndarray, counted: np.ndarray,
+                      untruncated: np.ndarray, sizes: list[int]) -> list[TrainBatch]:
+        """This rank's batches of one pass over a step that trains nothing but a MoE model's router
+        term: the rows of TRL's batch (``in_batch``, the whole step's), at advantage 0, a cut one as
+        its prompt alone (``polyrl.router_rows``), split as ``_minibatches`` splits a trained step."""
+        start = sum(sizes[: self.rank])
+        rows = np.flatnonzero(in_batch[start:start + sizes[self.rank]])
+        seqs = [TokenSequence.of(completions[i]) if untruncated[i] else router_rows.prompt_only(completions[i])
+                for i in rows]
+        whole = TrainBatch(seqs, np.zeros(len(seqs)), temperature=self.config.generation.temperature or 1.0)
+        return self._minibatches(whole, completions, rows, counted, in_batch, untruncated, sizes, shuffle=True)
 
     def _minibatches(self, whole: TrainBatch, completions: list[Completion], idx: np.ndarray,
                      counted: np.ndarray, trained: np.ndarray, untruncated: np.ndarray,
-                     sizes: list[int]) -> list[TrainBatch]:
+                     sizes: list[int], shuffle: bool = False) -> list[TrainBatch]:
         """This rank's batches for one pass over the step (``polyrl.minibatches``): ``whole`` holds
-        its trained rows ``idx``; ``counted`` / ``trained`` are the whole step's masks of the rows the
+        its rows ``idx`` (trained ones, and the prompt-only rows of a MoE model's router term,
+        ``polyrl.router_rows``); ``counted`` / ``trained`` are the whole step's masks of the rows the
         loss counts and trains, ``sizes`` every rank's shard. Each batch divides its loss by what
         TRL's does (``_loss_counts``), not by the rows trained on: its own rows' sequences
         (``seq_mean_*``), and its step's tokens / ``minibatches`` (``token_mean``: TRL's "dapo"
         divides every update by the generation batch's tokens / updates per pass, here the parts
         stepped); parts that train
-        nothing on any rank are left out on every rank, so all make the same train_step calls."""
+        nothing on any rank are left out on every rank, so all make the same train_step calls.
+        ``shuffle`` (the loss holds the router term): one mini-batch's rows are shuffled too, as
+        TRL's are, when ``optimizer.micro_batch_size`` cuts it (``router_rows.shuffled``); several
+        mini-batches are always drawn shuffled."""
         c = self.config
         start = sum(sizes[: self.rank])
         mine = slice(start, start + sizes[self.rank])
+        seeds = [_step_seed(c.train.seed + 2, self.step) + 104_729 * rank for rank in range(len(sizes))]
         if c.algorithm.minibatches == 1:
             norm_seqs, norm_tokens = _loss_counts(completions, counted[mine], untruncated)
+            micro = c.optimizer.micro_batch_size
+            if shuffle and micro is not None and micro < len(whole.sequences):
+                whole = router_rows.shuffled(whole, seeds[self.rank])
             return [attrs.evolve(whole, normaliser_sequences=norm_seqs, normaliser_tokens=norm_tokens)]
-        seeds = [_step_seed(c.train.seed + 2, self.step) + 104_729 * rank for rank in range(len(sizes))]
         splits = minibatches.rank_splits(counted, sizes, c.algorithm.minibatches, seeds)
         position = {int(row): j for j, row in enumerate(idx)}  # a trained row -> its place in ``whole``
         live = np.flatnonzero(minibatches.live_parts(splits, trained, sizes))

@@ -278,6 +278,10 @@ class TrainBatch:
     Not matched: with ``beta > 0`` (KL in the loss), ``entropy_coef`` or
     ``top_entropy_quantile``, TRL's unscorable rows also add their KL / entropy terms (and tokens
     to the entropy quantile); polyrl does not train them, so those terms are left out.
+    Where the loss holds a MoE model's router term, a truncated completion is in the batch as its
+    prompt alone (no completion token, advantage 0, empty log-prob arrays; ``polyrl.router_rows``),
+    since TRL's router term counts its prompt tokens; it adds no token and no sequence beyond the
+    normaliser counts, which already count it.
     """
 
     sequences: list[TokenSequence]

@@ -517,7 +517,8 @@ class AlgorithmConfig:
 
     def loss_selection(self, scores: np.ndarray, shaped: np.ndarray, untruncated: np.ndarray, group_size: int,
                        per_reward: np.ndarray | None, weights: list[float],
-                       barred: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       barred: np.ndarray | None = None,
+                       router: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which completions a loss trains on and with what advantage, one rule for the training
         step and the eval loss so the two cannot drift: ``(keep, advantages, group_kept)``.
         ``keep`` is the groups dynamic sampling keeps (``group_kept``, which the loss divisors count
@@ -527,8 +528,10 @@ class AlgorithmConfig:
         terms, as in TRL (its unscored rows, multi-turn ones too, stay in the loss, their advantage
         0). ``barred`` (per sample, None: none) marks the rows no term trains: episodes that ended
         in an environment error or hold nothing to train (``step_gather.out_of_loss``; TRL's run
-        stops there). ``per_reward`` (samples x rewards): GDPO's matrix, else None. An advantage
-        past float64's range comes back inf, for the caller to refuse."""
+        stops there). ``router``: the loss holds a MoE model's router term, which TRL takes over
+        every row of its batch, an unscored one's prompt and completion too, so such a row stays
+        in as for the KL term. ``per_reward`` (samples x rewards): GDPO's matrix, else None. An
+        advantage past float64's range comes back inf, for the caller to refuse."""
         with np.errstate(over="ignore"):
             if per_reward is not None:
                 group_kept = self.decoupled_keep_mask(per_reward, weights, group_size)
@@ -536,7 +539,7 @@ class AlgorithmConfig:
             else:
                 group_kept = self.keep_mask(shaped, group_size)
                 advantages = self.advantages(shaped, group_size)
-        other_terms = (self.beta > 0 and not self.kl_in_reward) or self.entropy_coef > 0
+        other_terms = (self.beta > 0 and not self.kl_in_reward) or self.entropy_coef > 0 or router
         kl_only = np.isnan(scores) & other_terms
         keep = group_kept & (np.isfinite(shaped) | kl_only) & untruncated
         if barred is not None:

@@ -579,12 +579,12 @@ class RewardComputer:
     def _warn_unscored(scored: np.ndarray, prompts: Sequence[Prompt], step: int) -> None:
         """TRL warns when every reward function returned None for a sample; so does polyrl, since
         such a sample has no advantage: it is left out of training (trained at advantage 0 where
-        the loss holds a KL term or an entropy bonus, as TRL trains it)."""
+        the loss holds a KL term, an entropy bonus or a MoE model's router term, as TRL trains it)."""
         missing = np.flatnonzero(~scored)
         if missing.size:
             first = repr(prompts[int(missing[0])])
             log.warning("no reward scored some samples (every reward returned None for them); they are left "
-                        "out of training, or trained at advantage 0 for a KL term or entropy bonus in the loss",
+                        "out of training, or trained at advantage 0 for a KL term, entropy bonus or MoE router term in the loss",
                         samples=int(missing.size), of=int(scored.size), step=step,
                         first_prompt=first if len(first) <= 120 else first[:117] + "...",
                         fix="make at least one reward return a number for every sample")

@@ -96,6 +96,11 @@ def flat_logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence],
         logits = head(hidden).astype(mx.float32)
     else:
         logits = engine.model(ids)[row, pos].astype(mx.float32)
+    if not sum(lengths):  # prompt-only rows (a MoE router term's, ``polyrl.router_rows``): no token to score
+        none = mx.zeros((0,), dtype=mx.float32)
+        if entropy is not None:
+            entropy.append(none)
+        return none, lengths
     if temperature != 1.0:
         logits = logits / temperature
     picked = mx.take_along_axis(logits, target[:, None], axis=-1)[:, 0]

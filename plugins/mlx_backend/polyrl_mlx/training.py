@@ -382,6 +382,9 @@ def accumulate_gradients(engine: MLXEngine, batch: TrainBatch, objective: Object
             chunk = [seqs[i] for i in idx]
             keep = kept_tokens(chunk)  # flat positions the loss sees (None: all of them)
             lengths = [int(s.loss_mask.sum()) for s in chunk]
+            if objective.policy_loss == "vespo":  # a row with no token (a router term's prompt alone): its
+                # log w is 0, its weight e^(lambda - lambda) = 1, counted as torch's and TRL's count it
+                sums["vespo_phi_sum"] = sums.get("vespo_phi_sum", 0.0) + lengths.count(0)
             if sum(lengths) == 0 and not aux_coef:  # torch's router term counts such a micro-batch too
                 continue
             adv = mx.array(np.repeat(np.asarray(batch.advantages[start:idx.stop], np.float32), lengths))
@@ -445,7 +448,7 @@ def train_step(engine: MLXEngine, batch: TrainBatch, objective: Objective) -> St
         refuse_router_aux(engine.hf_config, objective.router_aux_loss_coef, "mlx")
     aux_coef = router_aux_weight(engine, objective)
     total_tokens = batch.num_tokens
-    if not batch.sequences or total_tokens == 0:
+    if not batch.sequences or (total_tokens == 0 and not aux_coef):  # a router term trains prompt-only rows too
         return StepMetrics(loss=0.0, grad_norm=0.0, tokens=total_tokens, skipped=True)
     with mx.stream(engine.device):
         grads, sums = accumulate_gradients(engine, batch, objective, aux_coef=aux_coef)
