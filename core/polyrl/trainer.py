@@ -808,10 +808,10 @@ class Trainer:
         matrix = None
         if algo.decouples_rewards:  # GDPO: each reward normalized in its group, from the whole step's scores
             matrix = self._reward_matrix(step.per_reward, all_shaped)
+        barred = step_gather.out_of_loss(step) if self.episodes is not None else None
         all_keep, all_advantages, group_kept = algo.loss_selection(
             rewards, all_shaped, all_untruncated, c.generation.group_size, matrix,
-            [weight for _, weight, _ in self.rewards.rewards],
-            step_gather.out_of_loss(step) if self.episodes is not None else None)
+            [weight for _, weight, _ in self.rewards.rewards], barred)
         too_big = _unrepresentable_advantages(all_advantages, algo, step.per_reward)
         if too_big is not None:  # the same global advantages on every rank: all refuse together
             self._unscored(rollout)
@@ -855,11 +855,13 @@ class Trainer:
                 metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
             elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
                 metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
-            # TRL's forward over such a batch gives its entropy: the idle updates run over it then
-            covered = untruncated if self._nothing_scored and not kl_in_loss else None
+            # TRL's forward over such a batch gives its entropy: the idle updates run over it then,
+            # less the episodes no term trains (an environment error's tokens are no trained tokens)
+            in_loss = untruncated if barred is None else untruncated & ~barred[mine]
+            covered = in_loss if self._nothing_scored and not kl_in_loss else None
             # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss
             # (not where dynamic sampling dropped every group: those rows are out of the step's batch)
-            router = untruncated if not algo.dynamic_sampling and \
+            router = in_loss if not algo.dynamic_sampling and \
                 eval_loss.needs_router_loss(algo, self.model_path) else None
             t0 = time.perf_counter()
             idle = self._idle_updates(completions, algo.updates_per_step, covered, router,
