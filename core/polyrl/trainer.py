@@ -1230,7 +1230,7 @@ class Trainer:
         collective ``logprobs`` call (a sharded backend), and each rank computes the same numbers
         from the gathered completions."""
         c, algo = self.config, self.config.algorithm
-        if eval_loss.needs_entropies(algo, self._max_completion_tokens):
+        if eval_loss.selects_by_entropy(algo, self._max_completion_tokens):
             return {}
         # TRL's eval_loss holds it: not a loss without it. The folder the model loaded from: model.path
         # may be an alias or a Hub id, whose config.json is not at that name
@@ -1266,14 +1266,19 @@ class Trainer:
         policy = self.train_engine.logprobs(kept_seqs, temperature) if kept_seqs or self.world_size > 1 else []
         kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
         ref = self._ref_logprobs(kept_seqs, temperature) if kl_in_loss and kept_seqs else []
+        # the entropy bonus's token entropies, where the backend gives them (every rank asks: a
+        # sharded backend's forward is collective)
+        ents = self.train_engine.entropies(kept_seqs, temperature) if algo.entropy_coef > 0 else None
         share = (list(policy or []), list(ref), [float(a) for a in advantages[offset + idx]],
-                 [s.mask for s in kept_seqs], [int(b) for b in batch_of[offset + idx]])
+                 [s.mask for s in kept_seqs], [int(b) for b in batch_of[offset + idx]], ents)
         gathered = self.train_engine.all_gather(share, self.world_size) if self.world_size > 1 else [share]
+        known = all(g[5] is not None for g in gathered)
         return eval_loss.metrics(algo, self._max_completion_tokens, [x for g in gathered for x in g[0]],
                                  [a for g in gathered for a in g[2]],
                                  [x for g in gathered for x in g[1]] if kl_in_loss else None,
                                  [m for g in gathered for m in g[3]], [b for g in gathered for b in g[4]],
-                                 np.bincount(batch_of).tolist(), counts)
+                                 np.bincount(batch_of).tolist(), counts,
+                                 [x for g in gathered for x in g[5] or ()] if known else None)
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
                    phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray,

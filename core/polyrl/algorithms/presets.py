@@ -521,14 +521,15 @@ class AlgorithmConfig:
         """Which completions a loss trains on and with what advantage, one rule for the training
         step and the eval loss so the two cannot drift: ``(keep, advantages, group_kept)``.
         ``keep`` is the groups dynamic sampling keeps (``group_kept``, which the loss divisors count
-        whole as TRL's batch does, less the ``barred`` rows), less the completions cut under ``mask_truncated_completions``
-        (``untruncated``) and the unscored ones, except that with the KL term or an entropy bonus in
-        the loss a completion no reward scored (``scores`` NaN) stays at advantage 0 for those
-        terms, as in TRL (its unscored rows, multi-turn ones too, stay in the loss, their advantage
-        0). ``barred`` (per sample, None: none) marks the rows no term trains: episodes that ended
-        in an environment error or hold nothing to train (``step_gather.out_of_loss``; TRL's run
-        stops there), so no divisor counts them either (their tokens are no trained tokens). ``per_reward`` (samples x rewards): GDPO's matrix, else None. An advantage
-        past float64's range comes back inf, for the caller to refuse."""
+        whole as TRL's batch does, less the ``barred`` rows), less the completions cut under
+        ``mask_truncated_completions`` (``untruncated``) and the unscored ones, except that with the
+        KL term or an entropy bonus in the loss a completion no reward scored (``scores`` NaN) stays
+        at advantage 0 for those terms, as in TRL (its unscored rows, multi-turn ones too, stay in
+        the loss, their advantage 0). ``barred`` (per sample, None: none) marks the rows no term
+        trains: episodes that ended in an environment error or hold nothing to train
+        (``step_gather.out_of_loss``; TRL's run stops there), so no divisor counts them either
+        (their tokens are no trained tokens). ``per_reward`` (samples x rewards): GDPO's matrix,
+        else None. An advantage past float64's range comes back inf, for the caller to refuse."""
         with np.errstate(over="ignore"):
             if per_reward is not None:
                 group_kept = self.decoupled_keep_mask(per_reward, weights, group_size)
