@@ -1478,6 +1478,7 @@ class Trainer:
             self._start_over()
             return False
         found, state = point
+        earlier = trl_saves.run_key(self.output_dir)  # before newer checkpoints move: the run resumed
         self.train_engine.load_checkpoint(str(found / ckpt.MODEL_DIR), str(found / ckpt.ENGINE_STATE_DIR),
                                           weights_only=weights_only)
         if not weights_only:
@@ -1497,6 +1498,9 @@ class Trainer:
         else:
             _restore_rng_states(state)
         self._set_aside_newer_checkpoints()
+        if self.rank == 0:  # a TRL trainer's saves before train() moved this run's results aside: back
+            trl_saves.rejoin_resumed(self.output_dir, self.displaced_results, earlier)
+            trl_saves.drop_own_copies(self.output_dir, self.own_run_files)
         self.history = self._rewind_metrics()
         self.num_tokens = self._resumed_num_tokens(state.get("num_tokens"))
         self.updates_applied = 0 if weights_only else self._resumed_updates(state.get("updates_applied"))
@@ -1678,6 +1682,7 @@ class Trainer:
         elif results:  # a trainer that saved results but never trained: no run to count, but not ours
             previous_runs.set_aside_results(self.output_dir, results)
         trl_saves.restore_own(self.output_dir, self.own_run_files)
+        trl_saves.drop_own_copies(self.output_dir, self.own_run_files)
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = self.num_tokens = self.updates_applied = 0
         self.history = self._rewind_metrics()
