@@ -1675,6 +1675,9 @@ class Trainer:
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path,
+                                  # how it ended (run_plan): left here, this run's start overwrote it, and a
+                                  # report of the run set aside fell back to its checkpoint's steps alone
+                                  self.output_dir / run_plan.FILE_NAME,
                                   # its curves: left here, this run's session start hid them in TensorBoard
                                   self.output_dir / TENSORBOARD_DIR, *results],
                 keep=keep)
