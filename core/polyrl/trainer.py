@@ -1619,8 +1619,9 @@ class Trainer:
         run's own, so ``prune`` deleted each checkpoint this run wrote and a later ``--resume``
         (the command a stop prints) went back to the abandoned run. They are moved into
         ``previous/<UTC time>/checkpoints/``, nothing deleted; a copy of the run's JSON-lines logs
-        goes beside them first, since the rewind that follows drops the abandoned steps' lines
-        (the curves and completions of the run those checkpoints belong to)."""
+        and ``run_plan.json`` goes beside them first, since the rewind that follows drops the
+        abandoned steps' lines (the curves and completions of the run those checkpoints belong
+        to) and this run's start rewrites the plan (how that run ended, for ``polyrl report``)."""
         if self.rank != 0 or not self.checkpoint_root.is_dir():
             return
         resumed = ckpt.checkpoint_dir(self.checkpoint_root, self.step).name
@@ -1630,7 +1631,7 @@ class Trainer:
             return
         aside = previous_runs.new_aside_dir(self.output_dir / previous_runs.PREVIOUS_DIR)
         logs = [self.output_dir / metrics_file.FILE_NAME, self.output_dir / evaluation.COMPLETIONS_FILE,
-                self.tracking.completions_path]
+                self.tracking.completions_path, self.output_dir / run_plan.FILE_NAME]  # how that run ended
         try:  # before anything moves: a copy that fails leaves the resume to be tried again as it was
             for log_file in logs:
                 if log_file.is_file() and not log_file.is_symlink():
