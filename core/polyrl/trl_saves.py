@@ -258,9 +258,10 @@ def rejoin_resumed(output_dir: Path, displaced: Sequence[tuple[Path, RunKey]], r
 
 def drop_own_copies(output_dir: Path, own: Mapping[str, Any]) -> None:
     """Remove each ``previous/results-<time>/`` that holds nothing but copies of this trainer's
-    own saves (``own``: name -> content), now back in ``output_dir`` (``restore_own``). Why:
-    another trainer's save had moved them there, and the copy stayed beside the restored files,
-    one more set of results in previous/ that no run owns."""
+    own saves (``own``: name -> content) that ``output_dir`` holds as they are (``restore_own``
+    put them back). Why: another trainer's save had moved them there, and the copy stayed beside
+    the restored files, one more set of results in previous/ that no run owns. A copy of a file
+    the output_dir no longer holds so stays: it is the only one."""
     root = output_dir / PREVIOUS_DIR
     if not own or not root.is_dir():
         return
@@ -268,8 +269,8 @@ def drop_own_copies(output_dir: Path, own: Mapping[str, Any]) -> None:
         if not folder.is_dir() or folder.is_symlink():
             continue
         entries = [p for p in folder.iterdir() if p.name != RESULTS_RECORD]
-        if entries and all(p.name in own and p.is_file() and not p.is_symlink()
-                           and _same(_content(p), own[p.name]) for p in entries):
+        if entries and all(p.name in own and p.is_file() and not p.is_symlink() and _same(_content(p), own[p.name])
+                           and _same(_content(output_dir / p.name), own[p.name]) for p in entries):
             try:
                 shutil.rmtree(folder)
             except OSError as exc:
