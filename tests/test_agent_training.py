@@ -338,6 +338,53 @@ def test_an_episode_its_environment_ended_stays_out_of_the_loss_with_an_entropy_
     assert m["samples_kept"] == len(rec.batches[0].sequences) == int((~ended).sum())
 
 
+NEVER_SCORES = "def never(prompts, completions, **kw):\n    return [None] * len(completions)\n"
+
+
+@pytest.mark.faults
+def test_an_episode_its_environment_ended_counts_in_no_divisor(tiny_model_dir, tmp_path):
+    """Once: the loss divided by every row of the step, the failed episodes and their tokens
+    included, though no term trains them (their tokens stop where the environment broke; TRL's
+    run stops there), so each failure shrank the step by the failed share."""
+    (tmp_path / "flaky_env.py").write_text(BROKEN_ENV)
+    config = agent_config(tiny_model_dir, tmp_path / "run", environment={"name": f"{tmp_path / 'flaky_env.py'}:make",
+                                                                         "max_turns": 4})
+    trainer = Trainer(config)
+    rec = Recorder(trainer, score_before=False)
+    assert not trainer.train_one_step().get("skipped")
+    completions = rec.completions[0]
+    ended = np.array(["env_error" in c.info for c in completions])
+    untruncated = config.algorithm.untruncated_mask([c.finish_reason for c in completions])
+    assert 0 < ended.sum() < len(ended)
+    batch = rec.batches[0]
+    assert batch.normaliser_sequences == len(batch.sequences) == int((~ended).sum())
+    assert batch.normaliser_tokens == sum(int(c.mask.sum()) for c, e, u in zip(completions, ended, untruncated)
+                                          if u and not e)
+
+
+@pytest.mark.faults
+def test_an_idle_step_logs_the_entropy_of_the_episodes_its_environment_did_not_end(tiny_model_dir, tmp_path):
+    """A step no reward scored trains nothing but logs TRL's entropy of its batch (the idle updates
+    run over it). Once: that batch held the episodes that ended in an environment error too, so the
+    logged entropy mixed in tokens no term trains."""
+    (tmp_path / "flaky_env.py").write_text(BROKEN_ENV)
+    (tmp_path / "never.py").write_text(NEVER_SCORES)
+    config = agent_config(tiny_model_dir, tmp_path / "run", environment={"name": f"{tmp_path / 'flaky_env.py'}:make",
+                                                                         "max_turns": 4})
+    config = attrs.evolve(config, rewards=[RewardSection(function=f"{tmp_path / 'never.py'}:never")])
+    trainer = Trainer(config)
+    rec = Recorder(trainer, score_before=False)
+    metrics = trainer.train_one_step()
+    assert metrics["skipped"] and np.isfinite(metrics["entropy"])
+    completions = rec.completions[0]
+    ended = np.array(["env_error" in c.info for c in completions])
+    untruncated = config.algorithm.untruncated_mask([c.finish_reason for c in completions])
+    assert 0 < ended.sum() < len(ended)
+    assert rec.batches and all(len(b.sequences) == int((untruncated & ~ended).sum()) for b in rec.batches)
+    for seq in rec.batches[-1].sequences:
+        assert "env_error" not in completion_for(seq, completions).info
+
+
 # --- 4. MLX --------------------------------------------------------------------------------------------
 
 

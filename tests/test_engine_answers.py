@@ -44,6 +44,10 @@ class _Answers:
         return ANSWERS[engine].get("logprobs")
 
     @hookimpl
+    def entropies(self, engine, sequences, temperature):
+        return ANSWERS[engine].get("entropies")
+
+    @hookimpl
     def train_step(self, engine, batch, objective):
         return ANSWERS[engine].get("train_step")
 
@@ -104,6 +108,23 @@ def test_encode_chat_ids_as_a_list_or_one_row_are_read_as_ids():
 def test_logprobs_of_the_wrong_type_or_shape_is_the_plugins_fault(answer, problem):
     with pytest.raises(PluginError, match=PREFIX + "logprobs: " + problem):
         _engine("lp", logprobs=answer).logprobs(SEQS)
+
+
+@pytest.mark.parametrize("answer, problem", [
+    (3.0, "returned float, expected 1 float arrays"),
+    ([np.zeros(2)], r"array 0 has shape \(2,\), expected \(3,\)"),
+    ([np.array([0.5, np.nan, 1.0])], "array 0 holds nan, expected finite entropies >= 0"),
+    ([np.array([0.5, -0.5, 1.0])], "array 0 holds -0.5, expected finite entropies >= 0"),
+])
+def test_entropies_of_the_wrong_shape_or_value_are_the_plugins_fault(answer, problem):
+    with pytest.raises(PluginError, match=PREFIX + "entropies: " + problem):
+        _engine("ent", entropies=answer).entropies(SEQS)
+
+
+def test_entropies_are_optional_and_a_rounding_below_zero_is_zero():
+    assert _engine("no-ent").entropies(SEQS) is None
+    got = _engine("round", entropies=[np.array([1.0, -1e-6, 0.0])]).entropies(SEQS)
+    assert got is not None and got[0].tolist() == [1.0, 0.0, 0.0]
 
 
 def test_train_step_missing_or_with_metrics_that_are_no_numbers_is_the_plugins_fault():

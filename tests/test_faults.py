@@ -497,6 +497,9 @@ def test_resuming_an_older_checkpoint_sets_the_abandoned_runs_newer_ones_aside(t
     logs = aside[0].parent.parent  # the abandoned run's lines of steps 3 and 4, dropped by the rewind, kept here
     assert [r["step"] for r in map(json.loads, (logs / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3, 4]
     assert [r["step"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
+    # and its run_plan.json: how that run ended, for polyrl report there (old code: only in the output_dir,
+    # which the branch's start rewrote)
+    assert json.loads((logs / "run_plan.json").read_text()) == {"train.steps": 4, "ended": {"how": "finished", "step": 4}}
     again = Trainer(branch)
     assert again.resume() and again.step == 3  # what a later --resume continues: the branch
 

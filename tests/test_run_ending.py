@@ -121,3 +121,22 @@ def test_a_record_of_another_stretch_of_the_run_or_none_keeps_the_general_senten
     (tmp_path / "run_plan.json").write_text(json.dumps({"train.steps": 5, "ended": None}))
     assert "it was killed (SIGKILL, the OOM killer, a lost machine), crashed, or is still running" in unfinished(
         tmp_path, 2)
+
+
+def test_a_run_set_aside_by_a_fresh_start_keeps_its_record_and_the_report_there_says_how_it_ended(toy, tmp_path,
+                                                                                                 capsys):
+    """A fresh start in the output_dir moves the earlier run into previous/<time>/. Its run_plan.json
+    stayed behind (and was overwritten by the new run's), so a report of the folder set aside read
+    the steps from its checkpoint and named an early-stopped run as stopped by Ctrl-C or crashed."""
+    first = Trainer(RunConfig.from_dict(toy_run(tmp_path, steps=5, checkpoint_every=0)))
+    first.observers.append(StopAfter(2))
+    assert first.run(progress=False)["stopped_early"]
+    Trainer(RunConfig.from_dict(toy_run(tmp_path, steps=3, checkpoint_every=0))).run(progress=False)
+    out = tmp_path / "run"
+    (aside,) = (out / "previous").iterdir()
+    assert _recorded(aside) == {"train.steps": 5, "ended": {"how": "stopped by its code", "step": 2,
+                                                          "by": "early stopping: no better for 2 evaluations"}}
+    assert _recorded(out) == {"train.steps": 3, "ended": {"how": "finished", "step": 3}}
+    said = _said(aside, tmp_path, capsys)
+    assert "its own code asked it to stop after step 2 (early stopping" in said, said
+    assert "Ctrl-C" not in said

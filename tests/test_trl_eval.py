@@ -522,6 +522,27 @@ def test_eval_loss_with_batch_scaled_rewards_scales_each_eval_batch_by_its_own_s
     assert metrics["eval_loss"] == pytest.approx((8 * losses[0] + 4 * losses[1]) / 12, rel=1e-9, abs=1e-12)
 
 
+def test_eval_with_an_entropy_bonus_logs_trls_policy_loss_entropy_and_loss(tiny_model_dir, tmp_path):
+    """TRL's evaluate() with entropy_coef > 0 returns eval_policy_loss (its loss without the bonus)
+    and eval_entropy beside eval_loss; polyrl returned none of the three (no eval loss where the
+    loss reads entropies). loss_type "dapo" (where TRL's bonus and polyrl's agree), beta 0, one eval
+    batch of 12: the policy loss is minus the token-weighted mean advantage (ratio 1), the loss it
+    less entropy_coef x the entropy."""
+    seen: list[tuple[list[list[int]], list[float]]] = []
+    coef = 0.05
+    trainer = _recording_trainer(tiny_model_dir, tmp_path, seen, loss_type="dapo", beta=0.0, entropy_coef=coef,
+                                 per_device_eval_batch_size=12)
+    metrics = trainer.evaluate()
+    ids = [x for batch in seen for x in batch[0]]
+    scores = [x for batch in seen for x in batch[1]]
+    assert len(ids) == 12 and np.ptp(scores) > 0
+    lengths = np.array([len(x) for x in ids], dtype=np.float64)
+    policy = -(_trl_advantages(scores, 4) * lengths).sum() / lengths.sum()
+    assert metrics["eval_policy_loss"] == pytest.approx(policy, rel=1e-9, abs=1e-12)
+    assert 0 < metrics["eval_entropy"] < np.log(trainer.processing_class.vocab_size + 1)
+    assert metrics["eval_loss"] == pytest.approx(policy - coef * metrics["eval_entropy"], rel=1e-9, abs=1e-12)
+
+
 def test_the_eval_rows_are_evaluated_in_trls_eval_sampler_order(tiny_model_dir, tmp_path):
     """TRL's eval dataloader draws the eval rows through its RepeatSampler, which shuffles them
     with args.seed: that order decides which prompts share an eval batch (and so its advantages and

@@ -105,3 +105,33 @@ def test_split_results_an_older_polyrl_wrote_without_a_record_go_aside_with_its_
     own = {"all_results.json": {"validation_loss": 1.5, "nan_metric": float("nan"), "train_loss": 1.0},
            "train_results.json": {"train_loss": 1.0}}
     assert trl_saves.leftover_run_files(tmp_path, own) == []
+
+
+def test_only_copies_of_own_results_the_output_dir_holds_as_they_are_are_removed(tmp_path):
+    """``drop_own_copies``: a previous/results-<time>/ holding nothing but this trainer's own saves,
+    which the output_dir holds as they are, is a duplicate and goes; one whose file the output_dir
+    holds otherwise (another trainer's save there since) is the only copy and stays, and so does
+    one holding anything else."""
+    import json
+
+    own = {"eval_results.json": {"eval_loss": 9.0}, "all_results.json": {"eval_loss": 9.0}}
+    aside = tmp_path / "previous"
+
+    def folder(name: str, files: dict) -> Path:
+        path = aside / name
+        path.mkdir(parents=True)
+        for file, content in files.items():
+            (path / file).write_text(json.dumps(content))
+        (path / trl_saves.RESULTS_RECORD).write_text('["eval_results.json"]')
+        return path
+
+    duplicate = folder("results-20250101T000000Z", own)
+    other = folder("results-20250101T000001Z", {**own, "train_results.json": {"train_loss": 1.0}})
+    for file, content in own.items():
+        (tmp_path / file).write_text(json.dumps(content))
+    trl_saves.drop_own_copies(tmp_path, own)
+    assert not duplicate.exists() and other.is_dir()
+    only = folder("results-20250101T000002Z", own)
+    (tmp_path / "eval_results.json").write_text('{"eval_loss": 5.0}')  # another trainer's, since
+    trl_saves.drop_own_copies(tmp_path, own)
+    assert only.is_dir()

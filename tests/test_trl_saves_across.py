@@ -18,8 +18,8 @@ from polyrl.run_lock import LOCK_FILE, OutputDirBusy  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
 
 
-def _trainer(model: str, tmp_path: Path) -> GRPOTrainer:
-    args = trl.GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2,
+def _trainer(model: str, tmp_path: Path, max_steps: int = 1) -> GRPOTrainer:
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "run"), max_steps=max_steps, num_generations=2,
                           per_device_train_batch_size=4, max_completion_length=6, use_cpu=True, report_to="none",
                           disable_tqdm=True, bf16=False)
     rows = [{"prompt": f"What is {i} + 1?"} for i in range(4)]
@@ -80,7 +80,7 @@ def test_a_never_trained_trainer_saving_beside_another_trainers_run_mixes_nothin
     assert not (run / "eval_results.json").exists()
     assert _read(run / "trainer_state.json")["global_step"] == first.state.global_step == 1
     kept = [_read(p / "all_results.json") for p in sorted((run / "previous").glob("results-*"))]
-    assert kept == [{"train_loss": 1.0, "only_a": 7.0}, {"eval_loss": 3.0}]  # each trainer's, whole
+    assert kept == [{"eval_loss": 3.0}]  # B's, whole (A's, back in the output_dir, not copied aside too)
     second.train()
     (aside,) = [p for p in (run / "previous").iterdir() if not p.name.startswith("results-")]
     assert _read(aside / "all_results.json") == {"train_loss": 1.0, "only_a": 7.0, "test_loss": 2.0}
@@ -88,6 +88,39 @@ def test_a_never_trained_trainer_saving_beside_another_trainers_run_mixes_nothin
     assert _read(run / "eval_results.json") == {"eval_loss": 3.0}  # B's own, back in its output_dir
     assert _read(run / "all_results.json") == {"eval_loss": 3.0}
     assert _read(run / "trainer_state.json")["global_step"] == 0
+    # each trainer's files another's save moved into previous/results-<time>/ came back to the output_dir
+    # with that trainer's next save or start: no copy of them stays there (old code: A's first results,
+    # a stale copy beside A's run in previous/, and B's whole, each in a results-<time>/)
+    assert not list((run / "previous").glob("results-*"))
+
+
+def test_results_a_save_before_a_resumed_train_moved_aside_come_back_with_the_run(tiny_model_dir, tmp_path):
+    """A trainer saves a baseline before train(resume_from_checkpoint=True) in the output_dir of
+    the run it resumes: that run's results go into previous/results-<time>/ (not its own), and
+    stayed there once the resume continued the run (a fresh start puts them back with their run).
+    They come back now: what the baseline did not replace returns, all_results.json holds both,
+    and only the file the baseline replaced stays aside, with the earlier all_results.json whose
+    eval_loss it replaced."""
+    run = tmp_path / "run"
+    first = _trainer(tiny_model_dir, tmp_path)
+    first.train()
+    first.save_metrics("train", {"train_loss": 0.5, "only_a": 7.0})
+    first.save_metrics("eval", {"eval_loss": 1.0})
+    second = _trainer(tiny_model_dir, tmp_path, max_steps=2)
+    second.save_metrics("eval", {"eval_loss": 9.0})
+    assert not (run / "train_results.json").exists()  # set aside as another run's, for now
+    second.train(resume_from_checkpoint=True)
+    assert second.state.global_step == 2
+    assert _read(run / "train_results.json") == {"train_loss": 0.5, "only_a": 7.0}  # old code: still aside
+    assert _read(run / "eval_results.json") == {"eval_loss": 9.0}
+    assert _read(run / "all_results.json") == {"train_loss": 0.5, "only_a": 7.0, "eval_loss": 9.0}
+    (aside,) = (run / "previous").glob("results-*")
+    assert sorted(p.name for p in aside.iterdir() if not p.name.startswith(".")) == \
+        ["all_results.json", "eval_results.json"]
+    assert _read(aside / "eval_results.json") == {"eval_loss": 1.0}
+    second.save_metrics("test", {"test_loss": 2.0})  # the run's files are its own: nothing more moves
+    assert _read(run / "all_results.json") == {"train_loss": 0.5, "only_a": 7.0, "eval_loss": 9.0, "test_loss": 2.0}
+    assert len(list((run / "previous").glob("results-*"))) == 1
 
 
 def test_a_save_into_the_output_dir_of_a_running_run_is_refused(tiny_model_dir, tmp_path):

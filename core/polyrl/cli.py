@@ -707,6 +707,7 @@ def _finish_wandb() -> Any:
     teardown = getattr(module, "teardown", None)
     if not callable(teardown):
         return None
+    _one_wandb_teardown()
 
     def run() -> None:
         with contextlib.suppress(BaseException):  # W&B's own failure: nothing to add at exit
@@ -715,6 +716,38 @@ def _finish_wandb() -> Any:
     thread = threading.Thread(target=run, name="polyrl-exit-wandb", daemon=True)
     thread.start()
     return thread
+
+
+def _one_wandb_teardown() -> None:
+    """Make W&B's service teardown run once, every other call waiting for it and answering as it
+    did. Why: W&B 0.28's atexit hook calls ``ServiceConnection.teardown`` directly, beside
+    ``wandb.teardown()`` on ``_finish_wandb``'s thread; the method checks a flag and sets it
+    without a lock and raises "Already torn down." to the later caller. Overlapping, the atexit
+    hook printed that AssertionError's traceback as the program left, or the thread ended at once
+    while the hook's teardown still ran, so the exit took W&B as finished (no warning) and could
+    cut its last records off; both past the flag check would publish the teardown and close the
+    connection twice."""
+    import threading
+
+    connection = sys.modules.get("wandb.sdk.lib.service.service_connection")
+    cls = getattr(connection, "ServiceConnection", None)
+    original = getattr(cls, "teardown", None)
+    if cls is None or not callable(original) or getattr(original, "_polyrl_once", False):
+        return
+    lock = threading.Lock()
+    answers: dict[int, Any] = {}  # id(connection) -> what its teardown returned
+
+    def teardown(self: Any, exit_code: int) -> Any:
+        with lock:  # a second caller waits here until the first has torn the connection down
+            if id(self) in answers:
+                return answers[id(self)]
+            if getattr(self, "_torn_down", False):  # torn down before the exit (a run's own teardown)
+                return None
+            answers[id(self)] = answer = original(self, exit_code)
+            return answer
+
+    teardown._polyrl_once = True  # type: ignore[attr-defined]
+    cls.teardown = teardown
 
 
 def _main(argv: list[str] | None) -> int:

@@ -216,8 +216,11 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "before": "evaluate before the first step (false: TRL's `eval_on_start = False`); after training always",
         "loss": "also the run's loss on the sampled completions (`eval/loss`, TRL's `eval_loss`; `eval/kl` with "
                 "`beta > 0`; TRL's clip ratios, `eval/clip_ratio/*`, 0 at ratio 1; needs `reward = \"run\"`), as an update would compute it before changing the weights (advantages within each "
-                "eval group, ratio 1): one more forward pass (two with `beta > 0`); not computed where the loss "
-                "needs token entropies (`entropy_coef`, `top_entropy_quantile < 1`) or holds a MoE model's router term "
+                "eval group, ratio 1): one more forward pass (two with `beta > 0`, one more with `entropy_coef`); with "
+                "`entropy_coef > 0` also `eval/policy_loss` (the loss without the bonus, TRL's `eval_policy_loss`) and, "
+                "where the train backend gives token entropies (torch, MLX), `eval/entropy` (TRL's `eval_entropy`), "
+                "`eval/loss` being left out on one that does not; not computed where the loss "
+                "selects tokens by entropy (`top_entropy_quantile < 1`) or holds a MoE model's router term "
                 "(`algorithm.router_aux_loss_coef` not 0: a warning)",
         "loss_batch": "completions per batch of that loss (whole groups); each batch's advantages are its own (with "
                       "`scale_rewards = \"batch\"` its std), and the batches' losses are averaged with their sizes "

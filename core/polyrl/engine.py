@@ -211,6 +211,30 @@ class Engine:
             result.append(lp)
         return result
 
+    def entropies(self, sequences: Sequence[TokenSequence], temperature: float = 1.0) -> list[np.ndarray] | None:
+        """Each completion position's policy entropy (``hookspecs.entropies``); None when the
+        backend does not give them."""
+        out = self._call("entropies", sequences=list(sequences), temperature=temperature)
+        if out is None:
+            return None
+        if not isinstance(out, (list, tuple)) or len(out) != len(sequences):
+            raise self._fail("entropies", f"returned {_describe(out)}, expected {len(sequences)} float arrays")
+        result = []
+        for i, (seq, given) in enumerate(zip(sequences, out)):
+            try:
+                ent = np.asarray(given, dtype=np.float32)
+            except (TypeError, ValueError, RuntimeError):
+                raise self._fail("entropies", f"array {i} is {_describe(given)}, expected floats") from None
+            if ent.shape != (len(seq.completion_ids),):
+                raise self._fail("entropies", f"array {i} has shape {ent.shape}, expected "
+                                              f"({len(seq.completion_ids)},): one entropy per completion token")
+            # a float32 entropy of a near-certain token can come out a rounding below 0
+            if not np.isfinite(ent).all() or (ent < -1e-3).any():
+                raise self._fail("entropies", f"array {i} holds {ent[~np.isfinite(ent) | (ent < -1e-3)][0]}, "
+                                              "expected finite entropies >= 0")
+            result.append(np.maximum(ent, 0.0))
+        return result
+
     def train_step(self, batch: TrainBatch, objective: Objective) -> StepMetrics:
         out = self._call("train_step", batch=batch, objective=objective)
         if out is None:

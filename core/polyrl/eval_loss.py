@@ -10,8 +10,10 @@ TRL's ``per_token_logps.detach()``), the KL term against the reference when ``be
 run's aggregation within each eval batch of ``eval.loss_batch`` completions (TRL's
 ``per_device_eval_batch_size`` x processes; 0: the whole set), whose losses are averaged as
 transformers' evaluation loop averages them. It needs the trainer's token
-entropies where the loss does (``entropy_coef``, ``top_entropy_quantile < 1``), which no backend's
-``logprobs`` returns: there it is not computed (``needs_entropies``); nor where the loss holds a
+entropies where the loss does: with ``top_entropy_quantile < 1`` it is not computed
+(``selects_by_entropy``); with an entropy bonus (``entropy_coef``) ``eval/policy_loss`` (the loss
+without it, as a training step logs) stands in for it, and a backend that gives token entropies
+(``hookspecs.entropies``) adds ``eval/entropy`` and ``eval/loss`` with the bonus; nor where the loss holds a
 Mixture-of-Experts model's router load-balancing term (TRL's eval loss adds it too), whose router
 logits no ``logprobs`` returns either (``needs_router_loss``).
 
@@ -22,7 +24,9 @@ every backend's train step is tested against), so every rank computes the same n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import attrs
 import numpy as np
 
 from polyrl.algorithms import reference
@@ -32,12 +36,14 @@ from polyrl.backend_kit.router_aux import check_declared, is_moe, own_coef
 from polyrl.model_config import config_tables
 
 #: polyrl's eval metric -> TRL's ``log_history`` name (``polyrl.step_metrics.trl_eval_names``)
-TRL_NAMES = {"eval/loss": "eval_loss", "eval/kl": "eval_kl"}
+TRL_NAMES = {"eval/loss": "eval_loss", "eval/kl": "eval_kl", "eval/policy_loss": "eval_policy_loss",
+             "eval/entropy": "eval_entropy"}
 
 
-def needs_entropies(algo: AlgorithmConfig, max_completion_tokens: int | None) -> bool:
-    """Whether the run's loss reads token entropies (then the eval loss is not computed)."""
-    return algo.objective(max_completion_tokens).needs_entropy
+def selects_by_entropy(algo: AlgorithmConfig, max_completion_tokens: int | None) -> bool:
+    """Whether the run's policy term keeps only its high-entropy tokens (``top_entropy_quantile`` <
+    1): then no eval loss is computed (an entropy bonus alone leaves ``eval/policy_loss``)."""
+    return algo.objective(max_completion_tokens).top_entropy_quantile < 1.0
 
 
 def needs_router_loss(algo: AlgorithmConfig, model_path: str | None) -> bool:
@@ -95,7 +101,7 @@ def divisors(counted: np.ndarray, untruncated: np.ndarray, tokens: Sequence[int]
 def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: Sequence[np.ndarray],
             advantages: Sequence[float], ref_logprobs: Sequence[np.ndarray] | None,
             masks: Sequence[np.ndarray | None], batch_of: Sequence[int], batch_sizes: Sequence[int],
-            counts: Sequence[tuple[int, int]]) -> dict[str, float]:
+            counts: Sequence[tuple[int, int]], entropies: Sequence[np.ndarray] | None = None) -> dict[str, float]:
     """``eval/loss`` and, with the KL term in the loss, ``eval/kl`` for the kept completions'
     policy log-probs ``logprobs``, as TRL's evaluation loop reports them: each eval batch's loss
     (``batch_of``: the kept completions' batch; ``batch_sizes``: every batch's completions, kept or
@@ -103,25 +109,45 @@ def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: 
     repeats a batch's loss once per sample), each batch's token-mean KL averaged as equals (TRL's
     per-batch metric list). A batch whose rows were all cut or unscored weighs in at 0, as in TRL;
     one with no group kept (every group flat under dynamic sampling) is left out; none at all: NaN.
-    Also TRL's eval clip ratios (``ratio_one_metrics``), which its ``evaluate()`` returns."""
+    Also TRL's eval clip ratios (``ratio_one_metrics``), which its ``evaluate()`` returns.
+
+    With an entropy bonus (``entropy_coef`` > 0), as a training step logs it: ``eval/policy_loss``,
+    the loss without the bonus (TRL's ``policy_loss``), and given the kept completions' token
+    ``entropies`` (``hookspecs.entropies``) ``eval/entropy``, their token mean, and ``eval/loss``
+    with the bonus; without them no ``eval/loss`` (the bonus is unknown), each batch's value
+    averaged as equals (TRL's per-batch metric lists)."""
     objective = algo.objective(max_completion_tokens)
+    bonus = objective.entropy_coef > 0
+    plain = attrs.evolve(objective, entropy_coef=0.0)
     any_mask = any(m is not None for m in masks)
-    losses, kls, weights = [], [], []
+    losses, plains, kls, ents, weights = [], [], [], [], []
     for b, (sequences, tokens) in enumerate(counts):
         if not sequences:
             continue
         members = [i for i, x in enumerate(batch_of) if x == b]
-        loss, parts = reference.policy_loss(
-            [np.asarray(logprobs[i], np.float64) for i in members], [advantages[i] for i in members], objective,
+        inputs: dict[str, Any] = dict(
+            logprobs=[np.asarray(logprobs[i], np.float64) for i in members], advantages=[advantages[i] for i in members],
             ref_logprobs=None if ref_logprobs is None else [np.asarray(ref_logprobs[i], np.float64) for i in members],
             masks=[_mask(masks[i], len(logprobs[i])) for i in members] if any_mask else None,
-            num_sequences=sequences, num_tokens=tokens) if members else (0.0, {"kl": 0.0})
+            num_sequences=sequences, num_tokens=tokens)
+        loss, parts = reference.policy_loss(objective=plain, **inputs) if members else (0.0, {"kl": 0.0})
+        plains.append(float(loss))
+        if bonus and entropies is not None:
+            loss, parts = reference.policy_loss(
+                objective=objective, entropies=[np.asarray(entropies[i], np.float64) for i in members],
+                **inputs) if members else (0.0, {"kl": 0.0, "entropy": 0.0})
+            ents.append(float(parts["entropy"]))
         losses.append(float(loss))
         kls.append(parts["kl"])
         weights.append(batch_sizes[b])
+    unknown = bonus and entropies is None  # the bonus's value: no eval/loss
     if not losses:
-        return {"eval/loss": float("nan")}
-    out = {"eval/loss": float(np.average(losses, weights=weights))}
+        return {"eval/policy_loss" if unknown else "eval/loss": float("nan")}
+    out = {} if unknown else {"eval/loss": float(np.average(losses, weights=weights))}
+    if bonus:
+        out["eval/policy_loss"] = float(np.mean(plains))
+    if ents:
+        out["eval/entropy"] = float(np.mean(ents))
     if ref_logprobs is not None:
         out["eval/kl"] = float(np.mean(kls))
     out.update(ratio_one_metrics(objective, all(tokens > 0 for sequences, tokens in counts if sequences)))

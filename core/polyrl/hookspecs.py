@@ -403,6 +403,17 @@ def logprobs(
 
 
 @hookspec(firstresult=True)
+def entropies(engine: Any, sequences: Sequence[TokenSequence], temperature: float) -> list[np.ndarray] | None:
+    """Optional: the entropy (nats) of the current policy's next-token distribution at each
+    completion position, at ``temperature``, one float32 array per sequence: what ``train_step``'s
+    ``entropy`` metric averages. Why: the eval loss with an entropy bonus needs them
+    (``eval/entropy``, and ``eval/loss`` with the bonus); a backend without this hook (None) gets
+    ``eval/policy_loss`` alone there. Each array holds one finite value >= 0 per completion token,
+    checked on every call.
+    """
+
+
+@hookspec(firstresult=True)
 def train_step(engine: Any, batch: TrainBatch, objective: Objective) -> StepMetrics | None:
     """Take one optimizer step on ``batch`` under ``objective``; return its metrics.
 

@@ -196,7 +196,8 @@ TRL_EVAL_ALIASES = {"eval/sampled_reward_mean": "eval_reward", "eval/sampled_rew
                         ("terminated_len_min", "completions/min_terminated_length"),
                         ("terminated_len_max", "completions/max_terminated_length"),
                         ("frac_reward_zero_std", "frac_reward_zero_std"))},
-                    "eval/kl": "eval_kl", **{f"eval/{key}": f"eval_{key}" for key in (
+                    "eval/kl": "eval_kl", "eval/policy_loss": "eval_policy_loss", "eval/entropy": "eval_entropy",
+                    **{f"eval/{key}": f"eval_{key}" for key in (
                         "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min",
                         "clip_ratio/high_max", "cispo_clip_ratio")}}
 

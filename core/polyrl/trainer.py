@@ -852,15 +852,17 @@ class Trainer:
                 metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
             elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
                 metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
-            # TRL's forward over such a batch gives its entropy: the idle updates run over it then
-            covered = untruncated if self._nothing_scored and not kl_in_loss else None
+            # TRL's forward over such a batch gives its entropy: the idle updates run over it then,
+            # less the episodes no term trains (an environment error's tokens are no trained tokens)
+            in_loss = untruncated if barred is None else untruncated & ~barred[mine]
+            covered = in_loss if self._nothing_scored and not kl_in_loss else None
             # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss,
-            # over its batch's rows (every one cut here, its prompt alone; none where dynamic sampling
-            # dropped every group: those rows are out of the step's batch), split into updates and
-            # micro-batches as a trained step's rows, on every rank when any rank has one
-            in_batch = group_kept & ~barred if barred is not None else group_kept
-            parts = self._router_parts(completions, in_batch, group_kept, untruncated,
-                                       [len(part[0]) for part in everyone]) if router_on and in_batch.any() else None
+            # over its batch's rows (``group_kept``: barred rows are out of it; every row cut here, its
+            # prompt alone; none where dynamic sampling dropped every group: those rows are out of the
+            # step's batch), split into updates and micro-batches as a trained step's rows, on every
+            # rank when any rank has one
+            parts = self._router_parts(completions, group_kept, group_kept, untruncated,
+                                       [len(part[0]) for part in everyone]) if router_on and group_kept.any() else None
             t0 = time.perf_counter()
             idle = self._idle_updates(completions, algo.updates_per_step, covered, parts, algo.router_aux_loss_coef,
                                       algo.num_iterations)
@@ -1255,7 +1257,7 @@ class Trainer:
         collective ``logprobs`` call (a sharded backend), and each rank computes the same numbers
         from the gathered completions."""
         c, algo = self.config, self.config.algorithm
-        if eval_loss.needs_entropies(algo, self._max_completion_tokens):
+        if eval_loss.selects_by_entropy(algo, self._max_completion_tokens):
             return {}
         # TRL's eval_loss holds it: not a loss without it. The folder the model loaded from: model.path
         # may be an alias or a Hub id, whose config.json is not at that name
@@ -1291,14 +1293,19 @@ class Trainer:
         policy = self.train_engine.logprobs(kept_seqs, temperature) if kept_seqs or self.world_size > 1 else []
         kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
         ref = self._ref_logprobs(kept_seqs, temperature) if kl_in_loss and kept_seqs else []
+        # the entropy bonus's token entropies, where the backend gives them (every rank asks: a
+        # sharded backend's forward is collective)
+        ents = self.train_engine.entropies(kept_seqs, temperature) if algo.entropy_coef > 0 else None
         share = (list(policy or []), list(ref), [float(a) for a in advantages[offset + idx]],
-                 [s.mask for s in kept_seqs], [int(b) for b in batch_of[offset + idx]])
+                 [s.mask for s in kept_seqs], [int(b) for b in batch_of[offset + idx]], ents)
         gathered = self.train_engine.all_gather(share, self.world_size) if self.world_size > 1 else [share]
+        known = all(g[5] is not None for g in gathered)
         return eval_loss.metrics(algo, self._max_completion_tokens, [x for g in gathered for x in g[0]],
                                  [a for g in gathered for a in g[2]],
                                  [x for g in gathered for x in g[1]] if kl_in_loss else None,
                                  [m for g in gathered for m in g[3]], [b for g in gathered for b in g[4]],
-                                 np.bincount(batch_of).tolist(), counts)
+                                 np.bincount(batch_of).tolist(), counts,
+                                 [x for g in gathered for x in g[5] or ()] if known else None)
 
     def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
                    phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray,
@@ -1498,6 +1505,7 @@ class Trainer:
             self._start_over()
             return False
         found, state = point
+        earlier = trl_saves.run_key(self.output_dir)  # before newer checkpoints move: the run resumed
         self.train_engine.load_checkpoint(str(found / ckpt.MODEL_DIR), str(found / ckpt.ENGINE_STATE_DIR),
                                           weights_only=weights_only)
         if not weights_only:
@@ -1517,6 +1525,9 @@ class Trainer:
         else:
             _restore_rng_states(state)
         self._set_aside_newer_checkpoints()
+        if self.rank == 0:  # a TRL trainer's saves before train() moved this run's results aside: back
+            trl_saves.rejoin_resumed(self.output_dir, self.displaced_results, earlier)
+            trl_saves.drop_own_copies(self.output_dir, self.own_run_files)
         self.history = self._rewind_metrics()
         self.num_tokens = self._resumed_num_tokens(state.get("num_tokens"))
         self.updates_applied = 0 if weights_only else self._resumed_updates(state.get("updates_applied"))
@@ -1635,8 +1646,9 @@ class Trainer:
         run's own, so ``prune`` deleted each checkpoint this run wrote and a later ``--resume``
         (the command a stop prints) went back to the abandoned run. They are moved into
         ``previous/<UTC time>/checkpoints/``, nothing deleted; a copy of the run's JSON-lines logs
-        goes beside them first, since the rewind that follows drops the abandoned steps' lines
-        (the curves and completions of the run those checkpoints belong to)."""
+        and ``run_plan.json`` goes beside them first, since the rewind that follows drops the
+        abandoned steps' lines (the curves and completions of the run those checkpoints belong
+        to) and this run's start rewrites the plan (how that run ended, for ``polyrl report``)."""
         if self.rank != 0 or not self.checkpoint_root.is_dir():
             return
         resumed = ckpt.checkpoint_dir(self.checkpoint_root, self.step).name
@@ -1646,7 +1658,7 @@ class Trainer:
             return
         aside = previous_runs.new_aside_dir(self.output_dir / previous_runs.PREVIOUS_DIR)
         logs = [self.output_dir / metrics_file.FILE_NAME, self.output_dir / evaluation.COMPLETIONS_FILE,
-                self.tracking.completions_path]
+                self.tracking.completions_path, self.output_dir / run_plan.FILE_NAME]  # how that run ended
         try:  # before anything moves: a copy that fails leaves the resume to be tried again as it was
             for log_file in logs:
                 if log_file.is_file() and not log_file.is_symlink():
@@ -1691,6 +1703,9 @@ class Trainer:
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
                                   self.output_dir / evaluation.COMPLETIONS_FILE, self.tracking.completions_path,
+                                  # how it ended (run_plan): left here, this run's start overwrote it, and a
+                                  # report of the run set aside fell back to its checkpoint's steps alone
+                                  self.output_dir / run_plan.FILE_NAME,
                                   # its curves: left here, this run's session start hid them in TensorBoard
                                   self.output_dir / TENSORBOARD_DIR, *results],
                 keep=keep)
@@ -1698,6 +1713,7 @@ class Trainer:
         elif results:  # a trainer that saved results but never trained: no run to count, but not ours
             previous_runs.set_aside_results(self.output_dir, results)
         trl_saves.restore_own(self.output_dir, self.own_run_files)
+        trl_saves.drop_own_copies(self.output_dir, self.own_run_files)
         self._prune_pending, self._set_aside = keep == 0, aside
         self.step = self.num_tokens = self.updates_applied = 0
         self.history = self._rewind_metrics()

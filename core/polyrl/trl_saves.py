@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -217,6 +218,66 @@ def rejoin(aside: Path, displaced: Sequence[tuple[Path, RunKey]], run: RunKey) -
                  moved_from=str(folder), moved_to=str(aside))
 
 
+def rejoin_resumed(output_dir: Path, displaced: Sequence[tuple[Path, RunKey]], run: RunKey) -> None:
+    """A resume of the run (``run``, as it was before the resume) whose results a trainer's save
+    before ``train()`` moved out (``set_aside_others``): they come back into ``output_dir``, where
+    that run goes on, as a fresh start puts them back with their run in ``previous/`` (``rejoin``).
+    Why: they stayed in ``previous/results-<time>/``, apart from the run they belong to. A file
+    the trainer saved itself there stays its own (it replaced the earlier one, as transformers'
+    save into the run would have): ``all_results.json`` gets the earlier keys it lacks (as
+    save_metrics merges), and what it replaced stays aside; an emptied folder is removed."""
+    for folder, key in displaced:
+        if key != run or not any(run) or not folder.is_dir():
+            continue
+        try:
+            for entry in sorted(folder.iterdir()):
+                dest = output_dir / entry.name
+                if entry.name == RESULTS_RECORD or entry.is_symlink():
+                    continue
+                if not (dest.exists() or dest.is_symlink()):
+                    entry.replace(dest)
+                    record_results(output_dir, entry.name)
+                elif entry.name == "all_results.json":
+                    earlier, mine = _content(entry), _content(dest)
+                    if isinstance(earlier, dict) and isinstance(mine, dict):
+                        from polyrl import strict_json
+
+                        strict_json.rewrite_lines(dest, [json.dumps({**earlier, **mine}, indent=4, sort_keys=True)])
+                        if all(k not in mine or _same(mine[k], v) for k, v in earlier.items()):
+                            entry.unlink()  # nothing of it is lost: every key is in the run's file
+            if [p.name for p in folder.iterdir()] in ([], [RESULTS_RECORD]):
+                (folder / RESULTS_RECORD).unlink(missing_ok=True)
+                folder.rmdir()
+        except OSError as exc:
+            log.warning("results moved aside before this resumed run could not all come back into its output_dir; "
+                        "the rest stay where they are", path=str(folder), error=str(exc))
+            continue
+        log.info("an earlier save's results moved aside are back with the run this resume continues",
+                 moved_from=str(folder))
+
+
+def drop_own_copies(output_dir: Path, own: Mapping[str, Any]) -> None:
+    """Remove each ``previous/results-<time>/`` that holds nothing but copies of this trainer's
+    own saves (``own``: name -> content) that ``output_dir`` holds as they are (``restore_own``
+    put them back). Why: another trainer's save had moved them there, and the copy stayed beside
+    the restored files, one more set of results in previous/ that no run owns. A copy of a file
+    the output_dir no longer holds so stays: it is the only one."""
+    root = output_dir / PREVIOUS_DIR
+    if not own or not root.is_dir():
+        return
+    for folder in sorted(root.glob(previous_runs.RESULTS_PREFIX + "*")):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        entries = [p for p in folder.iterdir() if p.name != RESULTS_RECORD]
+        if entries and all(p.name in own and p.is_file() and not p.is_symlink() and _same(_content(p), own[p.name])
+                           and _same(_content(output_dir / p.name), own[p.name]) for p in entries):
+            try:
+                shutil.rmtree(folder)
+            except OSError as exc:
+                log.warning("a copy of this trainer's own results in previous/ could not be removed",
+                            path=str(folder), error=str(exc))
+
+
 def set_aside_others(folder: Path, own: Mapping[str, Any]) -> Path | None:
     """Before a trainer's ``save_metrics()``/``save_state()`` writes into the output_dir
     ``folder``: move the run files there that are not its own (``own``: what it saved itself, or
@@ -232,6 +293,7 @@ def set_aside_others(folder: Path, own: Mapping[str, Any]) -> Path | None:
                                     "save_state) were in the output_dir a trainer saves into; they were moved "
                                     "aside whole, not overwritten or merged into this trainer's")
     restore_own(folder, own)
+    drop_own_copies(folder, own)  # an earlier save of another trainer moved them aside: back here now
     return aside
 
 
@@ -300,6 +362,6 @@ def run_folder(folder: Path, identity: Identity, asked: str) -> Path:
     return found
 
 
-__all__ = ["RESULTS_RECORD", "RUN_FILES", "Identity", "check_still_ours", "claim", "leftover_run_files", "model_identity",
-           "older_splits", "record_results", "recorded_results", "rejoin", "restore_own", "run_folder", "run_key",
-           "run_results", "set_aside_others", "trained_model"]
+__all__ = ["RESULTS_RECORD", "RUN_FILES", "Identity", "check_still_ours", "claim", "drop_own_copies", "leftover_run_files",
+           "model_identity", "older_splits", "record_results", "recorded_results", "rejoin", "rejoin_resumed",
+           "restore_own", "run_folder", "run_key", "run_results", "set_aside_others", "trained_model"]

@@ -522,16 +522,17 @@ class AlgorithmConfig:
         """Which completions a loss trains on and with what advantage, one rule for the training
         step and the eval loss so the two cannot drift: ``(keep, advantages, group_kept)``.
         ``keep`` is the groups dynamic sampling keeps (``group_kept``, which the loss divisors count
-        whole as TRL's batch does), less the completions cut under ``mask_truncated_completions``
-        (``untruncated``) and the unscored ones, except that with the KL term or an entropy bonus in
-        the loss a completion no reward scored (``scores`` NaN) stays at advantage 0 for those
-        terms, as in TRL (its unscored rows, multi-turn ones too, stay in the loss, their advantage
-        0). ``barred`` (per sample, None: none) marks the rows no term trains: episodes that ended
-        in an environment error or hold nothing to train (``step_gather.out_of_loss``; TRL's run
-        stops there). ``router``: the loss holds a MoE model's router term, which TRL takes over
-        every row of its batch, an unscored one's prompt and completion too, so such a row stays
-        in as for the KL term. ``per_reward`` (samples x rewards): GDPO's matrix, else None. An
-        advantage past float64's range comes back inf, for the caller to refuse."""
+        whole as TRL's batch does, less the ``barred`` rows), less the completions cut under
+        ``mask_truncated_completions`` (``untruncated``) and the unscored ones, except that with the
+        KL term or an entropy bonus in the loss a completion no reward scored (``scores`` NaN) stays
+        at advantage 0 for those terms, as in TRL (its unscored rows, multi-turn ones too, stay in
+        the loss, their advantage 0). ``barred`` (per sample, None: none) marks the rows no term
+        trains: episodes that ended in an environment error or hold nothing to train
+        (``step_gather.out_of_loss``; TRL's run stops there), so no divisor counts them either
+        (their tokens are no trained tokens). ``router``: the loss holds a MoE model's router term,
+        which TRL takes over every row of its batch, an unscored one's prompt and completion too, so
+        such a row stays in as for the KL term. ``per_reward`` (samples x rewards): GDPO's matrix,
+        else None. An advantage past float64's range comes back inf, for the caller to refuse."""
         with np.errstate(over="ignore"):
             if per_reward is not None:
                 group_kept = self.decoupled_keep_mask(per_reward, weights, group_size)
@@ -541,9 +542,9 @@ class AlgorithmConfig:
                 advantages = self.advantages(shaped, group_size)
         other_terms = (self.beta > 0 and not self.kl_in_reward) or self.entropy_coef > 0 or router
         kl_only = np.isnan(scores) & other_terms
+        if barred is not None:  # not in TRL's batch either (its run stops): no divisor counts them
+            group_kept = group_kept & ~np.asarray(barred, dtype=bool)
         keep = group_kept & (np.isfinite(shaped) | kl_only) & untruncated
-        if barred is not None:
-            keep &= ~np.asarray(barred, dtype=bool)
         return keep, advantages, group_kept
 
     def untruncated_mask(self, finish_reasons: list[str]) -> np.ndarray:

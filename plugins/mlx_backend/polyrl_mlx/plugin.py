@@ -174,6 +174,13 @@ def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, referenc
 
 
 @hookimpl
+def entropies(engine: Any, sequences: Sequence[Any], temperature: float) -> list | None:
+    from polyrl_mlx.scoring import entropies as run
+
+    return run(engine, sequences, temperature)
+
+
+@hookimpl
 def train_step(engine: Any, batch: Any, objective: Any) -> Any:
     from polyrl_mlx.training import train_step as run
 

@@ -263,4 +263,17 @@ def logprobs(engine: MLXEngine, sequences: Sequence[TokenSequence], temperature:
         return in_length_batches(sequences, engine.options.score_batch_tokens, score)
 
 
-__all__ = ["adapters_disabled", "flat_logprobs", "layout", "logprobs"]
+def entropies(engine: MLXEngine, sequences: Sequence[TokenSequence], temperature: float) -> list[np.ndarray]:
+    """The ``entropies`` hook: the current policy's, from the forward ``train_step``'s metric uses."""
+    temperature = float(temperature) or 1.0
+
+    def score(batch: list[TokenSequence]) -> list[np.ndarray]:
+        found: list[mx.array] = []
+        _, lengths = flat_logprobs(engine, batch, temperature, entropy=found)
+        return np.split(np.array(found[0], dtype=np.float32), np.cumsum(lengths)[:-1])
+
+    with mx.stream(engine.device):
+        return in_length_batches(sequences, engine.options.score_batch_tokens, score)
+
+
+__all__ = ["adapters_disabled", "entropies", "flat_logprobs", "layout", "logprobs"]

@@ -247,6 +247,14 @@ def logprobs(engine: Any, sequences: Sequence[Any], temperature: float, referenc
 
 
 @hookimpl
+def entropies(engine: Any, sequences: Sequence[Any], temperature: float) -> list | None:
+    from polyrl_torch.scoring import entropies as run
+
+    with _fsdp_bounded(engine, "entropies"):
+        return run(engine, sequences, temperature)
+
+
+@hookimpl
 def train_step(engine: Any, batch: Any, objective: Any) -> Any:
     from polyrl_torch.training import train_step as run
 

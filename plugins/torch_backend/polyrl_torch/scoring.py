@@ -20,7 +20,7 @@ when some rows stopped early, one right-padded call would spend its time on padd
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -300,6 +300,24 @@ def logprobs(engine: TorchEngine, sequences: Sequence[TokenSequence], temperatur
     def score(batch: list[TokenSequence]) -> list[np.ndarray]:
         return [lp.cpu().numpy().astype(np.float32, copy=False) for lp in token_logprobs(engine, batch, temperature)]
 
+    return _scored(engine, sequences, reference, score)
+
+
+def entropies(engine: TorchEngine, sequences: Sequence[TokenSequence], temperature: float) -> list[np.ndarray]:
+    """The ``entropies`` hook: the current policy's, from the forward ``train_step``'s metric uses."""
+    temperature = float(temperature) or 1.0
+
+    def score(batch: list[TokenSequence]) -> list[np.ndarray]:
+        return [e.float().cpu().numpy().astype(np.float32, copy=False)
+                for e in token_logprobs_with_entropy(engine, batch, temperature)[1]]
+
+    return _scored(engine, sequences, False, score)
+
+
+def _scored(engine: TorchEngine, sequences: Sequence[TokenSequence], reference: bool,
+            score: Callable[[list[TokenSequence]], list[np.ndarray]]) -> list[np.ndarray]:
+    """``score`` over ``sequences`` in length batches, in eval mode without gradients (the base
+    with adapters disabled for ``reference``, else the merged adapters)."""
     was_training = engine.model.training
     engine.model.eval()
     try:
