@@ -192,7 +192,8 @@ def _fsync_tree(path: Path, durable: frozenset[str] = frozenset()) -> None:
         for name in files:
             if str(Path(root, name).relative_to(path)) in durable:
                 continue
-            with open(os.path.join(root, name), "rb+") as fh:
+            # read-only: a kept reference is a hard link of the user's model, perhaps mode 0444
+            with open(os.path.join(root, name), "rb") as fh:
                 os.fsync(fh.fileno())
         _fsync_dir(Path(root))
 

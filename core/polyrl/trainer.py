@@ -276,6 +276,8 @@ class Trainer:
         #: the checkpoint whose copies stand in for start folders that are gone (``kept_inputs``): the
         #: one a resume reads, set as it is chosen, then each checkpoint this run writes
         self._kept_from: Path | None = None
+        #: the reference folders ``kept_inputs`` could not keep, said once a run
+        self._unkept_warned: set[Path] = set()
         function_plugins = [
             load_function_reward(r.function, name=r.label, isolation=r.isolation) for r in config.rewards if r.function
         ]
@@ -1428,7 +1430,14 @@ class Trainer:
 
         def write_all(model_dir: str, state_dir: str) -> None:
             write(model_dir, state_dir)
-            kept_inputs.save(start, Path(model_dir).parent)
+            for folder in kept_inputs.save(start, Path(model_dir).parent):
+                if folder not in self._unkept_warned:
+                    self._unkept_warned.add(folder)
+                    log.warning("the checkpoints keep no copy of the KL reference: it is on another file system "
+                                "than train.output_dir (a full model is not copied into each checkpoint); a "
+                                "resume needs it unchanged where it is", reference=str(folder),
+                                fix="keep model.reference_path as it is until the run is done, or put it on "
+                                    "output_dir's file system: each checkpoint then hard-links it (no space spent)")
         return write_all
 
     def _write_failed(self, what: str, cause: OSError | str, fix: str | None = None) -> OutputWriteError:
@@ -1535,6 +1544,17 @@ class Trainer:
         changed = [field for field, value in saved.items() if field in now and now[field] != value]
         if not changed:
             return
+        reference = self._start_config().model.reference_path
+        if "model.reference_path" in changed and reference and not Path(reference).exists():
+            # gone, and the checkpoint holds no copy (``kept_inputs``): even a weights-only resume
+            # would fail at the engine load, so it is refused alike, with the ways on
+            raise ConfigError(
+                f"the KL reference {reference} is gone since {found} was written, and the checkpoint holds no "
+                "copy of it (one on another file system than train.output_dir is not copied)",
+                field="model.reference_path",
+                fix=f"put the model back at {reference} as it was, or resume with --resume-weights-only and "
+                    "model.reference_path set to a model that exists (another KL reference), or train into a "
+                    "new output_dir")
         _refuse_unless_weights_only(
             weights_only, "model files changed since the checkpoint", {"fields": changed, "path": str(found)},
             f"the files of {' and '.join(changed)} changed since {found} was written (same path, other contents), "
