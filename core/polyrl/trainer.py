@@ -297,6 +297,9 @@ class Trainer:
         #: who of the run's own code asked it to stop before its last step (an observer, a TRL
         #: callback: ``StepAsk.why``), or None; ``run_plan`` records it as the run's end
         self._stopped_by_code: str | None = None
+        #: who started the run where not ``polyrl train`` (``run_plan.trl_script``: a TRL script),
+        #: recorded for the report's resume advice
+        self.started_by: dict[str, str] | None = None
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
         #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
@@ -1141,7 +1144,7 @@ class Trainer:
         return (f"{steps} steps in a row no reward scored any sample (the reward functions {names} returned "
                 "None for every completion); stopping, the state checkpointed. Fix: make at least one of them "
                 "return a number for each completion (None means no reward: check the dataset columns and "
-                "answer format it reads), then continue with `polyrl train CONFIG --resume`")
+                f"answer format it reads), then continue with {run_plan.resume_command(self.started_by, '`')}")
 
     # --- evaluation ----------------------------------------------------------------------------
 
@@ -1459,8 +1462,8 @@ class Trainer:
             reason, fix = (limited[0], fix or limited[1]) if limited else (_os_reason(cause), fix)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
-            f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with `polyrl train "
-            "CONFIG --resume`")
+            f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with "
+            f"{run_plan.resume_command(self.started_by, '`')}")
 
     def resume(self, path: str | Path | None = None, weights_only: bool = False) -> bool:
         """Restore the newest checkpoint that verifies (or ``path``); False when there is none,
@@ -1875,7 +1878,8 @@ class Trainer:
             self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
         if self.rank == 0:
-            run_plan.write(self.output_dir, self.config.train.steps)  # a report of a killed run reads it
+            # a report of a killed run reads it
+            run_plan.write(self.output_dir, self.config.train.steps, started=self.started_by)
             self._say_where()
         failed = True  # until the run returns: an error finishes the trackers' runs as failed
         if self._resumed and self.step > 0:  # a new tracker run: named apart from the one it continues
@@ -1894,7 +1898,8 @@ class Trainer:
             raise OutOfMemory(exc.what, kept=self._kept_out_of_memory()) from None
         finally:
             if self.rank == 0:  # how the run ended, for polyrl report (a kill leaves it null)
-                run_plan.write(self.output_dir, self.config.train.steps, self._ending(sys.exc_info()[1]))
+                run_plan.write(self.output_dir, self.config.train.steps, self._ending(sys.exc_info()[1]),
+                               started=self.started_by)
             self.tracking.close(failed=failed, stopped=self._stopped_on_request)
             # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
             self.rollouts.close(wait=sys.exc_info()[0] is not StoppedAtOnce)
@@ -1925,7 +1930,7 @@ class Trainer:
         (all of them with train.checkpoint_every = 0), while the message promised a resume."""
         step = self.step
         checkpointed = (f"step {step} is checkpointed in {ckpt.checkpoint_dir(self.checkpoint_root, step)}: "
-                        f"`polyrl train CONFIG --resume` continues with step {step + 1}")
+                        f"{run_plan.resume_command(self.started_by, '`')} continues with step {step + 1}")
         if self._saved_step == step:
             return checkpointed
         if self._updating:
@@ -1950,7 +1955,7 @@ class Trainer:
         last = ckpt.latest_checkpoint(self.checkpoint_root)
         if last is None:
             return "no checkpoint was written, so a run again starts from the start"
-        return f"`polyrl train CONFIG --resume` continues from the last checkpoint, {last}"
+        return f"{run_plan.resume_command(self.started_by, '`')} continues from the last checkpoint, {last}"
 
     def _say_where(self) -> None:
         """One line at the start: where this run writes and how often it checkpoints (nothing said
