@@ -1420,6 +1420,7 @@ class Trainer:
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints,
                    [kept for observer in self.observers if (kept := observer.protected_checkpoint()) is not None])
         log.info("checkpoint saved", path=str(path), step=self.step)
+        self.tracking.saved(path, self.step)  # $HF_MLFLOW_LOG_ARTIFACTS: MLflow logs it, as transformers does
         if self._prune_pending and self.step > 0:  # keep_previous_runs = 0: replaced now
             previous_runs.deferred_prune(self.output_dir, self._set_aside)
             self._prune_pending = False
