@@ -154,7 +154,10 @@ def test_later_checkpoints_do_not_read_the_unchanged_reference_again_and_a_chang
     with open(kept, "r+b") as fh:  # the same file as the reference the run reads, and step 1's
         fh.seek(kept.stat().st_size // 2)
         fh.write(b"\x7f" * 8)
-    assert ckpt.verify(kept.parent.parent) == f"initial_reference/{weights[0].name} does not match its checksum"
+    assert ckpt.verify(kept.parent.parent) == (
+        f"initial_reference/{weights[0].name} does not match its checksum (a hard link of the KL reference, "
+        "model.reference_path: that model's file was changed in place since; put it back as it was, or resume "
+        "with --resume-weights-only to take the new one)")  # before: as if the checkpoint were damaged
     with pytest.raises(ConfigError) as refused:  # as before: both checkpoints hold the altered file
         Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=3)), resume="")
     assert f"step-00000002: initial_reference/{weights[0].name} does not match its checksum" in str(refused.value)
