@@ -5,6 +5,7 @@ the uninterrupted run did; before, it stopped at the engine load (no adapter the
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,85 @@ def test_later_checkpoints_do_not_read_the_unchanged_reference_again_and_a_chang
     with open(kept, "r+b") as fh:  # the same file as the reference the run reads, and step 1's
         fh.seek(kept.stat().st_size // 2)
         fh.write(b"\x7f" * 8)
-    assert ckpt.verify(kept.parent.parent) == f"initial_reference/{weights[0].name} does not match its checksum"
+    assert ckpt.verify(kept.parent.parent) == (
+        f"initial_reference/{weights[0].name} does not match its checksum (a hard link of the KL reference, "
+        "model.reference_path: that model's file was changed in place since; put it back as it was, or resume "
+        "with --resume-weights-only to take the new one)")  # before: as if the checkpoint were damaged
     with pytest.raises(ConfigError) as refused:  # as before: both checkpoints hold the altered file
         Trainer(RunConfig.from_dict(_settings(tiny_model_dir, tmp_path, steps=3)), resume="")
     assert f"step-00000002: initial_reference/{weights[0].name} does not match its checksum" in str(refused.value)
+
+
+def _outside_settings(model_dir: str, root: Path, reference: Path, steps: int) -> dict[str, Any]:
+    """A run under ``root/run`` whose KL reference is a model of the user's outside output_dir."""
+    settings = small_run_settings(model_dir, root, REWARD, "length", steps=steps, prompts_per_step=2,
+                                  train={"checkpoint_every": 1, "output_dir": str(root / "run")},
+                                  algorithm={"beta": 0.5})
+    settings["model"]["reference_path"] = str(reference)
+    return settings
+
+
+def _user_reference(model_dir: str, folder: Path) -> None:
+    """A reference other than the policy (KL > 0 from the first step), read-only as a shared model is."""
+    _start_folders(model_dir, folder.parent / "unused-adapter", folder)
+    for path in folder.iterdir():
+        path.chmod(0o444)
+
+
+def test_a_reference_outside_output_dir_is_linked_and_a_resume_after_it_was_deleted_trains_as_the_run_would(
+        tiny_model_dir, tmp_path):
+    """Before, a reference outside output_dir was not kept: a resume after it was deleted was
+    refused as a changed reference (and ``--resume-weights-only`` failed at the engine load). Each
+    checkpoint now hard-links it (no space spent), leaving the user's files and modes as they were."""
+    from polyrl.trainer import Trainer
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    for root in (whole, cut):
+        root.mkdir()
+        _user_reference(tiny_model_dir, root / "reference")
+    Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, whole, whole / "reference", steps=2))).run()
+
+    Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, cut, cut / "reference", steps=1))).run()
+    weights = cut / "reference" / "model.safetensors"
+    kept = cut / "run" / "checkpoints" / "step-00000001" / "initial_reference" / "model.safetensors"
+    assert kept.stat().st_ino == weights.stat().st_ino  # a link, not a copy
+    assert oct(weights.stat().st_mode & 0o777) == "0o444"  # the user's file keeps its mode
+    shutil.rmtree(cut / "reference")
+    Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, cut, cut / "reference", steps=2)),
+            resume="").run()
+
+    ours, theirs = _weights(cut / "run" / "model"), _weights(whole / "run" / "model")
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    lines = _step_lines(whole / "run")
+    assert len(lines) == 2 and all(json.loads(line)["kl"] > 0 for line in lines), lines  # another model
+    assert _step_lines(cut / "run") == lines
+
+
+def test_a_reference_on_another_file_system_is_not_copied_and_its_loss_is_one_error(tiny_model_dir, tmp_path):
+    """A full model is not copied into every checkpoint: one warning says so, and a resume after
+    the reference was deleted is one error naming model.reference_path and the ways on (before:
+    "changed since ... (same path, other contents)", and "restore the folder as it was")."""
+    from structlog.testing import capture_logs
+
+    from polyrl.errors import ConfigError
+    from polyrl.trainer import Trainer
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs /dev/shm on another file system than the test's folder")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=shm) as elsewhere:
+        reference = Path(elsewhere) / "reference"
+        _user_reference(tiny_model_dir, reference)
+        with capture_logs() as logs:
+            Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, tmp_path, reference, steps=2))).run()
+        said = [e for e in logs if "keep no copy of the KL reference" in e["event"]]
+        assert len(said) == 1 and said[0]["reference"] == str(reference), said  # once, not at each save
+        assert not (tmp_path / "run" / "checkpoints" / "step-00000002" / "initial_reference").exists()
+    with pytest.raises(ConfigError) as err:
+        Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, tmp_path, reference, steps=3)), resume="")
+    assert err.value.field == "model.reference_path"
+    assert f"the KL reference {reference} is gone since" in str(err.value)
+    assert "--resume-weights-only and model.reference_path set to a model that exists" in str(err.value)

@@ -87,6 +87,47 @@ def test_a_trl_scripts_model_id_of_a_pre_quantized_folder_is_refused_before_it_l
         trainer.train()
 
 
+def test_a_pre_quantized_kl_reference_is_one_error_on_model_reference_path_before_any_model_loads(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """Only model.path (train and generate) was checked: a GPTQ folder as model.reference_path (a
+    TRL reference model saved from a quantized checkpoint) passed every startup check and failed as
+    the reference engine loaded it. Now the same error line, on model.reference_path; with beta = 0
+    no reference is loaded, so nothing is refused."""
+    pytest.importorskip("polyrl_torch")
+    import attrs
+
+    from polyrl.trainer import Trainer, check_run
+
+    reference = _quantized_copy(tiny_model_dir, tmp_path / "gptq", {"quant_method": "gptq", "bits": 4})
+    _no_model_loads(monkeypatch)
+    config = _run_config(tiny_model_dir, tmp_path, algorithm={"beta": 0.04})
+    config = attrs.evolve(config, model=attrs.evolve(config.model, reference_path=reference))
+    for start in (check_run, Trainer):
+        with pytest.raises(ConfigError, match="pre-quantized") as err:
+            start(config)
+        assert err.value.field == "model.reference_path" and "gptq 4-bit" in err.value.message
+        assert "cannot score the KL reference over quantized weights" in err.value.message
+        assert "\n" not in err.value.message and "unquantized model" in (err.value.fix or "")
+
+
+def test_a_reference_backend_that_cannot_read_the_quantized_model_path_is_one_error_on_it(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """MLX trains over an AWQ folder (its declared quant_methods) but torch cannot score it: with
+    ``backends.reference = "torch"`` the reference engine failed at its load; now one error on
+    backends.reference at startup."""
+    pytest.importorskip("polyrl_torch")
+    pytest.importorskip("polyrl_mlx")
+    pytest.importorskip("mlx.core")
+    from polyrl.trainer import check_run
+
+    model = _quantized_copy(tiny_model_dir, tmp_path / "awq", {"quant_method": "awq", "bits": 4})
+    _no_model_loads(monkeypatch)
+    with pytest.raises(ConfigError, match="pre-quantized") as err:
+        check_run(_run_config(model, tmp_path, algorithm={"beta": 0.04},
+                              backends={"train": "mlx", "reference": "torch"}))
+    assert err.value.field == "backends.reference" and "backend 'torch' cannot score" in err.value.message
+
+
 # --- 2. LoRA targets the train engine would refuse ------------------------------------------------
 
 

@@ -819,6 +819,78 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, mon
     assert client.list_artifacts(own.run_id) == []
 
 
+def test_a_trl_runs_hf_mlflow_log_artifacts_logs_each_checkpoint_as_transformers_does(tmp_path, monkeypatch,
+                                                                                    tiny_model_dir):
+    """transformers' MLflowCallback.on_save logs each checkpoint (``checkpoint-{global_step}``) with
+    $HF_MLFLOW_LOG_ARTIFACTS=1; polyrl logged only the final model (a startup warning said so). A
+    real TRL run saving at every step: each checkpoint folder's files are in the MLflow file store
+    under checkpoint-N/, byte for byte, beside the final model/."""
+    pytest.importorskip("polyrl_torch")
+    trl = pytest.importorskip("trl")
+    from mlflow.tracking import MlflowClient
+    from transformers import TrainerCallback
+
+    from polyrl.trl import GRPOTrainer
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "1")
+    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    out = tmp_path / "out"
+    args = trl.GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, report_to="mlflow", max_steps=2,
+                          num_generations=2, per_device_train_batch_size=2, max_completion_length=4, disable_tqdm=True)
+
+    class SaveEveryStep(TrainerCallback):  # a checkpoint at step 1 too (save_steps is read for no checkpoint)
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_save = True
+
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                train_dataset=[{"prompt": "What is 1 + 1?"}] * 2, args=args, callbacks=[SaveEveryStep()]).train()
+
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    names = {a.path for a in client.list_artifacts(run.info.run_id)} - {"completions"}  # polyrl's samples
+    assert sorted(names) == ["checkpoint-1", "checkpoint-2", "model"]
+    store = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / "fetched")))
+    for step in (1, 2):
+        saved = out / "checkpoints" / f"step-{step:08d}"
+        files = sorted(p.relative_to(saved) for p in saved.rglob("*") if p.is_file())
+        logged = store / f"checkpoint-{step}"
+        assert sorted(p.relative_to(logged) for p in logged.rglob("*") if p.is_file()) == files
+        assert Path("model/config.json") in files and Path("trainer_state.json") in files
+        assert all((logged / f).read_bytes() == (saved / f).read_bytes() for f in files)
+
+
+def test_a_logged_checkpoint_leaves_out_the_start_folders_it_keeps(tmp_path, monkeypatch):
+    """A checkpoint's kept start folders (``kept_inputs``: the KL reference, a full model hard-linked
+    into every checkpoint, and the initial adapter) are the run's inputs: uploading them with each
+    checkpoint would send a whole model each save. Only without $HF_MLFLOW_LOG_ARTIFACTS nothing is logged."""
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    step = tmp_path / "checkpoints" / "step-00000003"
+    for folder in ("model", "engine_state", "initial_reference", "initial_adapter"):
+        (step / folder).mkdir(parents=True)
+        (step / folder / "weights.bin").write_bytes(folder.encode())
+    (step / "trainer_state.json").write_text("{}")
+    client = MlflowClient(tracking_uri=uri)
+    for value, wanted in (("1", ["checkpoint-6/engine_state", "checkpoint-6/model", "checkpoint-6/trainer_state.json"]),
+                          ("0", [])):
+        monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", value)
+        tracker = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun()))
+        tracker.log_checkpoint(str(step), 6)
+        assert [a.path for a in client.list_artifacts(tracker.run_id, "checkpoint-6")] == wanted
+
+
 def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
     """The README's ``mlflow ui --backend-store-uri output_dir/mlruns`` failed on the store a run
     wrote: MLflow 3 refuses a file store without ``MLFLOW_ALLOW_FILE_STORE=true``, which the tracker

@@ -518,9 +518,61 @@ def test_should_training_stop_ends_the_run_after_that_step_saved_and_exported(ti
     assert [json.loads(line)["step"] for line in lines] == [1]
     from polyrl.report import load_run  # named as stopped by its code, not as a Ctrl-C or a crash
 
-    assert load_run(tmp_path / "run").unfinished == (
+    said = load_run(tmp_path / "run").unfinished
+    assert said.startswith(
         "the run logged 1 of its 3 steps (train.steps): its own code asked it to stop after step 1 (a callback "
-        "set control.should_training_stop); polyrl train CONFIG --resume trains the rest")
+        "set control.should_training_stop); trainer.train(resume_from_checkpoint=True) in the TRL script, run "
+        "again (python "), said  # a TRL run has no config for polyrl train CONFIG --resume
+    assert said.endswith(") trains the rest"), said
+
+
+STOPPED_SCRIPT = """
+import datasets, trl
+from transformers import TrainerCallback
+from polyrl.trl import GRPOTrainer
+
+class StopAfterFirstStep(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step == 1
+
+def short(completions, **kwargs):
+    return [-len(c) / 10 for c in completions]
+
+args = trl.GRPOConfig(output_dir={out!r}, max_steps=3, num_generations=2, per_device_train_batch_size=4,
+                      max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none",
+                      disable_tqdm=True, bf16=False)
+rows = datasets.Dataset.from_list([{{"prompt": f"What is {{i}} + 1?"}} for i in range(4)])
+GRPOTrainer(model={model!r}, reward_funcs=[short], args=args, train_dataset=rows,
+            callbacks=[StopAfterFirstStep()]).train(resume_from_checkpoint={resume})
+"""
+
+
+@pytest.mark.slow
+def test_polyrl_report_tells_a_trl_script_run_to_resume_with_its_script(tiny_model_dir, tmp_path):
+    """``polyrl report`` on a run a TRL script stopped short: before, its advice was ``polyrl train
+    CONFIG --resume``, a config such a run never had; now it names the script and
+    ``train(resume_from_checkpoint=True)``, which (tested) trains the rest."""
+    import subprocess
+    import sys
+
+    out, script = tmp_path / "run", tmp_path / "train_grpo.py"
+
+    def run(*command: str) -> str:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    script.write_text(STOPPED_SCRIPT.format(out=str(out), model=tiny_model_dir, resume=False))
+    run(sys.executable, str(script))
+    report = run(sys.executable, "-m", "polyrl.cli", "report", str(out), "--output", str(tmp_path / "report.png"))
+    assert ("its own code asked it to stop after step 1 (a callback set control.should_training_stop); "
+            "trainer.train(resume_from_checkpoint=True) in the TRL script, run again "
+            f"(python {script}) trains the rest") in report, report
+    assert "polyrl train CONFIG" not in report
+    script.write_text(STOPPED_SCRIPT.format(out=str(out), model=tiny_model_dir, resume=True))  # as advised
+    run(sys.executable, str(script))
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3], steps
 
 
 class SaveAtFirstStep(TrainerCallback):

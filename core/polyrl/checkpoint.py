@@ -192,7 +192,8 @@ def _fsync_tree(path: Path, durable: frozenset[str] = frozenset()) -> None:
         for name in files:
             if str(Path(root, name).relative_to(path)) in durable:
                 continue
-            with open(os.path.join(root, name), "rb+") as fh:
+            # read-only: a kept reference is a hard link of the user's model, perhaps mode 0444
+            with open(os.path.join(root, name), "rb") as fh:
                 os.fsync(fh.fileno())
         _fsync_dir(Path(root))
 
@@ -376,8 +377,17 @@ def verify(path: Path, only: str | None = None) -> str | None:
         if file.stat().st_size != meta["size"]:
             return f"{rel} has {file.stat().st_size} bytes, {meta['size']} were written"
         if sha256(file) != meta["sha256"]:
-            return f"{rel} does not match its checksum"
+            return f"{rel} does not match its checksum{_linked_reference(file, rel)}"
     return None
+
+
+def _linked_reference(file: Path, rel: str) -> str:
+    """What a changed file of a checkpoint's hard link of the KL reference (``kept_inputs``) is:
+    the user's model.reference_path edited in place (the same file), not a damaged checkpoint."""
+    if rel.split("/", 1)[0] != "initial_reference" or file.stat().st_nlink < 2:
+        return ""
+    return (" (a hard link of the KL reference, model.reference_path: that model's file was changed in place "
+            "since; put it back as it was, or resume with --resume-weights-only to take the new one)")
 
 
 def _manifest_files(path: Path) -> tuple[Any, str | None]:

@@ -202,6 +202,24 @@ def _reference_engine(config: RunConfig, registry: Registry, model: str, train: 
     return Engine(registry, c.backends.reference_backend, engine_config(c, "reference", ref_model))
 
 
+def _refuse_prequantized_reference(config: RunConfig, registry: Registry, model: str) -> None:
+    """A pre-quantized KL reference (``model.reference_path``, or model.path under a
+    ``backends.reference`` of its own) refused as model.path is (``polyrl.prequantized``). Why: only
+    the train and generate roles' models were checked, so a GPTQ/AWQ reference failed only as its
+    engine loaded, after every startup check."""
+    c = config
+    if c.algorithm.beta <= 0 or (not c.model.reference_path and c.backends.reference_backend == c.backends.train):
+        return  # no KL term, or the train engine's own model, already checked for that backend
+    backend = c.backends.reference_backend
+    if c.model.reference_path:
+        ref = registry.resolve_model(c.model.reference_path, field="model.reference_path")
+        field, shown = "model.reference_path", c.model.reference_path
+    else:
+        ref, field, shown = model, "backends.reference", c.model.path
+    refuse_prequantized(ref, backend, registry.spec(backend).capabilities.quant_methods,
+                        "score the KL reference", field, shown_as=shown)
+
+
 def check_engines(config: RunConfig, registry: Registry, launched: bool | None = None) -> tuple[str, str]:
     """Everything about the backends and models that can be checked without loading one: names,
     options, the model paths, each role's architecture, dtypes and features. The train and
@@ -232,6 +250,7 @@ def check_engines(config: RunConfig, registry: Registry, launched: bool | None =
     refuse_prequantized(gen_model, c.backends.generate_backend,
                         reg.spec(c.backends.generate_backend).capabilities.quant_methods, "generate", gen_field,
                         shown_as=c.model.path if gen_model == model else None)
+    _refuse_prequantized_reference(c, reg, model)
     reg.check_dtype(c.backends.train, c.model.dtype, "train")
     reg.check_dtype(c.backends.generate_backend, c.model.dtype, "generate")
     check_compute_dtype(c, reg)

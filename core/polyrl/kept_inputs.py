@@ -1,15 +1,19 @@
 """The start folders a checkpoint keeps its own copy of, so a resume does not depend on them.
 
 Why: ``backends.options.initial_adapter`` (a saved peft adapter the LoRA layers start from, e.g.
-a TRL script's ``PeftModel``) and a KL reference saved inside ``train.output_dir`` (a TRL
-``PeftModel``'s ``initial_reference``: base and adapter merged) are read from their folder at
-every start. A resume after that folder was moved or deleted (a temporary folder the script
-made) failed at the engine load, or was refused as a changed reference. Each checkpoint holds
-a copy (the reference hard-linked where it can be, so no space is spent), and a resume of it
-reads the copy of a folder that is gone: the folders the checkpointed run started from. A folder
-still there is read as before (a reference changed in place is refused by
-``Trainer._check_model_files``, or taken with ``--resume-weights-only``). A reference outside
-output_dir is a model of the user's, kept in place like ``model.path``.
+a TRL script's ``PeftModel``) and the KL reference ``model.reference_path`` (a TRL ``PeftModel``'s
+``initial_reference`` inside ``train.output_dir``: base and adapter merged, or a model of the
+user's) are read from their folder at every start. A resume after that folder was moved or
+deleted (a temporary folder the script made) failed at the engine load, or was refused as a
+changed reference. Each checkpoint holds a copy, and a resume of it reads the copy of a folder
+that is gone: the folders the checkpointed run started from. A folder still there is read as
+before (a reference changed in place is refused by ``Trainer._check_model_files``, or taken with
+``--resume-weights-only``).
+
+The reference is hard-linked, so no space is spent. One outside output_dir (a full model of the
+user's, perhaps another file system) is kept only where it links: a full copy per checkpoint
+would cost a model's size each time; where it cannot link, the checkpoint holds none (``save``
+names it) and a resume refuses its reference gone, as it refuses it changed.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def sources(config: Any) -> dict[str, Path]:
     if isinstance(adapter, str) and Path(adapter).is_dir():
         out[ADAPTER] = Path(adapter)
     reference = config.model.reference_path
-    if reference and Path(reference).is_dir() and _inside(Path(reference), Path(config.train.output_dir)):
+    if reference and Path(reference).is_dir():
         out[REFERENCE] = Path(reference)
     return out
 
@@ -52,11 +56,37 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def save(config: Any, checkpoint_dir: str | Path) -> None:
-    """Copy ``sources(config)`` into ``checkpoint_dir`` (the adapter copied, the reference linked)."""
+def _link_tree(source: Path, target: Path) -> bool:
+    """Hard-link every file of ``source`` into ``target`` (a link inside it, as a Hub cache's
+    snapshot holds, is followed to its file; hidden ones are left out, as ``model_files`` leaves
+    them out); False, with ``target`` removed, where one cannot be
+    linked (another file system, links not allowed there)."""
+    try:
+        for folder, folders, files in os.walk(source, followlinks=True):
+            folders[:] = [f for f in folders if not f.startswith(".")]  # a clone's .git, a download cache
+            here = target / Path(folder).relative_to(source)
+            here.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                if not name.startswith("."):
+                    os.link(Path(folder) / name, here / name, follow_symlinks=True)
+    except OSError:
+        shutil.rmtree(target, ignore_errors=True)
+        return False
+    return True
+
+
+def save(config: Any, checkpoint_dir: str | Path) -> list[Path]:
+    """Copy ``sources(config)`` into ``checkpoint_dir`` (the adapter copied, the reference linked);
+    returns the folders not kept: a reference outside output_dir that could not be linked."""
+    unkept: list[Path] = []
     for name, folder in sources(config).items():
-        shutil.copytree(folder, Path(checkpoint_dir) / name,
-                        copy_function=_link_or_copy if name == REFERENCE else shutil.copy2)
+        target = Path(checkpoint_dir) / name
+        if name == REFERENCE and not _inside(folder, Path(config.train.output_dir)):
+            if not _link_tree(folder, target):
+                unkept.append(folder)
+            continue
+        shutil.copytree(folder, target, copy_function=_link_or_copy if name == REFERENCE else shutil.copy2)
+    return unkept
 
 
 def with_copies(config: Any, checkpoint_dir: str | Path) -> Any:

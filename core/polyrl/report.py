@@ -304,7 +304,7 @@ def unfinished(run: Path, last_step: int) -> str | None:
     if planned is None or last_step >= planned:
         return None
     logged = f"the run logged {last_step} of its {planned} steps (train.steps)"
-    resume = "polyrl train CONFIG --resume"
+    resume = run_plan.resume_command(run_plan.started_by(run))
     end = run_plan.ended(run)
     if end == run_plan.NOT_ENDED:  # recorded at the start, no end since: no Python code ran at its end
         return (f"{logged}: it was killed (SIGKILL, the OOM killer, a lost machine), crashed, or is still "

@@ -6,6 +6,10 @@ default ``train.checkpoint_every = 0``, at the end). A run killed before then (S
 killer, a lost node) left ``polyrl report`` drawing its few steps as a whole run. Each start
 (fresh or resumed) rewrites it, so it holds the newest ``train.steps``.
 
+A run a TRL script started records so (``STARTED_KEY``): it resumes with the script's
+``trainer.train(resume_from_checkpoint=True)``, not ``polyrl train CONFIG --resume`` (it has no
+config file), and the report's advice said the latter.
+
 It also says how the run ended (``ENDED_KEY``), written as the run returns or raises: null from
 the start until then, so a run killed (SIGKILL, the OOM killer) or still running keeps null. Why:
 the report named a run stopped by its own code (an observer, a TRL callback setting
@@ -30,6 +34,9 @@ STEPS_KEY = "train.steps"  # as a checkpoint's state records it (``resume_config
 ENDED_KEY = "ended"
 FINISHED, ASKED, SIGNAL, FAILED = "finished", "stopped by its code", "stopped by a signal", "failed"
 ENDINGS = (FINISHED, ASKED, SIGNAL, FAILED)
+#: who started the run, where not ``polyrl train``: {"by": ``TRL``, "script": the script's path or absent}
+STARTED_KEY = "started_by"
+TRL = "trl"
 #: what of a "by" or "error" text is kept (a long error message is the log's to hold)
 _TEXT_CHARS = 300
 
@@ -43,13 +50,32 @@ def ending(how: str, step: int, text: str = "") -> dict[str, Any]:
     return record
 
 
-def write(output_dir: Path, steps: int, ended: dict[str, Any] | None = None) -> None:
-    """Record ``steps`` and how the run ended (``ending``; None while it runs) atomically; a
-    failed write is a warning (the report then cannot say whether a killed run finished), never
-    the end of the run."""
+def trl_script() -> dict[str, str]:
+    """The ``STARTED_KEY`` record of a run a TRL script started, with how the script was run:
+    ``python -m MODULE``, or the ``__main__`` file's path where it is a ``.py`` file (``python
+    train.py``); neither in a notebook or an interactive session."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec, file = getattr(main, "__spec__", None), getattr(main, "__file__", None)
+    found = {"by": TRL}
+    if spec is not None and isinstance(getattr(spec, "name", None), str) and spec.name:
+        found["script"] = f"-m {spec.name.removesuffix('.__main__')}"
+    elif isinstance(file, str) and file.endswith(".py") and Path(file).is_file():
+        found["script"] = str(Path(file).resolve())
+    return found
+
+
+def write(output_dir: Path, steps: int, ended: dict[str, Any] | None = None,
+          started: dict[str, str] | None = None) -> None:
+    """Record ``steps``, how the run ended (``ending``; None while it runs) and who started it
+    (``started``: ``trl_script()``; None for ``polyrl train``) atomically; a failed write is a
+    warning (the report then cannot say whether a killed run finished), never the end of the run."""
+    record: dict[str, Any] = {STEPS_KEY: steps, ENDED_KEY: ended}
+    if started is not None:
+        record[STARTED_KEY] = started
     try:
-        strict_json.rewrite_lines(Path(output_dir) / FILE_NAME,
-                                  [json.dumps({STEPS_KEY: steps, ENDED_KEY: ended})])
+        strict_json.rewrite_lines(Path(output_dir) / FILE_NAME, [json.dumps(record)])
     except OSError as exc:
         get_logger("polyrl.run_plan").warning(
             f"{FILE_NAME} could not be written: polyrl report cannot tell a run killed before its last step "
@@ -92,3 +118,22 @@ def ended(output_dir: Path) -> dict[str, Any] | Literal["not ended"] | None:
             and all(isinstance(record.get(k, ""), str) for k in ("by", "error"))):
         return None
     return record
+
+
+def started_by(output_dir: Path) -> dict[str, str] | None:
+    """Who started the run as ``write`` recorded it (``trl_script``'s record), None for
+    ``polyrl train`` (or nothing readable: the CLI's advice stands)."""
+    record = (_read(output_dir) or {}).get(STARTED_KEY)
+    if not (isinstance(record, dict) and record.get("by") == TRL and isinstance(record.get("script", ""), str)):
+        return None
+    return record
+
+
+def resume_command(started: dict[str, str] | None, quote: str = "") -> str:
+    """How a run is continued, in words: ``polyrl train CONFIG --resume``, or for one a TRL script
+    started (``started``: ``trl_script``'s record) the script's own resume (it has no config file).
+    ``quote`` marks the code (a backtick in the trainer's messages; none in the report's)."""
+    if started is None or started.get("by") != TRL:
+        return f"{quote}polyrl train CONFIG --resume{quote}"
+    script = f"python {started['script']}" if started.get("script") else "its script"
+    return f"{quote}trainer.train(resume_from_checkpoint=True){quote} in the TRL script, run again ({script})"

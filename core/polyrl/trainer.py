@@ -276,6 +276,8 @@ class Trainer:
         #: the checkpoint whose copies stand in for start folders that are gone (``kept_inputs``): the
         #: one a resume reads, set as it is chosen, then each checkpoint this run writes
         self._kept_from: Path | None = None
+        #: the reference folders ``kept_inputs`` could not keep, said once a run
+        self._unkept_warned: set[Path] = set()
         function_plugins = [
             load_function_reward(r.function, name=r.label, isolation=r.isolation) for r in config.rewards if r.function
         ]
@@ -295,6 +297,9 @@ class Trainer:
         #: who of the run's own code asked it to stop before its last step (an observer, a TRL
         #: callback: ``StepAsk.why``), or None; ``run_plan`` records it as the run's end
         self._stopped_by_code: str | None = None
+        #: who started the run where not ``polyrl train`` (``run_plan.trl_script``: a TRL script),
+        #: recorded for the report's resume advice
+        self.started_by: dict[str, str] | None = None
         #: code watching the run in this process (``polyrl.run_observer``; ``polyrl.trl``'s callbacks)
         self.observers: list[RunObserver] = []
         #: what the observers kept in the checkpoint a full resume restored (``RunObserver.checkpoint_state``,
@@ -1168,7 +1173,7 @@ class Trainer:
         return (f"{steps} steps in a row no reward scored any sample (the reward functions {names} returned "
                 "None for every completion); stopping, the state checkpointed. Fix: make at least one of them "
                 "return a number for each completion (None means no reward: check the dataset columns and "
-                "answer format it reads), then continue with `polyrl train CONFIG --resume`")
+                f"answer format it reads), then continue with {run_plan.resume_command(self.started_by, '`')}")
 
     # --- evaluation ----------------------------------------------------------------------------
 
@@ -1449,6 +1454,7 @@ class Trainer:
         ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints,
                    [kept for observer in self.observers if (kept := observer.protected_checkpoint()) is not None])
         log.info("checkpoint saved", path=str(path), step=self.step)
+        self.tracking.saved(path, self.step)  # $HF_MLFLOW_LOG_ARTIFACTS: MLflow logs it, as transformers does
         if self._prune_pending and self.step > 0:  # keep_previous_runs = 0: replaced now
             previous_runs.deferred_prune(self.output_dir, self._set_aside)
             self._prune_pending = False
@@ -1462,7 +1468,14 @@ class Trainer:
 
         def write_all(model_dir: str, state_dir: str) -> None:
             write(model_dir, state_dir)
-            kept_inputs.save(start, Path(model_dir).parent)
+            for folder in kept_inputs.save(start, Path(model_dir).parent):
+                if folder not in self._unkept_warned:
+                    self._unkept_warned.add(folder)
+                    log.warning("the checkpoints keep no copy of the KL reference: it is on another file system "
+                                "than train.output_dir (a full model is not copied into each checkpoint); a "
+                                "resume needs it unchanged where it is", reference=str(folder),
+                                fix="keep model.reference_path as it is until the run is done, or put it on "
+                                    "output_dir's file system: each checkpoint then hard-links it (no space spent)")
         return write_all
 
     def _write_failed(self, what: str, cause: OSError | str, fix: str | None = None) -> OutputWriteError:
@@ -1484,8 +1497,8 @@ class Trainer:
             reason, fix = (limited[0], fix or limited[1]) if limited else (_os_reason(cause), fix)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
-            f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with `polyrl train "
-            "CONFIG --resume`")
+            f"Fix: {fix or 'free space or make train.output_dir writable'}, then continue with "
+            f"{run_plan.resume_command(self.started_by, '`')}")
 
     def resume(self, path: str | Path | None = None, weights_only: bool = False) -> bool:
         """Restore the newest checkpoint that verifies (or ``path``); False when there is none,
@@ -1573,6 +1586,17 @@ class Trainer:
         changed = [field for field, value in saved.items() if field in now and now[field] != value]
         if not changed:
             return
+        reference = self._start_config().model.reference_path
+        if "model.reference_path" in changed and reference and not Path(reference).exists():
+            # gone, and the checkpoint holds no copy (``kept_inputs``): even a weights-only resume
+            # would fail at the engine load, so it is refused alike, with the ways on
+            raise ConfigError(
+                f"the KL reference {reference} is gone since {found} was written, and the checkpoint holds no "
+                "copy of it (one on another file system than train.output_dir is not copied)",
+                field="model.reference_path",
+                fix=f"put the model back at {reference} as it was, or resume with --resume-weights-only and "
+                    "model.reference_path set to a model that exists (another KL reference), or train into a "
+                    "new output_dir")
         _refuse_unless_weights_only(
             weights_only, "model files changed since the checkpoint", {"fields": changed, "path": str(found)},
             f"the files of {' and '.join(changed)} changed since {found} was written (same path, other contents), "
@@ -1898,7 +1922,8 @@ class Trainer:
             self._start_over()
         summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
         if self.rank == 0:
-            run_plan.write(self.output_dir, self.config.train.steps)  # a report of a killed run reads it
+            # a report of a killed run reads it
+            run_plan.write(self.output_dir, self.config.train.steps, started=self.started_by)
             self._say_where()
         failed = True  # until the run returns: an error finishes the trackers' runs as failed
         if self._resumed and self.step > 0:  # a new tracker run: named apart from the one it continues
@@ -1917,7 +1942,8 @@ class Trainer:
             raise OutOfMemory(exc.what, kept=self._kept_out_of_memory()) from None
         finally:
             if self.rank == 0:  # how the run ended, for polyrl report (a kill leaves it null)
-                run_plan.write(self.output_dir, self.config.train.steps, self._ending(sys.exc_info()[1]))
+                run_plan.write(self.output_dir, self.config.train.steps, self._ending(sys.exc_info()[1]),
+                               started=self.started_by)
             self.tracking.close(failed=failed, stopped=self._stopped_on_request)
             # a rollout sampled ahead finishes first (or was checkpointed); not after a second Ctrl-C
             self.rollouts.close(wait=sys.exc_info()[0] is not StoppedAtOnce)
@@ -1948,7 +1974,7 @@ class Trainer:
         (all of them with train.checkpoint_every = 0), while the message promised a resume."""
         step = self.step
         checkpointed = (f"step {step} is checkpointed in {ckpt.checkpoint_dir(self.checkpoint_root, step)}: "
-                        f"`polyrl train CONFIG --resume` continues with step {step + 1}")
+                        f"{run_plan.resume_command(self.started_by, '`')} continues with step {step + 1}")
         if self._saved_step == step:
             return checkpointed
         if self._updating:
@@ -1973,7 +1999,7 @@ class Trainer:
         last = ckpt.latest_checkpoint(self.checkpoint_root)
         if last is None:
             return "no checkpoint was written, so a run again starts from the start"
-        return f"`polyrl train CONFIG --resume` continues from the last checkpoint, {last}"
+        return f"{run_plan.resume_command(self.started_by, '`')} continues from the last checkpoint, {last}"
 
     def _say_where(self) -> None:
         """One line at the start: where this run writes and how often it checkpoints (nothing said

@@ -514,7 +514,7 @@ class GRPOTrainer:
         environment, ``policy`` and ``grpo_config``; for ``train()`` and ``evaluate()`` alike
         (``engines``: loaded ones it uses, ``evaluate()``'s), ``eval_prompts`` in the order TRL's
         eval sampler draws them (``trl_eval_order``)."""
-        from polyrl import api
+        from polyrl import api, run_plan
         from polyrl.trl_evaluate import rows_of, trl_eval_order
         from polyrl.trl_tags import trl_tags
 
@@ -535,6 +535,8 @@ class GRPOTrainer:
                 config = attrs.evolve(config, model=attrs.evolve(config.model,
                                                                  reference_path=str(self._initial_reference)))
         trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
+        # polyrl report's resume advice: this run goes on with train(resume_from_checkpoint=True)
+        trainer.started_by = run_plan.trl_script()
         # the trackers' tags and steps transformers' integrations write in a TRL run (train/loss at global_step)
         if hasattr(trainer, "tracking"):  # (a Trainer stand-in in the tests has none)
             trainer.tracking.rename = functools.partial(trl_tags, names=getattr(trainer, "trl_names", None))

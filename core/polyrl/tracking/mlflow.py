@@ -20,9 +20,11 @@ in ``$MLFLOW_EXPERIMENT_NAME`` (else ``$MLFLOW_EXPERIMENT_ID``, else MLflow's ``
 ``args.run_name`` (unset: MLflow names it), tagged with ``$MLFLOW_TAGS``, with its params
 (``trl_params``), nested under the script's active run with ``$MLFLOW_NESTED_RUN``, or reattached
 to ``$MLFLOW_RUN_ID``; without either, a script's active run is the run itself (logged into, left
-open for the script to end). ``$HF_MLFLOW_LOG_ARTIFACTS`` true logs the trained model folder as the
-run's ``model/`` artifacts at the end (``log_artifacts``), with one warning that transformers logs
-each checkpoint instead (``MLflowCallback.on_save``: a pyfunc model ``checkpoint-N``)."""
+open for the script to end). ``$HF_MLFLOW_LOG_ARTIFACTS`` true logs each checkpoint as it is saved, as
+transformers' ``MLflowCallback.on_save`` does, under ``checkpoint-N/`` (N: TRL's ``global_step``),
+and the trained model folder as ``model/`` at the end. transformers wraps each checkpoint in a pyfunc
+model of that name (``pyfunc.log_model``: a copy, its pip requirements inferred in a subprocess);
+polyrl logs the folder's files as the run's artifacts (``log_artifacts``), which the start says."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -206,10 +209,9 @@ class MlflowTracker:
         self.model_artifacts = context.output_dir / FINAL_MODEL_DIR \
             if context.trl and os.environ.get(LOG_ARTIFACTS, "FALSE").upper() in _TRUE else None
         if self.model_artifacts is not None:
-            log.warning(f"{LOG_ARTIFACTS}: transformers' MLflowCallback logs each checkpoint as an MLflow pyfunc model "
-                        "(checkpoint-N); polyrl logs the trained model folder once, at the end, as the run's model/ "
-                        "artifacts", fix="log a checkpoint yourself with mlflow.log_artifacts(output_dir/checkpoints/"
-                                         f"step-N), or unset {LOG_ARTIFACTS}")
+            log.info(f"{LOG_ARTIFACTS}: each checkpoint is logged as the run's checkpoint-N/ artifacts (N: TRL's "
+                     "global_step; transformers' MLflowCallback logs a pyfunc model of that name holding the same "
+                     "folder) and the trained model as model/ at the end")
         flat = _flat_params(context.config)
         if context.trl_run is not None:  # TRL's params, then polyrl's own config under polyrl.
             flat = {**trl_params(context.trl_run.params), **_flat_params(context.config, "polyrl.")}
@@ -290,6 +292,25 @@ class MlflowTracker:
                         fix="log the model you keep with mlflow.log_artifacts(folder) yourself")
             return
         self.client.log_artifacts(self.run_id, str(folder), artifact_path=FINAL_MODEL_DIR)
+
+    def log_checkpoint(self, path: str, step: int) -> None:
+        """The checkpoint folder ``path`` as the run's ``checkpoint-{step}/`` artifacts
+        (``$HF_MLFLOW_LOG_ARTIFACTS``), where transformers' ``MLflowCallback.on_save`` logs its
+        checkpoint-N. Why: only the final model was logged, so a run's checkpoints never reached a
+        remote store. The start folders a checkpoint keeps (``kept_inputs``: a KL reference, a full
+        model, and the initial adapter) are the run's inputs, not its state: left out."""
+        if self.model_artifacts is None:
+            return
+        from polyrl import kept_inputs
+
+        where = f"checkpoint-{step}"
+        for entry in sorted(Path(path).iterdir()):
+            if entry.name in (kept_inputs.ADAPTER, kept_inputs.REFERENCE):
+                continue
+            if entry.is_dir():
+                self.client.log_artifacts(self.run_id, str(entry), artifact_path=f"{where}/{entry.name}")
+            else:
+                self.client.log_artifact(self.run_id, str(entry), artifact_path=where)
 
     def close_failed(self) -> None:
         if not self.adopted:  # the script's `with mlflow.start_run()` marks its own run failed on the error

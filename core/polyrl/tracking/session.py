@@ -229,6 +229,15 @@ class RunTracking:
         for name in list(self.trackers):
             self._call(name, "log_metrics", numeric, step * self.step_scale)
 
+    def saved(self, path: Path, step: int) -> None:
+        """The checkpoint folder ``path`` of ``step``, just written, to each tracker that logs
+        checkpoints (its optional ``log_checkpoint``), at the step its metrics are logged at."""
+        if not self.writer:
+            return
+        for name in list(self.trackers):
+            if callable(getattr(self.trackers[name], "log_checkpoint", None)):
+                self._call(name, "log_checkpoint", str(path), step * self.step_scale)
+
     def _numeric(self, metrics: Mapping[str, Any]) -> dict[str, float]:
         """What the trackers get of ``metrics``: its numbers, under ``rename``'s tags when set."""
         return numeric_metrics(self.rename(metrics) if self.rename is not None else metrics, self._not_numbers)

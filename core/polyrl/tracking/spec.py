@@ -79,6 +79,9 @@ class Tracker(Protocol):
     # Optional: ``close_failed(self) -> None``, called instead of ``close`` when the training run
     # ends with an error, to finish the tracker's run as failed (MLflow FAILED, W&B exit code 1);
     # without it a crashed run shows as a clean finish.
+    # Optional: ``log_checkpoint(self, path: str, step: int) -> None``, called with each checkpoint
+    # folder just written (rank 0), at the step its metrics are logged at: MLflow logs it as
+    # artifacts where transformers' MLflowCallback would (``$HF_MLFLOW_LOG_ARTIFACTS``, a TRL run's).
     # Optional: ``close_stopped(self) -> None``, called instead of ``close`` when the run was stopped
     # on request (Ctrl-C, SIGTERM) before its last step, to finish the tracker's run as killed
     # (MLflow KILLED, W&B exit code 255, a trackio alert); without it a stopped run shows as one that
