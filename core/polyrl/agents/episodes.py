@@ -168,6 +168,10 @@ class _Episode:
     env_reward: float | None = None
     tool_calls: int = 0
     tool_errors: int = 0
+    #: calls of the last turn ``max_turns`` allows: never run, and left out of TRL's ``tools/*``
+    #: metrics (TRL's loop stops after ``max_tool_calling_iterations`` rounds, running and counting
+    #: none of the next turn's calls), while ``tool_calls`` counts them
+    unrun_last_turn_calls: int = 0
     format_errors: int = 0
     env_error: str | None = None
     #: the environment's first messages (before tool instructions); None: the dataset prompt's
@@ -186,7 +190,8 @@ class _Episode:
 
     def completion(self, prompt_index: int, decode_text: str) -> Completion:
         info: dict[str, Any] = {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
-                "format_errors": self.format_errors, "env_reward": self.env_reward}
+                "format_errors": self.format_errors, "env_reward": self.env_reward,
+                "unrun_last_turn_calls": self.unrun_last_turn_calls}
         if self.env_error is not None:
             info["env_error"] = self.env_error
         return Completion(prompt_index=prompt_index, prompt_ids=self.prompt_ids,
@@ -678,6 +683,8 @@ class EpisodeRunner:
             ep.format_errors += len(errors)
             if ep.turns >= self.limits.max_turns or self._room(ep) <= 0:  # no turn or token left to read their
                 ep.done = True  # results: not run (their time and side effects would be for nothing)
+                if ep.turns >= self.limits.max_turns:
+                    ep.unrun_last_turn_calls += len(calls)
                 if turn.finish_reason == "length" or self._room(ep) <= 0:
                     ep.finish_reason = "length"
                 return
