@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 from family_chat import Scripted, check, encoder
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.agents.parsing import parse_tool_calls
 from polyrl.agents.spec import Observation
 from polyrl.agents.tools import ToolBox
@@ -116,16 +117,111 @@ def test_an_environment_answering_with_user_messages_is_warned_of_at_startup(qwe
     assert "enable_thinking = false" in warned[0]["fix"] and "'tool' messages" in warned[0]["fix"]
 
 
-def test_a_generation_prompt_that_closes_the_reasoning_is_not_warned_of(qwen3_style_model, tmp_path):
-    """With ``enable_thinking = false`` the generation prompt closes the reasoning: no turn writes
-    any, nothing is left out, and the run starts without the warning."""
+def test_a_generation_prompt_whose_closed_block_later_turns_lose_is_warned_of_at_startup(qwen3_style_model, tmp_path):
+    """With ``enable_thinking = false`` the generation prompt closes the reasoning with an empty
+    ``<think></think>`` block, which the episode keeps before each sampled turn and the template
+    writes on the last assistant turn only: one warning naming ``model.chat_template_kwargs``,
+    not the reasoning-drop one (no turn writes reasoning to drop)."""
     from polyrl.trainer import Trainer
 
     with capture_logs() as logs:
         trainer = Trainer(_config(qwen3_style_model, tmp_path, {"name": "guess_number"},
                                   chat_template_kwargs={"enable_thinking": False}))
     assert trainer.episodes is not None
-    assert not [e for e in logs if "<think>" in e["event"]]
+    warned = [e for e in logs if e["log_level"] == "warning" and "<think>" in e["event"]]
+    assert len(warned) == 1 and warned[0]["field"] == "model.chat_template_kwargs", warned
+    assert "without the closed <think> block its generation prompt holds" in warned[0]["event"]
+    assert "a 'user' observation or a tool's result" in warned[0]["event"]
+    assert "leave enable_thinking = false out" in warned[0]["fix"]
+
+
+def _closed_prompt_episode(tok, kind: str, template_kwargs: dict):
+    """One two-turn episode under ``tok``'s template rendered with ``template_kwargs``: an
+    environment answering with a ``user`` message (``kind = "env"``) or a tool's result
+    (``"tools"``). (the runner, the scripted model, the episode, the conversation up to turn 2)."""
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def encode(messages, tools, add_generation_prompt):
+        return np.asarray(encode_chat_literal(tok, messages, tools, add_generation_prompt,
+                                              template_kwargs=template_kwargs), dtype=np.int64)
+
+    def calc(a: int, b: int) -> str:
+        """Multiply two numbers.
+
+        Args:
+            a: the first factor
+            b: the second factor
+        """
+        return str(a * b)
+
+    class Env:
+        def reset(self, row):
+            return [{"role": "user", "content": "guess"}]
+
+        def step(self, message):
+            return Observation([{"role": "user", "content": "higher"}], done=False)
+
+    if kind == "env":
+        model = Scripted(tok, lambda text, j: " 7", eos)  # a space: "\n\n" + "7" is split in two by this tokenizer
+        runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=200),
+                               make_environment=Env, model_name="m")
+        first = [{"role": "user", "content": "guess"}]
+    else:
+        def policy(text: str, j: int) -> str:
+            if "<tool_response>" not in text:
+                return '<tool_call>\n{"name": "calc", "arguments": {"a": 6, "b": 7}}\n</tool_call>'
+            return "42"
+
+        model = Scripted(tok, policy, eos)
+        runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=400),
+                               toolbox=ToolBox([calc]), parse=functools.partial(parse_tool_calls, fmt="hermes"),
+                               model_name="m")
+        first = [{"role": "user", "content": "6*7?"}]
+    [episode] = runner.run([{"prompt": first}], SamplingParams(n=1, max_new_tokens=64))
+    assert check(model, [episode]) == [] and episode.info["turns"] == 2
+    return runner, model, episode, encode, [*first, *episode.messages[:2]]
+
+
+#: QWEN3 whose earlier assistant turns keep the closed block a closed generation prompt wrote
+QWEN3_KEEPS_CLOSED = QWEN3.replace(
+    "{{- '<|im_start|>assistant\\n' }}\n        {%- if loop.index0 > ns.query",
+    "{{- '<|im_start|>assistant\\n' }}\n        {%- if enable_thinking is defined and not enable_thinking "
+    "and not loop.last %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}\n        {%- if loop.index0 > ns.query")
+
+
+@pytest.mark.parametrize("kind", ["env", "tools"])
+def test_turn_two_holds_the_closed_block_the_template_leaves_out_and_the_check_says_so(smollm2_tokenizer, kind):
+    """What is trained is the generator's ids: turn 2 is sampled from the first prompt (its empty
+    ``<think></think>`` included), turn 1's sampled ids and the glue, so its context holds the
+    block twice. Under Qwen3's rule with ``enable_thinking = false`` the template renders that
+    conversation with it once (on the generation prompt), after an observation and after a tool's
+    result alike, and the runner's startup check says so. A template that writes the block in
+    earlier turns too renders turn 2's context exactly (the observation case: the same ids; a
+    turn with calls is rendered from its calls too), and the check is silent."""
+    off, block = {"enable_thinking": False}, "<think>\n\n</think>\n\n"
+    assert QWEN3_KEEPS_CLOSED != QWEN3
+    for template, kept in ((QWEN3, False), (QWEN3_KEEPS_CLOSED, True)):
+        tok = copy.deepcopy(smollm2_tokenizer)
+        tok.chat_template = template
+        runner, model, episode, encode, conversation = _closed_prompt_episode(tok, kind, off)
+        second_prompt = model.calls[1][0]
+        assert np.array_equal(second_prompt, np.concatenate([episode.prompt_ids, episode.completion_ids])
+                              [:len(second_prompt)])  # the episode's own ids, as trained
+        assert tok.decode(second_prompt.tolist()).count(block) == 2
+        tools = runner.toolbox.schemas if runner.toolbox is not None else None
+        rendered = encode(conversation, tools, True)
+        assert tok.decode(rendered.tolist()).count(block) == (2 if kept else 1)
+        if kind == "env":
+            assert np.array_equal(second_prompt, rendered) is kept
+        with capture_logs() as logs:
+            warning = runner.check_reasoning_kept(reasoning_closed=True)
+        if kept:
+            assert warning is None and not logs
+            continue
+        what = "a 'user' observation or a tool's result" if kind == "env" else "a tool's result"
+        assert warning is not None and f"once {what} follows it" in warning
+        [line] = logs
+        assert line["field"] == "model.chat_template_kwargs" and "enable_thinking" in line["fix"]
 
 
 def test_tool_results_keep_the_reasoning_so_tool_episodes_start_and_stay_exact(smollm2_tokenizer):
@@ -203,3 +299,43 @@ def test_a_template_that_writes_a_calls_turn_from_the_call_alone_is_not_refused(
     runner = EpisodeRunner(Scripted(tok, lambda text, j: "x", eot).generate, encoder(tok), EpisodeLimits(),
                            toolbox=ToolBox([calc]), parse=functools.partial(parse_tool_calls, fmt="llama3"))
     assert runner.check_reasoning_kept() is None
+
+
+DRY_RUN = """
+[model]
+path = "{model}"
+device = "cpu"
+max_length = 512
+{kwargs}
+[data]
+task = "arithmetic"
+options = {{count = 8}}
+[[rewards]]
+name = "environment"
+[environment]
+name = "guess_number"
+max_turns = 2
+max_episode_tokens = 64
+"""
+
+
+@pytest.mark.parametrize("kwargs, field, says", [
+    ("", "environment", "leaves an earlier assistant turn's <think> reasoning out once a 'user' observation"),
+    ("chat_template_kwargs = {enable_thinking = false}", "model.chat_template_kwargs",
+     "writes an earlier assistant turn without the closed <think> block its generation prompt holds")])
+def test_the_dry_run_warns_as_the_run_does_from_the_tokenizer_alone(qwen3_style_model, tmp_path, capsys, kwargs,
+                                                                     field, says):
+    """``polyrl launch --dry-run`` loads no weights, and said nothing of either mismatch the run
+    warns of once its models load: now the model folder's tokenizer answers it, one warning line
+    naming the field, and the dry run still succeeds (the run would train)."""
+    pytest.importorskip("torch")  # polyrl launch needs torchrun
+    from polyrl.cli import main
+
+    path = tmp_path / "run.toml"
+    path.write_text(DRY_RUN.format(model=qwen3_style_model, kwargs=kwargs))
+    args = ["launch", str(path), "--dry-run", "--nproc-per-node", "1", "--output-dir", str(tmp_path / "out")]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "torch.distributed.run" in captured.out
+    warned = [line for line in captured.err.splitlines() if "<think>" in line]
+    assert len(warned) == 1 and says in warned[0] and field in warned[0], captured.err

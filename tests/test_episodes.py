@@ -1734,3 +1734,27 @@ def test_a_call_id_the_template_refuses_is_replaced_not_the_end_of_the_episode()
     assert "env_error" not in c.info and c.info["tool_calls"] == 1 and c.info["turns"] == 2
     assert '"id": "call_1"' in c.messages[0]["content"]  # what the model wrote stays its text
     assert c.messages[1]["tool_call_id"] == c.messages[0]["tool_calls"][0]["id"] == "call00000"
+
+
+class _CallsEveryTurn(ScriptedModel):
+    """Calls the tool on every turn, a tool's result read or not."""
+
+    def reply(self, text: str) -> tuple[str, str]:
+        q = re.search(r"What is (\d+) \* (\d+)", text)
+        return f'<tool_call>{{"name": "calc", "arguments": {{"a": {q.group(1)}, "b": {q.group(2)}}}}}</tool_call>', "stop"
+
+
+def test_trls_tool_metrics_leave_out_the_last_turns_calls_as_trls_loop_does():
+    """max_turns = 2 is TRL's max_tool_calling_iterations = 1: TRL runs one round of calls, samples
+    once more, and neither runs nor counts that turn's calls. polyrl runs none of them either (no
+    turn is left to read the results); its own episode/* metrics count them, but the metrics under
+    TRL's names counted them too: tools/call_frequency read 2 where TRL's reads 1."""
+    from polyrl import step_gather
+
+    out = runner(_CallsEveryTurn(), limits=EpisodeLimits(max_turns=2, max_episode_tokens=400)).run(
+        ROWS[:1], SamplingParams(max_new_tokens=120, n=2))
+    metrics = step_gather.episode_metrics(step_gather.Shard.of(out))
+    assert metrics["tools/call_frequency"] == 1.0 and metrics["tools/failure_frequency"] == 0.0
+    assert metrics["episode/tool_calls_mean"] == 2.0
+    assert all(sum(m["role"] == "tool" for m in c.messages) == 1 for c in out)  # one round run
+    assert all(c.info["tool_calls"] == 2 and c.info["unrun_last_turn_calls"] == 1 for c in out)

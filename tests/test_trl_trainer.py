@@ -963,6 +963,74 @@ def test_an_environment_factory_runs_one_instance_per_rollout_and_rewards_see_th
     assert log["reward"] == pytest.approx(0.5 * called + 2 * called)
 
 
+class _KeyGame:
+    """A TRL environment written as TRL's example scripts write theirs (grpo_wordle's shape, a local
+    game instead of a server): ``__init__`` sets the game up once, ``reset`` starts a round and
+    returns its board (appended to the prompt), the one tool plays a move and raises once the round
+    is over (TRL answers the model with the error and counts a failed call), and the reward
+    functions read the instances' state through ``environments``."""
+
+    def __init__(self):
+        self.table = {"k": "value-of-k"}
+        self.reward, self.done, self.moves = 0.0, False, 0
+
+    def reset(self, **kwargs) -> str | None:
+        self.reward, self.done, self.moves = 0.0, False, 0
+        return "\nFind the value of key k."
+
+    def lookup(self, key: str) -> str:
+        """Look a key up in the table.
+
+        Args:
+            key: the key to look up
+
+        Returns:
+            The value stored under the key.
+        """
+        if self.done:
+            raise ValueError("Game over.")
+        self.moves += 1
+        self.done = True
+        self.reward = 1.0 if key in self.table else 0.0
+        return self.table.get(key, "no such key")
+
+
+@pytest.mark.slow  # tool_caller_dir trains the tool-calling model first (a minute): make test-slow (CI) runs it
+def test_a_trl_example_style_environment_script_runs_unchanged(tool_caller_dir, tmp_path):
+    """The script as TRL's examples write it: two reward functions reading the instances, a
+    dataset of chat prompts, max_tool_calling_iterations = 2. The model calls ``lookup`` every
+    turn: its first call plays the round, its second raises ``ValueError("Game over.")``, which
+    reaches the model as an error result (the episode goes on, as TRL's) and counts in
+    tools/failure_frequency as TRL counts it (failed calls over calls); the rewards see the
+    round's state (one move, solved), not the failed call's."""
+    seen: list[tuple[list, list]] = []
+
+    def reward_solved(completions, environments, **kwargs) -> list[float]:
+        seen.append((completions, environments))
+        return [env.reward for env in environments]
+
+    def reward_moves(environments, **kwargs) -> list[float]:
+        return [-0.1 * env.moves for env in environments]
+
+    dataset = datasets.Dataset.from_dict({"prompt": [[{"role": "user", "content": "Play the key game."}]] * 2})
+    trainer = GRPOTrainer(model=tool_caller_dir, reward_funcs=[reward_solved, reward_moves], train_dataset=dataset,
+                          args=_args(tmp_path, max_steps=1, max_completion_length=240, max_tool_calling_iterations=2),
+                          environment_factory=_KeyGame)
+    assert trainer.train().global_step == 1
+    (completions, environments), = seen
+    results = [[m["content"] for m in c if m["role"] == "tool"] for c in completions]
+    assert any(len(r) == 2 for r in results), results  # a second call, after the round was over
+    for played, env in zip(results, environments):
+        assert played[:1] in ([], ["value-of-k"]) and env.moves == len(played[:1]) and env.reward == env.moves
+        assert all(r.startswith("error:") and "Game over." in r for r in played[1:]), played
+    log = trainer.state.log_history[0]
+    calls, solved = sum(len(r) for r in results), sum(bool(r) for r in results)
+    assert log["tools/call_frequency"] == pytest.approx(calls / 4)  # the calls run: TRL's count
+    assert log["tools/failure_frequency"] == pytest.approx((calls - solved) / calls)
+    assert log["rewards/reward_solved/mean"] == pytest.approx(solved / 4)
+    assert log["rewards/reward_moves/mean"] == pytest.approx(-0.1 * solved / 4)
+
+
 class _Scored:
     """An environment owning the reward, with no tool: the prompt comes from reset."""
 

@@ -43,6 +43,7 @@ def episode_facts(info: Mapping[str, Any], mask: np.ndarray) -> dict[str, float 
     reward = info.get("env_reward")
     return {"turns": float(info["turns"]), "tool_calls": float(info["tool_calls"]),
             "tool_errors": float(info["tool_errors"]), "format_errors": float(info["format_errors"]),
+            "unrun_last_turn_calls": float(info.get("unrun_last_turn_calls") or 0),
             "env_error": float(bool(info.get("env_error"))), "env_reward": None if reward is None else float(reward),
             "sampled": float(np.count_nonzero(mask)), "tokens": float(len(mask))}
 
@@ -187,6 +188,7 @@ def episode_metrics(shard: Shard) -> dict[str, float]:
         return sum(1 for i in infos if (i[key] or 0) > 0) / n
 
     calls = sum(float(i["tool_calls"] or 0) for i in infos)
+    trl_calls = calls - sum(float(i.get("unrun_last_turn_calls") or 0) for i in infos)
     out = {
         "episode/turns_mean": sum(float(i["turns"] or 0) for i in infos) / n,
         "episode/tool_calls_mean": sum(float(i["tool_calls"] or 0) for i in infos) / n,
@@ -197,9 +199,11 @@ def episode_metrics(shard: Shard) -> dict[str, float]:
         "episode/sampled_token_share": float(sum(float(i["sampled"] or 0) for i in infos)
                                              / max(1.0, sum(float(i["tokens"] or 0) for i in infos))),
         # TRL's names (its tool-calling runs log them): calls per completion, and the share of the
-        # calls that answered an error (a tool that raised, an unknown tool, a call over the cap)
-        "tools/call_frequency": calls / n,
-        "tools/failure_frequency": sum(float(i["tool_errors"] or 0) for i in infos) / calls if calls else 0.0,
+        # calls that answered an error (a tool that raised, an unknown tool, a call over the cap);
+        # as TRL counts them, without the calls of the last turn max_turns allows (its loop stops
+        # after max_tool_calling_iterations rounds: the next turn's calls are neither run nor counted)
+        "tools/call_frequency": trl_calls / n,
+        "tools/failure_frequency": sum(float(i["tool_errors"] or 0) for i in infos) / trl_calls if trl_calls else 0.0,
     }
     rewards = [float(i["env_reward"]) for i in infos if i["env_reward"] is not None]
     if rewards:  # overflow-safe: finite rewards near float64's largest summed to inf

@@ -128,7 +128,7 @@ def check_run(config: RunConfig, world_size: int = 1) -> None:
     """What ``polyrl train`` refuses before loading a model (rewards and their options, data,
     trackers, the environment, backends and their options, the models' paths and architectures, how
     the chat template shows a tool's result, prompt messages in roles it drops), checked without loading a model or touching the
-    output_dir. ``polyrl launch`` (and its
+    output_dir; it warns, as the run does, of episodes whose later turns see a context the template never shows. ``polyrl launch`` (and its
     ``--dry-run``) runs it, so a config every rank would refuse is one error before torchrun starts."""
     trainer = Trainer(config, check_only=True)
     trainer.registry.check_data_parallel(trainer.config.backends.train, world_size)
@@ -137,6 +137,10 @@ def check_run(config: RunConfig, world_size: int = 1) -> None:
     from polyrl.dry_run_roles import check_dataset_roles
 
     check_dataset_roles(trainer.config, trainer._env_plan, trainer._source_data, model)  # the tokenizer alone
+    if trainer._env_plan is not None:  # warned of as the run warns once its models load
+        from polyrl.agents.setup import check_reasoning_context
+
+        check_reasoning_context(trainer.config, trainer._env_plan, model)
 
 
 def _refuse_unless_weights_only(weights_only: bool, warning: str, details: dict[str, Any], problem: str, field: str,

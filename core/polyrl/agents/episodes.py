@@ -168,6 +168,10 @@ class _Episode:
     env_reward: float | None = None
     tool_calls: int = 0
     tool_errors: int = 0
+    #: calls of the last turn ``max_turns`` allows: never run, and left out of TRL's ``tools/*``
+    #: metrics (TRL's loop stops after ``max_tool_calling_iterations`` rounds, running and counting
+    #: none of the next turn's calls), while ``tool_calls`` counts them
+    unrun_last_turn_calls: int = 0
     format_errors: int = 0
     env_error: str | None = None
     #: the environment's first messages (before tool instructions); None: the dataset prompt's
@@ -186,7 +190,8 @@ class _Episode:
 
     def completion(self, prompt_index: int, decode_text: str) -> Completion:
         info: dict[str, Any] = {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
-                "format_errors": self.format_errors, "env_reward": self.env_reward}
+                "format_errors": self.format_errors, "env_reward": self.env_reward,
+                "unrun_last_turn_calls": self.unrun_last_turn_calls}
         if self.env_error is not None:
             info["env_error"] = self.env_error
         return Completion(prompt_index=prompt_index, prompt_ids=self.prompt_ids,
@@ -548,47 +553,70 @@ class EpisodeRunner:
                     "least alternating user/assistant turns, or run without [environment] tools")
 
     def check_reasoning_kept(self, reasoning_closed: bool = False) -> str | None:
-        """Warn (once, at setup) of a template that leaves an earlier assistant turn's ``<think>``
-        block out once what this runner inserts follows it (Qwen3's, after a new user query). Each
-        turn continues from the ids sampled so far, reasoning kept, exact to the token as generated
-        and trained (as TRL's and verl's multi-turn rollouts do), but turn 2 on then sees a context
-        that the template, and so a deployed model, never shows: a warning with the fixes, not a
-        refusal, since such runs train correctly. Asked of the messages the episodes insert: an
-        environment's ``user`` observations, and tool results in the role ``check_tool_results``
-        chose. ``reasoning_closed``: the generation prompt closes the reasoning itself (Qwen3 with
-        ``enable_thinking = false``), so no turn writes any. Returns the warning, or None."""
+        """Warn (once, at setup) of a template that writes an earlier assistant turn otherwise than
+        the episode holds it once what this runner inserts follows it. Each turn continues from the
+        ids so far, exact to the token as generated and trained (as TRL's and verl's multi-turn
+        rollouts do), but turn 2 on then sees a context that the template, and so a deployed model,
+        never shows: a warning with the fixes, not a refusal, since such runs train correctly. Two
+        ways, asked of the messages the episodes insert (an environment's ``user`` observations, and
+        tool results in the role ``check_tool_results`` chose):
+
+        * the template leaves the turn's ``<think>`` block out (Qwen3's, after a new user query);
+        * ``reasoning_closed``: the generation prompt closes the reasoning itself (Qwen3 with
+          ``enable_thinking = false``), so no turn writes any, but the template writes an earlier
+          turn without the empty block its prompt held (``ChatGlue.opens_turns_as_prompted``).
+
+        Returns the warning, or None."""
+        followers = self._followers()
         if reasoning_closed:
+            differs = [what for what, follow, calls, tools in followers
+                       if not self.glue.opens_turns_as_prompted(follow, tools, calls)]
+        else:
+            differs = [what for what, follow, calls, tools in followers
+                       if self.glue.drops_reasoning(follow, tools, calls)]
+        if not differs:
             return None
+        model = f"model {self.model_name!r}" if self.model_name else "this model"
+        after = (f"once {' or '.join(differs)} follows it; an episode's turns continue from the ids the model was "
+                 "prompted with and sampled, so turns after the first are sampled and trained on a context this "
+                 "template (and a model deployed with it) never shows")
+        if reasoning_closed:
+            message = (f"the chat template of {model} writes an earlier assistant turn without the closed <think> "
+                       f"block its generation prompt holds (model.chat_template_kwargs) {after}")
+            fix = ("leave enable_thinking = false out of model.chat_template_kwargs so the model writes its own "
+                   "reasoning (Qwen3's template keeps it before tool results, not before a new user message), or "
+                   "use a model whose chat template writes earlier assistant turns as their generation prompt began")
+            log.warning(message, field="model.chat_template_kwargs", fix=fix)
+            return f"{message}; fix: {fix}"
+        kept = [what for what, *_ in followers if what not in differs]
+        message = f"the chat template of {model} leaves an earlier assistant turn's <think> reasoning out {after}"
+        fix = ("set model.chat_template_kwargs = {enable_thinking = false} where the template has it and writes "
+               "earlier turns with the closed block its generation prompt holds (Qwen3's does not: warned too)"
+               + (", have the environment answer with 'tool' messages (the template keeps the reasoning "
+                  "before those)" if kept else "")
+               + ", or use a model whose chat template keeps earlier turns' reasoning")
+        log.warning(message, field="environment", fix=fix)
+        return f"{message}; fix: {fix}"
+
+    def _followers(self) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]], list[Any] | None]]:
+        """(what, the messages, the calls they answer, the tools) for each kind of message the
+        episodes insert after an assistant turn: an environment's ``user`` observation, a tool's
+        result (as a ``user`` message where ``check_tool_results`` chose so)."""
         if self.tool_results_role is None:
             self.check_tool_results(self.toolbox.schemas if self.toolbox is not None else [])
         schemas = list(self.toolbox.schemas) if self.toolbox is not None else []
         name = str((schemas[0].get("function") or {}).get("name") or "tool") if schemas else "tool"
         call = {"id": "call00000", "type": "function", "function": {"name": name, "arguments": {}}}
         result = [{"role": "tool", "name": name, "content": "a", "tool_call_id": "call00000"}]
-        followers: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]] = []
+        tools = schemas or None
+        followers: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]], list[Any] | None]] = []
         if self.make_environment is not None:
-            followers.append(("a 'user' observation", [{"role": "user", "content": "a"}], []))
+            followers.append(("a 'user' observation", [{"role": "user", "content": "a"}], [], tools))
         if schemas or self.make_environment is not None:
             as_user = self.tool_results_role == "user"
             followers.append(("a tool's result" + (" (as a 'user' message)" if as_user else ""),
-                              tool_results_as_user(result) if as_user else result, [call]))
-        tools = schemas or None
-        dropped = [what for what, follow, calls in followers if self.glue.drops_reasoning(follow, tools, calls)]
-        if not dropped:
-            return None
-        model = f"model {self.model_name!r}" if self.model_name else "this model"
-        kept = [what for what, _, _ in followers if what not in dropped]
-        message = (f"the chat template of {model} leaves an earlier assistant turn's <think> reasoning out of the "
-                   f"conversation once {' or '.join(dropped)} follows it; an episode's turns continue from the "
-                   "ids the model sampled, reasoning kept, so turns after the first are sampled and trained on a "
-                   "context this template (and a model deployed with it) never shows")
-        fix = ("set model.chat_template_kwargs = {enable_thinking = false} where the template has it (its "
-               "generation prompt then closes the reasoning)"
-               + (", have the environment answer with 'tool' messages (the template keeps the reasoning "
-                  "before those)" if kept else "")
-               + ", or use a model whose chat template keeps earlier turns' reasoning")
-        log.warning(message, field="environment", fix=fix)
-        return f"{message}; fix: {fix}"
+                              tool_results_as_user(result) if as_user else result, [call], tools))
+        return followers
 
     def _tool_results_role(self, schemas: Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
         """("tool" or "user", why neither works or None), asked of the template."""
@@ -655,6 +683,8 @@ class EpisodeRunner:
             ep.format_errors += len(errors)
             if ep.turns >= self.limits.max_turns or self._room(ep) <= 0:  # no turn or token left to read their
                 ep.done = True  # results: not run (their time and side effects would be for nothing)
+                if ep.turns >= self.limits.max_turns:
+                    ep.unrun_last_turn_calls += len(calls)
                 if turn.finish_reason == "length" or self._room(ep) <= 0:
                     ep.finish_reason = "length"
                 return

@@ -19,6 +19,9 @@ what it says: Qwen3's drops an assistant turn's ``<think>`` block once a new use
 An episode continues from the sampled ids, reasoning kept, so its later turns would be sampled and
 trained on a context the template never shows the model; ``drops_reasoning`` asks the template
 with two reasoning stand-ins, and the runner warns of such a setup at startup (``check_reasoning_kept``).
+So with a template whose generation prompt closes the reasoning itself (Qwen3 with ``enable_thinking
+= false``: an empty ``<think></think>`` block) but which writes earlier turns without that block:
+the episode keeps it before each turn, the template never shows it there (``opens_turns_as_prompted``).
 """
 
 from __future__ import annotations
@@ -187,6 +190,33 @@ class ChatGlue:
             return same((_REASONING_A, _REASONING_B)) and not same((_PROBE_A, _PROBE_B))
         except RenderError:
             return False
+
+    def opens_turns_as_prompted(self, follow: Sequence[Mapping[str, Any]],
+                                tools: Sequence[Mapping[str, Any]] | None = None,
+                                calls: Sequence[Mapping[str, Any]] = ()) -> bool:
+        """Whether the template writes an earlier assistant turn (making ``calls``) opening with the
+        generation prompt it was sampled after, once ``follow`` comes after it: the episode's
+        context holds that prompt's ids before the turn's sampled ids. Qwen3's with ``enable_thinking
+        = false`` does not: its prompt ends with an empty ``<think></think>`` block that it writes
+        on the conversation's last assistant turn alone. A template that refuses the probe is taken
+        to (refusing is not rewriting; the episode's own rendering reports it).
+
+        Asked with a stand-in text opening with a space too: a GPT-2-style pre-tokenizer splits a
+        prompt's closing ``\\n\\n`` in two before a letter (not before a space), which is no block
+        left out; a template that leaves the block out matches with neither."""
+        context: list[dict[str, Any]] = [{"role": "user", "content": _PROBE_A}]
+        turn: dict[str, Any] = {"role": "assistant"}
+        if calls:
+            turn["tool_calls"] = [dict(c) for c in calls]
+        try:
+            prompted = self.encode(context, True, tools)
+            for text in (" " + _PROBE_B, _PROBE_B):
+                later = self.encode([*context, {**turn, "content": text}, *follow], True, tools)
+                if np.array_equal(later[:len(prompted)], prompted):
+                    return True
+        except RenderError:
+            return True
+        return False
 
     def prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """The first prompt's ids: the messages (and tools) and a generation prompt."""
