@@ -13,10 +13,12 @@ from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
 from polyrl.rollout_state import pending_rollout_problem
 from polyrl.rollouts import Rollout
+from polyrl.run_observer import StepAsk
 from polyrl.strict_json import dumps
 from polyrl.trainer import Trainer
 from polyrl.types import Completion
 
+from observer_util import AskAfterStep
 from toy_dist import activate, install_toy_dists
 
 
@@ -261,36 +263,6 @@ def test_the_rollout_worker_runs_in_order_on_one_thread_and_passes_errors_on():
     assert len(threads) == 3 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
 
 
-class EndEpochAt:
-    """A ``RunObserver`` that ends the data epoch after step ``step`` (transformers' should_epoch_stop)."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def run_begin(self, trainer): ...
-    def step_begin(self, step): ...
-    def evaluated(self, phase, step, metrics): ...
-
-    def step_trained(self, metrics):
-        return False
-
-    def step_end(self, metrics):
-        from polyrl.run_observer import StepAsk
-
-        return StepAsk(epoch_stop=metrics["step"] == self.step)
-
-    def saved(self, step, path):
-        from polyrl.run_observer import StepAsk
-
-        return StepAsk()
-
-    def checkpoint_state(self):
-        return {}
-
-    def protected_checkpoint(self):
-        return None
-
-
 def _rows_per_step(trainer: Trainer) -> list[list[str]]:
     seen: list[list[str]] = []
     rollout = trainer._rollout
@@ -319,6 +291,6 @@ def test_an_epoch_stop_drops_the_rollout_sampled_ahead_and_starts_the_next_epoch
     plain = _rows_per_step(Trainer(config("plain", False, 4)))
     assert sorted(plain[0] + plain[1]) == sorted(plain[2] + plain[3])
     trainer = Trainer(config("ended", True, 3))
-    trainer.observers.append(EndEpochAt(1))
+    trainer.observers.append(AskAfterStep(1, StepAsk(epoch_stop=True)))
     assert _rows_per_step(trainer) == [plain[0], plain[2], plain[3]]
     assert (trainer.sampler.epoch, trainer.sampler.position) == (2, 0)

@@ -6,10 +6,13 @@ which must hold exactly the records of ``completions.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +58,65 @@ def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
     return out, records
 
 
+def wandb_records(log_file: Path) -> Iterator[tuple[str, Any]]:
+    """Each record of an offline W&B run file (what `wandb sync` uploads), with its kind ("run",
+    "history", "summary", ...), in the order written."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    store = DataStore()
+    store.open_for_scan(str(log_file))
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        yield record.WhichOneof("record_type"), record
+
+
+def wandb_items(items: Any) -> dict[str, Any]:
+    """A history, config or summary record's items as a dict (a nested key joined with "/")."""
+    return {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
+
+
+def closed_wandb_files(folder: Path) -> list[Path]:
+    """The .wandb files of the offline runs under ``folder``, once wandb's service has closed them
+    (``wandb.teardown``: finish() returns before the service writes a file's last block)."""
+    import wandb
+
+    wandb.teardown()
+    return sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
+
+
+#: what MLflow and transformers' MLflowCallback read from the environment to choose a run's store,
+#: experiment, run and tags
+MLFLOW_CHOICES = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS",
+                  "MLFLOW_RUN_ID", "MLFLOW_NESTED_RUN")
+
+
+def mlflow_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    """A test's MLflow environment: ``values`` set, the other choices unset, a file store allowed
+    (MLflow 3 refuses one without MLFLOW_ALLOW_FILE_STORE)."""
+    for key in MLFLOW_CHOICES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+
+
+@contextlib.contextmanager
+def script_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's tracking URI set to ``uri`` as a script sets it (a process-wide setting); on the way
+    out the script's active run is ended and the URI from before put back."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.end_run()
+        mlflow.set_tracking_uri(previous)
+
+
 def table_rows(records: list[dict]) -> list[list]:
     """The records as the trackers' table rows (structures as JSON text, like ``cell``)."""
     from polyrl.tracking.completions import COLUMNS, cell
@@ -88,20 +150,10 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
 
 
 def test_wandb_offline_run_holds_history_and_completion_tables(run):
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
     out, records = run
     (run_dir,) = (out / "wandb").glob("offline-run-*")
     (log_file,) = run_dir.glob("run-*.wandb")  # what `wandb sync` uploads
-    store = DataStore()
-    store.open_for_scan(str(log_file))
-    history = []
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+    history = [wandb_items(record.history.item) for kind, record in wandb_records(log_file) if kind == "history"]
     assert [h["_step"] for h in history] == [0, 1, 2]  # the evaluation before training, then the steps
     assert set(history[0]) >= {"eval/accuracy", "eval/pass@2"} and "lr" not in history[0]
     steps = history[1:]
@@ -170,8 +222,7 @@ def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_p
     from polyrl.tracking.mlflow import MlflowTracker
     from polyrl.tracking.spec import TrackerContext
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow_env(monkeypatch)
     tracker = MlflowTracker(TrackerContext(tmp_path, "nested", "polyrl-nested", {}))
     tracker.log_metrics({"reward/f/mean": 0.5, "reward": 1.0, "loss": 0.1}, 0)
     tracker.log_metrics({"reward": 2.0, "reward/f/mean": 0.7, "reward/f": 3.0, "loss": 0.2}, 1)
@@ -198,14 +249,8 @@ def test_a_trl_runs_mlflow_experiment_name_and_tags_are_transformers_mlflowcallb
     from polyrl.trl import GRPOTrainer
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.setenv("MLFLOW_TAGS", '{"release": "rc1", "attempt": 2}')
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
-    if experiment is None:
-        monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    else:
-        monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", experiment)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, MLFLOW_TAGS='{"release": "rc1", "attempt": 2}',
+               **({} if experiment is None else {"MLFLOW_EXPERIMENT_NAME": experiment}))
     args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="mlflow", max_steps=1,
                           num_generations=2, per_device_train_batch_size=2, max_completion_length=4, disable_tqdm=True)
     rows = [{"prompt": "What is 1 + 1?"}] * 2
@@ -239,8 +284,7 @@ def test_an_mlflow_tags_variable_that_is_not_json_is_one_error_naming_it(tmp_pat
     from polyrl.tracking.mlflow import MlflowTracker
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=(tmp_path / "mlruns").as_uri())
     for bad in ("release=rc1", '["rc1"]'):
         monkeypatch.setenv("MLFLOW_TAGS", bad)
         with pytest.raises(ValueError, match="MLFLOW_TAGS is not a JSON object"):
@@ -358,9 +402,6 @@ def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp
     The calls themselves are compared with transformers' WandbCallback in test_trl_tags."""
     import functools
 
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
     from polyrl.tracking import TrackerSpec
     from polyrl.tracking.session import RunTracking
     from polyrl.tracking.wandb import WandbTracker
@@ -380,19 +421,11 @@ def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp
     # file's last block only when it closes the run's stream, after finish() returned (at exit,
     # wandb's atexit teardown waits for it: a user's run loses nothing). This process reads the file
     # now, so it waits for the same: teardown returns once the service closed every stream and ended.
-    import wandb
-
-    wandb.teardown()
-    (log_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    store = DataStore()
-    store.open_for_scan(str(log_file))
+    (log_file,) = closed_wandb_files(tmp_path)
     history, metrics, summary, project = [], [], {}, None
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
+    for kind, record in wandb_records(log_file):
         if kind == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+            history.append(wandb_items(record.history.item))
         elif kind == "metric":
             metrics.append((record.metric.name or record.metric.glob_name, record.metric.step_metric,
                             record.metric.options.step_sync))
@@ -424,12 +457,8 @@ def test_a_trl_runs_mlflow_params_are_transformers_mlflowcallbacks(tmp_path, mon
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
     uri = (tmp_path / "mlruns").as_uri()
-    for key, value in {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true",
-                       "MLFLOW_FLATTEN_PARAMS": flatten, "MLFLOW_MAX_LOG_PARAMS": "7",
-                       "MLFLOW_EXPERIMENT_NAME": "params"}.items():  # named: MLflow's fluent API keeps the last id
-        monkeypatch.setenv(key, value)
-    for key in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, MLFLOW_FLATTEN_PARAMS=flatten, MLFLOW_MAX_LOG_PARAMS="7",
+               MLFLOW_EXPERIMENT_NAME="params")  # named: MLflow's fluent API keeps the last id
     model_config = {"hidden_size": 64, "id2label": {"0": "A", "1": "B"}, "use_cache": True, "note": "m" * 7000,
                     "empty": {}}
     args_dict = {"learning_rate": 1e-6, "run_name": None, "hidden_size": 32, "report_to": ["mlflow"],
@@ -461,10 +490,7 @@ def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri)
     context = TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun(params={"seed": 42}))
     first = MlflowTracker(context)
     first.log_metrics({"loss": 1.0}, 1)
@@ -480,23 +506,12 @@ def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
 
 def _wandb_config(folder: Path) -> dict:
     """The config an offline W&B run wrote (the run record's, then later config records), read
-    once wandb's service has closed every run's file (``wandb.teardown``: finish() returns before
-    the service writes the file's last block, as the test above says)."""
-    import wandb
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    wandb.teardown()
-    (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
-    store = DataStore()
-    store.open_for_scan(str(log_file))
+    once wandb's service has closed every run's file."""
+    (log_file,) = closed_wandb_files(folder)
     config: dict = {}
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
+    for kind, record in wandb_records(log_file):
         items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
-        config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
+        config.update(wandb_items(items))
     config.pop("_wandb", None)
     return config
 
@@ -562,25 +577,16 @@ def test_a_trl_runs_mlflow_run_nests_under_the_scripts_active_run_with_mlflow_ne
     from polyrl.trl_run import trl_run
 
     uri = (tmp_path / "mlruns").as_uri()
-    for key, value in {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_NESTED_RUN": "true",
-                       "MLFLOW_EXPERIMENT_NAME": "nested"}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, MLFLOW_NESTED_RUN="true", MLFLOW_EXPERIMENT_NAME="nested")
     args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
     client = MlflowClient(tracking_uri=uri)
-    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
-    mlflow.set_tracking_uri(uri)
-    parent = mlflow.start_run(experiment_id=client.create_experiment("script")).info.run_id
-    try:
+    with script_tracking_uri(uri):
+        parent = mlflow.start_run(experiment_id=client.create_experiment("script")).info.run_id
         theirs = integration.MLflowCallback()
         theirs.setup(args, TrainerState(is_world_process_zero=True), None)
         their_id = theirs._ml_flow.active_run().info.run_id
         theirs._ml_flow.end_run()  # their nested run; the script's stays active
         run = trl_run(args, None, str(tmp_path / "no-model"), "float32", None)  # read in the script's thread
-    finally:
-        mlflow.end_run()
-        mlflow.set_tracking_uri(previous)
     ours = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=run))
     ours.close()
     their_tags, our_tags = client.get_run(their_id).data.tags, client.get_run(ours.run_id).data.tags
@@ -636,16 +642,10 @@ def test_a_trl_runs_mlflow_metrics_go_into_the_scripts_active_run(tmp_path, monk
     from polyrl.trl_run import trl_run
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.setenv("MLFLOW_TAGS", '{"release": "rc1"}')
-    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID",
-                "MLFLOW_NESTED_RUN"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TAGS='{"release": "rc1"}')
     args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
     client = MlflowClient(tracking_uri=uri)
-    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
-    mlflow.set_tracking_uri(uri)  # the script's store; polyrl's own default would be output_dir/mlruns
-    try:
+    with script_tracking_uri(uri):  # the script's store; polyrl's own default would be output_dir/mlruns
         theirs_id = mlflow.start_run(experiment_id=client.create_experiment("theirs")).info.run_id
         theirs = integration.MLflowCallback()
         theirs.setup(args, TrainerState(is_world_process_zero=True), None)
@@ -657,9 +657,6 @@ def test_a_trl_runs_mlflow_metrics_go_into_the_scripts_active_run(tmp_path, monk
         ours.log_metrics({"loss": 0.5}, 1)
         ours.close()
         assert client.get_run(ours_id).info.status == "RUNNING"  # the script's to end
-    finally:
-        mlflow.end_run()
-        mlflow.set_tracking_uri(previous)
     assert ours.run_id == ours_id and not (tmp_path / "out" / "mlruns").exists()
     ours_experiment = client.get_experiment_by_name("ours").experiment_id
     assert [r.info.run_id for r in client.search_runs([ours_experiment])] == [ours_id]
@@ -685,15 +682,10 @@ def test_a_trl_runs_mlflow_run_goes_to_the_tracking_uri_the_script_set(tmp_path,
     from polyrl.trl_run import trl_run
 
     uri = (tmp_path / "script-store").as_uri()
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     # the experiment by name (MLflow's fluent API keeps the last experiment id process-wide)
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "script")
-    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "MLFLOW_NESTED_RUN", "MLFLOW_TAGS"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_EXPERIMENT_NAME="script")
     args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
-    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
-    mlflow.set_tracking_uri(uri)
-    try:
+    with script_tracking_uri(uri):
         assert mlflow.active_run() is None
         theirs = integration.MLflowCallback()
         theirs.setup(args, TrainerState(is_world_process_zero=True), None)
@@ -703,9 +695,6 @@ def test_a_trl_runs_mlflow_run_goes_to_the_tracking_uri_the_script_set(tmp_path,
         ours = MlflowTracker(TrackerContext(tmp_path / "out", "out", "polyrl", {"lr": 1.0}, trl=True, trl_run=run))
         ours.log_metrics({"loss": 0.5}, 1)
         ours.close()
-    finally:
-        mlflow.end_run()
-        mlflow.set_tracking_uri(previous)
     assert not (tmp_path / "out" / "mlruns").exists()
     client = MlflowClient(tracking_uri=uri)
     assert client.get_run(theirs_id).info.run_id == theirs_id  # the callback's run is in the script's store
@@ -716,21 +705,8 @@ def test_a_trl_runs_mlflow_run_goes_to_the_tracking_uri_the_script_set(tmp_path,
 
 def _wandb_artifacts(folder: Path) -> list:
     """The artifact records an offline W&B run wrote, read once wandb's service closed its file."""
-    import wandb
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    wandb.teardown()
-    (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
-    store = DataStore()
-    store.open_for_scan(str(log_file))
-    found = []
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "artifact":
-            found.append(record.artifact)
-    return found
+    (log_file,) = closed_wandb_files(folder)
+    return [record.artifact for kind, record in wandb_records(log_file) if kind == "artifact"]
 
 
 def test_wandb_log_model_end_logs_the_trained_model_as_transformers_artifact(tmp_path, monkeypatch):
@@ -802,11 +778,7 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, mon
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "1")
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, HF_MLFLOW_LOG_ARTIFACTS="1")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
     client = MlflowClient(tracking_uri=uri)
@@ -859,8 +831,7 @@ def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, m
     from polyrl.config import RunConfig
     from polyrl.trainer import Trainer
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow_env(monkeypatch)
     holder: dict = {"stop_at": stop_at}
     data = toy_run(tmp_path, steps=4, report_to=["mlflow"], project="polyrl-stop")
     data["rewards"] = [{"name": "stopper"}]
@@ -874,21 +845,8 @@ def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, m
 
 def _wandb_exit_codes(folder: Path) -> list[int]:
     """The exit records of the offline W&B runs under ``folder``, read from their .wandb files."""
-    import wandb
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    wandb.teardown()
-    codes = []
-    for log_file in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
-        store = DataStore()
-        store.open_for_scan(str(log_file))
-        while (data := store.scan_data()) is not None:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            if record.WhichOneof("record_type") == "exit":
-                codes.append(record.exit.exit_code)
-    return codes
+    return [record.exit.exit_code for log_file in closed_wandb_files(folder)
+            for kind, record in wandb_records(log_file) if kind == "exit"]
 
 
 @pytest.mark.parametrize("stop_at", [2, None])

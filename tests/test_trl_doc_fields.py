@@ -5,6 +5,7 @@ always turns the model's own dropout off, so only a run where TRL's would differ
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import shutil
@@ -20,13 +21,10 @@ peft = pytest.importorskip("peft")
 from polyrl import api  # noqa: E402
 from polyrl.errors import ConfigError  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args  # noqa: E402
 
 
-def _args(tmp_path: Path, **kwargs):
-    values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
-                  bf16=False)
-    return trl.GRPOConfig(**{**values, **kwargs})
+_args = functools.partial(grpo_args, max_completion_length=4)
 
 
 def _dataset():
