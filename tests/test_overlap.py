@@ -263,6 +263,35 @@ def test_the_rollout_worker_runs_in_order_on_one_thread_and_passes_errors_on():
     assert len(threads) == 3 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
 
 
+def test_dropping_the_rollout_sampled_ahead_waits_for_it_and_leaves_none_pending():
+    """``drop`` (a step left unscored or unsampled, an epoch ended: the rollout sampled ahead is of
+    no use) waits for the running generation, hands the rollout back for the sampler state it
+    started from and leaves none pending; a failed generation's error passes on."""
+    import threading
+
+    from polyrl.rollouts import RolloutAhead
+
+    release = threading.Event()
+
+    def generate(step, rows):
+        assert release.wait(30)
+        if step == 2:
+            raise ValueError("generation failed")
+        return []
+
+    ahead = RolloutAhead(generate)
+    assert ahead.drop() is None
+    ahead.start(1, [{"prompt": "a"}], {"position": 3}, 0)
+    threading.Timer(0.2, release.set).start()
+    dropped = ahead.drop()  # returns only once the generation ran
+    assert release.is_set() and dropped.step == 1 and dropped.sampler_before == {"position": 3}
+    assert ahead.pending() is None and ahead.take(1) is None
+    ahead.start(2, [], {}, 1)  # refused while one is pending
+    with pytest.raises(ValueError, match="generation failed"):
+        ahead.drop()
+    ahead.close()
+
+
 def _rows_per_step(trainer: Trainer) -> list[list[str]]:
     seen: list[list[str]] = []
     rollout = trainer._rollout
