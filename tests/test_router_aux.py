@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from hf_families import build_family_model, largest_gap, require_backends
+from model_copies import REMOVE, edited_copy
 
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.presets import AlgorithmConfig
@@ -387,8 +388,6 @@ def test_mlx_unset_coefficient_is_the_model_configs_own(moe_path, tmp_path):
     """None on MLX: the config's router_aux_loss_coef (0.001); a config.json without one gets
     transformers' default for the model type, as the torch backend's config class reads it."""
     require_backends("mlx")
-    import json
-    import shutil
 
     from transformers import AutoConfig
 
@@ -400,11 +399,7 @@ def test_mlx_unset_coefficient_is_the_model_configs_own(moe_path, tmp_path):
 
     for model_type, coef in ROUTER_AUX_TYPES.items():
         assert AutoConfig.for_model(model_type).router_aux_loss_coef == coef
-    bare = tmp_path / "no-coefficient"
-    shutil.copytree(moe_path, bare)
-    config = json.loads((bare / "config.json").read_text())
-    del config["router_aux_loss_coef"]
-    (bare / "config.json").write_text(json.dumps(config))
+    bare = edited_copy(moe_path, tmp_path / "no-coefficient", {"router_aux_loss_coef": REMOVE})
     implicit, _ = _step(str(bare), None, backend="mlx")
     assert implicit.loss == pytest.approx(default.loss, rel=1e-6)
     assert implicit.extra["aux_loss"] == pytest.approx(default.extra["aux_loss"], rel=1e-6)

@@ -8,12 +8,12 @@ against TRL's ``_compute_loss`` in ``test_router_aux.py``.
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 import torch
 from hf_families import require_backends
+from model_copies import edited_copy
 from test_router_aux import routed_moe, trl_inputs, trl_state
 
 from polyrl.algorithms.presets import AlgorithmConfig
@@ -55,11 +55,8 @@ def test_a_null_coefficient_in_config_json_is_one_error_line_on_every_backend_an
     from polyrl.backend_kit.router_aux import router_aux_coef
     from polyrl.trainer import Trainer
 
-    null = tmp_path / "null"
-    shutil.copytree(moe_path, null)
+    null = edited_copy(moe_path, tmp_path / "null", {"router_aux_loss_coef": None})
     config = json.loads((null / "config.json").read_text())
-    config["router_aux_loss_coef"] = None
-    (null / "config.json").write_text(json.dumps(config))
     for requested in (None, 0.5):
         with pytest.raises(ConfigError, match="null") as err:
             router_aux_coef(config, requested)

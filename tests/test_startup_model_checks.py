@@ -4,10 +4,10 @@ and the router term's ``aux_loss`` on a step that trains nothing (as TRL logs it
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
+from model_copies import edited_copy
 
 from polyrl.errors import ConfigError
 
@@ -29,11 +29,7 @@ def _no_model_loads(monkeypatch) -> None:
 
 
 def _quantized_copy(source: str, folder, quantization: dict) -> str:
-    shutil.copytree(source, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"] = quantization
-    (folder / "config.json").write_text(json.dumps(config))
-    return str(folder)
+    return str(edited_copy(source, folder, {"quantization_config": quantization}))
 
 
 # --- 1. a pre-quantized model folder as model.path -----------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from polyrl import api  # noqa: E402
 from polyrl.errors import ConfigError  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
 from trl_util import grpo_args  # noqa: E402
+from model_copies import edited_copy  # noqa: E402
 
 
 _args = functools.partial(grpo_args, max_completion_length=4)
@@ -37,11 +37,7 @@ def short(completions, **kwargs):
 
 def _with_dropout(tiny_model_dir: str, tmp_path: Path, **rates: float) -> str:
     """A copy of the tiny model whose config.json sets ``rates`` (as GPT-2's 0.1 everywhere)."""
-    folder = tmp_path / "dropout-model"
-    shutil.copytree(tiny_model_dir, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **rates}))
-    return str(folder)
+    return str(edited_copy(tiny_model_dir, tmp_path / "dropout-model", rates))
 
 
 # --- vllm_* without use_vllm ------------------------------------------------------------------------
