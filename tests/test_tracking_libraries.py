@@ -10,6 +10,8 @@ import contextlib
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,15 +46,10 @@ def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
     }
     # a fresh interpreter, as a user's run is: trackio fixes its store folder when first imported,
     # and other tests import it in this process (TRL's GRPOTrainer module does)
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "TRACKIO_DIR", "MLFLOW_TRACKING_URI")}
     code = ("import json, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
             "Trainer(RunConfig.from_dict(json.loads(sys.argv[1]))).run(progress=False)\n")
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(data)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    fresh_python(code, json.dumps(data), env=environ_without(("WANDB_MODE", "TRACKIO_DIR", "MLFLOW_TRACKING_URI")),
+                 timeout=600)
     records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 1, 2, 2]
     return out, records
@@ -115,6 +112,25 @@ def script_tracking_uri(uri: str) -> Iterator[None]:
     finally:
         mlflow.end_run()
         mlflow.set_tracking_uri(previous)
+
+
+#: trackio's variables, which a fresh interpreter of a test leaves out (its store is the run's own)
+TRACKIO_CHOICES = ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")
+
+
+def environ_without(names: tuple[str, ...]) -> dict[str, str]:
+    """This process's environment less ``names``, for a fresh interpreter."""
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+def fresh_python(code: str, *argv: str, env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter with ``argv``, as a user's run or shell is (trackio fixes
+    its store folder when first imported, and other tests import it in this process); it must
+    succeed, its stderr's end said when it does not."""
+    proc = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
 
 
 def table_rows(records: list[dict]) -> list[list]:
@@ -198,13 +214,8 @@ def test_trackio_store_holds_metrics_and_completion_tables(run):
         "print(json.dumps([SQLiteStorage.get_runs('polyrl-test'), SQLiteStorage.get_logs('polyrl-test', 'tracked')],"
         " default=str))\n"
     )
-    import subprocess
-    import sys
-
     # trackio fixes its store folder at import (TRACKIO_DIR): read it from a fresh interpreter
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TRACKIO_DIR": str(out / "trackio")})
-    assert proc.returncode == 0, proc.stderr
+    proc = fresh_python(code, env={**os.environ, "TRACKIO_DIR": str(out / "trackio")}, timeout=120)
     runs, logs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert runs == ["tracked"]
     scalars = [entry for entry in logs if "lr" in entry]
@@ -317,9 +328,6 @@ def test_a_database_store_keeps_trls_reward_beside_the_per_reward_metrics(tmp_pa
 def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model_dir):
     """Trackers were always closed as a success: a run stopped by its reward's error showed in
     MLflow as FINISHED (and in W&B with exit code 0), so a sweep's "finished" filter kept it."""
-    import subprocess
-    import sys
-
     from mlflow.tracking import MlflowClient
 
     (tmp_path / "reward.py").write_text(
@@ -333,7 +341,7 @@ def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model
             "rewards": [{"function": f"{tmp_path / 'reward.py'}:boom"}],
             "train": {"steps": 3, "prompts_per_step": 2, "threads": 1, "output_dir": str(out)},
             "logging": {"report_to": ["mlflow"], "run_name": "doomed", "project": "polyrl-fail"}}
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI",)}
+    env = environ_without(("MLFLOW_TRACKING_URI",))
     code = ("import json, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
             "Trainer(RunConfig.from_dict(json.loads(sys.argv[1]))).run(progress=False)\n")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(data)], env=env, capture_output=True, text=True,
@@ -376,20 +384,15 @@ def test_trackio_and_tensorboard_say_where_they_write_and_how_to_look(tmp_path, 
     --project P`, which in another shell (no TRACKIO_DIR) opens trackio's default store under the
     HF cache, not this run's, and it says nothing for a second run of a project in one process.
     The start now names the store, TRACKIO_DIR's when set, and the command that shows it."""
-    import subprocess
-    import sys
-
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
+    env = environ_without(TRACKIO_CHOICES)
     if trackio_dir:
         env["TRACKIO_DIR"] = str(tmp_path / trackio_dir)
     code = ("import sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
             "from polyrl.tracking.tensorboard import TensorBoardTracker\nfrom polyrl.tracking.trackio import TrackioTracker\n"
             "for make in (TrackioTracker, TensorBoardTracker):\n"
             "    make(TrackerContext(Path(sys.argv[1]), 'r', 'my project', {})).close()\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(code, str(out), env=env)
     store = tmp_path / trackio_dir if trackio_dir else (out / "trackio").resolve()
     assert f"TRACKIO_DIR={store} trackio show --project 'my project'" in proc.stderr, proc.stderr
     assert f"tensorboard --logdir {out / 'tensorboard'}" in proc.stderr, proc.stderr
@@ -797,8 +800,6 @@ def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
     sets for itself only, and the start did not say where the store is. It now logs the command;
     the store opens, in a shell without the variable, with the variable that command sets."""
     import re
-    import subprocess
-    import sys
 
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
@@ -806,18 +807,31 @@ def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
             "from polyrl.tracking.mlflow import MlflowTracker\n"
             "t = MlflowTracker(TrackerContext(Path(sys.argv[1]), 'r', 'proj', {}))\n"
             "t.log_metrics({'loss': 0.25}, 1)\nt.close()\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(code, str(out), env=env)
     said = re.search(r"([A-Z_]+)=(\S+) mlflow ui --backend-store-uri ([^\s']+)", proc.stderr)
     assert said, proc.stderr
     assert said[3] == str((out / "mlruns").resolve())
     read = ("import sys\nfrom mlflow.tracking import MlflowClient\nc = MlflowClient(tracking_uri=sys.argv[1])\n"
             "exp = c.get_experiment_by_name('proj')\n"
             "print([m.value for r in c.search_runs([exp.experiment_id]) for m in c.get_metric_history(r.info.run_id, 'loss')])\n")
-    opened = subprocess.run([sys.executable, "-c", read, said[3]], env={**env, said[1]: said[2]},
-                            capture_output=True, text=True, timeout=300)
-    assert opened.returncode == 0 and opened.stdout.strip() == "[0.25]", opened.stderr[-2000:]
+    opened = fresh_python(read, said[3], env={**env, said[1]: said[2]})
+    assert opened.stdout.strip() == "[0.25]", opened.stdout
+
+
+def stopped_toy_run(tmp_path: Path, stop_at: int | None, tracker: str) -> None:
+    """A 4-step toy run (project polyrl-stop) reporting to ``tracker``, stopped on request as by
+    Ctrl-C or SIGTERM after step ``stop_at`` (None: it takes every step)."""
+    from test_step_numbering import _stopper, toy_run
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    holder: dict = {"stop_at": stop_at}
+    data = toy_run(tmp_path, steps=4, report_to=[tracker], project="polyrl-stop")
+    data["rewards"] = [{"name": "stopper"}]
+    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
 
 
 @pytest.mark.parametrize("stop_at", [2, None])
@@ -826,18 +840,9 @@ def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, m
     took every step: a sweep's "finished" filter kept it. It is now KILLED, MLflow's state for a run
     its user interrupted; a run that takes every step stays FINISHED."""
     from mlflow.tracking import MlflowClient
-    from test_step_numbering import _stopper, toy_run
-
-    from polyrl.config import RunConfig
-    from polyrl.trainer import Trainer
 
     mlflow_env(monkeypatch)
-    holder: dict = {"stop_at": stop_at}
-    data = toy_run(tmp_path, steps=4, report_to=["mlflow"], project="polyrl-stop")
-    data["rewards"] = [{"name": "stopper"}]
-    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
-    summary = trainer.run(progress=False)
-    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
+    stopped_toy_run(tmp_path, stop_at, "mlflow")
     client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
     (found,) = client.search_runs([client.get_experiment_by_name("polyrl-stop").experiment_id])
     assert found.info.status == ("KILLED" if stop_at else "FINISHED")
@@ -855,19 +860,9 @@ def test_a_run_stopped_on_request_ends_its_wandb_run_with_ctrl_c_exit_code(toy, 
     one that took every step. It now records 255, wandb's own exit code for a script a Ctrl-C ends
     (a failed run in W&B's filters); a run that takes every step stays 0. Read back from the
     offline run's .wandb file."""
-    from test_step_numbering import _stopper, toy_run
-
-    from polyrl.config import RunConfig
-    from polyrl.trainer import Trainer
-
     for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_LOG_MODEL", "WANDB_WATCH"):
         monkeypatch.delenv(name, raising=False)
-    holder: dict = {"stop_at": stop_at}
-    data = toy_run(tmp_path, steps=4, report_to=["wandb"], project="polyrl-stop")
-    data["rewards"] = [{"name": "stopper"}]
-    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
-    summary = trainer.run(progress=False)
-    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
+    stopped_toy_run(tmp_path, stop_at, "wandb")
     assert _wandb_exit_codes(tmp_path / "run") == [255 if stop_at else 0]
 
 
@@ -876,10 +871,6 @@ def test_trackio_runs_stopped_or_failed_carry_an_alert_saying_so(tmp_path):
     took every step. close_stopped and close_failed now leave a warning and an error alert on the
     run; a clean close leaves none. Read back with trackio's own store reader (a fresh interpreter:
     trackio fixes its store folder when first imported)."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k not in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
     code = ("import json, sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
             "from polyrl.tracking.trackio import TrackioTracker\n"
             "for name, end in (('stopped', 'close_stopped'), ('failed', 'close_failed'), ('whole', 'close')):\n"
@@ -888,9 +879,7 @@ def test_trackio_runs_stopped_or_failed_carry_an_alert_saying_so(tmp_path):
             "from trackio.sqlite_storage import SQLiteStorage\n"
             "print('ALERTS ' + json.dumps({n: [(a['level'], a['title'], a['step']) for a in SQLiteStorage.get_alerts('p', run_name=n)]"
             " for n in ('stopped', 'failed', 'whole')}))\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(code, str(tmp_path), env=environ_without(TRACKIO_CHOICES))
     alerts = json.loads(proc.stdout.split("ALERTS ")[-1].splitlines()[0])
     assert alerts == {"stopped": [["warn", "polyrl: run stopped on request before its last step", 2]],
                       "failed": [["error", "polyrl: run ended with an error", 2]], "whole": []}
