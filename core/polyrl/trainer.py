@@ -1953,11 +1953,7 @@ class Trainer:
                 raise EnvironmentFailed(f"the evaluation before training (nothing trained): {exc}",
                                         alone=True) from None
             else:
-                if self.rank == 0:
-                    log.info("evaluation before training", **summary["eval_before"])
-                    self._publish_eval("before", summary["eval_before"])
-                for observer in self.observers:
-                    observer.evaluated("before", 0, summary["eval_before"])
+                self._tell_eval("before", summary["eval_before"])
             if not (self._agree_to_stop() if self.world_size > 1 else self.stop_requested):
                 return True
         log.warning("stopped on request before the first step: nothing was trained or saved")
@@ -2158,11 +2154,7 @@ class Trainer:
             saved = summary.get("model") or summary["checkpoint"]
             raise EnvironmentFailed(f"the evaluation after training (the trained model is saved in {saved}): "
                                     f"{exc}", alone=True) from None
-        if self.rank == 0:
-            log.info("evaluation after training", **summary["eval_after"])
-            self._publish_eval("after", summary["eval_after"])
-        for observer in self.observers:
-            observer.evaluated("after", self.step, summary["eval_after"])
+        self._tell_eval("after", summary["eval_after"])
 
     def _observe_trained(self, metrics: dict[str, Any]) -> bool:
         """The observers told the step trained; whether one asks for its evaluation now, the same
@@ -2243,11 +2235,21 @@ class Trainer:
         evaluated = {k: v for k, v in line.items() if k.startswith("eval/")}
         return (self.step, evaluated) if evaluated else None
 
-    def _publish_eval(self, phase: str, result: dict[str, float]) -> None:
-        """The evaluation before or after training as a line of metrics.jsonl and to the trackers,
-        at step 0 or the last step taken (``metrics_file``): it reached the trackers alone, under
-        other names, and ``polyrl report`` recomputed it from the completions."""
-        line = metrics_file.eval_line(phase, self.step if phase == "after" else 0, result)
+    def _tell_eval(self, phase: str, result: dict[str, float]) -> None:
+        """The evaluation before or after training (``phase``), at step 0 or the last step taken:
+        logged and published by rank 0, told to every rank's observers."""
+        step = self.step if phase == "after" else 0
+        if self.rank == 0:
+            log.info(f"evaluation {phase} training", **result)
+            self._publish_eval(phase, step, result)
+        for observer in self.observers:
+            observer.evaluated(phase, step, result)
+
+    def _publish_eval(self, phase: str, step: int, result: dict[str, float]) -> None:
+        """The evaluation before or after training as a line of metrics.jsonl and to the trackers
+        (``metrics_file``): it reached the trackers alone, under other names, and ``polyrl report``
+        recomputed it from the completions."""
+        line = metrics_file.eval_line(phase, step, result)
         self._append_metrics(line)
         self.tracking.publish_at(result, step=line["step"])
 
