@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from model_copies import edited_copy
 
 from polyrl.bench.report import sweep_markdown, write_sweep_chart
 from polyrl.bench.sweep import compare, length_check, plan_points, prompts_for, run_sweep
@@ -32,10 +33,7 @@ def eos_heavy_model(tiny_model_dir, tmp_path_factory) -> str:
     """The tiny model with 129 EOS ids: a completion left to stop on EOS ends within a few tokens,
     so a full-length one proves ``ignore_eos`` / ``min_new_tokens`` took effect."""
     folder = tmp_path_factory.mktemp("models") / "tiny-eos-heavy"
-    shutil.copytree(tiny_model_dir, folder)
-    generation = json.loads((folder / "generation_config.json").read_text())
-    (folder / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": STOP_IDS}))
-    return str(folder)
+    return str(edited_copy(tiny_model_dir, folder, {"eos_token_id": STOP_IDS}, file="generation_config.json"))
 
 
 @pytest.fixture(scope="module")

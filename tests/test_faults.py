@@ -31,6 +31,7 @@ from polyrl.trainer import OutputWriteError, TooManySkippedSteps, Trainer
 from polyrl.types import EngineConfig, SamplingParams, StepMetrics
 
 from crash_util import POLYRL, metric_steps, train, write_config
+from model_copies import edited_copy
 
 pytestmark = pytest.mark.faults
 
@@ -360,13 +361,9 @@ def _bad_inputs(tmp_path: Path, model: str) -> dict[str, tuple[str, str]]:
     (tmp_path / "noanswer.jsonl").write_text(json.dumps({"prompt": "2+2?", "solution": "4"}) + "\n")
     (tmp_path / "short.py").write_text("def short(prompts, completions, **kw):\n    return [1.0]\n")
     (tmp_path / "boom.py").write_text("def boom(prompts, completions, **kw):\n    raise ValueError('bad row')\n")
-    mismatched = tmp_path / "mismatched"
     import shutil
 
-    shutil.copytree(model, mismatched)
-    cfg = json.loads((mismatched / "config.json").read_text())
-    cfg["vocab_size"] = 64  # the tokenizer has more ids than this
-    (mismatched / "config.json").write_text(json.dumps(cfg))
+    mismatched = edited_copy(model, tmp_path / "mismatched", {"vocab_size": 64})  # the tokenizer has more ids
     no_weights = tmp_path / "no-weights"
     shutil.copytree(model, no_weights)
     (no_weights / "model.safetensors").unlink()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_copies import edited_copy
 
 from checkpoint_states import SAMPLER, checkpoint_with_state, well_formed_state
 
@@ -34,10 +35,7 @@ def _engine(path: str | Path, role: str = "generate", **extra):
 
 
 def _edited_model(tiny_model_dir: str, dst: Path, **config) -> Path:
-    shutil.copytree(tiny_model_dir, dst)
-    data = json.loads((dst / "config.json").read_text())
-    (dst / "config.json").write_text(json.dumps({**data, **config}))
-    return dst
+    return edited_copy(tiny_model_dir, dst, config)
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [

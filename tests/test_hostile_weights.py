@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hf_families import build_family_model, require_backends
+from model_copies import edited_copy
 
 from polyrl.errors import ConfigError, RewardError
 
@@ -21,10 +22,7 @@ pytestmark = pytest.mark.faults
 
 def _edited(src: str | Path, dst: Path, **config) -> Path:
     """A copy of the model folder ``src`` whose config.json says ``config`` on top of its own."""
-    shutil.copytree(src, dst)
-    data = json.loads((dst / "config.json").read_text())
-    (dst / "config.json").write_text(json.dumps({**data, **config}))
-    return dst
+    return edited_copy(src, dst, config)
 
 
 def _engine(path: str | Path, backend: str = "torch", role: str = "generate", **extra):

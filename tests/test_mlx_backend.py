@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_copies import edited_copy
 from polyrl.algorithms.objective import LOSS_AGGREGATIONS, Objective
 from polyrl.algorithms.reference import policy_loss, policy_loss_grad, vespo_weight
 from polyrl.engine import Engine
@@ -536,15 +537,10 @@ def test_transformers5_rope_parameters_are_honoured(tiny_model_dir, tmp_path):
 
 def test_tied_embeddings_sync_with_torch(tiny_model_dir, tmp_path):
     _usable("torch")
-    import shutil
 
     from safetensors.numpy import load_file, save_file
 
-    folder = tmp_path / "tied"
-    shutil.copytree(tiny_model_dir, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["tie_word_embeddings"] = True
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = edited_copy(tiny_model_dir, tmp_path / "tied", {"tie_word_embeddings": True})
     tensors = load_file(str(folder / "model.safetensors"))
     del tensors["lm_head.weight"]
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})

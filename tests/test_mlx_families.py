@@ -12,13 +12,12 @@ transformers' fused expert tensors and mlx-lm's stacked ones exactly, in syncs a
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hf_families import build_family_model, require_backends, eager_logprobs, largest_gap, sample_and_train_as_its_own_forward, train_once_and_save
+from model_copies import REMOVE, edited_copy
 
 from polyrl.algorithms.objective import Objective
 from polyrl.engine import Engine
@@ -91,11 +90,8 @@ def test_family_mlx_lm_runs_otherwise_than_transformers_is_refused_at_load(model
 @pytest.mark.faults
 def test_a_config_without_a_key_mlx_lms_module_requires_is_one_error(models, tmp_path):
     require_backends("mlx")
-    folder = tmp_path / "qwen3_moe-no-experts"
-    shutil.copytree(build_family_model("qwen3_moe", models / "qwen3_moe"), folder)
-    config = json.loads((folder / "config.json").read_text())
-    config.pop("num_local_experts")
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = edited_copy(build_family_model("qwen3_moe", models / "qwen3_moe"), tmp_path / "qwen3_moe-no-experts",
+                         {"num_local_experts": REMOVE})
     with pytest.raises(ConfigError) as err:
         _engine(str(folder), role="generate")
     assert err.value.field == "model.path" and "num_experts" in str(err.value), str(err.value)
@@ -106,10 +102,8 @@ def test_a_family_whose_module_cannot_run_the_samplers_padded_batch_is_refused(m
     """Gemma 2 with a window longer than model.max_length (nothing for mlx-lm to drop): its module
     fails on the sampler's left-padded grouped-query batch, which the load-time probe runs."""
     require_backends("mlx")
-    folder = tmp_path / "gemma2-long-window"
-    shutil.copytree(build_family_model("gemma2", models / "gemma2"), folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "sliding_window": 4096}))
+    folder = edited_copy(build_family_model("gemma2", models / "gemma2"), tmp_path / "gemma2-long-window",
+                         {"sliding_window": 4096})
     with pytest.raises(ConfigError) as err:
         _engine(str(folder), role="generate")
     text = str(err.value)
@@ -145,10 +139,7 @@ def test_a_checkpoint_tensor_mlx_lm_drops_is_refused_unless_it_is_the_tied_copy(
     tensors = load_file(f"{source}/model.safetensors")
     embed = tensors["model.embed_tokens.weight"]
     for name, head in (("copy", embed.copy()), ("own", embed[::-1].copy())):
-        folder = tmp_path / name
-        shutil.copytree(source, folder)
-        config = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+        folder = edited_copy(source, tmp_path / name, {"tie_word_embeddings": True})
         save_file({**tensors, "lm_head.weight": head}, str(folder / "model.safetensors"), metadata={"format": "pt"})
         if name == "copy":
             _engine(str(folder), role="generate")
@@ -229,10 +220,7 @@ WINDOW_NOT_APPLIED = {"mistral": {}, "phi3": {},
 
 def _windowed(models, folder: Path, arch: str, **config_keys) -> str:
     """The tiny ``arch`` model with ``config_keys`` in its config.json, at ``folder``."""
-    shutil.copytree(build_tiny_model(models / arch, arch=arch), folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **config_keys}))
-    return str(folder)
+    return str(edited_copy(build_tiny_model(models / arch, arch=arch), folder, config_keys))
 
 
 @pytest.mark.faults

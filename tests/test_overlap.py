@@ -13,10 +13,12 @@ from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
 from polyrl.rollout_state import pending_rollout_problem
 from polyrl.rollouts import Rollout
+from polyrl.run_observer import StepAsk
 from polyrl.strict_json import dumps
 from polyrl.trainer import Trainer
 from polyrl.types import Completion
 
+from observer_util import AskAfterStep
 from toy_dist import activate, install_toy_dists
 
 
@@ -261,34 +263,33 @@ def test_the_rollout_worker_runs_in_order_on_one_thread_and_passes_errors_on():
     assert len(threads) == 3 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
 
 
-class EndEpochAt:
-    """A ``RunObserver`` that ends the data epoch after step ``step`` (transformers' should_epoch_stop)."""
+def test_dropping_the_rollout_sampled_ahead_waits_for_it_and_leaves_none_pending():
+    """``drop`` (a step left unscored or unsampled, an epoch ended: the rollout sampled ahead is of
+    no use) waits for the running generation, hands the rollout back for the sampler state it
+    started from and leaves none pending; a failed generation's error passes on."""
+    import threading
 
-    def __init__(self, step: int):
-        self.step = step
+    from polyrl.rollouts import RolloutAhead
 
-    def run_begin(self, trainer): ...
-    def step_begin(self, step): ...
-    def evaluated(self, phase, step, metrics): ...
+    release = threading.Event()
 
-    def step_trained(self, metrics):
-        return False
+    def generate(step, rows):
+        assert release.wait(30)
+        if step == 2:
+            raise ValueError("generation failed")
+        return []
 
-    def step_end(self, metrics):
-        from polyrl.run_observer import StepAsk
-
-        return StepAsk(epoch_stop=metrics["step"] == self.step)
-
-    def saved(self, step, path):
-        from polyrl.run_observer import StepAsk
-
-        return StepAsk()
-
-    def checkpoint_state(self):
-        return {}
-
-    def protected_checkpoint(self):
-        return None
+    ahead = RolloutAhead(generate)
+    assert ahead.drop() is None
+    ahead.start(1, [{"prompt": "a"}], {"position": 3}, 0)
+    threading.Timer(0.2, release.set).start()
+    dropped = ahead.drop()  # returns only once the generation ran
+    assert release.is_set() and dropped.step == 1 and dropped.sampler_before == {"position": 3}
+    assert ahead.pending() is None and ahead.take(1) is None
+    ahead.start(2, [], {}, 1)  # refused while one is pending
+    with pytest.raises(ValueError, match="generation failed"):
+        ahead.drop()
+    ahead.close()
 
 
 def _rows_per_step(trainer: Trainer) -> list[list[str]]:
@@ -319,6 +320,6 @@ def test_an_epoch_stop_drops_the_rollout_sampled_ahead_and_starts_the_next_epoch
     plain = _rows_per_step(Trainer(config("plain", False, 4)))
     assert sorted(plain[0] + plain[1]) == sorted(plain[2] + plain[3])
     trainer = Trainer(config("ended", True, 3))
-    trainer.observers.append(EndEpochAt(1))
+    trainer.observers.append(AskAfterStep(1, StepAsk(epoch_stop=True)))
     assert _rows_per_step(trainer) == [plain[0], plain[2], plain[3]]
     assert (trainer.sampler.epoch, trainer.sampler.position) == (2, 0)

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from model_copies import edited_copy
 
 from polyrl.errors import RewardError
 from polyrl.plugins import get_plugin_manager
@@ -123,18 +124,13 @@ def test_a_folder_passed_as_trls_reward_funcs_scores_a_long_pair_whole_as_trl(rm
     """TRL's GRPOTrainer(reward_funcs=["path/to/rm"]) tokenizes the whole prompt + completion for the
     reward model (no truncation); ``api.run(rewards=[folder])`` used to score it with reward_model's
     default max_length of 1024 tokens, cutting a longer pair's start (the question) silently."""
-    import json
-    import shutil
-
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from polyrl import api
 
-    folder = tmp_path / "rm-4k"  # the tiny model with a 4096-token position limit, as real RMs have more
-    shutil.copytree(rm_path, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
+    # the tiny model with a 4096-token position limit, as real RMs have more
+    folder = edited_copy(rm_path, tmp_path / "rm-4k", {"max_position_embeddings": 4096})
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     prompt, completion = "Question " + "word " * 1300 + "What is 2 + 3?", " 5"
@@ -161,18 +157,13 @@ def test_chat_template_kwargs_reach_the_reward_models_template_as_trl_passes_the
     reward_model rendered without any variable, so a template reading one (here enable_thinking
     in the assistant turn) scored another text than TRL's. Now its own option, which the TRL route
     fills with GRPOConfig's."""
-    import json
-    import shutil
-
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from polyrl import api
 
-    folder = tmp_path / "rm-thinking"
-    shutil.copytree(rm_path, folder)
-    settings = json.loads((folder / "tokenizer_config.json").read_text())
-    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "chat_template": _THINKING_RM_TEMPLATE}))
+    folder = edited_copy(rm_path, tmp_path / "rm-thinking", {"chat_template": _THINKING_RM_TEMPLATE},
+                         file="tokenizer_config.json")
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
@@ -237,13 +228,8 @@ def test_a_config_pad_id_other_than_the_tokenizers_is_replaced_as_trl_does(rm_pa
     """A folder whose config.json names another pad_token_id than its tokenizer pads with: the
     model pooled a padded sequence's padding, so a batch scored other numbers than one by one.
     TRL sets the model's pad_token_id to the tokenizer's; so does reward_model now."""
-    import json
-    import shutil
 
-    folder = tmp_path / "rm-pad"
-    shutil.copytree(rm_path, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "pad_token_id": 0}))  # the tokenizer pads with 3
+    folder = edited_copy(rm_path, tmp_path / "rm-pad", {"pad_token_id": 0})  # the tokenizer pads with 3
     batched = score(str(folder), batch_size=5).total
     single = np.array([score(str(folder), [p], [c], batch_size=1).total[0] for p, c in zip(PROMPTS, COMPLETIONS)])
     np.testing.assert_allclose(batched, single, atol=1e-5, rtol=0)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from hf_families import build_family_model, largest_gap, require_backends
+from model_copies import REMOVE, edited_copy
 
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.presets import AlgorithmConfig
@@ -55,6 +56,45 @@ def routed_moe(folder, model_type: str = "qwen2_moe") -> str:
         if f.name.startswith(("tokenizer", "special_tokens")):
             shutil.copy(f, out / f.name)
     return str(out)
+
+
+def trl_state(model, coef: float, accumulation: int):
+    """TRL 1.16's GRPOTrainer state its ``_compute_loss`` reads (one process, grpo loss, beta 0,
+    ``accumulation`` micro-batches a step)."""
+    import contextlib
+    import functools
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    identity = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, num_processes=1,
+                               reduce=lambda x, reduction="sum": x, sync_gradients=True,
+                               autocast=contextlib.nullcontext, is_main_process=True)
+    state = SimpleNamespace(
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=accumulation),
+        loss_type="grpo", beta=0.0, epsilon_low=0.2, epsilon_high=0.2, importance_sampling_level="token",
+        top_entropy_quantile=1.0, off_policy_mask_threshold=None, use_vllm=False,
+        vllm_importance_sampling_correction=False, model=model, current_gradient_accumulation_steps=accumulation,
+        accelerator=identity, _entropy_bonus_enabled=False, entropy_coef=0.0, use_adaptive_entropy=False,
+        router_aux_loss_coef=coef, aux_loss_enabled=True, _metrics={"train": defaultdict(list)})
+    state._get_per_token_logps_and_entropies = functools.partial(GRPOTrainer._get_per_token_logps_and_entropies,
+                                                                 state)
+    return state
+
+
+def trl_inputs(seqs, adv) -> dict:
+    """TRL's ``_compute_loss`` inputs for ``seqs`` (completions right-padded, prompts of one length)."""
+    width = max(len(s.completion_ids) for s in seqs)
+    completion = torch.zeros((len(seqs), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        completion[i, : len(s.completion_ids)] = torch.from_numpy(s.completion_ids)
+        completion_mask[i, : len(s.completion_ids)] = 1
+    prompt = np.stack([s.prompt_ids for s in seqs])
+    return {"prompt_ids": torch.from_numpy(prompt), "prompt_mask": torch.ones(prompt.shape, dtype=torch.long),
+            "completion_ids": completion, "completion_mask": completion_mask,
+            "advantages": torch.as_tensor(adv, dtype=torch.float32)}
 
 
 def _engine(path: str, micro: int | None = None, backend: str = "torch", checkpointing: bool = False) -> Engine:
@@ -206,10 +246,6 @@ def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path, 
     the coefficient left unset (TRL's default: the config's 0.001) and set. Prompts of one length:
     TRL left-pads prompts, polyrl right-pads rows."""
     pytest.importorskip("trl")
-    import contextlib
-    import functools
-    from collections import defaultdict
-    from types import SimpleNamespace
 
     from transformers import AutoModelForCausalLM
     from trl.trainer.grpo_trainer import GRPOTrainer
@@ -225,28 +261,8 @@ def test_loss_and_aux_metric_equal_trl_compute_loss_on_the_same_batch(moe_path, 
     text_config = model.config.get_text_config()  # GRPOTrainer.__init__'s choice of the coefficient
     trl_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
     assert hasattr(text_config, "output_router_logits") and trl_coef > 0  # TRL's aux_loss_enabled
-    identity = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, num_processes=1,
-                               reduce=lambda x, reduction="sum": x, sync_gradients=True,
-                               autocast=contextlib.nullcontext, is_main_process=True)
-    state = SimpleNamespace(
-        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1), loss_type="grpo",
-        beta=0.0, epsilon_low=0.2, epsilon_high=0.2, importance_sampling_level="token", top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None, use_vllm=False, vllm_importance_sampling_correction=False, model=model,
-        current_gradient_accumulation_steps=1, accelerator=identity, _entropy_bonus_enabled=False, entropy_coef=0.0,
-        use_adaptive_entropy=False, router_aux_loss_coef=trl_coef, aux_loss_enabled=True,
-        _metrics={"train": defaultdict(list)})
-    state._get_per_token_logps_and_entropies = functools.partial(GRPOTrainer._get_per_token_logps_and_entropies,
-                                                                 state)
-    width = max(len(s.completion_ids) for s in seqs)
-    completion = torch.zeros((len(seqs), width), dtype=torch.long)
-    completion_mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        completion[i, : len(s.completion_ids)] = torch.from_numpy(s.completion_ids)
-        completion_mask[i, : len(s.completion_ids)] = 1
-    inputs = {"prompt_ids": torch.from_numpy(np.stack([s.prompt_ids for s in seqs])),
-              "prompt_mask": torch.ones((len(seqs), 3), dtype=torch.long), "completion_ids": completion,
-              "completion_mask": completion_mask, "advantages": torch.as_tensor(adv, dtype=torch.float32)}
-    trl_loss = float(GRPOTrainer._compute_loss(state, model, inputs).detach())
+    state = trl_state(model, trl_coef, accumulation=1)
+    trl_loss = float(GRPOTrainer._compute_loss(state, model, trl_inputs(seqs, adv)).detach())
     (trl_aux,) = state._metrics["train"]["aux_loss"]
 
     objective = Objective() if coef is None else Objective(router_aux_loss_coef=coef)
@@ -372,8 +388,6 @@ def test_mlx_unset_coefficient_is_the_model_configs_own(moe_path, tmp_path):
     """None on MLX: the config's router_aux_loss_coef (0.001); a config.json without one gets
     transformers' default for the model type, as the torch backend's config class reads it."""
     require_backends("mlx")
-    import json
-    import shutil
 
     from transformers import AutoConfig
 
@@ -385,11 +399,7 @@ def test_mlx_unset_coefficient_is_the_model_configs_own(moe_path, tmp_path):
 
     for model_type, coef in ROUTER_AUX_TYPES.items():
         assert AutoConfig.for_model(model_type).router_aux_loss_coef == coef
-    bare = tmp_path / "no-coefficient"
-    shutil.copytree(moe_path, bare)
-    config = json.loads((bare / "config.json").read_text())
-    del config["router_aux_loss_coef"]
-    (bare / "config.json").write_text(json.dumps(config))
+    bare = edited_copy(moe_path, tmp_path / "no-coefficient", {"router_aux_loss_coef": REMOVE})
     implicit, _ = _step(str(bare), None, backend="mlx")
     assert implicit.loss == pytest.approx(default.loss, rel=1e-6)
     assert implicit.extra["aux_loss"] == pytest.approx(default.extra["aux_loss"], rel=1e-6)

@@ -8,14 +8,14 @@ against TRL's ``_compute_loss`` in ``test_router_aux.py``.
 from __future__ import annotations
 
 import json
-import shutil
 
 import attrs
 import numpy as np
 import pytest
 import torch
 from hf_families import require_backends
-from test_router_aux import routed_moe
+from model_copies import edited_copy
+from test_router_aux import routed_moe, trl_inputs, trl_state
 
 from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.errors import ConfigError
@@ -56,11 +56,8 @@ def test_a_null_coefficient_in_config_json_is_one_error_line_on_every_backend_an
     from polyrl.backend_kit.router_aux import router_aux_coef
     from polyrl.trainer import Trainer
 
-    null = tmp_path / "null"
-    shutil.copytree(moe_path, null)
+    null = edited_copy(moe_path, tmp_path / "null", {"router_aux_loss_coef": None})
     config = json.loads((null / "config.json").read_text())
-    config["router_aux_loss_coef"] = None
-    (null / "config.json").write_text(json.dumps(config))
     for requested in (None, 0.5):
         with pytest.raises(ConfigError, match="null") as err:
             router_aux_coef(config, requested)
@@ -76,43 +73,6 @@ def test_a_null_coefficient_in_config_json_is_one_error_line_on_every_backend_an
 
 
 # --- 2. from_trl: TRL's micro-batch for the router term --------------------------------------------
-
-
-def _trl_state(model, coef: float, accumulation: int):
-    """TRL 1.16's GRPOTrainer state its ``_compute_loss`` reads (one process, grpo loss, beta 0)."""
-    import contextlib
-    import functools
-    from collections import defaultdict
-    from types import SimpleNamespace
-
-    from trl.trainer.grpo_trainer import GRPOTrainer
-
-    identity = SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, num_processes=1,
-                               reduce=lambda x, reduction="sum": x, sync_gradients=True,
-                               autocast=contextlib.nullcontext, is_main_process=True)
-    state = SimpleNamespace(
-        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=accumulation),
-        loss_type="grpo", beta=0.0, epsilon_low=0.2, epsilon_high=0.2, importance_sampling_level="token",
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, use_vllm=False,
-        vllm_importance_sampling_correction=False, model=model, current_gradient_accumulation_steps=accumulation,
-        accelerator=identity, _entropy_bonus_enabled=False, entropy_coef=0.0, use_adaptive_entropy=False,
-        router_aux_loss_coef=coef, aux_loss_enabled=True, _metrics={"train": defaultdict(list)})
-    state._get_per_token_logps_and_entropies = functools.partial(GRPOTrainer._get_per_token_logps_and_entropies,
-                                                                 state)
-    return state
-
-
-def _trl_inputs(seqs, adv) -> dict:
-    width = max(len(s.completion_ids) for s in seqs)
-    completion = torch.zeros((len(seqs), width), dtype=torch.long)
-    completion_mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        completion[i, : len(s.completion_ids)] = torch.from_numpy(s.completion_ids)
-        completion_mask[i, : len(s.completion_ids)] = 1
-    prompt = np.stack([s.prompt_ids for s in seqs])
-    return {"prompt_ids": torch.from_numpy(prompt), "prompt_mask": torch.ones(prompt.shape, dtype=torch.long),
-            "completion_ids": completion, "completion_mask": completion_mask,
-            "advantages": torch.as_tensor(adv, dtype=torch.float32)}
 
 
 def test_from_trl_trains_a_moe_router_term_over_trls_micro_batches(moe_path, tiny_model_dir, tmp_path):
@@ -156,8 +116,8 @@ def test_from_trl_trains_a_moe_router_term_over_trls_micro_batches(moe_path, tin
     model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32)
     model.train()
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
-    state = _trl_state(model, 0.3, accumulation=2)
-    trl_loss = sum(float(GRPOTrainer._compute_loss(state, model, _trl_inputs(seqs[i:i + 2], adv[i:i + 2])).detach())
+    state = trl_state(model, 0.3, accumulation=2)
+    trl_loss = sum(float(GRPOTrainer._compute_loss(state, model, trl_inputs(seqs[i:i + 2], adv[i:i + 2])).detach())
                    for i in (0, 2))
     trl_aux = float(np.mean(state._metrics["train"]["aux_loss"]))
 
@@ -174,19 +134,24 @@ def test_from_trl_trains_a_moe_router_term_over_trls_micro_batches(moe_path, tin
 # --- 4. steps that train nothing (every advantage 0) ------------------------------------------------
 
 
+def idle_step_trainer(moe: str, tmp_path):
+    """A one-step torch run on ``moe`` (router coefficient 0.5, 2 prompts x 2 completions) whose
+    reward scores nothing: every advantage is 0 (the router term still trains, as in TRL)."""
+    from polyrl.trainer import Trainer
+
+    (tmp_path / "never.py").write_text("def never(completions, **kw):\n    return [None] * len(completions)\n")
+    return Trainer(_run_config(moe, tmp_path, algorithm={"router_aux_loss_coef": 0.5},
+                               generation={"group_size": 2, "max_new_tokens": 4, "temperature": 1.0},
+                               rewards=[{"function": f"{tmp_path / 'never.py'}:never"}]))
+
+
 def test_a_step_with_every_advantage_0_still_trains_the_router_term(moe_path, tmp_path):
     """No reward scored any completion: TRL's advantages are all 0 and its loss is coef x
     aux_loss, whose gradient moves the routers. Before: polyrl's idle updates ran with the router
     term off (a zero gradient, the optimizer's step alone). Now the step trains the completions
     at advantage 0 with the run's coefficient, as with the KL term in the loss: the term is in
     their loss and their gradient is not 0."""
-    from polyrl.trainer import Trainer
-
-    (tmp_path / "never.py").write_text("def never(completions, **kw):\n    return [None] * len(completions)\n")
-    config = _run_config(moe_path, tmp_path, algorithm={"router_aux_loss_coef": 0.5},
-                         generation={"group_size": 2, "max_new_tokens": 4, "temperature": 1.0},
-                         rewards=[{"function": f"{tmp_path / 'never.py'}:never"}])
-    trainer = Trainer(config)
+    trainer = idle_step_trainer(moe_path, tmp_path)
     seen = []
     plain = trainer.train_engine.train_step
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from observer_util import AskAfterStep
 
 from polyrl import run_plan
 from polyrl.cli import main
@@ -18,32 +19,6 @@ from polyrl.rewards.functions import function_reward_plugin
 from polyrl.run_observer import StepAsk
 from polyrl.trainer import Trainer
 from test_step_numbering import _stopper, toy_run
-
-
-class StopAfter:
-    """A ``RunObserver`` asking the run to stop after step ``step`` (as early stopping does)."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def run_begin(self, trainer): ...
-    def step_begin(self, step): ...
-    def evaluated(self, phase, step, metrics): ...
-
-    def step_trained(self, metrics):
-        return False
-
-    def step_end(self, metrics):
-        return StepAsk(stop=metrics["step"] == self.step, why="early stopping: no better for 2 evaluations")
-
-    def saved(self, step, path):
-        return StepAsk()
-
-    def checkpoint_state(self):
-        return {}
-
-    def protected_checkpoint(self):
-        return None
 
 
 def _said(out, tmp_path, capsys) -> str:
@@ -65,7 +40,7 @@ def test_a_finished_run_records_it_and_the_report_names_nothing_unfinished(toy, 
 
 def test_a_run_its_own_code_stopped_is_named_as_such_not_as_a_ctrl_c(toy, tmp_path, capsys):
     trainer = Trainer(RunConfig.from_dict(toy_run(tmp_path, steps=5, checkpoint_every=0)))
-    trainer.observers.append(StopAfter(2))
+    trainer.observers.append(AskAfterStep(2, StepAsk(stop=True, why="early stopping: no better for 2 evaluations")))
     assert trainer.run(progress=False)["stopped_early"]
     out = tmp_path / "run"
     said = _said(out, tmp_path, capsys)
@@ -129,7 +104,7 @@ def test_a_run_set_aside_by_a_fresh_start_keeps_its_record_and_the_report_there_
     stayed behind (and was overwritten by the new run's), so a report of the folder set aside read
     the steps from its checkpoint and named an early-stopped run as stopped by Ctrl-C or crashed."""
     first = Trainer(RunConfig.from_dict(toy_run(tmp_path, steps=5, checkpoint_every=0)))
-    first.observers.append(StopAfter(2))
+    first.observers.append(AskAfterStep(2, StepAsk(stop=True, why="early stopping: no better for 2 evaluations")))
     assert first.run(progress=False)["stopped_early"]
     Trainer(RunConfig.from_dict(toy_run(tmp_path, steps=3, checkpoint_every=0))).run(progress=False)
     out = tmp_path / "run"

@@ -4,10 +4,10 @@ and the router term's ``aux_loss`` on a step that trains nothing (as TRL logs it
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
+from model_copies import edited_copy
 
 from polyrl.errors import ConfigError
 
@@ -29,11 +29,7 @@ def _no_model_loads(monkeypatch) -> None:
 
 
 def _quantized_copy(source: str, folder, quantization: dict) -> str:
-    shutil.copytree(source, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"] = quantization
-    (folder / "config.json").write_text(json.dumps(config))
-    return str(folder)
+    return str(edited_copy(source, folder, {"quantization_config": quantization}))
 
 
 # --- 1. a pre-quantized model folder as model.path -----------------------------------------------
@@ -199,15 +195,9 @@ def test_a_step_with_nothing_to_train_logs_the_router_terms_aux_loss(tmp_path):
     now the idle update's, as a trained step logs its pass's."""
     pytest.importorskip("polyrl_torch")
     from test_router_aux import routed_moe
+    from test_router_aux_edges import idle_step_trainer
 
-    from polyrl.trainer import Trainer
-
-    moe = routed_moe(tmp_path / "moe")
-    (tmp_path / "never.py").write_text("def never(completions, **kw):\n    return [None] * len(completions)\n")
-    config = _run_config(moe, tmp_path, algorithm={"router_aux_loss_coef": 0.5},
-                         generation={"group_size": 2, "max_new_tokens": 4, "temperature": 1.0},
-                         rewards=[{"function": f"{tmp_path / 'never.py'}:never"}])
-    trainer = Trainer(config)
+    trainer = idle_step_trainer(routed_moe(tmp_path / "moe"), tmp_path)
     seen = []
     plain = trainer.train_engine.train_step
     trainer.train_engine.train_step = lambda batch, objective: seen.append(plain(batch, objective)) or seen[-1]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_copies import REMOVE, edited_copy
 
 from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.reference import policy_loss, policy_loss_grad
@@ -123,11 +124,8 @@ def test_clear_errors(tiny_model_dir, tmp_path):
         make_engine(str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="dtype"):
         make_engine(tiny_model_dir, dtype="float8")
-    plain = tmp_path / "no-template"
-    shutil.copytree(tiny_model_dir, plain)
-    cfg = json.loads((plain / "tokenizer_config.json").read_text())
-    del cfg["chat_template"]
-    (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
+    plain = edited_copy(tiny_model_dir, tmp_path / "no-template", {"chat_template": REMOVE},
+                        file="tokenizer_config.json")
     engine = make_engine(str(plain), role="generate")
     with pytest.raises(ConfigError, match="chat template"):  # the user's model, not a plugin bug
         engine.generate(CHATS, SamplingParams(max_new_tokens=2))

@@ -6,10 +6,15 @@ which must hold exactly the records of ``completions.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,18 +46,91 @@ def run(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[dict]]:
     }
     # a fresh interpreter, as a user's run is: trackio fixes its store folder when first imported,
     # and other tests import it in this process (TRL's GRPOTrainer module does)
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "TRACKIO_DIR", "MLFLOW_TRACKING_URI")}
     code = ("import json, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
             "Trainer(RunConfig.from_dict(json.loads(sys.argv[1]))).run(progress=False)\n")
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(data)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    fresh_python(code, json.dumps(data), env=environ_without(("WANDB_MODE", "TRACKIO_DIR", "MLFLOW_TRACKING_URI")),
+                 timeout=600)
     records = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 1, 2, 2]
     return out, records
+
+
+def wandb_records(log_file: Path) -> Iterator[tuple[str, Any]]:
+    """Each record of an offline W&B run file (what `wandb sync` uploads), with its kind ("run",
+    "history", "summary", ...), in the order written."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    store = DataStore()
+    store.open_for_scan(str(log_file))
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        yield record.WhichOneof("record_type"), record
+
+
+def wandb_items(items: Any) -> dict[str, Any]:
+    """A history, config or summary record's items as a dict (a nested key joined with "/")."""
+    return {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
+
+
+def closed_wandb_files(folder: Path) -> list[Path]:
+    """The .wandb files of the offline runs under ``folder``, once wandb's service has closed them
+    (``wandb.teardown``: finish() returns before the service writes a file's last block)."""
+    import wandb
+
+    wandb.teardown()
+    return sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
+
+
+#: what MLflow and transformers' MLflowCallback read from the environment to choose a run's store,
+#: experiment, run and tags
+MLFLOW_CHOICES = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS",
+                  "MLFLOW_RUN_ID", "MLFLOW_NESTED_RUN")
+
+
+def mlflow_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    """A test's MLflow environment: ``values`` set, the other choices unset, a file store allowed
+    (MLflow 3 refuses one without MLFLOW_ALLOW_FILE_STORE)."""
+    for key in MLFLOW_CHOICES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+
+
+@contextlib.contextmanager
+def script_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's tracking URI set to ``uri`` as a script sets it (a process-wide setting); on the way
+    out the script's active run is ended and the URI from before put back."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.end_run()
+        mlflow.set_tracking_uri(previous)
+
+
+#: trackio's variables, which a fresh interpreter of a test leaves out (its store is the run's own)
+TRACKIO_CHOICES = ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")
+
+
+def environ_without(names: tuple[str, ...]) -> dict[str, str]:
+    """This process's environment less ``names``, for a fresh interpreter."""
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+def fresh_python(code: str, *argv: str, env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter with ``argv``, as a user's run or shell is (trackio fixes
+    its store folder when first imported, and other tests import it in this process); it must
+    succeed, its stderr's end said when it does not."""
+    proc = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
 
 
 def table_rows(records: list[dict]) -> list[list]:
@@ -88,20 +166,10 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
 
 
 def test_wandb_offline_run_holds_history_and_completion_tables(run):
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
     out, records = run
     (run_dir,) = (out / "wandb").glob("offline-run-*")
     (log_file,) = run_dir.glob("run-*.wandb")  # what `wandb sync` uploads
-    store = DataStore()
-    store.open_for_scan(str(log_file))
-    history = []
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+    history = [wandb_items(record.history.item) for kind, record in wandb_records(log_file) if kind == "history"]
     assert [h["_step"] for h in history] == [0, 1, 2]  # the evaluation before training, then the steps
     assert set(history[0]) >= {"eval/accuracy", "eval/pass@2"} and "lr" not in history[0]
     steps = history[1:]
@@ -146,13 +214,8 @@ def test_trackio_store_holds_metrics_and_completion_tables(run):
         "print(json.dumps([SQLiteStorage.get_runs('polyrl-test'), SQLiteStorage.get_logs('polyrl-test', 'tracked')],"
         " default=str))\n"
     )
-    import subprocess
-    import sys
-
     # trackio fixes its store folder at import (TRACKIO_DIR): read it from a fresh interpreter
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TRACKIO_DIR": str(out / "trackio")})
-    assert proc.returncode == 0, proc.stderr
+    proc = fresh_python(code, env={**os.environ, "TRACKIO_DIR": str(out / "trackio")}, timeout=120)
     runs, logs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert runs == ["tracked"]
     scalars = [entry for entry in logs if "lr" in entry]
@@ -170,8 +233,7 @@ def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_p
     from polyrl.tracking.mlflow import MlflowTracker
     from polyrl.tracking.spec import TrackerContext
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow_env(monkeypatch)
     tracker = MlflowTracker(TrackerContext(tmp_path, "nested", "polyrl-nested", {}))
     tracker.log_metrics({"reward/f/mean": 0.5, "reward": 1.0, "loss": 0.1}, 0)
     tracker.log_metrics({"reward": 2.0, "reward/f/mean": 0.7, "reward/f": 3.0, "loss": 0.2}, 1)
@@ -198,14 +260,8 @@ def test_a_trl_runs_mlflow_experiment_name_and_tags_are_transformers_mlflowcallb
     from polyrl.trl import GRPOTrainer
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.setenv("MLFLOW_TAGS", '{"release": "rc1", "attempt": 2}')
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
-    if experiment is None:
-        monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    else:
-        monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", experiment)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, MLFLOW_TAGS='{"release": "rc1", "attempt": 2}',
+               **({} if experiment is None else {"MLFLOW_EXPERIMENT_NAME": experiment}))
     args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="mlflow", max_steps=1,
                           num_generations=2, per_device_train_batch_size=2, max_completion_length=4, disable_tqdm=True)
     rows = [{"prompt": "What is 1 + 1?"}] * 2
@@ -239,8 +295,7 @@ def test_an_mlflow_tags_variable_that_is_not_json_is_one_error_naming_it(tmp_pat
     from polyrl.tracking.mlflow import MlflowTracker
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=(tmp_path / "mlruns").as_uri())
     for bad in ("release=rc1", '["rc1"]'):
         monkeypatch.setenv("MLFLOW_TAGS", bad)
         with pytest.raises(ValueError, match="MLFLOW_TAGS is not a JSON object"):
@@ -273,9 +328,6 @@ def test_a_database_store_keeps_trls_reward_beside_the_per_reward_metrics(tmp_pa
 def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model_dir):
     """Trackers were always closed as a success: a run stopped by its reward's error showed in
     MLflow as FINISHED (and in W&B with exit code 0), so a sweep's "finished" filter kept it."""
-    import subprocess
-    import sys
-
     from mlflow.tracking import MlflowClient
 
     (tmp_path / "reward.py").write_text(
@@ -289,7 +341,7 @@ def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model
             "rewards": [{"function": f"{tmp_path / 'reward.py'}:boom"}],
             "train": {"steps": 3, "prompts_per_step": 2, "threads": 1, "output_dir": str(out)},
             "logging": {"report_to": ["mlflow"], "run_name": "doomed", "project": "polyrl-fail"}}
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI",)}
+    env = environ_without(("MLFLOW_TRACKING_URI",))
     code = ("import json, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
             "Trainer(RunConfig.from_dict(json.loads(sys.argv[1]))).run(progress=False)\n")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(data)], env=env, capture_output=True, text=True,
@@ -332,20 +384,15 @@ def test_trackio_and_tensorboard_say_where_they_write_and_how_to_look(tmp_path, 
     --project P`, which in another shell (no TRACKIO_DIR) opens trackio's default store under the
     HF cache, not this run's, and it says nothing for a second run of a project in one process.
     The start now names the store, TRACKIO_DIR's when set, and the command that shows it."""
-    import subprocess
-    import sys
-
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
+    env = environ_without(TRACKIO_CHOICES)
     if trackio_dir:
         env["TRACKIO_DIR"] = str(tmp_path / trackio_dir)
     code = ("import sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
             "from polyrl.tracking.tensorboard import TensorBoardTracker\nfrom polyrl.tracking.trackio import TrackioTracker\n"
             "for make in (TrackioTracker, TensorBoardTracker):\n"
             "    make(TrackerContext(Path(sys.argv[1]), 'r', 'my project', {})).close()\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(code, str(out), env=env)
     store = tmp_path / trackio_dir if trackio_dir else (out / "trackio").resolve()
     assert f"TRACKIO_DIR={store} trackio show --project 'my project'" in proc.stderr, proc.stderr
     assert f"tensorboard --logdir {out / 'tensorboard'}" in proc.stderr, proc.stderr
@@ -357,9 +404,6 @@ def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp
     history row's train/global_step, and the end-of-training numbers in the summary, not the history.
     The calls themselves are compared with transformers' WandbCallback in test_trl_tags."""
     import functools
-
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
 
     from polyrl.tracking import TrackerSpec
     from polyrl.tracking.session import RunTracking
@@ -380,19 +424,11 @@ def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp
     # file's last block only when it closes the run's stream, after finish() returned (at exit,
     # wandb's atexit teardown waits for it: a user's run loses nothing). This process reads the file
     # now, so it waits for the same: teardown returns once the service closed every stream and ended.
-    import wandb
-
-    wandb.teardown()
-    (log_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    store = DataStore()
-    store.open_for_scan(str(log_file))
+    (log_file,) = closed_wandb_files(tmp_path)
     history, metrics, summary, project = [], [], {}, None
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
+    for kind, record in wandb_records(log_file):
         if kind == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+            history.append(wandb_items(record.history.item))
         elif kind == "metric":
             metrics.append((record.metric.name or record.metric.glob_name, record.metric.step_metric,
                             record.metric.options.step_sync))
@@ -424,12 +460,8 @@ def test_a_trl_runs_mlflow_params_are_transformers_mlflowcallbacks(tmp_path, mon
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
     uri = (tmp_path / "mlruns").as_uri()
-    for key, value in {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true",
-                       "MLFLOW_FLATTEN_PARAMS": flatten, "MLFLOW_MAX_LOG_PARAMS": "7",
-                       "MLFLOW_EXPERIMENT_NAME": "params"}.items():  # named: MLflow's fluent API keeps the last id
-        monkeypatch.setenv(key, value)
-    for key in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, MLFLOW_FLATTEN_PARAMS=flatten, MLFLOW_MAX_LOG_PARAMS="7",
+               MLFLOW_EXPERIMENT_NAME="params")  # named: MLflow's fluent API keeps the last id
     model_config = {"hidden_size": 64, "id2label": {"0": "A", "1": "B"}, "use_cache": True, "note": "m" * 7000,
                     "empty": {}}
     args_dict = {"learning_rate": 1e-6, "run_name": None, "hidden_size": 32, "report_to": ["mlflow"],
@@ -461,10 +493,7 @@ def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri)
     context = TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=TrlRun(params={"seed": 42}))
     first = MlflowTracker(context)
     first.log_metrics({"loss": 1.0}, 1)
@@ -480,23 +509,12 @@ def test_a_trl_run_reattaches_to_mlflow_run_id(tmp_path, monkeypatch):
 
 def _wandb_config(folder: Path) -> dict:
     """The config an offline W&B run wrote (the run record's, then later config records), read
-    once wandb's service has closed every run's file (``wandb.teardown``: finish() returns before
-    the service writes the file's last block, as the test above says)."""
-    import wandb
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    wandb.teardown()
-    (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
-    store = DataStore()
-    store.open_for_scan(str(log_file))
+    once wandb's service has closed every run's file."""
+    (log_file,) = closed_wandb_files(folder)
     config: dict = {}
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
+    for kind, record in wandb_records(log_file):
         items = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
-        config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
+        config.update(wandb_items(items))
     config.pop("_wandb", None)
     return config
 
@@ -562,25 +580,16 @@ def test_a_trl_runs_mlflow_run_nests_under_the_scripts_active_run_with_mlflow_ne
     from polyrl.trl_run import trl_run
 
     uri = (tmp_path / "mlruns").as_uri()
-    for key, value in {"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_NESTED_RUN": "true",
-                       "MLFLOW_EXPERIMENT_NAME": "nested"}.items():
-        monkeypatch.setenv(key, value)
-    for key in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, MLFLOW_NESTED_RUN="true", MLFLOW_EXPERIMENT_NAME="nested")
     args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
     client = MlflowClient(tracking_uri=uri)
-    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
-    mlflow.set_tracking_uri(uri)
-    parent = mlflow.start_run(experiment_id=client.create_experiment("script")).info.run_id
-    try:
+    with script_tracking_uri(uri):
+        parent = mlflow.start_run(experiment_id=client.create_experiment("script")).info.run_id
         theirs = integration.MLflowCallback()
         theirs.setup(args, TrainerState(is_world_process_zero=True), None)
         their_id = theirs._ml_flow.active_run().info.run_id
         theirs._ml_flow.end_run()  # their nested run; the script's stays active
         run = trl_run(args, None, str(tmp_path / "no-model"), "float32", None)  # read in the script's thread
-    finally:
-        mlflow.end_run()
-        mlflow.set_tracking_uri(previous)
     ours = MlflowTracker(TrackerContext(tmp_path, "out", "polyrl", {}, trl=True, trl_run=run))
     ours.close()
     their_tags, our_tags = client.get_run(their_id).data.tags, client.get_run(ours.run_id).data.tags
@@ -636,16 +645,10 @@ def test_a_trl_runs_mlflow_metrics_go_into_the_scripts_active_run(tmp_path, monk
     from polyrl.trl_run import trl_run
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.setenv("MLFLOW_TAGS", '{"release": "rc1"}')
-    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID",
-                "MLFLOW_NESTED_RUN"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_TAGS='{"release": "rc1"}')
     args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
     client = MlflowClient(tracking_uri=uri)
-    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
-    mlflow.set_tracking_uri(uri)  # the script's store; polyrl's own default would be output_dir/mlruns
-    try:
+    with script_tracking_uri(uri):  # the script's store; polyrl's own default would be output_dir/mlruns
         theirs_id = mlflow.start_run(experiment_id=client.create_experiment("theirs")).info.run_id
         theirs = integration.MLflowCallback()
         theirs.setup(args, TrainerState(is_world_process_zero=True), None)
@@ -657,9 +660,6 @@ def test_a_trl_runs_mlflow_metrics_go_into_the_scripts_active_run(tmp_path, monk
         ours.log_metrics({"loss": 0.5}, 1)
         ours.close()
         assert client.get_run(ours_id).info.status == "RUNNING"  # the script's to end
-    finally:
-        mlflow.end_run()
-        mlflow.set_tracking_uri(previous)
     assert ours.run_id == ours_id and not (tmp_path / "out" / "mlruns").exists()
     ours_experiment = client.get_experiment_by_name("ours").experiment_id
     assert [r.info.run_id for r in client.search_runs([ours_experiment])] == [ours_id]
@@ -685,15 +685,10 @@ def test_a_trl_runs_mlflow_run_goes_to_the_tracking_uri_the_script_set(tmp_path,
     from polyrl.trl_run import trl_run
 
     uri = (tmp_path / "script-store").as_uri()
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     # the experiment by name (MLflow's fluent API keeps the last experiment id process-wide)
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "script")
-    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "MLFLOW_NESTED_RUN", "MLFLOW_TAGS"):
-        monkeypatch.delenv(key, raising=False)
+    mlflow_env(monkeypatch, MLFLOW_EXPERIMENT_NAME="script")
     args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", bf16=False)
-    previous = mlflow.get_tracking_uri()  # MLflow's process-wide setting, put back below
-    mlflow.set_tracking_uri(uri)
-    try:
+    with script_tracking_uri(uri):
         assert mlflow.active_run() is None
         theirs = integration.MLflowCallback()
         theirs.setup(args, TrainerState(is_world_process_zero=True), None)
@@ -703,9 +698,6 @@ def test_a_trl_runs_mlflow_run_goes_to_the_tracking_uri_the_script_set(tmp_path,
         ours = MlflowTracker(TrackerContext(tmp_path / "out", "out", "polyrl", {"lr": 1.0}, trl=True, trl_run=run))
         ours.log_metrics({"loss": 0.5}, 1)
         ours.close()
-    finally:
-        mlflow.end_run()
-        mlflow.set_tracking_uri(previous)
     assert not (tmp_path / "out" / "mlruns").exists()
     client = MlflowClient(tracking_uri=uri)
     assert client.get_run(theirs_id).info.run_id == theirs_id  # the callback's run is in the script's store
@@ -716,21 +708,8 @@ def test_a_trl_runs_mlflow_run_goes_to_the_tracking_uri_the_script_set(tmp_path,
 
 def _wandb_artifacts(folder: Path) -> list:
     """The artifact records an offline W&B run wrote, read once wandb's service closed its file."""
-    import wandb
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    wandb.teardown()
-    (log_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
-    store = DataStore()
-    store.open_for_scan(str(log_file))
-    found = []
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "artifact":
-            found.append(record.artifact)
-    return found
+    (log_file,) = closed_wandb_files(folder)
+    return [record.artifact for kind, record in wandb_records(log_file) if kind == "artifact"]
 
 
 def test_wandb_log_model_end_logs_the_trained_model_as_transformers_artifact(tmp_path, monkeypatch):
@@ -802,11 +781,7 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_the_trained_model(tmp_path, mon
     from polyrl.tracking.spec import TrackerContext, TrlRun
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    for key in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TAGS", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "1")
+    mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, HF_MLFLOW_LOG_ARTIFACTS="1")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
     client = MlflowClient(tracking_uri=uri)
@@ -897,8 +872,6 @@ def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
     sets for itself only, and the start did not say where the store is. It now logs the command;
     the store opens, in a shell without the variable, with the variable that command sets."""
     import re
-    import subprocess
-    import sys
 
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
@@ -906,18 +879,31 @@ def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
             "from polyrl.tracking.mlflow import MlflowTracker\n"
             "t = MlflowTracker(TrackerContext(Path(sys.argv[1]), 'r', 'proj', {}))\n"
             "t.log_metrics({'loss': 0.25}, 1)\nt.close()\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(code, str(out), env=env)
     said = re.search(r"([A-Z_]+)=(\S+) mlflow ui --backend-store-uri ([^\s']+)", proc.stderr)
     assert said, proc.stderr
     assert said[3] == str((out / "mlruns").resolve())
     read = ("import sys\nfrom mlflow.tracking import MlflowClient\nc = MlflowClient(tracking_uri=sys.argv[1])\n"
             "exp = c.get_experiment_by_name('proj')\n"
             "print([m.value for r in c.search_runs([exp.experiment_id]) for m in c.get_metric_history(r.info.run_id, 'loss')])\n")
-    opened = subprocess.run([sys.executable, "-c", read, said[3]], env={**env, said[1]: said[2]},
-                            capture_output=True, text=True, timeout=300)
-    assert opened.returncode == 0 and opened.stdout.strip() == "[0.25]", opened.stderr[-2000:]
+    opened = fresh_python(read, said[3], env={**env, said[1]: said[2]})
+    assert opened.stdout.strip() == "[0.25]", opened.stdout
+
+
+def stopped_toy_run(tmp_path: Path, stop_at: int | None, tracker: str) -> None:
+    """A 4-step toy run (project polyrl-stop) reporting to ``tracker``, stopped on request as by
+    Ctrl-C or SIGTERM after step ``stop_at`` (None: it takes every step)."""
+    from test_step_numbering import _stopper, toy_run
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    holder: dict = {"stop_at": stop_at}
+    data = toy_run(tmp_path, steps=4, report_to=[tracker], project="polyrl-stop")
+    data["rewards"] = [{"name": "stopper"}]
+    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    summary = trainer.run(progress=False)
+    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
 
 
 @pytest.mark.parametrize("stop_at", [2, None])
@@ -926,19 +912,9 @@ def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, m
     took every step: a sweep's "finished" filter kept it. It is now KILLED, MLflow's state for a run
     its user interrupted; a run that takes every step stays FINISHED."""
     from mlflow.tracking import MlflowClient
-    from test_step_numbering import _stopper, toy_run
 
-    from polyrl.config import RunConfig
-    from polyrl.trainer import Trainer
-
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    holder: dict = {"stop_at": stop_at}
-    data = toy_run(tmp_path, steps=4, report_to=["mlflow"], project="polyrl-stop")
-    data["rewards"] = [{"name": "stopper"}]
-    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
-    summary = trainer.run(progress=False)
-    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
+    mlflow_env(monkeypatch)
+    stopped_toy_run(tmp_path, stop_at, "mlflow")
     client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
     (found,) = client.search_runs([client.get_experiment_by_name("polyrl-stop").experiment_id])
     assert found.info.status == ("KILLED" if stop_at else "FINISHED")
@@ -946,21 +922,8 @@ def test_a_run_stopped_on_request_ends_its_mlflow_run_as_killed(toy, tmp_path, m
 
 def _wandb_exit_codes(folder: Path) -> list[int]:
     """The exit records of the offline W&B runs under ``folder``, read from their .wandb files."""
-    import wandb
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    wandb.teardown()
-    codes = []
-    for log_file in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
-        store = DataStore()
-        store.open_for_scan(str(log_file))
-        while (data := store.scan_data()) is not None:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            if record.WhichOneof("record_type") == "exit":
-                codes.append(record.exit.exit_code)
-    return codes
+    return [record.exit.exit_code for log_file in closed_wandb_files(folder)
+            for kind, record in wandb_records(log_file) if kind == "exit"]
 
 
 @pytest.mark.parametrize("stop_at", [2, None])
@@ -969,19 +932,9 @@ def test_a_run_stopped_on_request_ends_its_wandb_run_with_ctrl_c_exit_code(toy, 
     one that took every step. It now records 255, wandb's own exit code for a script a Ctrl-C ends
     (a failed run in W&B's filters); a run that takes every step stays 0. Read back from the
     offline run's .wandb file."""
-    from test_step_numbering import _stopper, toy_run
-
-    from polyrl.config import RunConfig
-    from polyrl.trainer import Trainer
-
     for name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_LOG_MODEL", "WANDB_WATCH"):
         monkeypatch.delenv(name, raising=False)
-    holder: dict = {"stop_at": stop_at}
-    data = toy_run(tmp_path, steps=4, report_to=["wandb"], project="polyrl-stop")
-    data["rewards"] = [{"name": "stopper"}]
-    holder["trainer"] = trainer = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
-    summary = trainer.run(progress=False)
-    assert summary["steps"] == (stop_at or 4) and bool(summary.get("stopped_early")) == bool(stop_at)
+    stopped_toy_run(tmp_path, stop_at, "wandb")
     assert _wandb_exit_codes(tmp_path / "run") == [255 if stop_at else 0]
 
 
@@ -990,10 +943,6 @@ def test_trackio_runs_stopped_or_failed_carry_an_alert_saying_so(tmp_path):
     took every step. close_stopped and close_failed now leave a warning and an error alert on the
     run; a clean close leaves none. Read back with trackio's own store reader (a fresh interpreter:
     trackio fixes its store folder when first imported)."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k not in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
     code = ("import json, sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
             "from polyrl.tracking.trackio import TrackioTracker\n"
             "for name, end in (('stopped', 'close_stopped'), ('failed', 'close_failed'), ('whole', 'close')):\n"
@@ -1002,9 +951,7 @@ def test_trackio_runs_stopped_or_failed_carry_an_alert_saying_so(tmp_path):
             "from trackio.sqlite_storage import SQLiteStorage\n"
             "print('ALERTS ' + json.dumps({n: [(a['level'], a['title'], a['step']) for a in SQLiteStorage.get_alerts('p', run_name=n)]"
             " for n in ('stopped', 'failed', 'whole')}))\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(code, str(tmp_path), env=environ_without(TRACKIO_CHOICES))
     alerts = json.loads(proc.stdout.split("ALERTS ")[-1].splitlines()[0])
     assert alerts == {"stopped": [["warn", "polyrl: run stopped on request before its last step", 2]],
                       "failed": [["error", "polyrl: run ended with an error", 2]], "whole": []}

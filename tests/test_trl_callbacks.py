@@ -5,6 +5,7 @@ callback that raises is one error naming it and the event."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -19,13 +20,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState  # noqa: 
 
 from polyrl.errors import CallbackError  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args  # noqa: E402
 
 
-def _args(tmp_path: Path, **kwargs):
-    values = dict(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
-                  bf16=False)  # float32 (TRL's bf16 default is bfloat16 autocast: test_trl_trainer)
-    return trl.GRPOConfig(**{**values, **kwargs})
+_args = functools.partial(grpo_args, max_steps=2, max_completion_length=4)
 
 
 def _dataset(n: int = 4):

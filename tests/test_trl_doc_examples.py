@@ -5,7 +5,6 @@ TRL's "Logged metrics" section gives it."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -14,13 +13,10 @@ trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
 from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args  # noqa: E402
 
 
-def _args(tmp_path: Path, **kwargs):
-    values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
-                  bf16=False)
-    return trl.GRPOConfig(**{**values, **kwargs})
+_args = grpo_args
 
 
 def _dataset(n: int = 4):

@@ -5,9 +5,9 @@ always turns the model's own dropout off, so only a run where TRL's would differ
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,13 +20,11 @@ peft = pytest.importorskip("peft")
 from polyrl import api  # noqa: E402
 from polyrl.errors import ConfigError  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args  # noqa: E402
+from model_copies import edited_copy  # noqa: E402
 
 
-def _args(tmp_path: Path, **kwargs):
-    values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
-                  bf16=False)
-    return trl.GRPOConfig(**{**values, **kwargs})
+_args = functools.partial(grpo_args, max_completion_length=4)
 
 
 def _dataset():
@@ -39,11 +37,7 @@ def short(completions, **kwargs):
 
 def _with_dropout(tiny_model_dir: str, tmp_path: Path, **rates: float) -> str:
     """A copy of the tiny model whose config.json sets ``rates`` (as GPT-2's 0.1 everywhere)."""
-    folder = tmp_path / "dropout-model"
-    shutil.copytree(tiny_model_dir, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **rates}))
-    return str(folder)
+    return str(edited_copy(tiny_model_dir, tmp_path / "dropout-model", rates))
 
 
 # --- vllm_* without use_vllm ------------------------------------------------------------------------

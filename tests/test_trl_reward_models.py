@@ -19,6 +19,7 @@ datasets = pytest.importorskip("datasets")
 from polyrl.errors import ConfigError  # noqa: E402
 from reward_model_util import trl_scores  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +50,7 @@ def short(completions, **kwargs):
     return [-len(c) / 10 for c in completions]
 
 
-def _args(tmp_path: Path, **kwargs):
-    values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
-                  bf16=False)  # float32 (TRL's bf16 default is bfloat16 autocast: test_trl_trainer)
-    return trl.GRPOConfig(**{**values, **kwargs})
+_args = grpo_args
 
 
 def _dataset():

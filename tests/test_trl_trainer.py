@@ -19,13 +19,10 @@ datasets = pytest.importorskip("datasets")
 
 from polyrl.errors import ConfigError  # noqa: E402
 from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args  # noqa: E402
 
 
-def _args(tmp_path: Path, **kwargs):
-    values = dict(output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2, per_device_train_batch_size=4,
-                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
-                  bf16=False)  # float32, as these tests' numbers were taken (TRL's bf16 default: its own test)
-    return trl.GRPOConfig(**{**values, **kwargs})
+_args = functools.partial(grpo_args, max_steps=2)  # float32, as these tests' numbers were taken
 
 
 def _dataset(n: int = 4):

@@ -163,10 +163,17 @@ class RolloutAhead:
         """The pending rollout, waiting for it to finish (the generate engine is free after)."""
         return None if self._pending is None else self._pending.result()
 
-    def take(self, step: int) -> Rollout | None:
-        """The pending rollout for ``step`` (waiting for it), or None when there is none."""
+    def drop(self) -> Rollout | None:
+        """Wait for the pending rollout, then drop it (the generate engine is free, and a checkpoint
+        written next has none); it is returned for what it was sampled from. Unlike ``discard``,
+        which never waits, it raises what a failed rollout raised."""
         rollout = self.pending()
         self._pending = None
+        return rollout
+
+    def take(self, step: int) -> Rollout | None:
+        """The pending rollout for ``step`` (waiting for it), or None when there is none."""
+        rollout = self.drop()
         if rollout is not None and rollout.step != step:
             raise RuntimeError(f"pending rollout is for step {rollout.step}, not {step}")
         return rollout

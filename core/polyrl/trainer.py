@@ -96,6 +96,7 @@ if TYPE_CHECKING:  # imported lazily at run time: single-turn runs never load th
     from polyrl.agents.setup import EnvironmentPlan
     from polyrl.algorithms.presets import AlgorithmConfig
     from polyrl.engine import Engine
+    from polyrl.progress import StepClock  # rich, imported by the run itself
 
 log = get_logger("polyrl.trainer")
 
@@ -726,9 +727,7 @@ class Trainer:
         """The step's reward failed or was abandoned: nothing was trained, so its rollout becomes
         the pending one again (a rollout sampled ahead of it is dropped), and a checkpoint written
         now resumes at this step with exactly these prompts."""
-        ahead = self.rollouts.pending()
-        if ahead is not None:
-            self.rollouts.take(ahead.step)
+        self.rollouts.drop()
         self.rollouts.put(rollout)
 
     def _unsampled(self, rollout: Rollout) -> None:
@@ -736,9 +735,7 @@ class Trainer:
         rollout is dropped (its failed episodes must not be trained on resume, and TRL's environment
         instances a pending rollout needs are not checkpointed), so the prompt sampler goes back to
         before its rows: a checkpoint written now resumes at this step, sampling the same prompts."""
-        ahead = self.rollouts.pending()
-        if ahead is not None:
-            self.rollouts.take(ahead.step)
+        self.rollouts.drop()
         self.sampler.load_state(rollout.sampler_before)
 
     def _save_last_good_state(self, agreed: bool = False) -> None:
@@ -2029,11 +2026,7 @@ class Trainer:
                 raise EnvironmentFailed(f"the evaluation before training (nothing trained): {exc}",
                                         alone=True) from None
             else:
-                if self.rank == 0:
-                    log.info("evaluation before training", **summary["eval_before"])
-                    self._publish_eval("before", summary["eval_before"])
-                for observer in self.observers:
-                    observer.evaluated("before", 0, summary["eval_before"])
+                self._tell_eval("before", summary["eval_before"])
             if not (self._agree_to_stop() if self.world_size > 1 else self.stop_requested):
                 return True
         log.warning("stopped on request before the first step: nothing was trained or saved")
@@ -2053,7 +2046,6 @@ class Trainer:
             # a resumed run's: its history holds the steps before the resume too (trl.GRPOTrainer's
             # log_history lacked the eval_on_start entry TRL's resumed trainer_state keeps)
             summary["eval_before"] = self._kept_eval_before
-        skips, unscored, cut = (self._in_a_row[k] for k in IN_A_ROW)
         last_eval = self._evaluated_at_resume()
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
@@ -2070,53 +2062,18 @@ class Trainer:
                 self._phase = f"step {self.step + 1}"
                 for observer in self.observers:
                     observer.step_begin(self.step + 1)
-                try:
-                    metrics = self.train_one_step()
-                except RewardCancelled as exc:
-                    log.warning("stop requested while a reward ran; it was abandoned and this step is "
-                                "not taken", step=self.step + 1, reward=str(exc))
-                    stop_agreed = True  # every rank raised it: the outcome was gathered
+                metrics = self._take_step()
+                if metrics is None:  # a stop request abandoned a reward: every rank raised it
+                    stop_agreed = True
                     break
-                except RewardError:
-                    self._save_last_good_state(agreed=True)  # every rank raised it at the same point
-                    raise
-                except EnvironmentFailed as exc:  # raised before the step trained: the steps before it are kept
-                    if self.step > 0:  # every rank raised it at the same point
-                        self._save_last_good_state(agreed=True)
-                    kept = (f"the steps trained before it checkpointed in "
-                            f"{ckpt.checkpoint_dir(self.checkpoint_root, self.step)}" if self.step else "nothing trained")
-                    raise EnvironmentFailed(f"an environment stopped the run in step {self.step + 1}, before it "
-                                            f"trained ({kept}): {exc}", alone=True) from None
-                self.step += 1
-                self._updating = False
-                self._untrained_before, self._ahead_before = self._ahead_before, None  # its rows are trained
-                self.ref_sync.after_step(self.step)
                 asked_eval = self._observe_trained(metrics)  # before the evaluation: it may ask for one
-                due = bool(c.eval.every) and self.step % c.eval.every == 0
-                if self.eval_dataset is not None and (due or asked_eval):
-                    try:
-                        last_eval = (self.step, self.evaluate())  # on the step's line: a resume rewinds both
-                        metrics.update(last_eval[1])
-                    except RewardCancelled as exc:  # the step trained: keep it, without its evaluation
-                        log.warning("evaluation abandoned on the stop request", step=self.step, reward=str(exc))
-                    except RewardError as exc:  # the step trained: keep its line and a checkpoint, then stop
-                        self._keep_step_failed_eval(metrics)
-                        raise RewardError(f"the evaluation after step {self.step} (on the held-out rows): "
-                                          f"{exc}") from exc
-                    except EnvironmentFailed as exc:  # the same: the step is kept, the run stops
-                        self._keep_step_failed_eval(metrics)
-                        raise EnvironmentFailed(f"the evaluation after step {self.step} (on the held-out rows): "
-                                                f"{exc}", alone=True) from None
+                last_eval = self._evaluate_step(metrics, asked_eval) or last_eval
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
                     self.tracking.publish(metrics)
                 asked = self._observe_step(metrics)
-                shown = step_line_fields(metrics, c.logging.step_line)
-                if clock is not None:  # beside the step number: step=3 of=50 eta_s=120 loss=...
-                    shown = {"step": shown["step"], **clock.fields(self.step), **shown}
-                log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}),
-                         **{k: (readable(v) if isinstance(v, float) else v) for k, v in shown.items()})
+                self._log_step_line(metrics, clock)
                 advance(metrics)
                 if self._sync_failed is not None:  # the step trained; the generator missed its weights
                     push_failed, self._sync_failed = self._sync_failed, None
@@ -2126,39 +2083,113 @@ class Trainer:
                     stop_agreed, asked = self._agree_after_step(asked)
                 if asked.epoch_stop:  # before any checkpoint below: a resume starts the next epoch too
                     self._end_epoch()
-                skips = skips + 1 if self._update_refused else 0
-                unscored = unscored + 1 if self._nothing_scored else 0
-                cut = cut + 1 if self._all_cut else 0
-                self._in_a_row = dict(zip(IN_A_ROW, (skips, unscored, cut)))  # before any checkpoint below
-                failed = self._environment_failure()
-                if failed is not None:  # an environment that never works: stop, with what it raised
-                    self.save()
-                    raise failed
-                if skips >= c.train.max_consecutive_skips:
-                    self.save()
-                    raise TooManySkippedSteps(
-                        f"{skips} steps in a row had a non-finite loss or gradient; stopping. "
-                        "Fix: lower optimizer.lr, set optimizer.max_grad_norm, or check the rewards"
-                    )
-                if unscored >= c.train.max_consecutive_skips:
-                    self.save()
-                    raise TooManySkippedSteps(self._unscored_message(unscored))
-                if cut >= c.train.max_consecutive_skips:
-                    raise AllCompletionsCut(
-                        f"{cut} steps in a row trained nothing: every completion was cut at the length limit "
-                        "and algorithm.mask_truncated_completions leaves cut completions out of the loss; "
-                        f"stopping, the state checkpointed. Fix: {self._cut_fix()}, then continue from the "
-                        "checkpoint's weights with `polyrl train CONFIG --resume-weights-only` (a plain --resume "
-                        "refuses a changed generation or algorithm setting)",
-                        steps=cut, max_new_tokens=c.generation.max_new_tokens, checkpoint=self.save())
+                self._count_in_a_row()  # before any checkpoint below
                 if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
                         asked = asked | later
                         if later.epoch_stop:  # transformers reads it after on_save, in the same step
                             self._end_epoch()
-        # a signal during the final save and export only asks to stop: with checkpoint_every = 0 that
-        # save is the run's one checkpoint, and SIGTERM there lost the whole run (Ctrl-C too)
+        self._save_final(summary)
+        if stopping() and self.step < c.train.steps:  # asked during the final save: nothing was cut short
+            self._stopped_early(summary, asked)
+        if self.eval_dataset is not None and self.evaluate_after:
+            self._evaluate_after(summary, last_eval)
+
+    def _take_step(self) -> dict[str, Any] | None:
+        """Train the next step and count it; its metrics, or None when a stop request abandoned a
+        reward (the step is not taken). A reward's or environment's error checkpoints the steps
+        trained before it, then ends the run."""
+        try:
+            metrics = self.train_one_step()
+        except RewardCancelled as exc:
+            log.warning("stop requested while a reward ran; it was abandoned and this step is "
+                        "not taken", step=self.step + 1, reward=str(exc))
+            return None
+        except RewardError:
+            self._save_last_good_state(agreed=True)  # every rank raised it at the same point
+            raise
+        except EnvironmentFailed as exc:  # raised before the step trained: the steps before it are kept
+            if self.step > 0:  # every rank raised it at the same point
+                self._save_last_good_state(agreed=True)
+            kept = (f"the steps trained before it checkpointed in "
+                    f"{ckpt.checkpoint_dir(self.checkpoint_root, self.step)}" if self.step else "nothing trained")
+            raise EnvironmentFailed(f"an environment stopped the run in step {self.step + 1}, before it "
+                                    f"trained ({kept}): {exc}", alone=True) from None
+        self.step += 1
+        self._updating = False
+        self._untrained_before, self._ahead_before = self._ahead_before, None  # its rows are trained
+        self.ref_sync.after_step(self.step)
+        return metrics
+
+    def _evaluate_step(self, metrics: dict[str, Any], asked: bool) -> tuple[int, dict[str, Any]] | None:
+        """The evaluation after this step when ``eval.every`` makes it due or an observer ``asked``,
+        added to the step's line (``metrics``: a resume rewinds both); (step, its metrics), or None
+        when none ran or a stop request abandoned it. Its error keeps the step, then ends the run."""
+        every = self.config.eval.every
+        if self.eval_dataset is None or not ((every and self.step % every == 0) or asked):
+            return None
+        try:
+            evaluated = self.evaluate()
+        except RewardCancelled as exc:  # the step trained: keep it, without its evaluation
+            log.warning("evaluation abandoned on the stop request", step=self.step, reward=str(exc))
+            return None
+        except RewardError as exc:  # the step trained: keep its line and a checkpoint, then stop
+            self._keep_step_failed_eval(metrics)
+            raise RewardError(f"the evaluation after step {self.step} (on the held-out rows): "
+                              f"{exc}") from exc
+        except EnvironmentFailed as exc:  # the same: the step is kept, the run stops
+            self._keep_step_failed_eval(metrics)
+            raise EnvironmentFailed(f"the evaluation after step {self.step} (on the held-out rows): "
+                                    f"{exc}", alone=True) from None
+        metrics.update(evaluated)
+        return self.step, evaluated
+
+    def _log_step_line(self, metrics: dict[str, Any], clock: StepClock | None) -> None:
+        """The step's log line (``logging.step_line``'s fields), with how far the run is and how
+        long it has left beside the step number when no progress bar shows it (``clock``)."""
+        shown = step_line_fields(metrics, self.config.logging.step_line)
+        if clock is not None:  # beside the step number: step=3 of=50 eta_s=120 loss=...
+            shown = {"step": shown["step"], **clock.fields(self.step), **shown}
+        log.info("step", **({"rank": self.rank} if self.world_size > 1 else {}),
+                 **{k: (readable(v) if isinstance(v, float) else v) for k, v in shown.items()})
+
+    def _count_in_a_row(self) -> None:
+        """Count the steps in a row that were skipped, had nothing scored or trained nothing (every
+        completion cut), kept in each checkpoint; stop the run, checkpointed, when an environment
+        never works or a count reaches ``train.max_consecutive_skips``."""
+        c = self.config
+        before = self._in_a_row
+        skips = before["skips"] + 1 if self._update_refused else 0
+        unscored = before["unscored"] + 1 if self._nothing_scored else 0
+        cut = before["cut"] + 1 if self._all_cut else 0
+        self._in_a_row = dict(zip(IN_A_ROW, (skips, unscored, cut)))
+        failed = self._environment_failure()
+        if failed is not None:  # an environment that never works: stop, with what it raised
+            self.save()
+            raise failed
+        if skips >= c.train.max_consecutive_skips:
+            self.save()
+            raise TooManySkippedSteps(
+                f"{skips} steps in a row had a non-finite loss or gradient; stopping. "
+                "Fix: lower optimizer.lr, set optimizer.max_grad_norm, or check the rewards"
+            )
+        if unscored >= c.train.max_consecutive_skips:
+            self.save()
+            raise TooManySkippedSteps(self._unscored_message(unscored))
+        if cut >= c.train.max_consecutive_skips:
+            raise AllCompletionsCut(
+                f"{cut} steps in a row trained nothing: every completion was cut at the length limit "
+                "and algorithm.mask_truncated_completions leaves cut completions out of the loss; "
+                f"stopping, the state checkpointed. Fix: {self._cut_fix()}, then continue from the "
+                "checkpoint's weights with `polyrl train CONFIG --resume-weights-only` (a plain --resume "
+                "refuses a changed generation or algorithm setting)",
+                steps=cut, max_new_tokens=c.generation.max_new_tokens, checkpoint=self.save())
+
+    def _save_final(self, summary: dict[str, Any]) -> None:
+        """The last step's checkpoint (unless written already) and, on rank 0, the trained model,
+        into ``summary``. A signal meanwhile only asks to stop: with checkpoint_every = 0 that save
+        is the run's one checkpoint, and SIGTERM there lost the whole run (Ctrl-C too)."""
         with self._graceful_signals():
             self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
             self.engines.sync_weights(self.step)  # trained policy, as without overlap
@@ -2169,32 +2200,34 @@ class Trainer:
             summary["checkpoint"] = str(last)
             if self.rank == 0:
                 summary["model"] = str(self.export_final_model(last))
-        if stopping() and self.step < c.train.steps:  # asked during the final save: nothing was cut short
-            if asked.stop and not self.stop_requested:  # the user's own code asked: no warning
-                log.info("stopped early", step=self.step, asked_by=asked.why)
-                self._stopped_by_code = asked.why or "an observer (RunObserver) asked to stop"
-            else:
-                log.warning("stopped early on request", step=self.step)
-                self._stopped_on_request = True  # the trackers' runs end as killed, not finished
-            summary["stopped_early"] = True
-        if self.eval_dataset is not None and self.evaluate_after:
-            if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated
-                summary["eval_after"] = last_eval[1]
-                return
-            try:
-                summary["eval_after"] = self.evaluate("after")
-            except RewardCancelled as exc:  # a second reward stuck after a stop request
-                log.warning("evaluation after training abandoned on the stop request", reward=str(exc))
-                return
-            except EnvironmentFailed as exc:  # the model is saved: the error says where, then stops the run
-                saved = summary.get("model") or summary["checkpoint"]
-                raise EnvironmentFailed(f"the evaluation after training (the trained model is saved in {saved}): "
-                                        f"{exc}", alone=True) from None
-            if self.rank == 0:
-                log.info("evaluation after training", **summary["eval_after"])
-                self._publish_eval("after", summary["eval_after"])
-            for observer in self.observers:
-                observer.evaluated("after", self.step, summary["eval_after"])
+
+    def _stopped_early(self, summary: dict[str, Any], asked: StepAsk) -> None:
+        """The run stopped before train.steps: said, and recorded as who stopped it (``asked``: the
+        user's own code, told with no warning; else a signal, whose trackers' runs end as killed)."""
+        if asked.stop and not self.stop_requested:  # the user's own code asked: no warning
+            log.info("stopped early", step=self.step, asked_by=asked.why)
+            self._stopped_by_code = asked.why or "an observer (RunObserver) asked to stop"
+        else:
+            log.warning("stopped early on request", step=self.step)
+            self._stopped_on_request = True  # the trackers' runs end as killed, not finished
+        summary["stopped_early"] = True
+
+    def _evaluate_after(self, summary: dict[str, Any], last_eval: tuple[int, dict[str, Any]] | None) -> None:
+        """The evaluation after training into ``summary``, unless these weights were just evaluated
+        (``last_eval``: the step and metrics of the last evaluation) or a stop request abandons it."""
+        if last_eval is not None and last_eval[0] == self.step:  # the same weights were just evaluated
+            summary["eval_after"] = last_eval[1]
+            return
+        try:
+            summary["eval_after"] = self.evaluate("after")
+        except RewardCancelled as exc:  # a second reward stuck after a stop request
+            log.warning("evaluation after training abandoned on the stop request", reward=str(exc))
+            return
+        except EnvironmentFailed as exc:  # the model is saved: the error says where, then stops the run
+            saved = summary.get("model") or summary["checkpoint"]
+            raise EnvironmentFailed(f"the evaluation after training (the trained model is saved in {saved}): "
+                                    f"{exc}", alone=True) from None
+        self._tell_eval("after", summary["eval_after"])
 
     def _observe_trained(self, metrics: dict[str, Any]) -> bool:
         """The observers told the step trained; whether one asks for its evaluation now, the same
@@ -2231,9 +2264,8 @@ class Trainer:
         """An observer ended the epoch (transformers' ``control.should_epoch_stop``): the next step's
         prompts start the epoch after the one this step's prompts started in. A rollout sampled
         ahead (overlap) drew its prompts from the old place: it is dropped and sampled again."""
-        ahead = self.rollouts.pending()
+        ahead = self.rollouts.drop()
         if ahead is not None:
-            self.rollouts.take(ahead.step)
             self.sampler.load_state(ahead.sampler_before)
         self.sampler.end_epoch(self._step_start[0])
         self._epoch_steps_skipped += epoch_stop_skips(self.step + self._epoch_steps_skipped,
@@ -2276,11 +2308,21 @@ class Trainer:
         evaluated = {k: v for k, v in line.items() if k.startswith("eval/")}
         return (self.step, evaluated) if evaluated else None
 
-    def _publish_eval(self, phase: str, result: dict[str, float]) -> None:
-        """The evaluation before or after training as a line of metrics.jsonl and to the trackers,
-        at step 0 or the last step taken (``metrics_file``): it reached the trackers alone, under
-        other names, and ``polyrl report`` recomputed it from the completions."""
-        line = metrics_file.eval_line(phase, self.step if phase == "after" else 0, result)
+    def _tell_eval(self, phase: str, result: dict[str, float]) -> None:
+        """The evaluation before or after training (``phase``), at step 0 or the last step taken:
+        logged and published by rank 0, told to every rank's observers."""
+        step = self.step if phase == "after" else 0
+        if self.rank == 0:
+            log.info(f"evaluation {phase} training", **result)
+            self._publish_eval(phase, step, result)
+        for observer in self.observers:
+            observer.evaluated(phase, step, result)
+
+    def _publish_eval(self, phase: str, step: int, result: dict[str, float]) -> None:
+        """The evaluation before or after training as a line of metrics.jsonl and to the trackers
+        (``metrics_file``): it reached the trackers alone, under other names, and ``polyrl report``
+        recomputed it from the completions."""
+        line = metrics_file.eval_line(phase, step, result)
         self._append_metrics(line)
         self.tracking.publish_at(result, step=line["step"])
 

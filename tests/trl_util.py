@@ -1,0 +1,18 @@
+"""The small ``trl.GRPOConfig`` the ``polyrl.trl`` tests train the tiny model with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def grpo_args(tmp_path: Path, **kwargs: Any) -> Any:
+    """One step on the CPU of 2 prompts x 2 completions of at most 6 tokens into ``tmp_path/run``,
+    no trackers, float32 (TRL's bf16 default is bfloat16 autocast: test_trl_trainer checks it);
+    ``kwargs`` are GRPOConfig fields over these."""
+    import trl
+
+    values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
+                  max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
+                  bf16=False)
+    return trl.GRPOConfig(**{**values, **kwargs})
