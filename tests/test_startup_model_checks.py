@@ -189,23 +189,6 @@ def test_a_moe_config_json_without_the_coefficient_gets_transformers_default_for
 # --- 4. aux_loss on a step that trains nothing ---------------------------------------------------
 
 
-def test_a_step_with_nothing_to_train_logs_the_router_terms_aux_loss(tmp_path):
-    """TRL logs aux_loss on every step whose loss holds the router term, a step with every
-    advantage 0 too (its loss is coef x aux_loss). Before: such a step's metrics had no aux_loss;
-    now the idle update's, as a trained step logs its pass's."""
-    pytest.importorskip("polyrl_torch")
-    from test_router_aux import routed_moe
-    from test_router_aux_edges import idle_step_trainer
-
-    trainer = idle_step_trainer(routed_moe(tmp_path / "moe"), tmp_path)
-    seen = []
-    plain = trainer.train_engine.train_step
-    trainer.train_engine.train_step = lambda batch, objective: seen.append(plain(batch, objective)) or seen[-1]
-    step = trainer.run(progress=False)["history"][0]
-    assert step["skipped"] and seen, "no idle update ran"
-    assert step["aux_loss"] == pytest.approx(seen[-1].extra["aux_loss"]) and step["aux_loss"] > 0
-
-
 @pytest.mark.parametrize("target", ["lm_head", "embed_tokens", "no_such_proj"])
 def test_mlx_lora_targets_outside_the_blocks_are_refused_before_any_model_loads(target, tiny_model_dir, tmp_path,
                                                                                 monkeypatch):
