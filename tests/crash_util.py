@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,20 @@ def write_config(tmp_path: Path, model: str, out: Path, lr: str = "1e-3", backen
 def train(config: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([*POLYRL, "train", str(config), "--no-progress", *extra],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def train_here(capfd: Any, config: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``polyrl train`` as ``train`` runs it, but through ``polyrl.cli.main`` in this process: its
+    exit code and what it wrote to stdout/stderr (``capfd``, read and cleared). Why: a subprocess
+    pays torch's and transformers' imports again (~5 s of a resume test's 6-10 s); the tests whose
+    point is the process itself (kill -9, signals, locks held by another process) keep ``train``."""
+    from polyrl.cli import main
+
+    capfd.readouterr()
+    args = ["train", str(config), "--no-progress", *extra]
+    code = main(args)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
 
 
 def signal_when_reached(proc: subprocess.Popen, marker: Path, sig: int = signal.SIGTERM, wait_s: float = 240,

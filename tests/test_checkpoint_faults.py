@@ -2,7 +2,10 @@
 incomplete checkpoints, two trainers on one output_dir, config changes at resume, a full disk,
 a read-only output_dir, strict JSON, earlier runs kept in previous/. Runs the real CLI and the
 real torch backend on the tiny model; a run killed and resumed must end bitwise where an
-uninterrupted run ends.
+uninterrupted run ends. The kills, signals and second processes run ``polyrl train`` in a
+subprocess (``train``); runs that only need the program's exit code and output (resumes of a
+damaged copy, an error line) call the same ``polyrl.cli.main`` in this process (``train_here``),
+which spares each the ~5 s of a fresh interpreter's torch and transformers imports.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from crash_util import (
     metric_steps,
     strict_loads,
     train,
+    train_here,
     write_config,
 )
 from polyrl import checkpoint as ckpt
@@ -156,13 +160,13 @@ def _copy_run(src: Path, dst: Path, upto: int) -> None:
     shutil.rmtree(dst / "model")
 
 
-def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model_dir, tmp_path, clean_run):
+def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model_dir, tmp_path, clean_run, capfd):
     config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=6)
     model = out / "checkpoints" / "step-00000006" / "model" / "model.safetensors"
     with open(model, "r+b") as fh:
         fh.truncate(model.stat().st_size // 2)
-    resumed = train(config, "--resume")
+    resumed = train_here(capfd, config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     skipped = [line for line in resumed.stderr.splitlines() if "checkpoint skipped" in line]
     assert len(skipped) == 1 and "step-00000006" in skipped[0] and "model/model.safetensors" in skipped[0]
@@ -171,7 +175,7 @@ def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model
 
 
 def test_unmarked_step_folders_of_an_earlier_polyrl_are_removed_or_skipped_never_resumed(
-        tiny_model_dir, tmp_path, clean_run):
+        tiny_model_dir, tmp_path, clean_run, capfd):
     """An earlier polyrl's pruning, killed part-way, left ``step-1`` without its marker and half
     its files: it stayed on disk for good. Now the resume deletes it, with a warning; an unmarked
     ``step-6`` newer than every complete checkpoint is skipped (never resumed, not deleted before
@@ -184,7 +188,7 @@ def test_unmarked_step_folders_of_an_earlier_polyrl_are_removed_or_skipped_never
     (root / "step-00000001" / ckpt.MARKER).unlink()
     shutil.rmtree(root / "step-00000001" / "model")
     (root / "step-00000006" / ckpt.MARKER).unlink()
-    resumed = train(config, "--resume")
+    resumed = train_here(capfd, config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     deleted = [line for line in resumed.stderr.splitlines() if "without its COMPLETE marker" in line]
     assert len(deleted) == 1 and "step-00000001" in deleted[0], resumed.stderr[-3000:]
@@ -196,7 +200,7 @@ def test_unmarked_step_folders_of_an_earlier_polyrl_are_removed_or_skipped_never
     assert_matches_clean(out, clean_run)
 
 
-def test_a_completions_line_cut_inside_a_character_is_dropped_at_resume(tiny_model_dir, tmp_path, clean_run):
+def test_a_completions_line_cut_inside_a_character_is_dropped_at_resume(tiny_model_dir, tmp_path, clean_run, capfd):
     """Completions are written unescaped (UTF-8), so a kill or a full disk can cut the last line
     inside a character: the resume drops that line like any cut-short one (it raised
     UnicodeDecodeError, a traceback) and the run ends where the clean run ends."""
@@ -206,7 +210,7 @@ def test_a_completions_line_cut_inside_a_character_is_dropped_at_resume(tiny_mod
     cut = record.encode("utf-8")[: record.encode("utf-8").index("\u00e9".encode("utf-8")) + 1]
     with open(out / "completions.jsonl", "ab") as fh:
         fh.write(cut)  # the first byte of the two of "\u00e9": not UTF-8 on its own
-    resumed = train(config, "--resume")
+    resumed = train_here(capfd, config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_matches_clean(out, clean_run)
     assert (out / "completions.jsonl").read_bytes() == (clean_run / "completions.jsonl").read_bytes()
@@ -349,24 +353,24 @@ def test_changed_lr_at_resume_is_applied_to_the_restored_optimizer(tiny_model_di
     trainer.lock.release()
 
 
-def test_changed_lr_and_steps_at_resume_are_logged_by_the_cli(tiny_model_dir, tmp_path, clean_run):
+def test_changed_lr_and_steps_at_resume_are_logged_by_the_cli(tiny_model_dir, tmp_path, clean_run, capfd):
     _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=4)
     config = write_config(tmp_path, tiny_model_dir, out, lr="2e-3", steps=5, reward_dir=clean_run.parent)
-    resumed = train(config, "--resume")
+    resumed = train_here(capfd, config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "config changed at resume: optimizer.lr 0.001 -> 0.002" in resumed.stderr
     assert "config changed at resume: train.steps 8 -> 5" in resumed.stderr
     assert [m["step"] for m in metric_steps(out)] == list(range(1, 6))
 
 
-def test_a_resume_past_train_steps_and_stray_metrics_lines_are_warned_about(tiny_model_dir, tmp_path, clean_run):
+def test_a_resume_past_train_steps_and_stray_metrics_lines_are_warned_about(tiny_model_dir, tmp_path, clean_run, capfd):
     _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=4)
     lines = (out / "metrics.jsonl").read_text().splitlines()
     (out / "metrics.jsonl").write_text("\n".join([lines[0], "my note", *lines[1:]]) + "\n")
     config = write_config(tmp_path, tiny_model_dir, out, steps=3, reward_dir=clean_run.parent)
-    resumed = train(config, "--resume")
+    resumed = train_here(capfd, config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "the checkpoint is at step 4, at or past train.steps = 3: nothing is left to train" in resumed.stderr
     assert "--steps 14" in resumed.stderr
@@ -374,10 +378,10 @@ def test_a_resume_past_train_steps_and_stray_metrics_lines_are_warned_about(tiny
     assert [m["step"] for m in metric_steps(out)] == list(range(1, 5))
 
 
-def test_a_resume_into_a_folder_that_does_not_exist_says_so(tiny_model_dir, tmp_path, clean_run):
+def test_a_resume_into_a_folder_that_does_not_exist_says_so(tiny_model_dir, tmp_path, clean_run, capfd):
     config, _ = crash_config(tmp_path, tiny_model_dir, clean_run)
     nowhere = tmp_path / "typo"
-    resumed = train(config, "--resume", "--output-dir", str(nowhere), "--steps", "1")
+    resumed = train_here(capfd, config, "--resume", "--output-dir", str(nowhere), "--steps", "1")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (f"no complete checkpoint found in {nowhere} (the folder did not exist); starting from the first step. "
             "If a run should be there, check train.output_dir / --output-dir") in resumed.stderr
@@ -407,7 +411,7 @@ def test_a_config_change_that_breaks_exactness_is_refused(tiny_model_dir, tmp_pa
     assert [m["step"] for m in metric_steps(out)] == list(range(1, 9))  # nothing was touched (copied run)
 
 
-def test_a_reward_model_rebuilt_in_place_since_the_checkpoint_is_refused_at_resume(tiny_model_dir, tmp_path):
+def test_a_reward_model_rebuilt_in_place_since_the_checkpoint_is_refused_at_resume(tiny_model_dir, tmp_path, capfd):
     """The policy's folder was compared at resume, a reward model's not: one retrained at the same
     path scored the resumed steps with another model, without a word."""
     from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
@@ -416,9 +420,9 @@ def test_a_reward_model_rebuilt_in_place_since_the_checkpoint_is_refused_at_resu
     build_tiny_reward_model(folder, seed=0)
     config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, extra=(
         f'[[rewards]]\nname = "reward_model"\noptions = {{path = "{folder}"}}\n'))
-    assert train(config).returncode == 0
+    assert train_here(capfd, config).returncode == 0
     build_tiny_reward_model(folder, seed=1)  # the same path, other weights
-    one_clear_error(train(config, "--resume", "--steps", "2"), "rewards[1].options.path: the files of "
+    one_clear_error(train_here(capfd, config, "--resume", "--steps", "2"), "rewards[1].options.path: the files of "
                     "rewards[1].options.path changed since", "step-00000001", "another reference model, tokenizer "
                     "or reward model", "Fix: restore the folder as it was, or continue from the weights with "
                     "--resume-weights-only")
@@ -549,11 +553,11 @@ def _dir_kib(path: Path) -> int:
 
 
 def test_disk_full_during_a_checkpoint_is_one_error_and_keeps_the_last_good_one(
-        tiny_model_dir, tmp_path, clean_run):
+        tiny_model_dir, tmp_path, clean_run, capfd):
     one = _dir_kib(clean_run / "checkpoints" / "step-00000001")
     with tmpfs(tmp_path / "disk", size_kib=int(one * 1.6)) as disk:  # room for one checkpoint, not two
         out = disk / "run"
-        result = train(write_config(tmp_path, tiny_model_dir, out, steps=8, keep_checkpoints=1))
+        result = train_here(capfd, write_config(tmp_path, tiny_model_dir, out, steps=8, keep_checkpoints=1))
         one_clear_error(result, "No space left on device", "step-00000001", "--resume")
         assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-00000001"]  # no temp dir left
         assert ckpt.verify(out / "checkpoints" / "step-00000001") is None
@@ -659,11 +663,11 @@ def test_disk_full_while_writing_metrics_is_one_error(tiny_model_dir, tmp_path, 
     assert not trainer.lock.held  # released on the way out
 
 
-def test_read_only_output_dir_is_one_error(tiny_model_dir, tmp_path):
+def test_read_only_output_dir_is_one_error(tiny_model_dir, tmp_path, capfd):
     with tmpfs(tmp_path / "ro", size_kib=1024) as disk:
         (disk / "run").mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-        result = train(write_config(tmp_path, tiny_model_dir, disk / "run", steps=2))
+        result = train_here(capfd, write_config(tmp_path, tiny_model_dir, disk / "run", steps=2))
         one_clear_error(result, "Read-only file system", "train.output_dir")
 
 
@@ -861,12 +865,12 @@ def test_starts_that_fail_before_training_never_cost_a_finished_run(tiny_model_d
     assert [m["step"] for m in metric_steps(kept[0])] == [1] and (kept[0] / "model" / "model.safetensors").exists()
 
 
-def test_files_polyrl_did_not_write_are_never_moved_aside(tiny_model_dir, tmp_path):
+def test_files_polyrl_did_not_write_are_never_moved_aside(tiny_model_dir, tmp_path, capfd):
     out = tmp_path / "run"
     (out / "model").mkdir(parents=True)
     (out / "model" / "notes.txt").write_text("mine")
     (out / "checkpoints" / "best").mkdir(parents=True)
-    result = train(write_config(tmp_path, tiny_model_dir, out, steps=1, keep_previous_runs=0))
+    result = train_here(capfd, write_config(tmp_path, tiny_model_dir, out, steps=1, keep_previous_runs=0))
     one_clear_error(result, str(out / "checkpoints" / "best"), str(out / "model"), "did not write",
                     "Fix: move those files out")
     assert (out / "model" / "notes.txt").read_text() == "mine"

@@ -390,16 +390,37 @@ def _bad_inputs(tmp_path: Path, model: str) -> dict[str, tuple[str, str]]:
     }
 
 
+def _assert_one_clear_error(returncode: int, stderr: str, expected: str) -> None:
+    assert returncode == 2, (returncode, stderr[-2000:])
+    assert "Traceback" not in stderr, stderr[-2000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], stderr[-2000:]
+
+
 @pytest.mark.parametrize("case", ["toml syntax", "wrong type", "misspelt key", "empty dataset", "missing column",
-                                  "prompt too long", "answer column missing", "reward wrong length", "reward raises", "unknown reward",
-                                  "mismatched tokenizer", "folder without weights", "unknown backend"])
+                                  "answer column missing", "unknown reward", "unknown backend"])
 def test_bad_input_gives_one_clear_error(tiny_model_dir, tmp_path, case):
+    """Refused before any model loads: the real program in a subprocess (about a second each)."""
     toml, expected = _bad_inputs(tmp_path, tiny_model_dir)[case]
     result = _cli(tmp_path, toml)
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and expected in errors[0], result.stderr[-2000:]
+    _assert_one_clear_error(result.returncode, result.stderr, expected)
+
+
+@pytest.mark.parametrize("case", ["prompt too long", "reward wrong length", "reward raises", "mismatched tokenizer",
+                                  "folder without weights"])
+def test_bad_input_found_while_the_models_load_gives_one_clear_error(tiny_model_dir, tmp_path, capfd,
+                                                                     monkeypatch, case):
+    """Found once the models load or the first step runs: ``polyrl.cli.main`` in this process (a
+    subprocess paid torch's and transformers' imports again, ~7 s a case; the same checks on the
+    exit code and stderr). The program's own exit path after such an error stays covered in a
+    subprocess by test_checkpoint_faults.py::test_missing_optimizer_state_is_an_error_unless_weights_only."""
+    from polyrl.cli import main
+
+    toml, expected = _bad_inputs(tmp_path, tiny_model_dir)[case]
+    (tmp_path / "bad.toml").write_text(toml)
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "mlx")
+    code = main(["train", str(tmp_path / "bad.toml"), "--no-progress"])
+    _assert_one_clear_error(code, capfd.readouterr().err, expected)
 
 
 # --- security -----------------------------------------------------------------------------------
