@@ -111,7 +111,8 @@ def test_logprobs_of_the_wrong_type_or_shape_is_the_plugins_fault(answer, proble
 
 
 @pytest.mark.parametrize("answer, problem", [
-    (3.0, "returned float, expected 1 float arrays"),
+    (3.0, "returned float, expected a list of float arrays"),
+    ([np.zeros(3)] * 2, "returned 2 arrays for 1 sequences"),
     ([np.zeros(2)], r"array 0 has shape \(2,\), expected \(3,\)"),
     ([np.array([0.5, np.nan, 1.0])], "array 0 holds nan, expected finite entropies >= 0"),
     ([np.array([0.5, -0.5, 1.0])], "array 0 holds -0.5, expected finite entropies >= 0"),

@@ -181,6 +181,25 @@ class Engine:
             raise self._fail("generation_phase", f"returned {type(out).__name__}, expected a context manager or None")
         return _Phase(out, self._fail)
 
+    def _token_arrays(self, hook: str, sequences: Sequence[TokenSequence], out: Any, what: str) -> list[np.ndarray]:
+        """A per-token hook's answer as float32 arrays, one per sequence and one value per completion
+        token, else the plugin's fault named (the values' own checks are the caller's)."""
+        if not isinstance(out, (list, tuple, np.ndarray)):
+            raise self._fail(hook, f"returned {_describe(out)}, expected a list of float arrays")
+        if len(out) != len(sequences):
+            raise self._fail(hook, f"returned {len(out)} arrays for {len(sequences)} sequences")
+        arrays = []
+        for i, (seq, given) in enumerate(zip(sequences, out)):
+            try:
+                values = np.asarray(given, dtype=np.float32)
+            except (TypeError, ValueError, RuntimeError):
+                raise self._fail(hook, f"array {i} is {_describe(given)}, expected floats") from None
+            if values.ndim != 1 or len(values) != len(seq.completion_ids):
+                raise self._fail(hook, f"array {i} has shape {values.shape}, expected "
+                                       f"({len(seq.completion_ids)},): one {what} per completion token")
+            arrays.append(values)
+        return arrays
+
     def logprobs(
         self, sequences: Sequence[TokenSequence], temperature: float = 1.0, reference: bool = False
     ) -> list[np.ndarray] | None:
@@ -191,19 +210,8 @@ class Engine:
             if reference:
                 return None
             raise self._returned_none("logprobs")
-        if not isinstance(out, (list, tuple, np.ndarray)):
-            raise self._fail("logprobs", f"returned {_describe(out)}, expected a list of float arrays")
-        if len(out) != len(sequences):
-            raise self._fail("logprobs", f"returned {len(out)} arrays for {len(sequences)} sequences")
         result = []
-        for i, (seq, given) in enumerate(zip(sequences, out)):
-            try:
-                lp = np.asarray(given, dtype=np.float32)
-            except (TypeError, ValueError, RuntimeError):
-                raise self._fail("logprobs", f"array {i} is {_describe(given)}, expected floats") from None
-            if lp.ndim != 1 or len(lp) != len(seq.completion_ids):
-                raise self._fail("logprobs", f"array {i} has shape {lp.shape}, expected "
-                                             f"({len(seq.completion_ids)},): one log-prob per completion token")
+        for i, lp in enumerate(self._token_arrays("logprobs", sequences, out, "log-prob")):
             problem = logprob_problem(lp)
             if problem is not None:
                 raise self._fail("logprobs", f"array {i} {problem}")
@@ -217,17 +225,8 @@ class Engine:
         out = self._call("entropies", sequences=list(sequences), temperature=temperature)
         if out is None:
             return None
-        if not isinstance(out, (list, tuple)) or len(out) != len(sequences):
-            raise self._fail("entropies", f"returned {_describe(out)}, expected {len(sequences)} float arrays")
         result = []
-        for i, (seq, given) in enumerate(zip(sequences, out)):
-            try:
-                ent = np.asarray(given, dtype=np.float32)
-            except (TypeError, ValueError, RuntimeError):
-                raise self._fail("entropies", f"array {i} is {_describe(given)}, expected floats") from None
-            if ent.shape != (len(seq.completion_ids),):
-                raise self._fail("entropies", f"array {i} has shape {ent.shape}, expected "
-                                              f"({len(seq.completion_ids)},): one entropy per completion token")
+        for i, ent in enumerate(self._token_arrays("entropies", sequences, out, "entropy")):
             # a float32 entropy of a near-certain token can come out a rounding below 0
             if not np.isfinite(ent).all() or (ent < -1e-3).any():
                 raise self._fail("entropies", f"array {i} holds {ent[~np.isfinite(ent) | (ent < -1e-3)][0]}, "
