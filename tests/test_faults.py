@@ -758,6 +758,7 @@ def test_a_vanished_output_dir_is_named_not_taken_for_a_run_without_checkpoints(
     trainer.output_dir = tmp_path / "run"
     trainer.checkpoint_root = trainer.output_dir / "checkpoints"
     trainer._saved_step = 2
+    trainer.started_by = None  # started by polyrl train
     assert "train.output_dir itself is gone" in str(trainer._write_failed("checkpoint of step 3", "No such file"))
     trainer.checkpoint_root.mkdir(parents=True)
     assert "the checkpoints this run wrote are gone" in str(trainer._write_failed("checkpoint of step 3", "x"))
