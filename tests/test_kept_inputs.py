@@ -236,3 +236,27 @@ def test_a_reference_on_another_file_system_is_not_copied_and_its_loss_is_one_er
     assert err.value.field == "model.reference_path"
     assert f"the KL reference {reference} is gone since" in str(err.value)
     assert "--resume-weights-only and model.reference_path set to a model that exists" in str(err.value)
+
+
+def test_a_private_reference_outside_output_dir_keeps_its_mode_when_linked(tiny_model_dir, tmp_path):
+    """The user's own model, readable by its owner and group alone (0640), linked into each
+    checkpoint: the checkpoint's umask modes were given to the link, and so to the user's file (one
+    inode), which became world-readable (0644 under umask 022) outside output_dir."""
+    import os
+
+    from polyrl.trainer import Trainer
+
+    reference = tmp_path / "reference"
+    shutil.copytree(tiny_model_dir, reference)
+    for path in reference.iterdir():
+        path.chmod(0o640)
+    before = os.umask(0o022)  # the run's checkpoints get 0644 files
+    try:
+        Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, tmp_path, reference, steps=1))).run()
+    finally:
+        os.umask(before)
+    weights = reference / "model.safetensors"
+    kept = tmp_path / "run" / "checkpoints" / "step-00000001" / "initial_reference" / "model.safetensors"
+    assert kept.stat().st_ino == weights.stat().st_ino  # a link, not a copy
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in reference.iterdir()}
+    assert set(modes.values()) == {"0o640"}, modes  # old code: 0o644, the user's file widened

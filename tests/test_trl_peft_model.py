@@ -240,3 +240,23 @@ def test_the_merged_reference_of_a_tied_embedding_model_is_peft_s_merge_and_unlo
     assert torch.equal(_logits(ours), _logits(expected))
     assert not torch.equal(_logits(ours), _logits(AutoModelForCausalLM.from_pretrained(folder)))
     assert any("lora_A" in name for name, _ in model.named_parameters())  # the script's model left unmerged
+
+
+def test_a_peft_models_merged_reference_in_each_checkpoint_has_the_umask_modes(tiny_model_dir, tmp_path):
+    """The merged reference polyrl saves for a KL term (safetensors writes 0600) is hard-linked into
+    each checkpoint, whose umask modes no longer reach a linked file (it may be the user's own): it
+    gets them as it is saved, so the checkpoint stays readable as the rest of the run's files."""
+    import os
+
+    from polyrl import checkpoint
+
+    before = os.umask(0o022)
+    try:
+        trainer = GRPOTrainer(model=_peft_model(tiny_model_dir), reward_funcs=[short], train_dataset=_dataset(),
+                              args=_args(tmp_path, beta=0.1))
+        trainer.train()
+    finally:
+        os.umask(before)
+    kept = checkpoint.latest_checkpoint(tmp_path / "run" / "checkpoints") / "initial_reference"
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in kept.iterdir() if p.is_file()}
+    assert "model.safetensors" in modes and set(modes.values()) == {"0o644"}, modes

@@ -28,16 +28,15 @@ def current_umask() -> int:
 
 def honour_umask(folder: Path) -> None:
     """Give ``folder`` and every file and folder under it the umask's ordinary mode (0644/0755 under
-    the usual 022); links are left alone, and so is a hard-linked file already readable as that
-    mode reads: it is a file named elsewhere too (a checkpoint's link of the user's KL reference,
-    ``kept_inputs``), whose mode is its owner's (a read-only 0444 model stays so)."""
+    the usual 022); links are left alone, hard links too: such a file is named elsewhere as well (a
+    checkpoint's link of the user's KL reference, ``kept_inputs``), and its mode is that file's,
+    its owner's to choose. Why: a chmod of the link is a chmod of the user's file, which made a
+    model kept 0640 (or 0600) outside output_dir world-readable."""
     umask = current_umask()
     folder.chmod(0o777 & ~umask)
     for path in folder.rglob("*"):
         if path.is_symlink():
             continue
-        mode = (0o777 if path.is_dir() else 0o666) & ~umask
-        st = path.stat()
-        if not path.is_dir() and st.st_nlink > 1 and st.st_mode & mode & 0o444 == mode & 0o444:
+        if not path.is_dir() and path.stat().st_nlink > 1:
             continue
-        path.chmod(mode)
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)

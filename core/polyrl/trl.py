@@ -350,6 +350,10 @@ class GRPOTrainer:
         from transformers import AutoTokenizer
 
         AutoTokenizer.from_pretrained(model_path).save_pretrained(str(reference))  # the one saved with the base
+        # safetensors writes 0600; each checkpoint hard-links these files as they are (``kept_inputs``)
+        from polyrl.file_modes import honour_umask
+
+        honour_umask(reference)
         return adapter, reference
 
     @_script_names
