@@ -172,6 +172,28 @@ def test_bad_logging_settings_name_the_field(tmp_path, logging, field):
     assert err.value.field == field
 
 
+def test_the_trackers_of_a_run_a_trl_script_started_are_told_so(toy, tmp_path):
+    """A tracker's own texts say how to continue a stopped run (trackio's alert): it is told who
+    started the run (the trainer's ``started_by``, set by ``polyrl.trl``), so a TRL script's run is
+    not sent to ``polyrl train CONFIG --resume``, a config it never had. It was told nothing."""
+    from test_step_numbering import toy_run
+
+    contexts: list = []
+
+    class Plugin:
+        @hookimpl
+        def polyrl_register_trackers(self, register):
+            register(TrackerSpec(name="seen", create=lambda context: contexts.append(context) or Recorder("seen")))
+
+    started = {"by": "trl", "script": "/work/train.py"}
+    for who in (None, started):
+        trainer = Trainer(RunConfig.from_dict(toy_run(tmp_path / str(len(contexts)), steps=1, report_to=["seen"])),
+                          extra_plugins=(Plugin(),))
+        trainer.started_by = who
+        trainer.run(progress=False)
+    assert [context.started_by for context in contexts] == [None, started]
+
+
 @pytest.mark.faults
 def test_a_tracker_that_cannot_start_stops_the_run_start_and_closes_the_others(tmp_path):
     opened = Recorder("fine")

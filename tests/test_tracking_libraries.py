@@ -955,3 +955,24 @@ def test_trackio_runs_stopped_or_failed_carry_an_alert_saying_so(tmp_path):
     alerts = json.loads(proc.stdout.split("ALERTS ")[-1].splitlines()[0])
     assert alerts == {"stopped": [["warn", "polyrl: run stopped on request before its last step", 2]],
                       "failed": [["error", "polyrl: run ended with an error", 2]], "whole": []}
+
+
+def test_trackio_alerts_of_a_trl_script_run_advise_that_scripts_resume(tmp_path):
+    """polyrl report and the trainer's own messages tell a run a TRL script started to resume with
+    the script's ``trainer.train(resume_from_checkpoint=True)``; trackio's alert on such a stopped
+    or failed run still said ``polyrl train CONFIG --resume``, a config the run never had."""
+    code = ("import json, sys\nfrom pathlib import Path\nfrom polyrl.tracking.spec import TrackerContext\n"
+            "from polyrl.tracking.trackio import TrackioTracker\n"
+            "for name, started in (('cli', None), ('script', {'by': 'trl', 'script': '/work/train.py'})):\n"
+            "    t = TrackioTracker(TrackerContext(Path(sys.argv[1]), name, 'p', {}, trl=started is not None,\n"
+            "                                      started_by=started))\n"
+            "    t.log_metrics({'loss': 0.5}, 1)\n    t.close_stopped()\n"
+            "from trackio.sqlite_storage import SQLiteStorage\n"
+            "print('ALERTS ' + json.dumps({n: [a['text'] for a in SQLiteStorage.get_alerts('p', run_name=n)]"
+            " for n in ('cli', 'script')}))\n")
+    proc = fresh_python(code, str(tmp_path), env=environ_without(TRACKIO_CHOICES))
+    alerts = json.loads(proc.stdout.split("ALERTS ")[-1].splitlines()[0])
+    said = "metrics.jsonl and polyrl report RUN_DIR say which step it reached; "
+    assert alerts == {"cli": [said + "polyrl train CONFIG --resume continues it"],
+                      "script": [said + "trainer.train(resume_from_checkpoint=True) in the TRL script, run again "
+                                 "(python /work/train.py) continues it"]}

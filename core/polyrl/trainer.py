@@ -1930,6 +1930,7 @@ class Trainer:
         if self._resumed and self.step > 0:  # a new tracker run: named apart from the one it continues
             self.tracking.name_resumed(self.step)
         try:
+            self.tracking.started_by = self.started_by  # a TRL script's run: its trackers' resume advice
             self.tracking.open()
             self._run(summary, progress)
             if self.end_metrics is not None:  # before the trackers close (the finally below)

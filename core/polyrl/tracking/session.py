@@ -109,6 +109,9 @@ class RunTracking:
     trl: bool = False
     #: what transformers' integrations read from the TRL script's trainer (``polyrl.trl`` sets it)
     trl_run: TrlRun | None = None
+    #: who started the run where not ``polyrl train`` (the trainer's ``started_by``), for the
+    #: trackers' resume advice (``TrackerContext.started_by``)
+    started_by: dict[str, str] | None = None
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
@@ -143,7 +146,7 @@ class RunTracking:
         if not self.writer or self.trackers:
             return
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
-                                 config=self.config, trl=self.trl, trl_run=self.trl_run)
+                                 config=self.config, trl=self.trl, trl_run=self.trl_run, started_by=self.started_by)
         for spec in self.specs:
             thread = Worker(name=f"polyrl-tracker-{spec.name}")
             try:

@@ -61,6 +61,9 @@ class TrackerContext:
     #: what transformers' integrations read from the TRL script's trainer (None: not a TRL
     #: script's run, or one given polyrl's own GRPOConfig)
     trl_run: TrlRun | None = None
+    #: who started the run where not ``polyrl train`` (``run_plan.trl_script``'s record): how a
+    #: text of the tracker's says to continue the run (``run_plan.resume_command``)
+    started_by: Mapping[str, str] | None = None
 
 
 class Tracker(Protocol):

@@ -18,6 +18,7 @@ from typing import Any
 
 from polyrl.tracking.completions import COLUMNS, cell
 from polyrl.logs import get_logger
+from polyrl.run_plan import resume_command
 from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 
 log = get_logger("polyrl.tracking")
@@ -26,7 +27,13 @@ STORE_DIR = "trackio"
 #: the alerts a run not ended by its last step gets (trackio keeps no finished/failed state)
 STOPPED_ALERT = "polyrl: run stopped on request before its last step"
 FAILED_ALERT = "polyrl: run ended with an error"
-ALERT_TEXT = "metrics.jsonl and polyrl report RUN_DIR say which step it reached; polyrl train CONFIG --resume continues it"
+
+
+def alert_text(started_by: Mapping[str, str] | None) -> str:
+    """The alerts' text: where to see how far the run went, and how to continue it (a TRL script's
+    run has no config for ``polyrl train CONFIG --resume``: ``run_plan.resume_command``)."""
+    resume = resume_command(None if started_by is None else dict(started_by))
+    return f"metrics.jsonl and polyrl report RUN_DIR say which step it reached; {resume} continues it"
 
 
 class TrackioTracker:
@@ -40,6 +47,7 @@ class TrackioTracker:
         if self.store != Path(wanted):  # trackio reads TRACKIO_DIR once, when first imported
             log.warning("trackio was imported before this run chose its folder; it writes to its own",
                         store=str(self.store), fix="set TRACKIO_DIR before starting Python to choose it")
+        self._alert_text = alert_text(context.started_by)
         project, name, config = run_identity(context)
         self.run = trackio.init(project=project, name=name, config=config,
                                 embed=False, auto_log_gpu=False, auto_log_cpu=False)
@@ -71,7 +79,7 @@ class TrackioTracker:
         try:
             from trackio.alerts import AlertLevel
 
-            self.run.alert(title=title, text=ALERT_TEXT, level=AlertLevel(level))
+            self.run.alert(title=title, text=self._alert_text, level=AlertLevel(level))
         finally:  # an alert that fails still ends the run
             self.run.finish()
 
