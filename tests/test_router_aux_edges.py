@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from hf_families import require_backends
+from structlog.testing import capture_logs
 from model_copies import edited_copy
 from test_router_aux import routed_moe, trl_inputs, trl_state
 
@@ -354,9 +355,13 @@ def test_a_step_whose_every_completion_was_cut_trains_the_router_term_over_the_p
                          generation={"group_size": 2, "max_new_tokens": 3, "temperature": 1.0})
     model = AutoModelForCausalLM.from_pretrained(moe_path, dtype=torch.float32).eval()
     trainer, rollouts, steps = _recorded_trainer(config)
-    summary = trainer.run(progress=False)
+    with capture_logs() as logs:
+        summary = trainer.run(progress=False)
     row = summary["history"][0]
     assert row["skipped"] and len(steps) == 1, steps
+    # the step's warning says what trained (it said "nothing trained", "a zero gradient")
+    (warned,) = [e["event"] for e in logs if e["event"].startswith("no informative samples")]
+    assert warned.endswith("; only the MoE router term trained (TRL's loss there is that term alone)"), warned
     (completions,), (batch, objective, out) = rollouts, steps[0]
     assert objective.router_aux_loss_coef == 0.5 and [len(s.completion_ids) for s in batch.sequences] == [0] * 4
     want = _reference_aux(model, [(c.prompt_ids, c.completion_ids, True) for c in completions])

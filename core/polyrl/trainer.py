@@ -850,8 +850,11 @@ class Trainer:
                    {"fix": f"{self._cut_fix()}; "
                            f"{c.train.max_consecutive_skips} such steps in a row stop the run"}
                    if self._all_cut else {})
-            log.warning(f"no informative samples this step ({'; '.join(causes)}); nothing trained (the optimizer "
-                        "steps on a zero gradient, as TRL's)",
+            # a MoE model's router term still trains over TRL's batch (its rows, the cut ones' prompts)
+            router_only = router_on and bool(group_kept.any())
+            what = ("only the MoE router term trained (TRL's loss there is that term alone)" if router_only else
+                    "nothing trained (the optimizer steps on a zero gradient, as TRL's)")
+            log.warning(f"no informative samples this step ({'; '.join(causes)}); {what}",
                         step=self.step + 1, **fix)
             metrics.update(skipped=True, loss=float("nan"))
             if not all_untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
@@ -868,7 +871,7 @@ class Trainer:
             # step's batch), split into updates and micro-batches as a trained step's rows, on every
             # rank when any rank has one
             parts = self._router_parts(completions, group_kept, group_kept, untruncated,
-                                       [len(part[0]) for part in everyone]) if router_on and group_kept.any() else None
+                                       [len(part[0]) for part in everyone]) if router_only else None
             t0 = time.perf_counter()
             idle = self._idle_updates(completions, algo.updates_per_step, covered, parts, algo.router_aux_loss_coef,
                                       algo.num_iterations)
