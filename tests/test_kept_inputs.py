@@ -230,6 +230,7 @@ def test_a_reference_on_another_file_system_is_not_copied_and_its_loss_is_one_er
             Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, tmp_path, reference, steps=2))).run()
         said = [e for e in logs if "keep no copy of the KL reference" in e["event"]]
         assert len(said) == 1 and said[0]["reference"] == str(reference), said  # once, not at each save
+        assert "it is on another file system than train.output_dir" in said[0]["event"], said
         assert not (tmp_path / "run" / "checkpoints" / "step-00000002" / "initial_reference").exists()
     with pytest.raises(ConfigError) as err:
         Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, tmp_path, reference, steps=3)), resume="")
@@ -260,3 +261,35 @@ def test_a_private_reference_outside_output_dir_keeps_its_mode_when_linked(tiny_
     assert kept.stat().st_ino == weights.stat().st_ino  # a link, not a copy
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in reference.iterdir()}
     assert set(modes.values()) == {"0o640"}, modes  # old code: 0o644, the user's file widened
+
+
+def test_a_reference_whose_files_cannot_be_linked_is_named_so_not_as_on_another_file_system(tiny_model_dir, tmp_path):
+    """On the same file system the kernel also refuses a hard link: to another user's files
+    (fs.protected_hardlinks: a shared model folder) or immutable ones, here an immutable weights
+    file. The warning said "it is on another file system" and advised moving the model there,
+    where it already was."""
+    import subprocess
+
+    from structlog.testing import capture_logs
+
+    from polyrl.trainer import Trainer
+
+    reference = tmp_path / "reference"
+    shutil.copytree(tiny_model_dir, reference)
+    weights = reference / "model.safetensors"
+    try:
+        made = subprocess.run(["chattr", "+i", str(weights)], capture_output=True).returncode == 0
+    except OSError:
+        made = False
+    if not made:
+        pytest.skip("needs chattr +i (root, a file system with file attributes)")
+    try:
+        with capture_logs() as logs:
+            Trainer(RunConfig.from_dict(_outside_settings(tiny_model_dir, tmp_path, reference, steps=1))).run()
+    finally:
+        subprocess.run(["chattr", "-i", str(weights)], check=True)
+    said = [e for e in logs if "keep no copy of the KL reference" in e["event"]]
+    assert len(said) == 1, said
+    assert "the system refuses a hard link to its files in train.output_dir (Operation not permitted" in \
+        said[0]["event"] and "another file system" not in said[0]["event"], said
+    assert "a copy of the model of your own on output_dir's file system" in said[0]["fix"], said

@@ -18,6 +18,7 @@ names it) and a resume refuses its reference gone, as it refuses it changed.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -56,11 +57,10 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def _link_tree(source: Path, target: Path) -> bool:
+def _link_tree(source: Path, target: Path) -> OSError | None:
     """Hard-link every file of ``source`` into ``target`` (a link inside it, as a Hub cache's
     snapshot holds, is followed to its file; hidden ones are left out, as ``model_files`` leaves
-    them out); False, with ``target`` removed, where one cannot be
-    linked (another file system, links not allowed there)."""
+    them out); what refused it, with ``target`` removed, where one cannot be linked, else None."""
     try:
         for folder, folders, files in os.walk(source, followlinks=True):
             folders[:] = [f for f in folders if not f.startswith(".")]  # a clone's .git, a download cache
@@ -69,21 +69,37 @@ def _link_tree(source: Path, target: Path) -> bool:
             for name in files:
                 if not name.startswith("."):
                     os.link(Path(folder) / name, here / name, follow_symlinks=True)
-    except OSError:
+    except OSError as exc:
         shutil.rmtree(target, ignore_errors=True)
-        return False
-    return True
+        return exc
+    return None
 
 
-def save(config: Any, checkpoint_dir: str | Path) -> list[Path]:
+def unlinked_reason(exc: OSError) -> tuple[str, str]:
+    """(why, fix) for a reference ``_link_tree`` could not link. Why apart: another file system is
+    one cause; the kernel also refuses a link to another user's file (``fs.protected_hardlinks``, a
+    shared model folder) or an immutable one, where moving the model next to output_dir is no fix."""
+    keep = "keep model.reference_path as it is until the run is done, or "
+    if exc.errno == errno.EXDEV:
+        return ("it is on another file system than train.output_dir",
+                keep + "put it on output_dir's file system: each checkpoint then hard-links it (no space spent)")
+    return (f"the system refuses a hard link to its files in train.output_dir ({exc.strerror or exc}: another "
+            "user's files under fs.protected_hardlinks, immutable files, or a file system without hard links)",
+            keep + "point it at a copy of the model of your own on output_dir's file system: each checkpoint "
+                   "then hard-links it (no space spent)")
+
+
+def save(config: Any, checkpoint_dir: str | Path) -> list[tuple[Path, OSError]]:
     """Copy ``sources(config)`` into ``checkpoint_dir`` (the adapter copied, the reference linked);
-    returns the folders not kept: a reference outside output_dir that could not be linked."""
-    unkept: list[Path] = []
+    returns the folders not kept, each with what refused its link: a reference outside output_dir
+    that could not be linked (``unlinked_reason``)."""
+    unkept: list[tuple[Path, OSError]] = []
     for name, folder in sources(config).items():
         target = Path(checkpoint_dir) / name
         if name == REFERENCE and not _inside(folder, Path(config.train.output_dir)):
-            if not _link_tree(folder, target):
-                unkept.append(folder)
+            refused = _link_tree(folder, target)
+            if refused is not None:
+                unkept.append((folder, refused))
             continue
         shutil.copytree(folder, target, copy_function=_link_or_copy if name == REFERENCE else shutil.copy2)
     return unkept

@@ -1472,14 +1472,13 @@ class Trainer:
 
         def write_all(model_dir: str, state_dir: str) -> None:
             write(model_dir, state_dir)
-            for folder in kept_inputs.save(start, Path(model_dir).parent):
+            for folder, refused in kept_inputs.save(start, Path(model_dir).parent):
                 if folder not in self._unkept_warned:
                     self._unkept_warned.add(folder)
-                    log.warning("the checkpoints keep no copy of the KL reference: it is on another file system "
-                                "than train.output_dir (a full model is not copied into each checkpoint); a "
-                                "resume needs it unchanged where it is", reference=str(folder),
-                                fix="keep model.reference_path as it is until the run is done, or put it on "
-                                    "output_dir's file system: each checkpoint then hard-links it (no space spent)")
+                    why, fix = kept_inputs.unlinked_reason(refused)
+                    log.warning(f"the checkpoints keep no copy of the KL reference: {why} (a full model is not "
+                                "copied into each checkpoint); a resume needs it unchanged where it is",
+                                reference=str(folder), fix=fix)
         return write_all
 
     def _write_failed(self, what: str, cause: OSError | str, fix: str | None = None) -> OutputWriteError:
@@ -1596,7 +1595,8 @@ class Trainer:
             # would fail at the engine load, so it is refused alike, with the ways on
             raise ConfigError(
                 f"the KL reference {reference} is gone since {found} was written, and the checkpoint holds no "
-                "copy of it (one on another file system than train.output_dir is not copied)",
+                "copy of it (one that cannot be hard-linked into train.output_dir, on another file system or "
+                "refused a link, is not copied: a warning said so as the run saved)",
                 field="model.reference_path",
                 fix=f"put the model back at {reference} as it was, or resume with --resume-weights-only and "
                     "model.reference_path set to a model that exists (another KL reference), or train into a "
