@@ -259,7 +259,9 @@ class TrainBatch:
     None (the default) means this batch's own ``len(sequences)`` / ``num_tokens``. The trainer
     sets them to what TRL's GRPOTrainer divides by: TRL keeps a completion cut at the length
     limit under ``mask_truncated_completions`` (its loss mask zeroed) and an unscorable one
-    (every reward None; advantage 0) in its batch, while polyrl trains on neither. So a
+    (every reward None; advantage 0) in its batch, while polyrl's policy term trains on neither
+    (an unscorable one is trained at advantage 0 where the loss holds a KL term, an entropy bonus
+    or a MoE router term, as TRL trains it: ``AlgorithmConfig.loss_selection``). So a
     truncated completion counts as a sequence with 0 tokens, and an unscorable one as a
     sequence with its loss-mask tokens: ``seq_mean_*`` aggregations divide by
     ``normaliser_sequences`` (``seq_mean_token_mean``: ``1 / (normaliser_sequences * |y_i|)`` per
@@ -275,9 +277,8 @@ class TrainBatch:
     ``clip_fraction``, ``tokens``) stay means over the tokens trained on. A backend that ignores
     the fields trains at the kept rows' scale (larger by the ratio of the counts; the conformance
     kit's ``test_loss_divides_by_the_batch_normaliser`` checks a backend honours them).
-    Not matched: with ``beta > 0`` (KL in the loss), ``entropy_coef`` or
-    ``top_entropy_quantile``, TRL's unscorable rows also add their KL / entropy terms (and tokens
-    to the entropy quantile); polyrl does not train them, so those terms are left out.
+    Not matched: with ``top_entropy_quantile`` < 1 and none of those terms, TRL's unscorable rows
+    add their tokens to the entropy quantile; polyrl does not train them, so they are left out.
     Where the loss holds a MoE model's router term, a truncated completion is in the batch as its
     prompt alone (no completion token, advantage 0, empty log-prob arrays; ``polyrl.router_rows``),
     since TRL's router term counts its prompt tokens; it adds no token and no sequence beyond the
