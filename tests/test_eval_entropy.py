@@ -85,3 +85,19 @@ def test_eval_metrics_with_a_bonus_are_the_training_steps_definitions():
     bare = eval_loss.metrics(AlgorithmConfig.preset("grpo", loss_aggregation="token_mean"), 8, logprobs,
                              advantages, None, [None] * 4, batch_of, [2, 2], counts)
     assert bare["eval/loss"] == pytest.approx(np.mean(plain)) and "eval/policy_loss" not in bare
+
+
+def test_eval_metrics_with_a_bonus_and_no_kept_group_are_each_nan():
+    """No eval batch kept a group (every group flat under dynamic sampling): each value the bonus
+    adds is NaN, as eval/loss is. Before: eval/loss alone with entropies (no eval/policy_loss nor
+    eval/entropy that evaluation), and eval/policy_loss alone without them."""
+    algo = AlgorithmConfig.preset("grpo", entropy_coef=0.1, loss_aggregation="token_mean")
+    logprobs, advantages, entropies = _inputs()
+    none_kept = ([0, 0, 1, 1], [2, 2], [(0, 0), (0, 0)])
+    got = eval_loss.metrics(algo, 8, logprobs, advantages, None, [None] * 4, *none_kept, entropies)
+    assert sorted(got) == ["eval/entropy", "eval/loss", "eval/policy_loss"] and all(np.isnan(v) for v in got.values())
+    alone = eval_loss.metrics(algo, 8, logprobs, advantages, None, [None] * 4, *none_kept, None)
+    assert sorted(alone) == ["eval/policy_loss"] and np.isnan(alone["eval/policy_loss"])
+    bare = eval_loss.metrics(AlgorithmConfig.preset("grpo", loss_aggregation="token_mean"), 8, logprobs, advantages,
+                             None, [None] * 4, *none_kept)
+    assert sorted(bare) == ["eval/loss"] and np.isnan(bare["eval/loss"])

@@ -108,7 +108,8 @@ def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: 
     not; ``counts``: each batch's ``divisors``) averaged with its size as weight (transformers
     repeats a batch's loss once per sample), each batch's token-mean KL averaged as equals (TRL's
     per-batch metric list). A batch whose rows were all cut or unscored weighs in at 0, as in TRL;
-    one with no group kept (every group flat under dynamic sampling) is left out; none at all: NaN.
+    one with no group kept (every group flat under dynamic sampling) is left out; none at all: NaN
+    (the bonus's values below too).
     Also TRL's eval clip ratios (``ratio_one_metrics``), which its ``evaluate()`` returns.
 
     With an entropy bonus (``entropy_coef`` > 0), as a training step logs it: ``eval/policy_loss``,
@@ -141,8 +142,10 @@ def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: 
         kls.append(parts["kl"])
         weights.append(batch_sizes[b])
     unknown = bonus and entropies is None  # the bonus's value: no eval/loss
-    if not losses:
-        return {"eval/policy_loss" if unknown else "eval/loss": float("nan")}
+    if not losses:  # each loss value NaN, the bonus's two too (not eval/loss alone)
+        keys = ([] if unknown else ["eval/loss"]) + (["eval/policy_loss"] if bonus else []) + \
+            (["eval/entropy"] if bonus and entropies is not None else [])
+        return dict.fromkeys(keys, float("nan"))
     out = {} if unknown else {"eval/loss": float(np.average(losses, weights=weights))}
     if bonus:
         out["eval/policy_loss"] = float(np.mean(plains))
