@@ -35,10 +35,6 @@ from polyrl.algorithms.presets import AlgorithmConfig
 from polyrl.backend_kit.router_aux import check_declared, is_moe, own_coef
 from polyrl.model_config import config_tables
 
-#: polyrl's eval metric -> TRL's ``log_history`` name (``polyrl.step_metrics.trl_eval_names``)
-TRL_NAMES = {"eval/loss": "eval_loss", "eval/kl": "eval_kl", "eval/policy_loss": "eval_policy_loss",
-             "eval/entropy": "eval_entropy"}
-
 
 def selects_by_entropy(algo: AlgorithmConfig, max_completion_tokens: int | None) -> bool:
     """Whether the run's policy term keeps only its high-entropy tokens (``top_entropy_quantile`` <
