@@ -125,12 +125,15 @@ class OutputWriteError(PolyrlError):
     """A file of the run could not be written (disk full, read-only); the last good checkpoint is kept."""
 
 
-def check_run(config: RunConfig, world_size: int = 1) -> None:
+def check_run(config: RunConfig, world_size: int = 1, *, warn_context: bool = True) -> None:
     """What ``polyrl train`` refuses before loading a model (rewards and their options, data,
     trackers, the environment, backends and their options, the models' paths and architectures, how
     the chat template shows a tool's result, prompt messages in roles it drops), checked without loading a model or touching the
-    output_dir; it warns, as the run does, of episodes whose later turns see a context the template never shows. ``polyrl launch`` (and its
-    ``--dry-run``) runs it, so a config every rank would refuse is one error before torchrun starts."""
+    output_dir. ``warn_context``: it also warns, as the run does, of episodes whose later turns see a
+    context the template never shows; ``polyrl launch`` leaves that to its rank 0, which warns once its
+    models load (both said it: the same warning twice), and asks it under ``--dry-run``, where no rank
+    starts. ``polyrl launch`` (and its ``--dry-run``) runs it, so a config every rank would refuse is
+    one error before torchrun starts."""
     trainer = Trainer(config, check_only=True)
     trainer.registry.check_data_parallel(trainer.config.backends.train, world_size)
     model, _ = check_engines(trainer.config, trainer.registry, launched=True)
@@ -138,7 +141,7 @@ def check_run(config: RunConfig, world_size: int = 1) -> None:
     from polyrl.dry_run_roles import check_dataset_roles
 
     check_dataset_roles(trainer.config, trainer._env_plan, trainer._source_data, model)  # the tokenizer alone
-    if trainer._env_plan is not None:  # warned of as the run warns once its models load
+    if warn_context and trainer._env_plan is not None:  # warned of as the run warns once its models load
         from polyrl.agents.setup import check_reasoning_context
 
         check_reasoning_context(trainer.config, trainer._env_plan, model)
@@ -449,7 +452,8 @@ class Trainer:
         self.episodes = self._episode_runner()
         if self.episodes is not None:
             self.episodes.think_suffix = self._think_suffix
-            self.episodes.check_reasoning_kept(self._reasoning_closed(reader))
+            if self.rank == 0:  # one warning under a launcher, not one per rank
+                self.episodes.check_reasoning_kept(self._reasoning_closed(reader))
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
                                      shuffle=config.data.shuffle)
