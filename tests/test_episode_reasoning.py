@@ -339,3 +339,28 @@ def test_the_dry_run_warns_as_the_run_does_from_the_tokenizer_alone(qwen3_style_
     assert "torch.distributed.run" in captured.out
     warned = [line for line in captured.err.splitlines() if "<think>" in line]
     assert len(warned) == 1 and says in warned[0] and field in warned[0], captured.err
+
+
+@pytest.mark.slow  # two launched ranks load the tiny model and take one step: ~30 s
+def test_a_launched_run_warns_once_not_once_from_the_launcher_and_once_per_rank(qwen3_style_model, tmp_path):
+    """``polyrl launch`` checks the config before torchrun starts, and each rank checks the template
+    once its models load: the launcher and both ranks printed the same warning, three times for
+    one run. Now rank 0 alone says it (the dry run, where no rank starts, still does: above)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")  # polyrl launch needs torchrun
+    from polyrl.launch import cpu_count
+
+    if cpu_count() < 2:
+        pytest.skip("polyrl launch needs a CPU per rank")
+    path = tmp_path / "run.toml"
+    path.write_text(DRY_RUN.format(model=qwen3_style_model, kwargs="")
+                    + "[generation]\ngroup_size = 2\nmax_new_tokens = 4\n"
+                      f'[train]\nsteps = 1\nprompts_per_step = 2\nthreads = 1\noutput_dir = "{tmp_path / "out"}"\n')
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", "launch", "--nproc-per-node", "2", str(path)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    warned = [line for line in done.stderr.splitlines() if "leaves an earlier assistant turn's <think>" in line]
+    assert len(warned) == 1, done.stderr[-3000:]

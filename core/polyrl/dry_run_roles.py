@@ -21,28 +21,19 @@ from polyrl.types import Prompt
 if TYPE_CHECKING:
     from polyrl.agents.setup import EnvironmentPlan
     from polyrl.config import RunConfig
+    from polyrl.folder_chat import FolderChat
 
 
 def check_dataset_roles(config: RunConfig, plan: EnvironmentPlan | None, datasets: Sequence[Dataset | None],
-                        model_path: str) -> None:
+                        folder: FolderChat) -> None:
     """A ConfigError naming the first row, message and role the chat template would drop, as the
     run's startup check says it; nothing when every chat prompt is shown (or it cannot be asked)."""
     if plan is not None and plan.make_environment is not None:
         return
-    from polyrl.backend_kit.literal_chat import encode_chat_literal
-    from polyrl.remote_tokenizer import folder_tokenizer
-
-    try:
-        tok = folder_tokenizer(model_path)
-    except Exception:  # noqa: BLE001 - the backend loads it its own way; the run's check stands
+    chat = folder.chat()  # rendering as the engines do
+    if chat is None:
         return
-    if tok is None or not getattr(tok, "chat_template", None):
-        return
-    kwargs = config.model.chat_template_kwargs
-
-    def encode(messages: Sequence[Any], tools: Any, add_generation_prompt: bool) -> np.ndarray:
-        return np.asarray(encode_chat_literal(tok, messages, tools, add_generation_prompt, template_kwargs=kwargs),
-                          dtype=np.int64)  # as the engines render
+    encode = chat[0]
 
     def render(prompt: Prompt) -> np.ndarray:
         messages: Any = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt

@@ -129,7 +129,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         check_backend_files(registry, config, point, args.resume_weights_only)  # engine.json, rng.pt...
     from polyrl.trainer import check_run
 
-    check_run(config, args.nproc_per_node * args.nnodes)  # what every rank would refuse: refused once, here
+    # what every rank would refuse: refused once, here; what rank 0 warns of once its models load
+    # (episodes' later turns on a context the template never shows) only where no rank starts
+    check_run(config, args.nproc_per_node * args.nnodes, warn_context=args.dry_run)
     if args.dry_run:
         print(shlex.join(cmd))
         return 0

