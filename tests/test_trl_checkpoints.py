@@ -129,6 +129,14 @@ class _Tmp:
         return f"/nonexistent/{name}"
 
 
+def test_save_strategy_best_on_the_python_api_is_one_error():
+    """polyrl.api.run keeps no best metric (no callbacks): it checkpointed at the end only, unsaid."""
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": "q"}] * 2, rewards=["numeric_match"],
+                       grpo_config=_args(_Tmp(), save_strategy="best", metric_for_best_model="reward"))
+    assert err.value.field == "grpo_config.save_strategy" and "GRPOTrainer" in err.value.fix
+
+
 @pytest.mark.parametrize(("fields", "every"), [
     ({"save_steps": 4, "max_steps": 8, "num_iterations": 2}, 2),  # optimizer updates, 2 a polyrl step
     ({"save_steps": 0.5, "max_steps": 8, "num_iterations": 2}, 2),  # ceil(8 x 0.5) = 4 updates

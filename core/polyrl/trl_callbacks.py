@@ -16,7 +16,9 @@ arguments ``processing_class`` is the run's tokenizer, and from ``on_train_begin
 when its backend trains in this process with torch (``training_module``: with LoRA the peft
 ``PeftModel``, as TRL's); else (another backend, ``on_init_end``) None, as ``lr_scheduler``,
 ``train_dataloader`` and ``eval_dataloader`` always are (polyrl sets the learning rate itself). Of ``TrainerControl``, ``should_training_stop`` ends the run
-after the step (saved and exported as at its end), ``should_save`` checkpoints the step, and
+after the step (saved and exported as at its end), ``should_save`` checkpoints the step (and, as
+transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best evaluation, "epoch" at
+each epoch's end and after an epoch stop: ``step_end``), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an

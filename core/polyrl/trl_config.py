@@ -80,6 +80,10 @@ EVERY_EPOCH = "eval.every_epoch"
 #: a ``GRPOConfig.settings`` key, not a config key: checkpoint at each epoch's end (TRL's
 #: ``save_strategy = "epoch"``), turned into ``train.checkpoint_every`` by ``polyrl.api.run_config``
 SAVE_EVERY_EPOCH = "train.checkpoint_every_epoch"
+#: a ``GRPOConfig.settings`` key, not a config key: checkpoint each evaluation that beats the best
+#: metric (TRL's ``save_strategy = "best"``), which ``polyrl.trl.GRPOTrainer``'s callback handler asks
+#: (``trl_callbacks``); ``polyrl.api.run_config`` refuses it on the Python API, which keeps no best metric
+SAVE_ON_BEST = "train.checkpoint_on_best"
 #: transformers' ``save_steps`` default (``TrainingArguments``; TRL's GRPOConfig keeps it)
 HF_SAVE_STEPS = 500
 #: fields read together with others below, not through their own table entry
@@ -688,7 +692,9 @@ def save_settings(trl_config: Any) -> dict[str, Any]:
         out["train.checkpoint_every"] = _save_every(trl_config)
     elif strategy == "epoch":
         out[SAVE_EVERY_EPOCH] = True
-    elif strategy == "best" and getattr(trl_config, "metric_for_best_model", None) is None:
+    elif strategy == "best" and getattr(trl_config, "metric_for_best_model", None) is not None:
+        out[SAVE_ON_BEST] = True
+    elif strategy == "best":
         raise ConfigError("TRL's save_strategy = 'best' saves when the evaluation beats the best metric, and no "
                           "metric_for_best_model names it (transformers' Trainer refuses it too)",
                           field="grpo_config.metric_for_best_model",
