@@ -121,3 +121,20 @@ def test_a_protected_checkpoint_is_kept_and_counted_as_transformers_rotate_check
     assert [p.name for p in ckpt.complete_checkpoints(root)] == [f"step-{s:08d}" for s in left]
     ckpt.prune(root, keep=keep)  # without it, the newest keep as before
     assert len(ckpt.complete_checkpoints(root)) == keep
+
+
+def test_keep_checkpoints_0_keeps_every_checkpoint(tmp_path):
+    """``train.keep_checkpoints = 0`` (TRL's ``save_total_limit = None``, transformers' keep-all) was
+    refused by the config; pruning keeps every checkpoint with it. Below 0 is one error."""
+    from polyrl.config import TrainSection
+    from polyrl.errors import ConfigError
+
+    assert TrainSection(keep_checkpoints=0).keep_checkpoints == 0
+    with pytest.raises(ConfigError) as err:
+        TrainSection(keep_checkpoints=-1)
+    assert err.value.field == "train.keep_checkpoints"
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3, 4):
+        _write(root, step)
+    ckpt.prune(root, keep=0)
+    assert [p.name for p in ckpt.complete_checkpoints(root)] == [f"step-{s:08d}" for s in (1, 2, 3, 4)]

@@ -817,7 +817,7 @@ def test_a_trl_runs_hf_mlflow_log_artifacts_logs_each_checkpoint_as_transformers
     args = trl.GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, report_to="mlflow", max_steps=2,
                           num_generations=2, per_device_train_batch_size=2, max_completion_length=4, disable_tqdm=True)
 
-    class SaveEveryStep(TrainerCallback):  # a checkpoint at step 1 too (save_steps is read for no checkpoint)
+    class SaveEveryStep(TrainerCallback):  # a checkpoint at step 1 too (save_steps 500 is past the end)
         def on_step_end(self, args, state, control, **kwargs):
             control.should_save = True
 

@@ -79,7 +79,9 @@ def test_every_mapped_field_the_user_sets_is_carried():
         "algorithm.ref_sync_every": 16, "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
         "algorithm.top_entropy_quantile": 0.5,
         "algorithm.kl_bias_correction": True,  # TRL's default use_bias_correction_kl, read since beta > 0
-        "train.collective_timeout_s": 1800.0}  # TRL's default ddp_timeout
+        "train.collective_timeout_s": 1800.0,  # TRL's default ddp_timeout
+        "train.checkpoint_every": 250,  # TRL's default save_steps, 500 updates, 2 a step
+        "train.keep_checkpoints": 0}  # TRL's default save_total_limit None: every checkpoint kept
 
 
 @pytest.mark.parametrize("norm", [0.0, -1.0])

@@ -1145,7 +1145,7 @@ def test_load_best_model_at_end_saves_the_best_evaluated_steps_weights(tiny_mode
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, peak_at_update_2], train_dataset=_dataset(8),
                           eval_dataset=_dataset(2),
                           args=_args(tmp_path, max_steps=4, eval_strategy="steps", eval_steps=1, save_steps=1,
-                                     metric_for_best_model="reward", load_best_model_at_end=True))
+                                     metric_for_best_model="reward", load_best_model_at_end=True, save_total_limit=2))
     trainer.train()
     checkpoints = tmp_path / "run" / "checkpoints"
     assert trainer.state.best_global_step == 2
@@ -1161,16 +1161,6 @@ def test_load_best_model_at_end_saves_the_best_evaluated_steps_weights(tiny_mode
     assert all(torch.equal(model[k].to(best[k].dtype), best[k]) for k in best if k in model)
 
 
-def test_load_best_model_at_end_with_an_epoch_save_strategy_is_refused(tiny_model_dir, tmp_path):
-    from polyrl.errors import ConfigError
-
-    with pytest.raises(ConfigError) as err:
-        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), eval_dataset=_dataset(2),
-                    args=_args(tmp_path, eval_strategy="epoch", save_strategy="epoch",
-                               metric_for_best_model="reward", load_best_model_at_end=True))
-    assert err.value.field == "args.save_strategy" and "save_strategy=\"steps\"" in str(err.value)
-
-
 def test_load_best_model_at_end_after_a_resume_loads_the_best_step_before_the_crash(tiny_model_dir, tmp_path):
     """The best step (2) was before the crash (after step 3): the resumed run keeps its
     checkpoint from pruning and ends with its weights (best_global_step came back with the state)."""
@@ -1180,7 +1170,7 @@ def test_load_best_model_at_end_after_a_resume_loads_the_best_step_before_the_cr
         return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, peak_at_update_2], train_dataset=_dataset(8),
                            eval_dataset=_dataset(2), callbacks=callbacks,
                            args=_args(tmp_path, max_steps=4, eval_strategy="steps", eval_steps=1, save_steps=1,
-                                      metric_for_best_model="reward", load_best_model_at_end=True))
+                                      metric_for_best_model="reward", load_best_model_at_end=True, save_total_limit=2))
 
     assert trainer([StopAtStep(3)]).train().global_step == 3
     checkpoints = tmp_path / "run" / "checkpoints"

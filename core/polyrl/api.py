@@ -42,7 +42,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
-from polyrl.trl_config import EVERY_EPOCH
+from polyrl.trl_config import EVERY_EPOCH, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import shown
 
@@ -603,6 +603,13 @@ def run_config(
     eval_rows = _eval_rows(eval_prompts, settings)
     if eval_rows is not None and settings.pop(EVERY_EPOCH, False):  # TRL's eval_strategy "epoch"
         settings["eval.every"] = max(1, len(rows) // cfg.prompts_per_step)  # TRL's epoch: whole batches
+    if settings.pop(SAVE_EVERY_EPOCH, False):  # TRL's save_strategy "epoch": a checkpoint at each epoch's end
+        settings["train.checkpoint_every"] = max(1, len(rows) // cfg.prompts_per_step)
+    if settings.pop(SAVE_ON_BEST, False):  # left for polyrl.trl.GRPOTrainer's callbacks, which keep the best
+        raise ConfigError("TRL's save_strategy = 'best' checkpoints each evaluation that beats the best metric, "
+                          "which polyrl.api.run does not keep (polyrl.trl.GRPOTrainer does)",
+                          field="grpo_config.save_strategy",
+                          fix='train with polyrl.trl.GRPOTrainer, or set save_strategy="steps" (or "epoch")')
     trl_preset = settings.pop("algorithm.name", None)
     algorithm = _preset(algorithm, trl_preset)
     overrides = {k: v for k, v in attrs.asdict(cfg).items()

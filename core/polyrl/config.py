@@ -254,7 +254,7 @@ class TrainSection:
     #: "~" expanded, as in data.path: "~/runs/x" made a folder named "~" in the working directory
     output_dir: str = attrs.field(default="runs/polyrl", converter=_home_expanded)
     checkpoint_every: int = 0  # 0: only at the end
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # 0: every checkpoint kept (TRL's save_total_limit = None)
     #: earlier runs kept in output_dir/previous/ when a fresh run starts there; 0: deleted once it trains
     keep_previous_runs: int = 1
     max_consecutive_skips: int = 3  # stop after this many non-finite (unscored, all-cut) steps in a row
@@ -263,10 +263,13 @@ class TrainSection:
     collective_timeout_s: float = 600.0
 
     def __attrs_post_init__(self) -> None:
-        for name in ("steps", "prompts_per_step", "keep_checkpoints", "max_consecutive_skips"):
+        for name in ("steps", "prompts_per_step", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}", field=f"train.{name}",
                                   fix=f"e.g. {name} = {_TRAIN_EXAMPLES[name]}")
+        if self.keep_checkpoints < 0:
+            raise ConfigError(f"must be >= 0 (0 = keep every checkpoint), got {self.keep_checkpoints}",
+                              field="train.keep_checkpoints", fix="e.g. keep_checkpoints = 2")
         if self.checkpoint_every < 0:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:

@@ -188,7 +188,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "threads": "CPU threads for the backends (unset = backend default)",
         "output_dir": "metrics.jsonl, checkpoints/ and the final model go here",
         "checkpoint_every": "steps between checkpoints (0 = only at the end)",
-        "keep_checkpoints": "how many complete checkpoints to keep",
+        "keep_checkpoints": "how many complete checkpoints to keep (0 = all)",
         "keep_previous_runs": "earlier runs kept in `previous/` when a fresh run starts in the same output_dir "
                               "(the newest N; older ones are deleted with a warning; 0 = delete the earlier run "
                               "once the new run has saved a trained checkpoint)",

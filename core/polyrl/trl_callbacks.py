@@ -16,7 +16,9 @@ arguments ``processing_class`` is the run's tokenizer, and from ``on_train_begin
 when its backend trains in this process with torch (``training_module``: with LoRA the peft
 ``PeftModel``, as TRL's); else (another backend, ``on_init_end``) None, as ``lr_scheduler``,
 ``train_dataloader`` and ``eval_dataloader`` always are (polyrl sets the learning rate itself). Of ``TrainerControl``, ``should_training_stop`` ends the run
-after the step (saved and exported as at its end), ``should_save`` checkpoints the step, and
+after the step (saved and exported as at its end), ``should_save`` checkpoints the step (and, as
+transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best evaluation, "epoch" at
+each epoch's end and after an epoch stop: ``step_end``), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
@@ -245,36 +247,49 @@ class TrlCallbacks:
         evaluated = trl_eval_names(metrics, self._names)
         if evaluated:
             self._evaluation(evaluated)
-            self._track_best(evaluated)
-        return self._asked(epoch=True)
+            new_best = self._track_best(evaluated)
+            if self._save_strategy() == "best":  # transformers' _maybe_log_save_evaluate: saved on a new best only
+                self.control.should_save = new_best
+        asked = self._asked(epoch=True)
+        if not asked.save and self._save_strategy() == "epoch" and (asked.epoch_stop or _epoch_ended(self.state.epoch)):
+            # transformers' on_epoch_end asks save_strategy "epoch"'s checkpoint, after an epoch stop too
+            asked = StepAsk(save=True, stop=asked.stop, why=asked.why, epoch_stop=asked.epoch_stop, failed=asked.failed)
+        return asked
 
-    def _track_best(self, metrics: Mapping[str, Any]) -> None:
+    def _save_strategy(self) -> str:
+        """TRL's ``save_strategy`` as a plain string (an enum's value)."""
+        return str(getattr(self.args, "save_strategy", "steps")).lower().rpartition(".")[2]
+
+    def _track_best(self, metrics: Mapping[str, Any]) -> bool:
         """transformers' ``_determine_best_metric`` after a step's evaluation (after ``on_evaluate``,
         as there): ``state.best_metric`` / ``best_global_step`` by ``args.metric_for_best_model``
         (``eval_`` prefixed when not already) and ``greater_is_better``, which EarlyStoppingCallback
         compares each evaluation against. As there, an unset best starts at -inf (inf when lower
         is better), so a NaN evaluation is never the best and the next number beats it. A name the evaluation does not log stops the run after
-        the step (its steps checkpointed), naming the names it logs (transformers: a KeyError)."""
+        the step (its steps checkpointed), naming the names it logs (transformers: a KeyError).
+        True when this evaluation is the new best (save_strategy "best" saves the step then)."""
         name = getattr(self.args, "metric_for_best_model", None)
         if name is None or self.deferred is not None:
-            return
+            return False
         key = name if name.startswith("eval_") else f"eval_{name}"
         if key not in metrics:
             self.deferred = CallbackError(
                 f"TRL's metric_for_best_model = {name!r}: the evaluation logs no {key!r}; the run stopped after "
                 f"step {self.state.global_step}, the steps it trained checkpointed. Fix: set metric_for_best_model "
                 f"to one of {', '.join(sorted(metrics))} (the eval_ prefix may be left out)")
-            return
+            return False
         greater = self.args.greater_is_better
         if greater is None:  # transformers' default for the name
             greater = not name.endswith("loss")
         if self.state.best_metric is None:  # transformers' start: any number beats it, a NaN never does
             self.state.best_metric = float("-inf") if greater else float("inf")
         value, best = metrics[key], self.state.best_metric
-        if isinstance(value, numbers.Real) and (value > best if greater else value < best):
-            self.state.best_metric = float(value)
-            if str(getattr(self.args, "save_strategy", "steps")).lower().rpartition(".")[2] != "no":
-                self.state.best_global_step = self.state.global_step
+        if not (isinstance(value, numbers.Real) and (value > best if greater else value < best)):
+            return False
+        self.state.best_metric = float(value)
+        if self._save_strategy() != "no":
+            self.state.best_global_step = self.state.global_step
+        return True
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What transformers' ``_save_checkpoint`` keeps of the run in ``trainer_state.json`` for a
@@ -428,6 +443,12 @@ class TrlCallbacks:
             return False
         done = self.state.epoch or 0.0
         return (math.ceil(done) if epoch_stop else done) >= self.state.num_train_epochs
+
+
+def _epoch_ended(epoch: Any) -> bool:
+    """Whether a step's TRL ``epoch`` (``step_metrics.trl_epoch``: whole epochs at each epoch's
+    last step, counted from the sampler after an epoch stop) says it ended an epoch."""
+    return isinstance(epoch, (int, float)) and epoch > 0 and float(epoch).is_integer()
 
 
 def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any], args: Any,

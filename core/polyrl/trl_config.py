@@ -28,8 +28,11 @@ from polyrl.validators import shown
 IGNORED = frozenset({
     "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
     "logging_dir", "log_level", "log_level_replica", "disable_tqdm",
-    "include_num_input_tokens_seen", "skip_memory_metrics", "debug", "save_strategy", "save_steps",
-    "save_total_limit", "save_only_model", "save_on_each_node", "enable_jit_checkpoint",
+    "include_num_input_tokens_seen", "skip_memory_metrics", "debug", "enable_jit_checkpoint",
+    # what a checkpoint holds and where, not when one is written: polyrl's checkpoint always holds
+    # what a resume needs (save_only_model's lighter one cannot be resumed in transformers either),
+    # and rank 0 writes it into output_dir (save_on_each_node: a copy per node's local disk)
+    "save_only_model", "save_on_each_node",
     "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
     "use_cpu", "bf16", "tf32", "local_rank", "do_train", "do_eval", "do_predict", "accelerator_config",
     "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
@@ -74,12 +77,22 @@ EVAL_FIELDS = ("eval_strategy", "eval_steps", "eval_on_start", "per_device_eval_
 #: a ``GRPOConfig.settings`` key, not a config key: evaluate once an epoch (TRL's ``eval_strategy =
 #: "epoch"``), turned into ``eval.every`` by ``polyrl.api.run_config`` once the prompts are known
 EVERY_EPOCH = "eval.every_epoch"
+#: a ``GRPOConfig.settings`` key, not a config key: checkpoint at each epoch's end (TRL's
+#: ``save_strategy = "epoch"``), turned into ``train.checkpoint_every`` by ``polyrl.api.run_config``
+SAVE_EVERY_EPOCH = "train.checkpoint_every_epoch"
+#: a ``GRPOConfig.settings`` key, not a config key: checkpoint each evaluation that beats the best
+#: metric (TRL's ``save_strategy = "best"``), which ``polyrl.trl.GRPOTrainer``'s callback handler asks
+#: (``trl_callbacks``); ``polyrl.api.run_config`` refuses it on the Python API, which keeps no best metric
+SAVE_ON_BEST = "train.checkpoint_on_best"
+#: transformers' ``save_steps`` default (``TrainingArguments``; TRL's GRPOConfig keeps it)
+HF_SAVE_STEPS = 500
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
                       "reward_weights", "loss_type", "lr_scheduler_kwargs", "warmup_ratio", "adam_beta1", "adam_beta2",
                       "use_bias_correction_kl", "delta", "generation_kwargs", "steps_per_generation",
-                      "generation_batch_size", "load_best_model_at_end", "report_to", "run_name", "project", "ddp_timeout",
+                      "generation_batch_size", "load_best_model_at_end", "save_strategy", "save_steps",
+                      "save_total_limit", "report_to", "run_name", "project", "ddp_timeout",
                       *EVAL_FIELDS})
 #: read with the model and its LoRA adapters by ``polyrl.api.check_trl_dropout`` (``refuse_dropout_difference``)
 MODEL_FIELDS = frozenset({"disable_dropout"})
@@ -615,7 +628,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)
     out.update(eval_settings(trl_config))
-    out.update(best_model_settings(trl_config))
+    out.update(save_settings(trl_config))
     out.update(tracker_settings(trl_config))
     out.update(timeout_settings(trl_config))
     return out
@@ -660,24 +673,71 @@ def tracker_settings(trl_config: Any) -> dict[str, Any]:
     return out
 
 
-def best_model_settings(trl_config: Any) -> dict[str, Any]:
-    """``train.checkpoint_every`` for TRL's ``load_best_model_at_end``: a checkpoint every
-    ``save_steps`` optimizer updates (a TRL config otherwise checkpoints at the end only), which
-    transformers has already made a multiple of ``eval_steps``, so each evaluated step it may load
-    at the end is on disk (``polyrl.trl``; pruning keeps the best one, ``trl_callbacks``). Refused
-    for ``save_strategy`` "epoch" and "best": polyrl checkpoints every N steps only."""
-    if not getattr(trl_config, "load_best_model_at_end", False):
-        return {}
+def save_settings(trl_config: Any) -> dict[str, Any]:
+    """polyrl's checkpoints for TRL's ``save_strategy``, ``save_steps`` and ``save_total_limit``,
+    as transformers' Trainer writes and prunes them. Why: these were ignored, and a TRL config
+    checkpointed at the end only (a crash lost the run) and kept polyrl's 2. "steps" (transformers'
+    default): ``train.checkpoint_every`` from ``save_steps`` (``_save_every``); "epoch": each
+    epoch's end (``SAVE_EVERY_EPOCH``, TRL's epoch of whole batches); "best": the step whose
+    evaluation beats ``state.best_metric`` (asked by ``polyrl.trl_callbacks``, which needs
+    ``metric_for_best_model``, as transformers does); "no": none during training. polyrl writes its
+    last step's checkpoint and model/ at the end whatever the strategy (its ``save_model``,
+    ``evaluate()`` and a resume read them). ``save_total_limit`` is ``train.keep_checkpoints``
+    (None or below 1: 0, every checkpoint kept); the newest and the best one
+    (``best_model_checkpoint``) are never pruned, counted among the kept, as in transformers'
+    ``rotate_checkpoints``."""
+    out: dict[str, Any] = {"train.keep_checkpoints": _keep_checkpoints(getattr(trl_config, "save_total_limit", None))}
     strategy = _plain(trl_config.save_strategy)
-    if strategy == "no":  # transformers' match with eval_strategy "no": nothing evaluated, nothing loaded
-        return {}
-    if strategy != "steps":
-        raise ConfigError(f"TRL's load_best_model_at_end with save_strategy = {shown(strategy)}: polyrl checkpoints "
-                          "every N steps only", field="grpo_config.save_strategy",
-                          fix='set save_strategy="steps" and eval_strategy="steps" with save_steps a multiple of '
-                              "eval_steps, or remove load_best_model_at_end")
-    return {"train.checkpoint_every": _eval_every(trl_config.save_steps, trl_config.max_steps,
-                                                  trl_config.num_iterations, _minibatches(trl_config), "save_steps")}
+    if strategy == "steps":
+        out["train.checkpoint_every"] = _save_every(trl_config)
+    elif strategy == "epoch":
+        out[SAVE_EVERY_EPOCH] = True
+    elif strategy == "best" and getattr(trl_config, "metric_for_best_model", None) is not None:
+        out[SAVE_ON_BEST] = True
+    elif strategy == "best":
+        raise ConfigError("TRL's save_strategy = 'best' saves when the evaluation beats the best metric, and no "
+                          "metric_for_best_model names it (transformers' Trainer refuses it too)",
+                          field="grpo_config.metric_for_best_model",
+                          fix='set metric_for_best_model (e.g. "reward") with an eval_strategy, or another '
+                              'save_strategy ("steps")')
+    elif strategy not in ("no", "best"):
+        raise ConfigError(f"TRL's save_strategy = {shown(strategy)} is not one transformers has",
+                          field="grpo_config.save_strategy", fix='use "steps", "epoch", "best" or "no"')
+    return out
+
+
+def _keep_checkpoints(limit: Any) -> int:
+    """``train.keep_checkpoints`` for TRL's ``save_total_limit``: transformers keeps every
+    checkpoint for None and any count below 1 (polyrl's 0)."""
+    if limit is None:
+        return 0
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ConfigError(f"TRL's save_total_limit = {shown(limit)} is no number of checkpoints",
+                          field="grpo_config.save_total_limit",
+                          fix="set it to how many checkpoints to keep (e.g. 2), or None to keep them all")
+    return max(limit, 0)
+
+
+def _save_every(trl_config: Any) -> int:
+    """``train.checkpoint_every`` (steps) for TRL's ``save_steps`` (optimizer updates, a fraction
+    below 1 of ``max_steps``), as ``_eval_every`` reads ``eval_steps``. transformers' default 500,
+    left as it is and not a whole number of polyrl steps (``num_iterations`` x minibatches updates
+    each), is rounded up to the next whole step with one warning rather than refused: the user
+    asked for no count, and TRL would save part-way through a rollout batch."""
+    updates, minibatches = trl_config.save_steps, _minibatches(trl_config)
+    per_step = int(trl_config.num_iterations) * minibatches
+    if updates == HF_SAVE_STEPS and updates % per_step:
+        from polyrl.logs import get_logger
+
+        every = math.ceil(updates / per_step)
+        if 0 < trl_config.max_steps <= updates:  # no checkpoint before the end either way: nothing to say
+            return every
+        get_logger("polyrl.trl").warning(
+            f"TRL's save_steps = {updates} (its default) is not a whole number of polyrl steps of {per_step} "
+            f"optimizer updates each; polyrl checkpoints every {every} steps ({every * per_step} updates)",
+            fix=f"set save_steps to a multiple of {_per_step_name(minibatches)} ({per_step}) to silence this")
+        return every
+    return _eval_every(updates, trl_config.max_steps, trl_config.num_iterations, minibatches, "save_steps")
 
 
 def eval_settings(trl_config: Any) -> dict[str, Any]:

@@ -111,6 +111,13 @@ TRL_NAMES: dict[str, TrlName] = {
     "eval_on_start": TrlName("eval.before", note="polyrl evaluates before training unless before = false in [eval]"),
     "num_generations_eval": TrlName("eval.samples", note='write samples = {value} in [eval], with reward = "run" '
                                                          "and greedy = false (TRL's evaluation)"),
+    # transformers' checkpoints: from_trl maps them together (trl_config.save_settings)
+    "save_strategy": TrlName("train.checkpoint_every", note='"steps" is checkpoint_every = save_steps / '
+                                                        'num_iterations in [train]; "no" is 0 (the end only)'),
+    "save_steps": TrlName("train.checkpoint_every", note="TRL counts optimizer updates, polyrl steps: write "
+                                                         "checkpoint_every = {value} / num_iterations in [train] "
+                                                         "(/ minibatches too)"),
+    "save_total_limit": TrlName("train.keep_checkpoints", note="TRL's None (keep all) is keep_checkpoints = 0"),
     # transformers' trackers: from_trl maps them together (trl_config.COMBINED; "none" is no tracker)
     "report_to": TrlName("logging.report_to"),
     "run_name": TrlName("logging.run_name"),
@@ -123,15 +130,13 @@ _WARMUP = ("warmup_steps = ceil({value} x train.steps x algorithm.num_iterations
            "of updates, in [optimizer]")
 
 #: More ``GRPOConfig`` / ``TrainingArguments`` names a TOML writer may bring, for the unknown-key
-#: fix only (``from_trl`` ignores the logging and saving ones, ``trl_config.IGNORED``): without
+#: fix only (``from_trl`` ignores the logging ones, ``trl_config.IGNORED``): without
 #: them a close polyrl key would be suggested instead (``delta`` -> "did you mean 'beta'?").
 #: How polyrl samples, for the notes of TRL fields that pick TRL's sampler (vLLM, continuous batching).
 _OWN_GENERATE = ("polyrl samples with its own generate backend (GenerationConfig(backend=...), [backends] generate "
                  "in a TOML config)")
 
 TOML_HINTS: dict[str, TrlName] = {
-    "save_steps": TrlName("train.checkpoint_every"),
-    "save_total_limit": TrlName("train.keep_checkpoints"),
     "gradient_checkpointing": TrlName("train.gradient_checkpointing"),
     "trust_remote_code": TrlName("model.trust_remote_code"),
     # TRL's N tool rounds follow a first answer: N + 1 assistant turns, the last one's calls not run,

@@ -157,7 +157,7 @@ RULES: dict[str, Rule] = {
     "train.seed": _int(0, MAX_SEED, fix="any whole number from 0 to 2**32 - 1"),
     "train.threads": _int(1, 4096, optional=True, fix="CPU threads for this process; unset = all cores"),
     "train.checkpoint_every": _int(0, fix="0 saves only at the end"),
-    "train.keep_checkpoints": _int(1, fix="e.g. 2"),
+    "train.keep_checkpoints": _int(0, fix="e.g. 2; 0 keeps every checkpoint"),
     "train.keep_previous_runs": _int(0, fix="earlier runs to keep in output_dir/previous/, e.g. 1; "
                                             "0 deletes an earlier run instead of moving it aside"),
     "train.max_consecutive_skips": _int(1, fix="e.g. 3"),

@@ -1,0 +1,195 @@
+"""TRL's ``save_strategy``, ``save_steps`` and ``save_total_limit`` on ``polyrl.trl.GRPOTrainer``:
+checkpoints at the steps transformers' Trainer writes them (they were ignored: a TRL config
+checkpointed at the end only, and a crash lost the run), pruned as transformers prunes them,
+``on_save`` for each, and ``train(resume_from_checkpoint=True)`` from the newest."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("polyrl_torch")
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+transformers = pytest.importorskip("transformers")
+
+from transformers import TrainerCallback  # noqa: E402
+
+from polyrl import api  # noqa: E402
+from polyrl.errors import ConfigError  # noqa: E402
+from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args  # noqa: E402
+
+# 4 prompts, 2 a step (4 completions / num_generations 2): TRL's epoch is 2 steps
+_args = functools.partial(grpo_args, max_completion_length=4)
+
+
+def _dataset(n: int = 4):
+    return datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(n)])
+
+
+def short(completions, **kwargs):
+    return [-len(c) / 10 for c in completions]
+
+
+def peak_at_update_2(completions, trainer_state, **kwargs):
+    """Highest when scored at optimizer update 2: the evaluation after step 2 is the run's best."""
+    return [-10.0 * abs(trainer_state.global_step - 2) for _ in completions]
+
+
+class Saves(TrainerCallback):
+    """The global_step of each ``on_save``, and of each ``on_step_end``."""
+
+    def __init__(self, epoch_stop_at: int = 0):
+        self.saved: list[int] = []
+        self.steps: list[int] = []
+        self.epoch_stop_at = epoch_stop_at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.append(state.global_step)
+        control.should_epoch_stop = state.global_step == self.epoch_stop_at
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saved.append(state.global_step)
+
+
+def _train(model, tmp_path, callbacks=(), rewards=(short,), **fields):
+    saves = Saves()
+    trainer = GRPOTrainer(model=model, reward_funcs=list(rewards), train_dataset=_dataset(),
+                          callbacks=[saves, *callbacks], args=_args(tmp_path, **fields),
+                          eval_dataset=_dataset(2) if fields.get("eval_strategy", "no") != "no" else None)
+    trainer.train()
+    return trainer, saves.saved
+
+
+def _kept(tmp_path) -> list[int]:
+    return sorted(int(p.name.rpartition("-")[2]) for p in (tmp_path / "run" / "checkpoints").iterdir())
+
+
+def test_save_steps_checkpoints_every_save_steps_keeping_save_total_limit(tiny_model_dir, tmp_path):
+    _, saved = _train(tiny_model_dir, tmp_path, max_steps=5, save_steps=2, save_total_limit=2)
+    assert saved == [2, 4, 5]  # every save_steps, and the end (transformers' DefaultFlowCallback)
+    assert _kept(tmp_path) == [4, 5]  # save_total_limit (polyrl's own 2 kept 2 too: see the next test)
+
+
+def test_a_fraction_of_max_steps_and_no_save_total_limit_keep_every_checkpoint(tiny_model_dir, tmp_path):
+    _, saved = _train(tiny_model_dir, tmp_path, max_steps=5, save_steps=0.4)  # ceil(5 x 0.4) = 2 updates
+    assert saved == [2, 4, 5]
+    assert _kept(tmp_path) == [2, 4, 5]  # TRL's save_total_limit None keeps them all
+
+
+def test_save_strategy_no_writes_only_polyrls_final_checkpoint(tiny_model_dir, tmp_path):
+    _, saved = _train(tiny_model_dir, tmp_path, max_steps=2, save_steps=1, save_strategy="no")
+    assert saved == [2] and _kept(tmp_path) == [2]
+
+
+def test_save_strategy_epoch_checkpoints_each_epochs_end_after_an_epoch_stop_too(tiny_model_dir, tmp_path):
+    """Epochs of 2 steps; a callback ends the first after step 1: transformers saves there
+    (on_epoch_end), then at the ends of the next epochs, 3 and 5 (not every 2 steps from the start)."""
+    stopper = Saves(epoch_stop_at=1)
+    _, saved = _train(tiny_model_dir, tmp_path, callbacks=[stopper], max_steps=5, save_strategy="epoch")
+    assert saved == [1, 3, 5]
+
+
+def test_save_strategy_epoch_with_the_python_api_is_every_epochs_whole_batches():
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(9)],
+                               rewards=["numeric_match"], grpo_config=_args(_Tmp(), max_steps=8,
+                                                                             save_strategy="epoch"))
+    assert config.train.checkpoint_every == 4  # 9 prompts, 2 a step: TRL's epoch is 9 // 2 = 4 steps
+
+
+def test_save_strategy_best_saves_each_new_best_evaluation(tiny_model_dir, tmp_path):
+    trainer, saved = _train(tiny_model_dir, tmp_path, rewards=(short, peak_at_update_2), max_steps=4,
+                            eval_strategy="steps", eval_steps=1, save_strategy="best", metric_for_best_model="reward")
+    assert saved == [1, 2, 4]  # 1 beats nothing, 2 beats 1, 3 and 4 do not; 4 is polyrl's final checkpoint
+    assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoints" / "step-00000002")
+
+
+def test_load_best_model_at_end_with_epoch_strategies_loads_the_best_epochs_model(tiny_model_dir, tmp_path):
+    """Was refused: an evaluation and a checkpoint at each epoch's end (2 steps), the best (step 2)
+    loaded at the end."""
+    from safetensors.torch import load_file
+
+    trainer, saved = _train(tiny_model_dir, tmp_path, rewards=(short, peak_at_update_2), max_steps=4,
+                            eval_strategy="epoch", save_strategy="epoch", metric_for_best_model="reward",
+                            load_best_model_at_end=True)
+    assert saved == [2, 4] and trainer.state.best_global_step == 2
+    best = load_file(str(tmp_path / "run" / "checkpoints" / "step-00000002" / "model" / "model.safetensors"))
+    model = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    assert all((model[k] == best[k]).all() for k in best)
+
+
+class _Tmp:
+    """A stand-in tmp_path for a config never trained (grpo_args' output_dir)."""
+
+    def __truediv__(self, name):
+        return f"/nonexistent/{name}"
+
+
+def test_save_strategy_best_on_the_python_api_is_one_error():
+    """polyrl.api.run keeps no best metric (no callbacks): it checkpointed at the end only, unsaid."""
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": "q"}] * 2, rewards=["numeric_match"],
+                       grpo_config=_args(_Tmp(), save_strategy="best", metric_for_best_model="reward"))
+    assert err.value.field == "grpo_config.save_strategy" and "GRPOTrainer" in err.value.fix
+
+
+@pytest.mark.parametrize(("fields", "every"), [
+    ({"save_steps": 4, "max_steps": 8, "num_iterations": 2}, 2),  # optimizer updates, 2 a polyrl step
+    ({"save_steps": 0.5, "max_steps": 8, "num_iterations": 2}, 2),  # ceil(8 x 0.5) = 4 updates
+    ({"num_iterations": 3, "max_steps": 3000}, 167),  # the default 500, rounded up to whole steps (a warning)
+    ({"save_strategy": "no", "save_steps": 1}, 0),
+])
+def test_save_steps_count_optimizer_updates(fields, every):
+    settings = api.GRPOConfig.from_trl(_args(_Tmp(), **fields)).settings
+    assert settings.get("train.checkpoint_every", 0) == every
+    assert settings.get("train.keep_checkpoints", 2) == 0  # TRL's save_total_limit None: every one kept
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"save_steps": 3, "max_steps": 8, "num_iterations": 2}, "grpo_config.save_steps"),  # part-way through a rollout batch
+    ({"save_strategy": "best"}, "grpo_config.metric_for_best_model"),  # transformers' Trainer refuses it too
+    ({"save_total_limit": 1.5}, "grpo_config.save_total_limit"),
+])
+def test_save_settings_polyrl_cannot_follow_are_one_error(fields, field):
+    with pytest.raises(ConfigError) as err:
+        api.GRPOConfig.from_trl(_args(_Tmp(), **fields))
+    assert err.value.field == field and err.value.fix
+
+
+CRASHED_SCRIPT = """
+import os, datasets, trl
+from transformers import TrainerCallback
+from polyrl.trl import GRPOTrainer
+
+class KilledAtStep3(TrainerCallback):  # a crash stand-in: step 3 trained, never checkpointed
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 3:
+            os._exit(9)
+
+def short(completions, **kwargs):
+    return [-len(c) / 10 for c in completions]
+
+args = trl.GRPOConfig(output_dir={out!r}, max_steps=5, save_steps=2, num_generations=2, per_device_train_batch_size=4,
+                      max_completion_length=4, learning_rate=1e-4, use_cpu=True, report_to="none",
+                      disable_tqdm=True, bf16=False)
+rows = datasets.Dataset.from_list([{{"prompt": f"What is {{i}} + 1?"}} for i in range(4)])
+GRPOTrainer(model={model!r}, reward_funcs=[short], args=args, train_dataset=rows,
+            callbacks=[KilledAtStep3()]).train()
+"""
+
+
+def test_a_crashed_run_resumes_from_its_newest_save_steps_checkpoint(tiny_model_dir, tmp_path):
+    script = tmp_path / "train_grpo.py"
+    script.write_text(CRASHED_SCRIPT.format(out=str(tmp_path / "run"), model=tiny_model_dir))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 9, done.stdout + done.stderr
+    assert _kept(tmp_path) == [2]  # save_steps=2: step 3 was lost, steps 1-2 were not
+    saves = Saves()
+    resumed = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(), callbacks=[saves],
+                          args=_args(tmp_path, max_steps=5, save_steps=2))
+    out = resumed.train(resume_from_checkpoint=True)
+    assert out.global_step == 5 and saves.steps == [3, 4, 5] and saves.saved == [4, 5]
