@@ -645,7 +645,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                                   + (f" (its trainer's folders {', '.join(view)} hidden)" if view else "")
                                   + ", the interpreter's bin and lib, its own /proc and a /dev of null, zero, "
                                   "full, random and urandom; no other host file, folder or unix socket; "
-                                  f"writable: a {disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only")
+                                  f"writable: a {disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only"
+                                  + (f" ({own[2:]})" if own else ""))
                 elif kind:
                     filesystem = (f"host files read-only (kernel permissions apply{own}); hidden under empty "
                                   f"read-only folders: {', '.join(view)} (their unix sockets and writable folders "
