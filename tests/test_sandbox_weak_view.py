@@ -436,3 +436,61 @@ def test_unshare_level_on_a_kernel_without_mount_setattr_keeps_the_host_read_onl
         shutil.rmtree(var_dir, ignore_errors=True)
         if os.path.exists(f"/usr/local/{tag}"):
             os.remove(f"/usr/local/{tag}")
+
+
+AS_TRAINER = """
+import json, sys
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits
+
+box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=512, disk_mb=8), isolation="weak", audit_hook=False,
+              python=sys.executable)
+result = box.run(sys.argv[1] + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
+print(json.dumps({"level": box.level, "filesystem": box.report["filesystem"], "status": result.status,
+                  "passed": result.passed, "output": result.output}))
+"""
+
+
+@needs_unshare
+def test_unprivileged_trainer_sample_has_a_root_of_its_own():
+    """The whole ``unshare`` level as a non-root trainer builds it (user ``nobody`` running the
+    sandbox, with the system's Python of this version and this environment's packages): its
+    sample sees no host file outside /usr and the interpreter's folders (a world-readable dataset
+    in /var/lib was the sample's to read before), and the report says so."""
+    import json
+
+    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None or not os.path.exists(python):
+        pytest.skip(f"needs root (to become nobody), setpriv and {python}")
+    import attrs
+
+    packages = os.path.dirname(os.path.dirname(attrs.__file__))
+    core = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(isolation.__file__))))
+    tag = f"/var/lib/polyrl-escape-{os.getpid()}-trainer"
+    os.mkdir(tag)
+    os.chmod(tag, 0o755)  # the trainer's (nobody's) folder: pytest's own is root's, mode 0700
+    try:
+        tools = f"{tag}/bin"
+        os.mkdir(tools)
+        for tool in ("unshare", "setpriv", "choom", "mount"):
+            if shutil.which(tool):
+                os.symlink(shutil.which(tool), f"{tools}/{tool}")
+        script = f"{tag}/trainer.py"
+        with open(script, "w") as out:
+            out.write(AS_TRAINER)
+        with open(f"{tag}/answers.jsonl", "w") as out:
+            out.write('{"expected": 42}')
+        attack = READ_ATTACK.format(files=[f"{tag}/answers.jsonl"], sockets=[])
+        env = {"PATH": tools, "HOME": "/tmp", "PYTHONPATH": f"{core}:{packages}"}
+        done = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, script,
+                               attack], capture_output=True, text=True, timeout=120, env=env, cwd="/")
+        if done.returncode != 0 and ("ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr):
+            pytest.skip(f"user nobody cannot import polyrl with {python}: {done.stderr.strip().splitlines()[-1]}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        assert got["level"] == "unshare" and got["status"] == "ok" and got["passed"] == [True], got
+        assert '"expected": 42' not in got["output"] and f"DENIED {tag}" in got["output"], got["output"]
+        assert got["filesystem"].startswith("a root of its own") and "the trainer's own uid" in got["filesystem"], got
+    finally:
+        shutil.rmtree(tag, ignore_errors=True)
