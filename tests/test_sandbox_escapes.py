@@ -459,3 +459,110 @@ def test_a_sample_reaches_no_terminal_but_a_pty_of_its_own(box):
     assert shown == str(sorted([number, "ptmx"])), result.output
     if box.launch.seccomp_program is not None:
         assert "TIOCSTI own EPERM" in lines, result.output
+
+
+def _without_bwrap(monkeypatch, bin_dir: str) -> None:
+    """PATH is ``bin_dir`` with the util-linux tools but not bwrap: the ``unshare`` level."""
+    from polyrl.sandbox import runner
+
+    os.makedirs(bin_dir)
+    for tool in ("unshare", "setpriv", "choom", "mount"):
+        if shutil.which(tool):
+            os.symlink(shutil.which(tool), f"{bin_dir}/{tool}")
+    monkeypatch.setenv("PATH", bin_dir)
+    monkeypatch.setattr(runner, "_launches", {})
+
+
+@pytest.mark.parametrize("isolation_option", ["require", "weak"])
+def test_a_project_folder_inside_usr_is_hidden(isolation_option, monkeypatch):
+    """The sample gets /usr whole (bubblewrap's view, and the unshare level's root of its own): a
+    trainer started in a project under /usr/local/src (a system image's layout) showed every
+    sample the dataset with its expected answers beside it. Now the trainer's folders inside /usr
+    are an empty read-only tmpfs there, with the venv made in the project (``python -m venv .``)
+    bound back so it still starts; a right solution still scores."""
+    if os.geteuid() != 0 or not os.path.isdir("/usr/local/src"):
+        pytest.skip("needs root to make a project folder in /usr/local/src")
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    project = f"/usr/local/src/polyrl-escape-{os.getpid()}-{isolation_option}"
+    os.makedirs(project)
+    try:
+        with open(f"{project}/answers.jsonl", "w") as out:
+            out.write('{"expected": 42}\n')
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", project], check=True, timeout=120)
+        monkeypatch.chdir(project)
+        if isolation_option == "weak":
+            _without_bwrap(monkeypatch, f"{project}-bin")
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=f"{project}/bin/python",
+                      isolation=isolation_option, audit_hook=False)
+        assert box.level == ("bwrap" if isolation_option == "require" else "unshare"), box.report
+        probe = (f"import os\ntry:\n    print('READ', open({project + '/answers.jsonl'!r}).read())\n"
+                 "except OSError as e:\n    print('DENIED', e.strerror)\n"
+                 f"print('SEES', sorted(os.listdir({project!r})))\n")
+        result = run(box, probe)
+        assert result.passed == [True], result
+        assert "READ" not in result.output and '"expected"' not in result.output, result.output
+        assert "SEES ['bin', 'lib'" in result.output and "answers.jsonl" not in result.output, result.output
+        assert f"trainer's folders {project} hidden" in box.report["filesystem"], box.report
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+        shutil.rmtree(f"{project}-bin", ignore_errors=True)
+
+
+CONDA_READ = """
+import os, sys
+for name in ("ssl/cacert.pem", "share/terminfo/x/xterm", "conda-meta/history", "notes.txt"):
+    try:
+        print("READ", name, open(os.path.join(sys.prefix, name)).read())
+    except OSError as e:
+        print("DENIED", name, e.strerror)
+"""
+
+
+@pytest.mark.parametrize("isolation_option", ["require", "weak"])
+def test_a_conda_style_prefix_reads_its_ssl_and_share_at_run_time_and_nothing_beside(isolation_option, tmp_path,
+                                                                                     monkeypatch):
+    """A conda-style prefix (no ``pyvenv.cfg``; its OpenSSL reads ``<prefix>/ssl``, its ncurses
+    ``<prefix>/share/terminfo`` at run time) was checked only by the list ``interpreter_binds``
+    returns. Here a real one runs samples: the system's Python binary and standard library
+    (hard links) in a prefix of its own with ``ssl/``, ``share/``, ``conda-meta/`` and a note. The
+    sample reads ``ssl`` and ``share`` where the prefix's libraries would, not ``conda-meta`` or
+    the note beside them."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    system = f"/usr/bin/{version}"
+    if not os.path.exists(f"/usr/lib/{version}/os.py") or not os.path.exists(system):
+        pytest.skip(f"needs the system's {version} and its standard library in /usr/lib")
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    prefix = tmp_path / "conda"
+    (prefix / "bin").mkdir(parents=True)
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:  # another filesystem
+            shutil.copy2(src, dst)
+
+    link(system, str(prefix / "bin" / version))
+    shutil.copytree(f"/usr/lib/{version}", prefix / "lib" / version, copy_function=link, symlinks=True,
+                    ignore=shutil.ignore_patterns("test", "dist-packages", "site-packages", "__pycache__", "idlelib",
+                                                  "tkinter", "turtledemo", "ensurepip"))
+    for name, text in (("ssl/cacert.pem", "CERT"), ("share/terminfo/x/xterm", "TERMINFO"),
+                       ("conda-meta/history", "SECRET-HISTORY"), ("notes.txt", "SECRET-NOTE")):
+        (prefix / name).parent.mkdir(parents=True, exist_ok=True)
+        (prefix / name).write_text(text)
+    python = str(prefix / "bin" / version)
+    asked = subprocess.run([python, "-I", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+    if asked.stdout.strip() != str(prefix):
+        pytest.skip(f"the system's Python does not take its copy's folder as its prefix ({asked.stdout.strip()!r})")
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
+                  isolation=isolation_option, audit_hook=False)
+    assert box.level == ("bwrap" if isolation_option == "require" else "unshare"), box.report
+    result = run(box, CONDA_READ)
+    assert result.passed == [True], result
+    assert "READ ssl/cacert.pem CERT" in result.output and "READ share/terminfo/x/xterm TERMINFO" in result.output, \
+        result.output
+    assert "SECRET" not in result.output and "DENIED conda-meta/history" in result.output, result.output
+    assert "DENIED notes.txt" in result.output, result.output

@@ -52,16 +52,29 @@ def _nobody_can_run(python: str) -> bool:
 
 
 @pytest.mark.faults
-def test_weak_as_root_refuses_to_run_samples_as_root_when_they_cannot_be_dropped(no_bwrap, tmp_path):
+def test_weak_as_root_refuses_to_run_samples_as_root_when_they_cannot_be_dropped(no_bwrap, tmp_path, monkeypatch):
     """Without bubblewrap, a root trainer whose interpreter user nobody cannot run (pyenv, conda or a
     venv under /root) ran samples as root with every capability, saying so only in an info line:
     the sample read the trainer's /proc/<pid>/environ and /etc/shadow. "weak" (the old "auto") refuses,
     naming the fixes; user = "none" is the explicit way, and then the sample keeps no capability and
-    sees only its own processes in /proc."""
+    sees only its own processes in /proc. With a root of its own at the ``unshare`` level
+    (``new_root``: the interpreter's folders bound with 0755 folders above them, as bubblewrap
+    does) nobody runs it, so the sample is an unprivileged pool uid; the refusal is where that
+    root cannot be built (here: as without ``pivot_root``) and the host's own folders apply."""
     import sys
+
+    from polyrl.sandbox import isolation as iso
+    from polyrl.sandbox import new_root, runner
 
     if os.geteuid() != 0 or _nobody_can_run(sys.executable):
         pytest.skip("needs a root trainer whose interpreter user nobody cannot run (as on this project's VMs)")
+    box = Sandbox(SandboxLimits(timeout_s=5), isolation="weak")
+    assert box.level == "unshare" and box.launch.ids is not None and box.launch.ids[0] > 0, box.report
+    result = box.run("import os\nUID = os.getuid()\n", parse_tests("assert UID != 0\n"))
+    assert (result.status, result.passed) == ("ok", [True]), result
+    monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    monkeypatch.setattr(runner, "_launches", {})
+    monkeypatch.setattr(iso, "_probes", {})
     with pytest.raises(RewardError, match=r"samples would run as root with every capability.*Fix: install "
                                           r"bubblewrap.*set user = \"none\""):
         Sandbox(SandboxLimits(timeout_s=5), isolation="weak")

@@ -122,22 +122,36 @@ for path in {files!r}:
 """
 
 
+def _no_new_root(monkeypatch) -> None:
+    """As where ``pivot_root`` is refused (a root on the initramfs): the level's fallback view."""
+    from polyrl.sandbox import new_root
+
+    monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+
+
 @needs_unshare
-@pytest.mark.parametrize("user,per_mount", [("auto", False), ("none", False), ("none", True)]
-                         if os.geteuid() == 0 else [("auto", False), ("auto", True)])
-def test_unshare_level_hides_socket_folders_and_keeps_the_host_read_only(no_bwrap, user, per_mount,
+@pytest.mark.parametrize("user,per_mount,fallback",
+                         [("auto", False, False), ("none", False, False), ("none", True, False),
+                          ("auto", False, True), ("none", False, True), ("none", True, True)]
+                         if os.geteuid() == 0 else [("auto", False, False), ("auto", True, False),
+                                                    ("auto", False, True), ("auto", True, True)])
+def test_unshare_level_hides_socket_folders_and_keeps_the_host_read_only(no_bwrap, user, per_mount, fallback,
                                                                          monkeypatch):
     """At the unshare level the host's files were all there with the sample's permissions: it
     connected to a 0666 unix socket in /run (a judge's: it sent a forged score), wrote a
     world-writable folder, and as uid 0 (user = "none") rewrote a root-owned 0644 file outside its
-    folder. Now /run, /var/tmp (and the other usual places) are empty read-only folders and the rest
-    of the host is read-only; a right solution still scores. ``per_mount``: a kernel without
+    folder. Now the sample has a root of its own (``new_root``), or where that is refused
+    (``fallback``) /run, /var/tmp (and the other usual places) are empty read-only folders and the
+    rest of the host is read-only; a right solution still scores. ``per_mount``: a kernel without
     ``mount_setattr`` (before 5.12), where each mount is made read-only in turn."""
-    if per_mount:
-        from polyrl.sandbox import host_view
+    from polyrl.sandbox import host_view, new_root
 
-        assert "ctypes.c_long(442)" in host_view.SETUP
-        monkeypatch.setattr(host_view, "SETUP", host_view.SETUP.replace("ctypes.c_long(442)", "ctypes.c_long(-1)"))
+    if per_mount:
+        for module in (host_view, new_root):
+            assert "ctypes.c_long(442)" in module.SETUP
+            monkeypatch.setattr(module, "SETUP", module.SETUP.replace("ctypes.c_long(442)", "ctypes.c_long(-1)"))
+    if fallback:
+        _no_new_root(monkeypatch)
     if os.geteuid() != 0:
         pytest.skip("needs root to place a socket in /run and a folder in /var")
     tag = f"polyrl-escape-{os.getpid()}-{user}-{per_mount}"
@@ -160,7 +174,11 @@ def test_unshare_level_hides_socket_folders_and_keeps_the_host_read_only(no_bwra
         assert "WROTE" not in result.output, result.output
         assert open(f"{var_dir}/scores.json").read() == "intact"
         assert not os.path.exists(f"{var_dir}/new.txt") and not os.listdir(var_tmp)
-        assert "host files read-only" in box.report["filesystem"] and "/run" in box.report["filesystem"], box.report
+        if fallback:
+            assert "host files read-only" in box.report["filesystem"] and "/run" in box.report["filesystem"]
+            assert "no root of its own: polyrl-sandbox new root: [Errno 38] pivot_root" in box.report["filesystem"]
+        else:
+            assert box.report["filesystem"].startswith("a root of its own"), box.report
     finally:
         if server is not None:
             server.close()
@@ -199,15 +217,16 @@ def test_unshare_level_sample_cannot_write_the_trainers_terminal(no_bwrap):
 def test_unshare_level_without_the_view_falls_back_and_says_why(no_bwrap, monkeypatch):
     """Where the kernel refuses the mounts (a container without CAP_SYS_ADMIN), the level runs as
     before, host files visible, and ``isolation_report()`` says the view is off and why."""
-    from polyrl.sandbox import host_view
+    from polyrl.sandbox import host_view, new_root
 
-    monkeypatch.setattr(host_view, "SETUP", "import sys\nprint('polyrl-sandbox host view: mount tmpfs on /tmp: "
-                                            "Operation not permitted', file=sys.stderr)\nsys.exit(126)\n")
+    for module, name in ((host_view, "host view"), (new_root, "new root")):
+        monkeypatch.setattr(module, "SETUP", f"import sys\nprint('polyrl-sandbox {name}: mount tmpfs on /tmp: "
+                                             "Operation not permitted', file=sys.stderr)\nsys.exit(126)\n")
     box = _weak_box("auto")
     assert not box.launch.private_tmp
     assert box.report["filesystem"].startswith("host files visible"), box.report
-    assert "no read-only view: polyrl-sandbox host view: mount tmpfs on /tmp: Operation not permitted" in \
-        box.report["filesystem"], box.report
+    assert "no read-only view: polyrl-sandbox new root: mount tmpfs on /tmp: Operation not permitted; " \
+        "polyrl-sandbox host view: mount tmpfs on /tmp: Operation not permitted" in box.report["filesystem"], box.report
     result = box.run(GOOD, TESTS)
     assert result.status == "ok" and result.passed == [True], result
 
@@ -243,21 +262,23 @@ try:
     print("CONNECTED")
 except OSError as exc:
     print("REFUSED", exc.strerror)
-print("UMOUNT", libc.umount2(b"/run", 2), ctypes.get_errno())
+print("UMOUNT", libc.umount2(b"/tmp", 2), ctypes.get_errno())
 print("REMOUNT", libc.mount(None, b"/", None, 32 | 4096, None), ctypes.get_errno())
 print("NESTED", libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())  # CLONE_NEWUSER | CLONE_NEWNS
-print("UMOUNT", libc.umount2(b"/run", 2), ctypes.get_errno())
+print("UMOUNT", libc.umount2(b"/tmp", 2), ctypes.get_errno())
 """
 
 
 @needs_unshare
-def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path):
+@pytest.mark.parametrize("layout", ["new_root", "host_view"])
+def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path, layout):
     """A non-root trainer's sample is root of its own user namespace: with its capabilities there
     it could unmount what hides /run or remount / writable. The setup hands it none (setpriv), and
     in a user namespace it makes itself the mounts it inherits are locked. The unshare command a
     non-root trainer builds is run here as user nobody, against nobody's own file and a 0666
-    socket in /run: it writes neither, and every unmount and remount is refused."""
-    from polyrl.sandbox import host_view
+    socket in /run: it writes neither, and every unmount and remount is refused. ``layout``: a
+    root of its own (``new_root``) and the fallback read-only view of the host (``host_view``)."""
+    from polyrl.sandbox import host_view, new_root
 
     python = "/usr/bin/python3"
     setpriv = shutil.which("setpriv")
@@ -279,7 +300,8 @@ def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path):
         keep = isolation.interpreter_binds(isolation.interpreter_paths(python), python)
         cmd = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
                unshare, "--user", "--map-root-user", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc",
-               *host_view.setup_command(python, 8, 4096, keep, host_view.hidden_folders(["/nonexistent"]), root=False),
+               *(new_root.setup_command(python, 8, 4096, keep) if layout == "new_root" else
+                 host_view.setup_command(python, 8, 4096, keep, host_view.hidden_folders(["/nonexistent"]), root=False)),
                *host_view.namespace_drop(), python, "-I", "-S", "-c",
                NOBODY_ATTACK.format(file=target, sock=f"{run_dir}/judge.sock")]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/")
@@ -294,3 +316,181 @@ def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path):
             server.close()
         for folder in (run_dir, var_dir):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+READ_ATTACK = """
+import os, socket
+for path in {files!r}:
+    try:
+        print("READ", path, open(path).read())
+    except OSError as exc:
+        print("DENIED", path, exc.strerror)
+for path in {sockets!r}:
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.sendall(b"FORGED 1.0")
+        print("CONNECTED", path)
+    except OSError as exc:
+        print("REFUSED", path, exc.strerror)
+print("ROOT", sorted(os.listdir("/")))
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_shows_no_host_file_or_socket_outside_the_system(no_bwrap, user):
+    """The read-only view hid only the usual folders (/run, /home, the working folder, ...): a
+    sample still read a world-readable dataset with its expected answers anywhere else (/opt,
+    /var/lib, a data disk) and sent a forged score to a 0666 unix socket there (a read-only mount
+    does not stop ``connect``). Now the sample's root is a new one, as under bubblewrap: /usr, the
+    interpreter's folders, its own /proc, a minimal /dev and its /tmp; nothing else of the host."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to place a file in /opt and a socket in /var/lib")
+    tag = f"polyrl-escape-{os.getpid()}-{user}-root"
+    opt_dir, lib_dir = f"/opt/{tag}", f"/var/lib/{tag}"
+    for folder in (opt_dir, lib_dir):
+        os.makedirs(folder)
+        os.chmod(folder, 0o755)
+    server = None
+    try:
+        with open(f"{opt_dir}/answers.jsonl", "w") as out:
+            out.write('{"expected": 42}')
+        os.chmod(f"{opt_dir}/answers.jsonl", 0o644)
+        server, got = _socket_server(f"{lib_dir}/judge.sock")
+        box = _weak_box(user)
+        attack = READ_ATTACK.format(files=[f"{opt_dir}/answers.jsonl", "/etc/hostname"],
+                                    sockets=[f"{lib_dir}/judge.sock"])
+        result = box.run(attack + GOOD, TESTS)
+        assert result.status == "ok" and result.passed == [True], (result, result.output)
+        assert '"expected": 42' not in result.output and f"READ {opt_dir}" not in result.output, result.output
+        assert "CONNECTED" not in result.output and not any(got), (result.output, got)
+        shown = eval(result.output.split("ROOT ", 1)[1].splitlines()[0])  # noqa: S307 - a list the sample printed
+        assert not {"opt", "var", "etc", "home", "run", "srv", "mnt"} & set(shown), shown
+        assert box.report["filesystem"].startswith("a root of its own"), box.report
+    finally:
+        if server is not None:
+            server.close()
+        for folder in (opt_dir, lib_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+OLD_KERNEL = """
+import errno, json, os, sys
+import pyseccomp as sc
+
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, new_root
+
+layout, attack = sys.argv[1], sys.argv[2]
+rules = sc.SyscallFilter(sc.ALLOW)
+rules.add_rule(sc.ERRNO(errno.ENOSYS), 442)  # mount_setattr: as on a kernel before 5.12
+if layout == "fallback":
+    rules.add_rule(sc.ERRNO(errno.EINVAL), new_root.pivot_root_number())  # as on a root that is the initramfs
+rules.load()
+box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=512, disk_mb=8), isolation="weak", user="none",
+              audit_hook=False)
+result = box.run(attack + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
+print(json.dumps({"level": box.level, "filesystem": box.report["filesystem"], "status": result.status,
+                  "passed": result.passed, "output": result.output}))
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("layout", ["new_root", "fallback"])
+def test_unshare_level_on_a_kernel_without_mount_setattr_keeps_the_host_read_only(no_bwrap, layout, tmp_path):
+    """Each mount made read-only in turn (the kernel has no ``mount_setattr``, before Linux 5.12)
+    was tested only by editing the setup program. Here the kernel itself answers ENOSYS (a
+    seccomp filter on the trainer, inherited by unshare and the setup), and ``fallback``: it also
+    refuses ``pivot_root`` (EINVAL, as on an initramfs root). A uid-0 sample without capabilities
+    (``user = "none"``) owns root's files: it still writes none in /usr, nor (fallback) in /var."""
+    pytest.importorskip("pyseccomp")
+    if os.geteuid() != 0:
+        pytest.skip("needs root: user = \"none\" owns root's files, which only a read-only mount keeps")
+    tag = f"polyrl-escape-{os.getpid()}-{layout}"
+    var_dir = f"/var/{tag}"
+    os.mkdir(var_dir)
+    try:
+        with open(f"{var_dir}/scores.json", "w") as out:
+            out.write("intact")
+        os.chmod(f"{var_dir}/scores.json", 0o644)
+        attack = ATTACK.format(sockets=[], files=[f"/usr/local/{tag}", f"{var_dir}/scores.json"])
+        script = tmp_path / "old_kernel.py"
+        script.write_text(OLD_KERNEL)
+        done = subprocess.run([sys.executable, str(script), layout, attack], capture_output=True, text=True,
+                              timeout=120, env={**os.environ})
+        assert done.returncode == 0, done.stderr[-2000:]
+        import json
+
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        assert got["level"] == "unshare" and got["status"] == "ok" and got["passed"] == [True], got
+        assert "WROTE" not in got["output"], got["output"]
+        assert not os.path.exists(f"/usr/local/{tag}") and open(f"{var_dir}/scores.json").read() == "intact"
+        if layout == "fallback":
+            assert "no root of its own: polyrl-sandbox new root: [Errno 22] pivot_root" in got["filesystem"], got
+            assert "DENIED /usr/local" in got["output"] and f"DENIED {var_dir}" in got["output"], got["output"]
+        else:
+            assert got["filesystem"].startswith("a root of its own"), got
+            assert "Read-only file system" in got["output"].split(f"DENIED /usr/local/{tag}", 1)[1].splitlines()[0]
+    finally:
+        shutil.rmtree(var_dir, ignore_errors=True)
+        if os.path.exists(f"/usr/local/{tag}"):
+            os.remove(f"/usr/local/{tag}")
+
+
+AS_TRAINER = """
+import json, sys
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits
+
+box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=512, disk_mb=8), isolation="weak", audit_hook=False,
+              python=sys.executable)
+result = box.run(sys.argv[1] + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
+print(json.dumps({"level": box.level, "filesystem": box.report["filesystem"], "status": result.status,
+                  "passed": result.passed, "output": result.output}))
+"""
+
+
+@needs_unshare
+def test_unprivileged_trainer_sample_has_a_root_of_its_own():
+    """The whole ``unshare`` level as a non-root trainer builds it (user ``nobody`` running the
+    sandbox, with the system's Python of this version and this environment's packages): its
+    sample sees no host file outside /usr and the interpreter's folders (a world-readable dataset
+    in /var/lib was the sample's to read before), and the report says so."""
+    import json
+
+    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None or not os.path.exists(python):
+        pytest.skip(f"needs root (to become nobody), setpriv and {python}")
+    import attrs
+
+    packages = os.path.dirname(os.path.dirname(attrs.__file__))
+    core = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(isolation.__file__))))
+    tag = f"/var/lib/polyrl-escape-{os.getpid()}-trainer"
+    os.mkdir(tag)
+    os.chmod(tag, 0o755)  # the trainer's (nobody's) folder: pytest's own is root's, mode 0700
+    try:
+        tools = f"{tag}/bin"
+        os.mkdir(tools)
+        for tool in ("unshare", "setpriv", "choom", "mount"):
+            if shutil.which(tool):
+                os.symlink(shutil.which(tool), f"{tools}/{tool}")
+        script = f"{tag}/trainer.py"
+        with open(script, "w") as out:
+            out.write(AS_TRAINER)
+        with open(f"{tag}/answers.jsonl", "w") as out:
+            out.write('{"expected": 42}')
+        attack = READ_ATTACK.format(files=[f"{tag}/answers.jsonl"], sockets=[])
+        env = {"PATH": tools, "HOME": "/tmp", "PYTHONPATH": f"{core}:{packages}"}
+        done = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, script,
+                               attack], capture_output=True, text=True, timeout=120, env=env, cwd="/")
+        if done.returncode != 0 and ("ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr):
+            pytest.skip(f"user nobody cannot import polyrl with {python}: {done.stderr.strip().splitlines()[-1]}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        assert got["level"] == "unshare" and got["status"] == "ok" and got["passed"] == [True], got
+        assert '"expected": 42' not in got["output"] and f"DENIED {tag}" in got["output"], got["output"]
+        assert got["filesystem"].startswith("a root of its own") and "the trainer's own uid" in got["filesystem"], got
+    finally:
+        shutil.rmtree(tag, ignore_errors=True)

@@ -1,4 +1,7 @@
-"""The ``unshare`` level's view of the host: read-only, its socket and scratch folders hidden.
+"""The ``unshare`` level's fallback view of the host: read-only, its socket and scratch folders hidden.
+
+The level first gives the sample a root of its own (``polyrl.sandbox.new_root``); this view is
+for where that is refused (``pivot_root`` on a root that is the initramfs).
 
 Why: without bubblewrap (``isolation = "weak"``) a sample saw the host's whole filesystem with
 its uid's permissions: it wrote every world-writable folder (``/var/tmp``, ``/dev/shm``, a
@@ -25,6 +28,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import subprocess
 from collections.abc import Sequence
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
@@ -125,8 +129,12 @@ HIDDEN = ("/run", "/var/run", "/var/tmp", "/var/lock", "/var/crash", "/dev/shm",
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys", "/dev", "/boot")
 
 
-def _under(path: str, top: str) -> bool:
+def under(path: str, top: str) -> bool:
+    """``path`` is ``top`` or inside it."""
     return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+_under = under
 
 
 def hidden_folders(extra: Sequence[str] = ()) -> list[str]:
@@ -180,3 +188,30 @@ def namespace_drop() -> list[str]:
     it with none (uid 0 with an empty bounding set gains none at exec); [] without setpriv."""
     setpriv = shutil.which("setpriv")
     return [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"] if setpriv else []
+
+
+#: What of /usr a system's programs and libraries live in: a trainer's folder holding or inside
+#: one of them is never hidden (a trainer started in /usr/local or /usr/lib/python3).
+USR_SYSTEM = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/libexec",
+              "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
+              "/usr/local/lib64", "/usr/local/share", "/usr/local/include")
+
+
+def usr_hidden(python: str, folders: Sequence[str] | None = None) -> list[str]:
+    """The trainer's home and working folder (``trainer_folders``) where they lie inside /usr,
+    which the sample gets whole (bubblewrap's view and ``new_root``'s): a project in
+    /usr/local/src showed its dataset and config to every sample. Not one that holds or lies in
+    ``USR_SYSTEM``, nor one that holds the interpreter's base installation."""
+    done = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
+                          timeout=30, stdin=subprocess.DEVNULL)
+    base = os.path.realpath(done.stdout.decode(errors="replace").strip() or "/usr")
+    found: list[str] = []
+    for folder in trainer_folders() if folders is None else folders:
+        real = os.path.realpath(folder)
+        if not real.startswith("/usr/") or not os.path.isdir(real) or under(base, real):
+            continue
+        if any(under(real, system) or under(system, real) for system in USR_SYSTEM):
+            continue
+        found.append(real)
+    found = sorted(set(found))
+    return [f for f in found if not any(under(f, other) and f != other for other in found)]

@@ -27,14 +27,17 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
                 processes: the sample is one process, ``memory_mb`` in all).
 ``unshare``     util-linux unshare: network, PID, IPC and mount namespaces (a user namespace when
-                not root); the host's files read-only, with ``/run``, ``/var/tmp``, ``/dev/shm``,
+                not root); a root of the sample's own as bubblewrap builds it (``new_root``):
+                read-only /usr and the interpreter's folders, its own /proc, a minimal /dev and a
+                capped private tmpfs at /tmp, nothing else of the host. Where ``pivot_root`` is
+                refused: the host's files read-only, with ``/run``, ``/var/tmp``, ``/dev/shm``,
                 ``/dev/pts``, the homes and the trainer's working folder hidden under empty
-                read-only folders and a capped private tmpfs at /tmp (``polyrl.sandbox.host_view``);
-                kernel permissions apply to the rest: as root the sample is ``nobody``, which reads
-                every world-readable file left visible; a non-root trainer's sample is the
-                trainer's own uid without capabilities, which reads the trainer's files left
-                visible. Where the kernel refuses those mounts: files of the host visible and
-                writable with those permissions, disk capped per file (the report says why).
+                read-only folders (``polyrl.sandbox.host_view``), kernel permissions applying to
+                the rest (as root the sample is ``nobody``, which reads every world-readable file
+                left visible; a non-root trainer's sample is the trainer's own uid without
+                capabilities, which reads the trainer's files left visible). Where the kernel
+                refuses those mounts too: files of the host visible and writable with those
+                permissions, disk capped per file. The report says which holds and why.
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
 
 At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
@@ -61,7 +64,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import RewardError
-from polyrl.sandbox import host_view, seccomp, uids
+from polyrl.sandbox import host_view, new_root, seccomp, uids
 
 LEVELS = ("auto", "require", "weak", "off")
 #: Levels that keep the sample from the trainer's files, environment, memory and network.
@@ -144,8 +147,9 @@ def site_dirs(python: str) -> list[str]:
     return [line for line in done.stdout.decode().splitlines() if line.strip()] if done.returncode == 0 else []
 
 
-def interpreter_paths(python: str) -> list[str]:
-    """Folders the interpreter needs (its prefix, base prefix, real binary's folder), outside /usr."""
+def interpreter_paths(python: str, inside: Sequence[str] = ()) -> list[str]:
+    """Folders the interpreter needs (its prefix, base prefix, real binary's folder), outside /usr
+    (bound whole) or inside one of ``inside`` (the trainer's folders in /usr, hidden: a venv there)."""
     done = subprocess.run([python, "-I", "-c", "import os, sys; print(sys.prefix); print(sys.base_prefix); "
                            "print(os.path.dirname(os.path.realpath(sys.executable)))"],
                           capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
@@ -155,7 +159,8 @@ def interpreter_paths(python: str) -> list[str]:
     paths = []
     for line in done.stdout.decode().splitlines() + [os.path.dirname(os.path.realpath(python))]:
         real = os.path.realpath(line.strip())
-        if real and not real.startswith("/usr/") and real not in paths:
+        if real and (not real.startswith("/usr/") or any(host_view.under(real, top) for top in inside)) \
+                and real not in paths:
             paths.append(real)
     return sorted(p for p in paths if not any(p.startswith(q + "/") for q in paths))
 
@@ -250,12 +255,14 @@ def ensure_mount_dir(path: str) -> None:
                           "namespace) is not this user's folder. Fix: remove it")
 
 
-def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
-                 tmpfs_dir: str | None = None, whole_prefix: bool = False) -> tuple[list[str], list[str]]:
+def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_dir: str | None = None,
+                 whole_prefix: bool = False, hide: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """(bwrap command up to the program, privilege drop to run before the interpreter). With
     ``tmpfs_dir`` (under ``tmpfs_wrapper``) the sample's /tmp is the inode-capped tmpfs mounted
     there, else bwrap's own (size-capped only). The interpreter's folders are bound as
-    ``interpreter_binds`` says, or whole with ``whole_prefix`` (where that alone starts it)."""
+    ``interpreter_binds`` says, or whole with ``whole_prefix`` (where that alone starts it).
+    ``hide``: the trainer's folders inside /usr (``host_view.usr_hidden``), under an empty
+    read-only tmpfs (the interpreter's folders in them bound back)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
     cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -275,7 +282,9 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
     else:
         cmd += ["--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
     made: set[str] = {SANDBOX_HOME}
-    folders = interpreter_paths(python)
+    for folder in hide:
+        cmd += ["--perms", f"{stat.S_IMODE(os.stat(folder).st_mode):o}", "--size", str(1024 * 1024), "--tmpfs", folder]
+    folders = interpreter_paths(python, hide)
     for path in folders if whole_prefix else interpreter_binds(folders, python):  # after the tmpfs: a venv under /tmp stays visible
         for folder in _ancestors(path):
             if folder not in made and not any(folder == f"/{n}" for n in ROOT_LINKS + ("usr",)):
@@ -284,6 +293,8 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int,
         cmd += ["--ro-bind", path, path]
     # /proc read-only: a sample with uid 0 (user = "none", or no user nobody) could otherwise write
     # /proc/sys (kernel.core_pattern runs a program as the host's root) and lower its oom_score_adj
+    for folder in hide:
+        cmd += ["--remount-ro", folder]
     cmd += ["--remount-ro", "/dev", "--remount-ro", "/proc", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
     for key, value in sandbox_env(SANDBOX_HOME).items():
         cmd += ["--setenv", key, value]
@@ -470,13 +481,15 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
         ensure_mount_dir(mount_dir)
     except (RewardError, OSError) as exc:
         wrapper, notes = [], {"inodes": str(exc)}
+    hide = host_view.usr_hidden(python)
     order = [(i, w) for i in ([pool, ids] if pool else [ids]) for w in ((tuple(wrapper), ()) if wrapper else ((),))]
     failed: dict[tuple[tuple[int, int] | None, tuple[str, ...]], str] = {}
     why: str | None = None
     # each layout binds only the interpreter's bin and lib (``interpreter_binds``) first, its whole folders only where that
     # alone starts it (an unusual layout: then ``notes`` says the sample reads all of them)
     for try_ids, try_wrapper, whole in [(i, w, whole) for whole in (False, True) for i, w in order]:
-        prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None, whole_prefix=whole)
+        prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None, whole_prefix=whole,
+                                    hide=hide)
         fd_args: list[str] = []
         fds: tuple[int, ...] = ()
         r = -1
@@ -495,33 +508,43 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
             failed.setdefault((try_ids, try_wrapper), why)
             continue
         if whole:
-            notes["interpreter"] = (f"{', '.join(interpreter_paths(python))} bound whole (with their bin and lib "
+            notes["interpreter"] = (f"{', '.join(interpreter_paths(python, hide))} bound whole (with their bin and lib "
                                     f"only: {failed.get((try_ids, try_wrapper), 'refused')}): samples read all of it")
         if wrapper and not try_wrapper:
             notes["inodes"] = failed.get((try_ids, tuple(wrapper)), "the mount was refused")
         if pool and try_ids != pool:
             notes["uid"] = next(iter(failed.values()), "refused")
+        if hide:
+            notes["hidden"] = ", ".join(hide)
         return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {},
                       wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool), None, notes
     return None, why, notes
 
 
 def _host_view(prefix: list[str], python: str, disk_mb: int,
-               expected: str) -> tuple[list[str], list[str], str]:
-    """(``prefix`` with the read-only host view's setup appended, the folders it hides, "") where
-    that starts the interpreter here, else (``prefix``, [], why not): the kernel may refuse the
-    mounts (a container without CAP_SYS_ADMIN), and a non-root trainer needs ``setpriv`` to take
-    its sample's capabilities in its own user namespace (``host_view.namespace_drop``)."""
+               expected: str) -> tuple[list[str], str, list[str], str]:
+    """(``prefix`` with the filesystem setup appended, which: "root" (``new_root``: a root of the
+    sample's own), else "view" (``host_view``: the host read-only, its usual folders hidden), the
+    folders hidden, why the stronger ones failed) for the first that starts the interpreter here,
+    else (``prefix``, "", [], why not): the kernel may refuse the mounts (a container without
+    CAP_SYS_ADMIN) or ``pivot_root`` (a root on the initramfs), and a non-root trainer needs
+    ``setpriv`` to take its sample's capabilities in its own user namespace
+    (``host_view.namespace_drop``)."""
     if os.geteuid() != 0 and not host_view.namespace_drop():
-        return prefix, [], "needs util-linux setpriv"
-    hide = host_view.hidden_folders(host_view.trainer_folders())
+        return prefix, "", [], "needs util-linux setpriv"
+    in_usr = host_view.usr_hidden(python)
     try:
-        keep = interpreter_binds(interpreter_paths(python), python)
+        keep = interpreter_binds(interpreter_paths(python, in_usr), python)
     except RewardError as exc:
-        return prefix, [], str(exc)
+        return prefix, "", [], str(exc)
+    root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr)
+    why_root = probe(root + [python, "-I", "-c", _IDENTITY], expected)
+    if why_root is None:
+        return root, "root", in_usr, ""
+    hide = host_view.hidden_folders(host_view.trainer_folders())
     view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide)
     why = probe(view + [python, "-I", "-c", _IDENTITY], expected)
-    return (view, hide, "") if why is None else (prefix, [], why)
+    return (view, "view", hide, why_root) if why is None else (prefix, "", [], f"{why_root}; {why}")
 
 
 _POOL_REPORT = ("on: each sample running at once has its own uid and gid (from {first}; no supplementary groups), "
@@ -581,7 +604,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + ("" if os.geteuid() == 0 else " and user namespace") + "; no capabilities"
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
-                    "filesystem": "read-only /usr and " + (notes["interpreter"] if "interpreter" in notes else
+                    "filesystem": "read-only /usr" + (f" (the trainer's folders {notes['hidden']} hidden)" if "hidden"
+                                                      in notes else "") + " and " + (notes["interpreter"] if "interpreter" in notes else
                                                            "the interpreter's bin and lib") + f"; writable: a {disk_mb} MB{inodes}",
                     "seccomp": seccomp_report if program is not None else (
                         f"OFF ({seccomp_report.removeprefix('off: ')}): a sample can fork, its processes together "
@@ -598,9 +622,9 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
             prefix = [unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
             if os.geteuid() != 0:
                 prefix[1:1] = ["--user", "--map-root-user"]
-            prefix, view, view_note = _host_view(prefix, python, disk_mb, expected)
+            prefix, kind, view, view_note = _host_view(prefix, python, disk_mb, expected)
             drop = drop_privileges(ids) if ids else no_capabilities()
-            if view and os.geteuid() != 0:
+            if kind and os.geteuid() != 0:
                 drop = host_view.namespace_drop()
             why = probe(prefix + drop + [python, "-I", "-c", _IDENTITY], expected)
             if why is not None and ids is not None and (bare := probe(prefix + [python, "-I", "-c", _IDENTITY],
@@ -616,16 +640,24 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     ids, drop = pool, drop_privileges(pool)
                     base["user"] = _POOL_REPORT.format(first=uids.FIRST)
                 own = ": the sample is the trainer's own uid" if ids is None and os.geteuid() != 0 else ""
-                if view:
+                if kind == "root":
+                    filesystem = ("a root of its own (as bubblewrap's): read-only /usr"
+                                  + (f" (its trainer's folders {', '.join(view)} hidden)" if view else "")
+                                  + ", the interpreter's bin and lib, its own /proc and a /dev of null, zero, "
+                                  "full, random and urandom; no other host file, folder or unix socket; "
+                                  f"writable: a {disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only"
+                                  + (f" ({own[2:]})" if own else ""))
+                elif kind:
                     filesystem = (f"host files read-only (kernel permissions apply{own}); hidden under empty "
                                   f"read-only folders: {', '.join(view)} (their unix sockets and writable folders "
                                   "out of reach; a unix socket elsewhere stays reachable); writable: a "
-                                  f"{disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only")
+                                  f"{disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only "
+                                  f"(no root of its own: {view_note})")
                 else:
                     filesystem = (f"host files visible (kernel permissions apply{own}); disk capped per file only "
                                   f"(no read-only view: {view_note})")
-                return Launch("unshare", tuple(prefix), tuple(drop), python, bool(view), ids, None, {
-                    **base, "isolation": "PARTIAL (unshare): network, PID, IPC" + (" and mount" if view else "")
+                return Launch("unshare", tuple(prefix), tuple(drop), python, bool(kind), ids, None, {
+                    **base, "isolation": "PARTIAL (unshare): network, PID, IPC" + (" and mount" if kind else "")
                     + " namespaces; " + "; ".join(reasons),
                     "filesystem": filesystem,
                     "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"},

@@ -1,0 +1,152 @@
+"""The ``unshare`` level's filesystem: a root of the sample's own, built as bubblewrap builds one.
+
+Why: the read-only host view (``polyrl.sandbox.host_view``) hid only the usual folders (``/run``,
+the homes, the trainer's working folder, ...). A sample still read every file its uid could read
+elsewhere (a world-readable dataset with the expected answers in ``/opt`` or on a data disk) and
+connected to every unix socket its permissions allowed there (a judge's 0666 socket in
+``/var/lib``: ``connect`` needs write permission on the socket, which a read-only mount keeps).
+
+In the sample's own mount namespace (``unshare --mount``, inside a user namespace of its own for a
+non-root trainer) a short setup program, run before the privilege drop, mounts an empty tmpfs on
+``/tmp`` and builds the new root in it: ``/usr`` and the merged-/usr links (or folders) of ``/``,
+the interpreter's folders (``interpreter_binds``), the sample's own ``/proc`` (``--mount-proc``),
+a ``/dev`` of ``null``, ``zero``, ``full``, ``random`` and ``urandom`` only, every mount of it
+read-only, and the sample's size- and inode-capped tmpfs at ``/tmp``. Then ``pivot_root`` makes
+it ``/`` and the host's whole tree is detached, so no path, socket or folder of the host outside
+those binds is there at all (the trainer's ``/etc`` neither, as under bubblewrap). ``hide``: the
+trainer's folders inside ``/usr`` (``system_hidden``), under an empty read-only tmpfs.
+
+Where this fails (no ``pivot_root`` on a root that is the initramfs, an architecture without its
+number here) the level falls back to the read-only host view and the report says why.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+
+#: ``pivot_root``'s system call number per machine (glibc has no wrapper).
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203,
+              "s390x": 217, "i686": 217, "i386": 217, "armv7l": 218, "loongarch64": 41}
+#: The devices a sample gets in its ``/dev`` (bubblewrap's ``--dev`` gives these and a few more).
+DEVICES = ("null", "zero", "full", "random", "urandom")
+#: What of ``/`` the new root holds besides ``/usr``: the merged-/usr links or folders.
+ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+#: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
+#: and one line on stderr, which the level's probe reports.
+SETUP = r'''
+import ctypes, os, sys
+args = sys.argv[1:]  # tmpfs options, pivot_root's number, hidden folders, "--", kept paths, "--", command
+cut = args.index("--", 2)
+end = args.index("--", cut + 1)
+tmp, pivot, hide, keep, rest = args[0], int(args[1]), args[2:cut], args[cut + 1:end], args[end + 1:]
+libc = ctypes.CDLL(None, use_errno=True)
+RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
+KEPT = (NOSUID | NODEV | NOEXEC | 1024 | 2048 | (1 << 21))  # locked flags a remount must repeat
+NEW = "/tmp"  # where the new root is built: a tmpfs of this namespace, the host never sees it
+
+def fail(err, what):
+    raise OSError(err, f"{what}: {os.strerror(err)}")
+
+def mount(src, dst, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()
+    if libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        fail(ctypes.get_errno(), f"mount {fstype or 'bind'} on {dst}")
+
+def read_only(path, flags):
+    mount(None, path, None, REMOUNT | BIND | RDONLY | (flags & KEPT))
+
+def all_read_only(top):
+    attr = (ctypes.c_uint64 * 4)(1, 0, 0, 0)  # struct mount_attr: attr_set = MOUNT_ATTR_RDONLY
+    if libc.syscall(ctypes.c_long(442), ctypes.c_int(-100), top.encode(), ctypes.c_uint(0x8000), attr,
+                    ctypes.c_size_t(32)) == 0:  # mount_setattr(AT_FDCWD, top, AT_RECURSIVE, ...)
+        return
+    if ctypes.get_errno() not in (38, 22):  # ENOSYS (before Linux 5.12), EINVAL
+        fail(ctypes.get_errno(), "mount_setattr")
+    with open("/proc/self/mountinfo") as info:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in info]
+    for point in points:
+        if point == top or point.startswith(top + "/"):
+            try:
+                read_only(point, os.statvfs(point).f_flag)
+            except OSError:
+                if os.path.exists(point) and os.statvfs(point).f_flag & RDONLY == 0:
+                    raise
+
+def place(path, fd):
+    """An empty folder or file at ``NEW + path`` (its missing folders 0755), ``fd``'s bound on it."""
+    target = NEW + path
+    os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        os.makedirs(target, 0o755, exist_ok=True)
+    elif not os.path.lexists(target):
+        open(target, "x").close()
+    mount(f"/proc/self/fd/{fd}", target, None, BIND | REC)
+
+try:
+    program = os.path.realpath(rest[0])  # a link in a folder about to be left behind (a tool in /tmp)
+    links, binds = {}, []
+    for name in @ROOT_ENTRIES@:
+        if os.path.islink("/" + name):
+            links[name] = os.readlink("/" + name)
+        elif os.path.isdir("/" + name):
+            binds.append("/" + name)
+    binds += ["/usr", "/proc"] + [f"/dev/{d}" for d in @DEVICES@ if os.path.exists(f"/dev/{d}")]
+    opened = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in binds]
+    first = len(opened)
+    under = lambda path, top: path == top or path.startswith(top + "/")
+    # never a path of the host's /usr (bound whole: a folder made there would be the host's), but
+    # what is under a hidden folder in it (a venv in a project folder under /usr/local)
+    keep = [p for p in keep if os.path.lexists(p) and (not under(p, "/usr") or any(under(p, h) and p != h for h in hide))]
+    opened += [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in keep]
+    mount("polyrl-root", NEW, "tmpfs", NOSUID | NODEV, "size=1m,nr_inodes=4096,mode=755")
+    for name, target in links.items():
+        os.symlink(target, f"{NEW}/{name}")
+    os.makedirs(f"{NEW}/dev", 0o755)
+    os.symlink("/proc/self/fd", f"{NEW}/dev/fd")
+    for index, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{index}", f"{NEW}/dev/{name}")
+    for path, fd in opened[:first]:
+        place(path, fd)
+    for folder in hide:  # the trainer's folders inside /usr: an empty tmpfs, before the kept binds under it
+        mode = os.stat(NEW + folder).st_mode & 0o7777
+        mount("polyrl-hidden", NEW + folder, "tmpfs", NOSUID | NODEV, f"size=1m,nr_inodes=4096,mode={mode:o}")
+    late = [(path, fd) for path, fd in opened[first:] if under(path, "/tmp")]  # a venv under /tmp (CI runners)
+    for path, fd in opened[first:]:
+        if (path, fd) not in late:
+            place(path, fd)
+    os.makedirs(f"{NEW}/tmp", 0o755, exist_ok=True)
+    all_read_only(NEW)
+    mount("polyrl-sample", f"{NEW}/tmp", "tmpfs", NOSUID | NODEV, tmp)
+    for path, fd in late:  # after the sample's tmpfs, which would cover them, as bubblewrap binds them
+        place(path, fd)
+        all_read_only(NEW + path)
+    for path, fd in opened:
+        os.close(fd)
+    os.chdir(NEW)
+    if libc.syscall(ctypes.c_long(pivot), b".", b".") != 0:  # pivot_root(".", "."): no folder for the old root
+        fail(ctypes.get_errno(), "pivot_root")
+    if libc.umount2(b".", 2) != 0:  # MNT_DETACH: the host's tree, stacked on the new root, goes
+        fail(ctypes.get_errno(), "umount the host's root")
+    os.chdir("/tmp")
+except OSError as exc:
+    print(f"polyrl-sandbox new root: {exc}", file=sys.stderr)
+    sys.exit(126)
+os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
+'''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES))
+
+
+def pivot_root_number() -> int | None:
+    """``pivot_root``'s number on this machine, or None where it is not known here."""
+    return PIVOT_ROOT.get(platform.machine())
+
+
+def setup_command(python: str, disk_mb: int, inodes: int, keep: Sequence[str],
+                  hide: Sequence[str] = ()) -> list[str]:
+    """The setup program's command line (module docstring), to put between ``unshare`` and the
+    privilege drop; ``keep`` are the interpreter's folders and files to bind into the new root,
+    ``hide`` the trainer's folders inside ``/usr`` to cover."""
+    tmp = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={inodes},mode=1777"
+    return [python, "-I", "-S", "-c", SETUP, tmp, str(pivot_root_number() or -1),
+            *hide, "--", *keep, "--"]
