@@ -116,7 +116,10 @@ What is NOT isolated, or only partly:
       name; a lambda cannot be sent; a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
       sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
-      returns come back as themselves, as does a namedtuple, as the trainer's own of that name); any other object the solution returns compares equal
+      returns come back as themselves, as does a namedtuple, as the trainer's own of that name); one
+      of a ``dict``/``list``/``set``/``tuple`` subclass of the solution's compares with the tests'
+      containers and answers ``get``/``count``/``index`` by its items as that type
+      (``remote.Remote._container_data``); any other object the solution returns compares equal
       only to itself, so ``assert make_point() == Point(1, 2)`` fails even when the
       solution is right, and it never answers the yes/no methods of str, bytes, sets and numbers
       (``startswith``, ``isdigit``, ``issubset``, ``is_integer``: ``remote.DATA_PREDICATES``),
