@@ -66,6 +66,7 @@ TRUNCATING = {
     "pytest_parameter": ("import pytest\nFIRST = [1, 2, 3, 4, 5, 6]\n@pytest.mark.parametrize('n', [2, 3])\n"
                          "def test_prefix(n):\n    assert all(a == b for a, b in zip(f(n), FIRST))\n"),
     "longer_answer": "assert all(a == b for a, b in zip(f(5), [1, 2]))",
+    "answer_cut_by_the_tests": "assert all(a == b for a, b in zip(f(5)[:2], [1, 2, 3, 4, 5, 6]))",
     "two_answers": "assert all(a == b for a, b in zip(f(2), f(4)))\nassert all(a <= b for a, b in zip(f(2), g(4)))",
     "filtered_answer": "assert all(a == b for a, b in zip(filter(lambda x: x % 2, f(4)), [1, 3, 5]))",
     "strict": "assert list(zip(f(2), [1, 2], strict=True)) == [(1, 1), (2, 2)]",
@@ -99,7 +100,7 @@ def test_operand_roles_name_the_answer_and_only_the_values_the_tests_wrote_for_i
     assert roles("def ref(n):\n    return list(range(n))\nzip(f(3), ref(3))") == [(A, E)]
     assert roles("def ref(n):\n    return f(n)\nzip(g(3), ref(3))") == [(A, N)]  # a helper that calls the solution
     assert roles("zip(f(xs), xs, sorted(xs))\nxs = [1]") == [(A, N, N)]  # the answer's own input
-    assert roles("zip(f(2), set(f(2)), str(f(2)), filter(None, f(2)))") == [(A, N, N, N)]  # other counts
+    assert roles("zip(f(2), set(f(2)), str(f(2)), filter(None, f(2)), f(2)[:1])") == [(A, N, N, N, N)]  # other counts
     assert roles("def t(n, want):\n    zip(f(n), want)") == [(A, N)]  # a parameter no call gives
     assert roles("zip(f(2), np.array([1, 2]))") == [(A, N)]  # a name the tests never bind may be the solution's
     assert roles("zip(WORDS, [1, 2])") == [(A, N)]  # a value of the solution's, no call: nothing to compare

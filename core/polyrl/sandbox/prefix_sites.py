@@ -7,8 +7,8 @@ scored 1.0 (``zip_sites`` fails only an empty operand). The harness (``pairing``
 ANSWER operand shorter than an EXPECTED one beside it, as ``strict=True`` would, and only there:
 
 - ANSWER: every value it can hold is what a solution's function or name gives (``f(3)``,
-  ``r = f(3)``, ``self.r``, ``sorted(r)``, ``r[0]``, ``map(float, r)``), followed through the tests'
-  names as ``zip_sites`` follows them;
+  ``r = f(3)``, ``self.r``, ``sorted(r)``, ``r[0]``, ``r[1:]``, ``map(float, r)``), followed through
+  the tests' names as ``zip_sites`` follows them; not one they cut to a length (``r[:3]``);
 - EXPECTED: nothing it is made from touches the solution (a literal, ``expected``, a row of the
   tests' cases, a helper of theirs that calls no solution name), and it is not made from the
   answer call's own arguments (``zip(diffs(xs), xs)`` means to pair a shorter answer with its input);
@@ -129,6 +129,8 @@ class _Facts:
         slice, a conversion of each item), or None where it may hold anything else. An empty list:
         a value of the solution's named without a call."""
         if isinstance(node, ast.Subscript):
+            if isinstance(node.slice, ast.Slice) and (node.slice.upper is not None or node.slice.step is not None):
+                return None  # ``f(10)[:3]``: the tests cut it to the length they mean to check
             return self.answer_calls(node.value, seen)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             name, args = node.func.id, node.args
