@@ -28,6 +28,9 @@ SUBCLASSES = {
     "set_and_tuple": ("assert f(3) == {1, 2, 3} and g(2) == (1, 2)",
                       "class S(set):\n    pass\nclass T(tuple):\n    pass\ndef f(n):\n    return S(range(1, n + 1))\n"
                       "def g(n):\n    return T(range(1, n + 1))\n"),
+    # an object of no container class is still unequal to any container, and the run goes on
+    "plain_object": ("p = make(3)\nassert p != [3] and not p == {'n': 3} and p.n == 3",
+                     "class P:\n    def __init__(self, n):\n        self.n = n\ndef make(n):\n    return P(n)\n"),
 }
 
 #: (tests, forgery): a subclass whose own ``==`` or ``get`` agrees with anything, over wrong items,
@@ -49,7 +52,8 @@ FORGED = {
 
 def test_a_right_solution_returning_a_container_subclass_passes():
     """Its items, as the built-in container it derives from, compare with the tests' value and
-    answer ``get``, ``index`` and ``count``: these right solutions scored 0 and score 1.0."""
+    answer ``get``, ``index`` and ``count``: these right solutions scored 0 and score 1.0 (an
+    object of no container class stays unequal to the tests' containers)."""
     names = list(SUBCLASSES)
     rows = [{"prompt": "p", "tests": SUBCLASSES[n][0]} for n in names]
     scored = score([SUBCLASSES[n][1] for n in names], rows=rows)

@@ -316,7 +316,7 @@ class _Session:
             for base in (dict, list, tuple, set, frozenset):
                 if isinstance(obj, base):
                     return self.out(base(obj))
-            return None
+            return self.out(None)
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
