@@ -2,8 +2,10 @@
 
 Why a module of its own: ``all(a == b for a, b in zip(f(2), expected))`` holds for ``return []``,
 so the tests get stand-ins of these builtins that fail an empty operand beside one with items of
-another origin (``tests_pairing``; where operands come from is ``zip_sites``'), and a loop that
-indexes the tests' values by an empty answer's count (``_check_indexed``). Self-contained: it
+another origin (``tests_pairing``; where operands come from is ``zip_sites``'), an answer shorter
+than the value the tests wrote for it (``_check_prefix``; which operand is which is
+``prefix_sites``'), and a loop that indexes the tests' values by an empty answer's count
+(``_check_indexed``). Self-contained: it
 asks only whether a value is the sample's (``Remote``).
 """
 
