@@ -59,7 +59,7 @@ FORGED = {
     "attribute_zip": "assert all(a == b for a, b in __builtins__.zip(f(2), [1.0]))",
     "item_zip": "assert all(a == b for a, b in __builtins__['zip'](f(2), [1.0]))",
     "getattr_zip": "assert all(a == b for a, b in getattr(__builtins__, 'zip')(f(2), [1.0]))",
-    "dict_zip": "assert all(a == b for a, b in __builtins__.__dict__['zip'](f(2), [1.0, 2.0]))",
+    "dict_zip": "assert all(a == b for a, b in __builtins__.__dict__['zip'](f(3), [1.0, 2.0]))",
     "attribute_map": "import operator\nassert all(__builtins__.map(operator.eq, f(2), [1.0]))",
 }
 
@@ -69,7 +69,7 @@ def test_an_empty_answer_never_passes_a_zip_reached_through_builtins():
     a known place, so ``return []`` (or a generator yielding nothing) scores 0; the right answer 1.0."""
     for forged in ("def f(x):\n    return []\n", "def f(x):\n    return (y for y in [])\n"):
         assert {n: s for n, s in scores(FORGED, forged).items() if s != 0.0} == {}, forged
-    assert scores(FORGED, "def f(x):\n    return [1.0]\n") == dict.fromkeys(FORGED, 1.0)
+    assert scores(FORGED, "def f(x):\n    return [1.0, 2.0][:x - 1]\n") == dict.fromkeys(FORGED, 1.0)
 
 
 #: Other routes from the ``builtins`` module to zip and map the tests may take without meaning to.
@@ -78,7 +78,7 @@ MODULE_ROUTES = {
     "vars": "import builtins\nassert all(a == b for a, b in vars(builtins)['zip'](f(2), [1, 2]))",
     "dict_get": "import builtins\nassert all(a == b for a, b in builtins.__dict__.get('zip')(f(2), [1, 2]))",
     "aliased": "import builtins as b\nimport operator\nassert all(b.__dict__['map'](operator.eq, f(2), [1, 2]))",
-    "import_as": "from builtins import zip as z\nassert all(a == b for a, b in z(f(2), [1.0]))",
+    "import_as": "from builtins import zip as z\nassert all(a == b for a, b in z(f(1), [1.0]))",
     "importlib_import": "import importlib\nassert all(a == b for a, b in importlib.__import__('builtins').zip(f(2), [1, 2]))",
     "builtins_len": "import builtins\nr, e = f(2), [1, 2]\nassert all(r[i] == e[i] for i in range(builtins.len(r)))",
 }
@@ -91,7 +91,7 @@ def test_other_routes_through_the_builtins_module_give_the_tests_zip():
     counting a loop that indexes expected values (Python's len) passed ``return []``. Now
     ``return []`` scores 0 on each, the right answer 1.0."""
     assert {n: s for n, s in scores(MODULE_ROUTES, "def f(x):\n    return []\n").items() if s != 0.0} == {}
-    honest = "def f(x):\n    return [1.0, 2.0][:1 if x == 2 else 2]\n"
+    honest = "def f(x):\n    return [1.0, 2.0][:x]\n"
     assert scores(MODULE_ROUTES, honest) == dict.fromkeys(MODULE_ROUTES, 1.0)
 
 

@@ -116,7 +116,10 @@ What is NOT isolated, or only partly:
       name; a lambda cannot be sent; a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
       sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
-      returns come back as themselves, as does a namedtuple, as the trainer's own of that name); any other object the solution returns compares equal
+      returns come back as themselves, as does a namedtuple, as the trainer's own of that name); one
+      of a ``dict``/``list``/``set``/``tuple`` subclass of the solution's compares with the tests'
+      containers and answers ``get``/``count``/``index`` by its items as that type
+      (``remote.Remote._container_data``); any other object the solution returns compares equal
       only to itself, so ``assert make_point() == Point(1, 2)`` fails even when the
       solution is right, and it never answers the yes/no methods of str, bytes, sets and numbers
       (``startswith``, ``isdigit``, ``issubset``, ``is_integer``: ``remote.DATA_PREDICATES``),
@@ -126,8 +129,9 @@ What is NOT isolated, or only partly:
       (``UnionFind(3).find(0)``) do, asked with constant arguments outside loops (numpy scalars come back as numbers; an array stays in the
       sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
       StopIteration); in-place changes to a list, dict or set passed as argument are seen
-      by the tests after a call (one returning a value: those it changed) where nothing shrinks at any
-      level (``sandbox.in_place``: an emptied list would make their loops vacuous).
+      by the tests after a call (one returning a value: those it changed), one that shrank only where
+      no check of theirs may read it vacuously (``sandbox.in_place``, ``sandbox.vacuous_reads``: an
+      emptied list would make their loops and ``xs == sorted(xs)`` hold).
       A module the tests use without importing it is the trainer's real module when
       its name is a well-known one used only as a module (``math.isclose``, ``np.allclose``:
       ``tests_modules.TEST_MODULES``), and so is a standard function, class or constant of a pure

@@ -24,8 +24,8 @@ the trainer's builtins: a solution cannot shadow ``sorted`` or ``isinstance`` fo
 
 Limits (documented in ``polyrl.rewards.code``): arguments must be plain data, values the sample
 returned or a ``REBUILT`` standard value (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
-values the sample returns, or in its lists, dicts and sets after a call that returned None where nothing
-shrinks (``in_place``). A module the solution imported stands here for a read-only view of the
+values the sample returns, or in its lists, dicts and sets after a call (``in_place``; shrunk only
+where no check of theirs may read them vacuously: ``vacuous_reads``). A module the solution imported stands here for a read-only view of the
 trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
 chose is never imported (``unittest.__main__`` runs tests on import). A name the tests use
 without binding it is the solution's, except a well-known module name (``TEST_MODULES``: ``math``,
@@ -59,6 +59,7 @@ from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.in_place import write_back, written
+from polyrl.sandbox.vacuous_reads import Vacuous, reached, vacuous_paths
 from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
@@ -105,6 +106,7 @@ class Session:
         self.varied: frozenset[str] = frozenset()  # names the tests ask queries in loops (``object_use``)
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
+        self.vacuous: Vacuous | None = None  # what a check may read vacuously (``vacuous_reads``), once known
 
     def arg(self, value: Any) -> Any:
         if isinstance(value, Remote):
@@ -146,11 +148,16 @@ class Session:
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
         if passed is not None and written(answer.get("v")):
-            self._decoded(lambda v: write_back(v, *passed), answer.get("v"))
+            self._decoded(lambda v: write_back(v, *passed, may_shrink=self._may_shrink), answer.get("v"))
             if len(answer["v"]) == 3:  # the call returned None
                 return None
             return self._decoded(lambda v: self.value(v, data=data, root=root), answer["v"][3])
         return self._decoded(lambda v: self.value(v, data=data, root=root), answer.get("v"))
+
+    def _may_shrink(self, value: Any) -> bool:
+        """Whether an argument the call shortened may be written back (``in_place``): no value a
+        check of the tests' may read vacuously holds it. Not before the tests' sources are read."""
+        return self.vacuous is not None and not reached(value, self.vacuous)
 
     def ask_raw_names(self) -> Any:
         answer = self.channel.ask({"op": "names"})
@@ -339,6 +346,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     theirs = bound | modules.keys()
     session.objects = object_roots(sources)
     session.varied = varied_query_roots(sources, DATA_QUERIES)
+    session.vacuous = vacuous_paths(sources)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
     real_import = builtins.__import__

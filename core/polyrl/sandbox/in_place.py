@@ -7,15 +7,18 @@ n)`` or ``rotate(matrix)``, ``tally(counts, word)``) left the tests' value as it
 back after a call returning None (``server._Session.handle``: an ``["I", args, kwargs]`` answer),
 and those it changed after a call returning a value, with the value (``["I", args, kwargs,
 value]``: LeetCode 26's ``k = removeDuplicates(nums)`` then ``nums[:k] == [1, 2]`` scored 0), and
-the tests' values take their contents, in place. Only where nothing shrinks, at every level the tests'
-value has a container: a list keeps at least its length, a dict its keys, a set its size. Why: a
-function that empties or shortens its argument would make the tests' later loops over it vacuous
-(``all(a <= b for a, b in zip(xs, xs[1:]))`` of an emptied ``xs``), so such a change stays unseen
-by the tests, as every change was before (a right function removing items in place still fails).
+the tests' values take their contents, in place. Where something shrinks (at some level the tests'
+value has a container, a list lost items, a dict keys, a set its size), only where no value a
+check of the tests' may read vacuously holds it (``vacuous_reads``: ``may_shrink``). Why: a function
+that empties or shortens its argument would make the tests' later loops and properties over it
+vacuous (``all(a <= b for a, b in zip(xs, xs[1:]))``, ``xs == sorted(xs)`` of an emptied ``xs``),
+so such a change stays unseen there, as every change was before; where the tests only compare it
+with values of their own, Python's result stands (``del nums[k:]`` then ``assert nums[:k] == [1, 2]``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from polyrl.sandbox.values import ProtocolError, decode
@@ -32,9 +35,11 @@ def written(answer: Any) -> bool:
     return isinstance(answer, list) and len(answer) in (3, 4) and answer[0] == WRITTEN
 
 
-def write_back(answer: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def write_back(answer: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               may_shrink: Callable[[Any], bool] | None = None) -> None:
     """Give the tests' list, dict and set arguments the contents the sample's copies have after
-    the call, where nothing shrinks (module doc); ``ProtocolError`` for a malformed answer."""
+    the call, where nothing shrinks or ``may_shrink`` of the argument says yes (module doc);
+    ``ProtocolError`` for a malformed answer."""
     after, after_kw = answer[1], answer[2]
     if not (isinstance(after, list) and len(after) == len(args) and isinstance(after_kw, dict)
             and set(after_kw) <= set(kwargs)):
@@ -42,8 +47,12 @@ def write_back(answer: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any])
     pairs = [*zip(args, after), *((kwargs[k], v) for k, v in after_kw.items())]
     news = [(old, decode(new)) for old, new in pairs if new is not None]
     for old, new in news:
-        if type(old) in _CONTAINERS and _fits(old, new):
+        if type(old) not in _CONTAINERS:
+            continue
+        if _fits(old, new):
             _assign(old, new)
+        elif type(new) is type(old) and may_shrink is not None and may_shrink(old):
+            _assign(old, new, shrink=True)
 
 
 def _fits(old: Any, new: Any) -> bool:
@@ -59,16 +68,22 @@ def _fits(old: Any, new: Any) -> bool:
     return True
 
 
-def _assign(old: Any, new: Any) -> None:
-    """``old`` takes ``new``'s contents, its own inner containers kept (a row the tests hold sees the change)."""
+def _assign(old: Any, new: Any, shrink: bool = False) -> None:
+    """``old`` takes ``new``'s contents, its own inner containers kept (a row the tests hold sees
+    the change); ``shrink``: what ``new`` lacks goes too (else ``_fits`` said nothing does)."""
     if type(old) is set:
         old.clear()
         old.update(new)
         return
+    if shrink and type(old) is list:
+        del old[len(new):]
+    elif shrink:
+        for key in old.keys() - new.keys():
+            del old[key]
     keys = range(len(old)) if type(old) is list else old.keys() & new.keys()
     for key in keys:
         if type(old[key]) in _CONTAINERS and type(new[key]) is type(old[key]):
-            _assign(old[key], new[key])
+            _assign(old[key], new[key], shrink)
         else:
             old[key] = new[key]
     if type(old) is list:

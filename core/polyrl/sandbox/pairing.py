@@ -2,8 +2,10 @@
 
 Why a module of its own: ``all(a == b for a, b in zip(f(2), expected))`` holds for ``return []``,
 so the tests get stand-ins of these builtins that fail an empty operand beside one with items of
-another origin (``tests_pairing``; where operands come from is ``zip_sites``'), and a loop that
-indexes the tests' values by an empty answer's count (``_check_indexed``). Self-contained: it
+another origin (``tests_pairing``; where operands come from is ``zip_sites``'), an answer shorter
+than the value the tests wrote for it (``_check_prefix``; which operand is which is
+``prefix_sites``'), and a loop that indexes the tests' values by an empty answer's count
+(``_check_indexed``). Self-contained: it
 asks only whether a value is the sample's (``Remote``).
 """
 
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence, Sized
 from typing import Any
 
+from polyrl.sandbox.prefix_sites import ANSWER, EXPECTED, operand_roles
 from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.remote import Remote
 from polyrl.sandbox.tests_guard import TESTS_FILES
@@ -125,18 +128,20 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     range(len(r))``) they fail where the loop indexes a value of the tests' with items by its count
     (``_check_indexed``)."""
     sites = functools.cache(lambda: operand_groups(sources))
+    roles = functools.cache(lambda: operand_roles(sources))
+    found = _Sites(sites, roles)
 
     def zip_(*iterables: Any, **kwargs: Any) -> Any:
         frame = sys._getframe(1)
         place = (frame.f_code, frame.f_lasti)
-        return _watched("zip", zip, _paired("zip", iterables, place, sites), kwargs, place, sites)
+        return _watched("zip", zip, _paired("zip", iterables, place, found), kwargs, place, found)
 
     def map_(function: Any, *iterables: Any, **kwargs: Any) -> Any:
         if len(iterables) >= 2:
             frame = sys._getframe(1)
             place = (frame.f_code, frame.f_lasti)
-            paired = _paired("map", iterables, place, sites)
-            return _watched("map", functools.partial(map, function), paired, kwargs, place, sites)
+            paired = _paired("map", iterables, place, found)
+            return _watched("map", functools.partial(map, function), paired, kwargs, place, found)
         if len(iterables) != 1 or kwargs:
             return map(function, *iterables, **kwargs)
         source = iter(iterables[0])
@@ -209,15 +214,60 @@ def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
 _Place = tuple[Any, int]
 
 
-def _paired(name: str, operands: tuple[Any, ...], place: _Place,
-            sites: Callable[[], dict[Site, tuple[int, ...]]]) -> tuple[Any, ...]:
+class _Sites:
+    """The static facts of the tests' zip and map calls, each found the first time it matters:
+    their operands' groups (``zip_sites.operand_groups``) and roles (``prefix_sites.operand_roles``)."""
+
+    __slots__ = ("groups", "roles")
+
+    def __init__(self, groups: Callable[[], dict[Site, tuple[int, ...]]],
+                 roles: Callable[[], dict[Site, tuple[str, ...]]]) -> None:
+        self.groups = groups
+        self.roles = roles
+
+
+def _paired(name: str, operands: tuple[Any, ...], place: _Place, sites: _Sites) -> tuple[Any, ...]:
     """``operands``, a sample's iterables read in full, unless an empty one sits beside one with
-    items of another origin (``tests_pairing``): AssertionError then. A sample's value that is its
+    items of another origin (``tests_pairing``), or the answer is shorter than the value the tests
+    wrote for it (``_check_prefix``): AssertionError then. A sample's value that is its
     own iterator (a generator) is read as zip takes its items (``reader``), as Python's zip does:
     it may be endless (``zip(range(3), fib())``); ``_watched`` sees whether it had none."""
     operands = tuple(_read(o) if isinstance(o, Remote) else o for o in operands)
-    _check_lengths(name, [_sized_length(o) for o in operands], place, sites)
+    lengths = [_sized_length(o) for o in operands]
+    _check_lengths(name, lengths, place, sites.groups)
+    _check_prefix(name, _counted_lengths(operands, lengths), place, sites)
     return operands
+
+
+def _counted_lengths(operands: Sequence[Any], lengths: Sequence[int | None]) -> list[int | None]:
+    """``lengths`` with a ``range``'s left out (None): a counter beside the answer
+    (``zip(range(100), f(x))``), never a value the tests wrote for it."""
+    return [None if type(o) is range else n for o, n in zip(operands, lengths)]
+
+
+def _check_prefix(name: str, lengths: Sequence[int | None], place: _Place, sites: _Sites) -> None:
+    """AssertionError where an operand that is the solution's answer has fewer items than one
+    beside it, of another origin, that the tests wrote for it (``prefix_sites``); None is a
+    length not known. Why: zip stops at the shorter, so ``all(a == b for a, b in zip(f(3), [1, 2,
+    3]))`` held for ``return [1, 2]`` (an off-by-one dropping the last item), as ``strict=True``
+    would not. A longer answer is left as Python's zip leaves it (the tests may check a prefix of
+    it), and so is every place not known."""
+    if sum(n is not None for n in lengths) < 2:
+        return
+    position = _position(place)
+    if position is None:
+        return
+    roles = sites.roles().get((name, *position))
+    groups = sites.groups().get((name, *position))
+    if roles is None or len(roles) != len(lengths) or (groups is not None and len(groups) != len(lengths)):
+        return
+    for i, short in enumerate(lengths):
+        if roles[i] != ANSWER or short is None:
+            continue
+        for j, long in enumerate(lengths):
+            if roles[j] == EXPECTED and long is not None and long > short and (groups is None or groups[i] != groups[j]):
+                raise AssertionError(f"{name}: the answer has {short} items and the expected value beside it "
+                                     f"{long}: {name} would pair only its first {short}")
 
 
 def _read(value: Remote) -> Any:
@@ -269,9 +319,10 @@ class _Counted:
 
 class _Watched:
     """The tests' zip or map where some operand is an iterator of unknown length: Python's, except
-    that when it ends before its first item because such an operand had none, that operand is
-    empty for ``_check_lengths``. Why: ``zip((round(x, 2) for x in f(2)), expected)`` and
-    ``zip(itertools.islice(f(2), 5), expected)`` held for ``return []``: a generator or an
+    that when it ends because such an operand ran out, that operand has the items it gave: none
+    for ``_check_lengths``, fewer than an expected value's for ``_check_prefix``. Why:
+    ``zip((round(x, 2) for x in f(2)), expected)`` and ``zip(itertools.islice(f(2), 5), expected)``
+    held for ``return []``, and a generator yielding a correct prefix held too: a generator or an
     iterator the tests make was never measured (it may be endless; its end shows only here)."""
 
     __slots__ = ("_inner", "_check")
@@ -285,18 +336,16 @@ class _Watched:
 
     def __next__(self) -> Any:
         try:
-            item = next(self._inner)
+            return next(self._inner)
         except StopIteration:
             check, self._check = self._check, None
             if check is not None:
                 check()
             raise
-        self._check = None
-        return item
 
 
 def _watched(name: str, pair: Callable[..., Iterator[Any]], operands: tuple[Any, ...], kwargs: dict[str, Any],
-             place: _Place, sites: Callable[[], dict[Site, tuple[int, ...]]]) -> Any:
+             place: _Place, sites: _Sites) -> Any:
     """``pair(*operands, **kwargs)``, watched (``_Watched``) when an operand's length is not known."""
     lengths = [_sized_length(o) for o in operands]
     if None not in lengths:
@@ -306,7 +355,9 @@ def _watched(name: str, pair: Callable[..., Iterator[Any]], operands: tuple[Any,
     def check() -> None:
         # one with items stays unmeasured, as in ``_paired``: ``zip(itertools.count(), f([]))`` is right
         _check_lengths(name, [0 if n is None and c.dry and not c.taken else n for n, c in zip(lengths, counted)],
-                       place, sites)
+                       place, sites.groups)
+        _check_prefix(name, _counted_lengths(operands, [c.taken if n is None and c.dry else n
+                                                        for n, c in zip(lengths, counted)]), place, sites)
     return _Watched(pair(*counted, **kwargs), check)
 
 

@@ -312,6 +312,11 @@ class _Session:
             return self.out(_NUMBER[req["how"]](obj))
         if op == "plain":  # its own plain values, orderings and operators, for the tests' plain values
             return self.out(_plain(obj, req.get("text") is True))
+        if op == "data":  # a dict/list/... subclass's items as its base type (``remote.Remote._container_data``)
+            for base in (dict, list, tuple, set, frozenset):
+                if isinstance(obj, base):
+                    return self.out(base(obj))
+            return self.out(None)
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take

@@ -1,0 +1,275 @@
+"""Which of the tests' values a check of theirs could hold vacuously over once shortened: found
+statically, matched against an argument at run time.
+
+Why: an in-place call's argument that comes back shorter (``in_place``) would make a loop over it
+or a property it must have hold vacuously: ``all(a <= b for a, b in zip(xs, xs[1:]))``, ``xs ==
+sorted(xs)``, ``len(set(xs)) == len(xs)``, ``3 not in xs``, ``set(xs) <= {1, 2, 3}`` of an emptied
+``xs``. So the harness never wrote a shrunk argument back, and right solutions that remove items
+in place (LeetCode 26/27's ``del nums[k:]`` or ``nums[:] = ...`` then ``assert nums[:k] == [1, 2]``)
+scored 0. A shrunk argument is written back now where no value read so is it or is held in it,
+and no value whose items are read so (``for row in grid`` where ``row`` is) holds it.
+
+A name or attribute path (``nums``, ``self.nums``) is SAFE when every place the tests read it is one
+of: an argument of a call of the solution's (``f(nums)``, ``Solution().f(nums)``); one side of an
+``==`` (or ``is``) comparison, or the container of an ``in``, or the larger side of an ordering of
+its ``len`` (``len(nums) >= k``), or one of two arguments of a unittest ``assert...Equal``, whose
+other side does not read it; ``print``; a name bound to it (which must be safe too). Between the
+name and that place only a slice or an index (``nums[:k]``), ``len``/``sorted``/``list``/``tuple``/
+``set``/``frozenset``/``Counter``/``str``/``repr`` of it, or its dict views may stand. Every other read
+(a loop, a comprehension, ``all``/``zip``/``np.all``, a method of it, a function of the tests',
+``!=``, an ordering) may be vacuous, so its value stays unwritten, as before: erring that way costs
+only a right solution that shrinks its argument there.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import sys
+import types
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from polyrl.sandbox.object_use import attribute_path
+from polyrl.sandbox.remote import Remote
+from polyrl.sandbox.tests_guard import TESTS_FILES
+from polyrl.sandbox.tests_modules import TEST_MODULES
+
+#: Calls whose one argument's value the comparison around them still compares whole.
+_WHOLE = frozenset({"len", "sorted", "list", "tuple", "set", "frozenset", "Counter", "str", "repr"})
+#: Methods of a dict whose answer is its contents as a whole.
+_VIEWS = frozenset({"keys", "values", "items", "copy"})
+#: unittest's assertions of equality between their first two arguments.
+_EQUAL = frozenset({"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
+                    "assertSetEqual", "assertSequenceEqual", "assertCountEqual", "assertIs"})
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+class Vacuous(NamedTuple):
+    """What ``vacuous_paths`` found: the paths read unsafely as a whole (``whole``), and those
+    whose items are (``items``: ``grid`` of ``zip(grid[0], ...)`` or of ``for row in grid`` where
+    ``row`` is read unsafely)."""
+
+    whole: frozenset[str]
+    items: frozenset[str]
+
+
+def vacuous_paths(sources: Iterable[str]) -> Vacuous | None:
+    """The names and attribute paths the tests read somewhere other than a safe place (module doc),
+    each prefix of such a path too (``self`` of ``self.xs``), and those whose items they read so;
+    sources that do not parse add none. A loop over a container whose items are read safely
+    (``for nums, want in cases: k = f(nums); assert nums[:k] == want``) leaves its items safe.
+    None for tests nested too deep to follow: no shrunk argument is written back then."""
+    try:
+        return _vacuous_paths(sources)
+    except RecursionError:
+        return None
+
+
+def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
+    trees = [tree for tree in map(_parse, sources) if tree is not None]
+    parents = {id(child): node for tree in trees for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    theirs = _bound([tree for tree in trees])
+    unsafe: set[str] = set()
+    items: set[str] = set()
+    aliases: list[tuple[str, str]] = []  # (name bound, path it is bound to)
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load):
+            continue
+        path = attribute_path(node)
+        parent = parents.get(id(node))
+        if path is None or isinstance(parent, ast.Attribute):
+            continue  # not outermost: ``self`` of ``self.xs`` is read as ``self.xs``
+        start: ast.AST = node
+        if isinstance(node, ast.Attribute) and node.attr in _VIEWS and isinstance(parent, ast.Call) \
+                and parent.func is node and not parent.args and not parent.keywords:
+            start, path = parent, attribute_path(node.value)  # ``d.items()``: d, whole
+            if path is None:
+                continue
+        verdict = _read_safely(start, path, parents, theirs)
+        if verdict is False:
+            unsafe |= _prefixes(path)
+            above = parents.get(id(start))
+            if isinstance(above, ast.Subscript) and above.value is start and not isinstance(above.slice, ast.Slice):
+                items.add(path)
+        elif isinstance(verdict, str):
+            aliases.append((verdict, path))
+    grown = True
+    while grown:  # ``ys = xs`` where ys is read unsafely: so is xs
+        before = len(unsafe)
+        for name, path in aliases:
+            if name in unsafe:
+                unsafe |= _prefixes(path)
+        grown = len(unsafe) > before
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _outer_paths(node.target) & unsafe:
+            items |= _outer_paths(node.iter)  # ``for row in grid`` where row is read unsafely
+    grown = True
+    while grown:
+        before = len(items)
+        for name, path in aliases:
+            if name in items:
+                items.add(path)
+        grown = len(items) > before
+    return Vacuous(frozenset(unsafe), frozenset(items))
+
+
+def _outer_paths(node: ast.AST) -> set[str]:
+    """The outermost names and attribute paths under ``node``."""
+    found = attribute_path(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    if found is not None:
+        return {found}
+    return set().union(*[_outer_paths(child) for child in ast.iter_child_nodes(node)])
+
+
+def _read_safely(node: ast.AST, path: str, parents: dict[int, ast.AST], theirs: frozenset[str]) -> bool | str:
+    """Whether the read of ``path`` at ``node`` is a safe place (module doc); the name it is bound
+    to where it is the whole value of a plain assignment (``ys = xs``: safe as ys is)."""
+    current = node
+    parent = parents.get(id(current))
+    while (isinstance(parent, ast.Subscript) and parent.value is current) or (
+            isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in _WHOLE
+            and len(parent.args) == 1 and parent.args[0] is current and not parent.keywords):
+        current, parent = parent, parents.get(id(parent))  # through what keeps its value whole
+    if isinstance(parent, ast.Compare):
+        return _compared_safely(current, parent, path) and _asserted(parent, parents)
+    if isinstance(parent, ast.Call) and any(a is current for a in parent.args):
+        if _solution_call(parent.func, theirs) or (isinstance(parent.func, ast.Name) and parent.func.id == "print"):
+            return True
+        if isinstance(parent.func, ast.Attribute) and parent.func.attr in _EQUAL and len(parent.args) == 2:
+            other = parent.args[1] if parent.args[0] is current else parent.args[0]
+            return not _reads(other, path)
+        return False
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is current:
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        names = [attribute_path(t) for t in targets]
+        if len(names) == 1 and names[0] is not None:
+            return names[0]
+    return isinstance(parent, ast.Expr)  # a bare ``nums``: nothing is checked
+
+
+def _asserted(compare: ast.Compare, parents: dict[int, ast.AST]) -> bool:
+    """Whether the comparison is what an ``assert`` (or ``assertTrue``) checks, alone or in an
+    ``and``: in a loop's or an ``if``'s test, a shorter value changes what runs, not a verdict."""
+    current: ast.AST = compare
+    parent = parents.get(id(current))
+    while isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
+        current, parent = parent, parents.get(id(parent))
+    if isinstance(parent, ast.Assert):
+        return parent.test is current
+    return isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
+        and parent.func.attr == "assertTrue" and bool(parent.args) and parent.args[0] is current
+
+
+def _compared_safely(side: ast.AST, compare: ast.Compare, path: str) -> bool:
+    """``==``/``is`` against a value that does not read ``path``; the container of ``in``; the
+    larger side of an ordering of its ``len`` (shrinking it can only fail there)."""
+    operands = [compare.left, *compare.comparators]
+    if len(operands) != 2:
+        return False
+    mine = 0 if operands[0] is side else 1
+    other = operands[1 - mine]
+    op = type(compare.ops[0])
+    if _reads(other, path):
+        return False
+    is_len = isinstance(side, ast.Call) and isinstance(side.func, ast.Name) and side.func.id == "len"
+    larger = {0: (ast.Gt, ast.GtE), 1: (ast.Lt, ast.LtE)}[mine]
+    return op in (ast.Eq, ast.Is) or (op is ast.In and mine == 1) or (is_len and op in larger)
+
+
+def _solution_call(func: ast.expr, theirs: frozenset[str]) -> bool:
+    """Whether ``func`` is a function of the solution's: a name the tests never bind, or a method
+    of an object one of its classes makes (``Solution().f``)."""
+    if isinstance(func, ast.Name):
+        return func.id not in theirs
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+        return _solution_call(func.value.func, theirs)
+    return False
+
+
+def _reads(node: ast.AST, path: str) -> bool:
+    """Whether ``node`` reads ``path``, a path under it or one it is under (outermost paths only:
+    ``self.expected`` reads no ``self.nums``)."""
+    found = attribute_path(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    if found is not None:
+        return found == path or found.startswith(path + ".") or path.startswith(found + ".")
+    return any(_reads(child, path) for child in ast.iter_child_nodes(node))
+
+
+def _bound(trees: list[ast.Module]) -> frozenset[str]:
+    """Every name the tests bind (assigned, imported, defined, a parameter), the builtins and the
+    well-known module names they may use unimported (``np``)."""
+    names: set[str] = set(_BUILTIN_NAMES) | set(TEST_MODULES)
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ImportFrom) and node.module == "solution":
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return frozenset(names)
+
+
+def _prefixes(path: str) -> set[str]:
+    parts = path.split(".")
+    return {".".join(parts[:n]) for n in range(1, len(parts) + 1)}
+
+
+def reached(value: Any, vacuous: Vacuous) -> bool:
+    """Whether a path of ``vacuous``, as the running tests' frames (every one of theirs on the
+    stack, and their globals) bind it now, is ``value`` or held anywhere in it (``whole``), or
+    holds it at any depth (``items``)."""
+    inside = {id(v) for v in _containers(value)}
+    for path in vacuous.whole | vacuous.items:
+        for found in _resolved(path):
+            if id(found) in inside:
+                return True
+            if path in vacuous.items and any(id(v) == id(value) for v in _containers(found)):
+                return True
+    return False
+
+
+def _containers(value: Any) -> Iterator[Any]:
+    """``value`` and every list, dict, set and tuple in it, at any depth."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or type(item) not in (list, dict, set, tuple):
+            continue
+        seen.add(id(item))
+        yield item
+        stack.extend(item.values() if type(item) is dict else item)
+
+
+def _resolved(path: str) -> Iterator[Any]:
+    """What ``path`` (``xs``, ``self.xs``) is in each of the tests' frames on the stack that binds
+    it; an attribute of a sample's value or of a module is never read."""
+    first, *attrs = path.split(".")
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename in TESTS_FILES:
+            for scope in (frame.f_locals, frame.f_globals):
+                if first in scope:
+                    value = scope[first]
+                    for attr in attrs:
+                        if isinstance(value, (Remote, types.ModuleType)):
+                            value = None
+                            break
+                        value = getattr(value, "__dict__", {}).get(attr)
+                    if value is not None:
+                        yield value
+                    break
+        frame = frame.f_back
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+

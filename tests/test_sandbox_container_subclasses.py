@@ -1,0 +1,69 @@
+"""A value of a class of the solution's that derives from dict, list, set or tuple compares with the
+tests' containers and answers ``get``/``count``/``index`` by its items, as in Python, and never by
+methods of its own that would see the tests' values.
+
+Through the real reward path (``code_tests``), a right ``freq(s)`` returning ``class D(dict)``
+failed ``freq('aab') == {'a': 2, 'b': 1}`` and ``freq('aab').get('a') == 2``, and a ``list``
+subclass failed ``== [1, 2, 3]``: such a value stays in the sample and was never equal to the
+tests' data. See ``polyrl.sandbox.remote.Remote._container_data``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_verdict import score
+
+pytestmark = pytest.mark.faults
+
+FREQ = "def freq(s):\n    d = D()\n    for c in s:\n        d[c] = d.get(c, 0) + 1\n    return d\n"
+#: (tests, right solution returning a subclass of a built-in container).
+SUBCLASSES = {
+    "dict_equal": ("assert freq('aab') == {'a': 2, 'b': 1} and {'a': 2, 'b': 1} == freq('aab')",
+                   "class D(dict):\n    pass\n" + FREQ),
+    "dict_get": ("d = freq('aab')\nassert d.get('a') == 2 and d.get('z', 0) == 0 and d['b'] == 1",
+                 "class D(dict):\n    def total(self):\n        return sum(self.values())\n" + FREQ),
+    "dict_get_in_a_loop": ("assert all(freq('abc').get(c) == 1 for c in 'abc')", "class D(dict):\n    pass\n" + FREQ),
+    "list_equal_and_queries": ("r = f(3)\nassert r == [1, 2, 3] and r != [1, 2] and r.index(2) == 1 and r.count(1) == 1",
+                               "class L(list):\n    pass\ndef f(n):\n    return L(range(1, n + 1))\n"),
+    "set_and_tuple": ("assert f(3) == {1, 2, 3} and g(2) == (1, 2)",
+                      "class S(set):\n    pass\nclass T(tuple):\n    pass\ndef f(n):\n    return S(range(1, n + 1))\n"
+                      "def g(n):\n    return T(range(1, n + 1))\n"),
+    # an object of no container class is still unequal to any container, and the run goes on
+    "plain_object": ("p = make(3)\nassert p != [3] and not p == {'n': 3} and p.n == 3",
+                     "class P:\n    def __init__(self, n):\n        self.n = n\ndef make(n):\n    return P(n)\n"),
+}
+
+#: (tests, forgery): a subclass whose own ``==`` or ``get`` agrees with anything, over wrong items,
+#: and an object of no container class at all.
+FORGED = {
+    "eq_always": ("assert f(3) == [1, 2, 3]",
+                  "class L(list):\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+                  "def f(n):\n    return L()\n"),
+    "get_always_one": ("assert all(freq('abc').get(c) == 1 for c in 'abc')",
+                       "class D(dict):\n    def get(self, k, d=None):\n        return 1\ndef freq(s):\n    return D()\n"),
+    "claims_to_be_a_dict": ("assert freq('ab') == {'a': 1, 'b': 1}",
+                            "class Liar:\n    __class__ = property(lambda self: dict)\n    def __eq__(self, o):\n"
+                            "        return True\n    def keys(self):\n        return []\ndef freq(s):\n    return Liar()\n"),
+    "not_a_container": ("assert f(3) == [1, 2, 3]",
+                        "class Any:\n    def __eq__(self, o):\n        return True\ndef f(n):\n    return Any()\n"),
+    "wrong_items": ("assert freq('aab') == {'a': 2, 'b': 1}", "class D(dict):\n    pass\ndef freq(s):\n    return D(a=2)\n"),
+}
+
+
+def test_a_right_solution_returning_a_container_subclass_passes():
+    """Its items, as the built-in container it derives from, compare with the tests' value and
+    answer ``get``, ``index`` and ``count``: these right solutions scored 0 and score 1.0 (an
+    object of no container class stays unequal to the tests' containers)."""
+    names = list(SUBCLASSES)
+    rows = [{"prompt": "p", "tests": SUBCLASSES[n][0]} for n in names]
+    scored = score([SUBCLASSES[n][1] for n in names], rows=rows)
+    assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)
+
+
+def test_a_container_subclass_never_answers_by_its_own_methods():
+    """An ``__eq__`` that always agrees, a ``get`` that always says 1, a class claiming to be a dict
+    and an object of no container class score 0: only the items cross, compared here."""
+    names = list(FORGED)
+    rows = [{"prompt": "p", "tests": FORGED[n][0]} for n in names]
+    scored = score([FORGED[n][1] for n in names], rows=rows)
+    assert dict(zip(names, scored.total)) == dict.fromkeys(names, 0.0)
