@@ -32,8 +32,7 @@ from collections.abc import Iterable, Iterator
 
 from polyrl.sandbox.object_use import attribute_path
 from polyrl.sandbox.zip_sites import (
-    _EACH_ITEM, _ITEM, _SAME_ITEMS, PAIRING, Site, _aliases, _Binding, _imported_aliases, _origins, _pairing_name, _read,
-    _spelled_out)
+    _EACH_ITEM, _ITEM, _SAME_ITEMS, Site, _Binding, _origins, _read, pairing_calls)
 
 #: An operand that is the solution's answer, one that is a value the tests wrote for it, and one that is neither.
 ANSWER, EXPECTED, NEITHER = "answer", "expected", ""
@@ -53,26 +52,15 @@ def operand_roles(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, .
 def _operand_roles(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, ...]]:
     trees, values, theirs = _read(sources)
     facts = _Facts([tree for _, tree in trees], values, theirs)
-    aliases = _aliases(values) | _imported_aliases([tree for _, tree in trees], values)
     found: list[tuple[Site, list[ast.expr], list[list[ast.Call] | None]]] = []
     paired_with: dict[str, set[str]] = {}  # an operand of the tests' -> the answers it is paired with
-    for filename, tree in trees:
-        for node in ast.walk(tree):
-            name = _pairing_name(node, aliases)
-            if name is None:
-                continue
-            assert isinstance(node, ast.Call)
-            operands = _spelled_out(node.args)[PAIRING[name]:]
-            if len(operands) < 2 or any(isinstance(a, ast.Starred) for a in operands):
-                continue
-            site = (name, filename, node.lineno, node.end_lineno or node.lineno, node.col_offset,
-                    node.end_col_offset if node.end_col_offset is not None else -1)
-            answers = [facts.answer_calls(o, set()) for o in operands]
-            made_by = {"; ".join(sorted(ast.dump(c) for c in a)) for a in answers if a}
-            for operand, answer in zip(operands, answers):
-                if answer is None:
-                    paired_with.setdefault(ast.dump(operand), set()).update(made_by)
-            found.append((site, operands, answers))
+    for site, operands in pairing_calls(trees, values):
+        answers = [facts.answer_calls(o, set()) for o in operands]
+        made_by = {"; ".join(sorted(ast.dump(c) for c in a)) for a in answers if a}
+        for operand, answer in zip(operands, answers):
+            if answer is None:
+                paired_with.setdefault(ast.dump(operand), set()).update(made_by)
+        found.append((site, operands, answers))
     roles: dict[Site, tuple[str, ...]] = {}
     clashes: set[Site] = set()
     for site, operands, answers in found:

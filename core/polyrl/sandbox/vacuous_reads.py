@@ -34,6 +34,7 @@ from polyrl.sandbox.object_use import attribute_path
 from polyrl.sandbox.remote import Remote
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.tests_modules import TEST_MODULES
+from polyrl.sandbox.zip_sites import defined_names
 
 #: Calls whose one argument's value the comparison around them still compares whole.
 _WHOLE = frozenset({"len", "sorted", "list", "tuple", "set", "frozenset", "Counter", "str", "repr"})
@@ -197,21 +198,9 @@ def _reads(node: ast.AST, path: str) -> bool:
 
 
 def _bound(trees: list[ast.Module]) -> frozenset[str]:
-    """Every name the tests bind (assigned, imported, defined, a parameter), the builtins and the
-    well-known module names they may use unimported (``np``)."""
-    names: set[str] = set(_BUILTIN_NAMES) | set(TEST_MODULES)
-    for node in (node for tree in trees for node in ast.walk(tree)):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.ImportFrom) and node.module == "solution":
-            continue
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return frozenset(names)
+    """Every name the tests bind (``zip_sites``' reading), the builtins and the well-known module
+    names they may use unimported (``np``)."""
+    return defined_names(trees) | _BUILTIN_NAMES | frozenset(TEST_MODULES)
 
 
 def _prefixes(path: str) -> set[str]:

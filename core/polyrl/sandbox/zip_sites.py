@@ -62,6 +62,19 @@ def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int,
     trees, values, theirs = _read(sources)
     sites: dict[Site, tuple[int, ...]] = {}
     clashes: set[Site] = set()
+    for site, operands in pairing_calls(trees, values):
+        groups = _groups([_origins(a, values, theirs, set()) for a in operands])
+        if sites.setdefault(site, groups) != groups:
+            clashes.add(site)
+    for site in clashes:
+        del sites[site]
+    return sites
+
+
+def pairing_calls(trees: list[tuple[str, ast.Module]],
+                  values: dict[str, list[_Binding]]) -> Iterator[tuple[Site, list[ast.expr]]]:
+    """Each ``zip``/``map`` call of the tests (however they named it) with two or more operands and
+    no ``*`` among them: its place and its operands."""
     aliases = _aliases(values) | _imported_aliases([tree for _, tree in trees], values)
     for filename, tree in trees:
         for node in ast.walk(tree):
@@ -72,14 +85,8 @@ def _operand_groups(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[int,
             operands = _spelled_out(node.args)[PAIRING[name]:]
             if len(operands) < 2 or any(isinstance(a, ast.Starred) for a in operands):
                 continue
-            groups = _groups([_origins(a, values, theirs, set()) for a in operands])
-            site = (name, filename, node.lineno, node.end_lineno or node.lineno, node.col_offset,
-                    node.end_col_offset if node.end_col_offset is not None else -1)
-            if sites.setdefault(site, groups) != groups:
-                clashes.add(site)
-    for site in clashes:
-        del sites[site]
-    return sites
+            yield (name, filename, node.lineno, node.end_lineno or node.lineno, node.col_offset,
+                   node.end_col_offset if node.end_col_offset is not None else -1), operands
 
 
 def _spelled_out(args: list[ast.expr]) -> list[ast.expr]:
@@ -139,7 +146,7 @@ def _read(sources: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, ast.Modul
     trees = [(filename, tree) for filename, tree in ((f, _parse(s)) for f, s in sources) if tree is not None]
     values: dict[str, list[_Binding]] = {}
     _bind_all([tree for _, tree in trees], values)
-    return trees, values, _defined([tree for _, tree in trees]) | _BUILTINS
+    return trees, values, defined_names([tree for _, tree in trees]) | _BUILTINS
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -199,7 +206,7 @@ def _called_name(func: ast.expr) -> str | None:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
-def _defined(trees: list[ast.Module]) -> frozenset[str]:
+def defined_names(trees: list[ast.Module]) -> frozenset[str]:
     """Every name the tests bind anywhere: assigned, imported, defined, a parameter."""
     names: set[str] = set()
     for node in (node for tree in trees for node in ast.walk(tree)):
