@@ -1203,3 +1203,22 @@ def test_a_state_that_is_not_json_is_left_out_of_the_checkpoint_with_one_warning
     assert set(kept) == {"Counting", "TrainerControl"}
     said = [e for e in logs if e["log_level"] == "warning"]
     assert len(said) == 1 and "Opaque.state()" in said[0]["event"] and "TypeError" in said[0]["event"]
+
+
+@pytest.mark.parametrize("launched", [False, True])
+def test_the_resume_advice_of_a_trl_script_names_the_launcher_that_started_its_ranks(tmp_path, monkeypatch, launched):
+    """A TRL script that torchrun (or accelerate launch through it) started resumes under it again:
+    ``python train.py`` would start one rank of a multi-rank run."""
+    from polyrl import run_plan
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=None, __file__=str(script)))
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    if launched:
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    (tmp_path / "run").mkdir()
+    run_plan.write(tmp_path / "run", 3, started=run_plan.trl_script())
+    said = run_plan.resume_command(run_plan.started_by(tmp_path / "run"))
+    launcher = "with the launcher as before: torchrun or accelerate launch ..." if launched else "python"
+    assert said == f"trainer.train(resume_from_checkpoint=True) in the TRL script, run again ({launcher} {script.resolve()})"

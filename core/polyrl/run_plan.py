@@ -19,6 +19,7 @@ the report named a run stopped by its own code (an observer, a TRL callback sett
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -34,9 +35,12 @@ STEPS_KEY = "train.steps"  # as a checkpoint's state records it (``resume_config
 ENDED_KEY = "ended"
 FINISHED, ASKED, SIGNAL, FAILED = "finished", "stopped by its code", "stopped by a signal", "failed"
 ENDINGS = (FINISHED, ASKED, SIGNAL, FAILED)
-#: who started the run, where not ``polyrl train``: {"by": ``TRL``, "script": the script's path or absent}
+#: who started the run, where not ``polyrl train``: {"by": ``TRL``, "script": the script's path or
+#: absent, "launcher": ``LAUNCHED`` or absent}
 STARTED_KEY = "started_by"
 TRL = "trl"
+#: ``started_by``'s "launcher" of a script whose ranks a launcher started (its resume runs it so again)
+LAUNCHED = "torchrun"
 #: what of a "by" or "error" text is kept (a long error message is the log's to hold)
 _TEXT_CHARS = 300
 
@@ -53,12 +57,15 @@ def ending(how: str, step: int, text: str = "") -> dict[str, Any]:
 def trl_script() -> dict[str, str]:
     """The ``STARTED_KEY`` record of a run a TRL script started, with how the script was run:
     ``python -m MODULE``, or the ``__main__`` file's path where it is a ``.py`` file (``python
-    train.py``); neither in a notebook or an interactive session."""
+    train.py``); neither in a notebook or an interactive session. "launcher" where torchrun (or
+    ``accelerate launch`` through it) started the ranks: ``python train.py`` would resume one rank."""
     import sys
 
     main = sys.modules.get("__main__")
     spec, file = getattr(main, "__spec__", None), getattr(main, "__file__", None)
     found = {"by": TRL}
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's ranks (accelerate launch starts them so too)
+        found["launcher"] = LAUNCHED
     if spec is not None and isinstance(getattr(spec, "name", None), str) and spec.name:
         found["script"] = f"-m {spec.name.removesuffix('.__main__')}"
     elif isinstance(file, str) and file.endswith(".py") and Path(file).is_file():
@@ -124,7 +131,8 @@ def started_by(output_dir: Path) -> dict[str, str] | None:
     """Who started the run as ``write`` recorded it (``trl_script``'s record), None for
     ``polyrl train`` (or nothing readable: the CLI's advice stands)."""
     record = (_read(output_dir) or {}).get(STARTED_KEY)
-    if not (isinstance(record, dict) and record.get("by") == TRL and isinstance(record.get("script", ""), str)):
+    if not (isinstance(record, dict) and record.get("by") == TRL
+            and all(isinstance(record.get(key, ""), str) for key in ("script", "launcher"))):
         return None
     return record
 
@@ -135,5 +143,8 @@ def resume_command(started: dict[str, str] | None, quote: str = "") -> str:
     ``quote`` marks the code (a backtick in the trainer's messages; none in the report's)."""
     if started is None or started.get("by") != TRL:
         return f"{quote}polyrl train CONFIG --resume{quote}"
-    script = f"python {started['script']}" if started.get("script") else "its script"
+    if started.get("launcher") == LAUNCHED:
+        script = f"with the launcher as before: torchrun or accelerate launch ... {started.get('script') or 'the script'}"
+    else:
+        script = f"python {started['script']}" if started.get("script") else "its script"
     return f"{quote}trainer.train(resume_from_checkpoint=True){quote} in the TRL script, run again ({script})"
