@@ -263,7 +263,7 @@ def test_steps_whose_every_completion_was_cut_warn_with_the_fix_and_stop_the_run
     with capture_logs() as logs, pytest.raises(TooManySkippedSteps) as raised:
         Trainer(config, extra_plugins=(CutSteps().plugin,)).run(progress=False)
     message = str(raised.value)
-    assert "2 steps in a row trained nothing: every completion was cut at the length limit" in message
+    assert "2 steps in a row trained on no completion: every completion was cut at the length limit" in message
     assert "Fix: raise generation.max_new_tokens (now 8)" in message
     assert "algorithm.mask_truncated_completions = false" in message and "--resume-weights-only" in message
     assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))["step"] == 2
@@ -295,7 +295,7 @@ def test_a_resume_continues_the_streak_of_cut_steps_so_it_stops_where_the_run_wo
     saved = ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))
     assert saved["in_a_row"] == {"skips": 0, "unscored": 0, "cut": 2}
     more = attrs.evolve(first, train=attrs.evolve(first.train, steps=5))
-    with pytest.raises(TooManySkippedSteps, match="3 steps in a row trained nothing") as raised:
+    with pytest.raises(TooManySkippedSteps, match="3 steps in a row trained on no completion") as raised:
         Trainer(more, extra_plugins=(CutSteps().plugin,), resume="").run(progress=False)
     assert isinstance(raised.value, TooManySkippedSteps)
     assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints"))["step"] == 3

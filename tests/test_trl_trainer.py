@@ -1920,7 +1920,7 @@ def test_a_run_whose_every_completion_is_cut_stops_with_the_fix_in_grpo_configs_
     with pytest.raises(TooManySkippedSteps) as raised:
         trainer.train()
     message = str(raised.value)
-    assert "3 steps in a row trained nothing" in message and "max_completion_length = 2" in message
+    assert "3 steps in a row trained on no completion" in message and "max_completion_length = 2" in message
     assert "mask_truncated_completions=False" in message and "generation.max_new_tokens" not in message
     assert "polyrl train CONFIG" not in message
     model = message.split('GRPOTrainer(model="', 1)[1].split('"', 1)[0]

@@ -2167,7 +2167,7 @@ class Trainer:
                  **{k: (readable(v) if isinstance(v, float) else v) for k, v in shown.items()})
 
     def _count_in_a_row(self) -> None:
-        """Count the steps in a row that were skipped, had nothing scored or trained nothing (every
+        """Count the steps in a row that were skipped, had nothing scored or trained on no completion (every
         completion cut), kept in each checkpoint; stop the run, checkpointed, when an environment
         never works or a count reaches ``train.max_consecutive_skips``."""
         c = self.config
@@ -2191,7 +2191,7 @@ class Trainer:
             raise TooManySkippedSteps(self._unscored_message(unscored))
         if cut >= c.train.max_consecutive_skips:
             raise AllCompletionsCut(
-                f"{cut} steps in a row trained nothing: every completion was cut at the length limit "
+                f"{cut} steps in a row trained on no completion: every completion was cut at the length limit "
                 "and algorithm.mask_truncated_completions leaves cut completions out of the loss; "
                 f"stopping, the state checkpointed. Fix: {self._cut_fix()}, then continue from the "
                 "checkpoint's weights with `polyrl train CONFIG --resume-weights-only` (a plain --resume "

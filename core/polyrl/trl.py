@@ -951,9 +951,9 @@ def _all_cut_in_trl_names(exc: Any) -> Exception:
     from polyrl.trainer import TooManySkippedSteps
 
     return TooManySkippedSteps(
-        f"{exc.steps} steps in a row trained nothing: every completion was cut at max_completion_length = "
+        f"{exc.steps} steps in a row trained on no completion: every completion was cut at max_completion_length = "
         f"{exc.max_new_tokens} and mask_truncated_completions=True leaves cut completions out of the loss (TRL "
-        f"trains nothing there, without a word); stopping, the state checkpointed in {exc.checkpoint}. Fix: raise "
+        f"trains on none of them either, without a word); stopping, the state checkpointed in {exc.checkpoint}. Fix: raise "
         "max_completion_length so completions can finish, or set mask_truncated_completions=False to train on cut "
         f"completions, then train again from the checkpoint's weights: GRPOTrainer(model=\"{exc.checkpoint / 'model'}\", "
         "...) (resume_from_checkpoint refuses a changed max_completion_length or mask_truncated_completions)")
