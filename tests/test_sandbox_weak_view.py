@@ -102,8 +102,8 @@ def _socket_server(path: str) -> tuple[socket.socket, list[bytes]]:
     return server, got
 
 
-ATTACK = """
-import os, socket
+#: a sample's attempt to send a forged score to each of ``sockets`` (unix sockets of the host)
+SOCKET_ATTACK = """
 for path in {sockets!r}:
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -112,7 +112,10 @@ for path in {sockets!r}:
         print("CONNECTED", path)
     except OSError as exc:
         print("REFUSED", path, exc.strerror)
-for path in {files!r}:
+"""
+ATTACK = """
+import os, socket
+""" + SOCKET_ATTACK + """for path in {files!r}:
     try:
         with open(path, "w") as out:
             out.write("sample was here")
@@ -325,15 +328,7 @@ for path in {files!r}:
         print("READ", path, open(path).read())
     except OSError as exc:
         print("DENIED", path, exc.strerror)
-for path in {sockets!r}:
-    try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(path)
-        s.sendall(b"FORGED 1.0")
-        print("CONNECTED", path)
-    except OSError as exc:
-        print("REFUSED", path, exc.strerror)
-print("ROOT", sorted(os.listdir("/")))
+""" + SOCKET_ATTACK + """print("ROOT", sorted(os.listdir("/")))
 """
 
 
