@@ -19,7 +19,6 @@ import numpy as np
 
 from polyrl.algorithms.objective import Objective
 from polyrl.step_gather import Shard
-from polyrl.types import Completion
 
 
 def completion_metrics(shard: Shard) -> dict[str, float]:
@@ -361,12 +360,6 @@ def peak_rss_mb() -> float:
     """This process's peak resident memory so far (the OS's high-water mark), in MiB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return float(peak / 2**20 if sys.platform == "darwin" else peak / 1024)  # bytes on macOS, KiB on Linux
-
-
-def sampled_tokens(completions: Sequence[Completion]) -> int:
-    """Tokens the generator sampled: an episode's inserted tokens (tool results, the environment's
-    words, template glue) were never generated, so its mask's True entries only."""
-    return int(sum(len(c.completion_ids) if c.mask is None else int(np.count_nonzero(c.mask)) for c in completions))
 
 
 #: TRL's names for the ratio clip fractions a backend reports (``clip_low_fraction``...); the
