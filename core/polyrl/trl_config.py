@@ -700,7 +700,7 @@ def save_settings(trl_config: Any) -> dict[str, Any]:
                           field="grpo_config.metric_for_best_model",
                           fix='set metric_for_best_model (e.g. "reward") with an eval_strategy, or another '
                               'save_strategy ("steps")')
-    elif strategy not in ("no", "best"):
+    elif strategy != "no":
         raise ConfigError(f"TRL's save_strategy = {shown(strategy)} is not one transformers has",
                           field="grpo_config.save_strategy", fix='use "steps", "epoch", "best" or "no"')
     return out
