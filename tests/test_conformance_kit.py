@@ -447,3 +447,69 @@ def test_the_template_variables_check_passes_on_a_folder_whose_template_is_its_o
     assert (model / "chat_template.jinja").is_file()
     kit = type("TorchKit", (BackendConformance,), {"backend": "torch"})()
     kit.test_chat_template_kwargs_reach_the_template(str(model), tmp_path / "kit")
+
+
+# --- the optional entropies hook ---------------------------------------------------------------
+
+
+def _entropy_of(engine, temperature: float) -> float:
+    """The toy's entropy (nats) at ``temperature``: one unigram distribution at every position."""
+    logp = engine.logp(temperature)
+    return float(-(np.exp(logp) * logp).sum())
+
+
+def entropy_toy(toy_module, entropy):
+    """The toy backend with an ``entropies`` hook answering ``entropy(engine, sequence, temperature)``."""
+    class EntropyToy(toy_module.ToyPlugin):
+        @hookimpl
+        def entropies(self, engine, sequences, temperature):
+            return [entropy(engine, s, temperature) for s in sequences]
+
+    return EntropyToy
+
+
+def _check_entropies(plugin) -> None:
+    kit = kit_for(plugin)
+    kit.vocab_size = 16  # the toy reads no model folder
+    engine = kit._engine(MODEL, role="generate")
+    engine.raw.logits = np.linspace(-2.0, 2.0, 16)  # not uniform: temperature changes the entropy
+    kit.test_entropies_are_the_distributions_entropies(engine)
+
+
+def _right(engine, seq, temperature):
+    return np.full(len(seq.completion_ids), _entropy_of(engine, temperature), np.float32)
+
+
+def test_kit_passes_right_entropies_and_reports_a_backend_without_them(toy_module):
+    _check_entropies(entropy_toy(toy_module, _right)("toy-ent-good"))
+    with pytest.raises(pytest.skip.Exception, match="'toy-ent-none' does not implement the optional entropies hook: "
+                                                    "as the train backend, its eval loss .* eval/policy_loss alone"):
+        _check_entropies(toy_module.ToyPlugin("toy-ent-none"))
+
+    class GeneratesOnly(toy_module.ToyPlugin):
+        capabilities = attrs.evolve(toy_module.ToyPlugin.capabilities, train_step=False, weight_export=False,
+                                    checkpoint=False)
+
+    with pytest.raises(pytest.skip.Exception, match="asks it of the train backend only, and this one does not train"):
+        _check_entropies(GeneratesOnly("toy-ent-generates"))
+
+
+@pytest.mark.parametrize("entropy, message", [
+    # the temperature ignored: right at 1, wrong at 0.7
+    (lambda engine, seq, t: _right(engine, seq, 1.0),
+     r"entropies at temperature 0\.7, sequence 0 position 0: 2\.2\d+, but the distribution .* has entropy 1\.9\d+"),
+    # bits instead of nats
+    (lambda engine, seq, t: _right(engine, seq, t) / np.log(2), r"more than log\(16\) = 2\.7726"),
+    # the sampled token's surprisal, not the distribution's entropy (a rare token's passes log V)
+    (lambda engine, seq, t: -engine.logp(t)[seq.completion_ids].astype(np.float32),
+     r"entropies array \d holds 4\.\d+ at temperature 1\.0, more than log\(16\)"),
+], ids=["temperature-ignored", "bits", "surprisal"])
+def test_kit_catches_wrong_entropies(toy_module, entropy, message):
+    with pytest.raises(AssertionError, match=message):
+        _check_entropies(entropy_toy(toy_module, entropy)(f"toy-ent-{id(entropy)}"))
+
+
+def test_kit_names_entropies_of_the_wrong_shape(toy_module):
+    wrong = entropy_toy(toy_module, lambda engine, seq, t: _right(engine, seq, t)[:-1])
+    with pytest.raises(PluginError, match=r"hook entropies: array 0 has shape .*one entropy per completion token"):
+        _check_entropies(wrong("toy-ent-short"))

@@ -408,8 +408,11 @@ def entropies(engine: Any, sequences: Sequence[TokenSequence], temperature: floa
     completion position, at ``temperature``, one float32 array per sequence: what ``train_step``'s
     ``entropy`` metric averages. Why: the eval loss with an entropy bonus needs them
     (``eval/entropy``, and ``eval/loss`` with the bonus); a backend without this hook (None) gets
-    ``eval/policy_loss`` alone there. Each array holds one finite value >= 0 per completion token,
-    checked on every call.
+    ``eval/policy_loss`` alone there. The core asks it of the train engine only (``train_step``
+    computes its own entropies for the loss), so a backend that does not train has no use for it.
+    Each array holds one finite value >= 0 per completion token, checked on every call; the
+    conformance kit also checks each is <= log(vocab) and equals the entropy of the distribution
+    your ``logprobs`` give over every next token.
     """
 
 

@@ -31,8 +31,10 @@ is used verbatim, continuing from ids equals one longer generation, ``encode_cha
 batch's loss and gradient are the reference's. For
 every backend: a message spelling the tokenizer's special tokens (``<|im_end|>``) is encoded as
 text by ``generate`` and ``encode_chat``, ``generation_phase`` holds a rollout (a fresh context,
-the same samples inside as outside, an exception inside propagates), and each hook the declared
-``Capabilities`` promise is implemented by the backend's own plugin.
+the same samples inside as outside, an exception inside propagates), each hook the declared
+``Capabilities`` promise is implemented by the backend's own plugin, and the optional ``entropies``
+(where implemented; else skipped with the reason) are per-token entropies in ``[0, log V]`` equal to
+those of the full distributions the backend's ``logprobs`` give.
 
 Each check is a plain method: ``MyKit().test_checkpoint_resumes_exactly(model_dir, tmp_path)``
 runs it outside pytest's collection too (the kit's own mutation tests do that).
@@ -77,6 +79,10 @@ class GenerationConformance:
     backend: ClassVar[str] = ""
     compare_with: ClassVar[str | None] = None
     logprob_atol: ClassVar[float] = 2e-4
+    #: |entropies - the entropy of the backend's own full distribution| allowed (nats)
+    entropy_atol: ClassVar[float] = 1e-4
+    #: the vocabulary size ``V`` for the entropy check; None: the model folder's config.json
+    vocab_size: ClassVar[int | None] = None
     #: plugin objects registered besides the installed entry points (a backend under test that
     #: is not installed, e.g. the kit's own mutation tests)
     plugins: ClassVar[tuple[Any, ...]] = ()
@@ -166,6 +172,49 @@ class GenerationConformance:
             pytest.skip("the model's distribution is uniform here: no temperature changes it")
         gap = max(float(np.max(np.abs(a - b))) for a, b in zip(at_one, at_half))
         assert gap > 1e-3, "log-probs at temperature 0.5 equal those at 1: the temperature is ignored"
+
+    def test_entropies_are_the_distributions_entropies(self, engine):
+        """The optional ``entropies`` hook (the eval loss's ``eval/entropy``; the core asks it of
+        the train engine only): one float per completion token, finite, in ``[0, log V]``, and at
+        each checked position the entropy of the distribution the backend's own ``logprobs`` give
+        over all ``V`` next tokens (each scored as a one-token completion), at temperature 1 and
+        0.7. A backend without the hook (or answering None) is skipped with the reason, not failed.
+        ``V`` is ``vocab_size`` (class attribute), else the model folder's ``config.json``."""
+        if not self.registry().implements(self.backend, "entropies"):
+            pytest.skip(f"backend {self.backend!r} does not implement the optional entropies hook: " + (
+                "as the train backend, its eval loss with entropy_coef > 0 logs eval/policy_loss alone "
+                "(no eval/entropy, no eval/loss)" if self.capabilities().train_step
+                else "the core asks it of the train backend only, and this one does not train"))
+        vocab = self.vocab_size or engine.vocab_size
+        out = engine.generate(CHATS, SamplingParams(max_new_tokens=6, n=2, seed=5))
+        seqs = [TokenSequence.of(c) for c in out]
+        # the first and last position of one completion per prompt: the reference scores V rows each
+        picks = [(i, k) for i in (0, len(seqs) - 1) for k in sorted({0, len(seqs[i].completion_ids) - 1})]
+        for temperature in (1.0, 0.7):
+            ents = engine.entropies(seqs, temperature)
+            if ents is None:
+                pytest.skip(f"backend {self.backend!r} answered None to entropies for the kit's model")
+            assert len(ents) == len(seqs), f"entropies returned {len(ents)} arrays for {len(seqs)} sequences"
+            for i, (seq, ent) in enumerate(zip(seqs, ents)):
+                assert ent.shape == (len(seq.completion_ids),), (
+                    f"entropies array {i} has shape {ent.shape}, expected ({len(seq.completion_ids)},)")
+                assert np.all(np.isfinite(ent)) and np.all(ent >= 0), f"entropies array {i} holds {ent}"
+                if vocab:
+                    assert np.all(ent <= np.log(vocab) + self.entropy_atol), (
+                        f"entropies array {i} holds {float(ent.max()):.4f} at temperature {temperature}, more "
+                        f"than log({vocab}) = {np.log(vocab):.4f}, the most any distribution over the "
+                        "vocabulary has (nats, not bits: the natural log)")
+            if not vocab:
+                pytest.skip("the vocabulary size is unknown (no config.json vocab_size): set vocab_size on the "
+                            "kit class to compare with the full distributions")
+            for i, k in picks:
+                want = _full_entropy(engine, seqs[i], k, temperature, vocab)
+                got = float(ents[i][k])
+                assert abs(got - want) <= self.entropy_atol, (
+                    f"entropies at temperature {temperature}, sequence {i} position {k}: {got:.6f}, but the "
+                    f"distribution the backend's logprobs give over all {vocab} next tokens has entropy "
+                    f"{want:.6f} (atol {self.entropy_atol}): expected -sum(p * log p) with "
+                    f"p = softmax(logits / temperature), in nats")
 
     def test_seed_repeats_and_differs(self, engine):
         sampling = SamplingParams(max_new_tokens=8, n=2, seed=7)
@@ -499,6 +548,22 @@ def _special_token_ids(model_dir: str) -> dict[str, int]:
         return {t["content"]: int(i) for i, t in decoder.items() if t.get("special") and t.get("content")}
     except (OSError, ValueError, AttributeError):
         return {}
+
+
+def _full_entropy(engine: Engine, seq: TokenSequence, k: int, temperature: float, vocab: int) -> float:
+    """The entropy at completion position ``k`` of ``seq`` from ``engine.logprobs`` of each of the
+    ``vocab`` tokens there (float64), after checking that those probabilities sum to 1 (else the
+    reference itself would be wrong: a wrong ``vocab`` or unnormalised log-probs)."""
+    prefix = np.concatenate([seq.prompt_ids, seq.completion_ids[:k]])
+    rows = [TokenSequence(prefix, np.array([v])) for v in range(vocab)]
+    scored = engine.logprobs(rows, temperature)
+    assert scored is not None  # Engine.logprobs raises on None for the current policy
+    logp = np.array([float(lp[0]) for lp in scored], dtype=np.float64)
+    total = float(np.exp(logp).sum())
+    assert abs(total - 1.0) <= 1e-3, (
+        f"the backend's logprobs of all {vocab} tokens at one position sum to probability {total:.5f}, not 1: "
+        "set the kit's vocab_size to the model's vocabulary, or normalise logprobs over it")
+    return float(-(np.exp(logp) * logp).sum())
 
 
 def _eos_ids(model_dir: str) -> set[int]:
