@@ -167,6 +167,7 @@ def test_metric_for_best_model_without_pruning_or_evaluation_is_taken_on_the_pyt
     ({"save_steps": 0.5, "max_steps": 8, "num_iterations": 2}, 2),  # ceil(8 x 0.5) = 4 updates
     ({"num_iterations": 3, "max_steps": 3000}, 167),  # the default 500, rounded up to whole steps (a warning)
     ({"save_strategy": "no", "save_steps": 1}, 0),
+    ({"save_steps": 0, "max_steps": 8}, 0),  # transformers saves at max_steps only (was refused)
 ])
 def test_save_steps_count_optimizer_updates(fields, every):
     settings = api.GRPOConfig.from_trl(_args(_Tmp(), **fields)).settings

@@ -746,8 +746,12 @@ def _save_every(trl_config: Any) -> int:
     below 1 of ``max_steps``), as ``_eval_every`` reads ``eval_steps``. transformers' default 500,
     left as it is and not a whole number of polyrl steps (``num_iterations`` x minibatches updates
     each), is rounded up to the next whole step with one warning rather than refused: the user
-    asked for no count, and TRL would save part-way through a rollout batch."""
+    asked for no count, and TRL would save part-way through a rollout batch. 0 is 0 (the end
+    only): transformers' ``DefaultFlowCallback`` saves every ``save_steps`` only when it is above 0,
+    and at ``max_steps`` whatever it is (it was refused as no count of updates)."""
     updates, minibatches = trl_config.save_steps, _minibatches(trl_config)
+    if isinstance(updates, (int, float)) and not isinstance(updates, bool) and updates == 0:
+        return 0
     per_step = int(trl_config.num_iterations) * minibatches
     if updates == HF_SAVE_STEPS and updates % per_step:
         from polyrl.logs import get_logger
