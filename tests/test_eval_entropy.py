@@ -95,9 +95,25 @@ def test_eval_metrics_with_a_bonus_and_no_kept_group_are_each_nan():
     logprobs, advantages, entropies = _inputs()
     none_kept = ([0, 0, 1, 1], [2, 2], [(0, 0), (0, 0)])
     got = eval_loss.metrics(algo, 8, logprobs, advantages, None, [None] * 4, *none_kept, entropies)
-    assert sorted(got) == ["eval/entropy", "eval/loss", "eval/policy_loss"] and all(np.isnan(v) for v in got.values())
+    clips = sorted(eval_loss.ratio_one_metrics(algo.objective(8), True))  # grpo's, NaN too (the next test)
+    assert sorted(got) == sorted(["eval/entropy", "eval/loss", "eval/policy_loss", *clips])
+    assert all(np.isnan(v) for v in got.values())
     alone = eval_loss.metrics(algo, 8, logprobs, advantages, None, [None] * 4, *none_kept, None)
-    assert sorted(alone) == ["eval/policy_loss"] and np.isnan(alone["eval/policy_loss"])
+    assert sorted(alone) == sorted(["eval/policy_loss", *clips]) and np.isnan(alone["eval/policy_loss"])
     bare = eval_loss.metrics(AlgorithmConfig.preset("grpo", loss_aggregation="token_mean"), 8, logprobs, advantages,
                              None, [None] * 4, *none_kept)
-    assert sorted(bare) == ["eval/loss"] and np.isnan(bare["eval/loss"])
+    assert sorted(bare) == sorted(["eval/loss", *clips]) and np.isnan(bare["eval/loss"])
+
+
+def test_eval_metrics_with_no_kept_group_hold_every_key_a_kept_one_holds():
+    """No eval batch kept a group: eval/kl (a KL term in the loss) and the clip ratios (grpo's ppo clipping) are NaN
+    beside eval/loss, as each key an evaluation with a kept group logs. Before: eval/kl and the
+    clip ratios were absent that evaluation (a hole in their series, and metric_for_best_model
+    "kl" stopped the run: "the evaluation logs no 'eval_kl'")."""
+    algo = AlgorithmConfig.preset("grpo", beta=0.04, loss_aggregation="token_mean")  # ppo clipping
+    logprobs, advantages, _ = _inputs()
+    kept = eval_loss.metrics(algo, 8, logprobs, advantages, logprobs, [None] * 4, [0, 0, 1, 1], [2, 2],
+                             [(2, 8), (2, 6)])
+    none_kept = eval_loss.metrics(algo, 8, [], [], [], [], [], [2, 2], [(0, 0), (0, 0)])
+    assert "eval/kl" in kept and "eval/clip_ratio/region_mean" in kept
+    assert sorted(none_kept) == sorted(kept) and all(np.isnan(v) for v in none_kept.values())

@@ -1205,18 +1205,23 @@ def test_a_state_that_is_not_json_is_left_out_of_the_checkpoint_with_one_warning
     assert len(said) == 1 and "Opaque.state()" in said[0]["event"] and "TypeError" in said[0]["event"]
 
 
-@pytest.mark.parametrize("launched", [False, True])
+@pytest.mark.parametrize("launched", [False, True, "2"])
 def test_the_resume_advice_of_a_trl_script_names_the_launcher_that_started_its_ranks(tmp_path, monkeypatch, launched):
     """A TRL script that torchrun (or accelerate launch through it) started resumes under it again:
-    ``python train.py`` would start one rank of a multi-rank run."""
+    ``python train.py`` would start one rank of a multi-rank run. "2": another launcher's 2 ranks
+    (the deepspeed launcher, mpirun: WORLD_SIZE without torchrun's TORCHELASTIC_RUN_ID), which
+    were advised python train.py."""
     from polyrl import run_plan
 
     script = tmp_path / "train.py"
     script.write_text("")
     monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=None, __file__=str(script)))
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
-    if launched:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    if launched is True:
         monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    elif launched:
+        monkeypatch.setenv("WORLD_SIZE", launched)
     (tmp_path / "run").mkdir()
     run_plan.write(tmp_path / "run", 3, started=run_plan.trl_script())
     said = run_plan.resume_command(run_plan.started_by(tmp_path / "run"))

@@ -137,11 +137,37 @@ def test_save_strategy_best_on_the_python_api_is_one_error():
     assert err.value.field == "grpo_config.save_strategy" and "GRPOTrainer" in err.value.fix
 
 
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"load_best_model_at_end": True}, "grpo_config.load_best_model_at_end"),  # the last step's model was exported
+    ({"save_total_limit": 1}, "grpo_config.metric_for_best_model"),  # the best checkpoint was pruned
+])
+def test_keeping_the_best_on_the_python_api_is_one_error(fields, field):
+    """polyrl.api.run keeps no best metric: load_best_model_at_end trained on and exported the
+    last step's model, and a save_total_limit pruned the best checkpoint transformers keeps, unsaid."""
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": "q"}] * 2, eval_prompts=[{"prompt": "e"}],
+                       rewards=["numeric_match"],
+                       grpo_config=_args(_Tmp(), max_steps=4, eval_strategy="steps", eval_steps=2, save_steps=2,
+                                         metric_for_best_model="reward", **fields))
+    assert err.value.field == field and "GRPOTrainer" in err.value.fix
+
+
+def test_metric_for_best_model_without_pruning_or_evaluation_is_taken_on_the_python_api():
+    """Nothing to keep from pruning (TRL's save_total_limit None), or no evaluation (no best): taken."""
+    for fields in ({}, {"save_total_limit": 1, "eval_strategy": "no"}):
+        config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": "q"}] * 2,
+                                   eval_prompts=None if fields else [{"prompt": "e"}], rewards=["numeric_match"],
+                                   grpo_config=_args(_Tmp(), max_steps=4, save_steps=2, metric_for_best_model="reward",
+                                                     **({"eval_strategy": "steps", "eval_steps": 2} | fields)))
+        assert config.train.checkpoint_every == 2
+
+
 @pytest.mark.parametrize(("fields", "every"), [
     ({"save_steps": 4, "max_steps": 8, "num_iterations": 2}, 2),  # optimizer updates, 2 a polyrl step
     ({"save_steps": 0.5, "max_steps": 8, "num_iterations": 2}, 2),  # ceil(8 x 0.5) = 4 updates
     ({"num_iterations": 3, "max_steps": 3000}, 167),  # the default 500, rounded up to whole steps (a warning)
     ({"save_strategy": "no", "save_steps": 1}, 0),
+    ({"save_steps": 0, "max_steps": 8}, 0),  # transformers saves at max_steps only (was refused)
 ])
 def test_save_steps_count_optimizer_updates(fields, every):
     settings = api.GRPOConfig.from_trl(_args(_Tmp(), **fields)).settings

@@ -42,7 +42,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
-from polyrl.trl_config import EVERY_EPOCH, SAVE_EVERY_EPOCH, SAVE_ON_BEST
+from polyrl.trl_config import BEST_KEPT, EVERY_EPOCH, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import shown
 
@@ -573,6 +573,20 @@ def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None =
         raise _prompts_error(exc) from None
 
 
+#: why ``polyrl.api.run`` refuses a TRL field that needs the best metric kept (``trl_config.BEST_KEPT``)
+_BEST_REFUSED = {
+    "load_best_model_at_end": "TRL's load_best_model_at_end loads the checkpoint of the best evaluation at the end, "
+                              "and polyrl.api.run keeps no best metric (polyrl.trl.GRPOTrainer does): the last "
+                              "step's model would be the one exported",
+    "metric_for_best_model": "TRL's metric_for_best_model with a save_total_limit keeps the best evaluation's "
+                             "checkpoint from pruning, and polyrl.api.run keeps no best metric (polyrl.trl.GRPOTrainer "
+                             "does): it would be pruned as any other"}
+_BEST_FIX = {
+    "load_best_model_at_end": "train with polyrl.trl.GRPOTrainer, or remove load_best_model_at_end",
+    "metric_for_best_model": "train with polyrl.trl.GRPOTrainer, or set save_total_limit=None (every checkpoint "
+                             "kept), or remove metric_for_best_model"}
+
+
 def run_config(
     algorithm: str,
     *,
@@ -610,6 +624,10 @@ def run_config(
                           "which polyrl.api.run does not keep (polyrl.trl.GRPOTrainer does)",
                           field="grpo_config.save_strategy",
                           fix='train with polyrl.trl.GRPOTrainer, or set save_strategy="steps" (or "epoch")')
+    best_field = settings.pop(BEST_KEPT, None)  # left for polyrl.trl.GRPOTrainer's callbacks, as SAVE_ON_BEST
+    if best_field is not None:
+        raise ConfigError(_BEST_REFUSED.get(best_field, _BEST_REFUSED["metric_for_best_model"]),
+                          field=f"grpo_config.{best_field}", fix=_BEST_FIX.get(best_field, _BEST_FIX["metric_for_best_model"]))
     trl_preset = settings.pop("algorithm.name", None)
     algorithm = _preset(algorithm, trl_preset)
     overrides = {k: v for k, v in attrs.asdict(cfg).items()

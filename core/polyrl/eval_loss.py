@@ -104,8 +104,8 @@ def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: 
     not; ``counts``: each batch's ``divisors``) averaged with its size as weight (transformers
     repeats a batch's loss once per sample), each batch's token-mean KL averaged as equals (TRL's
     per-batch metric list). A batch whose rows were all cut or unscored weighs in at 0, as in TRL;
-    one with no group kept (every group flat under dynamic sampling) is left out; none at all: NaN
-    (the bonus's values below too).
+    one with no group kept (every group flat under dynamic sampling) is left out; none at all: NaN,
+    and so is each other value below (the series of each key has no hole that evaluation).
     Also TRL's eval clip ratios (``ratio_one_metrics``), which its ``evaluate()`` returns.
 
     With an entropy bonus (``entropy_coef`` > 0), as a training step logs it: ``eval/policy_loss``,
@@ -138,9 +138,10 @@ def metrics(algo: AlgorithmConfig, max_completion_tokens: int | None, logprobs: 
         kls.append(parts["kl"])
         weights.append(batch_sizes[b])
     unknown = bonus and entropies is None  # the bonus's value: no eval/loss
-    if not losses:  # each loss value NaN, the bonus's two too (not eval/loss alone)
+    if not losses:  # each key a kept group gives, NaN: the bonus's two, the KL and clip ratios too
         keys = ([] if unknown else ["eval/loss"]) + (["eval/policy_loss"] if bonus else []) + \
-            (["eval/entropy"] if bonus and entropies is not None else [])
+            (["eval/entropy"] if bonus and entropies is not None else []) + \
+            (["eval/kl"] if ref_logprobs is not None else []) + list(ratio_one_metrics(objective, False))
         return dict.fromkeys(keys, float("nan"))
     out = {} if unknown else {"eval/loss": float(np.average(losses, weights=weights))}
     if bonus:

@@ -58,19 +58,29 @@ def trl_script() -> dict[str, str]:
     """The ``STARTED_KEY`` record of a run a TRL script started, with how the script was run:
     ``python -m MODULE``, or the ``__main__`` file's path where it is a ``.py`` file (``python
     train.py``); neither in a notebook or an interactive session. "launcher" where torchrun (or
-    ``accelerate launch`` through it) started the ranks: ``python train.py`` would resume one rank."""
+    ``accelerate launch`` through it) started the ranks, or another launcher started more than one
+    (``WORLD_SIZE``: the deepspeed launcher, mpirun, srun with the rank variables set, which
+    polyrl's ranks join as torchrun's): ``python train.py`` would resume one rank."""
     import sys
 
     main = sys.modules.get("__main__")
     spec, file = getattr(main, "__spec__", None), getattr(main, "__file__", None)
     found = {"by": TRL}
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's ranks (accelerate launch starts them so too)
+    if "TORCHELASTIC_RUN_ID" in os.environ or _world_size() > 1:  # torchrun's ranks (accelerate launch's too)
         found["launcher"] = LAUNCHED
     if spec is not None and isinstance(getattr(spec, "name", None), str) and spec.name:
         found["script"] = f"-m {spec.name.removesuffix('.__main__')}"
     elif isinstance(file, str) and file.endswith(".py") and Path(file).is_file():
         found["script"] = str(Path(file).resolve())
     return found
+
+
+def _world_size() -> int:
+    """``WORLD_SIZE`` as the ranks read it; 1 where unset or not a number (the run refuses that itself)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1") or 1)
+    except ValueError:
+        return 1
 
 
 def write(output_dir: Path, steps: int, ended: dict[str, Any] | None = None,

@@ -43,7 +43,7 @@ import attrs
 from polyrl import strict_json, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.trl_config import SAVE_EVERY_EPOCH, SAVE_ON_BEST
+from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.trl_quantized import FIX as _QLORA_FIX
 
 if TYPE_CHECKING:
@@ -525,10 +525,11 @@ class GRPOTrainer:
 
         if eval_prompts is not None:
             eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset", self.args), self.args)
-        if {SAVE_EVERY_EPOCH, SAVE_ON_BEST} & set(grpo_config.settings):  # asked by the run's callback handler
-            # (``trl_callbacks``): each new best, each epoch's end (exact after a callback's epoch stop too)
+        asked = (SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT)
+        if set(asked) & set(grpo_config.settings):  # asked by the run's callback handler (``trl_callbacks``):
+            # each new best, each epoch's end (exact after a callback's epoch stop too), the best kept
             grpo_config = attrs.evolve(grpo_config, settings={k: v for k, v in grpo_config.settings.items()
-                                                              if k not in (SAVE_EVERY_EPOCH, SAVE_ON_BEST)})
+                                                              if k not in asked})
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
                                          rewards=self._reward_entries, grpo_config=grpo_config, eval_prompts=eval_prompts,
                                          reward_tokenizers=self._reward_tokenizers)

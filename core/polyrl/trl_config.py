@@ -84,6 +84,11 @@ SAVE_EVERY_EPOCH = "train.checkpoint_every_epoch"
 #: metric (TRL's ``save_strategy = "best"``), which ``polyrl.trl.GRPOTrainer``'s callback handler asks
 #: (``trl_callbacks``); ``polyrl.api.run_config`` refuses it on the Python API, which keeps no best metric
 SAVE_ON_BEST = "train.checkpoint_on_best"
+#: a ``GRPOConfig.settings`` key, not a config key: the TRL field (its name) whose meaning needs the
+#: best metric kept as the run goes (``load_best_model_at_end``; ``metric_for_best_model`` where a
+#: ``save_total_limit`` prunes checkpoints and the best one must survive), which
+#: ``polyrl.trl.GRPOTrainer``'s callback handler keeps; ``polyrl.api.run_config`` refuses it
+BEST_KEPT = "train.best_kept"
 #: transformers' ``save_steps`` default (``TrainingArguments``; TRL's GRPOConfig keeps it)
 HF_SAVE_STEPS = 500
 #: fields read together with others below, not through their own table entry
@@ -703,7 +708,25 @@ def save_settings(trl_config: Any) -> dict[str, Any]:
     elif strategy != "no":
         raise ConfigError(f"TRL's save_strategy = {shown(strategy)} is not one transformers has",
                           field="grpo_config.save_strategy", fix='use "steps", "epoch", "best" or "no"')
+    best = _best_kept(trl_config, strategy, out["train.keep_checkpoints"])
+    if best is not None:
+        out[BEST_KEPT] = best
     return out
+
+
+def _best_kept(trl_config: Any, strategy: str, keep: int) -> str | None:
+    """The field (``BEST_KEPT``) whose meaning needs the best metric kept during the run, or None:
+    ``load_best_model_at_end``, or ``metric_for_best_model`` in a run that evaluates and prunes
+    checkpoints (transformers' ``rotate_checkpoints`` keeps ``best_model_checkpoint``). Why: on
+    ``polyrl.api.run``, which keeps no best metric, the first trained on and exported the last
+    step's model, and the second pruned the best checkpoint, both without a word."""
+    if getattr(trl_config, "load_best_model_at_end", False):
+        return "load_best_model_at_end"
+    evaluates = _plain(getattr(trl_config, "eval_strategy", "no")) != "no"
+    if getattr(trl_config, "metric_for_best_model", None) is not None and keep > 0 and evaluates \
+            and strategy in ("steps", "epoch"):
+        return "metric_for_best_model"
+    return None
 
 
 def _keep_checkpoints(limit: Any) -> int:
@@ -723,8 +746,12 @@ def _save_every(trl_config: Any) -> int:
     below 1 of ``max_steps``), as ``_eval_every`` reads ``eval_steps``. transformers' default 500,
     left as it is and not a whole number of polyrl steps (``num_iterations`` x minibatches updates
     each), is rounded up to the next whole step with one warning rather than refused: the user
-    asked for no count, and TRL would save part-way through a rollout batch."""
+    asked for no count, and TRL would save part-way through a rollout batch. 0 is 0 (the end
+    only): transformers' ``DefaultFlowCallback`` saves every ``save_steps`` only when it is above 0,
+    and at ``max_steps`` whatever it is (it was refused as no count of updates)."""
     updates, minibatches = trl_config.save_steps, _minibatches(trl_config)
+    if isinstance(updates, (int, float)) and not isinstance(updates, bool) and updates == 0:
+        return 0
     per_step = int(trl_config.num_iterations) * minibatches
     if updates == HF_SAVE_STEPS and updates % per_step:
         from polyrl.logs import get_logger
