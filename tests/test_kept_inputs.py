@@ -293,3 +293,35 @@ def test_a_reference_whose_files_cannot_be_linked_is_named_so_not_as_on_another_
     assert "the system refuses a hard link to its files in train.output_dir (Operation not permitted" in \
         said[0]["event"] and "another file system" not in said[0]["event"], said
     assert "a copy of the model of your own on output_dir's file system" in said[0]["fix"], said
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT"])
+def test_a_full_disk_while_linking_the_reference_fails_the_checkpoint_not_warns(tmp_path, monkeypatch, code):
+    """A full disk (or quota) met while linking the reference is the checkpoint's failure, as any
+    full disk is (``CheckpointWriteError``, a disk problem): it was read as a reference the system
+    refuses to link, warned once for the run ("a file system without hard links") and advised
+    copying the whole model, onto the full disk."""
+    import errno
+    import os
+    from types import SimpleNamespace
+
+    from polyrl import kept_inputs
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    (reference / "model.safetensors").write_bytes(b"weights")
+    config = SimpleNamespace(backends=SimpleNamespace(options={}), model=SimpleNamespace(reference_path=str(reference)),
+                             train=SimpleNamespace(output_dir=str(tmp_path / "run")))
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(kept_inputs.os, "link", full)
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000001"
+    checkpoint.mkdir(parents=True)
+    with pytest.raises(OSError) as err:
+        kept_inputs.save(config, checkpoint)
+    assert err.value.errno == getattr(errno, code)
+    assert not (checkpoint / kept_inputs.REFERENCE).exists()  # nothing half-linked left behind
+    monkeypatch.setattr(kept_inputs.os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EPERM, "no")))
+    assert [e.errno for _, e in kept_inputs.save(config, checkpoint)] == [errno.EPERM]  # a refusal still warns

@@ -60,7 +60,9 @@ def _link_or_copy(source: str, target: str) -> None:
 def _link_tree(source: Path, target: Path) -> OSError | None:
     """Hard-link every file of ``source`` into ``target`` (a link inside it, as a Hub cache's
     snapshot holds, is followed to its file; hidden ones are left out, as ``model_files`` leaves
-    them out); what refused it, with ``target`` removed, where one cannot be linked, else None."""
+    them out); what refused it, with ``target`` removed, where one cannot be linked, else None.
+    A full disk or quota is raised, not returned: the checkpoint cannot be written then, and it
+    fails as any checkpoint on a full disk does, not as a reference kept nowhere."""
     try:
         for folder, folders, files in os.walk(source, followlinks=True):
             folders[:] = [f for f in folders if not f.startswith(".")]  # a clone's .git, a download cache
@@ -71,6 +73,8 @@ def _link_tree(source: Path, target: Path) -> OSError | None:
                     os.link(Path(folder) / name, here / name, follow_symlinks=True)
     except OSError as exc:
         shutil.rmtree(target, ignore_errors=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
         return exc
     return None
 
