@@ -10,7 +10,7 @@ import os
 import platform
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from polyrl import __version__
 from polyrl.errors import PolyrlError, StoppedAtOnce
@@ -75,6 +75,56 @@ def _error_entries(errors: Iterable[Any]) -> list[dict[str, str]]:
     return [{"name": e.name, "distribution": e.distribution, "error": e.error} for e in errors]
 
 
+def _usable(status: Any) -> str:
+    """A listing's "usable" cell."""
+    return "yes" if status.available else "no"
+
+
+class _PluginFamily(NamedTuple):
+    """What ``polyrl rewards | trackers | environments`` lists of one plugin family (``_list_plugins``)."""
+
+    group: str  # the registry's name for the family's plugins that failed to load
+    entries: Callable[[Any], list[Any]]  # the registry's entries, in listing order
+    as_json: Callable[[list[Any]], dict[str, Any]]  # their ``--json`` keys ("load_errors" is added)
+    title: str
+    columns: tuple[str, ...]
+    row: Callable[[Any], tuple[Any, ...]]  # one entry's table cells
+    what: str  # the plugins' kind, in the load errors below the table
+
+
+_REWARDS = _PluginFamily(
+    "rewards", lambda reg: reg.rewards(),
+    lambda rewards: {"rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution}
+                                 for r in rewards]},
+    "polyrl rewards ([[rewards]] name = ...)", ("reward", "from", "what it scores"),
+    lambda r: (r.name, r.distribution, r.summary), "reward plugin")
+_TRACKERS = _PluginFamily(
+    "trackers", lambda reg: reg.tracker_statuses(), lambda statuses: {"trackers": [s.as_dict() for s in statuses]},
+    "polyrl trackers ([logging] report_to = [...])", ("tracker", "usable", "from", "what it writes", "why not / fix"),
+    lambda s: (s.name, _usable(s), s.distribution, s.summary, _why_not(s)), "tracker plugin")
+_ENVIRONMENTS = _PluginFamily(
+    "environments", lambda reg: reg.environment_statuses(),
+    lambda statuses: {"environments": [s.as_dict() for s in statuses if s.kind == "environment"],
+                      "tools": [s.as_dict() for s in statuses if s.kind == "tool"]},
+    "polyrl environments ([environment] name = ..., tools = [...])",
+    ("kind", "name", "usable", "from", "what it does", "why not / fix"),
+    lambda s: (s.kind, s.name, _usable(s), s.distribution, s.summary, _why_not(s)), "environment/tool plugin")
+
+
+def _list_plugins(args: argparse.Namespace, family: _PluginFamily) -> int:
+    """One plugin family's listing: its entries and its plugins that failed to load, as a table or
+    ``--json``, read with the plugins' own printing set aside (``_plugin_output_aside``)."""
+    with _plugin_output_aside():
+        reg = _registry()
+        entries = family.entries(reg)
+        errors = reg.load_errors_of(family.group)
+    if args.json:
+        _print_json({**family.as_json(entries), "load_errors": _error_entries(errors)})
+        return 0
+    _print_listing(family.title, family.columns, [family.row(e) for e in entries], errors, family.what)
+    return 0
+
+
 # --- commands -------------------------------------------------------------------------------------
 
 
@@ -97,7 +147,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     rows = []
     for s in statuses:
         caps = [k for k in BACKEND_ABILITIES if s.capabilities.get(k)]
-        rows.append((s.name, "yes" if s.available else "no", s.version, s.distribution, ", ".join(caps),
+        rows.append((s.name, _usable(s), s.version, s.distribution, ", ".join(caps),
                      _why_not(s)))
     _print_listing("polyrl backends", ("backend", "usable", "version", "distribution", "can do", "why not / fix"),
                    rows, errors, "plugin", footer="\n".join(["rewards: " + ", ".join(r.name for r in rewards),
@@ -106,19 +156,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 
 def cmd_rewards(args: argparse.Namespace) -> int:
-    with _plugin_output_aside():
-        reg = _registry()
-        rewards = reg.rewards()
-        errors = reg.load_errors_of("rewards")
-    if args.json:
-        _print_json({
-            "rewards": [{"name": r.name, "summary": r.summary, "distribution": r.distribution} for r in rewards],
-            "load_errors": _error_entries(errors),
-        })
-        return 0
-    _print_listing("polyrl rewards ([[rewards]] name = ...)", ("reward", "from", "what it scores"),
-                   [(r.name, r.distribution, r.summary) for r in rewards], errors, "reward plugin")
-    return 0
+    return _list_plugins(args, _REWARDS)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -142,36 +180,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_trackers(args: argparse.Namespace) -> int:
-    with _plugin_output_aside():
-        reg = _registry()
-        statuses = reg.tracker_statuses()
-        errors = reg.load_errors_of("trackers")
-    if args.json:
-        _print_json({"trackers": [s.as_dict() for s in statuses], "load_errors": _error_entries(errors)})
-        return 0
-    _print_listing("polyrl trackers ([logging] report_to = [...])",
-                   ("tracker", "usable", "from", "what it writes", "why not / fix"),
-                   [(s.name, "yes" if s.available else "no", s.distribution, s.summary, _why_not(s))
-                    for s in statuses],
-                   errors, "tracker plugin")
-    return 0
+    return _list_plugins(args, _TRACKERS)
 
 
 def cmd_environments(args: argparse.Namespace) -> int:
-    with _plugin_output_aside():
-        reg = _registry()
-        statuses = reg.environment_statuses()
-        errors = reg.load_errors_of("environments")
-    if args.json:
-        _print_json({"environments": [s.as_dict() for s in statuses if s.kind == "environment"],
-                     "tools": [s.as_dict() for s in statuses if s.kind == "tool"],
-                     "load_errors": _error_entries(errors)})
-        return 0
-    _print_listing("polyrl environments ([environment] name = ..., tools = [...])",
-                   ("kind", "name", "usable", "from", "what it does", "why not / fix"),
-                   [(s.kind, s.name, "yes" if s.available else "no", s.distribution, s.summary, _why_not(s))
-                    for s in statuses], errors, "environment/tool plugin")
-    return 0
+    return _list_plugins(args, _ENVIRONMENTS)
 
 
 def cmd_config_reference(args: argparse.Namespace) -> int:

@@ -262,6 +262,47 @@ def _step_seed(seed: int, step: int) -> int:
 ChatReader = tuple[Callable[[list[dict[str, Any]], bool], np.ndarray], Callable[..., str]]
 
 
+@attrs.frozen(eq=False)
+class _Rewarded:
+    """This rank's scored step (``Trainer._step_rewards``): what the step-wide selection gathers."""
+
+    scored: Any  # the reward computer's result (total, per_reward, metrics, metric_counts)
+    rewards: np.ndarray  # each completion's reward total
+    shaped: np.ndarray  # after overlong shaping and a KL penalty in the reward
+    kl_sums: np.ndarray | None  # kl_in_reward: each sequence's summed KL to the reference
+    kl_metrics: dict[str, float]  # kl_in_reward: the coefficient these rewards used
+    seconds: float  # scoring's duration here
+
+
+@attrs.frozen(eq=False)
+class _StepBatch:
+    """The step's rewards and loss selection over every rank (``Trainer._select_step``), decided
+    once, so the update, a step with nothing to train and the metrics all read the same values on
+    every rank. Arrays are the whole step's, in rank order, but ``my_untruncated``; ``mine`` is
+    this rank's slice of them."""
+
+    step: step_gather.Shard  # every rank's shard, joined
+    sizes: list[int]  # every rank's completion count
+    mine: slice
+    my_untruncated: np.ndarray  # this rank's completions not cut under mask_truncated_completions
+    rewards: np.ndarray  # reward totals (unshaped)
+    shaped: np.ndarray  # shaped rewards; NaN for an episode with nothing to train on
+    untruncated: np.ndarray
+    matrix: np.ndarray | None  # GDPO: the per-reward scores, each normalized in its group
+    barred: np.ndarray | None  # episodes: rows no loss term trains (an environment error's)
+    router_on: bool  # the loss holds a MoE model's router term
+    keep: np.ndarray  # rows the update trains on
+    advantages: np.ndarray
+    group_kept: np.ndarray  # rows of TRL's batch (the groups dynamic sampling keeps)
+    cut_rows: np.ndarray  # prompt-only rows of the router term
+    kl_in_loss: bool  # the KL to the reference is a loss term
+
+    @property
+    def global_kept(self) -> int:
+        """The samples the update trains on, over every rank."""
+        return int(self.keep.sum())
+
+
 class Trainer:
     """Runs a ``RunConfig``. Build it, then call ``run()``; ``evaluate()`` works any time."""
 
@@ -754,18 +795,42 @@ class Trainer:
             self.save()
 
     def train_one_step(self) -> dict[str, Any]:
-        c, algo = self.config, self.config.algorithm
+        """One step (the module's 1-6), its metrics returned. Its phases run in this order on every
+        rank, as their collectives, RNG draws and failure checkpoints need: rollout, rewards, the
+        step-wide selection, the update (or the idle updates of a step with nothing to train), the
+        weight push, then the metrics that describe all of it."""
         times: dict[str, float] = {"sync": 0.0}
         t_step = time.perf_counter()
+        rollout = self._step_rollout(times)
+        lag = self.step - rollout.policy_version
+        rewarded = self._step_rewards(rollout, times)
+        batch = self._select_step(rollout, rewarded)
+        metrics = self._step_head_metrics(batch, lag, rewarded.kl_metrics)
+        self._all_cut = self._update_refused = False
+        if batch.global_kept == 0:
+            self._idle_step(batch, rollout.completions, metrics, times)
+        else:
+            self._trained_step(batch, rollout.completions, lag, metrics, times)
+        self._push_weights(metrics, times)
+        self._step_tail_metrics(batch, metrics, times, t_step)
+        return metrics
+
+    def _step_rollout(self, times: dict[str, float]) -> Rollout:
+        """The step's rollout (``_rollout``), refused before any scoring when an environment raised
+        to stop the run: a resume then samples the same prompts again (``_unsampled``)."""
         rollout = self._rollout(times)
         raised = self._raised_by_environment()
         if raised is not None:  # nothing of this step is scored or trained; a resume samples it again
             self._unsampled(rollout)
             raise raised
-        rows, completions = rollout.rows, rollout.completions
         self._step_start = (int(rollout.sampler_before["epoch"]), int(rollout.sampler_before["position"]))
-        lag = self.step - rollout.policy_version
+        return rollout
 
+    def _step_rewards(self, rollout: Rollout, times: dict[str, float]) -> _Rewarded:
+        """This rank's rewards, shaped (DAPO overlong, ``kl_in_reward``). A reward that failed on any
+        rank stops every rank here, before a collective, its rollout kept for the resume."""
+        algo = self.config.algorithm
+        rows, completions = rollout.rows, rollout.completions
         t0 = time.perf_counter()
         failed: RewardError | RewardCancelled | None = None
         try:
@@ -785,16 +850,22 @@ class Trainer:
         if algo.kl_in_reward:
             shaped, kl_sums, kl_metrics = self._kl_in_reward(shaped, completions)
         times["reward"] = time.perf_counter() - t0
+        return _Rewarded(scored, rewards, shaped, kl_sums, kl_metrics, times["reward"])
 
-        # advantages (and batch-level statistics) over the global batch, then this rank's part;
-        # truncated completions (mask_truncated_completions) stay in the baseline, out of the loss.
-        # Metrics and the untrainable-episode decision take the whole step too (polyrl.step_gather).
+    def _select_step(self, rollout: Rollout, rewarded: _Rewarded) -> _StepBatch:
+        """Advantages (and batch-level statistics) over the global batch, gathered from every rank,
+        and which rows the loss trains; truncated completions (mask_truncated_completions) stay in
+        the baseline, out of the loss. Metrics and the untrainable-episode decision take the whole
+        step too (``polyrl.step_gather``). A total past float range is refused on every rank alike."""
+        c, algo = self.config, self.config.algorithm
+        rows, completions, scored = rollout.rows, rollout.completions, rewarded.scored
         untruncated = algo.untruncated_mask([x.finish_reason for x in completions])
         shard = step_gather.Shard.of(completions, per_reward=scored.per_reward, reward_metrics=scored.metrics,
-                                     metric_counts=scored.metric_counts,
-                                     kl_sums=kl_sums, seconds={"generate": rollout.seconds, "reward": times["reward"]},
+                                     metric_counts=scored.metric_counts, kl_sums=rewarded.kl_sums,
+                                     seconds={"generate": rollout.seconds, "reward": rewarded.seconds},
                                      peak_rss_mb=peak_rss_mb())
-        mine_all = (rewards, shaped, untruncated, shard, self._sample_completions(rows, completions, scored))
+        mine_all = (rewarded.rewards, rewarded.shaped, untruncated, shard,
+                    self._sample_completions(rows, completions, scored))
         everyone = self.train_engine.all_gather(mine_all, self.world_size) if self.world_size > 1 else [mine_all]
         offset = sum(len(part[0]) for part in everyone[: self.rank])
         step = step_gather.join([part[3] for part in everyone])
@@ -807,7 +878,7 @@ class Trainer:
         if np.isinf(all_shaped).any():  # a score x weight (or a KL penalty) past float64's range, on any rank
             self._unscored(rollout)
             raise RewardError(_overflow_message(all_shaped))
-        mine = slice(offset, offset + len(shaped))
+        mine = slice(offset, offset + len(rewarded.shaped))
         all_untruncated = np.concatenate([part[2] for part in everyone])
         rewards = np.concatenate([part[0] for part in everyone])  # metrics describe the global batch
         matrix = None
@@ -827,118 +898,163 @@ class Trainer:
         if too_big is not None:  # the same global advantages on every rank: all refuse together
             self._unscored(rollout)
             raise RewardError(too_big)
-        kl_in_loss = algo.beta > 0 and not algo.kl_in_reward
-        global_kept = int(all_keep.sum())  # the samples the update trains on, over every rank
-        keep, advantages = all_keep[mine], all_advantages[mine]
         self.tracking.collect_records(step_gather.step_records(
             [part[4] for part in everyone], [len(part[0]) for part in everyone], all_advantages))
         self._nothing_scored = skip_causes.nothing_scored(rewards)  # the same on every rank
+        return _StepBatch(step=step, sizes=[len(part[0]) for part in everyone], mine=mine, my_untruncated=untruncated,
+                          rewards=rewards, shaped=all_shaped, untruncated=all_untruncated, matrix=matrix,
+                          barred=barred, router_on=router_on, keep=all_keep, advantages=all_advantages,
+                          group_kept=group_kept, cut_rows=all_cut_rows,
+                          kl_in_loss=algo.beta > 0 and not algo.kl_in_reward)
+
+    def _step_head_metrics(self, batch: _StepBatch, lag: int, kl_metrics: dict[str, float]) -> dict[str, Any]:
+        """The step's first metrics, known before its update: rewards, lengths, samples kept, lag, KL."""
+        step = batch.step
         if step.kl_sums is not None:
             kl_metrics = {"kl_in_reward": float(np.mean(step.kl_sums)) if len(step.kl_sums) else 0.0,
                           **kl_metrics}
-        reward_mean, reward_std = safe_stats.mean_std(rewards)
-        metrics: dict[str, Any] = {
+        reward_mean, reward_std = safe_stats.mean_std(batch.rewards)
+        return {
             "step": self.step + 1,  # counts the steps taken, as checkpoints do (metrics_file)
             "reward_mean": reward_mean,
             "reward_std": reward_std,
             "completion_len_mean": float(step.completion_len.mean()) if step.size else float("nan"),
-            "samples_kept": global_kept,
+            "samples_kept": batch.global_kept,
             "policy_lag": lag,
             **{f"reward/{k}/{m}": v for k, ms in step.reward_metrics.items() for m, v in ms.items()},
             **kl_metrics,
         }
-        idx = np.flatnonzero(keep)
-        self._all_cut = self._update_refused = False
-        if global_kept == 0:
-            causes = skip_causes.empty_step_causes(rewards, all_shaped, all_untruncated, group_kept)
-            self._all_cut = skip_causes.all_cut(rewards, all_shaped, all_untruncated)  # the same on every rank
-            fix = ({"fix": "make at least one reward function return a number for each completion (None "
-                           f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run"}
-                   if self._nothing_scored else
-                   {"fix": f"{self._cut_fix()}; "
-                           f"{c.train.max_consecutive_skips} such steps in a row stop the run"}
-                   if self._all_cut else {})
-            # a MoE model's router term still trains over TRL's batch (its rows, the cut ones' prompts)
-            router_only = router_on and bool(group_kept.any())
-            what = ("only the MoE router term trained (TRL's loss there is that term alone)" if router_only else
-                    "nothing trained (the optimizer steps on a zero gradient, as TRL's)")
-            log.warning(f"no informative samples this step ({'; '.join(causes)}); {what}",
-                        step=self.step + 1, **fix)
-            metrics.update(skipped=True, loss=float("nan"))
-            if not all_untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
-                metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
-            elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
-                metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
-            # TRL's forward over such a batch gives its entropy: the idle updates run over it then,
-            # less the episodes no term trains (an environment error's tokens are no trained tokens)
-            in_loss = untruncated if barred is None else untruncated & ~barred[mine]
-            covered = in_loss if self._nothing_scored and not kl_in_loss else None
-            # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss,
-            # over its batch's rows (``group_kept``: barred rows are out of it; every row cut here, its
-            # prompt alone; none where dynamic sampling dropped every group: those rows are out of the
-            # step's batch), split into updates and micro-batches as a trained step's rows, on every
-            # rank when any rank has one
-            parts = self._router_parts(completions, group_kept, group_kept, untruncated,
-                                       [len(part[0]) for part in everyone]) if router_only else None
-            t0 = time.perf_counter()
-            idle = self._idle_updates(completions, algo.updates_per_step, covered, parts, algo.router_aux_loss_coef,
-                                      algo.num_iterations)
-            times["train"] = time.perf_counter() - t0
-            # TRL logs each of these on such a step too (aux_loss: its loss is coef x aux_loss there)
-            metrics.update({key: value for key, value in idle.items() if value is not None})
-        else:
-            if self._nothing_scored and self.rank == 0:  # kept for the KL term / entropy bonus (kl_only above)
-                terms = " and ".join(t for t, on in (("the KL term", kl_in_loss),
-                                                     ("the entropy bonus", algo.entropy_coef > 0),
-                                                     ("the MoE router term", router_on)) if on)
-                log.warning(f"no reward scored any sample this step: it trains {terms} alone, every advantage "
-                            "0, as TRL does", step=self.step + 1,
-                            fix="make at least one reward function return a number for each completion (None "
-                                f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run")
-            seqs = [TokenSequence.of(completions[i]) for i in idx]
-            temperature = c.generation.temperature or 1.0
-            old = None
-            t0 = time.perf_counter()
-            if lag > 0:  # sampled by older weights: the ratio is to the behaviour policy, its own log-probs
-                old = [completions[i].logprobs for i in idx]
-            elif algo.updates_per_step > 1 and (seqs or self.world_size > 1):
-                # the weights before the step's first update (mini-batches or iterations change them);
-                # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
-                old = self.train_engine.logprobs(seqs, temperature)
-            ref = self._ref_logprobs(seqs, temperature) if kl_in_loss and seqs else None
-            untrained = self._untrained_logprobs(completions, group_kept & all_untruncated & ~all_keep, mine,
-                                                 temperature)
-            if kl_in_loss and not seqs:  # an empty shard still takes part in the step
-                ref = []
-            times["logprobs"] = time.perf_counter() - t0
-            whole = TrainBatch(seqs, advantages[idx], old_logprobs=old, ref_logprobs=ref, temperature=temperature,
-                               sampler_logprobs=[completions[i].logprobs for i in idx])
-            whole, rows_in = router_rows.joined(whole, idx, np.flatnonzero(all_cut_rows[mine]), completions)
-            batches = self._minibatches(whole, completions, rows_in, group_kept, all_keep | all_cut_rows, untruncated,
-                                        [len(part[0]) for part in everyone], shuffle=router_on)
-            t0 = time.perf_counter()
-            objective = algo.objective(self._max_completion_tokens)
-            updates: list[StepMetrics] = []
-            self._updating = True  # until the step is counted (_run)
-            for _ in range(algo.num_iterations):  # TRL's order: every mini-batch, then again
-                updates = []
-                for part in batches:
-                    step_metrics = self.train_engine.train_step(part, objective)
-                    if step_metrics.skipped:
-                        break
-                    updates.append(step_metrics)
-                    self.updates_applied += 1
+
+    def _idle_step(self, batch: _StepBatch, completions: list[Completion], metrics: dict[str, Any],
+                   times: dict[str, float]) -> None:
+        """A step with no informative sample on any rank: warned of with its causes, and TRL's
+        optimizer steps on it (``_idle_updates``), with the loss values TRL logs there."""
+        c, algo = self.config, self.config.algorithm
+        rewards, kl_in_loss = batch.rewards, batch.kl_in_loss
+        causes = skip_causes.empty_step_causes(rewards, batch.shaped, batch.untruncated, batch.group_kept)
+        self._all_cut = skip_causes.all_cut(rewards, batch.shaped, batch.untruncated)  # the same on every rank
+        fix = ({"fix": "make at least one reward function return a number for each completion (None "
+                       f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run"}
+               if self._nothing_scored else
+               {"fix": f"{self._cut_fix()}; "
+                       f"{c.train.max_consecutive_skips} such steps in a row stop the run"}
+               if self._all_cut else {})
+        # a MoE model's router term still trains over TRL's batch (its rows, the cut ones' prompts)
+        router_only = batch.router_on and bool(batch.group_kept.any())
+        what = ("only the MoE router term trained (TRL's loss there is that term alone)" if router_only else
+                "nothing trained (the optimizer steps on a zero gradient, as TRL's)")
+        log.warning(f"no informative samples this step ({'; '.join(causes)}); {what}",
+                    step=self.step + 1, **fix)
+        metrics.update(skipped=True, loss=float("nan"))
+        if not batch.untruncated.any():  # TRL's batch had no loss token left: its loss and masked means are 0
+            metrics.update(no_loss_token_metrics(kl_in_loss, algo.objective(self._max_completion_tokens)))
+        elif self._nothing_scored and not kl_in_loss:  # TRL's: every advantage 0, no KL term: loss 0
+            metrics.update(nothing_scored_metrics(algo.objective(self._max_completion_tokens)))
+        # TRL's forward over such a batch gives its entropy: the idle updates run over it then,
+        # less the episodes no term trains (an environment error's tokens are no trained tokens)
+        untruncated = batch.my_untruncated
+        in_loss = untruncated if batch.barred is None else untruncated & ~batch.barred[batch.mine]
+        covered = in_loss if self._nothing_scored and not kl_in_loss else None
+        # a MoE model's router term: TRL adds coef x aux_loss to such a step's zero policy loss,
+        # over its batch's rows (``group_kept``: barred rows are out of it; every row cut here, its
+        # prompt alone; none where dynamic sampling dropped every group: those rows are out of the
+        # step's batch), split into updates and micro-batches as a trained step's rows, on every
+        # rank when any rank has one
+        parts = self._router_parts(completions, batch.group_kept, batch.group_kept, untruncated,
+                                   batch.sizes) if router_only else None
+        t0 = time.perf_counter()
+        idle = self._idle_updates(completions, algo.updates_per_step, covered, parts, algo.router_aux_loss_coef,
+                                  algo.num_iterations)
+        times["train"] = time.perf_counter() - t0
+        # TRL logs each of these on such a step too (aux_loss: its loss is coef x aux_loss there)
+        metrics.update({key: value for key, value in idle.items() if value is not None})
+
+    def _trained_step(self, batch: _StepBatch, completions: list[Completion], lag: int, metrics: dict[str, Any],
+                      times: dict[str, float]) -> None:
+        """A step with samples to train: its log-probs, then ``num_iterations`` passes over its
+        mini-batches, and the update's metrics (TRL's names for its clip and sampling values)."""
+        algo = self.config.algorithm
+        if self._nothing_scored and self.rank == 0:
+            self._warn_terms_alone(batch)
+        batches, untrained = self._update_batches(batch, completions, lag, times)
+        t0 = time.perf_counter()
+        objective = algo.objective(self._max_completion_tokens)
+        updates, last = self._apply_updates(batches, objective)
+        times["train"] = time.perf_counter() - t0
+        self._update_refused = last.skipped
+        metrics.update(last.as_dict() if last.skipped else minibatches.pass_metrics(updates))
+        if not batch.kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
+            metrics.pop("kl", None)
+        metrics.update(clip_region_metrics(metrics, objective.policy_loss))
+        metrics.update(self._trl_sampling(metrics, completions, batch.group_kept[batch.mine], batch.my_untruncated,
+                                          objective.mismatch_level == "sequence",
+                                          untrained_gap(*untrained, objective) if untrained[0] else None))
+
+    def _warn_terms_alone(self, batch: _StepBatch) -> None:
+        """A step no reward scored that still trains (kept for the KL term, entropy bonus or router
+        term, as TRL does): said, since every advantage is 0 and the rewards need fixing."""
+        c, algo = self.config, self.config.algorithm
+        terms = " and ".join(t for t, on in (("the KL term", batch.kl_in_loss),
+                                             ("the entropy bonus", algo.entropy_coef > 0),
+                                             ("the MoE router term", batch.router_on)) if on)
+        log.warning(f"no reward scored any sample this step: it trains {terms} alone, every advantage "
+                    "0, as TRL does", step=self.step + 1,
+                    fix="make at least one reward function return a number for each completion (None "
+                        f"means no reward); {c.train.max_consecutive_skips} such steps in a row stop the run")
+
+    def _update_batches(self, batch: _StepBatch, completions: list[Completion], lag: int,
+                        times: dict[str, float]) -> tuple[list[TrainBatch], tuple[list[np.ndarray], list[np.ndarray]]]:
+        """This rank's mini-batches of the step, with the log-probs the loss needs (old: only when
+        they can differ from the current policy; reference: only with the KL term in the loss), and
+        the (trainer, sampler) log-probs of TRL's rows the update leaves out (``_untrained_logprobs``)."""
+        c, algo = self.config, self.config.algorithm
+        kl_in_loss, mine = batch.kl_in_loss, batch.mine
+        idx = np.flatnonzero(batch.keep[mine])
+        seqs = [TokenSequence.of(completions[i]) for i in idx]
+        temperature = c.generation.temperature or 1.0
+        old = None
+        t0 = time.perf_counter()
+        if lag > 0:  # sampled by older weights: the ratio is to the behaviour policy, its own log-probs
+            old = [completions[i].logprobs for i in idx]
+        elif algo.updates_per_step > 1 and (seqs or self.world_size > 1):
+            # the weights before the step's first update (mini-batches or iterations change them);
+            # an empty shard still calls: a sharded (FSDP) backend gathers weights collectively
+            old = self.train_engine.logprobs(seqs, temperature)
+        ref = self._ref_logprobs(seqs, temperature) if kl_in_loss and seqs else None
+        untrained = self._untrained_logprobs(completions, batch.group_kept & batch.untruncated & ~batch.keep,
+                                             mine, temperature)
+        if kl_in_loss and not seqs:  # an empty shard still takes part in the step
+            ref = []
+        times["logprobs"] = time.perf_counter() - t0
+        whole = TrainBatch(seqs, batch.advantages[mine][idx], old_logprobs=old, ref_logprobs=ref,
+                           temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx])
+        whole, rows_in = router_rows.joined(whole, idx, np.flatnonzero(batch.cut_rows[mine]), completions)
+        batches = self._minibatches(whole, completions, rows_in, batch.group_kept, batch.keep | batch.cut_rows,
+                                    batch.my_untruncated, batch.sizes, shuffle=batch.router_on)
+        return batches, untrained
+
+    def _apply_updates(self, batches: list[TrainBatch], objective: Objective) -> tuple[list[StepMetrics], StepMetrics]:
+        """``num_iterations`` passes over ``batches`` in TRL's order (every mini-batch, then again),
+        stopping at the first update the backend refuses: (the last pass's updates, the last result)."""
+        updates: list[StepMetrics] = []
+        self._updating = True  # until the step is counted (_run)
+        for _ in range(self.config.algorithm.num_iterations):  # TRL's order: every mini-batch, then again
+            updates = []
+            for part in batches:
+                step_metrics = self.train_engine.train_step(part, objective)
                 if step_metrics.skipped:
                     break
-            times["train"] = time.perf_counter() - t0
-            self._update_refused = step_metrics.skipped
-            metrics.update(step_metrics.as_dict() if step_metrics.skipped else minibatches.pass_metrics(updates))
-            if not kl_in_loss:  # no reference in the loss: a backend's kl is 0, read as "no drift" (TRL omits it)
-                metrics.pop("kl", None)
-            metrics.update(clip_region_metrics(metrics, objective.policy_loss))
-            metrics.update(self._trl_sampling(metrics, completions, group_kept[mine], untruncated,
-                                              objective.mismatch_level == "sequence",
-                                              untrained_gap(*untrained, objective) if untrained[0] else None))
+                updates.append(step_metrics)
+                self.updates_applied += 1
+            if step_metrics.skipped:
+                break
+        return updates, step_metrics
+
+    def _push_weights(self, metrics: dict[str, Any], times: dict[str, float]) -> None:
+        """After the update: a skipped step logs the schedule's lr and keeps the generator's weights
+        (unchanged); a trained one pushes them to the generator unless overlap pushes at the next
+        step's start. A failed push is kept to raise once the step is recorded (``_run``)."""
+        c = self.config
         if metrics.get("skipped") and "lr" not in metrics:
             # its lr too, as TRL logs learning_rate every step: the schedule's value for the next
             # update, where the skip left it (a backend reports the lr of the updates it makes)
@@ -949,16 +1065,22 @@ class Trainer:
                 times["sync"] = self.engines.sync_weights(self.step + 1)
             except PolyrlError as exc:  # the update is in: record and checkpoint it, then stop (_run)
                 self._sync_failed = exc
+
+    def _step_tail_metrics(self, batch: _StepBatch, metrics: dict[str, Any], times: dict[str, float],
+                           t_step: float) -> None:
+        """The metrics of the whole step, added last: timings, throughput, the common step metrics,
+        TRL's names and counters (counted once the step is in) and the episodes'."""
+        c, algo, step = self.config, self.config.algorithm, batch.step
         total = time.perf_counter() - t_step
         metrics.update({f"time/{k}": round(v, 4) for k, v in times.items()})
         metrics["time/step"] = round(total, 4)
         # the rollout's own duration, ahead or not (the slowest rank's), and the job's tokens/s
         metrics["generate_seconds"] = round(step.seconds["generate"], 4)
         metrics["tokens_per_s"] = float(step.sampled_len.sum() / max(step.seconds["generate"], 1e-9))
-        trained = int(step.sequence_len[all_keep].sum())  # every rank's kept sequences
-        metrics.update(common_step_metrics(step, rewards, c.generation.group_size,
+        trained = int(step.sequence_len[batch.keep].sum())  # every rank's kept sequences
+        metrics.update(common_step_metrics(step, batch.rewards, c.generation.group_size,
                                            {**times, **step.seconds}, trained * algo.num_iterations,
-                                           algo.scale_rewards, matrix,
+                                           algo.scale_rewards, batch.matrix,
                                            [weight for _, weight, _ in self.rewards.rewards]))
         # TRL's names and counters (its dashboards' keys), counted once the step is in
         self.num_tokens += step_tokens(step)
@@ -972,7 +1094,6 @@ class Trainer:
         if self.episodes is not None:
             metrics.update(step_gather.episode_metrics(step))
             self._warn_unused_env_reward(metrics)
-        return metrics
 
     def _idle_updates(self, completions: list[Completion], updates: int, whole: np.ndarray | None = None,
                       router: list[TrainBatch] | None = None,

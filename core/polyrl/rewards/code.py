@@ -204,6 +204,7 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
+from polyrl.rewards.async_hook import sync_reward
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.rewards.test_cells import parse_tests
@@ -488,11 +489,4 @@ async def await_reward(prompts: Sequence[Prompt], completions: Sequence[Completi
     return {NAME: await score_code(completions, context.rows, context.options.get(NAME))}
 
 
-@hookimpl
-def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
-           context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    from polyrl.rewards.functions import run_coroutine
-
-    return run_coroutine(await_reward(prompts, completions, context))
+reward = sync_reward(NAME, await_reward)

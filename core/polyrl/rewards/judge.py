@@ -134,6 +134,7 @@ from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.logs import get_logger
+from polyrl.rewards.async_hook import sync_reward
 from polyrl.redact import Redactor, display_url, url_secrets
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -744,11 +745,4 @@ async def await_reward(prompts: Sequence[Prompt], completions: Sequence[Completi
     return {NAME: await judge(prompts, completions, context.rows, context.options.get(NAME))}
 
 
-@hookimpl
-def reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
-           context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    from polyrl.rewards.functions import run_coroutine
-
-    return run_coroutine(await_reward(prompts, completions, context))
+reward = sync_reward(NAME, await_reward)

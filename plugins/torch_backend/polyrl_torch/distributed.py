@@ -170,25 +170,27 @@ def world_size() -> int:
     return dist.get_world_size() if active() else 1
 
 
-def sum_scalars(values: Sequence[float], device: torch.device) -> list[float]:
-    """Element-wise sum over ranks (counts, loss parts); unchanged in one process."""
+def _reduced_scalars(values: Sequence[float], device: torch.device, op: str) -> list[float]:
+    """``values`` reduced element-wise over ranks with ``dist.ReduceOp``'s ``op``, as float64;
+    unchanged in one process (the op is looked up only then: a torch built without distributed
+    has no ``ReduceOp``)."""
     if not active():
         return list(values)
     t = torch.tensor(list(values), dtype=torch.float64, device=device)
     with bounded("all_reduce"):
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
         return t.tolist()
+
+
+def sum_scalars(values: Sequence[float], device: torch.device) -> list[float]:
+    """Element-wise sum over ranks (counts, loss parts); unchanged in one process."""
+    return _reduced_scalars(values, device, "SUM")
 
 
 def max_scalars(values: Sequence[float], device: torch.device) -> list[float]:
     """Element-wise largest over ranks (an extreme over every rank's rows: negate for the smallest);
     unchanged in one process."""
-    if not active():
-        return list(values)
-    t = torch.tensor(list(values), dtype=torch.float64, device=device)
-    with bounded("all_reduce"):
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.tolist()
+    return _reduced_scalars(values, device, "MAX")
 
 
 def max_int(value: int, device: torch.device) -> int:
