@@ -325,11 +325,14 @@ class _Session:
             if req.get("lazy"):  # the tests read its items as they go (``take``)
                 it = iter(obj)
                 return self.out(True) if it is obj else self.out(it)
+            it = iter(obj)
             items = []
-            for item in obj:
+            for item in it:
                 items.append(self.out(item))
                 if len(items) > MAX_ITEMS:
                     raise OverflowError("more than %d items" % MAX_ITEMS)
+            if req.get("own"):  # and whether it is its own iterator (its items are gone now)
+                return ["L", [self.out(it is obj), ["L", items]]]
             return ["L", items]
         raise ValueError("unknown request %r" % (op,))
 
