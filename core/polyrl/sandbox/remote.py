@@ -131,6 +131,9 @@ class Remote:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
         if name in DATA_PREDICATES:
+            items = self._container_data()
+            if items is not None and hasattr(items, name):
+                return getattr(items, name)  # ``greet(n).startswith('Hi')`` of a ``UserString``: str's own
             raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes, set or "
                                  "number it returns as a value answers it")
         if name in DATA_QUERIES and not self._answers_queries():
@@ -323,9 +326,14 @@ class Remote:
         ``list`` subclass against a list. Sound: the comparison and the query run here, on plain
         data the sample sent without seeing the tests' value, as if it had returned that data; its
         own ``__eq__`` or ``get``, which would see it, never runs (stricter than Python where a class
-        overrides them)."""
+        overrides them). A container of no built-in base stands for the data it holds
+        (``server._like_data``): a ``UserDict`` or other ``collections.abc.Mapping`` a dict, a
+        ``UserList`` or other sequence a list, a set ABC's a set, a ``UserString`` its str (whose
+        yes/no methods then answer, ``DATA_PREDICATES``); an exact ``UserDict``, ``UserList`` or
+        ``UserString`` comes over as the trainer's own (``standard_values.REBUILT``). Why: a right
+        answer of one failed ``== {'a': 2}``, ``.get``, ``.count`` and ``.startswith``."""
         items = self._session.ask("data", False, ref=self._ref)
-        return items if type(items) in _CONTAINERS else None
+        return items if type(items) in _CONTAINERS or type(items) is str else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:
         """The sample's plain values of it, from one request kept until the next (``server._plain``):
