@@ -826,6 +826,12 @@ CHANGED_BETWEEN = {
     "method_of_the_same_object": (IS_PRIME + "s = Solution()\nr = s.primes(3)\n"
                                   "assert len(r) == 3 and len(s.primes(5)) == 5 and all(is_prime(x) for x in r)",
                                   EMPTIED_LATER + "class Solution:\n    def primes(self, n):\n        return R(n)\n"),
+    "reading_failed_once": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and len(primes(5)) == 5 and "
+                            "all(is_prime(x) for x in r)",
+                            "class R:\n    def __init__(self, n):\n        self.n, self.reads = n, 0\n"
+                            "    def __len__(self):\n        return self.n\n    def __iter__(self):\n"
+                            "        self.reads += 1\n        if self.reads == 1:\n            raise TypeError('no')\n"
+                            "        return iter([])\ndef primes(n):\n    return R(n)\n"),
     "own_iterator": ("r = odds(3)\nassert len(r) == 3 and len(odds(1)) == 1 and all(x % 2 == 1 for x in r)",
                      "class R:\n    def __init__(self, n):\n        self.n, self.i = n, 0\n    def __len__(self):\n"
                      "        return self.n\n    def __iter__(self):\n        return self\n    def __next__(self):\n"
@@ -865,7 +871,8 @@ def test_a_value_read_again_after_other_requests_gives_the_items_it_gave():
     sample, so a value giving 4, 4, 4 to ``len`` and nothing to a loop after a call of
     ``primes(5)``, a ``print(r)`` or ``s.primes(5)`` of the same object passed ``assert len(r) ==
     3`` and then ``all(is_prime(x) for x in r)`` (1.0), as did one giving other items to an early
-    ``any`` and an own iterator emptied by ``len``'s reading. A value read whole must give the
+    ``any``, one whose reading for ``len`` raised TypeError once (``len`` then stands alone) and an
+    own iterator emptied by ``len``'s reading. A value read whole must give the
     same items again until a call that reaches it (``Remote._snapshot``): a right value read again
     unchanged, a view of an object the tests change (``nodes = g.nodes; g.remove(2)``), a queue a
     function of the solution's fills, a view a method made, and a right own iterator read after

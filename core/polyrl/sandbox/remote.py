@@ -197,6 +197,7 @@ class Remote:
         except Exception as exc:  # noqa: BLE001 - not iterable: its len stands alone
             if self._session.channel.dead is not None:
                 raise self._session.channel.dead from None
+            self._snapshot(exc)
             self._keep(exc)
             return
         if len(items) != length:
@@ -208,14 +209,15 @@ class Remote:
             self._snapshot(items)
         self._keep(items)
 
-    def _snapshot(self, items: list[Any]) -> None:
-        """AssertionError where ``items``, all of it the sample gave for one reading, differ from
-        what its last whole reading gave while no call that reaches its family
+    def _snapshot(self, items: list[Any] | Exception) -> None:
+        """AssertionError where ``items``, all of it the sample gave for one reading (or what
+        reading it raised), differ from what its last whole reading gave while no call that reaches its family
         (``Session.touch``) was made between; else they are what the next reading must give. Why:
         ``len``'s items are held only while no request reaches the sample (``_keep``), so one whose
         ``__iter__`` gave 4, 6, 8 to ``len`` and nothing once another request came
         (``primes(5)``, ``print(r)``) passed ``assert len(r) == 3`` and then ``all(is_prime(x) for
-        x in r)``. An honest value changes only when something changes it: a method of its own or
+        x in r)``, as did one whose reading for ``len`` raised TypeError (so ``len`` stood alone).
+        An honest value changes only when something changes it: a method of its own or
         of the object it came from called as the tests call one for its effect (``q.push(2)``,
         ``g.remove(3)`` before ``nodes``, read from ``g``, is read again: ``object_use.changer_roots``),
         or a call it, or one of its family, is passed to. Not covered: a value changed through the
@@ -223,12 +225,20 @@ class Remote:
         forged one emptied by a method the tests call for its effect on an object of its family
         still passes."""
         s = self._session
-        seen = self._seen
-        if seen is not None and self._kin is not None and s.unchanged(self._kin, seen[1]) \
-                and not same_items(seen[0], items):
-            raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {len(seen[0])}, "
+        seen = self._fresh_seen()
+        if seen is not None and not isinstance(items, Exception) and (
+                isinstance(seen, Exception) or not same_items(seen, items)):
+            before = "none (its reading failed)" if isinstance(seen, Exception) else len(seen)
+            raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {before}, "
                                  "with nothing called that changes it between")
         object.__setattr__(self, "_seen", (items, s.asks))
+
+    def _fresh_seen(self) -> list[Any] | Exception | None:
+        """What its last whole reading gave (``_snapshot``), while no call that may change it came since."""
+        seen = self._seen
+        if seen is None or self._kin is None or not self._session.unchanged(self._kin, seen[1]):
+            return None
+        return seen[0]
 
     def _keep(self, items: list[Any] | Exception) -> None:
         """Hold the items ``len`` read (or what reading them raised) for the tests' next iteration
@@ -272,10 +282,11 @@ class Remote:
         if isinstance(answer, Remote):  # a fresh iterator over it, the tests' alone
             if not self._data:
                 return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin)
-            seen = self._seen
-            fresh = seen is not None and self._kin is not None and s.unchanged(self._kin, seen[1])
+            seen = self._fresh_seen()
+            if isinstance(seen, Exception):  # its reading failed, and nothing changed it since
+                raise seen
             return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin,
-                          whole=self._snapshot, expect=seen[0] if fresh and seen is not None else None)
+                          whole=self._snapshot, expect=seen)
         raise TypeError("iter() of a sample's value gave no iterator")
 
     def __next__(self) -> Any:
