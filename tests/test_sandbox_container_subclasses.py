@@ -28,6 +28,32 @@ SUBCLASSES = {
     "set_and_tuple": ("assert f(3) == {1, 2, 3} and g(2) == (1, 2)",
                       "class S(set):\n    pass\nclass T(tuple):\n    pass\ndef f(n):\n    return S(range(1, n + 1))\n"
                       "def g(n):\n    return T(range(1, n + 1))\n"),
+    # collections' User* classes, exact (the trainer's own) or derived, and the collections.abc ABCs
+    "userdict": ("from collections import UserDict\nd = freq('aab')\nassert d == {'a': 2, 'b': 1} and d.get('a') == 2 "
+                 "and d['b'] == 1 and isinstance(d, UserDict)",
+                 "from collections import UserDict\nD = UserDict\n" + FREQ),
+    "userlist_and_userstring": ("r = f(3)\nassert r == [1, 2, 3] and r.count(1) == 1 and r.index(2) == 1\n"
+                                "g = greet('Bob')\nassert g == 'Hi Bob' and g.startswith('Hi') and g.count('b') == 1 "
+                                "and g + '!' == 'Hi Bob!'",
+                                "from collections import UserList, UserString\ndef f(n):\n    return UserList(range(1, n + 1))\n"
+                                "def greet(n):\n    return UserString('Hi ' + n)\n"),
+    "userdict_subclass": ("d = freq('aab')\nassert d == {'a': 2, 'b': 1} and d.get('a') == 2 and d.get('z') is None",
+                          "from collections import UserDict\nclass D(UserDict):\n    pass\n" + FREQ),
+    "userlist_and_userstring_subclasses": ("assert f(3) == [1, 2, 3] and f(3).count(2) == 1\n"
+                                           "assert greet('Bob').startswith('Hi') and greet('Bob') == 'Hi Bob'",
+                                           "from collections import UserList, UserString\nclass L(UserList):\n    pass\n"
+                                           "class S(UserString):\n    pass\ndef f(n):\n    return L(range(1, n + 1))\n"
+                                           "def greet(n):\n    return S('Hi ' + n)\n"),
+    "mapping_and_set_abcs": ("d = freq('aab')\nassert d == {'a': 2, 'b': 1} and d.get('b') == 1\n"
+                             "assert evens(5) == {0, 2, 4} and evens(5).issubset({0, 2, 4, 6})",
+                             "from collections.abc import Mapping, Set\nclass M(Mapping):\n    def __init__(self, d):\n"
+                             "        self.d = d\n    def __getitem__(self, k):\n        return self.d[k]\n"
+                             "    def __len__(self):\n        return len(self.d)\n    def __iter__(self):\n"
+                             "        return iter(self.d)\nclass S(Set):\n    def __init__(self, xs):\n"
+                             "        self.xs = set(xs)\n    def __contains__(self, x):\n        return x in self.xs\n"
+                             "    def __len__(self):\n        return len(self.xs)\n    def __iter__(self):\n"
+                             "        return iter(self.xs)\ndef freq(s):\n    return M({c: s.count(c) for c in s})\n"
+                             "def evens(n):\n    return S(range(0, n, 2))\n"),
     # an object of no container class is still unequal to any container, and the run goes on
     "plain_object": ("p = make(3)\nassert p != [3] and not p == {'n': 3} and p.n == 3",
                      "class P:\n    def __init__(self, n):\n        self.n = n\ndef make(n):\n    return P(n)\n"),
@@ -47,6 +73,25 @@ FORGED = {
     "not_a_container": ("assert f(3) == [1, 2, 3]",
                         "class Any:\n    def __eq__(self, o):\n        return True\ndef f(n):\n    return Any()\n"),
     "wrong_items": ("assert freq('aab') == {'a': 2, 'b': 1}", "class D(dict):\n    pass\ndef freq(s):\n    return D(a=2)\n"),
+    "userdict_eq_always": ("assert freq('ab') == {'a': 1, 'b': 1}",
+                           "from collections import UserDict\nclass D(UserDict):\n    def __eq__(self, o):\n"
+                           "        return True\ndef freq(s):\n    return D()\n"),
+    "userdict_get_always_one": ("assert all(freq('abc').get(c) == 1 for c in 'abc')",
+                                "from collections import UserDict\nclass D(UserDict):\n    def get(self, k, d=None):\n"
+                                "        return 1\ndef freq(s):\n    return D()\n"),
+    "patched_userdict": ("assert freq('ab') == {'a': 1, 'b': 1} and freq('ab').get('a') == 1",
+                         "import collections\ncollections.UserDict.__eq__ = lambda s, o: True\n"
+                         "collections.UserDict.get = lambda s, k, d=None: 1\n"
+                         "def freq(s):\n    return collections.UserDict()\n"),
+    "mapping_get_always_one": ("assert all(freq('abc').get(c) == 1 for c in 'abc')",
+                               "from collections.abc import Mapping\nclass M(Mapping):\n    def __getitem__(self, k):\n"
+                               "        raise KeyError(k)\n    def __len__(self):\n        return 0\n"
+                               "    def __iter__(self):\n        return iter(())\n    def get(self, k, d=None):\n"
+                               "        return 1\n    def __eq__(self, o):\n        return True\n"
+                               "def freq(s):\n    return M()\n"),
+    "userstring_says_yes": ("assert greet('Bob').startswith('Hi') and greet('Bob').count('b') == 1",
+                            "from collections import UserString\nclass S(UserString):\n    def startswith(self, *a):\n"
+                            "        return True\n    def count(self, *a):\n        return 1\ndef greet(n):\n    return S('Yo')\n"),
 }
 
 

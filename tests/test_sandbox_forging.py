@@ -806,6 +806,87 @@ def test_the_items_len_counted_are_the_ones_the_tests_read_next():
     honest = score([COUNTED_THEN_READ[n][1] for n in names], rows=rows)
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
+#: A forged ``primes``: its value gives ``len`` any ``n`` items (counted), then nothing once asked
+#: again, so a loop over it holds vacuously.
+EMPTIED_LATER = ("class R:\n    def __init__(self, n):\n        self.n, self.reads = n, 0\n    def __len__(self):\n"
+                 "        return self.n\n    def __iter__(self):\n        self.reads += 1\n"
+                 "        return iter([4] * self.n if self.reads == 1 else [])\n")
+#: (tests, forged solution): ``len`` reads the items, then another request reaches the sample
+#: before the tests' loop over the same value, which gets other (no) items.
+CHANGED_BETWEEN = {
+    "call_between": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and len(primes(5)) == 5 and "
+                     "all(is_prime(x) for x in r)", EMPTIED_LATER + "def primes(n):\n    return R(n)\n"),
+    "print_between": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and str(r) and all(is_prime(x) for x in r)",
+                      EMPTIED_LATER + "def primes(n):\n    return R(n)\n"),
+    "early_any": ("r = evens(3)\nassert len(r) == 3 and len(evens(1)) == 1 and any(x == 4 for x in r)",
+                  "class R:\n    def __init__(self, n):\n        self.n, self.reads = n, 0\n    def __len__(self):\n"
+                  "        return self.n\n    def __iter__(self):\n        self.reads += 1\n"
+                  "        return iter([1] * self.n if self.reads == 1 else [4] * self.n)\n"
+                  "def evens(n):\n    return R(n)\n"),
+    "method_of_the_same_object": (IS_PRIME + "s = Solution()\nr = s.primes(3)\n"
+                                  "assert len(r) == 3 and len(s.primes(5)) == 5 and all(is_prime(x) for x in r)",
+                                  EMPTIED_LATER + "class Solution:\n    def primes(self, n):\n        return R(n)\n"),
+    "reading_failed_once": (IS_PRIME + "r = primes(3)\nassert len(r) == 3 and len(primes(5)) == 5 and "
+                            "all(is_prime(x) for x in r)",
+                            "class R:\n    def __init__(self, n):\n        self.n, self.reads = n, 0\n"
+                            "    def __len__(self):\n        return self.n\n    def __iter__(self):\n"
+                            "        self.reads += 1\n        if self.reads == 1:\n            raise TypeError('no')\n"
+                            "        return iter([])\ndef primes(n):\n    return R(n)\n"),
+    "own_iterator": ("r = odds(3)\nassert len(r) == 3 and len(odds(1)) == 1 and all(x % 2 == 1 for x in r)",
+                     "class R:\n    def __init__(self, n):\n        self.n, self.i = n, 0\n    def __len__(self):\n"
+                     "        return self.n\n    def __iter__(self):\n        return self\n    def __next__(self):\n"
+                     "        self.i += 1\n        if self.i > self.n:\n            raise StopIteration\n"
+                     "        return 2\n"
+                     "def odds(n):\n    return R(n)\n"),
+}
+PRIMES = ("class Primes:\n    def __init__(self, n):\n        self.xs = [2, 3, 5, 7, 11][:n]\n    def __len__(self):\n"
+          "        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n"
+          "def primes(n):\n    return Primes(n)\n")
+GRAPH = ("class Nodes:\n    def __init__(self, g):\n        self.g = g\n    def __len__(self):\n        return len(self.g.adj)\n"
+         "    def __iter__(self):\n        return iter(self.g.adj)\n"
+         "class Graph:\n    def __init__(self, ns):\n        self.adj = {n: set() for n in ns}\n    @property\n"
+         "    def nodes(self):\n        return Nodes(self)\n    def remove(self, n):\n        del self.adj[n]\n"
+         "def make_graph(ns):\n    return Graph(ns)\n")
+#: (tests, honest solution): a value read whole again after other requests, unchanged or changed
+#: by a call that reaches it.
+READ_AGAIN = {
+    "unchanged": (IS_PRIME + "r = primes(3)\nassert len(r) == 3\nassert len(primes(5)) == 5\nprint(r)\n"
+                  "assert all(is_prime(x) for x in r)\nassert list(r) == [2, 3, 5] and sorted(r) == [2, 3, 5]", PRIMES),
+    "view_of_a_changed_object": ("g = make_graph([1, 2, 3])\nnodes = g.nodes\nassert len(nodes) == 3\ng.remove(2)\n"
+                                 "assert len(nodes) == 2 and sorted(nodes) == [1, 3]", GRAPH),
+    "changed_by_a_function": ("q = make_queue()\nq.push(1)\nassert len(q) == 1\nfill(q, 2)\nassert list(q) == [1, 2]",
+                              QUEUE + "def fill(q, x):\n    q.push(x)\n"),
+    "view_made_by_a_call": ("q = make_queue()\nv = q.view()\nassert len(v) == 0\nq.push(1)\nassert list(v) == [1]",
+                            QUEUE + "class View:\n    def __init__(self, q):\n        self.q = q\n"
+                            "    def __len__(self):\n        return len(self.q.items)\n"
+                            "    def __iter__(self):\n        return iter(self.q.items)\n"
+                            "Queue.view = lambda self: View(self)\n"),
+    "own_iterator": ("r = odds(3)\nassert len(r) == 3\nassert len(odds(1)) == 1\nassert list(r) == [1, 3, 5]\n"
+                     "assert list(r) == []", ODDS),
+}
+
+
+def test_a_value_read_again_after_other_requests_gives_the_items_it_gave():
+    """``len``'s items were held for the tests' next loop only while no other request reached the
+    sample, so a value giving 4, 4, 4 to ``len`` and nothing to a loop after a call of
+    ``primes(5)``, a ``print(r)`` or ``s.primes(5)`` of the same object passed ``assert len(r) ==
+    3`` and then ``all(is_prime(x) for x in r)`` (1.0), as did one giving other items to an early
+    ``any``, one whose reading for ``len`` raised TypeError once (``len`` then stands alone) and an
+    own iterator emptied by ``len``'s reading. A value read whole must give the
+    same items again until a call that reaches it (``Remote._snapshot``): a right value read again
+    unchanged, a view of an object the tests change (``nodes = g.nodes; g.remove(2)``), a queue a
+    function of the solution's fills, a view a method made, and a right own iterator read after
+    another request (its items, gone from it to ``len``, scored 0) keep 1.0."""
+    names = list(CHANGED_BETWEEN)
+    rows = [{"prompt": "p", "tests": CHANGED_BETWEEN[n][0]} for n in names]
+    forged = score([CHANGED_BETWEEN[n][1] for n in names], rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    names = list(READ_AGAIN)
+    rows = [{"prompt": "p", "tests": READ_AGAIN[n][0]} for n in names]
+    honest = score([READ_AGAIN[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
 #: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
 IN_PLACE = {
     "sort": ("xs = [3, 1, 2]\nsort_it(xs)\nassert xs == [1, 2, 3]", "def sort_it(xs):\n    xs.sort()\n"),

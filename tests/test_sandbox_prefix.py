@@ -30,6 +30,8 @@ PREFIXED = {
     "reassigned_expected": ("expected = [1]\nassert all(a == b for a, b in zip(f(1), expected))\nexpected = [1, 2, 3]\n"
                             "assert all(a == b for a, b in zip(f(3), expected))"),
     "method": ("assert all(a == b for a, b in zip(Solution().f(3), [1, 2, 3]))"),
+    # a name bound to about as many items as asked is the expected value, not a reference table
+    "named_expected_of_the_asked_size": "EXPECTED = [1, 2, 3]\nassert all(a == b for a, b in zip(f(3), EXPECTED))",
 }
 RIGHT = "def f(n):\n    return list(range(1, n + 1))\n"
 METHOD = "class Solution:\n    def f(self, n):\n        return f(n)\n"
@@ -65,19 +67,24 @@ TRUNCATING = {
                               "assert all(a == b for a, b in zip(f(4), FIRST))"),
     "pytest_parameter": ("import pytest\nFIRST = [1, 2, 3, 4, 5, 6]\n@pytest.mark.parametrize('n', [2, 3])\n"
                          "def test_prefix(n):\n    assert all(a == b for a, b in zip(f(n), FIRST))\n"),
+    "reference_table_once": ("FIRST_20 = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]\n"
+                             "assert all(a == b for a, b in zip(f(5), FIRST_20))"),
+    "reference_table_once_by_a_method": ("FIB = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)\n"
+                                         "assert all(a == b for a, b in zip(Solution().f(3), FIB))"),
     "longer_answer": "assert all(a == b for a, b in zip(f(5), [1, 2]))",
     "answer_cut_by_the_tests": "assert all(a == b for a, b in zip(f(5)[:2], [1, 2, 3, 4, 5, 6]))",
     "two_answers": "assert all(a == b for a, b in zip(f(2), f(4)))\nassert all(a <= b for a, b in zip(f(2), g(4)))",
     "filtered_answer": "assert all(a == b for a, b in zip(filter(lambda x: x % 2, f(4)), [1, 3, 5]))",
     "strict": "assert list(zip(f(2), [1, 2], strict=True)) == [(1, 1), (2, 2)]",
 }
-TRUNCATING_SOLUTION = RIGHT + ("def diffs(xs):\n    return [b - a for a, b in zip(xs, xs[1:])]\n"
+TRUNCATING_SOLUTION = RIGHT + METHOD + ("def diffs(xs):\n    return [b - a for a, b in zip(xs, xs[1:])]\n"
                                "def g(n):\n    return list(range(1, n + 1))\n")
 
 
 def test_where_the_tests_mean_zip_to_truncate_a_right_answer_still_passes():
     """The pairwise idiom, an answer beside its own (longer) input, a ``range`` or endless counter,
-    a reference table read in a loop, twice or per pytest case, an answer longer than the expected
+    a reference table read in a loop, twice, per pytest case or once where it holds far more items
+    than the call asks for (``zip(f(5), FIRST_20)`` scored 0), an answer longer than the expected
     value, two answers of the solution's, a filtered answer and ``strict=True`` behave as Python's zip."""
     names = list(TRUNCATING)
     rows = [{"prompt": "p", "tests": TRUNCATING[n]} for n in names]
@@ -104,3 +111,7 @@ def test_operand_roles_name_the_answer_and_only_the_values_the_tests_wrote_for_i
     assert roles("def t(n, want):\n    zip(f(n), want)") == [(A, N)]  # a parameter no call gives
     assert roles("zip(f(2), np.array([1, 2]))") == [(A, N)]  # a name the tests never bind may be the solution's
     assert roles("zip(WORDS, [1, 2])") == [(A, N)]  # a value of the solution's, no call: nothing to compare
+    table = "[" + ", ".join(map(str, range(20))) + "]"
+    assert roles(f"FIRST_20 = {table}\nzip(primes(5), FIRST_20)") == [(A, N)]  # a table read once, far longer
+    assert roles(f"zip(primes(5), {table})\nEXPECTED = [1, 2, 3]\nzip(f(3), EXPECTED)") == [(A, E), (A, E)]
+    assert roles(f"FIRST_20 = {table}\nzip(primes(n), FIRST_20)\nn = 5") == [(A, E)]  # no literal argument

@@ -64,7 +64,7 @@ from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
-from polyrl.sandbox.object_use import object_roots, varied_query_roots
+from polyrl.sandbox.object_use import changer_roots, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote
 from polyrl.sandbox.remote_exceptions import (
@@ -104,6 +104,10 @@ class Session:
         self.plain_names: set[str] = set()  # the sample's names that came over as plain values
         self.objects: frozenset[str] = frozenset()  # names the tests use as objects (``object_use``)
         self.varied: frozenset[str] = frozenset()  # names the tests ask queries in loops (``object_use``)
+        self.changers: frozenset[str] = frozenset()  # names of objects the tests change (``object_use``)
+        self.families: dict[int, int] = {}  # a family member -> the one above it (``join``)
+        self.changed: dict[int, int] = {}  # a family's head -> the request that last may have changed it
+        self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
         self.vacuous: Vacuous | None = None  # what a check may read vacuously (``vacuous_reads``), once known
@@ -138,10 +142,12 @@ class Session:
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
     def ask(self, op: str, data: bool, root: str | None = None,
-            passed: tuple[tuple[Any, ...], dict[str, Any]] | None = None, **fields: Any) -> Any:
-        """The sample's answer to one request; ``data``, ``root``: ``Remote._data`` and
-        ``Remote._root`` of a ``Remote`` in it; ``passed``: a call's arguments as the tests gave
-        them, whose lists take what an in-place function did to its copies (``in_place``)."""
+            passed: tuple[tuple[Any, ...], dict[str, Any]] | None = None, kin: int | None = None,
+            **fields: Any) -> Any:
+        """The sample's answer to one request; ``data``, ``root``, ``kin``: ``Remote._data``,
+        ``Remote._root`` and ``Remote._kin`` of a ``Remote`` in it; ``passed``: a call's arguments
+        as the tests gave them, whose lists take what an in-place function did to its copies
+        (``in_place``)."""
         self.dirty = True
         self.asks += 1
         answer = self.channel.ask({"op": op, **fields})
@@ -151,8 +157,40 @@ class Session:
             self._decoded(lambda v: write_back(v, *passed, may_shrink=self._may_shrink), answer.get("v"))
             if len(answer["v"]) == 3:  # the call returned None
                 return None
-            return self._decoded(lambda v: self.value(v, data=data, root=root), answer["v"][3])
-        return self._decoded(lambda v: self.value(v, data=data, root=root), answer.get("v"))
+            return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer["v"][3])
+        return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer.get("v"))
+
+    def family(self, member: int) -> int:
+        """The head of ``member``'s family (``join``)."""
+        families = self.families
+        while (above := families.get(member, member)) != member:
+            families[member] = families.get(above, above)  # halve the path
+            member = above
+        return member
+
+    def join(self, members: Iterable[int | None]) -> int | None:
+        """One family of ``members`` (None: a function of the sample's names, of no family), its
+        head, or None where there is none. Why families: an answer of the sample's may change when
+        an object it was made from, or with, is changed (``nodes = g.nodes`` after
+        ``g.remove(3)``), and otherwise never (``Remote._snapshot``)."""
+        heads = {self.family(m) for m in members if m is not None}
+        if not heads:
+            return None
+        head, *rest = sorted(heads)
+        for other in rest:
+            self.families[other] = head
+            self.changed[head] = max(self.changed.get(head, 0), self.changed.pop(other, 0))
+        return head
+
+    def touch(self, members: Iterable[int | None]) -> None:
+        """The families of ``members`` may change with the next request (a call that reaches them)."""
+        for member in members:
+            if member is not None:
+                self.changed[self.family(member)] = self.asks + 1
+
+    def unchanged(self, member: int, since: int) -> bool:
+        """Whether no call that reaches ``member``'s family was made after request ``since``."""
+        return self.changed.get(self.family(member), 0) <= since
 
     def _may_shrink(self, value: Any) -> bool:
         """Whether an argument the call shortened may be written back (``in_place``): no value a
@@ -176,15 +214,17 @@ class Session:
             raise self.channel.dead from None
 
     def value(self, encoded: Any, depth: int = 0, data: bool = False, origin: str | None = None,
-              root: str | None = None) -> Any:
-        """The value an answer describes (``data``, ``origin``, ``root``: see ``Remote``)."""
+              root: str | None = None, kin: int | None = None) -> Any:
+        """The value an answer describes (``data``, ``origin``, ``root``, ``kin``: see ``Remote``)."""
         if depth > MAX_DEPTH:
             raise ProtocolError("nested too deep")
         if isinstance(encoded, list) and encoded:
             tag = encoded[0]
             if tag == "r" and len(encoded) == 4 and type(encoded[1]) is int and type(encoded[2]) is str \
                     and type(encoded[3]) is str:
-                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root)
+                if origin is not None and encoded[2] == "object":  # read again after each step: one family
+                    kin = self.named.setdefault(origin, encoded[1])
+                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root, kin=kin)
             if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
                 return local_module(encoded[1])
             if tag == "N" and len(encoded) == 2:
@@ -200,7 +240,7 @@ class Session:
                     and (encoded[1], encoded[2]) in REBUILDERS:
                 return rebuilt(encoded[1], encoded[2], decode(encoded[3], depth + 1))
             if tag == "L" and len(encoded) == 2 and isinstance(encoded[1], list):
-                return spread([self.value(item, depth + 1, data, root=root) for item in encoded[1]])
+                return spread([self.value(item, depth + 1, data, root=root, kin=kin) for item in encoded[1]])
         return decode(encoded)
 
     def exception_class(self, lineage: Any) -> type[BaseException] | None:
@@ -346,6 +386,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     theirs = bound | modules.keys()
     session.objects = object_roots(sources)
     session.varied = varied_query_roots(sources, DATA_QUERIES)
+    session.changers = changer_roots(sources)
     session.vacuous = vacuous_paths(sources)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)

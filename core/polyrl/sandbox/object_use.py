@@ -69,6 +69,25 @@ def object_roots(sources: Iterable[str]) -> frozenset[str]:
     return frozenset(roots)
 
 
+def changer_roots(sources: Iterable[str]) -> frozenset[str]:
+    """The names (the solution's among them) of objects the tests change: call a method of as a
+    statement (``g.remove(3)``, ``q.push(1)``) or set or delete an attribute of; ``ANY_ROOT`` among
+    them when a receiver's origin is not found (a helper's parameter). Why: an answer the sample
+    returned (``nodes = g.nodes``, ``r = q.items()``) may change when such an object of its family
+    is changed, and only then (``remote.Remote._snapshot``); a method called for its value
+    (``assert sol.primes(5) == ...``) changes nothing a right answer relies on, while a forged
+    answer emptied by any later call passed ``assert len(r) == 3`` and then a loop over it."""
+    trees, values = _bound(sources)
+    roots: set[str] = set()
+    for tree in trees:
+        effects = {id(node.value.func) for node in ast.walk(tree)
+                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and (id(node) in effects or not isinstance(node.ctx, ast.Load)):
+                roots |= _roots(node.value, values, set()) or {ANY_ROOT}
+    return frozenset(roots)
+
+
 def varied_query_roots(sources: Iterable[str], queries: Collection[str]) -> frozenset[str]:
     """The names whose ``queries`` (``s.count(x)``...) the tests ask other than once with constant
     arguments: in a loop, a comprehension or a lambda, with an argument that is not a constant (a

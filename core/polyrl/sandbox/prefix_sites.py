@@ -15,14 +15,19 @@ ANSWER operand shorter than an EXPECTED one beside it, as ``strict=True`` would,
 - not a reference table the tests mean to read a prefix of: an EXPECTED value that is fixed (one
   binding, outside loops) beside an answer whose arguments vary (``for n in range(1, 9): zip(fib(n),
   FIB)``, a pytest parameter), or one the tests pair with two different answer calls (``zip(fib(5),
-  FIB)`` and ``zip(fib(8), FIB)``).
+  FIB)`` and ``zip(fib(8), FIB)``), or a name bound once to a literal of more than twice as many
+  items, plus one, as the answer call's largest argument where all its arguments are int literals
+  (one ``zip(primes(5), FIRST_20)``: ``_longer_table``).
 
 Every other operand is neither (a parameter of unknown value, a solution function passed to
 ``map``, a filtered answer...), and there zip behaves as Python's: erring that way costs a missed
-wrong answer, the other way a right one scored 0. Left open: one ``zip(primes(5), FIRST_20)`` of a
-longer reference table, paired with one answer only, reads as an expected value and fails a right
-answer (tests rarely keep such a table for one call). ``range`` operands are counters, never
-EXPECTED (``pairing`` leaves them out).
+wrong answer, the other way a right one scored 0. What the table rule costs: an expected value kept
+under a name whose length does not follow the argument (``SEQ = [3, 10, 5, 16, 8, 4, 2, 1]`` for
+``zip(collatz(3), SEQ)``) no longer fails a correct prefix; one written in the ``zip`` or sized by
+the argument (``zip(f(3), [1, 2, 3])``, ``pascal_row(4)``'s 5 items) still does. Left open: a table
+read once by a call with other arguments (``zip(primes_below(30), FIRST_20)``) reads as an expected
+value and fails a right answer. ``range`` operands are counters, never EXPECTED (``pairing`` leaves
+them out).
 """
 
 from __future__ import annotations
@@ -74,7 +79,8 @@ def _operand_roles(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, 
                 made.append(ANSWER)
             elif not calls or facts.touches(operand, set()) or _origins(operand, values, theirs, set()) & inputs:
                 made.append(NEITHER)
-            elif not facts.varies(operand, set()) and (varying or len(paired_with.get(ast.dump(operand), ())) > 1):
+            elif not facts.varies(operand, set()) and (varying or len(paired_with.get(ast.dump(operand), ())) > 1
+                                                       or _longer_table(operand, calls, values)):
                 made.append(NEITHER)  # a reference table the tests read a prefix of
             else:
                 made.append(EXPECTED)
@@ -83,6 +89,25 @@ def _operand_roles(sources: Iterable[tuple[str, str]]) -> dict[Site, tuple[str, 
     for site in clashes:
         del roles[site]
     return roles
+
+
+def _longer_table(operand: ast.expr, calls: list[ast.Call], values: _Values) -> bool:
+    """Whether ``operand`` is a name bound once to a list or tuple literal of more than ``2 * n +
+    1`` items, ``n`` the largest argument of the answer's calls, all of them int literals. Why: one
+    ``zip(primes(5), FIRST_20)`` reads a prefix of a table kept for many answers, and a right
+    ``primes(5)`` failed there as a cut answer; an expected value holds about as many items as the
+    call asks for (``f(3)``'s 3, ``pascal_row(4)``'s 5), so an off-by-one still fails beside it."""
+    if not isinstance(operand, ast.Name):
+        return False
+    bindings = values.get(operand.id, [])
+    if len(bindings) != 1 or not isinstance(bindings[0][0], (ast.List, ast.Tuple)):
+        return False
+    items = bindings[0][0].elts
+    if any(isinstance(item, ast.Starred) for item in items):
+        return False
+    arguments = [arg for call in calls for arg in _arguments(call)]
+    sizes = [arg.value for arg in arguments if isinstance(arg, ast.Constant) and type(arg.value) is int]
+    return bool(sizes) and len(sizes) == len(arguments) and len(items) > 2 * max(sizes) + 1
 
 
 def _arguments(call: ast.Call) -> Iterator[ast.expr]:

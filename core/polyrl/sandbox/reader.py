@@ -17,10 +17,11 @@ iterator that hangs between items past them may hang where Python would have sto
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.channel import SampleStopped
-from polyrl.sandbox.values import MAX_ITEMS, ProtocolError, same_hash
+from polyrl.sandbox.values import MAX_ITEMS, ProtocolError, encode, same_hash
 
 if TYPE_CHECKING:
     from polyrl.sandbox.harness import Session
@@ -37,16 +38,25 @@ class Reader:
     ``own``: the value the tests iterate is its own iterator (a generator), so this reader is kept
     with it (``Remote._reader``) and a later ``next``/``for`` goes on where this one stopped.
     Items given are checked as one value's are (``values.same_hash``) and end past ``MAX_ITEMS``
-    with OverflowError, as the whole read did: an honest test reads fewer."""
+    with OverflowError, as the whole read did: an honest test reads fewer. ``kin``: the value's
+    family (``Remote._kin``), its items' too. ``whole``: called with all its items once they end
+    (``Remote._snapshot``); ``expect``: the items they must be, as they come (AssertionError where
+    one differs: an early ``any`` or ``break`` never reaches the end)."""
 
-    __slots__ = ("_session", "_ref", "_data", "_root", "own", "buffer", "taken", "failed", "_classes")
+    __slots__ = ("_session", "_ref", "_data", "_root", "own", "buffer", "taken", "failed", "_classes", "_kin",
+                 "_whole", "_expect", "_given")
 
-    def __init__(self, session: Session, ref: int, data: bool, root: str | None, own: bool) -> None:
+    def __init__(self, session: Session, ref: int, data: bool, root: str | None, own: bool, kin: int | None = None,
+                 whole: Callable[[list[Any]], None] | None = None, expect: list[Any] | None = None) -> None:
         self._session = session
         self._ref = ref
         self._data = data
         self._root = root
         self.own = own
+        self._kin = kin
+        self._whole = whole
+        self._expect = expect
+        self._given: list[Any] = []
         self.buffer: deque[Any] = deque()
         self.taken = 0
         self.failed: Exception | None = None  # what reading on raised, after the items read ahead
@@ -90,7 +100,7 @@ class Reader:
             raise OverflowError(f"more than {MAX_ITEMS} items")
         n = 1 if self.taken < PER_ITEM else min(self.taken, MAX_BATCH, MAX_ITEMS - self.taken)
         s = self._session
-        items = s.ask("take", self._data, root=self._root, ref=self._ref, n=n)
+        items = s.ask("take", self._data, root=self._root, ref=self._ref, kin=self._kin, n=n)
         try:
             if type(items) is not list or len(items) > n:
                 raise ProtocolError("a read of items that is no list of at most the items asked")
@@ -100,3 +110,35 @@ class Reader:
             s.channel.dead = SampleStopped("crashed", f"protocol: {exc}")
             raise s.channel.dead from None
         self.buffer.extend(items)
+        if self._whole is not None:
+            self._compare(items)
+
+    def _compare(self, items: list[Any]) -> None:
+        """``items``, the next the sample gave, against ``expect``; at their end, all to ``whole``."""
+        start = len(self._given)
+        self._given.extend(items)
+        expect = self._expect
+        if expect is not None and not same_items(expect[start:start + len(items)], items):
+            raise AssertionError(f"the sample's value gave other items than its last reading ({len(expect)} items), "
+                                 "with nothing called that changes it between")
+        if not items and self._whole is not None:
+            whole, self._whole = self._whole, None
+            whole(self._given)
+
+
+def same_items(seen: list[Any], items: list[Any]) -> bool:
+    """Whether two readings of one value gave the same items: as many, and each plain item the
+    same exactly (``values.encode``: ``nan`` is itself, ``1`` is not ``True``); an object of the
+    sample's (a ``Remote``) is the same as one of its type: each reading is a new handle to it."""
+    if len(seen) != len(items):
+        return False
+    for a, b in zip(seen, items):
+        remote_a, remote_b = getattr(type(a), "LIVES_IN_SAMPLE", False), getattr(type(b), "LIVES_IN_SAMPLE", False)
+        if remote_a or remote_b:
+            if not (remote_a and remote_b and a._type == b._type):
+                return False
+            continue
+        ea, eb = encode(a), encode(b)
+        if ea != eb or (ea is None and type(a).__name__ != type(b).__name__):
+            return False
+    return True

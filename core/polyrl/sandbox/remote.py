@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
-from polyrl.sandbox.reader import Reader
+from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -66,14 +66,17 @@ class Remote:
     ``_data``: the tests expect built-in data from it (what a call returned, unless the callee is a
     solution name spelled like a class, or anything read from such a value); ``_origin``: the name
     it has among the solution's names, if any; ``_root``: the solution's name it was reached from;
-    ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there)."""
+    ``_query``: a ``DATA_QUERIES`` method that refuses to be called with arguments (see there);
+    ``_kin``: its family (``Session.join``): what a call returned is of the family of the callee
+    and its arguments, what is read from a value of that value's; a function among the solution's
+    names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain")
+                 "_reader", "_hash", "_plain", "_kin", "_seen")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
-                 origin: str | None = None, root: str | None = None) -> None:
+                 origin: str | None = None, root: str | None = None, kin: int | None = None) -> None:
         object.__setattr__(self, "_session", session)
         object.__setattr__(self, "_ref", ref)
         object.__setattr__(self, "_kind", kind)
@@ -87,6 +90,10 @@ class Remote:
         object.__setattr__(self, "_reader", None)  # where the tests' iteration of its own iterator stands
         object.__setattr__(self, "_hash", None)  # the sample's hash of it, once asked (``__hash__``)
         object.__setattr__(self, "_plain", None)  # ``_equals_plain``'s answer, until the next request
+        if kin is None and not (origin is not None and kind == "callable"):
+            kin = ref  # a family of its own
+        object.__setattr__(self, "_kin", kin)
+        object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items and the request they came at
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -110,7 +117,11 @@ class Remote:
                                  f"({', '.join(sorted(DATA_QUERIES))}) here: only a str, list or tuple it returns "
                                  "as a value does, or an object the tests use as one")
         s = self._session
+        passed = _families([args, kwargs])
+        changes = self._root is None or bool({self._root, ANY_ROOT} & s.changers)
+        s.touch(passed + [self._kin] if changes else passed)
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
+                      kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
@@ -120,6 +131,9 @@ class Remote:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
         if name in DATA_PREDICATES:
+            items = self._container_data()
+            if items is not None and hasattr(items, name):
+                return getattr(items, name)  # ``greet(n).startswith('Hi')`` of a ``UserString``: str's own
             raise AttributeError(f"{name}() of the sample's {self._type[:100]!r} object: only a str, bytes, set or "
                                  "number it returns as a value answers it")
         if name in DATA_QUERIES and not self._answers_queries():
@@ -127,7 +141,7 @@ class Remote:
             if items is not None and hasattr(items, name):
                 return getattr(items, name)  # ``freq(s).get(c)`` of a dict subclass: dict's own, on its items
         s = self._session
-        value = s.ask("getattr", self._data, root=self._root, ref=self._ref, name=name)
+        value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
         return value
@@ -136,7 +150,8 @@ class Remote:
         raise TypeError("values that live in the sample cannot be changed from the tests")
 
     def __getitem__(self, key: Any) -> Any:
-        return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, key=self._session.arg(key))
+        return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, kin=self._kin,
+                                 key=self._session.arg(key))
 
     def __len__(self) -> int:
         counted = self._counted
@@ -165,25 +180,65 @@ class Remote:
         there is; where reading them stops past ``MAX_ITEMS`` (a ``__getitem__`` that answers every
         index, which iteration falls back to), they are more than a smaller ``len``. The items read,
         or the failure to read them, are what the tests' next iteration of it gets when no request
-        reaches the sample between (``_keep``). Not covered: an object whose items change from this
-        read to one the tests make after another request (each read is a request to the sample)."""
+        reaches the sample between (``_keep``), and after it, until a call that may change it
+        (``_snapshot``); an own iterator's, which the reading took from it, its next readings'."""
         try:
-            items = self._session.ask("iter", self._data, root=self._root, ref=self._ref)
+            answer = self._session.ask("iter", self._data, root=self._root, ref=self._ref, kin=self._kin, own=True)
+            if not (type(answer) is list and len(answer) == 2 and type(answer[0]) is bool and type(answer[1]) is list):
+                raise TypeError("the sample's items came in no list")
+            own, items = answer
         except SampleStopped:
             raise
         except OverflowError as exc:
             if length > MAX_ITEMS:
                 self._keep(exc)
                 return
-            items = range(MAX_ITEMS + 1)
+            own, items = False, range(MAX_ITEMS + 1)
         except Exception as exc:  # noqa: BLE001 - not iterable: its len stands alone
             if self._session.channel.dead is not None:
                 raise self._session.channel.dead from None
+            self._snapshot(exc)
             self._keep(exc)
             return
         if len(items) != length:
             raise AssertionError(f"len() of the sample's {self._type[:100]!r} says {length}, its items are {len(items)}")
+        if own is True and self._reader is None:  # its items are gone from it: its next readings take them
+            object.__setattr__(self, "_reader", Reader(self._session, self._ref, self._data, self._root, own=True,
+                                                       kin=self._kin))
+        elif own is False and isinstance(items, list):
+            self._snapshot(items)
         self._keep(items)
+
+    def _snapshot(self, items: list[Any] | Exception) -> None:
+        """AssertionError where ``items``, all of it the sample gave for one reading (or what
+        reading it raised), differ from what its last whole reading gave while no call that reaches its family
+        (``Session.touch``) was made between; else they are what the next reading must give. Why:
+        ``len``'s items are held only while no request reaches the sample (``_keep``), so one whose
+        ``__iter__`` gave 4, 6, 8 to ``len`` and nothing once another request came
+        (``primes(5)``, ``print(r)``) passed ``assert len(r) == 3`` and then ``all(is_prime(x) for
+        x in r)``, as did one whose reading for ``len`` raised TypeError (so ``len`` stood alone).
+        An honest value changes only when something changes it: a method of its own or
+        of the object it came from called as the tests call one for its effect (``q.push(2)``,
+        ``g.remove(3)`` before ``nodes``, read from ``g``, is read again: ``object_use.changer_roots``),
+        or a call it, or one of its family, is passed to. Not covered: a value changed through the
+        solution's global state (``r = registry(); register('a')``) fails the later reading, and a
+        forged one emptied by a method the tests call for its effect on an object of its family
+        still passes."""
+        s = self._session
+        seen = self._fresh_seen()
+        if seen is not None and not isinstance(items, Exception) and (
+                isinstance(seen, Exception) or not same_items(seen, items)):
+            before = "none (its reading failed)" if isinstance(seen, Exception) else len(seen)
+            raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {before}, "
+                                 "with nothing called that changes it between")
+        object.__setattr__(self, "_seen", (items, s.asks))
+
+    def _fresh_seen(self) -> list[Any] | Exception | None:
+        """What its last whole reading gave (``_snapshot``), while no call that may change it came since."""
+        seen = self._seen
+        if seen is None or self._kin is None or not self._session.unchanged(self._kin, seen[1]):
+            return None
+        return seen[0]
 
     def _keep(self, items: list[Any] | Exception) -> None:
         """Hold the items ``len`` read (or what reading them raised) for the tests' next iteration
@@ -219,13 +274,19 @@ class Remote:
         if self._reader is not None:  # its own iterator: the tests go on where they stopped
             return self._reader
         s = self._session
-        answer = s.ask("iter", self._data, root=self._root, ref=self._ref, lazy=True)
+        answer = s.ask("iter", self._data, root=self._root, ref=self._ref, kin=self._kin, lazy=True)
         if answer is True:  # it is its own iterator (a generator)
-            reader = Reader(s, self._ref, self._data, self._root, own=True)
+            reader = Reader(s, self._ref, self._data, self._root, own=True, kin=self._kin)
             object.__setattr__(self, "_reader", reader)
             return reader
         if isinstance(answer, Remote):  # a fresh iterator over it, the tests' alone
-            return Reader(s, answer._ref, self._data, self._root, own=False)
+            if not self._data:
+                return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin)
+            seen = self._fresh_seen()
+            if isinstance(seen, Exception):  # its reading failed, and nothing changed it since
+                raise seen
+            return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin,
+                          whole=self._snapshot, expect=seen)
         raise TypeError("iter() of a sample's value gave no iterator")
 
     def __next__(self) -> Any:
@@ -240,7 +301,7 @@ class Remote:
             return counted[0]
         if self._reader is not None and self._reader.buffer:  # read ahead by the tests' iteration
             return self._reader.take()
-        return self._session.ask("next", self._data, root=self._root, ref=self._ref)
+        return self._session.ask("next", self._data, root=self._root, ref=self._ref, kin=self._kin)
 
     def __bool__(self) -> bool:
         return self._session.ask("bool", False, ref=self._ref) is True
@@ -276,9 +337,14 @@ class Remote:
         ``list`` subclass against a list. Sound: the comparison and the query run here, on plain
         data the sample sent without seeing the tests' value, as if it had returned that data; its
         own ``__eq__`` or ``get``, which would see it, never runs (stricter than Python where a class
-        overrides them)."""
+        overrides them). A container of no built-in base stands for the data it holds
+        (``server._like_data``): a ``UserDict`` or other ``collections.abc.Mapping`` a dict, a
+        ``UserList`` or other sequence a list, a set ABC's a set, a ``UserString`` its str (whose
+        yes/no methods then answer, ``DATA_PREDICATES``); an exact ``UserDict``, ``UserList`` or
+        ``UserString`` comes over as the trainer's own (``standard_values.REBUILT``). Why: a right
+        answer of one failed ``== {'a': 2}``, ``.get``, ``.count`` and ``.startswith``."""
         items = self._session.ask("data", False, ref=self._ref)
-        return items if type(items) in _CONTAINERS else None
+        return items if type(items) in _CONTAINERS or type(items) is str else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:
         """The sample's plain values of it, from one request kept until the next (``server._plain``):
@@ -408,7 +474,8 @@ class Remote:
                 raise TypeError("a value from another sample")
             if reflected:
                 return NotImplemented
-            return self._session.ask("arith", self._data and other._data, ref=self._ref, other=other._ref, how=how)
+            return self._session.ask("arith", self._data and other._data, ref=self._ref, other=other._ref, how=how,
+                                     kin=self._session.join([self._kin, other._kin]))
         if type(other) not in _NUMBERS or how not in _NUMBER_OPS:
             return NotImplemented
         if how == "+" and type(other) is int and other == 0:
@@ -486,7 +553,7 @@ class Remote:
         result another of its values or plain data. Why: ``-Frac(1, 2) == Frac(-1, 2)`` and
         ``abs(x)`` raised TypeError here, so right solutions scored 0. Sound: no value of the
         tests' reaches the sample, so what it answers is what a method of its would return."""
-        return self._session.ask("unary", self._data, root=self._root, ref=self._ref, how=how)
+        return self._session.ask("unary", self._data, root=self._root, ref=self._ref, kin=self._kin, how=how)
 
     def __neg__(self) -> Any:
         return self._unary("-")
@@ -505,7 +572,7 @@ class Remote:
         of the tests' goes over, the number of digits, never a value they compare with."""
         if ndigits is not None and type(ndigits) is not int:
             raise TypeError("round() of a sample's value takes an int number of digits")
-        return self._session.ask("round", self._data, root=self._root, ref=self._ref, ndigits=ndigits)
+        return self._session.ask("round", self._data, root=self._root, ref=self._ref, kin=self._kin, ndigits=ndigits)
 
     def _number(self, how: str, kind: type) -> Any:
         """``float(x)``, ``int(x)``, ``operator.index(x)`` (``range(x)``, ``xs[x]``): the number
@@ -547,3 +614,14 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def _families(value: Any, depth: int = 0) -> list[int | None]:
+    """The families (``Remote._kin``) of the sample's values in a call's arguments, at any depth."""
+    if isinstance(value, Remote):
+        return [value._kin]
+    if depth > 8 or type(value) not in (list, tuple, dict, set, frozenset):
+        return []
+    parts = list(value.items()) if type(value) is dict else value
+    return [kin for part in parts for kin in _families(part, depth + 1)]
+

@@ -28,6 +28,9 @@ _STANDARD = {
     ("collections", "defaultdict"): ("builtins", "dict", dict),
     ("fractions", "Fraction"): ("fractions", "Fraction", str),
     ("decimal", "Decimal"): ("decimal", "Decimal", str),
+    ("collections", "UserDict"): ("collections", "UserDict", dict),
+    ("collections", "UserList"): ("collections", "UserList", list),
+    ("collections", "UserString"): ("collections", "UserString", str),
 }
 
 #: Binary operators the harness may ask of two of the sample's values (``remote.ARITHMETIC``).
@@ -316,7 +319,7 @@ class _Session:
             for base in (dict, list, tuple, set, frozenset):
                 if isinstance(obj, base):
                     return self.out(base(obj))
-            return self.out(None)
+            return self.out(_like_data(obj))
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
@@ -325,13 +328,36 @@ class _Session:
             if req.get("lazy"):  # the tests read its items as they go (``take``)
                 it = iter(obj)
                 return self.out(True) if it is obj else self.out(it)
+            it = iter(obj)
             items = []
-            for item in obj:
+            for item in it:
                 items.append(self.out(item))
                 if len(items) > MAX_ITEMS:
                     raise OverflowError("more than %d items" % MAX_ITEMS)
+            if req.get("own"):  # and whether it is its own iterator (its items are gone now)
+                return ["L", [self.out(it is obj), ["L", items]]]
             return ["L", items]
         raise ValueError("unknown request %r" % (op,))
+
+
+def _like_data(obj):
+    """A container of no built-in base as the built-in data it stands for (``data``): a mapping
+    (``UserDict``, a ``collections.abc.Mapping``) as a dict, a ``UserList`` or other sequence as a
+    list, a set as a set, a ``UserString`` as its str; else None. Imported here, when asked: most
+    samples never are."""
+    import collections
+    import collections.abc as abc
+    if isinstance(obj, abc.Mapping):
+        return dict(obj)
+    if isinstance(obj, collections.UserString):
+        return str(obj.data)
+    if isinstance(obj, (str, bytes, bytearray)):
+        return None
+    if isinstance(obj, abc.Sequence):
+        return list(obj)
+    if isinstance(obj, abc.Set):
+        return set(obj)
+    return None
 
 
 def _lineage(kind):

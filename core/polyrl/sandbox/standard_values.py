@@ -27,6 +27,9 @@ REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
     collections.defaultdict: ("builtins", "dict", dict),  # its factory is the tests' code: a plain dict
     fractions.Fraction: ("fractions", "Fraction", str),
     decimal.Decimal: ("decimal", "Decimal", str),
+    collections.UserDict: ("collections", "UserDict", dict),
+    collections.UserList: ("collections", "UserList", list),
+    collections.UserString: ("collections", "UserString", str),
 }
 #: Built-in types a test may pass that the sample makes from positional arguments: type ->
 #: (module, name, the arguments). Why: ``total(range(5))`` and ``f(x)[:2]`` (a slice, on a numpy
@@ -49,14 +52,14 @@ def rebuilt(module: str, name: str, plain: Any) -> Any:
     its constructor is sent (``server._STANDARD``), else ``ProtocolError``. Why the shape: an
     ``OrderedDict`` (or dict) built from a list of pairs hashes keys no ``spread`` has seen, and
     30k colliding keys held the trainer for seconds, as a set of them did (``values.MAX_SAME_HASH``)."""
-    if name in ("Fraction", "Decimal"):
+    if name in ("Fraction", "Decimal", "UserString"):
         ok = type(plain) is str
     elif name == "OrderedDict":
         ok = type(plain) is list and all(type(p) is tuple and len(p) == 2 for p in plain)
         if ok:
             spread([key for key, _ in plain])
     else:
-        ok = type(plain) is (list if name == "deque" else dict)
+        ok = type(plain) is (list if name in ("deque", "UserList") else dict)
     if not ok:
         raise ProtocolError(f"a {name} sent as {type(plain).__name__}")
     return REBUILDERS[module, name](plain)
