@@ -314,6 +314,8 @@ def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path, layout
         assert open(target).read() == "intact" and not any(got), (out, got)
         umounts = [line for line in out.splitlines() if line.startswith(("UMOUNT", "REMOUNT"))]
         assert len(umounts) == 3 and all(line.split()[1] == "-1" for line in umounts), out
+        if layout == "new_root":  # chrooted below its namespace's root: the kernel refuses a user namespace
+            assert "NESTED -1 1" in out, out
     finally:
         if server is not None:
             server.close()
@@ -368,6 +370,40 @@ def test_unshare_level_shows_no_host_file_or_socket_outside_the_system(no_bwrap,
             server.close()
         for folder in (opt_dir, lib_dir):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+NESTED_ATTACK = """
+import ctypes, fcntl, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+done = libc.unshare(0x10000000 | 0x00020000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET
+print("NESTED", done, ctypes.get_errno())
+if done == 0:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:  # SIOCSIFFLAGS: CAP_NET_ADMIN over a network namespace of its own (nf_tables' attack surface)
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 1))
+        print("NET_ADMIN lo up")
+    except OSError as exc:
+        print("NET_ADMIN", exc.strerror)
+    os.makedirs("/tmp/sys", exist_ok=True)
+    if libc.mount(b"sysfs", b"/tmp/sys", b"sysfs", 1 | 2 | 4 | 8, None) == 0:
+        print("SYSFS", sorted(os.listdir("/tmp/sys/devices/system/cpu")))
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_sample_makes_no_user_namespace_of_its_own(no_bwrap, user):
+    """Without the seccomp filter a sample made a user namespace of its own (with a network and
+    mount namespace): there it held CAP_NET_ADMIN and CAP_SYS_ADMIN (nf_tables, the usual kernel
+    exploit's first step) and, where a sysfs was in view, mounted its own (the host's devices and
+    CPUs). Now it runs chrooted below its mount namespace's root (``new_root``), where the kernel
+    refuses it any user namespace (EPERM)."""
+    box = _weak_box(user)
+    result = box.run(NESTED_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    assert "NESTED -1 1" in result.output, result.output
+    assert "NET_ADMIN" not in result.output and "SYSFS" not in result.output, result.output
+    assert "no user namespace of its own" in box.report["filesystem"], box.report
 
 
 OLD_KERNEL = """

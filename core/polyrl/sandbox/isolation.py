@@ -29,7 +29,8 @@ network) to kernel permissions of a uid that may be the trainer's own.
 ``unshare``     util-linux unshare: network, PID, IPC and mount namespaces (a user namespace when
                 not root); a root of the sample's own as bubblewrap builds it (``new_root``):
                 read-only /usr and the interpreter's folders, its own /proc, a minimal /dev and a
-                capped private tmpfs at /tmp, nothing else of the host. Where ``pivot_root`` is
+                capped private tmpfs at /tmp, nothing else of the host; chrooted below its mount
+                namespace's root, so the kernel refuses it a user namespace. Where ``pivot_root`` is
                 refused: the host's files read-only, with ``/run``, ``/var/tmp``, ``/dev/shm``,
                 ``/dev/pts``, the homes and the trainer's working folder hidden under empty
                 read-only folders (``polyrl.sandbox.host_view``), kernel permissions applying to
@@ -645,6 +646,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                                   + (f" (its trainer's folders {', '.join(view)} hidden)" if view else "")
                                   + ", the interpreter's bin and lib, its own /proc and a /dev of null, zero, "
                                   "full, random and urandom; no other host file, folder or unix socket; "
+                                  "no user namespace of its own (chrooted below its root, the kernel refuses "
+                                  "one); "
                                   f"writable: a {disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only"
                                   + (f" ({own[2:]})" if own else ""))
                 elif kind:

@@ -12,9 +12,17 @@ non-root trainer) a short setup program, run before the privilege drop, mounts a
 the interpreter's folders (``interpreter_binds``), the sample's own ``/proc`` (``--mount-proc``),
 a ``/dev`` of ``null``, ``zero``, ``full``, ``random`` and ``urandom`` only, every mount of it
 read-only, and the sample's size- and inode-capped tmpfs at ``/tmp``. Then ``pivot_root`` makes
-it ``/`` and the host's whole tree is detached, so no path, socket or folder of the host outside
-those binds is there at all (the trainer's ``/etc`` neither, as under bubblewrap). ``hide``: the
-trainer's folders inside ``/usr`` (``system_hidden``), under an empty read-only tmpfs.
+the outer tmpfs holding it ``/`` and the host's whole tree is detached, so no path, socket or
+folder of the host outside those binds is there at all (the trainer's ``/etc`` neither, as under
+bubblewrap). ``hide``: the trainer's folders inside ``/usr`` (``usr_hidden``), under an empty
+read-only tmpfs.
+
+Last, it chroots into the new root, one mount below the namespace's root. Why: without the
+seccomp filter a sample made a user namespace of its own (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``)
+and held CAP_NET_ADMIN and CAP_SYS_ADMIN there (nf_tables and the other usual first steps of a
+kernel exploit; a sysfs of its own where one was in view). The kernel refuses a user namespace
+to a chrooted process (``create_user_ns``: ``current_chrooted``, since Linux 3.9), and a sample
+without CAP_SYS_CHROOT and no descriptor outside cannot leave the chroot.
 
 Where this fails (no ``pivot_root`` on a root that is the initramfs, an architecture without its
 number here) the level falls back to the read-only host view and the report says why.
@@ -44,7 +52,8 @@ tmp, pivot, hide, keep, rest = args[0], int(args[1]), args[2:cut], args[cut + 1:
 libc = ctypes.CDLL(None, use_errno=True)
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
 KEPT = (NOSUID | NODEV | NOEXEC | 1024 | 2048 | (1 << 21))  # locked flags a remount must repeat
-NEW = "/tmp"  # where the new root is built: a tmpfs of this namespace, the host never sees it
+OUTER = "/tmp"  # a tmpfs of this namespace (the host never sees it): the root left after pivot_root
+NEW = OUTER + "/root"  # the sample's root, built in a tmpfs of its own inside OUTER
 
 def fail(err, what):
     raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -100,6 +109,8 @@ try:
     # what is under a hidden folder in it (a venv in a project folder under /usr/local)
     keep = [p for p in keep if os.path.lexists(p) and (not under(p, "/usr") or any(under(p, h) and p != h for h in hide))]
     opened += [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in keep]
+    mount("polyrl-outer", OUTER, "tmpfs", NOSUID | NODEV, "size=64k,nr_inodes=16,mode=755")
+    os.mkdir(NEW, 0o755)
     mount("polyrl-root", NEW, "tmpfs", NOSUID | NODEV, "size=1m,nr_inodes=4096,mode=755")
     for name, target in links.items():
         os.symlink(target, f"{NEW}/{name}")
@@ -124,11 +135,17 @@ try:
         all_read_only(NEW + path)
     for path, fd in opened:
         os.close(fd)
-    os.chdir(NEW)
+    read_only(OUTER, NOSUID | NODEV)
+    os.chdir(OUTER)
     if libc.syscall(ctypes.c_long(pivot), b".", b".") != 0:  # pivot_root(".", "."): no folder for the old root
         fail(ctypes.get_errno(), "pivot_root")
-    if libc.umount2(b".", 2) != 0:  # MNT_DETACH: the host's tree, stacked on the new root, goes
+    if libc.umount2(b".", 2) != 0:  # MNT_DETACH: the host's tree, stacked on the outer tmpfs, goes
         fail(ctypes.get_errno(), "umount the host's root")
+    # chrooted below the namespace's root, the kernel refuses the sample a user namespace (EPERM,
+    # create_user_ns' current_chrooted check): no nested namespaces owned by it
+    os.chdir(NEW[len(OUTER):])
+    if libc.chroot(b".") != 0:
+        fail(ctypes.get_errno(), "chroot")
     os.chdir("/tmp")
 except OSError as exc:
     print(f"polyrl-sandbox new root: {exc}", file=sys.stderr)
