@@ -217,7 +217,9 @@ class Sandbox:
         try:
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
-                                 "native": self.launch.level == "bwrap"})
+                                 "native": self.launch.level == "bwrap",
+                                 # without the filter keyctl is open: the sample leaves the trainer's session keyring
+                                 "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None})
             fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
             fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int and 0 <= fd < 1 << 20] \
                 if isinstance(fds, list) else []
