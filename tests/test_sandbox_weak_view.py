@@ -269,6 +269,7 @@ print("UMOUNT", libc.umount2(b"/tmp", 2), ctypes.get_errno())
 print("REMOUNT", libc.mount(None, b"/", None, 32 | 4096, None), ctypes.get_errno())
 print("NESTED", libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())  # CLONE_NEWUSER | CLONE_NEWNS
 print("UMOUNT", libc.umount2(b"/tmp", 2), ctypes.get_errno())
+print("SHMGET", libc.shmget(0, 4096, 0o1600), ctypes.get_errno(), open("/proc/sys/kernel/shmmni").read().strip())
 """
 
 
@@ -314,6 +315,8 @@ def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path, layout
         assert open(target).read() == "intact" and not any(got), (out, got)
         umounts = [line for line in out.splitlines() if line.startswith(("UMOUNT", "REMOUNT"))]
         assert len(umounts) == 3 and all(line.split()[1] == "-1" for line in umounts), out
+        shm = next(line.split() for line in out.splitlines() if line.startswith("SHMGET"))
+        assert shm[1:] == ["-1", "28", "0"] or shm[3] != "0", out  # ENOSPC where its user namespace may set shmmni
         if layout == "new_root":  # chrooted below its namespace's root: the kernel refuses a user namespace
             assert "NESTED -1 1" in out, out
     finally:
@@ -404,6 +407,48 @@ def test_unshare_level_sample_makes_no_user_namespace_of_its_own(no_bwrap, user)
     assert "NESTED -1 1" in result.output, result.output
     assert "NET_ADMIN" not in result.output and "SYSFS" not in result.output, result.output
     assert "no user namespace of its own" in box.report["filesystem"], box.report
+
+
+SYSV_ATTACK = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+held = 0
+for _ in range(6):  # each segment written through a mapping, then detached: RLIMIT_AS no longer counts it
+    segment = libc.shmget(0, 64 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if segment < 0:
+        print("SHMGET", os.strerror(ctypes.get_errno()))
+        break
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, 64 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+    held += 64
+print("SHM_HELD_MB", held)
+queue = libc.msgget(0, 0o1600)
+print("MSGGET", queue, os.strerror(ctypes.get_errno()) if queue < 0 else "")
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_sample_holds_no_sysv_memory_past_memory_mb(no_bwrap, fallback, monkeypatch):
+    """Without the seccomp filter (which refuses ``shmget``/``msgget``) a sample held 384 MB of
+    SysV shared memory with ``memory_mb = 128``: a detached segment outlives its mapping in the
+    sample's IPC namespace, where ``shmall`` is unlimited, and RLIMIT_AS counts only what is
+    mapped. Now the setup sets ``shmmni`` and ``msgmni`` of that namespace to 0: no segment, no
+    queue (ENOSPC). ``fallback``: the read-only host view."""
+    if fallback:
+        _no_new_root(monkeypatch)
+    python = _python_for("auto")
+    if python is None:
+        pytest.skip("no interpreter user nobody can run")
+    box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=8), isolation="weak", python=python,
+                  audit_hook=False)
+    assert box.level == "unshare" and box.launch.private_tmp, box.report
+    result = box.run(SYSV_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    assert "SHM_HELD_MB 0" in result.output and "SHMGET No space left on device" in result.output, result.output
+    assert "MSGGET -1 No space left on device" in result.output, result.output
 
 
 OLD_KERNEL = """

@@ -16,7 +16,8 @@ size- and inode-capped tmpfs at ``/tmp`` and an empty read-only tmpfs (with the 
 over each of ``hidden_folders()``: the usual homes of unix sockets and world-writable folders, the
 users' homes, the trainer's home and working folder. The interpreter's folders under them are
 bound back (read-only, ancestors with their own modes), then it changes to ``/tmp`` and execs the
-rest of the command. A unix socket elsewhere stays reachable: ``connect`` needs write permission
+rest of the command (first, as ``new_root``'s, it sets the IPC namespace's ``shmmni`` and
+``msgmni`` to 0). A unix socket elsewhere stays reachable: ``connect`` needs write permission
 on the socket, which a read-only mount does not take away (the kernel's EROFS check skips sockets).
 
 Descendants of a hidden folder cannot be revealed again: a sample has no capability to unmount,
@@ -74,6 +75,12 @@ def all_read_only():
 def under(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
+for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
+    try:
+        with open(f"/proc/sys/{limit}", "w") as out:
+            out.write("0")
+    except OSError:  # a kernel whose IPC limits a user namespace may not set: as before
+        pass
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be hidden (a tool in /tmp)
     kept = []  # (path, O_PATH fd, ancestors' (path, mode, uid, gid) below the covering mount)

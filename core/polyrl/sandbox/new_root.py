@@ -24,6 +24,10 @@ kernel exploit; a sysfs of its own where one was in view). The kernel refuses a 
 to a chrooted process (``create_user_ns``: ``current_chrooted``, since Linux 3.9), and a sample
 without CAP_SYS_CHROOT and no descriptor outside cannot leave the chroot.
 
+First it sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (where the kernel
+lets it: always as root): without the seccomp filter (which refuses ``shmget``) a sample held
+384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is mapped).
+
 Where this fails (no ``pivot_root`` on a root that is the initramfs, an architecture without its
 number here) the level falls back to the read-only host view and the report says why.
 """
@@ -93,6 +97,12 @@ def place(path, fd):
         open(target, "x").close()
     mount(f"/proc/self/fd/{fd}", target, None, BIND | REC)
 
+for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
+    try:
+        with open(f"/proc/sys/{limit}", "w") as out:
+            out.write("0")
+    except OSError:  # a kernel whose IPC limits a user namespace may not set: as before
+        pass
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be left behind (a tool in /tmp)
     links, binds = {}, []
