@@ -251,6 +251,22 @@ def test_hidden_folders_never_hide_the_system(monkeypatch, tmp_path):
         assert outside in hidden
 
 
+def test_usr_hidden_never_hides_what_the_interpreter_loads():
+    """A trainer's folder inside a system folder of /usr is hidden (a project in /usr/local/lib),
+    but never the interpreter's standard library or a folder in it, its site folders, a folder
+    the dynamic linker loads libraries from, or one holding a system folder."""
+    from polyrl.sandbox import host_view
+
+    python = "/usr/bin/python3"
+    if not os.path.exists(python):
+        pytest.skip("needs the system's /usr/bin/python3")
+    base, own, libraries = host_view._needed(python)
+    keep = [*own, *[p for p in libraries if p.startswith("/usr/")], "/usr/local", "/usr/lib"]
+    keep += [os.path.join(own[0], "encodings")] if own else []
+    assert own and base == "/usr", (base, own)
+    assert host_view.usr_hidden(python, [p for p in keep if os.path.isdir(p)]) == []
+
+
 NOBODY_ATTACK = """
 import ctypes, os, socket
 libc = ctypes.CDLL(None, use_errno=True)

@@ -26,6 +26,7 @@ and in a user namespace of its own the mounts it inherits are locked by the kern
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -197,27 +198,68 @@ def namespace_drop() -> list[str]:
     return [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"] if setpriv else []
 
 
-#: What of /usr a system's programs and libraries live in: a trainer's folder holding or inside
-#: one of them is never hidden (a trainer started in /usr/local or /usr/lib/python3).
+#: What of /usr a system's programs and libraries live in: a trainer's folder holding one of them
+#: is never hidden (a trainer started in /usr or /usr/local). One inside them is, unless the
+#: interpreter or the dynamic linker needs it (``_needed``): a project in /usr/local/lib/proj.
 USR_SYSTEM = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/libexec",
               "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
               "/usr/local/lib64", "/usr/local/share", "/usr/local/include")
+
+#: The interpreter's own folders outside a venv: its base prefix, standard library and the site
+#: folders that are not the venv's (a venv's, under a hidden folder, are bound back).
+_ASK = ("import json, os, site, sys, sysconfig; p = sysconfig.get_paths(); venv = sys.prefix != sys.base_prefix; "
+        "sites = [d for d in site.getsitepackages() if not (venv and (d + os.sep).startswith(sys.prefix + os.sep))]; "
+        "print(json.dumps({'base': sys.base_prefix, 'python': [p['stdlib'], p['platstdlib'], "
+        "os.path.dirname(os.path.realpath(sys.executable))] + sites}))")
+
+
+def _library_folders() -> list[str]:
+    """The folders of every library in the dynamic linker's cache (``ldconfig -p``), their links
+    followed (Debian's BLAS lives in /usr/lib/<triplet>/blas through /etc/alternatives)."""
+    ldconfig = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+                                                 if os.path.exists(p)), None)
+    if ldconfig is None:
+        return []
+    try:
+        done = subprocess.run([ldconfig, "-p"], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    folders = set()
+    for line in done.stdout.decode(errors="replace").splitlines():
+        if " => " in line:
+            path = line.rsplit(" => ", 1)[1].strip()
+            folders.update({os.path.dirname(path), os.path.dirname(os.path.realpath(path))})
+    return sorted(folders)
+
+
+def _needed(python: str) -> tuple[str, list[str], list[str]]:
+    """(base prefix, the interpreter's folders it must keep whole: standard library, site folders
+    and binary's folder, the library folders of ``_library_folders``)."""
+    done = subprocess.run([python, "-I", "-S", "-c", _ASK], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    try:
+        asked = json.loads(done.stdout.decode(errors="replace"))
+        base, own = str(asked["base"]), [str(p) for p in asked["python"]]
+    except (ValueError, KeyError, TypeError):
+        base, own = "/usr", []
+    return os.path.realpath(base or "/usr"), [os.path.realpath(p) for p in own if p], _library_folders()
 
 
 def usr_hidden(python: str, folders: Sequence[str] | None = None) -> list[str]:
     """The trainer's home and working folder (``trainer_folders``) where they lie inside /usr,
     which the sample gets whole (bubblewrap's view and ``new_root``'s): a project in
-    /usr/local/src showed its dataset and config to every sample. Not one that holds or lies in
-    ``USR_SYSTEM``, nor one that holds the interpreter's base installation."""
-    done = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
-                          timeout=30, stdin=subprocess.DEVNULL)
-    base = os.path.realpath(done.stdout.decode(errors="replace").strip() or "/usr")
+    /usr/local/src showed its dataset and config to every sample, and one in /usr/local/lib or
+    /usr/lib did until a folder inside ``USR_SYSTEM`` could be hidden too. Never one that holds a
+    ``USR_SYSTEM`` folder or the interpreter's base installation, holds or lies in its standard
+    library, site folders or binary's folder, or holds a folder the dynamic linker loads from."""
+    base, own, libraries = _needed(python)
     found: list[str] = []
     for folder in trainer_folders() if folders is None else folders:
         real = os.path.realpath(folder)
         if not real.startswith("/usr/") or not os.path.isdir(real) or under(base, real):
             continue
-        if any(under(real, system) or under(system, real) for system in USR_SYSTEM):
+        if any(under(system, real) for system in USR_SYSTEM):
+            continue
+        if any(under(path, real) or under(real, path) for path in own) or any(under(lib, real) for lib in libraries):
             continue
         found.append(real)
     found = sorted(set(found))
