@@ -220,9 +220,17 @@ def _ancestors(path: str) -> list[str]:
 #: sample made 520 000 empty files, 0.5 GB of kernel memory, in 4 s, and a longer timeout_s made more).
 INODES_PER_MB = 256
 MIN_INODES = 4096
+#: Sysctls of the sample's IPC namespace set to 0 (no SysV shared memory segment or message
+#: queue). Why: without the seccomp filter (no libseccomp), which refuses ``shmget``, a sample held
+#: 384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is
+#: mapped, and a segment outlives its mapping in the sample's IPC namespace).
+IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni")
 #: The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it but no
-#: inode option), then exec the rest of the command (bubblewrap).
-_MOUNT_SCRIPT = 'mount -t tmpfs -o "$1" polyrl-sample "$2" && shift 2 && exec "$@"'
+#: inode option), set ``IPC_LIMITS`` (where the kernel lets it), then exec the rest of the command
+#: (bubblewrap).
+_MOUNT_SCRIPT = ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
+                 + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
+                 + '; } 2>/dev/null; shift 2 && exec "$@"')
 
 
 def tmpfs_inodes(disk_mb: int) -> int:
@@ -234,13 +242,15 @@ def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
     never sees the mount) that mounts the sample's tmpfs with ``size`` *and* ``nr_inodes`` on
     ``mount_dir``, then execs bubblewrap, which binds it at ``/tmp``; [] where a tool is missing.
     Not root: in a user namespace of its own where the trainer is root (``--map-root-user``),
-    which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid)."""
+    which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid).
+    It also makes the sample's IPC namespace (``--ipc``; bubblewrap then makes none) and sets its
+    ``IPC_LIMITS`` to 0."""
     unshare, sh = shutil.which("unshare"), shutil.which("sh")
     if unshare is None or sh is None or shutil.which("mount") is None:
         return []
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     options = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={tmpfs_inodes(disk_mb)},mode=1777,nosuid,nodev"
-    return [unshare, *user, "--mount", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT,
+    return [unshare, *user, "--mount", "--ipc", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT,
             "polyrl-sandbox", options, mount_dir]
 
 
@@ -266,7 +276,8 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     read-only tmpfs (the interpreter's folders in them bound back)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
-    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    ipc = [] if tmpfs_dir is not None else ["--unshare-ipc"]  # under the wrapper: its IPC namespace, limits set
+    cmd = [bwrap, "--unshare-pid", "--unshare-net", *ipc, "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
         cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]

@@ -1,4 +1,7 @@
-"""A sample never reads the trainer's kernel keys (its session keyring: Kerberos tickets, ecryptfs
+"""What a sample without the seccomp filter (bubblewrap without libseccomp, the ``unshare`` and
+``off`` levels) still cannot do.
+
+It never reads the trainer's kernel keys (its session keyring: Kerberos tickets, ecryptfs
 or cloud tokens a login or ``keyctl`` put there). A process possesses its session keyring's keys
 and the sample inherited it, so without the seccomp filter (which refuses ``keyctl``) a sample
 read them at every level, whatever its uid. Replayed with the audit hook OFF, from a trainer in a
@@ -91,3 +94,53 @@ def test_sample_reads_no_key_of_the_trainers_session_keyring(tmp_path, level, us
     assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
     assert "SECRET-TOKEN" not in got["output"], got["output"]
     assert "READ token -1" in got["output"], got["output"]
+
+
+SYSV = """
+import ctypes, json, sys
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, seccomp
+
+seccomp._cache.append((None, "off: no libseccomp bindings (test)"))
+box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=8), audit_hook=False)
+result = box.run(sys.argv[1] + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
+print(json.dumps({"level": box.level, "wrapped": bool(box.launch.wrapper), "status": result.status,
+                  "passed": result.passed, "output": result.output}))
+"""
+SYSV_ATTACK = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+held = 0
+for _ in range(6):  # each segment written through a mapping, then detached: RLIMIT_AS no longer counts it
+    segment = libc.shmget(0, 64 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if segment < 0:
+        print("SHMGET", os.strerror(ctypes.get_errno()))
+        break
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, 64 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+    held += 64
+print("SHM_HELD_MB", held)
+"""
+
+
+def test_bubblewrap_without_the_filter_holds_no_sysv_memory_past_memory_mb(tmp_path):
+    """Bubblewrap without libseccomp (``isolation = "auto"`` runs it, with a warning): a sample
+    held 384 MB of detached SysV shared memory with ``memory_mb = 128`` (RLIMIT_AS counts only
+    what is mapped; the filter refuses ``shmget``). Now the wrapper that mounts the sample's tmpfs
+    makes its IPC namespace with ``shmmni`` and ``msgmni`` 0: no segment (ENOSPC)."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    script = tmp_path / "trainer.py"
+    script.write_text(SYSV)
+    done = subprocess.run([sys.executable, str(script), SYSV_ATTACK], capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    if done.returncode != 0 and "bubblewrap" in done.stderr:
+        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["level"] == "bwrap" and got["status"] == "ok" and got["passed"] == [True], got
+    if not got["wrapped"]:
+        pytest.skip("no tmpfs wrapper here (util-linux unshare or mount missing): the limits are not set")
+    assert "SHM_HELD_MB 0" in got["output"] and "SHMGET No space left on device" in got["output"], got["output"]
