@@ -17,16 +17,16 @@ folder of the host outside those binds is there at all (the trainer's ``/etc`` n
 bubblewrap). ``hide``: the trainer's folders inside ``/usr`` (``usr_hidden``), under an empty
 read-only tmpfs.
 
+Before all that it sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (where the kernel
+lets it: always as root): without the seccomp filter (which refuses ``shmget``) a sample held
+384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is mapped).
+
 Last, it chroots into the new root, one mount below the namespace's root. Why: without the
 seccomp filter a sample made a user namespace of its own (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``)
 and held CAP_NET_ADMIN and CAP_SYS_ADMIN there (nf_tables and the other usual first steps of a
 kernel exploit; a sysfs of its own where one was in view). The kernel refuses a user namespace
 to a chrooted process (``create_user_ns``: ``current_chrooted``, since Linux 3.9), and a sample
 without CAP_SYS_CHROOT and no descriptor outside cannot leave the chroot.
-
-First it sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (where the kernel
-lets it: always as root): without the seccomp filter (which refuses ``shmget``) a sample held
-384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is mapped).
 
 Where this fails (no ``pivot_root`` on a root that is the initramfs, an architecture without its
 number here) the level falls back to the read-only host view and the report says why.
