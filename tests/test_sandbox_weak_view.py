@@ -67,6 +67,14 @@ def no_bwrap(monkeypatch, tmp_path):
     monkeypatch.setattr(isolation, "_probes", {})
 
 
+@pytest.fixture
+def no_filter(monkeypatch):
+    """As without libseccomp: the level runs without the seccomp filter (what the kernel alone stops)."""
+    from polyrl.sandbox import seccomp
+
+    monkeypatch.setattr(seccomp, "compiled_filter", lambda: (None, "off: no libseccomp bindings (test)"))
+
+
 def _weak_box(user: str) -> Sandbox:
     python = _python_for(user)
     if python is None:
@@ -411,13 +419,15 @@ if done == 0:
 
 @needs_unshare
 @pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
-def test_unshare_level_sample_makes_no_user_namespace_of_its_own(no_bwrap, user):
+def test_unshare_level_sample_makes_no_user_namespace_of_its_own(no_bwrap, no_filter, user):
     """Without the seccomp filter a sample made a user namespace of its own (with a network and
     mount namespace): there it held CAP_NET_ADMIN and CAP_SYS_ADMIN (nf_tables, the usual kernel
     exploit's first step) and, where a sysfs was in view, mounted its own (the host's devices and
     CPUs). Now it runs chrooted below its mount namespace's root (``new_root``), where the kernel
-    refuses it any user namespace (EPERM)."""
+    refuses it any user namespace (EPERM), also without the filter (no libseccomp), which
+    refuses ``unshare`` itself."""
     box = _weak_box(user)
+    assert box.launch.seccomp_program is None, box.report
     result = box.run(NESTED_ATTACK + GOOD, TESTS)
     assert result.status == "ok" and result.passed == [True], (result, result.output)
     assert "NESTED -1 1" in result.output, result.output
@@ -447,12 +457,13 @@ print("MSGGET", queue, os.strerror(ctypes.get_errno()) if queue < 0 else "")
 
 @needs_unshare
 @pytest.mark.parametrize("fallback", [False, True])
-def test_unshare_level_sample_holds_no_sysv_memory_past_memory_mb(no_bwrap, fallback, monkeypatch):
+def test_unshare_level_sample_holds_no_sysv_memory_past_memory_mb(no_bwrap, no_filter, fallback, monkeypatch):
     """Without the seccomp filter (which refuses ``shmget``/``msgget``) a sample held 384 MB of
     SysV shared memory with ``memory_mb = 128``: a detached segment outlives its mapping in the
     sample's IPC namespace, where ``shmall`` is unlimited, and RLIMIT_AS counts only what is
     mapped. Now the setup sets ``shmmni`` and ``msgmni`` of that namespace to 0: no segment, no
-    queue (ENOSPC). ``fallback``: the read-only host view."""
+    queue (ENOSPC), also without the filter (no libseccomp), which refuses both calls.
+    ``fallback``: the read-only host view."""
     if fallback:
         _no_new_root(monkeypatch)
     python = _python_for("auto")
@@ -465,6 +476,47 @@ def test_unshare_level_sample_holds_no_sysv_memory_past_memory_mb(no_bwrap, fall
     assert result.status == "ok" and result.passed == [True], (result, result.output)
     assert "SHM_HELD_MB 0" in result.output and "SHMGET No space left on device" in result.output, result.output
     assert "MSGGET -1 No space left on device" in result.output, result.output
+
+
+FILTER_ATTACK = """
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+for name, family, kind in (("VSOCK", 40, socket.SOCK_STREAM), ("NETLINK", 16, socket.SOCK_RAW)):
+    try:
+        socket.socket(family, kind)
+        print(name, "opened")
+    except OSError as exc:
+        print(name, exc.strerror)
+for name, call in (("MEMFD", lambda: os.memfd_create("held")), ("FORK", os.fork)):
+    try:
+        if call() == 0:
+            os._exit(0)
+        print(name, "made")
+    except OSError as exc:
+        print(name, exc.strerror)
+print("KEYCTL", libc.syscall(250 if os.uname().machine == "x86_64" else 219, 0, -3, 0), ctypes.get_errno())
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_loads_the_seccomp_filter(no_bwrap, fallback, monkeypatch):
+    """The ``unshare`` level ran without the seccomp filter ("off: needs bwrap"): a sample opened
+    AF_VSOCK (not separated by a network namespace: the hypervisor's services on a VM) and
+    AF_NETLINK sockets, made a memfd (memory no rlimit counts), forked (each process
+    ``memory_mb``) and called keyctl. Now the setup program loads the filter bubblewrap gets,
+    last before the privilege drop: each of them is refused, and the report says the filter is on.
+    ``fallback``: the read-only host view."""
+    pytest.importorskip("pyseccomp")
+    if fallback:
+        _no_new_root(monkeypatch)
+    box = _weak_box("auto")
+    result = box.run(FILTER_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    for line in ("VSOCK Address family not supported by protocol", "NETLINK Address family not supported by protocol",
+                 "MEMFD Operation not permitted", "FORK Operation not permitted", "KEYCTL -1 1"):
+        assert line in result.output, result.output
+    assert box.launch.seccomp_program is not None and box.report["seccomp"].startswith("on:"), box.report
 
 
 OLD_KERNEL = """

@@ -33,16 +33,19 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from polyrl.sandbox.new_root import LOAD_FILTER
+
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
 SETUP = r'''
 import ctypes, os, sys
-args = sys.argv[1:]  # tmpfs options, "root" or "user", hidden folders, "--", kept paths, "--", command
-cut = args.index("--", 2)
-spec = {"tmp": args[0], "root": args[1] == "root", "hide": args[2:cut]}
+args = sys.argv[1:]  # tmpfs options, "root" or "user", filter, hidden folders, "--", kept paths, "--", command
+cut = args.index("--", 3)
+spec = {"tmp": args[0], "root": args[1] == "root", "hide": args[3:cut]}
 end = args.index("--", cut + 1)
 spec["keep"], rest = args[cut + 1:end], args[end + 1:]
 libc = ctypes.CDLL(None, use_errno=True)
+@LOAD_FILTER@
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
 KEPT = (NOSUID | NODEV | NOEXEC | 1024 | 2048 | (1 << 21))  # locked flags a remount must repeat
 
@@ -120,11 +123,12 @@ try:
     for folder in spec["hide"]:
         read_only(folder, NOSUID | NODEV)
     os.chdir("/tmp")
+    load_filter(args[2])
 except OSError as exc:
     print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''
+'''.replace("@LOAD_FILTER@", LOAD_FILTER)
 
 #: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,
 #: ``/dev/shm``) and world-writable folders (``/var/tmp``, ``/run/lock``, ``/dev/mqueue``) live,
@@ -181,13 +185,15 @@ def trainer_folders() -> list[str]:
 
 
 def setup_command(python: str, disk_mb: int, inodes: int, keep: Sequence[str],
-                  hide: Sequence[str], root: bool | None = None) -> list[str]:
+                  hide: Sequence[str], root: bool | None = None, program: bytes | None = None) -> list[str]:
     """The setup program's command line (module docstring), to put between ``unshare`` and the
     privilege drop; ``keep`` are the interpreter's folders and files to bind back. ``root``: the
-    trainer is root (default: this process's euid), so hidden folders keep their owners too."""
+    trainer is root (default: this process's euid), so hidden folders keep their owners too;
+    ``program``: the seccomp filter, loaded last (``new_root.LOAD_FILTER``)."""
     tmp = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={inodes},mode=1777"
     root = os.geteuid() == 0 if root is None else root
-    return [python, "-I", "-S", "-c", SETUP, tmp, "root" if root else "user", *hide, "--", *keep, "--"]
+    return [python, "-I", "-S", "-c", SETUP, tmp, "root" if root else "user", program.hex() if program else "-",
+            *hide, "--", *keep, "--"]
 
 
 def namespace_drop() -> list[str]:

@@ -30,7 +30,9 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 not root); a root of the sample's own as bubblewrap builds it (``new_root``):
                 read-only /usr and the interpreter's folders, its own /proc, a minimal /dev and a
                 capped private tmpfs at /tmp, nothing else of the host; chrooted below its mount
-                namespace's root, so the kernel refuses it a user namespace. Where ``pivot_root`` is
+                namespace's root, so the kernel refuses it a user namespace; the seccomp filter
+                if built, loaded by the setup program last (``new_root.LOAD_FILTER``: the sample
+                is one process there too). Where ``pivot_root`` is
                 refused: the host's files read-only, with ``/run``, ``/var/tmp``, ``/dev/shm``,
                 ``/dev/pts``, the homes and the trainer's working folder hidden under empty
                 read-only folders (``polyrl.sandbox.host_view``), kernel permissions applying to
@@ -42,7 +44,7 @@ network) to kernel permissions of a uid that may be the trainer's own.
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
 
 At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
-are per process, so without the seccomp filter (unshare, off, no libseccomp) a sample's processes
+are per process, so without the seccomp filter (off, no libseccomp) a sample's processes
 together can hold ``max_processes`` x ``memory_mb``, and samples run ``max_workers`` at a time;
 when that exhausts the machine the kernel's OOM killer must take a sample, never the trainer (with
 the largest memory it is the first choice otherwise). Set by root, the value is also the floor
@@ -533,8 +535,8 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     return None, why, notes
 
 
-def _host_view(prefix: list[str], python: str, disk_mb: int,
-               expected: str) -> tuple[list[str], str, list[str], str]:
+def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
+               program: bytes | None = None) -> tuple[list[str], str, list[str], str]:
     """(``prefix`` with the filesystem setup appended, which: "root" (``new_root``: a root of the
     sample's own), else "view" (``host_view``: the host read-only, its usual folders hidden), the
     folders hidden, why the stronger ones failed) for the first that starts the interpreter here,
@@ -549,12 +551,12 @@ def _host_view(prefix: list[str], python: str, disk_mb: int,
         keep = interpreter_binds(interpreter_paths(python, in_usr), python)
     except RewardError as exc:
         return prefix, "", [], str(exc)
-    root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr)
+    root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr, program)
     why_root = probe(root + [python, "-I", "-c", _IDENTITY], expected)
     if why_root is None:
         return root, "root", in_usr, ""
     hide = host_view.hidden_folders(host_view.trainer_folders())
-    view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide)
+    view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide, program=program)
     why = probe(view + [python, "-I", "-c", _IDENTITY], expected)
     return (view, "view", hide, why_root) if why is None else (prefix, "", [], f"{why_root}; {why}")
 
@@ -634,7 +636,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
             prefix = [unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
             if os.geteuid() != 0:
                 prefix[1:1] = ["--user", "--map-root-user"]
-            prefix, kind, view, view_note = _host_view(prefix, python, disk_mb, expected)
+            prefix, kind, view, view_note = _host_view(prefix, python, disk_mb, expected, program)
             drop = drop_privileges(ids) if ids else no_capabilities()
             if kind and os.geteuid() != 0:
                 drop = host_view.namespace_drop()
@@ -670,11 +672,14 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 else:
                     filesystem = (f"host files visible (kernel permissions apply{own}); disk capped per file only "
                                   f"(no read-only view: {view_note})")
-                return Launch("unshare", tuple(prefix), tuple(drop), python, bool(kind), ids, None, {
+                filtered = program if kind else None  # loaded by the setup program, last
+                return Launch("unshare", tuple(prefix), tuple(drop), python, bool(kind), ids, filtered, {
                     **base, "isolation": "PARTIAL (unshare): network, PID, IPC" + (" and mount" if kind else "")
                     + " namespaces; " + "; ".join(reasons),
                     "filesystem": filesystem,
-                    "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"},
+                    "seccomp": seccomp_report if filtered is not None else (
+                        f"off: {seccomp_report.removeprefix('off: ') if program is None else 'no setup program ran'}"),
+                    "descriptors": "only stdin/stdout/stderr (close_fds)"},
                     uid_pool=pool is not None)
             reasons.append(f"unshare does not work here ({why})")
         else:

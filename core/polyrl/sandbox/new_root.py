@@ -45,15 +45,35 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 #: What of ``/`` the new root holds besides ``/usr``: the merged-/usr links or folders.
 ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
+#: The setup programs' last step (this one's and ``host_view``'s), right before they exec the
+#: privilege drop: load the seccomp filter (``polyrl.sandbox.seccomp``; hex, or "-" for none), as
+#: bubblewrap's ``--seccomp`` does. ``no_new_privs`` first: the kernel asks it of a process
+#: without CAP_SYS_ADMIN, and the privilege drop sets it anyway.
+LOAD_FILTER = r'''
+def load_filter(hexed):
+    if hexed == "-":
+        return
+    program = bytes.fromhex(hexed)
+
+    class Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs: " + os.strerror(ctypes.get_errno()))
+    if libc.prctl(22, 2, ctypes.byref(Program(len(program) // 8, program)), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        raise OSError(ctypes.get_errno(), "seccomp filter: " + os.strerror(ctypes.get_errno()))
+'''
+
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
 SETUP = r'''
 import ctypes, os, sys
-args = sys.argv[1:]  # tmpfs options, pivot_root's number, hidden folders, "--", kept paths, "--", command
-cut = args.index("--", 2)
+args = sys.argv[1:]  # tmpfs options, pivot_root's number, filter, hidden folders, "--", kept paths, "--", command
+cut = args.index("--", 3)
 end = args.index("--", cut + 1)
-tmp, pivot, hide, keep, rest = args[0], int(args[1]), args[2:cut], args[cut + 1:end], args[end + 1:]
+tmp, pivot, hide, keep, rest = args[0], int(args[1]), args[3:cut], args[cut + 1:end], args[end + 1:]
 libc = ctypes.CDLL(None, use_errno=True)
+@LOAD_FILTER@
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
 KEPT = (NOSUID | NODEV | NOEXEC | 1024 | 2048 | (1 << 21))  # locked flags a remount must repeat
 OUTER = "/tmp"  # a tmpfs of this namespace (the host never sees it): the root left after pivot_root
@@ -157,11 +177,12 @@ try:
     if libc.chroot(b".") != 0:
         fail(ctypes.get_errno(), "chroot")
     os.chdir("/tmp")
+    load_filter(args[2])
 except OSError as exc:
     print(f"polyrl-sandbox new root: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES))
+'''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace("@LOAD_FILTER@", LOAD_FILTER)
 
 
 def pivot_root_number() -> int | None:
@@ -170,10 +191,10 @@ def pivot_root_number() -> int | None:
 
 
 def setup_command(python: str, disk_mb: int, inodes: int, keep: Sequence[str],
-                  hide: Sequence[str] = ()) -> list[str]:
+                  hide: Sequence[str] = (), program: bytes | None = None) -> list[str]:
     """The setup program's command line (module docstring), to put between ``unshare`` and the
     privilege drop; ``keep`` are the interpreter's folders and files to bind into the new root,
-    ``hide`` the trainer's folders inside ``/usr`` to cover."""
+    ``hide`` the trainer's folders inside ``/usr`` to cover, ``program`` the seccomp filter."""
     tmp = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={inodes},mode=1777"
     return [python, "-I", "-S", "-c", SETUP, tmp, str(pivot_root_number() or -1),
-            *hide, "--", *keep, "--"]
+            program.hex() if program else "-", *hide, "--", *keep, "--"]

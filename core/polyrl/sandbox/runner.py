@@ -156,7 +156,7 @@ class Sandbox:
             home = folder or isolation.SANDBOX_HOME
             env = {**isolation.sandbox_env(home), MARKER_ENV: str(os.getpid())}
             pass_fds: tuple[int, ...] = ()
-            if self.launch.seccomp_program is not None:
+            if self.launch.seccomp_program is not None and self.launch.level == "bwrap":  # unshare's: the setup's
                 seccomp_r, w = os.pipe()
                 os.write(w, self.launch.seccomp_program)  # a few hundred bytes: fits the pipe
                 os.close(w)
