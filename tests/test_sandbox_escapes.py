@@ -473,18 +473,21 @@ def _without_bwrap(monkeypatch, bin_dir: str) -> None:
     monkeypatch.setattr(runner, "_launches", {})
 
 
+@pytest.mark.parametrize("top", ["/usr/local/src", "/usr/local/lib", "/usr/lib"])
 @pytest.mark.parametrize("isolation_option", ["require", "weak"])
-def test_a_project_folder_inside_usr_is_hidden(isolation_option, monkeypatch):
+def test_a_project_folder_inside_usr_is_hidden(isolation_option, top, monkeypatch):
     """The sample gets /usr whole (bubblewrap's view, and the unshare level's root of its own): a
     trainer started in a project under /usr/local/src (a system image's layout) showed every
-    sample the dataset with its expected answers beside it. Now the trainer's folders inside /usr
-    are an empty read-only tmpfs there, with the venv made in the project (``python -m venv .``)
-    bound back so it still starts; a right solution still scores."""
-    if os.geteuid() != 0 or not os.path.isdir("/usr/local/src"):
-        pytest.skip("needs root to make a project folder in /usr/local/src")
+    sample the dataset with its expected answers beside it, and inside a system folder
+    (/usr/local/lib/proj, /usr/lib/proj) it still did. Now the trainer's folders inside /usr are
+    an empty read-only tmpfs there, with the venv made in the project (``python -m venv .``)
+    bound back so it still starts; a right solution still scores, and the sample still loads
+    the interpreter's C extensions and their system libraries (ssl, sqlite3, ctypes)."""
+    if os.geteuid() != 0 or not os.path.isdir(top):
+        pytest.skip(f"needs root to make a project folder in {top}")
     if isolation_option == "require" and WHY_NOT is not None:
         pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
-    project = f"/usr/local/src/polyrl-escape-{os.getpid()}-{isolation_option}"
+    project = f"{top}/polyrl-escape-{os.getpid()}-{isolation_option}"
     os.makedirs(project)
     try:
         with open(f"{project}/answers.jsonl", "w") as out:
@@ -496,13 +499,15 @@ def test_a_project_folder_inside_usr_is_hidden(isolation_option, monkeypatch):
         box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=f"{project}/bin/python",
                       isolation=isolation_option, audit_hook=False)
         assert box.level == ("bwrap" if isolation_option == "require" else "unshare"), box.report
-        probe = (f"import os\ntry:\n    print('READ', open({project + '/answers.jsonl'!r}).read())\n"
+        probe = (f"import os, ssl, sqlite3, ctypes\nprint('LIBS', sqlite3.sqlite_version, ctypes.CDLL(None) is not None)\n"
+                 f"try:\n    print('READ', open({project + '/answers.jsonl'!r}).read())\n"
                  "except OSError as e:\n    print('DENIED', e.strerror)\n"
                  f"print('SEES', sorted(os.listdir({project!r})))\n")
         result = run(box, probe)
         assert result.passed == [True], result
         assert "READ" not in result.output and '"expected"' not in result.output, result.output
         assert "SEES ['bin', 'lib'" in result.output and "answers.jsonl" not in result.output, result.output
+        assert "LIBS 3." in result.output, result.output
         assert f"trainer's folders {project} hidden" in box.report["filesystem"], box.report
     finally:
         shutil.rmtree(project, ignore_errors=True)

@@ -67,6 +67,14 @@ def no_bwrap(monkeypatch, tmp_path):
     monkeypatch.setattr(isolation, "_probes", {})
 
 
+@pytest.fixture
+def no_filter(monkeypatch):
+    """As without libseccomp: the level runs without the seccomp filter (what the kernel alone stops)."""
+    from polyrl.sandbox import seccomp
+
+    monkeypatch.setattr(seccomp, "compiled_filter", lambda: (None, "off: no libseccomp bindings (test)"))
+
+
 def _weak_box(user: str) -> Sandbox:
     python = _python_for(user)
     if python is None:
@@ -251,6 +259,22 @@ def test_hidden_folders_never_hide_the_system(monkeypatch, tmp_path):
         assert outside in hidden
 
 
+def test_usr_hidden_never_hides_what_the_interpreter_loads():
+    """A trainer's folder inside a system folder of /usr is hidden (a project in /usr/local/lib),
+    but never the interpreter's standard library or a folder in it, its site folders, a folder
+    the dynamic linker loads libraries from, or one holding a system folder."""
+    from polyrl.sandbox import host_view
+
+    python = "/usr/bin/python3"
+    if not os.path.exists(python):
+        pytest.skip("needs the system's /usr/bin/python3")
+    base, own, libraries = host_view._needed(python)
+    keep = [*own, *[p for p in libraries if p.startswith("/usr/")], "/usr/local", "/usr/lib"]
+    keep += [os.path.join(own[0], "encodings")] if own else []
+    assert own and base == "/usr", (base, own)
+    assert host_view.usr_hidden(python, [p for p in keep if os.path.isdir(p)]) == []
+
+
 NOBODY_ATTACK = """
 import ctypes, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
@@ -269,6 +293,7 @@ print("UMOUNT", libc.umount2(b"/tmp", 2), ctypes.get_errno())
 print("REMOUNT", libc.mount(None, b"/", None, 32 | 4096, None), ctypes.get_errno())
 print("NESTED", libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())  # CLONE_NEWUSER | CLONE_NEWNS
 print("UMOUNT", libc.umount2(b"/tmp", 2), ctypes.get_errno())
+print("SHMGET", libc.shmget(0, 4096, 0o1600), ctypes.get_errno(), open("/proc/sys/kernel/shmmni").read().strip())
 """
 
 
@@ -314,6 +339,10 @@ def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path, layout
         assert open(target).read() == "intact" and not any(got), (out, got)
         umounts = [line for line in out.splitlines() if line.startswith(("UMOUNT", "REMOUNT"))]
         assert len(umounts) == 3 and all(line.split()[1] == "-1" for line in umounts), out
+        shm = next(line.split() for line in out.splitlines() if line.startswith("SHMGET"))
+        assert shm[1:] == ["-1", "28", "0"] or shm[3] != "0", out  # ENOSPC where its user namespace may set shmmni
+        if layout == "new_root":  # chrooted below its namespace's root: the kernel refuses a user namespace
+            assert "NESTED -1 1" in out, out
     finally:
         if server is not None:
             server.close()
@@ -368,6 +397,126 @@ def test_unshare_level_shows_no_host_file_or_socket_outside_the_system(no_bwrap,
             server.close()
         for folder in (opt_dir, lib_dir):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+NESTED_ATTACK = """
+import ctypes, fcntl, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+done = libc.unshare(0x10000000 | 0x00020000 | 0x40000000)  # CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET
+print("NESTED", done, ctypes.get_errno())
+if done == 0:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:  # SIOCSIFFLAGS: CAP_NET_ADMIN over a network namespace of its own (nf_tables' attack surface)
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 1))
+        print("NET_ADMIN lo up")
+    except OSError as exc:
+        print("NET_ADMIN", exc.strerror)
+    os.makedirs("/tmp/sys", exist_ok=True)
+    if libc.mount(b"sysfs", b"/tmp/sys", b"sysfs", 1 | 2 | 4 | 8, None) == 0:
+        print("SYSFS", sorted(os.listdir("/tmp/sys/devices/system/cpu")))
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_sample_makes_no_user_namespace_of_its_own(no_bwrap, no_filter, user):
+    """Without the seccomp filter a sample made a user namespace of its own (with a network and
+    mount namespace): there it held CAP_NET_ADMIN and CAP_SYS_ADMIN (nf_tables, the usual kernel
+    exploit's first step) and, where a sysfs was in view, mounted its own (the host's devices and
+    CPUs). Now it runs chrooted below its mount namespace's root (``new_root``), where the kernel
+    refuses it any user namespace (EPERM), also without the filter (no libseccomp), which
+    refuses ``unshare`` itself."""
+    box = _weak_box(user)
+    assert box.launch.seccomp_program is None, box.report
+    result = box.run(NESTED_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    assert "NESTED -1 1" in result.output, result.output
+    assert "NET_ADMIN" not in result.output and "SYSFS" not in result.output, result.output
+    assert "no user namespace of its own" in box.report["filesystem"], box.report
+
+
+SYSV_ATTACK = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+held = 0
+for _ in range(6):  # each segment written through a mapping, then detached: RLIMIT_AS no longer counts it
+    segment = libc.shmget(0, 64 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if segment < 0:
+        print("SHMGET", os.strerror(ctypes.get_errno()))
+        break
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, 64 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+    held += 64
+print("SHM_HELD_MB", held)
+queue = libc.msgget(0, 0o1600)
+print("MSGGET", queue, os.strerror(ctypes.get_errno()) if queue < 0 else "")
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_sample_holds_no_sysv_memory_past_memory_mb(no_bwrap, no_filter, fallback, monkeypatch):
+    """Without the seccomp filter (which refuses ``shmget``/``msgget``) a sample held 384 MB of
+    SysV shared memory with ``memory_mb = 128``: a detached segment outlives its mapping in the
+    sample's IPC namespace, where ``shmall`` is unlimited, and RLIMIT_AS counts only what is
+    mapped. Now the setup sets ``shmmni`` and ``msgmni`` of that namespace to 0: no segment, no
+    queue (ENOSPC), also without the filter (no libseccomp), which refuses both calls.
+    ``fallback``: the read-only host view."""
+    if fallback:
+        _no_new_root(monkeypatch)
+    python = _python_for("auto")
+    if python is None:
+        pytest.skip("no interpreter user nobody can run")
+    box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=8), isolation="weak", python=python,
+                  audit_hook=False)
+    assert box.level == "unshare" and box.launch.private_tmp, box.report
+    result = box.run(SYSV_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    assert "SHM_HELD_MB 0" in result.output and "SHMGET No space left on device" in result.output, result.output
+    assert "MSGGET -1 No space left on device" in result.output, result.output
+
+
+FILTER_ATTACK = """
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+for name, family, kind in (("VSOCK", 40, socket.SOCK_STREAM), ("NETLINK", 16, socket.SOCK_RAW)):
+    try:
+        socket.socket(family, kind)
+        print(name, "opened")
+    except OSError as exc:
+        print(name, exc.strerror)
+for name, call in (("MEMFD", lambda: os.memfd_create("held")), ("FORK", os.fork)):
+    try:
+        if call() == 0:
+            os._exit(0)
+        print(name, "made")
+    except OSError as exc:
+        print(name, exc.strerror)
+print("KEYCTL", libc.syscall(250 if os.uname().machine == "x86_64" else 219, 0, -3, 0), ctypes.get_errno())
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_loads_the_seccomp_filter(no_bwrap, fallback, monkeypatch):
+    """The ``unshare`` level ran without the seccomp filter ("off: needs bwrap"): a sample opened
+    AF_VSOCK (not separated by a network namespace: the hypervisor's services on a VM) and
+    AF_NETLINK sockets, made a memfd (memory no rlimit counts), forked (each process
+    ``memory_mb``) and called keyctl. Now the setup program loads the filter bubblewrap gets,
+    last before the privilege drop: each of them is refused, and the report says the filter is on.
+    ``fallback``: the read-only host view."""
+    pytest.importorskip("pyseccomp")
+    if fallback:
+        _no_new_root(monkeypatch)
+    box = _weak_box("auto")
+    result = box.run(FILTER_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    for line in ("VSOCK Address family not supported by protocol", "NETLINK Address family not supported by protocol",
+                 "MEMFD Operation not permitted", "FORK Operation not permitted", "KEYCTL -1 1"):
+        assert line in result.output, result.output
+    assert box.launch.seccomp_program is not None and box.report["seccomp"].startswith("on:"), box.report
 
 
 OLD_KERNEL = """

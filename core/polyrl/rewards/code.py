@@ -144,7 +144,9 @@ What is NOT isolated, or only partly:
       standard-library one (``tests_modules.SAFE_MODULES``), else the solution's object or nothing;
       tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
-      unshare level has network, PID, IPC and mount namespaces; the host's files are read-only,
+      unshare level has network, PID, IPC and mount namespaces and the seccomp filter (loaded by
+      its setup program; ``polyrl.sandbox.new_root`` gives it a root of its own, and where that
+      is refused the fallback view is this one); the host's files are read-only,
       ``/run``, ``/var/tmp``, ``/dev/shm``, ``/dev/pts``, the homes and the trainer's working
       folder are hidden (``polyrl.sandbox.host_view``), but the rest is readable with the
       sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file left
@@ -163,7 +165,7 @@ What is NOT isolated, or only partly:
       built, and ``isolation = "require"`` refuses.
     * CPU share and disk bandwidth are not throttled (only bounded in time and size), and memory
       has no cgroup: ``max_workers`` samples at once hold up to ``max_workers`` x ``memory_mb``.
-      Without the seccomp filter (unshare or off level, or no libseccomp) a sample can fork (the
+      Without the seccomp filter (off level, or no libseccomp) a sample can fork (the
       audit hook is Python inside it), its processes together hold up to ``max_processes`` x
       ``memory_mb``, and with uid 0 (``user = "none"``, or no user ``nobody``) RLIMIT_NPROC does
       not apply, so only the timeout bounds its process count. The OOM killer takes samples

@@ -16,7 +16,8 @@ size- and inode-capped tmpfs at ``/tmp`` and an empty read-only tmpfs (with the 
 over each of ``hidden_folders()``: the usual homes of unix sockets and world-writable folders, the
 users' homes, the trainer's home and working folder. The interpreter's folders under them are
 bound back (read-only, ancestors with their own modes), then it changes to ``/tmp`` and execs the
-rest of the command. A unix socket elsewhere stays reachable: ``connect`` needs write permission
+rest of the command (first, as ``new_root``'s, it sets the IPC namespace's ``shmmni`` and
+``msgmni`` to 0). A unix socket elsewhere stays reachable: ``connect`` needs write permission
 on the socket, which a read-only mount does not take away (the kernel's EROFS check skips sockets).
 
 Descendants of a hidden folder cannot be revealed again: a sample has no capability to unmount,
@@ -25,22 +26,26 @@ and in a user namespace of its own the mounts it inherits are locked by the kern
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import subprocess
 from collections.abc import Sequence
 
+from polyrl.sandbox.new_root import LOAD_FILTER
+
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
 SETUP = r'''
 import ctypes, os, sys
-args = sys.argv[1:]  # tmpfs options, "root" or "user", hidden folders, "--", kept paths, "--", command
-cut = args.index("--", 2)
-spec = {"tmp": args[0], "root": args[1] == "root", "hide": args[2:cut]}
+args = sys.argv[1:]  # tmpfs options, "root" or "user", filter, hidden folders, "--", kept paths, "--", command
+cut = args.index("--", 3)
+spec = {"tmp": args[0], "root": args[1] == "root", "hide": args[3:cut]}
 end = args.index("--", cut + 1)
 spec["keep"], rest = args[cut + 1:end], args[end + 1:]
 libc = ctypes.CDLL(None, use_errno=True)
+@LOAD_FILTER@
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
 KEPT = (NOSUID | NODEV | NOEXEC | 1024 | 2048 | (1 << 21))  # locked flags a remount must repeat
 
@@ -74,6 +79,12 @@ def all_read_only():
 def under(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
+for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
+    try:
+        with open(f"/proc/sys/{limit}", "w") as out:
+            out.write("0")
+    except OSError:  # a kernel whose IPC limits a user namespace may not set: as before
+        pass
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be hidden (a tool in /tmp)
     kept = []  # (path, O_PATH fd, ancestors' (path, mode, uid, gid) below the covering mount)
@@ -112,11 +123,12 @@ try:
     for folder in spec["hide"]:
         read_only(folder, NOSUID | NODEV)
     os.chdir("/tmp")
+    load_filter(args[2])
 except OSError as exc:
     print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''
+'''.replace("@LOAD_FILTER@", LOAD_FILTER)
 
 #: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,
 #: ``/dev/shm``) and world-writable folders (``/var/tmp``, ``/run/lock``, ``/dev/mqueue``) live,
@@ -173,13 +185,15 @@ def trainer_folders() -> list[str]:
 
 
 def setup_command(python: str, disk_mb: int, inodes: int, keep: Sequence[str],
-                  hide: Sequence[str], root: bool | None = None) -> list[str]:
+                  hide: Sequence[str], root: bool | None = None, program: bytes | None = None) -> list[str]:
     """The setup program's command line (module docstring), to put between ``unshare`` and the
     privilege drop; ``keep`` are the interpreter's folders and files to bind back. ``root``: the
-    trainer is root (default: this process's euid), so hidden folders keep their owners too."""
+    trainer is root (default: this process's euid), so hidden folders keep their owners too;
+    ``program``: the seccomp filter, loaded last (``new_root.LOAD_FILTER``)."""
     tmp = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={inodes},mode=1777"
     root = os.geteuid() == 0 if root is None else root
-    return [python, "-I", "-S", "-c", SETUP, tmp, "root" if root else "user", *hide, "--", *keep, "--"]
+    return [python, "-I", "-S", "-c", SETUP, tmp, "root" if root else "user", program.hex() if program else "-",
+            *hide, "--", *keep, "--"]
 
 
 def namespace_drop() -> list[str]:
@@ -190,27 +204,68 @@ def namespace_drop() -> list[str]:
     return [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"] if setpriv else []
 
 
-#: What of /usr a system's programs and libraries live in: a trainer's folder holding or inside
-#: one of them is never hidden (a trainer started in /usr/local or /usr/lib/python3).
+#: What of /usr a system's programs and libraries live in: a trainer's folder holding one of them
+#: is never hidden (a trainer started in /usr or /usr/local). One inside them is, unless the
+#: interpreter or the dynamic linker needs it (``_needed``): a project in /usr/local/lib/proj.
 USR_SYSTEM = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/libexec",
               "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
               "/usr/local/lib64", "/usr/local/share", "/usr/local/include")
+
+#: The interpreter's own folders outside a venv: its base prefix, standard library and the site
+#: folders that are not the venv's (a venv's, under a hidden folder, are bound back).
+_ASK = ("import json, os, site, sys, sysconfig; p = sysconfig.get_paths(); venv = sys.prefix != sys.base_prefix; "
+        "sites = [d for d in site.getsitepackages() if not (venv and (d + os.sep).startswith(sys.prefix + os.sep))]; "
+        "print(json.dumps({'base': sys.base_prefix, 'python': [p['stdlib'], p['platstdlib'], "
+        "os.path.dirname(os.path.realpath(sys.executable))] + sites}))")
+
+
+def _library_folders() -> list[str]:
+    """The folders of every library in the dynamic linker's cache (``ldconfig -p``), their links
+    followed (Debian's BLAS lives in /usr/lib/<triplet>/blas through /etc/alternatives)."""
+    ldconfig = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+                                                 if os.path.exists(p)), None)
+    if ldconfig is None:
+        return []
+    try:
+        done = subprocess.run([ldconfig, "-p"], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    folders = set()
+    for line in done.stdout.decode(errors="replace").splitlines():
+        if " => " in line:
+            path = line.rsplit(" => ", 1)[1].strip()
+            folders.update({os.path.dirname(path), os.path.dirname(os.path.realpath(path))})
+    return sorted(folders)
+
+
+def _needed(python: str) -> tuple[str, list[str], list[str]]:
+    """(base prefix, the interpreter's folders it must keep whole: standard library, site folders
+    and binary's folder, the library folders of ``_library_folders``)."""
+    done = subprocess.run([python, "-I", "-S", "-c", _ASK], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    try:
+        asked = json.loads(done.stdout.decode(errors="replace"))
+        base, own = str(asked["base"]), [str(p) for p in asked["python"]]
+    except (ValueError, KeyError, TypeError):
+        base, own = "/usr", []
+    return os.path.realpath(base or "/usr"), [os.path.realpath(p) for p in own if p], _library_folders()
 
 
 def usr_hidden(python: str, folders: Sequence[str] | None = None) -> list[str]:
     """The trainer's home and working folder (``trainer_folders``) where they lie inside /usr,
     which the sample gets whole (bubblewrap's view and ``new_root``'s): a project in
-    /usr/local/src showed its dataset and config to every sample. Not one that holds or lies in
-    ``USR_SYSTEM``, nor one that holds the interpreter's base installation."""
-    done = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
-                          timeout=30, stdin=subprocess.DEVNULL)
-    base = os.path.realpath(done.stdout.decode(errors="replace").strip() or "/usr")
+    /usr/local/src showed its dataset and config to every sample, and one in /usr/local/lib or
+    /usr/lib did until a folder inside ``USR_SYSTEM`` could be hidden too. Never one that holds a
+    ``USR_SYSTEM`` folder or the interpreter's base installation, holds or lies in its standard
+    library, site folders or binary's folder, or holds a folder the dynamic linker loads from."""
+    base, own, libraries = _needed(python)
     found: list[str] = []
     for folder in trainer_folders() if folders is None else folders:
         real = os.path.realpath(folder)
         if not real.startswith("/usr/") or not os.path.isdir(real) or under(base, real):
             continue
-        if any(under(real, system) or under(system, real) for system in USR_SYSTEM):
+        if any(under(system, real) for system in USR_SYSTEM):
+            continue
+        if any(under(path, real) or under(real, path) for path in own) or any(under(lib, real) for lib in libraries):
             continue
         found.append(real)
     found = sorted(set(found))

@@ -29,7 +29,10 @@ network) to kernel permissions of a uid that may be the trainer's own.
 ``unshare``     util-linux unshare: network, PID, IPC and mount namespaces (a user namespace when
                 not root); a root of the sample's own as bubblewrap builds it (``new_root``):
                 read-only /usr and the interpreter's folders, its own /proc, a minimal /dev and a
-                capped private tmpfs at /tmp, nothing else of the host. Where ``pivot_root`` is
+                capped private tmpfs at /tmp, nothing else of the host; chrooted below its mount
+                namespace's root, so the kernel refuses it a user namespace; the seccomp filter
+                if built, loaded by the setup program last (``new_root.LOAD_FILTER``: the sample
+                is one process there too). Where ``pivot_root`` is
                 refused: the host's files read-only, with ``/run``, ``/var/tmp``, ``/dev/shm``,
                 ``/dev/pts``, the homes and the trainer's working folder hidden under empty
                 read-only folders (``polyrl.sandbox.host_view``), kernel permissions applying to
@@ -41,7 +44,7 @@ network) to kernel permissions of a uid that may be the trainer's own.
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
 
 At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
-are per process, so without the seccomp filter (unshare, off, no libseccomp) a sample's processes
+are per process, so without the seccomp filter (off, no libseccomp) a sample's processes
 together can hold ``max_processes`` x ``memory_mb``, and samples run ``max_workers`` at a time;
 when that exhausts the machine the kernel's OOM killer must take a sample, never the trainer (with
 the largest memory it is the first choice otherwise). Set by root, the value is also the floor
@@ -219,9 +222,17 @@ def _ancestors(path: str) -> list[str]:
 #: sample made 520 000 empty files, 0.5 GB of kernel memory, in 4 s, and a longer timeout_s made more).
 INODES_PER_MB = 256
 MIN_INODES = 4096
+#: Sysctls of the sample's IPC namespace set to 0 (no SysV shared memory segment or message
+#: queue). Why: without the seccomp filter (no libseccomp), which refuses ``shmget``, a sample held
+#: 384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is
+#: mapped, and a segment outlives its mapping in the sample's IPC namespace).
+IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni")
 #: The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it but no
-#: inode option), then exec the rest of the command (bubblewrap).
-_MOUNT_SCRIPT = 'mount -t tmpfs -o "$1" polyrl-sample "$2" && shift 2 && exec "$@"'
+#: inode option), set ``IPC_LIMITS`` (where the kernel lets it), then exec the rest of the command
+#: (bubblewrap).
+_MOUNT_SCRIPT = ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
+                 + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
+                 + '; } 2>/dev/null; shift 2 && exec "$@"')
 
 
 def tmpfs_inodes(disk_mb: int) -> int:
@@ -233,13 +244,15 @@ def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
     never sees the mount) that mounts the sample's tmpfs with ``size`` *and* ``nr_inodes`` on
     ``mount_dir``, then execs bubblewrap, which binds it at ``/tmp``; [] where a tool is missing.
     Not root: in a user namespace of its own where the trainer is root (``--map-root-user``),
-    which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid)."""
+    which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid).
+    It also makes the sample's IPC namespace (``--ipc``; bubblewrap then makes none) and sets its
+    ``IPC_LIMITS`` to 0."""
     unshare, sh = shutil.which("unshare"), shutil.which("sh")
     if unshare is None or sh is None or shutil.which("mount") is None:
         return []
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     options = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={tmpfs_inodes(disk_mb)},mode=1777,nosuid,nodev"
-    return [unshare, *user, "--mount", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT,
+    return [unshare, *user, "--mount", "--ipc", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT,
             "polyrl-sandbox", options, mount_dir]
 
 
@@ -265,7 +278,8 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     read-only tmpfs (the interpreter's folders in them bound back)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
-    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    ipc = [] if tmpfs_dir is not None else ["--unshare-ipc"]  # under the wrapper: its IPC namespace, limits set
+    cmd = [bwrap, "--unshare-pid", "--unshare-net", *ipc, "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
         cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
@@ -521,8 +535,8 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     return None, why, notes
 
 
-def _host_view(prefix: list[str], python: str, disk_mb: int,
-               expected: str) -> tuple[list[str], str, list[str], str]:
+def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
+               program: bytes | None = None) -> tuple[list[str], str, list[str], str]:
     """(``prefix`` with the filesystem setup appended, which: "root" (``new_root``: a root of the
     sample's own), else "view" (``host_view``: the host read-only, its usual folders hidden), the
     folders hidden, why the stronger ones failed) for the first that starts the interpreter here,
@@ -537,12 +551,12 @@ def _host_view(prefix: list[str], python: str, disk_mb: int,
         keep = interpreter_binds(interpreter_paths(python, in_usr), python)
     except RewardError as exc:
         return prefix, "", [], str(exc)
-    root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr)
+    root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr, program)
     why_root = probe(root + [python, "-I", "-c", _IDENTITY], expected)
     if why_root is None:
         return root, "root", in_usr, ""
     hide = host_view.hidden_folders(host_view.trainer_folders())
-    view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide)
+    view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide, program=program)
     why = probe(view + [python, "-I", "-c", _IDENTITY], expected)
     return (view, "view", hide, why_root) if why is None else (prefix, "", [], f"{why_root}; {why}")
 
@@ -622,7 +636,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
             prefix = [unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
             if os.geteuid() != 0:
                 prefix[1:1] = ["--user", "--map-root-user"]
-            prefix, kind, view, view_note = _host_view(prefix, python, disk_mb, expected)
+            prefix, kind, view, view_note = _host_view(prefix, python, disk_mb, expected, program)
             drop = drop_privileges(ids) if ids else no_capabilities()
             if kind and os.geteuid() != 0:
                 drop = host_view.namespace_drop()
@@ -645,6 +659,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                                   + (f" (its trainer's folders {', '.join(view)} hidden)" if view else "")
                                   + ", the interpreter's bin and lib, its own /proc and a /dev of null, zero, "
                                   "full, random and urandom; no other host file, folder or unix socket; "
+                                  "no user namespace of its own (chrooted below its root, the kernel refuses "
+                                  "one); "
                                   f"writable: a {disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only"
                                   + (f" ({own[2:]})" if own else ""))
                 elif kind:
@@ -656,11 +672,14 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 else:
                     filesystem = (f"host files visible (kernel permissions apply{own}); disk capped per file only "
                                   f"(no read-only view: {view_note})")
-                return Launch("unshare", tuple(prefix), tuple(drop), python, bool(kind), ids, None, {
+                filtered = program if kind else None  # loaded by the setup program, last
+                return Launch("unshare", tuple(prefix), tuple(drop), python, bool(kind), ids, filtered, {
                     **base, "isolation": "PARTIAL (unshare): network, PID, IPC" + (" and mount" if kind else "")
                     + " namespaces; " + "; ".join(reasons),
                     "filesystem": filesystem,
-                    "seccomp": "off: needs bwrap", "descriptors": "only stdin/stdout/stderr (close_fds)"},
+                    "seccomp": seccomp_report if filtered is not None else (
+                        f"off: {seccomp_report.removeprefix('off: ') if program is None else 'no setup program ran'}"),
+                    "descriptors": "only stdin/stdout/stderr (close_fds)"},
                     uid_pool=pool is not None)
             reasons.append(f"unshare does not work here ({why})")
         else:

@@ -124,7 +124,8 @@ def remove_ipc(uid: int) -> tuple[list[str], list[str]]:
 
 
 #: keyctl's system call number per machine (Python has no keyctl; libkeyutils may be missing).
-KEYCTL_NR = {"x86_64": 250, "aarch64": 219, "ppc64le": 280, "s390x": 280}
+KEYCTL_NR = {"x86_64": 250, "aarch64": 219, "arm64": 219, "riscv64": 219, "loongarch64": 219, "ppc64le": 271,
+             "ppc64": 271, "s390x": 280, "i686": 288, "i386": 288, "armv7l": 311}
 KEYCTL_CLEAR, KEYCTL_GET_PERSISTENT = 7, 22
 KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
 
@@ -136,6 +137,11 @@ def has_keys(uid: int) -> bool:
             return any(line.split(":", 1)[0].strip() == str(uid) for line in f)
     except OSError:
         return False
+
+
+def keyctl_number() -> int | None:
+    """keyctl's system call number on this machine, or None where it is not known here."""
+    return KEYCTL_NR.get(platform.machine())
 
 
 def clear_keys(uid: int, gid: int) -> bool:

@@ -12,9 +12,21 @@ non-root trainer) a short setup program, run before the privilege drop, mounts a
 the interpreter's folders (``interpreter_binds``), the sample's own ``/proc`` (``--mount-proc``),
 a ``/dev`` of ``null``, ``zero``, ``full``, ``random`` and ``urandom`` only, every mount of it
 read-only, and the sample's size- and inode-capped tmpfs at ``/tmp``. Then ``pivot_root`` makes
-it ``/`` and the host's whole tree is detached, so no path, socket or folder of the host outside
-those binds is there at all (the trainer's ``/etc`` neither, as under bubblewrap). ``hide``: the
-trainer's folders inside ``/usr`` (``system_hidden``), under an empty read-only tmpfs.
+the outer tmpfs holding it ``/`` and the host's whole tree is detached, so no path, socket or
+folder of the host outside those binds is there at all (the trainer's ``/etc`` neither, as under
+bubblewrap). ``hide``: the trainer's folders inside ``/usr`` (``usr_hidden``), under an empty
+read-only tmpfs.
+
+Before all that it sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (where the kernel
+lets it: always as root): without the seccomp filter (which refuses ``shmget``) a sample held
+384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is mapped).
+
+Last, it chroots into the new root, one mount below the namespace's root. Why: without the
+seccomp filter a sample made a user namespace of its own (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``)
+and held CAP_NET_ADMIN and CAP_SYS_ADMIN there (nf_tables and the other usual first steps of a
+kernel exploit; a sysfs of its own where one was in view). The kernel refuses a user namespace
+to a chrooted process (``create_user_ns``: ``current_chrooted``, since Linux 3.9), and a sample
+without CAP_SYS_CHROOT and no descriptor outside cannot leave the chroot.
 
 Where this fails (no ``pivot_root`` on a root that is the initramfs, an architecture without its
 number here) the level falls back to the read-only host view and the report says why.
@@ -33,18 +45,39 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 #: What of ``/`` the new root holds besides ``/usr``: the merged-/usr links or folders.
 ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
+#: The setup programs' last step (this one's and ``host_view``'s), right before they exec the
+#: privilege drop: load the seccomp filter (``polyrl.sandbox.seccomp``; hex, or "-" for none), as
+#: bubblewrap's ``--seccomp`` does. ``no_new_privs`` first: the kernel asks it of a process
+#: without CAP_SYS_ADMIN, and the privilege drop sets it anyway.
+LOAD_FILTER = r'''
+def load_filter(hexed):
+    if hexed == "-":
+        return
+    program = bytes.fromhex(hexed)
+
+    class Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs: " + os.strerror(ctypes.get_errno()))
+    if libc.prctl(22, 2, ctypes.byref(Program(len(program) // 8, program)), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        raise OSError(ctypes.get_errno(), "seccomp filter: " + os.strerror(ctypes.get_errno()))
+'''
+
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
 SETUP = r'''
 import ctypes, os, sys
-args = sys.argv[1:]  # tmpfs options, pivot_root's number, hidden folders, "--", kept paths, "--", command
-cut = args.index("--", 2)
+args = sys.argv[1:]  # tmpfs options, pivot_root's number, filter, hidden folders, "--", kept paths, "--", command
+cut = args.index("--", 3)
 end = args.index("--", cut + 1)
-tmp, pivot, hide, keep, rest = args[0], int(args[1]), args[2:cut], args[cut + 1:end], args[end + 1:]
+tmp, pivot, hide, keep, rest = args[0], int(args[1]), args[3:cut], args[cut + 1:end], args[end + 1:]
 libc = ctypes.CDLL(None, use_errno=True)
+@LOAD_FILTER@
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
 KEPT = (NOSUID | NODEV | NOEXEC | 1024 | 2048 | (1 << 21))  # locked flags a remount must repeat
-NEW = "/tmp"  # where the new root is built: a tmpfs of this namespace, the host never sees it
+OUTER = "/tmp"  # a tmpfs of this namespace (the host never sees it): the root left after pivot_root
+NEW = OUTER + "/root"  # the sample's root, built in a tmpfs of its own inside OUTER
 
 def fail(err, what):
     raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -84,6 +117,12 @@ def place(path, fd):
         open(target, "x").close()
     mount(f"/proc/self/fd/{fd}", target, None, BIND | REC)
 
+for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
+    try:
+        with open(f"/proc/sys/{limit}", "w") as out:
+            out.write("0")
+    except OSError:  # a kernel whose IPC limits a user namespace may not set: as before
+        pass
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be left behind (a tool in /tmp)
     links, binds = {}, []
@@ -100,6 +139,8 @@ try:
     # what is under a hidden folder in it (a venv in a project folder under /usr/local)
     keep = [p for p in keep if os.path.lexists(p) and (not under(p, "/usr") or any(under(p, h) and p != h for h in hide))]
     opened += [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in keep]
+    mount("polyrl-outer", OUTER, "tmpfs", NOSUID | NODEV, "size=64k,nr_inodes=16,mode=755")
+    os.mkdir(NEW, 0o755)
     mount("polyrl-root", NEW, "tmpfs", NOSUID | NODEV, "size=1m,nr_inodes=4096,mode=755")
     for name, target in links.items():
         os.symlink(target, f"{NEW}/{name}")
@@ -124,17 +165,24 @@ try:
         all_read_only(NEW + path)
     for path, fd in opened:
         os.close(fd)
-    os.chdir(NEW)
+    read_only(OUTER, NOSUID | NODEV)
+    os.chdir(OUTER)
     if libc.syscall(ctypes.c_long(pivot), b".", b".") != 0:  # pivot_root(".", "."): no folder for the old root
         fail(ctypes.get_errno(), "pivot_root")
-    if libc.umount2(b".", 2) != 0:  # MNT_DETACH: the host's tree, stacked on the new root, goes
+    if libc.umount2(b".", 2) != 0:  # MNT_DETACH: the host's tree, stacked on the outer tmpfs, goes
         fail(ctypes.get_errno(), "umount the host's root")
+    # chrooted below the namespace's root, the kernel refuses the sample a user namespace (EPERM,
+    # create_user_ns' current_chrooted check): no nested namespaces owned by it
+    os.chdir(NEW[len(OUTER):])
+    if libc.chroot(b".") != 0:
+        fail(ctypes.get_errno(), "chroot")
     os.chdir("/tmp")
+    load_filter(args[2])
 except OSError as exc:
     print(f"polyrl-sandbox new root: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES))
+'''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace("@LOAD_FILTER@", LOAD_FILTER)
 
 
 def pivot_root_number() -> int | None:
@@ -143,10 +191,10 @@ def pivot_root_number() -> int | None:
 
 
 def setup_command(python: str, disk_mb: int, inodes: int, keep: Sequence[str],
-                  hide: Sequence[str] = ()) -> list[str]:
+                  hide: Sequence[str] = (), program: bytes | None = None) -> list[str]:
     """The setup program's command line (module docstring), to put between ``unshare`` and the
     privilege drop; ``keep`` are the interpreter's folders and files to bind into the new root,
-    ``hide`` the trainer's folders inside ``/usr`` to cover."""
+    ``hide`` the trainer's folders inside ``/usr`` to cover, ``program`` the seccomp filter."""
     tmp = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={inodes},mode=1777"
     return [python, "-I", "-S", "-c", SETUP, tmp, str(pivot_root_number() or -1),
-            *hide, "--", *keep, "--"]
+            program.hex() if program else "-", *hide, "--", *keep, "--"]

@@ -156,7 +156,7 @@ class Sandbox:
             home = folder or isolation.SANDBOX_HOME
             env = {**isolation.sandbox_env(home), MARKER_ENV: str(os.getpid())}
             pass_fds: tuple[int, ...] = ()
-            if self.launch.seccomp_program is not None:
+            if self.launch.seccomp_program is not None and self.launch.level == "bwrap":  # unshare's: the setup's
                 seccomp_r, w = os.pipe()
                 os.write(w, self.launch.seccomp_program)  # a few hundred bytes: fits the pipe
                 os.close(w)
@@ -217,7 +217,9 @@ class Sandbox:
         try:
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
-                                 "native": self.launch.level == "bwrap"})
+                                 "native": self.launch.level == "bwrap",
+                                 # without the filter keyctl is open: the sample leaves the trainer's session keyring
+                                 "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None})
             fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
             fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int and 0 <= fd < 1 << 20] \
                 if isinstance(fds, list) else []
