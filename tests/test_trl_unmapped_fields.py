@@ -196,3 +196,26 @@ def test_a_none_read_only_with_another_setting_is_taken_without_it():
         with pytest.raises(ConfigError) as info:
             api.GRPOConfig.from_trl(trl_config(**kwargs))
         assert info.value.field == f"grpo_config.{name}", info.value
+
+
+@pytest.mark.parametrize("kwargs, field, said", [
+    ({"num_iterations": 0}, "num_iterations", "num_iterations = 0"),
+    ({"num_iterations": 1.5}, "num_iterations", "num_iterations = 1.5"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps", "gradient_accumulation_steps = 0"),
+    ({"per_device_train_batch_size": 0}, "per_device_train_batch_size", "per_device_train_batch_size = 0"),
+    ({"generation_batch_size": 0}, "steps_per_generation", "generation_batch_size = 0"),  # TRL derives both
+])
+def test_a_batch_count_below_one_is_one_error_naming_it(kwargs, field, said):
+    """TRL's config takes these (its training then fails); from_trl ended in ZeroDivisionError for a
+    0, or named save_steps for a num_iterations of 1.5."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs))
+    assert info.value.field == f"grpo_config.{field}" and said in str(info.value), info.value
+
+
+def test_a_loss_type_trl_has_not_is_refused_listing_trls_names():
+    """It was passed on as polyrl's algorithm.loss_aggregation, whose error listed polyrl's names
+    (token_mean, seq_mean_token_mean...), none of which a TRL script can write."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="dapo2"))
+    assert info.value.field == "grpo_config.loss_type" and "'dr_grpo'" in str(info.value), info.value

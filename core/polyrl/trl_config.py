@@ -604,12 +604,39 @@ def _refuse_none(trl_config: Any) -> dict[str, Any]:
     return out
 
 
+#: TRL's counts of the batch arithmetic: whole numbers of at least 1 (``num_generations``: TRL's own
+#: config refuses fewer than 2)
+_COUNTS = ("num_iterations", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+           "generation_batch_size")
+
+
+def _refuse_bad_counts(trl_config: Any) -> None:
+    """One ConfigError naming a batch count that is no whole number of at least 1, and a
+    ``loss_type`` TRL has not. Why: TRL's config takes ``num_iterations = 0`` or
+    ``gradient_accumulation_steps = 0`` (its training then fails), and from_trl ended in a
+    ZeroDivisionError; an unknown ``loss_type`` was refused as polyrl's ``algorithm.loss_aggregation``,
+    listing polyrl's names (``token_mean``...) where the script writes TRL's."""
+    bad = [(name, value) for name in _COUNTS for value in [getattr(trl_config, name, 1)]
+           if isinstance(value, bool) or not isinstance(value, int) or value < 1]
+    if bad:  # both of generation_batch_size and steps_per_generation: TRL derived one from the other
+        said = ", ".join(f"{name} = {shown(value)}" for name, value in bad)
+        raise ConfigError(f"TRL's {said}: no count (a whole number of at least 1)", field=f"grpo_config.{bad[0][0]}",
+                          fix=f"set {' and '.join(name for name, _ in bad)} to 1 or more, or leave "
+                              f"{'it' if len(bad) == 1 else 'them'} out of the GRPOConfig")
+    losses = TRL_NAMES["loss_type"].values
+    loss = _plain(getattr(trl_config, "loss_type", "dapo"))
+    if not isinstance(loss, str) or loss not in losses:
+        raise ConfigError(f"TRL's loss_type = {shown(loss)} is not one TRL has (its loss fails on it)",
+                          field="grpo_config.loss_type", fix=f"use one of {', '.join(map(repr, losses))}")
+
+
 def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
     (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
     ``reward_weights``); ConfigError for a changed field polyrl cannot honour. ``agent``: the
     run has tools, whose ``AGENT_FIELDS`` the caller reads with ``agent_settings``."""
     as_false = _refuse_none(trl_config)
+    _refuse_bad_counts(trl_config)
     _refuse_unsupported(trl_config, agent)
     out: dict[str, Any] = {}
     for name, entry in TRL_NAMES.items():
