@@ -501,6 +501,30 @@ def test_errors_name_the_scripts_arguments_not_polyrls():
     assert _script_field("grpo_config") == "args"
     assert _script_field("lora") == "peft_config" and _script_field("lora.rank") == "peft_config.r"
     assert _script_field("train_dataset") == "train_dataset" and _script_field(None) is None
+    # polyrl's key set from one TRL field is that field when args is TRL's; from several, or polyrl's own args: kept
+    assert _script_field("algorithm.scale_rewards", True) == "args.scale_rewards"
+    assert _script_field("generation.max_new_tokens", True) == "args.max_completion_length"
+    assert _script_field("train.steps", True) == "train.steps"  # max_steps or num_train_epochs
+    assert _script_field("eval.samples", True) == "eval.samples"  # num_generations_eval or num_generations
+    assert _script_field("algorithm.scale_rewards") == "algorithm.scale_rewards"
+
+
+@pytest.mark.parametrize("kwargs, field", [({"scale_rewards": "grp"}, "args.scale_rewards"),
+                                           ({"max_completion_length": 0}, "args.max_completion_length"),
+                                           ({"top_entropy_quantile": 2.0}, "args.top_entropy_quantile")])
+def test_a_value_polyrls_settings_refuse_is_named_as_the_scripts_args_field(tiny_model_dir, tmp_path, kwargs, field):
+    """A TRL value polyrl's own settings refuse named polyrl's key (algorithm.scale_rewards,
+    generation.max_new_tokens), which the script never wrote; polyrl's own GRPOConfig keeps them."""
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path, **kwargs),
+                    train_dataset=_dataset()).train()
+    assert err.value.field == field, err.value
+    from polyrl import api
+
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                    args=api.GRPOConfig(output_dir=str(tmp_path / "own"), settings={"generation.max_new_tokens": 0})).train()
+    assert err.value.field == "generation.max_new_tokens", err.value
 
 
 @pytest.mark.parametrize("name, value", [

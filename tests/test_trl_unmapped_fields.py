@@ -162,3 +162,60 @@ def test_a_ddp_backend_polyrl_does_not_start_is_refused_on_several_processes(two
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(launched(ddp_backend="mpi"))
     assert info.value.field == "grpo_config.ddp_backend" and "nccl on GPUs, gloo on CPUs" in str(info.value)
+
+
+def test_shuffle_dataset_none_keeps_the_datasets_order_as_trls_sampler_does():
+    """TRL types shuffle_dataset ``bool | None`` and its RepeatSampler tests it for truth, so None
+    trains the rows in the dataset's order. from_trl read the None as "unset" and left polyrl's
+    default in place: shuffled. The other flags TRL tests for truth read None as False too."""
+    config = api.GRPOConfig.from_trl(trl_config(shuffle_dataset=None, mask_truncated_completions=None))
+    assert config.settings["data.shuffle"] is False
+    assert config.settings.get("algorithm.mask_truncated_completions", False) is False
+
+
+@pytest.mark.parametrize("name", ["max_grad_norm", "beta", "max_steps", "num_iterations", "learning_rate", "top_p",
+                                  "max_completion_length", "loss_type", "scale_rewards"])
+def test_a_none_trl_cannot_train_with_is_one_error_naming_the_field(name):
+    """A None in a field whose TRL default is a value: TRL's training fails on it (max_grad_norm
+    ``None > 0``, beta, epsilon...) or samples with the model's own setting (top_p,
+    max_completion_length). from_trl clipped at polyrl's 1.0 for max_grad_norm = None, trained
+    polyrl's own lr, top_p, max_new_tokens..., and stopped with a TypeError for beta or max_steps."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**{name: None}))
+    assert info.value.field == f"grpo_config.{name}" and f"{name} = None" in str(info.value), info.value
+
+
+def test_a_none_read_only_with_another_setting_is_taken_without_it():
+    """sapo's and vespo's shapes and the reference sync's steps are read by TRL only with that loss
+    or sync_ref_model: a None elsewhere is unread there as here, and refused where it is read."""
+    api.GRPOConfig.from_trl(trl_config(sapo_temperature_pos=None, ref_model_sync_steps=None,
+                                       max_steps=4, num_train_epochs=None))
+    for kwargs, name in [({"loss_type": "sapo", "sapo_temperature_pos": None}, "sapo_temperature_pos"),
+                         ({"sync_ref_model": True, "ref_model_sync_steps": None}, "ref_model_sync_steps"),
+                         ({"num_train_epochs": None}, "num_train_epochs")]:
+        with pytest.raises(ConfigError) as info:
+            api.GRPOConfig.from_trl(trl_config(**kwargs))
+        assert info.value.field == f"grpo_config.{name}", info.value
+
+
+@pytest.mark.parametrize("kwargs, field, said", [
+    ({"num_iterations": 0}, "num_iterations", "num_iterations = 0"),
+    ({"num_iterations": 1.5}, "num_iterations", "num_iterations = 1.5"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps", "gradient_accumulation_steps = 0"),
+    ({"per_device_train_batch_size": 0}, "per_device_train_batch_size", "per_device_train_batch_size = 0"),
+    ({"generation_batch_size": 0}, "steps_per_generation", "generation_batch_size = 0"),  # TRL derives both
+])
+def test_a_batch_count_below_one_is_one_error_naming_it(kwargs, field, said):
+    """TRL's config takes these (its training then fails); from_trl ended in ZeroDivisionError for a
+    0, or named save_steps for a num_iterations of 1.5."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(**kwargs))
+    assert info.value.field == f"grpo_config.{field}" and said in str(info.value), info.value
+
+
+def test_a_loss_type_trl_has_not_is_refused_listing_trls_names():
+    """It was passed on as polyrl's algorithm.loss_aggregation, whose error listed polyrl's names
+    (token_mean, seq_mean_token_mean...), none of which a TRL script can write."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(trl_config(loss_type="dapo2"))
+    assert info.value.field == "grpo_config.loss_type" and "'dr_grpo'" in str(info.value), info.value

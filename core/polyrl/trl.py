@@ -133,10 +133,24 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 _PEFT_NAMES = {"rank": "r", "alpha": "lora_alpha", "dropout": "lora_dropout"}
 
 
-def _script_field(field: str | None) -> str | None:
+def _trl_field_of(key: str) -> str | None:
+    """The one ``trl.GRPOConfig`` field ``from_trl`` sets polyrl's ``key`` (``table.key``) from,
+    None where none or several do (``train.steps``: max_steps or num_train_epochs; ``[eval]``)."""
+    from polyrl.trl_names import TRL_NAMES
+
+    if key.startswith("eval."):  # from_trl derives them from several fields (samples: num_generations too)
+        return None
+    names = [name for name, entry in TRL_NAMES.items() if entry.key == key]
+    return names[0] if len(names) == 1 else None
+
+
+def _script_field(field: str | None, trl_args: bool = False) -> str | None:
     """An error's ``field`` as the script names it: ``run``'s ``prompts`` is ``train_dataset``,
     polyrl's ``grpo_config.X`` is the script's ``args.X`` where X is a ``trl.GRPOConfig`` field,
-    and its ``lora.X`` the ``peft_config``'s."""
+    and its ``lora.X`` the ``peft_config``'s. ``trl_args``: ``args`` is a ``trl.GRPOConfig``, so a
+    polyrl key set from exactly one of its fields (``algorithm.scale_rewards``,
+    ``generation.max_new_tokens``) is that field, ``args.max_completion_length``: the script never
+    wrote polyrl's key."""
     if not field:
         return field
     if field == "prompts":  # polyrl.api.run's name for the rows: the script's train_dataset
@@ -145,7 +159,8 @@ def _script_field(field: str | None) -> str | None:
     if head == "lora":
         return "peft_config" + (f".{_PEFT_NAMES.get(rest, rest)}" if rest else "")
     if head != "grpo_config":
-        return field
+        trl_name = _trl_field_of(field) if trl_args else None
+        return field if trl_name is None else f"args.{trl_name}"
     if not rest:
         return "args"
     try:
@@ -158,6 +173,17 @@ def _script_field(field: str | None) -> str | None:
     return f"args.{rest}" if name in {f.name for f in dataclasses.fields(trl.GRPOConfig)} else field
 
 
+def _given_trl_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """Whether the trainer call's ``args`` (the trainer's own, or ``__init__``'s argument) is a
+    ``trl.GRPOConfig``: None is TRL's default one, polyrl's own ``GRPOConfig`` is not."""
+    from polyrl import api
+
+    config = getattr(args[0], "args", None) if args else None
+    if config is None:
+        config = kwargs.get("args", args[3] if len(args) > 3 else None)
+    return not isinstance(config, api.GRPOConfig)
+
+
 def _script_names(method: _Method) -> _Method:
     """``method`` with its ConfigErrors naming the script's arguments (``_script_field``,
     ``_named_eval_dataset``): the script wrote ``args=GRPOConfig(beta=...)``, ``peft_config=`` and
@@ -168,7 +194,7 @@ def _script_names(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except ConfigError as exc:
             named = _named_eval_dataset(exc)
-            named.renamed(_script_field(named.field))
+            named.renamed(_script_field(named.field, _given_trl_args(args, kwargs)))
             if named is exc:
                 raise
             raise named from None

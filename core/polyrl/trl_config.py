@@ -563,17 +563,91 @@ def _per_step_name(minibatches: int) -> str:
         "num_iterations x steps_per_generation / gradient_accumulation_steps"
 
 
+#: fields whose None TRL's trainer tests for truth, reading it as False: taken as False.
+#: Why: ``shuffle_dataset`` is typed ``bool | None`` and TRL's sampler then keeps the dataset's
+#: order, where the loop below left polyrl's default (shuffled) in place
+NONE_IS_FALSE = frozenset({"shuffle_dataset", "mask_truncated_completions", "sync_ref_model",
+                           "use_bias_correction_kl", "eval_on_start"})
+#: fields TRL reads only with the loss of that name (``_as_the_loss_reads_them`` drops them for another)
+_LOSS_FIELDS = {"sapo": ("sapo_temperature_pos", "sapo_temperature_neg"),
+                "vespo": ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")}
+#: read only with ``sync_ref_model``
+_SYNC_FIELDS = ("ref_model_sync_steps", "ref_model_mixup_alpha")
+#: numeric and choice fields TRL reads wherever they are set, none of whose defaults is None
+_VALUED = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "seed",
+           "max_steps", "num_train_epochs", "max_completion_length", "temperature", "top_p", "top_k",
+           "repetition_penalty", "beta", "epsilon", "num_iterations", "loss_type", "scale_rewards",
+           "importance_sampling_level", "multi_objective_aggregation", "top_entropy_quantile", "entropy_coef")
+
+
+def _refuse_none(trl_config: Any) -> dict[str, Any]:
+    """polyrl's values for TRL's ``None`` in fields whose default is no None; ConfigError where
+    None is no value polyrl can read as TRL does. Why: ``trl_settings`` reads a None as TRL's
+    "off" (``min_p``, ``epsilon_high``), which left polyrl's own default in place: ``max_grad_norm
+    = None`` clipped at 1.0 (TRL's training fails on it), ``shuffle_dataset = None`` shuffled (TRL
+    keeps the order), and ``beta = None`` or ``max_steps = None`` ended in a TypeError."""
+    out: dict[str, Any] = {}
+    names = list(_VALUED)
+    loss = _plain(getattr(trl_config, "loss_type", None))
+    names += _LOSS_FIELDS.get(loss, ())
+    if getattr(trl_config, "sync_ref_model", False):
+        names += _SYNC_FIELDS
+    for name in NONE_IS_FALSE:
+        if hasattr(trl_config, name) and getattr(trl_config, name) is None:
+            out[name] = False
+    for name in names:
+        if not hasattr(trl_config, name) or getattr(trl_config, name) is not None:
+            continue
+        if name == "num_train_epochs" and (getattr(trl_config, "max_steps", None) or 0) > 0:
+            continue  # max_steps set: transformers never reads num_train_epochs
+        declared = {f.name: f.default for f in dataclasses.fields(trl_config)}.get(name, dataclasses.MISSING)
+        default = "" if declared is dataclasses.MISSING else f" (TRL's default: {shown(_plain(declared))})"
+        raise ConfigError(f"TRL's {name} = None is no value TRL trains with (its training fails on it, or, for a "
+                          "sampling setting, falls back to the model's own generation_config), and polyrl would "
+                          "train with a value of its own", field=f"grpo_config.{name}",
+                          fix=f"set {name} to a value{default}, or leave it out of the GRPOConfig")
+    return out
+
+
+#: TRL's counts of the batch arithmetic: whole numbers of at least 1 (``num_generations``: TRL's own
+#: config refuses fewer than 2)
+_COUNTS = ("num_iterations", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+           "generation_batch_size")
+
+
+def _refuse_bad_counts(trl_config: Any) -> None:
+    """One ConfigError naming a batch count that is no whole number of at least 1, and a
+    ``loss_type`` TRL has not. Why: TRL's config takes ``num_iterations = 0`` or
+    ``gradient_accumulation_steps = 0`` (its training then fails), and from_trl ended in a
+    ZeroDivisionError; an unknown ``loss_type`` was refused as polyrl's ``algorithm.loss_aggregation``,
+    listing polyrl's names (``token_mean``...) where the script writes TRL's."""
+    bad = [(name, value) for name in _COUNTS for value in [getattr(trl_config, name, 1)]
+           if isinstance(value, bool) or not isinstance(value, int) or value < 1]
+    if bad:  # both of generation_batch_size and steps_per_generation: TRL derived one from the other
+        said = ", ".join(f"{name} = {shown(value)}" for name, value in bad)
+        raise ConfigError(f"TRL's {said}: no count (a whole number of at least 1)", field=f"grpo_config.{bad[0][0]}",
+                          fix=f"set {' and '.join(name for name, _ in bad)} to 1 or more, or leave "
+                              f"{'it' if len(bad) == 1 else 'them'} out of the GRPOConfig")
+    losses = TRL_NAMES["loss_type"].values
+    loss = _plain(getattr(trl_config, "loss_type", "dapo"))
+    if not isinstance(loss, str) or loss not in losses:
+        raise ConfigError(f"TRL's loss_type = {shown(loss)} is not one TRL has (its loss fails on it)",
+                          field="grpo_config.loss_type", fix=f"use one of {', '.join(map(repr, losses))}")
+
+
 def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
     (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
     ``reward_weights``); ConfigError for a changed field polyrl cannot honour. ``agent``: the
     run has tools, whose ``AGENT_FIELDS`` the caller reads with ``agent_settings``."""
+    as_false = _refuse_none(trl_config)
+    _refuse_bad_counts(trl_config)
     _refuse_unsupported(trl_config, agent)
     out: dict[str, Any] = {}
     for name, entry in TRL_NAMES.items():
         if entry.key is None or name in COMBINED or not hasattr(trl_config, name):
             continue
-        value = trl_value(entry, _plain(getattr(trl_config, name)))
+        value = trl_value(entry, _plain(as_false.get(name, getattr(trl_config, name))))
         if value is not None:  # TRL's None (min_p, epsilon_high): off, polyrl's default
             out[entry.key] = value
     clip = out.get("optimizer.max_grad_norm")
