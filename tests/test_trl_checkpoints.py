@@ -108,6 +108,23 @@ def test_save_strategy_best_saves_each_new_best_evaluation(tiny_model_dir, tmp_p
     assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoints" / "step-00000002")
 
 
+def rising(completions, trainer_state, **kwargs):
+    return [float(trainer_state.global_step) for _ in completions]
+
+
+def test_the_evaluation_at_the_end_of_training_counts_for_the_best(tiny_model_dir, tmp_path):
+    """transformers evaluates the last step (eval_steps 2 of max_steps 3: DefaultFlowCallback's
+    end-of-training evaluation) and keeps its best as it does every step's; polyrl's evaluation
+    after training left best_metric at step 2's, and load_best_model_at_end loaded step 2's weights
+    over the better last ones."""
+    trainer, saved = _train(tiny_model_dir, tmp_path, rewards=(rising,), max_steps=3, eval_strategy="steps",
+                            eval_steps=2, save_strategy="best", metric_for_best_model="reward",
+                            load_best_model_at_end=True)
+    assert saved == [2, 3]  # the best at 2, and the last step (polyrl's own final checkpoint; TRL's: the new best)
+    assert (trainer.state.best_metric, trainer.state.best_global_step) == (3.0, 3)
+    assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoints" / "step-00000003")
+
+
 def test_load_best_model_at_end_with_epoch_strategies_loads_the_best_epochs_model(tiny_model_dir, tmp_path):
     """Was refused: an evaluation and a checkpoint at each epoch's end (2 steps), the best (step 2)
     loaded at the end."""
