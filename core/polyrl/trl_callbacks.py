@@ -369,7 +369,11 @@ class TrlCallbacks:
 
     def saved(self, step: int, path: Path) -> StepAsk:
         """``on_save``; its ``should_epoch_stop`` read at once, as transformers' loop reads it right
-        after ``on_save`` (under a launcher after the next step's callbacks, when the ranks agree)."""
+        after ``on_save`` (under a launcher after the next step's callbacks, when the ranks agree).
+        ``best_model_checkpoint`` is set first on every rank, as every rank's ``_save_checkpoint``
+        sets it: rank 0 alone wrote the checkpoint (``checkpoint_state``), and the other ranks'
+        callbacks read None."""
+        self._note_best_checkpoint()
         self.event("on_save")
         return self._asked(epoch=not self._defer)
 
