@@ -108,3 +108,43 @@ def test_a_callback_reads_the_state_trls_own_trainer_gives_it(tiny_model_dir, tm
     for key in sorted(theirs, key=lambda k: (k[1], k[0])):
         assert ours[key] == theirs[key], key
     assert ours[("on_train_begin", 0)]["save_steps"] == theirs[("on_train_begin", 0)]["save_steps"]
+
+
+class AsksToSaveThenStop(TrainerCallback):
+    """Asks a checkpoint at update 2 (``on_step_end``), and to stop once the one at update 4 is
+    written (``on_save``); records each ``on_save``'s update."""
+
+    def __init__(self):
+        self.saved: list[int] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:  # (``= global_step == 2`` would unask TRL's own saves: its flow callback runs first)
+            control.should_save = True
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saved.append(state.global_step)
+        if state.global_step == 4:
+            control.should_training_stop = True
+
+
+@pytest.mark.parametrize("save_strategy", ["steps", "no"])
+def test_should_save_and_a_stop_asked_in_on_save_act_as_on_trls_own_trainer(tiny_model_dir, tmp_path, save_strategy):
+    """save_steps 0.25 of max_steps 8 is every 2 updates, one polyrl step; a callback's should_save
+    at update 2 and a stop asked in on_save at update 4: TRL's trainer saves at 2 and 4 and ends
+    there (under "no" it saves only where asked, at 2, and never stops: polyrl's own last checkpoint
+    at 8 is the one more)."""
+    rows = datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(4)])
+    results = []
+    for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
+        callback = AsksToSaveThenStop()
+        args = _args(tmp_path / name, max_steps=8, num_iterations=2, save_strategy=save_strategy, save_steps=0.25)
+        done = trainer_class(model=tiny_model_dir, reward_funcs=[peak_at_update_2], args=args, train_dataset=rows,
+                             callbacks=[callback]).train()
+        results.append((callback.saved, done.global_step))
+    theirs, ours = results
+    if save_strategy == "steps":
+        assert ours == theirs == ([2, 4], 4)
+    else:
+        assert theirs == ([2], 8) and ours == ([2, 8], 8)
+    kept = sorted(p.name for p in (tmp_path / "polyrl" / "run" / "checkpoints").iterdir())
+    assert kept == (["step-00000001", "step-00000002"] if save_strategy == "steps" else ["step-00000001", "step-00000004"])
