@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,23 @@ def test_save_strategy_best_saves_each_new_best_evaluation(tiny_model_dir, tmp_p
                             eval_strategy="steps", eval_steps=1, save_strategy="best", metric_for_best_model="reward")
     assert saved == [1, 2, 4]  # 1 beats nothing, 2 beats 1, 3 and 4 do not; 4 is polyrl's final checkpoint
     assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoints" / "step-00000002")
+
+
+def rising(completions, trainer_state, **kwargs):
+    return [float(trainer_state.global_step) for _ in completions]
+
+
+def test_the_evaluation_at_the_end_of_training_counts_for_the_best(tiny_model_dir, tmp_path):
+    """transformers evaluates the last step (eval_steps 2 of max_steps 3: DefaultFlowCallback's
+    end-of-training evaluation) and keeps its best as it does every step's; polyrl's evaluation
+    after training left best_metric at step 2's, and load_best_model_at_end loaded step 2's weights
+    over the better last ones."""
+    trainer, saved = _train(tiny_model_dir, tmp_path, rewards=(rising,), max_steps=3, eval_strategy="steps",
+                            eval_steps=2, save_strategy="best", metric_for_best_model="reward",
+                            load_best_model_at_end=True)
+    assert saved == [2, 3]  # the best at 2, and the last step (polyrl's own final checkpoint; TRL's: the new best)
+    assert (trainer.state.best_metric, trainer.state.best_global_step) == (3.0, 3)
+    assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoints" / "step-00000003")
 
 
 def test_load_best_model_at_end_with_epoch_strategies_loads_the_best_epochs_model(tiny_model_dir, tmp_path):
@@ -219,3 +237,79 @@ def test_a_crashed_run_resumes_from_its_newest_save_steps_checkpoint(tiny_model_
                           args=_args(tmp_path, max_steps=5, save_steps=2))
     out = resumed.train(resume_from_checkpoint=True)
     assert out.global_step == 5 and saves.steps == [3, 4, 5] and saves.saved == [4, 5]
+
+
+def _launched_saves(script, model, out, ranks):
+    """``script`` run on ``ranks`` torchrun ranks (1: python alone); rank 0's ``seen-0.json``
+    after each rank's own was checked equal to it."""
+    import json
+    import os
+    import shutil
+
+    command = [sys.executable, str(script), model, str(out)]
+    if ranks > 1:
+        torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+        command = [str(torchrun), "--standalone", "--nproc_per_node", str(ranks), *command[1:]]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = [json.loads((out / f"seen-{rank}.json").read_text()) for rank in range(ranks)]
+    assert all(s == seen[0] for s in seen), seen  # every rank's callbacks saw the same saves and best fields
+    return seen[0]
+
+
+def _trained(folder):
+    """(step, loss, grad_norm, reward_mean, eval reward) of each metrics.jsonl line, and the exported weights."""
+    import json
+
+    from safetensors.torch import load_file
+
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    keys = ("step", "loss", "grad_norm", "reward_mean", "eval/sampled_reward_mean")
+    return [tuple(line.get(k) for k in keys) for line in lines], load_file(str(folder / "model" / "model.safetensors"))
+
+
+@pytest.mark.slow  # one process and two torchrun ranks, 6 short runs each: 60-200 s
+def test_epoch_and_best_saves_on_two_ranks_are_one_process_saves_and_resume_exactly(tiny_model_dir, tmp_path):
+    """save_strategy "epoch" and "best" under torchrun: the ranks agree when to save (an epoch's
+    end, a new best), so 2 ranks write the checkpoints 1 process writes, every rank's callbacks see
+    the same on_save steps and best fields (rank 1's best_model_checkpoint was None: rank 0 alone
+    set it, writing the checkpoint), and a run stopped after step 2 and resumed ends as the
+    uninterrupted one (the same lines, weights, checkpoints and best: a best_metric lost on resume
+    would save step 3 as a new best)."""
+    from polyrl.launch import cpu_count
+
+    if cpu_count() < 2:
+        pytest.skip("two ranks need two CPUs")
+    script = Path(__file__).parent / "distributed" / "trl_saves_two_ranks.py"
+    one = _launched_saves(script, tiny_model_dir, tmp_path / "one", 1)
+    two = _launched_saves(script, tiny_model_dir, tmp_path / "two", 2)
+    for seen in (one, two):  # the resumed run restored the best as the checkpoint kept it, to the last digit
+        assert seen["best"]["whole"]["best_metric"] == seen["best"]["cut"]["best_metric"] \
+            == seen["best"]["resumed"]["best_metric"]
+    assert _sampled_apart(two) == _sampled_apart(one)
+    best = {"best_metric": pytest.approx(0.0, abs=0.1), "best_global_step": 2, "best_model_checkpoint": "step-00000002"}
+    no_best = dict.fromkeys(best)
+    assert one["epoch"] == {"whole": {"saved": [2, 4], "global_step": 4, **no_best},  # epochs of 2 steps
+                            "cut": {"saved": [2], "global_step": 2, **no_best},
+                            "resumed": {"saved": [4], "global_step": 4, **no_best}}
+    assert one["best"] == {"whole": {"saved": [1, 2, 4], "global_step": 4, **best},  # bests at 1 and 2; 4 the last
+                           "cut": {"saved": [1, 2], "global_step": 2, **best},
+                           "resumed": {"saved": [4], "global_step": 4, **best}}
+    for world in ("one", "two"):
+        for strategy, kept in (("epoch", [2, 4]), ("best", [1, 2, 4])):
+            whole, cut = tmp_path / world / strategy / "whole", tmp_path / world / strategy / "cut"
+            assert _kept_in(whole) == _kept_in(cut) == kept
+            (lines, weights), (resumed_lines, resumed_weights) = _trained(whole), _trained(cut)
+            assert resumed_lines == lines and len(lines) == 4
+            assert all((resumed_weights[k] == weights[k]).all() for k in weights)
+
+
+def _sampled_apart(seen):
+    """``seen`` with each best_metric rounded to the step's part (1 process and 2 ranks sample other
+    completions, whose part is under 0.1)."""
+    return {strategy: {run: {**fields, "best_metric": fields["best_metric"] and round(fields["best_metric"])}
+                       for run, fields in runs.items()} for strategy, runs in seen.items()}
+
+
+def _kept_in(run) -> list[int]:
+    return sorted(int(p.name.rpartition("-")[2]) for p in (run / "checkpoints").iterdir())

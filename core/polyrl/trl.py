@@ -458,7 +458,7 @@ class GRPOTrainer:
         if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
             log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names)
         log_history = _with_logged(log_history, self._logged_in_run)
-        run_settings(self.state, trainer)
+        run_settings(self.state, trainer, self.args)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
         if epoch is not None:  # else transformers' 0
             self.state.epoch = epoch
@@ -483,7 +483,7 @@ class GRPOTrainer:
         from polyrl.trl_callbacks import run_settings
 
         losses = [m["loss"] for m in trainer.history if isinstance(m.get("loss"), (int, float))]
-        run_settings(self.state, trainer)  # the state's max_steps, which the throughputs count
+        run_settings(self.state, trainer, self.args)  # the state's max_steps, which the throughputs count
         metrics = _train_metrics(time.monotonic() - started,
                                  _train_loss(losses, getattr(self.args, "logging_nan_inf_filter", True)),
                                  self.state, self.args, self.train_dataset, self.accelerator.num_processes)

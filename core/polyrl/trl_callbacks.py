@@ -194,7 +194,7 @@ class TrlCallbacks:
         self._checkpoints = Path(trainer.checkpoint_root)
         self._names = dict(getattr(trainer, "trl_names", {}))
         self._steps = trainer.config.train.steps * self._per_step
-        run_settings(self.state, trainer)
+        run_settings(self.state, trainer, self.args)
         self.state.global_step = trainer.step * self._per_step
         self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step) for m in trainer.history]
         # before any update transformers' int 0 (a reward's first trainer_state.epoch in TRL)
@@ -352,7 +352,10 @@ class TrlCallbacks:
 
     def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
         """The evaluation before training (TRL's ``eval_on_start``) or after it, when the last step's
-        line does not hold it: logged and ``on_evaluate`` as TRL's trainer does."""
+        line does not hold it: logged and ``on_evaluate`` as TRL's trainer does. The one after
+        counts for the best as TRL's evaluation of its last step does (``_track_best``: its
+        ``best_metric``, and its checkpoint, written already, ``best_model_checkpoint``, which
+        ``load_best_model_at_end`` loads); the one before does not, as TRL's ``eval_on_start``."""
         from polyrl.step_metrics import tokens_seen, trl_eval_names
 
         last = self.state.log_history[-1] if self.state.log_history else {}
@@ -361,10 +364,16 @@ class TrlCallbacks:
         evaluated = trl_eval_names({**metrics, **tokens_seen(phase == "before", last)}, self._names)
         if evaluated:
             self._evaluation(evaluated)
+            if phase == "after" and self._track_best(evaluated):
+                self._note_best_checkpoint()
 
     def saved(self, step: int, path: Path) -> StepAsk:
         """``on_save``; its ``should_epoch_stop`` read at once, as transformers' loop reads it right
-        after ``on_save`` (under a launcher after the next step's callbacks, when the ranks agree)."""
+        after ``on_save`` (under a launcher after the next step's callbacks, when the ranks agree).
+        ``best_model_checkpoint`` is set first on every rank, as every rank's ``_save_checkpoint``
+        sets it: rank 0 alone wrote the checkpoint (``checkpoint_state``), and the other ranks'
+        callbacks read None."""
+        self._note_best_checkpoint()
         self.event("on_save")
         return self._asked(epoch=not self._defer)
 
@@ -568,8 +577,8 @@ def training_module(trainer: Any) -> tuple[Any, Any]:
 
 def trainer_state(args: Any, rank: int, local_rank: int) -> Any:
     """A fresh ``transformers.TrainerState`` for ``trainer.state`` and the callbacks, as TRL's
-    trainer makes it: nothing logged yet, ``is_world_process_zero`` on rank 0, polyrl's logging
-    every step and ``args``' batch. Why lazily and with a stand-in: the core imports no transformers,
+    trainer makes it: nothing logged yet, ``is_world_process_zero`` on rank 0, transformers'
+    default step intervals (``run_settings`` sets ``args``' when training starts) and ``args``' batch. Why lazily and with a stand-in: the core imports no transformers,
     and a run on the remote backend needs none (``polyrl.rewards.trl_compat.TrainerState`` then,
     with the same fields and ``save_to_json``)."""
     try:
@@ -577,7 +586,8 @@ def trainer_state(args: Any, rank: int, local_rank: int) -> Any:
     except ImportError:
         from polyrl.rewards.trl_compat import TrainerState
     state = TrainerState(is_world_process_zero=rank == 0, is_local_process_zero=local_rank == 0, log_history=[])
-    state.logging_steps = 1  # polyrl logs every step (``run_settings`` sets the run's own)
+    # transformers' defaults until train() sets them from args (``run_settings``); the stand-in's differ
+    state.logging_steps = state.eval_steps = state.save_steps = _STEPS_DEFAULT
     batch = getattr(args, "per_device_train_batch_size", None)
     state.train_batch_size = batch if isinstance(batch, int) else None
     return state
@@ -598,18 +608,33 @@ def in_updates(entry: dict[str, Any], per_step: int) -> dict[str, Any]:
     return {**entry, "step": int(step) * per_step}
 
 
-def run_settings(state: Any, trainer: Any) -> None:
-    """The fields of ``state`` polyrl's ``trainer`` (a ``polyrl.trainer.Trainer``) sets by its
-    config: ``max_steps``, ``save_steps``, ``eval_steps`` and ``num_train_epochs``."""
+#: ``TrainerState``'s ``logging_steps``/``eval_steps``/``save_steps`` before ``compute_steps`` sets them
+_STEPS_DEFAULT = 500
+
+
+def run_settings(state: Any, trainer: Any, args: Any) -> None:
+    """The fields of ``state`` a run sets when it starts: ``max_steps`` and ``num_train_epochs``
+    from polyrl's ``trainer`` (a ``polyrl.trainer.Trainer``: its steps in optimizer updates), and
+    ``logging_steps``, ``eval_steps`` and ``save_steps`` from TRL's ``args`` (``compute_steps``)."""
     from polyrl.step_metrics import trl_epoch
 
     c, per_step = trainer.config.train, updates_per_step(trainer)
     state.max_steps = c.steps * per_step
-    if c.checkpoint_every:
-        state.save_steps = c.checkpoint_every * per_step
-    if trainer.config.eval.every:
-        state.eval_steps = trainer.config.eval.every * per_step
+    compute_steps(state, args, state.max_steps)
     state.num_train_epochs = math.ceil(trl_epoch(c.steps, c.prompts_per_step, len(trainer.dataset)))
+
+
+def compute_steps(state: Any, args: Any, max_steps: int) -> None:
+    """transformers' ``TrainerState.compute_steps``: ``logging_steps``, ``eval_steps`` and
+    ``save_steps`` are ``args``' own, whatever the strategies (a fraction below 1 of ``max_steps``
+    rounded up; an unset one keeps its value). Why not polyrl's intervals: a callback comparing
+    them with its ``GRPOConfig`` (or ``global_step % state.save_steps``) reads TRL's numbers, and
+    polyrl's were its checkpoint or evaluation interval in other cases ("epoch", a default 500
+    rounded to whole steps). Written here: the core's stand-in ``TrainerState`` has no such method."""
+    for kind in ("logging", "eval", "save"):
+        steps = getattr(args, f"{kind}_steps", None)
+        if isinstance(steps, numbers.Real) and not isinstance(steps, bool):
+            setattr(state, f"{kind}_steps", math.ceil(max_steps * float(steps)) if steps < 1 else steps)
 
 
 def _callback_error(callback: Any, event: str, exc: BaseException) -> CallbackError:
