@@ -578,9 +578,10 @@ def training_module(trainer: Any) -> tuple[Any, Any]:
 def trainer_state(args: Any, rank: int, local_rank: int) -> Any:
     """A fresh ``transformers.TrainerState`` for ``trainer.state`` and the callbacks, as TRL's
     trainer makes it: nothing logged yet, ``is_world_process_zero`` on rank 0, transformers'
-    default step intervals (``run_settings`` sets ``args``' when training starts) and ``args``' batch. Why lazily and with a stand-in: the core imports no transformers,
-    and a run on the remote backend needs none (``polyrl.rewards.trl_compat.TrainerState`` then,
-    with the same fields and ``save_to_json``)."""
+    default step intervals (``run_settings`` sets ``args``' when training starts) and ``args``'
+    batch. Why lazily and with a stand-in: the core imports no transformers, and a run on the
+    remote backend needs none (``polyrl.rewards.trl_compat.TrainerState`` then, with the same
+    fields and ``save_to_json``)."""
     try:
         from transformers import TrainerState
     except ImportError:
