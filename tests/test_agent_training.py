@@ -830,20 +830,35 @@ def faulty_env_run(tmp_path: Path, model: str, mode: str, steps: int, env_timeou
     return config, out, env
 
 
+def train_in_this_process(capfd: Any, monkeypatch: Any, config: Path, env: dict[str, str]) -> Any:
+    """``polyrl train`` through ``polyrl.cli.main`` in this process, ``env``'s test variables set
+    (``crash_util.train_here``): the runs whose point is not the process itself spare a fresh
+    interpreter's torch and transformers imports."""
+    from crash_util import train_here
+
+    for name in ("POLYRL_TEST_ENV_MODE", "POLYRL_TEST_REACHED"):
+        monkeypatch.setenv(name, env[name])
+    return train_here(capfd, config)
+
+
 @pytest.mark.faults
 @pytest.mark.parametrize("mode", ["sys_exit", "keyboard_interrupt", "stuck"])
 def test_environment_code_that_exits_or_hangs_ends_its_episodes_and_the_cli_run_finishes(tiny_model_dir, tmp_path,
-                                                                                      mode):
+                                                                                      mode, capfd, monkeypatch):
     """sys.exit (once: a traceback and exit code 0 with nothing saved), KeyboardInterrupt, and a
     step that never returns (once: a run that hung for good): each ends its episode, recorded,
-    and the run trains to the end and exits 0."""
+    and the run trains to the end and exits 0. The step that never returns runs in a subprocess (a
+    hang is then its timeout, and its sleeping thread is not this process's); the others in this one."""
     import subprocess
 
     from crash_util import POLYRL, metric_steps
 
     config, out, env = faulty_env_run(tmp_path, tiny_model_dir, mode, steps=2, env_timeout_s=3)
-    proc = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
-                          env=env, timeout=400)
+    if mode == "stuck":
+        proc = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
+                              env=env, timeout=400)
+    else:
+        proc = train_in_this_process(capfd, monkeypatch, config, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "error:" not in proc.stderr
     lines = metric_steps(out)
@@ -877,19 +892,17 @@ def test_a_thread_an_environment_leaves_running_does_not_keep_the_finished_cli_r
 
 
 @pytest.mark.faults
-def test_an_environment_that_fails_every_episode_skips_steps_then_stops_with_one_error(tiny_model_dir, tmp_path):
+def test_an_environment_that_fails_every_episode_skips_steps_then_stops_with_one_error(tiny_model_dir, tmp_path,
+                                                                                      capfd, monkeypatch):
     """Once: `torch.cat(): expected a non-empty list of Tensors` from the backend. Now each such
     step is skipped (nothing reaches train_step, its metrics are written) and after a few in a row
     the run stops with one error naming the environment and what it raised, checkpointed."""
-    import subprocess
-
-    from crash_util import POLYRL, metric_steps
+    from crash_util import metric_steps
 
     from polyrl.agents.episodes import MAX_FAILED_ROLLOUTS
 
     config, out, env = faulty_env_run(tmp_path, tiny_model_dir, "reset_raise", steps=10)
-    proc = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
-                          env=env, timeout=400)
+    proc = train_in_this_process(capfd, monkeypatch, config, env)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]

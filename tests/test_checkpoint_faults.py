@@ -962,12 +962,12 @@ def test_a_negative_keep_previous_runs_stops_the_cli_before_anything_runs(tiny_m
     assert not (tmp_path / "run").exists()
 
 
-def test_the_model_and_checkpoints_get_the_umask_modes_not_owner_only(tiny_model_dir, tmp_path):
+def test_the_model_and_checkpoints_get_the_umask_modes_not_owner_only(tiny_model_dir, tmp_path, capfd):
     out = tmp_path / "run"
     config = write_config(tmp_path, tiny_model_dir, out, steps=1)
-    before = os.umask(0o027)  # inherited by the run: files 0640, folders 0750 (safetensors alone wrote 0600)
+    before = os.umask(0o027)  # the run's (in this process): files 0640, folders 0750 (safetensors alone wrote 0600)
     try:
-        assert train(config).returncode == 0
+        assert train_here(capfd, config).returncode == 0
     finally:
         os.umask(before)
     written = [p for folder in (out / "model", out / "checkpoints") for p in [folder, *folder.rglob("*")]]

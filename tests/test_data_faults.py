@@ -120,6 +120,16 @@ def _train(config: Path, *extra: str) -> subprocess.CompletedProcess:
                           timeout=300, env={**os.environ, "POLYRL_DISABLE_PLUGINS": "mlx,max"})
 
 
+def _train_here(capfd, monkeypatch, config: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``_train`` through ``polyrl.cli.main`` in this process (``crash_util.train_here``): the runs
+    that only need the exit code and the output spare a fresh interpreter's torch and transformers
+    imports; the kill -9 run keeps the subprocess."""
+    from crash_util import train_here
+
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "mlx,max")
+    return train_here(capfd, config, *extra)
+
+
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
 def test_kill_9_then_resume_on_parquet_draws_the_same_rows(tiny_model_dir, tmp_path):
     steps = 24  # several epochs of 36 training rows at 3 per step, long enough to kill mid-run
@@ -181,9 +191,10 @@ def _overlong_config(tmp_path: Path, model: str, extra: str = "") -> tuple[Path,
     return config, data, out
 
 
-def test_an_overlong_prompt_stops_the_run_before_step_0(tiny_model_dir, tmp_path):
+def test_an_overlong_prompt_stops_the_run_before_step_0(tiny_model_dir, tmp_path, capfd, monkeypatch):
     config, data, out = _overlong_config(tmp_path, tiny_model_dir)
-    result = _train(config)  # one step of one prompt: the long row is (almost surely) never drawn
+    # one step of one prompt: the long row is (almost surely) never drawn
+    result = _train_here(capfd, monkeypatch, config)
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -193,22 +204,22 @@ def test_an_overlong_prompt_stops_the_run_before_step_0(tiny_model_dir, tmp_path
     assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip()
 
 
-def test_an_overlong_eval_prompt_is_named_too(tiny_model_dir, tmp_path):
+def test_an_overlong_eval_prompt_is_named_too(tiny_model_dir, tmp_path, capfd, monkeypatch):
     evals = tmp_path / "eval.jsonl"
     evals.write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n{"prompt": "' + "x y " * 200 + '", "answer": "0"}\n')
     config, data, out = _overlong_config(tmp_path, tiny_model_dir, f'eval_path = "{evals}"\n')
     text = config.read_text().replace(f'path = "{data}"', f'path = "{tmp_path / "short.jsonl"}"')
     (tmp_path / "short.jsonl").write_text('{"prompt": "What is 2 + 2?", "answer": "4"}\n')
     config.write_text(text + "[eval]\ncount = 2\nreward = \"numeric_match\"\n")
-    result = _train(config)
+    result = _train_here(capfd, monkeypatch, config)
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"{evals} line 2 (row 1)" in errors[0], result.stderr[-3000:]
 
 
-def test_drop_overlong_skips_those_rows_with_a_warning(tiny_model_dir, tmp_path):
+def test_drop_overlong_skips_those_rows_with_a_warning(tiny_model_dir, tmp_path, capfd, monkeypatch):
     config, data, out = _overlong_config(tmp_path, tiny_model_dir, "drop_overlong = true\n")
-    result = _train(config, "--set", "train.steps=3", "--set", "train.prompts_per_step=4")
+    result = _train_here(capfd, monkeypatch, config, "--set", "train.steps=3", "--set", "train.prompts_per_step=4")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "dropped 1 of 11" in result.stderr and "max_length" in result.stderr, result.stderr[-3000:]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
@@ -256,7 +267,7 @@ def test_a_fifo_or_an_unreachable_data_file_is_one_error_not_a_hang_or_a_traceba
         closed.chmod(0o755)
 
 
-def test_a_chat_template_that_raises_on_a_row_is_one_error_naming_it(tiny_model_dir, tmp_path):
+def test_a_chat_template_that_raises_on_a_row_is_one_error_naming_it(tiny_model_dir, tmp_path, capfd, monkeypatch):
     """Gemma's and Mistral's templates raise on roles that do not alternate or a system message: the
     startup prompt-length check was a jinja2 traceback."""
     model = with_chat_template(tiny_model_dir, tmp_path / "strict-template", (
@@ -271,7 +282,7 @@ def test_a_chat_template_that_raises_on_a_row_is_one_error_naming_it(tiny_model_
     toml.write_text(f'[model]\npath = "{model}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
                     f'[data]\npath = "{data}"\n[[rewards]]\nname = "numeric_match"\n'
                     f'[train]\nsteps = 1\nprompts_per_step = 1\nthreads = 1\noutput_dir = "{out}"\n')
-    result = _train(toml)
+    result = _train_here(capfd, monkeypatch, toml)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"{data} line 1 (row 0)" in errors[0], result.stderr[-3000:]

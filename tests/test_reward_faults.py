@@ -1,8 +1,10 @@
 """Rewards that hang, exit or ignore a stop request cannot hang or silently end the trainer.
 
 Unit tests drive ``RewardComputer`` directly; the end-to-end ones run ``polyrl train`` on the tiny
-model in a subprocess and check the exit code, the one ``error:`` line, the checkpoint of the last
-good state, and that ``--resume`` continues from it.
+model and check the exit code, the one ``error:`` line, the checkpoint of the last good state, and
+that ``--resume`` continues from it: in a subprocess where the process is the point (``os._exit``,
+a reward that never returns, signals), else through ``polyrl.cli.main`` in this process
+(``crash_util.train_here``, sparing a fresh interpreter's torch and transformers imports).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from crash_util import signal_when_reached
+from crash_util import signal_when_reached, train_here
 
 from polyrl.errors import RewardError
 from polyrl.plugins import get_plugin_manager
@@ -174,9 +176,9 @@ def train(config: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def assert_resumes_to_the_end(tmp_path: Path, config: Path, out: Path) -> None:
+def assert_resumes_to_the_end(tmp_path: Path, config: Path, out: Path, capfd) -> None:
     (tmp_path / "ok").write_text("")  # the reward is fixed
-    done = train(config, "--resume")
+    done = train_here(capfd, config, "--resume")
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
@@ -184,10 +186,13 @@ def assert_resumes_to_the_end(tmp_path: Path, config: Path, out: Path) -> None:
 
 
 @pytest.mark.parametrize("failure", ["os_exit", "sys_exit", "stuck"])
-def test_a_failing_reward_stops_the_run_with_one_error_and_a_resumable_checkpoint(tiny_model_dir, tmp_path, failure):
+def test_a_failing_reward_stops_the_run_with_one_error_and_a_resumable_checkpoint(tiny_model_dir, tmp_path, failure,
+                                                                                   capfd):
+    """os._exit (which would end the process) and a reward that never returns (its thread never
+    ends) run in a subprocess; sys.exit through ``main`` in this process."""
     config, out = write_run(tmp_path, tiny_model_dir, failure, timeout_s=3 if failure == "stuck" else 600)
     t0 = time.monotonic()
-    proc = train(config)
+    proc = train_here(capfd, config) if failure == "sys_exit" else train(config)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "reward 'digits' from function" in errors[0], proc.stderr[-3000:]
@@ -205,11 +210,11 @@ def test_a_failing_reward_stops_the_run_with_one_error_and_a_resumable_checkpoin
     if failure == "stuck":
         assert time.monotonic() - t0 < 240
     if failure == "os_exit":
-        assert_resumes_to_the_end(tmp_path, config, out)
+        assert_resumes_to_the_end(tmp_path, config, out, capfd)
 
 
 @pytest.mark.slow  # tens of seconds each: `make test-slow` (CI) runs it
-def test_sigterm_while_a_reward_is_stuck_stops_and_checkpoints(tiny_model_dir, tmp_path):
+def test_sigterm_while_a_reward_is_stuck_stops_and_checkpoints(tiny_model_dir, tmp_path, capfd):
     config, out = write_run(tmp_path, tiny_model_dir, "stuck")
     proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -217,7 +222,7 @@ def test_sigterm_while_a_reward_is_stuck_stops_and_checkpoints(tiny_model_dir, t
     assert proc.returncode == 0, stderr[-3000:]
     assert "stop requested while a reward ran" in stderr and "digits" in stderr, stderr[-3000:]
     assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
-    assert_resumes_to_the_end(tmp_path, config, out)
+    assert_resumes_to_the_end(tmp_path, config, out, capfd)
 
 
 def test_under_overlap_a_failed_step_resumes_on_exactly_its_rollout(tiny_model_dir, tmp_path):
@@ -262,7 +267,7 @@ def test_under_overlap_a_failed_step_resumes_on_exactly_its_rollout(tiny_model_d
     assert seen[2] == seen[-1]  # the resumed step scored the failed step's completions
 
 
-def test_rewards_that_never_score_stop_the_cli_run_with_one_error(tiny_model_dir, tmp_path):
+def test_rewards_that_never_score_stop_the_cli_run_with_one_error(tiny_model_dir, tmp_path, capfd):
     """A reward returning None for every sample (a misread column, say) stops the run after
     train.max_consecutive_skips steps, checkpointed, instead of running every step training nothing."""
     (tmp_path / "reward.py").write_text("def unscored(completions, **kw):\n    return [None] * len(completions)\n")
@@ -273,7 +278,7 @@ def test_rewards_that_never_score_stop_the_cli_run_with_one_error(tiny_model_dir
         f'[data]\ntask = "arithmetic"\n[[rewards]]\nfunction = "{tmp_path / "reward.py"}:unscored"\n'
         f'[train]\nsteps = 50\nprompts_per_step = 1\nthreads = 1\ncheckpoint_every = 0\n'
         f'max_consecutive_skips = 2\noutput_dir = "{out}"\n')
-    proc = train(config)
+    proc = train_here(capfd, config)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])  # old code: 0, after 50 empty steps
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "no reward scored any sample" in errors[0], proc.stderr[-3000:]

@@ -2104,38 +2104,32 @@ def test_a_reset_that_calls_sys_exit_stops_the_run_and_its_instance_is_never_reu
     assert made[0].resets == [{"prompt": "Look up key 0.", "answer": "bad"}] and len(made) == 2
 
 
-SAVE_METRICS_UNDER_A_SIZE_LIMIT = """
-import resource, sys
-import datasets, trl
-from polyrl.trl import GRPOTrainer
-
-def short(completions, **kwargs):
-    return [0.0] * len(completions)
-
-args = trl.GRPOConfig(output_dir=sys.argv[1], max_steps=1, num_generations=2, per_device_train_batch_size=2,
-                      use_cpu=True, report_to="none")
-trainer = GRPOTrainer(model="m", reward_funcs=short, args=args,
-                      train_dataset=datasets.Dataset.from_list([{"prompt": "p"}]))
-trainer.save_metrics("train", {f"train_m{i}": float(i) for i in range(100)})  # ~2.3 KB
-resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a full disk, for files past 4 KiB
-try:  # eval_results.json fits, the merged all_results.json does not
-    trainer.save_metrics("eval", {f"eval_m{i}": float(i) for i in range(100)})
-except OSError as exc:
-    print("refused:", exc.errno)
-"""
-
-
 def test_save_metrics_cut_short_keeps_the_earlier_all_results_whole(tmp_path):
     """save_metrics rewrote all_results.json in place: a write cut short (a full disk here, a kill
-    alike) left it half written, and every later save_metrics raised JSONDecodeError reading it."""
-    import subprocess
-    import sys
+    alike) left it half written, and every later save_metrics raised JSONDecodeError reading it.
+    In this process (a child paid datasets', trl's and polyrl.trl's imports again): the file size
+    limit is lowered around the one call and restored after (Python ignores SIGXFSZ, so a write
+    past it fails with EFBIG)."""
+    import errno
+    import resource
 
-    script = tmp_path / "save.py"
-    script.write_text(SAVE_METRICS_UNDER_A_SIZE_LIMIT)
+    def zero(completions, **kwargs):
+        return [0.0] * len(completions)
+
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and "refused: 27" in result.stdout, result.stderr[-2000:]  # EFBIG
+    args = trl.GRPOConfig(output_dir=str(out), max_steps=1, num_generations=2, per_device_train_batch_size=2,
+                          use_cpu=True, report_to="none")
+    trainer = GRPOTrainer(model="m", reward_funcs=zero, args=args,
+                          train_dataset=datasets.Dataset.from_list([{"prompt": "p"}]))
+    trainer.save_metrics("train", {f"train_m{i}": float(i) for i in range(100)})  # ~2.3 KB
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # a full disk, for files past 4 KiB
+    try:  # eval_results.json fits, the merged all_results.json does not
+        with pytest.raises(OSError) as refused:
+            trainer.save_metrics("eval", {f"eval_m{i}": float(i) for i in range(100)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert refused.value.errno == errno.EFBIG
     assert json.loads((out / "all_results.json").read_text()) == {f"train_m{i}": float(i) for i in range(100)}
     assert not any(p.name.endswith(".tmp") for p in out.iterdir())
 
