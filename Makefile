@@ -51,7 +51,7 @@ lint: install
 # the test files spread over TEST_WORKERS processes (pytest-xdist: a file's tests stay together, in order)
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=30
+	$(BIN)/python -m pytest -q -rs -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), the kill -9 loop, launched-rank fault runs; and tests of tens of seconds each (multi-rank runs, kill -9 and SIGTERM runs); CI runs it
 test-slow: install
