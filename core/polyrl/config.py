@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from polyrl import chat_kwargs
+from polyrl import chat_kwargs, long_numbers
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
 from polyrl.configtools import build, check_type, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
@@ -682,6 +682,11 @@ class RunConfig:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}", field="config") from None
+        except ValueError as exc:  # int()'s digit limit, which tomllib lets through as is
+            if not long_numbers.is_digit_limit(exc):
+                raise
+            raise ConfigError(f"{path} {long_numbers.problem(text)}", field="config",
+                              fix="write the setting's real value; no polyrl setting needs so many digits") from None
         except RecursionError:
             raise ConfigError(f"{path} nests tables or arrays too deeply to parse", field="config",
                               fix="flatten the nesting; no polyrl setting nests more than a few levels") from None
