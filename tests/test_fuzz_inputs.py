@@ -41,3 +41,15 @@ def test_a_number_past_pythons_digit_limit_in_a_jsonl_row_names_its_line(tmp_pat
         load_dataset(path=str(path))
     assert info.value.field == "data.path" and "rows.jsonl:2 holds a number of 5000 digits" in str(info.value)
 
+
+@pytest.mark.parametrize(("section", "values", "field"), [
+    ("generation", {"stop": ["\n", ""]}, "generation.stop[1]"),  # stopped nothing, silently
+    ("train", {"output_dir": "runs/a\0b"}, "train.output_dir"),  # was os.path's "embedded null byte" traceback
+    ("rewards", {"name": ""}, "rewards[0].name"),  # was "unknown reward 'None'" once the models were loading
+    ("rewards", {"function": " "}, "rewards[0].function"),
+])
+def test_values_no_run_can_use_are_refused_naming_the_field(section, values, field):
+    data = {**MINIMAL, section: [values] if section == "rewards" else values}
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict(data)
+    assert info.value.field == field and info.value.fix, str(info.value)

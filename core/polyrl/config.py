@@ -224,6 +224,12 @@ class RewardSection:
                 "each [[rewards]] entry needs exactly one of name or function", field="rewards",
                 fix='e.g. name = "numeric_match" or function = "my_rewards:score"',
             )
+        blank = next((k for k in ("name", "function") if isinstance(getattr(self, k), str)
+                      and not getattr(self, k).strip()), None)
+        if blank is not None:  # name = "" was reported as "unknown reward 'None'" (its label's fallback)
+            raise ConfigError(f"is empty ({getattr(self, blank)!r})", field=blank,
+                              fix='name a reward, e.g. name = "numeric_match" (`polyrl rewards` lists them), or '
+                                  'function = "my_rewards.py:score"')
         if not self.label:
             object.__setattr__(self, "label", self.name or str(self.function).rsplit(":", 1)[-1])
         elif not isinstance(self.label, str) or "/" in self.label or self.label != self.label.strip():
@@ -274,6 +280,9 @@ class TrainSection:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("must be >= 1", field="train.threads")
+        if "\0" in self.output_dir:  # no file system names it: was os.path's "embedded null byte" traceback
+            raise ConfigError(f"{self.output_dir!r} holds a NUL character, which no folder name can",
+                              field="train.output_dir", fix='e.g. output_dir = "runs/my-run"')
         if not self.output_dir.strip():  # "" would be the current directory, moved aside by a fresh start
             raise ConfigError(f"must name a folder, got {self.output_dir!r}", field="train.output_dir",
                               fix='e.g. output_dir = "runs/my-run"')
