@@ -53,3 +53,12 @@ def test_values_no_run_can_use_are_refused_naming_the_field(section, values, fie
     with pytest.raises(ConfigError) as info:
         RunConfig.from_dict(data)
     assert info.value.field == field and info.value.fix, str(info.value)
+
+
+def test_a_null_prompt_on_one_line_is_not_blamed_on_the_prompt_column(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"prompt": "a", "answer": "1"}) + "\n" + json.dumps({"prompt": None, "answer": "2"}) + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path))
+    assert "rows.jsonl line 2 (row 1)" in str(info.value)
+    assert info.value.fix.startswith("give this row a prompt in column 'prompt'"), info.value.fix
