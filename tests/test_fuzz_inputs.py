@@ -11,7 +11,11 @@ from polyrl.cli import main
 from polyrl.config import RunConfig
 from polyrl.config_overrides import parse_assignment
 from polyrl.data import load_dataset
-from polyrl.errors import ConfigError
+from polyrl.errors import ConfigError, RewardError
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import function_reward_plugin
+from polyrl.types import Completion, RewardContext
 
 MINIMAL = {"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"}, "rewards": [{"name": "numeric_match"}]}
 LONG = "9" * 5000  # past int()'s 4300-digit limit, which tomllib and json let through as a bare ValueError
@@ -62,3 +66,21 @@ def test_a_null_prompt_on_one_line_is_not_blamed_on_the_prompt_column(tmp_path):
         load_dataset(path=str(path))
     assert "rows.jsonl line 2 (row 1)" in str(info.value)
     assert info.value.fix.startswith("give this row a prompt in column 'prompt'"), info.value.fix
+
+
+class _Score(float):
+    """A float subclass whose conversion raises something other than TypeError/ValueError."""
+
+    def __float__(self) -> float:
+        raise RuntimeError("not now")
+
+
+def test_a_score_whose_float_raises_anything_is_a_reward_error_naming_it():
+    def odd(completions, **kwargs):
+        return [_Score(1.0) for _ in completions]
+
+    plugin = function_reward_plugin(odd)
+    computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [(plugin.name, 1.0, {})])
+    context = RewardContext(rows=[{"prompt": "p"}], wanted=(plugin.name,))
+    with pytest.raises(RewardError, match=r"reward 'odd' .* whose float\(\) raised RuntimeError: not now"):
+        computer(["p"], [Completion(0, [1], [2], [0.0], text="a")], context)
