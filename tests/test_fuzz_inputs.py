@@ -51,6 +51,9 @@ def test_a_number_past_pythons_digit_limit_in_a_jsonl_row_names_its_line(tmp_pat
     ("train", {"output_dir": "runs/a\0b"}, "train.output_dir"),  # was os.path's "embedded null byte" traceback
     ("rewards", {"name": ""}, "rewards[0].name"),  # was "unknown reward 'None'" once the models were loading
     ("rewards", {"function": " "}, "rewards[0].function"),
+    ("generation", {"max_model_path": ""}, "generation.max_model_path"),  # was read as unset without a word
+    ("data", {"path": ""}, "data.path"),  # was reported as the folder '.'
+    ("data", {"path": ["a.jsonl", ""]}, "data.path"),
 ])
 def test_values_no_run_can_use_are_refused_naming_the_field(section, values, field):
     data = {**MINIMAL, section: [values] if section == "rewards" else values}

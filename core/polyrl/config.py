@@ -111,6 +111,7 @@ class GenerationSection:
     overlap: bool = False  # sample step k+1 while training on step k (one step of policy lag)
 
     def __attrs_post_init__(self) -> None:
+        _refuse_blank(self, ("max_model_path",), "generation")
         self.sampling(0)  # validates the sampling fields
 
     def sampling(self, seed: int | None) -> SamplingParams:
@@ -147,6 +148,8 @@ class DataSection:
     shuffle: bool = True  # a new seeded order each epoch; false: the dataset's own order (TRL's shuffle_dataset)
 
     def __attrs_post_init__(self) -> None:
+        _refuse_blank(self, ("path", "eval_path", "name", "config", "split", "eval_split", "cache_dir",
+                             "prompt_column"), "data")
         if sum(x is not None for x in (self.task, self.path, self.name, self.rows)) != 1:
             raise ConfigError(
                 "give exactly one of data.task, data.path, data.name (and, from Python, data.rows)", field="data",
@@ -189,6 +192,18 @@ class DataSection:
         from polyrl.data import check_options  # its readers import this module's classes
 
         check_options(self.task, self.options)
+
+
+def _refuse_blank(record: Any, keys: tuple[str, ...], section: str) -> None:
+    """An empty (or blank) text in ``keys``, or in one item of a list there, is an error naming it.
+    Why: ``data.path = ""`` was reported as the folder '.', ``generation.max_model_path = ""`` was
+    read as unset without a word."""
+    for key in keys:
+        value = getattr(record, key)
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(item, str) and not item.strip() for item in items):
+            raise ConfigError(f"is empty ({value!r})", field=f"{section}.{key}",
+                              fix=f"give {section}.{key} a value, or remove the key")
 
 
 def _same_files(a: Any, b: Any) -> bool:
