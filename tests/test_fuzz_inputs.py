@@ -51,7 +51,8 @@ def test_a_number_past_pythons_digit_limit_in_a_jsonl_row_names_its_line(tmp_pat
     ("train", {"output_dir": "runs/a\0b"}, "train.output_dir"),  # was os.path's "embedded null byte" traceback
     ("rewards", {"name": ""}, "rewards[0].name"),  # was "unknown reward 'None'" once the models were loading
     ("rewards", {"function": " "}, "rewards[0].function"),
-    ("generation", {"max_model_path": ""}, "generation.max_model_path"),  # was read as unset without a word
+    ("generation", {"max_model_path": ""}, "generation.max_model_path"),
+    ("algorithm", {"num_iterations": 2**40}, "algorithm.num_iterations"),  # one step trained ~forever  # was read as unset without a word
     ("data", {"path": ""}, "data.path"),  # was reported as the folder '.'
     ("data", {"path": ["a.jsonl", ""]}, "data.path"),
 ])
