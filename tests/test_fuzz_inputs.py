@@ -49,6 +49,9 @@ def test_a_number_past_pythons_digit_limit_in_a_jsonl_row_names_its_line(tmp_pat
 @pytest.mark.parametrize(("section", "values", "field"), [
     ("generation", {"stop": ["\n", ""]}, "generation.stop[1]"),  # stopped nothing, silently
     ("train", {"output_dir": "runs/a\0b"}, "train.output_dir"),  # was os.path's "embedded null byte" traceback
+    ("train", {"output_dir": "runs/" + "x" * 300}, "train.output_dir"),  # these: "File name too long" tracebacks
+    ("model", {"path": "x" * 300}, "model.path"),
+    ("generation", {"max_model_path": "/tmp/" + "x" * 300}, "generation.max_model_path"),
     ("rewards", {"name": ""}, "rewards[0].name"),  # was "unknown reward 'None'" once the models were loading
     ("rewards", {"function": " "}, "rewards[0].function"),
     ("generation", {"max_model_path": ""}, "generation.max_model_path"),

@@ -22,6 +22,7 @@ from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig
 from polyrl.configtools import build, check_type, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
+from polyrl.path_text import check_path_text
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
 from polyrl.trl_names import trl_fix
@@ -67,6 +68,8 @@ class ModelSection:
                 fix='set model.path to a local HF folder, a cached Hub id ("org/name") or an alias '
                     'like "smollm2-135m-instruct"',
             )
+        check_path_text(self.path, "model.path")
+        check_path_text(self.reference_path, "model.reference_path")
         check_device_type(self.device)  # its spelling: RunConfig, which knows the backends reading it
         object.__setattr__(self, "device", normalized_device(self.device))  # "GPU" as MLX and MAX read it
         if self.dtype not in MODEL_DTYPES:
@@ -112,6 +115,7 @@ class GenerationSection:
 
     def __attrs_post_init__(self) -> None:
         _refuse_blank(self, ("max_model_path",), "generation")
+        check_path_text(self.max_model_path, "generation.max_model_path")
         self.sampling(0)  # validates the sampling fields
 
     def sampling(self, seed: int | None) -> SamplingParams:
@@ -150,6 +154,8 @@ class DataSection:
     def __attrs_post_init__(self) -> None:
         _refuse_blank(self, ("path", "eval_path", "name", "config", "split", "eval_split", "cache_dir",
                              "prompt_column"), "data")
+        for key in ("path", "eval_path", "cache_dir"):
+            check_path_text(getattr(self, key), f"data.{key}")
         if sum(x is not None for x in (self.task, self.path, self.name, self.rows)) != 1:
             raise ConfigError(
                 "give exactly one of data.task, data.path, data.name (and, from Python, data.rows)", field="data",
@@ -295,9 +301,7 @@ class TrainSection:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("must be >= 1", field="train.threads")
-        if "\0" in self.output_dir:  # no file system names it: was os.path's "embedded null byte" traceback
-            raise ConfigError(f"{self.output_dir!r} holds a NUL character, which no folder name can",
-                              field="train.output_dir", fix='e.g. output_dir = "runs/my-run"')
+        check_path_text(self.output_dir, "train.output_dir")  # a NUL or a too-long name: was a traceback
         if not self.output_dir.strip():  # "" would be the current directory, moved aside by a fresh start
             raise ConfigError(f"must name a folder, got {self.output_dir!r}", field="train.output_dir",
                               fix='e.g. output_dir = "runs/my-run"')
