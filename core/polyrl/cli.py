@@ -246,7 +246,10 @@ def train_config(args: argparse.Namespace) -> RunConfig:
 
     from polyrl.config import RunConfig
     from polyrl.errors import ConfigError
+    from polyrl.path_text import check_path_text
 
+    if args.resume:  # a name past the file system's limit made the checkpoint lookup a traceback
+        check_path_text(args.resume, "--resume")
     config = RunConfig.from_toml(args.config, tuple(args.set))
     overrides: dict[str, Any] = {}
     if args.steps is not None:

@@ -256,6 +256,8 @@ class RewardSection:
         elif not isinstance(self.label, str) or "/" in self.label or self.label != self.label.strip():
             raise ConfigError(f"{self.label!r} cannot name metrics (reward/<label>/mean)", field="label",
                               fix='use a plain name without "/" or surrounding spaces, e.g. label = "reward_model_2"')
+        if isinstance(self.function, str) and ":" in self.function:  # its file: os.stat raised on a too-long name
+            check_path_text(self.function.rsplit(":", 1)[0], "function")
         reward_isolation.check(self.isolation, field="isolation")
         if self.name is not None and self.isolation != "auto":
             raise ConfigError(f"isolation applies to function rewards only, not to the registered reward "
@@ -686,6 +688,7 @@ class RunConfig:
     @classmethod
     def from_toml(cls, path: str | Path, overrides: tuple[str, ...] = ()) -> RunConfig:
         """The config in the TOML file ``path``, with ``KEY=VALUE`` ``overrides`` (``--set``) applied."""
+        check_path_text(str(path), "config")  # is_file() raises on a NUL or a name past 255 bytes
         path = Path(path)
         if not path.is_file():
             what = ("is a directory" if path.is_dir() else "is not a regular file (a FIFO, a device)"
