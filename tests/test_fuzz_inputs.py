@@ -98,13 +98,18 @@ def test_a_score_whose_float_raises_anything_is_a_reward_error_naming_it():
     (["train", "{config}", "--resume", "{long}"], "--resume"),
     (["report", "{long}"], "RUN_DIR"),
     (["train", "{config}", "--set", 'rewards.0={{function = "{long}.py:score"}}'], "rewards[0].function"),
+    (["train", "{config}", "--set", 'environment.tools=["{long}.py:lookup"]'], "environment.tools"),
+    (["generate", "hi", "--model", "{long}"], "model.path"),
+    (["convert", "{long}", "{config}.out", "--to", "hf"], "src"),
+    (["convert", "{model}", "{long}", "--to", "hf"], "dst"),
 ])
-def test_a_path_argument_past_the_name_limit_is_one_error_line(tmp_path, capsys, argv, field):
+def test_a_path_argument_past_the_name_limit_is_one_error_line(request, tmp_path, capsys, argv, field):
     """Each was ``OSError: [Errno 36] File name too long`` from ``is_file``/``is_dir``/``exists``."""
     config = tmp_path / "run.toml"
     config.write_text('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
                       f'[train]\noutput_dir = "{tmp_path / "out"}"\n')
     long = str(tmp_path / ("x" * 300))
-    assert main([a.format(long=long, config=config) for a in argv]) == 2
+    model = request.getfixturevalue("tiny_model_dir") if "{model}" in argv else ""
+    assert main([a.format(long=long, config=config, model=model) for a in argv]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {field}: has a name of ") and "255" in line, line

@@ -409,6 +409,10 @@ class EnvironmentSection:
         if isinstance(self.tools, str) or not all(isinstance(t, str) and t for t in self.tools):
             raise ConfigError(f"must be a list of tool names, got {self.tools!r}", field="environment.tools",
                               fix='e.g. tools = ["calculator"]; `polyrl environments` lists them')
+        for key, specs in (("name", [self.name]), ("tools", self.tools)):
+            for spec in specs:  # "file.py:factory": os.stat raised on a too-long file name
+                if isinstance(spec, str) and ":" in spec:
+                    check_path_text(spec.rsplit(":", 1)[0], f"environment.{key}")
         idle = [f.name for f in attrs.fields(EnvironmentSection) if f.name not in ("name", "tools", "options")
                 and getattr(self, f.name) != f.default]
         if idle and not self.enabled:  # no episodes run: these settings would silently do nothing
