@@ -66,6 +66,14 @@ def test_values_no_run_can_use_are_refused_naming_the_field(section, values, fie
     assert info.value.field == field and info.value.fix, str(info.value)
 
 
+def test_a_file_count_of_zero_is_refused_not_read_as_every_row(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(3)))
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), options={"count": 0})
+    assert info.value.field == "data.options.count" and "keep no training rows" in str(info.value)
+
+
 def test_a_null_prompt_on_one_line_is_not_blamed_on_the_prompt_column(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"prompt": "a", "answer": "1"}) + "\n" + json.dumps({"prompt": None, "answer": "2"}) + "\n")

@@ -390,6 +390,10 @@ def _check_file_options(options: Mapping[str, Any]) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ConfigError(f"must be an integer >= 0, got {_shown(value)}", field=f"data.options.{key}",
                               fix=f"e.g. options = {{{key} = {0 if key == 'seed' else 100}}}, or remove it")
+    if options.get("count") == 0 and not isinstance(options.get("count"), bool):  # was read as "no cap": every row
+        raise ConfigError("is 0, which would keep no training rows", field="data.options.count",
+                          fix="give the training rows to keep, e.g. options = {count = 100}, or remove it to keep "
+                              "every row")
 
 
 def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dataset:
