@@ -83,6 +83,11 @@ def test_a_null_prompt_on_one_line_is_not_blamed_on_the_prompt_column(tmp_path):
     assert info.value.fix.startswith("give this row a prompt in column 'prompt'"), info.value.fix
 
 
+def test_an_empty_regex_format_pattern_is_refused_at_setup():
+    with pytest.raises(ConfigError, match=r"rewards\[0\]\.options: .*an empty pattern is found in every completion"):
+        RewardComputer(get_plugin_manager(entry_points=False), [("regex_format", 1.0, {"pattern": ""})])
+
+
 class _Score(float):
     """A float subclass whose conversion raises something other than TypeError/ValueError."""
 
