@@ -259,7 +259,10 @@ def train_config(args: argparse.Namespace) -> RunConfig:
 
     from polyrl.config import RunConfig
     from polyrl.errors import ConfigError
+    from polyrl.path_text import check_path_text
 
+    if args.resume:  # a name past the file system's limit made the checkpoint lookup a traceback
+        check_path_text(args.resume, "--resume")
     config = RunConfig.from_toml(args.config, tuple(args.set))
     overrides: dict[str, Any] = {}
     if args.steps is not None:
@@ -473,9 +476,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from polyrl.path_text import check_path_text
+
+    check_path_text(args.dst, "dst")  # the backend's exists()/mkdir raised on a name past 255 bytes
     reg = _registry()
     converted = reg.pm.hook.polyrl_convert_model(
-        src=reg.resolve_model(args.src), dst=args.dst, to=args.to, quantize_bits=args.quantize_bits
+        src=reg.resolve_model(args.src, field="src"), dst=args.dst, to=args.to, quantize_bits=args.quantize_bits
     ) if hasattr(reg.pm.hook, "polyrl_convert_model") else None
     if not converted:
         raise PolyrlError(f"no installed backend converts to {args.to!r}. Fix: pip install polyrl[{args.to}]")

@@ -17,11 +17,12 @@ from typing import Any
 
 import attrs
 
-from polyrl import chat_kwargs
+from polyrl import chat_kwargs, long_numbers
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
 from polyrl.configtools import build, check_type, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
+from polyrl.path_text import check_path_text
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
 from polyrl.trl_names import trl_fix
@@ -67,6 +68,8 @@ class ModelSection:
                 fix='set model.path to a local HF folder, a cached Hub id ("org/name") or an alias '
                     'like "smollm2-135m-instruct"',
             )
+        check_path_text(self.path, "model.path")
+        check_path_text(self.reference_path, "model.reference_path")
         check_device_type(self.device)  # its spelling: RunConfig, which knows the backends reading it
         object.__setattr__(self, "device", normalized_device(self.device))  # "GPU" as MLX and MAX read it
         if self.dtype not in MODEL_DTYPES:
@@ -111,6 +114,8 @@ class GenerationSection:
     overlap: bool = False  # sample step k+1 while training on step k (one step of policy lag)
 
     def __attrs_post_init__(self) -> None:
+        _refuse_blank(self, ("max_model_path",), "generation")
+        check_path_text(self.max_model_path, "generation.max_model_path")
         self.sampling(0)  # validates the sampling fields
 
     def sampling(self, seed: int | None) -> SamplingParams:
@@ -147,6 +152,10 @@ class DataSection:
     shuffle: bool = True  # a new seeded order each epoch; false: the dataset's own order (TRL's shuffle_dataset)
 
     def __attrs_post_init__(self) -> None:
+        _refuse_blank(self, ("path", "eval_path", "name", "config", "split", "eval_split", "cache_dir",
+                             "prompt_column"), "data")
+        for key in ("path", "eval_path", "cache_dir"):
+            check_path_text(getattr(self, key), f"data.{key}")
         if sum(x is not None for x in (self.task, self.path, self.name, self.rows)) != 1:
             raise ConfigError(
                 "give exactly one of data.task, data.path, data.name (and, from Python, data.rows)", field="data",
@@ -191,6 +200,18 @@ class DataSection:
         check_options(self.task, self.options)
 
 
+def _refuse_blank(record: Any, keys: tuple[str, ...], section: str) -> None:
+    """An empty (or blank) text in ``keys``, or in one item of a list there, is an error naming it.
+    Why: ``data.path = ""`` was reported as the folder '.', ``generation.max_model_path = ""`` was
+    read as unset without a word."""
+    for key in keys:
+        value = getattr(record, key)
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(item, str) and not item.strip() for item in items):
+            raise ConfigError(f"is empty ({value!r})", field=f"{section}.{key}",
+                              fix=f"give {section}.{key} a value, or remove the key")
+
+
 def _same_files(a: Any, b: Any) -> bool:
     """Whether two ``path`` values name the same files (a string or a list; ``~`` and ``./`` aside)."""
     def names(value: Any) -> list[str] | None:
@@ -224,11 +245,19 @@ class RewardSection:
                 "each [[rewards]] entry needs exactly one of name or function", field="rewards",
                 fix='e.g. name = "numeric_match" or function = "my_rewards:score"',
             )
+        blank = next((k for k in ("name", "function") if isinstance(getattr(self, k), str)
+                      and not getattr(self, k).strip()), None)
+        if blank is not None:  # name = "" was reported as "unknown reward 'None'" (its label's fallback)
+            raise ConfigError(f"is empty ({getattr(self, blank)!r})", field=blank,
+                              fix='name a reward, e.g. name = "numeric_match" (`polyrl rewards` lists them), or '
+                                  'function = "my_rewards.py:score"')
         if not self.label:
             object.__setattr__(self, "label", self.name or str(self.function).rsplit(":", 1)[-1])
         elif not isinstance(self.label, str) or "/" in self.label or self.label != self.label.strip():
             raise ConfigError(f"{self.label!r} cannot name metrics (reward/<label>/mean)", field="label",
                               fix='use a plain name without "/" or surrounding spaces, e.g. label = "reward_model_2"')
+        if isinstance(self.function, str) and ":" in self.function:  # its file: os.stat raised on a too-long name
+            check_path_text(self.function.rsplit(":", 1)[0], "function")
         reward_isolation.check(self.isolation, field="isolation")
         if self.name is not None and self.isolation != "auto":
             raise ConfigError(f"isolation applies to function rewards only, not to the registered reward "
@@ -274,6 +303,7 @@ class TrainSection:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("must be >= 1", field="train.threads")
+        check_path_text(self.output_dir, "train.output_dir")  # a NUL or a too-long name: was a traceback
         if not self.output_dir.strip():  # "" would be the current directory, moved aside by a fresh start
             raise ConfigError(f"must name a folder, got {self.output_dir!r}", field="train.output_dir",
                               fix='e.g. output_dir = "runs/my-run"')
@@ -379,6 +409,10 @@ class EnvironmentSection:
         if isinstance(self.tools, str) or not all(isinstance(t, str) and t for t in self.tools):
             raise ConfigError(f"must be a list of tool names, got {self.tools!r}", field="environment.tools",
                               fix='e.g. tools = ["calculator"]; `polyrl environments` lists them')
+        for key, specs in (("name", [self.name]), ("tools", self.tools)):
+            for spec in specs:  # "file.py:factory": os.stat raised on a too-long file name
+                if isinstance(spec, str) and ":" in spec:
+                    check_path_text(spec.rsplit(":", 1)[0], f"environment.{key}")
         idle = [f.name for f in attrs.fields(EnvironmentSection) if f.name not in ("name", "tools", "options")
                 and getattr(self, f.name) != f.default]
         if idle and not self.enabled:  # no episodes run: these settings would silently do nothing
@@ -658,6 +692,7 @@ class RunConfig:
     @classmethod
     def from_toml(cls, path: str | Path, overrides: tuple[str, ...] = ()) -> RunConfig:
         """The config in the TOML file ``path``, with ``KEY=VALUE`` ``overrides`` (``--set``) applied."""
+        check_path_text(str(path), "config")  # is_file() raises on a NUL or a name past 255 bytes
         path = Path(path)
         if not path.is_file():
             what = ("is a directory" if path.is_dir() else "is not a regular file (a FIFO, a device)"
@@ -682,6 +717,11 @@ class RunConfig:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}", field="config") from None
+        except ValueError as exc:  # int()'s digit limit, which tomllib lets through as is
+            if not long_numbers.is_digit_limit(exc):
+                raise
+            raise ConfigError(f"{path} {long_numbers.problem(text)}", field="config",
+                              fix="write the setting's real value; no polyrl setting needs so many digits") from None
         except RecursionError:
             raise ConfigError(f"{path} nests tables or arrays too deeply to parse", field="config",
                               fix="flatten the nesting; no polyrl setting nests more than a few levels") from None

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from polyrl import long_numbers
 from polyrl.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -28,6 +29,14 @@ def parse_value(raw: str) -> Any:
         return tomllib.loads(f"value = {raw}")["value"]
     except tomllib.TOMLDecodeError:
         return raw
+    except ValueError as exc:  # int()'s digit limit, which tomllib lets through as is
+        if not long_numbers.is_digit_limit(exc):
+            raise
+        found = long_numbers.too_long_number(raw)
+        digits = f"{found[1]} digits" if found else "too many digits"
+        raise ConfigError(f"the value is a number of {digits}, more than the {long_numbers.digit_limit()} Python "
+                          "reads", field="--set", fix="write the setting's real value; no polyrl setting needs "
+                                                      "so many digits") from None
 
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:
@@ -43,7 +52,11 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
         if name in section_classes():
             raise ConfigError(f"{name!r} names a section, not a key", field="--set", fix=FIX)
         raise ConfigError(f"{name!r} has no SECTION. before it", field="--set", fix=_bare_key_fix(name, raw.strip()))
-    return [p.strip() for p in parts], parse_value(raw.strip())
+    try:
+        value = parse_value(raw.strip())
+    except ConfigError as exc:  # named by the key it sets
+        raise exc.renamed(".".join(p.strip() for p in parts)) from None
+    return [p.strip() for p in parts], value
 
 
 def _bare_key_fix(name: str, raw: str) -> str:

@@ -151,11 +151,16 @@ class Dataset:
             if row.get(source) is None:  # absent, or null (datasets gives a line without it None)
                 present = ", ".join(sorted(str(k) for k, v in row.items() if v is not None)) or "none"
                 mapped = self.prompt_column in self.column_map
+                # the key is there, null (or, from JSON, missing on this line while other lines have
+                # it): renaming the prompt column, the fix below alone, would not help that row
+                null_prompt_fix = (f"give this row a prompt in column {source!r} (it is null or missing here, "
+                                   "while the dataset has that column), or remove the row")
                 raise ConfigError(
                     f"{self.where(i)} has no column {source!r} (its columns: {present})",
                     field=f"data.columns.{self.prompt_column}" if mapped else "data.prompt_column",
-                    fix=(f"map {self.prompt_column} to the column that holds the prompts, one of those: "
-                         f'data.columns = {{{self.prompt_column} = "..."}}') if mapped
+                    fix=null_prompt_fix if source in row else (
+                        f"map {self.prompt_column} to the column that holds the prompts, one of those: "
+                        f'data.columns = {{{self.prompt_column} = "..."}}') if mapped
                     else "set data.prompt_column to the column that holds the prompts",
                 )
             _check_prompt(row[source], self.where(i), source)
@@ -385,6 +390,10 @@ def _check_file_options(options: Mapping[str, Any]) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ConfigError(f"must be an integer >= 0, got {_shown(value)}", field=f"data.options.{key}",
                               fix=f"e.g. options = {{{key} = {0 if key == 'seed' else 100}}}, or remove it")
+    if options.get("count") == 0 and not isinstance(options.get("count"), bool):  # was read as "no cap": every row
+        raise ConfigError("is 0, which would keep no training rows", field="data.options.count",
+                          fix="give the training rows to keep, e.g. options = {count = 100}, or remove it to keep "
+                              "every row")
 
 
 def _file_split(dataset: Dataset, options: Mapping[str, Any], split: str) -> Dataset:

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from polyrl import long_numbers
 from polyrl.data_arrow import ArrowRows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
@@ -167,6 +168,14 @@ def _json(text: str, path: Path, lineno: int | None, field: str, fix: str) -> An
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{lineno or exc.lineno} is not valid JSON ({exc.msg})", field=field,
                           fix=fix) from None
+    except ValueError as exc:  # int()'s digit limit, which json lets through as is
+        if not long_numbers.is_digit_limit(exc):
+            raise
+        found = long_numbers.too_long_number(text)
+        line = (lineno or 1) + (found[0] - 1 if found else 0)
+        digits = f"{found[1]} digits" if found else "too many digits"
+        raise ConfigError(f"{path}:{line} holds a number of {digits}, more than the {long_numbers.digit_limit()} "
+                          "Python reads", field=field, fix="write it as a string, or round it") from None
     except RecursionError:
         where = f"{path}:{lineno}" if lineno else str(path)
         raise ConfigError(f"{where} nests JSON too deeply to parse", field=field,

@@ -23,6 +23,7 @@ from polyrl.agents.spec import EnvironmentSpec, EnvironmentStatus, ToolSpec, pro
 from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlError
 from polyrl.folder_links import refuse_outside_links
 from polyrl.model_config import model_type_of
+from polyrl.path_text import check_path_text
 from polyrl.plugin_calls import call_limited, probe_reason
 from polyrl.plugins import (FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager,
                             install_hint)
@@ -348,7 +349,9 @@ class Registry:
     def resolve_model(self, name: str, field: str = "model.path") -> str:
         """A model alias resolved by a plugin, a Hub id (``org/name``) found in the local HF
         cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``,
-        and so is a folder with a link leading out of it (``polyrl.folder_links``)."""
+        and so is a folder with a link leading out of it (``polyrl.folder_links``), and a name no
+        file system holds (``polyrl.path_text``: ``polyrl generate --model``'s was a traceback)."""
+        check_path_text(name, field)
         resolved = self._resolve_alias(name)
         if not resolved:
             resolved = hub.resolve_cached(name, field=field) if hub.looks_like_hub_id(name) else name

@@ -28,6 +28,7 @@ import attrs
 from polyrl import evaluation, metrics_file
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
+from polyrl.path_text import check_path_text
 from polyrl.strict_json import valid_text
 
 METRICS_FILE = metrics_file.FILE_NAME
@@ -222,6 +223,7 @@ def load_run(run_dir: str | Path) -> RunData:
     its later line, as a resume's own rewind of metrics.jsonl does: the steps after a checkpoint
     are logged again by the run that continued from it. A run with an evaluation and no step yet
     (stopped in its first step) is drawn too."""
+    check_path_text(str(run_dir), "RUN_DIR")  # is_dir() raises on a NUL or a name past 255 bytes
     run = Path(run_dir)
     path = run / METRICS_FILE
     if not run.is_dir():

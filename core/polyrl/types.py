@@ -169,6 +169,10 @@ class SamplingParams:
             raise ConfigError("min_p must be in [0, 1] (0 disables it)", field="min_p")
         if not self.repetition_penalty > 0:
             raise ConfigError("repetition_penalty must be > 0 (1.0 disables it)", field="repetition_penalty")
+        empty = next((i for i, s in enumerate(self.stop) if s == ""), None)
+        if empty is not None:  # matched nowhere by the backends: a run meant to stop there ran to max_new_tokens
+            raise ConfigError("is an empty string, which stops nothing", field=f"stop[{empty}]",
+                              fix='remove it, or write the text that ends a completion, e.g. stop = ["\\n\\n"]')
 
 
 @attrs.define

@@ -30,6 +30,9 @@ MAX_TOKENS = 1 << 20
 #: Far above any real rollout batch (TRL's largest are a few thousand samples); a larger value only
 #: grows memory for hours inside one step, which a stop request waits for.
 MAX_PROMPTS_PER_STEP = 65536
+#: Updates on one rollout batch (``algorithm.num_iterations``): far above any recipe (TRL's use 1-4);
+#: 2**40 was accepted and one step then trained on its batch for the rest of the machine's life.
+MAX_UPDATES_PER_BATCH = 1024
 #: numpy's seed range (torch accepts more, numpy does not).
 MAX_SEED = 2**32 - 1
 
@@ -113,7 +116,7 @@ RULES: dict[str, Rule] = {
     "algorithm.epsilon_high": _float(0, optional=True, fix="DAPO's clip-higher uses 0.28"),
     "algorithm.dual_clip": _float(1, low_open=True, optional=True, fix="3.0 is usual"),
     "algorithm.beta": _float(0, fix="0 disables the KL term; 0.04 is usual with a reference"),
-    "algorithm.num_iterations": _int(1, fix="1 (on-policy) is usual"),
+    "algorithm.num_iterations": _int(1, MAX_UPDATES_PER_BATCH, fix="1 (on-policy) is usual; TRL's examples use up to 4"),
     "algorithm.minibatches": _int(1, fix="1 (one update per pass over the step's batch) is usual"),
     "algorithm.overlong_buffer": _float(0, low_open=True, optional=True,
                                         fix="a fraction such as 0.2 or a token count such as 64"),

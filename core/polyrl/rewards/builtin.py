@@ -631,6 +631,9 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
                           f"Fix: e.g. pattern = '{THINK_FORMAT}'")
     if opts["match"] not in ("search", "fullmatch"):
         raise RewardError(f"regex_format: unknown match {opts['match']!r}. Fix: use search or fullmatch")
+    if pattern == "" and opts["match"] == "search":  # found in every text: 1.0 for all, nothing to learn
+        raise RewardError(f"regex_format: an empty pattern is found in every completion, so every one scores 1.0. "
+                          f"Fix: write the format to reward, e.g. pattern = '{THINK_FORMAT}'")
     flags = 0
     for letter in str(opts["flags"]):
         if letter.lower() not in "imsx":

@@ -103,7 +103,7 @@ def _is_nan(value: Any) -> bool:
         return False
     try:
         return math.isnan(float(value))
-    except (TypeError, ValueError, OverflowError):  # a float subclass whose __float__ raises: _kind names it
+    except Exception:  # noqa: BLE001 - a float subclass whose __float__ raises anything: _kind names it
         return False
 
 
@@ -118,7 +118,7 @@ def _is_score(value: Any) -> bool:
         return math.isfinite(float(value))
     except OverflowError:  # an int past float's range is as unusable as inf
         return False
-    except (TypeError, ValueError):  # a number subclass whose __float__ raises: was a traceback
+    except Exception:  # noqa: BLE001 - a number subclass whose __float__ raises anything: was a traceback
         return False
 
 
@@ -130,7 +130,7 @@ def _kind(value: Any) -> str:
         float(value)
     except OverflowError:
         return ""
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever a number subclass's __float__ raises
         return f" (a {type(value).__name__} whose float() raised {type(exc).__name__}: {exc})"
     return ""
 

@@ -1,0 +1,42 @@
+"""Numbers too long for Python's parsers: where they are, for one error line.
+
+Why: since Python 3.11 ``int()`` refuses a decimal string longer than ``sys.get_int_max_str_digits()``
+(4300 by default) with a plain ``ValueError``, which ``tomllib`` and ``json`` let through as is, not as
+their own decode errors. A config line ``steps = 999...`` (5000 digits), ``--set train.steps=999...``
+or a JSONL row holding such a number was a traceback instead of an ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+#: A run of decimal digits (TOML allows ``_`` between them) longer than any setting or value needs.
+_LONG = re.compile(r"[0-9][0-9_]{64,}")
+
+
+def digit_limit() -> int:
+    """Python's limit on the digits ``int()`` reads from text (0: none)."""
+    return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+
+
+def is_digit_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``int()``'s refusal of a number past ``digit_limit()`` digits."""
+    return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
+
+
+def too_long_number(text: str) -> tuple[int, int] | None:
+    """(1-based line, digits) of the first number in ``text`` past ``digit_limit()``, else None."""
+    limit = digit_limit()
+    for match in _LONG.finditer(text):
+        digits = sum(c.isdigit() for c in match.group())
+        if limit and digits > limit:
+            return text.count("\n", 0, match.start()) + 1, digits
+    return None
+
+
+def problem(text: str) -> str:
+    """What to say about ``text`` whose parse hit the digit limit: the line and the length."""
+    found = too_long_number(text)
+    where = f"line {found[0]} holds a number of {found[1]} digits" if found else "a number has too many digits"
+    return f"{where}, more than the {digit_limit()} Python reads"
