@@ -107,6 +107,7 @@ class Session:
         self.changers: frozenset[str] = frozenset()  # names of objects the tests change (``object_use``)
         self.families: dict[int, int] = {}  # a family member -> the one above it (``join``)
         self.changed: dict[int, int] = {}  # a family's head -> the request that last may have changed it
+        self.called_on: dict[int, int] = {}  # a value -> the request that last called a method of its own
         self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there

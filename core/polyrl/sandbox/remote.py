@@ -72,7 +72,7 @@ class Remote:
     names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain", "_kin", "_seen")
+                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -94,6 +94,7 @@ class Remote:
             kin = ref  # a family of its own
         object.__setattr__(self, "_kin", kin)
         object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items and the request they came at
+        object.__setattr__(self, "_owner", None)  # the value it was read from as an attribute (a method's receiver)
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -120,6 +121,8 @@ class Remote:
         passed = _families([args, kwargs])
         changes = self._root is None or bool({self._root, ANY_ROOT} & s.changers)
         s.touch(passed + [self._kin] if changes else passed)
+        if self._owner is not None:  # ``s.pop()``, ``q.dequeue()`` in an assert may change ``s``, ``q`` themselves
+            s.called_on[self._owner] = s.asks + 1
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
@@ -144,6 +147,8 @@ class Remote:
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
+        if isinstance(value, Remote):
+            object.__setattr__(value, "_owner", self._ref)
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -220,7 +225,9 @@ class Remote:
         An honest value changes only when something changes it: a method of its own or
         of the object it came from called as the tests call one for its effect (``q.push(2)``,
         ``g.remove(3)`` before ``nodes``, read from ``g``, is read again: ``object_use.changer_roots``),
-        or a call it, or one of its family, is passed to. Not covered: a value changed through the
+        or a call it, or one of its family, is passed to, or a method of its own called for its value
+        (``assert s.pop() == 3``, ``assert q.dequeue() == 1``: such right stacks and queues made by
+        a function scored 0 once ``len(s)`` or ``list(s)`` came before). Not covered: a value changed through the
         solution's global state (``r = registry(); register('a')``) fails the later reading, and a
         forged one emptied by a method the tests call for its effect on an object of its family
         still passes."""
@@ -236,7 +243,9 @@ class Remote:
     def _fresh_seen(self) -> list[Any] | Exception | None:
         """What its last whole reading gave (``_snapshot``), while no call that may change it came since."""
         seen = self._seen
-        if seen is None or self._kin is None or not self._session.unchanged(self._kin, seen[1]):
+        s = self._session
+        if seen is None or self._kin is None or not s.unchanged(self._kin, seen[1]) \
+                or s.called_on.get(self._ref, 0) > seen[1]:
             return None
         return seen[0]
 
