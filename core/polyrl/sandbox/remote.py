@@ -72,7 +72,7 @@ class Remote:
     names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner")
+                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -95,6 +95,7 @@ class Remote:
         object.__setattr__(self, "_kin", kin)
         object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items and the request they came at
         object.__setattr__(self, "_owner", None)  # the value it was read from as an attribute (a method's receiver)
+        object.__setattr__(self, "_from", frozenset())  # the sample's values a call made it with, at any depth
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -121,13 +122,19 @@ class Remote:
         passed = _families([args, kwargs])
         changes = self._root is None or bool({self._root, ANY_ROOT} & s.changers)
         s.touch(passed + [self._kin] if changes else passed)
-        if self._owner is not None:  # ``s.pop()``, ``q.dequeue()`` in an assert may change ``s``, ``q`` themselves
-            s.called_on[self._owner] = s.asks + 1
+        owner = self._owner
+        if owner is not None:  # ``s.pop()``, ``shop.sell()`` in an assert may change ``s``, ``shop`` and its stock
+            for ref in (owner._ref, *owner._from):
+                s.called_on[ref] = s.asks + 1
+        if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
+            s.touch_all()
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
+        if isinstance(value, Remote):
+            object.__setattr__(value, "_from", value._from | _made_with([args, kwargs]))
         return value
 
     def __getattr__(self, name: str) -> Any:
@@ -148,7 +155,7 @@ class Remote:
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
         if isinstance(value, Remote):
-            object.__setattr__(value, "_owner", self._ref)
+            object.__setattr__(value, "_owner", self)
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -225,12 +232,13 @@ class Remote:
         An honest value changes only when something changes it: a method of its own or
         of the object it came from called as the tests call one for its effect (``q.push(2)``,
         ``g.remove(3)`` before ``nodes``, read from ``g``, is read again: ``object_use.changer_roots``),
-        or a call it, or one of its family, is passed to, or a method of its own called for its value
-        (``assert s.pop() == 3``, ``assert q.dequeue() == 1``: such right stacks and queues made by
-        a function scored 0 once ``len(s)`` or ``list(s)`` came before). Not covered: a value changed through the
-        solution's global state (``r = registry(); register('a')``) fails the later reading, and a
-        forged one emptied by a method the tests call for its effect on an object of its family
-        still passes."""
+        or a call it, or one of its family, is passed to, or a method called for its value of its own
+        or of an object a call made with it (``assert s.pop() == 3``, ``assert shop.sell() == 'b'``
+        after ``shop = Shop(s)``: such right stacks scored 0 once ``len(s)`` or ``list(s)`` came
+        before), or a function of the solution's the tests call as a statement (``register('a')``
+        changes ``r = registry()`` through global state: ``object_use.effect_call_names``). Not
+        covered: a forged value emptied by such a call, or by a method the tests call for its
+        effect on an object of its family, still passes."""
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -245,7 +253,7 @@ class Remote:
         seen = self._seen
         s = self._session
         if seen is None or self._kin is None or not s.unchanged(self._kin, seen[1]) \
-                or s.called_on.get(self._ref, 0) > seen[1]:
+                or s.called_on.get(self._ref, 0) > seen[1] or s.all_changed > seen[1]:
             return None
         return seen[0]
 
@@ -623,6 +631,16 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def _made_with(value: Any, depth: int = 0) -> frozenset[int]:
+    """The sample's values in a call's arguments, at any depth, and those they were made with."""
+    if isinstance(value, Remote):
+        return value._from | {value._ref}
+    if depth > 8 or type(value) not in (list, tuple, dict, set, frozenset):
+        return frozenset()
+    parts = list(value.items()) if type(value) is dict else value
+    return frozenset().union(*[_made_with(part, depth + 1) for part in parts])
 
 
 def _families(value: Any, depth: int = 0) -> list[int | None]:
