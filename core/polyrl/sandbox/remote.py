@@ -43,6 +43,10 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: whose own answer it is). A dict's ``get`` likewise: an object whose ``get`` gave 1 for any key
 #: passed ``all(freq(s).get(c) == 1 for c in s)`` (a dict the sample returns comes over as itself).
 DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex", "get"})
+#: A mapping's views, which a dict-like value the tests expect data from gives over its items as
+#: data (``Remote._container_data``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len`` and
+#: none to its own ``values()`` after passed ``len(d) == 3`` and a loop over ``d.values()``.
+_MAPPING_VIEWS = frozenset({"keys", "values", "items"})
 #: The tests' numbers an object of the sample's equals, orders against and combines with through
 #: its own number (``Remote._plain_answer``); bool is a number, as in Python (``Num(1) == True``).
 _NUMBERS = frozenset({int, float, bool})
@@ -150,6 +154,10 @@ class Remote:
             items = self._container_data()
             if items is not None and hasattr(items, name):
                 return getattr(items, name)  # ``freq(s).get(c)`` of a dict subclass: dict's own, on its items
+        if name in _MAPPING_VIEWS and self._data and not self._answers_queries():
+            items = self._container_data()
+            if type(items) is dict:  # ``freq(s).values()`` of a Mapping: dict's own view of its items
+                return getattr(items, name)
         s = self._session
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
@@ -359,8 +367,17 @@ class Remote:
         ``UserList`` or other sequence a list, a set ABC's a set, a ``UserString`` its str (whose
         yes/no methods then answer, ``DATA_PREDICATES``); an exact ``UserDict``, ``UserList`` or
         ``UserString`` comes over as the trainer's own (``standard_values.REBUILT``). Why: a right
-        answer of one failed ``== {'a': 2}``, ``.get``, ``.count`` and ``.startswith``."""
+        answer of one failed ``== {'a': 2}``, ``.get``, ``.count`` and ``.startswith``. Its items are
+        one reading of it (``_snapshot``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len``
+        and none after passed ``len(d) == 3`` and a loop over ``d.values()`` (``_MAPPING_VIEWS``)."""
         items = self._session.ask("data", False, ref=self._ref)
+        if type(items) in (dict, list, tuple):
+            self._snapshot(list(items))
+        elif type(items) in (set, frozenset):  # no order to compare: as many as its last reading gave
+            seen = self._fresh_seen()
+            if seen is not None and (isinstance(seen, Exception) or len(seen) != len(items)):
+                raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after another "
+                                     "reading, with nothing called that changes it between")
         return items if type(items) in _CONTAINERS or type(items) is str else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:
