@@ -876,6 +876,9 @@ READ_AGAIN = {
     "taken_in_an_assert": ("q = make_queue()\nfill(q, 1)\nfill(q, 2)\nassert list(q) == [1, 2]\n"
                            "assert q.take() == 1\nassert list(q) == [2] and len(q) == 1",
                            QUEUE + "def fill(q, x):\n    q.push(x)\nQueue.take = lambda self: self.items.pop(0)\n"),
+    "popped_by_a_helper_of_the_tests": ("def drain_one(b):\n    return b.pop()\ns = make_stack([1, 2])\n"
+                                        "assert list(s) == [1, 2]\nassert drain_one(s) == 2\nassert list(s) == [1]",
+                                        STACK_OF),
     "sold_by_an_object_made_with_it": ("s = make_stack(['a', 'b'])\nshop = Shop(s)\nassert list(s) == ['a', 'b']\n"
                                        "assert shop.sell() == 'b'\nassert list(s) == ['a'] and len(s) == 1",
                                        STACK_OF + "class Shop:\n    def __init__(self, st):\n        self.st = st\n"
