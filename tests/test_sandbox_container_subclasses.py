@@ -54,6 +54,10 @@ SUBCLASSES = {
                              "    def __len__(self):\n        return len(self.xs)\n    def __iter__(self):\n"
                              "        return iter(self.xs)\ndef freq(s):\n    return M({c: s.count(c) for c in s})\n"
                              "def evens(n):\n    return S(range(0, n, 2))\n"),
+    "mapping_views": ("d = freq('aab')\nassert len(d) == 2 and sorted(d.values()) == [1, 2]\n"
+                      "assert dict(d.items()) == {'a': 2, 'b': 1} and sorted(d.keys()) == ['a', 'b']\n"
+                      "for k, v in d.items():\n    assert d[k] == v and d.get(k) == v",
+                      "from collections import UserDict\nclass D(UserDict):\n    pass\n" + FREQ),
     # an object of no container class is still unequal to any container, and the run goes on
     "plain_object": ("p = make(3)\nassert p != [3] and not p == {'n': 3} and p.n == 3",
                      "class P:\n    def __init__(self, n):\n        self.n = n\ndef make(n):\n    return P(n)\n"),
@@ -89,6 +93,16 @@ FORGED = {
                                "    def __iter__(self):\n        return iter(())\n    def get(self, k, d=None):\n"
                                "        return 1\n    def __eq__(self, o):\n        return True\n"
                                "def freq(s):\n    return M()\n"),
+    # keys for len, then none: its own views were read empty, so loops over them held vacuously
+    "mapping_views_emptied_after_len": ("def check():\n    d = freq('abc')\n    assert len(d) == 3\n"
+                                        "    assert all(v == 1 for v in d.values())\n    for k, v in d.items():\n"
+                                        "        assert v == 1\n    for k in d.keys():\n        assert d[k] == 1\ncheck()",
+                                        "from collections.abc import Mapping\nclass M(Mapping):\n    def __init__(self, d):\n"
+                                        "        self.d, self.n = d, 0\n    def __getitem__(self, k):\n"
+                                        "        return self.d[k]\n    def __len__(self):\n        return len(self.d)\n"
+                                        "    def __iter__(self):\n        self.n += 1\n"
+                                        "        return iter(self.d if self.n == 1 else {})\n"
+                                        "def freq(s):\n    return M({c: 2 for c in s})\n"),
     "userstring_says_yes": ("assert greet('Bob').startswith('Hi') and greet('Bob').count('b') == 1",
                             "from collections import UserString\nclass S(UserString):\n    def startswith(self, *a):\n"
                             "        return True\n    def count(self, *a):\n        return 1\ndef greet(n):\n    return S('Yo')\n"),
@@ -106,8 +120,9 @@ def test_a_right_solution_returning_a_container_subclass_passes():
 
 
 def test_a_container_subclass_never_answers_by_its_own_methods():
-    """An ``__eq__`` that always agrees, a ``get`` that always says 1, a class claiming to be a dict
-    and an object of no container class score 0: only the items cross, compared here."""
+    """An ``__eq__`` that always agrees, a ``get`` that always says 1, a class claiming to be a dict,
+    an object of no container class and a ``Mapping`` whose views came empty after ``len`` read 3
+    keys score 0: only the items cross, compared here, one reading of them."""
     names = list(FORGED)
     rows = [{"prompt": "p", "tests": FORGED[n][0]} for n in names]
     scored = score([FORGED[n][1] for n in names], rows=rows)

@@ -838,6 +838,10 @@ CHANGED_BETWEEN = {
                      "        self.i += 1\n        if self.i > self.n:\n            raise StopIteration\n"
                      "        return 2\n"
                      "def odds(n):\n    return R(n)\n"),
+    # a statement calling a builtin the solution shadows is no call of the solution's for its effect
+    "print_statement": (IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    print(r)\n"
+                        "    assert all(is_prime(x) for x in r)\ntest()",
+                        EMPTIED_LATER + "def print(*a):\n    pass\ndef primes(n):\n    return R(n)\n"),
 }
 PRIMES = ("class Primes:\n    def __init__(self, n):\n        self.xs = [2, 3, 5, 7, 11][:n]\n    def __len__(self):\n"
           "        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n"
@@ -849,6 +853,9 @@ GRAPH = ("class Nodes:\n    def __init__(self, g):\n        self.g = g\n    def 
          "def make_graph(ns):\n    return Graph(ns)\n")
 #: (tests, honest solution): a value read whole again after other requests, unchanged or changed
 #: by a call that reaches it.
+STACK_OF = ("class Stack:\n    def __init__(self, xs):\n        self.xs = list(xs)\n    def pop(self):\n"
+            "        return self.xs.pop()\n    def __len__(self):\n        return len(self.xs)\n"
+            "    def __iter__(self):\n        return iter(self.xs)\ndef make_stack(xs):\n    return Stack(xs)\n")
 READ_AGAIN = {
     "unchanged": (IS_PRIME + "r = primes(3)\nassert len(r) == 3\nassert len(primes(5)) == 5\nprint(r)\n"
                   "assert all(is_prime(x) for x in r)\nassert list(r) == [2, 3, 5] and sorted(r) == [2, 3, 5]", PRIMES),
@@ -863,6 +870,22 @@ READ_AGAIN = {
                             "Queue.view = lambda self: View(self)\n"),
     "own_iterator": ("r = odds(3)\nassert len(r) == 3\nassert len(odds(1)) == 1\nassert list(r) == [1, 3, 5]\n"
                      "assert list(r) == []", ODDS),
+    # a method of the value's own called for its value changes it (nothing calls one as a statement)
+    "popped_in_an_assert": ("s = make_stack([1, 2, 3])\nassert len(s) == 3 and list(s) == [1, 2, 3]\n"
+                            "assert s.pop() == 3\nassert len(s) == 2 and list(s) == [1, 2]", STACK_OF),
+    "taken_in_an_assert": ("q = make_queue()\nfill(q, 1)\nfill(q, 2)\nassert list(q) == [1, 2]\n"
+                           "assert q.take() == 1\nassert list(q) == [2] and len(q) == 1",
+                           QUEUE + "def fill(q, x):\n    q.push(x)\nQueue.take = lambda self: self.items.pop(0)\n"),
+    "popped_by_a_helper_of_the_tests": ("def drain_one(b):\n    return b.pop()\ns = make_stack([1, 2])\n"
+                                        "assert list(s) == [1, 2]\nassert drain_one(s) == 2\nassert list(s) == [1]",
+                                        STACK_OF),
+    "sold_by_an_object_made_with_it": ("s = make_stack(['a', 'b'])\nshop = Shop(s)\nassert list(s) == ['a', 'b']\n"
+                                       "assert shop.sell() == 'b'\nassert list(s) == ['a'] and len(s) == 1",
+                                       STACK_OF + "class Shop:\n    def __init__(self, st):\n        self.st = st\n"
+                                       "    def sell(self):\n        return self.st.pop()\n"),
+    "changed_through_global_state": ("r = registry()\nassert len(r) == 0\nregister('a')\nassert len(r) == 1 and "
+                                     "list(r) == ['a']", QUEUE + "_R = Queue()\ndef registry():\n    return _R\n"
+                                     "def register(x):\n    _R.push(x)\n"),
 }
 
 
@@ -875,8 +898,11 @@ def test_a_value_read_again_after_other_requests_gives_the_items_it_gave():
     own iterator emptied by ``len``'s reading. A value read whole must give the
     same items again until a call that reaches it (``Remote._snapshot``): a right value read again
     unchanged, a view of an object the tests change (``nodes = g.nodes; g.remove(2)``), a queue a
-    function of the solution's fills, a view a method made, and a right own iterator read after
-    another request (its items, gone from it to ``len``, scored 0) keep 1.0."""
+    function of the solution's fills, a view a method made, a right own iterator read after
+    another request (its items, gone from it to ``len``, scored 0), and a stack or queue whose own
+    ``pop``/``take`` the tests call in an assert, or an object made with it does (``shop.sell()``),
+    or that a function of the solution's called as a statement changes (``register('a')``; each
+    scored 0.67: read again after it) keep 1.0."""
     names = list(CHANGED_BETWEEN)
     rows = [{"prompt": "p", "tests": CHANGED_BETWEEN[n][0]} for n in names]
     forged = score([CHANGED_BETWEEN[n][1] for n in names], rows=rows)

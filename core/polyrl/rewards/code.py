@@ -35,7 +35,7 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
 ``disk_mb``           size of the sample's private tmpfs, all its files together (default 64; bwrap)
 ``max_open_files``    (default 64)
 ``max_processes``     RLIMIT_NPROC (default 16; see the table: the kernel ignores it for root);
-                      with bubblewrap's seccomp filter a sample starts no process at all
+                      with the seccomp filter (bwrap and unshare levels) it starts no process
 ``max_output_bytes``  stdout+stderr kept; more kills the sample, score 0 (default 65536)
 ``max_workers``       samples run at once (default 2)
 ``python``            interpreter for the sample (default: this one; its folders are bound read-only)

@@ -64,7 +64,7 @@ from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
-from polyrl.sandbox.object_use import changer_roots, object_roots, varied_query_roots
+from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote
 from polyrl.sandbox.remote_exceptions import (
@@ -107,6 +107,9 @@ class Session:
         self.changers: frozenset[str] = frozenset()  # names of objects the tests change (``object_use``)
         self.families: dict[int, int] = {}  # a family member -> the one above it (``join``)
         self.changed: dict[int, int] = {}  # a family's head -> the request that last may have changed it
+        self.called_on: dict[int, int] = {}  # a value -> the request that last called a method of its own
+        self.effect_calls: frozenset[str] = frozenset()  # the solution's functions the tests call as statements
+        self.all_changed = 0  # the request that last called one (``touch_all``)
         self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
@@ -187,6 +190,11 @@ class Session:
         for member in members:
             if member is not None:
                 self.changed[self.family(member)] = self.asks + 1
+
+    def touch_all(self) -> None:
+        """Every value may change with the next request: a function of the solution's called for
+        its effect (``register('a')``) may change any through the sample's global state."""
+        self.all_changed = self.asks + 1
 
     def unchanged(self, member: int, since: int) -> bool:
         """Whether no call that reaches ``member``'s family was made after request ``since``."""
@@ -387,6 +395,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     session.objects = object_roots(sources)
     session.varied = varied_query_roots(sources, DATA_QUERIES)
     session.changers = changer_roots(sources)
+    session.effect_calls = effect_call_names(sources)
     session.vacuous = vacuous_paths(sources)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)

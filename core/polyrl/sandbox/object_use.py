@@ -28,6 +28,7 @@ Dedupe(s); r.sort()``) makes it an object.
 from __future__ import annotations
 
 import ast
+import builtins
 import collections
 import decimal
 import fractions
@@ -86,6 +87,19 @@ def changer_roots(sources: Iterable[str]) -> frozenset[str]:
             if isinstance(node, ast.Attribute) and (id(node) in effects or not isinstance(node.ctx, ast.Load)):
                 roots |= _roots(node.value, values, set()) or {ANY_ROOT}
     return frozenset(roots)
+
+
+def effect_call_names(sources: Iterable[str]) -> frozenset[str]:
+    """The plain names the tests call as a statement (``register('a')``, ``reset()``): the
+    solution's functions among them are called for their effect, which may change any value of the
+    sample's through its global state (``remote.Remote._snapshot``); one called for its value
+    (``assert len(primes(5)) == 5``) is not, nor a builtin's name a solution shadows (``print(r)``:
+    a forged ``print`` would let its value change)."""
+    names: set[str] = set()
+    for tree in _bound(sources)[0]:
+        names.update(node.value.func.id for node in ast.walk(tree) if isinstance(node, ast.Expr)
+                     and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name))
+    return frozenset(names - set(dir(builtins)))
 
 
 def varied_query_roots(sources: Iterable[str], queries: Collection[str]) -> frozenset[str]:

@@ -43,6 +43,10 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: whose own answer it is). A dict's ``get`` likewise: an object whose ``get`` gave 1 for any key
 #: passed ``all(freq(s).get(c) == 1 for c in s)`` (a dict the sample returns comes over as itself).
 DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex", "get"})
+#: A mapping's views, which a dict-like value the tests expect data from gives over its items as
+#: data (``Remote._container_data``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len`` and
+#: none to its own ``values()`` after passed ``len(d) == 3`` and a loop over ``d.values()``.
+_MAPPING_VIEWS = frozenset({"keys", "values", "items"})
 #: The tests' numbers an object of the sample's equals, orders against and combines with through
 #: its own number (``Remote._plain_answer``); bool is a number, as in Python (``Num(1) == True``).
 _NUMBERS = frozenset({int, float, bool})
@@ -72,7 +76,7 @@ class Remote:
     names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain", "_kin", "_seen")
+                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -94,6 +98,8 @@ class Remote:
             kin = ref  # a family of its own
         object.__setattr__(self, "_kin", kin)
         object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items and the request they came at
+        object.__setattr__(self, "_owner", None)  # the value it was read from as an attribute (a method's receiver)
+        object.__setattr__(self, "_from", frozenset())  # the sample's values a call made it with, at any depth
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -120,11 +126,19 @@ class Remote:
         passed = _families([args, kwargs])
         changes = self._root is None or bool({self._root, ANY_ROOT} & s.changers)
         s.touch(passed + [self._kin] if changes else passed)
+        owner = self._owner
+        if owner is not None:  # ``s.pop()``, ``shop.sell()`` in an assert may change ``s``, ``shop`` and its stock
+            for ref in (owner._ref, *owner._from):
+                s.called_on[ref] = s.asks + 1
+        if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
+            s.touch_all()
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
+        if isinstance(value, Remote):
+            object.__setattr__(value, "_from", value._from | _made_with([args, kwargs]))
         return value
 
     def __getattr__(self, name: str) -> Any:
@@ -140,10 +154,16 @@ class Remote:
             items = self._container_data()
             if items is not None and hasattr(items, name):
                 return getattr(items, name)  # ``freq(s).get(c)`` of a dict subclass: dict's own, on its items
+        if name in _MAPPING_VIEWS and self._data and not self._answers_queries():
+            items = self._container_data()
+            if type(items) is dict:  # ``freq(s).values()`` of a Mapping: dict's own view of its items
+                return getattr(items, name)
         s = self._session
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
+        if isinstance(value, Remote):
+            object.__setattr__(value, "_owner", self)
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -220,10 +240,13 @@ class Remote:
         An honest value changes only when something changes it: a method of its own or
         of the object it came from called as the tests call one for its effect (``q.push(2)``,
         ``g.remove(3)`` before ``nodes``, read from ``g``, is read again: ``object_use.changer_roots``),
-        or a call it, or one of its family, is passed to. Not covered: a value changed through the
-        solution's global state (``r = registry(); register('a')``) fails the later reading, and a
-        forged one emptied by a method the tests call for its effect on an object of its family
-        still passes."""
+        or a call it, or one of its family, is passed to, or a method called for its value of its own
+        or of an object a call made with it (``assert s.pop() == 3``, ``assert shop.sell() == 'b'``
+        after ``shop = Shop(s)``: such right stacks scored 0 once ``len(s)`` or ``list(s)`` came
+        before), or a function of the solution's the tests call as a statement (``register('a')``
+        changes ``r = registry()`` through global state: ``object_use.effect_call_names``). Not
+        covered: a forged value emptied by such a call, or by a method the tests call for its
+        effect on an object of its family, still passes."""
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -236,7 +259,9 @@ class Remote:
     def _fresh_seen(self) -> list[Any] | Exception | None:
         """What its last whole reading gave (``_snapshot``), while no call that may change it came since."""
         seen = self._seen
-        if seen is None or self._kin is None or not self._session.unchanged(self._kin, seen[1]):
+        s = self._session
+        if seen is None or self._kin is None or not s.unchanged(self._kin, seen[1]) \
+                or s.called_on.get(self._ref, 0) > seen[1] or s.all_changed > seen[1]:
             return None
         return seen[0]
 
@@ -342,8 +367,17 @@ class Remote:
         ``UserList`` or other sequence a list, a set ABC's a set, a ``UserString`` its str (whose
         yes/no methods then answer, ``DATA_PREDICATES``); an exact ``UserDict``, ``UserList`` or
         ``UserString`` comes over as the trainer's own (``standard_values.REBUILT``). Why: a right
-        answer of one failed ``== {'a': 2}``, ``.get``, ``.count`` and ``.startswith``."""
+        answer of one failed ``== {'a': 2}``, ``.get``, ``.count`` and ``.startswith``. Its items are
+        one reading of it (``_snapshot``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len``
+        and none after passed ``len(d) == 3`` and a loop over ``d.values()`` (``_MAPPING_VIEWS``)."""
         items = self._session.ask("data", False, ref=self._ref)
+        if type(items) in (dict, list, tuple):
+            self._snapshot(list(items))
+        elif type(items) in (set, frozenset):  # no order to compare: as many as its last reading gave
+            seen = self._fresh_seen()
+            if seen is not None and (isinstance(seen, Exception) or len(seen) != len(items)):
+                raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after another "
+                                     "reading, with nothing called that changes it between")
         return items if type(items) in _CONTAINERS or type(items) is str else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:
@@ -614,6 +648,16 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def _made_with(value: Any, depth: int = 0) -> frozenset[int]:
+    """The sample's values in a call's arguments, at any depth, and those they were made with."""
+    if isinstance(value, Remote):
+        return value._from | {value._ref}
+    if depth > 8 or type(value) not in (list, tuple, dict, set, frozenset):
+        return frozenset()
+    parts = list(value.items()) if type(value) is dict else value
+    return frozenset().union(*[_made_with(part, depth + 1) for part in parts])
 
 
 def _families(value: Any, depth: int = 0) -> list[int | None]:
