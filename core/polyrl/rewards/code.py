@@ -45,7 +45,9 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
                       explicit opt-in to the old fallback: unshare or a plain subprocess where bubblewrap
                       is missing, where a sample may run as the trainer's uid, read its files and keys
                       and reach 127.0.0.1), "off" (a plain subprocess). ``namespaces`` is the old name.
-``user``              "auto" (default: as root, samples run as ``nobody``), "none", or a user/uid
+``user``              "auto" (default: as root, each running sample has a uid of its own from a pool,
+                      ``polyrl.sandbox.uids``; ``nobody`` where the pool is not mapped), "none", or a
+                      user/uid
 ``audit_hook``        true (default); false only to test the kernel layers alone
 ``tests_in``          "process" (default: the tests run in a forked copy of the trainer, killed at
                       the sample's deadline, its address space capped at ``memory_mb`` (at least
@@ -70,9 +72,10 @@ files outside its folder    a fresh mount namespace: the only writable place is 
                             tmpfs of ``disk_mb``; /usr and the interpreter are read-only;
                             /root, /work, /etc, /home do not exist there. No descriptor but
                             stdin/stdout/stderr is inherited (the server checks). Fallbacks:
-                            kernel permissions of ``nobody`` and the audit hook
+                            kernel permissions of the sample's unprivileged uid and the audit
+                            hook
 secrets                     no view of other processes (PID namespace, fresh /proc), an
-                            environment of a few fixed variables, and uid ``nobody``
+                            environment of a few fixed variables, and an unprivileged uid
 network                     a network namespace with only its own loopback; seccomp refuses
                             ``setns``/``unshare``, so another namespace cannot be entered, and
                             socket families other than unix/inet/inet6 (AF_VSOCK is not
@@ -87,7 +90,7 @@ fork bomb / subprocesses    audit hook refuses fork/exec/spawn/subprocess (and c
                             behind bubblewrap, where numpy needs it); seccomp refuses fork,
                             vfork and clone without CLONE_THREAD (clone3: ENOSYS), so the
                             sample is one process, threads still start; fallbacks: RLIMIT_NPROC
-                            as ``nobody``; the PID namespace dies with the sample
+                            per sample uid; the PID namespace dies with the sample
 infinite loop               wall-clock timeout -> SIGKILL (process group, PID namespace);
                             RLIMIT_CPU as a backstop
 memory bomb                 RLIMIT_AS (``memory_mb``) per process: allocations fail with
@@ -149,7 +152,7 @@ What is NOT isolated, or only partly:
       is refused the fallback view is this one); the host's files are read-only,
       ``/run``, ``/var/tmp``, ``/dev/shm``, ``/dev/pts``, the homes and the trainer's working
       folder are hidden (``polyrl.sandbox.host_view``), but the rest is readable with the
-      sample's uid's permissions: ``nobody``'s for a root trainer (every world-readable file left
+      sample's uid's permissions: its pooled uid's for a root trainer (every world-readable file left
       visible, a dataset outside the working folder among them), the trainer's OWN uid for a
       non-root trainer (its files outside the hidden folders), and a unix socket outside them
       accepts it. Where the kernel refuses those mounts the files are also writable and the
@@ -167,22 +170,18 @@ What is NOT isolated, or only partly:
       has no cgroup: ``max_workers`` samples at once hold up to ``max_workers`` x ``memory_mb``.
       Without the seccomp filter (off level, or no libseccomp) a sample can fork (the
       audit hook is Python inside it), its processes together hold up to ``max_processes`` x
-      ``memory_mb``, and with uid 0 (``user = "none"``, or no user ``nobody``) RLIMIT_NPROC does
+      ``memory_mb``, and with uid 0 (``user = "none"``, or no pooled uid nor user ``nobody``) RLIMIT_NPROC does
       not apply, so only the timeout bounds its process count. The OOM killer takes samples
       first (without ``choom`` installed the report says so and the trainer may be its choice).
       No option lets a sample start processes (``audit_hook = false`` lifts the Python guard,
       not the filter).
-    * With a root trainer, every sample runs as the host's one ``nobody`` (uid 65534) with no user
-      namespace, and the kernel counts RLIMIT_NPROC (``max_processes``: threads count, since the
-      filter allows no process) per host uid: the tasks of all concurrent samples and of any host
-      daemon running as ``nobody`` share the one limit. A sample holding a dozen idle threads (at
-      the default 16) makes a concurrent honest sample's ``ThreadPoolExecutor`` fail ("can't start new
-      thread"), so it scores 0. A non-root trainer is not affected: bubblewrap's user namespace
-      gives each sample its own count. Not fixed: distinct uids per concurrent sample would need
-      uids no host user holds, and a per-sample pid limit a writable cgroup (v1 or v2), neither
-      found everywhere; ``max_workers = 1`` avoids it (between samples), and so would starting
-      bubblewrap as ``nobody`` in a user namespace, as a non-root trainer does, where ``nobody``
-      can reach the interpreter's folders (not a pyenv under /root).
+    * With a root trainer, each sample running at once has a uid (and gid) of its own from an
+      unused range (``polyrl.sandbox.uids``), so RLIMIT_NPROC (``max_processes``: threads count,
+      since the filter allows no process) counts that sample's threads alone: a sample holding
+      its threads cannot make a concurrent honest sample's ``ThreadPoolExecutor`` fail. Where that
+      range is not mapped (a container whose root has a short uid map) samples share ``nobody``
+      and its one count again, and ``isolation_report()`` says so; ``max_workers = 1`` avoids it.
+      A non-root trainer's samples each have bubblewrap's user namespace and their own count.
     * Inodes on the private tmpfs are not capped: ``disk_mb`` is the tmpfs's size in bytes, and
       bubblewrap (``--size``) passes no other mount option (``nr_inodes``), so empty directories,
       which take no tmpfs blocks, cost about 1 KB of kernel memory (slab, mostly unreclaimable)
