@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from sandbox_attacks import SYSV_ATTACK
 
 pytestmark = pytest.mark.faults
 
@@ -107,24 +108,6 @@ result = box.run(sys.argv[1] + "def add(a, b):\\n    return a + b\\n", parse_tes
 print(json.dumps({"level": box.level, "wrapped": bool(box.launch.wrapper), "status": result.status,
                   "passed": result.passed, "output": result.output}))
 """
-SYSV_ATTACK = """
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-libc.shmat.restype = ctypes.c_void_p
-held = 0
-for _ in range(6):  # each segment written through a mapping, then detached: RLIMIT_AS no longer counts it
-    segment = libc.shmget(0, 64 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
-    if segment < 0:
-        print("SHMGET", os.strerror(ctypes.get_errno()))
-        break
-    address = libc.shmat(segment, None, 0)
-    ctypes.memset(address, 1, 64 << 20)
-    libc.shmdt(ctypes.c_void_p(address))
-    held += 64
-print("SHM_HELD_MB", held)
-"""
-
-
 def test_bubblewrap_without_the_filter_holds_no_sysv_memory_past_memory_mb(tmp_path):
     """Bubblewrap without libseccomp (``isolation = "auto"`` runs it, with a warning): a sample
     held 384 MB of detached SysV shared memory with ``memory_mb = 128`` (RLIMIT_AS counts only
@@ -144,3 +127,4 @@ def test_bubblewrap_without_the_filter_holds_no_sysv_memory_past_memory_mb(tmp_p
     if not got["wrapped"]:
         pytest.skip("no tmpfs wrapper here (util-linux unshare or mount missing): the limits are not set")
     assert "SHM_HELD_MB 0" in got["output"] and "SHMGET No space left on device" in got["output"], got["output"]
+    assert "MSGGET -1 No space left on device" in got["output"], got["output"]

@@ -14,6 +14,7 @@ import sys
 import threading
 
 import pytest
+from sandbox_attacks import SYSV_ATTACK
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -433,26 +434,6 @@ def test_unshare_level_sample_makes_no_user_namespace_of_its_own(no_bwrap, no_fi
     assert "NESTED -1 1" in result.output, result.output
     assert "NET_ADMIN" not in result.output and "SYSFS" not in result.output, result.output
     assert "no user namespace of its own" in box.report["filesystem"], box.report
-
-
-SYSV_ATTACK = """
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-libc.shmat.restype = ctypes.c_void_p
-held = 0
-for _ in range(6):  # each segment written through a mapping, then detached: RLIMIT_AS no longer counts it
-    segment = libc.shmget(0, 64 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
-    if segment < 0:
-        print("SHMGET", os.strerror(ctypes.get_errno()))
-        break
-    address = libc.shmat(segment, None, 0)
-    ctypes.memset(address, 1, 64 << 20)
-    libc.shmdt(ctypes.c_void_p(address))
-    held += 64
-print("SHM_HELD_MB", held)
-queue = libc.msgget(0, 0o1600)
-print("MSGGET", queue, os.strerror(ctypes.get_errno()) if queue < 0 else "")
-"""
 
 
 @needs_unshare

@@ -33,7 +33,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from polyrl.sandbox.new_root import LOAD_FILTER
+from polyrl.sandbox.new_root import LOAD_FILTER, NO_SYSV_IPC
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
@@ -79,12 +79,7 @@ def all_read_only():
 def under(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
-for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
-    try:
-        with open(f"/proc/sys/{limit}", "w") as out:
-            out.write("0")
-    except OSError:  # a kernel whose IPC limits a user namespace may not set: as before
-        pass
+@NO_SYSV_IPC@
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be hidden (a tool in /tmp)
     kept = []  # (path, O_PATH fd, ancestors' (path, mode, uid, gid) below the covering mount)
@@ -128,7 +123,7 @@ except OSError as exc:
     print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@LOAD_FILTER@", LOAD_FILTER)
+'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC)
 
 #: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,
 #: ``/dev/shm``) and world-writable folders (``/var/tmp``, ``/run/lock``, ``/dev/mqueue``) live,

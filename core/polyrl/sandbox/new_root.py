@@ -64,6 +64,17 @@ def load_filter(hexed):
         raise OSError(ctypes.get_errno(), "seccomp filter: " + os.strerror(ctypes.get_errno()))
 '''
 
+#: Sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (module doc: SysV memory
+#: held past ``memory_mb``); both setup programs run it before the privilege drop.
+NO_SYSV_IPC = '''
+for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
+    try:
+        with open(f"/proc/sys/{limit}", "w") as out:
+            out.write("0")
+    except OSError:  # a kernel whose IPC limits a user namespace may not set: as before
+        pass
+'''
+
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
 SETUP = r'''
@@ -117,12 +128,7 @@ def place(path, fd):
         open(target, "x").close()
     mount(f"/proc/self/fd/{fd}", target, None, BIND | REC)
 
-for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
-    try:
-        with open(f"/proc/sys/{limit}", "w") as out:
-            out.write("0")
-    except OSError:  # a kernel whose IPC limits a user namespace may not set: as before
-        pass
+@NO_SYSV_IPC@
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be left behind (a tool in /tmp)
     links, binds = {}, []
@@ -182,7 +188,8 @@ except OSError as exc:
     print(f"polyrl-sandbox new root: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace("@LOAD_FILTER@", LOAD_FILTER)
+'''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace(
+    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC)
 
 
 def pivot_root_number() -> int | None:

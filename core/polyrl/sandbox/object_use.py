@@ -57,13 +57,19 @@ _LITERALS = (ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Set, ast.Dict
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
 
 
+def _called_as_statements(tree: ast.AST) -> set[int]:
+    """The ids of the callee nodes of calls made as statements (``g.remove(3)``): called for
+    their effect, not their value."""
+    return {id(node.value.func) for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)}
+
+
 def object_roots(sources: Iterable[str]) -> frozenset[str]:
     """The names (the solution's among them) that the tests use as objects (module doc)."""
     trees, values = _bound(sources)
     roots: set[str] = set()
     for tree in trees:
-        effects = {id(node.value.func) for node in ast.walk(tree)
-                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)}
+        effects = _called_as_statements(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and _used_as_object(node, effects):
                 roots |= _roots(node.value, values, set())
@@ -81,8 +87,7 @@ def changer_roots(sources: Iterable[str]) -> frozenset[str]:
     trees, values = _bound(sources)
     roots: set[str] = set()
     for tree in trees:
-        effects = {id(node.value.func) for node in ast.walk(tree)
-                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)}
+        effects = _called_as_statements(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and (id(node) in effects or not isinstance(node.ctx, ast.Load)):
                 roots |= _roots(node.value, values, set()) or {ANY_ROOT}
