@@ -360,6 +360,10 @@ class Trainer:
         #: its ``trainer.state``, which its callbacks observer moves on, as TRL passes its trainer's
         #: own); None: the run's own ``TrainerState``, moved on before each call (``_trainer_state``)
         self.shared_state: Any = None
+        #: TRL's ``logging_steps``/``eval_steps``/``save_steps`` as its GRPOConfig has them (``polyrl.api.run``
+        #: with a ``trl.GRPOConfig``): the run's own ``TrainerState`` shows them as transformers'
+        #: ``compute_steps`` does, as ``polyrl.trl.GRPOTrainer``'s does; None: polyrl's intervals
+        self.trl_steps: Mapping[str, Any] | None = None
         #: numbers for the trackers when the run has ended well, while they are still open, at the last
         #: step taken (``polyrl.trl``: transformers' ``train_runtime``, ``train_loss``..., which TRL logs
         #: to its ``report_to`` at the end); None: nothing
@@ -760,7 +764,7 @@ class Trainer:
             group_size=cfg.generation.group_size, dataset_size=len(self.dataset),
             history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
             rank=self.rank, updates_per_step=cfg.algorithm.updates_per_step, minibatches=cfg.algorithm.minibatches,
-            names=self.trl_names)
+            names=self.trl_names, trl_steps=self.trl_steps)
 
     def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
         state = self._trainer_state()
