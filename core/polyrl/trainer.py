@@ -77,7 +77,7 @@ from polyrl.reasoning import closes_reasoning, opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
-from polyrl.run_observer import RunObserver, StepAsk
+from polyrl.run_observer import RunObserver, StepAsk, checkpoint_due
 from polyrl.schedules import lr_at, updates_in_history
 from polyrl import run_plan
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
@@ -2221,7 +2221,7 @@ class Trainer:
                 if asked.epoch_stop:  # before any checkpoint below: a resume starts the next epoch too
                     self._end_epoch()
                 self._count_in_a_row()  # before any checkpoint below
-                if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
+                if asked.saves(checkpoint_due(self.step, c.train.checkpoint_every)):
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
                         asked = asked | later
@@ -2386,15 +2386,16 @@ class Trainer:
     def _agree_after_step(self, asked: StepAsk) -> tuple[bool, StepAsk]:
         """(stop, what the observers asked) as every rank will act on them: a stop asked by a signal or
         an observer on any rank, a checkpoint asked on any (the save is collective: one rank saving
-        alone would hang). One gather, where ``_agree_to_stop``'s was; reads the signal flag only."""
+        alone would hang; a due one cancelled only where every rank cancelled it). One gather, where
+        ``_agree_to_stop``'s was; reads the signal flag only."""
         answers = self.train_engine.all_gather((self.stop_requested, asked.stop, asked.save, asked.why,
-                                                asked.failed, asked.epoch_stop))
+                                                asked.failed, asked.epoch_stop, asked.cancel_save))
         failed = next((a[4] for a in answers if a[4]), "")
         if failed:  # every rank raises it here, together
             raise CallbackError(failed)
         why = "; ".join(dict.fromkeys(a[3] for a in answers if a[3]))
         agreed = StepAsk(save=any(a[2] for a in answers), stop=any(a[1] for a in answers), why=why,
-                         epoch_stop=any(a[5] for a in answers))
+                         epoch_stop=any(a[5] for a in answers), cancel_save=all(a[6] for a in answers))
         return any(a[0] for a in answers) or agreed.stop, agreed
 
     def _end_epoch(self) -> None:
