@@ -22,6 +22,7 @@ atomically; SIGINT/SIGTERM finish the current step, checkpoint and return (a sec
 
 from __future__ import annotations
 
+import json
 import os
 import functools
 import random
@@ -2232,6 +2233,7 @@ class Trainer:
             self._stopped_early(summary, asked)
         if self.eval_dataset is not None and self.evaluate_after:
             self._evaluate_after(summary, last_eval)
+            self._restate_last_checkpoint()
 
     def _take_step(self) -> dict[str, Any] | None:
         """Train the next step and count it; its metrics, or None when a stop request abandoned a
@@ -2365,6 +2367,31 @@ class Trainer:
             raise EnvironmentFailed(f"the evaluation after training (the trained model is saved in {saved}): "
                                     f"{exc}", alone=True) from None
         self._tell_eval("after", summary["eval_after"])
+
+    def _restate_last_checkpoint(self) -> None:
+        """The last checkpoint's observer state (``RunObserver.checkpoint_state``) brought up to date
+        after the evaluation after training, where that evaluation changed it (``polyrl.trl``: a new
+        ``best_metric``, an ``EarlyStoppingCallback``'s count), by an atomic rewrite of its state file
+        (``checkpoint.rewrite_state``). Why: transformers evaluates the last step before saving it, so
+        its last checkpoint holds them; polyrl's, written before its evaluation after training, held
+        the previous best, which a resume (or ``load_best_model_at_end`` after one) compared against.
+        A failed rewrite leaves the checkpoint as it was, with a warning: the run itself is done."""
+        if self.rank != 0 or not self.observers or self._saved_step != self.step:
+            return
+        path = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
+        if not ckpt.is_complete(path):
+            return
+        state = ckpt.read_state(path)
+        now = json.loads(strict_json.dumps({key: value for observer in self.observers
+                                            for key, value in observer.checkpoint_state().items()}))
+        if state.get("observers") == now:
+            return
+        try:
+            ckpt.rewrite_state(path, self.step, {**state, "observers": now})
+        except ckpt.CheckpointWriteError as exc:
+            log.warning("the last checkpoint keeps the observers' state from before the evaluation after "
+                        f"training ({exc.reason}); a resume from it compares against the best before it",
+                        checkpoint=str(path), fix=exc.fix or "free space in the output_dir")
 
     def _observe_trained(self, metrics: dict[str, Any]) -> bool:
         """The observers told the step trained; whether one asks for its evaluation now, the same
