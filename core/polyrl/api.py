@@ -42,7 +42,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
-from polyrl.trl_config import BEST_KEPT, EVERY_EPOCH, SAVE_EVERY_EPOCH, SAVE_ON_BEST
+from polyrl.trl_config import BEST_KEPT, EVERY_EPOCH, ROUNDED_SAVE, SAVE_EVERY_EPOCH, SAVE_ON_BEST, rounded_save_warning
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import shown
 
@@ -656,6 +656,9 @@ def run_config(
     algorithm_config = AlgorithmConfig.preset(algorithm, **overrides)
     steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
                                                              algorithm_config.updates_per_step)
+    rounded = settings.pop(ROUNDED_SAVE, None)  # TRL's save_steps 500 rounded in a run of epochs
+    if rounded is not None:
+        rounded_save_warning(steps * rounded[0], rounded[0], rounded[1])
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            compute_dtype=policy.compute_dtype or trl_compute_dtype(cfg, policy.backend),
