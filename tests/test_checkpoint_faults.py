@@ -274,6 +274,39 @@ def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):
     assert skipped == [(root / "step-00000002", "model/w.bin does not match its checksum")]
 
 
+def test_a_state_rewrite_keeps_a_verified_checkpoint_and_an_interrupt_between_its_renames_loses_neither(
+        tmp_path, monkeypatch):
+    """``rewrite_state`` (the evaluation after training's new best, written into the last
+    checkpoint): the weights are the same inodes, the manifest and marker match the new state file;
+    one interrupted after ``step-N`` was set aside leaves a whole one for the next run."""
+    root = tmp_path / "checkpoints"
+    path = ckpt.write_checkpoint(root, 2, {"step": 2, "observers": {"trl": {"best_metric": 3.0}}},
+                                 lambda model, state: (Path(model).mkdir(), (Path(model) / "w.bin").write_bytes(b"\0" * 64)))
+    inode = (path / "model" / "w.bin").stat().st_ino
+    ckpt.rewrite_state(path, 2, {"step": 2, "observers": {"trl": {"best_metric": 4.0}}})
+    assert ckpt.verify(path) is None and ckpt.read_state(path)["observers"]["trl"]["best_metric"] == 4.0
+    assert (path / "model" / "w.bin").stat().st_ino == inode
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000002"]
+    # interrupted between the renames (step-N set aside, the new copy not yet in place): the next
+    # run's finish_interrupted_replacements puts a whole one back (here the old: the new copy was
+    # removed on the way out, as write_checkpoint's is)
+    real_replace, calls = os.replace, []
+
+    def interrupted_at_the_second(src, dst):
+        calls.append(src)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", interrupted_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.rewrite_state(path, 2, {"step": 2, "observers": {"trl": {"best_metric": 5.0}}})
+    monkeypatch.undo()
+    assert not path.exists()
+    assert ckpt.finish_interrupted_replacements(root) == [path]
+    assert ckpt.verify(path) is None and ckpt.read_state(path)["observers"]["trl"]["best_metric"] == 4.0
+
+
 def test_weights_only_is_suggested_only_where_the_weights_verify(tmp_path):
     from polyrl.resume_point import resume_fix
 

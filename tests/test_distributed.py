@@ -384,7 +384,7 @@ def test_a_stop_a_checkpoint_or_an_error_asked_on_one_rank_is_agreed_by_every_ra
 
     def peer_asked(theirs: StepAsk) -> SimpleNamespace:
         engine = SimpleNamespace(all_gather=lambda mine: [mine, (False, theirs.stop, theirs.save, theirs.why,
-                                                                 theirs.failed, theirs.epoch_stop)])
+                                                                 theirs.failed, theirs.epoch_stop, theirs.cancel_save)])
         return SimpleNamespace(stop_requested=False, train_engine=engine)
 
     stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk(stop=True, why="a callback")), StepAsk())
@@ -395,6 +395,9 @@ def test_a_stop_a_checkpoint_or_an_error_asked_on_one_rank_is_agreed_by_every_ra
     assert not stop and agreed == StepAsk()
     stop, agreed = Trainer._agree_after_step(peer_asked(StepAsk(epoch_stop=True)), StepAsk())
     assert not stop and agreed == StepAsk(epoch_stop=True)  # every rank's sampler starts the next epoch
+    # a save_steps checkpoint a callback cancelled (should_save cleared) is skipped only where every rank cancelled it
+    assert not Trainer._agree_after_step(peer_asked(StepAsk(cancel_save=True)), StepAsk())[1].cancel_save
+    assert Trainer._agree_after_step(peer_asked(StepAsk(cancel_save=True)), StepAsk(cancel_save=True))[1].cancel_save
     with pytest.raises(CallbackError, match="Broken.on_log raised"):
         Trainer._agree_after_step(peer_asked(StepAsk(stop=True, failed="callback Broken.on_log raised X")), StepAsk())
 

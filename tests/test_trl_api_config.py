@@ -559,6 +559,32 @@ def test_a_trl_config_with_num_iterations_samples_and_counts_as_trl_does(tiny_mo
     assert len(summary["history"]) == 2 and seen == [(0, 4), (2, 4)], seen
 
 
+@pytest.mark.parametrize("fields", [
+    {"save_strategy": "epoch", "logging_steps": 0.5},  # polyrl checkpoints each epoch (2 steps): TRL's 500 stands
+    {"save_strategy": "steps", "save_steps": 0.5, "eval_steps": 3, "logging_steps": 3},
+], ids=["epoch", "fractions"])
+def test_a_reward_in_api_run_reads_trls_step_intervals(tiny_model_dir, tmp_path, fields):
+    """A reward's trainer_state in ``api.run`` from a trl.GRPOConfig shows logging_steps,
+    eval_steps and save_steps as transformers' own ``TrainerState.compute_steps`` sets them for
+    those args (what ``polyrl.trl.GRPOTrainer`` and TRL's trainer give), not polyrl's checkpoint
+    and evaluation intervals (save_steps 2, one epoch of 2 steps; logging_steps 1; eval_steps 0)."""
+    import transformers
+
+    seen = []
+
+    def intervals(completions, trainer_state, **kwargs):
+        seen.append((trainer_state.logging_steps, trainer_state.eval_steps, trainer_state.save_steps))
+        return [0.0 for _ in completions]
+
+    args = trl_config(output_dir=str(tmp_path / "out"), max_steps=4, num_generations=2, per_device_train_batch_size=4,
+                      max_completion_length=2, **fields)
+    api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=[f"q{i}" for i in range(4)],
+            rewards=[intervals], grpo_config=args, progress=False)
+    theirs = transformers.TrainerState()
+    theirs.compute_steps(args, 4)
+    assert seen and set(seen) == {(theirs.logging_steps, theirs.eval_steps, theirs.save_steps)}, (seen, theirs)
+
+
 def test_trainer_state_counts_optimizer_updates_as_trl_does():
     from polyrl.rewards.trl_compat import TrainerState
 

@@ -148,3 +148,66 @@ def test_should_save_and_a_stop_asked_in_on_save_act_as_on_trls_own_trainer(tiny
         assert theirs == ([2], 8) and ours == ([2, 8], 8)
     kept = sorted(p.name for p in (tmp_path / "polyrl" / "run" / "checkpoints").iterdir())
     assert kept == (["step-00000001", "step-00000002"] if save_strategy == "steps" else ["step-00000001", "step-00000004"])
+
+
+class CancelsTheSaveAtUpdate4(TrainerCallback):
+    """Clears ``control.should_save`` in ``on_step_end`` at update 4, where ``save_steps`` has a
+    checkpoint due; records each ``on_save``'s update."""
+
+    def __init__(self):
+        self.saved: list[int] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 4:
+            control.should_save = False
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saved.append(state.global_step)
+
+
+def test_should_save_cleared_in_on_step_end_cancels_a_save_steps_checkpoint_as_on_trls_own_trainer(
+        tiny_model_dir, tmp_path):
+    """save_steps 0.25 of max_steps 8 is every 2 updates, one polyrl step: transformers'
+    DefaultFlowCallback sets should_save before the user's on_step_end, so clearing it at update 4
+    cancels that checkpoint on TRL's trainer; on polyrl's too (the last one, update 8, is written
+    on both: transformers asks it at the end under "steps", polyrl always writes it)."""
+    rows = datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(4)])
+    results = []
+    for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
+        callback = CancelsTheSaveAtUpdate4()
+        args = _args(tmp_path / name, max_steps=8, num_iterations=2, save_steps=0.25)
+        trainer_class(model=tiny_model_dir, reward_funcs=[peak_at_update_2], args=args, train_dataset=rows,
+                      callbacks=[callback]).train()
+        results.append(callback.saved)
+    theirs, ours = results
+    assert ours == theirs == [2, 6, 8]
+    kept = sorted(p.name for p in (tmp_path / "polyrl" / "run" / "checkpoints").iterdir())
+    assert kept == ["step-00000001", "step-00000003", "step-00000004"]
+
+
+def rises_with_the_update(completions, trainer_state, **kwargs):
+    """Each later evaluation scores higher: every one is a new best."""
+    return [float(trainer_state.global_step) for _ in completions]
+
+
+def test_the_last_checkpoint_holds_the_best_the_evaluation_after_training_set(tiny_model_dir, tmp_path):
+    """eval_steps 3 of max_steps 4: both trainers evaluate at update 3 and at the end (4), the
+    second a new best. TRL's last checkpoint is written after that evaluation, so its
+    trainer_state.json holds the new best; polyrl's, written before its evaluation after training,
+    held update 3's (a resume compared against it): it is rewritten, still a verified checkpoint."""
+    import json
+
+    from polyrl.checkpoint import verify
+
+    rows = datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(4)])
+    for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
+        args = _args(tmp_path / name, max_steps=4, eval_strategy="steps", eval_steps=3, metric_for_best_model="reward")
+        trainer_class(model=tiny_model_dir, reward_funcs=[rises_with_the_update], args=args, train_dataset=rows,
+                      eval_dataset=rows.select(range(2))).train()
+    theirs = json.loads((tmp_path / "trl" / "run" / "checkpoint-4" / "trainer_state.json").read_text())
+    last = tmp_path / "polyrl" / "run" / "checkpoints" / "step-00000004"
+    ours = json.loads((last / "trainer_state.json").read_text())["observers"]["trl"]
+    assert (theirs["best_metric"], theirs["best_global_step"]) == (4.0, 4)
+    assert (ours["best_metric"], ours["best_global_step"]) == (4.0, 4)
+    assert verify(last) is None
+    assert not [p.name for p in last.parent.iterdir() if p.name.startswith(".")]  # no .tmp-/.old- left

@@ -193,6 +193,28 @@ def test_save_steps_count_optimizer_updates(fields, every):
     assert settings.get("train.keep_checkpoints", 2) == 0  # TRL's save_total_limit None: every one kept
 
 
+@pytest.mark.parametrize(("fields", "prompts", "warned"), [
+    ({"num_iterations": 3, "max_steps": 3000}, 2, True),  # checkpoints at 501 updates, not 500
+    ({"num_iterations": 3, "max_steps": 300}, 2, False),  # shorter: transformers saves at the end only
+    ({"num_iterations": 3, "max_steps": -1, "num_train_epochs": 2}, 8, False),  # 2 epochs of 4 batches x 3 = 24 updates
+    ({"num_iterations": 3, "max_steps": -1, "num_train_epochs": 100}, 8, True),  # 1200 updates
+    ({"num_iterations": 3, "max_steps": 3000, "save_steps": 500}, 2, True),  # set, not left: read alike
+])
+def test_the_rounded_save_steps_warning_only_where_it_moves_a_checkpoint(capfd, fields, prompts, warned):
+    """TRL's save_steps 500 (not whole polyrl steps of 3 updates) is rounded up to 167 steps; the
+    warning said so for runs shorter than 500 updates too, where transformers never saves before
+    the end either (noise), and called 500 "its default" when the script set it."""
+    capfd.readouterr()
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(prompts)],
+                               rewards=["numeric_match"], grpo_config=_args(_Tmp(), **fields))
+    assert config.train.checkpoint_every == 167
+    err = capfd.readouterr().err
+    assert ("not a whole number of polyrl steps" in err) == warned, err
+    assert "its default" not in err
+    if warned:
+        assert "save_steps = 500 (transformers' default value, rounded rather than refused)" in err
+
+
 @pytest.mark.parametrize(("fields", "field"), [
     ({"save_steps": 3, "max_steps": 8, "num_iterations": 2}, "grpo_config.save_steps"),  # part-way through a rollout batch
     ({"save_strategy": "best"}, "grpo_config.metric_for_best_model"),  # transformers' Trainer refuses it too

@@ -42,7 +42,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
-from polyrl.trl_config import BEST_KEPT, EVERY_EPOCH, SAVE_EVERY_EPOCH, SAVE_ON_BEST
+from polyrl.trl_config import BEST_KEPT, EVERY_EPOCH, ROUNDED_SAVE, SAVE_EVERY_EPOCH, SAVE_ON_BEST, rounded_save_warning
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import shown
 
@@ -170,6 +170,10 @@ class GRPOConfig:
     #: set by ``from_trl``: TRL's ``per_device_train_batch_size``, the micro-batch ``run_config``
     #: trains a MoE model's router term over (``router_micro_batch``); None for polyrl's own config
     _trl_micro_batch: int | None = attrs.field(default=None, repr=False, alias="_trl_micro_batch")
+    #: set by ``from_trl``: TRL's ``logging_steps``, ``eval_steps`` and ``save_steps`` as written,
+    #: which a reward's ``trainer_state`` shows as transformers' ``compute_steps`` sets them (the
+    #: numbers ``polyrl.trl.GRPOTrainer`` gives); None for polyrl's own config (its intervals)
+    _trl_steps: Mapping[str, Any] | None = attrs.field(default=None, repr=False, alias="_trl_steps")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
         _refuse_unknown_arguments(kwargs)
@@ -206,7 +210,9 @@ class GRPOConfig:
             arguments["steps"] = 1  # replaced by epochs once the prompts are known
         config = cls(**arguments, settings=settings, _from_trl=True, _trl_bf16=bool(getattr(trl_config, "bf16", False)),
                      _trl_disable_dropout=bool(getattr(trl_config, "disable_dropout", False)),
-                     _trl_micro_batch=int(trl_config.per_device_train_batch_size))
+                     _trl_micro_batch=int(trl_config.per_device_train_batch_size),
+                     _trl_steps={f"{kind}_steps": getattr(trl_config, f"{kind}_steps", None)
+                                 for kind in ("logging", "eval", "save")})
         get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
@@ -550,10 +556,15 @@ def run(
     ``Dataset``) with ``rewards`` (names, functions, reward model folders: ``reward_entries``);
     ``grpo_config`` may be a ``trl.GRPOConfig`` (read by ``GRPOConfig.from_trl``). ``eval_prompts``:
     held-out rows to evaluate on (TRL's ``eval_dataset``; ``eval_count`` of them, all when 0)."""
+    if _is_trl_config(grpo_config):  # read here too: its step intervals go to the trainer below
+        grpo_config = GRPOConfig.from_trl(grpo_config)
     config, plugins = run_config(algorithm, policy=policy, prompts=prompts, rewards=rewards, ref_policy=ref_policy,
                                  generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
                                  eval_prompts=eval_prompts)
-    return make_trainer(config, plugins).run(progress=progress)
+    trainer = make_trainer(config, plugins)
+    if isinstance(grpo_config, GRPOConfig) and grpo_config._trl_steps is not None:
+        trainer.trl_steps = dict(grpo_config._trl_steps)
+    return trainer.run(progress=progress)
 
 
 def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None = None, engines: Any = None) -> Any:
@@ -645,6 +656,9 @@ def run_config(
     algorithm_config = AlgorithmConfig.preset(algorithm, **overrides)
     steps = cfg.steps if cfg.epochs is None else epoch_steps(cfg.epochs, len(rows), prompts_per_step,
                                                              algorithm_config.updates_per_step)
+    rounded = settings.pop(ROUNDED_SAVE, None)  # TRL's save_steps 500 rounded in a run of epochs
+    if rounded is not None:
+        rounded_save_warning(steps * rounded[0], rounded[0], rounded[1])
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            compute_dtype=policy.compute_dtype or trl_compute_dtype(cfg, policy.backend),

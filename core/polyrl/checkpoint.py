@@ -294,17 +294,7 @@ def write_checkpoint(
         honour_umask(tmp)  # safetensors writes 0600: the run's other files are readable by the umask
         write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
         known = _unchanged_links(root, final, tmp)  # hashed and fsynced by an earlier checkpoint
-        _fsync_tree(tmp, frozenset(known))
-        write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp, known), indent=1, sort_keys=True))
-        write_file_synced(tmp / MARKER, json.dumps({"step": step, "manifest_sha256": sha256(tmp / MANIFEST)}))
-        _fsync_dir(tmp)
-        old = root / f".old-{final.name}"
-        if final.exists():  # the same step again: set the old one aside until the new one is in place
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(final, old)
-        os.replace(tmp, final)
-        _fsync_dir(root)
+        _seal_and_replace(root, final, tmp, step, known)
     except Exception as exc:
         reason, disk_problem, fix = _why(exc, root, tmp)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -312,8 +302,71 @@ def write_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(root / f".old-{final.name}", ignore_errors=True)
     return final
+
+
+def _seal_and_replace(root: Path, final: Path, tmp: Path, step: int, known: dict[str, str]) -> None:
+    """Fsync ``tmp`` (but the ``known`` files: hashed and fsynced already), write its manifest and
+    marker, and put it in place of ``final`` (an existing one set aside first, as
+    ``finish_interrupted_replacements`` expects: a kill between the renames loses neither)."""
+    _fsync_tree(tmp, frozenset(known))
+    write_file_synced(tmp / MANIFEST, strict_json.dumps(_manifest(tmp, known), indent=1, sort_keys=True))
+    write_file_synced(tmp / MARKER, json.dumps({"step": step, "manifest_sha256": sha256(tmp / MANIFEST)}))
+    _fsync_dir(tmp)
+    old = root / f".old-{final.name}"
+    if final.exists():  # the same step again: set the old one aside until the new one is in place
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+
+
+def rewrite_state(path: Path, step: int, state: dict[str, Any]) -> None:
+    """Replace the state file of the complete checkpoint ``path`` (of ``step``) with ``state``,
+    atomically: a copy whose other files are hard links to these (their digests taken from the
+    manifest: the same inodes), a new manifest and marker, then the same-step replacement
+    ``write_checkpoint`` does. Why: a fact learned after the last checkpoint was written (the
+    evaluation after training setting a new best) belongs in it, as transformers' last checkpoint,
+    written after that evaluation, holds it; editing the file in place would leave the manifest's
+    checksum wrong (a resume refuses the checkpoint) and a kill midway a torn file. Raises
+    ``CheckpointWriteError``; the checkpoint is then as it was."""
+    root = path.parent
+    tmp = root / f".tmp-{path.name}"
+    try:
+        files, problem = _manifest_files(path)
+        if problem is not None or not isinstance(files, dict):
+            raise OSError(f"{path.name}: {problem or 'no manifest'}")
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        elif tmp.exists() or tmp.is_symlink():
+            tmp.unlink()
+        tmp.mkdir()
+        known: dict[str, str] = {}
+        for rel in _files(path):
+            if rel == STATE_FILE:
+                continue
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path / rel, tmp / rel)
+            except OSError:  # a filesystem without hard links: a copy, hashed again
+                shutil.copy2(path / rel, tmp / rel)
+                continue
+            meta = files.get(rel)
+            if isinstance(meta, dict) and _entry(meta):
+                known[rel] = meta["sha256"]
+        write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
+        honour_umask(tmp)
+        _seal_and_replace(root, path, tmp, step, known)
+    except Exception as exc:
+        reason, disk_problem, fix = _why(exc, root, tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(step, reason, disk_problem, fix) from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(root / f".old-{path.name}", ignore_errors=True)
 
 
 def _plain_file(path: Path) -> bool:

@@ -28,11 +28,26 @@ class StepAsk:
     why: str = ""
     failed: str = ""
     epoch_stop: bool = False
+    #: no checkpoint at this step though ``train.checkpoint_every`` has one due (``checkpoint_due``):
+    #: a transformers callback cleared ``control.should_save`` there, as it cancels a ``save_steps``
+    #: checkpoint on TRL's trainer; ``save`` asked by anyone wins; the run's last checkpoint is
+    #: written whatever it says (a resume and the exported model need it)
+    cancel_save: bool = False
 
     def __or__(self, other: StepAsk) -> StepAsk:
         return StepAsk(save=self.save or other.save, stop=self.stop or other.stop,
                        why="; ".join(w for w in (self.why, other.why) if w), failed=self.failed or other.failed,
-                       epoch_stop=self.epoch_stop or other.epoch_stop)
+                       epoch_stop=self.epoch_stop or other.epoch_stop, cancel_save=self.cancel_save or other.cancel_save)
+
+    def saves(self, due: bool) -> bool:
+        """Whether the run checkpoints the step: one asked, or one due (``checkpoint_due``) and not cancelled."""
+        return self.save or (due and not self.cancel_save)
+
+
+def checkpoint_due(step: int, every: int) -> bool:
+    """Whether ``train.checkpoint_every`` = ``every`` checkpoints step ``step`` (0: only the last,
+    written apart); the trainer and the observers that let a callback cancel it read it alike."""
+    return bool(every) and step % every == 0
 
 
 class RunObserver(Protocol):

@@ -22,6 +22,7 @@ atomically; SIGINT/SIGTERM finish the current step, checkpoint and return (a sec
 
 from __future__ import annotations
 
+import json
 import os
 import functools
 import random
@@ -77,7 +78,7 @@ from polyrl.reasoning import closes_reasoning, opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.rollouts import Rollout, RolloutAhead
-from polyrl.run_observer import RunObserver, StepAsk
+from polyrl.run_observer import RunObserver, StepAsk, checkpoint_due
 from polyrl.schedules import lr_at, updates_in_history
 from polyrl import run_plan
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
@@ -360,6 +361,10 @@ class Trainer:
         #: its ``trainer.state``, which its callbacks observer moves on, as TRL passes its trainer's
         #: own); None: the run's own ``TrainerState``, moved on before each call (``_trainer_state``)
         self.shared_state: Any = None
+        #: TRL's ``logging_steps``/``eval_steps``/``save_steps`` as its GRPOConfig has them (``polyrl.api.run``
+        #: with a ``trl.GRPOConfig``): the run's own ``TrainerState`` shows them as transformers'
+        #: ``compute_steps`` does, as ``polyrl.trl.GRPOTrainer``'s does; None: polyrl's intervals
+        self.trl_steps: Mapping[str, Any] | None = None
         #: numbers for the trackers when the run has ended well, while they are still open, at the last
         #: step taken (``polyrl.trl``: transformers' ``train_runtime``, ``train_loss``..., which TRL logs
         #: to its ``report_to`` at the end); None: nothing
@@ -760,7 +765,7 @@ class Trainer:
             group_size=cfg.generation.group_size, dataset_size=len(self.dataset),
             history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
             rank=self.rank, updates_per_step=cfg.algorithm.updates_per_step, minibatches=cfg.algorithm.minibatches,
-            names=self.trl_names)
+            names=self.trl_names, trl_steps=self.trl_steps)
 
     def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
         state = self._trainer_state()
@@ -2217,7 +2222,7 @@ class Trainer:
                 if asked.epoch_stop:  # before any checkpoint below: a resume starts the next epoch too
                     self._end_epoch()
                 self._count_in_a_row()  # before any checkpoint below
-                if (c.train.checkpoint_every and self.step % c.train.checkpoint_every == 0) or asked.save:
+                if asked.saves(checkpoint_due(self.step, c.train.checkpoint_every)):
                     later = self._saved_now(self.save())
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
                         asked = asked | later
@@ -2228,6 +2233,7 @@ class Trainer:
             self._stopped_early(summary, asked)
         if self.eval_dataset is not None and self.evaluate_after:
             self._evaluate_after(summary, last_eval)
+            self._restate_last_checkpoint()
 
     def _take_step(self) -> dict[str, Any] | None:
         """Train the next step and count it; its metrics, or None when a stop request abandoned a
@@ -2362,6 +2368,31 @@ class Trainer:
                                     f"{exc}", alone=True) from None
         self._tell_eval("after", summary["eval_after"])
 
+    def _restate_last_checkpoint(self) -> None:
+        """The last checkpoint's observer state (``RunObserver.checkpoint_state``) brought up to date
+        after the evaluation after training, where that evaluation changed it (``polyrl.trl``: a new
+        ``best_metric``, an ``EarlyStoppingCallback``'s count), by an atomic rewrite of its state file
+        (``checkpoint.rewrite_state``). Why: transformers evaluates the last step before saving it, so
+        its last checkpoint holds them; polyrl's, written before its evaluation after training, held
+        the previous best, which a resume (or ``load_best_model_at_end`` after one) compared against.
+        A failed rewrite leaves the checkpoint as it was, with a warning: the run itself is done."""
+        if self.rank != 0 or not self.observers or self._saved_step != self.step:
+            return
+        path = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
+        if not ckpt.is_complete(path):
+            return
+        state = ckpt.read_state(path)
+        now = json.loads(strict_json.dumps({key: value for observer in self.observers
+                                            for key, value in observer.checkpoint_state().items()}))
+        if state.get("observers") == now:
+            return
+        try:
+            ckpt.rewrite_state(path, self.step, {**state, "observers": now})
+        except ckpt.CheckpointWriteError as exc:
+            log.warning("the last checkpoint keeps the observers' state from before the evaluation after "
+                        f"training ({exc.reason}); a resume from it compares against the best before it",
+                        checkpoint=str(path), fix=exc.fix or "free space in the output_dir")
+
     def _observe_trained(self, metrics: dict[str, Any]) -> bool:
         """The observers told the step trained; whether one asks for its evaluation now, the same
         answer on every rank (one gather, only in a run with observers and held-out rows)."""
@@ -2382,15 +2413,16 @@ class Trainer:
     def _agree_after_step(self, asked: StepAsk) -> tuple[bool, StepAsk]:
         """(stop, what the observers asked) as every rank will act on them: a stop asked by a signal or
         an observer on any rank, a checkpoint asked on any (the save is collective: one rank saving
-        alone would hang). One gather, where ``_agree_to_stop``'s was; reads the signal flag only."""
+        alone would hang; a due one cancelled only where every rank cancelled it). One gather, where
+        ``_agree_to_stop``'s was; reads the signal flag only."""
         answers = self.train_engine.all_gather((self.stop_requested, asked.stop, asked.save, asked.why,
-                                                asked.failed, asked.epoch_stop))
+                                                asked.failed, asked.epoch_stop, asked.cancel_save))
         failed = next((a[4] for a in answers if a[4]), "")
         if failed:  # every rank raises it here, together
             raise CallbackError(failed)
         why = "; ".join(dict.fromkeys(a[3] for a in answers if a[3]))
         agreed = StepAsk(save=any(a[2] for a in answers), stop=any(a[1] for a in answers), why=why,
-                         epoch_stop=any(a[5] for a in answers))
+                         epoch_stop=any(a[5] for a in answers), cancel_save=all(a[6] for a in answers))
         return any(a[0] for a in answers) or agreed.stop, agreed
 
     def _end_epoch(self) -> None:

@@ -18,7 +18,10 @@ when its backend trains in this process with torch (``training_module``: with Lo
 ``train_dataloader`` and ``eval_dataloader`` always are (polyrl sets the learning rate itself). Of ``TrainerControl``, ``should_training_stop`` ends the run
 after the step (saved and exported as at its end), ``should_save`` checkpoints the step (and, as
 transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best evaluation, "epoch" at
-each epoch's end and after an epoch stop: ``step_end``), and
+each epoch's end and after an epoch stop: ``step_end``; under "steps" it is set before ``on_step_end``
+where ``save_steps`` has a checkpoint due, as transformers' ``DefaultFlowCallback`` sets it, so a
+callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; not the run's
+last one, which polyrl always writes), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
@@ -54,9 +57,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from polyrl.errors import CallbackError, ConfigError
 from polyrl.logs import get_logger
-from polyrl.run_observer import StepAsk
+from polyrl.run_observer import StepAsk, checkpoint_due
 
 log = get_logger("polyrl.trl")
 
@@ -106,6 +111,8 @@ class TrlCallbacks:
         self._per_step = 1  # optimizer updates a polyrl step makes (``run_begin``)
         self._checkpoints: Path | None = None  # the run's checkpoint folder (``run_begin``)
         self._names: dict[str, str] = {}  # the rewards' TRL names where not their labels (``run_begin``)
+        self._every = 0  # the run's train.checkpoint_every (``run_begin``)
+        self._due = False  # the step being ended has a save_steps checkpoint due (``step_trained``)
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -194,6 +201,7 @@ class TrlCallbacks:
         self._checkpoints = Path(trainer.checkpoint_root)
         self._names = dict(getattr(trainer, "trl_names", {}))
         self._steps = trainer.config.train.steps * self._per_step
+        self._every = int(trainer.config.train.checkpoint_every)
         run_settings(self.state, trainer, self.args)
         self.state.global_step = trainer.step * self._per_step
         self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step) for m in trainer.history]
@@ -221,6 +229,12 @@ class TrlCallbacks:
             self.state.epoch = float(metrics["epoch"])
         if isinstance(metrics.get("num_tokens"), (int, float)):
             self.state.num_input_tokens_seen = int(metrics["num_tokens"])
+        # transformers' DefaultFlowCallback asks a save_steps checkpoint before the user's on_step_end,
+        # so one clearing should_save (there, on_log or on_evaluate) cancels it (``step_end``)
+        self._due = self._save_strategy() == "steps" and checkpoint_due(self.state.global_step // self._per_step,
+                                                                          self._every)
+        if self._due:
+            self.control.should_save = True
         launcher, self._defer = self._defer, True
         try:
             self.event("on_step_end")
@@ -251,6 +265,8 @@ class TrlCallbacks:
             if self._save_strategy() == "best":  # transformers' _maybe_log_save_evaluate: saved on a new best only
                 self.control.should_save = new_best
         asked = self._asked(epoch=True)
+        if self._due and not asked.save and not asked.failed:  # a callback cleared the flag step_trained set
+            asked = attrs.evolve(asked, cancel_save=True)
         if not asked.save and self._save_strategy() == "epoch" and (asked.epoch_stop or _epoch_ended(self.state.epoch)):
             # transformers' on_epoch_end asks save_strategy "epoch"'s checkpoint, after an epoch stop too
             asked = StepAsk(save=True, stop=asked.stop, why=asked.why, epoch_stop=asked.epoch_stop, failed=asked.failed)

@@ -91,6 +91,11 @@ SAVE_ON_BEST = "train.checkpoint_on_best"
 BEST_KEPT = "train.best_kept"
 #: transformers' ``save_steps`` default (``TrainingArguments``; TRL's GRPOConfig keeps it)
 HF_SAVE_STEPS = 500
+#: a ``GRPOConfig.settings`` key, not a config key: TRL's ``save_steps`` = ``HF_SAVE_STEPS`` rounded up
+#: to whole polyrl steps in a ``num_train_epochs`` run, whose length is known only with the prompts:
+#: [updates per step, minibatches], for ``polyrl.api.run_config`` to warn where the rounding moves a
+#: checkpoint (``rounded_save_warning``)
+ROUNDED_SAVE = "train.checkpoint_every_rounded"
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
@@ -768,7 +773,10 @@ def save_settings(trl_config: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"train.keep_checkpoints": _keep_checkpoints(getattr(trl_config, "save_total_limit", None))}
     strategy = _plain(trl_config.save_strategy)
     if strategy == "steps":
-        out["train.checkpoint_every"] = _save_every(trl_config)
+        every = _save_every(trl_config)
+        if isinstance(every, tuple):  # rounded in a run of epochs: warned once its length is known
+            every, out[ROUNDED_SAVE] = every
+        out["train.checkpoint_every"] = every
     elif strategy == "epoch":
         out[SAVE_EVERY_EPOCH] = True
     elif strategy == "best" and getattr(trl_config, "metric_for_best_model", None) is not None:
@@ -815,12 +823,15 @@ def _keep_checkpoints(limit: Any) -> int:
     return max(limit, 0)
 
 
-def _save_every(trl_config: Any) -> int:
+def _save_every(trl_config: Any) -> int | tuple[int, list[int]]:
     """``train.checkpoint_every`` (steps) for TRL's ``save_steps`` (optimizer updates, a fraction
     below 1 of ``max_steps``), as ``_eval_every`` reads ``eval_steps``. transformers' default 500,
     left as it is and not a whole number of polyrl steps (``num_iterations`` x minibatches updates
     each), is rounded up to the next whole step with one warning rather than refused: the user
-    asked for no count, and TRL would save part-way through a rollout batch. 0 is 0 (the end
+    asked for no count (or one that happens to be transformers' default), and TRL would save
+    part-way through a rollout batch; the warning (``rounded_save_warning``) only where the run is
+    longer than ``save_steps`` (shorter, transformers saves at its end only, as polyrl), decided by
+    ``polyrl.api.run_config`` (``ROUNDED_SAVE``) for a run of epochs. 0 is 0 (the end
     only): transformers' ``DefaultFlowCallback`` saves every ``save_steps`` only when it is above 0,
     and at ``max_steps`` whatever it is (it was refused as no count of updates)."""
     updates, minibatches = trl_config.save_steps, _minibatches(trl_config)
@@ -828,17 +839,29 @@ def _save_every(trl_config: Any) -> int:
         return 0
     per_step = int(trl_config.num_iterations) * minibatches
     if updates == HF_SAVE_STEPS and updates % per_step:
-        from polyrl.logs import get_logger
-
         every = math.ceil(updates / per_step)
-        if 0 < trl_config.max_steps <= updates:  # no checkpoint before the end either way: nothing to say
-            return every
-        get_logger("polyrl.trl").warning(
-            f"TRL's save_steps = {updates} (its default) is not a whole number of polyrl steps of {per_step} "
-            f"optimizer updates each; polyrl checkpoints every {every} steps ({every * per_step} updates)",
-            fix=f"set save_steps to a multiple of {_per_step_name(minibatches)} ({per_step}) to silence this")
+        if trl_config.max_steps <= 0:  # num_train_epochs: the run's length is known with the prompts
+            return every, [per_step, minibatches]
+        rounded_save_warning(trl_config.max_steps, per_step, minibatches)
         return every
     return _eval_every(updates, trl_config.max_steps, trl_config.num_iterations, minibatches, "save_steps")
+
+
+def rounded_save_warning(total_updates: int, per_step: int, minibatches: int) -> None:
+    """The warning that TRL's ``save_steps`` = ``HF_SAVE_STEPS`` (not whole polyrl steps of
+    ``per_step`` updates) is rounded up, in a run of ``total_updates``; none where the run is not
+    longer than it: transformers saves there at the end only, as polyrl does. Why not "its
+    default": the value may have been set, and is read alike."""
+    if total_updates <= HF_SAVE_STEPS:
+        return
+    from polyrl.logs import get_logger
+
+    every = math.ceil(HF_SAVE_STEPS / per_step)
+    get_logger("polyrl.trl").warning(
+        f"TRL's save_steps = {HF_SAVE_STEPS} (transformers' default value, rounded rather than refused) is not a "
+        f"whole number of polyrl steps of {per_step} optimizer updates each; polyrl checkpoints every {every} steps "
+        f"({every * per_step} updates), where transformers' Trainer would every {HF_SAVE_STEPS}",
+        fix=f"set save_steps to a multiple of {_per_step_name(minibatches)} ({per_step}) to silence this")
 
 
 def eval_settings(trl_config: Any) -> dict[str, Any]:

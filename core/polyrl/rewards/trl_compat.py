@@ -145,20 +145,32 @@ class TrainerState:
     def for_run(cls, *, step: int, max_steps: int, prompts_per_step: int, group_size: int,
                 dataset_size: int, history: list[dict[str, Any]], save_steps: int = 0,
                 eval_steps: int = 0, rank: int = 0, updates_per_step: int = 1, minibatches: int = 1,
-                names: Mapping[str, str] | None = None) -> TrainerState:
+                names: Mapping[str, str] | None = None,
+                trl_steps: Mapping[str, Any] | None = None) -> TrainerState:
         """The state a run is in while it scores step ``step``; ``updates_per_step`` is
         ``num_iterations`` x ``minibatches``, which turns polyrl's step counts into TRL's update
         counts; ``train_batch_size`` is one mini-batch's completions (TRL's batch per update);
-        ``names``: the rewards' TRL names (``with_trl_names``)."""
+        ``names``: the rewards' TRL names (``with_trl_names``). ``trl_steps``: a TRL GRPOConfig's
+        ``logging_steps``/``eval_steps``/``save_steps``, shown as transformers' ``compute_steps``
+        sets them (``trl_callbacks.compute_steps``) in place of polyrl's ``save_steps``/``eval_steps``
+        intervals, so a reward reads the numbers TRL's trainer (and ``polyrl.trl.GRPOTrainer``) gives."""
         size = max(dataset_size, 1)
         n = updates_per_step
-        return cls(  # epoch as TRL counts it (whole batches), the step lines' ``epoch`` too
+        state = cls(  # epoch as TRL counts it (whole batches), the step lines' ``epoch`` too
             epoch=trl_epoch(step, prompts_per_step, size) if step else 0, global_step=step * n, max_steps=max_steps * n,
             save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size // minibatches,
             num_train_epochs=math.ceil(trl_epoch(max_steps, prompts_per_step, size)),  # TRL's: whole batches
             log_history=[with_trl_names(m, names) for m in history],
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,
         )
+        if trl_steps is not None:
+            from types import SimpleNamespace
+
+            from polyrl.trl_callbacks import _STEPS_DEFAULT, compute_steps
+
+            state.logging_steps = state.eval_steps = state.save_steps = _STEPS_DEFAULT  # transformers' own
+            compute_steps(state, SimpleNamespace(**trl_steps), state.max_steps)
+        return state
 
     def advance(self, now: TrainerState) -> TrainerState:
         """Take ``now``'s fields in place and return this same object. Why: TRL passes every reward
