@@ -60,6 +60,19 @@ def test_an_untouched_trl_config_keeps_trls_defaults_where_they_differ_from_poly
     assert ours.settings["generation.temperature"] == 1.0
 
 
+def test_the_log_of_values_taken_from_trl_names_config_values_not_requests():
+    """The info line lists what polyrl took from TRL's GRPOConfig; a save strategy's request to
+    run_config (``train.checkpoint_every_epoch``, ``train.checkpoint_every_rounded``: no config
+    key) read there as a setting the user could look up."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        api.GRPOConfig.from_trl(trl_config(save_strategy="epoch", learning_rate=3e-6))
+    taken = [e["taken"] for e in logs if "taken from TRL's GRPOConfig" in e["event"]]
+    assert len(taken) == 1 and "optimizer.lr = 3e-06" in taken[0], taken
+    assert "checkpoint_every_epoch" not in taken[0] and "checkpoint_every_rounded" not in taken[0], taken
+
+
 def test_every_mapped_field_the_user_sets_is_carried():
     ours = api.GRPOConfig.from_trl(trl_config(
         max_steps=14, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,

@@ -194,7 +194,7 @@ class GRPOConfig:
         the run has tools (``polyrl.trl.GRPOTrainer(tools=...)``), which reads the tool-calling
         fields itself (``trl_config.agent_settings``), so they are not refused here."""
         from polyrl.logs import get_logger
-        from polyrl.trl_config import trl_settings
+        from polyrl.trl_config import REQUESTS, trl_settings
 
         if not _is_trl_config(trl_config):
             raise ConfigError(f"from_trl takes a trl.GRPOConfig, got {type(trl_config).__name__}",
@@ -215,7 +215,8 @@ class GRPOConfig:
                                  for kind in ("logging", "eval", "save")})
         get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
                                       "default differs)",
-                                      taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()))
+                                      taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()
+                                                      if k not in REQUESTS))
         return config
 
 

@@ -96,6 +96,9 @@ HF_SAVE_STEPS = 500
 #: [updates per step, minibatches], for ``polyrl.api.run_config`` to warn where the rounding moves a
 #: checkpoint (``rounded_save_warning``)
 ROUNDED_SAVE = "train.checkpoint_every_rounded"
+#: the settings keys above that are requests to ``polyrl.api.run_config`` or the callbacks, not
+#: config values (left out of the log of values taken from TRL)
+REQUESTS = frozenset({SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
