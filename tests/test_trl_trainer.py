@@ -9,6 +9,7 @@ import functools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("polyrl_torch")
@@ -365,6 +366,31 @@ def test_trainer_state_is_transformers_own_before_and_after_train(tiny_model_dir
     assert TrainerState.load_from_json(str(run_dir / "run" / "trainer_state.json")).global_step == 2
 
 
+def test_trls_bf16_default_trains_under_bfloat16_autocast_as_trl_does(tiny_model_dir, two_step_run, tmp_path):
+    """TRL's GRPOConfig sets bf16 True unless fp16; transformers hands it to accelerate, whose autocast
+    runs the forward passes in bfloat16 over the float32 weights on the CPU (use_cpu=True) as on a GPU.
+    polyrl trained that unchanged config in float32. Now it is model.compute_dtype "bfloat16" (torch's
+    autocast, float32 weights and AdamW state); bf16=False stays float32."""
+    import accelerate
+
+    assert trl.GRPOConfig(output_dir=str(tmp_path / "d"), use_cpu=True).bf16 is True  # TRL's default
+    assert accelerate.Accelerator(cpu=True, mixed_precision="bf16").native_amp  # its autocast, on the CPU too
+    histories = {}
+    for bf16 in (True, False):  # bf16=False: two_step_run, the same script (grpo_args' bf16=False) already trained
+        if bf16:
+            trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                                  args=_args(tmp_path, bf16=True))
+            assert (trainer.policy.dtype, trainer.policy.compute_dtype) == ("float32", "bfloat16")
+            trainer.train()
+        else:
+            trainer = two_step_run[0]
+            assert trainer.args.bf16 is False
+            assert (trainer.policy.dtype, trainer.policy.compute_dtype) == ("float32", None)
+        histories[bf16] = trainer.state.log_history[0]
+        assert str(trainer.model.dtype) == "torch.float32"  # the trained weights stay float32, as TRL's
+    assert histories[True]["entropy"] != histories[False]["entropy"]  # the same seed, computed in bfloat16
+
+
 def test_peft_config_is_polyrls_lora(tiny_model_dir, tmp_path):
     peft = pytest.importorskip("peft")
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
@@ -576,3 +602,85 @@ def test_a_users_optimizer_is_one_line_naming_the_grpo_config_fields(tiny_model_
         assert "\n" not in str(err.value)
     GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), train_dataset=_dataset(),
                 optimizers=[None, None])  # TRL's default, as a list
+
+
+def has_digit(completions, **kwargs):
+    """A second TRL-style reward, weighted 0.5 below."""
+    return [1.0 if any(ch.isdigit() for ch in c) else 0.0 for c in completions]
+
+
+def _eval_records(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "run" / "eval_completions.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_trls_evaluation_during_training_logs_eval_reward_from_both_weighted_rewards(tiny_model_dir, tmp_path):
+    """eval_strategy "steps": after each eval_steps, num_generations sampled completions per eval
+    prompt, scored with every reward function and reward_weights; log_history gets TRL's eval_ entries."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, has_digit], train_dataset=_dataset(),
+                          eval_dataset=datasets.Dataset.from_list([{"prompt": f"Name {i} + 5.", "answer": "x"}
+                                                                   for i in range(3)]),
+                          args=_args(tmp_path, eval_strategy="steps", eval_steps=1, reward_weights=[1.0, 0.5]))
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_reward" in h]
+    assert [h["step"] for h in evals] == [1, 2]  # eval_on_start unset: none before training
+    records = _eval_records(tmp_path)
+    assert {(r["phase"], r["greedy"]) for r in records} == {("during", False)}  # sampled only, as TRL
+    for entry in evals:
+        done = [r for r in records if r["after_steps"] == entry["step"]]
+        assert len(done) == 3 * 2  # num_generations completions per eval prompt
+        for r in done:  # both functions, weighted: recomputed here from the completion
+            assert r["rewards"] == pytest.approx({"short": short([r["completion"]], ["x"])[0],
+                                                  "has_digit": has_digit([r["completion"]])[0]})
+            assert r["reward"] == pytest.approx(r["rewards"]["short"] + 0.5 * r["rewards"]["has_digit"])
+        rewards = np.array([r["reward"] for r in done])
+        assert entry["eval_reward"] == pytest.approx(rewards.mean())
+        assert entry["eval_reward_std"] == pytest.approx(rewards.std(ddof=1))
+        assert entry["eval_rewards/short/mean"] == pytest.approx(np.mean([r["rewards"]["short"] for r in done]))
+        assert "eval_rewards/has_digit/std" in entry and entry["eval_completions/mean_length"] > 0
+    # each evaluation follows its step's own entry, as TRL logs them
+    assert [("eval_reward" in h, h["step"]) for h in trainer.state.log_history] == \
+        [(False, 1), (True, 1), (False, 2), (True, 2), (False, 2)]  # then transformers' train summary
+
+
+@pytest.mark.slow  # two runs, one of them TRL's own: tens of seconds; `make test-slow` (CI) runs it
+def test_the_eval_entries_are_named_and_placed_as_trls_own_trainer_logs_them(tiny_model_dir, tmp_path):
+    """The same script on TRL's GRPOTrainer: each of polyrl's eval_ names is one TRL logs, at the same
+    steps and epochs (the values differ: another sampler, another run)."""
+    def script(trainer_class, where):
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short, has_digit], train_dataset=_dataset(),
+                                eval_dataset=_dataset(3), args=_args(where, eval_strategy="steps", eval_steps=1,
+                                                                     reward_weights=[1.0, 0.5]))
+        trainer.train()
+        return [h for h in trainer.state.log_history if any(k.startswith("eval_") for k in h)]
+
+    ours, theirs = script(GRPOTrainer, tmp_path / "polyrl"), script(trl.GRPOTrainer, tmp_path / "trl")
+    assert [(h["step"], h["epoch"]) for h in ours] == [(h["step"], h["epoch"]) for h in theirs] == [(1, 0.5), (2, 1.0)]
+    for mine, trls in zip(ours, theirs):
+        assert {"eval_reward", "eval_reward_std", "eval_rewards/short/mean", "eval_rewards/has_digit/std",
+                "eval_completions/mean_length"} <= set(mine) <= set(trls)
+
+
+def test_eval_on_start_and_the_end_of_training_are_evaluated(tiny_model_dir, tmp_path):
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          eval_dataset=_dataset(2), args=_args(tmp_path, max_steps=1, eval_strategy="steps",
+                                                               eval_steps=5, eval_on_start=True))
+    trainer.train()
+    assert [h["step"] for h in trainer.state.log_history if "eval_reward" in h] == [0, 1]  # before; at the end
+    assert sorted({(r["phase"], r["after_steps"]) for r in _eval_records(tmp_path)}) == [("after", 1), ("before", 0)]
+
+
+def test_a_resumed_run_keeps_the_eval_on_start_entry_in_its_log_history(tiny_model_dir, tmp_path):
+    """TRL's resumed log_history (the checkpoint's trainer_state) keeps the step-0 evaluation; polyrl's
+    rewound metrics.jsonl kept its line, but the resumed log_history and summary left it out."""
+    def trainer(steps):
+        return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                           eval_dataset=_dataset(2), args=_args(tmp_path, max_steps=steps, save_steps=1,
+                                                                eval_strategy="steps", eval_steps=1,
+                                                                eval_on_start=True))
+    first = trainer(1)
+    first.train()
+    again = trainer(2)
+    again.train(resume_from_checkpoint=True)
+    assert [h["step"] for h in again.state.log_history if "eval_reward" in h] == [0, 1, 2]
+    assert again.summary["eval_before"] == first.summary["eval_before"]
