@@ -16,3 +16,16 @@ def grpo_args(tmp_path: Path, **kwargs: Any) -> Any:
                   max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
                   bf16=False)
     return trl.GRPOConfig(**{**values, **kwargs})
+
+
+def prompts_dataset(n: int = 4) -> Any:
+    """``n`` rows of a plain-text prompt and its answer column, as a 🤗 Dataset."""
+    import datasets
+
+    return datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(n)])
+
+
+def short(completions: list, answer: list, **kwargs: Any) -> list[float]:
+    """A TRL-style reward: keyword columns, one float per completion (logged as ``rewards/short``)."""
+    assert len(answer) == len(completions)
+    return [-len(c) / 10 for c in completions]
