@@ -15,13 +15,14 @@ whose files match its manifest is used; a damaged newer one is skipped with a wa
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,32 @@ def _unchanged_links(root: Path, final: Path, folder: Path) -> dict[str, str]:
     return known
 
 
+def _fresh_folder(tmp: Path) -> None:
+    """An empty folder at ``tmp``: what a killed write left there removed first (a file or link
+    of that name too, which failed every later save)."""
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp)
+    elif tmp.exists() or tmp.is_symlink():
+        tmp.unlink()
+    tmp.mkdir()
+
+
+@contextlib.contextmanager
+def _staging(root: Path, tmp: Path, step: int) -> Iterator[None]:
+    """Around the writing of the staging folder ``tmp``: on any failure it is removed, and an
+    ``Exception`` becomes one ``CheckpointWriteError`` saying why (``_why``), so every checkpoint
+    write fails the same way and leaves the complete checkpoints as they were."""
+    try:
+        yield
+    except Exception as exc:
+        reason, disk_problem, fix = _why(exc, root, tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(step, reason, disk_problem, fix) from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_checkpoint(
     root: str | Path, step: int, state: dict[str, Any], write_engine: Callable[[str, str], None]
 ) -> Path:
@@ -281,27 +308,16 @@ def write_checkpoint(
     root = Path(root)
     final = checkpoint_dir(root, step)
     tmp = root / f".tmp-{final.name}"
-    try:
+    with _staging(root, tmp, step):
         # in here: a checkpoints/ that cannot be made (a full disk, a file of that name) was an
         # OSError traceback, and under a launcher no error line of this rank's
         root.mkdir(parents=True, exist_ok=True)
-        if tmp.is_dir() and not tmp.is_symlink():
-            shutil.rmtree(tmp)
-        elif tmp.exists() or tmp.is_symlink():  # a file or link of that name failed every later save
-            tmp.unlink()
-        tmp.mkdir()
+        _fresh_folder(tmp)
         write_engine(str(tmp / MODEL_DIR), str(tmp / ENGINE_STATE_DIR))
         honour_umask(tmp)  # safetensors writes 0600: the run's other files are readable by the umask
         write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
         known = _unchanged_links(root, final, tmp)  # hashed and fsynced by an earlier checkpoint
         _seal_and_replace(root, final, tmp, step, known)
-    except Exception as exc:
-        reason, disk_problem, fix = _why(exc, root, tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointWriteError(step, reason, disk_problem, fix) from exc
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     shutil.rmtree(root / f".old-{final.name}", ignore_errors=True)
     return final
 
@@ -334,15 +350,11 @@ def rewrite_state(path: Path, step: int, state: dict[str, Any]) -> None:
     ``CheckpointWriteError``; the checkpoint is then as it was."""
     root = path.parent
     tmp = root / f".tmp-{path.name}"
-    try:
+    with _staging(root, tmp, step):
         files, problem = _manifest_files(path)
         if problem is not None or not isinstance(files, dict):
             raise OSError(f"{path.name}: {problem or 'no manifest'}")
-        if tmp.is_dir() and not tmp.is_symlink():
-            shutil.rmtree(tmp)
-        elif tmp.exists() or tmp.is_symlink():
-            tmp.unlink()
-        tmp.mkdir()
+        _fresh_folder(tmp)
         known: dict[str, str] = {}
         for rel in _files(path):
             if rel == STATE_FILE:
@@ -359,13 +371,6 @@ def rewrite_state(path: Path, step: int, state: dict[str, Any]) -> None:
         write_file_synced(tmp / STATE_FILE, strict_json.dumps(state, indent=1, sort_keys=True))
         honour_umask(tmp)
         _seal_and_replace(root, path, tmp, step, known)
-    except Exception as exc:
-        reason, disk_problem, fix = _why(exc, root, tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointWriteError(step, reason, disk_problem, fix) from exc
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     shutil.rmtree(root / f".old-{path.name}", ignore_errors=True)
 
 
