@@ -721,7 +721,7 @@ class RunConfig:
             if not long_numbers.is_digit_limit(exc):
                 raise
             raise ConfigError(f"{path} {long_numbers.problem(text)}", field="config",
-                              fix="write the setting's real value; no polyrl setting needs so many digits") from None
+                              fix=long_numbers.SETTING_FIX) from None
         except RecursionError:
             raise ConfigError(f"{path} nests tables or arrays too deeply to parse", field="config",
                               fix="flatten the nesting; no polyrl setting nests more than a few levels") from None

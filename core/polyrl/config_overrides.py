@@ -32,11 +32,8 @@ def parse_value(raw: str) -> Any:
     except ValueError as exc:  # int()'s digit limit, which tomllib lets through as is
         if not long_numbers.is_digit_limit(exc):
             raise
-        found = long_numbers.too_long_number(raw)
-        digits = f"{found[1]} digits" if found else "too many digits"
-        raise ConfigError(f"the value is a number of {digits}, more than the {long_numbers.digit_limit()} Python "
-                          "reads", field="--set", fix="write the setting's real value; no polyrl setting needs "
-                                                      "so many digits") from None
+        raise ConfigError(f"the value is {long_numbers.described(raw)[1]}", field="--set",
+                          fix=long_numbers.SETTING_FIX) from None
 
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:

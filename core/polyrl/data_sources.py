@@ -171,11 +171,9 @@ def _json(text: str, path: Path, lineno: int | None, field: str, fix: str) -> An
     except ValueError as exc:  # int()'s digit limit, which json lets through as is
         if not long_numbers.is_digit_limit(exc):
             raise
-        found = long_numbers.too_long_number(text)
-        line = (lineno or 1) + (found[0] - 1 if found else 0)
-        digits = f"{found[1]} digits" if found else "too many digits"
-        raise ConfigError(f"{path}:{line} holds a number of {digits}, more than the {long_numbers.digit_limit()} "
-                          "Python reads", field=field, fix="write it as a string, or round it") from None
+        found, what = long_numbers.described(text)
+        line = (lineno or 1) + (found - 1 if found else 0)
+        raise ConfigError(f"{path}:{line} holds {what}", field=field, fix="write it as a string, or round it") from None
     except RecursionError:
         where = f"{path}:{lineno}" if lineno else str(path)
         raise ConfigError(f"{where} nests JSON too deeply to parse", field=field,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import sys
 
+#: The fix for a setting (a config line, a ``--set``) holding such a number.
+SETTING_FIX = "write the setting's real value; no polyrl setting needs so many digits"
 #: A run of decimal digits (TOML allows ``_`` between them) longer than any setting or value needs.
 _LONG = re.compile(r"[0-9][0-9_]{64,}")
 
@@ -35,8 +37,15 @@ def too_long_number(text: str) -> tuple[int, int] | None:
     return None
 
 
+def described(text: str) -> tuple[int | None, str]:
+    """(1-based line or None, "a number of N digits, more than the L Python reads") for ``text``
+    whose parse hit the digit limit: what the config, ``--set`` and JSONL errors each place."""
+    found = too_long_number(text)
+    digits = f"{found[1]} digits" if found else "too many digits"
+    return (found[0] if found else None), f"a number of {digits}, more than the {digit_limit()} Python reads"
+
+
 def problem(text: str) -> str:
     """What to say about ``text`` whose parse hit the digit limit: the line and the length."""
-    found = too_long_number(text)
-    where = f"line {found[0]} holds a number of {found[1]} digits" if found else "a number has too many digits"
-    return f"{where}, more than the {digit_limit()} Python reads"
+    line, what = described(text)
+    return f"line {line} holds {what}" if line is not None else f"holds {what}"
