@@ -604,7 +604,7 @@ def trainer_state(args: Any, rank: int, local_rank: int) -> Any:
         from polyrl.rewards.trl_compat import TrainerState
     state = TrainerState(is_world_process_zero=rank == 0, is_local_process_zero=local_rank == 0, log_history=[])
     # transformers' defaults until train() sets them from args (``run_settings``); the stand-in's differ
-    state.logging_steps = state.eval_steps = state.save_steps = _STEPS_DEFAULT
+    state.logging_steps = state.eval_steps = state.save_steps = STEPS_DEFAULT
     batch = getattr(args, "per_device_train_batch_size", None)
     state.train_batch_size = batch if isinstance(batch, int) else None
     return state
@@ -626,7 +626,7 @@ def in_updates(entry: dict[str, Any], per_step: int) -> dict[str, Any]:
 
 
 #: ``TrainerState``'s ``logging_steps``/``eval_steps``/``save_steps`` before ``compute_steps`` sets them
-_STEPS_DEFAULT = 500
+STEPS_DEFAULT = 500
 
 
 def run_settings(state: Any, trainer: Any, args: Any) -> None:

@@ -166,9 +166,9 @@ class TrainerState:
         if trl_steps is not None:
             from types import SimpleNamespace
 
-            from polyrl.trl_callbacks import _STEPS_DEFAULT, compute_steps
+            from polyrl.trl_callbacks import STEPS_DEFAULT, compute_steps
 
-            state.logging_steps = state.eval_steps = state.save_steps = _STEPS_DEFAULT  # transformers' own
+            state.logging_steps = state.eval_steps = state.save_steps = STEPS_DEFAULT  # transformers' own
             compute_steps(state, SimpleNamespace(**trl_steps), state.max_steps)
         return state
 
