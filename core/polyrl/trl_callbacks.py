@@ -269,7 +269,7 @@ class TrlCallbacks:
             asked = attrs.evolve(asked, cancel_save=True)
         if not asked.save and self._save_strategy() == "epoch" and (asked.epoch_stop or _epoch_ended(self.state.epoch)):
             # transformers' on_epoch_end asks save_strategy "epoch"'s checkpoint, after an epoch stop too
-            asked = StepAsk(save=True, stop=asked.stop, why=asked.why, epoch_stop=asked.epoch_stop, failed=asked.failed)
+            asked = attrs.evolve(asked, save=True)
         return asked
 
     def _save_strategy(self) -> str:
