@@ -1516,9 +1516,13 @@ class Trainer:
             "eval_data": self._eval_data_print,  # and the held-out rows
             "train_data": self._train_data_print,  # and the training rows, before any model loads
             # the observers' own (transformers' best_metric and callback states, polyrl.trl_callbacks)
-            "observers": {key: value for observer in self.observers
-                          for key, value in observer.checkpoint_state().items()},
+            "observers": self._observers_state(),
         }
+
+    def _observers_state(self) -> dict[str, Any]:
+        """The observers' states merged (``RunObserver.checkpoint_state``): what a checkpoint holds
+        for them and what ``_restate_last_checkpoint`` compares it with."""
+        return {key: value for observer in self.observers for key, value in observer.checkpoint_state().items()}
 
     def _agree_to_start(self) -> None:
         """Under a launcher, before anything is resumed or set aside: rank 0 takes the output_dir lock,
@@ -2382,8 +2386,7 @@ class Trainer:
         if not ckpt.is_complete(path):
             return
         state = ckpt.read_state(path)
-        now = json.loads(strict_json.dumps({key: value for observer in self.observers
-                                            for key, value in observer.checkpoint_state().items()}))
+        now = json.loads(strict_json.dumps(self._observers_state()))  # as the state file reads back
         if state.get("observers") == now:
             return
         try:
