@@ -3,7 +3,7 @@
 #
 # MAX's wheels and the few packages it needs that those machines lack (msgspec, exceptiongroup,
 # taskgroup), for Python 3.12 x86-64, installed into one folder here, packed as tar + xz (about two
-# thirds of the wheels' 243 MB) and cut into parts of 55 MiB: a part plus the working tree must stay
+# thirds of the wheels' 243 MB) and cut into parts of 52 MiB: a part plus the working tree (~10 MiB) must stay
 # under one call's 64 MiB, so the calls that carry a part carry nothing else (.whl installs once).
 #   bash bench/gpu_max_wheels.sh           # here: several minutes (xz over ~900 MB)
 #   then one device call per part, each carrying .maxparts/manifest.json and .maxparts/part-NNN:
@@ -22,5 +22,5 @@ PLATFORMS=(--python-version 3.12 --implementation cp --platform manylinux_2_34_x
 "$PY" -m pip install -q --no-index --no-deps --no-compile --only-binary=:all: "${PLATFORMS[@]}" \
   --target "$STAGE/site" "$STAGE"/wheels/*.whl
 tar -C "$STAGE/site" -cf - . | xz -6 -T0 >"$STAGE/packed/maxsite.tar.xz"
-"$PY" bench/gpu_parts.py split "$STAGE/packed" .maxparts --size 55M
+"$PY" bench/gpu_parts.py split "$STAGE/packed" .maxparts --size 52M
 du -ch "$STAGE"/wheels/*.whl | tail -1
