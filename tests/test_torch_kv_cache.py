@@ -40,6 +40,21 @@ def _generate(engine: Engine, sampling: SamplingParams, preallocated: bool, monk
     return out
 
 
+def _engine_on_cuda(engine: Engine) -> bool:
+    return engine.raw.device.type == "cuda"
+
+
+def _assert_same_logprobs(fast: np.ndarray, slow: np.ndarray, on_cuda: bool) -> None:
+    """Bitwise on the CPU. On CUDA the attention kernel picked for a preallocated cache (a longer,
+    masked key length) adds in another order than the one for a cache grown by cat, so a log-prob
+    may differ in its last bit (seen on an H200: 1 ulp, 4.8e-7 at -6.4): at most 2 ulps there."""
+    if not on_cuda:
+        np.testing.assert_array_equal(fast, slow)
+        return
+    ulps = np.abs(fast - slow) / np.spacing(np.abs(slow).astype(np.float32))
+    assert ulps.max() <= 2, f"log-probs differ by {ulps.max():.0f} ulps (at most 2 on CUDA)"
+
+
 @pytest.mark.parametrize("sampling", [
     SamplingParams(max_new_tokens=24, n=3, seed=5),
     SamplingParams(max_new_tokens=24, n=2, seed=1, stop=("e",)),  # rows finish early and are dropped
@@ -51,7 +66,7 @@ def test_preallocated_cache_gives_the_same_samples(engine, sampling, monkeypatch
     slow = _generate(engine, sampling, False, monkeypatch)
     assert [c.completion_ids.tolist() for c in fast] == [c.completion_ids.tolist() for c in slow]
     for a, b in zip(fast, slow):
-        np.testing.assert_array_equal(a.logprobs, b.logprobs)
+        _assert_same_logprobs(a.logprobs, b.logprobs, _engine_on_cuda(engine))
     if sampling.stop:
         assert len({len(c.completion_ids) for c in fast}) > 1, "no row finished early: the drop path was not run"
 
