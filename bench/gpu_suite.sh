@@ -29,8 +29,9 @@
 # GPU_SUITE_REHEARSE=1 runs every section on the CPU at toy sizes: it checks this script where there is no GPU.
 # GPU_SUITE_TESTS="ID ...": the tests section runs these pytest ids instead of its list.
 # GPU_SUITE_SECONDS=N: the whole call's budget (the device tool's timeout_s less a margin): each section's
-# timeout shrinks to what is left, a section that no longer fits is skipped and named in the summary, and
-# the summary and the archive are still written before the call's end.
+# timeout shrinks to what is left, a section that can no longer finish (need(): what it took on an H200)
+# is skipped and named in the summary, one cut off by its timeout is named too, and the summary and the
+# archive are still written before the call's end. A call that only brings a MAX part needs 10 s + 25.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -122,18 +123,39 @@ PYEOF
 
 section_tests() {
   say "tests on ${DEVICE}"
-  timeout "$(cap "${GPU_SUITE_TEST_S:-500}")" "$PY" -m pytest -q -p no:cacheprovider -o addopts="" "${TESTS[@]}" \
+  local limit status
+  limit=$(cap "${GPU_SUITE_TEST_S:-500}")
+  timeout "$limit" "$PY" -m pytest -q -p no:cacheprovider -o addopts="" "${TESTS[@]}" \
     --junitxml "$RESULTS/tests.xml" >"$RESULTS/tests.log" 2>&1
-  echo "pytest exit $?" >>"$RESULTS/tests.log"
+  status=$?
+  echo "pytest exit $status" >>"$RESULTS/tests.log"
+  stopped "tests" "$limit" "$status"
   tail -25 "$RESULTS/tests.log"
 }
 
 bench() {  # bench NAME MODEL ARGS...: polyrl vs TRL (bf16 both), one JSON
-  local name=$1 model=$2; shift 2
+  local name=$1 model=$2 limit; shift 2
   say "bench $name"
-  timeout "$(cap 580)" "$PY" -m polyrl.cli bench --model "$model" --backends torch --device "$DEVICE" \
+  limit=$(cap 580)
+  timeout "$limit" "$PY" -m polyrl.cli bench --model "$model" --backends torch --device "$DEVICE" \
     "${DTYPE[@]}" --ignore-eos --threads "$THREADS" --trl "$@" \
     --output "$RESULTS/bench_$name.json" 2>&1 | tail -22
+  stopped "bench $name" "$limit" "${PIPESTATUS[0]}"
+}
+
+stopped() {  # stopped WHAT LIMIT STATUS: say so when timeout cut WHAT off (its table prints only at the end)
+  if [ "$3" = 124 ] || [ "$3" = 137 ]; then
+    echo "stopped: $1 at its cap of $2 s, before its report (GPU_SUITE_SECONDS=$BUDGET)" | tee -a "$RESULTS/skipped.txt"
+  fi
+}
+
+need() {  # seconds section $1 takes on the GPU (its models built, every side warmed): one that
+  # cannot finish is not started, since a cut-off bench or pytest leaves no report
+  if [ "$REHEARSE" = 1 ]; then [ "$1" = max-parts ] && echo 10 || echo 45; return; fi
+  case $1 in
+    max-parts) echo 10 ;; env) echo 20 ;; profile) echo 90 ;; fixed-ab) echo 120 ;;
+    tests|small|large|large-lora|max) echo 150 ;; small-long|large-long) echo 200 ;; *) echo 45 ;;
+  esac
 }
 
 models() {  # random weights for the shapes asked for (seconds on a GPU)
@@ -183,9 +205,10 @@ section_max_parts() {
 
 section_max() {
   say "max"
-  if ! "$PY" -c "import polyrl_max" 2>/dev/null; then
-    echo "MAX is not importable here: nothing run (its wheels must be carried: see the README's GPU section)" \
-      | tee "$RESULTS/max.txt"
+  local why  # what the max backend's load imports, checked in seconds before any model builds
+  if ! why=$("$PY" -c "import polyrl_max.engine, max.pipelines" 2>&1); then
+    { echo "MAX is not importable here: nothing run (its wheels must be carried: see the README's GPU section)"
+      echo "$why" | tail -1; } | tee -a "$RESULTS/max.txt"
     return 0
   fi
   models "$SMALL" || return 1
@@ -195,6 +218,7 @@ section_max() {
   timeout "$(cap 580)" "$PY" -m polyrl.cli bench --model "$MODELS/$SMALL" --backends max --device "$DEVICE" \
     --generate-only --ignore-eos --threads "$THREADS" $SHORT \
     --output "$RESULTS/bench_max_generate.json" 2>&1 | tail -12
+  stopped "bench max_generate" "$(cap 580)" "${PIPESTATUS[0]}"
   # shellcheck disable=SC2086
   timeout "$(cap 200)" "$PY" -m polyrl.cli bench --model "$MODELS/$SMALL" --backends torch --device "$DEVICE" \
     "${DTYPE[@]}" --generate-only --hf-generate --ignore-eos --threads "$THREADS" $SHORT \
@@ -211,13 +235,16 @@ for s in "${sections[@]}"; do  # every name checked before anything installs or 
   esac
 done
 install || { echo "error: installing the carried wheels or this tree failed (see above)"; exit 2; }
-if [ "$REHEARSE" = 1 ] && [ ! -f "$MODELS/$SMALL/config.json" ]; then
+uses_models=0  # every section but env, tests and max-parts reads the prepared configs
+for s in "${sections[@]}"; do case $s in env|tests|max-parts) ;; *) uses_models=1 ;; esac; done
+if [ "$REHEARSE" = 1 ] && [ "$uses_models" = 1 ] && [ ! -f "$MODELS/$SMALL/config.json" ]; then
   "$PY" bench/gpu_models.py prepare --out "$MODELS" || exit 2
 fi
 if [ "$REHEARSE" != 1 ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
 for s in "${sections[@]}"; do
-  if [ "$(left)" -lt 45 ]; then  # too little left to start it: named, so a later call runs it
-    echo "skipped: section $s (GPU_SUITE_SECONDS=$BUDGET spent)" | tee -a "$RESULTS/skipped.txt"
+  if [ "$(left)" -lt "$(need "$s")" ]; then  # too little left to finish it: named, so a later call runs it
+    echo "skipped: section $s (needs $(need "$s") s, $(left) s left of GPU_SUITE_SECONDS=$BUDGET)" \
+      | tee -a "$RESULTS/skipped.txt"
     continue
   fi
   case $s in
