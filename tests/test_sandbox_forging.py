@@ -913,6 +913,56 @@ def test_a_value_read_again_after_other_requests_gives_the_items_it_gave():
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
 
+#: A forged ``primes`` as ``EMPTIED_LATER``, with the methods and helpers the tests below call.
+EMPTIED_BY_A_CALL = (EMPTIED_LATER + "    def total(self):\n        return 10\n"
+                     "def primes(n):\n    return R(n)\nclass Box:\n    def __init__(self, r):\n        self.r = r\n"
+                     "    def ok(self):\n        return True\ndef warm(n):\n    pass\n")
+#: (tests): a call that may change the value without reaching its family, then a loop over it.
+SOFTLY_CHANGED = {
+    "own_method_in_an_assert": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and r.total() == 10 and all(is_prime(x) "
+                               "for x in r)",
+    "method_of_an_object_made_with_it": IS_PRIME + "r = primes(3)\nbox = Box(r)\nassert len(r) == 3 and box.ok() and "
+                                        "all(is_prime(x) for x in r)",
+    "function_called_as_a_statement": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    warm(2)\n"
+                                      "    assert all(is_prime(x) for x in r)\ntest()",
+}
+#: (tests, honest solution): such calls that take one item each, then a loop over what is left.
+SOFTLY_SHRUNK = {
+    "popped_then_looped": ("s = make_stack([1, 2, 3])\nassert len(s) == 3 and s.pop() == 3 and s.pop() == 2\n"
+                           "assert all(x < 2 for x in s) and len(s) == 1", STACK_OF),
+    "unregistered_then_looped": ("def test():\n    r = registry()\n    register('a')\n    register('b')\n"
+                                 "    assert list(r) == ['a', 'b']\n    unregister('a')\n"
+                                 "    assert all(x == 'b' for x in r)\ntest()",
+                                 QUEUE + "_R = Queue()\ndef registry():\n    return _R\ndef register(x):\n"
+                                 "    _R.push(x)\ndef unregister(x):\n    _R.items.remove(x)\n"),
+    "drained_then_compared": ("s = make_stack([1, 2, 3])\nassert list(s) == [1, 2, 3] and s.drain() == [3, 2, 1]\n"
+                              "assert list(s) == [] and len(s) == 0",
+                              STACK_OF + "Stack.drain = lambda self: [self.xs.pop() for _ in list(self.xs)]\n"),
+}
+
+
+def test_a_value_emptied_by_a_call_for_its_value_fails_the_loop_after_it():
+    """A method of a value's own called for its value (``r.total()``), a method of an object made
+    with it (``box.ok()`` after ``box = Box(r)``) or a function of the solution's called as a
+    statement (``warm(2)``) may change the value (right stacks and queues), so a forged ``primes``
+    giving 4, 4, 4 to ``len`` and nothing after such a call passed ``len(r) == 3`` and the loop
+    ``all(is_prime(x) for x in r)``: 1.0 each. Where a check may read it vacuously it may lose
+    no more items than such calls were made (``Remote._shrunk_softly``): the forgery scores 0,
+    the same tests keep 1.0 on a right ``primes``, and a stack popped, a registry unregistered
+    (then looped over) or drained (then compared whole) keep 1.0."""
+    names = list(SOFTLY_CHANGED)
+    rows = [{"prompt": "p", "tests": SOFTLY_CHANGED[n]} for n in names]
+    forged = score([EMPTIED_BY_A_CALL] * len(names), rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    right = (PRIMES + "Primes.total = lambda self: sum(self.xs)\nclass Box:\n    def __init__(self, r):\n"
+             "        self.r = r\n    def ok(self):\n        return True\ndef warm(n):\n    pass\n")
+    assert list(score([right] * len(names), rows=rows).total) == [1.0] * len(names)
+    names = list(SOFTLY_SHRUNK)
+    rows = [{"prompt": "p", "tests": SOFTLY_SHRUNK[n][0]} for n in names]
+    honest = score([SOFTLY_SHRUNK[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
 #: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
 IN_PLACE = {
     "sort": ("xs = [3, 1, 2]\nsort_it(xs)\nassert xs == [1, 2, 3]", "def sort_it(xs):\n    xs.sort()\n"),

@@ -97,7 +97,7 @@ class Remote:
         if kin is None and not (origin is not None and kind == "callable"):
             kin = ref  # a family of its own
         object.__setattr__(self, "_kin", kin)
-        object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items and the request they came at
+        object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items, the request they came at, their count
         object.__setattr__(self, "_owner", None)  # the value it was read from as an attribute (a method's receiver)
         object.__setattr__(self, "_from", frozenset())  # the sample's values a call made it with, at any depth
 
@@ -129,7 +129,7 @@ class Remote:
         owner = self._owner
         if owner is not None:  # ``s.pop()``, ``shop.sell()`` in an assert may change ``s``, ``shop`` and its stock
             for ref in (owner._ref, *owner._from):
-                s.called_on[ref] = s.asks + 1
+                s.call_on(ref)
         if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
             s.touch_all()
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
@@ -217,7 +217,7 @@ class Remote:
         except Exception as exc:  # noqa: BLE001 - not iterable: its len stands alone
             if self._session.channel.dead is not None:
                 raise self._session.channel.dead from None
-            self._snapshot(exc)
+            self._snapshot(exc, length)
             self._keep(exc)
             return
         if len(items) != length:
@@ -229,7 +229,7 @@ class Remote:
             self._snapshot(items)
         self._keep(items)
 
-    def _snapshot(self, items: list[Any] | Exception) -> None:
+    def _snapshot(self, items: list[Any] | Exception, length: int | None = None) -> None:
         """AssertionError where ``items``, all of it the sample gave for one reading (or what
         reading it raised), differ from what its last whole reading gave while no call that reaches its family
         (``Session.touch``) was made between; else they are what the next reading must give. Why:
@@ -244,9 +244,11 @@ class Remote:
         or of an object a call made with it (``assert s.pop() == 3``, ``assert shop.sell() == 'b'``
         after ``shop = Shop(s)``: such right stacks scored 0 once ``len(s)`` or ``list(s)`` came
         before), or a function of the solution's the tests call as a statement (``register('a')``
-        changes ``r = registry()`` through global state: ``object_use.effect_call_names``). Not
-        covered: a forged value emptied by such a call, or by a method the tests call for its
-        effect on an object of its family, still passes."""
+        changes ``r = registry()`` through global state: ``object_use.effect_call_names``); after
+        those last three it may not lose more items than such calls were made where the tests may
+        read it vacuously (``_shrunk_softly``). Not covered: a forged value emptied by a method the
+        tests call for its effect on an object of its family, or by a call it is passed to, still
+        passes. ``length``: what ``len`` said of it where reading its items failed."""
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -254,14 +256,37 @@ class Remote:
             before = "none (its reading failed)" if isinstance(seen, Exception) else len(seen)
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {before}, "
                                  "with nothing called that changes it between")
-        object.__setattr__(self, "_seen", (items, s.asks))
+        if seen is None and not isinstance(items, Exception):
+            self._shrunk_softly(len(items))
+        object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
+
+    def _shrunk_softly(self, count: int) -> None:
+        """AssertionError where a reading of ``count`` items lost more items since its last whole
+        reading than calls were made that may change it without reaching its family (a method
+        of its own, or of an object made with it, called for its value; a function of the
+        solution's called as a statement: ``Session.soft_changes``) and a check of the tests' may
+        read it vacuously (``vacuous_reads.read_vacuously``: a loop, ``all``, a method of the
+        tests'). Why: ``_snapshot`` lets such calls change a value, for right stacks and queues
+        (``assert s.pop() == 3`` then ``list(s) == [1, 2]``), so a forged value giving 4, 4, 4
+        to ``len`` and nothing after ``assert r.total() == 12``, ``assert box.ok()`` (``box =
+        Box(r)``) or ``warm(2)`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in r)``.
+        What it costs: a right value emptied by one such call (``assert q.drain() == [1, 2]``)
+        and then read in a loop scores 0 there; compared whole (``list(q) == []``) it passes."""
+        seen = self._seen
+        s = self._session
+        if seen is None or seen[2] is None or self._kin is None or not s.unchanged(self._kin, seen[1]):
+            return  # never read whole, or a call that reaches its family may have changed it
+        lost = seen[2] - count
+        if lost > 0 and lost > s.soft_changes(self._ref, seen[1]) and s.reads_vacuously(self):
+            raise AssertionError(f"the sample's {self._type[:100]!r} gave {count} items after {seen[2]}, with "
+                                 f"{s.soft_changes(self._ref, seen[1])} calls between that may take one each")
 
     def _fresh_seen(self) -> list[Any] | Exception | None:
         """What its last whole reading gave (``_snapshot``), while no call that may change it came since."""
         seen = self._seen
         s = self._session
         if seen is None or self._kin is None or not s.unchanged(self._kin, seen[1]) \
-                or s.called_on.get(self._ref, 0) > seen[1] or s.all_changed > seen[1]:
+                or s.soft_changes(self._ref, seen[1]):
             return None
         return seen[0]
 
@@ -378,6 +403,8 @@ class Remote:
             if seen is not None and (isinstance(seen, Exception) or len(seen) != len(items)):
                 raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after another "
                                      "reading, with nothing called that changes it between")
+            if seen is None:
+                self._shrunk_softly(len(items))
         return items if type(items) in _CONTAINERS or type(items) is str else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:
