@@ -963,6 +963,45 @@ def test_a_value_emptied_by_a_call_for_its_value_fails_the_loop_after_it():
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
 
+#: (tests, forged class): an instance the tests make by the class's name whose ``len`` says ``n``
+#: over no items, or over items it gives once.
+MADE_LIARS = {
+    "no_items": (IS_PRIME + "r = Primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)",
+                 "class Primes:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                 "        return self.n\n    def __iter__(self):\n        return iter([])\n"),
+    "items_once": (IS_PRIME + "r = Primes(3)\nassert len(r) == 3 and len(Primes(5)) == 5 and all(is_prime(x) for x in r)",
+                   EMPTIED_LATER.replace("class R:", "class Primes:")),
+}
+#: (tests, right class): instances the tests make by name, read by ``len`` and loops as in Python.
+MADE_RIGHT = {
+    "primes": (IS_PRIME + "r = Primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)\n"
+               "assert len(Primes(5)) == 5 and list(r) == [2, 3, 5]", PRIMES),
+    "stack": ("s = Stack([1])\ns.push(2)\nassert len(s) == 2 and list(s) == [1, 2]\nassert s.pop() == 2\n"
+              "assert len(s) == 1 and all(x == 1 for x in s)",
+              STACK_OF + "Stack.push = lambda self, x: self.xs.append(x)\n"),
+    "not_iterable": ("c = Counter3(3)\nassert len(c) == 3 and c.n == 3",
+                     "class Counter3:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                     "        return self.n\n"),
+}
+
+
+def test_len_of_an_instance_the_tests_make_agrees_with_its_items():
+    """``len`` was checked against the items only of data the tests expect (what a function
+    returns), so an instance of a class the tests name and make (``Primes(3)``) whose
+    ``__len__`` said 3 over no items, or over items it gave once, passed ``len(r) == 3`` and a
+    loop over it: 1.0. Such an instance's ``len`` agrees with its items and its readings with each
+    other now (``Remote._counts_items``); right classes (a sized sequence, a stack pushed and
+    popped, one that is not iterable) keep 1.0."""
+    names = list(MADE_LIARS)
+    rows = [{"prompt": "p", "tests": MADE_LIARS[n][0]} for n in names]
+    forged = score([MADE_LIARS[n][1] for n in names], rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    names = list(MADE_RIGHT)
+    rows = [{"prompt": "p", "tests": MADE_RIGHT[n][0]} for n in names]
+    honest = score([MADE_RIGHT[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
 #: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
 IN_PLACE = {
     "sort": ("xs = [3, 1, 2]\nsort_it(xs)\nassert xs == [1, 2, 3]", "def sort_it(xs):\n    xs.sort()\n"),
