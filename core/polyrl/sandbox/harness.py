@@ -66,7 +66,7 @@ from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
 from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
-from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote
+from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
     exception_text, remote_exception)
@@ -390,8 +390,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sources = [setup, *(source for source, _ in steps)]
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
-                         enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
-    builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate", "len")})
+                         enumerate=paired[2], len=paired[3], next=tests_next)  # a copy: the trainer's own stay
+    builtins_view = BuiltinsView({name: real_builtins[name]
+                                  for name in ("zip", "map", "filter", "enumerate", "len", "next")})
     # ``len.__self__`` is the builtins module in Python: theirs here (it raised AttributeError), and
     # so is ``print.__self__`` (it was Python's own, its zip vacuous on ``return []``)
     paired[3].__self__ = builtins_view  # type: ignore[attr-defined]

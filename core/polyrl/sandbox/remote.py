@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
+from polyrl.sandbox.remote_exceptions import IteratorEnd
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -684,6 +685,20 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def tests_next(iterator: Any, /, *default: Any) -> Any:
+    """``next`` as the tests see it: Python's, except that a sample's iterator that ended
+    (``IteratorEnd``: its StopIteration crosses as an error, never as control flow) gives
+    ``default`` where one is given, as Python's does. Why: a right generator used up failed
+    ``next(g, 'done') == 'done'`` (the end raised through Python's ``next``). Sound: ``default`` is
+    the tests' value, given only where the sample's iterator really raised StopIteration."""
+    if isinstance(iterator, Remote) and len(default) == 1:
+        try:
+            return iterator.__next__()
+        except IteratorEnd:
+            return default[0]
+    return next(iterator, *default)
 
 
 def _made_with(value: Any, depth: int = 0) -> frozenset[int]:
