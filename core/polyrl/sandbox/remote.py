@@ -60,6 +60,8 @@ _NUMBER_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": ope
 #: The built-in containers a class of the sample's may derive from, whose items then stand for it
 #: against the tests' container of a type (``Remote._container_data``).
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+#: The tests' values ``+`` joins with a sample's value whose data is of the same type (``Remote._arith``).
+_CONCATENATED = (str, list, tuple)
 #: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                           frozenset})
@@ -539,7 +541,10 @@ class Remote:
         and ``0 + x`` are ``x`` itself (``sum`` starts at 0), so ``sum(fracs) == Frac(1, 1)``
         adds the sample's values there. Why: ``Frac(1, 2) + 1`` and ``sum(fracs)`` raised
         TypeError. The result is a number, not an object of its type (``(Frac(1, 2) + 1).n``
-        fails)."""
+        fails). A str, list or tuple of the tests' added to one whose data is of that type (a
+        ``UserString`` subclass, ``_container_data``) is joined here with that data, as if the
+        sample had returned it: ``w + 'x'`` raised TypeError (a right answer scored 0); its own
+        ``__add__`` never sees the tests' value, and the result is plain data, not its type."""
         if isinstance(other, Remote):
             if other._session is not self._session:
                 raise TypeError("a value from another sample")
@@ -547,6 +552,11 @@ class Remote:
                 return NotImplemented
             return self._session.ask("arith", self._data and other._data, ref=self._ref, other=other._ref, how=how,
                                      kin=self._session.join([self._kin, other._kin]))
+        if how == "+" and type(other) in _CONCATENATED:
+            items = self._container_data()
+            if type(items) is not type(other):
+                return NotImplemented
+            return other + items if reflected else items + other
         if type(other) not in _NUMBERS or how not in _NUMBER_OPS:
             return NotImplemented
         if how == "+" and type(other) is int and other == 0:
