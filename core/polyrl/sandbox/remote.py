@@ -556,7 +556,7 @@ class Remote:
             items = self._container_data()
             if type(items) is not type(other):
                 return NotImplemented
-            return other + items if reflected else items + other
+            return operator.add(other, items) if reflected else operator.add(items, other)
         if type(other) not in _NUMBERS or how not in _NUMBER_OPS:
             return NotImplemented
         if how == "+" and type(other) is int and other == 0:
