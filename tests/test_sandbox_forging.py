@@ -1015,6 +1015,14 @@ IN_PLACE = {
     "tally": ("counts = {}\nfor w in 'a b a'.split():\n    tally(counts, w)\nassert counts == {'a': 2, 'b': 1}",
               "def tally(d, w):\n    d[w] = d.get(w, 0) + 1\n"),
     "set": ("seen = {1}\nadd_all(seen, [2, 3])\nassert seen == {1, 2, 3}", "def add_all(s, xs):\n    s.update(xs)\n"),
+    # the standard dict types a test may pass (a defaultdict crosses as a dict; it scored 0.25)
+    "defaultdict": ("from collections import defaultdict\nd = defaultdict(int, {'a': 1})\ntally(d, 'a')\n"
+                    "tally(d, 'b')\nassert d['a'] == 2 and d['b'] == 1 and d == {'a': 2, 'b': 1} and len(d) == 2",
+                    "def tally(d, w):\n    d[w] = d.get(w, 0) + 1\n"),
+    "counter_and_ordered_dict": ("from collections import Counter, OrderedDict\nc = Counter({'a': 1})\n"
+                                 "o = OrderedDict(a=1)\ntally(c, 'a')\ntally(c, 'b')\ntally(o, 'b')\n"
+                                 "assert c == Counter(a=2, b=1) and list(o.items()) == [('a', 1), ('b', 1)]",
+                                 "def tally(d, w):\n    d[w] = d.get(w, 0) + 1\n"),
 }
 #: Tests whose loops over their own argument hold vacuously once it is emptied or shortened.
 IN_PLACE_VACUOUS = ("xs = [3, 1, 2]\nsort_it(xs)\nassert all(a <= b for a, b in zip(xs, xs[1:]))\n"
@@ -1024,7 +1032,8 @@ IN_PLACE_VACUOUS = ("xs = [3, 1, 2]\nsort_it(xs)\nassert all(a <= b for a, b in 
 def test_a_right_in_place_function_changes_the_tests_list():
     """The sample sorted its own copy of ``xs``, so ``sort_it(xs); assert xs == [1, 2, 3]`` failed
     every right in-place solution (LeetCode's ``merge`` and ``rotate``, a ``push``, a dict ``tally``,
-    a set too). After a call that returns None the tests' list, dict and set arguments take the
+    a set, a ``defaultdict``, ``Counter`` or ``OrderedDict`` too). After a call that returns None the
+    tests' list, dict (those standard ones among them) and set arguments take the
     sample's copies' contents, in place, where nothing shrinks at any level; an argument emptied or
     shortened (``xs.clear()``, ``del xs[1:]``: loops over it hold vacuously) stays as it was, so
     those forgeries still score 0."""

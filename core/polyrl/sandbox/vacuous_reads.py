@@ -254,11 +254,11 @@ def _containers(value: Any) -> Iterator[Any]:
     seen: set[int] = set()
     while stack:
         item = stack.pop()
-        if id(item) in seen or type(item) not in (list, dict, set, tuple):
-            continue
+        if id(item) in seen or not (type(item) in (list, set, tuple) or isinstance(item, dict)):
+            continue  # a dict subclass too: a defaultdict or Counter argument takes its contents (``in_place``)
         seen.add(id(item))
         yield item
-        stack.extend(item.values() if type(item) is dict else item)
+        stack.extend(item.values() if isinstance(item, dict) else item)
 
 
 def _resolved(path: str) -> Iterator[Any]:
