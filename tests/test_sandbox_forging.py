@@ -1002,6 +1002,43 @@ def test_len_of_an_instance_the_tests_make_agrees_with_its_items():
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
 
+#: Tests reading a sorted answer whole, then by index.
+SORTED_BY_INDEX = ("r = sort_it([3, 1, 2])\nassert sorted(r) == [1, 2, 3] and len(r) == 3 and "
+                   "all(r[i] <= r[i + 1] for i in range(len(r) - 1))")
+#: (tests, right solution): values read whole, then by index; a graph's and a dict's [key] are no item.
+INDEXED_RIGHT = {
+    "list_subclass": (SORTED_BY_INDEX, "class L(list):\n    pass\ndef sort_it(xs):\n    return L(sorted(xs))\n"),
+    "sequence_abc": (SORTED_BY_INDEX, "from collections.abc import Sequence\nclass L(Sequence):\n"
+                     "    def __init__(self, xs):\n        self.xs = xs\n    def __getitem__(self, i):\n"
+                     "        return self.xs[i]\n    def __len__(self):\n        return len(self.xs)\n"
+                     "def sort_it(xs):\n    return L(sorted(xs))\n"),
+    "popped_then_indexed": ("s = make_stack([1, 2, 3])\nassert list(s) == [1, 2, 3]\nassert s.pop() == 3\n"
+                            "assert s[-1] == 2 and s[0] == 1", "class Stack(list):\n    pass\n"
+                            "def make_stack(xs):\n    return Stack(xs)\n"),
+    "graph": ("g = make_graph(3)\nassert len(g) == 3 and sorted(g) == [0, 1, 2]\nassert g[0] == [1, 2]",
+              "class G:\n    def __init__(self, n):\n        self.adj = {i: list(range(i + 1, n)) for i in range(n)}\n"
+              "    def __len__(self):\n        return len(self.adj)\n    def __iter__(self):\n"
+              "        return iter(self.adj)\n    def __getitem__(self, i):\n        return self.adj[i]\n"
+              "def make_graph(n):\n    return G(n)\n"),
+}
+
+
+def test_an_index_of_a_sequence_read_whole_is_its_item():
+    """Only whole readings of a value were held to each other (``Remote._snapshot``), so a
+    ``list`` subclass holding 3, 1, 2 whose ``__getitem__`` answered in sorted order passed
+    ``sorted(r) == [1, 2, 3]`` and ``all(r[i] <= r[i + 1] ...)``: 1.0 for an unsorted answer.
+    ``r[i]`` of a list or tuple (a subclass, a ``Sequence``) is item i of its last whole reading
+    while nothing changed it (``Remote._check_index``): the forgery scores 0; right sequences, a
+    stack indexed after a pop, and a graph whose ``g[0]`` is a node's neighbours keep 1.0."""
+    forged = "class L(list):\n    def __getitem__(self, i):\n        return sorted(self)[i]\ndef sort_it(xs):\n" \
+             "    return L(xs)\n"
+    assert list(score([forged], rows=[{"prompt": "p", "tests": SORTED_BY_INDEX}]).total) == [0.0]
+    names = list(INDEXED_RIGHT)
+    rows = [{"prompt": "p", "tests": INDEXED_RIGHT[n][0]} for n in names]
+    honest = score([INDEXED_RIGHT[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
 #: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
 IN_PLACE = {
     "sort": ("xs = [3, 1, 2]\nsort_it(xs)\nassert xs == [1, 2, 3]", "def sort_it(xs):\n    xs.sort()\n"),

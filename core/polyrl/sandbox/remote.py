@@ -79,7 +79,7 @@ class Remote:
     names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from")
+                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -103,6 +103,7 @@ class Remote:
         object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items, the request they came at, their count
         object.__setattr__(self, "_owner", None)  # the value it was read from as an attribute (a method's receiver)
         object.__setattr__(self, "_from", frozenset())  # the sample's values a call made it with, at any depth
+        object.__setattr__(self, "_base", None)  # the type of its data, once ``_container_data`` asked
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -173,8 +174,28 @@ class Remote:
         raise TypeError("values that live in the sample cannot be changed from the tests")
 
     def __getitem__(self, key: Any) -> Any:
-        return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, kin=self._kin,
-                                 key=self._session.arg(key))
+        if type(key) is int and isinstance(self._fresh_seen(), list) and self._counts_items() and self._base is None:
+            self._container_data()  # whether it is a sequence (``_check_index``), asked once
+        value = self._session.ask("getitem", self._data, root=self._root, ref=self._ref, kin=self._kin,
+                                  key=self._session.arg(key))
+        if type(key) is int:
+            self._check_index(key, value)
+        return value
+
+    def _check_index(self, key: int, value: Any) -> None:
+        """AssertionError where ``r[key]`` of a list or tuple (a subclass, or a ``Sequence``: its
+        data, ``_container_data``) is not item ``key`` of its last whole reading while nothing
+        that may change it was called since (``_snapshot``). Why: only whole readings were
+        compared, so a ``list`` subclass holding 3, 1, 2 whose ``__getitem__`` answered in sorted
+        order passed ``sorted(r) == [1, 2, 3]`` and ``all(r[i] <= r[i + 1] for i in ...)`` (1.0).
+        Only for sequences: a dict's or a graph's ``[0]`` is a key, not item 0 of its iteration,
+        and other objects are asked nothing more."""
+        seen = self._fresh_seen()
+        if self._base not in (list, tuple) or not isinstance(seen, list):
+            return
+        if not -len(seen) <= key < len(seen) or not same_items([seen[key]], [value]):
+            raise AssertionError(f"the sample's {self._type[:100]!r} gave another [{key}] than its last reading "
+                                 f"({len(seen)} items), with nothing called that changes it between")
 
     def __len__(self) -> int:
         counted = self._counted
@@ -408,6 +429,7 @@ class Remote:
         one reading of it (``_snapshot``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len``
         and none after passed ``len(d) == 3`` and a loop over ``d.values()`` (``_MAPPING_VIEWS``)."""
         items = self._session.ask("data", False, ref=self._ref)
+        object.__setattr__(self, "_base", type(items))
         if type(items) in (dict, list, tuple):
             self._snapshot(list(items))
         elif type(items) in (set, frozenset):  # no order to compare: as many as its last reading gave
