@@ -25,6 +25,13 @@ SUBCLASSES = {
     "dict_get_in_a_loop": ("assert all(freq('abc').get(c) == 1 for c in 'abc')", "class D(dict):\n    pass\n" + FREQ),
     "list_equal_and_queries": ("r = f(3)\nassert r == [1, 2, 3] and r != [1, 2] and r.index(2) == 1 and r.count(1) == 1",
                                "class L(list):\n    pass\ndef f(n):\n    return L(range(1, n + 1))\n"),
+    # ``+`` with a str, list or tuple of the tests' joins them with its items (a TypeError scored 0)
+    "joined_with_the_tests_values": ("w = word('ab')\nassert w + 'x' == 'abx' and 'x' + w == 'xab'\n"
+                                     "assert f(2) + [9] == [1, 2, 9] and (0,) + g(1) == (0, 1)",
+                                     "from collections import UserString\nclass W(UserString):\n    pass\n"
+                                     "class L(list):\n    pass\nclass T(tuple):\n    pass\ndef word(s):\n"
+                                     "    return W(s)\ndef f(n):\n    return L(range(1, n + 1))\ndef g(n):\n"
+                                     "    return T(range(1, n + 1))\n"),
     "set_and_tuple": ("assert f(3) == {1, 2, 3} and g(2) == (1, 2)",
                       "class S(set):\n    pass\nclass T(tuple):\n    pass\ndef f(n):\n    return S(range(1, n + 1))\n"
                       "def g(n):\n    return T(range(1, n + 1))\n"),
@@ -103,6 +110,10 @@ FORGED = {
                                         "    def __iter__(self):\n        self.n += 1\n"
                                         "        return iter(self.d if self.n == 1 else {})\n"
                                         "def freq(s):\n    return M({c: 2 for c in s})\n"),
+    "userstring_add_says_yes": ("assert word('ab') + 'x' == 'abx'",
+                                "from collections import UserString\nclass W(UserString):\n"
+                                "    def __add__(self, o):\n        return UserString('abx')\ndef word(s):\n"
+                                "    return W('zz')\n"),
     "userstring_says_yes": ("assert greet('Bob').startswith('Hi') and greet('Bob').count('b') == 1",
                             "from collections import UserString\nclass S(UserString):\n    def startswith(self, *a):\n"
                             "        return True\n    def count(self, *a):\n        return 1\ndef greet(n):\n    return S('Yo')\n"),
@@ -110,8 +121,9 @@ FORGED = {
 
 
 def test_a_right_solution_returning_a_container_subclass_passes():
-    """Its items, as the built-in container it derives from, compare with the tests' value and
-    answer ``get``, ``index`` and ``count``: these right solutions scored 0 and score 1.0 (an
+    """Its items, as the built-in container it derives from, compare with the tests' value,
+    answer ``get``, ``index`` and ``count`` and join a str, list or tuple of theirs by ``+``
+    (``Remote._arith``): these right solutions scored 0 and score 1.0 (an
     object of no container class stays unequal to the tests' containers)."""
     names = list(SUBCLASSES)
     rows = [{"prompt": "p", "tests": SUBCLASSES[n][0]} for n in names]

@@ -913,6 +913,132 @@ def test_a_value_read_again_after_other_requests_gives_the_items_it_gave():
     assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
 
 
+#: A forged ``primes`` as ``EMPTIED_LATER``, with the methods and helpers the tests below call.
+EMPTIED_BY_A_CALL = (EMPTIED_LATER + "    def total(self):\n        return 10\n"
+                     "def primes(n):\n    return R(n)\nclass Box:\n    def __init__(self, r):\n        self.r = r\n"
+                     "    def ok(self):\n        return True\ndef warm(n):\n    pass\n")
+#: (tests): a call that may change the value without reaching its family, then a loop over it.
+SOFTLY_CHANGED = {
+    "own_method_in_an_assert": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and r.total() == 10 and all(is_prime(x) "
+                               "for x in r)",
+    "method_of_an_object_made_with_it": IS_PRIME + "r = primes(3)\nbox = Box(r)\nassert len(r) == 3 and box.ok() and "
+                                        "all(is_prime(x) for x in r)",
+    "function_called_as_a_statement": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    warm(2)\n"
+                                      "    assert all(is_prime(x) for x in r)\ntest()",
+}
+#: (tests, honest solution): such calls that take one item each, then a loop over what is left.
+SOFTLY_SHRUNK = {
+    "popped_then_looped": ("s = make_stack([1, 2, 3])\nassert len(s) == 3 and s.pop() == 3 and s.pop() == 2\n"
+                           "assert all(x < 2 for x in s) and len(s) == 1", STACK_OF),
+    "unregistered_then_looped": ("def test():\n    r = registry()\n    register('a')\n    register('b')\n"
+                                 "    assert list(r) == ['a', 'b']\n    unregister('a')\n"
+                                 "    assert all(x == 'b' for x in r)\ntest()",
+                                 QUEUE + "_R = Queue()\ndef registry():\n    return _R\ndef register(x):\n"
+                                 "    _R.push(x)\ndef unregister(x):\n    _R.items.remove(x)\n"),
+    "drained_then_compared": ("s = make_stack([1, 2, 3])\nassert list(s) == [1, 2, 3] and s.drain() == [3, 2, 1]\n"
+                              "assert list(s) == [] and len(s) == 0",
+                              STACK_OF + "Stack.drain = lambda self: [self.xs.pop() for _ in list(self.xs)]\n"),
+}
+
+
+def test_a_value_emptied_by_a_call_for_its_value_fails_the_loop_after_it():
+    """A method of a value's own called for its value (``r.total()``), a method of an object made
+    with it (``box.ok()`` after ``box = Box(r)``) or a function of the solution's called as a
+    statement (``warm(2)``) may change the value (right stacks and queues), so a forged ``primes``
+    giving 4, 4, 4 to ``len`` and nothing after such a call passed ``len(r) == 3`` and the loop
+    ``all(is_prime(x) for x in r)``: 1.0 each. Where a check may read it vacuously it may lose
+    no more items than such calls were made (``Remote._shrunk_softly``): the forgery scores 0,
+    the same tests keep 1.0 on a right ``primes``, and a stack popped, a registry unregistered
+    (then looped over) or drained (then compared whole) keep 1.0."""
+    names = list(SOFTLY_CHANGED)
+    rows = [{"prompt": "p", "tests": SOFTLY_CHANGED[n]} for n in names]
+    forged = score([EMPTIED_BY_A_CALL] * len(names), rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    right = (PRIMES + "Primes.total = lambda self: sum(self.xs)\nclass Box:\n    def __init__(self, r):\n"
+             "        self.r = r\n    def ok(self):\n        return True\ndef warm(n):\n    pass\n")
+    assert list(score([right] * len(names), rows=rows).total) == [1.0] * len(names)
+    names = list(SOFTLY_SHRUNK)
+    rows = [{"prompt": "p", "tests": SOFTLY_SHRUNK[n][0]} for n in names]
+    honest = score([SOFTLY_SHRUNK[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests, forged class): an instance the tests make by the class's name whose ``len`` says ``n``
+#: over no items, or over items it gives once.
+MADE_LIARS = {
+    "no_items": (IS_PRIME + "r = Primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)",
+                 "class Primes:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                 "        return self.n\n    def __iter__(self):\n        return iter([])\n"),
+    "items_once": (IS_PRIME + "r = Primes(3)\nassert len(r) == 3 and len(Primes(5)) == 5 and all(is_prime(x) for x in r)",
+                   EMPTIED_LATER.replace("class R:", "class Primes:")),
+}
+#: (tests, right class): instances the tests make by name, read by ``len`` and loops as in Python.
+MADE_RIGHT = {
+    "primes": (IS_PRIME + "r = Primes(3)\nassert len(r) == 3 and all(is_prime(x) for x in r)\n"
+               "assert len(Primes(5)) == 5 and list(r) == [2, 3, 5]", PRIMES),
+    "stack": ("s = Stack([1])\ns.push(2)\nassert len(s) == 2 and list(s) == [1, 2]\nassert s.pop() == 2\n"
+              "assert len(s) == 1 and all(x == 1 for x in s)",
+              STACK_OF + "Stack.push = lambda self, x: self.xs.append(x)\n"),
+    "not_iterable": ("c = Counter3(3)\nassert len(c) == 3 and c.n == 3",
+                     "class Counter3:\n    def __init__(self, n):\n        self.n = n\n    def __len__(self):\n"
+                     "        return self.n\n"),
+}
+
+
+def test_len_of_an_instance_the_tests_make_agrees_with_its_items():
+    """``len`` was checked against the items only of data the tests expect (what a function
+    returns), so an instance of a class the tests name and make (``Primes(3)``) whose
+    ``__len__`` said 3 over no items, or over items it gave once, passed ``len(r) == 3`` and a
+    loop over it: 1.0. Such an instance's ``len`` agrees with its items and its readings with each
+    other now (``Remote._counts_items``); right classes (a sized sequence, a stack pushed and
+    popped, one that is not iterable) keep 1.0."""
+    names = list(MADE_LIARS)
+    rows = [{"prompt": "p", "tests": MADE_LIARS[n][0]} for n in names]
+    forged = score([MADE_LIARS[n][1] for n in names], rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    names = list(MADE_RIGHT)
+    rows = [{"prompt": "p", "tests": MADE_RIGHT[n][0]} for n in names]
+    honest = score([MADE_RIGHT[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
+#: Tests reading a sorted answer whole, then by index.
+SORTED_BY_INDEX = ("r = sort_it([3, 1, 2])\nassert sorted(r) == [1, 2, 3] and len(r) == 3 and "
+                   "all(r[i] <= r[i + 1] for i in range(len(r) - 1))")
+#: (tests, right solution): values read whole, then by index; a graph's and a dict's [key] are no item.
+INDEXED_RIGHT = {
+    "list_subclass": (SORTED_BY_INDEX, "class L(list):\n    pass\ndef sort_it(xs):\n    return L(sorted(xs))\n"),
+    "sequence_abc": (SORTED_BY_INDEX, "from collections.abc import Sequence\nclass L(Sequence):\n"
+                     "    def __init__(self, xs):\n        self.xs = xs\n    def __getitem__(self, i):\n"
+                     "        return self.xs[i]\n    def __len__(self):\n        return len(self.xs)\n"
+                     "def sort_it(xs):\n    return L(sorted(xs))\n"),
+    "popped_then_indexed": ("s = make_stack([1, 2, 3])\nassert list(s) == [1, 2, 3]\nassert s.pop() == 3\n"
+                            "assert s[-1] == 2 and s[0] == 1", "class Stack(list):\n    pass\n"
+                            "def make_stack(xs):\n    return Stack(xs)\n"),
+    "graph": ("g = make_graph(3)\nassert len(g) == 3 and sorted(g) == [0, 1, 2]\nassert g[0] == [1, 2]",
+              "class G:\n    def __init__(self, n):\n        self.adj = {i: list(range(i + 1, n)) for i in range(n)}\n"
+              "    def __len__(self):\n        return len(self.adj)\n    def __iter__(self):\n"
+              "        return iter(self.adj)\n    def __getitem__(self, i):\n        return self.adj[i]\n"
+              "def make_graph(n):\n    return G(n)\n"),
+}
+
+
+def test_an_index_of_a_sequence_read_whole_is_its_item():
+    """Only whole readings of a value were held to each other (``Remote._snapshot``), so a
+    ``list`` subclass holding 3, 1, 2 whose ``__getitem__`` answered in sorted order passed
+    ``sorted(r) == [1, 2, 3]`` and ``all(r[i] <= r[i + 1] ...)``: 1.0 for an unsorted answer.
+    ``r[i]`` of a list or tuple (a subclass, a ``Sequence``) is item i of its last whole reading
+    while nothing changed it (``Remote._check_index``): the forgery scores 0; right sequences, a
+    stack indexed after a pop, and a graph whose ``g[0]`` is a node's neighbours keep 1.0."""
+    forged = "class L(list):\n    def __getitem__(self, i):\n        return sorted(self)[i]\ndef sort_it(xs):\n" \
+             "    return L(xs)\n"
+    assert list(score([forged], rows=[{"prompt": "p", "tests": SORTED_BY_INDEX}]).total) == [0.0]
+    names = list(INDEXED_RIGHT)
+    rows = [{"prompt": "p", "tests": INDEXED_RIGHT[n][0]} for n in names]
+    honest = score([INDEXED_RIGHT[n][1] for n in names], rows=rows)
+    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+
+
 #: (tests, honest in-place solution returning None): the tests read their own argument afterwards.
 IN_PLACE = {
     "sort": ("xs = [3, 1, 2]\nsort_it(xs)\nassert xs == [1, 2, 3]", "def sort_it(xs):\n    xs.sort()\n"),
@@ -926,6 +1052,14 @@ IN_PLACE = {
     "tally": ("counts = {}\nfor w in 'a b a'.split():\n    tally(counts, w)\nassert counts == {'a': 2, 'b': 1}",
               "def tally(d, w):\n    d[w] = d.get(w, 0) + 1\n"),
     "set": ("seen = {1}\nadd_all(seen, [2, 3])\nassert seen == {1, 2, 3}", "def add_all(s, xs):\n    s.update(xs)\n"),
+    # the standard dict types a test may pass (a defaultdict crosses as a dict; it scored 0.25)
+    "defaultdict": ("from collections import defaultdict\nd = defaultdict(int, {'a': 1})\ntally(d, 'a')\n"
+                    "tally(d, 'b')\nassert d['a'] == 2 and d['b'] == 1 and d == {'a': 2, 'b': 1} and len(d) == 2",
+                    "def tally(d, w):\n    d[w] = d.get(w, 0) + 1\n"),
+    "counter_and_ordered_dict": ("from collections import Counter, OrderedDict\nc = Counter({'a': 1})\n"
+                                 "o = OrderedDict(a=1)\ntally(c, 'a')\ntally(c, 'b')\ntally(o, 'b')\n"
+                                 "assert c == Counter(a=2, b=1) and list(o.items()) == [('a', 1), ('b', 1)]",
+                                 "def tally(d, w):\n    d[w] = d.get(w, 0) + 1\n"),
 }
 #: Tests whose loops over their own argument hold vacuously once it is emptied or shortened.
 IN_PLACE_VACUOUS = ("xs = [3, 1, 2]\nsort_it(xs)\nassert all(a <= b for a, b in zip(xs, xs[1:]))\n"
@@ -935,7 +1069,8 @@ IN_PLACE_VACUOUS = ("xs = [3, 1, 2]\nsort_it(xs)\nassert all(a <= b for a, b in 
 def test_a_right_in_place_function_changes_the_tests_list():
     """The sample sorted its own copy of ``xs``, so ``sort_it(xs); assert xs == [1, 2, 3]`` failed
     every right in-place solution (LeetCode's ``merge`` and ``rotate``, a ``push``, a dict ``tally``,
-    a set too). After a call that returns None the tests' list, dict and set arguments take the
+    a set, a ``defaultdict``, ``Counter`` or ``OrderedDict`` too). After a call that returns None the
+    tests' list, dict (those standard ones among them) and set arguments take the
     sample's copies' contents, in place, where nothing shrinks at any level; an argument emptied or
     shortened (``xs.clear()``, ``del xs[1:]``: loops over it hold vacuously) stays as it was, so
     those forgeries still score 0."""

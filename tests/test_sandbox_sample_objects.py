@@ -392,3 +392,23 @@ def test_a_generator_read_past_the_first_items_scores_as_in_python():
     table = {name: (tests, SQUARES, wrong) for name, tests in LONG_READS.items() if name != "len_after_read"}
     table["len_after_read"] = (LONG_READS["len_after_read"], SQUARES, SQUARES.replace("range(n)", "range(n + 1)"))
     assert_right_scores_1_and_wrong_0(table)
+
+
+#: (tests, right generator, wrong one): ``next`` with a default after the generator ended.
+NEXT_DEFAULTS = {
+    "used_up": ("def test():\n    g = gen(2)\n    assert list(g) == [0, 1]\n    assert next(g, 'done') == 'done'\ntest()",
+                "def gen(n):\n    yield from range(n)\n", "def gen(n):\n    yield from range(n + 1)\n"),
+    "before_its_end": ("g = gen(2)\nassert next(g, 'done') == 0 and next(g, None) == 1 and next(g, None) is None",
+                       "def gen(n):\n    yield from range(n)\n", "def gen(n):\n    yield from range(1, n + 1)\n"),
+    "without_a_default": ("def test():\n    g = gen(1)\n    assert next(g) == 0\n    try:\n        next(g)\n"
+                          "    except Exception:\n        return\n    raise AssertionError('no end')\ntest()",
+                          "def gen(n):\n    yield from range(n)\n", "def gen(n):\n    yield from range(n + 1)\n"),
+}
+
+
+def test_next_with_a_default_ends_a_used_up_generator_as_in_python():
+    """The sample's StopIteration crosses as an error, never as control flow (``EXCEPTIONS``), so
+    ``next(g, 'done')`` of a right generator used up raised instead of giving ``'done'``: it
+    scored 0.5. The tests' ``next`` gives the default where the sample's iterator really ended
+    (``remote.tests_next``); without a default its end is still an error the tests catch."""
+    assert_right_scores_1_and_wrong_0(NEXT_DEFAULTS)

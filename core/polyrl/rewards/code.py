@@ -131,10 +131,14 @@ What is NOT isolated, or only partly:
       either (``remote.DATA_QUERIES``), while objects made from the solution's classes
       (``UnionFind(3).find(0)``) do, asked with constant arguments outside loops (numpy scalars come back as numbers; an array stays in the
       sample, ``list(arr)`` works; a generator's ``next()`` works, its end raising an error, not
-      StopIteration); in-place changes to a list, dict or set passed as argument are seen
+      StopIteration, or giving ``next(g, default)``'s default); in-place changes to a list,
+      dict (``defaultdict``, ``Counter``, ``OrderedDict`` too) or set passed as argument are seen
       by the tests after a call (one returning a value: those it changed), one that shrank only where
       no check of theirs may read it vacuously (``sandbox.in_place``, ``sandbox.vacuous_reads``: an
-      emptied list would make their loops and ``xs == sorted(xs)`` hold).
+      emptied list would make their loops and ``xs == sorted(xs)`` hold); a list, dict or set the
+      tests read from the sample is a copy, so a change the sample makes to it later is not seen
+      through their name (``h = b.history; b.withdraw(10); assert h == [...]`` fails a right
+      answer), nor is a tests' own dict or list subclass sendable (only standard ones are).
       A module the tests use without importing it is the trainer's real module when
       its name is a well-known one used only as a module (``math.isclose``, ``np.allclose``:
       ``tests_modules.TEST_MODULES``), and so is a standard function, class or constant of a pure

@@ -59,14 +59,14 @@ from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.in_place import write_back, written
-from polyrl.sandbox.vacuous_reads import Vacuous, reached, vacuous_paths
+from polyrl.sandbox.vacuous_reads import Vacuous, reached, read_vacuously, vacuous_paths
 from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
 from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
-from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote
+from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
     exception_text, remote_exception)
@@ -107,9 +107,9 @@ class Session:
         self.changers: frozenset[str] = frozenset()  # names of objects the tests change (``object_use``)
         self.families: dict[int, int] = {}  # a family member -> the one above it (``join``)
         self.changed: dict[int, int] = {}  # a family's head -> the request that last may have changed it
-        self.called_on: dict[int, int] = {}  # a value -> the request that last called a method of its own
+        self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
         self.effect_calls: frozenset[str] = frozenset()  # the solution's functions the tests call as statements
-        self.all_changed = 0  # the request that last called one (``touch_all``)
+        self.all_changed: list[int] = []  # the requests that called one (``touch_all``)
         self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
@@ -194,7 +194,25 @@ class Session:
     def touch_all(self) -> None:
         """Every value may change with the next request: a function of the solution's called for
         its effect (``register('a')``) may change any through the sample's global state."""
-        self.all_changed = self.asks + 1
+        self.all_changed.append(self.asks + 1)
+
+    def call_on(self, ref: int) -> None:
+        """Value ``ref`` may change with the next request without its family being reached: a
+        method of its own, or of an object a call made with it, called for its value (``assert
+        s.pop() == 3``, ``shop.sell()`` after ``shop = Shop(s)``)."""
+        self.called_on.setdefault(ref, []).append(self.asks + 1)
+
+    def soft_changes(self, ref: int, since: int) -> int:
+        """How many calls after request ``since`` may have changed value ``ref`` without reaching
+        its family (``call_on``, ``touch_all``): each may take one item, as a right ``pop`` does
+        (``Remote._shrunk_softly``)."""
+        return sum(at > since for at in self.called_on.get(ref, ())) + sum(at > since for at in self.all_changed)
+
+    def reads_vacuously(self, value: Remote) -> bool:
+        """Whether a check of the tests' may read ``value``, a sample's value, vacuously once it
+        has fewer items (``vacuous_reads.read_vacuously``); yes where the tests were too deep to
+        follow or are not read yet."""
+        return self.vacuous is None or read_vacuously(value, self.vacuous)
 
     def unchanged(self, member: int, since: int) -> bool:
         """Whether no call that reaches ``member``'s family was made after request ``since``."""
@@ -372,8 +390,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sources = [setup, *(source for source, _ in steps)]
     paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
-                         enumerate=paired[2], len=paired[3])  # a copy: the trainer's own stay
-    builtins_view = BuiltinsView({name: real_builtins[name] for name in ("zip", "map", "filter", "enumerate", "len")})
+                         enumerate=paired[2], len=paired[3], next=tests_next)  # a copy: the trainer's own stay
+    builtins_view = BuiltinsView({name: real_builtins[name]
+                                  for name in ("zip", "map", "filter", "enumerate", "len", "next")})
     # ``len.__self__`` is the builtins module in Python: theirs here (it raised AttributeError), and
     # so is ``print.__self__`` (it was Python's own, its zip vacuous on ``return []``)
     paired[3].__self__ = builtins_view  # type: ignore[attr-defined]

@@ -7,7 +7,8 @@ n)`` or ``rotate(matrix)``, ``tally(counts, word)``) left the tests' value as it
 back after a call returning None (``server._Session.handle``: an ``["I", args, kwargs]`` answer),
 and those it changed after a call returning a value, with the value (``["I", args, kwargs,
 value]``: LeetCode 26's ``k = removeDuplicates(nums)`` then ``nums[:k] == [1, 2]`` scored 0), and
-the tests' values take their contents, in place. Where something shrinks (at some level the tests'
+the tests' values take their contents, in place (a ``defaultdict``, ``Counter`` or ``OrderedDict``
+argument too, as a dict: ``_DICTS``). Where something shrinks (at some level the tests'
 value has a container, a list lost items, a dict keys, a set its size), only where no value a
 check of the tests' may read vacuously holds it (``vacuous_reads``: ``may_shrink``). Why: a function
 that empties or shortens its argument would make the tests' later loops and properties over it
@@ -18,6 +19,7 @@ with values of their own, Python's result stands (``del nums[k:]`` then ``assert
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,16 @@ from polyrl.sandbox.values import ProtocolError, decode
 WRITTEN = "I"
 #: The argument types whose contents come back (``server._Session.handle`` sends these).
 _CONTAINERS = (list, dict, set)
+#: Standard dict types a test may pass, whose contents come back as a dict (a defaultdict crosses
+#: as one; the sample rebuilds a Counter or OrderedDict and sends it back as one). Why: they were
+#: never written back, so a right ``bump(d, 'a')`` on the tests' ``defaultdict(int)`` scored 0.25.
+_DICTS = (dict, collections.Counter, collections.OrderedDict, collections.defaultdict)
+
+
+def _base(value: Any) -> type | None:
+    """The built-in container type whose contents ``value`` takes (``_CONTAINERS``), or None."""
+    kind = type(value)
+    return dict if kind in _DICTS else kind if kind in _CONTAINERS else None
 
 
 def written(answer: Any) -> bool:
@@ -47,23 +59,23 @@ def write_back(answer: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     pairs = [*zip(args, after), *((kwargs[k], v) for k, v in after_kw.items())]
     news = [(old, decode(new)) for old, new in pairs if new is not None]
     for old, new in news:
-        if type(old) not in _CONTAINERS:
+        if _base(old) is None:
             continue
         if _fits(old, new):
             _assign(old, new)
-        elif type(new) is type(old) and may_shrink is not None and may_shrink(old):
+        elif _base(new) is _base(old) and may_shrink is not None and may_shrink(old):
             _assign(old, new, shrink=True)
 
 
 def _fits(old: Any, new: Any) -> bool:
     """Whether ``new`` holds at least what ``old`` counts, at every level where ``old`` is a container."""
-    if type(old) not in _CONTAINERS:
+    if _base(old) is None:
         return True
-    if type(new) is not type(old) or len(new) < len(old):
+    if _base(new) is not _base(old) or len(new) < len(old):
         return False
     if type(old) is list:
         return all(_fits(o, n) for o, n in zip(old, new))
-    if type(old) is dict:
+    if _base(old) is dict:
         return old.keys() <= new.keys() and all(_fits(old[k], new[k]) for k in old)
     return True
 
@@ -82,11 +94,12 @@ def _assign(old: Any, new: Any, shrink: bool = False) -> None:
             del old[key]
     keys = range(len(old)) if type(old) is list else old.keys() & new.keys()
     for key in keys:
-        if type(old[key]) in _CONTAINERS and type(new[key]) is type(old[key]):
+        if _base(old[key]) is not None and _base(new[key]) is _base(old[key]):
             _assign(old[key], new[key], shrink)
         else:
             old[key] = new[key]
     if type(old) is list:
         old.extend(new[len(old):])
-    else:
-        old.update({k: v for k, v in new.items() if k not in old})
+    else:  # one key at a time: a Counter's update adds counts, and dict.update skips an OrderedDict's order
+        for key, value in [(k, v) for k, v in new.items() if k not in old]:
+            old[key] = value

@@ -21,7 +21,7 @@ from typing import Any
 
 from polyrl.sandbox.prefix_sites import ANSWER, EXPECTED, operand_roles
 from polyrl.sandbox.reader import Reader
-from polyrl.sandbox.remote import Remote
+from polyrl.sandbox.remote import Remote, tests_next
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
@@ -181,7 +181,7 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
 #: The code of the tests' own zip, map, enumerate and len (``tests_pairing``) -> the builtin each
 #: stands for, which a test passing one to the solution sends (``sort_by(xs, len)``: the sample's
 #: own ``len``; a function of the harness's cannot be sent).
-STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter"}
+STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter", tests_next.__code__: "next"}
 
 
 def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
+from polyrl.sandbox.remote_exceptions import IteratorEnd
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ _NUMBER_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": ope
 #: The built-in containers a class of the sample's may derive from, whose items then stand for it
 #: against the tests' container of a type (``Remote._container_data``).
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+#: The tests' values ``+`` joins with a sample's value whose data is of the same type (``Remote._arith``).
+_CONCATENATED = (str, list, tuple)
 #: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                           frozenset})
@@ -76,7 +79,7 @@ class Remote:
     names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from")
+                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -97,9 +100,10 @@ class Remote:
         if kin is None and not (origin is not None and kind == "callable"):
             kin = ref  # a family of its own
         object.__setattr__(self, "_kin", kin)
-        object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items and the request they came at
+        object.__setattr__(self, "_seen", None)  # ``_snapshot``'s items, the request they came at, their count
         object.__setattr__(self, "_owner", None)  # the value it was read from as an attribute (a method's receiver)
         object.__setattr__(self, "_from", frozenset())  # the sample's values a call made it with, at any depth
+        object.__setattr__(self, "_base", None)  # the type of its data, once ``_container_data`` asked
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -129,7 +133,7 @@ class Remote:
         owner = self._owner
         if owner is not None:  # ``s.pop()``, ``shop.sell()`` in an assert may change ``s``, ``shop`` and its stock
             for ref in (owner._ref, *owner._from):
-                s.called_on[ref] = s.asks + 1
+                s.call_on(ref)
         if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
             s.touch_all()
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
@@ -170,8 +174,28 @@ class Remote:
         raise TypeError("values that live in the sample cannot be changed from the tests")
 
     def __getitem__(self, key: Any) -> Any:
-        return self._session.ask("getitem", self._data, root=self._root, ref=self._ref, kin=self._kin,
-                                 key=self._session.arg(key))
+        if type(key) is int and isinstance(self._fresh_seen(), list) and self._counts_items() and self._base is None:
+            self._container_data()  # whether it is a sequence (``_check_index``), asked once
+        value = self._session.ask("getitem", self._data, root=self._root, ref=self._ref, kin=self._kin,
+                                  key=self._session.arg(key))
+        if type(key) is int:
+            self._check_index(key, value)
+        return value
+
+    def _check_index(self, key: int, value: Any) -> None:
+        """AssertionError where ``r[key]`` of a list or tuple (a subclass, or a ``Sequence``: its
+        data, ``_container_data``) is not item ``key`` of its last whole reading while nothing
+        that may change it was called since (``_snapshot``). Why: only whole readings were
+        compared, so a ``list`` subclass holding 3, 1, 2 whose ``__getitem__`` answered in sorted
+        order passed ``sorted(r) == [1, 2, 3]`` and ``all(r[i] <= r[i + 1] for i in ...)`` (1.0).
+        Only for sequences: a dict's or a graph's ``[0]`` is a key, not item 0 of its iteration,
+        and other objects are asked nothing more."""
+        seen = self._fresh_seen()
+        if self._base not in (list, tuple) or not isinstance(seen, list):
+            return
+        if not -len(seen) <= key < len(seen) or not same_items([seen[key]], [value]):
+            raise AssertionError(f"the sample's {self._type[:100]!r} gave another [{key}] than its last reading "
+                                 f"({len(seen)} items), with nothing called that changes it between")
 
     def __len__(self) -> int:
         counted = self._counted
@@ -183,14 +207,23 @@ class Remote:
         reader = self._reader
         if reader is not None:  # its own iterator, which the tests read: the items read ahead count too
             ahead = len(reader.buffer)
-            if self._data:
+            if self._counts_items():
                 self._check_count(value)
             return value + ahead
         if counted is not None and counted[1] == self._session.asks - 1:  # its reading failed: it still would
             object.__setattr__(self, "_counted", (counted[0], self._session.asks))
-        elif self._data:
+        elif self._counts_items():
             self._check_count(value)
         return value
+
+    def _counts_items(self) -> bool:
+        """Whether its ``len`` must agree with its items, and its readings with each other
+        (``_check_count``, ``_snapshot``): data the tests expect, or an instance the tests made of
+        a class of the solution's they name (``Primes(5)``, ``_made``). Why the latter: a ``class
+        Primes`` whose ``__len__`` said 5 over no items passed ``len(r) == 5`` and a loop over
+        ``r = Primes(5)`` (1.0). Other objects of the sample's (a method's or attribute's object,
+        ``Solution()`` itself) keep their own ``len``, as Python does."""
+        return self._data or self._made
 
     def _check_count(self, length: int) -> None:
         """AssertionError where the items of a value the tests expect data from number other than
@@ -217,7 +250,7 @@ class Remote:
         except Exception as exc:  # noqa: BLE001 - not iterable: its len stands alone
             if self._session.channel.dead is not None:
                 raise self._session.channel.dead from None
-            self._snapshot(exc)
+            self._snapshot(exc, length)
             self._keep(exc)
             return
         if len(items) != length:
@@ -229,7 +262,7 @@ class Remote:
             self._snapshot(items)
         self._keep(items)
 
-    def _snapshot(self, items: list[Any] | Exception) -> None:
+    def _snapshot(self, items: list[Any] | Exception, length: int | None = None) -> None:
         """AssertionError where ``items``, all of it the sample gave for one reading (or what
         reading it raised), differ from what its last whole reading gave while no call that reaches its family
         (``Session.touch``) was made between; else they are what the next reading must give. Why:
@@ -244,9 +277,11 @@ class Remote:
         or of an object a call made with it (``assert s.pop() == 3``, ``assert shop.sell() == 'b'``
         after ``shop = Shop(s)``: such right stacks scored 0 once ``len(s)`` or ``list(s)`` came
         before), or a function of the solution's the tests call as a statement (``register('a')``
-        changes ``r = registry()`` through global state: ``object_use.effect_call_names``). Not
-        covered: a forged value emptied by such a call, or by a method the tests call for its
-        effect on an object of its family, still passes."""
+        changes ``r = registry()`` through global state: ``object_use.effect_call_names``); after
+        those last three it may not lose more items than such calls were made where the tests may
+        read it vacuously (``_shrunk_softly``). Not covered: a forged value emptied by a method the
+        tests call for its effect on an object of its family, or by a call it is passed to, still
+        passes. ``length``: what ``len`` said of it where reading its items failed."""
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -254,14 +289,37 @@ class Remote:
             before = "none (its reading failed)" if isinstance(seen, Exception) else len(seen)
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {before}, "
                                  "with nothing called that changes it between")
-        object.__setattr__(self, "_seen", (items, s.asks))
+        if seen is None and not isinstance(items, Exception):
+            self._shrunk_softly(len(items))
+        object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
+
+    def _shrunk_softly(self, count: int) -> None:
+        """AssertionError where a reading of ``count`` items lost more items since its last whole
+        reading than calls were made that may change it without reaching its family (a method
+        of its own, or of an object made with it, called for its value; a function of the
+        solution's called as a statement: ``Session.soft_changes``) and a check of the tests' may
+        read it vacuously (``vacuous_reads.read_vacuously``: a loop, ``all``, a method of the
+        tests'). Why: ``_snapshot`` lets such calls change a value, for right stacks and queues
+        (``assert s.pop() == 3`` then ``list(s) == [1, 2]``), so a forged value giving 4, 4, 4
+        to ``len`` and nothing after ``assert r.total() == 12``, ``assert box.ok()`` (``box =
+        Box(r)``) or ``warm(2)`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in r)``.
+        What it costs: a right value emptied by one such call (``assert q.drain() == [1, 2]``)
+        and then read in a loop scores 0 there; compared whole (``list(q) == []``) it passes."""
+        seen = self._seen
+        s = self._session
+        if seen is None or seen[2] is None or self._kin is None or not s.unchanged(self._kin, seen[1]):
+            return  # never read whole, or a call that reaches its family may have changed it
+        lost = seen[2] - count
+        if lost > 0 and lost > s.soft_changes(self._ref, seen[1]) and s.reads_vacuously(self):
+            raise AssertionError(f"the sample's {self._type[:100]!r} gave {count} items after {seen[2]}, with "
+                                 f"{s.soft_changes(self._ref, seen[1])} calls between that may take one each")
 
     def _fresh_seen(self) -> list[Any] | Exception | None:
         """What its last whole reading gave (``_snapshot``), while no call that may change it came since."""
         seen = self._seen
         s = self._session
         if seen is None or self._kin is None or not s.unchanged(self._kin, seen[1]) \
-                or s.called_on.get(self._ref, 0) > seen[1] or s.all_changed > seen[1]:
+                or s.soft_changes(self._ref, seen[1]):
             return None
         return seen[0]
 
@@ -305,7 +363,7 @@ class Remote:
             object.__setattr__(self, "_reader", reader)
             return reader
         if isinstance(answer, Remote):  # a fresh iterator over it, the tests' alone
-            if not self._data:
+            if not self._counts_items():
                 return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin)
             seen = self._fresh_seen()
             if isinstance(seen, Exception):  # its reading failed, and nothing changed it since
@@ -371,6 +429,7 @@ class Remote:
         one reading of it (``_snapshot``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len``
         and none after passed ``len(d) == 3`` and a loop over ``d.values()`` (``_MAPPING_VIEWS``)."""
         items = self._session.ask("data", False, ref=self._ref)
+        object.__setattr__(self, "_base", type(items))
         if type(items) in (dict, list, tuple):
             self._snapshot(list(items))
         elif type(items) in (set, frozenset):  # no order to compare: as many as its last reading gave
@@ -378,6 +437,8 @@ class Remote:
             if seen is not None and (isinstance(seen, Exception) or len(seen) != len(items)):
                 raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after another "
                                      "reading, with nothing called that changes it between")
+            if seen is None:
+                self._shrunk_softly(len(items))
         return items if type(items) in _CONTAINERS or type(items) is str else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:
@@ -502,7 +563,10 @@ class Remote:
         and ``0 + x`` are ``x`` itself (``sum`` starts at 0), so ``sum(fracs) == Frac(1, 1)``
         adds the sample's values there. Why: ``Frac(1, 2) + 1`` and ``sum(fracs)`` raised
         TypeError. The result is a number, not an object of its type (``(Frac(1, 2) + 1).n``
-        fails)."""
+        fails). A str, list or tuple of the tests' added to one whose data is of that type (a
+        ``UserString`` subclass, ``_container_data``) is joined here with that data, as if the
+        sample had returned it: ``w + 'x'`` raised TypeError (a right answer scored 0); its own
+        ``__add__`` never sees the tests' value, and the result is plain data, not its type."""
         if isinstance(other, Remote):
             if other._session is not self._session:
                 raise TypeError("a value from another sample")
@@ -510,6 +574,11 @@ class Remote:
                 return NotImplemented
             return self._session.ask("arith", self._data and other._data, ref=self._ref, other=other._ref, how=how,
                                      kin=self._session.join([self._kin, other._kin]))
+        if how == "+" and type(other) in _CONCATENATED:
+            items = self._container_data()
+            if type(items) is not type(other):
+                return NotImplemented
+            return operator.add(other, items) if reflected else operator.add(items, other)
         if type(other) not in _NUMBERS or how not in _NUMBER_OPS:
             return NotImplemented
         if how == "+" and type(other) is int and other == 0:
@@ -648,6 +717,20 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def tests_next(iterator: Any, /, *default: Any) -> Any:
+    """``next`` as the tests see it: Python's, except that a sample's iterator that ended
+    (``IteratorEnd``: its StopIteration crosses as an error, never as control flow) gives
+    ``default`` where one is given, as Python's does. Why: a right generator used up failed
+    ``next(g, 'done') == 'done'`` (the end raised through Python's ``next``). Sound: ``default`` is
+    the tests' value, given only where the sample's iterator really raised StopIteration."""
+    if isinstance(iterator, Remote) and len(default) == 1:
+        try:
+            return iterator.__next__()
+        except IteratorEnd:
+            return default[0]
+    return next(iterator, *default)
 
 
 def _made_with(value: Any, depth: int = 0) -> frozenset[int]:

@@ -30,6 +30,12 @@ class RemoteError(Exception):
     """An exception raised inside the sample whose type has no built-in counterpart here."""
 
 
+class IteratorEnd(RemoteError):
+    """Python's own StopIteration raised inside the sample (an iterator of its ended): an error
+    here, as every RemoteError, never control flow (``EXCEPTIONS``), except to the tests' ``next``
+    given a default (``remote.tests_next``), which ends there as Python's does."""
+
+
 def remote_exception(exc: Any, classes: Callable[[Any], type[BaseException] | None] | None = None) -> BaseException:
     """The exception the sample raised: an instance of the stand-in ``classes`` gives for its
     class's lineage (``Session.exception_class``), else of the built-in type of its name when
@@ -48,6 +54,8 @@ def remote_exception(exc: Any, classes: Callable[[Any], type[BaseException] | No
                 if not hasattr(kind, attr):  # never over the class's own (``args``, ``with_traceback``)
                     setattr(made, attr, value)
             return made
+    if name == "StopIteration":  # Python's own: a class of the sample's derived from it got a stand-in above
+        return IteratorEnd(f"{name}: {message}")
     return RemoteError(f"{name}: {message}")
 
 

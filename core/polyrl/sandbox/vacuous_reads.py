@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from polyrl.sandbox.object_use import attribute_path
-from polyrl.sandbox.remote import Remote
+from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.tests_modules import TEST_MODULES
 from polyrl.sandbox.zip_sites import defined_names
@@ -44,15 +44,20 @@ _VIEWS = frozenset({"keys", "values", "items", "copy"})
 _EQUAL = frozenset({"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
                     "assertSetEqual", "assertSequenceEqual", "assertCountEqual", "assertIs"})
 _BUILTIN_NAMES = frozenset(dir(builtins))
+#: Methods of a sample's value the harness answers from its items, here (``remote.Remote.__getattr__``).
+_LOCAL_ANSWERS = DATA_QUERIES | DATA_PREDICATES
 
 
 class Vacuous(NamedTuple):
     """What ``vacuous_paths`` found: the paths read unsafely as a whole (``whole``), and those
     whose items are (``items``: ``grid`` of ``zip(grid[0], ...)`` or of ``for row in grid`` where
-    ``row`` is read unsafely)."""
+    ``row`` is read unsafely); ``own``: those read unsafely themselves, not as the receiver of a
+    method (``s`` of ``s.pop()`` is in ``whole``, a prefix, but not here), except a query the
+    harness answers from a sample's items (``r.count(3) == 0``: ``remote.DATA_QUERIES``)."""
 
     whole: frozenset[str]
     items: frozenset[str]
+    own: frozenset[str] = frozenset()
 
 
 def vacuous_paths(sources: Iterable[str]) -> Vacuous | None:
@@ -73,6 +78,7 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
     theirs = _bound([tree for tree in trees])
     unsafe: set[str] = set()
     items: set[str] = set()
+    own: set[str] = set()
     aliases: list[tuple[str, str]] = []  # (name bound, path it is bound to)
     for node in (node for tree in trees for node in ast.walk(tree)):
         if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load):
@@ -90,6 +96,9 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
         verdict = _read_safely(start, path, parents, theirs)
         if verdict is False:
             unsafe |= _prefixes(path)
+            own.add(path)
+            if isinstance(start, ast.Attribute) and start.attr in _LOCAL_ANSWERS:
+                own.add(attribute_path(start.value) or path)  # ``r.count(3)``: r's items, read here
             above = parents.get(id(start))
             if isinstance(above, ast.Subscript) and above.value is start and not isinstance(above.slice, ast.Slice):
                 items.add(path)
@@ -97,11 +106,13 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
             aliases.append((verdict, path))
     grown = True
     while grown:  # ``ys = xs`` where ys is read unsafely: so is xs
-        before = len(unsafe)
+        before = len(unsafe) + len(own)
         for name, path in aliases:
             if name in unsafe:
                 unsafe |= _prefixes(path)
-        grown = len(unsafe) > before
+            if name in own:
+                own.add(path)
+        grown = len(unsafe) + len(own) > before
     for node in (node for tree in trees for node in ast.walk(tree)):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _outer_paths(node.target) & unsafe:
             items |= _outer_paths(node.iter)  # ``for row in grid`` where row is read unsafely
@@ -112,7 +123,7 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
             if name in items:
                 items.add(path)
         grown = len(items) > before
-    return Vacuous(frozenset(unsafe), frozenset(items))
+    return Vacuous(frozenset(unsafe), frozenset(items), frozenset(own))
 
 
 def _outer_paths(node: ast.AST) -> set[str]:
@@ -222,17 +233,32 @@ def reached(value: Any, vacuous: Vacuous) -> bool:
     return False
 
 
+def read_vacuously(value: Remote, vacuous: Vacuous) -> bool:
+    """Whether a path of ``vacuous.own``, as the running tests' frames bind it now, is ``value``, a
+    sample's value, or one of ``vacuous.items`` holds it at any depth. Why not ``reached``: a
+    method of a sample's value runs there (``s.pop()`` reads no items here), so a stack whose
+    ``pop`` the tests call is read vacuously only where they loop over it (``Remote._shrunk_softly``)."""
+    for path in vacuous.own | vacuous.items:
+        for found in _resolved(path):
+            if found is value and path in vacuous.own:
+                return True
+            if path in vacuous.items and any(item is value for container in _containers(found)
+                                             for item in (container.values() if type(container) is dict else container)):
+                return True
+    return False
+
+
 def _containers(value: Any) -> Iterator[Any]:
     """``value`` and every list, dict, set and tuple in it, at any depth."""
     stack = [value]
     seen: set[int] = set()
     while stack:
         item = stack.pop()
-        if id(item) in seen or type(item) not in (list, dict, set, tuple):
-            continue
+        if id(item) in seen or not (type(item) in (list, set, tuple) or isinstance(item, dict)):
+            continue  # a dict subclass too: a defaultdict or Counter argument takes its contents (``in_place``)
         seen.add(id(item))
         yield item
-        stack.extend(item.values() if type(item) is dict else item)
+        stack.extend(item.values() if isinstance(item, dict) else item)
 
 
 def _resolved(path: str) -> Iterator[Any]:
