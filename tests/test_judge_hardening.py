@@ -6,6 +6,7 @@ the error policy within ``timeout_s``."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import sqlite3
@@ -21,6 +22,7 @@ from polyrl.rewards.judge import judge_options, parse_score
 from polyrl.types import Completion, RewardContext
 
 from judge_stub import ScriptedJudge, chat_body, raw_reply, trickle_reply
+from work_meter import measured
 
 pytestmark = pytest.mark.faults
 
@@ -109,11 +111,12 @@ ADVERSARIAL = {
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_a_100_kb_adversarial_reply_parses_in_well_under_a_second(name):
+    """Counted, not timed (tests/work_meter.py): at most a few interpreter and regex-engine signal
+    checks per character (3.4 at most today); a backtracking regex or a rescan per label runs past
+    the budget and is stopped there."""
     text = ADVERSARIAL[name]
     assert len(text) >= 50_000
-    t0 = time.perf_counter()
-    parse_score(text, 10)
-    assert time.perf_counter() - t0 < 0.5, name
+    measured(functools.partial(parse_score, text, 10), budget=10 * len(text))
 
 
 def test_the_200_space_reply_that_used_to_stall_training(stub):
@@ -121,7 +124,7 @@ def test_the_200_space_reply_that_used_to_stall_training(stub):
     stub.reply("Score:" + " " * 200 + "x", "Score:" + " " * 100_000 + "x")
     t0 = time.perf_counter()
     result = judge(stub.base_url, ["a", "b"], cache_path="", on_parse_error="skip")
-    assert time.perf_counter() - t0 < 3.0
+    assert time.perf_counter() - t0 < 30  # far below the old 80 s; the parse itself is counted above
     assert np.isnan(result.per_reward["llm_judge"]).all()
 
 
@@ -197,13 +200,13 @@ def test_a_trickling_server_is_cut_off_at_timeout_s(stub):
     stub.reply(trickle_reply(0.2, give_up_s=8))
     t0 = time.perf_counter()
     result = judge(stub.base_url, ["a"], cache_path="", timeout_s=1.0, on_error="skip")
-    assert time.perf_counter() - t0 < 2.5
+    assert time.perf_counter() - t0 < 6  # cut at timeout_s = 1, well before the server's 8 s
     assert np.isnan(result.per_reward["llm_judge"]).all()
     stub.reply(trickle_reply(0.2, give_up_s=8))
     t0 = time.perf_counter()
     with pytest.raises(RewardError, match="timed out after 1 s"):
         judge(stub.base_url, ["b"], cache_path="", timeout_s=1.0)
-    assert time.perf_counter() - t0 < 2.5
+    assert time.perf_counter() - t0 < 6  # cut at timeout_s = 1, well before the server's 8 s
 
 
 @pytest.mark.parametrize("length", [True, False], ids=["content-length", "until-close"])
@@ -214,7 +217,7 @@ def test_an_oversized_reply_is_refused_at_max_reply_bytes(stub, length):
     stub.reply(raw_reply(200, huge, length=length))
     t0 = time.perf_counter()
     result = judge(stub.base_url, ["a"], cache_path="", on_error="skip")
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 < 30  # refused at 1 MiB, not after the whole 8 MB trickles in
     assert np.isnan(result.per_reward["llm_judge"]).all()
     stub.reply(raw_reply(200, huge, length=length))
     with pytest.raises(RewardError, match="max_reply_bytes") as err:
