@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import re
 import sqlite3
 import time
 
@@ -22,6 +23,7 @@ from polyrl.rewards.judge import judge_options, parse_score
 from polyrl.types import Completion, RewardContext
 
 from judge_stub import ScriptedJudge, chat_body, raw_reply, trickle_reply
+from regex_shape import meeting_runs
 from work_meter import measured
 
 pytestmark = pytest.mark.faults
@@ -117,6 +119,24 @@ def test_a_100_kb_adversarial_reply_parses_in_well_under_a_second(name):
     text = ADVERSARIAL[name]
     assert len(text) >= 50_000
     measured(functools.partial(parse_score, text, 10), budget=10 * len(text))
+
+
+#: The labelled-score regex before judge_score: "Score:" and 200 spaces took it ~80 s.
+_OLD_LABELLED = (r"(?:score|rating|grade)\s*(?:[(\[][^)\]\n]{0,20}[)\]])?\s*\**\s*(?:is|=|:|of)?\s*\**\s*"
+                 r"([-+]?(?:\d+(?:\.\d*)?|\.\d+))")
+
+
+def test_the_score_parsers_regexes_hand_no_run_to_another():
+    """A blank run handed to another blank run (``\\s*\\**\\s*``) is tried at every split before
+    failing: quadratic in one match, in C loops that no count sees (tests/regex_shape.py); the
+    counted test above catches rescans and nested repeats, this the shape."""
+    from polyrl.rewards import judge_score
+
+    assert meeting_runs(_OLD_LABELLED)
+    patterns = [v for v in vars(judge_score).values() if isinstance(v, re.Pattern)]
+    assert len(patterns) >= 8
+    for regex in patterns:
+        assert meeting_runs(regex.pattern) == [], regex.pattern
 
 
 def test_the_200_space_reply_that_used_to_stall_training(stub):
