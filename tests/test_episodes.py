@@ -1491,7 +1491,7 @@ def test_an_async_tool_ignoring_its_cancellation_does_not_hang_the_step():
         step.start()
         step.join(10)
         assert done, "the step still waits for the tool"
-        assert time.monotonic() - t0 < 0.3 + 3.0
+        assert time.monotonic() - t0 < 8  # cut off at 0.3 s and the cancel grace; the tool never ends by itself
         assert done[0][0].messages[1]["content"] == "error: tool 'fetch' did not finish within 0.3 s"
     finally:
         stop.set()

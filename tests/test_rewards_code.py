@@ -438,7 +438,7 @@ def test_a_stuck_reward_is_still_caught_at_the_limit_its_work_needs(monkeypatch)
         with pytest.raises(RewardError, match=f"did not answer within {limit:g} s"):
             computer(["p", "p"], [Completion(0, [1], [2], [0.0], text="x")] * 2,
                      RewardContext(rows=[{}, {}], wanted=("hangs",)))
-        assert limit <= time.monotonic() - start < limit + 3
+        assert limit <= time.monotonic() - start < limit + 10  # waited its limit, then cut off: the call never answers
 
 
 def test_a_users_own_timeout_is_the_cap_even_when_the_batch_needs_more(capsys):
