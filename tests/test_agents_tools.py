@@ -607,7 +607,7 @@ def test_an_async_tool_ignoring_its_cancellation_is_abandoned_at_its_timeout():
         caller.join(10)
         elapsed = time.monotonic() - t0
         assert answers, "the tool box still waits for the tool that ignores its cancellation"
-        assert elapsed < 0.3 + 2.0, elapsed  # the timeout, the cancel grace and thread start-up
+        assert elapsed < 8, elapsed  # cut off at 0.3 s and the cancel grace; the tool itself never ends
         assert [m["content"] for m in answers[0]] == ["error: tool 'fetch' did not finish within 0.3 s", "1.0"]
         assert box.abandoned == 1 and box.running_late == 1
     finally:
@@ -654,9 +654,8 @@ def test_calls_left_running_past_their_timeout_are_capped_and_counted_down_as_th
                                                  "error: tool 'hang_async' did not finish within 0.5 s"]
         assert box.running_late == 2
         threads = threading.active_count()
-        t0 = time.monotonic()
         refused = run(box, [ToolCall("hang", {"x": 3}), ToolCall("divide", {"a": 1, "b": 1})])
-        assert time.monotonic() - t0 < 0.4  # not run at all: no thread, no timeout waited for
+        # not run at all, counted, not timed: no thread started (below), so no timeout was waited for
         assert [m["content"] for m in refused] == [
             f"error: tool {name!r} not run: 2 earlier tool calls are still running past their 0.5 s timeout "
             "(their threads cannot be stopped)" for name in ("hang", "divide")]
@@ -784,10 +783,10 @@ def test_a_ctrl_c_taken_by_a_tools_thread_still_stops_the_run_at_once(waiting):
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "signalled"
         t0 = time.monotonic()
-        _, err = child.communicate(timeout=10)
+        _, err = child.communicate(timeout=45)
     finally:
         child.kill()
-    assert time.monotonic() - t0 < 5, "the run waited for its tool after a Ctrl-C"
+    assert time.monotonic() - t0 < 30, "the run waited for its tool (60 s) after a Ctrl-C"
     assert child.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
 
 
@@ -865,7 +864,7 @@ class ItemsRaise(dict):
 
 class ItemsHang(dict):
     def items(self):  # type: ignore[override]
-        time.sleep(3)
+        time.sleep(20)  # far past the 0.5 s timeout: a wait for it cannot pass for a slow machine
         return super().items()
 
 
@@ -891,7 +890,7 @@ def test_a_result_whose_own_code_raises_or_hangs_is_an_error_the_model_reads():
     box = ToolBox([odd_result], timeout_s=0.5)
     start = time.monotonic()
     out = run(box, [ToolCall("odd_result", {"kind": k}) for k in ("raise", "hang", "len")])
-    assert time.monotonic() - start < 2.5
+    assert time.monotonic() - start < 10  # cut off at 0.5 s, well before the 20 s the result hangs
     assert out[0]["content"] == ("error: tool 'odd_result' returned a ItemsRaise, which is neither text nor JSON "
                                  "(RuntimeError: items() failed)")
     assert out[1]["content"] == "error: tool 'odd_result' did not finish within 0.5 s"

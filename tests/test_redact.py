@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import time
+import functools
 
 import pytest
 
 from polyrl.redact import Redactor, display_url, is_secret_key, url_secrets
+from work_meter import measured
 
 pytestmark = pytest.mark.faults
 
@@ -45,9 +46,10 @@ def test_display_url_and_url_secrets():
 
 def test_redaction_is_linear_on_hostile_text():
     text = "http://" * 20_000 + "a" * 100_000 + "token: " * 10_000 + "Bearer " * 10_000 + "sk-" * 30_000
-    t0 = time.perf_counter()
-    Redactor.of(["secret-value"])(text)
-    assert time.perf_counter() - t0 < 1.0
+    redact = Redactor.of(["secret-value"])
+    # counted, not timed (tests/work_meter.py): ~21,000 signal checks for these 470 kB today; a
+    # pattern that rescans the rest of the text at each "http://" or "Bearer " runs past the budget
+    measured(functools.partial(redact, text), budget=len(text) // 2)
 
 
 @pytest.mark.parametrize(("key", "secret"), [

@@ -349,21 +349,34 @@ def test_server_dying_mid_run_follows_the_down_policy(fault_servers, tmp_path):
 
 
 def test_async_rewards_run_concurrently_with_the_judge(server):
-    server.reset(delay_s=0.5)
+    """Seen, not timed: each async reward waits until the other has started and the judge's request
+    is in flight at the server (3 s long), so run one after another they would each see nothing in
+    their 20 s. Not a sum of sleeps under a 1.3 s bound: that measured the machine, not the overlap."""
+    server.reset(delay_s=3.0)
+    started: set[str] = set()
+    saw: dict[str, bool] = {}
+
+    async def overlapping(name: str) -> None:
+        started.add(name)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if len(started) == 2 and (await asyncio.to_thread(server.stats))["in_flight"]:
+                saw[name] = True
+                return
+            await asyncio.sleep(0.02)
+        saw[name] = False
 
     async def slow_a(prompts, completions, **kw):
-        await asyncio.sleep(0.5)
+        await overlapping("slow_a")
         return [1.0] * len(completions)
 
     async def slow_b(prompts, completions, **kw):
-        await asyncio.sleep(0.5)
+        await overlapping("slow_b")
         return [None] + [0.5] * (len(completions) - 1)
 
     extra = [function_reward_plugin(slow_a), function_reward_plugin(slow_b)]
-    t0 = time.perf_counter()
-    result = judge(server.base_url, ["p", "q"], extra=extra, cache_path="")
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.3, elapsed  # three 0.5 s rewards, overlapped
+    result = judge(server.base_url, ["p", "q"], extra=extra, cache_path="", timeout_s=60)
+    assert saw == {"slow_a": True, "slow_b": True}, saw  # both rewards and the judge at once
     assert result.metrics["slow_b"]["none_count"] == 1
     assert np.isnan(result.per_reward["slow_b"][0]) and not np.isnan(result.total[0])
 
