@@ -182,6 +182,12 @@ class GRPOConfig:
     def __attrs_post_init__(self) -> None:
         from polyrl.chat_kwargs import checked
 
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+            # named here: OptimizerConfig's own "lr must be > 0" named no field the caller wrote
+            raise ConfigError(f"learning_rate = {shown(lr)} is no AdamW step size polyrl trains with (a finite "
+                              "number above 0; 0 would train nothing)", field="grpo_config.learning_rate",
+                              fix="set learning_rate above 0, e.g. 1e-6 (TRL's default)")
         if self.chat_template_kwargs is not None:  # named as the argument the caller wrote
             object.__setattr__(self, "chat_template_kwargs",
                                checked(self.chat_template_kwargs, "grpo_config.chat_template_kwargs"))
