@@ -193,6 +193,36 @@ def test_save_steps_count_optimizer_updates(fields, every):
     assert settings.get("train.keep_checkpoints", 2) == 0  # TRL's save_total_limit None: every one kept
 
 
+@pytest.mark.parametrize(("fields", "every"), [
+    ({"save_steps": 0.5}, 2),  # 2 epochs of 2 batches: max_steps 4 updates, ceil(4 x 0.5) = 2
+    ({"save_steps": 0.3}, 2),  # ceil(4 x 0.3) = 2
+    ({"save_steps": 0.5, "num_iterations": 2}, 2),  # 8 updates, ceil(8 x 0.5) = 4 updates: 2 steps
+    ({"save_steps": 0.99}, 4),  # ceil(3.96) = 4: the end
+])
+def test_a_fraction_of_an_epoch_runs_updates_is_save_steps_as_in_transformers(fields, every):
+    """transformers counts max_steps from num_train_epochs, then save_steps = ceil(max_steps x
+    save_steps) (``TrainerState.compute_steps``); from_trl refused a fraction without max_steps."""
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(4)],
+                               rewards=["numeric_match"],
+                               grpo_config=_args(_Tmp(), max_steps=-1, num_train_epochs=2, **fields))
+    assert config.train.steps == 4  # 2 epochs of 2 whole batches of 2 prompts
+    assert config.train.checkpoint_every == every
+
+
+def test_a_fraction_of_an_epoch_run_that_is_not_whole_steps_is_refused_naming_save_steps():
+    with pytest.raises(ConfigError) as err:  # 8 updates x 0.3 = 3 updates: part-way through a rollout batch of 2
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(4)],
+                       rewards=["numeric_match"], grpo_config=_args(_Tmp(), max_steps=-1, num_train_epochs=2,
+                                                                   num_iterations=2, save_steps=0.3))
+    assert err.value.field == "grpo_config.save_steps" and "is 3 optimizer updates" in err.value.message, err.value
+
+
+def test_a_fraction_save_steps_in_an_epoch_run_checkpoints_where_transformers_does(tiny_model_dir, tmp_path):
+    trainer, saved = _train(tiny_model_dir, tmp_path, max_steps=-1, num_train_epochs=2, save_steps=0.5)
+    assert trainer.state.max_steps == 4 and trainer.state.save_steps == 2  # compute_steps' numbers
+    assert saved == [2, 4] and _kept(tmp_path) == [2, 4]
+
+
 @pytest.mark.parametrize(("fields", "prompts", "warned"), [
     ({"num_iterations": 3, "max_steps": 3000}, 2, True),  # checkpoints at 501 updates, not 500
     ({"num_iterations": 3, "max_steps": 300}, 2, False),  # shorter: transformers saves at the end only

@@ -42,7 +42,16 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
-from polyrl.trl_config import BEST_KEPT, EVERY_EPOCH, ROUNDED_SAVE, SAVE_EVERY_EPOCH, SAVE_ON_BEST, rounded_save_warning
+from polyrl.trl_config import (
+    BEST_KEPT,
+    EVERY_EPOCH,
+    ROUNDED_SAVE,
+    SAVE_EVERY_EPOCH,
+    SAVE_FRACTION,
+    SAVE_ON_BEST,
+    fraction_every,
+    rounded_save_warning,
+)
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import shown
 
@@ -666,6 +675,9 @@ def run_config(
     rounded = settings.pop(ROUNDED_SAVE, None)  # TRL's save_steps 500 rounded in a run of epochs
     if rounded is not None:
         rounded_save_warning(steps * rounded[0], rounded[0], rounded[1])
+    save_fraction = settings.pop(SAVE_FRACTION, None)  # TRL's save_steps below 1 in a run of epochs
+    if save_fraction is not None:
+        settings["train.checkpoint_every"] = fraction_every(save_fraction, steps)
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            compute_dtype=policy.compute_dtype or trl_compute_dtype(cfg, policy.backend),

@@ -96,9 +96,14 @@ HF_SAVE_STEPS = 500
 #: [updates per step, minibatches], for ``polyrl.api.run_config`` to warn where the rounding moves a
 #: checkpoint (``rounded_save_warning``)
 ROUNDED_SAVE = "train.checkpoint_every_rounded"
+#: a ``GRPOConfig.settings`` key, not a config key: TRL's ``save_steps`` below 1 (that fraction of the
+#: run's optimizer updates) in a ``num_train_epochs`` run, whose updates are known only with the
+#: prompts: [save_steps, num_iterations, minibatches], turned into ``train.checkpoint_every`` by
+#: ``polyrl.api.run_config`` (``fraction_every``)
+SAVE_FRACTION = "train.checkpoint_every_fraction"
 #: the settings keys above that are requests to ``polyrl.api.run_config`` or the callbacks, not
 #: config values (left out of the log of values taken from TRL)
-REQUESTS = frozenset({SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE})
+REQUESTS = frozenset({SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE, SAVE_FRACTION})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
@@ -838,7 +843,10 @@ def save_settings(trl_config: Any) -> dict[str, Any]:
     ``rotate_checkpoints``."""
     out: dict[str, Any] = {"train.keep_checkpoints": _keep_checkpoints(getattr(trl_config, "save_total_limit", None))}
     strategy = _plain(trl_config.save_strategy)
-    if strategy == "steps":
+    if strategy == "steps" and _is_fraction(trl_config.save_steps) and trl_config.max_steps <= 0:
+        # transformers' compute_steps: ceil(max_steps x save_steps), max_steps counted from the epochs
+        out[SAVE_FRACTION] = [trl_config.save_steps, int(trl_config.num_iterations), _minibatches(trl_config)]
+    elif strategy == "steps":
         every = _save_every(trl_config)
         if isinstance(every, tuple):  # rounded in a run of epochs: warned once its length is known
             every, out[ROUNDED_SAVE] = every
@@ -911,6 +919,21 @@ def _save_every(trl_config: Any) -> int | tuple[int, list[int]]:
         rounded_save_warning(trl_config.max_steps, per_step, minibatches)
         return every
     return _eval_every(updates, trl_config.max_steps, trl_config.num_iterations, minibatches, "save_steps")
+
+
+def _is_fraction(steps: Any) -> bool:
+    """Whether TRL's ``save_steps`` (or ``eval_steps``) is a fraction of the run's updates (0 < x < 1)."""
+    return isinstance(steps, (int, float)) and not isinstance(steps, bool) and 0 < steps < 1
+
+
+def fraction_every(request: list[Any], steps: int, name: str = "save_steps") -> int:
+    """polyrl's steps between checkpoints for a ``SAVE_FRACTION`` request in a run of ``steps``
+    polyrl steps: ``ceil(max_steps x save_steps)`` updates as transformers' ``compute_steps``
+    counts them, ``max_steps`` being the updates its Trainer computed from ``num_train_epochs``
+    (``steps`` x updates per step, ``polyrl.api.epoch_steps``); refused where that is not whole
+    steps, as ``_eval_every`` refuses it with ``max_steps``."""
+    fraction, num_iterations, minibatches = request
+    return _eval_every(fraction, steps * num_iterations * minibatches, num_iterations, minibatches, name)
 
 
 def rounded_save_warning(total_updates: int, per_step: int, minibatches: int) -> None:
