@@ -365,3 +365,58 @@ def _sampled_apart(seen):
 
 def _kept_in(run) -> list[int]:
     return sorted(int(p.name.rpartition("-")[2]) for p in (run / "checkpoints").iterdir())
+
+
+class StopAtStep(TrainerCallback):
+    """A crash stand-in: the run ends after ``step`` (checkpointed there by polyrl's final save)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step == self.step
+
+
+def rising_eval(completions, trainer_state, **kwargs):
+    """The update count: each evaluation beats the one before it."""
+    return [float(trainer_state.global_step) for _ in completions]
+
+
+def test_a_checkpoint_whose_state_the_evaluation_after_training_rewrote_resumes_exactly(tiny_model_dir, tmp_path):
+    """The evaluation after training (step 3, after the run was stopped there) sets a new best, which
+    polyrl writes into the step-3 checkpoint it had saved before it (``checkpoint.rewrite_state``:
+    hard links, a new state file and manifest). A resume from that rewritten checkpoint reads it
+    (its manifest checks), starts from the new best, and trains steps 4 and 5 exactly as the
+    uninterrupted run: the same metrics lines and the same weights."""
+    import json
+
+    def trainer(where, callbacks=()):
+        return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, rising_eval], train_dataset=_dataset(8),
+                           eval_dataset=_dataset(2), callbacks=list(callbacks),
+                           args=_args(where, max_steps=5, eval_strategy="steps", eval_steps=2, save_steps=2,
+                                      metric_for_best_model="reward"))
+
+    whole = trainer(tmp_path / "whole")
+    whole.train()
+    assert trainer(tmp_path / "cut", [StopAtStep(3)]).train().global_step == 3
+    cut = tmp_path / "cut" / "run"
+    kept = json.loads((cut / "checkpoints" / "step-00000003" / "trainer_state.json").read_text())
+    assert kept["observers"]["trl"]["best_global_step"] == 3  # rewritten: the in-run evaluations were at 2 only
+
+    seen = SeenAtStart()
+    resumed = trainer(tmp_path / "cut", [seen])
+    assert resumed.train(resume_from_checkpoint=True).global_step == 5
+    assert seen.best == (kept["observers"]["trl"]["best_metric"], 3)  # the rewritten best came back
+    (lines, weights), (resumed_lines, resumed_weights) = _trained(tmp_path / "whole" / "run"), _trained(cut)
+    assert [line[0] for line in resumed_lines] == [1, 2, 3, 4, 5, 5]  # the last: the evaluation after training
+    assert resumed_lines == lines
+    assert all((resumed_weights[k] == weights[k]).all() for k in weights)
+    assert (resumed.state.best_metric, resumed.state.best_global_step) == \
+        (whole.state.best_metric, whole.state.best_global_step) == (whole.state.best_metric, 5)
+
+
+class SeenAtStart(TrainerCallback):
+    """The state's best fields as on_train_begin sees them (after a resume restored them)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.best = (state.best_metric, state.best_global_step)
