@@ -60,3 +60,16 @@ def test_a_bad_trl_value_is_one_error_naming_the_trl_field_and_its_fix(tiny_mode
     err = _error(tiny_model_dir, tmp_path, **fields)
     assert err.field == field, err
     assert words in err.message and err.fix, err
+
+
+def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(tmp_path):
+    """The checks above read numbers as numbers: a numpy float or int (a sweep's value) is no error."""
+    import numpy as np
+
+    from polyrl import api
+
+    ours = api.GRPOConfig.from_trl(grpo_args(tmp_path, learning_rate=np.float32(1e-4), adam_beta1=np.float64(0.8),
+                                             max_completion_length=np.int64(5), max_steps=-1,
+                                             num_train_epochs=np.float32(2.0)))
+    assert ours.learning_rate == pytest.approx(1e-4) and ours.epochs == 2.0
+    assert ours.settings["optimizer.betas"] == (0.8, 0.999) and ours.settings["generation.max_new_tokens"] == 5

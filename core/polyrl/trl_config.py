@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import json
 import math
+import numbers
 from typing import Any
 
 from polyrl.config import RUN_REWARDS
@@ -732,7 +733,7 @@ def _epochs(epochs: Any) -> float:
     """polyrl's ``train.epochs`` for TRL's ``num_train_epochs`` (read where ``max_steps`` is not
     above 0). Why checked here: NaN ended in a ValueError traceback when the steps were counted, and
     0 or fewer trained one step, where transformers' Trainer trains none (``ceil(epochs x ...)``)."""
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not (math.isfinite(epochs) and epochs > 0):
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Real) or not (math.isfinite(epochs) and float(epochs) > 0):
         raise ConfigError(f"TRL's num_train_epochs = {shown(epochs)} (read where max_steps is not above 0) is no "
                           "number of epochs polyrl trains (transformers' Trainer trains no step for it, or fails)",
                           field="grpo_config.num_train_epochs",
@@ -744,7 +745,7 @@ def _epochs(epochs: Any) -> float:
 def _refuse_no_length(length: Any) -> None:
     """One ConfigError for a ``max_completion_length`` that is no count of tokens. Why here:
     polyrl's check said "max_new_tokens must be > 0", a name the script never wrote, with no fix."""
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+    if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 1:
         raise ConfigError(f"TRL's max_completion_length = {shown(length)} is no number of completion tokens",
                           field="grpo_config.max_completion_length",
                           fix="set it to 1 or more (TRL's default 256)")
@@ -756,7 +757,7 @@ def _betas(trl_config: Any) -> tuple[float, float]:
     check named ``optimizer.betas[0]``, a key the script never wrote."""
     betas = (trl_config.adam_beta1, trl_config.adam_beta2)
     for name, beta in zip(("adam_beta1", "adam_beta2"), betas):
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (math.isfinite(beta) and 0 <= beta < 1):
+        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (math.isfinite(beta) and 0 <= float(beta) < 1):
             raise ConfigError(f"TRL's {name} = {shown(beta)} is no AdamW beta (a number in [0, 1); torch's AdamW "
                               "refuses it, and TRL's training stops there)", field=f"grpo_config.{name}",
                               fix=f"set {name} in [0, 1) (TRL's default: {0.9 if name == 'adam_beta1' else 0.999})")
@@ -777,7 +778,7 @@ def _refuse_bad_ref_sync(trl_config: Any) -> None:
                           field="grpo_config.sync_ref_model",
                           fix="set sync_ref_model=False, or beta above 0 (e.g. 0.04) for a KL term")
     steps = trl_config.ref_model_sync_steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
         raise ConfigError(f"TRL's ref_model_sync_steps = {shown(steps)} is no number of steps between reference "
                           "syncs (TRL's sync callback divides by it)", field="grpo_config.ref_model_sync_steps",
                           fix="set it to 1 or more (TRL's default 512), or sync_ref_model=False")
