@@ -48,9 +48,8 @@ from polyrl.trl_config import (
     EVERY_EPOCH,
     ROUNDED_SAVE,
     SAVE_EVERY_EPOCH,
-    SAVE_FRACTION,
     SAVE_ON_BEST,
-    fraction_every,
+    resolve_fractions,
     rounded_save_warning,
 )
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
@@ -676,9 +675,7 @@ def run_config(
     rounded = settings.pop(ROUNDED_SAVE, None)  # TRL's save_steps 500 rounded in a run of epochs
     if rounded is not None:
         rounded_save_warning(steps * rounded[0], rounded[0], rounded[1])
-    save_fraction = settings.pop(SAVE_FRACTION, None)  # TRL's save_steps below 1 in a run of epochs
-    if save_fraction is not None:
-        settings["train.checkpoint_every"] = fraction_every(save_fraction, steps)
+    resolve_fractions(settings, steps)  # TRL's save_steps, eval_steps, warmup_steps below 1 in a run of epochs
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            compute_dtype=policy.compute_dtype or trl_compute_dtype(cfg, policy.backend),

@@ -102,9 +102,17 @@ ROUNDED_SAVE = "train.checkpoint_every_rounded"
 #: prompts: [save_steps, num_iterations, minibatches], turned into ``train.checkpoint_every`` by
 #: ``polyrl.api.run_config`` (``fraction_every``)
 SAVE_FRACTION = "train.checkpoint_every_fraction"
+#: ``SAVE_FRACTION`` for TRL's ``eval_steps``, turned into ``eval.every`` (an ``eval.`` key: left out of
+#: the settings of one ``evaluate()``, as the run's evaluation schedule is)
+EVAL_FRACTION = "eval.every_fraction"
+#: a ``GRPOConfig.settings`` key, not a config key: TRL's ``warmup_steps`` below 1 in a
+#: ``num_train_epochs`` run: [warmup_steps, updates per polyrl step], turned into
+#: ``optimizer.warmup_steps`` by ``polyrl.api.run_config`` (``resolve_fractions``)
+WARMUP_FRACTION = "optimizer.warmup_fraction"
 #: the settings keys above that are requests to ``polyrl.api.run_config`` or the callbacks, not
 #: config values (left out of the log of values taken from TRL)
-REQUESTS = frozenset({SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE, SAVE_FRACTION})
+REQUESTS = frozenset({SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE, SAVE_FRACTION, EVAL_FRACTION,
+                      WARMUP_FRACTION})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
@@ -676,6 +684,10 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     out.update(_min_lr(trl_config, schedule))
     if schedule == "constant":  # transformers' "constant" ignores warmup_steps (only constant_with_warmup warms up)
         out["optimizer.warmup_steps"] = 0
+    elif _is_fraction(out.get("optimizer.warmup_steps")) and trl_config.max_steps <= 0:
+        # transformers' get_warmup_steps: ceil(max_steps x warmup_steps), max_steps counted from the epochs
+        out[WARMUP_FRACTION] = [out.pop("optimizer.warmup_steps"),
+                                int(trl_config.num_iterations) * _minibatches(trl_config)]
     elif "optimizer.warmup_steps" in out:
         out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
     _refuse_micro_batch_mean(trl_config)
@@ -927,6 +939,22 @@ def _is_fraction(steps: Any) -> bool:
     return isinstance(steps, (int, float)) and not isinstance(steps, bool) and 0 < steps < 1
 
 
+def resolve_fractions(settings: dict[str, Any], steps: int) -> None:
+    """``settings`` with the requests for TRL's fractions of a ``num_train_epochs`` run's updates
+    (``SAVE_FRACTION``, ``EVAL_FRACTION``, ``WARMUP_FRACTION``) turned into polyrl's values, now
+    that the run is known to take ``steps`` polyrl steps. Why: transformers computes ``max_steps``
+    from the epochs, then reads each fraction of it (``compute_steps``, ``get_warmup_steps``); from_trl
+    refused them without a ``max_steps``."""
+    for key, target, name in ((SAVE_FRACTION, "train.checkpoint_every", "save_steps"),
+                              (EVAL_FRACTION, "eval.every", "eval_steps")):
+        request = settings.pop(key, None)
+        if request is not None:
+            settings[target] = fraction_every(request, steps, name)
+    warmup = settings.pop(WARMUP_FRACTION, None)
+    if warmup is not None:
+        settings["optimizer.warmup_steps"] = _warmup(warmup[0], steps * warmup[1])
+
+
 def fraction_every(request: list[Any], steps: int, name: str = "save_steps") -> int:
     """polyrl's steps between checkpoints for a ``SAVE_FRACTION`` request in a run of ``steps``
     polyrl steps: ``ceil(max_steps x save_steps)`` updates as transformers' ``compute_steps``
@@ -979,6 +1007,8 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
                            **eval_loss_settings(trl_config)}
     if strategy == "epoch":
         out[EVERY_EPOCH] = True
+    elif _is_fraction(trl_config.eval_steps) and trl_config.max_steps <= 0:  # as save_steps (``save_settings``)
+        out[EVAL_FRACTION] = [trl_config.eval_steps, int(trl_config.num_iterations), _minibatches(trl_config)]
     else:
         out["eval.every"] = _eval_every(trl_config.eval_steps, trl_config.max_steps, trl_config.num_iterations,
                                         _minibatches(trl_config))
