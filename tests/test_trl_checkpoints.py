@@ -193,6 +193,36 @@ def test_save_steps_count_optimizer_updates(fields, every):
     assert settings.get("train.keep_checkpoints", 2) == 0  # TRL's save_total_limit None: every one kept
 
 
+@pytest.mark.parametrize(("fields", "every"), [
+    ({"save_steps": 0.5}, 2),  # 2 epochs of 2 batches: max_steps 4 updates, ceil(4 x 0.5) = 2
+    ({"save_steps": 0.3}, 2),  # ceil(4 x 0.3) = 2
+    ({"save_steps": 0.5, "num_iterations": 2}, 2),  # 8 updates, ceil(8 x 0.5) = 4 updates: 2 steps
+    ({"save_steps": 0.99}, 4),  # ceil(3.96) = 4: the end
+])
+def test_a_fraction_of_an_epoch_runs_updates_is_save_steps_as_in_transformers(fields, every):
+    """transformers counts max_steps from num_train_epochs, then save_steps = ceil(max_steps x
+    save_steps) (``TrainerState.compute_steps``); from_trl refused a fraction without max_steps."""
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(4)],
+                               rewards=["numeric_match"],
+                               grpo_config=_args(_Tmp(), max_steps=-1, num_train_epochs=2, **fields))
+    assert config.train.steps == 4  # 2 epochs of 2 whole batches of 2 prompts
+    assert config.train.checkpoint_every == every
+
+
+def test_a_fraction_of_an_epoch_run_that_is_not_whole_steps_is_refused_naming_save_steps():
+    with pytest.raises(ConfigError) as err:  # 8 updates x 0.3 = 3 updates: part-way through a rollout batch of 2
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(4)],
+                       rewards=["numeric_match"], grpo_config=_args(_Tmp(), max_steps=-1, num_train_epochs=2,
+                                                                   num_iterations=2, save_steps=0.3))
+    assert err.value.field == "grpo_config.save_steps" and "is 3 optimizer updates" in err.value.message, err.value
+
+
+def test_a_fraction_save_steps_in_an_epoch_run_checkpoints_where_transformers_does(tiny_model_dir, tmp_path):
+    trainer, saved = _train(tiny_model_dir, tmp_path, max_steps=-1, num_train_epochs=2, save_steps=0.5)
+    assert trainer.state.max_steps == 4 and trainer.state.save_steps == 2  # compute_steps' numbers
+    assert saved == [2, 4] and _kept(tmp_path) == [2, 4]
+
+
 @pytest.mark.parametrize(("fields", "prompts", "warned"), [
     ({"num_iterations": 3, "max_steps": 3000}, 2, True),  # checkpoints at 501 updates, not 500
     ({"num_iterations": 3, "max_steps": 300}, 2, False),  # shorter: transformers saves at the end only
@@ -335,3 +365,58 @@ def _sampled_apart(seen):
 
 def _kept_in(run) -> list[int]:
     return sorted(int(p.name.rpartition("-")[2]) for p in (run / "checkpoints").iterdir())
+
+
+class StopAtStep(TrainerCallback):
+    """A crash stand-in: the run ends after ``step`` (checkpointed there by polyrl's final save)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step == self.step
+
+
+def rising_eval(completions, trainer_state, **kwargs):
+    """The update count: each evaluation beats the one before it."""
+    return [float(trainer_state.global_step) for _ in completions]
+
+
+def test_a_checkpoint_whose_state_the_evaluation_after_training_rewrote_resumes_exactly(tiny_model_dir, tmp_path):
+    """The evaluation after training (step 3, after the run was stopped there) sets a new best, which
+    polyrl writes into the step-3 checkpoint it had saved before it (``checkpoint.rewrite_state``:
+    hard links, a new state file and manifest). A resume from that rewritten checkpoint reads it
+    (its manifest checks), starts from the new best, and trains steps 4 and 5 exactly as the
+    uninterrupted run: the same metrics lines and the same weights."""
+    import json
+
+    def trainer(where, callbacks=()):
+        return GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, rising_eval], train_dataset=_dataset(8),
+                           eval_dataset=_dataset(2), callbacks=list(callbacks),
+                           args=_args(where, max_steps=5, eval_strategy="steps", eval_steps=2, save_steps=2,
+                                      metric_for_best_model="reward"))
+
+    whole = trainer(tmp_path / "whole")
+    whole.train()
+    assert trainer(tmp_path / "cut", [StopAtStep(3)]).train().global_step == 3
+    cut = tmp_path / "cut" / "run"
+    kept = json.loads((cut / "checkpoints" / "step-00000003" / "trainer_state.json").read_text())
+    assert kept["observers"]["trl"]["best_global_step"] == 3  # rewritten: the in-run evaluations were at 2 only
+
+    seen = SeenAtStart()
+    resumed = trainer(tmp_path / "cut", [seen])
+    assert resumed.train(resume_from_checkpoint=True).global_step == 5
+    assert seen.best == (kept["observers"]["trl"]["best_metric"], 3)  # the rewritten best came back
+    (lines, weights), (resumed_lines, resumed_weights) = _trained(tmp_path / "whole" / "run"), _trained(cut)
+    assert [line[0] for line in resumed_lines] == [1, 2, 3, 4, 5, 5]  # the last: the evaluation after training
+    assert resumed_lines == lines
+    assert all((resumed_weights[k] == weights[k]).all() for k in weights)
+    assert (resumed.state.best_metric, resumed.state.best_global_step) == \
+        (whole.state.best_metric, whole.state.best_global_step) == (whole.state.best_metric, 5)
+
+
+class SeenAtStart(TrainerCallback):
+    """The state's best fields as on_train_begin sees them (after a resume restored them)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.best = (state.best_metric, state.best_global_step)

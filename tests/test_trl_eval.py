@@ -36,9 +36,24 @@ def test_eval_steps_unset_is_logging_steps_and_a_fraction_is_of_max_steps_rounde
     assert api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", logging_steps=3)).settings["eval.every"] == 3
     assert api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=0.3, max_steps=10)) \
         .settings["eval.every"] == 3  # transformers: ceil(10 x 0.3)
-    with pytest.raises(ConfigError) as err:  # no max_steps: the fraction of what?
-        api.GRPOConfig.from_trl(trl_config(eval_strategy="steps", eval_steps=0.5, max_steps=-1))
-    assert err.value.field == "grpo_config.eval_steps" and "max_steps" in err.value.fix
+
+
+
+@pytest.mark.parametrize(("fields", "every"), [({"eval_steps": 0.5}, 2), ({"eval_steps": 0.3}, 2),
+                                               ({"eval_steps": 0.5, "num_iterations": 2}, 2)])
+def test_a_fraction_eval_steps_in_an_epoch_run_is_of_the_updates_transformers_counts(fields, every):
+    """No max_steps: transformers counts it from num_train_epochs (2 epochs of 2 batches: 4 updates a
+    rollout batch each), then eval_steps = ceil(max_steps x eval_steps); from_trl refused it."""
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(4)],
+                               rewards=["numeric_match"], eval_prompts=["e"],
+                               grpo_config=trl_config(eval_strategy="steps", max_steps=-1, num_train_epochs=2, **fields))
+    assert config.train.steps == 4 and config.eval.every == every
+    with pytest.raises(ConfigError) as err:  # 8 updates x 0.3 = 3: part-way through a rollout batch of 2
+        api.run_config(api.grpo, policy=api.Agent("m"), prompts=[{"prompt": f"q{i}"} for i in range(4)],
+                       rewards=["numeric_match"], eval_prompts=["e"],
+                       grpo_config=trl_config(eval_strategy="steps", max_steps=-1, num_train_epochs=2,
+                                              num_iterations=2, eval_steps=0.3))
+    assert err.value.field == "grpo_config.eval_steps" and "is 3 optimizer updates" in err.value.message
 
 
 @pytest.mark.parametrize("max_steps", [10, -1])

@@ -23,6 +23,7 @@ import functools
 import inspect
 import json
 import math
+import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -42,7 +43,15 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
-from polyrl.trl_config import BEST_KEPT, EVERY_EPOCH, ROUNDED_SAVE, SAVE_EVERY_EPOCH, SAVE_ON_BEST, rounded_save_warning
+from polyrl.trl_config import (
+    BEST_KEPT,
+    EVERY_EPOCH,
+    ROUNDED_SAVE,
+    SAVE_EVERY_EPOCH,
+    SAVE_ON_BEST,
+    resolve_fractions,
+    rounded_save_warning,
+)
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import shown
 
@@ -182,6 +191,12 @@ class GRPOConfig:
     def __attrs_post_init__(self) -> None:
         from polyrl.chat_kwargs import checked
 
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr <= 0:
+            # named here: OptimizerConfig's own "lr must be > 0" named no field the caller wrote
+            raise ConfigError(f"learning_rate = {shown(lr)} is no AdamW step size polyrl trains with (a finite "
+                              "number above 0; 0 would train nothing)", field="grpo_config.learning_rate",
+                              fix="set learning_rate above 0, e.g. 1e-6 (TRL's default)")
         if self.chat_template_kwargs is not None:  # named as the argument the caller wrote
             object.__setattr__(self, "chat_template_kwargs",
                                checked(self.chat_template_kwargs, "grpo_config.chat_template_kwargs"))
@@ -660,6 +675,7 @@ def run_config(
     rounded = settings.pop(ROUNDED_SAVE, None)  # TRL's save_steps 500 rounded in a run of epochs
     if rounded is not None:
         rounded_save_warning(steps * rounded[0], rounded[0], rounded[1])
+    resolve_fractions(settings, steps)  # TRL's save_steps, eval_steps, warmup_steps below 1 in a run of epochs
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
                            compute_dtype=policy.compute_dtype or trl_compute_dtype(cfg, policy.backend),

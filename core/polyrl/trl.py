@@ -133,6 +133,11 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 _PEFT_NAMES = {"rank": "r", "alpha": "lora_alpha", "dropout": "lora_dropout"}
 
 
+#: polyrl's own ``GRPOConfig`` arguments that ``from_trl`` fills from a ``trl.GRPOConfig`` field of
+#: another name -> that field: an error naming ``grpo_config.epochs`` named no field the script wrote
+_API_FIELDS = {"epochs": "num_train_epochs", "steps": "max_steps", "prompts_per_step": "per_device_train_batch_size"}
+
+
 def _trl_field_of(key: str) -> str | None:
     """The one ``trl.GRPOConfig`` field ``from_trl`` sets polyrl's ``key`` (``table.key``) from,
     None where none or several do (``train.steps``: max_steps or num_train_epochs; ``[eval]``)."""
@@ -170,6 +175,8 @@ def _script_field(field: str | None, trl_args: bool = False) -> str | None:
     except ImportError:  # no TRL here: the script gave polyrl's own GRPOConfig
         return field
     name = rest.split(".")[0].split("[")[0]
+    if trl_args and rest in _API_FIELDS:
+        return f"args.{_API_FIELDS[rest]}"
     return f"args.{rest}" if name in {f.name for f in dataclasses.fields(trl.GRPOConfig)} else field
 
 

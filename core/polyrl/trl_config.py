@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import json
 import math
+import numbers
 from typing import Any
 
 from polyrl.config import RUN_REWARDS
@@ -96,9 +97,22 @@ HF_SAVE_STEPS = 500
 #: [updates per step, minibatches], for ``polyrl.api.run_config`` to warn where the rounding moves a
 #: checkpoint (``rounded_save_warning``)
 ROUNDED_SAVE = "train.checkpoint_every_rounded"
+#: a ``GRPOConfig.settings`` key, not a config key: TRL's ``save_steps`` below 1 (that fraction of the
+#: run's optimizer updates) in a ``num_train_epochs`` run, whose updates are known only with the
+#: prompts: [save_steps, num_iterations, minibatches], turned into ``train.checkpoint_every`` by
+#: ``polyrl.api.run_config`` (``fraction_every``)
+SAVE_FRACTION = "train.checkpoint_every_fraction"
+#: ``SAVE_FRACTION`` for TRL's ``eval_steps``, turned into ``eval.every`` (an ``eval.`` key: left out of
+#: the settings of one ``evaluate()``, as the run's evaluation schedule is)
+EVAL_FRACTION = "eval.every_fraction"
+#: a ``GRPOConfig.settings`` key, not a config key: TRL's ``warmup_steps`` below 1 in a
+#: ``num_train_epochs`` run: [warmup_steps, updates per polyrl step], turned into
+#: ``optimizer.warmup_steps`` by ``polyrl.api.run_config`` (``resolve_fractions``)
+WARMUP_FRACTION = "optimizer.warmup_fraction"
 #: the settings keys above that are requests to ``polyrl.api.run_config`` or the callbacks, not
 #: config values (left out of the log of values taken from TRL)
-REQUESTS = frozenset({SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE})
+REQUESTS = frozenset({SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE, SAVE_FRACTION, EVAL_FRACTION,
+                      WARMUP_FRACTION})
 #: fields read together with others below, not through their own table entry
 COMBINED = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                       "num_train_epochs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
@@ -666,10 +680,14 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
                           "has", field="grpo_config.lr_scheduler_type",
                           fix=f"use one of {', '.join(SCHEDULES)} (or constant_with_warmup)")
     schedule = _plain(trl_config.lr_scheduler_type)
-    out["optimizer.betas"] = (trl_config.adam_beta1, trl_config.adam_beta2)
+    out["optimizer.betas"] = _betas(trl_config)
     out.update(_min_lr(trl_config, schedule))
     if schedule == "constant":  # transformers' "constant" ignores warmup_steps (only constant_with_warmup warms up)
         out["optimizer.warmup_steps"] = 0
+    elif _is_fraction(out.get("optimizer.warmup_steps")) and trl_config.max_steps <= 0:
+        # transformers' get_warmup_steps: ceil(max_steps x warmup_steps), max_steps counted from the epochs
+        out[WARMUP_FRACTION] = [out.pop("optimizer.warmup_steps"),
+                                int(trl_config.num_iterations) * _minibatches(trl_config)]
     elif "optimizer.warmup_steps" in out:
         out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
     _refuse_micro_batch_mean(trl_config)
@@ -690,7 +708,8 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     if trl_config.max_steps > 0:
         out["train.steps"] = _steps(trl_config.max_steps, trl_config.num_iterations, minibatches)
     else:
-        out["train.epochs"] = float(trl_config.num_train_epochs)
+        out["train.epochs"] = _epochs(trl_config.num_train_epochs)
+    _refuse_no_length(trl_config.max_completion_length)
     # TRL's generation batch (per_device_train_batch_size x world_size x steps_per_generation, which is
     # gradient_accumulation_steps unless set): the completions of one rollout
     completions = trl_config.generation_batch_size
@@ -701,6 +720,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
                           field="grpo_config.per_device_train_batch_size",
                           fix="make it a multiple of num_generations (polyrl counts prompts per step)")
     out["train.prompts_per_step"] = completions // trl_config.num_generations
+    _refuse_bad_ref_sync(trl_config)
     out["algorithm.ref_sync_every"] = trl_config.ref_model_sync_steps if trl_config.sync_ref_model else 0
     if trl_config.sync_ref_model:
         out["algorithm.ref_sync_alpha"] = trl_config.ref_model_mixup_alpha
@@ -719,6 +739,61 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     out.update(tracker_settings(trl_config))
     out.update(timeout_settings(trl_config))
     return out
+
+
+def _epochs(epochs: Any) -> float:
+    """polyrl's ``train.epochs`` for TRL's ``num_train_epochs`` (read where ``max_steps`` is not
+    above 0). Why checked here: NaN ended in a ValueError traceback when the steps were counted, and
+    0 or fewer trained one step, where transformers' Trainer trains none (``ceil(epochs x ...)``)."""
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Real) or not (math.isfinite(epochs) and float(epochs) > 0):
+        raise ConfigError(f"TRL's num_train_epochs = {shown(epochs)} (read where max_steps is not above 0) is no "
+                          "number of epochs polyrl trains (transformers' Trainer trains no step for it, or fails)",
+                          field="grpo_config.num_train_epochs",
+                          fix="set num_train_epochs above 0 (TRL's default 3.0), or max_steps to a number of "
+                              "optimizer updates")
+    return float(epochs)
+
+
+def _refuse_no_length(length: Any) -> None:
+    """One ConfigError for a ``max_completion_length`` that is no count of tokens. Why here:
+    polyrl's check said "max_new_tokens must be > 0", a name the script never wrote, with no fix."""
+    if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 1:
+        raise ConfigError(f"TRL's max_completion_length = {shown(length)} is no number of completion tokens",
+                          field="grpo_config.max_completion_length",
+                          fix="set it to 1 or more (TRL's default 256)")
+
+
+def _betas(trl_config: Any) -> tuple[float, float]:
+    """``optimizer.betas`` for TRL's ``adam_beta1`` and ``adam_beta2``, each a finite number in
+    [0, 1) as torch's AdamW requires (TRL's training stops there on another). Why here: polyrl's
+    check named ``optimizer.betas[0]``, a key the script never wrote."""
+    betas = (trl_config.adam_beta1, trl_config.adam_beta2)
+    for name, beta in zip(("adam_beta1", "adam_beta2"), betas):
+        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (math.isfinite(beta) and 0 <= float(beta) < 1):
+            raise ConfigError(f"TRL's {name} = {shown(beta)} is no AdamW beta (a number in [0, 1); torch's AdamW "
+                              "refuses it, and TRL's training stops there)", field=f"grpo_config.{name}",
+                              fix=f"set {name} in [0, 1) (TRL's default: {0.9 if name == 'adam_beta1' else 0.999})")
+    return float(betas[0]), float(betas[1])
+
+
+def _refuse_bad_ref_sync(trl_config: Any) -> None:
+    """One ConfigError where TRL's ``sync_ref_model = True`` cannot run as TRL runs it: with
+    ``beta = 0`` (no reference model; TRL's trainer refuses it), or a ``ref_model_sync_steps`` below 1
+    (TRL's callback takes the step modulo it: a ZeroDivisionError, where polyrl's 0 meant "never").
+    Why here: polyrl's own check named ``algorithm.ref_sync_every`` and ``beta``, keys the script
+    never wrote."""
+    if not trl_config.sync_ref_model:
+        return
+    if not trl_config.beta:
+        raise ConfigError("TRL's sync_ref_model = True with beta = 0.0 (TRL's default): no reference model is used, "
+                          "so there is nothing to synchronize (TRL's trainer refuses it too)",
+                          field="grpo_config.sync_ref_model",
+                          fix="set sync_ref_model=False, or beta above 0 (e.g. 0.04) for a KL term")
+    steps = trl_config.ref_model_sync_steps
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+        raise ConfigError(f"TRL's ref_model_sync_steps = {shown(steps)} is no number of steps between reference "
+                          "syncs (TRL's sync callback divides by it)", field="grpo_config.ref_model_sync_steps",
+                          fix="set it to 1 or more (TRL's default 512), or sync_ref_model=False")
 
 
 def timeout_settings(trl_config: Any) -> dict[str, Any]:
@@ -746,9 +821,15 @@ def tracker_settings(trl_config: Any) -> dict[str, Any]:
     ``report_to="wandb"`` script without a word in W&B. polyrl's trackers go by the same names
     (tensorboard, wandb, mlflow, trackio); another name is refused when the run is built
     (``tracking.session.resolve_specs``, naming the trackers installed)."""
-    names = trl_config.report_to
-    names = [] if names in (None, "none") else [names] if isinstance(names, str) else list(names)
-    names = [name for name in names if name != "none"]
+    given = trl_config.report_to
+    names = [] if given in (None, "none") else [given] if isinstance(given, str) else list(given)
+    named = [name for name in names if isinstance(name, str) and name]
+    if len(named) != len(names):  # TRL's report_to=None: TrainingArguments made it [None]
+        raise ConfigError(f"TRL's report_to = {shown(given)} names no tracker; transformers' Trainer refuses it "
+                          "(its TrainingArguments keeps report_to=None as an integration named None, which it "
+                          "does not support: None is not its 'none')", field="grpo_config.report_to",
+                          fix='set report_to="none" for no trackers, or name them, e.g. report_to="tensorboard"')
+    names = [name for name in named if name != "none"]
     if not names:
         return {}
     out: dict[str, Any] = {"logging.report_to": names}
@@ -775,7 +856,10 @@ def save_settings(trl_config: Any) -> dict[str, Any]:
     ``rotate_checkpoints``."""
     out: dict[str, Any] = {"train.keep_checkpoints": _keep_checkpoints(getattr(trl_config, "save_total_limit", None))}
     strategy = _plain(trl_config.save_strategy)
-    if strategy == "steps":
+    if strategy == "steps" and _is_fraction(trl_config.save_steps) and trl_config.max_steps <= 0:
+        # transformers' compute_steps: ceil(max_steps x save_steps), max_steps counted from the epochs
+        out[SAVE_FRACTION] = [trl_config.save_steps, int(trl_config.num_iterations), _minibatches(trl_config)]
+    elif strategy == "steps":
         every = _save_every(trl_config)
         if isinstance(every, tuple):  # rounded in a run of epochs: warned once its length is known
             every, out[ROUNDED_SAVE] = every
@@ -850,6 +934,37 @@ def _save_every(trl_config: Any) -> int | tuple[int, list[int]]:
     return _eval_every(updates, trl_config.max_steps, trl_config.num_iterations, minibatches, "save_steps")
 
 
+def _is_fraction(steps: Any) -> bool:
+    """Whether TRL's ``save_steps`` (or ``eval_steps``) is a fraction of the run's updates (0 < x < 1)."""
+    return isinstance(steps, (int, float)) and not isinstance(steps, bool) and 0 < steps < 1
+
+
+def resolve_fractions(settings: dict[str, Any], steps: int) -> None:
+    """``settings`` with the requests for TRL's fractions of a ``num_train_epochs`` run's updates
+    (``SAVE_FRACTION``, ``EVAL_FRACTION``, ``WARMUP_FRACTION``) turned into polyrl's values, now
+    that the run is known to take ``steps`` polyrl steps. Why: transformers computes ``max_steps``
+    from the epochs, then reads each fraction of it (``compute_steps``, ``get_warmup_steps``); from_trl
+    refused them without a ``max_steps``."""
+    for key, target, name in ((SAVE_FRACTION, "train.checkpoint_every", "save_steps"),
+                              (EVAL_FRACTION, "eval.every", "eval_steps")):
+        request = settings.pop(key, None)
+        if request is not None:
+            settings[target] = fraction_every(request, steps, name)
+    warmup = settings.pop(WARMUP_FRACTION, None)
+    if warmup is not None:
+        settings["optimizer.warmup_steps"] = _warmup(warmup[0], steps * warmup[1])
+
+
+def fraction_every(request: list[Any], steps: int, name: str = "save_steps") -> int:
+    """polyrl's steps between checkpoints for a ``SAVE_FRACTION`` request in a run of ``steps``
+    polyrl steps: ``ceil(max_steps x save_steps)`` updates as transformers' ``compute_steps``
+    counts them, ``max_steps`` being the updates its Trainer computed from ``num_train_epochs``
+    (``steps`` x updates per step, ``polyrl.api.epoch_steps``); refused where that is not whole
+    steps, as ``_eval_every`` refuses it with ``max_steps``."""
+    fraction, num_iterations, minibatches = request
+    return _eval_every(fraction, steps * num_iterations * minibatches, num_iterations, minibatches, name)
+
+
 def rounded_save_warning(total_updates: int, per_step: int, minibatches: int) -> None:
     """The warning that TRL's ``save_steps`` = ``HF_SAVE_STEPS`` (not whole polyrl steps of
     ``per_step`` updates) is rounded up, in a run of ``total_updates``; none where the run is not
@@ -892,6 +1007,8 @@ def eval_settings(trl_config: Any) -> dict[str, Any]:
                            **eval_loss_settings(trl_config)}
     if strategy == "epoch":
         out[EVERY_EPOCH] = True
+    elif _is_fraction(trl_config.eval_steps) and trl_config.max_steps <= 0:  # as save_steps (``save_settings``)
+        out[EVAL_FRACTION] = [trl_config.eval_steps, int(trl_config.num_iterations), _minibatches(trl_config)]
     else:
         out["eval.every"] = _eval_every(trl_config.eval_steps, trl_config.max_steps, trl_config.num_iterations,
                                         _minibatches(trl_config))
