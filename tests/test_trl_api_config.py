@@ -89,7 +89,8 @@ def test_every_mapped_field_the_user_sets_is_carried():
         "generation.group_size": 4, "generation.max_new_tokens": 32, "generation.temperature": 0.7,
         "generation.top_p": 0.9, "generation.top_k": 20, "generation.min_p": 0.05, "generation.repetition_penalty": 1.1,
         "optimizer.weight_decay": 0.01, "optimizer.schedule": "cosine", "optimizer.warmup_steps": 3,
-        "algorithm.ref_sync_every": 16, "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
+        "algorithm.ref_sync_every": 8,  # 16 updates, 2 a step: TRL's sync lands on every 8th batch's end
+        "algorithm.ref_sync_alpha": 0.9, "algorithm.mask_truncated_completions": True,
         "algorithm.top_entropy_quantile": 0.5,
         "algorithm.kl_bias_correction": True,  # TRL's default use_bias_correction_kl, read since beta > 0
         "train.collective_timeout_s": 1800.0,  # TRL's default ddp_timeout

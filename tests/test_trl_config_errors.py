@@ -47,6 +47,8 @@ def test_report_to_none_is_refused_as_transformers_refuses_it_naming_args_report
     ({"sync_ref_model": True}, "args.sync_ref_model", "with beta = 0.0"),
     ({"sync_ref_model": True, "beta": 0.04, "ref_model_sync_steps": 0}, "args.ref_model_sync_steps",
      "TRL's ref_model_sync_steps = 0"),
+    ({"sync_ref_model": True, "beta": 0.04, "num_iterations": 2, "max_steps": 2, "ref_model_sync_steps": 3},
+     "args.ref_model_sync_steps", "TRL's ref_model_sync_steps = 3 optimizer updates is not a whole number"),
     ({"max_completion_length": 0}, "args.max_completion_length", "TRL's max_completion_length = 0"),
     ({"max_steps": -1, "num_train_epochs": float("nan")}, "args.num_train_epochs", "TRL's num_train_epochs = nan"),
     ({"max_steps": -1, "num_train_epochs": 0}, "args.num_train_epochs", "TRL's num_train_epochs = 0"),

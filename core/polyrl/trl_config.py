@@ -721,7 +721,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
                           fix="make it a multiple of num_generations (polyrl counts prompts per step)")
     out["train.prompts_per_step"] = completions // trl_config.num_generations
     _refuse_bad_ref_sync(trl_config)
-    out["algorithm.ref_sync_every"] = trl_config.ref_model_sync_steps if trl_config.sync_ref_model else 0
+    out["algorithm.ref_sync_every"] = _ref_sync_every(trl_config, minibatches) if trl_config.sync_ref_model else 0
     if trl_config.sync_ref_model:
         out["algorithm.ref_sync_alpha"] = trl_config.ref_model_mixup_alpha
     if trl_config.reward_weights is not None:
@@ -794,6 +794,24 @@ def _refuse_bad_ref_sync(trl_config: Any) -> None:
         raise ConfigError(f"TRL's ref_model_sync_steps = {shown(steps)} is no number of steps between reference "
                           "syncs (TRL's sync callback divides by it)", field="grpo_config.ref_model_sync_steps",
                           fix="set it to 1 or more (TRL's default 512), or sync_ref_model=False")
+
+
+def _ref_sync_every(trl_config: Any, minibatches: int) -> int:
+    """polyrl's ``algorithm.ref_sync_every`` (rollout batches) for TRL's ``ref_model_sync_steps``
+    (optimizer updates: TRL's callback syncs when ``global_step``, which counts updates, is a
+    multiple of it). Why: taken as polyrl steps it synced ``num_iterations`` x ``minibatches`` times
+    less often than TRL. A count that is not whole batches is refused: TRL would sync part-way
+    through a batch's updates, with weights polyrl never holds at a step's end."""
+    updates, per_step = int(trl_config.ref_model_sync_steps), trl_config.num_iterations * minibatches
+    if updates % per_step:
+        lower = updates - updates % per_step
+        nearest = " or ".join(str(n) for n in sorted({max(lower, per_step), lower + per_step}))
+        raise ConfigError(f"TRL's ref_model_sync_steps = {updates} optimizer updates is not a whole number of rollout "
+                          f"batches of {_per_step_words(trl_config.num_iterations, minibatches)} updates each (TRL "
+                          "would sync the reference part-way through a batch; polyrl syncs between steps, a step "
+                          "being one batch and all its updates)", field="grpo_config.ref_model_sync_steps",
+                          fix=f"set ref_model_sync_steps to a multiple of {_per_step_name(minibatches)} ({nearest})")
+    return updates // per_step
 
 
 def timeout_settings(trl_config: Any) -> dict[str, Any]:
