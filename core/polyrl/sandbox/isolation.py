@@ -555,7 +555,8 @@ def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
     why_root = probe(root + [python, "-I", "-c", _IDENTITY], expected)
     if why_root is None:
         return root, "root", in_usr, ""
-    hide = host_view.hidden_folders(host_view.trainer_folders())
+    # the trainer's folders inside /usr too: ``hidden_folders`` never hides one inside a system folder
+    hide = sorted(set(host_view.hidden_folders(host_view.trainer_folders())) | set(in_usr))
     view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide, program=program)
     why = probe(view + [python, "-I", "-c", _IDENTITY], expected)
     return (view, "view", hide, why_root) if why is None else (prefix, "", [], f"{why_root}; {why}")

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
@@ -111,6 +112,9 @@ class Sandbox:
         self.audit_hook = bool(audit_hook)
         self.tests_forked = tests_in == "process" and forked.FORK_AVAILABLE
         self.launch = _choose(isolation, user, self.python, self.limits.disk_mb)
+        #: what ``launch`` was chosen for, and the run's folders to hide then (``_hide_new_folders``)
+        self._choice = (isolation, user, self.python, self.limits.disk_mb)
+        self._hidden = sandbox_hidden.state()
         rlimits = "on: CPU, address space, file size, open files, core; processes " + (
             "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on") + (
             "; out of memory, samples die first (oom_score_adj 1000)" if self.launch.oom
@@ -140,8 +144,18 @@ class Sandbox:
     def level(self) -> str:
         return self.launch.level
 
+    def _hide_new_folders(self) -> None:
+        """Choose the launch again where the run's folders to hide changed since (``sandbox_hidden``):
+        the setup check built this sandbox before the run made its output_dir, which could not be
+        hidden while it did not exist."""
+        if (hidden := sandbox_hidden.state()) != self._hidden:
+            self.launch = _choose(*self._choice)
+            self._hidden = hidden
+            self.report["filesystem"] = self.launch.report["filesystem"]
+
     def run(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
         t0 = time.monotonic()
+        self._hide_new_folders()
         folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
         seccomp_r = -1
         uid = None
@@ -417,7 +431,7 @@ _launch_lock = threading.Lock()
 
 
 def _choose(level: str, user: Any, python: str, disk_mb: int) -> isolation.Launch:
-    key = (level, str(user), python, disk_mb)
+    key = (level, str(user), python, disk_mb, sandbox_hidden.state())
     with _launch_lock:
         if key not in _launches:
             _launches[key] = isolation.choose(level, user, python, disk_mb)
