@@ -82,6 +82,12 @@ def under(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 @NO_SYSV_IPC@
+if not spec["root"]:  # a user namespace of its own (a root trainer's is the host's: its limit is the host's)
+    try:  # no other nests in it: without the filter the sample made one and held every capability there
+        with open("/proc/sys/user/max_user_namespaces", "w") as out:
+            out.write("0")
+    except OSError:
+        pass
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be hidden (a tool in /tmp)
     kept = []  # (path, O_PATH fd, ancestors' (path, mode, uid, gid) below the covering mount)

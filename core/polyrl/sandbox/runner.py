@@ -177,7 +177,7 @@ class Sandbox:
                 pass_fds = (seccomp_r,)
             argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None, uid)
             if self.launch.level == "bwrap":  # right after bwrap itself
-                at = len(self.launch.oom) + len(self.launch.wrapper) + 1
+                at = len(self.launch.oom) + len(self.launch.userns) + len(self.launch.wrapper) + 1
                 argv[at:at] = ["--setenv", MARKER_ENV, env[MARKER_ENV]]
             try:
                 proc = subprocess.Popen(argv, cwd=folder or tempfile.gettempdir(), env=env,
