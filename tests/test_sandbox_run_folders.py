@@ -105,3 +105,26 @@ def test_folder_of_a_dataset_path():
     assert folder_of("/srv/data/*/train-*.jsonl") == "/srv/data"
     assert folder_of("/srv/not-made-yet") == "/srv/not-made-yet"
     assert folder_of("~/runs/x") == os.path.expanduser("~/runs/x")
+
+
+def test_the_trainer_registers_its_output_dir_and_dataset_folders(tiny_model_dir, tmp_path, monkeypatch):
+    """Building a ``Trainer`` (before any reward runs, without loading a model) registers the
+    run's output_dir (not made yet) and the folders of its data.path and data.eval_path."""
+    pytest.importorskip("polyrl_torch")
+    from polyrl import sandbox_hidden
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    for name in ("train", "held"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rows.jsonl").write_text("".join(f'{{"prompt": "{i} + 1 =", "answer": "{i + 1}"}}\n'
+                                                            for i in range(4)))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir}, "rewards": [{"name": "numeric_match"}], "backends": {"train": "torch"},
+        "data": {"path": str(tmp_path / "train" / "rows.jsonl"), "eval_path": str(tmp_path / "held" / "*.jsonl")},
+        "eval": {"count": 2},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    Trainer(config, check_only=True)
+    assert sandbox_hidden.hidden() == [str(tmp_path / "run"), str(tmp_path / "train"), str(tmp_path / "held")]
+    assert not (tmp_path / "run").exists()
