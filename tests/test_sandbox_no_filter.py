@@ -304,3 +304,60 @@ def test_a_non_root_trainers_sample_at_off_reads_no_user_key_and_nests_no_user_n
     assert "SECRET-USER-KEY" not in done.stdout and "READ -1" in done.stdout, done.stdout
     assert "NESTED -1 28" in done.stdout, done.stdout
     assert "SECRET-ENVIRONMENT" not in done.stdout and "ENVIRON Permission denied" in done.stdout, done.stdout
+
+
+MEMFD_ATTACK = """
+import os
+held, fds = 0, []
+for _ in range(8):  # each memfd written to file_size_mb: pages no rlimit counts (RLIMIT_AS: mapped memory only)
+    try:
+        fd = os.memfd_create("hold")
+    except OSError as exc:
+        print("MEMFD", exc.errno)
+        break
+    block = b"x" * (1 << 20)
+    for _ in range(32):
+        os.write(fd, block)
+    fds.append(fd)
+    held += 32
+print("MEMFD_HELD_MB", held)
+"""
+
+
+@pytest.mark.parametrize("level", ["bwrap", "off"])
+def test_a_sample_without_the_filter_holds_no_memfd_memory(tmp_path, level):
+    """Without libseccomp (bubblewrap runs without the filter) and at the ``off`` level a sample
+    held 256 MB in memfds with ``memory_mb = 128`` (up to ``max_open_files`` x ``file_size_mb``:
+    written pages RLIMIT_AS does not count, on the kernel's internal tmpfs no size option reaches).
+    Now the server loads a filter of their own first (``memfd_filter``): EPERM."""
+    from polyrl.sandbox import memfd_filter
+
+    if memfd_filter.program() is None:
+        pytest.skip("memfd_create's number is known here for x86_64 and aarch64 only")
+    if level == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    script = tmp_path / "trainer.py"
+    script.write_text(MEMFD)
+    done = subprocess.run([sys.executable, str(script), level, MEMFD_ATTACK], capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path))
+    if done.returncode != 0 and "bubblewrap" in done.stderr:
+        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
+    assert "MEMFD 1\n" in got["output"] and "MEMFD_HELD_MB 0" in got["output"], got["output"]
+    assert "memfd_create and memfd_secret refused" in got["seccomp"], got
+
+
+MEMFD = """
+import json, sys
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, seccomp
+
+seccomp._cache.append((None, "off: no libseccomp bindings (test)"))
+box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=32, file_size_mb=32), audit_hook=False,
+              isolation="auto" if sys.argv[1] == "bwrap" else "off", user="none")
+result = box.run(sys.argv[2] + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
+print(json.dumps({"level": box.level, "seccomp": box.report["seccomp"], "status": result.status,
+                  "passed": result.passed, "output": result.output}))
+"""

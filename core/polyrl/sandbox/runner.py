@@ -21,7 +21,7 @@ from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, tests_guard, uids
+from polyrl.sandbox import isolation, leftovers, memfd_filter, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
@@ -47,6 +47,8 @@ TESTS_KILL_GRACE_S = 1.0
 TESTS_MIN_MEMORY_MB = 1024
 
 _HERE = Path(__file__).parent
+#: ``memfd_filter``'s program for this machine (hex), which the server loads where the full filter is off.
+_MEMFD_HEX = (memfd_filter.program() or b"").hex() or None
 #: The program the sample's interpreter runs: the value encoder, then the server loop.
 SERVER_SOURCE = (_HERE / "values.py").read_text() + "\n\n" + (_HERE / "server.py").read_text()
 
@@ -130,6 +132,9 @@ class Sandbox:
                        "rlimits": rlimits,
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
+        if self.launch.seccomp_program is None and _MEMFD_HEX:
+            self.report["seccomp"] += ("; memfd_create and memfd_secret refused all the same (a filter of their own, "
+                                       "built without libseccomp: memfd pages are memory no rlimit counts)")
         if self.launch.level not in STRONG_LEVELS and isolation == "weak":
             log.warning("code sandbox runs without full OS isolation (isolation = \"weak\"): samples may read the "
                         "trainer's files" + ("" if self.launch.private_tmp else " and write its run folder"),
@@ -233,7 +238,8 @@ class Sandbox:
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap",
                                  # without the filter keyctl is open: the sample leaves the trainer's session keyring
-                                 "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None})
+                                 "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None,
+                                 "memfd": _MEMFD_HEX if self.launch.seccomp_program is None else None})
             fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
             fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int and 0 <= fd < 1 << 20] \
                 if isinstance(fds, list) else []
