@@ -361,3 +361,51 @@ result = box.run(sys.argv[2] + "def add(a, b):\\n    return a + b\\n", parse_tes
 print(json.dumps({"level": box.level, "seccomp": box.report["seccomp"], "status": result.status,
                   "passed": result.passed, "output": result.output}))
 """
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root trainer's bubblewrap level")
+def test_where_the_kernel_refuses_the_samples_user_namespace_bubblewrap_runs_and_says_so(monkeypatch):
+    """A container whose /proc is partly masked refuses bubblewrap's /proc in a user namespace of
+    the sample's own: there the level runs as before, in the host's user namespace, and the report
+    says a namespace may nest (the refusal stood in for by a wrapper that fails as the real one does)."""
+    from polyrl.rewards.code import parse_tests
+    from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
+
+    refused = ["sh", "-c", "echo 'polyrl-sandbox user namespace: Operation not permitted' >&2; exit 126", "sh"]
+    monkeypatch.setattr(isolation, "userns_wrapper", lambda python: refused)
+    monkeypatch.setattr(runner, "_launches", {})
+    box = Sandbox(SandboxLimits(timeout_s=20), audit_hook=False)
+    if box.level != "bwrap":
+        pytest.skip(f"bubblewrap does not work here: {box.report['isolation']}")
+    assert box.launch.userns == () and box.launch.uid_pool, box.report
+    assert "the host's user namespace (one of its own may nest without the filter: polyrl-sandbox user " \
+           "namespace: Operation not permitted)" in box.report["isolation"], box.report
+    result = box.run("def add(a, b):\n    return a + b\n", parse_tests("assert add(1, 2) == 3\n"))
+    assert result.status == "ok" and result.passed == [True], result
+
+
+def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
+    """``memfd_filter``'s program, loaded in a process of its own by the server's own loader:
+    memfd_create fails with EPERM, so does an x32 call (on x86_64), and ordinary calls still work."""
+    import ast
+    import platform
+    from pathlib import Path
+
+    from polyrl.sandbox import memfd_filter, runner
+
+    program = memfd_filter.program()
+    if program is None:
+        pytest.skip("memfd_create's number is known here for x86_64 and aarch64 only")
+    source = (Path(runner.__file__).parent / "server.py").read_text()
+    loader = next(node for node in ast.parse(source).body
+                  if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
+    code = ("import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
+            "try:\n    os.memfd_create('x')\n    print('MEMFD made')\nexcept OSError as e:\n    print('MEMFD', e.errno)\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            f"print('X32', libc.syscall({0x40000000 | 319}), ctypes.get_errno())\n"
+            "print('PID', os.getpid() > 0, open(os.devnull).read() == '')\n")
+    done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "MEMFD 1" in done.stdout and "PID True True" in done.stdout, done.stdout
+    if platform.machine() == "x86_64":
+        assert "X32 -1 1" in done.stdout, done.stdout
