@@ -105,8 +105,8 @@ class Launch:
     #: Each sample running at once gets its own uid from ``polyrl.sandbox.uids``, and the gid of the
     #: same number (``ids`` is the pool's first: ``(uids.FIRST, uids.FIRST)``).
     uid_pool: bool = False
-    #: Between ``oom`` and ``wrapper``: a root trainer's sample's own user namespace, where no other
-    #: nests (``userns_wrapper``), or ().
+    #: Between ``oom`` and ``wrapper``: the sample's own user namespace, where no other nests
+    #: (``userns_wrapper``: a root trainer's under bubblewrap, every trainer's at ``off``), or ().
     userns: tuple[str, ...] = ()
 
     def argv(self, python_args: Sequence[str], seccomp_fd: int | None, uid: int | None = None) -> list[str]:
