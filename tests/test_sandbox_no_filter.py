@@ -128,3 +128,284 @@ def test_bubblewrap_without_the_filter_holds_no_sysv_memory_past_memory_mb(tmp_p
         pytest.skip("no tmpfs wrapper here (util-linux unshare or mount missing): the limits are not set")
     assert "SHM_HELD_MB 0" in got["output"] and "SHMGET No space left on device" in got["output"], got["output"]
     assert "MSGGET -1 No space left on device" in got["output"], got["output"]
+
+
+NESTED = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("NESTED", libc.unshare(0x10000000 | 0x40000000), ctypes.get_errno(), os.getuid())  # CLONE_NEWUSER | CLONE_NEWNET
+"""
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None
+                    or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root to become nobody, bubblewrap and an interpreter nobody can run")
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_an_unprivileged_trainers_sample_nests_no_user_namespace_without_the_filter(monkeypatch, wrapped):
+    """A trainer that is not root gives its sample a user namespace of its own (bubblewrap's),
+    and without libseccomp nothing refused it another inside: it made one (with a network
+    namespace), where it held every capability. Now bubblewrap's ``--disable-userns`` sets its
+    namespace's ``user.max_user_namespaces``: ENOSPC. The command built for that case (no
+    ``--seccomp``), run as ``nobody``, with and without the wrapper that mounts the capped tmpfs."""
+    import tempfile
+
+    from polyrl.sandbox import isolation
+
+    mount_dir = tempfile.mkdtemp(prefix="polyrl-test-mnt-")
+    os.chown(mount_dir, 65534, 65534)
+    try:
+        monkeypatch.setattr(isolation.os, "geteuid", lambda: 65534)
+        monkeypatch.setattr(isolation.os, "getegid", lambda: 65534)
+        wrapper = isolation.tmpfs_wrapper(8, mount_dir) if wrapped else []
+        prefix, drop = isolation.bwrap_prefix(SYSTEM_PYTHON, None, 8, mount_dir if wrapped else None)
+        monkeypatch.undo()
+        assert "--unshare-user" in prefix and "--seccomp" not in prefix and drop == []
+        cmd = isolation.drop_privileges((65534, 65534)) + wrapper + prefix + [SYSTEM_PYTHON, "-I", "-c", NESTED]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        if done.returncode != 0 and "namespace" in done.stderr.lower():
+            pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()[-200:]}")
+        assert done.returncode == 0, done.stderr
+        assert "NESTED -1 28 65534" in done.stdout, done.stdout  # ENOSPC
+    finally:
+        shutil.rmtree(mount_dir, ignore_errors=True)
+
+
+ROOT_TRAINER = """
+import ctypes, json, os, platform, sys
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, leftovers, seccomp
+
+seccomp._cache.append((None, "off: no libseccomp bindings (test)"))  # bubblewrap runs, the filter does not
+number = leftovers.KEYCTL_NR[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+description = f"polyrl-test-{os.getpid()}"
+key = libc.syscall(248 if platform.machine() == "x86_64" else 217, b"user", description.encode(),
+                   b"SECRET-USER-KEY", 15, ctypes.c_long(-4))  # add_key(..., KEY_SPEC_USER_KEYRING): root's @u
+assert key > 0, ctypes.get_errno()
+level, user = sys.argv[3], sys.argv[1]
+if level == "view":  # as where pivot_root is refused (a root on the initramfs): the unshare level's host view
+    from polyrl.sandbox import new_root
+    new_root.pivot_root_number = lambda: None
+try:
+    box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=512, disk_mb=8), audit_hook=False, user=user,
+                  isolation={"bwrap": "auto", "unshare": "weak", "view": "weak", "off": "off"}[level],
+                  python=sys.executable if user == "none" else "/usr/bin/python3")
+    attack = sys.argv[2].replace("@KEY@", str(key)).replace("@NR@", str(number)).replace("@DESC@", description)
+    result = box.run(attack + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
+    print(json.dumps({"level": box.level, "isolation": box.report["isolation"] + box.report["filesystem"],
+                      "status": result.status,
+                      "passed": result.passed, "output": result.output}))
+finally:
+    libc.syscall(number, 9, ctypes.c_long(key), ctypes.c_long(-4))  # KEYCTL_UNLINK from root's @u
+"""
+ROOT_ATTACK = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+buf = ctypes.create_string_buffer(256)
+found = libc.syscall(@NR@, 10, ctypes.c_long(-4), b"user", b"@DESC@", ctypes.c_long(-3))  # KEYCTL_SEARCH of @u,
+print("FOUND", found, ctypes.get_errno())  # linking what it finds into its session keyring: then it possesses it
+got = libc.syscall(@NR@, 11, ctypes.c_long(@KEY@), buf, 256)  # KEYCTL_READ of root's key, by its id
+print("READ", got, buf.raw[:max(got, 0)], ctypes.get_errno())
+print("NESTED", libc.unshare(0x10000000 | 0x40000000), ctypes.get_errno())  # CLONE_NEWUSER | CLONE_NEWNET
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="a root trainer, and an interpreter nobody can run")
+@pytest.mark.parametrize("level", ["bwrap", "unshare", "view", "off"])
+@pytest.mark.parametrize("user", ["auto", "none"])
+def test_a_root_trainers_sample_nests_no_user_namespace_and_reads_no_user_key_without_the_filter(tmp_path, user,
+                                                                                                 level):
+    """Without libseccomp, as root: the sample was in the host's user namespace, where it made one
+    of its own (with a network namespace) and held every capability there (except chrooted, at
+    the ``unshare`` level's root of its own), and with ``user = "none"`` (uid 0) it found root's
+    user keyring ``@u`` by a search, linked the key into its own session keyring and read it.
+    ``@u`` is per user namespace: now the sample runs in a user namespace of its own (every uid
+    mapped to itself) whose ``user.max_user_namespaces`` is 0: ENOSPC, and the search finds
+    nothing. ``view``: the ``unshare`` level where ``pivot_root`` is refused."""
+    import platform
+
+    from polyrl.sandbox import leftovers
+
+    if platform.machine() not in leftovers.KEYCTL_NR or platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("keyctl's and add_key's numbers are known here for x86_64 and aarch64 only")
+    env = {**os.environ}
+    if level != "bwrap":
+        env["PATH"] = _no_bwrap_path(tmp_path)
+    elif shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    script = tmp_path / "trainer.py"
+    script.write_text(ROOT_TRAINER)
+    done = subprocess.run([sys.executable, str(script), user, ROOT_ATTACK, level], capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path), env=env)
+    if done.returncode != 0 and ("bubblewrap" in done.stderr or "unshare" in done.stderr):
+        pytest.skip(f"the level does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["level"] == {"view": "unshare"}.get(level, level), got
+    assert got["status"] == "ok" and got["passed"] == [True], got
+    if "one of its own may nest" in got["isolation"] or "a user namespace may nest" in got["isolation"]:
+        pytest.skip(f"no user namespace of the sample's own here: {got['isolation']}")
+    assert "NESTED -1 28" in got["output"] or level == "unshare" and "NESTED -1 1" in got["output"], got["output"]
+    assert "SECRET-USER-KEY" not in got["output"] and "READ -1" in got["output"], got["output"]
+
+
+NOBODY_TRAINER = """
+import ctypes, json, os, platform, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+number = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+description = f"polyrl-test-{os.getpid()}"
+key = libc.syscall(248 if platform.machine() == "x86_64" else 217, b"user", description.encode(), b"SECRET-USER-KEY",
+                   15, ctypes.c_long(-4))  # add_key(..., KEY_SPEC_USER_KEYRING): the trainer's uid's @u
+assert key > 0, ctypes.get_errno()
+try:
+    attack = sys.argv[2].replace("@KEY@", str(key)).replace("@NR@", str(number)).replace("@DESC@", description)
+    done = subprocess.run(json.loads(sys.argv[1]) + [attack], capture_output=True, text=True, timeout=60)
+    print(done.stdout, done.stderr)
+finally:
+    libc.syscall(number, 9, ctypes.c_long(key), ctypes.c_long(-4))  # KEYCTL_UNLINK
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root to become nobody, and an interpreter nobody can run")
+def test_a_non_root_trainers_sample_at_off_reads_no_user_key_and_nests_no_user_namespace():
+    """A non-root trainer's sample at the ``off`` level is the trainer's own uid: it found the
+    uid's user keyring ``@u`` by a search (linking the key into a session keyring of its own, so
+    it possessed it) and read a token the trainer kept there, read the trainer's environment
+    (``/proc/<pid>/environ``), and made a user namespace with every capability. Now it starts in
+    a user namespace of its own (``userns_wrapper``: its uid mapped to itself), whose ``@u`` is
+    its own, where no other nests, and from which the kernel refuses it the trainer's ``/proc``
+    entries (a process of another user namespace, with no capability over the trainer's). The
+    command the ``off`` level builds for a non-root trainer, run by a trainer that is ``nobody``."""
+    import platform
+
+    from polyrl.sandbox import isolation
+
+    if platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("keyctl's and add_key's numbers are known here for x86_64 and aarch64 only")
+    attack = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+              "libc.syscall(@NR@, 1, None)\n"  # KEYCTL_JOIN_SESSION_KEYRING: a new one, its own (as the server does)
+              "import os\ntry:\n    print('ENVIRON', open(f'/proc/{os.getppid()}/environ').read())\n"
+              "except OSError as exc:\n    print('ENVIRON', exc.strerror)\n"
+              + ROOT_ATTACK.split("libc.syscall.restype = ctypes.c_long\n", 1)[1])
+    sample = isolation.userns_wrapper(SYSTEM_PYTHON) + [SYSTEM_PYTHON, "-I", "-c"]
+    cmd = isolation.drop_privileges((65534, 65534)) + [SYSTEM_PYTHON, "-I", "-c", NOBODY_TRAINER, json.dumps(sample),
+                                                       attack]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "TRAINER_TOKEN": "SECRET-ENVIRONMENT"})
+    assert done.returncode == 0, done.stderr
+    if "user namespace:" in done.stdout:
+        pytest.skip(f"unprivileged user namespaces are off here: {done.stdout.strip()[-200:]}")
+    assert "SECRET-USER-KEY" not in done.stdout and "READ -1" in done.stdout, done.stdout
+    assert "NESTED -1 28" in done.stdout, done.stdout
+    assert "SECRET-ENVIRONMENT" not in done.stdout and "ENVIRON Permission denied" in done.stdout, done.stdout
+
+
+MEMFD_ATTACK = """
+import os
+held, fds = 0, []
+for _ in range(8):  # each memfd written to file_size_mb: pages no rlimit counts (RLIMIT_AS: mapped memory only)
+    try:
+        fd = os.memfd_create("hold")
+    except OSError as exc:
+        print("MEMFD", exc.errno)
+        break
+    block = b"x" * (1 << 20)
+    for _ in range(32):
+        os.write(fd, block)
+    fds.append(fd)
+    held += 32
+print("MEMFD_HELD_MB", held)
+"""
+
+
+@pytest.mark.parametrize("level", ["bwrap", "off"])
+def test_a_sample_without_the_filter_holds_no_memfd_memory(tmp_path, level):
+    """Without libseccomp (bubblewrap runs without the filter) and at the ``off`` level a sample
+    held 256 MB in memfds with ``memory_mb = 128`` (up to ``max_open_files`` x ``file_size_mb``:
+    written pages RLIMIT_AS does not count, on the kernel's internal tmpfs no size option reaches).
+    Now the server loads a filter of their own first (``memfd_filter``): EPERM."""
+    from polyrl.sandbox import memfd_filter
+
+    if memfd_filter.program() is None:
+        pytest.skip("memfd_create's number is known here for x86_64 and aarch64 only")
+    if level == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    script = tmp_path / "trainer.py"
+    script.write_text(MEMFD)
+    done = subprocess.run([sys.executable, str(script), level, MEMFD_ATTACK], capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path))
+    if done.returncode != 0 and "bubblewrap" in done.stderr:
+        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
+    assert "MEMFD 1\n" in got["output"] and "MEMFD_HELD_MB 0" in got["output"], got["output"]
+    assert "memfd_create and memfd_secret refused" in got["seccomp"], got
+
+
+MEMFD = """
+import json, sys
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, seccomp
+
+seccomp._cache.append((None, "off: no libseccomp bindings (test)"))
+box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=32, file_size_mb=32), audit_hook=False,
+              isolation="auto" if sys.argv[1] == "bwrap" else "off", user="none")
+result = box.run(sys.argv[2] + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
+print(json.dumps({"level": box.level, "seccomp": box.report["seccomp"], "status": result.status,
+                  "passed": result.passed, "output": result.output}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root trainer's bubblewrap level")
+def test_where_the_kernel_refuses_the_samples_user_namespace_bubblewrap_runs_and_says_so(monkeypatch):
+    """A container whose /proc is partly masked refuses bubblewrap's /proc in a user namespace of
+    the sample's own: there the level runs as before, in the host's user namespace, and the report
+    says a namespace may nest (the refusal stood in for by a wrapper that fails as the real one does)."""
+    from polyrl.rewards.code import parse_tests
+    from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
+
+    refused = ["sh", "-c", "echo 'polyrl-sandbox user namespace: Operation not permitted' >&2; exit 126", "sh"]
+    monkeypatch.setattr(isolation, "userns_wrapper", lambda python: refused)
+    monkeypatch.setattr(runner, "_launches", {})
+    box = Sandbox(SandboxLimits(timeout_s=20), audit_hook=False)
+    if box.level != "bwrap":
+        pytest.skip(f"bubblewrap does not work here: {box.report['isolation']}")
+    assert box.launch.userns == () and box.launch.uid_pool, box.report
+    assert "the host's user namespace (one of its own may nest without the filter: polyrl-sandbox user " \
+           "namespace: Operation not permitted)" in box.report["isolation"], box.report
+    result = box.run("def add(a, b):\n    return a + b\n", parse_tests("assert add(1, 2) == 3\n"))
+    assert result.status == "ok" and result.passed == [True], result
+
+
+def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
+    """``memfd_filter``'s program, loaded in a process of its own by the server's own loader:
+    memfd_create fails with EPERM, so does an x32 call (on x86_64), and ordinary calls still work."""
+    import ast
+    import platform
+    from pathlib import Path
+
+    from polyrl.sandbox import memfd_filter, runner
+
+    program = memfd_filter.program()
+    if program is None:
+        pytest.skip("memfd_create's number is known here for x86_64 and aarch64 only")
+    source = (Path(runner.__file__).parent / "server.py").read_text()
+    loader = next(node for node in ast.parse(source).body
+                  if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
+    code = ("import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
+            "try:\n    os.memfd_create('x')\n    print('MEMFD made')\nexcept OSError as e:\n    print('MEMFD', e.errno)\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            f"print('X32', libc.syscall({0x40000000 | 319}), ctypes.get_errno())\n"
+            "print('PID', os.getpid() > 0, open(os.devnull).read() == '')\n")
+    done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "MEMFD 1" in done.stdout and "PID True True" in done.stdout, done.stdout
+    if platform.machine() == "x86_64":
+        assert "X32 -1 1" in done.stdout, done.stdout

@@ -344,6 +344,8 @@ def test_unprivileged_trainer_view_holds_against_its_own_sample(tmp_path, layout
         assert shm[1:] == ["-1", "28", "0"] or shm[3] != "0", out  # ENOSPC where its user namespace may set shmmni
         if layout == "new_root":  # chrooted below its namespace's root: the kernel refuses a user namespace
             assert "NESTED -1 1" in out, out
+        else:  # the setup set its namespace's user.max_user_namespaces to 0: it made one before
+            assert "NESTED -1 28" in out, out
     finally:
         if server is not None:
             server.close()
@@ -431,9 +433,34 @@ def test_unshare_level_sample_makes_no_user_namespace_of_its_own(no_bwrap, no_fi
     assert box.launch.seccomp_program is None, box.report
     result = box.run(NESTED_ATTACK + GOOD, TESTS)
     assert result.status == "ok" and result.passed == [True], (result, result.output)
-    assert "NESTED -1 1" in result.output, result.output
+    # EPERM, or ENOSPC first where a root trainer's sample is in a user namespace of its own (``userns_wrapper``)
+    assert "NESTED -1 1" in result.output or "NESTED -1 28" in result.output, result.output
     assert "NET_ADMIN" not in result.output and "SYSFS" not in result.output, result.output
     assert "no user namespace of its own" in box.report["filesystem"], box.report
+
+
+@needs_unshare
+@pytest.mark.parametrize("level", ["view", "off"])
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_host_view_and_off_samples_nest_no_user_namespace(no_bwrap, no_filter, user, level, monkeypatch):
+    """Where the sample is not chrooted (the ``unshare`` level's host view, where ``pivot_root`` is
+    refused, and the ``off`` level) it made a user namespace of its own without the filter, with
+    a network and mount namespace, and held CAP_NET_ADMIN there (a root trainer's sample was in
+    the host's user namespace, whose limit is the host's). Now it starts in a user namespace of its
+    own whose ``user.max_user_namespaces`` is 0 (a non-root trainer's host view: the setup sets
+    its namespace's own): ENOSPC."""
+    if level == "view":
+        _no_new_root(monkeypatch)
+        box = _weak_box(user)
+        assert "host files read-only" in box.report["filesystem"], box.report
+    else:
+        python = _python_for(user)
+        if python is None:
+            pytest.skip("no interpreter user nobody can run")
+        box = Sandbox(LIMITS, isolation="off", user=user, python=python, audit_hook=False)
+    result = box.run(NESTED_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    assert "NESTED -1 28" in result.output and "NET_ADMIN" not in result.output, result.output
 
 
 @needs_unshare

@@ -77,6 +77,7 @@ from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward
 from polyrl.reasoning import closes_reasoning, opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
+from polyrl.sandbox_hidden import hide_from_samples
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_observer import RunObserver, StepAsk, checkpoint_due
 from polyrl.schedules import lr_at, updates_in_history
@@ -304,6 +305,15 @@ class _StepBatch:
         return int(self.keep.sum())
 
 
+def _run_folders(config: RunConfig) -> list[str | None]:
+    """The run's output folder and dataset paths, for ``sandbox_hidden``."""
+    data = config.data
+    paths: list[str | None] = [config.train.output_dir, data.cache_dir]
+    for value in (data.path, data.eval_path):
+        paths += value if isinstance(value, list) else [value]
+    return paths
+
+
 class Trainer:
     """Runs a ``RunConfig``. Build it, then call ``run()``; ``evaluate()`` works any time."""
 
@@ -321,6 +331,7 @@ class Trainer:
         self._given_engines = engines
         self.output_dir = Path(config.train.output_dir)
         check_output_dir(self.output_dir)  # a file or a symlink loop: refused before anything loads
+        hide_from_samples(_run_folders(config))  # code samples see none of them, wherever they lie
         self.checkpoint_root = self.output_dir / "checkpoints"
         self.final_model_dir = self.output_dir / "model"
         self.lock = OutputDirLock(self.output_dir)

@@ -14,7 +14,8 @@ a non-root trainer) a short setup program, run before the privilege drop, makes 
 read-only (``mount_setattr`` with ``AT_RECURSIVE``, else each mount in turn), mounts the sample's
 size- and inode-capped tmpfs at ``/tmp`` and an empty read-only tmpfs (with the folder's own mode)
 over each of ``hidden_folders()``: the usual homes of unix sockets and world-writable folders, the
-users' homes, the trainer's home and working folder. The interpreter's folders under them are
+users' homes, the trainer's home, working folder and run folders (``polyrl.sandbox_hidden``),
+and those of them inside ``/usr``. The interpreter's folders under them are
 bound back (read-only, ancestors with their own modes), then it changes to ``/tmp`` and execs the
 rest of the command (first, as ``new_root``'s, it sets the IPC namespace's ``shmmni`` and
 ``msgmni`` to 0). A unix socket elsewhere stays reachable: ``connect`` needs write permission
@@ -33,6 +34,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from polyrl import sandbox_hidden
 from polyrl.sandbox.new_root import LOAD_FILTER, NO_SYSV_IPC
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
@@ -80,6 +82,12 @@ def under(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 @NO_SYSV_IPC@
+if not spec["root"]:  # a user namespace of its own (a root trainer's is the host's: its limit is the host's)
+    try:  # no other nests in it: without the filter the sample made one and held every capability there
+        with open("/proc/sys/user/max_user_namespaces", "w") as out:
+            out.write("0")
+    except OSError:
+        pass
 try:
     program = os.path.realpath(rest[0])  # a link in a folder about to be hidden (a tool in /tmp)
     kept = []  # (path, O_PATH fd, ancestors' (path, mode, uid, gid) below the covering mount)
@@ -163,8 +171,9 @@ def hidden_folders(extra: Sequence[str] = ()) -> list[str]:
 
 
 def trainer_folders() -> list[str]:
-    """The trainer's home (from the user database and ``HOME``) and working folder: its keys,
-    the dataset and the run's config and checkpoints."""
+    """The trainer's home (from the user database and ``HOME``), working folder and the run's
+    folders it registered (``polyrl.sandbox_hidden``: output_dir, the dataset's): its keys, the
+    dataset and the run's config and checkpoints."""
     folders = []
     try:
         folders.append(os.getcwd())
@@ -176,7 +185,7 @@ def trainer_folders() -> list[str]:
         pass
     if os.environ.get("HOME"):
         folders.append(os.environ["HOME"])
-    return folders
+    return folders + sandbox_hidden.hidden()
 
 
 def setup_command(python: str, disk_mb: int, inodes: int, keep: Sequence[str],
@@ -246,7 +255,7 @@ def _needed(python: str) -> tuple[str, list[str], list[str]]:
 
 
 def usr_hidden(python: str, folders: Sequence[str] | None = None) -> list[str]:
-    """The trainer's home and working folder (``trainer_folders``) where they lie inside /usr,
+    """The trainer's home, working folder and run folders (``trainer_folders``) where they lie inside /usr,
     which the sample gets whole (bubblewrap's view and ``new_root``'s): a project in
     /usr/local/src showed its dataset and config to every sample, and one in /usr/local/lib or
     /usr/lib did until a folder inside ``USR_SYSTEM`` could be hidden too. Never one that holds a

@@ -9,7 +9,8 @@ The ``isolation`` option (code_tests' and the ``python`` tool's ``environment.py
 ``weak``        the old "auto": the strongest level that works here, down to ``unshare`` and
                 ``off``, with a warning. An explicit opt-in: at those levels a non-root trainer's
                 sample runs as the trainer's own uid (reads its files, ~/.netrc, the dataset with
-                the expected answers; at ``off`` its /proc/<pid>/environ and memory, 127.0.0.1),
+                the expected answers; at ``off`` 127.0.0.1, and its /proc/<pid>/environ and
+                memory where the kernel refuses the sample a user namespace: ``userns_wrapper``),
                 and the audit hook, the only guard left, is Python inside the sample.
 ``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
 
@@ -19,7 +20,8 @@ run folder whatever its uid; the others leave the host's files (and at ``off`` i
 network) to kernel permissions of a uid that may be the trainer's own.
 
 ``bwrap``       bubblewrap: fresh mount, PID (own /proc), network, IPC, UTS and cgroup namespaces
-                (and a user namespace when not root); the only filesystem is a read-only view of
+                and a user namespace where no other nests (as root ``userns_wrapper``'s, else
+                bubblewrap's with ``--disable-userns``); the only filesystem is a read-only view of
                 /usr and the interpreter's bin, lib, share and ssl (a venv's: its python and
                 lib/pythonX.Y only; ``interpreter_binds``) plus a private tmpfs at /tmp capped in size and
                 inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
@@ -41,7 +43,12 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 capabilities, which reads the trainer's files left visible). Where the kernel
                 refuses those mounts too: files of the host visible and writable with those
                 permissions, disk capped per file. The report says which holds and why.
-``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only.
+                Where not chrooted (the view), and as root also in the root of its own, the sample
+                is in a user namespace of its own where no other nests (``userns_wrapper``; a
+                non-root trainer's: the setup sets its ``user.max_user_namespaces``).
+``off``         a plain subprocess: rlimits, the Python audit hook and the timeout only; it starts
+                in a user namespace of its own where no other nests (``userns_wrapper``), where
+                the kernel lets it.
 
 At every level the sample starts under ``choom`` (util-linux) with ``oom_score_adj`` 1000: rlimits
 are per process, so without the seccomp filter (off, no libseccomp) a sample's processes
@@ -98,10 +105,13 @@ class Launch:
     #: Each sample running at once gets its own uid from ``polyrl.sandbox.uids``, and the gid of the
     #: same number (``ids`` is the pool's first: ``(uids.FIRST, uids.FIRST)``).
     uid_pool: bool = False
+    #: Between ``oom`` and ``wrapper``: the sample's own user namespace, where no other nests
+    #: (``userns_wrapper``: a root trainer's under bubblewrap, every trainer's at ``off``), or ().
+    userns: tuple[str, ...] = ()
 
     def argv(self, python_args: Sequence[str], seccomp_fd: int | None, uid: int | None = None) -> list[str]:
         """The command line; ``uid`` (from the pool) replaces ``ids``' uid and gid in the privilege drop."""
-        cmd = list(self.oom) + list(self.wrapper) + list(self.prefix)
+        cmd = list(self.oom) + list(self.userns) + list(self.wrapper) + list(self.prefix)
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         suffix = list(self.suffix)
@@ -256,6 +266,64 @@ def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
             "polyrl-sandbox", options, mount_dir]
 
 
+#: ``userns_wrapper``'s program: it makes a user namespace and maps its uids and gids, sets its
+#: ``user.max_user_namespaces`` to 0 (it holds every capability there until it execs) and execs the
+#: rest of the command. As root a helper forked first (still in the host's user namespace, where
+#: it may) maps every uid and gid to itself; else the process maps its own uid and gid (all an
+#: unprivileged process may map). Errors: one line on stderr, status 126.
+_USERNS_SCRIPT = r'''
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+parent, root, uid, gid = os.getpid(), os.geteuid() == 0, os.geteuid(), os.getegid()
+ready, go = os.pipe()
+helper = os.fork() if root else -1
+if helper == 0:
+    os.close(go)
+    code = 1
+    try:
+        if os.read(ready, 1) == b"u":
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{parent}/{name}", "w") as out:
+                    out.write("0 0 4294967295\n")
+            code = 0
+    finally:
+        os._exit(code)
+os.close(ready)
+made = libc.unshare(0x10000000) == 0  # CLONE_NEWUSER
+why = os.strerror(ctypes.get_errno())
+if root:
+    os.write(go, b"u" if made else b"-")
+os.close(go)
+mapped = os.waitpid(helper, 0)[1] == 0 if root else True
+try:
+    if not made or not mapped:
+        raise OSError(why if not made else "its uid and gid maps were refused")
+    if not root:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as out:
+                out.write(text)
+    with open("/proc/sys/user/max_user_namespaces", "w") as out:
+        out.write("0")
+except OSError as exc:
+    print(f"polyrl-sandbox user namespace: {exc}", file=sys.stderr)
+    sys.exit(126)
+os.execv(sys.argv[1], sys.argv[1:])
+'''
+
+
+def userns_wrapper(python: str) -> list[str]:
+    """A user namespace of the sample's own where no other nests (``user.max_user_namespaces`` 0),
+    its uids mapped to themselves (as root every one: the pool's uids, root for ``user = "none"``;
+    else the trainer's), around the rest of the command (bubblewrap with its tmpfs wrapper, as
+    root; the ``unshare`` level's host view, as root; the ``off`` level). Why: a sample in the
+    host's user namespace, whose limit is the host's, made a user namespace of its own without the
+    seccomp filter (no libseccomp) and held every capability there (nf_tables, the usual kernel
+    exploit's first step); and one at the trainer's uid (``user = "none"`` as root, a non-root
+    trainer at ``off``) read that uid's user keyring ``@u``, which is per user namespace. Root there
+    has capabilities over that namespace only, which bubblewrap and ``setpriv`` need."""
+    return [python, "-I", "-S", "-c", _USERNS_SCRIPT]
+
+
 def ensure_mount_dir(path: str) -> None:
     """``path`` is root's own empty folder, made again if a temp cleaner removed it (never a link)."""
     try:
@@ -282,7 +350,7 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     cmd = [bwrap, "--unshare-pid", "--unshare-net", *ipc, "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
-        cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
+        cmd += ["--unshare-user", *disable_userns(), "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
     cmd += ["--ro-bind", "/usr", "/usr"]
     for name in ROOT_LINKS:
         host = "/" + name
@@ -323,6 +391,26 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     else:
         cmd += ["--cap-drop", "ALL"]
     return cmd, drop
+
+
+def disable_userns() -> list[str]:
+    """``--disable-userns`` where this bubblewrap has it (0.8 on) and it works here, else []; for a
+    non-root trainer, whose sample has a user namespace of its own. Why: without the seccomp filter
+    (no libseccomp), which refuses ``unshare``, the sample made a user namespace inside it, and
+    held ``CAP_NET_ADMIN`` and ``CAP_SYS_ADMIN`` there (nf_tables, the usual kernel exploit's first
+    step). bubblewrap sets ``user.max_user_namespaces`` of the sample's namespace so no other nests
+    (ENOSPC). Asked once per process (``probe`` caches it)."""
+    bwrap = shutil.which("bwrap")
+    true = shutil.which("true", path="/usr/bin:/bin")
+    if bwrap is None or true is None:
+        return []
+    cmd = [bwrap, "--unshare-user", "--disable-userns", "--ro-bind", "/usr", "/usr"]
+    for name in ROOT_LINKS:
+        if os.path.islink("/" + name):
+            cmd += ["--symlink", os.readlink("/" + name), "/" + name]
+        elif os.path.isdir("/" + name):
+            cmd += ["--ro-bind", "/" + name, "/" + name]
+    return ["--disable-userns"] if probe([*cmd, true]) is None else []
 
 
 def sandbox_env(home: str) -> dict[str, str]:
@@ -466,18 +554,23 @@ def bwrap_starts() -> str | None:
         return None  # nothing to ask with: the layouts themselves say
     with _starts_lock:
         if bwrap not in _starts:
-            cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                   "--die-with-parent"]
-            if os.geteuid() != 0:
-                cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
-            cmd += ["--ro-bind", "/usr", "/usr"]
-            for name in ROOT_LINKS:
-                if os.path.islink("/" + name):
-                    cmd += ["--symlink", os.readlink("/" + name), "/" + name]
-                elif os.path.isdir("/" + name):
-                    cmd += ["--ro-bind", "/" + name, "/" + name]
-            _starts[bwrap] = probe([*cmd, "--proc", "/proc", "--dev", "/dev", true])
+            _starts[bwrap] = probe([*_start_command(bwrap), true])
         return _starts[bwrap]
+
+
+def _start_command(bwrap: str) -> list[str]:
+    """bubblewrap with the sandbox's namespaces, /usr, /proc and /dev: ``bwrap_starts``' question."""
+    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent"]
+    if os.geteuid() != 0:
+        cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
+    cmd += ["--ro-bind", "/usr", "/usr"]
+    for name in ROOT_LINKS:
+        if os.path.islink("/" + name):
+            cmd += ["--symlink", os.readlink("/" + name), "/" + name]
+        elif os.path.isdir("/" + name):
+            cmd += ["--ro-bind", "/" + name, "/" + name]
+    return [*cmd, "--proc", "/proc", "--dev", "/dev"]
 
 
 def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk_mb: int,
@@ -496,12 +589,17 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     except (RewardError, OSError) as exc:
         wrapper, notes = [], {"inodes": str(exc)}
     hide = host_view.usr_hidden(python)
-    order = [(i, w) for i in ([pool, ids] if pool else [ids]) for w in ((tuple(wrapper), ()) if wrapper else ((),))]
+    nest = tuple(userns_wrapper(python)) if os.geteuid() == 0 else ()  # not root: bwrap's --disable-userns
+    true = shutil.which("true", path="/usr/bin:/bin") or "true"
+    if nest and (refused := probe([*nest, *_start_command(shutil.which("bwrap") or "bwrap"), true])) is not None:
+        nest, notes["userns"] = (), refused
+    order = [(i, w, n) for i in ([pool, ids] if pool else [ids]) for n in ((nest, ()) if nest else ((),))
+             for w in ((tuple(wrapper), ()) if wrapper else ((),))]
     failed: dict[tuple[tuple[int, int] | None, tuple[str, ...]], str] = {}
     why: str | None = None
     # each layout binds only the interpreter's bin and lib (``interpreter_binds``) first, its whole folders only where that
     # alone starts it (an unusual layout: then ``notes`` says the sample reads all of them)
-    for try_ids, try_wrapper, whole in [(i, w, whole) for whole in (False, True) for i, w in order]:
+    for try_ids, try_wrapper, try_nest, whole in [(i, w, n, whole) for whole in (False, True) for i, w, n in order]:
         prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None, whole_prefix=whole,
                                     hide=hide)
         fd_args: list[str] = []
@@ -513,8 +611,8 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
             os.close(w)
             fd_args, fds = ["--seccomp", str(r)], (r,)
         try:
-            why = probe(list(try_wrapper) + prefix + fd_args + drop + [python, "-I", "-c", _IDENTITY], expected,
-                        pass_fds=fds)
+            why = probe(list(try_nest) + list(try_wrapper) + prefix + fd_args + drop + [python, "-I", "-c", _IDENTITY],
+                        expected, pass_fds=fds)
         finally:
             if r >= 0:
                 os.close(r)
@@ -528,10 +626,12 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
             notes["inodes"] = failed.get((try_ids, tuple(wrapper)), "the mount was refused")
         if pool and try_ids != pool:
             notes["uid"] = next(iter(failed.values()), "refused")
+        if nest and not try_nest:
+            notes["userns"] = next(iter(failed.values()), "refused")
         if hide:
             notes["hidden"] = ", ".join(hide)
         return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {},
-                      wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool), None, notes
+                      wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool, userns=try_nest), None, notes
     return None, why, notes
 
 
@@ -551,14 +651,22 @@ def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
         keep = interpreter_binds(interpreter_paths(python, in_usr), python)
     except RewardError as exc:
         return prefix, "", [], str(exc)
+    # as root, each first in a user namespace of the sample's own (``userns_wrapper``: no other nests in
+    # it, and its @u is its own), then in the host's; a non-root trainer's sample has one (``prefix``)
+    nests = [userns_wrapper(python), []] if os.geteuid() == 0 else [[]]
     root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr, program)
-    why_root = probe(root + [python, "-I", "-c", _IDENTITY], expected)
-    if why_root is None:
-        return root, "root", in_usr, ""
-    hide = host_view.hidden_folders(host_view.trainer_folders())
+    why_root = ""
+    for nest in nests:
+        if (why_root := probe(nest + root + [python, "-I", "-c", _IDENTITY], expected) or "") == "":
+            return nest + root, "root", in_usr, ""
+    # the trainer's folders inside /usr too: ``hidden_folders`` never hides one inside a system folder
+    hide = sorted(set(host_view.hidden_folders(host_view.trainer_folders())) | set(in_usr))
     view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide, program=program)
-    why = probe(view + [python, "-I", "-c", _IDENTITY], expected)
-    return (view, "view", hide, why_root) if why is None else (prefix, "", [], f"{why_root}; {why}")
+    why = ""
+    for nest in nests:
+        if (why := probe(nest + view + [python, "-I", "-c", _IDENTITY], expected) or "") == "":
+            return nest + view, "view", hide, why_root
+    return prefix, "", [], f"{why_root}; {why}"
 
 
 _POOL_REPORT = ("on: each sample running at once has its own uid and gid (from {first}; no supplementary groups), "
@@ -576,6 +684,15 @@ def _pooled(cmd: Sequence[str], ids: tuple[int, int] | None, explicit: bool, pyt
         return None
     pool = (uids.FIRST, uids.FIRST)
     return pool if probe([*cmd, *drop_privileges(pool), python, "-I", "-c", _IDENTITY], expected) is None else None
+
+
+def _userns_report(launch: Launch, notes: dict[str, str]) -> str:
+    """What the isolation line says of the sample's user namespace."""
+    if launch.userns or "--disable-userns" in launch.prefix:
+        return " and user namespace (no other nests in it)"
+    if os.geteuid() != 0:
+        return " and user namespace (another may nest in it without the filter: this bwrap has no --disable-userns)"
+    return f"; the host's user namespace (one of its own may nest without the filter: {notes.get('userns', 'refused')})"
 
 
 def _pool_report(launch: Launch, notes: dict[str, str], user: str) -> str:
@@ -616,7 +733,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 return attrs.evolve(launch, report={
                     **base, "user": _pool_report(launch, notes, base["user"]),
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
-                    + ("" if os.geteuid() == 0 else " and user namespace") + "; no capabilities"
+                    + _userns_report(launch, notes) + "; no capabilities"
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
                     "filesystem": "read-only /usr" + (f" (the trainer's folders {notes['hidden']} hidden)" if "hidden"
                                                       in notes else "") + " and " + (notes["interpreter"] if "interpreter" in notes else
@@ -668,7 +785,10 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                                   f"read-only folders: {', '.join(view)} (their unix sockets and writable folders "
                                   "out of reach; a unix socket elsewhere stays reachable); writable: a "
                                   f"{disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only "
-                                  f"(no root of its own: {view_note})")
+                                  f"(no root of its own: {view_note}); " + (
+                                      "a user namespace of its own where no other nests"
+                                      if os.geteuid() != 0 or _USERNS_SCRIPT in prefix else
+                                      "the host's user namespace: one of its own may nest without the filter"))
                 else:
                     filesystem = (f"host files visible (kernel permissions apply{own}); disk capped per file only "
                                   f"(no read-only view: {view_note})")
@@ -699,8 +819,14 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
         base["user"] = _POOL_REPORT.format(first=uids.FIRST) + (
             "; at sample end every process of its uid is killed (a setsid daemon too)")
     why_off = "isolation = off" if isolation == "off" else "; ".join(reasons)
+    nest = tuple(userns_wrapper(python))
+    if (refused := probe([*nest, *drop, python, "-I", "-c", _IDENTITY], expected)) is not None:
+        nest = ()
     return Launch("off", (), tuple(drop), python, False, ids, None, {
-        **base, "isolation": f"OFF ({why_off}): a plain subprocess",
+        **base, "isolation": f"OFF ({why_off}): a plain subprocess" + (
+            " in a user namespace of its own where no other nests" if nest else
+            f" (a user namespace may nest in it: {refused})"),
         "filesystem": "host files visible" + (": the sample is the trainer's own uid" if ids is None and
                                               os.geteuid() != 0 else "") + "; disk capped per file only",
-        "seccomp": "off", "descriptors": "only stdin/stdout/stderr (close_fds)"}, uid_pool=pool is not None)
+        "seccomp": "off", "descriptors": "only stdin/stdout/stderr (close_fds)"}, uid_pool=pool is not None,
+        userns=nest)

@@ -17,10 +17,11 @@ from typing import Any
 
 import attrs
 
+from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, tests_guard, uids
+from polyrl.sandbox import isolation, leftovers, memfd_filter, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
@@ -46,6 +47,8 @@ TESTS_KILL_GRACE_S = 1.0
 TESTS_MIN_MEMORY_MB = 1024
 
 _HERE = Path(__file__).parent
+#: ``memfd_filter``'s program for this machine (hex), which the server loads where the full filter is off.
+_MEMFD_HEX = (memfd_filter.program() or b"").hex() or None
 #: The program the sample's interpreter runs: the value encoder, then the server loop.
 SERVER_SOURCE = (_HERE / "values.py").read_text() + "\n\n" + (_HERE / "server.py").read_text()
 
@@ -111,6 +114,9 @@ class Sandbox:
         self.audit_hook = bool(audit_hook)
         self.tests_forked = tests_in == "process" and forked.FORK_AVAILABLE
         self.launch = _choose(isolation, user, self.python, self.limits.disk_mb)
+        #: what ``launch`` was chosen for, and the run's folders to hide then (``_hide_new_folders``)
+        self._choice = (isolation, user, self.python, self.limits.disk_mb)
+        self._hidden = sandbox_hidden.state()
         rlimits = "on: CPU, address space, file size, open files, core; processes " + (
             "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on") + (
             "; out of memory, samples die first (oom_score_adj 1000)" if self.launch.oom
@@ -126,6 +132,9 @@ class Sandbox:
                        "rlimits": rlimits,
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
+        if self.launch.seccomp_program is None and _MEMFD_HEX:
+            self.report["seccomp"] += ("; memfd_create and memfd_secret refused all the same (a filter of their own, "
+                                       "built without libseccomp: memfd pages are memory no rlimit counts)")
         if self.launch.level not in STRONG_LEVELS and isolation == "weak":
             log.warning("code sandbox runs without full OS isolation (isolation = \"weak\"): samples may read the "
                         "trainer's files" + ("" if self.launch.private_tmp else " and write its run folder"),
@@ -140,8 +149,18 @@ class Sandbox:
     def level(self) -> str:
         return self.launch.level
 
+    def _hide_new_folders(self) -> None:
+        """Choose the launch again where the run's folders to hide changed since (``sandbox_hidden``):
+        the setup check built this sandbox before the run made its output_dir, which could not be
+        hidden while it did not exist."""
+        if (hidden := sandbox_hidden.state()) != self._hidden:
+            self.launch = _choose(*self._choice)
+            self._hidden = hidden
+            self.report["filesystem"] = self.launch.report["filesystem"]
+
     def run(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
         t0 = time.monotonic()
+        self._hide_new_folders()
         folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
         seccomp_r = -1
         uid = None
@@ -163,7 +182,7 @@ class Sandbox:
                 pass_fds = (seccomp_r,)
             argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None, uid)
             if self.launch.level == "bwrap":  # right after bwrap itself
-                at = len(self.launch.oom) + len(self.launch.wrapper) + 1
+                at = len(self.launch.oom) + len(self.launch.userns) + len(self.launch.wrapper) + 1
                 argv[at:at] = ["--setenv", MARKER_ENV, env[MARKER_ENV]]
             try:
                 proc = subprocess.Popen(argv, cwd=folder or tempfile.gettempdir(), env=env,
@@ -219,7 +238,8 @@ class Sandbox:
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap",
                                  # without the filter keyctl is open: the sample leaves the trainer's session keyring
-                                 "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None})
+                                 "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None,
+                                 "memfd": _MEMFD_HEX if self.launch.seccomp_program is None else None})
             fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
             fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int and 0 <= fd < 1 << 20] \
                 if isinstance(fds, list) else []
@@ -417,7 +437,7 @@ _launch_lock = threading.Lock()
 
 
 def _choose(level: str, user: Any, python: str, disk_mb: int) -> isolation.Launch:
-    key = (level, str(user), python, disk_mb)
+    key = (level, str(user), python, disk_mb, sandbox_hidden.state())
     with _launch_lock:
         if key not in _launches:
             _launches[key] = isolation.choose(level, user, python, disk_mb)

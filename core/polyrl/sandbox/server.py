@@ -141,6 +141,26 @@ def _own_keyring(number):
         raise OSError(ctypes.get_errno(), "the sample cannot leave the trainer's session keyring")
 
 
+def _memfd_filter(hexed):
+    """Load ``polyrl.sandbox.memfd_filter``'s program (hex): memfd_create and memfd_secret then
+    fail with EPERM. Sent only where the full seccomp filter is off: a sample held up to
+    max_open_files x file_size_mb in memfds, memory RLIMIT_AS does not count. A kernel without
+    seccomp filters (EINVAL) runs the sample as before; any other refusal ends it."""
+    import ctypes
+
+    program = bytes.fromhex(hexed)
+
+    class Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs for the memfd filter")
+    if libc.prctl(22, 2, ctypes.byref(Program(len(program) // 8, program)), 0, 0) != 0 \
+            and ctypes.get_errno() != 22:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER; EINVAL: no seccomp filters here
+        raise OSError(ctypes.get_errno(), "the memfd filter was refused")
+
+
 def _site(folders):
     """What ``site`` would have given, minus ``.pth`` processing (the server starts with -S)."""
     sys.path.extend(f for f in folders if os.path.isdir(f) and f not in sys.path)
@@ -430,6 +450,8 @@ def _main():
     _site(job.get("site") or [])
     if job.get("keyring"):
         _own_keyring(job["keyring"])
+    if job.get("memfd"):
+        _memfd_filter(job["memfd"])
     _limits(job["limits"])
     root = os.path.realpath(os.getcwd())
     # dont_inherit: this program's ``from __future__ import annotations`` (values.py's) made every

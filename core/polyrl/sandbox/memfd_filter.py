@@ -1,0 +1,52 @@
+"""A seccomp program refusing ``memfd_create`` and ``memfd_secret``, built without libseccomp.
+
+Why: where the sample runs without the full filter (``polyrl.sandbox.seccomp``: no libseccomp,
+the ``off`` level, ``unshare`` without its setup program), a sample held up to ``max_open_files``
+x ``file_size_mb`` in memfds (300 MB at ``memory_mb = 128``): their pages are written, never
+mapped, so RLIMIT_AS does not count them, and a memfd lives on the kernel's internal tmpfs, whose
+size no mount option or namespace reaches. The server loads this program before the sample's code
+runs (``prctl``, after ``no_new_privs``), so both calls fail with EPERM as under the full filter.
+
+Nine classic-BPF instructions with the system call numbers of x86_64 and aarch64 (None
+elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
+number of a 32-bit ``memfd_create`` needs no table.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+
+#: Per machine: the audit architecture (``seccomp_data.arch``) and the numbers of memfd_create
+#: and memfd_secret.
+CALLS = {"x86_64": (0xC000003E, (319, 447)), "aarch64": (0xC00000B7, (279, 447))}
+#: x32 system calls on x86_64 have this bit set in their number.
+X32_BIT = 0x40000000
+
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_ALLOW = 0x7FFF0000
+_EPERM = 0x00050000 | errno.EPERM  # SECCOMP_RET_ERRNO | EPERM
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)  # struct sock_filter, native order as the kernel reads it
+
+
+def program(machine: str | None = None) -> bytes | None:
+    """The program for ``machine`` (default: this one's), or None where its numbers are not known."""
+    found = CALLS.get(machine or platform.machine())
+    if found is None:
+        return None
+    arch, (create, secret) = found
+    return b"".join([
+        _op(_LD_W_ABS, 4),                # A = seccomp_data.arch
+        _op(_JEQ_K, arch, jt=1),          # this ABI: on; another: refused
+        _op(_RET_K, _EPERM),
+        _op(_LD_W_ABS, 0),                # A = seccomp_data.nr
+        _op(_JGE_K, X32_BIT, jt=3),       # x32: refused
+        _op(_JEQ_K, create, jt=2),
+        _op(_JEQ_K, secret, jt=1),
+        _op(_RET_K, _ALLOW),
+        _op(_RET_K, _EPERM),
+    ])

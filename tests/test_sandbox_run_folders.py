@@ -1,0 +1,130 @@
+"""The run's own folders (``train.output_dir``, the dataset's) are hidden from samples wherever
+they lie, not only the trainer's working folder and home.
+
+Every sample gets ``/usr`` read-only (bubblewrap's view, the ``unshare`` level's root of its own
+and its host view), and only the working folder and home were hidden there: a run writing to
+``/usr/local/share/<run>`` and reading its dataset from ``/usr/local/src/<data>`` showed samples
+the run's config and the expected answers. The trainer registers them (``polyrl.sandbox_hidden``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+from bwrap_util import WHY_NOT
+
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, runner
+
+pytestmark = pytest.mark.faults
+
+TESTS = parse_tests("assert add(1, 2) == 3\n")
+GOOD = "def add(a, b):\n    return a + b\n"
+PROBE = """
+import os
+for path in ({answers!r}, {config!r}):
+    try:
+        print("READ", path, open(path).read().strip())
+    except OSError as e:
+        print("DENIED", path, e.strerror)
+for folder in ({data!r}, {out!r}):
+    try:
+        print("SEES", folder, sorted(os.listdir(folder)))
+    except OSError as e:
+        print("NOLIST", folder, e.strerror)
+"""
+
+
+def _without_bwrap(monkeypatch, bin_dir: str) -> None:
+    """PATH is ``bin_dir`` with the util-linux tools but not bwrap: the ``unshare`` level."""
+    os.makedirs(bin_dir)
+    for tool in ("unshare", "setpriv", "choom", "mount"):
+        if shutil.which(tool):
+            os.symlink(shutil.which(tool), f"{bin_dir}/{tool}")
+    monkeypatch.setenv("PATH", bin_dir)
+
+
+@pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
+def test_the_runs_output_dir_and_dataset_inside_usr_are_hidden(isolation_option, fallback, tmp_path, monkeypatch):
+    """The trainer's working folder is elsewhere (``tmp_path``); its output_dir is in
+    /usr/local/share and does not exist yet when the sandbox is built (the setup check runs before
+    the run makes it), its dataset in /usr/local/src. The sample read both. Now each is an empty
+    read-only folder for it, and a right solution still scores. ``fallback``: the ``unshare``
+    level's host view (where ``pivot_root`` is refused), which hid no folder inside /usr at all."""
+    if os.geteuid() != 0 or not os.path.isdir("/usr/local/share") or not os.path.isdir("/usr/local/src"):
+        pytest.skip("needs root to make folders in /usr/local/share and /usr/local/src")
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    if fallback and not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    from polyrl import sandbox_hidden
+
+    tag = f"polyrl-run-folders-{os.getpid()}-{isolation_option}-{fallback}"
+    out, data = f"/usr/local/share/{tag}", f"/usr/local/src/{tag}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(runner, "_launches", {})
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    if fallback:  # as where pivot_root is refused (a root on the initramfs)
+        from polyrl.sandbox import new_root
+
+        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    os.makedirs(data)
+    try:
+        with open(f"{data}/train.jsonl", "w") as f:
+            f.write('{"expected": "ANSWER-42"}\n')
+        sandbox_hidden.hide_from_samples([out, f"{data}/*.jsonl", None])
+        # an interpreter nobody runs: in the host view a root trainer's own under /root is not
+        python = "/usr/bin/python3" if fallback else sys.executable
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
+                      isolation=isolation_option, audit_hook=False)
+        assert box.level == ("bwrap" if isolation_option == "require" else "unshare"), box.report
+        assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+        os.makedirs(out)  # the run starts: its output_dir is made
+        with open(f"{out}/config.toml", "w") as f:
+            f.write("secret = 'RUN-CONFIG'\n")
+        probe = PROBE.format(answers=f"{data}/train.jsonl", config=f"{out}/config.toml", data=data, out=out)
+        result = box.run(probe + GOOD, TESTS)
+        assert result.passed == [True], result
+        assert "ANSWER-42" not in result.output and "RUN-CONFIG" not in result.output, result.output
+        assert f"SEES {data} []" in result.output and f"SEES {out} []" in result.output, result.output
+        assert out in box.report["filesystem"] and data in box.report["filesystem"], box.report
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_folder_of_a_dataset_path():
+    """A file's folder, a glob's folder before its first pattern, a folder (made or not) itself."""
+    from polyrl.sandbox_hidden import folder_of
+
+    assert folder_of(sys.executable) == os.path.dirname(os.path.abspath(sys.executable))
+    assert folder_of("/srv/data/*/train-*.jsonl") == "/srv/data"
+    assert folder_of("/srv/not-made-yet") == "/srv/not-made-yet"
+    assert folder_of("~/runs/x") == os.path.expanduser("~/runs/x")
+
+
+def test_the_trainer_registers_its_output_dir_and_dataset_folders(tiny_model_dir, tmp_path, monkeypatch):
+    """Building a ``Trainer`` (before any reward runs, without loading a model) registers the
+    run's output_dir (not made yet) and the folders of its data.path and data.eval_path."""
+    pytest.importorskip("polyrl_torch")
+    from polyrl import sandbox_hidden
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    for name in ("train", "held"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rows.jsonl").write_text("".join(f'{{"prompt": "{i} + 1 =", "answer": "{i + 1}"}}\n'
+                                                            for i in range(4)))
+    config = RunConfig.from_dict({
+        "model": {"path": tiny_model_dir}, "rewards": [{"name": "numeric_match"}], "backends": {"train": "torch"},
+        "data": {"path": str(tmp_path / "train" / "rows.jsonl"), "eval_path": str(tmp_path / "held" / "*.jsonl")},
+        "eval": {"count": 2},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    Trainer(config, check_only=True)
+    assert sandbox_hidden.hidden() == [str(tmp_path / "run"), str(tmp_path / "train"), str(tmp_path / "held")]
+    assert not (tmp_path / "run").exists()
