@@ -126,3 +126,28 @@ def test_a_path_argument_past_the_name_limit_is_one_error_line(request, tmp_path
     assert main([a.format(long=long, config=config, model=model) for a in argv]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {field}: has a name of ") and "255" in line, line
+
+
+@pytest.mark.parametrize(("where", "field"), [
+    ("model.path", "model.path"),
+    ("train.output_dir", "train.output_dir"),
+    ("config", "config"),
+    ("--resume", "--resume"),
+    ("report", "RUN_DIR"),
+])
+def test_a_path_past_the_system_path_limit_is_one_error_line(tmp_path, capsys, where, field):
+    """Every name short, the whole past PATH_MAX: ``is_file``/``exists`` raised ``OSError: [Errno 36]
+    File name too long`` as for one long name (the 255-byte check let it through)."""
+    deep = str(tmp_path / "/".join(["x" * 200] * 25))  # 25 names of 200 bytes: about 5000 bytes
+    section, _, key = where.partition(".")
+    values = {"model": "tiny-llama", "output_dir": str(tmp_path / "out")}
+    if key:
+        values[key if key == "output_dir" else "model"] = deep
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\npath = "{values["model"]}"\n[data]\ntask = "arithmetic"\n[[rewards]]\n'
+                      f'name = "numeric_match"\n[train]\noutput_dir = "{values["output_dir"]}"\n')
+    argv = {"config": ["train", deep + ".toml"], "--resume": ["train", str(config), "--resume", deep],
+            "report": ["report", deep]}.get(where, ["train", str(config)])
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {field}: is a path of ") and "the system takes in one path" in line, line
