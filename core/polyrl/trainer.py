@@ -1634,7 +1634,7 @@ class Trainer:
         if isinstance(cause, str):
             reason = cause
         else:  # a file-size limit or a quota is freed by no space: its own reason and fix
-            limited = ckpt.limit_problem(cause) or ckpt.in_the_way(cause)
+            limited = ckpt.limit_problem(cause) or ckpt.in_the_way(cause) or ckpt.too_long(cause)
             reason, fix = (limited[0], fix or limited[1]) if limited else (_os_reason(cause), fix)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
