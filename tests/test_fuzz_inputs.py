@@ -151,3 +151,18 @@ def test_a_path_past_the_system_path_limit_is_one_error_line(tmp_path, capsys, w
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {field}: is a path of ") and "the system takes in one path" in line, line
+
+
+@pytest.mark.parametrize("flag", ["--output", "--html"])
+@pytest.mark.parametrize("deep", [False, True], ids=["long-name", "long-path"])
+def test_a_report_output_no_file_system_can_hold_is_one_error_line(tmp_path, capsys, flag, deep):
+    """``polyrl report RUN --output/--html`` with a name past 255 bytes or a path past PATH_MAX:
+    ``is_dir`` raised ``OSError: [Errno 36] File name too long`` (RUN_DIR itself was checked)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    suffix = ".png" if flag == "--output" else ".html"
+    target = str(tmp_path / ("/".join(["x" * 200] * 25) if deep else "x" * 300)) + suffix
+    assert main(["report", str(run), flag, target]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {flag}: ") and ("255" in line or "in one path" in line), line
