@@ -115,6 +115,7 @@ def test_a_score_whose_float_raises_anything_is_a_reward_error_naming_it():
     (["generate", "hi", "--model", "{long}"], "model.path"),
     (["convert", "{long}", "{config}.out", "--to", "hf"], "src"),
     (["convert", "{model}", "{long}", "--to", "hf"], "dst"),
+    (["bench", "--backends", "torch", "--output", "{long}.json"], "--output"),  # before any benchmark ran
 ])
 def test_a_path_argument_past_the_name_limit_is_one_error_line(request, tmp_path, capsys, argv, field):
     """Each was ``OSError: [Errno 36] File name too long`` from ``is_file``/``is_dir``/``exists``."""
@@ -134,6 +135,7 @@ def test_a_path_argument_past_the_name_limit_is_one_error_line(request, tmp_path
     ("config", "config"),
     ("--resume", "--resume"),
     ("report", "RUN_DIR"),
+    ("bench", "--output"),
 ])
 def test_a_path_past_the_system_path_limit_is_one_error_line(tmp_path, capsys, where, field):
     """Every name short, the whole past PATH_MAX: ``is_file``/``exists`` raised ``OSError: [Errno 36]
@@ -147,7 +149,8 @@ def test_a_path_past_the_system_path_limit_is_one_error_line(tmp_path, capsys, w
     config.write_text(f'[model]\npath = "{values["model"]}"\n[data]\ntask = "arithmetic"\n[[rewards]]\n'
                       f'name = "numeric_match"\n[train]\noutput_dir = "{values["output_dir"]}"\n')
     argv = {"config": ["train", deep + ".toml"], "--resume": ["train", str(config), "--resume", deep],
-            "report": ["report", deep]}.get(where, ["train", str(config)])
+            "report": ["report", deep], "bench": ["bench", "--backends", "torch", "--output", deep + ".json"],
+            }.get(where, ["train", str(config)])
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {field}: is a path of ") and "the system takes in one path" in line, line
