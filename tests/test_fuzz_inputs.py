@@ -169,3 +169,21 @@ def test_a_report_output_no_file_system_can_hold_is_one_error_line(tmp_path, cap
     assert main(["report", str(run), flag, target]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {flag}: ") and ("255" in line or "in one path" in line), line
+
+
+def test_an_output_dir_with_no_room_below_it_for_the_runs_files_is_one_error_line(tmp_path, capsys):
+    """A ``train.output_dir`` just under PATH_MAX (every name short) passed the config, then
+    ``.polyrl.lock`` inside it was ``OSError: [Errno 36] File name too long``, a traceback (and a
+    little shorter, the first checkpoint failed after the training)."""
+    import os
+
+    limit = os.pathconf("/", "PC_PATH_MAX")
+    deep = str(tmp_path)
+    while len(os.fsencode(deep)) < limit - 10:  # the folder itself fits; its .polyrl.lock does not
+        deep += "/" + "x" * min(200, limit - 10 - len(os.fsencode(deep)) - 1)
+    config = tmp_path / "run.toml"
+    config.write_text('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
+                      f'[train]\noutput_dir = "{deep}"\n')
+    assert main(["train", str(config)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: train.output_dir: is a path of ") and "the files written below it" in line, line

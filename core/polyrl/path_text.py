@@ -28,9 +28,16 @@ def path_max() -> int:
         return 4096
 
 
-def check_path_text(value: Any, field: str) -> None:
+#: Bytes a run's files lie below ``train.output_dir`` (``checkpoints/.tmp-step-00000001/engine_state/``
+#: and a backend's file name), kept free of the path limit: a folder just under it took the
+#: config and then failed at its own ``.polyrl.lock`` (an OSError traceback) or a checkpoint.
+OUTPUT_ROOM = 256
+
+
+def check_path_text(value: Any, field: str, room: int = 0) -> None:
     """``value`` (a path string, or a list of them; anything else is left to the type checks) names
-    nothing any file system could hold: one ConfigError naming ``field``."""
+    nothing any file system could hold: one ConfigError naming ``field``. ``room``: bytes of the
+    paths written below it (``OUTPUT_ROOM`` for a folder a run writes into) that must fit too."""
     for item in value if isinstance(value, list) else [value]:
         if not isinstance(item, str):
             continue
@@ -38,9 +45,10 @@ def check_path_text(value: Any, field: str) -> None:
             raise ConfigError(f"{item!r} holds a NUL character, which no file or folder name can", field=field,
                               fix="remove it from the path")
         size, limit = len(item.encode("utf-8", "surrogatepass")), path_max()
-        if size >= limit:  # each name may be short: the kernel refuses the whole (ENAMETOOLONG)
-            raise ConfigError(f"is a path of {size} bytes ({item[:20]!r}...), longer than the {limit - 1} the system "
-                              "takes in one path", field=field,
+        if size + room >= limit:  # each name may be short: the kernel refuses the whole (ENAMETOOLONG)
+            below = f" and the files written below it up to {room} more," if room else ""
+            raise ConfigError(f"is a path of {size} bytes ({item[:20]!r}...),{below} longer than the {limit - 1} the "
+                              "system takes in one path", field=field,
                               fix="use a shorter path (a symlink to the deep folder, or a folder nearer the root)")
         for part in item.split(os.sep):
             size = len(part.encode("utf-8", "surrogatepass"))  # never raises (a lone surrogate from Python)
