@@ -262,6 +262,28 @@ def test_a_checkpoints_folder_that_cannot_be_made_is_a_write_error_before_the_ba
     assert f"{root} is in the way" in err.value.reason and err.value.fix == f"move or delete the file {root}"
 
 
+def test_a_checkpoint_path_past_the_system_limit_says_to_shorten_output_dir(tmp_path):
+    """A ``train.output_dir`` short enough to make (every name short, the whole under PATH_MAX) whose
+    checkpoint files lie past PATH_MAX: ENAMETOOLONG. It said "File name too long" with the fix
+    "free space or make train.output_dir writable" (neither helps), after the whole run trained."""
+    limit = os.pathconf("/", "PC_PATH_MAX")
+    deep = tmp_path
+    while len(os.fsencode(str(deep))) < limit - 40:  # room for checkpoints/, not for what lies below it
+        deep = deep / ("d" * min(200, limit - 40 - len(os.fsencode(str(deep)))))
+    deep.mkdir(parents=True)
+    root = deep / "c"
+
+    def writer(model, state):
+        Path(model).mkdir(parents=True)
+        (Path(model) / "model.safetensors").write_bytes(b"\0" * 8)
+
+    with pytest.raises(ckpt.CheckpointWriteError) as err:
+        ckpt.write_checkpoint(root, 1, {"step": 1}, writer)
+    assert err.value.disk_problem and "longer than the system allows" in err.value.reason, err.value.reason
+    assert err.value.fix is not None and "shorter path" in err.value.fix, err.value.fix
+    assert not any(p.name.startswith(".tmp-") for p in root.iterdir())  # the partial folder is gone
+
+
 def test_a_bit_flip_is_caught_by_the_checksum(tmp_path):
     root = tmp_path / "checkpoints"
     for step in (1, 2):

@@ -115,6 +115,7 @@ def test_a_score_whose_float_raises_anything_is_a_reward_error_naming_it():
     (["generate", "hi", "--model", "{long}"], "model.path"),
     (["convert", "{long}", "{config}.out", "--to", "hf"], "src"),
     (["convert", "{model}", "{long}", "--to", "hf"], "dst"),
+    (["bench", "--backends", "torch", "--output", "{long}.json"], "--output"),  # before any benchmark ran
 ])
 def test_a_path_argument_past_the_name_limit_is_one_error_line(request, tmp_path, capsys, argv, field):
     """Each was ``OSError: [Errno 36] File name too long`` from ``is_file``/``is_dir``/``exists``."""
@@ -126,3 +127,63 @@ def test_a_path_argument_past_the_name_limit_is_one_error_line(request, tmp_path
     assert main([a.format(long=long, config=config, model=model) for a in argv]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {field}: has a name of ") and "255" in line, line
+
+
+@pytest.mark.parametrize(("where", "field"), [
+    ("model.path", "model.path"),
+    ("train.output_dir", "train.output_dir"),
+    ("config", "config"),
+    ("--resume", "--resume"),
+    ("report", "RUN_DIR"),
+    ("bench", "--output"),
+])
+def test_a_path_past_the_system_path_limit_is_one_error_line(tmp_path, capsys, where, field):
+    """Every name short, the whole past PATH_MAX: ``is_file``/``exists`` raised ``OSError: [Errno 36]
+    File name too long`` as for one long name (the 255-byte check let it through)."""
+    deep = str(tmp_path / "/".join(["x" * 200] * 25))  # 25 names of 200 bytes: about 5000 bytes
+    section, _, key = where.partition(".")
+    values = {"model": "tiny-llama", "output_dir": str(tmp_path / "out")}
+    if key:
+        values[key if key == "output_dir" else "model"] = deep
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\npath = "{values["model"]}"\n[data]\ntask = "arithmetic"\n[[rewards]]\n'
+                      f'name = "numeric_match"\n[train]\noutput_dir = "{values["output_dir"]}"\n')
+    argv = {"config": ["train", deep + ".toml"], "--resume": ["train", str(config), "--resume", deep],
+            "report": ["report", deep], "bench": ["bench", "--backends", "torch", "--output", deep + ".json"],
+            }.get(where, ["train", str(config)])
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {field}: is a path of ") and "the system takes in one path" in line, line
+
+
+@pytest.mark.parametrize("flag", ["--output", "--html"])
+@pytest.mark.parametrize("deep", [False, True], ids=["long-name", "long-path"])
+def test_a_report_output_no_file_system_can_hold_is_one_error_line(tmp_path, capsys, flag, deep):
+    """``polyrl report RUN --output/--html`` with a name past 255 bytes or a path past PATH_MAX:
+    ``is_dir`` raised ``OSError: [Errno 36] File name too long`` (RUN_DIR itself was checked)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    suffix = ".png" if flag == "--output" else ".html"
+    target = str(tmp_path / ("/".join(["x" * 200] * 25) if deep else "x" * 300)) + suffix
+    assert main(["report", str(run), flag, target]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {flag}: ") and ("255" in line or "in one path" in line), line
+
+
+def test_an_output_dir_with_no_room_below_it_for_the_runs_files_is_one_error_line(tmp_path, capsys):
+    """A ``train.output_dir`` just under PATH_MAX (every name short) passed the config, then
+    ``.polyrl.lock`` inside it was ``OSError: [Errno 36] File name too long``, a traceback (and a
+    little shorter, the first checkpoint failed after the training)."""
+    import os
+
+    limit = os.pathconf("/", "PC_PATH_MAX")
+    deep = str(tmp_path)
+    while len(os.fsencode(deep)) < limit - 10:  # the folder itself fits; its .polyrl.lock does not
+        deep += "/" + "x" * min(200, limit - 10 - len(os.fsencode(deep)) - 1)
+    config = tmp_path / "run.toml"
+    config.write_text('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
+                      f'[train]\noutput_dir = "{deep}"\n')
+    assert main(["train", str(config)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: train.output_dir: is a path of ") and "the files written below it" in line, line

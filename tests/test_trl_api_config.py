@@ -73,6 +73,26 @@ def test_the_log_of_values_taken_from_trl_names_config_values_not_requests():
     assert "checkpoint_every_epoch" not in taken[0] and "checkpoint_every_rounded" not in taken[0], taken
 
 
+@pytest.mark.parametrize("kwargs, field", [
+    ({"max_completion_length": 2**21}, "grpo_config.max_completion_length"),  # a setting from_trl wrote
+    ({"num_iterations": 2000, "max_steps": 2000}, "grpo_config.num_iterations"),  # a GRPOConfig value from TRL
+    ({"top_p": 2.0}, "grpo_config.top_p"),
+])
+def test_an_error_on_a_key_a_trl_field_set_names_that_field_in_api_run(kwargs, field):
+    """``api.run(grpo_config=trl.GRPOConfig(...))``: a TRL value polyrl's settings refuse named
+    polyrl's key (generation.max_new_tokens, algorithm.num_iterations), which the script never
+    wrote; ``polyrl.trl.GRPOTrainer`` names the script's field (args.max_completion_length), and so
+    does api.run now (grpo_config.max_completion_length). polyrl's own configs keep polyrl's keys."""
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent("tiny-llama"), prompts=["a", "b"],
+                       grpo_config=trl_config(output_dir="unused", **kwargs))
+    assert err.value.field == field and str(err.value).startswith(f"{field}: "), err.value
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent("tiny-llama"), prompts=["a", "b"],
+                       generation_config=api.GenerationConfig(max_new_tokens=2**21))
+    assert err.value.field == "generation.max_new_tokens", err.value
+
+
 def test_every_mapped_field_the_user_sets_is_carried():
     ours = api.GRPOConfig.from_trl(trl_config(
         max_steps=14, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,

@@ -211,3 +211,23 @@ def test_the_last_checkpoint_holds_the_best_the_evaluation_after_training_set(ti
     assert (ours["best_metric"], ours["best_global_step"]) == (4.0, 4)
     assert verify(last) is None
     assert not [p.name for p in last.parent.iterdir() if p.name.startswith(".")]  # no .tmp-/.old- left
+
+
+def test_the_checkpoints_kept_after_a_new_best_at_the_end_are_trls(tiny_model_dir, tmp_path):
+    """save_steps 1, save_total_limit 2, eval_steps 3 of max_steps 5: both trainers evaluate at
+    update 3 and at the end (5), each a new best. TRL evaluates update 5 before saving it, so its
+    pruning there protects checkpoint-5 and keeps checkpoint-4 and -5. polyrl pruned when it wrote
+    step 5, before its evaluation after training, protecting step 3, the best then: it kept
+    step-3 and step-5 and removed step-4, which TRL keeps."""
+    rows = datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(4)])
+    kept = {}
+    for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
+        args = _args(tmp_path / name, max_steps=5, save_steps=1, save_total_limit=2, eval_strategy="steps",
+                     eval_steps=3, metric_for_best_model="reward")
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[rises_with_the_update], args=args,
+                                train_dataset=rows, eval_dataset=rows.select(range(2)))
+        trainer.train()
+        assert trainer.state.best_global_step == 5, name
+        root = tmp_path / name / "run" / ("checkpoints" if name == "polyrl" else "")
+        kept[name] = sorted(_update(str(p))[1] for p in root.iterdir() if p.name.startswith(("checkpoint-", "step-")))
+    assert kept["polyrl"] == kept["trl"] == [4, 5], kept

@@ -628,7 +628,43 @@ def run_config(
     reward_tokenizers: Sequence[str | None] | None = None,
 ) -> tuple[RunConfig, list[Any]]:
     """``run``'s ``RunConfig`` and reward function plugins, built without running
-    (``reward_tokenizers``: ``reward_entries``' ``tokenizers``, from ``polyrl.trl``)."""
+    (``reward_tokenizers``: ``reward_entries``' ``tokenizers``, from ``polyrl.trl``). An error on a
+    polyrl key one ``trl.GRPOConfig`` field set names that field (``grpo_config.max_completion_length``,
+    not ``generation.max_new_tokens``: the script never wrote polyrl's key), as ``polyrl.trl`` does."""
+    if _is_trl_config(grpo_config):
+        grpo_config = GRPOConfig.from_trl(grpo_config)
+    try:
+        return _run_config(algorithm, policy=policy, prompts=prompts, rewards=rewards, ref_policy=ref_policy,
+                           generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
+                           eval_prompts=eval_prompts, reward_tokenizers=reward_tokenizers)
+    except ConfigError as exc:
+        key = exc.field
+        # from TRL: the settings from_trl wrote, and the GRPOConfig's own values (the algorithm,
+        # optimizer and train ones; not generation.*, which a GenerationConfig may have set)
+        if isinstance(grpo_config, GRPOConfig) and grpo_config._from_trl and key and (
+                key in grpo_config.settings or key.split(".")[0] in ("algorithm", "optimizer", "train")):
+            from polyrl.trl_names import trl_field_of
+
+            name = trl_field_of(key)
+            if name is not None:
+                exc.renamed(f"grpo_config.{name}")
+        raise
+
+
+def _run_config(
+    algorithm: str,
+    *,
+    policy: Agent,
+    prompts: Sequence[Any],
+    rewards: Sequence[str | Callable[..., Any]] | str | Callable[..., Any],
+    ref_policy: Agent | None,
+    generation_config: GenerationConfig | None,
+    grpo_config: GRPOConfig | Any | None,
+    eval_count: int,
+    eval_prompts: Sequence[Any] | None,
+    reward_tokenizers: Sequence[str | None] | None,
+) -> tuple[RunConfig, list[Any]]:
+    """``run_config``'s work, its errors named by polyrl's keys."""
     gen = generation_config or GenerationConfig()
     if _is_trl_config(grpo_config):
         grpo_config = GRPOConfig.from_trl(grpo_config)

@@ -157,12 +157,26 @@ def in_the_way(exc: BaseException) -> tuple[str, str] | None:
             f"move or delete the file {name}")
 
 
+def too_long(exc: BaseException) -> tuple[str, str] | None:
+    """(the reason, the fix) when a path the run writes is past the system's limits
+    (ENAMETOOLONG: the whole path past PATH_MAX, under a deep ``train.output_dir``), else None.
+    Why: it said "File name too long. Fix: free space or make train.output_dir writable", after
+    the whole run trained (its first checkpoint, with checkpoint_every = 0, is its last)."""
+    if _errno(exc) != errno.ENAMETOOLONG:
+        return None
+    name = getattr(_os_error(exc), "filename", None)
+    size = f" ({len(os.fsencode(name))} bytes: {str(name)[:40]}...)" if isinstance(name, (str, bytes)) else ""
+    return (f"a path under train.output_dir is longer than the system allows{size}",
+            "set train.output_dir to a shorter path (fewer or shorter folder names; the files of a "
+            "checkpoint lie a few folders below it)")
+
+
 def _why(exc: Exception, root: Path, partial: Path) -> tuple[str, bool, str | None]:
     """(a readable reason, whether it is the disk's fault, the fix when a limit is the cause) for a
     failed write, judged before the ``partial`` directory is deleted (deleting it frees the space
     again). Why: a file-size limit (RLIMIT_FSIZE, ``ulimit -f``) or quota hit inside torch.save was
     only "unexpected pos 798720 vs 798612", blamed on the backend, with no fix."""
-    limited = limit_problem(exc, _largest_file(partial)) or in_the_way(exc)
+    limited = limit_problem(exc, _largest_file(partial)) or in_the_way(exc) or too_long(exc)
     if limited is not None:
         return limited[0], True, limited[1]
     code = _errno(exc)

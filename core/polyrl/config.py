@@ -22,7 +22,7 @@ from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig
 from polyrl.configtools import build, check_type, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
-from polyrl.path_text import check_path_text
+from polyrl.path_text import OUTPUT_ROOM, check_path_text
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
 from polyrl.trl_names import trl_fix
@@ -303,7 +303,8 @@ class TrainSection:
             raise ConfigError("must be >= 0 (0 = only at the end)", field="train.checkpoint_every")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("must be >= 1", field="train.threads")
-        check_path_text(self.output_dir, "train.output_dir")  # a NUL or a too-long name: was a traceback
+        # a NUL, a too-long name or a path with no room for the run's files below it: was a traceback
+        check_path_text(self.output_dir, "train.output_dir", room=OUTPUT_ROOM)
         if not self.output_dir.strip():  # "" would be the current directory, moved aside by a fresh start
             raise ConfigError(f"must name a folder, got {self.output_dir!r}", field="train.output_dir",
                               fix='e.g. output_dir = "runs/my-run"')

@@ -1,8 +1,9 @@
 """Path settings no file system can hold, refused as the config is read.
 
 Why: ``os.stat`` raises on a name with a NUL character (``ValueError: embedded null byte``) and on a
-component past the file system's name limit (``OSError: [Errno 36] File name too long``), where
-``Path.exists`` answers False only for a missing file. ``model.path``, ``train.output_dir``,
+component past the file system's name limit, or on a whole path past the system's path limit
+(both ``OSError: [Errno 36] File name too long``), where ``Path.exists`` answers False only for a
+missing file. ``model.path``, ``train.output_dir``,
 ``model.reference_path`` and ``generation.max_model_path`` of either kind were tracebacks from
 deep inside the model lookup or the run lock instead of one ``error:`` line.
 """
@@ -18,15 +19,37 @@ from polyrl.errors import ConfigError
 NAME_MAX = 255
 
 
-def check_path_text(value: Any, field: str) -> None:
+def path_max() -> int:
+    """Bytes the system takes in one path, its closing NUL included (PATH_MAX: 4096 on Linux,
+    1024 on macOS); a path of that many bytes or more is refused before any file system sees it."""
+    try:
+        return int(os.pathconf("/", "PC_PATH_MAX"))
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no answer: Linux's
+        return 4096
+
+
+#: Bytes a run's files lie below ``train.output_dir`` (``checkpoints/.tmp-step-00000001/engine_state/``
+#: and a backend's file name), kept free of the path limit: a folder just under it took the
+#: config and then failed at its own ``.polyrl.lock`` (an OSError traceback) or a checkpoint.
+OUTPUT_ROOM = 256
+
+
+def check_path_text(value: Any, field: str, room: int = 0) -> None:
     """``value`` (a path string, or a list of them; anything else is left to the type checks) names
-    nothing any file system could hold: one ConfigError naming ``field``."""
+    nothing any file system could hold: one ConfigError naming ``field``. ``room``: bytes of the
+    paths written below it (``OUTPUT_ROOM`` for a folder a run writes into) that must fit too."""
     for item in value if isinstance(value, list) else [value]:
         if not isinstance(item, str):
             continue
         if "\0" in item:
             raise ConfigError(f"{item!r} holds a NUL character, which no file or folder name can", field=field,
                               fix="remove it from the path")
+        size, limit = len(item.encode("utf-8", "surrogatepass")), path_max()
+        if size + room >= limit:  # each name may be short: the kernel refuses the whole (ENAMETOOLONG)
+            below = f" and the files written below it up to {room} more," if room else ""
+            raise ConfigError(f"is a path of {size} bytes ({item[:20]!r}...),{below} longer than the {limit - 1} the "
+                              "system takes in one path", field=field,
+                              fix="use a shorter path (a symlink to the deep folder, or a folder nearer the root)")
         for part in item.split(os.sep):
             size = len(part.encode("utf-8", "surrogatepass"))  # never raises (a lone surrogate from Python)
             if size > NAME_MAX:

@@ -421,10 +421,12 @@ def panels_for(data: dict[str, list[tuple[float, float]]]) -> list[tuple[Panel, 
 
 def check_outputs(png: str | Path, html: str | Path | None) -> None:
     """Refuse output paths that cannot be written before drawing anything (a directory, a path
-    under a file, an image format other than PNG): one error line instead of a traceback."""
+    under a file, an image format other than PNG, a name or path too long for the system): one
+    error line instead of a traceback."""
     for flag, path, suffix in (("--output", Path(png), ".png"), ("--html", Path(html) if html else None, ".html")):
         if path is None:
             continue
+        check_path_text(str(path), flag)  # is_dir() raises on a name past 255 bytes or a path past PATH_MAX
         if path.suffix.lower() not in (suffix, ".htm" if suffix == ".html" else suffix):
             raise ConfigError(f"{str(path)!r} does not end in {suffix}", field=flag,
                               fix=f"name the file with {suffix}, e.g. {flag} report{suffix}")

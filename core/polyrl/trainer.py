@@ -459,6 +459,7 @@ class Trainer:
         self.kl_coef = float(config.algorithm.beta)  # kl_in_reward's coefficient (kl_ctrl adapts it)
         self.rollouts = RolloutAhead(self._generate)
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote
+        self._prune_deferred = False  # the last checkpoint's pruning waits for the evaluation after training
         #: the prompt sampler's state before the rows of the oldest rollout not trained yet (the
         #: step's own, or one sampled ahead), None: it is after every trained step's rows already
         self._untrained_before: dict[str, Any] | None = None
@@ -1581,10 +1582,12 @@ class Trainer:
             for saves in (trl_reward_models.MODELS, trl_reward_models.TOKENIZERS):
                 trl_reward_models.remove_stale_staging(self.output_dir / saves)
 
-    def save(self) -> Path:
+    def save(self, prune: bool = True) -> Path:
         """Checkpoint. Under a launcher every rank calls the backend (sharded weights are gathered
         collectively) but only rank 0 writes; the others pass a scratch folder that is deleted.
-        A failed write leaves every earlier checkpoint as it was (pruning happens after success)."""
+        A failed write leaves every earlier checkpoint as it was (pruning happens after success).
+        ``prune`` False: the older checkpoints are pruned later (``_prune_checkpoints``), once the
+        evaluation after training has said which one is the best (the one pruning keeps)."""
         self._phase = f"the checkpoint of step {self.step}"
         if self.rank != 0:
             with tempfile.TemporaryDirectory(prefix="polyrl-rank-scratch-") as scratch:
@@ -1604,14 +1607,23 @@ class Trainer:
         # the newest checkpoint holds the start folders' copies (``kept_inputs``): the next ones read
         # a folder that is gone from it, not from the checkpoint a resume read, which prune may remove
         self._kept_from = path
-        ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints,
-                   [kept for observer in self.observers if (kept := observer.protected_checkpoint()) is not None])
+        if prune:
+            self._prune_checkpoints()
+        else:
+            self._prune_deferred = True
         log.info("checkpoint saved", path=str(path), step=self.step)
         self.tracking.saved(path, self.step)  # $HF_MLFLOW_LOG_ARTIFACTS: MLflow logs it, as transformers does
         if self._prune_pending and self.step > 0:  # keep_previous_runs = 0: replaced now
             previous_runs.deferred_prune(self.output_dir, self._set_aside)
             self._prune_pending = False
         return path
+
+    def _prune_checkpoints(self) -> None:
+        """Keep ``train.keep_checkpoints`` checkpoints, the newest and those the observers protect
+        (``RunObserver.protected_checkpoint``: transformers' ``best_model_checkpoint``)."""
+        self._prune_deferred = False
+        ckpt.prune(self.checkpoint_root, self.config.train.keep_checkpoints,
+                   [kept for observer in self.observers if (kept := observer.protected_checkpoint()) is not None])
 
     def _checkpoint_writer(self) -> Callable[[str, str], None]:
         """The engine's part, a refreshed reference (``ref_sync``), and copies of the folders the
@@ -1645,7 +1657,7 @@ class Trainer:
         if isinstance(cause, str):
             reason = cause
         else:  # a file-size limit or a quota is freed by no space: its own reason and fix
-            limited = ckpt.limit_problem(cause) or ckpt.in_the_way(cause)
+            limited = ckpt.limit_problem(cause) or ckpt.in_the_way(cause) or ckpt.too_long(cause)
             reason, fix = (limited[0], fix or limited[1]) if limited else (_os_reason(cause), fix)
         return OutputWriteError(
             f"cannot write the {what} into {self.output_dir}: {reason}; {kept}. "
@@ -2238,7 +2250,8 @@ class Trainer:
                     self._end_epoch()
                 self._count_in_a_row()  # before any checkpoint below
                 if asked.saves(checkpoint_due(self.step, c.train.checkpoint_every)):
-                    later = self._saved_now(self.save())
+                    last_step = self.step >= c.train.steps or stopping()  # the evaluation after training follows
+                    later = self._saved_now(self.save(prune=not (last_step and self._evaluates_after)))
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
                         asked = asked | later
                         if later.epoch_stop:  # transformers reads it after on_save, in the same step
@@ -2246,9 +2259,19 @@ class Trainer:
         self._save_final(summary)
         if stopping() and self.step < c.train.steps:  # asked during the final save: nothing was cut short
             self._stopped_early(summary, asked)
-        if self.eval_dataset is not None and self.evaluate_after:
+        if self._evaluates_after:
             self._evaluate_after(summary, last_eval)
             self._restate_last_checkpoint()
+        if self._prune_deferred:  # the best now known: pruned as transformers prunes after that evaluation
+            self._prune_checkpoints()
+
+    @property
+    def _evaluates_after(self) -> bool:
+        """Whether the run evaluates after training (``_evaluate_after``), which may make its last
+        step the best: the last checkpoint's pruning waits for it (``save``). Why: pruned before it,
+        the previous best was kept and the step before the last removed, where transformers,
+        evaluating the last step before saving it, keeps the newest ``save_total_limit``."""
+        return self.eval_dataset is not None and self.evaluate_after
 
     def _take_step(self) -> dict[str, Any] | None:
         """Train the next step and count it; its metrics, or None when a stop request abandoned a
@@ -2349,7 +2372,7 @@ class Trainer:
             self.engines.sync_weights(self.step)  # trained policy, as without overlap
             last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
             if self._saved_step != self.step:
-                last = self.save()
+                last = self.save(prune=not self._evaluates_after)
                 self._saved_now(last)
             summary["checkpoint"] = str(last)
             if self.rank == 0:

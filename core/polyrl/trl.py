@@ -44,6 +44,7 @@ from polyrl import strict_json, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
+from polyrl.trl_names import trl_field_of
 from polyrl.trl_quantized import FIX as _QLORA_FIX
 
 if TYPE_CHECKING:
@@ -138,17 +139,6 @@ _PEFT_NAMES = {"rank": "r", "alpha": "lora_alpha", "dropout": "lora_dropout"}
 _API_FIELDS = {"epochs": "num_train_epochs", "steps": "max_steps", "prompts_per_step": "per_device_train_batch_size"}
 
 
-def _trl_field_of(key: str) -> str | None:
-    """The one ``trl.GRPOConfig`` field ``from_trl`` sets polyrl's ``key`` (``table.key``) from,
-    None where none or several do (``train.steps``: max_steps or num_train_epochs; ``[eval]``)."""
-    from polyrl.trl_names import TRL_NAMES
-
-    if key.startswith("eval."):  # from_trl derives them from several fields (samples: num_generations too)
-        return None
-    names = [name for name, entry in TRL_NAMES.items() if entry.key == key]
-    return names[0] if len(names) == 1 else None
-
-
 def _script_field(field: str | None, trl_args: bool = False) -> str | None:
     """An error's ``field`` as the script names it: ``run``'s ``prompts`` is ``train_dataset``,
     polyrl's ``grpo_config.X`` is the script's ``args.X`` where X is a ``trl.GRPOConfig`` field,
@@ -164,7 +154,7 @@ def _script_field(field: str | None, trl_args: bool = False) -> str | None:
     if head == "lora":
         return "peft_config" + (f".{_PEFT_NAMES.get(rest, rest)}" if rest else "")
     if head != "grpo_config":
-        trl_name = _trl_field_of(field) if trl_args else None
+        trl_name = trl_field_of(field) if trl_args else None
         return field if trl_name is None else f"args.{trl_name}"
     if not rest:
         return "args"

@@ -240,6 +240,16 @@ TOML_HINTS: dict[str, TrlName] = {
 }
 
 
+def trl_field_of(key: str) -> str | None:
+    """The one ``trl.GRPOConfig`` field ``from_trl`` sets polyrl's ``key`` (``table.key``) from,
+    None where none or several do (``train.steps``: max_steps or num_train_epochs; ``[eval]``):
+    what an error on that key names where a TRL config set it (the script never wrote the key)."""
+    if key.startswith("eval."):  # from_trl derives them from several fields (samples: num_generations too)
+        return None
+    names = [name for name, entry in TRL_NAMES.items() if entry.key == key]
+    return names[0] if len(names) == 1 else None
+
+
 def trl_fix(name: str, value: Any) -> str | None:
     """The fix for the unknown key ``name`` (set to ``value``) when it is a ``GRPOConfig`` name."""
     entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)

@@ -74,6 +74,9 @@ def check_output(output: str | os.PathLike[str] | None) -> None:
     written, so the nearest existing one must take a file. Probing leaves nothing behind."""
     if output is None:
         return
+    from polyrl.path_text import check_path_text
+
+    check_path_text(os.fspath(output), "--output")  # is_dir() raises on a name past 255 bytes or a path past PATH_MAX
     path = Path(output)
     for target in (path, path.with_suffix(".png")):
         if target.is_dir():
