@@ -74,7 +74,8 @@ silently ignored). Options:
     gold rounded to a few digits needs a ``tolerance`` to accept more digits.
 ``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
     ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
-    ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines).
+    ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines). A pattern search finds in
+    any text (``x*``, ``^``, ``(a|)``: an empty match needing nothing of the text) is refused.
     The pattern is the user's, and ``.*`` patterns are easy to satisfy: ``<think>.*</think>`` is
     found in "junk <think></think> junk", and with the "s" flag ``<think>.*</think><answer>.*</answer>``
     spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
@@ -645,8 +646,53 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
         raise RewardError(
             f"regex_format: invalid pattern {pattern!r}: {exc}. Fix: correct options.pattern"
         ) from None
+    if opts["match"] == "search" and always_found(regex):
+        raise RewardError(f"regex_format: pattern {pattern!r} matches an empty text at the start of any text (no "
+                          "character it requires, no anchor or lookaround that could fail there), so search finds "
+                          "it in every completion and every one scores 1.0. "
+                          f"Fix: make the format required (e.g. pattern = '{THINK_FORMAT}'), or use match = "
+                          "\"fullmatch\"")
     test = regex.search if opts["match"] == "search" else regex.fullmatch
     return [1.0 if test(completion_text(c)) else 0.0 for c in completions]
+
+
+#: opcodes whose match depends on the text around a position: a zero-width pattern holding one
+#: can still fail (``^$``, ``(?!.*bad)``, a back-reference)
+_CONTEXT_OPS = frozenset({"AT", "ASSERT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EXISTS", "GROUPREF_IGNORE",
+                          "GROUPREF_LOC_IGNORE", "GROUPREF_UNI_IGNORE"})
+
+
+#: anchors an empty match at position 0 always satisfies (``^``, ``\\A``, ``^`` under MULTILINE)
+_HELD_AT_START = frozenset({"AT_BEGINNING", "AT_BEGINNING_STRING", "AT_BEGINNING_LINE"})
+
+
+def always_found(regex: re.Pattern[str]) -> bool:
+    """Whether ``regex.search`` succeeds on every text: its shortest match is empty and nothing in it
+    looks at the text around a position but start anchors, so the empty match is there at position 0
+    of any string (``x*``, ``^``, ``(?:)``, ``(a|)``). Why: such a ``regex_format`` rewards every completion alike. Read
+    from the parsed pattern, exact rather than probed; False where the parser is unavailable."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # the compiler's own parse (3.11+)
+    except ImportError:  # pragma: no cover - older or other Pythons
+        return False
+    try:
+        parsed = _parser.parse(regex.pattern, regex.flags)
+    except Exception:  # noqa: BLE001 - compiled already; a parser change must not fail the reward
+        return False
+    if parsed.getwidth()[0] != 0:
+        return False
+    return not _holds_context_op(parsed)
+
+
+def _holds_context_op(node: object) -> bool:
+    """Walk a parsed pattern (SubPatterns, their (opcode, argument) items, nested tuples and lists)."""
+    if isinstance(node, (tuple, list)):
+        return any(_holds_context_op(item) for item in node)
+    data = getattr(node, "data", None)
+    if isinstance(data, list):
+        return any((str(op) in _CONTEXT_OPS and str(arg) not in _HELD_AT_START) or _holds_context_op(arg)
+                   for op, arg in data)
+    return False
 
 
 def _written_chars(completion: Completion | str) -> int:
