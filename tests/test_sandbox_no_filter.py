@@ -409,3 +409,45 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
     assert "MEMFD 1" in done.stdout and "PID True True" in done.stdout, done.stdout
     if platform.machine() == "x86_64":
         assert "X32 -1 1" in done.stdout, done.stdout
+
+
+CAPABILITIES = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("CAPEFF", [line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff")][0])
+made = libc.mount(b"polyrl-attack", b"/tmp", b"tmpfs", 0, None)  # in its mount namespace (--mount-proc)
+print("MOUNT", made, ctypes.get_errno(), os.getuid())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("unshare") is None
+                    or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root to become nobody, util-linux and an interpreter nobody can run")
+@pytest.mark.parametrize("setpriv", [True, False])
+def test_an_unprivileged_trainers_sample_has_no_capabilities_without_the_host_view(monkeypatch, setpriv):
+    """``isolation = "weak"`` without bubblewrap, where the kernel refuses the ``unshare`` level's
+    mounts (no root of its own, no read-only view): a non-root trainer's sample was root of its
+    own user namespace (``--map-root-user``) with every capability there (CapEff
+    000001ffffffffff): it mounted a tmpfs, and could configure its network namespace. Now it
+    execs without them (setpriv; without setpriv it is the trainer's uid there). The launch chosen
+    for that case, run as ``nobody``."""
+    from polyrl.sandbox import host_view, isolation
+
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: 65534)
+    monkeypatch.setattr(isolation.os, "getegid", lambda: 65534)
+    monkeypatch.setattr(isolation, "_bwrap_launch", lambda *a, **k: (None, "test: no bubblewrap", {}))
+    monkeypatch.setattr(isolation, "_host_view", lambda prefix, *a, **k: (prefix, "", [], "test: mounts refused"))
+    if not setpriv:
+        monkeypatch.setattr(host_view, "namespace_drop", lambda: [])
+    launch = isolation._choose("weak", "auto", SYSTEM_PYTHON, 8)
+    monkeypatch.undo()
+    assert launch.level == "unshare" and not launch.private_tmp, launch
+    cmd = isolation.drop_privileges((65534, 65534)) + launch.argv(["-I", "-c", CAPABILITIES], None)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    if done.returncode != 0 and "namespace" in done.stderr.lower():
+        pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    assert "CAPEFF 0000000000000000" in done.stdout, done.stdout
+    assert "MOUNT -1 1 " in done.stdout, done.stdout  # EPERM
+    assert "(no capabilities in its user namespace" in launch.report["isolation"], launch.report
+    assert ("--map-current-user" in launch.prefix) is not setpriv, launch.prefix

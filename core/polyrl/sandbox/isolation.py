@@ -42,7 +42,9 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 left visible; a non-root trainer's sample is the trainer's own uid without
                 capabilities, which reads the trainer's files left visible). Where the kernel
                 refuses those mounts too: files of the host visible and writable with those
-                permissions, disk capped per file. The report says which holds and why.
+                permissions, disk capped per file (a non-root trainer's sample without capabilities
+                in its user namespace all the same: ``_namespace_caps``). The report says which
+                holds and why.
                 Where not chrooted (the view), and as root also in the root of its own, the sample
                 is in a user namespace of its own where no other nests (``userns_wrapper``; a
                 non-root trainer's: the setup sets its ``user.max_user_namespaces``).
@@ -669,6 +671,23 @@ def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
     return prefix, "", [], f"{why_root}; {why}"
 
 
+def _namespace_caps(prefix: list[str], python: str, expected: str) -> tuple[list[str], list[str], str]:
+    """(``prefix``, privilege drop, what the isolation line says of its capabilities) for a non-root
+    trainer's sample at the ``unshare`` level. Why: it is root of a user namespace of its own
+    (``--map-root-user``), with every capability there; only the setup program's layouts took them
+    (``host_view.namespace_drop``), and where the kernel refused those mounts the sample kept them
+    (CapEff 000001ffffffffff: it mounted tmpfs in its mount namespace, reconfigured its network
+    namespace). Without setpriv it is the trainer's uid there (``--map-current-user``): not root of
+    the namespace, so exec leaves it no capability."""
+    if drop := host_view.namespace_drop():
+        return prefix, drop, " (no capabilities in its user namespace)"
+    mapped = ["--map-current-user" if arg == "--map-root-user" else arg for arg in prefix]
+    if mapped != prefix and probe([*mapped, python, "-I", "-c", _IDENTITY], expected) is None:
+        return mapped, [], " (no capabilities in its user namespace: the trainer's uid there, --map-current-user)"
+    return prefix, [], (" (EVERY capability in its user namespace: no setpriv, and unshare refused "
+                        "--map-current-user. Fix: install util-linux's setpriv)")
+
+
 _POOL_REPORT = ("on: each sample running at once has its own uid and gid (from {first}; no supplementary groups), "
                 "so max_processes counts its own threads and processes only and no other sample shares its "
                 "group's file permissions")
@@ -755,8 +774,9 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 prefix[1:1] = ["--user", "--map-root-user"]
             prefix, kind, view, view_note = _host_view(prefix, python, disk_mb, expected, program)
             drop = drop_privileges(ids) if ids else no_capabilities()
-            if kind and os.geteuid() != 0:
-                drop = host_view.namespace_drop()
+            caps = ""
+            if os.geteuid() != 0:  # with the setup program or without it (the host files visible)
+                prefix, drop, caps = _namespace_caps(prefix, python, expected)
             why = probe(prefix + drop + [python, "-I", "-c", _IDENTITY], expected)
             if why is not None and ids is not None and (bare := probe(prefix + [python, "-I", "-c", _IDENTITY],
                                                                       expected)) is not None:
@@ -795,7 +815,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 filtered = program if kind else None  # loaded by the setup program, last
                 return Launch("unshare", tuple(prefix), tuple(drop), python, bool(kind), ids, filtered, {
                     **base, "isolation": "PARTIAL (unshare): network, PID, IPC" + (" and mount" if kind else "")
-                    + " namespaces; " + "; ".join(reasons),
+                    + " namespaces" + caps + "; " + "; ".join(reasons),
                     "filesystem": filesystem,
                     "seccomp": seccomp_report if filtered is not None else (
                         f"off: {seccomp_report.removeprefix('off: ') if program is None else 'no setup program ran'}"),
