@@ -363,6 +363,45 @@ print(json.dumps({"level": box.level, "seccomp": box.report["seccomp"], "status"
 """
 
 
+MEMFD_REFUSED = """
+import json, struct, sys
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, runner, seccomp
+
+seccomp._cache.append((None, "off: no libseccomp bindings (test)"))
+# a program the kernel refuses as one without seccomp filters does (prctl: EINVAL): an unknown opcode
+runner._MEMFD_HEX = (struct.pack("=HBBI", 0xFFFF, 0, 0, 0) + struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000)).hex()
+box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=8), audit_hook=False,
+              isolation="auto" if sys.argv[1] == "bwrap" else "off", user="none")
+code = "import os\\nos.memfd_create('x')\\nprint('MEMFD made')\\ndef add(a, b):\\n    return a + b\\n"
+result = box.run(code, parse_tests("assert add(1, 2) == 3\\n"))
+print(json.dumps({"level": box.level, "seccomp": box.report["seccomp"], "status": result.status,
+                  "passed": result.passed, "output": result.output}))
+"""
+
+
+@pytest.mark.parametrize("level", ["bwrap", "off"])
+def test_where_the_kernel_refuses_the_memfd_filter_the_report_says_it_is_off(tmp_path, level):
+    """The server runs a sample without the memfd filter where the kernel refuses it (EINVAL: a
+    kernel without seccomp filters), and the report still said memfd_create was refused. Now the
+    sandbox asks the kernel once, with the server's own loader, and the report says what happened
+    (the refusal stood in for by a program the kernel rejects with EINVAL as such a kernel does)."""
+    if level == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    script = tmp_path / "trainer.py"
+    script.write_text(MEMFD_REFUSED)
+    done = subprocess.run([sys.executable, str(script), level], capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    if done.returncode != 0 and "bubblewrap" in done.stderr:
+        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
+    assert "MEMFD made" in got["output"], got["output"]  # the sample ran without the filter
+    assert "refused all the same" not in got["seccomp"], got["seccomp"]
+    assert "memfd filter OFF (the kernel refused it: prctl(PR_SET_SECCOMP) answered EINVAL" in got["seccomp"], got
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root trainer's bubblewrap level")
 def test_where_the_kernel_refuses_the_samples_user_namespace_bubblewrap_runs_and_says_so(monkeypatch):
     """A container whose /proc is partly masked refuses bubblewrap's /proc in a user namespace of

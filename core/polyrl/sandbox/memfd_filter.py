@@ -10,13 +10,21 @@ runs (``prctl``, after ``no_new_privs``), so both calls fail with EPERM as under
 Nine classic-BPF instructions with the system call numbers of x86_64 and aarch64 (None
 elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
+
+Whether the kernel took it is asked once per interpreter and program (``refused``): where it
+answers EINVAL (no seccomp filters) the server runs the sample without it, and the isolation
+report said the memfd calls were refused all the same.
 """
 
 from __future__ import annotations
 
+import ast
 import errno
 import platform
 import struct
+from pathlib import Path
+
+from polyrl.sandbox import isolation
 
 #: Per machine: the audit architecture (``seccomp_data.arch``) and the numbers of memfd_create
 #: and memfd_secret.
@@ -50,3 +58,37 @@ def program(machine: str | None = None) -> bytes | None:
         _op(_RET_K, _ALLOW),
         _op(_RET_K, _EPERM),
     ])
+
+
+#: The server's loader (``server._memfd_filter``), then the check that memfd_create now fails.
+_CHECK = """
+import os, sys
+try:
+    why = _memfd_filter(sys.argv[1])
+except OSError as exc:
+    sys.exit(f"memfd filter: {exc}")
+if why:
+    sys.exit(why)
+try:
+    os.memfd_create("polyrl-probe")
+except PermissionError:
+    sys.exit(0)
+except AttributeError:  # no os.memfd_create in this Python: the filter loaded, nothing to check
+    sys.exit(0)
+sys.exit("memfd_create still works under it")
+"""
+
+
+def _loader_source() -> str:
+    """``_memfd_filter``'s source, read from the server itself: the probe runs the very code the sample's
+    server runs (the server cannot import polyrl, so there is no shared module to import)."""
+    text = (Path(__file__).with_name("server.py")).read_text()
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "_memfd_filter")
+    return ast.get_source_segment(text, node) or ""
+
+
+def refused(python: str, hexed: str) -> str | None:
+    """None when ``python``, loading ``hexed`` as the sample's server does, can no longer make a memfd;
+    else why (the kernel has no seccomp filters, or refuses this one). Asked once per interpreter
+    and program (``isolation.probe`` caches it): the kernel's answer is the same for every sample."""
+    return isolation.probe([python, "-I", "-S", "-c", _loader_source() + "\n" + _CHECK, hexed])

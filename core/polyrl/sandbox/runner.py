@@ -133,8 +133,12 @@ class Sandbox:
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
         if self.launch.seccomp_program is None and _MEMFD_HEX:
-            self.report["seccomp"] += ("; memfd_create and memfd_secret refused all the same (a filter of their own, "
-                                       "built without libseccomp: memfd pages are memory no rlimit counts)")
+            if (memfd_off := memfd_filter.refused(self.python, _MEMFD_HEX)) is None:
+                self.report["seccomp"] += ("; memfd_create and memfd_secret refused all the same (a filter of their "
+                                           "own, built without libseccomp: memfd pages are memory no rlimit counts)")
+            else:
+                self.report["seccomp"] += (f"; memfd filter OFF ({memfd_off}): memfd_create is open, a sample holds "
+                                           "up to max_open_files x file_size_mb in memfds, memory no rlimit counts")
         if self.launch.level not in STRONG_LEVELS and isolation == "weak":
             log.warning("code sandbox runs without full OS isolation (isolation = \"weak\"): samples may read the "
                         "trainer's files" + ("" if self.launch.private_tmp else " and write its run folder"),

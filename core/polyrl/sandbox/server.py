@@ -145,7 +145,8 @@ def _memfd_filter(hexed):
     """Load ``polyrl.sandbox.memfd_filter``'s program (hex): memfd_create and memfd_secret then
     fail with EPERM. Sent only where the full seccomp filter is off: a sample held up to
     max_open_files x file_size_mb in memfds, memory RLIMIT_AS does not count. A kernel without
-    seccomp filters (EINVAL) runs the sample as before; any other refusal ends it."""
+    seccomp filters (EINVAL) runs the sample as before, and this returns why (the trainer's probe of
+    the same function, ``memfd_filter.refused``, puts it in the report); any other refusal ends it."""
     import ctypes
 
     program = bytes.fromhex(hexed)
@@ -156,9 +157,11 @@ def _memfd_filter(hexed):
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "no_new_privs for the memfd filter")
-    if libc.prctl(22, 2, ctypes.byref(Program(len(program) // 8, program)), 0, 0) != 0 \
-            and ctypes.get_errno() != 22:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER; EINVAL: no seccomp filters here
-        raise OSError(ctypes.get_errno(), "the memfd filter was refused")
+    if libc.prctl(22, 2, ctypes.byref(Program(len(program) // 8, program)), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        if ctypes.get_errno() != 22:
+            raise OSError(ctypes.get_errno(), "the memfd filter was refused")
+        return "the kernel refused it: prctl(PR_SET_SECCOMP) answered EINVAL (no seccomp filters here, or none it accepts)"
+    return None
 
 
 def _site(folders):
