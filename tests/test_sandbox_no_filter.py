@@ -490,3 +490,31 @@ def test_an_unprivileged_trainers_sample_has_no_capabilities_without_the_host_vi
     assert "MOUNT -1 1 " in done.stdout, done.stdout  # EPERM
     assert "(no capabilities in its user namespace" in launch.report["isolation"], launch.report
     assert ("--map-current-user" in launch.prefix) is not setpriv, launch.prefix
+
+
+FILTER_REFUSED = """
+import json, struct
+from polyrl.sandbox import Sandbox, SandboxLimits, isolation, seccomp
+
+# a program the kernel refuses as one without seccomp filters does (prctl: EINVAL): an unknown opcode
+seccomp._cache.append((struct.pack("=HBBI", 0xFFFF, 0, 0, 0) + struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000), "on (test)"))
+isolation._bwrap_launch = lambda *a, **k: (None, "test: no bubblewrap", {})
+box = Sandbox(SandboxLimits(timeout_s=20, disk_mb=8), isolation="weak", python="/usr/bin/python3")
+print(json.dumps({"level": box.level, "seccomp": box.report["seccomp"]}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="a root trainer's unshare level, with an interpreter nobody can run")
+def test_where_the_kernel_refuses_the_filter_the_unshare_report_says_off_and_why(tmp_path):
+    """At the ``unshare`` level the setup program loads the seccomp filter last; where the kernel
+    refuses it (EINVAL without seccomp filters) the setup fails, the level runs without it, and the
+    report said only "no setup program ran". Now it says the kernel's answer too."""
+    script = tmp_path / "trainer.py"
+    script.write_text(FILTER_REFUSED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["level"] == "unshare", got
+    assert got["seccomp"].startswith("off: no setup program ran (") and "seccomp filter: Invalid argument" in \
+        got["seccomp"], got

@@ -818,7 +818,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     + " namespaces" + caps + "; " + "; ".join(reasons),
                     "filesystem": filesystem,
                     "seccomp": seccomp_report if filtered is not None else (
-                        f"off: {seccomp_report.removeprefix('off: ') if program is None else 'no setup program ran'}"),
+                        f"off: {seccomp_report.removeprefix('off: ') if program is None else f'no setup program ran ({view_note})'}"),
                     "descriptors": "only stdin/stdout/stderr (close_fds)"},
                     uid_pool=pool is not None)
             reasons.append(f"unshare does not work here ({why})")
