@@ -62,12 +62,13 @@ class ModelSection:
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "chat_template_kwargs", chat_kwargs.checked(self.chat_template_kwargs))
-        if not self.path:
-            raise ConfigError(
-                "no model given", field="model.path",
+        if not self.path or (isinstance(self.path, str) and not self.path.strip()):
+            raise ConfigError(  # " " was looked up as a model name once the config had loaded
+                f"is blank ({self.path!r}): no model given" if self.path else "no model given", field="model.path",
                 fix='set model.path to a local HF folder, a cached Hub id ("org/name") or an alias '
                     'like "smollm2-135m-instruct"',
             )
+        _refuse_blank(self, ("reference_path",), "model")
         check_path_text(self.path, "model.path")
         check_path_text(self.reference_path, "model.reference_path")
         check_device_type(self.device)  # its spelling: RunConfig, which knows the backends reading it
@@ -369,6 +370,8 @@ class LoggingSection:
     step_line: str = "short"  # the terminal's step line: "short" (the watched numbers) or "full" (every metric)
 
     def __attrs_post_init__(self) -> None:
+        # project "": trackio logged into its "default" store without a word, MLflow failed after the model loaded
+        _refuse_blank(self, ("project", "run_name"), "logging")
         if self.step_line not in STEP_LINE_CHOICES:
             raise ConfigError(f"must be one of {', '.join(STEP_LINE_CHOICES)}, got {self.step_line!r}",
                               field="logging.step_line", fix='step_line = "short" (default) or "full"')
@@ -407,6 +410,7 @@ class EnvironmentSection:
         return self.name is not None or bool(self.tools)
 
     def __attrs_post_init__(self) -> None:
+        _refuse_blank(self, ("name",), "environment")  # "" was refused only once the run had started
         if isinstance(self.tools, str) or not all(isinstance(t, str) and t for t in self.tools):
             raise ConfigError(f"must be a list of tool names, got {self.tools!r}", field="environment.tools",
                               fix='e.g. tools = ["calculator"]; `polyrl environments` lists them')

@@ -171,7 +171,7 @@ def _json(text: str, path: Path, lineno: int | None, field: str, fix: str) -> An
     except ValueError as exc:  # int()'s digit limit, which json lets through as is
         if not long_numbers.is_digit_limit(exc):
             raise
-        found, what = long_numbers.described(text)
+        found, what = long_numbers.described(text, "json")
         line = (lineno or 1) + (found - 1 if found else 0)
         raise ConfigError(f"{path}:{line} holds {what}", field=field, fix="write it as a string, or round it") from None
     except RecursionError:

@@ -13,8 +13,22 @@ import sys
 
 #: The fix for a setting (a config line, a ``--set``) holding such a number.
 SETTING_FIX = "write the setting's real value; no polyrl setting needs so many digits"
-#: A run of decimal digits (TOML allows ``_`` between them) longer than any setting or value needs.
-_LONG = re.compile(r"[0-9][0-9_]{64,}")
+#: An integer too long for any setting or value: a run of 65+ decimal digits (TOML allows ``_``
+#: between them) with an optional sign, not part of a word, a float (``1.5``, ``1e9``), a date or a
+#: bare key (``123 = 1``): ``float()`` and keys have no digit limit. Possessive, so a near miss
+#: costs one pass over its digits, not a backtrack per digit.
+_NUMBER = r"(?<![\w.:+-])[+-]?+(?P<number>[0-9][0-9_]{64,}+)(?![\w.:+-])(?![ \t]*=)"
+#: What the scan steps over whole: text in a string is not a number, nor is a TOML comment. An
+#: unterminated string runs to the end (the parser failed there first), so each character is read once.
+_SKIP = {
+    "json": r'"(?:[^"\\]|\\.)*+"?',
+    "toml": (r'"""(?:[^"\\]|\\.|"(?!""))*+(?:"{3,5})?'
+             r"|'''(?:[^']|'(?!''))*+(?:'{3,5})?"
+             r'|"(?:[^"\\\n]|\\.)*+"?'
+             r"|'[^'\n]*+'?"
+             r"|#[^\n]*+"),
+}
+_SCANS = {syntax: re.compile(f"{skip}|{_NUMBER}", re.DOTALL) for syntax, skip in _SKIP.items()}
 
 
 def digit_limit() -> int:
@@ -27,20 +41,25 @@ def is_digit_limit(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
 
 
-def too_long_number(text: str) -> tuple[int, int] | None:
-    """(1-based line, digits) of the first number in ``text`` past ``digit_limit()``, else None."""
+def too_long_number(text: str, syntax: str = "toml") -> tuple[int, int] | None:
+    """(1-based line, digits) of the first integer in ``text`` past ``digit_limit()``, else None.
+
+    ``syntax`` ("toml" or "json") says which strings and comments to step over: a long digit run
+    in a string is text, and counting it would point at the wrong line."""
     limit = digit_limit()
-    for match in _LONG.finditer(text):
-        digits = sum(c.isdigit() for c in match.group())
-        if limit and digits > limit:
-            return text.count("\n", 0, match.start()) + 1, digits
+    if not limit:
+        return None
+    for match in _SCANS[syntax].finditer(text):
+        number = match.group("number")
+        if number is not None and (digits := len(number) - number.count("_")) > limit:
+            return text.count("\n", 0, match.start("number")) + 1, digits
     return None
 
 
-def described(text: str) -> tuple[int | None, str]:
+def described(text: str, syntax: str = "toml") -> tuple[int | None, str]:
     """(1-based line or None, "a number of N digits, more than the L Python reads") for ``text``
-    whose parse hit the digit limit: what the config, ``--set`` and JSONL errors each place."""
-    found = too_long_number(text)
+    (TOML or JSON) whose parse hit the digit limit: what the config, ``--set`` and JSONL errors each place."""
+    found = too_long_number(text, syntax)
     digits = f"{found[1]} digits" if found else "too many digits"
     return (found[0] if found else None), f"a number of {digits}, more than the {digit_limit()} Python reads"
 

@@ -15,11 +15,13 @@ that no owner could want to skip: numbers are finite and nesting is shallow.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from polyrl import long_numbers
 from polyrl.errors import ConfigError
 
 #: TOML lets a table nest without limit; the parser and everything that walks a config recurse,
@@ -38,9 +40,30 @@ MAX_SEED = 2**32 - 1
 
 
 def shown(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters: an error line stays one readable line."""
-    text = repr(value)
+    """``repr(value)`` cut to ``limit`` characters: an error line stays one readable line.
+
+    An int past Python's digit limit (``10**5000`` from a Python API such as ``trl.GRPOConfig``)
+    has no ``repr``: its ``ValueError`` was the traceback instead of the error line it belonged in."""
+    try:
+        text = repr(value)
+    except ValueError as exc:
+        if not long_numbers.is_digit_limit(exc):
+            raise
+        past = f"more than the {long_numbers.digit_limit()} Python reads"
+        if isinstance(value, int):
+            return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits, {past}"
+        return f"a {type(value).__name__} holding an integer of too many digits, {past}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def fits_float(value: Any) -> bool:
+    """Whether the number ``value`` is one a float holds: finite, and an int within float range.
+
+    Why: an int is finite but ``float(10**5000)`` raises ``OverflowError``, a traceback wherever a
+    real-valued setting (a learning rate, a temperature) is used as a float."""
+    if isinstance(value, int):
+        return -sys.float_info.max <= value <= sys.float_info.max
+    return math.isfinite(value)
 
 
 def _show(bound: float) -> str:
@@ -77,7 +100,7 @@ class Rule:
             return False
         if self.integer and not isinstance(value, int):
             return False
-        if isinstance(value, float) and not math.isfinite(value):  # an int is finite (and may not fit a float)
+        if not self.integer and not fits_float(value):  # nan, inf, or an int no float holds (10**5000)
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False

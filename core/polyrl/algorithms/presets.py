@@ -95,6 +95,7 @@ from polyrl.algorithms.shaping import dynamic_sampling_mask, expand_group_mask, 
 from polyrl.errors import ConfigError
 from polyrl.configtools import unknown_key_fix
 from polyrl.trl_names import trl_value_fix
+from polyrl.validators import fits_float, shown
 
 ALGORITHMS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "rloo", "reinforce", "gspo", "cispo", "sapo", "vespo",
                                "luspo")
@@ -296,8 +297,8 @@ class AlgorithmConfig:
         for field in ("epsilon", "epsilon_high", "dual_clip", "beta", "overlong_buffer", "overlong_penalty",
                       "mismatch_cap", "entropy_coef", "top_entropy_quantile", *SOFT_LOSS_FIELDS):
             value = getattr(self, field)
-            if _is_number(value) and not math.isfinite(float(value)):  # nan passes every < and >= test
-                _fail(field, f"must be a finite number, got {value!r}", "TOML's nan and inf are not valid here")
+            if _is_number(value) and not fits_float(value):  # nan passes every < and >= test
+                _fail(field, f"must be a finite number, got {shown(value)}", "TOML's nan and inf are not valid here")
         if not self.epsilon >= 0:  # 1 or more: the bound 1 - epsilon <= 0 never clips a ratio (TRL takes it)
             _fail("epsilon", f"must be >= 0, got {self.epsilon}", "0.2 is usual")
         if self.epsilon_high is not None and (not _is_number(self.epsilon_high) or self.epsilon_high < 0):

@@ -127,7 +127,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-from polyrl.errors import RewardError, one_line
+from polyrl.errors import ConfigError, RewardError, one_line
 from polyrl.rewards import judge_score
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number, required_text
@@ -271,6 +271,8 @@ def judge_options(given: Mapping[str, Any] | None) -> JudgeOptions:
     elif not isinstance(cache, (str, os.PathLike)):
         raise RewardError(f"{NAME}: cache_path must be a file path, \"\" or false. Fix: e.g. "
                           'cache_path = "runs/judge_cache.sqlite3"')
+    else:
+        _check_cache_path(os.fspath(cache))
     key_env = opts["api_key_env"]
     if key_env is not None and (not isinstance(key_env, str) or not key_env):
         raise RewardError(f"{NAME}: api_key_env names an environment variable, got {key_env!r}. "
@@ -399,10 +401,22 @@ def cache_key(opts: JudgeOptions, messages: list[dict[str, str]]) -> str:
 # --- the cache ---------------------------------------------------------------------------------
 
 
+def _check_cache_path(path: Any) -> None:
+    """A cache path no file system can hold (a NUL, a name past 255 bytes) is one RewardError naming
+    ``options.cache_path``: ``mkdir`` raised ``ValueError: embedded null byte``, a traceback."""
+    from polyrl.path_text import check_path_text
+
+    try:
+        check_path_text(path, "options.cache_path")
+    except ConfigError as exc:
+        raise RewardError(f"{NAME}: {exc}") from None
+
+
 class JudgeCache:
     """A persistent sqlite3 map from request key to the judge's raw answer (WAL, shared by processes)."""
 
     def __init__(self, path: str) -> None:
+        _check_cache_path(path)
         self.path = path
         try:
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)  # a file in the way: no traceback
