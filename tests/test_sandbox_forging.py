@@ -69,6 +69,12 @@ OBJECTS = {
 }
 
 
+def _scored(table: dict[str, tuple[str, str]]) -> dict[str, float]:
+    """Each (tests, solution) case of ``table`` scored in one batch: case name -> its score."""
+    rows = [{"prompt": "p", "tests": tests} for tests, _ in table.values()]
+    return dict(zip(table, score([solution for _, solution in table.values()], rows=rows).total))
+
+
 @pytest.mark.parametrize("isolation,audit_hook", MODES)
 def test_an_object_the_tests_read_as_data_never_answers_a_str_or_list_query(isolation, audit_hook):
     """``WORDS = Liar()`` (a solution value) and ``def Dedupe(s): return Liar()`` (a function
@@ -957,10 +963,7 @@ def test_a_value_emptied_by_a_call_for_its_value_fails_the_loop_after_it():
     right = (PRIMES + "Primes.total = lambda self: sum(self.xs)\nclass Box:\n    def __init__(self, r):\n"
              "        self.r = r\n    def ok(self):\n        return True\ndef warm(n):\n    pass\n")
     assert list(score([right] * len(names), rows=rows).total) == [1.0] * len(names)
-    names = list(SOFTLY_SHRUNK)
-    rows = [{"prompt": "p", "tests": SOFTLY_SHRUNK[n][0]} for n in names]
-    honest = score([SOFTLY_SHRUNK[n][1] for n in names], rows=rows)
-    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    assert _scored(SOFTLY_SHRUNK) == dict.fromkeys(SOFTLY_SHRUNK, 1.0)
 
 
 #: (tests, forged class): an instance the tests make by the class's name whose ``len`` says ``n``
@@ -992,14 +995,8 @@ def test_len_of_an_instance_the_tests_make_agrees_with_its_items():
     loop over it: 1.0. Such an instance's ``len`` agrees with its items and its readings with each
     other now (``Remote._counts_items``); right classes (a sized sequence, a stack pushed and
     popped, one that is not iterable) keep 1.0."""
-    names = list(MADE_LIARS)
-    rows = [{"prompt": "p", "tests": MADE_LIARS[n][0]} for n in names]
-    forged = score([MADE_LIARS[n][1] for n in names], rows=rows)
-    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
-    names = list(MADE_RIGHT)
-    rows = [{"prompt": "p", "tests": MADE_RIGHT[n][0]} for n in names]
-    honest = score([MADE_RIGHT[n][1] for n in names], rows=rows)
-    assert dict(zip(names, honest.total)) == dict.fromkeys(names, 1.0)
+    assert _scored(MADE_LIARS) == dict.fromkeys(MADE_LIARS, 0.0)
+    assert _scored(MADE_RIGHT) == dict.fromkeys(MADE_RIGHT, 1.0)
 
 
 #: Tests reading a sorted answer whole, then by index.

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from sandbox_attacks import SYSV_ATTACK
@@ -68,6 +69,19 @@ CASES = [("bwrap", "auto"), ("unshare", "auto"), ("off", "auto")] + (
     [("unshare", "none"), ("off", "none")] if os.geteuid() == 0 else [])
 
 
+def _run_trainer(tmp_path: Path, source: str, *args: str) -> dict:
+    """Run ``source`` as a trainer script with ``args``; its last stdout line (JSON). Skips where
+    bubblewrap itself does not work here."""
+    script = tmp_path / "trainer.py"
+    script.write_text(source)
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    if done.returncode != 0 and "bubblewrap" in done.stderr:
+        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("level,user", CASES)
 def test_sample_reads_no_key_of_the_trainers_session_keyring(tmp_path, level, user):
     """The trainer's session keyring holds a token: the sample read it (``KEYCTL_READ`` of the
@@ -115,14 +129,7 @@ def test_bubblewrap_without_the_filter_holds_no_sysv_memory_past_memory_mb(tmp_p
     makes its IPC namespace with ``shmmni`` and ``msgmni`` 0: no segment (ENOSPC)."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap not installed")
-    script = tmp_path / "trainer.py"
-    script.write_text(SYSV)
-    done = subprocess.run([sys.executable, str(script), SYSV_ATTACK], capture_output=True, text=True, timeout=120,
-                          cwd=str(tmp_path))
-    if done.returncode != 0 and "bubblewrap" in done.stderr:
-        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = _run_trainer(tmp_path, SYSV, SYSV_ATTACK)
     assert got["level"] == "bwrap" and got["status"] == "ok" and got["passed"] == [True], got
     if not got["wrapped"]:
         pytest.skip("no tmpfs wrapper here (util-linux unshare or mount missing): the limits are not set")
@@ -336,14 +343,7 @@ def test_a_sample_without_the_filter_holds_no_memfd_memory(tmp_path, level):
         pytest.skip("memfd_create's number is known here for x86_64 and aarch64 only")
     if level == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap not installed")
-    script = tmp_path / "trainer.py"
-    script.write_text(MEMFD)
-    done = subprocess.run([sys.executable, str(script), level, MEMFD_ATTACK], capture_output=True, text=True,
-                          timeout=120, cwd=str(tmp_path))
-    if done.returncode != 0 and "bubblewrap" in done.stderr:
-        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = _run_trainer(tmp_path, MEMFD, level, MEMFD_ATTACK)
     assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
     assert "MEMFD 1\n" in got["output"] and "MEMFD_HELD_MB 0" in got["output"], got["output"]
     assert "memfd_create and memfd_secret refused" in got["seccomp"], got
@@ -388,14 +388,7 @@ def test_where_the_kernel_refuses_the_memfd_filter_the_report_says_it_is_off(tmp
     (the refusal stood in for by a program the kernel rejects with EINVAL as such a kernel does)."""
     if level == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap not installed")
-    script = tmp_path / "trainer.py"
-    script.write_text(MEMFD_REFUSED)
-    done = subprocess.run([sys.executable, str(script), level], capture_output=True, text=True, timeout=120,
-                          cwd=str(tmp_path))
-    if done.returncode != 0 and "bubblewrap" in done.stderr:
-        pytest.skip(f"bubblewrap does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = _run_trainer(tmp_path, MEMFD_REFUSED, level)
     assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
     assert "MEMFD made" in got["output"], got["output"]  # the sample ran without the filter
     assert "refused all the same" not in got["seccomp"], got["seccomp"]
