@@ -75,3 +75,18 @@ def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(tmp_path):
                                              num_train_epochs=np.float32(2.0)))
     assert ours.learning_rate == pytest.approx(1e-4) and ours.epochs == 2.0
     assert ours.settings["optimizer.betas"] == (0.8, 0.999) and ours.settings["generation.max_new_tokens"] == 5
+
+
+def test_the_fix_of_an_error_renamed_to_a_trl_field_names_that_field_too(tiny_model_dir, tmp_path):
+    """The error named the script's field, but its fix said "give logging.project a value": a key
+    the script never wrote."""
+    err = _error(tiny_model_dir, tmp_path, project="", report_to="tensorboard")
+    assert err.field == "args.project", err
+    assert "args.project" in (err.fix or "") and "logging." not in str(err), err
+
+
+def test_renaming_leaves_a_longer_name_in_the_fix_alone():
+    err = ConfigError("is empty", field="logging.project", fix="set logging.project or logging.project_dir")
+    assert err.renamed("args.project", in_fix=True).fix == "set args.project or logging.project_dir"
+    assert ConfigError("x", field="temperature", fix="set generation.temperature").renamed(
+        "generation.temperature", in_fix=True).fix == "set generation.temperature"  # a dotted prefix is no match

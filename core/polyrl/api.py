@@ -647,7 +647,7 @@ def run_config(
 
             name = trl_field_of(key)
             if name is not None:
-                exc.renamed(f"grpo_config.{name}")
+                exc.renamed(f"grpo_config.{name}", in_fix=True)
         raise
 
 

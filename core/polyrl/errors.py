@@ -54,8 +54,12 @@ class ConfigError(PolyrlError, ValueError):
             self.renamed(f"{section}.{self.field}")
         return self
 
-    def renamed(self, field: str | None) -> ConfigError:
-        """The same error naming ``field`` instead (its text follows)."""
+    def renamed(self, field: str | None, in_fix: bool = False) -> ConfigError:
+        """The same error naming ``field`` instead (its text follows). ``in_fix``: the fix's mentions
+        of the old field name the new one too (a TRL script never wrote polyrl's ``logging.project``,
+        so "give logging.project a value" pointed at nothing it holds)."""
+        if in_fix and self.fix and self.field and field:
+            self.fix = re.sub(rf"(?<![\w.]){re.escape(self.field)}(?!\w)", field, self.fix)
         self.field = field
         self.args = (self._text(),)
         return self

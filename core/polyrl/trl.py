@@ -191,7 +191,7 @@ def _script_names(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except ConfigError as exc:
             named = _named_eval_dataset(exc)
-            named.renamed(_script_field(named.field, _given_trl_args(args, kwargs)))
+            named.renamed(_script_field(named.field, _given_trl_args(args, kwargs)), in_fix=True)
             if named is exc:
                 raise
             raise named from None
