@@ -14,10 +14,13 @@ trl = pytest.importorskip("trl")
 HUGE = 10**5000
 
 
-@pytest.mark.parametrize(("field", "trl_field"), [("fp16", "fp16"), ("learning_rate", "learning_rate"),
-                                                  ("temperature", "temperature"), ("beta", "beta")])
-def test_a_huge_int_in_a_trl_field_is_one_error_naming_it(field, trl_field):
-    config = trl.GRPOConfig(use_cpu=True, **{field: HUGE})
+@pytest.mark.parametrize(("field", "trl_field", "more"), [
+    ("fp16", "fp16", {}), ("learning_rate", "learning_rate", {}), ("temperature", "temperature", {}),
+    ("beta", "beta", {}), ("adam_beta1", "adam_beta1", {}),  # float() of it overflowed in the [0, 1) check
+    ("num_train_epochs", "num_train_epochs", {"max_steps": -1}),  # and in the epochs' check
+])
+def test_a_huge_int_in_a_trl_field_is_one_error_naming_it(field, trl_field, more):
+    config = trl.GRPOConfig(use_cpu=True, **{field: HUGE}, **more)
     with pytest.raises(ConfigError) as info:
         api.run_config(api.grpo, policy=api.Agent("tiny-llama"), prompts=["a", "b"], grpo_config=config)
     assert info.value.field == f"grpo_config.{trl_field}", info.value

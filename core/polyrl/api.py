@@ -53,7 +53,7 @@ from polyrl.trl_config import (
     rounded_save_warning,
 )
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
-from polyrl.validators import shown
+from polyrl.validators import fits_float, shown
 
 grpo, dapo, dr_grpo, rloo, reinforce = "grpo", "dapo", "dr_grpo", "rloo", "reinforce"
 
@@ -192,7 +192,7 @@ class GRPOConfig:
         from polyrl.chat_kwargs import checked
 
         lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or (not isinstance(lr, int) and not math.isfinite(lr)) or lr <= 0:
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not fits_float(lr) or lr <= 0:
             # named here: OptimizerConfig's own "lr must be > 0" named no field the caller wrote
             raise ConfigError(f"learning_rate = {shown(lr)} is no AdamW step size polyrl trains with (a finite "
                               "number above 0; 0 would train nothing)", field="grpo_config.learning_rate",

@@ -21,7 +21,7 @@ from polyrl.config import RUN_REWARDS
 from polyrl.errors import ConfigError
 from polyrl.schedules import SCHEDULES
 from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, trl_value
-from polyrl.validators import shown
+from polyrl.validators import fits_float, shown
 
 #: TrainingArguments fields that change how a run is logged, saved, shown or placed, not what it
 #: trains; polyrl has its own ways (metrics.jsonl, checkpoints, ``Agent(dtype=...)``). ``bf16`` is
@@ -745,7 +745,7 @@ def _epochs(epochs: Any) -> float:
     """polyrl's ``train.epochs`` for TRL's ``num_train_epochs`` (read where ``max_steps`` is not
     above 0). Why checked here: NaN ended in a ValueError traceback when the steps were counted, and
     0 or fewer trained one step, where transformers' Trainer trains none (``ceil(epochs x ...)``)."""
-    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Real) or not (math.isfinite(epochs) and float(epochs) > 0):
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Real) or not (fits_float(epochs) and float(epochs) > 0):
         raise ConfigError(f"TRL's num_train_epochs = {shown(epochs)} (read where max_steps is not above 0) is no "
                           "number of epochs polyrl trains (transformers' Trainer trains no step for it, or fails)",
                           field="grpo_config.num_train_epochs",
@@ -769,7 +769,7 @@ def _betas(trl_config: Any) -> tuple[float, float]:
     check named ``optimizer.betas[0]``, a key the script never wrote."""
     betas = (trl_config.adam_beta1, trl_config.adam_beta2)
     for name, beta in zip(("adam_beta1", "adam_beta2"), betas):
-        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (math.isfinite(beta) and 0 <= float(beta) < 1):
+        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (fits_float(beta) and 0 <= float(beta) < 1):
             raise ConfigError(f"TRL's {name} = {shown(beta)} is no AdamW beta (a number in [0, 1); torch's AdamW "
                               "refuses it, and TRL's training stops there)", field=f"grpo_config.{name}",
                               fix=f"set {name} in [0, 1) (TRL's default: {0.9 if name == 'adam_beta1' else 0.999})")
