@@ -664,11 +664,9 @@ def _run_config(
     eval_prompts: Sequence[Any] | None,
     reward_tokenizers: Sequence[str | None] | None,
 ) -> tuple[RunConfig, list[Any]]:
-    """``run_config``'s work, its errors named by polyrl's keys."""
+    """``run_config``'s work (a ``trl.GRPOConfig`` already converted), its errors named by polyrl's keys."""
     gen = generation_config or GenerationConfig()
-    if _is_trl_config(grpo_config):
-        grpo_config = GRPOConfig.from_trl(grpo_config)
-    elif grpo_config is not None and not isinstance(grpo_config, GRPOConfig):
+    if grpo_config is not None and not isinstance(grpo_config, GRPOConfig):
         raise ConfigError(f"grpo_config is a {type(grpo_config).__name__}", field="grpo_config",
                           fix="pass polyrl.api.GRPOConfig(...) or a trl.GRPOConfig")
     cfg = grpo_config or GRPOConfig()

@@ -560,16 +560,23 @@ def _steps(max_steps: int, num_iterations: int, minibatches: int = 1) -> int:
     makes ``num_iterations`` x ``minibatches`` of them on each rollout batch; a polyrl step is one
     rollout batch and all its updates. A count that is not whole batches is refused: TRL would
     stop part-way through the last batch's updates, which polyrl does not do."""
+    return _in_batches("max_steps", max_steps, num_iterations, minibatches,
+                       "TRL would stop part-way through the last batch; a polyrl step is one batch and all its updates")
+
+
+def _in_batches(name: str, updates: int, num_iterations: int, minibatches: int, why: str) -> int:
+    """TRL's ``name`` (a count of optimizer updates) in polyrl steps, each one rollout batch of
+    ``num_iterations`` x ``minibatches`` updates; one ConfigError naming the nearest whole counts
+    where it is not whole batches (``why``: what TRL would do part-way through one)."""
     per_step = num_iterations * minibatches
-    if max_steps % per_step:
-        lower = max_steps - max_steps % per_step
+    if updates % per_step:
+        lower = updates - updates % per_step
         nearest = " or ".join(str(n) for n in sorted({max(lower, per_step), lower + per_step}))
-        raise ConfigError(f"TRL's max_steps = {max_steps} optimizer updates is not a whole number of rollout "
-                          f"batches of {_per_step_words(num_iterations, minibatches)} updates each (TRL would stop "
-                          "part-way through the last batch; a polyrl step is one batch and all its updates)",
-                          field="grpo_config.max_steps",
-                          fix=f"set max_steps to a multiple of {_per_step_name(minibatches)} ({nearest})")
-    return max_steps // per_step
+        raise ConfigError(f"TRL's {name} = {updates} optimizer updates is not a whole number of rollout "
+                          f"batches of {_per_step_words(num_iterations, minibatches)} updates each ({why})",
+                          field=f"grpo_config.{name}",
+                          fix=f"set {name} to a multiple of {_per_step_name(minibatches)} ({nearest})")
+    return updates // per_step
 
 
 def _per_step_words(num_iterations: int, minibatches: int) -> str:
@@ -802,16 +809,9 @@ def _ref_sync_every(trl_config: Any, minibatches: int) -> int:
     multiple of it). Why: taken as polyrl steps it synced ``num_iterations`` x ``minibatches`` times
     less often than TRL. A count that is not whole batches is refused: TRL would sync part-way
     through a batch's updates, with weights polyrl never holds at a step's end."""
-    updates, per_step = int(trl_config.ref_model_sync_steps), trl_config.num_iterations * minibatches
-    if updates % per_step:
-        lower = updates - updates % per_step
-        nearest = " or ".join(str(n) for n in sorted({max(lower, per_step), lower + per_step}))
-        raise ConfigError(f"TRL's ref_model_sync_steps = {updates} optimizer updates is not a whole number of rollout "
-                          f"batches of {_per_step_words(trl_config.num_iterations, minibatches)} updates each (TRL "
-                          "would sync the reference part-way through a batch; polyrl syncs between steps, a step "
-                          "being one batch and all its updates)", field="grpo_config.ref_model_sync_steps",
-                          fix=f"set ref_model_sync_steps to a multiple of {_per_step_name(minibatches)} ({nearest})")
-    return updates // per_step
+    return _in_batches("ref_model_sync_steps", int(trl_config.ref_model_sync_steps), trl_config.num_iterations,
+                       minibatches, "TRL would sync the reference part-way through a batch; polyrl syncs between "
+                       "steps, a step being one batch and all its updates")
 
 
 def timeout_settings(trl_config: Any) -> dict[str, Any]:
