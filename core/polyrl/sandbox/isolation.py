@@ -353,14 +353,7 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
            "--die-with-parent", "--clearenv"]
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
         cmd += ["--unshare-user", *disable_userns(), "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
-    cmd += ["--ro-bind", "/usr", "/usr"]
-    for name in ROOT_LINKS:
-        host = "/" + name
-        if os.path.islink(host):
-            cmd += ["--symlink", os.readlink(host), host]
-        elif os.path.isdir(host):
-            cmd += ["--ro-bind", host, host]
-    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    cmd += [*_usr_binds(), "--proc", "/proc", "--dev", "/dev"]
     if tmpfs_dir is not None:
         cmd += ["--bind", tmpfs_dir, SANDBOX_HOME]
     else:
@@ -406,13 +399,20 @@ def disable_userns() -> list[str]:
     true = shutil.which("true", path="/usr/bin:/bin")
     if bwrap is None or true is None:
         return []
-    cmd = [bwrap, "--unshare-user", "--disable-userns", "--ro-bind", "/usr", "/usr"]
+    return ["--disable-userns"] if probe([bwrap, "--unshare-user", "--disable-userns", *_usr_binds(), true]) is None else []
+
+
+def _usr_binds() -> list[str]:
+    """bubblewrap's arguments for a read-only /usr and the root folders that are links into it
+    (or folders of their own) on this host: every layout's and probe's base view."""
+    cmd = ["--ro-bind", "/usr", "/usr"]
     for name in ROOT_LINKS:
-        if os.path.islink("/" + name):
-            cmd += ["--symlink", os.readlink("/" + name), "/" + name]
-        elif os.path.isdir("/" + name):
-            cmd += ["--ro-bind", "/" + name, "/" + name]
-    return ["--disable-userns"] if probe([*cmd, true]) is None else []
+        host = "/" + name
+        if os.path.islink(host):
+            cmd += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            cmd += ["--ro-bind", host, host]
+    return cmd
 
 
 def sandbox_env(home: str) -> dict[str, str]:
@@ -566,13 +566,7 @@ def _start_command(bwrap: str) -> list[str]:
            "--die-with-parent"]
     if os.geteuid() != 0:
         cmd += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
-    cmd += ["--ro-bind", "/usr", "/usr"]
-    for name in ROOT_LINKS:
-        if os.path.islink("/" + name):
-            cmd += ["--symlink", os.readlink("/" + name), "/" + name]
-        elif os.path.isdir("/" + name):
-            cmd += ["--ro-bind", "/" + name, "/" + name]
-    return [*cmd, "--proc", "/proc", "--dev", "/dev"]
+    return [*cmd, *_usr_binds(), "--proc", "/proc", "--dev", "/dev"]
 
 
 def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk_mb: int,
