@@ -69,6 +69,23 @@ CASES = [("bwrap", "auto"), ("unshare", "auto"), ("off", "auto")] + (
     [("unshare", "none"), ("off", "none")] if os.geteuid() == 0 else [])
 
 
+def _keyring_case_env(tmp_path: Path, level: str) -> dict[str, str]:
+    """The trainer's environment for a keyring attack at ``level`` (bubblewrap off the PATH below
+    it); skips where keyctl's numbers or bubblewrap are missing."""
+    import platform
+
+    from polyrl.sandbox import leftovers
+
+    if platform.machine() not in leftovers.KEYCTL_NR or platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("keyctl's and add_key's numbers are known here for x86_64 and aarch64 only")
+    env = {**os.environ}
+    if level != "bwrap":
+        env["PATH"] = _no_bwrap_path(tmp_path)
+    elif shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    return env
+
+
 def _run_trainer(tmp_path: Path, source: str, *args: str) -> dict:
     """Run ``source`` as a trainer script with ``args``; its last stdout line (JSON). Skips where
     bubblewrap itself does not work here."""
@@ -87,17 +104,7 @@ def test_sample_reads_no_key_of_the_trainers_session_keyring(tmp_path, level, us
     """The trainer's session keyring holds a token: the sample read it (``KEYCTL_READ`` of the
     key's id; possession came with the keyring it inherited). Now a sample without the seccomp
     filter starts in a session keyring of its own, empty, and the token's read is refused."""
-    import platform
-
-    from polyrl.sandbox import leftovers
-
-    if platform.machine() not in leftovers.KEYCTL_NR or platform.machine() not in ("x86_64", "aarch64"):
-        pytest.skip("keyctl's and add_key's numbers are known here for x86_64 and aarch64 only")
-    env = {**os.environ}
-    if level != "bwrap":
-        env["PATH"] = _no_bwrap_path(tmp_path)
-    elif shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap not installed")
+    env = _keyring_case_env(tmp_path, level)
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER.replace("ATTACK.replace", json.dumps(ATTACK) + ".replace"))
     done = subprocess.run([sys.executable, str(script), level, user], capture_output=True, text=True,
@@ -233,17 +240,7 @@ def test_a_root_trainers_sample_nests_no_user_namespace_and_reads_no_user_key_wi
     ``@u`` is per user namespace: now the sample runs in a user namespace of its own (every uid
     mapped to itself) whose ``user.max_user_namespaces`` is 0: ENOSPC, and the search finds
     nothing. ``view``: the ``unshare`` level where ``pivot_root`` is refused."""
-    import platform
-
-    from polyrl.sandbox import leftovers
-
-    if platform.machine() not in leftovers.KEYCTL_NR or platform.machine() not in ("x86_64", "aarch64"):
-        pytest.skip("keyctl's and add_key's numbers are known here for x86_64 and aarch64 only")
-    env = {**os.environ}
-    if level != "bwrap":
-        env["PATH"] = _no_bwrap_path(tmp_path)
-    elif shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap not installed")
+    env = _keyring_case_env(tmp_path, level)
     script = tmp_path / "trainer.py"
     script.write_text(ROOT_TRAINER)
     done = subprocess.run([sys.executable, str(script), user, ROOT_ATTACK, level], capture_output=True, text=True,

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from bwrap_util import WHY_NOT
+from test_sandbox_escapes import _without_bwrap
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, runner
@@ -35,15 +36,6 @@ for folder in ({data!r}, {out!r}):
     except OSError as e:
         print("NOLIST", folder, e.strerror)
 """
-
-
-def _without_bwrap(monkeypatch, bin_dir: str) -> None:
-    """PATH is ``bin_dir`` with the util-linux tools but not bwrap: the ``unshare`` level."""
-    os.makedirs(bin_dir)
-    for tool in ("unshare", "setpriv", "choom", "mount"):
-        if shutil.which(tool):
-            os.symlink(shutil.which(tool), f"{bin_dir}/{tool}")
-    monkeypatch.setenv("PATH", bin_dir)
 
 
 @pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
