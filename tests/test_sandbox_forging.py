@@ -966,6 +966,30 @@ def test_a_value_emptied_by_a_call_for_its_value_fails_the_loop_after_it():
     assert _scored(SOFTLY_SHRUNK) == dict.fromkeys(SOFTLY_SHRUNK, 1.0)
 
 
+#: (tests): the value stays in a dict of the tests', of each standard dict type, under ``'a'``: a
+#: call that may change it without reaching its family, then a loop over it through the dict.
+HELD_IN_A_DICT = {kind: IS_PRIME + f"from collections import Counter, OrderedDict, defaultdict\nd = {make}\n"
+                  "d['a'] = primes(3)\nassert len(d['a']) == 3 and d['a'].total() == 10 and "
+                  "all(is_prime(x) for x in d['a'])"
+                  for kind, make in {"dict": "{}", "defaultdict": "defaultdict(list)", "ordered_dict": "OrderedDict()",
+                                     "counter": "Counter()"}.items()}
+
+
+def test_a_value_held_in_a_dict_subclass_of_the_tests_is_read_vacuously_as_in_a_dict():
+    """``read_vacuously`` looked into a container of the tests' by its values only where it was
+    exactly a dict and iterated a ``defaultdict``, ``OrderedDict`` or ``Counter`` by its keys
+    (``'a'``), so a forged ``primes`` giving 4, 4, 4 to ``len`` and nothing after ``total()``,
+    held as ``d['a']`` and looped over there, scored 1.0 in those and 0 in a dict. Every dict is
+    read by its keys and values now, as ``_containers`` reads one (``vacuous_reads._held``): the
+    forgery scores 0 in each, a right ``primes`` keeps 1.0."""
+    names = list(HELD_IN_A_DICT)
+    rows = [{"prompt": "p", "tests": HELD_IN_A_DICT[n]} for n in names]
+    forged = score([EMPTIED_BY_A_CALL] * len(names), rows=rows)
+    assert dict(zip(names, forged.total)) == dict.fromkeys(names, 0.0)
+    right = PRIMES + "Primes.total = lambda self: sum(self.xs)\n"
+    assert dict(zip(names, score([right] * len(names), rows=rows).total)) == dict.fromkeys(names, 1.0)
+
+
 #: (tests, forged class): an instance the tests make by the class's name whose ``len`` says ``n``
 #: over no items, or over items it gives once.
 MADE_LIARS = {

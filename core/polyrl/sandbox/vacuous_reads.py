@@ -243,7 +243,7 @@ def read_vacuously(value: Remote, vacuous: Vacuous) -> bool:
             if found is value and path in vacuous.own:
                 return True
             if path in vacuous.items and any(item is value for container in _containers(found)
-                                             for item in (container.values() if type(container) is dict else container)):
+                                             for item in _held(container)):
                 return True
     return False
 
@@ -258,7 +258,17 @@ def _containers(value: Any) -> Iterator[Any]:
             continue  # a dict subclass too: a defaultdict or Counter argument takes its contents (``in_place``)
         seen.add(id(item))
         yield item
-        stack.extend(item.values() if isinstance(item, dict) else item)
+        stack.extend(_held(item))
+
+
+def _held(container: Any) -> list[Any]:
+    """What a container of ``_containers`` holds: a dict's keys and values, whatever its class.
+    Why both: ``d[k]`` reads a value and ``for k in d`` a key; and one reading for ``_containers``
+    and ``read_vacuously`` (a ``Counter`` or ``defaultdict`` was iterated by its keys there only,
+    so a sample's value held as ``d['a']`` and looped over passed as not read vacuously)."""
+    if isinstance(container, dict):
+        return [*container.keys(), *container.values()]
+    return list(container)
 
 
 def _resolved(path: str) -> Iterator[Any]:
