@@ -57,6 +57,7 @@ def test_the_runs_output_dir_and_dataset_inside_usr_are_hidden(isolation_option,
     out, data = f"/usr/local/share/{tag}", f"/usr/local/src/{tag}"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
     monkeypatch.setattr(runner, "_launches", {})
     if isolation_option == "weak":
         _without_bwrap(monkeypatch, str(tmp_path / "bin"))
@@ -108,6 +109,7 @@ def test_the_trainer_registers_its_output_dir_and_dataset_folders(tiny_model_dir
     from polyrl.trainer import Trainer
 
     monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
     for name in ("train", "held"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "rows.jsonl").write_text("".join(f'{{"prompt": "{i} + 1 =", "answer": "{i + 1}"}}\n'
@@ -120,3 +122,60 @@ def test_the_trainer_registers_its_output_dir_and_dataset_folders(tiny_model_dir
     Trainer(config, check_only=True)
     assert sandbox_hidden.hidden() == [str(tmp_path / "run"), str(tmp_path / "train"), str(tmp_path / "held")]
     assert not (tmp_path / "run").exists()
+
+
+FILE_PROBE = """
+for path in {paths!r}:
+    try:
+        print("READ", path, repr(open(path).read().strip()))
+    except OSError as e:
+        print("DENIED", path, e.strerror)
+"""
+
+
+@pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
+def test_a_dataset_file_directly_in_a_system_folder_is_hidden(isolation_option, fallback, tmp_path, monkeypatch):
+    """A dataset file lying directly in a folder that is never hidden (``/usr/local/share``, which
+    the sample's root holds as part of /usr; ``/opt``, which the host view shows whole) was read by
+    samples: its folder could not be hidden. Each such file is covered by itself now (/dev/null
+    over it): the sample reads nothing of it, a file beside it stays readable, and a right
+    solution still scores."""
+    if os.geteuid() != 0 or not os.path.isdir("/usr/local/share") or not os.path.isdir("/opt"):
+        pytest.skip("needs root to write files in /usr/local/share and /opt")
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    if fallback and not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    from polyrl import sandbox_hidden
+
+    tag = f"polyrl-data-file-{os.getpid()}-{isolation_option}-{fallback}"
+    data, other, elsewhere = f"/usr/local/share/{tag}.jsonl", f"/usr/local/share/{tag}.txt", f"/opt/{tag}.jsonl"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [], raising=False)  # main had none
+    monkeypatch.setattr(runner, "_launches", {})
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    if fallback:
+        from polyrl.sandbox import new_root
+
+        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    try:
+        for path, text in ((data, '{"expected": "ANSWER-42"}'), (other, "NOT-THE-RUNS"),
+                           (elsewhere, '{"expected": "ANSWER-43"}')):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            os.chmod(path, 0o644)
+        sandbox_hidden.hide_from_samples([data, f"/opt/{tag}*.jsonl"])
+        python = "/usr/bin/python3" if fallback else sys.executable
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
+                      isolation=isolation_option, audit_hook=False)
+        assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+        result = box.run(FILE_PROBE.format(paths=[data, other, elsewhere]) + GOOD, TESTS)
+        assert result.passed == [True], result
+        assert "ANSWER-42" not in result.output and "ANSWER-43" not in result.output, result.output
+        assert f"READ {other} 'NOT-THE-RUNS'" in result.output, result.output  # its folder stays in view
+    finally:
+        for path in (data, other, elsewhere):
+            if os.path.lexists(path):
+                os.unlink(path)

@@ -6,6 +6,10 @@ dataset elsewhere inside ``/usr`` (which every sample gets read-only: ``/usr/loc
 showed samples the expected answers, the run's config and its checkpoints. The trainer registers
 its folders here before any reward runs; ``polyrl.sandbox.host_view`` hides them as it hides the
 working folder. A module of its own, outside the sandbox package: the trainer registers without loading it.
+
+A dataset file lying directly in a folder that cannot be hidden (a system folder the sample's
+interpreter needs: ``/usr/local/share/train.jsonl``, or ``/opt`` and ``/etc`` in the host view)
+stayed readable; such files are hidden one by one too (``files``: an empty file over each).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from collections.abc import Iterable
 
 _lock = threading.Lock()
 _folders: list[str] = []
+#: Registered paths that are no folder: a file or a glob, matched again at each launch (``files``).
+_paths: list[str] = []
 
 
 def folder_of(path: str | os.PathLike[str]) -> str:
@@ -35,8 +41,13 @@ def hide_from_samples(paths: Iterable[str | os.PathLike[str] | None]) -> None:
     on, in this process, as the trainer's working folder is."""
     with _lock:
         for path in paths:
-            if path is not None and (folder := folder_of(path)) not in _folders:
+            if path is None:
+                continue
+            if (folder := folder_of(path)) not in _folders:
                 _folders.append(folder)
+            full = os.path.abspath(os.path.expanduser(os.fspath(path)))
+            if full != folder and full not in _paths:  # a file or a glob: its files too (module doc)
+                _paths.append(full)
 
 
 def hidden() -> list[str]:
@@ -45,7 +56,22 @@ def hidden() -> list[str]:
         return list(_folders)
 
 
+def files() -> list[str]:
+    """The regular files the registered file paths and globs name now, links followed: what to
+    hide one by one where their folder is not hidden (module doc)."""
+    with _lock:
+        paths = list(_paths)
+    found: list[str] = []
+    for path in paths:
+        for match in sorted(glob.glob(path)) if glob.has_magic(path) else [path]:
+            real = os.path.realpath(match)
+            if os.path.isfile(real) and real not in found:
+                found.append(real)
+    return found
+
+
 def state() -> tuple[tuple[str, bool], ...]:
-    """Each registered folder and whether it exists now: a launch built before the run made its
-    output_dir (the setup check) is built again once it exists, so the folder is then hidden."""
-    return tuple((folder, os.path.isdir(folder)) for folder in hidden())
+    """Each registered folder and whether it exists now, then each registered file: a launch
+    built before the run made its output_dir (the setup check) is built again once it exists, so
+    the folder is then hidden."""
+    return tuple((folder, os.path.isdir(folder)) for folder in hidden()) + tuple((f, True) for f in files())

@@ -102,9 +102,14 @@ try:
             chain.insert(0, (folder, st.st_mode & 0o7777, st.st_uid, st.st_gid))
             folder = os.path.dirname(folder)
         kept.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC), chain))
+    files = [c for c in spec["hide"] if not os.path.isdir(c)]  # the run's dataset files: /dev/null over each
+    spec["hide"] = [c for c in spec["hide"] if c not in files]
     modes = {c: os.stat(c) for c in spec["hide"]}
     all_read_only()
     mount("polyrl-sample", "/tmp", "tmpfs", NOSUID | NODEV, spec["tmp"])
+    for path in files:
+        mount("/dev/null", path, None, BIND)
+        read_only(path, os.statvfs(path).f_flag)
     for folder in spec["hide"]:
         st = modes[folder]
         owner = f",uid={st.st_uid},gid={st.st_gid}" if spec["root"] else ""
@@ -260,7 +265,9 @@ def usr_hidden(python: str, folders: Sequence[str] | None = None) -> list[str]:
     /usr/local/src showed its dataset and config to every sample, and one in /usr/local/lib or
     /usr/lib did until a folder inside ``USR_SYSTEM`` could be hidden too. Never one that holds a
     ``USR_SYSTEM`` folder or the interpreter's base installation, holds or lies in its standard
-    library, site folders or binary's folder, or holds a folder the dynamic linker loads from."""
+    library, site folders or binary's folder, or holds a folder the dynamic linker loads from.
+    Then the run's dataset files that none of those folders holds (``in_view_files``): files, not
+    folders, each to be covered by an empty file."""
     base, own, libraries = _needed(python)
     found: list[str] = []
     for folder in trainer_folders() if folders is None else folders:
@@ -273,4 +280,21 @@ def usr_hidden(python: str, folders: Sequence[str] | None = None) -> list[str]:
             continue
         found.append(real)
     found = sorted(set(found))
-    return [f for f in found if not any(under(f, other) and f != other for other in found)]
+    found = [f for f in found if not any(under(f, other) and f != other for other in found)]
+    return found + in_view_files(python, found, _OWN_ROOT_VIEW)
+
+
+#: What of the host a root of the sample's own shows (bubblewrap's view, ``new_root``'s) besides
+#: the interpreter's folders: /usr and the merged-/usr folders of / where they are real folders.
+_OWN_ROOT_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def in_view_files(python: str, hidden: Sequence[str], view: Sequence[str] = ("/",)) -> list[str]:
+    """The run's registered dataset files (``sandbox_hidden.files``) inside ``view`` and outside
+    every folder of ``hidden``: a file lying directly in a folder that is never hidden (a system
+    folder: ``/usr/local/share/train.jsonl``; ``/opt`` or ``/etc`` in the host view) was read by
+    samples. Each is covered by itself (an empty file bound over it), never the interpreter's
+    own binary."""
+    binary = os.path.realpath(python)
+    return [f for f in sandbox_hidden.files() if f != binary and any(under(f, top) for top in view)
+            and not any(under(f, folder) for folder in hidden)]

@@ -345,7 +345,8 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     there, else bwrap's own (size-capped only). The interpreter's folders are bound as
     ``interpreter_binds`` says, or whole with ``whole_prefix`` (where that alone starts it).
     ``hide``: the trainer's folders inside /usr (``host_view.usr_hidden``), under an empty
-    read-only tmpfs (the interpreter's folders in them bound back)."""
+    read-only tmpfs (the interpreter's folders in them bound back), and the run's dataset files
+    no such folder holds, under /dev/null (bound without devices: it cannot be opened)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
     ipc = [] if tmpfs_dir is not None else ["--unshare-ipc"]  # under the wrapper: its IPC namespace, limits set
@@ -359,8 +360,9 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     else:
         cmd += ["--size", str(int(disk_mb) * 1024 * 1024), "--perms", "1777", "--tmpfs", SANDBOX_HOME]
     made: set[str] = {SANDBOX_HOME}
-    for folder in hide:
-        cmd += ["--perms", f"{stat.S_IMODE(os.stat(folder).st_mode):o}", "--size", str(1024 * 1024), "--tmpfs", folder]
+    for folder in hide:  # a dataset file of the run's (``host_view.in_view_files``): /dev/null over it, no device
+        cmd += ["--perms", f"{stat.S_IMODE(os.stat(folder).st_mode):o}", "--size", str(1024 * 1024), "--tmpfs", folder] \
+            if os.path.isdir(folder) else ["--ro-bind", "/dev/null", folder]
     folders = interpreter_paths(python, hide)
     for path in folders if whole_prefix else interpreter_binds(folders, python):  # after the tmpfs: a venv under /tmp stays visible
         for folder in _ancestors(path):
@@ -371,7 +373,7 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     # /proc read-only: a sample with uid 0 (user = "none", or no user nobody) could otherwise write
     # /proc/sys (kernel.core_pattern runs a program as the host's root) and lower its oom_score_adj
     for folder in hide:
-        cmd += ["--remount-ro", folder]
+        cmd += ["--remount-ro", folder] if os.path.isdir(folder) else []
     cmd += ["--remount-ro", "/dev", "--remount-ro", "/proc", "--remount-ro", "/", "--chdir", SANDBOX_HOME]
     for key, value in sandbox_env(SANDBOX_HOME).items():
         cmd += ["--setenv", key, value]
@@ -657,6 +659,8 @@ def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
             return nest + root, "root", in_usr, ""
     # the trainer's folders inside /usr too: ``hidden_folders`` never hides one inside a system folder
     hide = sorted(set(host_view.hidden_folders(host_view.trainer_folders())) | set(in_usr))
+    # and, as the whole host is in view, the run's dataset files elsewhere no hidden folder holds (/opt/train.jsonl)
+    hide = sorted(set(hide) | set(host_view.in_view_files(python, [h for h in hide if os.path.isdir(h)])))
     view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide, program=program)
     why = ""
     for nest in nests:

@@ -15,7 +15,7 @@ read-only, and the sample's size- and inode-capped tmpfs at ``/tmp``. Then ``piv
 the outer tmpfs holding it ``/`` and the host's whole tree is detached, so no path, socket or
 folder of the host outside those binds is there at all (the trainer's ``/etc`` neither, as under
 bubblewrap). ``hide``: the trainer's folders inside ``/usr`` (``usr_hidden``), under an empty
-read-only tmpfs.
+read-only tmpfs, and the run's dataset files no such folder holds, under ``/dev/null``.
 
 Before all that it sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (where the kernel
 lets it: always as root): without the seccomp filter (which refuses ``shmget``) a sample held
@@ -157,6 +157,9 @@ try:
     for path, fd in opened[:first]:
         place(path, fd)
     for folder in hide:  # the trainer's folders inside /usr: an empty tmpfs, before the kept binds under it
+        if not os.path.isdir(NEW + folder):  # a dataset file of the run's: the sample's /dev/null over it
+            mount(f"{NEW}/dev/null", NEW + folder, None, BIND)
+            continue
         mode = os.stat(NEW + folder).st_mode & 0o7777
         mount("polyrl-hidden", NEW + folder, "tmpfs", NOSUID | NODEV, f"size=1m,nr_inodes=4096,mode={mode:o}")
     late = [(path, fd) for path, fd in opened[first:] if under(path, "/tmp")]  # a venv under /tmp (CI runners)
