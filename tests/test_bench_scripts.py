@@ -1,9 +1,13 @@
-"""bench/summarize_runs.py and bench/mismatch.py: README figures come from runs and samplers, not by hand."""
+"""bench/summarize_runs.py, bench/mismatch.py and the other bench scripts: README figures come from runs and
+samplers, not by hand."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -318,3 +322,26 @@ def test_step_profile_bench_splits_both_phases_into_groups(tiny_model_dir, tmp_p
     assert ("adapters" in report["train_step"]["median"]) == lora
     assert report["training"].startswith("LoRA" if lora else "full")
     assert module.main(["--rounds", "0"]) == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="needs root (samples run as an unprivileged uid) and /usr/bin/python3")
+def test_sandbox_cost_bench_runs_as_root(tmp_path):
+    """As root a sample runs as an unprivileged uid, which cannot start an interpreter under
+    root's folders (a venv over /root/.pyenv): the plain-subprocess levels stopped the bench with
+    a RewardError traceback. Every level runs /usr/bin/python3 as root now, as the sandbox tests
+    do, and the JSON says which; an unknown level is one ``error:`` line."""
+    out = tmp_path / "cost.json"
+    done = subprocess.run([sys.executable, str(BENCH / "sandbox_cost.py"), "--samples", "2", "--repeats", "1",
+                           "--workers", "1", "--levels", "off,python_guard", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["python"] == "/usr/bin/python3" and result["euid"] == 0
+    assert set(result["levels"]) == {"off", "python_guard"}
+    assert all(len(level["runs"]) == 1 and level["ms_per_sample_median"] > 0 for level in result["levels"].values())
+    assert "avx512" in result["cpu"] and result["cpu"]["model"]
+    bad = subprocess.run([sys.executable, str(BENCH / "sandbox_cost.py"), "--levels", "off,bwarp"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
+        "error: --levels bwarp unknown. Fix: a comma-separated subset of off,python_guard,bwrap"], bad.stderr
