@@ -61,13 +61,13 @@ def files() -> list[str]:
     hide one by one where their folder is not hidden (module doc)."""
     with _lock:
         paths = list(_paths)
-    found: list[str] = []
+    found: dict[str, None] = {}  # ordered, and a glob over many shards stays linear
     for path in paths:
         for match in sorted(glob.glob(path)) if glob.has_magic(path) else [path]:
             real = os.path.realpath(match)
-            if os.path.isfile(real) and real not in found:
-                found.append(real)
-    return found
+            if real not in found and os.path.isfile(real):
+                found[real] = None
+    return list(found)
 
 
 def state() -> tuple[tuple[str, bool], ...]:
