@@ -145,8 +145,8 @@ class Remote:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
             object.__setattr__(value, "_from", value._from | _made_with([args, kwargs]))
-        if owner is not None:  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``)
-            s.gave[at] = value
+        if owner is not None and (owner._seen is not None or owner._from):
+            s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
 
     def __getattr__(self, name: str) -> Any:
