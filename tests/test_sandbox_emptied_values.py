@@ -42,6 +42,9 @@ EMPTIED = {
                                      "    assert len(r) == 3\n    s.reset()\n    assert [x for x in r if not is_prime(x)] "
                                      "== []\ntest()",
 }
+#: (tests, its score with ``FORGED``): the loop is no test of its own, its result asserted later.
+LOOP_OUTSIDE_A_TEST = (IS_PRIME + "r = primes(3)\nassert len(r) == 3\nshow(r)\nok = all(is_prime(x) for x in r)\n"
+                       "assert ok", 0.5)
 #: A forged ``primes`` whose value is true over no items.
 TRUE_OVER_NOTHING = ("class R:\n    def __len__(self):\n        return 0\n    def __iter__(self):\n"
                      "        return iter([])\n    def __bool__(self):\n        return True\n"
@@ -65,6 +68,11 @@ CHANGED_RIGHTLY = {
                                          "assert len(q) == 0 and all(x > 5 for x in q)", QUEUE_CLEARED),
     "emptied_by_a_function_then_compared": ("q = make_queue()\nq.push(1)\nq.push(2)\nassert all(x > 0 for x in q)\n"
                                             "empty(q)\nassert list(q) == [] and sorted(q) == []", QUEUE_CLEARED),
+    "cleared_looped_then_counted": ("q = make_queue()\nq.push(1)\nq.push(2)\nassert len(q) == 2\nq.clear()\n"
+                                    "assert all(x > 5 for x in q)\nassert len(q) == 0", QUEUE_CLEARED),
+    "emptied_looped_then_false": ("def test():\n    q = make_queue()\n    q.push(1)\n    q.push(2)\n"
+                                  "    assert list(q) == [1, 2]\n    empty(q)\n    for x in q:\n        assert x > 5\n"
+                                  "    assert not q\ntest()", QUEUE_CLEARED),
     "cleared_refilled_looped": ("q = make_queue()\nq.push(1)\nq.push(2)\nassert len(q) == 2\nq.clear()\nq.push(3)\n"
                                 "assert all(x == 3 for x in q)", QUEUE_CLEARED),
     "edges_left_after_a_removal": ("g = make_graph([(1, 2), (2, 3), (3, 4)])\nedges = g.edges\nassert len(edges) == 3\n"
@@ -101,9 +109,11 @@ def test_a_value_emptied_by_a_call_the_tests_make_fails_their_loop_over_it():
     is passed to, ``show(r)``, ``valid(r)``; a method of the object it came from, ``s.reset()``)
     may change it as it likes, so a forged ``primes`` whose three items went at such a call passed
     ``len(r) == 3`` and then a loop over it (1.0). A loop over a value emptied by fewer calls than
-    it had items fails now; the right ``primes`` keeps 1.0 on the same tests."""
-    assert _scored(list(EMPTIED.values()), [FORGED] * len(EMPTIED)) == [0.0] * len(EMPTIED)
-    assert _scored(list(EMPTIED.values()), [RIGHT] * len(EMPTIED)) == [1.0] * len(EMPTIED)
+    it had items fails its test now (one that is no test of its own, ``ok = all(...)``, fails the
+    next test, ``assert ok``); the right ``primes`` keeps 1.0 on the same tests."""
+    tests = [*EMPTIED.values(), LOOP_OUTSIDE_A_TEST[0]]
+    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(EMPTIED) + [LOOP_OUTSIDE_A_TEST[1]]
+    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
 
 
 def test_a_value_true_over_no_items_fails():
@@ -115,7 +125,8 @@ def test_a_value_true_over_no_items_fails():
 
 def test_values_the_tests_calls_change_as_python_does_keep_their_score():
     """A stack popped to empty, a queue cleared (then counted, compared whole, or refilled) and a
-    graph's edges shrunk by a removal, each then looped over, and values true with items or with no
+    graph's edges shrunk by a removal, each then looped over, a queue emptied, looped over and then
+    seen empty (``len(q) == 0`` in a later test, ``not q``), and values true with items or with no
     ``len`` keep 1.0."""
     names = list(CHANGED_RIGHTLY)
     got = _scored([CHANGED_RIGHTLY[n][0] for n in names], [CHANGED_RIGHTLY[n][1] for n in names])

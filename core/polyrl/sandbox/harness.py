@@ -110,6 +110,9 @@ class Session:
         self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
         self.gave: dict[int, Any] = {}  # such a request -> what the call returned (``shrinking.taken_back``)
         self.touches: dict[int, list[int]] = {}  # a family's head -> the requests that may have changed it
+        #: a value a loop read emptied, unseen empty since -> the verdicts that loop ran in (``Remote._emptied_unseen``;
+        #: None: not a test's, the next test's)
+        self.unconfirmed: dict[int, set[int | None]] = {}
         self.effect_calls: frozenset[str] = frozenset()  # the solution's functions the tests call as statements
         self.all_changed: list[int] = []  # the requests that called one (``touch_all``)
         self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's
@@ -522,7 +525,9 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
     the failure was ignored, so a cell that collects results and asserts on them at the end
     (``assert all(results)`` of an empty list) passed a solution that only raised. A failed test
     that leaves nothing behind (an ``assert``, a loop of asserts, a test function) keeps the
-    per-test partial credit: the tests after it still run. ``flags``: the cell's ``from
+    per-test partial credit: the tests after it still run. A test in which (or in a step before it
+    that is no test) a loop read a sample's value emptied unseen fails where no whole reading of
+    the tests' sees that value empty before the run ends (``Remote._emptied_unseen``). ``flags``: the cell's ``from
     __future__`` imports (``tests_namespace.future_flags``), which apply to every step."""
     stopped = False
     stateful = leaves_state([source for source, _ in steps])
@@ -550,6 +555,13 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
             ok = False
         if session.channel.dead is not None:  # the sample stopped, whatever the test's ``except`` did
             raise session.channel.dead
+        if is_test:  # a loop in this step or one before that is no test: this test's verdict
+            for verdicts in session.unconfirmed.values():
+                if None in verdicts:
+                    verdicts.discard(None)
+                    verdicts.add(len(passed))
         if is_test or not ok:
             passed.append(ok)
         stopped = not ok and (leaves or not is_test)
+    for verdict in {v for verdicts in session.unconfirmed.values() for v in verdicts if v is not None}:
+        passed[verdict] = False  # its loop read a value emptied that no whole reading saw empty

@@ -298,6 +298,8 @@ class Remote:
             self._shrunk_softly(items)
             if looped and not items:
                 self._emptied_unseen()
+        if not looped and isinstance(items, list) and not items:  # the tests read it whole: empty
+            s.unconfirmed.pop(self._ref, None)
         object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
 
     def _shrunk_softly(self, items: list[Any]) -> None:
@@ -327,23 +329,25 @@ class Remote:
                                  f"calls between that may take {may}")
 
     def _emptied_unseen(self) -> None:
-        """AssertionError where a loop of the tests' reads this value empty while its last whole
-        reading gave more items than calls were made since that may change it in any way
-        (``Session.changes``: one reaching its family, ``r.reset()`` or ``show(r)``, counts too).
-        Why: ``_snapshot`` lets such calls change a value as they like, so a forged value giving
-        4, 4, 4 to ``len`` and nothing after ``show(r)`` or ``r.reset()`` passed ``len(r) == 3``
-        and then ``all(is_prime(x) for x in r)`` (``shrinking`` module doc). What it costs: a right
-        value emptied by fewer calls than it had items (``q.clear()``) and then looped over with
-        no whole reading between (``len(q) == 0``) scores 0 there; a test's loop over it checks
-        nothing then. Not covered: a value left one item, or emptied and read by ``x not in r``,
-        the tests' ``enumerate``, or a dict view (``d.values()``)."""
+        """Where a loop of the tests' reads this value empty while its last whole reading gave
+        more items than calls were made since that may change it in any way (``Session.changes``:
+        one reaching its family, ``r.reset()`` or ``show(r)``, counts too), the test running (or
+        the next one, after a step that is no test) fails unless a whole reading of the tests'
+        sees it empty, before or after (``len(q) == 0``, ``list(q) == []``, ``not q``:
+        ``Session.unconfirmed``, ``harness._run_steps``). Why: ``_snapshot`` lets such calls
+        change a value as they like, so a forged value giving 4, 4, 4 to ``len`` and nothing after
+        ``show(r)`` or ``r.reset()`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in
+        r)`` (``shrinking`` module doc); a right value the tests empty (``q.clear()``) they see
+        empty, before or after their loop over it. What it costs: a test that empties a right value that way, loops over it and
+        never reads it whole then scores 0 (its loop checks nothing). Not covered: a value left
+        one item, or emptied and read by ``x not in r``, the tests' ``enumerate``, ``sorted(r)``
+        fed to a loop, or a dict view (``d.values()``)."""
         seen = self._seen
         if seen is None or seen[2] is None or self._kin is None:
             return
         may = self._may_lose([], self._session.changes(self._ref, self._kin, seen[1]))
         if seen[2] > may:
-            raise AssertionError(f"the sample's {self._type[:100]!r} gave no items to the tests' loop after "
-                                 f"{seen[2]}, with calls between that may take {may}")
+            self._session.unconfirmed.setdefault(self._ref, set()).add(None)
 
     def _may_lose(self, items: list[Any], calls: int) -> int:
         """How many items it may have lost from its last whole reading to ``items`` through
@@ -441,6 +445,8 @@ class Remote:
         no ``len`` (a generator, an object of its own) keeps its own truth, as does one whose
         ``bool`` says no (only an empty answer gains from that, which ``return []`` gives)."""
         truth = self._session.ask("bool", False, ref=self._ref) is True
+        if not truth and self._counts_items():  # ``assert not q``: the tests see it empty
+            self._session.unconfirmed.pop(self._ref, None)
         if truth and self._counts_items():
             try:
                 length = len(self)

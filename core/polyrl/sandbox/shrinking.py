@@ -9,13 +9,14 @@ the tests' rather than a call changing it as Python would:
   and a loop over ``q`` after it scored 0 (one item per call was all it might take);
 - a loop of the tests' (``looped_here``: ``for x in r``, a comprehension, ``all(... for x in r)``)
   over a value emptied since its last whole reading, by calls fewer than the items it had, fails
-  (``Remote._emptied_unseen``): a forged ``primes`` giving 4, 4, 4 to ``len`` and nothing once
-  passed to a function of the sample's (``show(r)``) or once the tests called one of its methods
-  as a statement (``r.reset()``) passed ``len(r) == 3`` and the loop ``all(is_prime(x) for x in
-  r)`` (1.0). A right value emptied so is looped over by no test that checks something: the tests
-  read it whole (``len(q) == 0``, ``list(q) == []``), which the rule leaves alone, as it does a
-  value that keeps an item (``g.remove(2)`` then a loop over the edges left) or lost no more items
-  than calls were made (``s.pop()`` of a one-item stack).
+  its test unless the tests read it whole and empty, before or after (``Remote._emptied_unseen``):
+  a forged ``primes`` giving 4, 4, 4 to ``len`` and nothing once passed to a function of the
+  sample's (``show(r)``) or once the tests called one of its methods as a statement
+  (``r.reset()``) passed ``len(r) == 3`` and the loop ``all(is_prime(x) for x in r)`` (1.0). A
+  right value the tests empty they expect empty and check so (``len(q) == 0``, ``list(q) == []``,
+  ``not q``), before or after such a loop; the rule leaves alone a value that keeps an item
+  (``g.remove(2)`` then a loop over the edges left) or lost no more items than calls were made
+  (``s.pop()`` of a one-item stack).
 """
 
 from __future__ import annotations
