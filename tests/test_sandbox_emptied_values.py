@@ -38,6 +38,10 @@ EMPTIED = {
                             "    for x in r:\n        assert is_prime(x)\ntest()",
     "passed_to_a_function_in_the_assert": IS_PRIME + "r = primes(3)\n"
                                           "assert len(r) == 3 and valid(r) and all(is_prime(x) for x in r)",
+    "enumerated": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    show(r)\n"
+                  "    for i, x in enumerate(r):\n        assert is_prime(x)\ntest()",
+    "mapped": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r.reset()\n"
+              "    assert all(map(is_prime, r))\ntest()",
     "the_object_it_came_from_reset": IS_PRIME + "def test():\n    s = Sieve()\n    r = s.primes(3)\n"
                                      "    assert len(r) == 3\n    s.reset()\n    assert [x for x in r if not is_prime(x)] "
                                      "== []\ntest()",
@@ -108,7 +112,8 @@ def test_a_value_emptied_by_a_call_the_tests_make_fails_their_loop_over_it():
     """A call that reaches a value (its own method as a statement, ``r.reset()``; a function it
     is passed to, ``show(r)``, ``valid(r)``; a method of the object it came from, ``s.reset()``)
     may change it as it likes, so a forged ``primes`` whose three items went at such a call passed
-    ``len(r) == 3`` and then a loop over it (1.0). A loop over a value emptied by fewer calls than
+    ``len(r) == 3`` and then a loop over it (``for``, ``all``, the tests' ``enumerate`` and
+    ``map``, a comprehension: 1.0). A loop over a value emptied by fewer calls than
     it had items fails its test now (one that is no test of its own, ``ok = all(...)``, fails the
     next test, ``assert ok``); the right ``primes`` keeps 1.0 on the same tests."""
     tests = [*EMPTIED.values(), LOOP_OUTSIDE_A_TEST[0]]

@@ -3,7 +3,7 @@ the calls between two readings may have taken (the sandboxed cases: ``test_sandb
 
 from __future__ import annotations
 
-from polyrl.sandbox.shrinking import looped_here, returned_items, taken_back
+from polyrl.sandbox.shrinking import looped_here, loops_over, returned_items, taken_back
 
 
 def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
@@ -18,10 +18,11 @@ def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
             self.seen.append(looped_here())
             return iter([1])
 
-    source = "for x in r:\n    pass\nall(x for x in r)\n[x for x in r]\nlist(r)\nsorted(r)\n1 in r\n"
+    source = "for x in r:\n    pass\nall(x for x in r)\n[x for x in r]\nlist(r)\nsorted(r)\n1 in r\nlooped(r)\n"
     probe = Probe()
-    exec(compile(source, "<test>", "exec"), {"r": probe})
-    assert probe.seen == [True, True, True, False, False, False]
+    looped = loops_over(lambda value: iter(value))
+    exec(compile(source, "<test>", "exec"), {"r": probe, "looped": looped})
+    assert probe.seen == [True, True, True, False, False, False, True]
     outside = Probe()
     exec(compile("for x in r:\n    pass\n", "<elsewhere>", "exec"), {"r": outside})
     assert outside.seen == [False]

@@ -340,8 +340,8 @@ class Remote:
         r)`` (``shrinking`` module doc); a right value the tests empty (``q.clear()``) they see
         empty, before or after their loop over it. What it costs: a test that empties a right value that way, loops over it and
         never reads it whole then scores 0 (its loop checks nothing). Not covered: a value left
-        one item, or emptied and read by ``x not in r``, the tests' ``enumerate``, ``sorted(r)``
-        fed to a loop, or a dict view (``d.values()``)."""
+        one item, or emptied and read by ``x not in r``, the tests' ``zip``, ``sorted(r)`` fed to
+        a loop, or a dict view (``d.values()``)."""
         seen = self._seen
         if seen is None or seen[2] is None or self._kin is None:
             return

@@ -24,7 +24,8 @@ from __future__ import annotations
 import collections
 import dis
 import sys
-from collections.abc import Iterable
+import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from polyrl.sandbox.tests_guard import TESTS_FILES
@@ -34,18 +35,31 @@ from polyrl.sandbox.values import encode
 _LOOP_OPS = frozenset({dis.opmap["GET_ITER"]})
 #: Types whose items a call returned stand for the items it took (a dict: its keys, as iterating it gives).
 _CONTAINERS = (list, tuple, set, frozenset, dict)
+#: The code of the tests' stand-ins that take an iterator of their operand to loop over it
+#: (``pairing``: ``enumerate``, ``map`` of one iterable, ``filter``), registered by ``loops_over``.
+_LOOPING: set[types.CodeType] = set()
+
+
+def loops_over(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Register ``function``, a stand-in of the tests' builtins, as a loop over its operand for
+    ``looped_here`` (``for i, x in enumerate(r)``, ``all(map(is_prime, r))``); ``function`` itself."""
+    _LOOPING.add(function.__code__)
+    return function
 
 
 def looped_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__iter__`` asking) is the tests'
-    own code at a loop's or a comprehension's start: a check over each item, which an empty value
-    holds vacuously. ``list(r)``, ``sorted(r)``, ``x in r`` and the tests' ``zip``/``enumerate``
-    stand-ins read it whole or otherwise, and are no such loop here."""
+    own code at a loop's or a comprehension's start, or a stand-in of theirs ``loops_over``
+    registered: a check over each item, which an empty value holds vacuously. ``list(r)``,
+    ``sorted(r)``, ``x in r`` and the tests' ``zip`` read it whole or otherwise, and are no such
+    loop here."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
         return False
     code = frame.f_code
+    if code in _LOOPING:
+        return True
     if code.co_filename not in TESTS_FILES or not 0 <= frame.f_lasti < len(code.co_code):
         return False
     return code.co_code[frame.f_lasti] in _LOOP_OPS
