@@ -53,10 +53,15 @@ LOOP_OUTSIDE_A_TEST = (IS_PRIME + "r = primes(3)\nassert len(r) == 3\nshow(r)\no
 TRUE_OVER_NOTHING = ("class R:\n    def __len__(self):\n        return 0\n    def __iter__(self):\n"
                      "        return iter([])\n    def __bool__(self):\n        return True\n"
                      "def primes(n):\n    return R()\n")
+#: One whose ``__len__`` says 3 over no items (Python's ``bool`` asks it).
+LONG_OVER_NOTHING = ("class R:\n    def __len__(self):\n        return 3\n    def __iter__(self):\n"
+                     "        return iter([])\ndef primes(n):\n    return R()\n")
+#: (tests, forged solution).
 TRUTH = {
-    "assert_and_loop": IS_PRIME + "r = primes(3)\nassert r and all(is_prime(x) for x in r)",
-    "if_then_loop": IS_PRIME + "def test():\n    r = primes(3)\n    if not r:\n        raise AssertionError('none')\n"
-                    "    assert all(is_prime(x) for x in r)\ntest()",
+    "assert_and_loop": (IS_PRIME + "r = primes(3)\nassert r and all(is_prime(x) for x in r)", TRUE_OVER_NOTHING),
+    "if_then_loop": (IS_PRIME + "def test():\n    r = primes(3)\n    if not r:\n        raise AssertionError('none')\n"
+                     "    assert all(is_prime(x) for x in r)\ntest()", TRUE_OVER_NOTHING),
+    "long_over_nothing": (IS_PRIME + "r = primes(3)\nassert r and all(is_prime(x) for x in r)", LONG_OVER_NOTHING),
 }
 GRAPH_EDGES = ("class Edges:\n    def __init__(self, g):\n        self.g = g\n    def __len__(self):\n"
                "        return len(self.g.es)\n    def __iter__(self):\n        return iter(self.g.es)\n"
@@ -122,10 +127,11 @@ def test_a_value_emptied_by_a_call_the_tests_make_fails_their_loop_over_it():
 
 
 def test_a_value_true_over_no_items_fails():
-    """``assert r`` (or ``if not r``) of a value whose ``__bool__`` says True over no items held,
-    and then the loop over it (1.0): such a value's truth agrees with its ``len`` now."""
-    assert _scored(list(TRUTH.values()), [TRUE_OVER_NOTHING] * len(TRUTH)) == [0.0] * len(TRUTH)
-    assert _scored(list(TRUTH.values()), [RIGHT] * len(TRUTH)) == [1.0] * len(TRUTH)
+    """``assert r`` (or ``if not r``) of a value whose ``__bool__`` says True (or ``__len__`` 3)
+    over no items held, and then the loop over it (1.0): such a value is true only with an item now."""
+    tests = [tests for tests, _ in TRUTH.values()]
+    assert _scored(tests, [forged for _, forged in TRUTH.values()]) == [0.0] * len(TRUTH)
+    assert _scored(tests, [RIGHT] * len(TRUTH)) == [1.0] * len(TRUTH)
 
 
 def test_values_the_tests_calls_change_as_python_does_keep_their_score():

@@ -438,27 +438,40 @@ class Remote:
         return self._session.ask("next", self._data, root=self._root, ref=self._ref, kin=self._kin)
 
     def __bool__(self) -> bool:
-        """Its own ``bool``; where that says yes of a value whose ``len`` must agree with its items
-        (``_counts_items``), AssertionError if its ``len`` says it has none. Why: a value whose
-        ``__bool__`` said True over no items passed ``assert r`` (or ``r and ...``) and then
-        ``all(is_prime(x) for x in r)`` (1.0): built-in data is true only with items. A value with
-        no ``len`` (a generator, an object of its own) keeps its own truth, as does one whose
-        ``bool`` says no (only an empty answer gains from that, which ``return []`` gives)."""
+        """Its own ``bool``; where that says yes of a value whose items count (``_counts_items``)
+        and that is iterable, AssertionError if it has no first item (``_has_an_item``). Why: a
+        value whose ``__bool__`` (or ``__len__``) said True (3) over no items passed ``assert r``
+        (or ``r and ...``) and then ``all(is_prime(x) for x in r)`` (1.0): built-in data is true
+        only with items. A value that is no iterable, or its own iterator (a generator: true in
+        Python whatever it has left), keeps its own truth, as does one whose ``bool`` says no (only
+        an empty answer gains from that, which ``return []`` gives)."""
         truth = self._session.ask("bool", False, ref=self._ref) is True
         if not truth and self._counts_items():  # ``assert not q``: the tests see it empty
             self._session.unconfirmed.pop(self._ref, None)
-        if truth and self._counts_items():
-            try:
-                length = len(self)
-            except SampleStopped:
-                raise
-            except AssertionError:  # its items disagree with its ``len`` (``_check_count``)
-                raise
-            except Exception:  # noqa: BLE001 - no length: its truth stands alone
-                return truth
-            if length == 0:
-                raise AssertionError(f"bool() of the sample's {self._type[:100]!r} says true over no items")
+        if truth and self._counts_items() and self._has_an_item() is False:
+            raise AssertionError(f"bool() of the sample's {self._type[:100]!r} says true over no items")
         return truth
+
+    def _has_an_item(self) -> bool | None:
+        """Whether a fresh iterator over it gives a first item (its last whole reading's, while
+        nothing changed it since); None where it is no iterable or is its own iterator. One item
+        read, not all: ``while q: q.pop()`` asks this once per item."""
+        seen = self._fresh_seen()
+        if isinstance(seen, list):
+            return bool(seen)
+        s = self._session
+        try:
+            answer = s.ask("iter", self._data, root=self._root, ref=self._ref, kin=self._kin, lazy=True)
+        except SampleStopped:
+            raise
+        except Exception:  # noqa: BLE001 - not iterable: its truth stands alone
+            if s.channel.dead is not None:
+                raise s.channel.dead from None
+            return None
+        if not isinstance(answer, Remote):  # its own iterator: reading would take its items
+            return None
+        first = s.ask("take", self._data, root=self._root, ref=answer._ref, kin=self._kin, n=1)
+        return type(first) is list and len(first) > 0
 
     def __str__(self) -> str:
         value = self._session.ask("str", False, ref=self._ref)
