@@ -108,6 +108,11 @@ class Session:
         self.families: dict[int, int] = {}  # a family member -> the one above it (``join``)
         self.changed: dict[int, int] = {}  # a family's head -> the request that last may have changed it
         self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
+        self.gave: dict[int, Any] = {}  # such a request -> what the call returned (``shrinking.taken_back``)
+        self.touches: dict[int, list[int]] = {}  # a family's head -> the requests that may have changed it
+        #: a value a loop read emptied, unseen empty since -> the verdicts that loop ran in (``Remote._emptied_unseen``;
+        #: None: not a test's, the next test's)
+        self.unconfirmed: dict[int, set[int | None]] = {}
         self.effect_calls: frozenset[str] = frozenset()  # the solution's functions the tests call as statements
         self.all_changed: list[int] = []  # the requests that called one (``touch_all``)
         self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's
@@ -183,13 +188,14 @@ class Session:
         for other in rest:
             self.families[other] = head
             self.changed[head] = max(self.changed.get(head, 0), self.changed.pop(other, 0))
+            self.touches.setdefault(head, []).extend(self.touches.pop(other, ()))
         return head
 
     def touch(self, members: Iterable[int | None]) -> None:
         """The families of ``members`` may change with the next request (a call that reaches them)."""
-        for member in members:
-            if member is not None:
-                self.changed[self.family(member)] = self.asks + 1
+        for head in {self.family(member) for member in members if member is not None}:
+            self.changed[head] = self.asks + 1
+            self.touches.setdefault(head, []).append(self.asks + 1)
 
     def touch_all(self) -> None:
         """Every value may change with the next request: a function of the solution's called for
@@ -207,6 +213,16 @@ class Session:
         its family (``call_on``, ``touch_all``): each may take one item, as a right ``pop`` does
         (``Remote._shrunk_softly``)."""
         return sum(at > since for at in self.called_on.get(ref, ())) + sum(at > since for at in self.all_changed)
+
+    def returned_since(self, ref: int, since: int) -> list[Any]:
+        """What the calls after request ``since`` that ``call_on`` recorded for value ``ref`` returned."""
+        return [self.gave[at] for at in self.called_on.get(ref, ()) if at > since and at in self.gave]
+
+    def changes(self, ref: int, member: int, since: int) -> int:
+        """How many requests after request ``since`` may have changed value ``ref`` (of ``member``'s
+        family) in any way: a call that reaches its family (``touch``), or one ``soft_changes`` counts."""
+        at = {*self.touches.get(self.family(member), ()), *self.called_on.get(ref, ()), *self.all_changed}
+        return sum(request > since for request in at)
 
     def reads_vacuously(self, value: Remote) -> bool:
         """Whether a check of the tests' may read ``value``, a sample's value, vacuously once it
@@ -509,7 +525,9 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
     the failure was ignored, so a cell that collects results and asserts on them at the end
     (``assert all(results)`` of an empty list) passed a solution that only raised. A failed test
     that leaves nothing behind (an ``assert``, a loop of asserts, a test function) keeps the
-    per-test partial credit: the tests after it still run. ``flags``: the cell's ``from
+    per-test partial credit: the tests after it still run. A test in which (or in a step before it
+    that is no test) a loop read a sample's value emptied unseen fails where no whole reading of
+    the tests' sees that value empty before the run ends (``Remote._emptied_unseen``). ``flags``: the cell's ``from
     __future__`` imports (``tests_namespace.future_flags``), which apply to every step."""
     stopped = False
     stateful = leaves_state([source for source, _ in steps])
@@ -537,6 +555,13 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
             ok = False
         if session.channel.dead is not None:  # the sample stopped, whatever the test's ``except`` did
             raise session.channel.dead
+        if is_test:  # a loop in this step or one before that is no test: this test's verdict
+            for verdicts in session.unconfirmed.values():
+                if None in verdicts:
+                    verdicts.discard(None)
+                    verdicts.add(len(passed))
         if is_test or not ok:
             passed.append(ok)
         stopped = not ok and (leaves or not is_test)
+    for verdict in {v for verdicts in session.unconfirmed.values() for v in verdicts if v is not None}:
+        passed[verdict] = False  # its loop read a value emptied that no whole reading saw empty

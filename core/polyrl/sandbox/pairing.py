@@ -22,6 +22,7 @@ from typing import Any
 from polyrl.sandbox.prefix_sites import ANSWER, EXPECTED, operand_roles
 from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.remote import Remote, tests_next
+from polyrl.sandbox.shrinking import loops_over
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
@@ -70,6 +71,7 @@ def _enumerated(source: Iterator[Any], start: int) -> Any:
     return numbered
 
 
+@loops_over
 def tests_filter(function: Any, iterable: Any) -> Any:
     """``filter`` as the tests see it: Python's, whose operand ``_paired`` can see is empty."""
     source = iter(iterable)
@@ -136,6 +138,7 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
         place = (frame.f_code, frame.f_lasti)
         return _watched("zip", zip, _paired("zip", iterables, place, found), kwargs, place, found)
 
+    @loops_over
     def map_(function: Any, *iterables: Any, **kwargs: Any) -> Any:
         if len(iterables) >= 2:
             frame = sys._getframe(1)
@@ -151,6 +154,7 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
 
     indexed = functools.cache(lambda: indexed_sites(sources))
 
+    @loops_over
     def enumerate_(iterable: Any, start: int = 0) -> Any:
         source = iter(iterable)
         if _empty_iterator(source):

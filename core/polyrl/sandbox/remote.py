@@ -14,6 +14,7 @@ from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
+from polyrl.sandbox.shrinking import looped_here, returned_items, taken_back
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class Remote:
                 s.call_on(ref)
         if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
             s.touch_all()
+        at = s.asks + 1
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
@@ -143,6 +145,8 @@ class Remote:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
             object.__setattr__(value, "_from", value._from | _made_with([args, kwargs]))
+        if owner is not None and (owner._seen is not None or owner._from):
+            s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
 
     def __getattr__(self, name: str) -> Any:
@@ -262,7 +266,7 @@ class Remote:
             self._snapshot(items)
         self._keep(items)
 
-    def _snapshot(self, items: list[Any] | Exception, length: int | None = None) -> None:
+    def _snapshot(self, items: list[Any] | Exception, length: int | None = None, looped: bool = False) -> None:
         """AssertionError where ``items``, all of it the sample gave for one reading (or what
         reading it raised), differ from what its last whole reading gave while no call that reaches its family
         (``Session.touch``) was made between; else they are what the next reading must give. Why:
@@ -281,7 +285,8 @@ class Remote:
         those last three it may not lose more items than such calls were made where the tests may
         read it vacuously (``_shrunk_softly``). Not covered: a forged value emptied by a method the
         tests call for its effect on an object of its family, or by a call it is passed to, still
-        passes. ``length``: what ``len`` said of it where reading its items failed."""
+        passes, except where a loop of the tests' reads it emptied (``_emptied_unseen``; ``looped``:
+        this reading is one). ``length``: what ``len`` said of it where reading its items failed."""
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -290,29 +295,70 @@ class Remote:
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {before}, "
                                  "with nothing called that changes it between")
         if seen is None and not isinstance(items, Exception):
-            self._shrunk_softly(len(items))
+            self._shrunk_softly(items)
+            if looped and not items:
+                self._emptied_unseen()
+        if not looped and isinstance(items, list) and not items:  # the tests read it whole: empty
+            s.unconfirmed.pop(self._ref, None)
         object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
 
-    def _shrunk_softly(self, count: int) -> None:
-        """AssertionError where a reading of ``count`` items lost more items since its last whole
+    def _shrunk_softly(self, items: list[Any]) -> None:
+        """AssertionError where a reading of ``items`` lost more items since its last whole
         reading than calls were made that may change it without reaching its family (a method
         of its own, or of an object made with it, called for its value; a function of the
-        solution's called as a statement: ``Session.soft_changes``) and a check of the tests' may
+        solution's called as a statement: ``Session.soft_changes``), or than they gave back of
+        the items lost (``shrinking.taken_back``: ``q.drain()``), and a check of the tests' may
         read it vacuously (``vacuous_reads.read_vacuously``: a loop, ``all``, a method of the
         tests'). Why: ``_snapshot`` lets such calls change a value, for right stacks and queues
         (``assert s.pop() == 3`` then ``list(s) == [1, 2]``), so a forged value giving 4, 4, 4
         to ``len`` and nothing after ``assert r.total() == 12``, ``assert box.ok()`` (``box =
         Box(r)``) or ``warm(2)`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in r)``.
-        What it costs: a right value emptied by one such call (``assert q.drain() == [1, 2]``)
-        and then read in a loop scores 0 there; compared whole (``list(q) == []``) it passes."""
+        What it costs: a right value that loses items to such a call that returns none of them
+        (``assert q.clear_all() == 2``) and then is read in a loop scores 0 there; compared whole
+        (``list(q) == []``) it passes."""
         seen = self._seen
         s = self._session
         if seen is None or seen[2] is None or self._kin is None or not s.unchanged(self._kin, seen[1]):
             return  # never read whole, or a call that reaches its family may have changed it
-        lost = seen[2] - count
-        if lost > 0 and lost > s.soft_changes(self._ref, seen[1]) and s.reads_vacuously(self):
-            raise AssertionError(f"the sample's {self._type[:100]!r} gave {count} items after {seen[2]}, with "
-                                 f"{s.soft_changes(self._ref, seen[1])} calls between that may take one each")
+        lost = seen[2] - len(items)
+        if lost <= 0:
+            return
+        may = self._may_lose(items, s.soft_changes(self._ref, seen[1]))
+        if lost > may and s.reads_vacuously(self):
+            raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {seen[2]}, with "
+                                 f"calls between that may take {may}")
+
+    def _emptied_unseen(self) -> None:
+        """Where a loop of the tests' reads this value empty while its last whole reading gave
+        more items than calls were made since that may change it in any way (``Session.changes``:
+        one reaching its family, ``r.reset()`` or ``show(r)``, counts too), the test running (or
+        the next one, after a step that is no test) fails unless a whole reading of the tests'
+        sees it empty, before or after (``len(q) == 0``, ``list(q) == []``, ``not q``:
+        ``Session.unconfirmed``, ``harness._run_steps``). Why: ``_snapshot`` lets such calls
+        change a value as they like, so a forged value giving 4, 4, 4 to ``len`` and nothing after
+        ``show(r)`` or ``r.reset()`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in
+        r)`` (``shrinking`` module doc); a right value the tests empty (``q.clear()``) they see
+        empty, before or after their loop over it. What it costs: a test that empties a right value that way, loops over it and
+        never reads it whole then scores 0 (its loop checks nothing). Not covered: a value left
+        one item, or emptied and read by ``x not in r``, the tests' ``zip``, ``sorted(r)`` fed to
+        a loop, or a dict view (``d.values()``)."""
+        seen = self._seen
+        if seen is None or seen[2] is None or self._kin is None:
+            return
+        may = self._may_lose([], self._session.changes(self._ref, self._kin, seen[1]))
+        if seen[2] > may:
+            self._session.unconfirmed.setdefault(self._ref, set()).add(None)
+
+    def _may_lose(self, items: list[Any], calls: int) -> int:
+        """How many items it may have lost from its last whole reading to ``items`` through
+        ``calls`` calls: one each, or those of the lost items its own methods' calls gave back
+        (``shrinking.taken_back``)."""
+        seen = self._seen
+        if seen is None:
+            return calls
+        returned = [item for value in self._session.returned_since(self._ref, seen[1])
+                    for item in returned_items(value)]
+        return taken_back(seen[0] if isinstance(seen[0], list) else [], items, returned, calls)
 
     def _fresh_seen(self) -> list[Any] | Exception | None:
         """What its last whole reading gave (``_snapshot``), while no call that may change it came since."""
@@ -368,9 +414,14 @@ class Remote:
             seen = self._fresh_seen()
             if isinstance(seen, Exception):  # its reading failed, and nothing changed it since
                 raise seen
+            whole = self._looped_snapshot if looped_here() else self._snapshot
             return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin,
-                          whole=self._snapshot, expect=seen)
+                          whole=whole, expect=seen)
         raise TypeError("iter() of a sample's value gave no iterator")
+
+    def _looped_snapshot(self, items: list[Any]) -> None:
+        """``_snapshot`` of a reading a loop of the tests' made (``shrinking.looped_here``)."""
+        self._snapshot(items, looped=True)
 
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
@@ -387,7 +438,40 @@ class Remote:
         return self._session.ask("next", self._data, root=self._root, ref=self._ref, kin=self._kin)
 
     def __bool__(self) -> bool:
-        return self._session.ask("bool", False, ref=self._ref) is True
+        """Its own ``bool``; where that says yes of a value whose items count (``_counts_items``)
+        and that is iterable, AssertionError if it has no first item (``_has_an_item``). Why: a
+        value whose ``__bool__`` (or ``__len__``) said True (3) over no items passed ``assert r``
+        (or ``r and ...``) and then ``all(is_prime(x) for x in r)`` (1.0): built-in data is true
+        only with items. A value that is no iterable, or its own iterator (a generator: true in
+        Python whatever it has left), keeps its own truth, as does one whose ``bool`` says no (only
+        an empty answer gains from that, which ``return []`` gives)."""
+        truth = self._session.ask("bool", False, ref=self._ref) is True
+        if not truth and self._counts_items():  # ``assert not q``: the tests see it empty
+            self._session.unconfirmed.pop(self._ref, None)
+        if truth and self._counts_items() and self._has_an_item() is False:
+            raise AssertionError(f"bool() of the sample's {self._type[:100]!r} says true over no items")
+        return truth
+
+    def _has_an_item(self) -> bool | None:
+        """Whether a fresh iterator over it gives a first item (its last whole reading's, while
+        nothing changed it since); None where it is no iterable or is its own iterator. One item
+        read, not all: ``while q: q.pop()`` asks this once per item."""
+        seen = self._fresh_seen()
+        if isinstance(seen, list):
+            return bool(seen)
+        s = self._session
+        try:
+            answer = s.ask("iter", self._data, root=self._root, ref=self._ref, kin=self._kin, lazy=True)
+        except SampleStopped:
+            raise
+        except Exception:  # noqa: BLE001 - not iterable: its truth stands alone
+            if s.channel.dead is not None:
+                raise s.channel.dead from None
+            return None
+        if not isinstance(answer, Remote):  # its own iterator: reading would take its items
+            return None
+        first = s.ask("take", self._data, root=self._root, ref=answer._ref, kin=self._kin, n=1)
+        return type(first) is list and len(first) > 0
 
     def __str__(self) -> str:
         value = self._session.ask("str", False, ref=self._ref)
@@ -438,7 +522,7 @@ class Remote:
                 raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after another "
                                      "reading, with nothing called that changes it between")
             if seen is None:
-                self._shrunk_softly(len(items))
+                self._shrunk_softly(list(items))
         return items if type(items) in _CONTAINERS or type(items) is str else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:

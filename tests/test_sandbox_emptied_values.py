@@ -1,0 +1,157 @@
+"""A sample's value emptied under the tests' loop, or true over no items: forgeries that scored 1.0.
+
+Each forged completion is a WRONG ``primes`` whose value gives ``len`` three non-primes and then,
+once a call the tests make reaches it, nothing, so the loop ``all(is_prime(x) for x in r)`` after
+that call holds vacuously; or whose ``__bool__`` says True over no items. Each is scored through
+the real reward path (``code_tests``: sandbox, harness, the forked copy of the trainer) and must
+score 0, while right solutions of the same tests, and right values emptied or shrunk by the tests'
+calls as Python would, keep 1.0. See ``polyrl.sandbox.shrinking`` and ``Remote.__bool__``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_forging import IS_PRIME, QUEUE, STACK_OF
+from test_sandbox_verdict import score
+
+pytestmark = pytest.mark.faults
+
+#: A forged ``primes``: three 4s, gone once the tests call ``reset``, pass the value to ``show``
+#: or ``valid``, or call the ``Sieve`` it came from.
+FORGED = ("class R:\n    def __init__(self, n):\n        self.xs = [4] * n\n    def __len__(self):\n"
+          "        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n"
+          "    def reset(self):\n        self.xs = []\n"
+          "def primes(n):\n    return R(n)\ndef show(r):\n    r.xs = []\ndef valid(r):\n    r.xs = []\n    return True\n"
+          "class Sieve:\n    def primes(self, n):\n        self.last = R(n)\n        return self.last\n"
+          "    def reset(self):\n        self.last.xs = []\n")
+#: The right ``primes`` with the same names: its calls change nothing the tests loop over.
+RIGHT = ("class Primes:\n    def __init__(self, n):\n        self.n = n\n        self.xs = [2, 3, 5, 7, 11][:n]\n"
+         "    def __len__(self):\n        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n"
+         "    def reset(self):\n        self.xs = [2, 3, 5, 7, 11][:self.n]\n"
+         "def primes(n):\n    return Primes(n)\ndef show(r):\n    print(list(r))\ndef valid(r):\n    return len(r) > 0\n"
+         "class Sieve:\n    def primes(self, n):\n        return Primes(n)\n    def reset(self):\n        pass\n")
+#: Tests: ``len`` reads the value's items, then a call that reaches it, then a loop over it.
+EMPTIED = {
+    "own_method_as_a_statement": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r.reset()\n"
+                                 "    assert all(is_prime(x) for x in r)\ntest()",
+    "passed_to_a_function": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    show(r)\n"
+                            "    for x in r:\n        assert is_prime(x)\ntest()",
+    "passed_to_a_function_in_the_assert": IS_PRIME + "r = primes(3)\n"
+                                          "assert len(r) == 3 and valid(r) and all(is_prime(x) for x in r)",
+    "enumerated": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    show(r)\n"
+                  "    for i, x in enumerate(r):\n        assert is_prime(x)\ntest()",
+    "mapped": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r.reset()\n"
+              "    assert all(map(is_prime, r))\ntest()",
+    "the_object_it_came_from_reset": IS_PRIME + "def test():\n    s = Sieve()\n    r = s.primes(3)\n"
+                                     "    assert len(r) == 3\n    s.reset()\n    assert [x for x in r if not is_prime(x)] "
+                                     "== []\ntest()",
+}
+#: (tests, its score with ``FORGED``): the loop is no test of its own, its result asserted later.
+LOOP_OUTSIDE_A_TEST = (IS_PRIME + "r = primes(3)\nassert len(r) == 3\nshow(r)\nok = all(is_prime(x) for x in r)\n"
+                       "assert ok", 0.5)
+#: A forged ``primes`` whose value is true over no items.
+TRUE_OVER_NOTHING = ("class R:\n    def __len__(self):\n        return 0\n    def __iter__(self):\n"
+                     "        return iter([])\n    def __bool__(self):\n        return True\n"
+                     "def primes(n):\n    return R()\n")
+#: One whose ``__len__`` says 3 over no items (Python's ``bool`` asks it).
+LONG_OVER_NOTHING = ("class R:\n    def __len__(self):\n        return 3\n    def __iter__(self):\n"
+                     "        return iter([])\ndef primes(n):\n    return R()\n")
+#: (tests, forged solution).
+TRUTH = {
+    "assert_and_loop": (IS_PRIME + "r = primes(3)\nassert r and all(is_prime(x) for x in r)", TRUE_OVER_NOTHING),
+    "if_then_loop": (IS_PRIME + "def test():\n    r = primes(3)\n    if not r:\n        raise AssertionError('none')\n"
+                     "    assert all(is_prime(x) for x in r)\ntest()", TRUE_OVER_NOTHING),
+    "long_over_nothing": (IS_PRIME + "r = primes(3)\nassert r and all(is_prime(x) for x in r)", LONG_OVER_NOTHING),
+}
+GRAPH_EDGES = ("class Edges:\n    def __init__(self, g):\n        self.g = g\n    def __len__(self):\n"
+               "        return len(self.g.es)\n    def __iter__(self):\n        return iter(self.g.es)\n"
+               "class Graph:\n    def __init__(self, es):\n        self.es = [tuple(e) for e in es]\n    @property\n"
+               "    def edges(self):\n        return Edges(self)\n    def remove(self, n):\n"
+               "        self.es = [e for e in self.es if n not in e]\ndef make_graph(es):\n    return Graph(es)\n")
+QUEUE_CLEARED = QUEUE + "Queue.clear = lambda self: self.items.clear()\ndef empty(q):\n    q.items.clear()\n"
+#: (tests, right solution): values the tests' calls empty or shrink as in Python, then read.
+CHANGED_RIGHTLY = {
+    "popped_as_a_statement": ("s = make_stack([7])\nassert len(s) == 1\ns.pop()\nassert all(x > 0 for x in s) and "
+                              "len(s) == 0", STACK_OF),
+    "cleared_then_counted_then_looped": ("q = make_queue()\nq.push(1)\nq.push(2)\nassert len(q) == 2\nq.clear()\n"
+                                         "assert len(q) == 0 and all(x > 5 for x in q)", QUEUE_CLEARED),
+    "emptied_by_a_function_then_compared": ("q = make_queue()\nq.push(1)\nq.push(2)\nassert all(x > 0 for x in q)\n"
+                                            "empty(q)\nassert list(q) == [] and sorted(q) == []", QUEUE_CLEARED),
+    "cleared_looped_then_counted": ("q = make_queue()\nq.push(1)\nq.push(2)\nassert len(q) == 2\nq.clear()\n"
+                                    "assert all(x > 5 for x in q)\nassert len(q) == 0", QUEUE_CLEARED),
+    "emptied_looped_then_false": ("def test():\n    q = make_queue()\n    q.push(1)\n    q.push(2)\n"
+                                  "    assert list(q) == [1, 2]\n    empty(q)\n    for x in q:\n        assert x > 5\n"
+                                  "    assert not q\ntest()", QUEUE_CLEARED),
+    "cleared_refilled_looped": ("q = make_queue()\nq.push(1)\nq.push(2)\nassert len(q) == 2\nq.clear()\nq.push(3)\n"
+                                "assert all(x == 3 for x in q)", QUEUE_CLEARED),
+    "edges_left_after_a_removal": ("g = make_graph([(1, 2), (2, 3), (3, 4)])\nedges = g.edges\nassert len(edges) == 3\n"
+                                   "g.remove(2)\nassert all(2 not in e for e in edges) and len(edges) == 1",
+                                   GRAPH_EDGES),
+    "true_with_items": ("assert primes(3) and not primes(0)\nassert check(1) and gen(0)",
+                        RIGHT + "class Ok:\n    def __bool__(self):\n        return True\n"
+                        "def check(x):\n    return Ok()\ndef gen(n):\n    yield from range(n)\n"),
+}
+#: (tests, right solution): a method called for its value that takes the items it returns, then a
+#: loop over what is left (one item per call was all such a call might take: 0.67).
+DRAINED = {
+    "drained_then_looped": ("s = make_stack([1, 2, 3])\nassert len(s) == 3\nassert s.drain() == [3, 2, 1]\n"
+                            "assert all(x > 5 for x in s) and len(s) == 0",
+                            STACK_OF + "Stack.drain = lambda self: [self.xs.pop() for _ in list(self.xs)]\n"),
+    "two_taken_then_looped": ("s = make_stack([1, 2, 3])\nassert list(s) == [1, 2, 3]\nassert s.take(2) == (3, 2)\n"
+                              "assert all(x == 1 for x in s)",
+                              STACK_OF + "Stack.take = lambda self, n: tuple(self.xs.pop() for _ in range(n))\n"),
+}
+#: A forged method for its value: it empties the value and gives back what was never in it.
+DRAINED_FORGED = {
+    "took_other_items": (IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n"
+                         "    assert r.drain() == [2, 3, 5]\n    assert all(is_prime(x) for x in r)\ntest()",
+                         FORGED + "R.drain = lambda self: [2, 3, 5] if not setattr(self, 'xs', []) else None\n"),
+}
+
+
+def _scored(tests: list[str], solutions: list[str]) -> list[float]:
+    return list(score(solutions, rows=[{"prompt": "p", "tests": t} for t in tests]).total)
+
+
+def test_a_value_emptied_by_a_call_the_tests_make_fails_their_loop_over_it():
+    """A call that reaches a value (its own method as a statement, ``r.reset()``; a function it
+    is passed to, ``show(r)``, ``valid(r)``; a method of the object it came from, ``s.reset()``)
+    may change it as it likes, so a forged ``primes`` whose three items went at such a call passed
+    ``len(r) == 3`` and then a loop over it (``for``, ``all``, the tests' ``enumerate`` and
+    ``map``, a comprehension: 1.0). A loop over a value emptied by fewer calls than
+    it had items fails its test now (one that is no test of its own, ``ok = all(...)``, fails the
+    next test, ``assert ok``); the right ``primes`` keeps 1.0 on the same tests."""
+    tests = [*EMPTIED.values(), LOOP_OUTSIDE_A_TEST[0]]
+    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(EMPTIED) + [LOOP_OUTSIDE_A_TEST[1]]
+    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+
+
+def test_a_value_true_over_no_items_fails():
+    """``assert r`` (or ``if not r``) of a value whose ``__bool__`` says True (or ``__len__`` 3)
+    over no items held, and then the loop over it (1.0): such a value is true only with an item now."""
+    tests = [tests for tests, _ in TRUTH.values()]
+    assert _scored(tests, [forged for _, forged in TRUTH.values()]) == [0.0] * len(TRUTH)
+    assert _scored(tests, [RIGHT] * len(TRUTH)) == [1.0] * len(TRUTH)
+
+
+def test_values_the_tests_calls_change_as_python_does_keep_their_score():
+    """A stack popped to empty, a queue cleared (then counted, compared whole, or refilled) and a
+    graph's edges shrunk by a removal, each then looped over, a queue emptied, looped over and then
+    seen empty (``len(q) == 0`` in a later test, ``not q``), and values true with items or with no
+    ``len`` keep 1.0."""
+    names = list(CHANGED_RIGHTLY)
+    got = _scored([CHANGED_RIGHTLY[n][0] for n in names], [CHANGED_RIGHTLY[n][1] for n in names])
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+def test_a_method_may_take_the_items_it_gives_back():
+    """A right ``drain`` or ``take(2)`` called in an assert took more items than the one per call
+    such a call might take, so the loop over what was left failed (0.67); the items it gives back
+    count now. A forged one that empties the value and gives back other items still scores 0."""
+    names = list(DRAINED)
+    got = _scored([DRAINED[n][0] for n in names], [DRAINED[n][1] for n in names])
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    names = list(DRAINED_FORGED)
+    got = _scored([DRAINED_FORGED[n][0] for n in names], [DRAINED_FORGED[n][1] for n in names])
+    assert got == [0.0] * len(names)
+
