@@ -287,3 +287,57 @@ def test_the_closure_check_finds_what_max_lacked_on_the_gpu_machine(tmp_path, ca
     for name in named | {"dill", "gguf", "structlog"}:  # the suite's own .whl brings these three
         (tmp_path / f"{name.replace('-', '_')}-1.0-py3-none-any.whl").write_bytes(b"")
     assert closure.main(["--wheels", str(tmp_path)]) == 0
+
+
+def test_the_run_mode_names_apart_what_only_a_load_compile_or_generate_imported(monkeypatch, capsys, tmp_path):
+    """``--run``: the child's modules are mapped like the imports'; a gap only the run showed is named
+    apart (MAX imports it lazily, so only a real load, compile or generate on the GPU would have hit it)."""
+    closure = _load("gpu_max_closure")
+    owners = {"pydantic": ["pydantic"], "av": ["av"], "jinja2": ["Jinja2"], "late_kernels": ["late-kernels"],
+              "_brotli": ["Brotli"], "json": []}
+    imported, ran = {"pydantic", "json"}, {"pydantic", "json", "av", "jinja2", "late_kernels", "_brotli"}
+    assert closure.run_only(imported, ran, owners, {"jinja2"}) == {"av": ["av"], "late_kernels": ["late-kernels"]}
+    assert closure.run_only(imported, ran, owners, {"av", "late-kernels", "jinja2"}) == {}
+    # a gap at import is not repeated as a run's
+    assert "pydantic" not in closure.run_only(imported, ran, owners, set())
+
+    monkeypatch.setattr(closure.md, "packages_distributions", lambda: owners)
+    monkeypatch.setattr(closure, "loaded_modules", lambda imports: set(imported))
+    monkeypatch.setattr(closure, "run_modules", lambda: (set(ran), 12.0))
+    image = tmp_path / "image.txt"
+    image.write_text("# the image\njinja2\n")
+    assert closure.main(["--image", str(image), "--wheels", str(tmp_path)]) == 1  # without --run: no child
+    out = capsys.readouterr().out
+    assert "at import: pydantic (pydantic)" in out and "av" not in out
+    assert closure.main(["--image", str(image), "--wheels", str(tmp_path), "--run"]) == 1
+    out = capsys.readouterr().out
+    assert "took 12 s and loaded 4 top-level modules its imports did not" in out
+    assert ("error: MAX imports packages the GPU machines lack and no carried wheel brings: at import: "
+            "pydantic (pydantic); only while loading, compiling or generating: av (av), late_kernels (late-kernels). "
+            "Fix: add av late-kernels pydantic (pinned) to bench/gpu_max_wheels.sh") in out
+    for name in ("pydantic", "av", "late_kernels"):
+        (tmp_path / f"{name}-1.0-py3-none-any.whl").write_bytes(b"")
+    assert closure.main(["--image", str(image), "--wheels", str(tmp_path), "--run"]) == 0
+    assert "MAX's imports and its run: every package is in the GPU image or carried" in capsys.readouterr().out
+
+
+def _pinned_wheels(script: str) -> set[str]:
+    """The ``name==version`` pins a wheel script downloads."""
+    return {m.group(1) for m in re.finditer(r"([A-Za-z0-9][A-Za-z0-9_.-]*)==[0-9]", (ROOT / "bench" / script).read_text())}
+
+
+@pytest.mark.slow  # loads, compiles (minutes cold; seconds from MAX's compile cache) and generates with MAX
+def test_a_real_max_run_needs_nothing_beyond_the_image_and_the_carried_wheels(tmp_path, capsys):
+    """What ``bench/gpu_max_wheels.sh`` runs before packing: a tiny Llama loaded through polyrl's max
+    backend and a few tokens generated, here in a child, and every package that run imported found in
+    the GPU image's list or among the wheels the two scripts pin (empty stand-ins of those wheels)."""
+    pytest.importorskip("max.pipelines", reason="MAX (polyrl[max]) is not installed")
+    closure = _load("gpu_max_closure")
+    for name in _pinned_wheels("gpu_max_wheels.sh") | _pinned_wheels("gpu_wheels.sh"):
+        (tmp_path / f"{name.replace('-', '_')}-1.0-py3-none-any.whl").write_bytes(b"")
+    code = closure.main(["--wheels", str(tmp_path), "--run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "MAX's imports and its run: every package is in the GPU image or carried" in out
+    ran = int(re.search(r"and loaded (\d+) top-level modules its imports did not", out).group(1))
+    assert ran > 0  # the run did import more than the imports alone (a real load happened)
