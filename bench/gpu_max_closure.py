@@ -16,7 +16,9 @@ through polyrl's ``max`` backend, a few tokens generated, and the child's module
 way, those only the run brought named apart. Measured on the 2-core VM (2026-12-04, shared with
 other jobs): 382 s when MAX compiles the tiny model (the first time per compile cache), 45 s in all
 once its graph is cached (~30 s of it the child). The GPU's own code paths (CUDA kernels, bfloat16)
-cannot run here: a module only they import is not seen.
+cannot run here; for them a scan of MAX's source (every ``import``, inside functions too, outside
+its server, benchmarks, CLIs and experiments) prints a ``note:`` for each package installed here,
+missing there, that neither the imports nor the run loaded (the scan cannot tell a dead path).
 
     python bench/gpu_max_closure.py          # exit 1 and the missing names when something would fail there
     python bench/gpu_max_closure.py --run    # the same after a real load + compile + generate (minutes cold)
@@ -25,8 +27,10 @@ cannot run here: a module only they import is not seen.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import re
@@ -49,6 +53,9 @@ OPTIONAL = {
 }
 #: this tree's own distributions: the suite installs them there from the working tree
 OWN = {"polyrl", "polyrl-torch", "polyrl-max", "polyrl-mlx"}
+#: MAX's subfolders the scan of its code leaves out: its server, benchmarks, CLIs and experiments,
+#: which polyrl never runs
+SCAN_SKIP = ("serve", "benchmark", "experimental", "_entrypoints")
 #: new tokens the ``--run`` child generates: enough to run MAX's sampler and its decode step
 RUN_TOKENS = 4
 #: seconds the ``--run`` child may take: a cold compile on 2 busy cores, with room
@@ -156,9 +163,51 @@ def run_modules(timeout: float = RUN_TIMEOUT_S) -> tuple[set[str], float]:
     return modules, seconds
 
 
+def code_imports(package: Path, skip: Iterable[str] = SCAN_SKIP) -> dict[str, set[str]]:
+    """Top-level module -> the files (relative to ``package``) whose code imports it anywhere, inside
+    functions too, from every ``.py`` under ``package`` but the ``skip`` subfolders. Why: what a
+    run imports lazily on a path not run here (a GPU's) shows only in the source."""
+    skipped = tuple(skip)
+    found: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package).as_posix()
+        if where.split("/")[0] in skipped:
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(where)
+    return found
+
+
+def unrun_gaps(code: Mapping[str, set[str]], seen: set[str], owners: Mapping[str, list[str]],
+               present: set[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Module -> (its distributions, the files importing it) for each module MAX's code imports that
+    neither the imports nor the run loaded and that is installed here but missing there (a module
+    installed nowhere is a guarded import: this machine has run without it)."""
+    gaps = missing((m for m in code if m not in seen), owners, present)
+    return {m: (dists, sorted(code[m])) for m, dists in gaps.items()}
+
+
 def describe(gaps: Mapping[str, list[str]]) -> str:
     """``module (dist/dist), ...`` for an error line."""
     return ", ".join(f"{m} ({'/'.join(d)})" for m, d in gaps.items())
+
+
+def max_package() -> Path | None:
+    """The installed ``max`` package's folder (a namespace package: its first path), if any."""
+    spec = importlib.util.find_spec("max")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     imported = loaded_modules(MAX_IMPORTS)
     gaps = missing(imported, owners, present)
     late: dict[str, list[str]] = {}
+    ran: set[str] = set()
     if args.run:
         ran, seconds = run_modules()
         late = run_only(imported, ran, owners, present)
@@ -193,13 +243,19 @@ def main(argv: list[str] | None = None) -> int:
     if not gaps and not late:
         print("MAX's imports" + (" and its run" if args.run else "")
               + ": every package is in the GPU image or carried")
-        return 0
-    names = sorted({d for dists in (*gaps.values(), *late.values()) for d in dists})
-    found = [f"at import: {describe(gaps)}"] if gaps else []
-    found += [f"only while loading, compiling or generating: {describe(late)}"] if late else []
-    print("error: MAX imports packages the GPU machines lack and no carried wheel brings: " + "; ".join(found)
-          + f". Fix: add {' '.join(names)} (pinned) to bench/gpu_max_wheels.sh, then re-run it")
-    return 1
+    else:
+        names = sorted({d for dists in (*gaps.values(), *late.values()) for d in dists})
+        found = [f"at import: {describe(gaps)}"] if gaps else []
+        found += [f"only while loading, compiling or generating: {describe(late)}"] if late else []
+        print("error: MAX imports packages the GPU machines lack and no carried wheel brings: " + "; ".join(found)
+              + f". Fix: add {' '.join(names)} (pinned) to bench/gpu_max_wheels.sh, then re-run it")
+    package = max_package()
+    if package is not None:  # after the verdict: notes, which never fail the check
+        for module, (dists, files) in unrun_gaps(code_imports(package), imported | ran, owners, present).items():
+            print(f"note: MAX's code imports {module} ({'/'.join(dists)}), missing there, in "
+                  f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''}: not run here (a GPU path may); "
+                  "carry it if a GPU run stops at it")
+    return 1 if gaps or late else 0
 
 
 if __name__ == "__main__":
