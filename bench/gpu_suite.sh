@@ -37,6 +37,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 REHEARSE=${GPU_SUITE_REHEARSE:-0}
 DTYPE=(--compute-dtype bfloat16)
+# MAX: float32 weights computed in bfloat16 (its bfloat16 encoding), GPU only: on the CPU (the
+# rehearsal) MAX refuses bfloat16 and runs float32. Without it MAX would run float32 on the GPU.
+MAXDTYPE=(--compute-dtype bfloat16)
 if [ -n "${OUT:-}" ]; then RESULTS=${RESULTS:-/tmp/gpu-results}; else RESULTS=${RESULTS:-$ROOT/bench/results/gpu}; fi
 SITE=${GPU_SUITE_SITE:-/tmp/polyrl-site}
 MAXPARTS=${GPU_SUITE_MAXPARTS:-.maxparts} MAXKEEP=${GPU_SUITE_MAXKEEP:-/tmp/polyrl-maxparts}
@@ -48,7 +51,7 @@ fi
 mkdir -p "$RESULTS"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ "$REHEARSE" = 1 ]; then
-  PY=${PYTHON:-$ROOT/.venv/bin/python}; DEVICE=cpu; THREADS=1
+  PY=${PYTHON:-$ROOT/.venv/bin/python}; DEVICE=cpu; THREADS=1; MAXDTYPE=()
   SHORT="--prompts 2 --group-size 2 --max-new-tokens 8 --steps 2"; LONG=$SHORT
   TESTS=(tests/test_device_selection.py)
   # bfloat16 only where the CPU computes it natively: emulated on an AVX2-only CPU, the 1.7B-shape
@@ -212,11 +215,11 @@ section_max() {
     return 0
   fi
   models "$SMALL" || return 1
-  # MAX computes in bfloat16 on a GPU (its encoding there) and offers no --compute-dtype, so it runs
-  # alone; torch (bfloat16 autocast) and HF generate follow at once on the same workload
+  # MAX in bfloat16 over the float32 weights (MAXDTYPE), alone; torch (bfloat16 autocast) and HF
+  # generate follow at once on the same workload
   # shellcheck disable=SC2086  # the sizes are a word list on purpose
   timeout "$(cap 580)" "$PY" -m polyrl.cli bench --model "$MODELS/$SMALL" --backends max --device "$DEVICE" \
-    --generate-only --ignore-eos --threads "$THREADS" $SHORT \
+    "${MAXDTYPE[@]}" --generate-only --ignore-eos --threads "$THREADS" $SHORT \
     --output "$RESULTS/bench_max_generate.json" 2>&1 | tail -12
   stopped "bench max_generate" "$(cap 580)" "${PIPESTATUS[0]}"
   # shellcheck disable=SC2086

@@ -287,3 +287,91 @@ def test_the_closure_check_finds_what_max_lacked_on_the_gpu_machine(tmp_path, ca
     for name in named | {"dill", "gguf", "structlog"}:  # the suite's own .whl brings these three
         (tmp_path / f"{name.replace('-', '_')}-1.0-py3-none-any.whl").write_bytes(b"")
     assert closure.main(["--wheels", str(tmp_path)]) == 0
+
+
+def test_the_run_mode_names_apart_what_only_a_load_compile_or_generate_imported(monkeypatch, capsys, tmp_path):
+    """``--run``: the child's modules are mapped like the imports'; a gap only the run showed is named
+    apart (MAX imports it lazily, so only a real load, compile or generate on the GPU would have hit it)."""
+    closure = _load("gpu_max_closure")
+    owners = {"pydantic": ["pydantic"], "av": ["av"], "jinja2": ["Jinja2"], "late_kernels": ["late-kernels"],
+              "_brotli": ["Brotli"], "json": []}
+    imported, ran = {"pydantic", "json"}, {"pydantic", "json", "av", "jinja2", "late_kernels", "_brotli"}
+    assert closure.run_only(imported, ran, owners, {"jinja2"}) == {"av": ["av"], "late_kernels": ["late-kernels"]}
+    assert closure.run_only(imported, ran, owners, {"av", "late-kernels", "jinja2"}) == {}
+    # a gap at import is not repeated as a run's
+    assert "pydantic" not in closure.run_only(imported, ran, owners, set())
+
+    monkeypatch.setattr(closure.md, "packages_distributions", lambda: owners)
+    monkeypatch.setattr(closure, "loaded_modules", lambda imports: set(imported))
+    monkeypatch.setattr(closure, "run_modules", lambda: (set(ran), 12.0))
+    monkeypatch.setattr(closure, "max_package", lambda: None)  # the source scan: its own test
+    image = tmp_path / "image.txt"
+    image.write_text("# the image\njinja2\n")
+    assert closure.main(["--image", str(image), "--wheels", str(tmp_path)]) == 1  # without --run: no child
+    out = capsys.readouterr().out
+    assert "at import: pydantic (pydantic)" in out and "av" not in out
+    assert closure.main(["--image", str(image), "--wheels", str(tmp_path), "--run"]) == 1
+    out = capsys.readouterr().out
+    assert "took 12 s and loaded 4 top-level modules its imports did not" in out
+    assert ("error: MAX imports packages the GPU machines lack and no carried wheel brings: at import: "
+            "pydantic (pydantic); only while loading, compiling or generating: av (av), late_kernels (late-kernels). "
+            "Fix: add av late-kernels pydantic (pinned) to bench/gpu_max_wheels.sh") in out
+    for name in ("pydantic", "av", "late_kernels"):
+        (tmp_path / f"{name}-1.0-py3-none-any.whl").write_bytes(b"")
+    assert closure.main(["--image", str(image), "--wheels", str(tmp_path), "--run"]) == 0
+    assert "MAX's imports and its run: every package is in the GPU image or carried" in capsys.readouterr().out
+
+
+def _pinned_wheels(script: str) -> set[str]:
+    """The ``name==version`` pins a wheel script downloads."""
+    return {m.group(1) for m in re.finditer(r"([A-Za-z0-9][A-Za-z0-9_.-]*)==[0-9]", (ROOT / "bench" / script).read_text())}
+
+
+@pytest.mark.slow  # loads, compiles (minutes cold; seconds from MAX's compile cache) and generates with MAX
+def test_a_real_max_run_needs_nothing_beyond_the_image_and_the_carried_wheels(tmp_path, capsys):
+    """What ``bench/gpu_max_wheels.sh`` runs before packing: a tiny Llama loaded through polyrl's max
+    backend and a few tokens generated, here in a child, and every package that run imported found in
+    the GPU image's list or among the wheels the two scripts pin (empty stand-ins of those wheels)."""
+    pytest.importorskip("max.pipelines", reason="MAX (polyrl[max]) is not installed")
+    closure = _load("gpu_max_closure")
+    for name in _pinned_wheels("gpu_max_wheels.sh") | _pinned_wheels("gpu_wheels.sh"):
+        (tmp_path / f"{name.replace('-', '_')}-1.0-py3-none-any.whl").write_bytes(b"")
+    code = closure.main(["--wheels", str(tmp_path), "--run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "MAX's imports and its run: every package is in the GPU image or carried" in out
+    ran = int(re.search(r"and loaded (\d+) top-level modules its imports did not", out).group(1))
+    assert ran > 0  # the run did import more than the imports alone (a real load happened)
+
+
+def test_the_source_scan_names_lazy_imports_no_run_loaded_with_their_files(tmp_path):
+    """A GPU-only path cannot run here: MAX's source is scanned for imports (inside functions too),
+    its server and benchmarks left out; a package installed here and missing there that nothing
+    loaded is named with the files importing it."""
+    closure = _load("gpu_max_closure")
+    package = tmp_path / "max"
+    (package / "pipelines").mkdir(parents=True)
+    (package / "serve").mkdir()
+    (package / "pipelines" / "gpu.py").write_text(
+        "import json\nfrom . import near\n\ndef on_gpu():\n    import pynvml_like.smi\n    from av import open\n")
+    (package / "serve" / "api.py").write_text("import fastapi\n")
+    (package / "pipelines" / "broken.py").write_text("def (:\n")  # unparsable: skipped, not fatal
+    code = closure.code_imports(package)
+    assert code == {"json": {"pipelines/gpu.py"}, "pynvml_like": {"pipelines/gpu.py"}, "av": {"pipelines/gpu.py"}}
+    owners = {"pynvml_like": ["pynvml-like"], "av": ["av"], "fastapi": ["fastapi"], "json": []}
+    assert closure.unrun_gaps(code, {"av"}, owners, set()) == {"pynvml_like": (["pynvml-like"], ["pipelines/gpu.py"])}
+    assert closure.unrun_gaps(code, set(), owners, {"pynvml-like", "av"}) == {}
+
+
+@pytest.mark.slow  # MAX compiles the 2-layer SmolLM2-135M shape (minutes the first time, cached after)
+def test_the_max_section_rehearses_max_beside_torch_and_hf_generate(tmp_path):
+    """``max`` on the CPU at toy size: the import check passes, MAX generates through the bench (float32:
+    the GPU run's ``--compute-dtype bfloat16`` is refused on the CPU), torch and HF generate follow."""
+    pytest.importorskip("max.pipelines", reason="MAX (polyrl[max]) is not installed")
+    results = _rehearse_section(tmp_path, "max")
+    (side,) = json.loads((results / "bench_max_generate.json").read_text())["results"]
+    assert side["backend"] == "max" and "error" not in side, side
+    assert side["device"] == "cpu" and side["compute_dtype"] == "float32"
+    sides = {r["backend"]: r for r in json.loads((results / "bench_max_generate_torch.json").read_text())["results"]}
+    assert set(sides) == {"torch", "hf-generate"} and all("error" not in r for r in sides.values()), sides
+    assert "MAX is not importable" not in (results / "summary.txt").read_text()

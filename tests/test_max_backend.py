@@ -180,6 +180,27 @@ def test_bad_config_names_the_field(tiny_model_dir, tmp_path):
     assert err.value.field == "device"
 
 
+def test_bfloat16_compute_is_maxs_bfloat16_encoding_on_a_gpu_and_refused_by_name_on_the_cpu(tiny_model_dir):
+    """``polyrl bench --compute-dtype bfloat16`` (the GPU suite's max section) and ``model.compute_dtype``
+    reach MAX as ``EngineConfig.compute_dtype`` beside ``dtype`` float32: on a GPU that is MAX's bfloat16
+    encoding over the float32 weights (MAX casts them at load), never a silent float32 run; on the CPU,
+    where MAX has no bfloat16, one error naming compute_dtype before anything compiles."""
+    from polyrl_max.engine import resolve_encoding
+
+    _usable("max")
+    assert "bfloat16" in get_registry().spec("max").capabilities.compute_dtypes
+    assert resolve_encoding("float32", "gpu", {}, None, compute_dtype="bfloat16") == "bfloat16"
+    assert resolve_encoding("float32", "gpu", {}, None) == "float32"  # dtype alone: what it says
+    assert resolve_encoding("bfloat16", "gpu", {}, None, compute_dtype="bfloat16") == "bfloat16"
+    with pytest.raises(ConfigError, match="both choose MAX's encoding") as err:
+        resolve_encoding("float32", "gpu", {"quantization_encoding": "float32"}, None, compute_dtype="bfloat16")
+    assert err.value.field == "compute_dtype"
+    with pytest.raises(ConfigError, match="bfloat16 on a GPU only") as err:
+        Engine(get_registry(), "max", EngineConfig(model=tiny_model_dir, role="generate", device="cpu",
+                                                   compute_dtype="bfloat16"))
+    assert err.value.field == "compute_dtype"
+
+
 @pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True, None])
 def test_a_bad_max_batch_size_names_the_toml_key_before_anything_loads(tiny_model_dir, bad):
     """Named as the user writes it ([backends] options = {max_batch_size = ...}), like the torch and

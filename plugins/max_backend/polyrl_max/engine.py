@@ -36,6 +36,9 @@ Options (``EngineConfig.options``)
     ``cache_dir``            compile cache folder (sets ``MODULAR_CACHE_DIR`` before MAX loads).
     ``max_overrides``        dict of extra flat ``PipelineArgs`` fields passed to ``AutoModel``.
 
+``EngineConfig.compute_dtype = "bfloat16"`` (``polyrl bench --compute-dtype bfloat16``) runs MAX's
+bfloat16 encoding over the float32 weights (GPU only); ``dtype`` alone stays float32 there.
+
 Not honoured: ``EngineConfig.threads`` (MAX's runtime sizes its own thread pool and AutoModel
 exposes no knob), ``lora`` (MAX's in-process API refuses adapters) and ``optimizer`` (no training).
 """
@@ -210,9 +213,17 @@ def gguf_encoding(path: Path, field: str = "model") -> str:
 
 
 def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
-                     gguf: Path | None) -> str | None:
-    """The MAX ``quantization_encoding``: float32 on CPU, bfloat16 on GPU for ``dtype='auto'``."""
+                     gguf: Path | None, compute_dtype: str | None = None) -> str | None:
+    """The MAX ``quantization_encoding``: float32 on CPU, bfloat16 on GPU for ``dtype='auto'``.
+
+    ``compute_dtype='bfloat16'`` (float32 weights, bfloat16 matmuls, as torch's autocast) is the
+    bfloat16 encoding: MAX casts the float32 safetensors to bfloat16 when it loads them, and
+    ``import_weights`` casts pushed float32 weights the same way. Why it counts: ``polyrl bench
+    --compute-dtype bfloat16`` and ``model.compute_dtype`` reach MAX only this way; ``dtype`` stays
+    float32 there (the trainer's masters), which alone would run MAX in float32 on a GPU."""
     explicit = max_options.quantization_encoding(options)
+    if compute_dtype is not None and compute_dtype != dtype:
+        return _compute_encoding(compute_dtype, device_kind, explicit, gguf)
     if explicit:
         encoding = explicit
     elif gguf is not None:
@@ -231,6 +242,22 @@ def resolve_encoding(dtype: str, device_kind: str, options: Mapping[str, Any],
         raise ConfigError("MAX refuses bfloat16 on CPU", field="dtype",
                           fix="use dtype='float32' on CPU (bfloat16 needs a GPU)")
     return encoding
+
+
+def _compute_encoding(compute_dtype: str, device_kind: str, explicit: str | None, gguf: Path | None) -> str:
+    """The encoding of a ``compute_dtype`` differing from ``dtype`` (see ``resolve_encoding``)."""
+    if compute_dtype != "bfloat16":
+        raise ConfigError(f"compute_dtype {compute_dtype!r} is not offered by the max backend",
+                          field="compute_dtype", fix="use compute_dtype='bfloat16' (GPU) or remove it")
+    if explicit or gguf is not None:
+        chosen = f"backends.options.quantization_encoding ({explicit})" if explicit else f"the GGUF file {gguf}"
+        raise ConfigError(f"compute_dtype bfloat16 and {chosen} both choose MAX's encoding",
+                          field="compute_dtype", fix="remove compute_dtype, or the other choice")
+    if device_kind == "cpu":
+        raise ConfigError("MAX computes in bfloat16 on a GPU only, and this engine runs on the CPU",
+                          field="compute_dtype",
+                          fix="remove compute_dtype on CPU (MAX runs float32 there), or run on a GPU")
+    return "bfloat16"
 
 
 #: The setting an explicit MAX encoding comes from, as the user writes it.
@@ -328,9 +355,12 @@ class MaxEngine(CompletionDecoding):
         self.cache_dir = configure_environment(options)
         self.device_kind, self.device_spec = resolve_device(config.device)
         tok_dir, self.max_model_dir, self.gguf_file = model_location(config.model, options)
-        self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file)
-        self.architecture = check_architecture(self.max_model_dir, self.encoding, self.device_kind,
-                                               encoding_field=encoding_field(options))
+        self.encoding = resolve_encoding(config.dtype, self.device_kind, options, gguf=self.gguf_file,
+                                         compute_dtype=config.compute_dtype)
+        self.architecture = check_architecture(
+            self.max_model_dir, self.encoding, self.device_kind,
+            encoding_field="compute_dtype" if config.compute_dtype not in (None, config.dtype)
+            else encoding_field(options))
         if self.gguf_file is None:  # config.json's sizes against the safetensors headers, before MAX builds
             refuse_config_json_beyond_weights(self.max_model_dir, field=_model_field(options))
         self.max_length = int(config.max_length)

@@ -59,6 +59,9 @@ def _devices() -> tuple[str, ...]:
 CAPABILITIES = Capabilities(
     generate=True, logprobs=True, train_step=False, lora=False, weight_export=False,
     weight_import=True, checkpoint=False, dtypes=("float32", "bfloat16"), devices=_devices(),
+    # float32 weights generating in bfloat16 (MAX's bfloat16 encoding; GPU only: the engine refuses
+    # it on CPU by name), so a bench or run asking torch for bfloat16 compute asks MAX too
+    compute_dtypes=("bfloat16",),
     device_names=BUILTIN_DEVICE_NAMES["max"],  # what polyrl_max.engine.resolve_device reads
     token_prompts=True,  # TokenPrompt ids verbatim and encode_chat: multi-turn episodes generate here
     sampling=SAMPLING,
