@@ -18,6 +18,15 @@ import pytest
 pytestmark = pytest.mark.faults
 
 
+def _private_first() -> int:
+    """A pool start apart from the real pool's (and, by pid, from another test run's): the real
+    pool's uids are what other runs' and trainers' samples run as. A test with a lock folder of its
+    own claims apart from them, but their live processes still show in /proc, where a uid of the
+    real range is skipped as theirs; and a clean lock file of the real pool is claimed without a
+    look at /proc, so another run could give its sample a uid this test runs a process as."""
+    return 2_100_000_000 + os.getpid() % 470_000 * 100  # under 2**31 and systemd's unused range's end
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to run as another uid")
 def test_the_pool_skips_a_uid_a_process_runs_as_or_a_user_has(tmp_path, monkeypatch):
     """The pool gave a sample uid ``FIRST`` though a process still ran with it (what a previous
@@ -27,16 +36,19 @@ def test_the_pool_skips_a_uid_a_process_runs_as_or_a_user_has(tmp_path, monkeypa
     the user database names is skipped too."""
     from polyrl.sandbox import uids
 
+    first = _private_first()  # the real pool's first uid may be another run's sample's (see there)
     monkeypatch.setattr(uids, "LOCKS", tmp_path)
-    other = subprocess.Popen(["setpriv", f"--reuid={uids.FIRST}", f"--regid={uids.FIRST}", "--clear-groups",
-                              "sleep", "30"], stdin=subprocess.DEVNULL)
+    monkeypatch.setattr(uids, "FIRST", first)
+    other = subprocess.Popen(["setpriv", f"--reuid={first}", f"--regid={first}", "--clear-groups",
+                              "sleep", "60"], stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 5
-        while uids.FIRST not in uids.live_uids() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60  # a bound for a broken setpriv, not a measure
+        while first not in uids.live_uids():
+            assert other.poll() is None and time.monotonic() < deadline, "no process ever ran as the uid"
             time.sleep(0.01)
         got = uids.acquire()
         uids.release(got)
-        assert got != uids.FIRST
+        assert got == first + 1  # skipped the uid the process runs as, took the next
     finally:
         other.kill()
         other.wait()
@@ -82,13 +94,6 @@ def test_a_uid_another_process_holds_is_skipped(tmp_path, monkeypatch):
     uids.release(again)
     assert again == first
     assert uids.busy() == held
-
-
-def _private_first() -> int:
-    """A pool start apart from the real pool's: a test with a lock folder of its own claims apart
-    from other processes' samples (xdist's other worker), but their live processes still show in
-    /proc, where a uid of the real range would be skipped as theirs."""
-    return 2_100_000_000 + os.getpid() % 1000 * 100
 
 
 def test_without_a_writable_lock_folder_another_processs_uid_is_still_skipped(tmp_path, monkeypatch):
