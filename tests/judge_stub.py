@@ -123,3 +123,30 @@ def trickle_reply(every_s: float, give_up_s: float) -> RawReply:
             time.sleep(every_s)
 
     return write
+
+
+class HeldReply:
+    """A 200 answering ``content`` only once the test calls ``release()``: a server slower than any
+    client timeout by as much as the test needs, with no clock in it. A client that gave up left
+    before it was released; one that waited gets its reply only at ``bound_s`` (so a broken timeout
+    ends the test instead of hanging it), and ``outlasted`` then counts it."""
+
+    def __init__(self, content: str = "Score: 7/10", bound_s: float = 120.0) -> None:
+        self.content, self.bound_s = content, bound_s
+        self.released = threading.Event()
+        self.outlasted = 0
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def __call__(self, handler: BaseHTTPRequestHandler) -> None:
+        if not self.released.wait(self.bound_s):
+            with self._lock:
+                self.outlasted += 1
+        data = json.dumps(chat_body(self.content)).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
