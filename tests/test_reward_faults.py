@@ -33,6 +33,13 @@ from polyrl.types import Completion, RewardContext
 pytestmark = pytest.mark.faults
 
 
+#: A stuck reward below ends by itself after this, with a score: a computer that waited for it
+#: returns that score instead of raising, so the raise alone shows the reward was cut at its
+#: ``timeout_s`` (0.2-0.3 s) or its stop grace, ~70x sooner. Not a bound on the elapsed time (was
+#: < 5 s), which measured the machine; and no reward thread outlives its test by more than this.
+SELF_END_S = 20.0
+
+
 @pytest.fixture
 def release():
     """Set at teardown so that a reward thread the test abandoned ends instead of spinning on."""
@@ -52,15 +59,14 @@ def call(fn, timeout_s=600.0, should_stop=None):
 
 def test_a_stuck_reward_times_out_and_is_named(release):
     def stuck(completions, **kw):
-        while not release.wait(0.01):  # a busy loop that the fixture can end
+        end = time.monotonic() + SELF_END_S
+        while not release.wait(0.01) and time.monotonic() < end:  # a busy loop that the fixture can end
             pass
         return [1.0]
 
-    t0 = time.monotonic()
     with pytest.raises(RewardError, match=r"reward 'stuck' from function .* did not answer within 0.3 s.*"
                                           r"Fix: .*raise timeout_s"):
         call(stuck, timeout_s=0.3)
-    assert time.monotonic() - t0 < 5
 
 
 def test_an_async_reward_awaiting_forever_times_out(release):
@@ -73,13 +79,11 @@ def test_an_async_reward_awaiting_forever_times_out(release):
 
 def test_an_async_reward_blocking_its_loop_is_named(release):
     async def blocks(completions, **kw):
-        release.wait(3600)  # never yields to the event loop
+        release.wait(SELF_END_S)  # never yields to the event loop
         return [1.0]
 
-    t0 = time.monotonic()
     with pytest.raises(RewardError, match=r"reward 'blocks' .* did not answer"):
         call(blocks, timeout_s=0.2)
-    assert time.monotonic() - t0 < 5
 
 
 @pytest.mark.parametrize(("body", "match"), [
@@ -115,13 +119,11 @@ def test_a_stop_request_abandons_a_running_reward(monkeypatch, release):
 
     def stuck(completions, **kw):
         stop.set()
-        release.wait(3600)
+        release.wait(SELF_END_S)
         return [1.0]
 
-    t0 = time.monotonic()
     with pytest.raises(guard.RewardCancelled, match="stuck"):
         call(stuck, should_stop=stop.is_set)
-    assert time.monotonic() - t0 < 5
 
 
 def test_a_reward_finishing_within_the_grace_completes_the_step(monkeypatch):
