@@ -107,9 +107,11 @@ def raw_reply(status: int, body: bytes, *, length: bool = True, headers: dict[st
     return write
 
 
-def trickle_reply(every_s: float, give_up_s: float) -> RawReply:
+def trickle_reply(every_s: float, give_up_s: float, outlasted: list[float] | None = None) -> RawReply:
     """A 200 that promises 100 kB and sends one byte every ``every_s`` seconds, closing after
-    ``give_up_s`` (a per-read timeout longer than ``every_s`` never trips on it)."""
+    ``give_up_s`` (a per-read timeout longer than ``every_s`` never trips on it). ``outlasted``
+    gets ``give_up_s`` when a client was still connected then: noted before the connection closes,
+    so a client that waited for the end sees the note (one that left made the writes fail first)."""
 
     def write(handler: BaseHTTPRequestHandler) -> None:
         handler.send_response(200)
@@ -121,6 +123,8 @@ def trickle_reply(every_s: float, give_up_s: float) -> RawReply:
             handler.wfile.write(b" ")
             handler.wfile.flush()
             time.sleep(every_s)
+        if outlasted is not None:
+            outlasted.append(give_up_s)
 
     return write
 
