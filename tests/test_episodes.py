@@ -476,21 +476,8 @@ from polyrl.agents.episodes import MAX_FAILED_ROLLOUTS, EnvironmentFailed  # noq
 from polyrl.agents.glue import RenderError  # noqa: E402
 from polyrl.agents.setup import untrainable  # noqa: E402
 
-#: How long a call that can only return by cutting off something that never ends by itself may
-#: take: its returning at all is the check, so this is a liveness bound far past any timeout the
-#: tests set (0.3-0.5 s), not a measure of the machine; a broken cut fails here instead of hanging.
-RETURNS_WITHIN_S = 120.0
-
-
-def returns(call: Callable[[], list[Completion]]) -> list[Completion]:
-    """``call()``'s result, run on a daemon thread; fails if it has not returned within ``RETURNS_WITHIN_S``."""
-    done: list = []
-    worker = threading.Thread(target=lambda: done.append(call()), daemon=True)
-    worker.start()
-    worker.join(RETURNS_WITHIN_S)
-    assert done, f"still waiting after {RETURNS_WITHIN_S:g} s for what never ends by itself"
-    return done[0]
 from polyrl.errors import ConfigError  # noqa: E402
+from liveness import BOUND_S, returns  # noqa: E402
 from work_meter import measured  # noqa: E402
 
 _FAULTS = {
@@ -1499,7 +1486,7 @@ def test_an_async_tool_ignoring_its_cancellation_does_not_hang_the_step():
         ROWS[:1], SamplingParams(max_new_tokens=200, n=1))), daemon=True)
     try:
         step.start()
-        step.join(RETURNS_WITHIN_S)  # cut off at 0.3 s and the cancel grace; the tool never ends by itself
+        step.join(BOUND_S)  # cut off at 0.3 s and the cancel grace; the tool never ends by itself
         assert done, "the step still waits for the tool"
         assert done[0][0].messages[1]["content"] == "error: tool 'fetch' did not finish within 0.3 s"
     finally:
