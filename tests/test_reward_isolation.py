@@ -86,9 +86,9 @@ def test_a_sympy_bomb_scores_zero_in_seconds_and_leaves_nothing_behind(bomb, for
     plugin = function_reward_plugin(accuracy_reward)
     assert plugin.isolation == "process"  # "auto" for a math-verify reward
     before = reward_threads()
-    t0 = time.monotonic()
+    # math-verify's 5 s verify limit scores it 0; the reward's own 30 s timeout would raise instead
+    # (seen in the scores, not timed: a bound of 15 s on the elapsed time measured the machine)
     res = score(computer_for([plugin], timeout_s=30.0), [bomb, r"\boxed{4}"])
-    assert time.monotonic() - t0 < 15  # math-verify's 5 s verify limit, not the reward's 30 s
     np.testing.assert_array_equal(res.per_reward["accuracy_reward"], [0.0, 1.0])
     assert res.extra["answer_parsed"][1] != "[unparseable]"  # log_extra came back from the child
     assert len(forks) == 1
