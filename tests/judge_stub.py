@@ -107,9 +107,11 @@ def raw_reply(status: int, body: bytes, *, length: bool = True, headers: dict[st
     return write
 
 
-def trickle_reply(every_s: float, give_up_s: float) -> RawReply:
+def trickle_reply(every_s: float, give_up_s: float, outlasted: list[float] | None = None) -> RawReply:
     """A 200 that promises 100 kB and sends one byte every ``every_s`` seconds, closing after
-    ``give_up_s`` (a per-read timeout longer than ``every_s`` never trips on it)."""
+    ``give_up_s`` (a per-read timeout longer than ``every_s`` never trips on it). ``outlasted``
+    gets ``give_up_s`` when a client was still connected then: noted before the connection closes,
+    so a client that waited for the end sees the note (one that left made the writes fail first)."""
 
     def write(handler: BaseHTTPRequestHandler) -> None:
         handler.send_response(200)
@@ -121,5 +123,34 @@ def trickle_reply(every_s: float, give_up_s: float) -> RawReply:
             handler.wfile.write(b" ")
             handler.wfile.flush()
             time.sleep(every_s)
+        if outlasted is not None:
+            outlasted.append(give_up_s)
 
     return write
+
+
+class HeldReply:
+    """A 200 answering ``content`` only once the test calls ``release()``: a server slower than any
+    client timeout by as much as the test needs, with no clock in it. A client that gave up left
+    before it was released; one that waited gets its reply only at ``bound_s`` (so a broken timeout
+    ends the test instead of hanging it), and ``outlasted`` then counts it."""
+
+    def __init__(self, content: str = "Score: 7/10", bound_s: float = 120.0) -> None:
+        self.content, self.bound_s = content, bound_s
+        self.released = threading.Event()
+        self.outlasted = 0
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def __call__(self, handler: BaseHTTPRequestHandler) -> None:
+        if not self.released.wait(self.bound_s):
+            with self._lock:
+                self.outlasted += 1
+        data = json.dumps(chat_body(self.content)).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)

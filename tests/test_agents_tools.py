@@ -353,7 +353,9 @@ def test_concurrency_is_bounded_across_all_episodes_of_a_step():
     bound = 3
     lock = threading.Lock()
     active = {"now": 0, "peak": 0}
-    barrier = threading.Barrier(bound, timeout=10)  # a bound below 3 would break it: every call errors
+    # a bound below 3 would break it: every call errors; the wait is a bound below the box's 30 s tool
+    # timeout, not a measure (was 10 s: three threads starting on a loaded machine)
+    barrier = threading.Barrier(bound, timeout=25)
 
     def work(i: int) -> int:
         """Count concurrent calls.
@@ -601,18 +603,15 @@ def test_an_async_tool_ignoring_its_cancellation_is_abandoned_at_its_timeout():
     caller = threading.Thread(target=lambda: answers.append(run(box, [ToolCall("fetch", {"url": "u"}),
                                                                       ToolCall("divide", {"a": 1, "b": 1})])),
                               daemon=True)
-    t0 = time.monotonic()
     try:
         caller.start()
-        caller.join(10)
-        elapsed = time.monotonic() - t0
-        assert answers, "the tool box still waits for the tool that ignores its cancellation"
-        assert elapsed < 8, elapsed  # cut off at 0.3 s and the cancel grace; the tool itself never ends
+        caller.join(120)  # a liveness bound, not a measure: cut off at 0.3 s and the cancel grace
+        assert answers, "the tool box still waits for the tool that ignores its cancellation (it never ends)"
         assert [m["content"] for m in answers[0]] == ["error: tool 'fetch' did not finish within 0.3 s", "1.0"]
         assert box.abandoned == 1 and box.running_late == 1
     finally:
         stop.set()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a bound, not a measure: the loop ends as soon as it does
     while box.running_late and time.monotonic() < deadline:  # it ends once it stops looping
         time.sleep(0.01)
     assert box.running_late == 0
@@ -662,7 +661,7 @@ def test_calls_left_running_past_their_timeout_are_capped_and_counted_down_as_th
         assert threading.active_count() <= threads and box.counts["not_run"] == 2
     finally:
         release.set()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a bound, not a measure: the loop ends as soon as they do
     while box.running_late and time.monotonic() < deadline:
         time.sleep(0.01)
     assert box.running_late == 0
@@ -698,9 +697,9 @@ def test_cancelling_the_caller_leaves_at_once_and_cancels_async_tools_on_their_l
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    t0 = time.monotonic()
     asyncio.run(caller())
-    assert cancelled.wait(5) and time.monotonic() - t0 < 10
+    # cancelled where it runs, not waited for (it would have answered "late" at 60 s, never cancelled)
+    assert cancelled.wait(60)
 
 
 CTRL_C = '''
@@ -714,7 +713,7 @@ async def slow(x: int) -> str:
         x: anything
     """
     print("started", flush=True)
-    await asyncio.sleep(60)
+    await asyncio.sleep(600)
     return "late"
 
 def hang(x: int) -> str:
@@ -724,25 +723,25 @@ def hang(x: int) -> str:
         x: anything
     """
     import time
-    time.sleep(60)
+    time.sleep(600)
     return "late"
 
-asyncio.run(ToolBox([slow, hang], timeout_s=60).run([ToolCall("slow", {"x": 1}), ToolCall("hang", {"x": 2})]))
+asyncio.run(ToolBox([slow, hang], timeout_s=600).run([ToolCall("slow", {"x": 1}), ToolCall("hang", {"x": 2})]))
 print("answered")
 '''
 
 
 @pytest.mark.faults
 def test_a_ctrl_c_of_the_run_still_stops_it_while_tools_run():
+    """Seen, not timed: the tools take 600 s, so a run that ends within the 120 s bound did not wait
+    for them (a bound of 10 s on the elapsed time measured the machine)."""
     child = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "started"
-        t0 = time.monotonic()
         child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=20)
+        _, err = child.communicate(timeout=120)
     finally:
         child.kill()
-    assert time.monotonic() - t0 < 10
     assert child.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
 
 
@@ -764,13 +763,13 @@ def hang(x: int) -> str:
     time.sleep(0.5)  # the caller is asleep, waiting for this call
     signal.pthread_kill(threading.get_ident(), signal.SIGINT)
     print("signalled", flush=True)
-    time.sleep(60)
+    time.sleep(600)
     return "late"
 
 if sys.argv[1] == "loop":
-    asyncio.run(ToolBox([hang], timeout_s=60).run([ToolCall("hang", {"x": 1})]))
+    asyncio.run(ToolBox([hang], timeout_s=600).run([ToolCall("hang", {"x": 1})]))
 else:
-    Worker().call_blocking(lambda: hang(1), 60)
+    Worker().call_blocking(lambda: hang(1), 600)
 print("answered")
 '''
 
@@ -782,11 +781,10 @@ def test_a_ctrl_c_taken_by_a_tools_thread_still_stops_the_run_at_once(waiting):
                              stderr=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "signalled"
-        t0 = time.monotonic()
-        _, err = child.communicate(timeout=45)
+        # the tool takes 600 s: ending within this bound is not waiting for it (not a measure)
+        _, err = child.communicate(timeout=120)
     finally:
         child.kill()
-    assert time.monotonic() - t0 < 30, "the run waited for its tool (60 s) after a Ctrl-C"
     assert child.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
 
 
@@ -888,9 +886,8 @@ def test_a_result_whose_own_code_raises_or_hangs_is_an_error_the_model_reads():
     str subclass whose __len__ raised too, and serialising a result ran on the caller's thread,
     outside the tool's timeout (one that hung there hung the run)."""
     box = ToolBox([odd_result], timeout_s=0.5)
-    start = time.monotonic()
     out = run(box, [ToolCall("odd_result", {"kind": k}) for k in ("raise", "hang", "len")])
-    assert time.monotonic() - start < 10  # cut off at 0.5 s, well before the 20 s the result hangs
+    # the timeout message below is the cut: a result serialised after its 20 s hang would be its JSON
     assert out[0]["content"] == ("error: tool 'odd_result' returned a ItemsRaise, which is neither text nor JSON "
                                  "(RuntimeError: items() failed)")
     assert out[1]["content"] == "error: tool 'odd_result' did not finish within 0.5 s"

@@ -355,9 +355,9 @@ def yields(options):
 def test_a_bad_environment_factory_is_one_error_line_before_any_model_loads(tmp_path, capsys, factory, words):
     """Each was a traceback (raises, wrong arguments), a silent exit with the factory's code, a run
     that 'trained' with every episode an environment error (None, a class), a setup that blocked
-    as long as the factory (slow), or concurrent episodes sharing one object without a word."""
-    import time
-
+    as long as the factory (slow), or concurrent episodes sharing one object without a word.
+    The slow one's cut is seen in its words, not timed (was < 10 s elapsed): a setup that waited
+    out its 60 s would get its None and say so instead."""
     (tmp_path / "factories.py").write_text(BAD_FACTORIES)
     config = tmp_path / "run.toml"
     config.write_text(
@@ -365,9 +365,7 @@ def test_a_bad_environment_factory_is_one_error_line_before_any_model_loads(tmp_
         f'[environment]\nname = "{tmp_path / "factories.py"}:{factory}"\nenv_timeout_s = 0.5\n'
         + ('tools = ["calculator"]\n' if factory == "clashing_tool" else "")
         + f'[train]\nsteps = 1\noutput_dir = "{tmp_path / "run"}"\n')
-    started = time.monotonic()
     assert cli.main(["train", str(config)]) == 2
-    assert time.monotonic() - started < 10
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: environment.name: ") and "\n" not in err and "Traceback" not in err
     assert words in err and "Fix:" in err and "the run goes on" not in err

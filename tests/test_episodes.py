@@ -475,7 +475,9 @@ import time  # noqa: E402
 from polyrl.agents.episodes import MAX_FAILED_ROLLOUTS, EnvironmentFailed  # noqa: E402
 from polyrl.agents.glue import RenderError  # noqa: E402
 from polyrl.agents.setup import untrainable  # noqa: E402
+
 from polyrl.errors import ConfigError  # noqa: E402
+from liveness import BOUND_S, returns  # noqa: E402
 from work_meter import measured  # noqa: E402
 
 _FAULTS = {
@@ -563,10 +565,8 @@ class Stuck(Guess):
 @pytest.mark.faults
 @pytest.mark.parametrize("how", ["sleep", "blocking_async", "async_wait"])
 def test_an_environment_call_past_env_timeout_s_ends_the_episode_and_leaves_only_a_daemon(how):
-    t0 = time.monotonic()
-    out = env_runner(ScriptedModel(first_turn="plain"), lambda: Stuck(how), timeout_s=0.5).run(
-        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2))
-    assert time.monotonic() - t0 < 10
+    out = returns(lambda: env_runner(ScriptedModel(first_turn="plain"), lambda: Stuck(how), timeout_s=0.5).run(
+        [{"prompt": "x"}], SamplingParams(max_new_tokens=40, n=2)))
     assert all("step did not return within 0.5 s (environment.env_timeout_s)" in c.info["env_error"] for c in out)
     stuck = [t for t in threading.enumerate() if t.name.startswith("polyrl-env")]
     assert stuck and all(t.daemon for t in stuck)  # nothing keeps the process alive at exit
@@ -651,7 +651,7 @@ def test_an_environments_calls_share_one_thread_and_one_event_loop():
     out = env_runner(model, KeepsAConnection).run([{"prompt": "x"}] * 2, SamplingParams(max_new_tokens=40, n=2))
     assert all("env_error" not in c.info and c.info["turns"] == 3 for c in out), [c.info for c in out]
     assert sorted(KeepsAConnection.steps) == [1] * 4 + [2] * 4 + [3] * 4  # 4 episodes, a step per turn
-    deadline = time.monotonic() + 5  # the episodes' threads end with the rollout
+    deadline = time.monotonic() + 60  # the episodes' threads end with the rollout (a bound, not a measure)
     while time.monotonic() < deadline and [t for t in threading.enumerate()
                                            if t.ident not in before and t.name.startswith("polyrl-env")]:
         time.sleep(0.01)
@@ -1384,10 +1384,8 @@ def test_an_environments_own_tool_that_raises_or_hangs_is_an_error_the_model_rea
     the error then; the environment's next step waits for the late call to end), and errors."""
     model = Says(call_text("boom", {}) + call_text("slow", {}))
     run = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(3, 600), make_environment=FaultyTools,
-                        parse=parse, tool_timeout_s=0.3, env_timeout_s=5)
-    t0 = time.monotonic()
-    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=200, n=2))
-    assert time.monotonic() - t0 < 5
+                        parse=parse, tool_timeout_s=0.3, env_timeout_s=60)  # the step waits out the 0.8 s call
+    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=200, n=2))  # the tool messages show the cut
     for c in out:
         assert [m["content"] for m in c.messages if m["role"] == "tool"] == [
             "error: tool 'boom' raised RuntimeError: broken tool", "error: tool 'slow' did not finish within 0.3 s"]
@@ -1486,12 +1484,10 @@ def test_an_async_tool_ignoring_its_cancellation_does_not_hang_the_step():
     done: list = []
     step = threading.Thread(target=lambda: done.append(runner(model, box=ToolBox([fetch], timeout_s=0.3)).run(
         ROWS[:1], SamplingParams(max_new_tokens=200, n=1))), daemon=True)
-    t0 = time.monotonic()
     try:
         step.start()
-        step.join(10)
+        step.join(BOUND_S)  # cut off at 0.3 s and the cancel grace; the tool never ends by itself
         assert done, "the step still waits for the tool"
-        assert time.monotonic() - t0 < 8  # cut off at 0.3 s and the cancel grace; the tool never ends by itself
         assert done[0][0].messages[1]["content"] == "error: tool 'fetch' did not finish within 0.3 s"
     finally:
         stop.set()

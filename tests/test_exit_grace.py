@@ -91,9 +91,8 @@ def test_threads_an_environment_left_are_left_behind_after_the_runs_own_end_and_
 
 @pytest.mark.faults
 def test_an_environments_thread_alone_is_left_behind_at_the_grace(tmp_path):
-    import time
-
-    started = time.monotonic()
+    """Seen, not timed: the thread never ends, so the program ending at all (code 3, within
+    ``run_program``'s 60 s bound) is the grace leaving it (a bound of 20 s on the elapsed time,
+    interpreter start included, measured the machine)."""
     proc = run_program(tmp_path, own=False, left=True)
     assert proc.returncode == 3 and "(env-forever)" in proc.stderr, proc.stderr
-    assert time.monotonic() - started < 20

@@ -211,7 +211,7 @@ from polyrl.rollouts import RolloutAhead
 started = threading.Event()
 def generate(step, rows):
     started.set()
-    time.sleep(120)  # a long generation still running when the script ends
+    time.sleep(600)  # a long generation still running when the script ends
     return []
 
 ahead = RolloutAhead(generate)
@@ -225,16 +225,14 @@ print("leaving", flush=True)
 def test_a_script_leaves_at_once_while_a_rollout_is_sampled_ahead():
     """After a second Ctrl-C in the Python API the trainer closes the rollout worker without
     waiting; the script's exit must not wait either. A ``ThreadPoolExecutor`` worker is joined at
-    interpreter exit: the script hung until the generation ended."""
+    interpreter exit: the script hung until the generation ended. Seen, not timed: the generation
+    takes 600 s, so a script that ends within the 120 s bound did not wait for it (a bound of 30 s
+    on the elapsed time, interpreter start included, measured the machine)."""
     import subprocess
     import sys
-    import time
 
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _EXIT_WHILE_SAMPLING], capture_output=True, text=True, timeout=100)
-    seconds = time.monotonic() - t0
+    proc = subprocess.run([sys.executable, "-c", _EXIT_WHILE_SAMPLING], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "leaving", proc.stderr[-2000:]
-    assert seconds < 30, f"the interpreter waited {seconds:.0f} s at exit for the rollout thread"
 
 
 def test_the_rollout_worker_runs_in_order_on_one_thread_and_passes_errors_on():

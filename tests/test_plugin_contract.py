@@ -219,9 +219,9 @@ def test_a_tracker_factory_returning_nothing_is_one_error_at_start(site, tmp_pat
 
 def test_a_probe_or_register_hook_that_hangs_costs_its_plugin_not_the_command(site, monkeypatch, capsys):
     """No limit guarded discovery: a probe asking a hung driver kept ``polyrl backends`` waiting
-    forever, and a register hook that blocked hung every command, ``train`` included."""
-    import time
-
+    forever, and a register hook that blocked hung every command, ``train`` included. Seen, not
+    timed: the hooks hang 120 s (then return as if fine), so only a cut at the 1 s limit gives the
+    reasons below (a bound of 30 s on the elapsed time, imports included, measured the machine)."""
     from polyrl.plugin_calls import LIMIT_ENV
 
     monkeypatch.setenv(LIMIT_ENV, "1")
@@ -232,14 +232,13 @@ def test_a_probe_or_register_hook_that_hangs_costs_its_plugin_not_the_command(si
         "_forever = threading.Event()\n"
         "@hookimpl\n"
         "def polyrl_register_backends(register):\n"
-        "    register(BackendSpec(name='hangs', load=lambda config: None, probe=lambda: _forever.wait()))\n"
+        "    register(BackendSpec(name='hangs', load=lambda config: None, probe=lambda: _forever.wait(120) and None))\n"
         "@hookimpl\n"
         "def polyrl_register_rewards(register):\n"
-        "    _forever.wait()\n")
+        "    _forever.wait(120)\n")
     write_dist(site, "polyrl-hangs", "1.0", {"polyrl.backends": {"hangs": "contract_hangs"}})
-    start = time.monotonic()
     code, out, err = cli(["backends", "--json"], capsys, monkeypatch)
-    assert code == 0 and time.monotonic() - start < 30
+    assert code == 0
     data = json.loads(out)
     hangs = {b["name"]: b for b in data["backends"]}["hangs"]
     assert not hangs["available"] and "did not return within 1 s" in hangs["reason"]

@@ -33,6 +33,13 @@ from polyrl.types import Completion, RewardContext
 pytestmark = pytest.mark.faults
 
 
+#: A stuck reward below ends by itself after this, with a score: a computer that waited for it
+#: returns that score instead of raising, so the raise alone shows the reward was cut at its
+#: ``timeout_s`` (0.2-0.3 s) or its stop grace, ~70x sooner. Not a bound on the elapsed time (was
+#: < 5 s), which measured the machine; and no reward thread outlives its test by more than this.
+SELF_END_S = 20.0
+
+
 @pytest.fixture
 def release():
     """Set at teardown so that a reward thread the test abandoned ends instead of spinning on."""
@@ -52,15 +59,14 @@ def call(fn, timeout_s=600.0, should_stop=None):
 
 def test_a_stuck_reward_times_out_and_is_named(release):
     def stuck(completions, **kw):
-        while not release.wait(0.01):  # a busy loop that the fixture can end
+        end = time.monotonic() + SELF_END_S
+        while not release.wait(0.01) and time.monotonic() < end:  # a busy loop that the fixture can end
             pass
         return [1.0]
 
-    t0 = time.monotonic()
     with pytest.raises(RewardError, match=r"reward 'stuck' from function .* did not answer within 0.3 s.*"
                                           r"Fix: .*raise timeout_s"):
         call(stuck, timeout_s=0.3)
-    assert time.monotonic() - t0 < 5
 
 
 def test_an_async_reward_awaiting_forever_times_out(release):
@@ -73,13 +79,11 @@ def test_an_async_reward_awaiting_forever_times_out(release):
 
 def test_an_async_reward_blocking_its_loop_is_named(release):
     async def blocks(completions, **kw):
-        release.wait(3600)  # never yields to the event loop
+        release.wait(SELF_END_S)  # never yields to the event loop
         return [1.0]
 
-    t0 = time.monotonic()
     with pytest.raises(RewardError, match=r"reward 'blocks' .* did not answer"):
         call(blocks, timeout_s=0.2)
-    assert time.monotonic() - t0 < 5
 
 
 @pytest.mark.parametrize(("body", "match"), [
@@ -115,13 +119,11 @@ def test_a_stop_request_abandons_a_running_reward(monkeypatch, release):
 
     def stuck(completions, **kw):
         stop.set()
-        release.wait(3600)
+        release.wait(SELF_END_S)
         return [1.0]
 
-    t0 = time.monotonic()
     with pytest.raises(guard.RewardCancelled, match="stuck"):
         call(stuck, should_stop=stop.is_set)
-    assert time.monotonic() - t0 < 5
 
 
 def test_a_reward_finishing_within_the_grace_completes_the_step(monkeypatch):
@@ -137,6 +139,10 @@ def test_a_reward_finishing_within_the_grace_completes_the_step(monkeypatch):
 # --- end to end: polyrl train on the tiny model ---------------------------------------------------
 
 POLYRL = [sys.executable, "-m", "polyrl.cli"]
+#: ``polyrl`` with the reward stop grace at 600 s instead of 5 s: a run that leaves at a second
+#: Ctrl-C within a bound far below it did not wait the grace out (seen, not timed).
+POLYRL_LONG_GRACE = [sys.executable, "-c", "import sys; from polyrl.rewards import guard; "
+                     "guard.STOP_GRACE_S = 600.0; from polyrl import cli; sys.exit(cli.main())"]
 
 #: Fails (as ``FAIL``) at step 2 unless ``ok`` exists next to it; chat completions, as TRL passes them.
 REWARD = """
@@ -291,12 +297,15 @@ def test_rewards_that_never_score_stop_the_cli_run_with_one_error(tiny_model_dir
 @pytest.mark.parametrize("overlap", ["false", pytest.param("true", marks=pytest.mark.slow)])
 def test_a_second_ctrl_c_stops_at_once_and_names_the_checkpoint_it_continues_from(tiny_model_dir, tmp_path, overlap):
     """The first Ctrl-C asks the run to finish its step; a second leaves now (a user waiting on a
-    long step wants the prompt back): exit 130 within a moment, not after the stuck reward's 5 s
-    grace, the step not taken, one line naming the last checkpoint and the command to continue. Under
-    overlap too, where the next step's rollout is sampling on a thread the interpreter waits for."""
+    long step wants the prompt back): exit 130 at once, not after the stuck reward's stop grace
+    (600 s here: ending within the 60 s bound is not waiting for it; a bound of 4 s against the 5 s
+    grace measured the machine), the step not taken, one line naming the last checkpoint and the
+    command to continue. Under overlap too, where the next step's rollout is sampling on a thread
+    the interpreter waits for."""
     config, out = write_run(tmp_path, tiny_model_dir, "stuck")
     config.write_text(config.read_text().replace("checkpoint_every = 0", "checkpoint_every = 1"))
-    proc = subprocess.Popen([*POLYRL, "train", str(config), "--no-progress", "--set", f"generation.overlap={overlap}"],
+    proc = subprocess.Popen([*POLYRL_LONG_GRACE, "train", str(config), "--no-progress", "--set",
+                             f"generation.overlap={overlap}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
@@ -305,15 +314,12 @@ def test_a_second_ctrl_c_stops_at_once_and_names_the_checkpoint_it_continues_fro
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-        seconds = time.monotonic() - t0
+        _, stderr = proc.communicate(timeout=60)  # a bound, not a measure: the grace is 600 s
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, stderr[-3000:]
-    assert seconds < 4, f"the second Ctrl-C waited {seconds:.1f} s"
     assert "ctrl_c_again" in stderr  # the first Ctrl-C's line says what a second does
     checkpoint = out / "checkpoints" / "step-00000002"  # the reward is stuck in step 3 (2 steps done)
     assert stderr.splitlines()[-1] == (f"stopped at once (Ctrl-C twice) during step 3, which is not taken; it continues "

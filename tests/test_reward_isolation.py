@@ -86,9 +86,9 @@ def test_a_sympy_bomb_scores_zero_in_seconds_and_leaves_nothing_behind(bomb, for
     plugin = function_reward_plugin(accuracy_reward)
     assert plugin.isolation == "process"  # "auto" for a math-verify reward
     before = reward_threads()
-    t0 = time.monotonic()
+    # math-verify's 5 s verify limit scores it 0; the reward's own 30 s timeout would raise instead
+    # (seen in the scores, not timed: a bound of 15 s on the elapsed time measured the machine)
     res = score(computer_for([plugin], timeout_s=30.0), [bomb, r"\boxed{4}"])
-    assert time.monotonic() - t0 < 15  # math-verify's 5 s verify limit, not the reward's 30 s
     np.testing.assert_array_equal(res.per_reward["accuracy_reward"], [0.0, 1.0])
     assert res.extra["answer_parsed"][1] != "[unparseable]"  # log_extra came back from the child
     assert len(forks) == 1
@@ -180,21 +180,26 @@ def test_a_reward_that_needs_the_main_thread_names_isolation_process(tmp_path):
 # --- timeouts and stops kill the child -----------------------------------------------------------
 
 
+#: A sleeper answers only after this (far past the 1 s timeouts here): a computer that waited for it
+#: gets its scores instead of raising, so the raise shows the cut (not a bound on the elapsed time,
+#: which measured the machine); a broken kill fails the test instead of hanging it.
+SLEEPER_ANSWERS_AFTER_S = 60
+
+
 def sleeper(pid_file: Path):
     def sleeps_forever(completions, **kwargs):
         pid_file.write_text(str(os.getpid()))
-        while True:
+        for _ in range(SLEEPER_ANSWERS_AFTER_S):
             time.sleep(1)
+        return [1.0] * len(completions)
     return sleeps_forever
 
 
 def test_a_reward_that_never_answers_is_killed_at_its_timeout(tmp_path):
     pid_file = tmp_path / "pid"
     plugin = function_reward_plugin(sleeper(pid_file), isolation="process")
-    t0 = time.monotonic()
     with pytest.raises(RewardError, match=r"within 1 s and its process was killed"):
         score(computer_for([plugin], timeout_s=1.0), ["a", "b"])
-    assert time.monotonic() - t0 < 5
     pid = int(pid_file.read_text())
     assert pid != os.getpid()
     assert_reaped(pid)
@@ -245,7 +250,7 @@ def test_a_trainer_killed_outright_leaves_no_reward_child_running(tmp_path):
     finally:
         trainer.kill()
         trainer.wait()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a bound, not a measure: the loop ends as soon as it is dead
     while not dead(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert dead(child)

@@ -18,7 +18,7 @@ from polyrl.rewards.functions import function_reward_plugin
 from polyrl.rewards.judge import fence_rule, judge_options, parse_score, render_rubric
 from polyrl.types import Completion, RewardContext
 
-from judge_stub import ScriptedJudge
+from judge_stub import HeldReply, ScriptedJudge
 from serve_util import SERVED_NAME, launch, wait_ready
 
 SECRET = "sk-test-5f3a9c0b7e2d41a8"
@@ -286,20 +286,28 @@ def test_http_503_is_retried_with_backoff(server):
     assert server.base_url in str(err.value) and "Fix:" in str(err.value)
 
 
-def test_slow_server_times_out_then_follows_the_policy(server):
-    server.reset(delay_s=1.5)  # every request: as `polyrl serve --fault-delay-s 1.5`
-    slow = server
-    t0 = time.perf_counter()
-    skipped = judge(slow.base_url, ["a", "b"], cache_path="", timeout_s=0.3, retries=1, on_error="skip")
-    assert time.perf_counter() - t0 < 3.0
-    assert np.isnan(skipped.per_reward["llm_judge"]).all() and np.isnan(skipped.total).all()
-    m = metrics(skipped)
-    assert (m["failures"], m["retries"], m["requests"]) == (2, 2, 4)
-    assert skipped.metrics["llm_judge"]["none_count"] == 2
-    with pytest.raises(RewardError, match="timed out") as err:
-        judge(slow.base_url, ["a"], cache_path="", timeout_s=0.3, retries=0)
-    assert f"{slow.base_url}/chat/completions" in str(err.value)
-    assert 'on_error = "skip"' in str(err.value)
+def test_slow_server_times_out_then_follows_the_policy():
+    """A server slower than ``timeout_s`` is given up on, and the ``on_error`` policy follows. Seen,
+    not timed: the scripted server holds every answer until the test lets it go, so the judge can
+    only return first by giving up (one that waited would get scores, at the hold's 120 s bound).
+    Not a bound on the elapsed time: 3 s for four timeouts of 0.3 s measured the machine."""
+    held = HeldReply()
+    slow = ScriptedJudge(default=held)
+    try:
+        skipped = judge(slow.base_url, ["a", "b"], cache_path="", timeout_s=0.3, retries=1, on_error="skip")
+        assert slow.count() == 4 and held.outlasted == 0  # every request was still held when it returned
+        assert np.isnan(skipped.per_reward["llm_judge"]).all() and np.isnan(skipped.total).all()
+        m = metrics(skipped)
+        assert (m["failures"], m["retries"], m["requests"]) == (2, 2, 4)
+        assert skipped.metrics["llm_judge"]["none_count"] == 2
+        with pytest.raises(RewardError, match="timed out") as err:
+            judge(slow.base_url, ["a"], cache_path="", timeout_s=0.3, retries=0)
+        assert slow.count() == 5 and held.outlasted == 0
+        assert f"{slow.base_url}/chat/completions" in str(err.value)
+        assert 'on_error = "skip"' in str(err.value)
+    finally:
+        held.release()
+        slow.close()
 
 
 def test_garbage_answers_follow_the_parse_policy_and_the_key_stays_secret(fault_servers, monkeypatch, capsys):
@@ -326,11 +334,9 @@ def test_garbage_answers_follow_the_parse_policy_and_the_key_stays_secret(fault_
 
 def test_server_dying_mid_run_follows_the_down_policy(fault_servers, tmp_path):
     dies = fault_servers["dies"]
-    t0 = time.perf_counter()
     result = judge(dies.base_url, ["first", "second", "third", "fourth"], cache_path=str(tmp_path / "d.sqlite3"),
                    max_concurrency=1, retries=2, on_error="skip")
-    assert time.perf_counter() - t0 < 10
-    assert dies.proc.wait(timeout=10) == 3  # it really died
+    assert dies.proc.wait(timeout=60) == 3  # it really died (a bound, not a measure: it has already)
     m = metrics(result)
     assert m["failures"] - m["parse_failures"] == 2  # the two after the death
     assert np.isnan(result.per_reward["llm_judge"][2:]).all()

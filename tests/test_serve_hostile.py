@@ -131,10 +131,13 @@ def test_slowloris_headers_and_partial_bodies_are_cut_off_while_others_are_serve
     time.sleep(0.5)
     t0 = time.monotonic()
     answer = server.post("/v1/completions", json={"prompt": "1 + 1 =", "max_tokens": 4, "temperature": 0})
-    assert answer.status_code == 200 and time.monotonic() - t0 < 10  # not blocked by the slow ones
+    # not blocked by the slow ones, which hold on for 30 s unless cut (a bound, widened from 10 s for a loaded machine)
+    assert answer.status_code == 200 and time.monotonic() - t0 < 25
     for t in threads:
         t.join(40)
-    bound = READ_TIMEOUT_S + 3  # the deadline plus the watcher's tick and scheduling slack
+    # the deadline plus the watcher's tick and a loaded machine's slack, far below the 30 s each
+    # client holds on for when nothing cuts it (was + 3 s: slack a busy CI machine overran)
+    bound = READ_TIMEOUT_S + 13
     for name, (seconds, _reply) in results.items():
         assert seconds < bound, (name, seconds)
     assert status_of(results["body"][1]) in (0, 408)  # 408 when the socket still takes the answer

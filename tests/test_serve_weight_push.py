@@ -172,13 +172,12 @@ def test_a_fifo_named_like_weights_is_refused_without_blocking_the_server(server
     """A FIFO named *.safetensors was opened by safetensors holding the server's lock: every
     request, /health included, waited until something wrote to the FIFO."""
     import os
-    import time
 
     folder = tmp_path / "weights"
     folder.mkdir()
     os.mkfifo(folder / "model.safetensors")
-    t0 = time.monotonic()
+    # seen, not timed (was < 10 s elapsed): nothing ever writes to the FIFO, so an open of it would
+    # block for good and the push would get no answer at all (the client's 60 s timeout)
     answer = push(server, str(folder))
     assert answer.status_code == 400 and "is not a regular file" in answer.json()["error"]["message"]
-    assert time.monotonic() - t0 < 10
     assert server.get("/health").status_code == 200
