@@ -753,3 +753,81 @@ def test_an_environment_tool_whose_docstring_raises_or_blocks_ends_its_episode_n
     said = "RuntimeError: no docstring today" if how == "raises" else "tools did not return within 0.5 s"
     assert env_failed(bad) and said in bad.info["env_error"] and bad.info["turns"] == 0
     assert not env_failed(good) and good.info["env_reward"] == 1.0
+
+
+# --- a process a tool or an environment forks never goes on running polyrl -------------------------
+
+
+def _ended_with(pid: int, bound_s: float = 60.0) -> int | None:
+    """The exit status of child ``pid`` once it ended, or None if it still runs after ``bound_s``
+    (then it is killed and reaped: on code without the fix it never ends). The bound only keeps a
+    failing test from hanging; how soon the child ends is not asserted."""
+    import os
+    import signal
+
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+
+@pytest.mark.parametrize(("where", "how", "code"), [("tool", "returns", 0), ("tool", "exits", 7),
+                                                    ("environment", "returns", 0)])
+def test_a_forked_child_returning_into_polyrl_ends_there(smollm2, where, how, code):
+    """Plugin code runs on a worker thread; a tool (or an environment's ``step``) calling
+    ``os.fork()`` whose child returns from it (or leaves with ``sys.exit``, the usual ending of a
+    forked child) came back onto that worker, the child's only thread, which waited for calls for
+    ever: an orphan copy of the trainer, holding its memory and open files (a pipe reading the
+    run's output never closed), after the run ended. The child now ends where it comes back, with
+    the call's exit code; the parent's episode goes on as before, exact to the token."""
+    import os
+
+    children: list[int] = []
+
+    def forking() -> str:
+        pid = os.fork()
+        if pid == 0 and how == "exits":
+            raise SystemExit(code)
+        if pid:
+            children.append(pid)
+        return "forked"
+
+    def spawn(key: str) -> str:
+        """Start a helper process.
+
+        Args:
+            key: the key
+        """
+        return forking()
+
+    class Game:
+        def reset(self, row):
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            forking()
+            return Observation(reward=1.0, done=True)
+
+    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
+    if where == "tool":
+        model = Scripted(smollm2, lambda text, j: call("spawn", key="k") if text.count("assistant\n") == 1 else "ok",
+                         eot)
+        runner = two_turns(smollm2, model, toolbox=ToolBox([spawn], timeout_s=30), parse=parse_tool_calls)
+    else:
+        model = Scripted(smollm2, lambda text, j: "5", eot)
+        runner = two_turns(smollm2, model, make_environment=Game)
+    try:
+        [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
+    finally:
+        ended = [_ended_with(pid) for pid in children]
+    assert ended == [code], f"the forked child still ran polyrl's worker thread: {ended}"
+    assert not check(model, [c]) and not env_failed(c)
+    if where == "tool":
+        assert c.messages[1]["content"] == "forked" and c.info["turns"] == 2
+    else:
+        assert c.info["env_reward"] == 1.0

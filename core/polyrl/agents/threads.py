@@ -10,6 +10,9 @@ delivers to the main thread only. An ``async def`` runs on that thread's own eve
 awaiting side is itself cancelled) its task is cancelled there; one that ignores that is abandoned
 like a plain function, never awaited by the caller's loop.
 
+A child process the code forks that returns (or raises, ``sys.exit`` included) back onto the
+worker's thread ends there, with the call's exit code (``_leave_forked_child``).
+
 A call given up before its turn on the thread came (queued behind an abandoned one) is never run.
 ``CallTimedOut.abandoned`` says whether the code is still running; ``ended`` is set once it is not.
 ``LateCalls`` counts the abandoned calls still running and caps them (``MAX_ABANDONED``): the tool
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import queue
 import threading
 import time
@@ -175,6 +179,7 @@ class Worker:
 
     def _serve(self) -> None:
         guard.register_reward_thread()  # os._exit here raises instead of ending the run
+        owner = os.getpid()
         loop = _local.loop = asyncio.new_event_loop()
         try:
             while (job := self._jobs.get()) is not None:
@@ -187,9 +192,10 @@ class Worker:
                     outcome = (True, job.fn())
                 except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
                     outcome = (False, exc)
-                finally:
-                    _local.job = self._running = None
-                    job.ended.set()
+                if os.getpid() != owner:  # a child the plugin forked came back here: it must not run polyrl
+                    _leave_forked_child(outcome)
+                _local.job = self._running = None
+                job.ended.set()
                 job.settle(*outcome)
         finally:
             guard.unregister_reward_thread()
@@ -250,6 +256,23 @@ class Worker:
     def close(self) -> None:
         """Let the thread end once its current call (if any) returns."""
         self._jobs.put(None)
+
+
+def _leave_forked_child(outcome: tuple[bool, Any]) -> None:
+    """End a process the plugin's code forked (``os.fork()``) whose child returned from that code,
+    or raised out of it (``sys.exit`` included), onto this worker's thread: with the call's exit
+    code, at once (``os._exit``: no ``atexit`` handler or buffer of the parent's runs twice).
+    Why: the child went on serving this worker, the only thread it has, waiting for calls that
+    never come, for ever: an orphan holding a copy of the trainer's memory and its open files (a
+    pipe reading the run's output never closed), however the run itself ended."""
+    ok, value = outcome
+    code = 0
+    if not ok:
+        code = 1
+        value = value.cause if isinstance(value, Described) else value
+        if isinstance(value, SystemExit):
+            code = value.code if isinstance(value.code, int) else (0 if value.code is None else 1)
+    guard.real_exit(code)
 
 
 def _close(loop: asyncio.AbstractEventLoop) -> None:
