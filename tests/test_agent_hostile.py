@@ -831,3 +831,60 @@ def test_a_forked_child_returning_into_polyrl_ends_there(smollm2, where, how, co
         assert c.messages[1]["content"] == "forked" and c.info["turns"] == 2
     else:
         assert c.info["env_reward"] == 1.0
+
+
+# --- plugin code changing the working folder does not move the trainer's files ----------------------
+
+
+@pytest.mark.parametrize("where", ["reset", "step", "tool"])
+def test_a_chdir_in_plugin_code_is_set_back_after_the_call(smollm2, tmp_path, monkeypatch, where):
+    """``os.chdir`` is the whole process's: an environment whose ``reset`` (or ``step``, or a tool)
+    moved into its work folder moved the trainer too, so every file it wrote by a relative path
+    (``train.output_dir``'s default ``runs/polyrl``: checkpoints, metrics) went into the
+    environment's folder from then on, silently. The folder is set back once the call returns;
+    the episode goes on as before, exact to the token."""
+    import os
+
+    home, work = tmp_path / "run", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(home)  # set back after the test whatever happens
+
+    def move() -> None:
+        os.chdir(work)
+
+    def spawn(key: str) -> str:
+        """Do work in the work folder.
+
+        Args:
+            key: the key
+        """
+        move()
+        return "done"
+
+    class Game:
+        def reset(self, row):
+            if where == "reset":
+                move()
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            if where == "step":
+                move()
+            return Observation(reward=1.0, done=True)
+
+    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
+    if where == "tool":
+        model = Scripted(smollm2, lambda text, j: call("spawn", key="k") if text.count("assistant\n") == 1 else "ok",
+                         eot)
+        runner = two_turns(smollm2, model, toolbox=ToolBox([spawn]), parse=parse_tool_calls)
+    else:
+        model = Scripted(smollm2, lambda text, j: "5", eot)
+        runner = two_turns(smollm2, model, make_environment=Game)
+    out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=2, seed=0))
+    assert os.getcwd() == str(home)
+    assert not check(model, out) and not any(env_failed(c) for c in out)
+    if where == "tool":
+        assert all(c.messages[1]["content"] == "done" for c in out)
+    else:
+        assert all(c.info["env_reward"] == 1.0 for c in out)

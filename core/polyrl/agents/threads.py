@@ -10,8 +10,9 @@ delivers to the main thread only. An ``async def`` runs on that thread's own eve
 awaiting side is itself cancelled) its task is cancelled there; one that ignores that is abandoned
 like a plain function, never awaited by the caller's loop.
 
-A child process the code forks that returns (or raises, ``sys.exit`` included) back onto the
-worker's thread ends there, with the call's exit code (``_leave_forked_child``).
+The process's working folder, which the code may change (``os.chdir``), is set back after each
+call (``plugin_folder``). A child process the code forks that returns (or raises, ``sys.exit``
+included) back onto the worker's thread ends there, with the call's exit code (``_leave_forked_child``).
 
 A call given up before its turn on the thread came (queued behind an abandoned one) is never run.
 ``CallTimedOut.abandoned`` says whether the code is still running; ``ended`` is set once it is not.
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from polyrl.agents import plugin_folder
 from polyrl.rewards import guard
 
 
@@ -188,12 +190,14 @@ class Worker:
                         continue
                     job.started = True
                 _local.job = self._running = job
+                plugin_folder.enter()
                 try:
                     outcome = (True, job.fn())
                 except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
                     outcome = (False, exc)
                 if os.getpid() != owner:  # a child the plugin forked came back here: it must not run polyrl
                     _leave_forked_child(outcome)
+                plugin_folder.leave(threading.current_thread().name)
                 _local.job = self._running = None
                 job.ended.set()
                 job.settle(*outcome)
