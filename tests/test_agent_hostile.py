@@ -833,7 +833,7 @@ def test_a_forked_child_returning_into_polyrl_ends_there(smollm2, where, how, co
         assert c.info["env_reward"] == 1.0
 
 
-# --- plugin code changing the working folder does not move the trainer's files ----------------------
+# --- plugin code changing the working folder or the output streams does not move the trainer's -------
 
 
 @pytest.mark.parametrize("where", ["reset", "step", "tool"])
@@ -888,3 +888,95 @@ def test_a_chdir_in_plugin_code_is_set_back_after_the_call(smollm2, tmp_path, mo
         assert all(c.messages[1]["content"] == "done" for c in out)
     else:
         assert all(c.info["env_reward"] == 1.0 for c in out)
+
+
+def test_two_tool_calls_capturing_their_output_at_once_leave_the_streams_as_they_were(smollm2):
+    """``contextlib.redirect_stdout``/``redirect_stderr`` swap the whole process's streams and each
+    restores what it found, so two calls of a tool capturing its output that overlap (A in, B in,
+    A out, B out: the usual order of calls run at once) left ``sys.stdout``/``sys.stderr`` on A's
+    buffer for good: every later warning and the run's ``error:`` line went into it, unseen. The
+    streams are set back once the calls are over."""
+    import contextlib
+    import io
+    import sys
+
+    both_in = threading.Barrier(2)
+    first_out = threading.Event()
+
+    def run_code(code: str) -> str:
+        """Run a snippet, capturing what it prints.
+
+        Args:
+            code: the snippet
+        """
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            both_in.wait(10)
+            if code == "b":  # B leaves after A: it puts back A's buffers, what it found
+                first_out.wait(10)
+            print(code)
+        if code == "a":
+            first_out.set()
+        return out.getvalue()
+
+    turn = call("run_code", code="a") + "\n" + call("run_code", code="b")
+    model = Scripted(smollm2, lambda text, j: turn if text.count("assistant\n") == 1 else "ok",
+                     smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, toolbox=ToolBox([run_code], max_concurrency=2), parse=parse_tool_calls)
+    before = sys.stdout, sys.stderr
+    [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
+    after = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = before  # for the rest of the session, whatever the outcome
+    assert after[0] is before[0] and after[1] is before[1], "the streams were left on a tool's buffer"
+    # what each call captured is its own affair (the swaps are not thread-safe): both answered
+    assert c.info["tool_calls"] == 2 and c.info["tool_errors"] == 0 and not check(model, [c])
+
+
+def test_a_chdir_before_a_step_hangs_is_set_back_when_the_step_is_abandoned(smollm2, tmp_path, monkeypatch):
+    """A ``step`` that moved into its folder and then hung past env_timeout_s is abandoned (its
+    thread cannot be stopped): the folder is set back at that moment, not when (if ever) it
+    returns; and while it still runs, a later call's move is set back as usual once it returns."""
+    import os
+
+    home, work = tmp_path / "run", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(home)
+    release = threading.Event()
+
+    class Game:
+        def reset(self, row):
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            os.chdir(work)
+            release.wait(8.0)
+            return Observation(reward=1.0, done=True)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, make_environment=Game, env_timeout_s=0.5)
+    try:
+        out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        assert os.getcwd() == str(home)
+        assert all(env_failed(c) and "step did not return within 0.5 s" in c.info["env_error"] for c in out)
+        again = two_turns(smollm2, model, make_environment=lambda: _Plain(work))
+        again.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        assert os.getcwd() == str(home)
+    finally:
+        release.set()
+
+
+class _Plain:
+    """An environment whose reset moves into ``work``: set back after it, as any call's change."""
+
+    def __init__(self, work) -> None:
+        self.work = work
+
+    def reset(self, row):
+        import os
+
+        os.chdir(self.work)
+        return [{"role": "user", "content": "Say 5."}]
+
+    def step(self, message):
+        return Observation(reward=1.0, done=True)
