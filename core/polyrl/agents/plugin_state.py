@@ -10,16 +10,17 @@ left the streams pointing at one call's buffer for good: every later warning and
 ``error:`` line were written into it, never shown.
 
 Each call on a ``threads.Worker`` is bracketed by ``enter``/``leave``: the state to keep is the
-one the process had when the first of the calls then running began (a call abandoned past its
-time limit still counts there: one that moved the folder and then hung must not make the moved
-folder the one kept), and it is set back, with a warning (once per process) naming the fix, as
-soon as no call that is still awaited runs (``leave``, ``abandoned``): a call's own capture is
-never cut short by another call ending. What this cannot undo: while such a call runs, the
-folder and the streams are its own for every thread.
+one the process had when the first of the awaited calls then running began, and it is set back,
+with a warning (once per process) naming the fix, as soon as no awaited call runs (``leave``), or
+when the last one is abandoned past its time limit (``abandoned``: one that moved the folder and
+then hung). A call's own capture is never cut short by another call ending. What this cannot
+undo: while such a call runs, the folder and the streams are its own for every thread; and what a
+call changes after it was abandoned stays until the next awaited call ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -44,10 +45,11 @@ def _cwd() -> str | None:
 
 
 def enter() -> None:
-    """A plugin call begins: the process's state now is the one to keep, unless calls already run."""
+    """A plugin call begins: the process's state now is the one to keep, unless awaited calls
+    already run (then the one kept when the first of them began)."""
     global _running, _awaited, _home
     with _lock:
-        if _running == 0:
+        if _awaited == 0:
             _home = (_cwd(), sys.stdout, sys.stderr)
         _running += 1
         _awaited += 1
@@ -99,12 +101,16 @@ def _set_back() -> list[str]:
 
 
 def _warn(where: str, changed: list[str]) -> None:
+    """The warning, once per process. Never raises: it runs on a worker's thread, which a stream
+    that cannot be written (closed under it) must not end."""
     global _warned
     with _lock:
         if not changed or _warned:
             return
         _warned = True
-    log.warning(f"plugin code changed {' and '.join(changed)}, which the whole process shares; set back (said once)",
-                thread=where, fix="use absolute paths or subprocess's cwd= instead of os.chdir, and capture output "
-                                  "in a subprocess rather than with contextlib.redirect_stdout/redirect_stderr "
-                                  "(not thread-safe: tool calls run at once)")
+    with contextlib.suppress(Exception):
+        log.warning(f"plugin code changed {' and '.join(changed)}, which the whole process shares; set back "
+                    "(said once)", thread=where,
+                    fix="use absolute paths or subprocess's cwd= instead of os.chdir, and capture output in a "
+                        "subprocess rather than with contextlib.redirect_stdout/redirect_stderr (not thread-safe: "
+                        "tool calls run at once)")
