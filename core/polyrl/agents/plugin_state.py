@@ -31,8 +31,7 @@ from polyrl.logs import get_logger
 log = get_logger(__name__)
 
 _lock = threading.Lock()
-_running = 0  # plugin calls under way, abandoned ones included (they may still change the state)
-_awaited = 0  # of those, the ones a caller still waits for
+_awaited = 0  # plugin calls under way that a caller still waits for (not abandoned)
 _home: tuple[str | None, Any, Any] | None = None  # (folder, stdout, stderr) when the first of them began
 _warned = False
 
@@ -47,11 +46,10 @@ def _cwd() -> str | None:
 def enter() -> None:
     """A plugin call begins: the process's state now is the one to keep, unless awaited calls
     already run (then the one kept when the first of them began)."""
-    global _running, _awaited, _home
+    global _awaited, _home
     with _lock:
         if _awaited == 0:
             _home = (_cwd(), sys.stdout, sys.stderr)
-        _running += 1
         _awaited += 1
 
 
@@ -60,9 +58,8 @@ def leave(where: str, awaited: bool) -> None:
     for it); the state set back if it was the last awaited call running. One abandoned earlier
     sets nothing back as it ends: the trainer went on meanwhile, and its own state then (a
     reward's captured stderr, say) is not the plugin's to undo; the next call's end does."""
-    global _running, _awaited
+    global _awaited
     with _lock:
-        _running -= 1
         _awaited -= int(awaited)
         changed = _set_back() if awaited and _awaited == 0 else []
     _warn(where, changed)
