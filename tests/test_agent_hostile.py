@@ -770,3 +770,230 @@ def test_an_environment_tool_whose_docstring_raises_or_blocks_ends_its_episode_n
     said = "RuntimeError: no docstring today" if how == "raises" else "tools did not return within 0.5 s"
     assert env_failed(bad) and said in bad.info["env_error"] and bad.info["turns"] == 0
     assert not env_failed(good) and good.info["env_reward"] == 1.0
+
+
+# --- a process a tool or an environment forks never goes on running polyrl -------------------------
+
+
+def _ended_with(pid: int, bound_s: float = 60.0) -> int | None:
+    """The exit status of child ``pid`` once it ended, or None if it still runs after ``bound_s``
+    (then it is killed and reaped: on code without the fix it never ends). The bound only keeps a
+    failing test from hanging; how soon the child ends is not asserted."""
+    import os
+    import signal
+
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+
+@pytest.mark.parametrize(("where", "how", "code"), [("tool", "returns", 0), ("tool", "exits", 7),
+                                                    ("environment", "returns", 0)])
+def test_a_forked_child_returning_into_polyrl_ends_there(smollm2, where, how, code):
+    """Plugin code runs on a worker thread; a tool (or an environment's ``step``) calling
+    ``os.fork()`` whose child returns from it (or leaves with ``sys.exit``, the usual ending of a
+    forked child) came back onto that worker, the child's only thread, which waited for calls for
+    ever: an orphan copy of the trainer, holding its memory and open files (a pipe reading the
+    run's output never closed), after the run ended. The child now ends where it comes back, with
+    the call's exit code; the parent's episode goes on as before, exact to the token."""
+    import os
+
+    children: list[int] = []
+
+    def forking() -> str:
+        pid = os.fork()
+        if pid == 0 and how == "exits":
+            raise SystemExit(code)
+        if pid:
+            children.append(pid)
+        return "forked"
+
+    def spawn(key: str) -> str:
+        """Start a helper process.
+
+        Args:
+            key: the key
+        """
+        return forking()
+
+    class Game:
+        def reset(self, row):
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            forking()
+            return Observation(reward=1.0, done=True)
+
+    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
+    if where == "tool":
+        model = Scripted(smollm2, lambda text, j: call("spawn", key="k") if text.count("assistant\n") == 1 else "ok",
+                         eot)
+        runner = two_turns(smollm2, model, toolbox=ToolBox([spawn], timeout_s=30), parse=parse_tool_calls)
+    else:
+        model = Scripted(smollm2, lambda text, j: "5", eot)
+        runner = two_turns(smollm2, model, make_environment=Game)
+    try:
+        [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
+    finally:
+        ended = [_ended_with(pid) for pid in children]
+    assert ended == [code], f"the forked child still ran polyrl's worker thread: {ended}"
+    assert not check(model, [c]) and not env_failed(c)
+    if where == "tool":
+        assert c.messages[1]["content"] == "forked" and c.info["turns"] == 2
+    else:
+        assert c.info["env_reward"] == 1.0
+
+
+# --- plugin code changing the working folder or the output streams does not move the trainer's -------
+
+
+@pytest.mark.parametrize("where", ["reset", "step", "tool"])
+def test_a_chdir_in_plugin_code_is_set_back_after_the_call(smollm2, tmp_path, monkeypatch, where):
+    """``os.chdir`` is the whole process's: an environment whose ``reset`` (or ``step``, or a tool)
+    moved into its work folder moved the trainer too, so every file it wrote by a relative path
+    (``train.output_dir``'s default ``runs/polyrl``: checkpoints, metrics) went into the
+    environment's folder from then on, silently. The folder is set back once the call returns;
+    the episode goes on as before, exact to the token."""
+    import os
+
+    home, work = tmp_path / "run", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(home)  # set back after the test whatever happens
+
+    def move() -> None:
+        os.chdir(work)
+
+    def spawn(key: str) -> str:
+        """Do work in the work folder.
+
+        Args:
+            key: the key
+        """
+        move()
+        return "done"
+
+    class Game:
+        def reset(self, row):
+            if where == "reset":
+                move()
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            if where == "step":
+                move()
+            return Observation(reward=1.0, done=True)
+
+    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
+    if where == "tool":
+        model = Scripted(smollm2, lambda text, j: call("spawn", key="k") if text.count("assistant\n") == 1 else "ok",
+                         eot)
+        runner = two_turns(smollm2, model, toolbox=ToolBox([spawn]), parse=parse_tool_calls)
+    else:
+        model = Scripted(smollm2, lambda text, j: "5", eot)
+        runner = two_turns(smollm2, model, make_environment=Game)
+    out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=2, seed=0))
+    assert os.getcwd() == str(home)
+    assert not check(model, out) and not any(env_failed(c) for c in out)
+    if where == "tool":
+        assert all(c.messages[1]["content"] == "done" for c in out)
+    else:
+        assert all(c.info["env_reward"] == 1.0 for c in out)
+
+
+def test_two_tool_calls_capturing_their_output_at_once_leave_the_streams_as_they_were(smollm2):
+    """``contextlib.redirect_stdout``/``redirect_stderr`` swap the whole process's streams and each
+    restores what it found, so two calls of a tool capturing its output that overlap (A in, B in,
+    A out, B out: the usual order of calls run at once) left ``sys.stdout``/``sys.stderr`` on A's
+    buffer for good: every later warning and the run's ``error:`` line went into it, unseen. The
+    streams are set back once the calls are over."""
+    import contextlib
+    import io
+    import sys
+
+    both_in = threading.Barrier(2)
+    first_out = threading.Event()
+
+    def run_code(code: str) -> str:
+        """Run a snippet, capturing what it prints.
+
+        Args:
+            code: the snippet
+        """
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            both_in.wait(10)
+            if code == "b":  # B leaves after A: it puts back A's buffers, what it found
+                first_out.wait(10)
+            print(code)
+        if code == "a":
+            first_out.set()
+        return out.getvalue()
+
+    turn = call("run_code", code="a") + "\n" + call("run_code", code="b")
+    model = Scripted(smollm2, lambda text, j: turn if text.count("assistant\n") == 1 else "ok",
+                     smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, toolbox=ToolBox([run_code], max_concurrency=2), parse=parse_tool_calls)
+    before = sys.stdout, sys.stderr
+    [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
+    after = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = before  # for the rest of the session, whatever the outcome
+    assert after[0] is before[0] and after[1] is before[1], "the streams were left on a tool's buffer"
+    # what each call captured is its own affair (the swaps are not thread-safe): both answered
+    assert c.info["tool_calls"] == 2 and c.info["tool_errors"] == 0 and not check(model, [c])
+
+
+def test_a_chdir_before_a_step_hangs_is_set_back_when_the_step_is_abandoned(smollm2, tmp_path, monkeypatch):
+    """A ``step`` that moved into its folder and then hung past env_timeout_s is abandoned (its
+    thread cannot be stopped): the folder is set back at that moment, not when (if ever) it
+    returns; and while it still runs, a later call's move is set back as usual once it returns."""
+    import os
+
+    home, work = tmp_path / "run", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(home)
+    release = threading.Event()
+
+    class Game:
+        def reset(self, row):
+            return [{"role": "user", "content": "Say 5."}]
+
+        def step(self, message):
+            os.chdir(work)
+            release.wait(8.0)
+            return Observation(reward=1.0, done=True)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, make_environment=Game, env_timeout_s=0.5)
+    try:
+        out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        assert os.getcwd() == str(home)
+        assert all(env_failed(c) and "step did not return within 0.5 s" in c.info["env_error"] for c in out)
+        again = two_turns(smollm2, model, make_environment=lambda: _Plain(work))
+        again.run([{"prompt": "x"}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+        assert os.getcwd() == str(home)
+    finally:
+        release.set()
+
+
+class _Plain:
+    """An environment whose reset moves into ``work``: set back after it, as any call's change."""
+
+    def __init__(self, work) -> None:
+        self.work = work
+
+    def reset(self, row):
+        import os
+
+        os.chdir(self.work)
+        return [{"role": "user", "content": "Say 5."}]
+
+    def step(self, message):
+        return Observation(reward=1.0, done=True)

@@ -10,6 +10,11 @@ delivers to the main thread only. An ``async def`` runs on that thread's own eve
 awaiting side is itself cancelled) its task is cancelled there; one that ignores that is abandoned
 like a plain function, never awaited by the caller's loop.
 
+The process's working folder and ``sys.stdout``/``sys.stderr``, which the code may change, are
+set back once no awaited call runs (``plugin_state``). A child process the code forks that returns
+(or raises, ``sys.exit`` included) back onto the worker's thread ends there, with the call's exit
+code (``_leave_forked_child``).
+
 A call given up before its turn on the thread came (queued behind an abandoned one) is never run.
 ``CallTimedOut.abandoned`` says whether the code is still running; ``ended`` is set once it is not.
 ``LateCalls`` counts the abandoned calls still running and caps them (``MAX_ABANDONED``): the tool
@@ -20,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from polyrl.agents import plugin_state
 from polyrl.rewards import guard
 
 
@@ -66,7 +73,7 @@ _jobs_lock = threading.Lock()  # a job's state changes on the worker's thread an
 class _Job:
     """One call queued on a ``Worker``: its code, how to report its outcome, and its state."""
 
-    __slots__ = ("fn", "settle", "started", "given_up", "task", "ended")
+    __slots__ = ("fn", "settle", "started", "given_up", "task", "ended", "awaited")
 
     def __init__(self, fn: Callable[[], Any], settle: Callable[[bool, Any], None]) -> None:
         self.fn, self.settle = fn, settle
@@ -74,6 +81,7 @@ class _Job:
         self.given_up = False  # the caller stopped waiting (time limit, or the caller was cancelled)
         self.task: asyncio.Task[Any] | None = None  # the coroutine it runs on the worker's loop, if any
         self.ended = threading.Event()  # it returned or raised, or will never run
+        self.awaited = False  # it runs and its caller waits for it (``plugin_state``'s count)
 
     def give_up(self) -> bool:
         """Stop waiting for this call: never run it if it has not started, cancel its coroutine if
@@ -83,6 +91,9 @@ class _Job:
             if not self.started:
                 self.ended.set()
             task = self.task
+            awaited, self.awaited = self.awaited, False
+        if awaited:  # abandoned while running: what it changed of the process's state is set back now
+            plugin_state.abandoned()
         if task is not None:
             try:
                 task.get_loop().call_soon_threadsafe(task.cancel)
@@ -175,6 +186,7 @@ class Worker:
 
     def _serve(self) -> None:
         guard.register_reward_thread()  # os._exit here raises instead of ending the run
+        owner = os.getpid()
         loop = _local.loop = asyncio.new_event_loop()
         try:
             while (job := self._jobs.get()) is not None:
@@ -182,14 +194,20 @@ class Worker:
                     if job.given_up:  # its caller left before its turn came: running it helps no one
                         continue
                     job.started = True
+                    job.awaited = True  # until given up (``_Job.give_up``)
+                    plugin_state.enter()
                 _local.job = self._running = job
                 try:
                     outcome = (True, job.fn())
                 except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, RewardExit included
                     outcome = (False, exc)
-                finally:
-                    _local.job = self._running = None
-                    job.ended.set()
+                if os.getpid() != owner:  # a child the plugin forked came back here: it must not run polyrl
+                    _leave_forked_child(outcome)
+                with _jobs_lock:
+                    awaited, job.awaited = job.awaited, False
+                plugin_state.leave(threading.current_thread().name, awaited)
+                _local.job = self._running = None
+                job.ended.set()
                 job.settle(*outcome)
         finally:
             guard.unregister_reward_thread()
@@ -250,6 +268,23 @@ class Worker:
     def close(self) -> None:
         """Let the thread end once its current call (if any) returns."""
         self._jobs.put(None)
+
+
+def _leave_forked_child(outcome: tuple[bool, Any]) -> None:
+    """End a process the plugin's code forked (``os.fork()``) whose child returned from that code,
+    or raised out of it (``sys.exit`` included), onto this worker's thread: with the call's exit
+    code, at once (``os._exit``: no ``atexit`` handler or buffer of the parent's runs twice).
+    Why: the child went on serving this worker, the only thread it has, waiting for calls that
+    never come, for ever: an orphan holding a copy of the trainer's memory and its open files (a
+    pipe reading the run's output never closed), however the run itself ended."""
+    ok, value = outcome
+    code = 0
+    if not ok:
+        code = 1
+        value = value.cause if isinstance(value, Described) else value
+        if isinstance(value, SystemExit):
+            code = value.code if isinstance(value.code, int) else (0 if value.code is None else 1)
+    guard.real_exit(code)
 
 
 def _close(loop: asyncio.AbstractEventLoop) -> None:

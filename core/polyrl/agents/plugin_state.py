@@ -1,0 +1,113 @@
+"""Process-wide state that plugin code (a tool, an environment) may change, set back after it.
+
+Why: the working folder and ``sys.stdout``/``sys.stderr`` are the whole process's, not the calling
+thread's. An environment whose ``reset`` did ``os.chdir(workdir)`` (a coding task's usual first
+line) moved the trainer with it: every file the run then wrote by a relative path
+(``train.output_dir`` is ``runs/polyrl`` by default: checkpoints, metrics) went into the
+environment's folder, silently. Two tool calls at once that each capture output with
+``contextlib.redirect_stdout``/``redirect_stderr`` (not thread-safe: each restores what it found)
+left the streams pointing at one call's buffer for good: every later warning and the run's
+``error:`` line were written into it, never shown.
+
+Each call on a ``threads.Worker`` is bracketed by ``enter``/``leave``: the state to keep is the
+one the process had when the first of the awaited calls then running began, and it is set back,
+with a warning (once per process) naming the fix, as soon as no awaited call runs (``leave``), or
+when the last one is abandoned past its time limit (``abandoned``: one that moved the folder and
+then hung). A call's own capture is never cut short by another call ending. What this cannot
+undo: while such a call runs, the folder and the streams are its own for every thread; and what a
+call changes after it was abandoned stays until the next awaited call ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from typing import Any
+
+from polyrl.logs import get_logger
+
+log = get_logger(__name__)
+
+_lock = threading.Lock()
+_awaited = 0  # plugin calls under way that a caller still waits for (not abandoned)
+_home: tuple[str | None, Any, Any] | None = None  # (folder, stdout, stderr) when the first of them began
+_warned = False
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was deleted under the process
+        return None
+
+
+def enter() -> None:
+    """A plugin call begins: the process's state now is the one to keep, unless awaited calls
+    already run (then the one kept when the first of them began)."""
+    global _awaited, _home
+    with _lock:
+        if _awaited == 0:
+            _home = (_cwd(), sys.stdout, sys.stderr)
+        _awaited += 1
+
+
+def leave(where: str, awaited: bool) -> None:
+    """A plugin call on thread ``where`` returned or raised (``awaited``: its caller still waited
+    for it); the state set back if it was the last awaited call running. One abandoned earlier
+    sets nothing back as it ends: the trainer went on meanwhile, and its own state then (a
+    reward's captured stderr, say) is not the plugin's to undo; the next call's end does."""
+    global _awaited
+    with _lock:
+        _awaited -= int(awaited)
+        changed = _set_back() if awaited and _awaited == 0 else []
+    _warn(where, changed)
+
+
+def abandoned(where: str = "a call abandoned past its time limit") -> None:
+    """A running call was given up (past its time limit): it is no longer waited for, so the state
+    is set back now if no awaited call runs (it may have moved the folder before it hung)."""
+    global _awaited
+    with _lock:
+        _awaited -= 1
+        changed = _set_back() if _awaited == 0 else []
+    _warn(where, changed)
+
+
+def _set_back() -> list[str]:
+    """Under ``_lock``: the kept state restored where it changed; what changed."""
+    if _home is None:
+        return []
+    folder, stdout, stderr = _home
+    changed = []
+    now = _cwd()
+    if folder is not None and now != folder:
+        try:
+            os.chdir(folder)
+            changed.append(f"the working folder (os.chdir to {now})")
+        except OSError:  # the trainer's own folder is gone: nothing to go back to
+            pass
+    if sys.stdout is not stdout:
+        sys.stdout = stdout
+        changed.append("sys.stdout")
+    if sys.stderr is not stderr:
+        sys.stderr = stderr
+        changed.append("sys.stderr")
+    return changed
+
+
+def _warn(where: str, changed: list[str]) -> None:
+    """The warning, once per process. Never raises: it runs on a worker's thread, which a stream
+    that cannot be written (closed under it) must not end."""
+    global _warned
+    with _lock:
+        if not changed or _warned:
+            return
+        _warned = True
+    with contextlib.suppress(Exception):
+        log.warning(f"plugin code changed {' and '.join(changed)}, which the whole process shares; set back "
+                    "(said once)", thread=where,
+                    fix="use absolute paths or subprocess's cwd= instead of os.chdir, and capture output in a "
+                        "subprocess rather than with contextlib.redirect_stdout/redirect_stderr (not thread-safe: "
+                        "tool calls run at once)")
