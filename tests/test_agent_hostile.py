@@ -10,6 +10,7 @@ a run, and what the run does instead of what it did.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
