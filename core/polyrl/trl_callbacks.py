@@ -18,7 +18,8 @@ arguments ``processing_class`` is the run's tokenizer, and from ``on_train_begin
 when its backend trains in this process with torch (``training_module``: with LoRA the peft
 ``PeftModel``, as TRL's); else (another backend, ``on_init_end``) None, as ``lr_scheduler``,
 ``train_dataloader`` and ``eval_dataloader`` always are (polyrl sets the learning rate itself). Of ``TrainerControl``, ``should_training_stop`` ends the run
-after the step (saved and exported as at its end), ``should_save`` checkpoints the step (and, as
+after the step (saved and exported as at its end; set before the last step's ``on_step_end``, as
+transformers' ``DefaultFlowCallback`` sets it at ``max_steps``), ``should_save`` checkpoints the step (and, as
 transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best evaluation, after
 ``on_evaluate``, where no callback can clear it, as in transformers' ``_maybe_log_save_evaluate``;
 "epoch" before ``on_epoch_end``, as transformers' ``DefaultFlowCallback.on_epoch_end`` sets it, so a
@@ -34,7 +35,8 @@ the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatev
 evaluation, as ``eval_strategy`` "epoch" has it, and else warned once: the step was evaluated before
 its ``on_log``); ``should_log`` is met whatever it says (every step
 is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log``,
-``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it: the next
+``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it, to its
+``on_epoch_end`` (one asked in ``on_save`` under a launcher: after the next step): the next
 step's prompts are the next epoch's first (a step whose prompts already reached it goes on there;
 a step sampled ahead under ``generation.overlap`` is sampled again) and the step's checkpoint
 resumes there (one asked in ``on_save``: the checkpoint was written before, as transformers' is);
