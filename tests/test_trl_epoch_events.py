@@ -154,6 +154,26 @@ def test_an_epoch_stop_ends_the_epoch_with_on_epoch_end_and_the_next_begins(tiny
         ("on_save", 3)]
 
 
+class StopsAtStep1(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step == 1
+
+
+def test_a_resumed_run_begins_its_epoch_with_on_epoch_begin(tiny_model_dir, tmp_path):
+    """transformers' loop calls on_epoch_begin for the epoch a resume goes on in (mid-epoch too),
+    with the restored epoch; then on as in a fresh run."""
+    first = Events()
+    _run(GRPOTrainer, tiny_model_dir, tmp_path, [StopsAtStep1(), first], max_steps=3)
+    assert [e[:3] for e in first.seen if e[0].startswith("on_epoch")] == [("on_epoch_begin", 0, 0),
+                                                                          ("on_epoch_end", 1, 0.5)]
+    resumed = Events()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                          callbacks=[resumed], args=_args(tmp_path, max_steps=3))
+    trainer.train(resume_from_checkpoint=True)
+    assert [e[:3] for e in resumed.seen if e[0].startswith("on_epoch")] == [
+        ("on_epoch_begin", 1, 0.5), ("on_epoch_end", 2, 1.0), ("on_epoch_begin", 2, 1.0), ("on_epoch_end", 3, 1.5)]
+
+
 class EvaluatesEachEpoch(TrainerCallback):
     """Asks an evaluation at each epoch's end; counts the evaluations."""
 
