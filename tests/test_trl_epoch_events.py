@@ -222,16 +222,18 @@ def test_ref_model_mixup_alpha_0_trains_with_a_reference_that_never_moves(tiny_m
     assert len(said) == 1 and said[0]["log_level"] == "warning" and "never moves" in said[0]["event"]
 
 
-@pytest.mark.parametrize("alpha", [1.5, -0.1])
+@pytest.mark.parametrize("alpha", [1.5, -0.1, float("nan")])
 def test_ref_model_mixup_alpha_outside_0_1_is_one_error_naming_it(tiny_model_dir, tmp_path, alpha):
     """TRL extrapolates past the policy (or away from it) without a word; polyrl keeps refusing it,
-    naming the script's field."""
+    naming the script's field, and says why and the range TRL's 0 is in (polyrl's own message
+    said "(0, 1]")."""
     with pytest.raises(ConfigError) as info:
         GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
                     args=_args(tmp_path, max_steps=1, beta=0.04, sync_ref_model=True, ref_model_sync_steps=1,
                                ref_model_mixup_alpha=alpha)).train()
     assert info.value.field == "args.ref_model_mixup_alpha", info.value
-    assert str(alpha) in info.value.message
+    assert f"ref_model_mixup_alpha = {alpha}" in info.value.message and "extrapolate" in info.value.message
+    assert "in [0, 1]" in (info.value.fix or "")
 
 
 def test_a_stop_asked_twice_in_one_step_names_its_reason_once():

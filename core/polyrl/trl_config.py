@@ -809,10 +809,18 @@ def _never_moves(alpha: Any) -> bool:
     """Whether TRL's ``ref_model_mixup_alpha`` is 0, said in a warning: TRL's ``SyncRefModelCallback``
     then mixes ``1 x reference + 0 x policy``, the reference never moving, and trains; polyrl's
     ``ref_sync_alpha`` refuses 0 (a refresh that changes nothing), so the TRL script ran on TRL
-    alone. Why the other values outside [0, 1] stay refused (``validators``): TRL extrapolates
-    past the policy (above 1) or away from it (below 0) without a word, which TR-DPO never
-    describes; a typo (6 for 0.6) is far likelier than that wish, and an error names the field."""
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or alpha != 0:
+    alone. A value outside [0, 1] (or no number) is a ``ConfigError`` naming the field. Why not
+    accepted as TRL accepts it: TRL extrapolates the reference past the policy (above 1) or away
+    from it (below 0) without a word, which TR-DPO never describes; a typo (6 for 0.6) is far
+    likelier than that wish."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (fits_float(alpha)
+                                                                              and 0 <= float(alpha) <= 1):
+        raise ConfigError(f"TRL's ref_model_mixup_alpha = {shown(alpha)} is no share of the policy in [0, 1] to mix "
+                          "into the reference (TRL would extrapolate the reference past the policy, or away from "
+                          "it, without a word)", field="grpo_config.ref_model_mixup_alpha",
+                          fix="set ref_model_mixup_alpha in [0, 1] (TRL's default 0.6; 1.0 copies the policy), or "
+                              "sync_ref_model=False")
+    if alpha != 0:
         return False
     from polyrl.logs import get_logger
 
