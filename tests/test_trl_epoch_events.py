@@ -207,6 +207,20 @@ def test_should_evaluate_in_on_epoch_end_is_the_epochs_evaluation_or_one_warning
                                        for e in said)
 
 
+class EpochStopInOnSaveAt1(TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        control.should_epoch_stop = state.global_step == 1
+
+
+def test_an_epoch_stop_asked_in_on_save_ends_the_epoch_with_on_epoch_end(tiny_model_dir, tmp_path):
+    """transformers reads should_epoch_stop right after on_save and breaks out to on_epoch_end; the
+    next epoch (steps 2 and 3) ends at the run's end."""
+    events = Events()
+    _run(GRPOTrainer, tiny_model_dir, tmp_path, [EpochStopInOnSaveAt1(), events], max_steps=3, save_steps=1)
+    assert [e[:3] for e in events.seen if e[0].startswith("on_epoch")] == [
+        ("on_epoch_begin", 0, 0), ("on_epoch_end", 1, 0.5), ("on_epoch_begin", 1, 0.5), ("on_epoch_end", 3, 2.0)]
+
+
 def test_ref_model_mixup_alpha_0_trains_with_a_reference_that_never_moves(tiny_model_dir, tmp_path):
     """TRL's SyncRefModelCallback mixes 0 x policy into the reference at alpha 0, so it never moves
     and TRL trains; polyrl refused 0 (its ref_sync_alpha is in (0, 1]). Now: said in a warning, no
