@@ -207,6 +207,34 @@ def test_should_evaluate_in_on_epoch_end_is_the_epochs_evaluation_or_one_warning
                                        for e in said)
 
 
+def peak_at_update_2(completions, trainer_state, **kwargs):
+    """The same on both trainers: highest when scored at optimizer update 2."""
+    return [-10.0 * abs(trainer_state.global_step - 2) for _ in completions]
+
+
+class ClearsEverySave(TrainerCallback):
+    def on_evaluate(self, args, state, control, **kwargs):
+        control.should_save = False
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        control.should_save = False
+
+
+def test_save_strategy_best_checkpoints_cannot_be_cleared_as_on_trls_trainer(tiny_model_dir, tmp_path):
+    """transformers sets should_save for a new best after on_evaluate and saves at once: no callback
+    can cancel it (not in on_evaluate, nor in on_epoch_end, after the save); polyrl saves the
+    same bests, and its own final checkpoint."""
+    saves = {}
+    for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
+        events = Events()
+        trainer_class(model=tiny_model_dir, reward_funcs=[peak_at_update_2], train_dataset=prompts_dataset(4),
+                      eval_dataset=prompts_dataset(2), callbacks=[ClearsEverySave(), events],
+                      args=_args(tmp_path / name, max_steps=4, eval_strategy="steps", eval_steps=1,
+                                 save_strategy="best", metric_for_best_model="reward")).train()
+        saves[name] = _saved(events)
+    assert saves == {"trl": [1, 2], "polyrl": [1, 2, 4]}
+
+
 class EpochStopInOnSaveAt1(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         control.should_epoch_stop = state.global_step == 1
