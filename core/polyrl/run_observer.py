@@ -36,7 +36,7 @@ class StepAsk:
 
     def __or__(self, other: StepAsk) -> StepAsk:
         return StepAsk(save=self.save or other.save, stop=self.stop or other.stop,
-                       why="; ".join(w for w in (self.why, other.why) if w), failed=self.failed or other.failed,
+                       why="; ".join(dict.fromkeys(w for w in (self.why, other.why) if w)), failed=self.failed or other.failed,
                        epoch_stop=self.epoch_stop or other.epoch_stop, cancel_save=self.cancel_save or other.cancel_save)
 
     def saves(self, due: bool) -> bool:

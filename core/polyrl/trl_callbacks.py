@@ -5,10 +5,12 @@ and early-stopping callbacks run unchanged on polyrl's run.
 ``add_callback``/``pop_callback``/``remove_callback``, the same resets of ``TrainerControl``
 before each event, the same keyword arguments), and a ``polyrl.run_observer.RunObserver`` the
 trainer calls between steps, on every rank. Events, in transformers' order: ``on_init_end`` (the
-trainer built), ``on_train_begin``, then each step ``on_step_begin``, ``on_step_end``, ``on_log``
-(the step's metrics under TRL's names, as ``log_history`` gets them), and when it evaluated
-``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_save`` after a checkpoint is written, and
-``on_train_end``. Not called: ``on_epoch_begin``/``on_epoch_end``, ``on_substep_end``,
+trainer built), ``on_train_begin``, ``on_epoch_begin`` before each epoch's first step (a resumed
+run's first step too; ``should_epoch_stop`` cleared first), then each step ``on_step_begin``,
+``on_step_end``, ``on_log`` (the step's metrics under TRL's names, as ``log_history`` gets them), and
+when it evaluated ``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_epoch_end`` after the step
+that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step), ``on_save``
+after a checkpoint is written, and ``on_train_end``. Not called: ``on_substep_end``,
 ``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
 ``on_prediction_step``/``on_predict``/``on_push_begin`` (no predict, no Hub). Of the keyword
 arguments ``processing_class`` is the run's tokenizer, and from ``on_train_begin`` to
@@ -16,18 +18,25 @@ arguments ``processing_class`` is the run's tokenizer, and from ``on_train_begin
 when its backend trains in this process with torch (``training_module``: with LoRA the peft
 ``PeftModel``, as TRL's); else (another backend, ``on_init_end``) None, as ``lr_scheduler``,
 ``train_dataloader`` and ``eval_dataloader`` always are (polyrl sets the learning rate itself). Of ``TrainerControl``, ``should_training_stop`` ends the run
-after the step (saved and exported as at its end), ``should_save`` checkpoints the step (and, as
-transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best evaluation, "epoch" at
-each epoch's end and after an epoch stop: ``step_end``; under "steps" it is set before ``on_step_end``
-where ``save_steps`` has a checkpoint due, as transformers' ``DefaultFlowCallback`` sets it, so a
-callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; not the run's
-last one, which polyrl always writes), and
+after the step (saved and exported as at its end; set before the last step's ``on_step_end``, as
+transformers' ``DefaultFlowCallback`` sets it at ``max_steps``), ``should_save`` checkpoints the step (and, as
+transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best evaluation, after
+``on_evaluate``, where no callback can clear it, as in transformers' ``_maybe_log_save_evaluate``;
+"epoch" before ``on_epoch_end``, as transformers' ``DefaultFlowCallback.on_epoch_end`` sets it, so a
+callback clearing it there cancels that checkpoint; under "steps" it is set before ``on_step_end``
+where ``save_steps`` has a checkpoint due, as ``DefaultFlowCallback.on_step_end`` sets it, so a
+callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; never the run's
+last one, which polyrl always writes; set in ``on_epoch_end`` it checkpoints the step, and
+``should_training_stop`` set there ends the run: ``_epoch_end``), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
-``eval_dataset`` warns once and goes on); ``should_log`` is met whatever it says (every step
+``eval_dataset`` warns once and goes on; set in ``on_epoch_end`` it is met by the step's own
+evaluation, as ``eval_strategy`` "epoch" has it, and else warned once: the step was evaluated before
+its ``on_log``); ``should_log`` is met whatever it says (every step
 is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log``,
-``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it: the next
+``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it, to its
+``on_epoch_end`` (one asked in ``on_save`` under a launcher: after the next step): the next
 step's prompts are the next epoch's first (a step whose prompts already reached it goes on there;
 a step sampled ahead under ``generation.overlap`` is sampled again) and the step's checkpoint
 resumes there (one asked in ``on_save``: the checkpoint was written before, as transformers' is);
@@ -71,12 +80,12 @@ STATE_KEY = "trl"
 _BEST = ("best_metric", "best_global_step", "best_model_checkpoint")
 
 #: the events polyrl calls, each a method every callback must have (``TrainerCallback`` defines them all)
-EVENTS = ("on_init_end", "on_train_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate", "on_save",
-          "on_train_end")
+EVENTS = ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate",
+          "on_epoch_end", "on_save", "on_train_end")
 #: ``TrainerControl`` flags ``CallbackHandler`` clears before an event, so each asks afresh
-_CLEARED = {"on_train_begin": ("should_training_stop",), "on_step_begin": ("should_log", "should_evaluate",
-            "should_save"), "on_log": ("should_log",), "on_evaluate": ("should_evaluate",),
-            "on_save": ("should_save",)}
+_CLEARED = {"on_train_begin": ("should_training_stop",), "on_epoch_begin": ("should_epoch_stop",),
+            "on_step_begin": ("should_log", "should_evaluate", "should_save"), "on_log": ("should_log",),
+            "on_evaluate": ("should_evaluate",), "on_save": ("should_save",)}
 
 
 class TrlCallbacks:
@@ -113,6 +122,8 @@ class TrlCallbacks:
         self._names: dict[str, str] = {}  # the rewards' TRL names where not their labels (``run_begin``)
         self._every = 0  # the run's train.checkpoint_every (``run_begin``)
         self._due = False  # the step being ended has a save_steps checkpoint due (``step_trained``)
+        self._epoch_open = False  # on_epoch_begin was called and its on_epoch_end not yet (``step_begin``)
+        self._said_epoch_evaluation = False  # the warning for a should_evaluate on_epoch_end asks too late
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -209,11 +220,17 @@ class TrlCallbacks:
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
-        self._said_no_evaluation = False
+        self._said_no_evaluation = self._said_epoch_evaluation = False
+        self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
         self.event("on_train_begin")
 
     def step_begin(self, step: int) -> None:
+        """``on_step_begin``, after ``on_epoch_begin`` where the step starts an epoch (the run's
+        first step, or the one after an epoch ended: ``_epoch_end``), as transformers' loop."""
+        if not self._epoch_open:
+            self._epoch_open = True
+            self.event("on_epoch_begin")  # clears should_epoch_stop first (``_CLEARED``), as CallbackHandler
         self.event("on_step_begin")
 
     def step_trained(self, metrics: Mapping[str, Any]) -> bool:
@@ -235,6 +252,8 @@ class TrlCallbacks:
                                                                           self._every)
         if self._due:
             self.control.should_save = True
+        if self.state.global_step >= self._steps:  # DefaultFlowCallback's too: on_step_end and on_epoch_end read it
+            self.control.should_training_stop = True
         launcher, self._defer = self._defer, True
         try:
             self.event("on_step_end")
@@ -242,14 +261,18 @@ class TrlCallbacks:
             self._defer = launcher
         asked = self.deferred is None and bool(self.control.should_evaluate)
         if asked and not self._can_evaluate:
-            if not self._said_no_evaluation:
-                log.warning("a callback set control.should_evaluate, but this run has no eval_dataset to "
-                            "evaluate on (none given, or a dict of them or an IterableDataset); ignored for the "
-                            "whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>), one datasets.Dataset",
-                            step=self.state.global_step)
-                self._said_no_evaluation = True
+            self._no_evaluation()
             return False
         return asked
+
+    def _no_evaluation(self) -> None:
+        """One warning the first time a callback asks an evaluation of a run without held-out rows."""
+        if not self._said_no_evaluation:
+            log.warning("a callback set control.should_evaluate, but this run has no eval_dataset to "
+                        "evaluate on (none given, or a dict of them or an IterableDataset); ignored for the "
+                        "whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>), one datasets.Dataset",
+                        step=self.state.global_step)
+            self._said_no_evaluation = True
 
     def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
         from polyrl.rewards.trl_compat import with_trl_names
@@ -267,10 +290,38 @@ class TrlCallbacks:
         asked = self._asked(epoch=True)
         if self._due and not asked.save and not asked.failed:  # a callback cleared the flag step_trained set
             asked = attrs.evolve(asked, cancel_save=True)
-        if not asked.save and self._save_strategy() == "epoch" and (asked.epoch_stop or _epoch_ended(self.state.epoch)):
-            # transformers' on_epoch_end asks save_strategy "epoch"'s checkpoint, after an epoch stop too
-            asked = attrs.evolve(asked, save=True)
+        if asked.epoch_stop or asked.stop or _epoch_ended(self.state.epoch) or self.state.global_step >= self._steps:
+            asked = asked | self._epoch_end(evaluated=bool(evaluated))
         return asked
+
+    def _epoch_end(self, evaluated: bool) -> StepAsk:
+        """``on_epoch_end`` after the step that ended the epoch (its last, an epoch stop, or the
+        run's last step: transformers' loop breaks out to it), then what the control asks as
+        transformers' ``_maybe_log_save_evaluate`` after it: ``save_strategy`` "epoch"'s
+        checkpoint is set before the callbacks, as ``DefaultFlowCallback.on_epoch_end`` (first in
+        transformers' list) sets it, so one clearing ``should_save`` cancels it; a callback may ask
+        one (any strategy) or ``should_training_stop``. ``should_evaluate`` is met by the step's
+        own evaluation (``evaluated``: on its line, as ``eval_strategy`` "epoch" has it); asked of
+        a step not evaluated, it is too late (the step is recorded) and warned once. Why here and
+        not in ``step_trained``: a callback summing its ``on_log`` calls per epoch (TRL's usual
+        ``on_epoch_end``) has the epoch's last step then."""
+        self._epoch_open = False
+        if self.deferred is not None:
+            return StepAsk()
+        self.control.should_save = self._save_strategy() == "epoch"  # the step's own save is in ``asked`` already
+        self.control.should_evaluate = False  # the step's evaluation is done (on_evaluate cleared it)
+        self.event("on_epoch_end")
+        if self.deferred is None and self.control.should_evaluate and not evaluated and not self._can_evaluate:
+            self._no_evaluation()
+        elif self.deferred is None and self.control.should_evaluate and not evaluated and \
+                not self._said_epoch_evaluation:
+            log.warning("a callback set control.should_evaluate in on_epoch_end for a step polyrl did not evaluate; "
+                        "polyrl evaluates a step before its on_log and on_epoch_end, so it is not evaluated. Fix: "
+                        "set eval_strategy=\"epoch\" (each epoch's last step is evaluated), or set should_evaluate in "
+                        "on_step_end when state.epoch is whole", step=self.state.global_step)
+            self._said_epoch_evaluation = True
+        self.control.should_evaluate = False
+        return self._asked()
 
     def _save_strategy(self) -> str:
         """TRL's ``save_strategy`` as a plain string (an enum's value)."""
@@ -391,7 +442,11 @@ class TrlCallbacks:
         callbacks read None."""
         self._note_best_checkpoint()
         self.event("on_save")
-        return self._asked(epoch=not self._defer)
+        asked = self._asked(epoch=not self._defer)
+        if (asked.epoch_stop or asked.stop) and self._epoch_open and not self._defer:
+            # transformers' loop breaks out to on_epoch_end; the checkpoint it may ask is this one, written
+            asked = asked | attrs.evolve(self._epoch_end(evaluated=True), save=False)
+        return asked
 
     def train_end(self, log_history: list[dict[str, Any]], global_step: int,
                   summary: Mapping[str, Any] | None = None) -> None:

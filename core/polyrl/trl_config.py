@@ -729,7 +729,9 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     out["train.prompts_per_step"] = completions // trl_config.num_generations
     _refuse_bad_ref_sync(trl_config)
     out["algorithm.ref_sync_every"] = _ref_sync_every(trl_config, minibatches) if trl_config.sync_ref_model else 0
-    if trl_config.sync_ref_model:
+    if trl_config.sync_ref_model and _never_moves(trl_config.ref_model_mixup_alpha):
+        out["algorithm.ref_sync_every"] = 0  # TRL's syncs leave the reference as it is: none is the same run
+    elif trl_config.sync_ref_model:
         out["algorithm.ref_sync_alpha"] = trl_config.ref_model_mixup_alpha
     if trl_config.reward_weights is not None:
         weights = trl_config.reward_weights
@@ -801,6 +803,33 @@ def _refuse_bad_ref_sync(trl_config: Any) -> None:
         raise ConfigError(f"TRL's ref_model_sync_steps = {shown(steps)} is no number of steps between reference "
                           "syncs (TRL's sync callback divides by it)", field="grpo_config.ref_model_sync_steps",
                           fix="set it to 1 or more (TRL's default 512), or sync_ref_model=False")
+
+
+def _never_moves(alpha: Any) -> bool:
+    """Whether TRL's ``ref_model_mixup_alpha`` is 0, said in a warning: TRL's ``SyncRefModelCallback``
+    then mixes ``1 x reference + 0 x policy``, the reference never moving, and trains; polyrl's
+    ``ref_sync_alpha`` refuses 0 (a refresh that changes nothing), so the TRL script ran on TRL
+    alone. A value outside [0, 1] (or no number) is a ``ConfigError`` naming the field. Why not
+    accepted as TRL accepts it: TRL extrapolates the reference past the policy (above 1) or away
+    from it (below 0) without a word, which TR-DPO never describes; a typo (6 for 0.6) is far
+    likelier than that wish."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (fits_float(alpha)
+                                                                              and 0 <= float(alpha) <= 1):
+        raise ConfigError(f"TRL's ref_model_mixup_alpha = {shown(alpha)} is no share of the policy in [0, 1] to mix "
+                          "into the reference (TRL would extrapolate the reference past the policy, or away from "
+                          "it, without a word)", field="grpo_config.ref_model_mixup_alpha",
+                          fix="set ref_model_mixup_alpha in [0, 1] (TRL's default 0.6; 1.0 copies the policy), or "
+                              "sync_ref_model=False")
+    if alpha != 0:
+        return False
+    from polyrl.logs import get_logger
+
+    get_logger("polyrl.trl").warning(
+        "TRL's ref_model_mixup_alpha = 0 with sync_ref_model = True: each sync mixes none of the policy into the "
+        "reference, so the reference model never moves (as on TRL); polyrl skips the syncs. Fix: set "
+        "ref_model_mixup_alpha in (0, 1] (TRL's default 0.6) for a reference that follows the policy, or "
+        "sync_ref_model=False")
+    return True
 
 
 def _ref_sync_every(trl_config: Any, minibatches: int) -> int:

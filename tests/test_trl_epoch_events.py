@@ -1,0 +1,287 @@
+"""transformers' ``on_epoch_begin`` / ``on_epoch_end`` on ``polyrl.trl.GRPOTrainer``, and what a
+callback asks there, as TRL's own trainer calls and reads them (they were never called: a TRL
+script's per-epoch logging or saving did nothing); and TRL's ``ref_model_mixup_alpha = 0``, which
+TRL trains with (the reference never moves) and polyrl refused."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+pytest.importorskip("polyrl_torch")
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+transformers = pytest.importorskip("transformers")
+
+from transformers import TrainerCallback  # noqa: E402
+
+from polyrl.errors import ConfigError  # noqa: E402
+from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args, prompts_dataset  # noqa: E402
+
+# 4 prompts, 2 a step (4 completions / num_generations 2): TRL's epoch is 2 steps
+_args = functools.partial(grpo_args, max_completion_length=4, logging_steps=1)
+
+
+def short(completions, **kwargs):
+    return [-len(c) / 10 for c in completions]
+
+
+class Events(TrainerCallback):
+    """Each event as (name, global_step, epoch, what the control asks), the run's order; on_log
+    as "train" or "summary" (the end-of-training entry). Records what both trainers call."""
+
+    def __init__(self):
+        self.seen: list[tuple] = []
+
+    def _record(self, name, state, control):
+        epoch = round(state.epoch, 6) if state.epoch is not None else None
+        self.seen.append((name, state.global_step, epoch,
+                          (control.should_save, control.should_evaluate, control.should_training_stop)))
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self._record("on_epoch_begin", state, control)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._record("on_step_begin", state, control)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._record("on_step_end", state, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.seen.append(("on_log", state.global_step, "summary" if "train_runtime" in logs else "train"))
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._record("on_epoch_end", state, control)
+
+    def on_save(self, args, state, control, **kwargs):
+        self._record("on_save", state, control)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._record("on_train_end", state, control)
+
+
+def _run(trainer_class, model, tmp_path, callbacks, **fields):
+    trainer = trainer_class(model=model, reward_funcs=[short], args=_args(tmp_path, **fields),
+                            train_dataset=prompts_dataset(4), callbacks=list(callbacks))
+    trainer.train()
+    return trainer
+
+
+def _saved(events: Events) -> list[int]:
+    return [e[1] for e in events.seen if e[0] == "on_save"]
+
+
+def test_epoch_events_come_where_and_as_trls_own_trainer_calls_them(tiny_model_dir, tmp_path):
+    """The same script on TRL's GRPOTrainer and polyrl's: 5 steps of epochs of 2, save_strategy
+    "epoch". Both call on_epoch_begin before steps 1, 3, 5, on_epoch_end after the step's on_log
+    at epochs 1.0, 2.0 and the last step's 2.5 (should_save set by DefaultFlowCallback, and
+    should_training_stop at the last), then on_save, with the same states and controls."""
+    theirs, ours = Events(), Events()
+    _run(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl", [theirs], max_steps=5, save_strategy="epoch")
+    _run(GRPOTrainer, tiny_model_dir, tmp_path / "polyrl", [ours], max_steps=5, save_strategy="epoch")
+    epochs = [e[:3] for e in theirs.seen if e[0].startswith("on_epoch")]
+    assert epochs == [("on_epoch_begin", 0, 0), ("on_epoch_end", 2, 1.0), ("on_epoch_begin", 2, 1.0),
+                      ("on_epoch_end", 4, 2.0), ("on_epoch_begin", 4, 2.0), ("on_epoch_end", 5, 2.5)]
+    assert ours.seen == theirs.seen
+
+
+class ClearsTheFirstEpochsSave(TrainerCallback):
+    """Clears should_save in the first epoch's on_epoch_end (what it saw there recorded)."""
+
+    def __init__(self):
+        self.asked: list[bool] = []
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self.asked.append(control.should_save)
+        if state.epoch == 1.0:
+            control.should_save = False
+
+
+def test_a_callback_clearing_should_save_in_on_epoch_end_cancels_the_epochs_checkpoint(tiny_model_dir, tmp_path):
+    """transformers' DefaultFlowCallback (first in the list) sets should_save in on_epoch_end for
+    save_strategy "epoch"; a callback after it clearing the flag cancels that checkpoint (polyrl
+    saved at each epoch's end whatever the callbacks said)."""
+    events, clears = Events(), ClearsTheFirstEpochsSave()
+    _run(GRPOTrainer, tiny_model_dir, tmp_path, [events, clears], max_steps=5, save_strategy="epoch")
+    assert clears.asked == [True, True, True]
+    assert _saved(events) == [4, 5]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000004", "step-00000005"]
+
+
+class SavesEachEpochStopsAfterTwo(TrainerCallback):
+    """Per-epoch work a TRL script does in on_epoch_end: the epoch's logged steps counted from
+    on_log, a checkpoint asked, and the run stopped after epoch 2."""
+
+    def __init__(self):
+        self.logged = 0
+        self.per_epoch: list[tuple[float, int]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logged += "loss" in logs
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self.per_epoch.append((state.epoch, self.logged))
+        self.logged = 0
+        control.should_save = True
+        control.should_training_stop = state.epoch >= 2
+
+
+def test_should_save_and_should_training_stop_set_in_on_epoch_end_act_there(tiny_model_dir, tmp_path):
+    """save_strategy "no": the checkpoints are the ones on_epoch_end asks, and its stop ends the run
+    after epoch 2 (4 of max_steps 8), as transformers' _maybe_log_save_evaluate after on_epoch_end
+    and its epoch loop do; each epoch's on_epoch_end comes after its 2 steps' on_log."""
+    events, callback = Events(), SavesEachEpochStopsAfterTwo()
+    trainer = _run(GRPOTrainer, tiny_model_dir, tmp_path, [events, callback], max_steps=8, save_strategy="no")
+    assert trainer.state.global_step == 4
+    assert callback.per_epoch == [(1.0, 2), (2.0, 2)]
+    assert _saved(events) == [2, 4]
+
+
+class EpochStopAtStep1(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_epoch_stop = state.global_step == 1
+
+
+def test_an_epoch_stop_ends_the_epoch_with_on_epoch_end_and_the_next_begins(tiny_model_dir, tmp_path):
+    """should_epoch_stop after step 1: transformers' loop breaks out to on_epoch_end (the epoch's
+    checkpoint under "epoch"), and the next epoch's on_epoch_begin clears the flag."""
+    events = Events()
+    _run(GRPOTrainer, tiny_model_dir, tmp_path, [EpochStopAtStep1(), events], max_steps=3, save_strategy="epoch")
+    assert [e[:2] for e in events.seen if e[0] in ("on_epoch_begin", "on_epoch_end", "on_save")] == [
+        ("on_epoch_begin", 0), ("on_epoch_end", 1), ("on_save", 1), ("on_epoch_begin", 1), ("on_epoch_end", 3),
+        ("on_save", 3)]
+
+
+class StopsAtStep1(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step == 1
+
+
+def test_a_resumed_run_begins_its_epoch_with_on_epoch_begin(tiny_model_dir, tmp_path):
+    """transformers' loop calls on_epoch_begin for the epoch a resume goes on in (mid-epoch too),
+    with the restored epoch; then on as in a fresh run."""
+    first = Events()
+    _run(GRPOTrainer, tiny_model_dir, tmp_path, [StopsAtStep1(), first], max_steps=3)
+    assert [e[:3] for e in first.seen if e[0].startswith("on_epoch")] == [("on_epoch_begin", 0, 0),
+                                                                          ("on_epoch_end", 1, 0.5)]
+    resumed = Events()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                          callbacks=[resumed], args=_args(tmp_path, max_steps=3))
+    trainer.train(resume_from_checkpoint=True)
+    assert [e[:3] for e in resumed.seen if e[0].startswith("on_epoch")] == [
+        ("on_epoch_begin", 1, 0.5), ("on_epoch_end", 2, 1.0), ("on_epoch_begin", 2, 1.0), ("on_epoch_end", 3, 1.5)]
+
+
+class EvaluatesEachEpoch(TrainerCallback):
+    """Asks an evaluation at each epoch's end; counts the evaluations."""
+
+    def __init__(self):
+        self.evaluated: list[int] = []
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        control.should_evaluate = True
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.evaluated.append(state.global_step)
+
+
+@pytest.mark.parametrize(("strategy", "evaluated", "warned"), [("epoch", [2, 4], 0), ("no", [], 1)])
+def test_should_evaluate_in_on_epoch_end_is_the_epochs_evaluation_or_one_warning(tiny_model_dir, tmp_path, strategy,
+                                                                                evaluated, warned):
+    """polyrl evaluates a step before its on_log, so before on_epoch_end: eval_strategy "epoch"
+    evaluates each epoch's last step, which meets the flag; without it the step is not evaluated
+    and one warning says so and how to get it (not a silent no-op)."""
+    from structlog.testing import capture_logs
+
+    callback = EvaluatesEachEpoch()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                          eval_dataset=prompts_dataset(2), callbacks=[callback],
+                          args=_args(tmp_path, max_steps=4, eval_strategy=strategy))
+    with capture_logs() as logs:
+        trainer.train()
+    assert callback.evaluated == evaluated
+    said = [e for e in logs if "in on_epoch_end" in e["event"]]
+    assert len(said) == warned and all(e["log_level"] == "warning" and 'eval_strategy="epoch"' in e["event"]
+                                       for e in said)
+
+
+def peak_at_update_2(completions, trainer_state, **kwargs):
+    """The same on both trainers: highest when scored at optimizer update 2."""
+    return [-10.0 * abs(trainer_state.global_step - 2) for _ in completions]
+
+
+class ClearsEverySave(TrainerCallback):
+    def on_evaluate(self, args, state, control, **kwargs):
+        control.should_save = False
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        control.should_save = False
+
+
+def test_save_strategy_best_checkpoints_cannot_be_cleared_as_on_trls_trainer(tiny_model_dir, tmp_path):
+    """transformers sets should_save for a new best after on_evaluate and saves at once: no callback
+    can cancel it (not in on_evaluate, nor in on_epoch_end, after the save); polyrl saves the
+    same bests, and its own final checkpoint."""
+    saves = {}
+    for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
+        events = Events()
+        trainer_class(model=tiny_model_dir, reward_funcs=[peak_at_update_2], train_dataset=prompts_dataset(4),
+                      eval_dataset=prompts_dataset(2), callbacks=[ClearsEverySave(), events],
+                      args=_args(tmp_path / name, max_steps=4, eval_strategy="steps", eval_steps=1,
+                                 save_strategy="best", metric_for_best_model="reward")).train()
+        saves[name] = _saved(events)
+    assert saves == {"trl": [1, 2], "polyrl": [1, 2, 4]}
+
+
+class EpochStopInOnSaveAt1(TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        control.should_epoch_stop = state.global_step == 1
+
+
+def test_an_epoch_stop_asked_in_on_save_ends_the_epoch_with_on_epoch_end(tiny_model_dir, tmp_path):
+    """transformers reads should_epoch_stop right after on_save and breaks out to on_epoch_end; the
+    next epoch (steps 2 and 3) ends at the run's end."""
+    events = Events()
+    _run(GRPOTrainer, tiny_model_dir, tmp_path, [EpochStopInOnSaveAt1(), events], max_steps=3, save_steps=1)
+    assert [e[:3] for e in events.seen if e[0].startswith("on_epoch")] == [
+        ("on_epoch_begin", 0, 0), ("on_epoch_end", 1, 0.5), ("on_epoch_begin", 1, 0.5), ("on_epoch_end", 3, 2.0)]
+
+
+def test_ref_model_mixup_alpha_0_trains_with_a_reference_that_never_moves(tiny_model_dir, tmp_path):
+    """TRL's SyncRefModelCallback mixes 0 x policy into the reference at alpha 0, so it never moves
+    and TRL trains; polyrl refused 0 (its ref_sync_alpha is in (0, 1]). Now: said in a warning, no
+    syncs (the same run)."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                              args=_args(tmp_path, max_steps=2, beta=0.04, sync_ref_model=True,
+                                         ref_model_sync_steps=1, ref_model_mixup_alpha=0.0))
+        assert trainer.train().global_step == 2
+    said = [e for e in logs if "ref_model_mixup_alpha = 0" in e["event"]]
+    assert len(said) == 1 and said[0]["log_level"] == "warning" and "never moves" in said[0]["event"]
+
+
+@pytest.mark.parametrize("alpha", [1.5, -0.1, float("nan")])
+def test_ref_model_mixup_alpha_outside_0_1_is_one_error_naming_it(tiny_model_dir, tmp_path, alpha):
+    """TRL extrapolates past the policy (or away from it) without a word; polyrl keeps refusing it,
+    naming the script's field, and says why and the range TRL's 0 is in (polyrl's own message
+    said "(0, 1]")."""
+    with pytest.raises(ConfigError) as info:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                    args=_args(tmp_path, max_steps=1, beta=0.04, sync_ref_model=True, ref_model_sync_steps=1,
+                               ref_model_mixup_alpha=alpha)).train()
+    assert info.value.field == "args.ref_model_mixup_alpha", info.value
+    assert f"ref_model_mixup_alpha = {alpha}" in info.value.message and "extrapolate" in info.value.message
+    assert "in [0, 1]" in (info.value.fix or "")
+
+
+def test_a_stop_asked_twice_in_one_step_names_its_reason_once():
+    """A callback's should_training_stop read after on_step_end and again after on_epoch_end: the
+    run's stop reason (``asked_by``) said it twice."""
+    from polyrl.run_observer import StepAsk
+
+    why = "a callback set control.should_training_stop"
+    assert (StepAsk(stop=True, why=why) | StepAsk(stop=True, why=why)).why == why
