@@ -794,6 +794,18 @@ def _ended_with(pid: int, bound_s: float = 60.0) -> int | None:
     return None
 
 
+def _spawn_or_game(smollm2, where: str, toolbox: ToolBox, game: type) -> tuple[Scripted, EpisodeRunner]:
+    """Two turns whose plugin code runs where the test says: a model calling the tool ``spawn``
+    then answering "ok" (``where == "tool"``), else one answering "5" to the environment ``game``."""
+    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
+    if where == "tool":
+        model = Scripted(smollm2, lambda text, j: call("spawn", key="k") if text.count("assistant\n") == 1 else "ok",
+                         eot)
+        return model, two_turns(smollm2, model, toolbox=toolbox, parse=parse_tool_calls)
+    model = Scripted(smollm2, lambda text, j: "5", eot)
+    return model, two_turns(smollm2, model, make_environment=game)
+
+
 @pytest.mark.parametrize(("where", "how", "code"), [("tool", "returns", 0), ("tool", "exits", 7),
                                                     ("environment", "returns", 0)])
 def test_a_forked_child_returning_into_polyrl_ends_there(smollm2, where, how, code):
@@ -831,14 +843,7 @@ def test_a_forked_child_returning_into_polyrl_ends_there(smollm2, where, how, co
             forking()
             return Observation(reward=1.0, done=True)
 
-    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
-    if where == "tool":
-        model = Scripted(smollm2, lambda text, j: call("spawn", key="k") if text.count("assistant\n") == 1 else "ok",
-                         eot)
-        runner = two_turns(smollm2, model, toolbox=ToolBox([spawn], timeout_s=30), parse=parse_tool_calls)
-    else:
-        model = Scripted(smollm2, lambda text, j: "5", eot)
-        runner = two_turns(smollm2, model, make_environment=Game)
+    model, runner = _spawn_or_game(smollm2, where, ToolBox([spawn], timeout_s=30), Game)
     try:
         [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
     finally:
@@ -891,14 +896,7 @@ def test_a_chdir_in_plugin_code_is_set_back_after_the_call(smollm2, tmp_path, mo
                 move()
             return Observation(reward=1.0, done=True)
 
-    eot = smollm2.convert_tokens_to_ids("<|im_end|>")
-    if where == "tool":
-        model = Scripted(smollm2, lambda text, j: call("spawn", key="k") if text.count("assistant\n") == 1 else "ok",
-                         eot)
-        runner = two_turns(smollm2, model, toolbox=ToolBox([spawn]), parse=parse_tool_calls)
-    else:
-        model = Scripted(smollm2, lambda text, j: "5", eot)
-        runner = two_turns(smollm2, model, make_environment=Game)
+    model, runner = _spawn_or_game(smollm2, where, ToolBox([spawn]), Game)
     out = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=2, seed=0))
     assert os.getcwd() == str(home)
     assert not check(model, out) and not any(env_failed(c) for c in out)

@@ -38,6 +38,16 @@ for folder in ({data!r}, {out!r}):
 """
 
 
+def _skip_unless_usable(isolation_option: str, fallback: bool, *folders: str) -> None:
+    """Skip, naming what is missing, unless root may write in ``folders`` and the level runs here."""
+    if os.geteuid() != 0 or not all(os.path.isdir(f) for f in folders):
+        pytest.skip(f"needs root to write in {' and '.join(folders)}")
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    if fallback and not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+
+
 @pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
 def test_the_runs_output_dir_and_dataset_inside_usr_are_hidden(isolation_option, fallback, tmp_path, monkeypatch):
     """The trainer's working folder is elsewhere (``tmp_path``); its output_dir is in
@@ -45,12 +55,7 @@ def test_the_runs_output_dir_and_dataset_inside_usr_are_hidden(isolation_option,
     the run makes it), its dataset in /usr/local/src. The sample read both. Now each is an empty
     read-only folder for it, and a right solution still scores. ``fallback``: the ``unshare``
     level's host view (where ``pivot_root`` is refused), which hid no folder inside /usr at all."""
-    if os.geteuid() != 0 or not os.path.isdir("/usr/local/share") or not os.path.isdir("/usr/local/src"):
-        pytest.skip("needs root to make folders in /usr/local/share and /usr/local/src")
-    if isolation_option == "require" and WHY_NOT is not None:
-        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
-    if fallback and not os.access("/usr/bin/python3", os.X_OK):
-        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    _skip_unless_usable(isolation_option, fallback, "/usr/local/share", "/usr/local/src")
     from polyrl import sandbox_hidden
 
     tag = f"polyrl-run-folders-{os.getpid()}-{isolation_option}-{fallback}"
@@ -140,12 +145,7 @@ def test_a_dataset_file_directly_in_a_system_folder_is_hidden(isolation_option, 
     samples: its folder could not be hidden. Each such file is covered by itself now (/dev/null
     over it): the sample reads nothing of it, a file beside it stays readable, and a right
     solution still scores."""
-    if os.geteuid() != 0 or not os.path.isdir("/usr/local/share") or not os.path.isdir("/opt"):
-        pytest.skip("needs root to write files in /usr/local/share and /opt")
-    if isolation_option == "require" and WHY_NOT is not None:
-        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
-    if fallback and not os.access("/usr/bin/python3", os.X_OK):
-        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    _skip_unless_usable(isolation_option, fallback, "/usr/local/share", "/opt")
     from polyrl import sandbox_hidden
 
     tag = f"polyrl-data-file-{os.getpid()}-{isolation_option}-{fallback}"

@@ -27,6 +27,32 @@ def _private_first() -> int:
     return 2_100_000_000 + os.getpid() % 470_000 * 100  # under 2**31 and systemd's unused range's end
 
 
+def _another_process_holds_first(locks, first: int) -> None:
+    """A second process (on lock folder ``locks``) takes the pool's first uid ``first``: this
+    one's next uid is the one after; once that process is dead, ``first`` is this one's again."""
+    import subprocess
+    import sys
+
+    from polyrl.sandbox import uids
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from polyrl.sandbox import uids; "
+         f"uids.LOCKS = Path({str(locks)!r}); uids.FIRST = {first}; print(uids.acquire(), flush=True); "
+         "time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        theirs = int(holder.stdout.readline())
+        ours = uids.acquire()
+        uids.release(ours)
+        assert theirs == first and ours == first + 1
+    finally:
+        holder.kill()
+        holder.wait()
+    again = uids.acquire()
+    uids.release(again)
+    assert again == first
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to run as another uid")
 def test_the_pool_skips_a_uid_a_process_runs_as_or_a_user_has(tmp_path, monkeypatch):
     """The pool gave a sample uid ``FIRST`` though a process still ran with it (what a previous
@@ -68,8 +94,6 @@ def test_the_pool_skips_a_uid_a_process_runs_as_or_a_user_has(tmp_path, monkeypa
 def test_a_uid_another_process_holds_is_skipped(tmp_path, monkeypatch):
     """Two trainers on one host (torchrun ranks, two runs) each count from ``uids.FIRST``: the
     pool's lock files keep a uid one process's sample holds away from the other's."""
-    import subprocess
-    import sys
 
     from polyrl.sandbox import uids
 
@@ -77,22 +101,7 @@ def test_a_uid_another_process_holds_is_skipped(tmp_path, monkeypatch):
     first = _private_first()
     monkeypatch.setattr(uids, "LOCKS", tmp_path)
     monkeypatch.setattr(uids, "FIRST", first)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from polyrl.sandbox import uids; "
-         f"uids.LOCKS = Path({str(tmp_path)!r}); uids.FIRST = {first}; print(uids.acquire(), flush=True); "
-         "time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    try:
-        theirs = int(holder.stdout.readline())
-        ours = uids.acquire()
-        uids.release(ours)
-        assert theirs == first and ours == first + 1
-    finally:
-        holder.kill()
-        holder.wait()
-    again = uids.acquire()  # the dead holder's lock is gone with it
-    uids.release(again)
-    assert again == first
+    _another_process_holds_first(tmp_path, first)  # its lock gone with it
     assert uids.busy() == held
 
 
@@ -101,7 +110,6 @@ def test_without_a_writable_lock_folder_another_processs_uid_is_still_skipped(tm
     test of the pool) the claims fell back to this process alone: two trainers on the host gave
     concurrent samples the same uid. An abstract unix socket bound to a name per uid is the claim
     there (the kernel frees the name when its process dies); nothing is written anywhere."""
-    import subprocess
     import sys
 
     from polyrl.sandbox import uids
@@ -115,22 +123,7 @@ def test_without_a_writable_lock_folder_another_processs_uid_is_still_skipped(tm
     held = uids.busy()
     monkeypatch.setattr(uids, "LOCKS", locks)
     monkeypatch.setattr(uids, "FIRST", first)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from polyrl.sandbox import uids; "
-         f"uids.LOCKS = Path({str(locks)!r}); uids.FIRST = {first}; print(uids.acquire(), flush=True); "
-         "time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    try:
-        theirs = int(holder.stdout.readline())
-        ours = uids.acquire()
-        uids.release(ours)
-        assert theirs == first and ours == first + 1
-    finally:
-        holder.kill()
-        holder.wait()
-    again = uids.acquire()  # the dead holder's name is free again
-    uids.release(again)
-    assert again == first
+    _another_process_holds_first(locks, first)  # its name free again
     assert uids.busy() == held and not locks.exists()
 
 
