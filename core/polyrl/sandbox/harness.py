@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import symtable
 import sys
 import time
@@ -90,6 +91,9 @@ __all__ = [
     "symbol_tables", "tests_filter", "tests_pairing", "tests_view", "unbound_modules"]
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+#: How many of the tests' latest calls' arguments a session keeps for ``Session.handed_since``: a
+#: value left more new items than that by as many calls is rare, and memory stays bounded.
+MAX_HANDED = 256
 #: Python's warning for ``bool(NotImplemented)`` (``not_implemented_is_no_truth``), as a filter's pattern.
 _NOT_IMPLEMENTED_TRUTH = "NotImplemented should not be used in a boolean context"
 
@@ -111,7 +115,9 @@ class Session:
         self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
         self.gave: dict[int, Any] = {}  # such a request -> what the call returned (``shrinking.taken_back``)
         self.touches: dict[int, list[int]] = {}  # a family's head -> the requests that may have changed it
-        self.handed: list[tuple[int, list[Any]]] = []  # a call's request -> its arguments (``handed_since``)
+        #: the latest calls' requests -> their arguments (``handed_since``); bounded, as tests calling
+        #: ``f(list(range(1000)))`` in a loop would otherwise hold every list to the run's end
+        self.handed: collections.deque[tuple[int, list[Any]]] = collections.deque(maxlen=MAX_HANDED)
         #: a value a loop read emptied, unseen empty since -> the verdicts that loop ran in (``Remote._emptied_unseen``;
         #: None: not a test's, the next test's)
         self.unconfirmed: dict[int, set[int | None]] = {}
@@ -221,9 +227,9 @@ class Session:
         return [self.gave[at] for at in self.called_on.get(ref, ()) if at > since and at in self.gave]
 
     def handed_since(self, since: int) -> list[Any]:
-        """The arguments of the tests' calls after request ``since``, and the items of those that
-        are containers: what a value may hold anew since (``q.push(9)``, ``s.replace([9])``;
-        ``Remote._emptied_unseen``)."""
+        """The arguments of the tests' calls after request ``since`` (the latest ``MAX_HANDED``),
+        and the items of those that are containers: what a value may hold anew since (``q.push(9)``,
+        ``s.replace([9])``; ``Remote._emptied_unseen``)."""
         handed: list[Any] = []
         for at, args in reversed(self.handed):  # in request order: the latest calls are the ones asked for
             if at <= since:
