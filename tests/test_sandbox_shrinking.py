@@ -3,7 +3,10 @@ the calls between two readings may have taken (the sandboxed cases: ``test_sandb
 
 from __future__ import annotations
 
-from polyrl.sandbox.shrinking import looped_here, loops_over, returned_items, taken_back
+import builtins
+
+from polyrl.sandbox.module_views import _bound
+from polyrl.sandbox.shrinking import gained, looped_here, loops_over, returned_items, taken_back
 
 
 def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
@@ -26,6 +29,40 @@ def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
     outside = Probe()
     exec(compile("for x in r:\n    pass\n", "<elsewhere>", "exec"), {"r": outside})
     assert outside.seen == [False]
+
+
+def test_looped_here_counts_a_whole_reading_a_loop_goes_over():
+    """``for x in sorted(r)``, ``all(... for x in list(r))`` and ``for x in iter(r)`` are loops over
+    ``r`` (the tests' ``sorted``/``iter`` are ``module_views._bound`` functions calling Python's),
+    whether ``__iter__`` or ``__len__`` (which ``list`` asks first) is asked; ``sorted(r) == [1]``
+    and ``n = len(r)`` are not."""
+
+    class Probe:
+        def __init__(self) -> None:
+            self.seen: list[bool] = []
+
+        def __iter__(self):
+            self.seen.append(looped_here())
+            return iter([1])
+
+        def __len__(self) -> int:
+            self.seen.append(looped_here())
+            return 1
+
+    source = ("def test():\n    for x in sorted(r):\n        pass\n    all(x for x in list(r))\n"
+              "    for x in iter(r):\n        pass\n    sorted(r) == [1]\n    n = len(r)\ntest()\n")
+    probe = Probe()
+    names = {name: _bound(getattr(builtins, name), None) for name in ("sorted", "iter", "len")}
+    exec(compile(source, "<test>", "exec"), {"r": probe, **names})
+    assert probe.seen == [True, True, True, True, True, False, False, False]
+
+
+def test_gained_is_an_item_neither_read_before_nor_handed_in():
+    """A value shrunk to items it had, or to ones the tests' calls passed in, gained none."""
+    assert gained([4, 4, 4], [2], [])
+    assert not gained([(1, 2), (2, 3), (3, 4)], [(3, 4)], [])
+    assert not gained([1, 2, 3], [9], [[9], 9])
+    assert gained([1, 2, 3], [9, 9], [9])
 
 
 def test_taken_back_counts_only_lost_items_a_call_returned():

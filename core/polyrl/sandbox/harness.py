@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import symtable
 import sys
 import time
@@ -70,6 +71,7 @@ from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_n
 from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
     exception_text, remote_exception)
+from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
 from polyrl.sandbox.step_state import leaves_state
@@ -89,6 +91,9 @@ __all__ = [
     "symbol_tables", "tests_filter", "tests_pairing", "tests_view", "unbound_modules"]
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+#: How many of the tests' latest calls' arguments a session keeps for ``Session.handed_since``: a
+#: value left more new items than that by as many calls is rare, and memory stays bounded.
+MAX_HANDED = 256
 #: Python's warning for ``bool(NotImplemented)`` (``not_implemented_is_no_truth``), as a filter's pattern.
 _NOT_IMPLEMENTED_TRUTH = "NotImplemented should not be used in a boolean context"
 
@@ -110,6 +115,9 @@ class Session:
         self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
         self.gave: dict[int, Any] = {}  # such a request -> what the call returned (``shrinking.taken_back``)
         self.touches: dict[int, list[int]] = {}  # a family's head -> the requests that may have changed it
+        #: the latest calls' requests -> their arguments (``handed_since``); bounded, as tests calling
+        #: ``f(list(range(1000)))`` in a loop would otherwise hold every list to the run's end
+        self.handed: collections.deque[tuple[int, list[Any]]] = collections.deque(maxlen=MAX_HANDED)
         #: a value a loop read emptied, unseen empty since -> the verdicts that loop ran in (``Remote._emptied_unseen``;
         #: None: not a test's, the next test's)
         self.unconfirmed: dict[int, set[int | None]] = {}
@@ -217,6 +225,17 @@ class Session:
     def returned_since(self, ref: int, since: int) -> list[Any]:
         """What the calls after request ``since`` that ``call_on`` recorded for value ``ref`` returned."""
         return [self.gave[at] for at in self.called_on.get(ref, ()) if at > since and at in self.gave]
+
+    def handed_since(self, since: int) -> list[Any]:
+        """The arguments of the tests' calls after request ``since`` (the latest ``MAX_HANDED``),
+        and the items of those that are containers: what a value may hold anew since (``q.push(9)``,
+        ``s.replace([9])``; ``Remote._emptied_unseen``)."""
+        handed: list[Any] = []
+        for at, args in reversed(self.handed):  # in request order: the latest calls are the ones asked for
+            if at <= since:
+                break
+            handed.extend(item for arg in args for item in (arg, *returned_items(arg)))
+        return handed
 
     def changes(self, ref: int, member: int, since: int) -> int:
         """How many requests after request ``since`` may have changed value ``ref`` (of ``member``'s

@@ -14,7 +14,7 @@ from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
-from polyrl.sandbox.shrinking import looped_here, returned_items, taken_back
+from polyrl.sandbox.shrinking import gained, looped_here, returned_items, taken_back
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class Remote:
         if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
             s.touch_all()
         at = s.asks + 1
+        s.handed.append((at, [*args, *kwargs.values()]))
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
@@ -216,8 +217,8 @@ class Remote:
             return value + ahead
         if counted is not None and counted[1] == self._session.asks - 1:  # its reading failed: it still would
             object.__setattr__(self, "_counted", (counted[0], self._session.asks))
-        elif self._counts_items():
-            self._check_count(value)
+        elif self._counts_items():  # ``list``/``sorted`` ask it first, for ``for x in sorted(r)`` too
+            self._check_count(value, looped=looped_here())
         return value
 
     def _counts_items(self) -> bool:
@@ -229,7 +230,7 @@ class Remote:
         ``Solution()`` itself) keep their own ``len``, as Python does."""
         return self._data or self._made
 
-    def _check_count(self, length: int) -> None:
+    def _check_count(self, length: int, looped: bool = False) -> None:
         """AssertionError where the items of a value the tests expect data from number other than
         its ``len``. Why: a ``list`` subclass whose ``__len__`` said 3 over no items passed ``assert
         len(f(3)) == 3 and all(x == 1 for x in f(3))``; built-in data never disagrees so. Not
@@ -238,7 +239,9 @@ class Remote:
         index, which iteration falls back to), they are more than a smaller ``len``. The items read,
         or the failure to read them, are what the tests' next iteration of it gets when no request
         reaches the sample between (``_keep``), and after it, until a call that may change it
-        (``_snapshot``); an own iterator's, which the reading took from it, its next readings'."""
+        (``_snapshot``); an own iterator's, which the reading took from it, its next readings'.
+        ``looped``: ``len`` was asked by a builtin whose answer a loop of the tests' goes over
+        (``shrinking.looped_here``), so the reading is that loop's."""
         try:
             answer = self._session.ask("iter", self._data, root=self._root, ref=self._ref, kin=self._kin, own=True)
             if not (type(answer) is list and len(answer) == 2 and type(answer[0]) is bool and type(answer[1]) is list):
@@ -263,7 +266,7 @@ class Remote:
             object.__setattr__(self, "_reader", Reader(self._session, self._ref, self._data, self._root, own=True,
                                                        kin=self._kin))
         elif own is False and isinstance(items, list):
-            self._snapshot(items)
+            self._snapshot(items, looped=looped)
         self._keep(items)
 
     def _snapshot(self, items: list[Any] | Exception, length: int | None = None, looped: bool = False) -> None:
@@ -296,10 +299,10 @@ class Remote:
                                  "with nothing called that changes it between")
         if seen is None and not isinstance(items, Exception):
             self._shrunk_softly(items)
-            if looped and not items:
-                self._emptied_unseen()
-        if not looped and isinstance(items, list) and not items:  # the tests read it whole: empty
-            s.unconfirmed.pop(self._ref, None)
+            if looped:
+                self._emptied_unseen(items)
+        if not looped and isinstance(items, list) and (not items or seen is not None):
+            s.unconfirmed.pop(self._ref, None)  # the tests read it whole: empty, or as the loop did
         object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
 
     def _shrunk_softly(self, items: list[Any]) -> None:
@@ -328,26 +331,33 @@ class Remote:
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {seen[2]}, with "
                                  f"calls between that may take {may}")
 
-    def _emptied_unseen(self) -> None:
-        """Where a loop of the tests' reads this value empty while its last whole reading gave
-        more items than calls were made since that may change it in any way (``Session.changes``:
+    def _emptied_unseen(self, items: list[Any]) -> None:
+        """Where a loop of the tests' reads this value as ``items``, empty or holding an item
+        neither its last whole reading nor the tests' calls since handed it (``shrinking.gained``),
+        while that reading gave more items than calls were made since that may change it in any way (``Session.changes``:
         one reaching its family, ``r.reset()`` or ``show(r)``, counts too), the test running (or
         the next one, after a step that is no test) fails unless a whole reading of the tests'
-        sees it empty, before or after (``len(q) == 0``, ``list(q) == []``, ``not q``:
+        sees it so, before or after (``len(q) == 0``, ``list(q) == []``, ``not q``, ``len(r) == 1``:
         ``Session.unconfirmed``, ``harness._run_steps``). Why: ``_snapshot`` lets such calls
         change a value as they like, so a forged value giving 4, 4, 4 to ``len`` and nothing after
         ``show(r)`` or ``r.reset()`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in
         r)`` (``shrinking`` module doc); a right value the tests empty (``q.clear()``) they see
-        empty, before or after their loop over it. What it costs: a test that empties a right value that way, loops over it and
-        never reads it whole then scores 0 (its loop checks nothing). Not covered: a value left
-        one item, or emptied and read by ``x not in r``, the tests' ``zip``, ``sorted(r)`` fed to
-        a loop, or a dict view (``d.values()``)."""
+        empty, before or after their loop over it; left one new item (``self.xs = [2]`` after 4, 4,
+        4) it passed the loop just as well (1.0). What it costs: a test that empties a right value
+        that way (or leaves it items it never had, from no argument of theirs), loops over it and
+        never reads it whole then scores 0. Not covered: a value left items it had (4, 2, 6 to 2),
+        or emptied and read by ``x not in r``, the tests' ``zip``, or a dict view (``d.values()``)."""
         seen = self._seen
         if seen is None or seen[2] is None or self._kin is None:
             return
-        may = self._may_lose([], self._session.changes(self._ref, self._kin, seen[1]))
-        if seen[2] > may:
-            self._session.unconfirmed.setdefault(self._ref, set()).add(None)
+        s = self._session
+        lost, calls = seen[2] - len(items), s.changes(self._ref, self._kin, seen[1])
+        if lost <= calls:  # first, as it is cheap: a loop after each ``q.push(i)`` comes here each time
+            return
+        if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
+            return  # left items it had (``g.remove(2)`` before a loop over the edges), or was given
+        if lost > self._may_lose(items, calls):
+            s.unconfirmed.setdefault(self._ref, set()).add(None)
 
     def _may_lose(self, items: list[Any], calls: int) -> int:
         """How many items it may have lost from its last whole reading to ``items`` through

@@ -7,8 +7,9 @@ the tests' rather than a call changing it as Python would:
 - a call of a method of its own (or of an object made with it) for its value may take the items
   it gave back (``taken_back``): a right ``assert q.drain() == [3, 2, 1]`` took three in one call,
   and a loop over ``q`` after it scored 0 (one item per call was all it might take);
-- a loop of the tests' (``looped_here``: ``for x in r``, a comprehension, ``all(... for x in r)``)
-  over a value emptied since its last whole reading, by calls fewer than the items it had, fails
+- a loop of the tests' (``looped_here``: ``for x in r``, a comprehension, ``all(... for x in r)``,
+  ``for x in sorted(r)``) over a value emptied since its last whole reading, by calls fewer than
+  the items it had, or left by them items it never had and was not handed (``gained``), fails
   its test unless the tests read it whole and empty, before or after (``Remote._emptied_unseen``):
   a forged ``primes`` giving 4, 4, 4 to ``len`` and nothing once passed to a function of the
   sample's (``show(r)``) or once the tests called one of its methods as a statement
@@ -28,11 +29,19 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.values import encode
 
 #: The instruction a loop or a comprehension asks its iterable's ``__iter__`` from.
 _LOOP_OPS = frozenset({dis.opmap["GET_ITER"]})
+#: Calls (of a builtin that reads its operand whole: ``sorted``, ``list``, ``set``, ``iter``; the
+#: tests' own ``sorted`` is a function of ``module_views``' calling Python's, ``BOUND_CODE``) whose
+#: answer a loop's ``GET_ITER`` takes next: ``for x in sorted(r)`` loops over ``r``'s items.
+_CALL_OPS = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION", "CALL_KW") if name in dis.opmap)
+#: Per code object of the tests': each offset (inline caches too) -> its instruction's opcode and the next one's.
+_OPS: dict[types.CodeType, dict[int, tuple[int, int | None]]] = {}
+_MAX_CODES = 512
 #: Types whose items a call returned stand for the items it took (a dict: its keys, as iterating it gives).
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 #: The code of the tests' stand-ins that take an iterator of their operand to loop over it
@@ -49,10 +58,11 @@ def loops_over(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def looped_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__iter__`` asking) is the tests'
-    own code at a loop's or a comprehension's start, or a stand-in of theirs ``loops_over``
-    registered: a check over each item, which an empty value holds vacuously. ``list(r)``,
-    ``sorted(r)``, ``x in r`` and the tests' ``zip`` read it whole or otherwise, and are no such
-    loop here."""
+    own code at a loop's or a comprehension's start, at a call whose answer such a start takes
+    next (``for x in sorted(r)``, ``all(is_prime(x) for x in list(r))``: ``_instruction_at``), or
+    a stand-in of theirs ``loops_over`` registered: a check over each item, which an empty value
+    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r`` and the tests' ``zip``
+    read it whole or otherwise, and are no such loop here."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
@@ -60,9 +70,37 @@ def looped_here(depth: int = 2) -> bool:
     code = frame.f_code
     if code in _LOOPING:
         return True
+    wrapped = code in BOUND_CODE  # the tests' ``sorted``/``iter``: a function calling Python's
+    if wrapped:
+        if frame.f_back is None:
+            return False
+        frame = frame.f_back
+        code = frame.f_code
     if code.co_filename not in TESTS_FILES or not 0 <= frame.f_lasti < len(code.co_code):
         return False
-    return code.co_code[frame.f_lasti] in _LOOP_OPS
+    op, after = _instruction_at(code, frame.f_lasti)
+    fed = op in _CALL_OPS and after in _LOOP_OPS
+    return fed if wrapped else op in _LOOP_OPS or fed
+
+
+def _instruction_at(code: types.CodeType, offset: int) -> tuple[int | None, int | None]:
+    """The opcode of the instruction ``offset`` of ``code`` falls in (a caller's ``f_lasti``
+    may point into a call's inline caches) and of the one after it. Why the one after: a builtin
+    (``sorted``, ``list``) asked ``__iter__`` at a call whose answer a loop's ``GET_ITER`` takes
+    next, so a forged value emptied by ``show(r)`` passed ``for x in sorted(r): assert
+    is_prime(x)`` (1.0) where ``for x in r`` failed."""
+    ops = _OPS.get(code)
+    if ops is None:
+        instructions = list(dis.get_instructions(code))
+        ops = {}
+        for one, after in zip(instructions, [*instructions[1:], None]):
+            end = after.offset if after is not None else len(code.co_code)
+            for at in range(one.offset, end, 2):
+                ops[at] = (one.opcode, after.opcode if after is not None else None)
+        if len(_OPS) >= _MAX_CODES:  # a long-lived process meets many tests' sources
+            _OPS.clear()
+        _OPS[code] = ops
+    return ops.get(offset, (None, None))
 
 
 def returned_items(value: Any) -> list[Any]:
@@ -75,6 +113,13 @@ def taken_back(before: list[Any], after: list[Any], returned: Iterable[Any], cal
     one per call, or as many of the lost items as they returned (``pop``, ``drain``), if more."""
     lost = _keys(before) - _keys(after)
     return max(calls, sum((_keys(returned) & lost).values()))
+
+
+def gained(before: list[Any], after: list[Any], handed: list[Any]) -> bool:
+    """Whether ``after`` holds an item that neither ``before`` nor ``handed`` (what the tests'
+    calls passed in since) holds as many times: one the value made up, as a forged ``reset`` leaving
+    ``[2]`` after 4, 4, 4 did (``Remote._emptied_unseen``)."""
+    return bool(_keys(after) - _keys(before) - _keys(handed))
 
 
 def _keys(items: Iterable[Any]) -> collections.Counter[str]:
