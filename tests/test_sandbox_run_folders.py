@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from bwrap_util import WHY_NOT
@@ -179,3 +182,54 @@ def test_a_dataset_file_directly_in_a_system_folder_is_hidden(isolation_option, 
         for path in (data, other, elsewhere):
             if os.path.lexists(path):
                 os.unlink(path)
+
+
+@pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
+def test_a_dataset_file_inside_the_interpreters_venv_is_hidden(isolation_option, fallback, tmp_path, monkeypatch,
+                                                                 request):
+    """A dataset file inside the folders bound for the interpreter (a package's data under its
+    venv's ``lib``) lies outside every view ``in_view_files`` looked at and in no hidden folder,
+    so samples read it through the interpreter's bind (bubblewrap, the ``unshare`` level's own
+    root) or the folders bound back (host view). It is covered by /dev/null after those binds
+    now; a file beside it stays readable, and a right solution still scores."""
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    base = "/usr/bin/python3" if fallback or os.geteuid() == 0 else sys.executable
+    if not os.access(base, os.X_OK):
+        pytest.skip(f"needs {base}")
+    from polyrl import sandbox_hidden
+
+    # the host view runs the venv's interpreter as the sample's uid: a folder every user can reach
+    top = Path(tempfile.mkdtemp(prefix="polyrl-venv-", dir="/var/tmp")) if fallback else tmp_path
+    os.chmod(top, 0o755)
+    if fallback:
+        request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    venv = top / "venv"
+    made = subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"{base} makes no venv here: {made.stderr[-200:]}")
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    package = venv / os.path.relpath(site, venv) / "polyrl_probe_data"
+    package.mkdir(parents=True)
+    data, other = package / "train.jsonl", package / "README.txt"
+    data.write_text('{"expected": "ANSWER-44"}\n')
+    other.write_text("NOT-THE-RUNS\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    monkeypatch.setattr(runner, "_launches", {})
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    if fallback:
+        from polyrl.sandbox import new_root
+
+        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    sandbox_hidden.hide_from_samples([str(data)])
+    box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=str(venv / "bin" / "python"),
+                  isolation=isolation_option, audit_hook=False)
+    assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+    result = box.run(FILE_PROBE.format(paths=[str(data), str(other)]) + GOOD, TESTS)
+    assert result.passed == [True], result
+    assert "ANSWER-44" not in result.output, (box.report, result.output)
+    assert f"READ {other} 'NOT-THE-RUNS'" in result.output, result.output  # the venv stays in view
