@@ -233,3 +233,39 @@ def test_a_dataset_file_inside_the_interpreters_venv_is_hidden(isolation_option,
     assert result.passed == [True], result
     assert "ANSWER-44" not in result.output, (box.report, result.output)
     assert f"READ {other} 'NOT-THE-RUNS'" in result.output, result.output  # the venv stays in view
+
+
+def test_a_dataset_file_directly_in_tmp_keeps_the_host_view(tmp_path, monkeypatch):
+    """A dataset file lying directly in /tmp (a folder never hidden) was a file to cover in the host
+    view, whose setup mounts the sample's own /tmp first: the bind over the file, gone under it,
+    failed (ENOENT), so the read-only host view was refused and samples ran with the host's files
+    in view, writable where permissions allow, the dataset file among them. The file is nothing
+    to cover there now (the sample's /tmp holds none of the host's): the view stands, the sample
+    reads no such file and a right solution scores."""
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    from polyrl import sandbox_hidden
+    from polyrl.sandbox import new_root
+
+    data = f"/tmp/polyrl-data-in-tmp-{os.getpid()}.jsonl"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    try:
+        with open(data, "w") as f:
+            f.write('{"expected": "ANSWER-45"}\n')
+        os.chmod(data, 0o644)
+        sandbox_hidden.hide_from_samples([data])
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python="/usr/bin/python3",
+                      isolation="weak", audit_hook=False)
+        if "pivot_root" not in box.report["filesystem"] and "host files read-only" not in box.report["filesystem"]:
+            pytest.skip(f"the host view does not start here: {box.report['filesystem'][:200]}")
+        assert "host files read-only" in box.report["filesystem"], box.report
+        result = box.run(FILE_PROBE.format(paths=[data]) + GOOD, TESTS)
+        assert result.passed == [True], result
+        assert "ANSWER-45" not in result.output, result.output
+    finally:
+        if os.path.lexists(data):
+            os.unlink(data)

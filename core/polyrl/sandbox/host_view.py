@@ -126,6 +126,8 @@ try:
         read_only(path, os.fstatvfs(fd).f_flag)
         os.close(fd)
     for path in files:  # after the kept binds: a dataset file in the interpreter's venv too (``bound_files``)
+        if not os.path.lexists(path):  # under the sample's own /tmp (/tmp/train.jsonl), or gone: nothing to cover
+            continue
         mount("/dev/null", path, None, BIND)
         read_only(path, os.statvfs(path).f_flag)
     for folder in spec["hide"]:

@@ -167,7 +167,7 @@ try:
         if (path, fd) not in late:
             place(path, fd)
     for path in files:  # in /usr or a kept folder (the interpreter's venv), covered after its bind
-        if not any(under(path, top) for top, _ in late):
+        if not any(under(path, top) for top, _ in late) and os.path.lexists(NEW + path):  # gone: nothing to cover
             mount(f"{NEW}/dev/null", NEW + path, None, BIND)
     os.makedirs(f"{NEW}/tmp", 0o755, exist_ok=True)
     all_read_only(NEW)
@@ -175,7 +175,7 @@ try:
     for path, fd in late:  # after the sample's tmpfs, which would cover them, as bubblewrap binds them
         place(path, fd)
         for file in files:
-            if under(file, path):
+            if under(file, path) and os.path.lexists(NEW + file):
                 mount(f"{NEW}/dev/null", NEW + file, None, BIND)
         all_read_only(NEW + path)
     for path, fd in opened:
