@@ -269,3 +269,51 @@ def test_a_dataset_file_directly_in_tmp_keeps_the_host_view(tmp_path, monkeypatc
     finally:
         if os.path.lexists(data):
             os.unlink(data)
+
+
+@pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
+def test_a_folder_a_dataset_glob_matches_is_hidden(isolation_option, fallback, tmp_path, monkeypatch):
+    """A registered glob whose own folder is never hidden (``/usr/local/share/<run>-*``) and that
+    matches a folder (``<run>-1/``, holding the dataset) hid nothing of it: ``files`` takes regular
+    files only, so samples read the folder's files. Such a folder is hidden as a registered one is
+    now; a file beside it stays readable, and a right solution still scores."""
+    if os.geteuid() != 0 or not os.path.isdir("/usr/local/share"):
+        pytest.skip("needs root to write folders in /usr/local/share")
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    if fallback and not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    from polyrl import sandbox_hidden
+
+    tag = f"polyrl-glob-folder-{os.getpid()}-{isolation_option}-{fallback}"
+    folder, beside = f"/usr/local/share/{tag}-1", f"/usr/local/share/{tag}.txt"
+    data = f"{folder}/train.jsonl"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    monkeypatch.setattr(runner, "_launches", {})
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    if fallback:
+        from polyrl.sandbox import new_root
+
+        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    try:
+        os.mkdir(folder, 0o755)
+        for path, text in ((data, '{"expected": "ANSWER-46"}'), (beside, "NOT-THE-RUNS")):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            os.chmod(path, 0o644)
+        sandbox_hidden.hide_from_samples([f"/usr/local/share/{tag}-*"])
+        python = "/usr/bin/python3" if fallback else sys.executable
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
+                      isolation=isolation_option, audit_hook=False)
+        assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+        result = box.run(FILE_PROBE.format(paths=[data, beside]) + GOOD, TESTS)
+        assert result.passed == [True], result
+        assert "ANSWER-46" not in result.output, result.output
+        assert f"READ {beside} 'NOT-THE-RUNS'" in result.output, result.output
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.path.lexists(beside):
+            os.unlink(beside)

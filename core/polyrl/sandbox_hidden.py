@@ -51,9 +51,19 @@ def hide_from_samples(paths: Iterable[str | os.PathLike[str] | None]) -> None:
 
 
 def hidden() -> list[str]:
-    """The folders registered so far."""
+    """The folders registered so far, then the folders the registered globs match now. Why the
+    latter: ``files`` takes regular files only, and a glob's own folder may be one that is never
+    hidden (``/usr/local/share/run-*`` matching the folder ``run-1`` that holds the dataset), so
+    a folder it matched stayed in the samples' view."""
     with _lock:
-        return list(_folders)
+        folders, paths = list(_folders), list(_paths)
+    seen = set(folders)  # a glob over many folders stays linear
+    for path in paths:
+        for match in sorted(glob.glob(path)) if glob.has_magic(path) else []:
+            if match not in seen and os.path.isdir(match):
+                seen.add(match)
+                folders.append(match)
+    return folders
 
 
 def files() -> list[str]:
