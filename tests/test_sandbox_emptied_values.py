@@ -155,3 +155,27 @@ def test_a_method_may_take_the_items_it_gives_back():
     got = _scored([DRAINED_FORGED[n][0] for n in names], [DRAINED_FORGED[n][1] for n in names])
     assert got == [0.0] * len(names)
 
+
+
+#: Right values of the tests' own classes whose ``bool`` Python answers from ``__len__`` alone:
+#: a heap whose ``__iter__`` pops in order, and a mapping with ``__getitem__`` by key and no ``__iter__``.
+HEAP = ("import heapq\nclass PQ:\n    def __init__(self):\n        self.h = []\n    def push(self, x):\n"
+        "        heapq.heappush(self.h, x)\n    def __len__(self):\n        return len(self.h)\n"
+        "    def __iter__(self):\n        while self.h:\n            yield heapq.heappop(self.h)\n")
+MAPPING = ("class Cache:\n    def __init__(self):\n        self.d = {}\n    def put(self, k, v):\n        self.d[k] = v\n"
+           "    def __len__(self):\n        return len(self.d)\n    def __getitem__(self, k):\n        return self.d[k]\n")
+#: (tests, right solution): ``assert q`` and then other checks of the same value.
+TRUE_RIGHTLY = {
+    "heap_popping_iterator": ("q = PQ()\nq.push(3)\nq.push(1)\nq.push(2)\nassert q\nassert len(q) == 3", HEAP),
+    "mapping_without_iter": ("c = Cache()\nc.put('a', 1)\nassert c\nassert c['a'] == 1 and len(c) == 1", MAPPING),
+}
+
+
+def test_bool_of_a_right_value_reads_none_of_its_items():
+    """Python's ``bool`` asks ``__len__`` only; reading a first item for ``assert q`` popped one
+    off a right heap whose ``__iter__`` pops (``len(q) == 3`` then failed) and raised KeyError
+    for item 0 of a mapping without ``__iter__`` (each 0.5). Both keep 1.0 now, while the values
+    true over no items above still fail (``test_a_value_true_over_no_items_fails``)."""
+    names = list(TRUE_RIGHTLY)
+    got = _scored([TRUE_RIGHTLY[n][0] for n in names], [TRUE_RIGHTLY[n][1] for n in names])
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from bwrap_util import WHY_NOT
@@ -179,3 +182,138 @@ def test_a_dataset_file_directly_in_a_system_folder_is_hidden(isolation_option, 
         for path in (data, other, elsewhere):
             if os.path.lexists(path):
                 os.unlink(path)
+
+
+@pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
+def test_a_dataset_file_inside_the_interpreters_venv_is_hidden(isolation_option, fallback, tmp_path, monkeypatch,
+                                                                 request):
+    """A dataset file inside the folders bound for the interpreter (a package's data under its
+    venv's ``lib``) lies outside every view ``in_view_files`` looked at and in no hidden folder,
+    so samples read it through the interpreter's bind (bubblewrap, the ``unshare`` level's own
+    root) or the folders bound back (host view). It is covered by /dev/null after those binds
+    now; a file beside it stays readable, and a right solution still scores."""
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    base = "/usr/bin/python3" if fallback or os.geteuid() == 0 else sys.executable
+    if not os.access(base, os.X_OK):
+        pytest.skip(f"needs {base}")
+    from polyrl import sandbox_hidden
+
+    # the host view runs the venv's interpreter as the sample's uid: a folder every user can reach
+    top = Path(tempfile.mkdtemp(prefix="polyrl-venv-", dir="/var/tmp")) if fallback else tmp_path
+    os.chmod(top, 0o755)
+    if fallback:
+        request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    venv = top / "venv"
+    made = subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"{base} makes no venv here: {made.stderr[-200:]}")
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    package = venv / os.path.relpath(site, venv) / "polyrl_probe_data"
+    package.mkdir(parents=True)
+    data, other = package / "train.jsonl", package / "README.txt"
+    data.write_text('{"expected": "ANSWER-44"}\n')
+    other.write_text("NOT-THE-RUNS\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    monkeypatch.setattr(runner, "_launches", {})
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    if fallback:
+        from polyrl.sandbox import new_root
+
+        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    sandbox_hidden.hide_from_samples([str(data)])
+    box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=str(venv / "bin" / "python"),
+                  isolation=isolation_option, audit_hook=False)
+    assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+    result = box.run(FILE_PROBE.format(paths=[str(data), str(other)]) + GOOD, TESTS)
+    assert result.passed == [True], result
+    assert "ANSWER-44" not in result.output, (box.report, result.output)
+    assert f"READ {other} 'NOT-THE-RUNS'" in result.output, result.output  # the venv stays in view
+
+
+def test_a_dataset_file_directly_in_tmp_keeps_the_host_view(tmp_path, monkeypatch):
+    """A dataset file lying directly in /tmp (a folder never hidden) was a file to cover in the host
+    view, whose setup mounts the sample's own /tmp first: the bind over the file, gone under it,
+    failed (ENOENT), so the read-only host view was refused and samples ran with the host's files
+    in view, writable where permissions allow, the dataset file among them. The file is nothing
+    to cover there now (the sample's /tmp holds none of the host's): the view stands, the sample
+    reads no such file and a right solution scores."""
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    from polyrl import sandbox_hidden
+    from polyrl.sandbox import new_root
+
+    data = f"/tmp/polyrl-data-in-tmp-{os.getpid()}.jsonl"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    try:
+        with open(data, "w") as f:
+            f.write('{"expected": "ANSWER-45"}\n')
+        os.chmod(data, 0o644)
+        sandbox_hidden.hide_from_samples([data])
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python="/usr/bin/python3",
+                      isolation="weak", audit_hook=False)
+        if "pivot_root" not in box.report["filesystem"] and "host files read-only" not in box.report["filesystem"]:
+            pytest.skip(f"the host view does not start here: {box.report['filesystem'][:200]}")
+        assert "host files read-only" in box.report["filesystem"], box.report
+        result = box.run(FILE_PROBE.format(paths=[data]) + GOOD, TESTS)
+        assert result.passed == [True], result
+        assert "ANSWER-45" not in result.output, result.output
+    finally:
+        if os.path.lexists(data):
+            os.unlink(data)
+
+
+@pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
+def test_a_folder_a_dataset_glob_matches_is_hidden(isolation_option, fallback, tmp_path, monkeypatch):
+    """A registered glob whose own folder is never hidden (``/usr/local/share/<run>-*``) and that
+    matches a folder (``<run>-1/``, holding the dataset) hid nothing of it: ``files`` takes regular
+    files only, so samples read the folder's files. Such a folder is hidden as a registered one is
+    now; a file beside it stays readable, and a right solution still scores."""
+    if os.geteuid() != 0 or not os.path.isdir("/usr/local/share"):
+        pytest.skip("needs root to write folders in /usr/local/share")
+    if isolation_option == "require" and WHY_NOT is not None:
+        pytest.skip(f"bubblewrap does not work here: {WHY_NOT}")
+    if fallback and not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3, an interpreter user nobody can run")
+    from polyrl import sandbox_hidden
+
+    tag = f"polyrl-glob-folder-{os.getpid()}-{isolation_option}-{fallback}"
+    folder, beside = f"/usr/local/share/{tag}-1", f"/usr/local/share/{tag}.txt"
+    data = f"{folder}/train.jsonl"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    monkeypatch.setattr(runner, "_launches", {})
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    if fallback:
+        from polyrl.sandbox import new_root
+
+        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    try:
+        os.mkdir(folder, 0o755)
+        for path, text in ((data, '{"expected": "ANSWER-46"}'), (beside, "NOT-THE-RUNS")):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            os.chmod(path, 0o644)
+        sandbox_hidden.hide_from_samples([f"/usr/local/share/{tag}-*"])
+        python = "/usr/bin/python3" if fallback else sys.executable
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
+                      isolation=isolation_option, audit_hook=False)
+        assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+        result = box.run(FILE_PROBE.format(paths=[data, beside]) + GOOD, TESTS)
+        assert result.passed == [True], result
+        assert "ANSWER-46" not in result.output, result.output
+        assert f"READ {beside} 'NOT-THE-RUNS'" in result.output, result.output
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.path.lexists(beside):
+            os.unlink(beside)

@@ -51,27 +51,48 @@ def hide_from_samples(paths: Iterable[str | os.PathLike[str] | None]) -> None:
 
 
 def hidden() -> list[str]:
-    """The folders registered so far."""
-    with _lock:
-        return list(_folders)
+    """The folders registered so far, then the folders the registered globs match now. Why the
+    latter: ``files`` takes regular files only, and a glob's own folder may be one that is never
+    hidden (``/usr/local/share/run-*`` matching the folder ``run-1`` that holds the dataset), so
+    a folder it matched stayed in the samples' view."""
+    return _hidden(_matched()[0])
 
 
 def files() -> list[str]:
     """The regular files the registered file paths and globs name now, links followed: what to
     hide one by one where their folder is not hidden (module doc)."""
+    return _matched()[1]
+
+
+def _hidden(matched: list[str]) -> list[str]:
+    with _lock:
+        folders = list(_folders)
+    seen = set(folders)
+    return folders + [m for m in matched if m not in seen]
+
+
+def _matched() -> tuple[list[str], list[str]]:
+    """(the folders the registered globs match, the regular files the registered paths and globs
+    name, links followed), each path listed once: one glob per registered path, linear in its
+    matches (a glob over many shards)."""
     with _lock:
         paths = list(_paths)
-    found: dict[str, None] = {}  # ordered, and a glob over many shards stays linear
+    folders: dict[str, None] = {}  # ordered
+    found: dict[str, None] = {}
     for path in paths:
-        for match in sorted(glob.glob(path)) if glob.has_magic(path) else [path]:
+        magic = glob.has_magic(path)
+        for match in sorted(glob.glob(path)) if magic else [path]:
             real = os.path.realpath(match)
-            if real not in found and os.path.isfile(real):
+            if os.path.isfile(real):
                 found[real] = None
-    return list(found)
+            elif magic and os.path.isdir(real):
+                folders[match] = None
+    return list(folders), list(found)
 
 
 def state() -> tuple[tuple[str, bool], ...]:
-    """Each registered folder and whether it exists now, then each registered file: a launch
-    built before the run made its output_dir (the setup check) is built again once it exists, so
-    the folder is then hidden."""
-    return tuple((folder, os.path.isdir(folder)) for folder in hidden()) + tuple((f, True) for f in files())
+    """Each registered folder (and each a glob matches) and whether it exists now, then each
+    registered file: a launch built before the run made its output_dir (the setup check) is
+    built again once it exists, so the folder is then hidden."""
+    folders, found = _matched()
+    return tuple((folder, os.path.isdir(folder)) for folder in _hidden(folders)) + tuple((f, True) for f in found)

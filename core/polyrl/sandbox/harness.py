@@ -121,6 +121,8 @@ class Session:
         #: a value a loop read emptied, unseen empty since -> the verdicts that loop ran in (``Remote._emptied_unseen``;
         #: None: not a test's, the next test's)
         self.unconfirmed: dict[int, set[int | None]] = {}
+        #: a value whose ``bool`` said true -> that request (``Remote.__bool__``, ``Remote._true_over_nothing``)
+        self.truthy: dict[int, int] = {}
         self.effect_calls: frozenset[str] = frozenset()  # the solution's functions the tests call as statements
         self.all_changed: list[int] = []  # the requests that called one (``touch_all``)
         self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's

@@ -107,9 +107,6 @@ try:
     modes = {c: os.stat(c) for c in spec["hide"]}
     all_read_only()
     mount("polyrl-sample", "/tmp", "tmpfs", NOSUID | NODEV, spec["tmp"])
-    for path in files:
-        mount("/dev/null", path, None, BIND)
-        read_only(path, os.statvfs(path).f_flag)
     for folder in spec["hide"]:
         st = modes[folder]
         owner = f",uid={st.st_uid},gid={st.st_gid}" if spec["root"] else ""
@@ -128,6 +125,11 @@ try:
         mount(f"/proc/self/fd/{fd}", path, None, BIND | REC)
         read_only(path, os.fstatvfs(fd).f_flag)
         os.close(fd)
+    for path in files:  # after the kept binds: a dataset file in the interpreter's venv too (``bound_files``)
+        if not os.path.lexists(path):  # under the sample's own /tmp (/tmp/train.jsonl), or gone: nothing to cover
+            continue
+        mount("/dev/null", path, None, BIND)
+        read_only(path, os.statvfs(path).f_flag)
     for folder in spec["hide"]:
         read_only(folder, NOSUID | NODEV)
     os.chdir("/tmp")
@@ -298,3 +300,20 @@ def in_view_files(python: str, hidden: Sequence[str], view: Sequence[str] = ("/"
     binary = os.path.realpath(python)
     return [f for f in sandbox_hidden.files() if f != binary and any(under(f, top) for top in view)
             and not any(under(f, folder) for folder in hidden)]
+
+
+def bound_files(python: str, binds: Sequence[str], done: Sequence[str] = ()) -> list[str]:
+    """Where a sample sees the run's registered dataset files (``sandbox_hidden.files``) that lie
+    in a folder bound into its own root (``binds``: the interpreter's, ``isolation.interpreter_binds``),
+    each as the bind's path shows it, but for those in ``done`` (already covered) and the
+    interpreter's own binary. Why: a dataset file inside the interpreter's venv or prefix (a
+    package's data under its ``lib``) is outside ``_OWN_ROOT_VIEW`` and no hidden folder holds it,
+    so samples read it through the bind; each is covered by /dev/null after the binds."""
+    binary = os.path.realpath(python)
+    found: dict[str, None] = {}
+    for path in binds:
+        real = os.path.realpath(path)
+        for f in sandbox_hidden.files():
+            if f != binary and f not in done and under(f, real):
+                found[path.rstrip("/") + f[len(real.rstrip("/")):]] = None
+    return list(found)

@@ -364,12 +364,15 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
         cmd += ["--perms", f"{stat.S_IMODE(os.stat(folder).st_mode):o}", "--size", str(1024 * 1024), "--tmpfs", folder] \
             if os.path.isdir(folder) else ["--ro-bind", "/dev/null", folder]
     folders = interpreter_paths(python, hide)
-    for path in folders if whole_prefix else interpreter_binds(folders, python):  # after the tmpfs: a venv under /tmp stays visible
+    binds = folders if whole_prefix else interpreter_binds(folders, python)
+    for path in binds:  # after the tmpfs: a venv under /tmp stays visible
         for folder in _ancestors(path):
             if folder not in made and not any(folder == f"/{n}" for n in ROOT_LINKS + ("usr",)):
                 made.add(folder)
                 cmd += ["--perms", "0755", "--dir", folder]
         cmd += ["--ro-bind", path, path]
+    for path in host_view.bound_files(python, binds, hide):  # a dataset file the binds show (in the venv): /dev/null
+        cmd += ["--ro-bind", "/dev/null", path]
     # /proc read-only: a sample with uid 0 (user = "none", or no user nobody) could otherwise write
     # /proc/sys (kernel.core_pattern runs a program as the host's root) and lower its oom_score_adj
     for folder in hide:
@@ -652,7 +655,8 @@ def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
     # as root, each first in a user namespace of the sample's own (``userns_wrapper``: no other nests in
     # it, and its @u is its own), then in the host's; a non-root trainer's sample has one (``prefix``)
     nests = [userns_wrapper(python), []] if os.geteuid() == 0 else [[]]
-    root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr, program)
+    files = host_view.bound_files(python, keep, in_usr)  # the run's dataset files the kept folders show
+    root = prefix + new_root.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, in_usr + files, program)
     why_root = ""
     for nest in nests:
         if (why_root := probe(nest + root + [python, "-I", "-c", _IDENTITY], expected) or "") == "":
@@ -661,6 +665,7 @@ def _host_view(prefix: list[str], python: str, disk_mb: int, expected: str,
     hide = sorted(set(host_view.hidden_folders(host_view.trainer_folders())) | set(in_usr))
     # and, as the whole host is in view, the run's dataset files elsewhere no hidden folder holds (/opt/train.jsonl)
     hide = sorted(set(hide) | set(host_view.in_view_files(python, [h for h in hide if os.path.isdir(h)])))
+    hide = sorted(set(hide) | set(host_view.bound_files(python, keep, hide)))  # and those the kept folders show
     view = prefix + host_view.setup_command(python, disk_mb, tmpfs_inodes(disk_mb), keep, hide, program=program)
     why = ""
     for nest in nests:

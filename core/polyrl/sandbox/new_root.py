@@ -15,7 +15,8 @@ read-only, and the sample's size- and inode-capped tmpfs at ``/tmp``. Then ``piv
 the outer tmpfs holding it ``/`` and the host's whole tree is detached, so no path, socket or
 folder of the host outside those binds is there at all (the trainer's ``/etc`` neither, as under
 bubblewrap). ``hide``: the trainer's folders inside ``/usr`` (``usr_hidden``), under an empty
-read-only tmpfs, and the run's dataset files no such folder holds, under ``/dev/null``.
+read-only tmpfs, and the run's dataset files no such folder holds (in ``/usr``, or in a folder
+kept for the interpreter: ``host_view.bound_files``), under ``/dev/null`` after those binds.
 
 Before all that it sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (where the kernel
 lets it: always as root): without the seccomp filter (which refuses ``shmget``) a sample held
@@ -141,6 +142,8 @@ try:
     opened = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in binds]
     first = len(opened)
     under = lambda path, top: path == top or path.startswith(top + "/")
+    files = [f for f in hide if not os.path.isdir(f)]  # the run's dataset files: /dev/null over each, after the binds
+    hide = [f for f in hide if f not in files]
     # never a path of the host's /usr (bound whole: a folder made there would be the host's), but
     # what is under a hidden folder in it (a venv in a project folder under /usr/local)
     keep = [p for p in keep if os.path.lexists(p) and (not under(p, "/usr") or any(under(p, h) and p != h for h in hide))]
@@ -157,20 +160,23 @@ try:
     for path, fd in opened[:first]:
         place(path, fd)
     for folder in hide:  # the trainer's folders inside /usr: an empty tmpfs, before the kept binds under it
-        if not os.path.isdir(NEW + folder):  # a dataset file of the run's: the sample's /dev/null over it
-            mount(f"{NEW}/dev/null", NEW + folder, None, BIND)
-            continue
         mode = os.stat(NEW + folder).st_mode & 0o7777
         mount("polyrl-hidden", NEW + folder, "tmpfs", NOSUID | NODEV, f"size=1m,nr_inodes=4096,mode={mode:o}")
     late = [(path, fd) for path, fd in opened[first:] if under(path, "/tmp")]  # a venv under /tmp (CI runners)
     for path, fd in opened[first:]:
         if (path, fd) not in late:
             place(path, fd)
+    for path in files:  # in /usr or a kept folder (the interpreter's venv), covered after its bind
+        if not any(under(path, top) for top, _ in late) and os.path.lexists(NEW + path):  # gone: nothing to cover
+            mount(f"{NEW}/dev/null", NEW + path, None, BIND)
     os.makedirs(f"{NEW}/tmp", 0o755, exist_ok=True)
     all_read_only(NEW)
     mount("polyrl-sample", f"{NEW}/tmp", "tmpfs", NOSUID | NODEV, tmp)
     for path, fd in late:  # after the sample's tmpfs, which would cover them, as bubblewrap binds them
         place(path, fd)
+        for file in files:
+            if under(file, path) and os.path.lexists(NEW + file):
+                mount(f"{NEW}/dev/null", NEW + file, None, BIND)
         all_read_only(NEW + path)
     for path, fd in opened:
         os.close(fd)

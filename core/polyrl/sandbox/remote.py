@@ -297,6 +297,8 @@ class Remote:
             before = "none (its reading failed)" if isinstance(seen, Exception) else len(seen)
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {before}, "
                                  "with nothing called that changes it between")
+        if isinstance(items, list) and not items:
+            self._true_over_nothing()
         if seen is None and not isinstance(items, Exception):
             self._shrunk_softly(items)
             if looped:
@@ -448,40 +450,41 @@ class Remote:
         return self._session.ask("next", self._data, root=self._root, ref=self._ref, kin=self._kin)
 
     def __bool__(self) -> bool:
-        """Its own ``bool``; where that says yes of a value whose items count (``_counts_items``)
-        and that is iterable, AssertionError if it has no first item (``_has_an_item``). Why: a
-        value whose ``__bool__`` (or ``__len__``) said True (3) over no items passed ``assert r``
-        (or ``r and ...``) and then ``all(is_prime(x) for x in r)`` (1.0): built-in data is true
-        only with items. A value that is no iterable, or its own iterator (a generator: true in
-        Python whatever it has left), keeps its own truth, as does one whose ``bool`` says no (only
+        """Its own ``bool``; where that says yes of a value whose items count (``_counts_items``),
+        AssertionError if its last whole reading, nothing changed since, gave no items, else the
+        yes is held (``Session.truthy``) for the next reading of the tests' to check
+        (``_true_over_nothing``). Why: a value whose ``__bool__`` (or ``__len__``) said True (3)
+        over no items passed ``assert r`` (or ``r and ...``) and then ``all(is_prime(x) for x in
+        r)`` (1.0): built-in data is true only with items. Why not read an item here: Python's
+        ``bool`` never iterates, so a right heap whose ``__iter__`` pops (``heappop``) lost an item
+        to ``assert q``, and a mapping with ``__len__`` and ``__getitem__`` but no ``__iter__``
+        raised KeyError for item 0 (both scored 0). A value whose ``bool`` says no keeps it (only
         an empty answer gains from that, which ``return []`` gives)."""
-        truth = self._session.ask("bool", False, ref=self._ref) is True
-        if not truth and self._counts_items():  # ``assert not q``: the tests see it empty
-            self._session.unconfirmed.pop(self._ref, None)
-        if truth and self._counts_items() and self._has_an_item() is False:
+        s = self._session
+        truth = s.ask("bool", False, ref=self._ref) is True
+        if not self._counts_items():
+            return truth
+        if not truth:  # ``assert not q``: the tests see it empty
+            s.unconfirmed.pop(self._ref, None)
+            s.truthy.pop(self._ref, None)
+            return truth
+        seen = self._fresh_seen()
+        if isinstance(seen, list) and not seen:
             raise AssertionError(f"bool() of the sample's {self._type[:100]!r} says true over no items")
+        s.truthy[self._ref] = s.asks
         return truth
 
-    def _has_an_item(self) -> bool | None:
-        """Whether a fresh iterator over it gives a first item (its last whole reading's, while
-        nothing changed it since); None where it is no iterable or is its own iterator. One item
-        read, not all: ``while q: q.pop()`` asks this once per item."""
-        seen = self._fresh_seen()
-        if isinstance(seen, list):
-            return bool(seen)
+    def _true_over_nothing(self) -> None:
+        """AssertionError where this reading gave no items while the last ``bool`` of it said
+        true and no call that may change it came since (``Session.changes``, ``__bool__``).
+        Its own iterator (a generator) never comes here: ``__iter__`` gives it no ``whole``."""
         s = self._session
-        try:
-            answer = s.ask("iter", self._data, root=self._root, ref=self._ref, kin=self._kin, lazy=True)
-        except SampleStopped:
-            raise
-        except Exception:  # noqa: BLE001 - not iterable: its truth stands alone
-            if s.channel.dead is not None:
-                raise s.channel.dead from None
-            return None
-        if not isinstance(answer, Remote):  # its own iterator: reading would take its items
-            return None
-        first = s.ask("take", self._data, root=self._root, ref=answer._ref, kin=self._kin, n=1)
-        return type(first) is list and len(first) > 0
+        at = s.truthy.get(self._ref)
+        if at is None:
+            return
+        since = s.changes(self._ref, self._kin, at) if self._kin is not None else s.soft_changes(self._ref, at)
+        if since == 0:
+            raise AssertionError(f"bool() of the sample's {self._type[:100]!r} said true over no items")
 
     def __str__(self) -> str:
         value = self._session.ask("str", False, ref=self._ref)
