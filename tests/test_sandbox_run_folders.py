@@ -108,6 +108,34 @@ def test_folder_of_a_dataset_path():
     assert folder_of("~/runs/x") == os.path.expanduser("~/runs/x")
 
 
+def test_a_dataset_glob_is_matched_again_only_when_its_folder_changed(tmp_path, monkeypatch):
+    """Each sample's launch asks for the run's dataset files: a glob over 20k shards took ~0.4 s
+    a launch. They are matched again only when a registered path or its folder changed (a file
+    made or removed there changes the folder's modification time)."""
+    import glob
+
+    from polyrl import sandbox_hidden
+
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    monkeypatch.setattr(sandbox_hidden, "_found", {}, raising=False)  # main had none
+    for i in range(3):
+        (tmp_path / f"shard-{i}.jsonl").write_text("{}\n")
+    globs = []
+    real_glob = glob.glob
+    monkeypatch.setattr(glob, "glob", lambda pattern, *a, **k: globs.append(pattern) or real_glob(pattern, *a, **k))
+    sandbox_hidden.hide_from_samples([str(tmp_path / "shard-*.jsonl")])
+    first = sandbox_hidden.files()
+    assert len(first) == 3 and sandbox_hidden.state() == sandbox_hidden.state()
+    assert sandbox_hidden.files() == first and len(globs) == 1  # three launches, one glob
+    (tmp_path / "shard-3.jsonl").write_text("{}\n")
+    os.utime(tmp_path, ns=(10**18, 10**18))  # the folder changed (beyond the timestamp tick)
+    assert len(sandbox_hidden.files()) == 4 and len(globs) == 2
+    sandbox_hidden.hide_from_samples([str(tmp_path / "eval-*.jsonl")])  # another path registered
+    sandbox_hidden.files()
+    assert len(globs) == 4  # both matched again
+
+
 def test_the_trainer_registers_its_output_dir_and_dataset_folders(tiny_model_dir, tmp_path, monkeypatch):
     """Building a ``Trainer`` (before any reward runs, without loading a model) registers the
     run's output_dir (not made yet) and the folders of its data.path and data.eval_path."""
