@@ -41,6 +41,23 @@ for folder in ({data!r}, {out!r}):
 """
 
 
+def _fresh_registry(monkeypatch, tmp_path, isolation_option: str, fallback: bool) -> None:
+    """Nothing registered yet and no launch cached; the weak level without bubblewrap, and the
+    host view (``fallback``: pivot_root refused, as on a root on the initramfs) where the test asks for it."""
+    from polyrl import sandbox_hidden
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox_hidden, "_folders", [])
+    monkeypatch.setattr(sandbox_hidden, "_paths", [])
+    monkeypatch.setattr(runner, "_launches", {})
+    if isolation_option == "weak":
+        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
+    if fallback:
+        from polyrl.sandbox import new_root
+
+        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+
+
 def _skip_unless_usable(isolation_option: str, fallback: bool, *folders: str) -> None:
     """Skip, naming what is missing, unless root may write in ``folders`` and the level runs here."""
     if os.geteuid() != 0 or not all(os.path.isdir(f) for f in folders):
@@ -63,16 +80,7 @@ def test_the_runs_output_dir_and_dataset_inside_usr_are_hidden(isolation_option,
 
     tag = f"polyrl-run-folders-{os.getpid()}-{isolation_option}-{fallback}"
     out, data = f"/usr/local/share/{tag}", f"/usr/local/src/{tag}"
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sandbox_hidden, "_folders", [])
-    monkeypatch.setattr(sandbox_hidden, "_paths", [])
-    monkeypatch.setattr(runner, "_launches", {})
-    if isolation_option == "weak":
-        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
-    if fallback:  # as where pivot_root is refused (a root on the initramfs)
-        from polyrl.sandbox import new_root
-
-        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    _fresh_registry(monkeypatch, tmp_path, isolation_option, fallback)  # fallback: a root on the initramfs
     os.makedirs(data)
     try:
         with open(f"{data}/train.jsonl", "w") as f:
@@ -243,16 +251,7 @@ def test_a_dataset_file_inside_the_interpreters_venv_is_hidden(isolation_option,
     data, other = package / "train.jsonl", package / "README.txt"
     data.write_text('{"expected": "ANSWER-44"}\n')
     other.write_text("NOT-THE-RUNS\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sandbox_hidden, "_folders", [])
-    monkeypatch.setattr(sandbox_hidden, "_paths", [])
-    monkeypatch.setattr(runner, "_launches", {})
-    if isolation_option == "weak":
-        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
-    if fallback:
-        from polyrl.sandbox import new_root
-
-        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    _fresh_registry(monkeypatch, tmp_path, isolation_option, fallback)
     sandbox_hidden.hide_from_samples([str(data)])
     box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=str(venv / "bin" / "python"),
                   isolation=isolation_option, audit_hook=False)
@@ -316,16 +315,7 @@ def test_a_folder_a_dataset_glob_matches_is_hidden(isolation_option, fallback, t
     tag = f"polyrl-glob-folder-{os.getpid()}-{isolation_option}-{fallback}"
     folder, beside = f"/usr/local/share/{tag}-1", f"/usr/local/share/{tag}.txt"
     data = f"{folder}/train.jsonl"
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sandbox_hidden, "_folders", [])
-    monkeypatch.setattr(sandbox_hidden, "_paths", [])
-    monkeypatch.setattr(runner, "_launches", {})
-    if isolation_option == "weak":
-        _without_bwrap(monkeypatch, str(tmp_path / "bin"))
-    if fallback:
-        from polyrl.sandbox import new_root
-
-        monkeypatch.setattr(new_root, "pivot_root_number", lambda: None)
+    _fresh_registry(monkeypatch, tmp_path, isolation_option, fallback)
     try:
         os.mkdir(folder, 0o755)
         for path, text in ((data, '{"expected": "ANSWER-46"}'), (beside, "NOT-THE-RUNS")):

@@ -9,24 +9,27 @@ from polyrl.sandbox.module_views import _bound
 from polyrl.sandbox.shrinking import gained, looped_here, loops_over, returned_items, taken_back
 
 
+class _Probe:
+    """A value that records, at each reading, whether ``looped_here`` saw a loop of the tests'."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def __iter__(self):
+        self.seen.append(looped_here())
+        return iter([1])
+
+
 def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
     """``shrinking.looped_here`` is true only where the tests' own code starts a loop or a
     comprehension over the value; ``list``/``sorted``/``in`` and code outside the tests are not."""
 
-    class Probe:
-        def __init__(self) -> None:
-            self.seen: list[bool] = []
-
-        def __iter__(self):
-            self.seen.append(looped_here())
-            return iter([1])
-
     source = "for x in r:\n    pass\nall(x for x in r)\n[x for x in r]\nlist(r)\nsorted(r)\n1 in r\nlooped(r)\n"
-    probe = Probe()
+    probe = _Probe()
     looped = loops_over(lambda value: iter(value))
     exec(compile(source, "<test>", "exec"), {"r": probe, "looped": looped})
     assert probe.seen == [True, True, True, False, False, False, True]
-    outside = Probe()
+    outside = _Probe()
     exec(compile("for x in r:\n    pass\n", "<elsewhere>", "exec"), {"r": outside})
     assert outside.seen == [False]
 
@@ -37,14 +40,7 @@ def test_looped_here_counts_a_whole_reading_a_loop_goes_over():
     whether ``__iter__`` or ``__len__`` (which ``list`` asks first) is asked; ``sorted(r) == [1]``
     and ``n = len(r)`` are not."""
 
-    class Probe:
-        def __init__(self) -> None:
-            self.seen: list[bool] = []
-
-        def __iter__(self):
-            self.seen.append(looped_here())
-            return iter([1])
-
+    class Probe(_Probe):
         def __len__(self) -> int:
             self.seen.append(looped_here())
             return 1
