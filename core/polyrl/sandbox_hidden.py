@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 _lock = threading.Lock()
 _folders: list[str] = []
-#: Registered paths that are no folder: a file or a glob, matched again at each launch (``files``).
+#: Registered paths that are no folder: a file or a glob, matched again when they or their folder change (``_matched``).
 _paths: list[str] = []
 
 

@@ -311,10 +311,10 @@ class TrlCallbacks:
         self.control.should_save = self._save_strategy() == "epoch"  # the step's own save is in ``asked`` already
         self.control.should_evaluate = False  # the step's evaluation is done (on_evaluate cleared it)
         self.event("on_epoch_end")
-        if self.deferred is None and self.control.should_evaluate and not evaluated and not self._can_evaluate:
+        late = self.deferred is None and self.control.should_evaluate and not evaluated
+        if late and not self._can_evaluate:
             self._no_evaluation()
-        elif self.deferred is None and self.control.should_evaluate and not evaluated and \
-                not self._said_epoch_evaluation:
+        elif late and not self._said_epoch_evaluation:
             log.warning("a callback set control.should_evaluate in on_epoch_end for a step polyrl did not evaluate; "
                         "polyrl evaluates a step before its on_log and on_epoch_end, so it is not evaluated. Fix: "
                         "set eval_strategy=\"epoch\" (each epoch's last step is evaluated), or set should_evaluate in "

@@ -310,10 +310,11 @@ def bound_files(python: str, binds: Sequence[str], done: Sequence[str] = ()) -> 
     package's data under its ``lib``) is outside ``_OWN_ROOT_VIEW`` and no hidden folder holds it,
     so samples read it through the bind; each is covered by /dev/null after the binds."""
     binary = os.path.realpath(python)
+    registered = [f for f in sandbox_hidden.files() if f != binary and f not in done]
     found: dict[str, None] = {}
     for path in binds:
         real = os.path.realpath(path)
-        for f in sandbox_hidden.files():
-            if f != binary and f not in done and under(f, real):
+        for f in registered:
+            if under(f, real):
                 found[path.rstrip("/") + f[len(real.rstrip("/")):]] = None
     return list(found)
