@@ -950,6 +950,34 @@ def test_tensorboards_text_tab_shows_completions_as_written(text):
         assert html.unescape(cells[2]).strip() == sample.strip(), rendered  # Markdown trims cells, not us
 
 
+def test_tensorboards_completions_table_keeps_its_rows_through_carriage_returns_entities_and_escapes():
+    """A ``\r`` in a completion (a model's ``\r\n``, a progress-bar imitation) ended the Markdown
+    table row: the rest of the completion, its rewards, reward and advantage were drawn in a row
+    of their own, each under the wrong column. ``&amp;`` read as ``&`` and an ANSI escape as
+    ``?[31m``. Rendered with TensorBoard's own ``markdown_to_safe_html``: one row per record, each
+    column where it belongs, and the completion as written (line endings as line breaks, control
+    characters as their pictures)."""
+    import html
+    import re
+
+    pytest.importorskip("tensorboard")
+    from tensorboard import plugin_util
+
+    from polyrl.tracking.completions import markdown_table
+
+    samples = {"2+2=\r4\r\n|done": "2+2=\n4\n|done", "&amp; &#124; a & b": "&amp; &#124; a & b",
+               "\x1b[31mred\x1b[0m\x00\x7f": "\u241b[31mred\u241b[0m\u2400\u2421", "ok": "ok"}
+    records = [{"step": 3, "prompt": f"p{i}", "completion": text, "rewards": {"f": float(i)}, "reward": float(i),
+                "advantage": -1.5, "finish_reason": "stop"} for i, text in enumerate(samples)]
+    rendered = plugin_util.markdown_to_safe_html(markdown_table(records))
+    rows = re.findall(r"<tr>(.*?)</tr>", rendered.split("<tbody>")[1], flags=re.S)
+    assert len(rows) == len(records), rendered
+    for i, (row, shown) in enumerate(zip(rows, samples.values())):
+        cells = [html.unescape(c.strip()) for c in re.findall(r"<td>(.*?)</td>", row, flags=re.S)]
+        assert cells[:2] == ["3", f"p{i}"] and cells[3:] == [f'{{"f": {float(i)}}}', str(float(i)), "-1.5", "stop"], row
+        assert re.sub(r"<br\s*/?>\n?", "\n", cells[2]) == shown, row
+
+
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # pytest's own thread hook
 def test_tensorboards_writer_thread_on_a_full_disk_is_one_warning_not_a_traceback(tmp_path, capfd):
     """tensorboard's writer thread raised the disk's OSError in itself too: a 30-line traceback on

@@ -123,15 +123,29 @@ def cell(value: Any) -> Any:
 
 #: Characters Markdown would read as formatting, shown as written with a backslash before each.
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|>])")
+#: Line endings as Markdown reads them: ``\r`` alone ends a line too (Python-Markdown's reading).
+_LINE_END = re.compile(r"\r\n?|\n")
+#: Control characters other than a tab and line endings: dropped or shown as ``?`` by the renderer.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _control_picture(match: re.Match[str]) -> str:
+    r"""The Unicode picture of a control character (U+2400 block: ``\x1b`` reads ␛, DEL ␡)."""
+    code = ord(match.group())
+    return chr(0x2421 if code == 0x7F else 0x2400 + code)
 
 
 def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
-    """The records as a Markdown table (TensorBoard's Text dashboard renders it), every character
+    r"""The records as a Markdown table (TensorBoard's Text dashboard renders it), every character
     of the texts shown as written: ``2*3*4`` rendered as 2<em>3</em>4 and ``**24**`` in bold, so a
-    format reward's markup could not be checked there."""
+    format reward's markup could not be checked there. Why line endings, ``&`` and control
+    characters too: a ``\r`` in a completion ended the table row (its rewards drawn under the
+    wrong columns, in a row of their own), ``&amp;`` read as ``&``, and an ANSI escape ``\x1b[31m``
+    as ``?[31m``: each is now shown as written (a line break, ``&amp;``, ``␛[31m``)."""
     def escape(value: Any) -> str:
         text = "" if value is None else str(cell(value))
-        return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text).replace("\n", "<br>")
+        text = _CONTROL.sub(_control_picture, _MARKDOWN_PUNCTUATION.sub(r"\\\1", text).replace("&", "&amp;"))
+        return _LINE_END.sub("<br>", text)
 
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
     return head + "".join("| " + " | ".join(escape(r[c]) for c in COLUMNS) + " |\n" for r in records)
