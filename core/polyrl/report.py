@@ -267,6 +267,11 @@ def load_run(run_dir: str | Path) -> RunData:
     records = _phase_records(run, [p for p in metrics_file.EVAL_PHASES if p not in evals], warnings)
     if not by_step and not evals and not records:
         why = "; ".join(warnings) or f"{METRICS_FILE} missing or empty"
+        ending = _ending(run, 0)
+        if ending is not None:  # a run that recorded its start: how it ended, not "pass another folder"
+            said, advice = ending
+            raise ConfigError(f"{str(run)!r} has no step metrics to draw ({why}): {said}", field="RUN_DIR",
+                              fix=advice or "report it once it has logged a step")
         raise ConfigError(f"{str(run)!r} has no step metrics ({why})", field="RUN_DIR",
                           fix="pass a run's train.output_dir after at least one training step or evaluation")
     last = max(by_step, default=0)
@@ -300,30 +305,37 @@ def unfinished(run: Path, last_step: int) -> str | None:
     """A sentence saying the run did not reach its planned steps and why, as the run recorded its
     end (``run_plan.ended``), or None (it did, or nothing says). Why: a run its own code stopped
     (early stopping, a TRL callback) was named as stopped by Ctrl-C, crashed or still running."""
+    ending = _ending(run, last_step)
+    return None if ending is None else "; ".join(part for part in ending if part)
+
+
+def _ending(run: Path, last_step: int) -> tuple[str, str] | None:
+    """``unfinished``'s sentence in two parts: what the run did (steps logged, how it ended) and
+    what to do (continue it, how). Why apart: a run that logged no step has no chart, and its one
+    ``error:`` line says the first as the error and the second as its fix; it said only that the
+    folder had no metrics, however the run had ended (killed in its first step, a failed reward)."""
     from polyrl import run_plan
 
     planned = planned_steps(run)
     if planned is None or last_step >= planned:
         return None
     logged = f"the run logged {last_step} of its {planned} steps (train.steps)"
+    after = f"after step {last_step}" if last_step else "before its first step ended"
     resume = run_plan.resume_command(run_plan.started_by(run))
     end = run_plan.ended(run)
     if end == run_plan.NOT_ENDED:  # recorded at the start, no end since: no Python code ran at its end
         return (f"{logged}: it was killed (SIGKILL, the OOM killer, a lost machine), crashed, or is still "
-                f"running; continue it with {resume}")
+                "running", f"continue it with {resume}")
     if not isinstance(end, dict) or end["step"] != last_step:  # nothing says, or a record of another stretch of the run
-        return (f"{logged}: it was stopped (Ctrl-C, SIGTERM), crashed, or is still running; continue it "
-                f"with {resume}")
+        return f"{logged}: it was stopped (Ctrl-C, SIGTERM), crashed, or is still running", f"continue it with {resume}"
     if end["how"] == run_plan.ASKED:
-        return (f"{logged}: its own code asked it to stop after step {last_step} ({end['by']}); {resume} "
-                "trains the rest")
+        return f"{logged}: its own code asked it to stop {after} ({end['by']})", f"{resume} trains the rest"
     if end["how"] == run_plan.SIGNAL:
-        return f"{logged}: it was stopped by a signal (Ctrl-C, SIGTERM) after step {last_step}; continue it with {resume}"
+        return f"{logged}: it was stopped by a signal (Ctrl-C, SIGTERM) {after}", f"continue it with {resume}"
     if end["how"] == run_plan.FAILED:
-        return (f"{logged}: it stopped with an error after step {last_step} ({end['error']}); fix the cause, "
-                f"then continue it with {resume}")
+        return f"{logged}: it stopped with an error {after} ({end['error']})", f"fix the cause, then continue it with {resume}"
     return (f"{logged}: it recorded its end at step {last_step} of {planned}, so {METRICS_FILE} or "
-            f"{run_plan.FILE_NAME} was changed after the run")
+            f"{run_plan.FILE_NAME} was changed after the run", "")
 
 
 def _phase_records(run: Path, phases: Sequence[str], warnings: list[str]) -> list[dict[str, Any]]:
