@@ -217,6 +217,29 @@ def test_the_report_of_a_run_that_failed_in_its_first_step_draws_its_evaluation(
     assert series(run.lines, run.records, run.evals)["eval/accuracy"] == [(0.0, pytest.approx(lines[0]["eval/accuracy"]))]
 
 
+def test_a_rewards_skipped_samples_are_logged_at_the_step_metrics_jsonl_gives_them(toy, tmp_path, capsys):
+    """"reward skipped samples" and "no reward scored some samples" said ``step=0`` in the first
+    step, whose metrics line (with the reward's ``none_count``) is step 1: the reward's
+    ``trainer_state.global_step`` (steps before this one) was logged as the step. Each now says
+    the step's own number, and an evaluation's says ``after_steps``, as eval_completions.jsonl."""
+    def halfnone(completions, **kw):
+        return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+    data = toy_run(tmp_path)  # 4 steps, evaluated before, after step 3 and after training
+    data["rewards"] = [{"name": "halfnone"}]
+    data["eval"]["reward"] = "run"
+    capsys.readouterr()
+    Trainer(RunConfig.from_dict(data), extra_plugins=(function_reward_plugin(halfnone),)).run(progress=False)
+    err = capsys.readouterr().err
+    lines = _lines(tmp_path / "run" / "metrics.jsonl")
+    counted = [line["step"] for line in lines if line.get("reward/halfnone/none_count")]
+    assert counted == [1, 2, 3, 4]
+    for event in ("reward skipped samples", "no reward scored some samples"):
+        said = re.findall(rf"{event}\b.*?\b(step|after_steps)=(\d+)", err)
+        assert [int(n) for k, n in said if k == "step"] == counted, (event, said)
+        assert sorted({int(n) for k, n in said if k == "after_steps"}) == [0, 3, 4], (event, said)  # greedy and sampled
+
+
 # --- the rules, on their own ---------------------------------------------------------------------
 
 

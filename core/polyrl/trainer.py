@@ -547,7 +547,7 @@ class Trainer:
                 return RewardComputer(self.registry.pm, [(r.name or r.label, r.weight, dict(r.options), r.label)
                                                          for r in rewards], columns=self._columns[1],
                                       timeouts={r.label: r.timeout_s for r in rewards},
-                                      should_stop=lambda: self.stop_requested)
+                                      should_stop=lambda: self.stop_requested, evaluation=True)
             except ConfigError as exc:
                 raise ConfigError(f"the held-out set (eval.reward = {RUN_REWARDS!r}): {exc.message}",
                                   field=exc.field, fix=exc.fix) from None
@@ -556,7 +556,7 @@ class Trainer:
         timeouts = {same.label: same.timeout_s} if same is not None else {}
         try:
             return RewardComputer(self.registry.pm, [spec], columns=self._columns[1],
-                                  timeouts=timeouts, should_stop=lambda: self.stop_requested)
+                                  timeouts=timeouts, should_stop=lambda: self.stop_requested, evaluation=True)
         except ConfigError as exc:  # its one entry is rewards[0] to the computer: name the real setting
             field = "eval.reward" if same is None else f"rewards[{self.config.rewards.index(same)}].options"
             raise ConfigError(f"the held-out set (eval.reward = {ev.reward!r}): {exc.message}", field=field,

@@ -187,7 +187,7 @@ class RewardComputer:
 
     def __init__(self, pm: PolyrlPluginManager, rewards: Sequence[RewardRequest], *,
                  columns: Collection[str] | None = None, timeouts: Mapping[str, float | None] | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> None:
+                 should_stop: Callable[[], bool] | None = None, evaluation: bool = False) -> None:
         if not rewards:
             raise ConfigError("no reward configured", field="rewards",
                               fix='add a [[rewards]] table, e.g. name = "numeric_match"')
@@ -224,6 +224,8 @@ class RewardComputer:
         self._warned_nan: set[str] = set()  # rewards that returned NaN, read as None (logged once)
         #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
+        #: scores an evaluation's completions (its log lines say ``after_steps``), not a training step's
+        self.evaluation = evaluation
         if columns is not None:
             for provider in self._providers:
                 check = getattr(provider.plugin, "check_binding", None)
@@ -575,8 +577,15 @@ class RewardComputer:
                                  f"expected {n}", "pass log_extra one value per completion")
         return {str(k): list(v) for k, v in extra.items()}
 
+    def _when(self, context: RewardContext) -> dict[str, int]:
+        """Which step a log line is about, in the numbering of metrics.jsonl and every other log
+        line: ``step`` N+1 while training step N+1 (``context.step`` counts the steps before it, as
+        TRL's ``global_step``), ``after_steps`` N for an evaluation after N steps. Why: these lines
+        said ``step=0`` in the first step, whose metrics line and step log line are step 1."""
+        return {"after_steps": context.step} if self.evaluation else {"step": context.step + 1}
+
     @staticmethod
-    def _warn_unscored(scored: np.ndarray, prompts: Sequence[Prompt], step: int) -> None:
+    def _warn_unscored(scored: np.ndarray, prompts: Sequence[Prompt], when: Mapping[str, int]) -> None:
         """TRL warns when every reward function returned None for a sample; so does polyrl, since
         such a sample has no advantage: it is left out of training (trained at advantage 0 where
         the loss holds a KL term, an entropy bonus or a MoE model's router term, as TRL trains it)."""
@@ -585,7 +594,7 @@ class RewardComputer:
             first = repr(prompts[int(missing[0])])
             log.warning("no reward scored some samples (every reward returned None for them); they are left "
                         "out of training, or trained at advantage 0 for a KL term, entropy bonus or MoE router term in the loss",
-                        samples=int(missing.size), of=int(scored.size), step=step,
+                        samples=int(missing.size), of=int(scored.size), **when,
                         first_prompt=first if len(first) <= 120 else first[:117] + "...",
                         fix="make at least one reward return a number for every sample")
 
@@ -635,8 +644,7 @@ class RewardComputer:
                     counts[label] = {k: int(v) for k, v in counted.items() if k in own}
                 extra.update(self._extra_columns(provider, name, answer, n))
                 if skipped:
-                    log.info("reward skipped samples", reward=label, skipped=skipped, of=n,
-                             step=context.step)
+                    log.info("reward skipped samples", reward=label, skipped=skipped, of=n, **self._when(context))
         total = np.zeros(n, dtype=np.float64)
         scored = np.zeros(n, dtype=bool)
         for name, weight, _ in self.rewards:
@@ -646,6 +654,6 @@ class RewardComputer:
                 total[ok] += weight * scores[ok]
             scored |= ok
         total[~scored] = np.nan
-        self._warn_unscored(scored, prompts, context.step)
+        self._warn_unscored(scored, prompts, self._when(context))
         ordered = {name: per_reward[name] for name in self.names}
         return RewardResult(total=total, per_reward=ordered, metrics=metrics, extra=extra, metric_counts=counts)
