@@ -450,3 +450,26 @@ def test_a_run_that_logged_no_step_says_how_it_ended(tmp_path, capsys, ended, sa
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the run logged 0 of its 50 steps (train.steps): " + said in err[0], err
+
+
+def test_the_step_axis_has_whole_steps_only(run_dir, tmp_path, monkeypatch):
+    """A short run's x axis was ticked 0.0, 0.5, 1.0, ... 3.0: half steps no run takes, which a
+    TensorBoard user reads as a logging bug. Every panel's step ticks are whole numbers. The figure
+    is read as matplotlib saves it (``savefig`` wrapped to keep it, then called as it is)."""
+    from matplotlib.figure import Figure
+
+    saved: list[Figure] = []
+    original = Figure.savefig
+
+    def keep(self: Figure, *args, **kwargs):
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    assert main(["report", str(run_dir), "--output", str(tmp_path / "r.png")]) == 0
+    drawn = [ax for ax in saved[0].axes if ax.axison]
+    assert len(drawn) >= 4
+    for ax in drawn:
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)

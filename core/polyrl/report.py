@@ -458,6 +458,7 @@ def write_png(run: RunData, output: str | Path) -> Path:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise ConfigError("polyrl report draws with matplotlib, which is not installed", field="report",
                           fix=PLOT_FIX) from None
@@ -480,6 +481,8 @@ def write_png(run: RunData, output: str | Path) -> Path:
             ax.set_yscale("log")
         ax.set_title(panel.title)
         ax.set_xlabel("step")
+        # whole steps only: a short run's axis read 0.5, 1.5, ..., steps no run takes
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, ncol=2 if len(keys) > 4 else 1)
     for ax in list(axes.flat)[len(chosen):]:
