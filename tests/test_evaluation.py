@@ -281,3 +281,24 @@ def test_an_eval_set_without_the_eval_rewards_column_is_refused_before_any_model
     result = trainer._eval_rewards(["1+2="], ["3"], RewardContext(rows=[{"prompt": "1+2=", "gold": "3"}],
                                                                   wanted=("numeric_match",), options={"numeric_match": {}}))
     assert list(result.total) == [1.0]
+
+
+def test_eval_completion_records_are_redacted_valid_and_cut_like_the_completions_log(tmp_path):
+    """A completion quoting a credential, running away or holding a lone surrogate is kept in
+    eval_completions.jsonl as in completions.jsonl: masked, cut to MAX_TEXT_CHARS, valid UTF-8."""
+    from polyrl.tracking.completions import MAX_TEXT_CHARS, cut_marker
+
+    key = "sk-" + "A1b2C3d4" * 4
+    prompts = [f"my key is {key}", [{"role": "user", "content": f"Bearer {key}"}]]
+    texts = [f"here: {key}", "x" * (MAX_TEXT_CHARS + 10), "bad \ud800 half", "fine"]
+    records = evaluation.completion_records("after", 3, prompts, texts, np.asarray([1.0, 0.0, 0.5, 1.0]),
+                                            samples=2, greedy=False, threshold=1.0)
+    evaluation.append_records(tmp_path, records)
+    raw = (tmp_path / evaluation.COMPLETIONS_FILE).read_bytes()
+    assert key.encode() not in raw
+    back = [json.loads(line) for line in raw.decode("utf-8").splitlines()]
+    assert back[0]["completion"] == "here: ***" and back[0]["prompt"] == "my key is ***"
+    assert back[2]["prompt"] == [{"role": "user", "content": "Bearer ***"}]
+    assert back[1]["completion"] == "x" * MAX_TEXT_CHARS + cut_marker(10)
+    assert back[2]["completion"] == "bad \ufffd half"
+    assert [r["correct"] for r in back] == [True, False, False, True]

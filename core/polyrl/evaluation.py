@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from polyrl import metrics_file, strict_json
+from polyrl.redact import Redactor
 from polyrl.safe_stats import mean_std
+from polyrl.tracking.completions import shown_value
 
 COMPLETIONS_FILE = "eval_completions.jsonl"
 
@@ -69,9 +71,13 @@ def eval_metrics(greedy: np.ndarray | None, sampled: np.ndarray | None, samples:
 def completion_records(phase: str, after_steps: int, prompts: Sequence[Any], texts: Sequence[str],
                        scores: np.ndarray, samples: int, greedy: bool, threshold: float) -> list[dict[str, Any]]:
     """One record per completion; ``samples`` completions per prompt, in prompt order. ``correct``
-    is what pass@k counted (reward at least ``threshold``)."""
+    is what pass@k counted (reward at least ``threshold``). Texts are redacted, made valid and cut
+    as in ``completions.jsonl``: a completion quoting a credential or running away is the same here."""
+    redact = Redactor()
+    shown_prompts = [shown_value(p, redact) for p in prompts]
     return [{"phase": phase, "after_steps": after_steps, "greedy": greedy, "prompt_index": i // samples,
-             "sample": i % samples, "prompt": prompts[i // samples], "completion": text, "reward": float(score),
+             "sample": i % samples, "prompt": shown_prompts[i // samples], "completion": shown_value(text, redact),
+             "reward": float(score),
              "correct": bool(np.isfinite(score) and score >= threshold)}
             for i, (text, score) in enumerate(zip(texts, scores))]
 

@@ -42,14 +42,14 @@ def _shown_text(text: str, redact: Redactor) -> str:
     return text
 
 
-def _redact(value: Any, redact: Redactor) -> Any:
+def shown_value(value: Any, redact: Redactor) -> Any:
     """``value`` with every text redacted, valid and cut to ``MAX_TEXT_CHARS``."""
     if isinstance(value, str):
         return _shown_text(value, redact)
     if isinstance(value, Mapping):
-        return {str(k): _redact(v, redact) for k, v in value.items()}
+        return {str(k): shown_value(v, redact) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_redact(v, redact) for v in value]
+        return [shown_value(v, redact) for v in value]
     return value
 
 
@@ -93,15 +93,15 @@ def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any]
     for i in pick(count, len(completions), seed) if indices is None else indices:
         records.append({
             "step": step,
-            "prompt": _redact(prompts[i], redact),
-            "completion": _redact(_shown(completions[i]), redact),
+            "prompt": shown_value(prompts[i], redact),
+            "completion": shown_value(_shown(completions[i]), redact),
             "rewards": {name: _number(scores[i]) for name, scores in per_reward.items()},
             "reward": _number(total[i]),
             "advantage": _number(advantages[i]),
             "finish_reason": completions[i].finish_reason,
         })
         if extra:
-            records[-1]["extra"] = {str(k): _redact(_plain(v[i]), redact) for k, v in extra.items()}
+            records[-1]["extra"] = {str(k): shown_value(_plain(v[i]), redact) for k, v in extra.items()}
     return strict_json.sanitize(records)  # trackers get exactly what the file holds
 
 
