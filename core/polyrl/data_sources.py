@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl import long_numbers
+from polyrl.csv_layout import refuse_long_rows, refuse_row_labels
 from polyrl.data_arrow import ArrowRows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
@@ -380,8 +381,12 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
             raise ConfigError(f"{where} is not UTF-8 text", field=field,
                               fix="save the file as UTF-8 (a spreadsheet's 'CSV UTF-8'; or iconv -f latin1 -t utf-8 "
                                   "FILE > NEW.csv when it is Latin-1)") from None
+        if builder == "csv":  # files whose columns pandas shifts differ from the others (or each other)
+            refuse_long_rows(paths, options.get("sep", ","), field)
         raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
+    if builder == "csv":
+        refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
     return _arrow_rows(loaded, digest, name), name, None
 
 
