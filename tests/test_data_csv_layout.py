@@ -1,6 +1,7 @@
-"""A CSV whose data rows hold more fields than its header line names: pandas (under 🤗 datasets)
-takes the extra leading fields as row labels and shifts every column, so ``prompt`` held the
-answers. Refused, naming the file and line; files pandas reads as written still load."""
+"""CSV files pandas (under 🤗 datasets) reads without a word but not as written, refused naming the
+file and line: data rows holding more fields than the header line names (pandas takes the extra
+leading fields as row labels and shifts every column, so ``prompt`` held the answers), and a
+header naming a column twice (the second became ``answer.1``). Files read as written still load."""
 
 from __future__ import annotations
 
@@ -61,3 +62,21 @@ def test_files_pandas_reads_as_written_still_load(tmp_path, cache, text):
     path = tmp_path / "ok.csv"
     path.write_bytes(text)
     assert load_dataset(path=str(path), cache_dir=cache).prompts() == ["What is 2+2?"]
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path, cache):
+    path = tmp_path / "twice.csv"
+    path.write_bytes(b"\xef\xbb\xbfprompt,answer,answer\nWhat is 2+2?,4,four\n")
+    renamed = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=cache).column_names
+    assert renamed == ["prompt", "answer", "answer.1"]  # the premise, on the real library
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), cache_dir=cache)
+    assert info.value.field == "data.path" and "its own name" in info.value.fix
+    assert f"{path} line 1 names the column 'answer' twice (fields 2 and 3)" in str(info.value)
+
+
+@pytest.mark.parametrize("header", [b"prompt,answer,answer.1", b"prompt,,"])
+def test_names_pandas_keeps_are_read_as_written(tmp_path, cache, header):
+    path = tmp_path / "names.csv"
+    path.write_bytes(header + b"\nWhat is 2+2?,4,four\n")
+    assert load_dataset(path=str(path), cache_dir=cache).rows[0]["prompt"] == "What is 2+2?"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl import json_keys, long_numbers
-from polyrl.csv_layout import refuse_long_rows, refuse_row_labels
+from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_row_labels
 from polyrl.data_arrow import ArrowRows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
@@ -394,6 +394,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
     if builder == "csv":
         refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
+        refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
     return _arrow_rows(loaded, digest, name), name, None
 
 
