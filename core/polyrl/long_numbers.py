@@ -64,9 +64,9 @@ def too_long_number(text: str, syntax: str = "toml") -> tuple[int, int] | None:
 def _toml_values(text: str) -> Iterator[re.Match[str]]:
     """The scan's matches in TOML ``text`` that stand where a value does, not where a key does.
 
-    Why: digits in a key are text to tomllib (no limit), so a table header ``[123...]``, a dotted
-    key ``123... . a = 1`` or an inline table's ``{123... = 1}`` before the real long value was
-    named instead of it. A key is what starts a statement (a header's brackets included) up to its
+    Why: digits in a key are text to tomllib (no limit), so a table header ``[123...]`` or a
+    dotted key spaced out (``123... . a = 1``, in a statement or an inline table) before the real
+    long value was named instead of it. A key is what starts a statement (a header's brackets included) up to its
     ``=``, and what follows an inline table's ``{`` or ``,``. The arrays and inline tables a value
     has open are a stack: a line inside a multi-line array starts no statement. One step per
     string, comment, number or mark: linear in the text."""
