@@ -426,15 +426,15 @@ def test_json_files_of_one_source_are_typed_together_as_datasets_does(tmp_path):
 
 
 def test_a_json_file_datasets_cannot_read_keeps_its_values_and_says_so(tmp_path):
-    """A repeated key (Python keeps the last, pyarrow refuses the file): TRL could not load it, so
-    there is no datasets typing to match; the values stay as JSON wrote them, with a warning."""
+    """A number past a double's range (Python reads inf, pyarrow refuses the file): TRL could not
+    load it, so there is no datasets typing to match; the values stay as JSON wrote them, with a warning."""
     from structlog.testing import capture_logs
 
-    path = tmp_path / "dup.jsonl"
-    path.write_text('{"prompt": "a", "answer": 1, "answer": 2}\n{"prompt": "b", "answer": 2.5}\n')
+    path = tmp_path / "huge.jsonl"
+    path.write_text('{"prompt": "a", "answer": 1e400}\n{"prompt": "b", "answer": 2.5}\n')
     with capture_logs() as logs:
         rows = load_dataset(path=str(path)).rows
-    assert repr(rows) == repr([{"prompt": "a", "answer": 2}, {"prompt": "b", "answer": 2.5}])
+    assert repr(rows) == repr([{"prompt": "a", "answer": float("inf")}, {"prompt": "b", "answer": 2.5}])
     (warning,) = [e for e in logs if "datasets cannot read" in e["event"]]
     assert warning["log_level"] == "warning" and warning["files"] == [str(path)] and warning["reason"]
 

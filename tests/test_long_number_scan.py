@@ -54,3 +54,31 @@ def test_the_scan_is_linear_in_hostile_text(hostile):
     """At most a step or two per character (one per string the text holds), whatever it holds."""
     for syntax in ("json", "toml"):
         measured(functools.partial(too_long_number, hostile, syntax), budget=2 * len(hostile))
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    (f"[{LONG}]\nx = 1\n[train]\nsteps = {LONG}\n", (4, 5000)),  # a table header's key is text
+    (f"[[ {LONG} ]]\nx = {LONG[:4400]}\n", (2, 4400)),
+    (f"{LONG} . a = 1\nb = {LONG}", (2, 5000)),  # so is a dotted key's, spaces around the dot
+    (f"a = {{ {LONG} . b = 1, c = [1, {{{LONG} = 2}}] }}\nd = {LONG}", (2, 5000)),  # and an inline table's
+    (f"m = [\n  [1],\n  [{LONG}],\n]\n", (3, 5000)),  # a line inside a multi-line array is no header
+    (f"x = {{}}\ny = [{{a = 1}}, {LONG}]", (2, 5000)),
+    (f"[{LONG}]\n{LONG} = 1\n", None),
+])
+def test_a_key_made_of_digits_is_not_a_number(text, found):
+    assert too_long_number(text, "toml") == found
+
+
+def test_a_toml_config_with_a_digit_table_header_points_at_the_number(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(f'[{LONG}]\nnote = "x"\n[train]\nsteps = {LONG}\n')
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_toml(path)
+    assert info.value.field == "config" and "line 4 holds a number of 5000 digits" in str(info.value)
+
+
+@pytest.mark.parametrize("hostile", ["[" * 200_000, "x = " + "[" * 200_000, "x = {" + "a=1," * 50_000,
+                                     ",\n" * 100_000])
+def test_the_toml_scan_is_linear_in_structure(hostile):
+    """A mark (bracket, comma, line end) costs a few steps: a stack push or pop, never a rescan."""
+    measured(functools.partial(too_long_number, hostile, "toml"), budget=3 * len(hostile))

@@ -32,7 +32,7 @@ def parse_value(raw: str) -> Any:
     except ValueError as exc:  # int()'s digit limit, which tomllib lets through as is
         if not long_numbers.is_digit_limit(exc):
             raise
-        raise ConfigError(f"the value is {long_numbers.described(raw)[1]}", field="--set",
+        raise ConfigError(f"the value is {long_numbers.described(f'value = {raw}')[1]}", field="--set",
                           fix=long_numbers.SETTING_FIX) from None
 
 

@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from polyrl import long_numbers
+from polyrl import json_keys, long_numbers
+from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_row_labels
 from polyrl.data_arrow import ArrowRows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
@@ -164,7 +165,13 @@ def _json(text: str, path: Path, lineno: int | None, field: str, fix: str) -> An
     """``json.loads`` whose failures (bad syntax, nesting too deep for the parser) are one
     ConfigError naming the file and line, never a traceback."""
     try:
-        return json.loads(text)
+        return json_keys.loads(text)
+    except json_keys.RepeatedKey as exc:
+        row = None if lineno else json_keys.repeated_in_array(text)
+        where = f"{path}:{lineno}" if lineno else f"{path} line {row[1]} (row {row[0]})" if row else str(path)
+        raise ConfigError(f"{where} names the key {exc.key!r} twice in one object (Python keeps the last value; "
+                          "🤗 datasets refuses the file, or reads a nested object wrongly)", field=field,
+                          fix="give each key once per object: remove or rename one of them") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{lineno or exc.lineno} is not valid JSON ({exc.msg})", field=field,
                           fix=fix) from None
@@ -272,8 +279,9 @@ def typed_as_datasets(paths: Sequence[Path], rows: list[Any], cache_dir: str | N
 
     Why: TRL users load their JSONL with datasets, so a TRL reward doing ``str(answer) == "5.0"``
     scored the row 5 differently here. Files datasets cannot read (a column that changes type past
-    its first 10 MB, keys repeated in an object) keep Python's types, with a warning: TRL could not
-    load them at all. Rows that are not all objects are left for the dataset's checks to refuse."""
+    its first 10 MB, a number past a double's range) keep Python's types, with a warning: TRL could
+    not load them at all. (A key repeated in an object is refused as read: ``polyrl.json_keys``.)
+    Rows that are not all objects are left for the dataset's checks to refuse."""
     if not all(isinstance(row, dict) for row in rows):
         return rows
     try:
@@ -291,7 +299,7 @@ def typed_as_datasets(paths: Sequence[Path], rows: list[Any], cache_dir: str | N
         log.warning("🤗 datasets cannot read these JSON rows, so each value keeps its own JSON type (TRL, "
                     "which loads JSON with datasets, could not read them at all)", files=[str(p) for p in paths],
                     reason=_reason(exc), fix="give each column one type in every row (e.g. 5.0, not 5, in a "
-                                             "column with 5.5) and every object its keys once")
+                                             "column with 5.5)")
         return rows
     names = list(columns)
     typed = [dict(zip(names, values)) for values in zip(*(columns[k] for k in names))]
@@ -380,8 +388,13 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
             raise ConfigError(f"{where} is not UTF-8 text", field=field,
                               fix="save the file as UTF-8 (a spreadsheet's 'CSV UTF-8'; or iconv -f latin1 -t utf-8 "
                                   "FILE > NEW.csv when it is Latin-1)") from None
+        if builder == "csv":  # files whose columns pandas shifts differ from the others (or each other)
+            refuse_long_rows(paths, options.get("sep", ","), field)
         raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
+    if builder == "csv":
+        refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
+        refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
     return _arrow_rows(loaded, digest, name), name, None
 
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 
 #: The fix for a setting (a config line, a ``--set``) holding such a number.
 SETTING_FIX = "write the setting's real value; no polyrl setting needs so many digits"
 #: An integer too long for any setting or value: a run of 65+ decimal digits (TOML allows ``_``
 #: between them) with an optional sign, not part of a word, a float (``1.5``, ``1e9``), a date or a
-#: bare key (``123 = 1``): ``float()`` and keys have no digit limit. Possessive, so a near miss
-#: costs one pass over its digits, not a backtrack per digit.
-_NUMBER = r"(?<![\w.:+-])[+-]?+(?P<number>[0-9][0-9_]{64,}+)(?![\w.:+-])(?![ \t]*=)"
+#: dotted key (``a.123``): ``float()`` has no digit limit. Possessive, so a near miss costs one pass
+#: over its digits, not a backtrack per digit. (Which TOML digit runs are keys: ``_toml_values``.)
+_NUMBER = r"(?<![\w.:+-])[+-]?+(?P<number>[0-9][0-9_]{64,}+)(?![\w.:+-])"
 #: What the scan steps over whole: text in a string is not a number, nor is a TOML comment. An
 #: unterminated string runs to the end (the parser failed there first), so each character is read once.
 _SKIP = {
@@ -28,7 +29,10 @@ _SKIP = {
              r"|'[^'\n]*+'?"
              r"|#[^\n]*+"),
 }
-_SCANS = {syntax: re.compile(f"{skip}|{_NUMBER}", re.DOTALL) for syntax, skip in _SKIP.items()}
+#: TOML's structure, which says whether a digit run is a key (text to tomllib: no digit limit) or a
+#: value: brackets, braces, ``=``, ``,`` and line ends.
+_MARKS = {"json": "", "toml": r"|(?P<mark>[][{}=,\n])"}
+_SCANS = {syntax: re.compile(f"{skip}|{_NUMBER}{_MARKS[syntax]}", re.DOTALL) for syntax, skip in _SKIP.items()}
 
 
 def digit_limit() -> int:
@@ -49,11 +53,44 @@ def too_long_number(text: str, syntax: str = "toml") -> tuple[int, int] | None:
     limit = digit_limit()
     if not limit:
         return None
-    for match in _SCANS[syntax].finditer(text):
+    matches = _toml_values(text) if syntax == "toml" else _SCANS[syntax].finditer(text)
+    for match in matches:
         number = match.group("number")
         if number is not None and (digits := len(number) - number.count("_")) > limit:
             return text.count("\n", 0, match.start("number")) + 1, digits
     return None
+
+
+def _toml_values(text: str) -> Iterator[re.Match[str]]:
+    """The scan's matches in TOML ``text`` that stand where a value does, not where a key does.
+
+    Why: digits in a key are text to tomllib (no limit), so a table header ``[123...]`` or a
+    dotted key spaced out (``123... . a = 1``, in a statement or an inline table) before the real
+    long value was named instead of it. A key is what starts a statement (a header's brackets included) up to its
+    ``=``, and what follows an inline table's ``{`` or ``,``. The arrays and inline tables a value
+    has open are a stack: a line inside a multi-line array starts no statement. One step per
+    string, comment, number or mark: linear in the text."""
+    opened: list[str] = []
+    key = True  # the document starts a statement
+    for match in _SCANS["toml"].finditer(text):
+        mark = match.group("mark")
+        if mark is None:
+            if not key:
+                yield match
+        elif mark == "=":
+            key = False
+        elif mark == "\n":
+            key = key or not opened  # a statement ends with its line, unless a value is still open
+        elif mark == ",":
+            key = opened[-1:] == ["{"]
+        elif key and not opened:  # a table header's brackets
+            continue
+        elif mark in "[{":
+            opened.append(mark)
+            key = mark == "{"
+        elif opened:  # "]" or "}"
+            opened.pop()
+            key = False
 
 
 def described(text: str, syntax: str = "toml") -> tuple[int | None, str]:

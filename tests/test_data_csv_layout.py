@@ -1,0 +1,82 @@
+"""CSV files pandas (under 🤗 datasets) reads without a word but not as written, refused naming the
+file and line: data rows holding more fields than the header line names (pandas takes the extra
+leading fields as row labels and shifts every column, so ``prompt`` held the answers), and a
+header naming a column twice (the second became ``answer.1``). Files read as written still load."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+
+from polyrl.data import load_dataset
+from polyrl.errors import ConfigError
+
+QUESTIONS = b"prompt,answer\nWhat is the capital of France?,Paris,\nWhat is 2+2?,four,\n"
+
+
+@pytest.fixture
+def cache(tmp_path) -> str:
+    return str(tmp_path / "hf-cache")
+
+
+def test_datasets_itself_shifts_the_columns_of_such_a_file(tmp_path, cache):
+    """The premise, on the real library: what TRL would train on."""
+    path = tmp_path / "qa.csv"
+    path.write_bytes(QUESTIONS)
+    rows = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=cache).to_list()
+    assert rows[0]["prompt"] == "Paris" and rows[0]["__index_level_0__"] == "What is the capital of France?"
+
+
+def test_a_trailing_comma_on_the_data_lines_is_refused_naming_the_line(tmp_path, cache):
+    path = tmp_path / "qa.csv"
+    path.write_bytes(QUESTIONS)
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), cache_dir=cache)
+    message = str(info.value)
+    assert info.value.field == "data.path"
+    assert f"{path} line 2 has 3 fields, but its header line names 2 ('prompt', 'answer')" in message
+    assert "column 'prompt' would hold field 2" in message and "header line" in info.value.fix
+
+
+def test_two_extra_fields_in_a_tsv_after_blank_lines(tmp_path, cache):
+    path = tmp_path / "qa.tsv"
+    path.write_bytes(b"\nprompt\tanswer\n\nWhat is 2+2?\tfour\tx\ty\n")
+    with pytest.raises(ConfigError, match=r"qa.tsv line 4 has 4 fields, .* each row's first 2 fields as a row label"):
+        load_dataset(path=str(path), cache_dir=cache)
+
+
+def test_the_second_of_several_files_is_the_one_named(tmp_path, cache):
+    good, bad = tmp_path / "a.csv", tmp_path / "b.csv"
+    good.write_bytes(b"prompt,answer\nWhat is 1+1?,2\n")
+    bad.write_bytes(b"prompt,answer\nWhat is 2+2?,4,x\n")
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=[str(good), str(bad)], cache_dir=cache)
+    assert f"{bad} line 2 has 3 fields" in str(info.value)
+
+
+@pytest.mark.parametrize("text", [
+    b"prompt,answer,\nWhat is 2+2?,four,\n",  # every line ends with a comma: an unnamed column, no shift
+    b"__index_level_0__,prompt\n7,What is 2+2?\n",  # the header names it: read as written
+])
+def test_files_pandas_reads_as_written_still_load(tmp_path, cache, text):
+    path = tmp_path / "ok.csv"
+    path.write_bytes(text)
+    assert load_dataset(path=str(path), cache_dir=cache).prompts() == ["What is 2+2?"]
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path, cache):
+    path = tmp_path / "twice.csv"
+    path.write_bytes(b"\xef\xbb\xbfprompt,answer,answer\nWhat is 2+2?,4,four\n")
+    renamed = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=cache).column_names
+    assert renamed == ["prompt", "answer", "answer.1"]  # the premise, on the real library
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), cache_dir=cache)
+    assert info.value.field == "data.path" and "its own name" in info.value.fix
+    assert f"{path} line 1 names the column 'answer' twice (fields 2 and 3)" in str(info.value)
+
+
+@pytest.mark.parametrize("header", [b"prompt,answer,answer.1", b"prompt,,"])
+def test_names_pandas_keeps_are_read_as_written(tmp_path, cache, header):
+    path = tmp_path / "names.csv"
+    path.write_bytes(header + b"\nWhat is 2+2?,4,four\n")
+    assert load_dataset(path=str(path), cache_dir=cache).rows[0]["prompt"] == "What is 2+2?"
