@@ -646,3 +646,59 @@ def test_unprivileged_trainer_sample_has_a_root_of_its_own():
         assert got["filesystem"].startswith("a root of its own") and "the trainer's own uid" in got["filesystem"], got
     finally:
         shutil.rmtree(tag, ignore_errors=True)
+
+
+#: A sample that leaves the trainer's process group (which the trainer kills at its end), asks for
+#: no signal when its parent dies, then holds the tests past timeout_s.
+LINGER = """
+import ctypes, os, time
+os.setsid()
+ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0
+print("LEFT THE GROUP", flush=True)
+def add(a, b):
+    time.sleep(600)
+"""
+
+
+def _marked() -> list[int]:
+    """Live processes of this trainer's samples (their environment holds its marker)."""
+    mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    found.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_sample_that_leaves_its_process_group_dies_at_its_end(no_bwrap, user, fallback, monkeypatch):
+    """The sample is PID 1 of its PID namespace, a child of util-linux ``unshare``, which the trainer
+    kills with its process group. ``--kill-child`` was to take the sample with it, but the kernel
+    drops that request at the privilege drop's uid change, and a sample may drop it itself: one
+    that left the group (``setsid``) slept on after its sample with its memory, and its pooled uid
+    went to the next sample. Now everything below the process started dies with it."""
+    if fallback:
+        _no_new_root(monkeypatch)
+    python = _python_for(user)
+    if python is None:
+        pytest.skip("no interpreter user nobody can run")
+    box = Sandbox(SandboxLimits(timeout_s=2, memory_mb=512, disk_mb=8), isolation="weak", user=user, python=python,
+                  audit_hook=False)
+    assert box.level == "unshare", box.report
+    try:
+        result = box.run(LINGER, TESTS)
+        survivors = _marked()
+    finally:
+        for pid in _marked():
+            os.kill(pid, 9)
+    assert result.status == "timeout" and "LEFT THE GROUP" in result.output, (result, result.output)
+    assert survivors == [], survivors

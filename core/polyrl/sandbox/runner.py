@@ -21,7 +21,7 @@ from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, memfd_filter, tests_guard, uids
+from polyrl.sandbox import isolation, leftovers, memfd_filter, process_tree, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
@@ -324,12 +324,17 @@ def _finish(proc: subprocess.Popen, until: float) -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL to the sample's whole process group, and wait until it is gone (a sample that left
-    the group dies with its PID namespace at the bwrap level)."""
+    """SIGKILL to every process below the one started (``process_tree``: at the ``unshare`` level
+    the sample's PID 1 had left the group and outlived ``unshare``) and to its whole process group,
+    and wait until they are gone (what they forked dies with its PID namespace, the off level's
+    pooled uid with ``_kill_uid``)."""
+    below = process_tree.hold(proc.pid)  # before the group's kill: then unshare's child is another's
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if left := process_tree.kill(below):
+        log.error("a sample's process did not die", pids=left[:16])
     try:
         proc.wait(timeout=10)  # our child (bwrap, or the interpreter): reaped here
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
