@@ -210,6 +210,11 @@ def test_a_dataset_file_directly_in_a_system_folder_is_hidden(isolation_option, 
         box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
                       isolation=isolation_option, audit_hook=False)
         assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+        # the report (and the startup log line) names it a file covered, never a folder hidden
+        report = box.report["filesystem"]
+        assert "the run's dataset files " in report, report
+        covered = report.split("the run's dataset files ", 1)[1].split(" covered by an empty file each", 1)[0]
+        assert data in covered.split(", ") and report.count(data) == 1, report
         result = box.run(FILE_PROBE.format(paths=[data, other, elsewhere]) + GOOD, TESTS)
         assert result.passed == [True], result
         assert "ANSWER-42" not in result.output and "ANSWER-43" not in result.output, result.output

@@ -177,6 +177,20 @@ def hidden_folders(extra: Sequence[str] = ()) -> list[str]:
     return [f for f in found if not any(_under(f, other) and f != other for other in found)]
 
 
+def hidden_text(paths: Sequence[str], folders_are: str = "the trainer's folders {} hidden") -> str:
+    """What the isolation report says of ``paths`` it hides: its folders (``folders_are``, the
+    list in its ``{}``) and, apart, the run's dataset files covered one by one by an empty file.
+    Why: the report called every one of them a folder hidden, a dataset file lying in
+    ``/usr/local/share`` or ``/opt`` among them, whose folder stays in the sample's view."""
+    folders = [p for p in paths if os.path.isdir(p)]
+    files = [p for p in paths if p not in folders]
+    parts = [folders_are.format(", ".join(folders))] if folders else []
+    if files:
+        parts.append(f"the run's dataset files {', '.join(files)} covered by an empty file each, their folders "
+                     "left in view")
+    return "; ".join(parts)
+
+
 def trainer_folders() -> list[str]:
     """The trainer's home (from the user database and ``HOME``), working folder and the run's
     folders it registered (``polyrl.sandbox_hidden``: output_dir, the dataset's): its keys, the

@@ -630,7 +630,7 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
         if nest and not try_nest:
             notes["userns"] = next(iter(failed.values()), "refused")
         if hide:
-            notes["hidden"] = ", ".join(hide)
+            notes["hidden"] = host_view.hidden_text(hide)
         return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {},
                       wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool, userns=try_nest), None, notes
     return None, why, notes
@@ -757,9 +757,9 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + _userns_report(launch, notes) + "; no capabilities"
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
-                    "filesystem": "read-only /usr" + (f" (the trainer's folders {notes['hidden']} hidden)" if "hidden"
-                                                      in notes else "") + " and " + (notes["interpreter"] if "interpreter" in notes else
-                                                           "the interpreter's bin and lib") + f"; writable: a {disk_mb} MB{inodes}",
+                    "filesystem": "read-only /usr" + (f" ({notes['hidden']})" if "hidden" in notes else "") + " and "
+                    + (notes["interpreter"] if "interpreter" in notes else "the interpreter's bin and lib")
+                    + f"; writable: a {disk_mb} MB{inodes}",
                     "seccomp": seccomp_report if program is not None else (
                         f"OFF ({seccomp_report.removeprefix('off: ')}): a sample can fork, its processes together "
                         "hold max_processes x memory_mb, and socket families beyond unix/inet/inet6 (AF_VSOCK, AF_NETLINK) are open; "
@@ -796,7 +796,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 own = ": the sample is the trainer's own uid" if ids is None and os.geteuid() != 0 else ""
                 if kind == "root":
                     filesystem = ("a root of its own (as bubblewrap's): read-only /usr"
-                                  + (f" (its trainer's folders {', '.join(view)} hidden)" if view else "")
+                                  + (f" ({host_view.hidden_text(view)})" if view else "")
                                   + ", the interpreter's bin and lib, its own /proc and a /dev of null, zero, "
                                   "full, random and urandom; no other host file, folder or unix socket; "
                                   "no user namespace of its own (chrooted below its root, the kernel refuses "
@@ -804,9 +804,9 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                                   f"writable: a {disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only"
                                   + (f" ({own[2:]})" if own else ""))
                 elif kind:
-                    filesystem = (f"host files read-only (kernel permissions apply{own}); hidden under empty "
-                                  f"read-only folders: {', '.join(view)} (their unix sockets and writable folders "
-                                  "out of reach; a unix socket elsewhere stays reachable); writable: a "
+                    filesystem = (f"host files read-only (kernel permissions apply{own}); " + host_view.hidden_text(
+                                      view, "hidden under empty read-only folders: {} (their unix sockets and writable "
+                                      "folders out of reach; a unix socket elsewhere stays reachable)") + "; writable: a "
                                   f"{disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only "
                                   f"(no root of its own: {view_note}); " + (
                                       "a user namespace of its own where no other nests"
