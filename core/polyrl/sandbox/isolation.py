@@ -393,6 +393,20 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     return cmd, drop
 
 
+def covers_gone(launch: Launch, output: str) -> list[str]:
+    """The run's dataset files ``launch`` binds /dev/null over (``bwrap_prefix``) that are gone now
+    and that bubblewrap said it could not make a mount point for (``output``: what the sample's
+    process wrote). Why: a file that vanished between ``sandbox_hidden.state()`` and the launch
+    (a dataset shard rewritten, a temp copy removed) made bubblewrap stop before the sample ran,
+    and a right sample scored 0 as "ended without an answer"; nothing is left to cover then, so
+    the runner builds the launch again and starts the sample once more."""
+    if launch.level != "bwrap":  # the unshare level's setup programs skip a file that is gone
+        return []
+    args = launch.prefix
+    covered = [args[i + 2] for i in range(len(args) - 2) if args[i] == "--ro-bind" and args[i + 1] == "/dev/null"]
+    return [path for path in covered if not os.path.lexists(path) and f"Can't create file at {path}:" in output]
+
+
 def disable_userns() -> list[str]:
     """``--disable-userns`` where this bubblewrap has it (0.8 on) and it works here, else []; for a
     non-root trainer, whose sample has a user namespace of its own. Why: without the seccomp filter

@@ -163,6 +163,19 @@ class Sandbox:
             self.report["filesystem"] = self.launch.report["filesystem"]
 
     def run(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
+        """Run the sample and its tests; once more where bubblewrap stopped before the sample ran
+        because a dataset file it was to cover had vanished (``isolation.covers_gone``)."""
+        result = self._run_once(code, steps, setup)
+        if result.status == "crashed" and (gone := isolation.covers_gone(self.launch, result.output)):
+            log.info("code sandbox: a dataset file to cover vanished as the sample started; starting it again",
+                     files=gone[:4])
+            result = self._run_once(code, steps, setup)
+            if result.status == "crashed" and (gone := isolation.covers_gone(self.launch, result.output)):
+                result.error = (f"code sandbox: bubblewrap could not cover the run's dataset files {', '.join(gone[:4])}: "
+                                "they vanished as the sample started, twice; the sample did not run")
+        return result
+
+    def _run_once(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
         t0 = time.monotonic()
         self._hide_new_folders()
         folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
