@@ -702,3 +702,40 @@ def test_unshare_level_sample_that_leaves_its_process_group_dies_at_its_end(no_b
             os.kill(pid, 9)
     assert result.status == "timeout" and "LEFT THE GROUP" in result.output, (result, result.output)
     assert survivors == [], survivors
+
+
+#: Lists /dev, opens the host's device nodes a uid-0 sample without capabilities may open as their
+#: owner (0600 root), and writes /dev/null.
+DEVICE_ATTACK = """
+import os
+print("DEV", sorted(os.listdir("/dev")))
+for name in ("console", "vcs", "kvm", "zram0", "loop0", "userfaultfd", "tty0", "ttyS0", "vda", "sda", "nvme0n1"):
+    try:
+        os.close(os.open("/dev/" + name, os.O_RDONLY | os.O_NONBLOCK))
+        print("OPENED", name)
+    except OSError as e:
+        print("NOT", name, e.strerror)
+with open("/dev/null", "w") as out:
+    out.write("x")
+print("NULL written")
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_host_view_shows_no_host_device(no_bwrap, user, monkeypatch):
+    """The host view (where ``pivot_root`` is refused) kept the host's /dev, read-only, but a
+    read-only mount does not stop opening a device node: a uid-0 sample (``user = "none"``),
+    the owner of every 0600 node, opened the console, ``/dev/vcs`` (the console's text),
+    ``/dev/kvm`` and ``/dev/zram0`` (swap: the trainer's swapped-out memory). Now its /dev holds
+    null, zero, full, random and urandom only (and the emptied shm, pts, mqueue), as new_root's."""
+    _no_new_root(monkeypatch)
+    box = _weak_box(user)
+    assert "host files read-only" in box.report["filesystem"], box.report
+    result = box.run(DEVICE_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    shown = eval(next(line for line in result.output.splitlines() if line.startswith("DEV "))[4:])  # noqa: S307
+    allowed = {"null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr", "shm", "pts", "mqueue"}
+    assert set(shown) <= allowed, sorted(set(shown) - allowed)
+    assert "OPENED" not in result.output and "NULL written" in result.output, result.output
+    assert "a /dev of null, zero, full, random and urandom only" in box.report["filesystem"], box.report

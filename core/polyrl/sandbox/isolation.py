@@ -820,7 +820,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 elif kind:
                     filesystem = (f"host files read-only (kernel permissions apply{own}); " + host_view.hidden_text(
                                       view, "hidden under empty read-only folders: {} (their unix sockets and writable "
-                                      "folders out of reach; a unix socket elsewhere stays reachable)") + "; writable: a "
+                                      "folders out of reach; a unix socket elsewhere stays reachable)")
+                                  + "; a /dev of null, zero, full, random and urandom only; writable: a "
                                   f"{disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only "
                                   f"(no root of its own: {view_note}); " + (
                                       "a user namespace of its own where no other nests"
