@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from sandbox_attacks import SYSV_ATTACK
+from sandbox_attacks import LINGER, SYSV_ATTACK, marked
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -648,35 +648,6 @@ def test_unprivileged_trainer_sample_has_a_root_of_its_own():
         shutil.rmtree(tag, ignore_errors=True)
 
 
-#: A sample that leaves the trainer's process group (which the trainer kills at its end), asks for
-#: no signal when its parent dies, then holds the tests past timeout_s.
-LINGER = """
-import ctypes, os, time
-os.setsid()
-ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0
-print("LEFT THE GROUP", flush=True)
-def add(a, b):
-    time.sleep(600)
-"""
-
-
-def _marked() -> list[int]:
-    """Live processes of this trainer's samples (their environment holds its marker)."""
-    mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                    continue
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if mark in f.read().split(b"\0"):
-                    found.append(int(name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
-
-
 @needs_unshare
 @pytest.mark.parametrize("fallback", [False, True])
 @pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
@@ -696,9 +667,9 @@ def test_unshare_level_sample_that_leaves_its_process_group_dies_at_its_end(no_b
     assert box.level == "unshare", box.report
     try:
         result = box.run(LINGER, TESTS)
-        survivors = _marked()
+        survivors = marked()
     finally:
-        for pid in _marked():
+        for pid in marked():
             os.kill(pid, 9)
     assert result.status == "timeout" and "LEFT THE GROUP" in result.output, (result, result.output)
     assert survivors == [], survivors
