@@ -1,5 +1,9 @@
 """Hostile sample code shared by the sandbox tests of several levels."""
 
+import os
+
+from polyrl.sandbox import runner
+
 #: Holds SysV shared memory past ``memory_mb`` (segments written through a mapping, then detached)
 #: and makes a message queue; prints how many MB it held and what ``msgget`` answered.
 SYSV_ATTACK = """
@@ -20,3 +24,31 @@ print("SHM_HELD_MB", held)
 queue = libc.msgget(0, 0o1600)
 print("MSGGET", queue, os.strerror(ctypes.get_errno()) if queue < 0 else "")
 """
+
+#: Leaves the trainer's process group (which the trainer kills at the sample's end), asks for no
+#: signal when its parent dies, then holds the tests past timeout_s.
+LINGER = """
+import ctypes, os, time
+os.setsid()
+ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0
+print("LEFT THE GROUP", flush=True)
+def add(a, b):
+    time.sleep(600)
+"""
+
+
+def marked() -> list[int]:
+    """Live processes of this trainer's samples (their environment holds its marker)."""
+    mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    found.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found

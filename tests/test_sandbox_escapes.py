@@ -22,6 +22,7 @@ import sys
 
 import pytest
 from bwrap_util import WHY_NOT, needs_bwrap
+from sandbox_attacks import LINGER, marked
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, uids
@@ -571,3 +572,21 @@ def test_a_conda_style_prefix_reads_its_ssl_and_share_at_run_time_and_nothing_be
         result.output
     assert "SECRET" not in result.output and "DENIED conda-meta/history" in result.output, result.output
     assert "DENIED notes.txt" in result.output, result.output
+
+
+@needs_bwrap
+@pytest.mark.parametrize("user", USERS)
+def test_a_sample_that_leaves_its_process_group_dies_with_its_pid_namespace(user):
+    """The trainer ends a bubblewrap sample with its process group only (no /proc scan, as at the
+    ``unshare`` level): bubblewrap's PID 1 stays in that group, so a sample that left it
+    (``setsid``) and dropped its parent-death signal still dies with its PID namespace."""
+    box = Sandbox(SandboxLimits(timeout_s=2, memory_mb=512, disk_mb=8), isolation="require", user=user,
+                  audit_hook=False)
+    try:
+        result = box.run(LINGER, TESTS)
+        survivors = marked()
+    finally:
+        for pid in marked():
+            os.kill(pid, 9)
+    assert result.status == "timeout" and "LEFT THE GROUP" in result.output, (result, result.output)
+    assert survivors == [], survivors

@@ -210,6 +210,11 @@ def test_a_dataset_file_directly_in_a_system_folder_is_hidden(isolation_option, 
         box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
                       isolation=isolation_option, audit_hook=False)
         assert ("host files read-only" in box.report["filesystem"]) == fallback, box.report
+        # the report (and the startup log line) names it a file covered, never a folder hidden
+        report = box.report["filesystem"]
+        assert "the run's dataset files " in report, report
+        covered = report.split("the run's dataset files ", 1)[1].split(" covered by an empty file each", 1)[0]
+        assert data in covered.split(", ") and report.count(data) == 1, report
         result = box.run(FILE_PROBE.format(paths=[data, other, elsewhere]) + GOOD, TESTS)
         assert result.passed == [True], result
         assert "ANSWER-42" not in result.output and "ANSWER-43" not in result.output, result.output
@@ -335,3 +340,64 @@ def test_a_folder_a_dataset_glob_matches_is_hidden(isolation_option, fallback, t
         shutil.rmtree(folder, ignore_errors=True)
         if os.path.lexists(beside):
             os.unlink(beside)
+
+
+@pytest.mark.parametrize("isolation_option,fallback", [("require", False), ("weak", False), ("weak", True)])
+def test_a_dataset_file_that_vanishes_as_the_sample_starts_costs_it_nothing(isolation_option, fallback, tmp_path,
+                                                                             monkeypatch):
+    """A covered dataset file removed between ``sandbox_hidden.state()`` and the launch (a shard
+    rewritten, a temp copy removed) made bubblewrap stop before the sample ran ("Can't create file
+    at ...: Read-only file system": its mount point was gone in the read-only /usr), and a right
+    sample was "crashed", scoring 0, with no word of why. Here the file goes right before the
+    sample's process starts: the sample is started again without it and scores."""
+    _skip_unless_usable(isolation_option, fallback, "/usr/local/share")
+    from polyrl import sandbox_hidden
+
+    data = f"/usr/local/share/polyrl-vanishing-{os.getpid()}-{isolation_option}-{fallback}.jsonl"
+    _fresh_registry(monkeypatch, tmp_path, isolation_option, fallback)
+    starts = []
+
+    class RemovedFirst(subprocess.Popen):  # the race, made certain: the file goes as the first sample starts
+        def __init__(self, *args, **kwargs):
+            if not starts and os.path.lexists(data):
+                os.unlink(data)
+            starts.append(args[0][0])
+            super().__init__(*args, **kwargs)
+
+    try:
+        with open(data, "w") as f:
+            f.write('{"expected": "ANSWER-46"}\n')
+        sandbox_hidden.hide_from_samples([data])
+        python = "/usr/bin/python3" if fallback else sys.executable
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), python=python,
+                      isolation=isolation_option, audit_hook=False)
+        assert data in box.report["filesystem"], box.report
+        monkeypatch.setattr(runner.subprocess, "Popen", RemovedFirst)
+        result = box.run(GOOD, TESTS)
+        assert not os.path.lexists(data) and starts
+        assert result.status == "ok" and result.passed == [True], (result, result.output)
+        assert "Can't create file" not in result.output, result.output
+    finally:
+        if os.path.lexists(data):
+            os.unlink(data)
+
+
+def test_a_launch_that_still_covers_a_vanished_file_fails_the_sample_with_the_reason(tmp_path, monkeypatch):
+    """Where the launch built again still covered the vanished file (here it is not built again),
+    the sample fails closed, as before, and its error says why instead of "ended without an answer"."""
+    _skip_unless_usable("require", False, "/usr/local/share")
+    from polyrl import sandbox_hidden
+
+    data = f"/usr/local/share/polyrl-vanished-{os.getpid()}.jsonl"
+    _fresh_registry(monkeypatch, tmp_path, "require", False)
+    try:
+        with open(data, "w") as f:
+            f.write('{"expected": "ANSWER-47"}\n')
+        sandbox_hidden.hide_from_samples([data])
+        box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), isolation="require", audit_hook=False)
+    finally:
+        os.unlink(data)
+    monkeypatch.setattr(box, "_hide_new_folders", lambda: None)  # the launch stays the one that covers it
+    result = box.run(GOOD, TESTS)
+    assert result.status == "crashed" and result.fraction == 0.0, result
+    assert f"could not cover the run's dataset files {data}: they vanished" in (result.error or ""), result

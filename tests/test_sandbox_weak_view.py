@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from sandbox_attacks import SYSV_ATTACK
+from sandbox_attacks import LINGER, SYSV_ATTACK, marked
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -646,3 +646,67 @@ def test_unprivileged_trainer_sample_has_a_root_of_its_own():
         assert got["filesystem"].startswith("a root of its own") and "the trainer's own uid" in got["filesystem"], got
     finally:
         shutil.rmtree(tag, ignore_errors=True)
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_sample_that_leaves_its_process_group_dies_at_its_end(no_bwrap, user, fallback, monkeypatch):
+    """The sample is PID 1 of its PID namespace, a child of util-linux ``unshare``, which the trainer
+    kills with its process group. ``--kill-child`` was to take the sample with it, but the kernel
+    drops that request at the privilege drop's uid change, and a sample may drop it itself: one
+    that left the group (``setsid``) slept on after its sample with its memory, and its pooled uid
+    went to the next sample. Now everything below the process started dies with it."""
+    if fallback:
+        _no_new_root(monkeypatch)
+    python = _python_for(user)
+    if python is None:
+        pytest.skip("no interpreter user nobody can run")
+    box = Sandbox(SandboxLimits(timeout_s=2, memory_mb=512, disk_mb=8), isolation="weak", user=user, python=python,
+                  audit_hook=False)
+    assert box.level == "unshare", box.report
+    try:
+        result = box.run(LINGER, TESTS)
+        survivors = marked()
+    finally:
+        for pid in marked():
+            os.kill(pid, 9)
+    assert result.status == "timeout" and "LEFT THE GROUP" in result.output, (result, result.output)
+    assert survivors == [], survivors
+
+
+#: Lists /dev, opens the host's device nodes a uid-0 sample without capabilities may open as their
+#: owner (0600 root), and writes /dev/null.
+DEVICE_ATTACK = """
+import os
+print("DEV", sorted(os.listdir("/dev")))
+for name in ("console", "vcs", "kvm", "zram0", "loop0", "userfaultfd", "tty0", "ttyS0", "vda", "sda", "nvme0n1"):
+    try:
+        os.close(os.open("/dev/" + name, os.O_RDONLY | os.O_NONBLOCK))
+        print("OPENED", name)
+    except OSError as e:
+        print("NOT", name, e.strerror)
+with open("/dev/null", "w") as out:
+    out.write("x")
+print("NULL written")
+"""
+
+
+@needs_unshare
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_unshare_level_host_view_shows_no_host_device(no_bwrap, user, monkeypatch):
+    """The host view (where ``pivot_root`` is refused) kept the host's /dev, read-only, but a
+    read-only mount does not stop opening a device node: a uid-0 sample (``user = "none"``),
+    the owner of every 0600 node, opened the console, ``/dev/vcs`` (the console's text),
+    ``/dev/kvm`` and ``/dev/zram0`` (swap: the trainer's swapped-out memory). Now its /dev holds
+    null, zero, full, random and urandom only (and the emptied shm, pts, mqueue), as new_root's."""
+    _no_new_root(monkeypatch)
+    box = _weak_box(user)
+    assert "host files read-only" in box.report["filesystem"], box.report
+    result = box.run(DEVICE_ATTACK + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    shown = eval(next(line for line in result.output.splitlines() if line.startswith("DEV "))[4:])  # noqa: S307
+    allowed = {"null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr", "shm", "pts", "mqueue"}
+    assert set(shown) <= allowed, sorted(set(shown) - allowed)
+    assert "OPENED" not in result.output and "NULL written" in result.output, result.output
+    assert "a /dev of null, zero, full, random and urandom only" in box.report["filesystem"], box.report

@@ -16,7 +16,11 @@ size- and inode-capped tmpfs at ``/tmp`` and an empty read-only tmpfs (with the 
 over each of ``hidden_folders()``: the usual homes of unix sockets and world-writable folders, the
 users' homes, the trainer's home, working folder and run folders (``polyrl.sandbox_hidden``),
 and those of them inside ``/usr``. The interpreter's folders under them are
-bound back (read-only, ancestors with their own modes), then it changes to ``/tmp`` and execs the
+bound back (read-only, ancestors with their own modes); ``/dev`` is a read-only tmpfs of ``null``,
+``zero``, ``full``, ``random`` and ``urandom`` bound from the host's (as ``new_root``'s: the host's
+held every device node the sample's uid may open, and as uid 0 (``user = "none"``) the owner's
+read and write on the console, ``/dev/vcs``, ``/dev/kvm`` and swap on ``/dev/zram0``); then it
+changes to ``/tmp`` and execs the
 rest of the command (first, as ``new_root``'s, it sets the IPC namespace's ``shmmni`` and
 ``msgmni`` to 0). A unix socket elsewhere stays reachable: ``connect`` needs write permission
 on the socket, which a read-only mount does not take away (the kernel's EROFS check skips sockets).
@@ -35,7 +39,7 @@ import subprocess
 from collections.abc import Sequence
 
 from polyrl import sandbox_hidden
-from polyrl.sandbox.new_root import LOAD_FILTER, NO_SYSV_IPC
+from polyrl.sandbox.new_root import DEVICES, LOAD_FILTER, NO_SYSV_IPC
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
@@ -105,8 +109,23 @@ try:
     files = [c for c in spec["hide"] if not os.path.isdir(c)]  # the run's dataset files: /dev/null over each
     spec["hide"] = [c for c in spec["hide"] if c not in files]
     modes = {c: os.stat(c) for c in spec["hide"]}
+    devices = [(d, os.open(f"/dev/{d}", os.O_PATH | os.O_CLOEXEC)) for d in @DEVICES@ if os.path.exists(f"/dev/{d}")]
     all_read_only()
     mount("polyrl-sample", "/tmp", "tmpfs", NOSUID | NODEV, spec["tmp"])
+    # a /dev of its own, as new_root's: the host's held every device node its uid may open (as uid 0,
+    # user = "none": the owner's rw on the console, /dev/vcs, /dev/kvm, swap on /dev/zram0)
+    mount("polyrl-dev", "/dev", "tmpfs", NOSUID | NOEXEC, "size=64k,nr_inodes=64,mode=755")
+    for name, fd in devices:
+        open(f"/dev/{name}", "x").close()
+        mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, BIND)
+        os.close(fd)
+    os.symlink("/proc/self/fd", "/dev/fd")
+    for index, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{index}", f"/dev/{name}")
+    for folder in spec["hide"]:  # /dev/shm, /dev/pts, ...: hidden below as the host's would be
+        if under(folder, "/dev"):
+            os.makedirs(folder, 0o755, exist_ok=True)
+    read_only("/dev", NOSUID | NOEXEC)
     for folder in spec["hide"]:
         st = modes[folder]
         owner = f",uid={st.st_uid},gid={st.st_gid}" if spec["root"] else ""
@@ -138,7 +157,7 @@ except OSError as exc:
     print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC)
+'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC).replace("@DEVICES@", repr(DEVICES))
 
 #: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,
 #: ``/dev/shm``) and world-writable folders (``/var/tmp``, ``/run/lock``, ``/dev/mqueue``) live,
@@ -175,6 +194,20 @@ def hidden_folders(extra: Sequence[str] = ()) -> list[str]:
         found.append(real)
     found = sorted(set(found))
     return [f for f in found if not any(_under(f, other) and f != other for other in found)]
+
+
+def hidden_text(paths: Sequence[str], folders_are: str = "the trainer's folders {} hidden") -> str:
+    """What the isolation report says of ``paths`` it hides: its folders (``folders_are``, the
+    list in its ``{}``) and, apart, the run's dataset files covered one by one by an empty file.
+    Why: the report called every one of them a folder hidden, a dataset file lying in
+    ``/usr/local/share`` or ``/opt`` among them, whose folder stays in the sample's view."""
+    folders = [p for p in paths if os.path.isdir(p)]
+    files = [p for p in paths if p not in folders]
+    parts = [folders_are.format(", ".join(folders))] if folders else []
+    if files:
+        parts.append(f"the run's dataset files {', '.join(files)} covered by an empty file each, their folders "
+                     "left in view")
+    return "; ".join(parts)
 
 
 def trainer_folders() -> list[str]:

@@ -393,6 +393,20 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     return cmd, drop
 
 
+def covers_gone(launch: Launch, output: str) -> list[str]:
+    """The run's dataset files ``launch`` binds /dev/null over (``bwrap_prefix``) that are gone now
+    and that bubblewrap said it could not make a mount point for (``output``: what the sample's
+    process wrote). Why: a file that vanished between ``sandbox_hidden.state()`` and the launch
+    (a dataset shard rewritten, a temp copy removed) made bubblewrap stop before the sample ran,
+    and a right sample scored 0 as "ended without an answer"; nothing is left to cover then, so
+    the runner builds the launch again and starts the sample once more."""
+    if launch.level != "bwrap":  # the unshare level's setup programs skip a file that is gone
+        return []
+    args = launch.prefix
+    covered = [args[i + 2] for i in range(len(args) - 2) if args[i] == "--ro-bind" and args[i + 1] == "/dev/null"]
+    return [path for path in covered if not os.path.lexists(path) and f"Can't create file at {path}:" in output]
+
+
 def disable_userns() -> list[str]:
     """``--disable-userns`` where this bubblewrap has it (0.8 on) and it works here, else []; for a
     non-root trainer, whose sample has a user namespace of its own. Why: without the seccomp filter
@@ -630,7 +644,7 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
         if nest and not try_nest:
             notes["userns"] = next(iter(failed.values()), "refused")
         if hide:
-            notes["hidden"] = ", ".join(hide)
+            notes["hidden"] = host_view.hidden_text(hide)
         return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {},
                       wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool, userns=try_nest), None, notes
     return None, why, notes
@@ -757,9 +771,9 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + _userns_report(launch, notes) + "; no capabilities"
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
-                    "filesystem": "read-only /usr" + (f" (the trainer's folders {notes['hidden']} hidden)" if "hidden"
-                                                      in notes else "") + " and " + (notes["interpreter"] if "interpreter" in notes else
-                                                           "the interpreter's bin and lib") + f"; writable: a {disk_mb} MB{inodes}",
+                    "filesystem": "read-only /usr" + (f" ({notes['hidden']})" if "hidden" in notes else "") + " and "
+                    + (notes["interpreter"] if "interpreter" in notes else "the interpreter's bin and lib")
+                    + f"; writable: a {disk_mb} MB{inodes}",
                     "seccomp": seccomp_report if program is not None else (
                         f"OFF ({seccomp_report.removeprefix('off: ')}): a sample can fork, its processes together "
                         "hold max_processes x memory_mb, and socket families beyond unix/inet/inet6 (AF_VSOCK, AF_NETLINK) are open; "
@@ -796,7 +810,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 own = ": the sample is the trainer's own uid" if ids is None and os.geteuid() != 0 else ""
                 if kind == "root":
                     filesystem = ("a root of its own (as bubblewrap's): read-only /usr"
-                                  + (f" (its trainer's folders {', '.join(view)} hidden)" if view else "")
+                                  + (f" ({host_view.hidden_text(view)})" if view else "")
                                   + ", the interpreter's bin and lib, its own /proc and a /dev of null, zero, "
                                   "full, random and urandom; no other host file, folder or unix socket; "
                                   "no user namespace of its own (chrooted below its root, the kernel refuses "
@@ -804,9 +818,10 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                                   f"writable: a {disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only"
                                   + (f" ({own[2:]})" if own else ""))
                 elif kind:
-                    filesystem = (f"host files read-only (kernel permissions apply{own}); hidden under empty "
-                                  f"read-only folders: {', '.join(view)} (their unix sockets and writable folders "
-                                  "out of reach; a unix socket elsewhere stays reachable); writable: a "
+                    filesystem = (f"host files read-only (kernel permissions apply{own}); " + host_view.hidden_text(
+                                      view, "hidden under empty read-only folders: {} (their unix sockets and writable "
+                                      "folders out of reach; a unix socket elsewhere stays reachable)")
+                                  + "; a /dev of null, zero, full, random and urandom only; writable: a "
                                   f"{disk_mb} MB, {tmpfs_inodes(disk_mb)} inodes private tmpfs at /tmp only "
                                   f"(no root of its own: {view_note}); " + (
                                       "a user namespace of its own where no other nests"

@@ -21,7 +21,7 @@ from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, memfd_filter, tests_guard, uids
+from polyrl.sandbox import isolation, leftovers, memfd_filter, process_tree, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
@@ -163,6 +163,19 @@ class Sandbox:
             self.report["filesystem"] = self.launch.report["filesystem"]
 
     def run(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
+        """Run the sample and its tests; once more where bubblewrap stopped before the sample ran
+        because a dataset file it was to cover had vanished (``isolation.covers_gone``)."""
+        result = self._run_once(code, steps, setup)
+        if result.status == "crashed" and (gone := isolation.covers_gone(self.launch, result.output)):
+            log.info("code sandbox: a dataset file to cover vanished as the sample started; starting it again",
+                     files=gone[:4])
+            result = self._run_once(code, steps, setup)
+            if result.status == "crashed" and (gone := isolation.covers_gone(self.launch, result.output)):
+                result.error = (f"code sandbox: bubblewrap could not cover the run's dataset files {', '.join(gone[:4])}: "
+                                "they vanished as the sample started, twice; the sample did not run")
+        return result
+
+    def _run_once(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
         t0 = time.monotonic()
         self._hide_new_folders()
         folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
@@ -199,14 +212,15 @@ class Sandbox:
                 if seccomp_r >= 0:
                     os.close(seccomp_r)
             channel = Channel(proc, t0 + self.limits.timeout_s, self.limits.max_output_bytes)
+            below = self.launch.level != "bwrap"  # bubblewrap's PID 1 dies with the group (_kill)
             result = None
             try:
                 result = (self._talk_forked if self.tests_forked else self._talk)(channel, code, steps, setup)
             finally:
                 if result is not None and result.status in ("ok", "error"):  # done: let it flush its output
-                    _finish(proc, min(t0 + self.limits.timeout_s, time.monotonic() + 0.5))
+                    _finish(proc, min(t0 + self.limits.timeout_s, time.monotonic() + 0.5), below)
                 else:
-                    _kill(proc)
+                    _kill(proc, below)
                 channel.collect_rest()
                 channel.close()
                 if proc.stderr is not None:
@@ -312,7 +326,7 @@ def _cap_address_space(extra_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _finish(proc: subprocess.Popen, until: float) -> None:
+def _finish(proc: subprocess.Popen, until: float, below: bool = True) -> None:
     """Close the sample's input (it flushes its output and exits), wait a moment, then kill."""
     try:
         if proc.stdin is not None:
@@ -320,16 +334,22 @@ def _finish(proc: subprocess.Popen, until: float) -> None:
         proc.wait(timeout=max(0.0, until - time.monotonic()))
     except (OSError, subprocess.TimeoutExpired):
         pass
-    _kill(proc)
+    _kill(proc, below)
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL to the sample's whole process group, and wait until it is gone (a sample that left
-    the group dies with its PID namespace at the bwrap level)."""
+def _kill(proc: subprocess.Popen, below: bool = True) -> None:
+    """SIGKILL to the whole process group of the one started and, with ``below``, to every process
+    below it (``process_tree``: at the ``unshare`` level the sample's PID 1 had left the group and
+    outlived ``unshare``), and wait until they are gone (what they forked dies with its PID
+    namespace, the off level's pooled uid with ``_kill_uid``). Not ``below`` under bubblewrap,
+    whose PID 1 stays in the group (a /proc scan per sample saved)."""
+    held = process_tree.hold(proc.pid) if below else {}  # before the group's kill: then unshare's child is another's
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if left := process_tree.kill(held):
+        log.error("a sample's process did not die", pids=left[:16])
     try:
         proc.wait(timeout=10)  # our child (bwrap, or the interpreter): reaped here
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
