@@ -179,3 +179,76 @@ def test_bool_of_a_right_value_reads_none_of_its_items():
     names = list(TRUE_RIGHTLY)
     got = _scored([TRUE_RIGHTLY[n][0] for n in names], [TRUE_RIGHTLY[n][1] for n in names])
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+#: Right classes a dataset of data-structure tasks holds: a queue on a deque, a stack with
+#: ``clear``, a cache whose ``compact`` drops the keys holding None.
+DEQUE_QUEUE = ("from collections import deque\nclass Queue:\n    def __init__(self):\n        self.items = deque()\n"
+               "    def enqueue(self, x):\n        self.items.append(x)\n    def dequeue(self):\n"
+               "        return self.items.popleft()\n    def clear(self):\n        self.items.clear()\n"
+               "    def __len__(self):\n        return len(self.items)\n    def __iter__(self):\n"
+               "        return iter(self.items)\n")
+CLEARED_STACK = ("class Stack:\n    def __init__(self):\n        self.xs = []\n    def push(self, x):\n"
+                 "        self.xs.append(x)\n    def pop(self):\n        return self.xs.pop()\n    def clear(self):\n"
+                 "        self.xs.clear()\n    def is_empty(self):\n        return not self.xs\n"
+                 "    def __len__(self):\n        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n")
+COMPACTED_CACHE = ("class Cache:\n    def __init__(self):\n        self.d = {}\n    def put(self, k, v):\n"
+                   "        self.d[k] = v\n    def compact(self):\n"
+                   "        self.d = {k: v for k, v in self.d.items() if v is not None}\n"
+                   "    def __len__(self):\n        return len(self.d)\n    def __iter__(self):\n        return iter(self.d)\n"
+                   "    def __getitem__(self, k):\n        return self.d[k]\n")
+_FOUR = "for i in range(4):\n    {}.{}(i)\nassert len({}) == 4\n"
+QUEUE_OF_FOUR = "q = Queue()\n" + _FOUR.format("q", "enqueue", "q")
+STACK_OF_FOUR = "s = Stack()\n" + _FOUR.format("s", "push", "s")
+#: (tests, right solution): emptied by one call, then read by a loop that checks none of its
+#: items: it counts them, copies them as they are, or fails on any (each scored 0 or 0.5 before).
+EMPTIED_THEN_SEEN_BY_A_LOOP = {
+    "counted_by_a_for": (QUEUE_OF_FOUR + "q.clear()\nn = 0\nfor _ in q:\n    n += 1\nassert n == 0\n", DEQUE_QUEUE),
+    "counted_in_a_test_function": ("def test_clear():\n    q = Queue()\n    for i in range(4):\n        q.enqueue(i)\n"
+                                   "    assert len(q) == 4\n    q.clear()\n    n = 0\n    for _ in q:\n        n += 1\n"
+                                   "    assert n == 0\ntest_clear()\n", DEQUE_QUEUE),
+    "counted_by_sum": (QUEUE_OF_FOUR + "q.clear()\nassert sum(1 for _ in q) == 0\n", DEQUE_QUEUE),
+    "a_loop_that_fails_on_any_item": (STACK_OF_FOUR + "s.clear()\nassert s.is_empty()\nfor x in s:\n"
+                                      "    raise AssertionError('left after clear')\n", CLEARED_STACK),
+    "assert_false_with_the_item": ("def test_clear():\n    q = Queue()\n    q.enqueue(1)\n    q.enqueue(2)\n"
+                                   "    q.enqueue(3)\n    assert len(q) == 3\n    q.clear()\n    for x in q:\n"
+                                   "        assert False, f'{x} left'\ntest_clear()\n", DEQUE_QUEUE),
+    "copied_then_compared": (STACK_OF_FOUR + "s.clear()\nassert [x for x in s] == []\n", CLEARED_STACK),
+    "copied_then_counted": (STACK_OF_FOUR + "s.clear()\nassert len([x for x in s]) == 0\n", CLEARED_STACK),
+    "compacted_to_nothing_then_copied": ("c = Cache()\nc.put('a', None)\nc.put('b', None)\nc.put('c', None)\n"
+                                         "assert len(c) == 3\nc.compact()\nassert {k for k in c} == set()\n",
+                                         COMPACTED_CACHE),
+}
+#: (tests, right solution): drained one call per item, partly compacted: these kept 1.0 and must.
+DRAINED_RIGHTLY = {
+    "while_queue_dequeue": (QUEUE_OF_FOUR + "out = []\nwhile q:\n    out.append(q.dequeue())\nassert out == [0, 1, 2, 3]\n"
+                            "assert all(x > 9 for x in q)\n", DEQUE_QUEUE),
+    "while_stack_pop": (STACK_OF_FOUR + "while s:\n    s.pop()\nfor x in s:\n    assert x > 9\n", CLEARED_STACK),
+    "compacted_in_part": ("c = Cache()\nc.put('a', 1)\nc.put('b', None)\nc.put('c', None)\nassert len(c) == 3\n"
+                          "c.compact()\nassert all(c[k] is not None for k in c)\n", COMPACTED_CACHE),
+}
+#: (tests of the forged ``primes`` above): loops whose body looks at an item for its verdict, or
+#: a count the tests expect to be 3: each still fails once the value is emptied under them.
+EMPTIED_THEN_CHECKED = {
+    "raise_if_not_prime": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r.reset()\n"
+                          "    for x in r:\n        if not is_prime(x):\n            raise AssertionError(x)\ntest()",
+    "list_of_verdicts": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and all([is_prime(x) for x in r])",
+    "counted": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and sum(1 for _ in r) == 3",
+    "filtered_copy": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and [x for x in r if not is_prime(x)] == []",
+}
+
+
+def test_a_right_value_emptied_then_read_by_a_loop_that_checks_no_item_keeps_its_score():
+    """A right queue or stack cleared (a cache compacted to nothing) in one call and then counted
+    (``for _ in q: n += 1``, ``sum(1 for _ in q)``), copied (``[x for x in s] == []``) or looped
+    over with a body that fails on any item (``raise AssertionError``) scored 0 or 0.5: such a
+    loop was taken for a check over each item, vacuous on the emptied value, and no other whole
+    reading saw it empty. It reads the value whole now (``item_free_loops``); values drained one
+    call per item keep 1.0; the forged ``primes`` still fails loops that look at its items."""
+    names = list(EMPTIED_THEN_SEEN_BY_A_LOOP)
+    cases = [EMPTIED_THEN_SEEN_BY_A_LOOP[n] for n in names] + list(DRAINED_RIGHTLY.values())
+    got = _scored([tests for tests, _ in cases], [right for _, right in cases])
+    assert dict(zip(names + list(DRAINED_RIGHTLY), got)) == dict.fromkeys(names + list(DRAINED_RIGHTLY), 1.0)
+    tests = list(EMPTIED_THEN_CHECKED.values())
+    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)

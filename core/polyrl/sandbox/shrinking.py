@@ -29,6 +29,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.values import encode
@@ -61,8 +62,9 @@ def looped_here(depth: int = 2) -> bool:
     own code at a loop's or a comprehension's start, at a call whose answer such a start takes
     next (``for x in sorted(r)``, ``all(is_prime(x) for x in list(r))``: ``_instruction_at``), or
     a stand-in of theirs ``loops_over`` registered: a check over each item, which an empty value
-    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r`` and the tests' ``zip``
-    read it whole or otherwise, and are no such loop here."""
+    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r``, the tests' ``zip`` and
+    a loop that checks none of its items (``for _ in q: n += 1``, ``[x for x in q] == []``:
+    ``item_free_loops``) read it whole or otherwise, and are no such loop here."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
@@ -80,7 +82,9 @@ def looped_here(depth: int = 2) -> bool:
         return False
     op, after = _instruction_at(code, frame.f_lasti)
     fed = op in _CALL_OPS and after in _LOOP_OPS
-    return fed if wrapped else op in _LOOP_OPS or fed
+    if op in _LOOP_OPS and not wrapped:  # ``n += 1`` or ``raise`` for each item: a whole reading
+        return not checks_no_item(code, frame.f_lasti)
+    return fed
 
 
 def _instruction_at(code: types.CodeType, offset: int) -> tuple[int | None, int | None]:
