@@ -4,7 +4,9 @@ the calls between two readings may have taken (the sandboxed cases: ``test_sandb
 from __future__ import annotations
 
 import builtins
+import dis
 
+from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import _bound
 from polyrl.sandbox.shrinking import gained, looped_here, loops_over, returned_items, taken_back
 
@@ -22,16 +24,40 @@ class _Probe:
 
 def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
     """``shrinking.looped_here`` is true only where the tests' own code starts a loop or a
-    comprehension over the value; ``list``/``sorted``/``in`` and code outside the tests are not."""
+    comprehension over the value that checks its items; ``list``/``sorted``/``in``, loops that
+    count, copy or fail on any item (``item_free_loops``) and code outside the tests are not."""
 
-    source = "for x in r:\n    pass\nall(x for x in r)\n[x for x in r]\nlist(r)\nsorted(r)\n1 in r\nlooped(r)\n"
+    source = ("for x in r:\n    assert x\nall(x for x in r)\n[x + 1 for x in r]\nlist(r)\nsorted(r)\n1 in r\n"
+              "looped(r)\nfor x in r:\n    pass\n[x for x in r]\nsum(1 for _ in r)\n")
     probe = _Probe()
     looped = loops_over(lambda value: iter(value))
     exec(compile(source, "<test>", "exec"), {"r": probe, "looped": looped})
-    assert probe.seen == [True, True, True, False, False, False, True]
+    assert probe.seen == [True, True, True, False, False, False, True, False, False, False]
     outside = _Probe()
-    exec(compile("for x in r:\n    pass\n", "<elsewhere>", "exec"), {"r": outside})
+    exec(compile("for x in r:\n    assert x\n", "<elsewhere>", "exec"), {"r": outside})
     assert outside.seen == [False]
+
+
+def _loops(source: str) -> list[bool]:
+    """``checks_no_item`` of each loop start (``GET_ITER``) of ``source``'s top level, in order."""
+    code = compile(source, "<test>", "exec")
+    return [checks_no_item(code, i.offset) for i in dis.get_instructions(code) if i.opname == "GET_ITER"]
+
+
+def test_a_loop_checks_no_item_where_it_counts_copies_or_fails_on_any():
+    """Counting (``n += 1``, ``sum(1 for _ in q)``), copying as they are (``[x for x in q]``,
+    ``{x for x in q}``) and failing on any item (``raise``, ``assert False, x``) read no item for
+    a verdict; a body that reads one, branches before its raise, raises inside a ``try`` of its
+    own, or a comprehension that filters or maps, does."""
+    free = ("for _ in q:\n    n += 1\nsum(1 for _ in q)\n[x for x in q]\n{x for x in q}\n"
+            "for x in q:\n    raise AssertionError('left')\nfor x in q:\n    assert False, f'{x} left'\n"
+            "for a, b in q:\n    n = n + 1\n")
+    assert _loops(free) == [True] * 7
+    checked = ("for x in q:\n    n += x\nsum(x for x in q)\n[x for x in q if x]\n[f(x) for x in q]\n"
+               "for x in q:\n    if x:\n        raise AssertionError(x)\n"
+               "for x in q:\n    try:\n        raise AssertionError\n    except AssertionError:\n        pass\n"
+               "for x in q:\n    f()\n(x for x in q)\nfor _ in q:\n    n = [1 for _ in q]\n")
+    assert _loops(checked) == [False] * 9 + [True]
 
 
 def test_looped_here_counts_a_whole_reading_a_loop_goes_over():
