@@ -252,3 +252,38 @@ def test_a_right_value_emptied_then_read_by_a_loop_that_checks_no_item_keeps_its
     tests = list(EMPTIED_THEN_CHECKED.values())
     assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
     assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+
+
+#: (tests of the forged ``primes`` above): ``x not in r`` after a call that reaches ``r``.
+NOT_IN_AFTER_EMPTYING = {
+    "own_method_as_a_statement": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r.reset()\n"
+                                 "    assert 4 not in r\ntest()",
+    "passed_to_a_function": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    show(r)\n"
+                            "    assert 4 not in r and 6 not in r\ntest()",
+    "passed_to_a_function_in_the_assert": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and 4 not in r",
+}
+#: A right set-like class with ``__contains__``: the items the tests add are theirs to expect gone.
+BAG = ("class Bag:\n    def __init__(self):\n        self.xs = set()\n    def add(self, x):\n        self.xs.add(x)\n"
+       "    def clear(self):\n        self.xs.clear()\n    def __len__(self):\n        return len(self.xs)\n"
+       "    def __iter__(self):\n        return iter(self.xs)\n    def __contains__(self, x):\n        return x in self.xs\n")
+#: (tests, right solution): items the tests put in, gone after a call that empties the value.
+NOT_IN_RIGHTLY = {
+    "bag_cleared": ("b = Bag()\nb.add(1)\nb.add(2)\nassert len(b) == 2\nb.clear()\nassert 1 not in b and 2 not in b\n",
+                    BAG),
+    "queue_cleared": (QUEUE_OF_FOUR + "q.clear()\nassert 2 not in q\n", DEQUE_QUEUE),
+    "bag_refilled": ("b = Bag()\nb.add(1)\nb.add(2)\nassert len(b) == 2\nb.clear()\nb.add(3)\nassert 1 not in b and 3 in b\n",
+                     BAG),
+}
+
+
+def test_x_not_in_a_value_emptied_under_it_fails():
+    """``x not in r`` holds over no items, so the forged ``primes`` emptied by ``r.reset()``,
+    ``show(r)`` or ``valid(r)`` passed ``len(r) == 3`` and then ``4 not in r`` (1.0): it is read
+    as the tests' loop is now (``Remote.__contains__``). A right bag or queue the tests fill,
+    clear and then ask ``1 not in b`` of items they added keeps 1.0, as the right ``primes`` does."""
+    tests = list(NOT_IN_AFTER_EMPTYING.values())
+    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+    names = list(NOT_IN_RIGHTLY)
+    got = _scored([NOT_IN_RIGHTLY[n][0] for n in names], [NOT_IN_RIGHTLY[n][1] for n in names])
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)

@@ -8,7 +8,7 @@ import dis
 
 from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import _bound
-from polyrl.sandbox.shrinking import gained, looped_here, loops_over, returned_items, taken_back
+from polyrl.sandbox.shrinking import gained, looped_here, loops_over, not_in_here, returned_items, taken_back
 
 
 class _Probe:
@@ -36,6 +36,23 @@ def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
     outside = _Probe()
     exec(compile("for x in r:\n    assert x\n", "<elsewhere>", "exec"), {"r": outside})
     assert outside.seen == [False]
+
+
+def test_not_in_here_is_the_tests_not_in_only():
+    """``x not in r`` of the tests' code is seen, not ``x in r`` nor code outside the tests."""
+
+    class Probe:
+        def __init__(self) -> None:
+            self.seen: list[bool] = []
+
+        def __contains__(self, item: object) -> bool:
+            self.seen.append(not_in_here())
+            return False
+
+    probe = Probe()
+    exec(compile("1 not in r\n1 in r\nassert 2 not in r\n", "<test>", "exec"), {"r": probe})
+    exec(compile("1 not in r\n", "<elsewhere>", "exec"), {"r": probe})
+    assert probe.seen == [True, False, True, False]
 
 
 def _loops(source: str) -> list[bool]:

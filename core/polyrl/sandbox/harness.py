@@ -67,6 +67,7 @@ from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
 from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
+from polyrl.sandbox.reader import same_items
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
@@ -238,6 +239,12 @@ class Session:
                 break
             handed.extend(item for arg in args for item in (arg, *returned_items(arg)))
         return handed
+
+    def handed_to(self, ref: int, item: Any) -> bool:
+        """Whether the tests passed ``item`` to a method of value ``ref``'s own (``b.add(1)``;
+        the latest ``MAX_HANDED`` calls): one they put in, and expect gone after ``b.clear()``."""
+        mine = set(self.called_on.get(ref, ()))
+        return any(at in mine and any(same_items([arg], [item]) for arg in args) for at, args in self.handed)
 
     def changes(self, ref: int, member: int, since: int) -> int:
         """How many requests after request ``since`` may have changed value ``ref`` (of ``member``'s

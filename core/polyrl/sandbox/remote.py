@@ -14,7 +14,7 @@ from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
-from polyrl.sandbox.shrinking import gained, looped_here, returned_items, taken_back
+from polyrl.sandbox.shrinking import gained, looped_here, not_in_here, returned_items, taken_back
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -345,10 +345,11 @@ class Remote:
         ``show(r)`` or ``r.reset()`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in
         r)`` (``shrinking`` module doc); a right value the tests empty (``q.clear()``) they see
         empty, before or after their loop over it; left one new item (``self.xs = [2]`` after 4, 4,
-        4) it passed the loop just as well (1.0). What it costs: a test that empties a right value
-        that way (or leaves it items it never had, from no argument of theirs), loops over it and
-        never reads it whole then scores 0. Not covered: a value left items it had (4, 2, 6 to 2),
-        or emptied and read by ``x not in r``, the tests' ``zip``, or a dict view (``d.values()``)."""
+        4) it passed the loop just as well (1.0); ``x not in r`` is such a loop (``__contains__``).
+        What it costs: a test that empties a right value that way (or leaves it items it never had,
+        from no argument of theirs), loops over it and never reads it whole then scores 0. Not
+        covered: a value left items it had (4, 2, 6 to 2), or emptied and read by the tests'
+        ``zip``, or a dict view (``d.values()``)."""
         seen = self._seen
         if seen is None or seen[2] is None or self._kin is None:
             return
@@ -407,6 +408,21 @@ class Remote:
         return counted[0]
 
     def __iter__(self) -> Any:
+        return self._iterate(looped_here())
+
+    def __contains__(self, item: Any) -> bool:
+        """Python's ``in`` over its items (each ``is`` or ``==`` it), as Python's fallback without
+        ``__contains__`` was (the sample's own ``__contains__`` is asked nothing, as before). ``x
+        not in r`` of the tests' reads it as their loop does (``_emptied_unseen``), unless they
+        handed ``x`` to a method of its own (``Session.handed_to``: ``b.add(1)``, then ``b.clear()``,
+        then ``1 not in b``). Why: it holds over no items, so a forged ``primes`` giving 4, 4, 4 to
+        ``len`` and nothing after ``r.reset()`` or ``show(r)`` passed ``len(r) == 3`` and then
+        ``4 not in r`` (1.0); an item the tests put in themselves they expect gone."""
+        looped = not_in_here() and not self._session.handed_to(self._ref, item)
+        return any(x is item or x == item for x in self._iterate(looped))
+
+    def _iterate(self, looped: bool) -> Any:
+        """``__iter__``: ``looped``, a check over each item of the tests' reads it (``_looped_snapshot``)."""
         counted = self._unread()
         if isinstance(counted, Exception):
             raise counted
@@ -426,7 +442,7 @@ class Remote:
             seen = self._fresh_seen()
             if isinstance(seen, Exception):  # its reading failed, and nothing changed it since
                 raise seen
-            whole = self._looped_snapshot if looped_here() else self._snapshot
+            whole = self._looped_snapshot if looped else self._snapshot
             return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin,
                           whole=whole, expect=seen)
         raise TypeError("iter() of a sample's value gave no iterator")

@@ -40,6 +40,8 @@ _LOOP_OPS = frozenset({dis.opmap["GET_ITER"]})
 #: tests' own ``sorted`` is a function of ``module_views``' calling Python's, ``BOUND_CODE``) whose
 #: answer a loop's ``GET_ITER`` takes next: ``for x in sorted(r)`` loops over ``r``'s items.
 _CALL_OPS = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION", "CALL_KW") if name in dis.opmap)
+#: The instruction ``in`` and ``not in`` (its argument 1) are (Python 3.9+).
+_CONTAINS = dis.opmap.get("CONTAINS_OP")
 #: Per code object of the tests': each offset (inline caches too) -> its instruction's opcode and the next one's.
 _OPS: dict[types.CodeType, dict[int, tuple[int, int | None]]] = {}
 _MAX_CODES = 512
@@ -85,6 +87,19 @@ def looped_here(depth: int = 2) -> bool:
     if op in _LOOP_OPS and not wrapped:  # ``n += 1`` or ``raise`` for each item: a whole reading
         return not checks_no_item(code, frame.f_lasti)
     return fed
+
+
+def not_in_here(depth: int = 2) -> bool:
+    """Whether the frame ``depth`` levels up (the caller of the ``__contains__`` asking) is the
+    tests' own code at ``x not in r``: true over no items, a check an emptied value holds
+    vacuously (``Remote.__contains__``); ``x in r`` fails over none and is no such check."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    code, at = frame.f_code, frame.f_lasti
+    return code.co_filename in TESTS_FILES and _CONTAINS is not None and 0 <= at < len(code.co_code) - 1 \
+        and code.co_code[at] == _CONTAINS and code.co_code[at + 1] == 1  # CONTAINS_OP 1: ``not in``
 
 
 def _instruction_at(code: types.CodeType, offset: int) -> tuple[int | None, int | None]:
