@@ -8,7 +8,9 @@ import dis
 
 from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import _bound
+from polyrl.sandbox.reader import same_items
 from polyrl.sandbox.shrinking import gained, looped_here, loops_over, not_in_here, returned_items, taken_back
+from polyrl.sandbox.values import item_key
 
 
 class _Probe:
@@ -111,3 +113,35 @@ def test_taken_back_counts_only_lost_items_a_call_returned():
     assert taken_back([4, 4, 4], [], returned_items([2, 3, 5]), 1) == 1
     assert taken_back([1, 2, 3], [1], returned_items(3), 1) == 1
     assert taken_back([1, 1, 2], [2], returned_items((1, 1, 1)), 1) == 2
+
+
+class _Handle:
+    """A stand-in of ``remote.Remote`` for the one attribute the rule reads: a new handle each reading."""
+
+    LIVES_IN_SAMPLE = True
+
+    def __init__(self, type_name: str) -> None:
+        self._type = type_name
+
+
+class _Node:
+    pass
+
+
+def test_one_rule_of_the_same_item_for_readings_and_lost_items():
+    """``reader.same_items`` (two readings of one value) and ``shrinking``'s lost and gained items
+    follow one rule, ``values.item_key``: plain data exactly (``nan`` is itself; ``1`` is not
+    ``True`` nor ``1.0``; ``-0.0`` is not ``0.0``; a set in its order), an object of the sample's by
+    its type (a new handle each reading), another object by its type's name."""
+    nan = float("nan")
+    pairs = [  # (a, b, whether they are the same item)
+        (1, True, False), (1, 1.0, False), (0.0, -0.0, False), (nan, float("nan"), True), ("1", b"1", False),
+        ((1, [2]), (1, [2]), True), ((1,), [1], False), (10 ** 5000, 10 ** 5001, True), (_Node(), _Node(), True),
+        (_Handle("Node"), _Handle("Node"), True), (_Handle("Node"), _Node(), False),
+        (_Handle("Node"), _Handle("Leaf"), False), ({"a": 1}, {"a": 1}, True), ({"a": 1}, {"a": 2}, False),
+    ]
+    for a, b, same in pairs:
+        assert same_items([a], [b]) is same, (a, b)
+        assert (item_key(a) == item_key(b)) is same, (a, b)
+        assert gained([a], [b], []) is not same, (a, b)  # b is an item ``[a]`` never had
+        assert taken_back([a], [], [b], 0) == int(same), (a, b)  # a call that gave back b took a

@@ -32,7 +32,7 @@ from typing import Any
 from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_guard import TESTS_FILES
-from polyrl.sandbox.values import encode
+from polyrl.sandbox.values import item_key
 
 #: The instruction a loop or a comprehension asks its iterable's ``__iter__`` from.
 _LOOP_OPS = frozenset({dis.opmap["GET_ITER"]})
@@ -142,13 +142,5 @@ def gained(before: list[Any], after: list[Any], handed: list[Any]) -> bool:
 
 
 def _keys(items: Iterable[Any]) -> collections.Counter[str]:
-    """``items`` as a multiset of keys that two readings share for the same item (``reader.same_items``:
-    plain data exactly, an object of the sample's by its type's name)."""
-    counts: collections.Counter[str] = collections.Counter()
-    for item in items:
-        if getattr(type(item), "LIVES_IN_SAMPLE", False):
-            counts["object " + str(item._type)] += 1
-            continue
-        encoded = encode(item)
-        counts[repr(encoded) if encoded is not None else "type " + type(item).__name__] += 1
-    return counts
+    """``items`` as a multiset of ``values.item_key``: the same items as ``reader.same_items`` sees."""
+    return collections.Counter(map(item_key, items))
