@@ -68,7 +68,19 @@ def _classify(code: types.CodeType, get_iter: int) -> bool:
     copies = inner.co_name != "<genexpr>" and len(targets) == 1 and [i.opname for i in rest] == [
         "LOAD_FAST", "LIST_APPEND" if inner.co_name == "<listcomp>" else "SET_ADD", "JUMP_BACKWARD"] \
         and rest[0].argval == targets[0]
-    return copies or _counts(targets, rest)
+    return (copies and _kept_whole(instructions, at)) or _counts(targets, rest)
+
+
+def _kept_whole(instructions: list[dis.Instruction], get_iter: int) -> bool:
+    """Whether the copy a comprehension made (its ``GET_ITER`` at index ``get_iter``) is compared
+    or counted, not handed to a call that may look at its items (``all([x for x in r])`` is the
+    loop ``all(r)`` is): no call takes it next, or ``len`` does."""
+    following = instructions[get_iter + 3:get_iter + 4]
+    if not following or following[0].opname not in ("PRECALL", "CALL"):
+        return True
+    made = next(n for n in range(get_iter - 1, -1, -1) if instructions[n].opname == "MAKE_FUNCTION")
+    callee = instructions[made - 2] if made >= 2 else None
+    return callee is not None and callee.opname in ("LOAD_NAME", "LOAD_GLOBAL") and callee.argval == "len"
 
 
 def _body(instructions: list[dis.Instruction], for_iter: int) -> tuple[list[str], list[dis.Instruction]] | None:
