@@ -7,6 +7,7 @@ answer (``DATA_PREDICATES``, ``DATA_QUERIES``) belong with it, not with the runn
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -269,7 +270,8 @@ class Remote:
             self._snapshot(items, looped=looped)
         self._keep(items)
 
-    def _snapshot(self, items: list[Any] | Exception, length: int | None = None, looped: bool = False) -> None:
+    def _snapshot(self, items: list[Any] | Exception, length: int | None = None, looped: bool = False,
+                  asked: tuple[Any, ...] = ()) -> None:
         """AssertionError where ``items``, all of it the sample gave for one reading (or what
         reading it raised), differ from what its last whole reading gave while no call that reaches its family
         (``Session.touch``) was made between; else they are what the next reading must give. Why:
@@ -289,7 +291,8 @@ class Remote:
         read it vacuously (``_shrunk_softly``). Not covered: a forged value emptied by a method the
         tests call for its effect on an object of its family, or by a call it is passed to, still
         passes, except where a loop of the tests' reads it emptied (``_emptied_unseen``; ``looped``:
-        this reading is one). ``length``: what ``len`` said of it where reading its items failed."""
+        this reading is one; ``asked``: the item of the ``x not in r`` that made it). ``length``: what
+        ``len`` said of it where reading its items failed."""
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -302,7 +305,7 @@ class Remote:
         if seen is None and not isinstance(items, Exception):
             self._shrunk_softly(items)
             if looped:
-                self._emptied_unseen(items)
+                self._emptied_unseen(items, asked)
         if not looped and isinstance(items, list) and (not items or seen is not None):
             s.unconfirmed.pop(self._ref, None)  # the tests read it whole: empty, or as the loop did
         object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
@@ -333,7 +336,7 @@ class Remote:
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {seen[2]}, with "
                                  f"calls between that may take {may}")
 
-    def _emptied_unseen(self, items: list[Any]) -> None:
+    def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = ()) -> None:
         """Where a loop of the tests' reads this value as ``items``, empty or holding an item
         neither its last whole reading nor the tests' calls since handed it (``shrinking.gained``),
         while that reading gave more items than calls were made since that may change it in any way (``Session.changes``:
@@ -359,7 +362,7 @@ class Remote:
             return
         if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
             return  # left items it had (``g.remove(2)`` before a loop over the edges), or was given
-        if lost > self._may_lose(items, calls):
+        if lost > self._may_lose(items, calls) and not any(s.handed_to(self._ref, item) for item in asked):
             s.unconfirmed.setdefault(self._ref, set()).add(None)
 
     def _may_lose(self, items: list[Any], calls: int) -> int:
@@ -418,11 +421,11 @@ class Remote:
         then ``1 not in b``). Why: it holds over no items, so a forged ``primes`` giving 4, 4, 4 to
         ``len`` and nothing after ``r.reset()`` or ``show(r)`` passed ``len(r) == 3`` and then
         ``4 not in r`` (1.0); an item the tests put in themselves they expect gone."""
-        looped = not_in_here() and not self._session.handed_to(self._ref, item)
-        return any(x is item or x == item for x in self._iterate(looped))
+        return any(x is item or x == item for x in self._iterate(not_in_here(), (item,)))
 
-    def _iterate(self, looped: bool) -> Any:
-        """``__iter__``: ``looped``, a check over each item of the tests' reads it (``_looped_snapshot``)."""
+    def _iterate(self, looped: bool, asked: tuple[Any, ...] = ()) -> Any:
+        """``__iter__``: ``looped``, a check over each item of the tests' reads it (``_snapshot``'s ``looped``);
+        ``asked``: the item ``x not in r`` asks of it (``__contains__``)."""
         counted = self._unread()
         if isinstance(counted, Exception):
             raise counted
@@ -442,14 +445,10 @@ class Remote:
             seen = self._fresh_seen()
             if isinstance(seen, Exception):  # its reading failed, and nothing changed it since
                 raise seen
-            whole = self._looped_snapshot if looped else self._snapshot
+            whole = functools.partial(self._snapshot, looped=True, asked=asked) if looped else self._snapshot
             return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin,
                           whole=whole, expect=seen)
         raise TypeError("iter() of a sample's value gave no iterator")
-
-    def _looped_snapshot(self, items: list[Any]) -> None:
-        """``_snapshot`` of a reading a loop of the tests' made (``shrinking.looped_here``)."""
-        self._snapshot(items, looped=True)
 
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
