@@ -271,6 +271,8 @@ NOT_IN_RIGHTLY = {
     "bag_cleared": ("b = Bag()\nb.add(1)\nb.add(2)\nassert len(b) == 2\nb.clear()\nassert 1 not in b and 2 not in b\n",
                     BAG),
     "queue_cleared": (QUEUE_OF_FOUR + "q.clear()\nassert 2 not in q\n", DEQUE_QUEUE),
+    "stack_made_with_them": ("s = make_stack([1, 2, 3])\nassert len(s) == 3\ns.clear()\nassert 1 not in s and 3 not in s\n",
+                             STACK_OF + "Stack.clear = lambda self: self.xs.clear()\n"),
     "bag_refilled": ("b = Bag()\nb.add(1)\nb.add(2)\nassert len(b) == 2\nb.clear()\nb.add(3)\nassert 1 not in b and 3 in b\n",
                      BAG),
 }
@@ -279,8 +281,9 @@ NOT_IN_RIGHTLY = {
 def test_x_not_in_a_value_emptied_under_it_fails():
     """``x not in r`` holds over no items, so the forged ``primes`` emptied by ``r.reset()``,
     ``show(r)`` or ``valid(r)`` passed ``len(r) == 3`` and then ``4 not in r`` (1.0): it is read
-    as the tests' loop is now (``Remote.__contains__``). A right bag or queue the tests fill,
-    clear and then ask ``1 not in b`` of items they added keeps 1.0, as the right ``primes`` does."""
+    as the tests' loop is now (``Remote.__contains__``). A right bag, queue or stack the tests fill
+    (or make with items), clear and then ask ``1 not in b`` of items they put in keeps 1.0, as the
+    right ``primes`` does."""
     tests = list(NOT_IN_AFTER_EMPTYING.values())
     assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
     assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)

@@ -115,6 +115,7 @@ class Session:
         self.changed: dict[int, int] = {}  # a family's head -> the request that last may have changed it
         self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
         self.gave: dict[int, Any] = {}  # such a request -> what the call returned (``shrinking.taken_back``)
+        self.returned_by: dict[int, list[int]] = {}  # a value -> the requests of the calls that returned it
         self.touches: dict[int, list[int]] = {}  # a family's head -> the requests that may have changed it
         #: the latest calls' requests -> their arguments (``handed_since``); bounded, as tests calling
         #: ``f(list(range(1000)))`` in a loop would otherwise hold every list to the run's end
@@ -241,10 +242,12 @@ class Session:
         return handed
 
     def handed_to(self, ref: int, item: Any) -> bool:
-        """Whether the tests passed ``item`` to a method of value ``ref``'s own (``b.add(1)``;
-        the latest ``MAX_HANDED`` calls): one they put in, and expect gone after ``b.clear()``."""
-        mine = set(self.called_on.get(ref, ()))
-        return any(at in mine and any(same_items([arg], [item]) for arg in args) for at, args in self.handed)
+        """Whether the tests passed ``item`` (or a container holding it) to a method of value
+        ``ref``'s own (``b.add(1)``) or to the call that returned it (``Stack([1, 2])``), among
+        the latest ``MAX_HANDED`` calls: one they put in, and expect gone after ``b.clear()``."""
+        mine = {*self.called_on.get(ref, ()), *self.returned_by.get(ref, ())}
+        return any(same_items([given], [item]) for at, args in self.handed if at in mine
+                   for arg in args for given in (arg, *returned_items(arg)))
 
     def changes(self, ref: int, member: int, since: int) -> int:
         """How many requests after request ``since`` may have changed value ``ref`` (of ``member``'s

@@ -147,6 +147,7 @@ class Remote:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
             object.__setattr__(value, "_from", value._from | _made_with([args, kwargs]))
+            s.returned_by.setdefault(value._ref, []).append(at)  # ``Session.handed_to``
         if owner is not None and (owner._seen is not None or owner._from):
             s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
@@ -417,8 +418,8 @@ class Remote:
         """Python's ``in`` over its items (each ``is`` or ``==`` it), as Python's fallback without
         ``__contains__`` was (the sample's own ``__contains__`` is asked nothing, as before). ``x
         not in r`` of the tests' reads it as their loop does (``_emptied_unseen``), unless they
-        handed ``x`` to a method of its own (``Session.handed_to``: ``b.add(1)``, then ``b.clear()``,
-        then ``1 not in b``). Why: it holds over no items, so a forged ``primes`` giving 4, 4, 4 to
+        handed ``x`` to a method of its own or to the call that made it (``Session.handed_to``:
+        ``b.add(1)`` or ``Bag([1])``, then ``b.clear()``, then ``1 not in b``). Why: it holds over no items, so a forged ``primes`` giving 4, 4, 4 to
         ``len`` and nothing after ``r.reset()`` or ``show(r)`` passed ``len(r) == 3`` and then
         ``4 not in r`` (1.0); an item the tests put in themselves they expect gone."""
         return any(x is item or x == item for x in self._iterate(not_in_here(), (item,)))
