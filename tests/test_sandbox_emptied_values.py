@@ -213,6 +213,10 @@ EMPTIED_THEN_SEEN_BY_A_LOOP = {
     "assert_false_with_the_item": ("def test_clear():\n    q = Queue()\n    q.enqueue(1)\n    q.enqueue(2)\n"
                                    "    q.enqueue(3)\n    assert len(q) == 3\n    q.clear()\n    for x in q:\n"
                                    "        assert False, f'{x} left'\ntest_clear()\n", DEQUE_QUEUE),
+    "unittest_fail_on_any_item": ("import unittest\nclass TestQueue(unittest.TestCase):\n    def test_clear(self):\n"
+                                  "        q = Queue()\n        for i in range(4):\n            q.enqueue(i)\n"
+                                  "        self.assertEqual(len(q), 4)\n        q.clear()\n        for x in q:\n"
+                                  "            self.fail(f'{x} left after clear')\n", DEQUE_QUEUE),
     "copied_then_compared": (STACK_OF_FOUR + "s.clear()\nassert [x for x in s] == []\n", CLEARED_STACK),
     "copied_then_counted": (STACK_OF_FOUR + "s.clear()\nassert len([x for x in s]) == 0\n", CLEARED_STACK),
     "compacted_to_nothing_then_copied": ("c = Cache()\nc.put('a', None)\nc.put('b', None)\nc.put('c', None)\n"
@@ -241,7 +245,7 @@ EMPTIED_THEN_CHECKED = {
 def test_a_right_value_emptied_then_read_by_a_loop_that_checks_no_item_keeps_its_score():
     """A right queue or stack cleared (a cache compacted to nothing) in one call and then counted
     (``for _ in q: n += 1``, ``sum(1 for _ in q)``), copied (``[x for x in s] == []``) or looped
-    over with a body that fails on any item (``raise AssertionError``) scored 0 or 0.5: such a
+    over with a body that fails on any item (``raise AssertionError``, ``self.fail``) scored 0 or 0.5: such a
     loop was taken for a check over each item, vacuous on the emptied value, and no other whole
     reading saw it empty. It reads the value whole now (``item_free_loops``); values drained one
     call per item keep 1.0; the forged ``primes`` still fails loops that look at its items."""

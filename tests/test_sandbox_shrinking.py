@@ -65,19 +65,23 @@ def _loops(source: str) -> list[bool]:
 
 def test_a_loop_checks_no_item_where_it_counts_copies_or_fails_on_any():
     """Counting (``n += 1``, ``sum(1 for _ in q)``), copying as they are (``[x for x in q]``,
-    ``{x for x in q}``) and failing on any item (``raise``, ``assert False, x``) read no item for
+    ``{x for x in q}``) and failing on any item (``raise``, ``assert False, x``, ``self.fail()``,
+    ``pytest.fail()``) read no item for
     a verdict; a body that reads one, branches before its raise, raises inside a ``try`` of its
     own, a comprehension that filters or maps, or a copy a call other than ``len`` takes, does."""
     free = ("for _ in q:\n    n += 1\nsum(1 for _ in q)\n[x for x in q]\n{x for x in q}\n"
             "for x in q:\n    raise AssertionError('left')\nfor x in q:\n    assert False, f'{x} left'\n"
-            "for a, b in q:\n    n = n + 1\n")
-    assert _loops(free) == [True] * 7
+            "for a, b in q:\n    n = n + 1\nfor x in q:\n    pytest.fail(f'{x} left')\n")
+    assert _loops(free) == [True] * 8
+    method = compile("def test(self):\n    for x in q:\n        self.fail('left')\n", "<test>", "exec").co_consts[0]
+    assert [checks_no_item(method, i.offset) for i in dis.get_instructions(method) if i.opname == "GET_ITER"] == [True]
     checked = ("for x in q:\n    n += x\nsum(x for x in q)\n[x for x in q if x]\n[f(x) for x in q]\n"
                "for x in q:\n    if x:\n        raise AssertionError(x)\n"
                "for x in q:\n    try:\n        raise AssertionError\n    except AssertionError:\n        pass\n"
-               "for x in q:\n    f()\n(x for x in q)\nall([x for x in q])\nfor _ in q:\n    n = [1 for _ in q]\n"
+               "for x in q:\n    f()\nfor x in q:\n    if x:\n        self.fail()\nfor x in q:\n    other.fail()\n"
+               "(x for x in q)\nall([x for x in q])\nfor _ in q:\n    n = [1 for _ in q]\n"
                "len([x for x in q]) == 0\n")
-    assert _loops(checked) == [False] * 10 + [True, True]
+    assert _loops(checked) == [False] * 12 + [True, True]
 
 
 def test_looped_here_counts_a_whole_reading_a_loop_goes_over():

@@ -29,6 +29,8 @@ _COUNTING = frozenset({"LOAD_CONST", "BINARY_OP", "POP_TOP", "NOP", "RESUME", "Y
                        "SET_ADD", "JUMP_BACKWARD", "LOAD_NAME", "LOAD_FAST", "LOAD_GLOBAL"}) | _STORES
 #: Ops after which control may leave a body other than by raising.
 _LEAVES = frozenset({"RETURN_VALUE", "YIELD_VALUE", "FOR_ITER", "SEND"})
+#: The tests' own objects whose ``fail`` raises (unittest's ``self``, ``pytest``): ``self.fail('left')``.
+_FAILING = frozenset({"self", "pytest"})
 _COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<genexpr>"})
 #: Per code object of the tests': ``GET_ITER`` offset -> whether its loop checks no item.
 _FOUND: dict[types.CodeType, dict[int, bool]] = {}
@@ -106,8 +108,13 @@ def _counts(targets: list[str], rest: list[dis.Instruction]) -> bool:
 
 def _fails(code: types.CodeType, get_iter: int, targets: list[str], rest: list[dis.Instruction]) -> bool:
     """A body that raises before any branch, whatever its item (``raise AssertionError(...)``,
-    ``assert False, x``), with no ``try`` around the raise that is not around the loop too."""
-    raised = next((n for n, i in enumerate(rest) if i.opname == "RAISE_VARARGS"), None)
+    ``assert False, x``, unittest's ``self.fail(...)``, ``pytest.fail(...)``), with no ``try``
+    around the raise that is not around the loop too."""
+    if len(rest) >= 2 and rest[0].opname in _LOADS and rest[0].argval in _FAILING \
+            and rest[1].opname in ("LOAD_METHOD", "LOAD_ATTR") and rest[1].argval == "fail":
+        raised = next((n for n, i in enumerate(rest) if i.opname == "POP_TOP"), None)  # the call's end
+    else:
+        raised = next((n for n, i in enumerate(rest) if i.opname == "RAISE_VARARGS"), None)
     if raised is None:
         return False
     for i in rest[:raised]:
