@@ -419,14 +419,15 @@ class Remote:
         ``__contains__`` was (the sample's own ``__contains__`` is asked nothing, as before). ``x
         not in r`` of the tests' reads it as their loop does (``_emptied_unseen``), unless they
         handed ``x`` to a method of its own or to the call that made it (``Session.handed_to``:
-        ``b.add(1)`` or ``Bag([1])``, then ``b.clear()``, then ``1 not in b``). Why: it holds over no items, so a forged ``primes`` giving 4, 4, 4 to
-        ``len`` and nothing after ``r.reset()`` or ``show(r)`` passed ``len(r) == 3`` and then
-        ``4 not in r`` (1.0); an item the tests put in themselves they expect gone."""
+        ``b.add(1)`` or ``Bag([1])``, then ``b.clear()``, then ``1 not in b``). Why: it holds over
+        no items, so a forged ``primes`` giving 4, 4, 4 to ``len`` and nothing after ``r.reset()``
+        or ``show(r)`` passed ``len(r) == 3`` and then ``4 not in r`` (1.0); an item the tests put
+        in themselves they expect gone."""
         return any(x is item or x == item for x in self._iterate(not_in_here(), (item,)))
 
     def _iterate(self, looped: bool, asked: tuple[Any, ...] = ()) -> Any:
-        """``__iter__``: ``looped``, a check over each item of the tests' reads it (``_snapshot``'s ``looped``);
-        ``asked``: the item ``x not in r`` asks of it (``__contains__``)."""
+        """``__iter__``: ``looped``, a check over each item of the tests' reads it (``_snapshot``'s
+        ``looped``); ``asked``: the item ``x not in r`` asks of it (``__contains__``)."""
         counted = self._unread()
         if isinstance(counted, Exception):
             raise counted
