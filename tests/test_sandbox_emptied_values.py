@@ -294,3 +294,30 @@ def test_x_not_in_a_value_emptied_under_it_fails():
     names = list(NOT_IN_RIGHTLY)
     got = _scored([NOT_IN_RIGHTLY[n][0] for n in names], [NOT_IN_RIGHTLY[n][1] for n in names])
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests, right solution): the stack cleared, seen empty by its own ``is_empty()``, then looped.
+SAID_EMPTY = {
+    "is_empty_then_looped": (STACK_OF_FOUR + "s.clear()\nassert s.is_empty()\nassert all(x >= 0 for x in s)\n",
+                             CLEARED_STACK),
+    "looped_then_is_empty": ("def test():\n    q = Queue()\n    q.enqueue(1)\n    q.enqueue(2)\n    q.enqueue(3)\n"
+                             "    assert len(q) == 3\n    q.clear()\n    for x in q:\n        assert x > 0\n"
+                             "    assert q.empty()\ntest()\n", DEQUE_QUEUE + "Queue.empty = lambda self: not self.items\n"),
+}
+#: (tests of the forged ``primes``, which says it is empty whatever it holds): a True before the
+#: call that emptied the value excuses no later loop over it.
+SAID_EMPTY_BEFORE = (IS_PRIME + "def test():\n    r = primes(3)\n    print(r.is_empty())\n    assert len(r) == 3\n"
+                     "    r.reset()\n    assert all(is_prime(x) for x in r)\ntest()",
+                     FORGED + "R.is_empty = lambda self: True\n")
+
+
+def test_a_right_value_its_own_is_empty_says_empty_keeps_its_score():
+    """A right stack cleared, ``assert s.is_empty()`` (or ``q.empty()``, as ``queue.Queue`` has it)
+    and then (or before) a loop over it scored 0.67 (0): only the tests' own whole readings
+    counted as seeing it empty. A True of such a method since its last change counts now
+    (``remote.EMPTINESS``); one said before the call that emptied it still excuses nothing."""
+    names = list(SAID_EMPTY)
+    got = _scored([SAID_EMPTY[n][0] for n in names], [SAID_EMPTY[n][1] for n in names])
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _scored([SAID_EMPTY_BEFORE[0]], [SAID_EMPTY_BEFORE[1]]) == [0.0]
+    assert _scored([SAID_EMPTY_BEFORE[0]], [RIGHT + "Primes.is_empty = lambda self: False\n"]) == [1.0]

@@ -116,6 +116,7 @@ class Session:
         self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
         self.gave: dict[int, Any] = {}  # such a request -> what the call returned (``shrinking.taken_back``)
         self.returned_by: dict[int, list[int]] = {}  # a value -> the requests of the calls that returned it
+        self.said_empty: dict[int, int] = {}  # a value -> the request whose ``is_empty()`` last said True
         self.touches: dict[int, list[int]] = {}  # a family's head -> the requests that may have changed it
         #: the latest calls' requests -> their arguments (``handed_since``); bounded, as tests calling
         #: ``f(list(range(1000)))`` in a loop would otherwise hold every list to the run's end
