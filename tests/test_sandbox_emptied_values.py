@@ -179,3 +179,145 @@ def test_bool_of_a_right_value_reads_none_of_its_items():
     names = list(TRUE_RIGHTLY)
     got = _scored([TRUE_RIGHTLY[n][0] for n in names], [TRUE_RIGHTLY[n][1] for n in names])
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+#: Right classes a dataset of data-structure tasks holds: a queue on a deque, a stack with
+#: ``clear``, a cache whose ``compact`` drops the keys holding None.
+DEQUE_QUEUE = ("from collections import deque\nclass Queue:\n    def __init__(self):\n        self.items = deque()\n"
+               "    def enqueue(self, x):\n        self.items.append(x)\n    def dequeue(self):\n"
+               "        return self.items.popleft()\n    def clear(self):\n        self.items.clear()\n"
+               "    def __len__(self):\n        return len(self.items)\n    def __iter__(self):\n"
+               "        return iter(self.items)\n")
+CLEARED_STACK = ("class Stack:\n    def __init__(self):\n        self.xs = []\n    def push(self, x):\n"
+                 "        self.xs.append(x)\n    def pop(self):\n        return self.xs.pop()\n    def clear(self):\n"
+                 "        self.xs.clear()\n    def is_empty(self):\n        return not self.xs\n"
+                 "    def __len__(self):\n        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n")
+COMPACTED_CACHE = ("class Cache:\n    def __init__(self):\n        self.d = {}\n    def put(self, k, v):\n"
+                   "        self.d[k] = v\n    def compact(self):\n"
+                   "        self.d = {k: v for k, v in self.d.items() if v is not None}\n"
+                   "    def __len__(self):\n        return len(self.d)\n    def __iter__(self):\n        return iter(self.d)\n"
+                   "    def __getitem__(self, k):\n        return self.d[k]\n")
+_FOUR = "for i in range(4):\n    {}.{}(i)\nassert len({}) == 4\n"
+QUEUE_OF_FOUR = "q = Queue()\n" + _FOUR.format("q", "enqueue", "q")
+STACK_OF_FOUR = "s = Stack()\n" + _FOUR.format("s", "push", "s")
+#: (tests, right solution): emptied by one call, then read by a loop that checks none of its
+#: items: it counts them, copies them as they are, or fails on any (each scored 0 or 0.5 before).
+EMPTIED_THEN_SEEN_BY_A_LOOP = {
+    "counted_by_a_for": (QUEUE_OF_FOUR + "q.clear()\nn = 0\nfor _ in q:\n    n += 1\nassert n == 0\n", DEQUE_QUEUE),
+    "counted_in_a_test_function": ("def test_clear():\n    q = Queue()\n    for i in range(4):\n        q.enqueue(i)\n"
+                                   "    assert len(q) == 4\n    q.clear()\n    n = 0\n    for _ in q:\n        n += 1\n"
+                                   "    assert n == 0\ntest_clear()\n", DEQUE_QUEUE),
+    "counted_by_sum": (QUEUE_OF_FOUR + "q.clear()\nassert sum(1 for _ in q) == 0\n", DEQUE_QUEUE),
+    "a_loop_that_fails_on_any_item": (STACK_OF_FOUR + "s.clear()\nassert s.is_empty()\nfor x in s:\n"
+                                      "    raise AssertionError('left after clear')\n", CLEARED_STACK),
+    "assert_false_with_the_item": ("def test_clear():\n    q = Queue()\n    q.enqueue(1)\n    q.enqueue(2)\n"
+                                   "    q.enqueue(3)\n    assert len(q) == 3\n    q.clear()\n    for x in q:\n"
+                                   "        assert False, f'{x} left'\ntest_clear()\n", DEQUE_QUEUE),
+    "unittest_fail_on_any_item": ("import unittest\nclass TestQueue(unittest.TestCase):\n    def test_clear(self):\n"
+                                  "        q = Queue()\n        for i in range(4):\n            q.enqueue(i)\n"
+                                  "        self.assertEqual(len(q), 4)\n        q.clear()\n        for x in q:\n"
+                                  "            self.fail(f'{x} left after clear')\n", DEQUE_QUEUE),
+    "copied_then_compared": (STACK_OF_FOUR + "s.clear()\nassert [x for x in s] == []\n", CLEARED_STACK),
+    "copied_then_counted": (STACK_OF_FOUR + "s.clear()\nassert len([x for x in s]) == 0\n", CLEARED_STACK),
+    "compacted_to_nothing_then_copied": ("c = Cache()\nc.put('a', None)\nc.put('b', None)\nc.put('c', None)\n"
+                                         "assert len(c) == 3\nc.compact()\nassert {k for k in c} == set()\n",
+                                         COMPACTED_CACHE),
+}
+#: (tests, right solution): drained one call per item, partly compacted: these kept 1.0 and must.
+DRAINED_RIGHTLY = {
+    "while_queue_dequeue": (QUEUE_OF_FOUR + "out = []\nwhile q:\n    out.append(q.dequeue())\nassert out == [0, 1, 2, 3]\n"
+                            "assert all(x > 9 for x in q)\n", DEQUE_QUEUE),
+    "while_stack_pop": (STACK_OF_FOUR + "while s:\n    s.pop()\nfor x in s:\n    assert x > 9\n", CLEARED_STACK),
+    "compacted_in_part": ("c = Cache()\nc.put('a', 1)\nc.put('b', None)\nc.put('c', None)\nassert len(c) == 3\n"
+                          "c.compact()\nassert all(c[k] is not None for k in c)\n", COMPACTED_CACHE),
+}
+#: (tests of the forged ``primes`` above): loops whose body looks at an item for its verdict, or
+#: a count the tests expect to be 3: each still fails once the value is emptied under them.
+EMPTIED_THEN_CHECKED = {
+    "raise_if_not_prime": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r.reset()\n"
+                          "    for x in r:\n        if not is_prime(x):\n            raise AssertionError(x)\ntest()",
+    "list_of_verdicts": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and all([is_prime(x) for x in r])",
+    "counted": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and sum(1 for _ in r) == 3",
+    "filtered_copy": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and [x for x in r if not is_prime(x)] == []",
+}
+
+
+def test_a_right_value_emptied_then_read_by_a_loop_that_checks_no_item_keeps_its_score():
+    """A right queue or stack cleared (a cache compacted to nothing) in one call and then counted
+    (``for _ in q: n += 1``, ``sum(1 for _ in q)``), copied (``[x for x in s] == []``) or looped
+    over with a body that fails on any item (``raise AssertionError``, ``self.fail``) scored 0 or 0.5: such a
+    loop was taken for a check over each item, vacuous on the emptied value, and no other whole
+    reading saw it empty. It reads the value whole now (``item_free_loops``); values drained one
+    call per item keep 1.0; the forged ``primes`` still fails loops that look at its items."""
+    names = list(EMPTIED_THEN_SEEN_BY_A_LOOP)
+    cases = [EMPTIED_THEN_SEEN_BY_A_LOOP[n] for n in names] + list(DRAINED_RIGHTLY.values())
+    got = _scored([tests for tests, _ in cases], [right for _, right in cases])
+    assert dict(zip(names + list(DRAINED_RIGHTLY), got)) == dict.fromkeys(names + list(DRAINED_RIGHTLY), 1.0)
+    tests = list(EMPTIED_THEN_CHECKED.values())
+    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+
+
+#: (tests of the forged ``primes`` above): ``x not in r`` after a call that reaches ``r``.
+NOT_IN_AFTER_EMPTYING = {
+    "own_method_as_a_statement": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r.reset()\n"
+                                 "    assert 4 not in r\ntest()",
+    "passed_to_a_function": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    show(r)\n"
+                            "    assert 4 not in r and 6 not in r\ntest()",
+    "passed_to_a_function_in_the_assert": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and 4 not in r",
+}
+#: A right set-like class with ``__contains__``: the items the tests add are theirs to expect gone.
+BAG = ("class Bag:\n    def __init__(self):\n        self.xs = set()\n    def add(self, x):\n        self.xs.add(x)\n"
+       "    def clear(self):\n        self.xs.clear()\n    def __len__(self):\n        return len(self.xs)\n"
+       "    def __iter__(self):\n        return iter(self.xs)\n    def __contains__(self, x):\n        return x in self.xs\n")
+#: (tests, right solution): items the tests put in, gone after a call that empties the value.
+NOT_IN_RIGHTLY = {
+    "bag_cleared": ("b = Bag()\nb.add(1)\nb.add(2)\nassert len(b) == 2\nb.clear()\nassert 1 not in b and 2 not in b\n",
+                    BAG),
+    "queue_cleared": (QUEUE_OF_FOUR + "q.clear()\nassert 2 not in q\n", DEQUE_QUEUE),
+    "stack_made_with_them": ("s = make_stack([1, 2, 3])\nassert len(s) == 3\ns.clear()\nassert 1 not in s and 3 not in s\n",
+                             STACK_OF + "Stack.clear = lambda self: self.xs.clear()\n"),
+    "bag_refilled": ("b = Bag()\nb.add(1)\nb.add(2)\nassert len(b) == 2\nb.clear()\nb.add(3)\nassert 1 not in b and 3 in b\n",
+                     BAG),
+}
+
+
+def test_x_not_in_a_value_emptied_under_it_fails():
+    """``x not in r`` holds over no items, so the forged ``primes`` emptied by ``r.reset()``,
+    ``show(r)`` or ``valid(r)`` passed ``len(r) == 3`` and then ``4 not in r`` (1.0): it is read
+    as the tests' loop is now (``Remote.__contains__``). A right bag, queue or stack the tests fill
+    (or make with items), clear and then ask ``1 not in b`` of items they put in keeps 1.0, as the
+    right ``primes`` does."""
+    tests = list(NOT_IN_AFTER_EMPTYING.values())
+    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+    names = list(NOT_IN_RIGHTLY)
+    got = _scored([NOT_IN_RIGHTLY[n][0] for n in names], [NOT_IN_RIGHTLY[n][1] for n in names])
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests, right solution): the stack cleared, seen empty by its own ``is_empty()``, then looped.
+SAID_EMPTY = {
+    "is_empty_then_looped": (STACK_OF_FOUR + "s.clear()\nassert s.is_empty()\nassert all(x >= 0 for x in s)\n",
+                             CLEARED_STACK),
+    "looped_then_is_empty": ("def test():\n    q = Queue()\n    q.enqueue(1)\n    q.enqueue(2)\n    q.enqueue(3)\n"
+                             "    assert len(q) == 3\n    q.clear()\n    for x in q:\n        assert x > 0\n"
+                             "    assert q.empty()\ntest()\n", DEQUE_QUEUE + "Queue.empty = lambda self: not self.items\n"),
+}
+#: (tests of the forged ``primes``, which says it is empty whatever it holds): a True before the
+#: call that emptied the value excuses no later loop over it.
+SAID_EMPTY_BEFORE = (IS_PRIME + "def test():\n    r = primes(3)\n    print(r.is_empty())\n    assert len(r) == 3\n"
+                     "    r.reset()\n    assert all(is_prime(x) for x in r)\ntest()",
+                     FORGED + "R.is_empty = lambda self: True\n")
+
+
+def test_a_right_value_its_own_is_empty_says_empty_keeps_its_score():
+    """A right stack cleared, ``assert s.is_empty()`` (or ``q.empty()``, as ``queue.Queue`` has it)
+    and then (or before) a loop over it scored 0.67 (0): only the tests' own whole readings
+    counted as seeing it empty. A True of such a method since its last change counts now
+    (``remote.EMPTINESS``); one said before the call that emptied it still excuses nothing."""
+    names = list(SAID_EMPTY)
+    got = _scored([SAID_EMPTY[n][0] for n in names], [SAID_EMPTY[n][1] for n in names])
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _scored([SAID_EMPTY_BEFORE[0]], [SAID_EMPTY_BEFORE[1]]) == [0.0]
+    assert _scored([SAID_EMPTY_BEFORE[0]], [RIGHT + "Primes.is_empty = lambda self: False\n"]) == [1.0]

@@ -67,6 +67,7 @@ from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
 from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
+from polyrl.sandbox.reader import same_items
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
@@ -114,6 +115,8 @@ class Session:
         self.changed: dict[int, int] = {}  # a family's head -> the request that last may have changed it
         self.called_on: dict[int, list[int]] = {}  # a value -> the requests that called a method of its own
         self.gave: dict[int, Any] = {}  # such a request -> what the call returned (``shrinking.taken_back``)
+        self.returned_by: dict[int, list[int]] = {}  # a value -> the requests of the calls that returned it
+        self.said_empty: dict[int, int] = {}  # a value -> the request whose ``is_empty()`` last said True
         self.touches: dict[int, list[int]] = {}  # a family's head -> the requests that may have changed it
         #: the latest calls' requests -> their arguments (``handed_since``); bounded, as tests calling
         #: ``f(list(range(1000)))`` in a loop would otherwise hold every list to the run's end
@@ -238,6 +241,14 @@ class Session:
                 break
             handed.extend(item for arg in args for item in (arg, *returned_items(arg)))
         return handed
+
+    def handed_to(self, ref: int, item: Any) -> bool:
+        """Whether the tests passed ``item`` (or a container holding it) to a method of value
+        ``ref``'s own (``b.add(1)``) or to the call that returned it (``Stack([1, 2])``), among
+        the latest ``MAX_HANDED`` calls: one they put in, and expect gone after ``b.clear()``."""
+        mine = {*self.called_on.get(ref, ()), *self.returned_by.get(ref, ())}
+        return any(same_items([given], [item]) for at, args in self.handed if at in mine
+                   for arg in args for given in (arg, *returned_items(arg)))
 
     def changes(self, ref: int, member: int, since: int) -> int:
         """How many requests after request ``since`` may have changed value ``ref`` (of ``member``'s

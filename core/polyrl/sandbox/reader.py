@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.channel import SampleStopped
-from polyrl.sandbox.values import MAX_ITEMS, ProtocolError, encode, same_hash
+from polyrl.sandbox.values import MAX_ITEMS, ProtocolError, item_key, same_hash
 
 if TYPE_CHECKING:
     from polyrl.sandbox.harness import Session
@@ -127,18 +127,6 @@ class Reader:
 
 
 def same_items(seen: list[Any], items: list[Any]) -> bool:
-    """Whether two readings of one value gave the same items: as many, and each plain item the
-    same exactly (``values.encode``: ``nan`` is itself, ``1`` is not ``True``); an object of the
-    sample's (a ``Remote``) is the same as one of its type: each reading is a new handle to it."""
-    if len(seen) != len(items):
-        return False
-    for a, b in zip(seen, items):
-        remote_a, remote_b = getattr(type(a), "LIVES_IN_SAMPLE", False), getattr(type(b), "LIVES_IN_SAMPLE", False)
-        if remote_a or remote_b:
-            if not (remote_a and remote_b and a._type == b._type):
-                return False
-            continue
-        ea, eb = encode(a), encode(b)
-        if ea != eb or (ea is None and type(a).__name__ != type(b).__name__):
-            return False
-    return True
+    """Whether two readings of one value gave the same items: as many, each the same item
+    (``values.item_key``: plain data exactly, an object of the sample's by its type)."""
+    return len(seen) == len(items) and all(item_key(a) == item_key(b) for a, b in zip(seen, items))

@@ -7,6 +7,7 @@ answer (``DATA_PREDICATES``, ``DATA_QUERIES``) belong with it, not with the runn
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
-from polyrl.sandbox.shrinking import gained, looped_here, returned_items, taken_back
+from polyrl.sandbox.shrinking import gained, looped_here, not_in_here, returned_items, taken_back
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -45,6 +46,11 @@ DATA_PREDICATES = frozenset({"startswith", "endswith"} | {
 #: whose own answer it is). A dict's ``get`` likewise: an object whose ``get`` gave 1 for any key
 #: passed ``all(freq(s).get(c) == 1 for c in s)`` (a dict the sample returns comes over as itself).
 DATA_QUERIES = frozenset({"count", "index", "find", "rfind", "rindex", "get"})
+#: Methods whose True, asked with no arguments of a sample's value, is the tests seeing it empty
+#: (``Remote._emptied_unseen``): ``s.clear(); assert s.is_empty()`` and then a loop over ``s``
+#: scored 0.67. The sample answers them, so a True it gives while holding items only lets a loop
+#: read those items; a True over none is what the tests asked to see (``queue.Queue.empty``).
+EMPTINESS = frozenset({"is_empty", "isEmpty", "isempty", "empty"})
 #: A mapping's views, which a dict-like value the tests expect data from gives over its items as
 #: data (``Remote._container_data``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len`` and
 #: none to its own ``values()`` after passed ``len(d) == 3`` and a loop over ``d.values()``.
@@ -80,7 +86,7 @@ class Remote:
     names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base")
+                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base", "_attr")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -105,6 +111,7 @@ class Remote:
         object.__setattr__(self, "_owner", None)  # the value it was read from as an attribute (a method's receiver)
         object.__setattr__(self, "_from", frozenset())  # the sample's values a call made it with, at any depth
         object.__setattr__(self, "_base", None)  # the type of its data, once ``_container_data`` asked
+        object.__setattr__(self, "_attr", None)  # the attribute of ``_owner`` it was read as
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -146,6 +153,10 @@ class Remote:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
             object.__setattr__(value, "_from", value._from | _made_with([args, kwargs]))
+            s.returned_by.setdefault(value._ref, []).append(at)  # ``Session.handed_to``
+        if owner is not None and value is True and not args and not kwargs and self._attr in EMPTINESS:
+            s.said_empty[owner._ref] = at  # ``s.is_empty()``: the tests see it empty (``_emptied_unseen``)
+            s.unconfirmed.pop(owner._ref, None)
         if owner is not None and (owner._seen is not None or owner._from):
             s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
@@ -173,6 +184,7 @@ class Remote:
             object.__setattr__(value, "_query", True)
         if isinstance(value, Remote):
             object.__setattr__(value, "_owner", self)
+            object.__setattr__(value, "_attr", name)
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -269,7 +281,8 @@ class Remote:
             self._snapshot(items, looped=looped)
         self._keep(items)
 
-    def _snapshot(self, items: list[Any] | Exception, length: int | None = None, looped: bool = False) -> None:
+    def _snapshot(self, items: list[Any] | Exception, length: int | None = None, looped: bool = False,
+                  asked: tuple[Any, ...] = ()) -> None:
         """AssertionError where ``items``, all of it the sample gave for one reading (or what
         reading it raised), differ from what its last whole reading gave while no call that reaches its family
         (``Session.touch``) was made between; else they are what the next reading must give. Why:
@@ -289,7 +302,8 @@ class Remote:
         read it vacuously (``_shrunk_softly``). Not covered: a forged value emptied by a method the
         tests call for its effect on an object of its family, or by a call it is passed to, still
         passes, except where a loop of the tests' reads it emptied (``_emptied_unseen``; ``looped``:
-        this reading is one). ``length``: what ``len`` said of it where reading its items failed."""
+        this reading is one; ``asked``: the item of the ``x not in r`` that made it). ``length``: what
+        ``len`` said of it where reading its items failed."""
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -302,7 +316,7 @@ class Remote:
         if seen is None and not isinstance(items, Exception):
             self._shrunk_softly(items)
             if looped:
-                self._emptied_unseen(items)
+                self._emptied_unseen(items, asked)
         if not looped and isinstance(items, list) and (not items or seen is not None):
             s.unconfirmed.pop(self._ref, None)  # the tests read it whole: empty, or as the loop did
         object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
@@ -333,7 +347,7 @@ class Remote:
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {seen[2]}, with "
                                  f"calls between that may take {may}")
 
-    def _emptied_unseen(self, items: list[Any]) -> None:
+    def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = ()) -> None:
         """Where a loop of the tests' reads this value as ``items``, empty or holding an item
         neither its last whole reading nor the tests' calls since handed it (``shrinking.gained``),
         while that reading gave more items than calls were made since that may change it in any way (``Session.changes``:
@@ -345,10 +359,11 @@ class Remote:
         ``show(r)`` or ``r.reset()`` passed ``len(r) == 3`` and then ``all(is_prime(x) for x in
         r)`` (``shrinking`` module doc); a right value the tests empty (``q.clear()``) they see
         empty, before or after their loop over it; left one new item (``self.xs = [2]`` after 4, 4,
-        4) it passed the loop just as well (1.0). What it costs: a test that empties a right value
-        that way (or leaves it items it never had, from no argument of theirs), loops over it and
-        never reads it whole then scores 0. Not covered: a value left items it had (4, 2, 6 to 2),
-        or emptied and read by ``x not in r``, the tests' ``zip``, or a dict view (``d.values()``)."""
+        4) it passed the loop just as well (1.0); ``x not in r`` is such a loop (``__contains__``).
+        What it costs: a test that empties a right value that way (or leaves it items it never had,
+        from no argument of theirs), loops over it and never reads it whole then scores 0. Not
+        covered: a value left items it had (4, 2, 6 to 2), or emptied and read by the tests'
+        ``zip``, or a dict view (``d.values()``)."""
         seen = self._seen
         if seen is None or seen[2] is None or self._kin is None:
             return
@@ -358,7 +373,10 @@ class Remote:
             return
         if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
             return  # left items it had (``g.remove(2)`` before a loop over the edges), or was given
-        if lost > self._may_lose(items, calls):
+        said = s.said_empty.get(self._ref)
+        if not items and said is not None and said > seen[1] and s.changes(self._ref, self._kin, said) == 0:
+            return  # ``assert s.is_empty()`` since its last change: the tests expect it empty
+        if lost > self._may_lose(items, calls) and not any(s.handed_to(self._ref, item) for item in asked):
             s.unconfirmed.setdefault(self._ref, set()).add(None)
 
     def _may_lose(self, items: list[Any], calls: int) -> int:
@@ -407,6 +425,22 @@ class Remote:
         return counted[0]
 
     def __iter__(self) -> Any:
+        return self._iterate(looped_here())
+
+    def __contains__(self, item: Any) -> bool:
+        """Python's ``in`` over its items (each ``is`` or ``==`` it), as Python's fallback without
+        ``__contains__`` was (the sample's own ``__contains__`` is asked nothing, as before). ``x
+        not in r`` of the tests' reads it as their loop does (``_emptied_unseen``), unless they
+        handed ``x`` to a method of its own or to the call that made it (``Session.handed_to``:
+        ``b.add(1)`` or ``Bag([1])``, then ``b.clear()``, then ``1 not in b``). Why: it holds over
+        no items, so a forged ``primes`` giving 4, 4, 4 to ``len`` and nothing after ``r.reset()``
+        or ``show(r)`` passed ``len(r) == 3`` and then ``4 not in r`` (1.0); an item the tests put
+        in themselves they expect gone."""
+        return any(x is item or x == item for x in self._iterate(not_in_here(), (item,)))
+
+    def _iterate(self, looped: bool, asked: tuple[Any, ...] = ()) -> Any:
+        """``__iter__``: ``looped``, a check over each item of the tests' reads it (``_snapshot``'s
+        ``looped``); ``asked``: the item ``x not in r`` asks of it (``__contains__``)."""
         counted = self._unread()
         if isinstance(counted, Exception):
             raise counted
@@ -426,14 +460,10 @@ class Remote:
             seen = self._fresh_seen()
             if isinstance(seen, Exception):  # its reading failed, and nothing changed it since
                 raise seen
-            whole = self._looped_snapshot if looped_here() else self._snapshot
+            whole = functools.partial(self._snapshot, looped=True, asked=asked) if looped else self._snapshot
             return Reader(s, answer._ref, self._data, self._root, own=False, kin=self._kin,
                           whole=whole, expect=seen)
         raise TypeError("iter() of a sample's value gave no iterator")
-
-    def _looped_snapshot(self, items: list[Any]) -> None:
-        """``_snapshot`` of a reading a loop of the tests' made (``shrinking.looped_here``)."""
-        self._snapshot(items, looped=True)
 
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;

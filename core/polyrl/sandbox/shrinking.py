@@ -29,9 +29,10 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_guard import TESTS_FILES
-from polyrl.sandbox.values import encode
+from polyrl.sandbox.values import item_key
 
 #: The instruction a loop or a comprehension asks its iterable's ``__iter__`` from.
 _LOOP_OPS = frozenset({dis.opmap["GET_ITER"]})
@@ -39,6 +40,8 @@ _LOOP_OPS = frozenset({dis.opmap["GET_ITER"]})
 #: tests' own ``sorted`` is a function of ``module_views``' calling Python's, ``BOUND_CODE``) whose
 #: answer a loop's ``GET_ITER`` takes next: ``for x in sorted(r)`` loops over ``r``'s items.
 _CALL_OPS = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION", "CALL_KW") if name in dis.opmap)
+#: The instruction ``in`` and ``not in`` (its argument 1) are (Python 3.9+).
+_CONTAINS = dis.opmap.get("CONTAINS_OP")
 #: Per code object of the tests': each offset (inline caches too) -> its instruction's opcode and the next one's.
 _OPS: dict[types.CodeType, dict[int, tuple[int, int | None]]] = {}
 _MAX_CODES = 512
@@ -61,8 +64,9 @@ def looped_here(depth: int = 2) -> bool:
     own code at a loop's or a comprehension's start, at a call whose answer such a start takes
     next (``for x in sorted(r)``, ``all(is_prime(x) for x in list(r))``: ``_instruction_at``), or
     a stand-in of theirs ``loops_over`` registered: a check over each item, which an empty value
-    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r`` and the tests' ``zip``
-    read it whole or otherwise, and are no such loop here."""
+    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r``, the tests' ``zip`` and
+    a loop that checks none of its items (``for _ in q: n += 1``, ``[x for x in q] == []``:
+    ``item_free_loops``) read it whole or otherwise, and are no such loop here."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
@@ -80,7 +84,22 @@ def looped_here(depth: int = 2) -> bool:
         return False
     op, after = _instruction_at(code, frame.f_lasti)
     fed = op in _CALL_OPS and after in _LOOP_OPS
-    return fed if wrapped else op in _LOOP_OPS or fed
+    if op in _LOOP_OPS and not wrapped:  # ``n += 1`` or ``raise`` for each item: a whole reading
+        return not checks_no_item(code, frame.f_lasti)
+    return fed
+
+
+def not_in_here(depth: int = 2) -> bool:
+    """Whether the frame ``depth`` levels up (the caller of the ``__contains__`` asking) is the
+    tests' own code at ``x not in r``: true over no items, a check an emptied value holds
+    vacuously (``Remote.__contains__``); ``x in r`` fails over none and is no such check."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    code, at = frame.f_code, frame.f_lasti
+    return code.co_filename in TESTS_FILES and _CONTAINS is not None and 0 <= at < len(code.co_code) - 1 \
+        and code.co_code[at] == _CONTAINS and code.co_code[at + 1] == 1  # CONTAINS_OP 1: ``not in``
 
 
 def _instruction_at(code: types.CodeType, offset: int) -> tuple[int | None, int | None]:
@@ -123,13 +142,5 @@ def gained(before: list[Any], after: list[Any], handed: list[Any]) -> bool:
 
 
 def _keys(items: Iterable[Any]) -> collections.Counter[str]:
-    """``items`` as a multiset of keys that two readings share for the same item (``reader.same_items``:
-    plain data exactly, an object of the sample's by its type's name)."""
-    counts: collections.Counter[str] = collections.Counter()
-    for item in items:
-        if getattr(type(item), "LIVES_IN_SAMPLE", False):
-            counts["object " + str(item._type)] += 1
-            continue
-        encoded = encode(item)
-        counts[repr(encoded) if encoded is not None else "type " + type(item).__name__] += 1
-    return counts
+    """``items`` as a multiset of ``values.item_key``: the same items as ``reader.same_items`` sees."""
+    return collections.Counter(map(item_key, items))

@@ -65,6 +65,18 @@ def encode(value: object, depth: int = 0) -> list | None:
     return None
 
 
+def item_key(item: object) -> str:
+    """What two readings of one value share for the same item, the one rule of "the same item"
+    (``reader.same_items`` of two readings, ``shrinking``'s multisets of lost and gained items):
+    plain data exactly (``encode``: ``nan`` is itself, ``1`` is not ``True``, ``-0.0`` is not
+    ``0.0``); an object of the sample's (``LIVES_IN_SAMPLE``) by its type's name, as each reading
+    is a new handle to it; another object by its type's name."""
+    if getattr(type(item), "LIVES_IN_SAMPLE", False):
+        return "object " + str(getattr(item, "_type", ""))
+    encoded = encode(item)
+    return repr(encoded) if encoded is not None else "type " + type(item).__name__
+
+
 def spread(items: list) -> list:
     """``items``, unless more than ``MAX_SAME_HASH`` distinct ones share a hash (``ProtocolError``).
     Equal values (``[0] * 1000``) are one value; the cost is at most ``MAX_SAME_HASH`` comparisons

@@ -1,0 +1,143 @@
+"""Loops of the tests' that check none of their items: an empty value there is seen, not trusted.
+
+Why: ``shrinking.looped_here`` takes every loop's start for a check over each item, which an
+emptied value holds vacuously, so a right queue or stack the tests clear and then count
+(``n = 0; for _ in q: n += 1; assert n == 0``, ``sum(1 for _ in q) == 0``), copy
+(``[x for x in s] == []``) or loop over with a body that fails on any item (``for _ in s: raise
+AssertionError('left')``) scored 0 where no other whole reading saw it empty. Such a loop is
+the tests reading the value whole: its body never looks at an item for a verdict (it counts,
+or copies each item as it is, or fails whatever the item), so an empty value cannot pass it
+vacuously; the tests see how many items there were, as ``len(q) == 0`` would show them.
+
+Read from the bytecode (Python 3.11's shape: a ``for``'s ``GET_ITER``/``FOR_ITER`` in the
+tests' frame; a comprehension's code object made just before its ``GET_ITER``); any other
+shape is a loop that checks its items, as before.
+"""
+
+from __future__ import annotations
+
+import dis
+import types
+
+#: Stores of a loop's target names.
+_STORES = frozenset({"STORE_NAME", "STORE_FAST", "STORE_GLOBAL"})
+#: Loads that read a name (a target's, where they name one).
+_LOADS = frozenset({"LOAD_NAME", "LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF"})
+#: What a counting body (``n += 1``, ``1`` of ``sum(1 for _ in q)``) may run besides its
+#: target's stores: no call, comparison or branch, so nothing in it is a verdict on an item.
+_COUNTING = frozenset({"LOAD_CONST", "BINARY_OP", "POP_TOP", "NOP", "RESUME", "YIELD_VALUE", "LIST_APPEND",
+                       "SET_ADD", "JUMP_BACKWARD", "LOAD_NAME", "LOAD_FAST", "LOAD_GLOBAL"}) | _STORES
+#: Ops after which control may leave a body other than by raising.
+_LEAVES = frozenset({"RETURN_VALUE", "YIELD_VALUE", "FOR_ITER", "SEND"})
+#: The tests' own objects whose ``fail`` raises (unittest's ``self``, ``pytest``): ``self.fail('left')``.
+_FAILING = frozenset({"self", "pytest"})
+_COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<genexpr>"})
+#: Per code object of the tests': ``GET_ITER`` offset -> whether its loop checks no item.
+_FOUND: dict[types.CodeType, dict[int, bool]] = {}
+_MAX_CODES = 512
+
+
+def checks_no_item(code: types.CodeType, get_iter: int) -> bool:
+    """Whether the loop that starts at the ``GET_ITER`` at offset ``get_iter`` of ``code`` (a
+    ``for`` or a comprehension) reads its value whole: counts, copies or fails on every item."""
+    known = _FOUND.setdefault(code, {}) if len(_FOUND) < _MAX_CODES or code in _FOUND else {}
+    if get_iter not in known:
+        known[get_iter] = _classify(code, get_iter)
+    return known[get_iter]
+
+
+def _classify(code: types.CodeType, get_iter: int) -> bool:
+    instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    at = next((n for n, i in enumerate(instructions) if i.offset == get_iter), None)
+    if at is None or instructions[at].opname != "GET_ITER" or at + 1 >= len(instructions):
+        return False
+    following = instructions[at + 1]
+    if following.opname == "FOR_ITER":  # a ``for`` of the tests' own frame
+        body = _body(instructions, at + 1)
+        if body is None:
+            return False
+        targets, rest = body
+        return _counts(targets, rest) or _fails(code, get_iter, targets, rest)
+    inner = _comprehension(instructions, at)
+    if inner is None:
+        return False
+    inner_instructions = [i for i in dis.get_instructions(inner) if i.opname != "CACHE"]
+    start = next((n for n, i in enumerate(inner_instructions) if i.opname == "FOR_ITER"), None)
+    body = _body(inner_instructions, start) if start is not None else None
+    if body is None:
+        return False
+    targets, rest = body
+    copies = inner.co_name != "<genexpr>" and len(targets) == 1 and [i.opname for i in rest] == [
+        "LOAD_FAST", "LIST_APPEND" if inner.co_name == "<listcomp>" else "SET_ADD", "JUMP_BACKWARD"] \
+        and rest[0].argval == targets[0]
+    return (copies and _kept_whole(instructions, at)) or _counts(targets, rest)
+
+
+def _kept_whole(instructions: list[dis.Instruction], get_iter: int) -> bool:
+    """Whether the copy a comprehension made (its ``GET_ITER`` at index ``get_iter``) is compared
+    or counted, not handed to a call that may look at its items (``all([x for x in r])`` is the
+    loop ``all(r)`` is): no call takes it next, or ``len`` does."""
+    following = instructions[get_iter + 3:get_iter + 4]
+    if not following or following[0].opname not in ("PRECALL", "CALL"):
+        return True
+    made = next(n for n in range(get_iter - 1, -1, -1) if instructions[n].opname == "MAKE_FUNCTION")
+    callee = instructions[made - 2] if made >= 2 else None
+    return callee is not None and callee.opname in ("LOAD_NAME", "LOAD_GLOBAL") and callee.argval == "len"
+
+
+def _body(instructions: list[dis.Instruction], for_iter: int) -> tuple[list[str], list[dis.Instruction]] | None:
+    """The target names a ``FOR_ITER`` stores each item in and the instructions of its body after
+    them (up to where the loop ends); None where the target is no plain name or names."""
+    end_offset = instructions[for_iter].argval
+    body = [i for i in instructions[for_iter + 1:] if i.offset < end_offset]
+    if not body:
+        return None
+    count = 1
+    if body[0].opname == "UNPACK_SEQUENCE":
+        count, body = body[0].arg or 0, body[1:]
+    stores, rest = body[:count], body[count:]
+    if len(stores) != count or any(i.opname not in _STORES for i in stores):
+        return None
+    return [str(i.argval) for i in stores], rest
+
+
+def _counts(targets: list[str], rest: list[dis.Instruction]) -> bool:
+    """A body that reads no target and runs only ``_COUNTING`` instructions."""
+    return all(i.opname in _COUNTING and not (i.opname in _LOADS and i.argval in targets) for i in rest)
+
+
+def _fails(code: types.CodeType, get_iter: int, targets: list[str], rest: list[dis.Instruction]) -> bool:
+    """A body that raises before any branch, whatever its item (``raise AssertionError(...)``,
+    ``assert False, x``, unittest's ``self.fail(...)``, ``pytest.fail(...)``), with no ``try``
+    around the raise that is not around the loop too."""
+    if len(rest) >= 2 and rest[0].opname in _LOADS and rest[0].argval in _FAILING \
+            and rest[1].opname in ("LOAD_METHOD", "LOAD_ATTR") and rest[1].argval == "fail":
+        raised = next((n for n, i in enumerate(rest) if i.opname == "POP_TOP"), None)  # the call's end
+    else:
+        raised = next((n for n, i in enumerate(rest) if i.opname == "RAISE_VARARGS"), None)
+    if raised is None:
+        return False
+    for i in rest[:raised]:
+        if i.opname in _LEAVES or i.opcode in dis.hasjrel or i.opcode in dis.hasjabs \
+                or (i.opname == "LOAD_CONST" and isinstance(i.argval, types.CodeType)):
+            return False
+    offset = rest[raised].offset
+    handlers = getattr(dis.Bytecode(code), "exception_entries", None)
+    if handlers is None:
+        return False
+    return all(e.start <= get_iter < e.end for e in handlers if e.start <= offset < e.end)
+
+
+def _comprehension(instructions: list[dis.Instruction], get_iter: int) -> types.CodeType | None:
+    """The comprehension whose iterable the ``GET_ITER`` at index ``get_iter`` takes: the code
+    made by the last ``MAKE_FUNCTION`` before it, called right after it with no arguments."""
+    after = instructions[get_iter + 1:get_iter + 3]
+    if not after or after[-1].opname != "CALL" or after[-1].arg != 0:
+        return None
+    made = next((n for n in range(get_iter - 1, -1, -1) if instructions[n].opname == "MAKE_FUNCTION"), None)
+    if made is None or made == 0:
+        return None
+    loaded = instructions[made - 1].argval
+    if not isinstance(loaded, types.CodeType) or loaded.co_name not in _COMPREHENSIONS:
+        return None
+    return loaded
