@@ -1,4 +1,5 @@
-"""Process-wide state that plugin code (a tool, an environment) may change, set back after it.
+"""Process-wide state that plugin code (a tool, an environment, a reward function) may change,
+set back after it.
 
 Why: the working folder and ``sys.stdout``/``sys.stderr`` are the whole process's, not the calling
 thread's. An environment whose ``reset`` did ``os.chdir(workdir)`` (a coding task's usual first
@@ -9,7 +10,8 @@ environment's folder, silently. Two tool calls at once that each capture output 
 left the streams pointing at one call's buffer for good: every later warning and the run's
 ``error:`` line were written into it, never shown.
 
-Each call on a ``threads.Worker`` is bracketed by ``enter``/``leave``: the state to keep is the
+Each call on a ``threads.Worker`` (tools, environments) and on a reward thread
+(``rewards.guard.call_guarded``) is bracketed by ``enter``/``leave``: the state to keep is the
 one the process had when the first of the awaited calls then running began, and it is set back,
 with a warning (once per process) naming the fix, as soon as no awaited call runs (``leave``), or
 when the last one is abandoned past its time limit (``abandoned``: one that moved the folder and
@@ -88,13 +90,31 @@ def _set_back() -> list[str]:
             changed.append(f"the working folder (os.chdir to {now})")
         except OSError:  # the trainer's own folder is gone: nothing to go back to
             pass
-    if sys.stdout is not stdout:
-        sys.stdout = stdout
-        changed.append("sys.stdout")
-    if sys.stderr is not stderr:
-        sys.stderr = stderr
-        changed.append("sys.stderr")
+    for name, kept, fd in (("stdout", stdout, 1), ("stderr", stderr, 2)):
+        closed = _closed(kept)
+        if getattr(sys, name) is not kept or closed:
+            setattr(sys, name, _open_again(kept, fd) if closed else kept)
+            changed.append(f"sys.{name}" + (" (closed it)" if closed else ""))
     return changed
+
+
+def _closed(stream: Any) -> bool:
+    try:
+        return bool(stream.closed)
+    except Exception:  # noqa: BLE001 - a stream object of someone else's without the attribute
+        return False
+
+
+def _open_again(stream: Any, fd: int) -> Any:
+    """A stream in place of ``stream``, which plugin code closed (``sys.stderr.close()``: every later write,
+    the run's ``error:`` line included, raised "I/O operation on closed file" and the process
+    ended on "lost sys.stderr"): a new one on the standard descriptor ``fd``, which Python's own
+    streams leave open when closed."""
+    try:
+        return open(fd, "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
+                    errors="backslashreplace", closefd=False)
+    except OSError:  # the descriptor itself is closed: nothing left to write to
+        return stream
 
 
 def _warn(where: str, changed: list[str]) -> None:
