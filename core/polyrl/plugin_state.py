@@ -77,6 +77,21 @@ def abandoned(where: str = "a call abandoned past its time limit") -> None:
     _warn(where, changed)
 
 
+def streams_replaced(old: tuple[Any, Any], new: tuple[Any, Any]) -> None:
+    """The trainer's own code replaced ``(sys.stdout, sys.stderr)`` ``old`` by ``new`` (the progress
+    display: rich wraps both in a ``FileProxy`` while it draws, and puts them back as it ends) while
+    plugin calls may run: the streams kept for them follow. Why: a tool call under
+    ``generation.overlap`` that began while the bar was drawn and ended after it was gone set back
+    the bar's retired proxies, which sent every later line of stdout (the run's summary) to stderr,
+    under a warning blaming the plugin for a change that was the trainer's."""
+    global _home
+    with _lock:
+        if _awaited == 0 or _home is None:
+            return
+        folder, stdout, stderr = _home
+        _home = (folder, new[0] if stdout is old[0] else stdout, new[1] if stderr is old[1] else stderr)
+
+
 def _set_back() -> list[str]:
     """Under ``_lock``: the kept state restored where it changed; what changed."""
     if _home is None:
