@@ -55,3 +55,18 @@ def test_only_local_start_inputs_are_anchored(tmp_path, monkeypatch):
     assert run_paths.anchored("/abs/x", str(tmp_path)) == "/abs/x"
 
     assert run_paths.anchored("out", None) == "out"  # no start folder (deleted): left for its own error
+
+
+def test_a_checkpoint_naming_its_output_dir_relatively_resumes_without_a_changed_config_warning(tmp_path, monkeypatch):
+    """A checkpoint written before output_dir was made absolute stored it as given: the same folder
+    named absolutely now is no change; another folder still is (applied, and said)."""
+    from polyrl import resume_config, run_paths
+
+    monkeypatch.chdir(tmp_path)
+    given = RunConfig.from_dict({"model": {"path": "m"}, "data": {"task": "arithmetic"},
+                                 "rewards": [{"name": "numeric_match"}], "train": {"output_dir": "out"}})
+    saved = resume_config.snapshot(given)
+    assert resume_config.check(saved, run_paths.with_output_dir(given, str(tmp_path)), weights_only=False) == []
+    moved = run_paths.with_output_dir(given, str(tmp_path / "elsewhere"))
+    [said] = resume_config.check(saved, moved, weights_only=False)
+    assert "train.output_dir" in said
