@@ -152,9 +152,11 @@ def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
             box["error"] = exc
         if os.getpid() != owner:  # a child the reward forked came back here: it must not run polyrl
             _leave_forked_child(box.get("error"))
-        unregister_reward_thread()
-        plugin_state.leave(threading.current_thread().name, awaited.end())  # before the caller goes on
-        done.set()
+        try:
+            unregister_reward_thread()
+            plugin_state.leave(threading.current_thread().name, awaited.end())  # before the caller goes on
+        finally:
+            done.set()
 
     install_exit_guard()
     thread = threading.Thread(target=target, name=f"polyrl-reward-{label}", daemon=True)
