@@ -70,3 +70,19 @@ def test_a_checkpoint_naming_its_output_dir_relatively_resumes_without_a_changed
     moved = run_paths.with_output_dir(given, str(tmp_path / "elsewhere"))
     [said] = resume_config.check(saved, moved, weights_only=False)
     assert "train.output_dir" in said
+
+
+def test_a_trl_run_named_by_its_relative_output_dir_still_names_its_model_artifact_by_run_id(tmp_path, monkeypatch):
+    """transformers names a run by its output_dir as given ("run"); the trainer holds it absolute:
+    still the default name, so the W&B model artifact is ``model-<run id>`` as WandbCallback names it."""
+    from types import SimpleNamespace
+
+    from polyrl.tracking.spec import TrackerContext, TrlRun
+    from polyrl.tracking.wandb import model_artifact_name
+
+    monkeypatch.chdir(tmp_path)
+    run = SimpleNamespace(name="run", id="abc123")
+    context = TrackerContext(tmp_path / "run", "run", "p", {}, trl=True, trl_run=TrlRun(run_name="run"))
+    assert model_artifact_name(run, context) == "model-abc123"
+    named = TrackerContext(tmp_path / "run", "mine", "p", {}, trl=True, trl_run=TrlRun(run_name="mine"))
+    assert model_artifact_name(SimpleNamespace(name="mine", id="abc123"), named) == "model-mine"
