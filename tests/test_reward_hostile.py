@@ -40,6 +40,9 @@ HOSTILE = {
     # left open: every later line of the run went into the buffers, never shown
     "redirect": "contextlib.redirect_stdout(io.StringIO()).__enter__(); contextlib.redirect_stderr(io.StringIO()).__enter__()",
     "close_stderr": "sys.stderr.close()",  # "lost sys.stderr", exit 1, the rest of the run unsaid
+    # `polyrl train` prints to stderr while it trains (sys.stdout is sys.stderr): the same stream, and
+    # the progress bar's console kept the closed one (a traceback as the bar ended)
+    "close_stdout": "sys.stdout.close()",
     # a child returning onto the reward's thread: "Fatal Python error: init_threadstate" and a stack dump
     "fork_returns": "pid = os.fork()\n        if pid == 0: return [0.0] * len(completions)\n        os.waitpid(pid, 0)",
     "fork_exits": "pid = os.fork()\n        if pid == 0: sys.exit(0)\n        os.waitpid(pid, 0)",
@@ -53,7 +56,7 @@ def run_with(tmp_path: Path, model: str, body: str) -> subprocess.CompletedProce
         f'[model]\npath = "{model}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 6\n'
         '[data]\ntask = "arithmetic"\n[[rewards]]\nfunction = "reward.py:digits"\n'
         '[train]\nsteps = 3\nprompts_per_step = 2\nthreads = 1\ncheckpoint_every = 1\noutput_dir = "out"\n')
-    return subprocess.run([sys.executable, "-m", "polyrl.cli", "train", "run.toml", "--no-progress"], cwd=tmp_path,
+    return subprocess.run([sys.executable, "-m", "polyrl.cli", "train", "run.toml"], cwd=tmp_path,  # the bar shown
                           capture_output=True, text=True, timeout=300)
 
 

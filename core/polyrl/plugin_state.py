@@ -36,6 +36,8 @@ _lock = threading.Lock()
 _awaited = 0  # plugin calls under way that a caller still waits for (not abandoned)
 _home: tuple[str | None, Any, Any] | None = None  # (folder, stdout, stderr) when the first of them began
 _warned = False
+#: the descriptor each kept stream wrote to (by ``id``), to open again one that plugin code closed
+_descriptors: dict[int, int] = {}
 
 
 def _cwd() -> str | None:
@@ -52,6 +54,8 @@ def enter() -> None:
     with _lock:
         if _awaited == 0:
             _home = (_cwd(), sys.stdout, sys.stderr)
+            _descriptors.clear()
+            _descriptors.update({id(s): fd for s in (sys.stdout, sys.stderr) if (fd := _descriptor(s)) is not None})
         _awaited += 1
 
 
@@ -90,6 +94,7 @@ def streams_replaced(old: tuple[Any, Any], new: tuple[Any, Any]) -> None:
             return
         folder, stdout, stderr = _home
         _home = (folder, new[0] if stdout is old[0] else stdout, new[1] if stderr is old[1] else stderr)
+        _descriptors.update({id(s): fd for s in new if (fd := _descriptor(s)) is not None})
 
 
 def _set_back() -> list[str]:
@@ -97,6 +102,7 @@ def _set_back() -> list[str]:
     if _home is None:
         return []
     folder, stdout, stderr = _home
+    reopened: dict[int, Any] = {}  # by the kept stream's id: sys.stdout is sys.stderr under `polyrl train`
     changed = []
     now = _cwd()
     if folder is not None and now != folder:
@@ -105,10 +111,12 @@ def _set_back() -> list[str]:
             changed.append(f"the working folder (os.chdir to {now})")
         except OSError:  # the trainer's own folder is gone: nothing to go back to
             pass
-    for name, kept, fd in (("stdout", stdout, 1), ("stderr", stderr, 2)):
+    for name, kept in (("stdout", stdout), ("stderr", stderr)):
         closed = _closed(kept)
         if getattr(sys, name) is not kept or closed:
-            setattr(sys, name, _open_again(kept, fd) if closed else kept)
+            if closed and id(kept) not in reopened:
+                reopened[id(kept)] = _open_again(kept, _descriptors.get(id(kept)))
+            setattr(sys, name, reopened[id(kept)] if closed else kept)
             changed.append(f"sys.{name}" + (" (closed it)" if closed else ""))
     return changed
 
@@ -120,11 +128,20 @@ def _closed(stream: Any) -> bool:
         return False
 
 
-def _open_again(stream: Any, fd: int) -> Any:
-    """A stream in place of ``stream``, which plugin code closed (``sys.stderr.close()``: every later write,
-    the run's ``error:`` line included, raised "I/O operation on closed file" and the process
-    ended on "lost sys.stderr"): a new one on the standard descriptor ``fd``, which Python's own
-    streams leave open when closed."""
+def _descriptor(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except Exception:  # noqa: BLE001 - an in-memory stream (a test's capture), or closed already
+        return None
+
+
+def _open_again(stream: Any, fd: int | None) -> Any:
+    """A stream in place of ``stream``, which plugin code closed (``sys.stderr.close()``: every later
+    write, the run's ``error:`` line included, raised "I/O operation on closed file" and the process
+    ended on "lost sys.stderr"): a new one on the descriptor it wrote to (``fd``, read as the call
+    began), which Python's own streams leave open when closed."""
+    if fd is None:
+        return stream
     try:
         return open(fd, "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
                     errors="backslashreplace", closefd=False)

@@ -26,7 +26,7 @@ def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[
     if not enabled or json_mode():
         yield lambda _metrics: None
         return
-    console = Console(file=sys.stderr)
+    console = Console(stderr=True)  # whatever sys.stderr is when it writes: one set back after plugin code too
     columns = (
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
