@@ -15,9 +15,12 @@ Each call on a ``threads.Worker`` (tools, environments) and on a reward thread
 one the process had when the first of the awaited calls then running began, and it is set back,
 with a warning (once per process) naming the fix, as soon as no awaited call runs (``leave``), or
 when the last one is abandoned past its time limit (``abandoned``: one that moved the folder and
-then hung). A call's own capture is never cut short by another call ending. What this cannot
-undo: while such a call runs, the folder and the streams are its own for every thread; and what a
-call changes after it was abandoned stays until the next awaited call ends.
+then hung). A call's own capture is never cut short by another call ending; a stream it closed
+is opened again on its descriptor; streams the trainer itself replaces meanwhile (the progress
+bar's) are told (``streams_replaced``) and kept as the trainer's. What this cannot undo: while such
+a call runs, the folder and the streams are its own for every thread (the run's own paths are
+absolute from its start: ``polyrl.run_paths``); what a call changes after it was abandoned stays
+until the next awaited call ends; a descriptor it closed (``os.close(2)``) stays closed.
 """
 
 from __future__ import annotations
