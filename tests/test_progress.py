@@ -77,3 +77,53 @@ def test_the_terminals_step_line_reads_step_of_eta_in_that_order():
     assert done.returncode == 0, done.stderr[-2000:]
     (line,) = [line for line in done.stderr.splitlines() if "[info" in line]
     assert line.split("]", 1)[1].split() == ["step", "step=3", "of=50", "eta_s=12", "loss=0.5", "grad_norm=1.5"], line
+
+
+@pytest.mark.parametrize("ends", ["inside", "after"])
+def test_a_plugin_call_across_the_bars_end_leaves_the_streams_the_trainer_uses(monkeypatch, ends):
+    """In a terminal rich wraps sys.stdout/stderr in a ``FileProxy`` while the bar is drawn. A tool
+    call (on a real ``threads.Worker``) that began under the bar and ended after it set back those
+    retired proxies: every later line of stdout (the run's summary) went to the bar's console, on
+    stderr, with a warning blaming the plugin. Ending under the bar, it leaves the bar's own."""
+    import asyncio
+    import os
+    import pty
+    import sys
+    import threading
+
+    from rich.file_proxy import FileProxy
+
+    from polyrl.agents.threads import Worker
+
+    reader, writer = pty.openpty()
+    terminal = open(writer, "w")  # noqa: SIM115 - closed below
+    monkeypatch.setattr(sys, "stderr", terminal)  # the bar's console is a terminal: rich wraps the streams
+    kept = sys.stdout
+    started, release = threading.Event(), threading.Event()
+
+    def tool() -> str:
+        started.set()
+        release.wait(60)
+        return "done"
+
+    answer: dict[str, str] = {}
+    caller = threading.Thread(target=lambda: answer.update(value=asyncio.run(Worker("test-tool").call(tool, 120))))
+    try:
+        with step_progress(total=2) as advance:
+            assert isinstance(sys.stdout, FileProxy) and isinstance(sys.stderr, FileProxy)
+            drawn = (sys.stdout, sys.stderr)
+            caller.start()
+            assert started.wait(60)
+            advance({"reward_mean": 1.0})
+            if ends == "inside":
+                release.set()
+                caller.join(60)
+                assert (sys.stdout, sys.stderr) == drawn  # the bar's own, still drawing
+        release.set()
+        caller.join(60)
+        assert answer == {"value": "done"}
+        assert sys.stdout is kept and sys.stderr is terminal
+    finally:
+        release.set()
+        terminal.close()
+        os.close(reader)

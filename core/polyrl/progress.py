@@ -14,6 +14,7 @@ import attrs
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from polyrl import plugin_state
 from polyrl.logs import json_mode
 
 
@@ -25,12 +26,17 @@ def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[
     if not enabled or json_mode():
         yield lambda _metrics: None
         return
-    console = Console(file=sys.stderr)
+    console = Console(stderr=True)  # whatever sys.stderr is when it writes: one set back after plugin code too
     columns = (
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
     )
-    with Progress(*columns, console=console, transient=False) as progress:
+    before = (sys.stdout, sys.stderr)
+    progress = Progress(*columns, console=console, transient=False)
+    with _streams_told(before):
+        progress.start()  # in a terminal: sys.stdout/stderr wrapped by rich while the bar is drawn
+    proxies = (sys.stdout, sys.stderr)
+    try:
         task = progress.add_task("train", total=total, completed=start, info="")
 
         def advance(metrics: dict[str, Any]) -> None:
@@ -39,6 +45,19 @@ def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[
             progress.update(task, advance=1, info=info)
 
         yield advance
+    finally:
+        with _streams_told(proxies):
+            progress.stop()  # the streams as they were before it
+
+
+@contextmanager
+def _streams_told(old: tuple[Any, Any]) -> Iterator[None]:
+    """Tell ``plugin_state`` the streams this display replaced ``old`` by: a plugin call running
+    across its start or end sets back the streams the trainer uses then, not those it retired."""
+    try:
+        yield
+    finally:
+        plugin_state.streams_replaced(old, (sys.stdout, sys.stderr))
 
 
 def bar_shown(enabled: bool) -> bool:

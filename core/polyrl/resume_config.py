@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any
 
 import attrs
@@ -258,6 +259,14 @@ def floor_check(saved: dict[str, Any] | None, config: RunConfig, updates: int | 
             f"optimizer.total_steps = {span + past} (or unset)")
 
 
+def _same_output_dir(change: tuple[str, Any, Any]) -> bool:
+    """An output_dir a checkpoint stored as given (relative, before ``run_paths`` made it absolute
+    at the start) and the same folder named absolutely now: no change to warn of at each resume."""
+    field, before, after = change
+    return (field == "train.output_dir" and isinstance(before, str) and isinstance(after, str)
+            and os.path.realpath(before) == os.path.realpath(after))
+
+
 def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -> list[str]:
     """The changes to log as applied; raises ``ConfigError`` naming every refused change.
     ``saved`` is empty or None only for a weights-only resume (``checkpoint_state`` refuses it for
@@ -269,7 +278,7 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -
         return []
     found = [c for c in changes(_unset_limits_as_default(_reward_defaults(saved)),
                                 _unset_limits_as_default(snapshot(config)))
-             if not _added_at_default(c, saved, config)]
+             if not _added_at_default(c, saved, config) and not _same_output_dir(c)]
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]
     if refused:
         first = refused[0][0]

@@ -81,7 +81,7 @@ from polyrl.sandbox_hidden import hide_from_samples
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_observer import RunObserver, StepAsk, checkpoint_due
 from polyrl.schedules import lr_at, updates_in_history
-from polyrl import run_plan
+from polyrl import run_paths, run_plan
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, router_rows, step_gather
@@ -327,7 +327,10 @@ class Trainer:
         alone, no model loaded (``check_run``). ``engines``: engines already loaded for this
         config's models, used instead of loading them (``polyrl.trl``'s ``evaluate()`` evaluates
         on the ones it loaded before, or on the run's own after ``train()``)."""
-        self.config = config
+        #: the working folder as the run began: its relative paths name files from there, wherever
+        #: plugin code moves the process's working folder later (``run_paths``)
+        self._start_dir = run_paths.start_folder()
+        self.config = config = run_paths.with_output_dir(config, self._start_dir)
         self._given_engines = engines
         self.output_dir = Path(config.train.output_dir)
         check_output_dir(self.output_dir)  # a file or a symlink loop: refused before anything loads
@@ -491,9 +494,11 @@ class Trainer:
             self._loading_models = False
 
     def _start_config(self) -> RunConfig:
-        """The config the models load with: on a resume, a start folder that is gone read from
-        the checkpoint's own copy (``kept_inputs``), not from where the config names it."""
-        return self.config if self._kept_from is None else kept_inputs.with_copies(self.config, self._kept_from)
+        """The config the models load with: its local paths from the start folder (``run_paths``),
+        and on a resume, a start folder that is gone read from the checkpoint's own copy
+        (``kept_inputs``), not from where the config names it."""
+        config = run_paths.with_start_inputs(self.config, self._start_dir)
+        return config if self._kept_from is None else kept_inputs.with_copies(config, self._kept_from)
 
     def _load_engines(self, config: RunConfig) -> None:
         if self._given_engines is not None:
@@ -1862,7 +1867,8 @@ class Trainer:
                     "moved aside", moved=[p.name for p in newer], moved_to=str(target), step=self.step)
 
     def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
-        point = resume_point(self.config, path, weights_only)
+        point = resume_point(self.config, run_paths.anchored(str(path), self._start_dir) if path else None,
+                             weights_only)
         check_backend_files(self.registry, self.config, point, weights_only)  # before any model loads
         if point is not None:
             self._kept_from, self._model_prints = point[0], None  # its start folders, before they are compared

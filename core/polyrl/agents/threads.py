@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from polyrl.agents import plugin_state
+from polyrl import plugin_state
 from polyrl.rewards import guard
 
 

@@ -13,6 +13,11 @@ kill its own process should isolate itself (``code_tests`` runs samples in a san
 or run in a forked child that can be killed (``[[rewards]] isolation = "process"``:
 ``polyrl.rewards.forked``, where the same timeout and stop rules apply).
 
+The process's working folder and ``sys.stdout``/``sys.stderr``, which reward code may change
+(``os.chdir``, ``contextlib.redirect_stdout`` left open, ``sys.stderr.close()``), are set back once
+the call ends or is abandoned (``polyrl.plugin_state``, as after a tool's call); a child process the
+reward forks that returns (or raises) onto the reward's thread ends there (``_leave_forked_child``).
+
 ``sys.exit`` in a reward raises ``SystemExit`` in its thread, which is caught and reported.
 ``os._exit`` would end the whole process at once (exit code as given, no checkpoint), so while
 reward threads exist ``os._exit`` is replaced by a guard that raises ``RewardExit`` in a reward
@@ -28,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from polyrl import plugin_state
 from polyrl.errors import PolyrlError
 
 #: What ``os._exit`` was before the guard.
@@ -135,6 +141,8 @@ def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
     grace = STOP_GRACE_S if stop_grace_s is None else stop_grace_s
     box: dict[str, Any] = {}
     done = threading.Event()
+    owner = os.getpid()
+    awaited = _Awaited()
 
     def target() -> None:
         register_reward_thread()
@@ -142,16 +150,57 @@ def call_guarded(fn: Callable[[], Any], *, label: str, timeout_s: float,
             box["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 - reported in the caller's thread
             box["error"] = exc
-        finally:
+        if os.getpid() != owner:  # a child the reward forked came back here: it must not run polyrl
+            _leave_forked_child(box.get("error"))
+        try:
             unregister_reward_thread()
+            plugin_state.leave(threading.current_thread().name, awaited.end())  # before the caller goes on
+        finally:
             done.set()
 
     install_exit_guard()
     thread = threading.Thread(target=target, name=f"polyrl-reward-{label}", daemon=True)
     watch = CallWatch(label, timeout_s, should_stop, grace)
-    thread.start()
-    while not done.wait(poll_s):
-        watch.check()
+    plugin_state.enter()
+    try:
+        thread.start()
+        while not done.wait(poll_s):
+            watch.check()
+    except BaseException:  # timed out, cancelled, no thread to start, or a second Ctrl-C: abandoned
+        if awaited.end():
+            plugin_state.abandoned(f"reward {label!r}, abandoned")
+        raise
     if "error" in box:
         raise RewardCallFailed(box["error"])
     return box.get("value")
+
+
+class _Awaited:
+    """Whether a reward call's caller still waits for it; ended once, by whichever comes first:
+    the call ending (``plugin_state.leave``) or its caller giving it up (``plugin_state.abandoned``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._awaited = True
+
+    def end(self) -> bool:
+        """True the first time only: the one that ends it settles ``plugin_state``'s count."""
+        with self._lock:
+            was, self._awaited = self._awaited, False
+            return was
+
+
+def _leave_forked_child(error: BaseException | None) -> NoReturn:
+    """End a process the reward forked (``os.fork()``) whose child returned from the reward or raised
+    out of it (``sys.exit`` included) onto the reward's thread: at once, with the call's exit code
+    (``os._exit``: no ``atexit`` handler or buffer of the parent's runs twice). Why: the child went
+    on as a copy of the trainer with no main thread; ending that thread printed "Fatal Python
+    error: init_threadstate" and a stack dump into the run's output."""
+    code = 0
+    if isinstance(error, SystemExit):
+        code = error.code if isinstance(error.code, int) else (0 if error.code is None else 1)
+    elif isinstance(error, RewardExit):
+        code = error.code
+    elif error is not None:
+        code = 1
+    _REAL_EXIT(code)

@@ -13,6 +13,7 @@ import numbers
 import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from polyrl.logs import get_logger
@@ -119,12 +120,18 @@ LOG_MODEL = frozenset({"end", "checkpoint"})
 FINAL_MODEL_DIR = "model"
 
 
+def _is_output_dir(named: str, output_dir: Path) -> bool:
+    """Whether a run name is the output_dir (transformers' default ``run_name``), as given: TRL's
+    ``output_dir="run"`` names the folder the trainer holds as an absolute path (``run_paths``)."""
+    return named == str(output_dir) or os.path.abspath(named) == os.path.abspath(output_dir)
+
+
 def model_artifact_name(run: Any, context: TrackerContext) -> str:
     """The model artifact's name as ``WandbCallback`` names it: ``model-<run name>`` for a run named
     by ``args.run_name`` (other than ``output_dir``), else ``model-<run id>``; each character W&B
     refuses in a name (transformers passes them on and fails) is a ``-``."""
     named = context.trl_run.run_name if context.trl_run is not None else context.run_name if not context.trl else None
-    name = f"model-{run.name}" if named and named != str(context.output_dir) else f"model-{run.id}"
+    name = f"model-{run.name}" if named and not _is_output_dir(named, context.output_dir) else f"model-{run.id}"
     # W&B takes only these characters in an artifact's name: a run name with a space or a slash
     # ("qwen 0.5b/grpo") raised ValueError there, and the run ended without its model
     return _ARTIFACT_UNSAFE.sub("-", name)

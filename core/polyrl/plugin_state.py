@@ -1,4 +1,5 @@
-"""Process-wide state that plugin code (a tool, an environment) may change, set back after it.
+"""Process-wide state that plugin code (a tool, an environment, a reward function) may change,
+set back after it.
 
 Why: the working folder and ``sys.stdout``/``sys.stderr`` are the whole process's, not the calling
 thread's. An environment whose ``reset`` did ``os.chdir(workdir)`` (a coding task's usual first
@@ -9,13 +10,17 @@ environment's folder, silently. Two tool calls at once that each capture output 
 left the streams pointing at one call's buffer for good: every later warning and the run's
 ``error:`` line were written into it, never shown.
 
-Each call on a ``threads.Worker`` is bracketed by ``enter``/``leave``: the state to keep is the
+Each call on a ``threads.Worker`` (tools, environments) and on a reward thread
+(``rewards.guard.call_guarded``) is bracketed by ``enter``/``leave``: the state to keep is the
 one the process had when the first of the awaited calls then running began, and it is set back,
 with a warning (once per process) naming the fix, as soon as no awaited call runs (``leave``), or
 when the last one is abandoned past its time limit (``abandoned``: one that moved the folder and
-then hung). A call's own capture is never cut short by another call ending. What this cannot
-undo: while such a call runs, the folder and the streams are its own for every thread; and what a
-call changes after it was abandoned stays until the next awaited call ends.
+then hung). A call's own capture is never cut short by another call ending; a stream it closed
+is opened again on its descriptor; streams the trainer itself replaces meanwhile (the progress
+bar's) are told (``streams_replaced``) and kept as the trainer's. What this cannot undo: while such
+a call runs, the folder and the streams are its own for every thread (the run's own paths are
+absolute from its start: ``polyrl.run_paths``); what a call changes after it was abandoned stays
+until the next awaited call ends; a descriptor it closed (``os.close(2)``) stays closed.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ _lock = threading.Lock()
 _awaited = 0  # plugin calls under way that a caller still waits for (not abandoned)
 _home: tuple[str | None, Any, Any] | None = None  # (folder, stdout, stderr) when the first of them began
 _warned = False
+#: the descriptor each kept stream wrote to (by ``id``), to open again one that plugin code closed
+_descriptors: dict[int, int] = {}
 
 
 def _cwd() -> str | None:
@@ -50,6 +57,8 @@ def enter() -> None:
     with _lock:
         if _awaited == 0:
             _home = (_cwd(), sys.stdout, sys.stderr)
+            _descriptors.clear()
+            _descriptors.update({id(s): fd for s in (sys.stdout, sys.stderr) if (fd := _descriptor(s)) is not None})
         _awaited += 1
 
 
@@ -75,11 +84,28 @@ def abandoned(where: str = "a call abandoned past its time limit") -> None:
     _warn(where, changed)
 
 
+def streams_replaced(old: tuple[Any, Any], new: tuple[Any, Any]) -> None:
+    """The trainer's own code replaced ``(sys.stdout, sys.stderr)`` ``old`` by ``new`` (the progress
+    display: rich wraps both in a ``FileProxy`` while it draws, and puts them back as it ends) while
+    plugin calls may run: the streams kept for them follow. Why: a tool call under
+    ``generation.overlap`` that began while the bar was drawn and ended after it was gone set back
+    the bar's retired proxies, which sent every later line of stdout (the run's summary) to stderr,
+    under a warning blaming the plugin for a change that was the trainer's."""
+    global _home
+    with _lock:
+        if _awaited == 0 or _home is None:
+            return
+        folder, stdout, stderr = _home
+        _home = (folder, new[0] if stdout is old[0] else stdout, new[1] if stderr is old[1] else stderr)
+        _descriptors.update({id(s): fd for s in new if (fd := _descriptor(s)) is not None})
+
+
 def _set_back() -> list[str]:
     """Under ``_lock``: the kept state restored where it changed; what changed."""
     if _home is None:
         return []
     folder, stdout, stderr = _home
+    reopened: dict[int, Any] = {}  # by the kept stream's id: sys.stdout is sys.stderr under `polyrl train`
     changed = []
     now = _cwd()
     if folder is not None and now != folder:
@@ -88,13 +114,42 @@ def _set_back() -> list[str]:
             changed.append(f"the working folder (os.chdir to {now})")
         except OSError:  # the trainer's own folder is gone: nothing to go back to
             pass
-    if sys.stdout is not stdout:
-        sys.stdout = stdout
-        changed.append("sys.stdout")
-    if sys.stderr is not stderr:
-        sys.stderr = stderr
-        changed.append("sys.stderr")
+    for name, kept in (("stdout", stdout), ("stderr", stderr)):
+        closed = _closed(kept)
+        if getattr(sys, name) is not kept or closed:
+            if closed and id(kept) not in reopened:
+                reopened[id(kept)] = _open_again(kept, _descriptors.get(id(kept)))
+            setattr(sys, name, reopened[id(kept)] if closed else kept)
+            changed.append(f"sys.{name}" + (" (closed it)" if closed else ""))
     return changed
+
+
+def _closed(stream: Any) -> bool:
+    try:
+        return bool(stream.closed)
+    except Exception:  # noqa: BLE001 - a stream object of someone else's without the attribute
+        return False
+
+
+def _descriptor(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except Exception:  # noqa: BLE001 - an in-memory stream (a test's capture), or closed already
+        return None
+
+
+def _open_again(stream: Any, fd: int | None) -> Any:
+    """A stream in place of ``stream``, which plugin code closed (``sys.stderr.close()``: every later
+    write, the run's ``error:`` line included, raised "I/O operation on closed file" and the process
+    ended on "lost sys.stderr"): a new one on the descriptor it wrote to (``fd``, read as the call
+    began), which Python's own streams leave open when closed."""
+    if fd is None:
+        return stream
+    try:
+        return open(fd, "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
+                    errors="backslashreplace", closefd=False)
+    except OSError:  # the descriptor itself is closed: nothing left to write to
+        return stream
 
 
 def _warn(where: str, changed: list[str]) -> None:
