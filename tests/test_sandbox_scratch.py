@@ -63,6 +63,27 @@ def test_what_stands_in_the_folders_place_is_unlinked_never_opened(tmp_path, rm_
     assert planted == "fifo" or stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+def _deep(top, levels: int) -> None:
+    """``levels`` folders nested in ``top``, made through descriptors (no path that long)."""
+    at = os.open(top, os.O_RDONLY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=at)
+        inner = os.open("d", os.O_RDONLY, dir_fd=at)
+        os.close(at)
+        at = inner
+    os.close(at)
+
+
+def test_a_tree_past_the_recursion_limit_is_removed_by_rm_or_reported_without_it(tmp_path, rm_or_not):
+    """Removed here where it can, by rm past the recursion limit; without rm it stays and the
+    answer says so (no RecursionError reaches the caller: ``Sandbox.run`` raised it before)."""
+    folder = tmp_path / "polyrl-sandbox-x"
+    folder.mkdir()
+    _deep(folder, 1500)
+    gone = leftovers.remove_tree(str(folder))
+    assert gone == (rm_or_not == "rm") and os.path.lexists(folder) != gone
+
+
 def test_a_folder_already_gone_counts_as_removed(tmp_path):
     assert leftovers.remove_tree(str(tmp_path / "never-made"))
 

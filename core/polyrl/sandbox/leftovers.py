@@ -81,25 +81,28 @@ def remove_tree(path: str) -> bool:
 
 def _remove_entry(parent: int, name: str, rm: str | None) -> None:
     """Remove the entry ``name`` of the folder ``parent`` (a descriptor), a folder with all it holds:
-    by ``rm -rf`` at any depth (a sample nests folders past the recursion and descriptor limits),
-    run in that very folder (its descriptor's /proc link: no path is looked up again), else
-    ``_remove_dir``. Raises OSError where something is left; an entry already gone is no error."""
-    if not os.path.isdir(f"/proc/self/fd/{parent}"):
-        rm = None  # no /proc: nothing names the folder without a path
+    here (``_remove_dir``: no process started for the usual small tree), else, past the recursion
+    or descriptor limits (a sample nests folders), by ``rm -rf`` run in that very folder (its
+    descriptor's /proc link: no path is looked up again). Raises OSError (or RecursionError
+    without rm) where something is left; an entry already gone is no error."""
     try:
         info = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return  # gone already
     if not stat.S_ISDIR(info.st_mode):
         os.unlink(name, dir_fd=parent)
-    elif rm is not None:
-        # never through a link: rm walks with descriptors and the last part is no link (lstat above)
-        done = subprocess.run([rm, "-rf", "--one-file-system", "--", f"./{name}"], capture_output=True,
-                              stdin=subprocess.DEVNULL, timeout=60, cwd=f"/proc/self/fd/{parent}", pass_fds=(parent,))
-        if done.returncode != 0 or _exists(parent, name):
-            raise OSError(done.stderr.decode(errors="replace").strip()[-200:] or f"rm left {name}")
-    else:
+        return
+    try:
         _remove_dir(parent, name)
+        return
+    except (OSError, RecursionError):
+        if rm is None or not os.path.isdir(f"/proc/self/fd/{parent}"):  # no /proc: no path-free way to name it
+            raise
+    # never through a link: rm walks with descriptors and the last part is no link (lstat above)
+    done = subprocess.run([rm, "-rf", "--one-file-system", "--", f"./{name}"], capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=60, cwd=f"/proc/self/fd/{parent}", pass_fds=(parent,))
+    if done.returncode != 0 or _exists(parent, name):
+        raise OSError(done.stderr.decode(errors="replace").strip()[-200:] or f"rm left {name}")
 
 
 def _exists(parent: int, name: str) -> bool:
@@ -112,7 +115,8 @@ def _exists(parent: int, name: str) -> bool:
 
 def _remove_dir(parent: int, name: str) -> None:
     """``shutil.rmtree`` of ``name`` in the folder ``parent`` (its ``dir_fd`` argument is 3.11+),
-    where there is no ``rm``: a tree nested deeper than the recursion limit stays (then reported)."""
+    never opening what is not a folder (``O_DIRECTORY``: a FIFO swapped in is refused, never
+    waited on); a tree nested deeper than the recursion limit raises RecursionError."""
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
     try:
         with os.scandir(fd) as entries:
