@@ -312,6 +312,87 @@ def test_at_the_off_level_the_trainers_open_files_stay_unread(user, tmp_path):
                if line.startswith("WROTE") and line.split()[1].isdigit()), result.output
 
 
+
+OFF_LEVEL = pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+                               reason="needs root (samples dropped to a pooled uid) and an interpreter every uid can run")
+
+#: Renames the sample's own folder away (as its owner, in the sticky /tmp) and plants a FIFO under
+#: its name, then says where in ``{drop}``: the trainer removing "its" folder then opened the FIFO.
+PLANT_FIFO = """
+import os
+home = os.getcwd()
+try:
+    os.rename(home, home + "-moved")
+    os.mkfifo(home, 0o666)
+    print("PLANTED", home, flush=True)
+except OSError as exc:
+    print("REFUSED", exc.errno, flush=True)
+with open({drop!r}, "w") as f:
+    f.write(home)
+"""
+
+
+@OFF_LEVEL
+def test_at_the_off_level_a_fifo_planted_for_the_sample_folder_is_never_opened_by_the_trainer():
+    """The sample's folder (cwd, HOME) at the levels without a private /tmp was the sample's own in
+    the host's sticky /tmp: it renamed it away and left a FIFO under its name, and the root trainer
+    removing the folder (``shutil.rmtree``) opened that FIFO and blocked for good. Here the test
+    opens the FIFO's other end where the trainer waits in it (so on the old code the run ends);
+    now the folder's entry is the trainer's (``sandbox.scratch``): the rename is refused."""
+    import tempfile
+    import threading
+
+    shared = tempfile.mkdtemp(prefix="polyrl-test-drop-")
+    os.chmod(shared, 0o1777)
+    drop = os.path.join(shared, "where")
+    try:
+        box = Sandbox(SandboxLimits(timeout_s=8), python="/usr/bin/python3", isolation="off", audit_hook=False)
+        done: dict = {}
+        runner = threading.Thread(target=lambda: done.setdefault("result", box.run(
+            PLANT_FIFO.format(drop=drop) + GOOD, TESTS)))
+        runner.start()
+        opened = False
+        while runner.is_alive():
+            try:
+                with open(drop) as f:
+                    fifo = f.read()
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO unless a reader waits in open
+                opened = True
+            except OSError:
+                pass
+            runner.join(0.01)
+        result = done["result"]
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert not opened, "the trainer opened the FIFO the sample planted in place of its folder"
+    assert "PLANTED" not in result.output and "REFUSED" in result.output, result.output
+    assert uids.busy() == frozenset()
+
+
+#: Nests folders in its own folder past Python's recursion limit.
+DEEP_TREE = """
+import os
+print("HOME", os.getcwd(), flush=True)
+for _ in range(1500):
+    os.mkdir("d")
+    os.chdir("d")
+"""
+
+
+@OFF_LEVEL
+def test_at_the_off_level_a_deep_tree_in_the_sample_folder_is_removed_and_the_uid_released():
+    """``shutil.rmtree`` of the sample's folder recursed once per level: a tree 1500 folders deep
+    made ``Sandbox.run`` raise RecursionError, past the uid's clean-up and release (that uid was
+    lost to the pool, and at the off level what the sample left running ran on). Now the folder
+    is removed whole at any depth and the sample scores as it should."""
+    box = Sandbox(SandboxLimits(timeout_s=20), python="/usr/bin/python3", isolation="off", audit_hook=False)
+    result = box.run(DEEP_TREE + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result.status, result.error, result.output[-300:])
+    home = next(line.split(" ", 1)[1] for line in result.output.splitlines() if line.startswith("HOME "))
+    assert not any(os.path.lexists(path) for path in (home, os.path.dirname(home))
+                   if path == home or os.path.basename(path).startswith("polyrl-sandbox-")), home
+    assert uids.busy() == frozenset()
+
 @needs_bwrap
 def test_a_venv_in_the_project_folder_shows_the_sample_only_its_bin_and_lib(tmp_path):
     """The interpreter's prefix was bound whole: with a venv made in the project's own folder

@@ -21,6 +21,7 @@ import os
 import platform
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -50,17 +51,7 @@ def remove_files(uid: int, folders: tuple[str, ...] | None = None) -> tuple[list
             for entry in owned:
                 path = os.path.join(folder, entry.name)
                 try:
-                    if entry.is_dir(follow_symlinks=False) and rm is not None:
-                        # any depth (a sample nests folders past the recursion and descriptor limits)
-                        # and never through a link; the path's last part is the uid's own, not a link
-                        done = subprocess.run([rm, "-rf", "--one-file-system", "--", path], capture_output=True,
-                                              stdin=subprocess.DEVNULL, timeout=60, cwd="/")
-                        if done.returncode != 0 or os.path.lexists(path):
-                            raise OSError(done.stderr.decode(errors="replace").strip()[-200:])
-                    elif entry.is_dir(follow_symlinks=False):
-                        _remove_dir(fd, entry.name)
-                    else:
-                        os.unlink(entry.name, dir_fd=fd)
+                    _remove_entry(fd, entry.name, rm)
                 except (OSError, RecursionError, subprocess.SubprocessError):
                     failed.append(path)
                     continue
@@ -70,9 +61,62 @@ def remove_files(uid: int, folders: tuple[str, ...] | None = None) -> tuple[list
     return removed, failed
 
 
+def remove_tree(path: str) -> bool:
+    """Remove ``path`` with all it holds; whether it is gone. Never through a link (its parent is
+    opened with ``O_NOFOLLOW``, the entry taken from that descriptor) and never opening what is not
+    a folder: a FIFO, device or link in its place is unlinked (``polyrl.sandbox.scratch``)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return not os.path.lexists(path)
+    try:
+        _remove_entry(fd, name, shutil.which("rm", path="/usr/bin:/bin"))
+    except (OSError, RecursionError, subprocess.SubprocessError):
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _remove_entry(parent: int, name: str, rm: str | None) -> None:
+    """Remove the entry ``name`` of the folder ``parent`` (a descriptor), a folder with all it holds:
+    here (``_remove_dir``: no process started for the usual small tree), else, past the recursion
+    or descriptor limits (a sample nests folders), by ``rm -rf`` run in that very folder (its
+    descriptor's /proc link: no path is looked up again). Raises OSError (or RecursionError
+    without rm) where something is left; an entry already gone is no error."""
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return  # gone already
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=parent)
+        return
+    try:
+        _remove_dir(parent, name)
+        return
+    except (OSError, RecursionError):
+        if rm is None or not os.path.isdir(f"/proc/self/fd/{parent}"):  # no /proc: no path-free way to name it
+            raise
+    # never through a link: rm walks with descriptors and the last part is no link (lstat above)
+    done = subprocess.run([rm, "-rf", "--one-file-system", "--", f"./{name}"], capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=60, cwd=f"/proc/self/fd/{parent}", pass_fds=(parent,))
+    if done.returncode != 0 or _exists(parent, name):
+        raise OSError(done.stderr.decode(errors="replace").strip()[-200:] or f"rm left {name}")
+
+
+def _exists(parent: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _remove_dir(parent: int, name: str) -> None:
     """``shutil.rmtree`` of ``name`` in the folder ``parent`` (its ``dir_fd`` argument is 3.11+),
-    where there is no ``rm``: a tree nested deeper than the recursion limit stays (then reported)."""
+    never opening what is not a folder (``O_DIRECTORY``: a FIFO swapped in is refused, never
+    waited on); a tree nested deeper than the recursion limit raises RecursionError."""
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
     try:
         with os.scandir(fd) as entries:

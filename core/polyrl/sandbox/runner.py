@@ -21,7 +21,7 @@ from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, memfd_filter, process_tree, tests_guard, uids
+from polyrl.sandbox import isolation, leftovers, memfd_filter, process_tree, scratch, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
@@ -178,19 +178,18 @@ class Sandbox:
     def _run_once(self, code: str, steps: Sequence[tuple[str, bool]], setup: str = "") -> SandboxResult:
         t0 = time.monotonic()
         self._hide_new_folders()
-        folder = None if self.launch.private_tmp else tempfile.mkdtemp(prefix="polyrl-sandbox-")
+        folder = home = None  # the trainer's folder holding the sample's home, where /tmp is not its own
         seccomp_r = -1
         uid = None
         try:
-            uid = uids.acquire() if self.launch.uid_pool else None  # inside: a full pool still removes the folder
+            uid = uids.acquire() if self.launch.uid_pool else None
             if uid is not None and not self.launch.private_tmp:
                 _remove_leftovers(uid)  # of a trainer killed mid-sample (it could not clean up after its own)
             if self.launch.wrapper:
                 isolation.ensure_mount_dir(self.launch.wrapper[-1])
-            if folder is not None and self.launch.ids is not None:  # a pooled uid's gid is its own number
-                os.chown(folder, *((uid, uid) if uid is not None else self.launch.ids))
-            home = folder or isolation.SANDBOX_HOME
-            env = {**isolation.sandbox_env(home), MARKER_ENV: str(os.getpid())}
+            if not self.launch.private_tmp:  # a pooled uid's gid is its own number
+                folder, home = scratch.make((uid, uid) if uid is not None else self.launch.ids)
+            env = {**isolation.sandbox_env(home or isolation.SANDBOX_HOME), MARKER_ENV: str(os.getpid())}
             pass_fds: tuple[int, ...] = ()
             if self.launch.seccomp_program is not None and self.launch.level == "bwrap":  # unshare's: the setup's
                 seccomp_r, w = os.pipe()
@@ -202,7 +201,7 @@ class Sandbox:
                 at = len(self.launch.oom) + len(self.launch.userns) + len(self.launch.wrapper) + 1
                 argv[at:at] = ["--setenv", MARKER_ENV, env[MARKER_ENV]]
             try:
-                proc = subprocess.Popen(argv, cwd=folder or tempfile.gettempdir(), env=env,
+                proc = subprocess.Popen(argv, cwd=home or tempfile.gettempdir(), env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         close_fds=True, pass_fds=pass_fds, start_new_session=True)
             except OSError as exc:
@@ -234,13 +233,14 @@ class Sandbox:
             result.duration_s = time.monotonic() - t0
             return result
         finally:
-            if folder is not None:  # first: the uid's leftovers below are then only what the sample left
-                shutil.rmtree(folder, ignore_errors=True)
+            # at the off level nothing else ends a setsid daemon that left the process group (at the
+            # others the PID namespace did: _kill waited for it); first, so nothing writes the folder below
+            clean = _kill_uid(uid, uid) if uid is not None and self.launch.level == "off" else True
+            if folder is not None and not leftovers.remove_tree(folder):  # before the uid's leftovers
+                log.error("could not remove a sample's folder; its uid is not given out again", folder=folder)
+                clean = False
             if uid is not None:
                 gid = uid  # a pooled sample's gid is its uid's number (isolation._pooled)
-                # at the off level nothing else ends a setsid daemon that left the process group; at
-                # the others the PID namespace did (_kill waited for it)
-                clean = _kill_uid(uid, gid) if self.launch.level == "off" else True
                 if not self.launch.private_tmp:  # host folders and IPC: the next sample with this uid sees them
                     clean = _remove_leftovers(uid) and clean
                 if clean and not leftovers.clear_keys(uid, gid):
