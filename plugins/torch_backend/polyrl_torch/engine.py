@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from pickle import UnpicklingError  # its type only: what torch.load(weights_only=True) raises
 from typing import Any
 
 import torch
@@ -475,7 +475,7 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
             raise ConfigError(f"the weights in {folder!r} are truncated or corrupt ({_first_line(exc)})",
                               field="model.path",
                               fix="re-copy or re-download the model's *.safetensors files") from None
-        except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met a Python object
+        except UnpicklingError as exc:  # torch.load(weights_only=True) met a Python object
             raise pickled_code_error(Path(folder), exc) from None
         except (OSError, ValueError, RuntimeError) as exc:
             raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")))
