@@ -145,3 +145,126 @@ def test_a_plain_bin_only_checkpoint_loads_the_same_model(tiny_model_dir, tmp_pa
         got = _engine(folder).raw.model(ids).logits
         want = _engine(tiny_model_dir).raw.model(ids).logits
     assert torch.equal(got, want)
+
+
+def _sampling_run(model: Path, tmp_path: Path, **generation):
+    from polyrl.config import RunConfig
+
+    return RunConfig.from_dict({
+        "model": {"path": str(model)}, "data": {"task": "arithmetic", "options": {"count": 8}},
+        "rewards": [{"name": "numeric_match"}], "generation": {"group_size": 2, "max_new_tokens": 4, **generation},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+
+
+def test_the_sampling_values_a_models_generation_config_suggests_are_named_when_the_run_samples_otherwise(
+        tiny_model_dir, tmp_path):
+    """Qwen3-style ``generation_config.json`` (temperature 0.6, top_p 0.95, top_k 20): polyrl samples with
+    ``[generation]`` alone, as TRL's GRPOConfig overrides them, and said nothing. Now one warning names the
+    file's values the run does not use and the keys that would; none when the run samples with them."""
+    from structlog.testing import capture_logs
+    from transformers import GenerationConfig
+
+    from polyrl.engines import load_engines
+
+    folder = _copy(tiny_model_dir, tmp_path / "suggests")
+    GenerationConfig(do_sample=True, temperature=0.6, top_p=0.95, top_k=20, bos_token_id=0,
+                     eos_token_id=[2, 1]).save_pretrained(folder)
+    with capture_logs() as logs:
+        load_engines(_sampling_run(folder, tmp_path, temperature=0.6), get_registry())
+    said = [e for e in logs if "generation_config.json" in e["event"]]
+    assert len(said) == 1 and said[0]["log_level"] == "warning"
+    assert "top_p=0.95, top_k=20" in said[0]["event"] and "temperature" not in said[0]["event"]
+    assert "generation.top_p = 0.95, generation.top_k = 20" in said[0]["fix"]
+
+    with capture_logs() as logs:
+        load_engines(_sampling_run(folder, tmp_path, temperature=0.6, top_p=0.95, top_k=20), get_registry())
+    assert not [e for e in logs if "generation_config.json" in e["event"]]
+
+
+def test_every_stop_id_a_generation_config_lists_ends_a_completion(tiny_model_dir, tmp_path):
+    """Llama 3 / Qwen list several ``eos_token_id``s in ``generation_config.json``: each ends a
+    completion (TRL's GRPOTrainer joins them with the tokenizer's eos), not the tokenizer's alone."""
+    from transformers import GenerationConfig
+
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0, seed=0)
+    free = _engine(tiny_model_dir).generate(["The quick brown fox"], greedy)[0].completion_ids.tolist()
+    stop = free[2]
+    folder = _copy(tiny_model_dir, tmp_path / "stop-ids")
+    GenerationConfig(bos_token_id=0, eos_token_id=[2, stop]).save_pretrained(folder)
+    out = _engine(folder).generate(["The quick brown fox"], greedy)[0]
+    assert out.completion_ids.tolist() == free[:free.index(stop) + 1] and out.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_trained_checkpoint_of_a_tied_or_untied_model_reloads_to_the_same_logits(tiny_model_dir, tmp_path, tied):
+    """After a train step the saved folder holds the head as the config says (one tensor when tied)."""
+    import numpy as np
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    from polyrl.algorithms.objective import Objective
+    from polyrl.types import OptimizerConfig, TokenSequence, TrainBatch
+
+    folder = tmp_path / f"tied-{tied}"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    config = model.config
+    config.tie_word_embeddings = tied
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (Path(tiny_model_dir) / name).exists():
+            shutil.copy(Path(tiny_model_dir) / name, folder / name)
+    engine = _engine(folder, optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=None))
+    seqs = [TokenSequence.of(c) for c in engine.generate(["The quick"], SamplingParams(max_new_tokens=4, n=2, seed=0))]
+    engine.train_step(TrainBatch(seqs, np.array([-1.0, 1.0])), Objective())
+    engine.save_checkpoint(str(tmp_path / "saved"))
+    ids = torch.tensor([[0, 75, 76, 80]])
+    with torch.no_grad():
+        want = engine.raw.model(ids).logits
+        before = AutoModelForCausalLM.from_pretrained(folder)(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")(ids).logits
+    assert not torch.allclose(before, want)  # the step changed the model
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_a_tokenizer_without_pad_token_padding_right_and_a_template_writing_bos(tiny_model_dir, tmp_path):
+    """TRL users' tokenizers: no pad token, ``padding_side = "right"`` saved; a batch samples what each
+    prompt alone samples. A template writing ``{{ bos_token }}`` for a tokenizer that adds BOS itself
+    renders one BOS, as transformers' ``apply_chat_template(tokenize=True)`` (TRL's) does."""
+    from transformers import AutoTokenizer
+
+    folder = _copy(tiny_model_dir, tmp_path / "trl-tokenizer")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("pad_token", None)
+    config["padding_side"] = "right"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    config["chat_template"] = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                               "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    bos = {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}
+    tokenizer["post_processor"] = {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                                   "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}},
+                                            {"Sequence": {"id": "B", "type_id": 1}}],
+                                   "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0],
+                                                                        "tokens": ["<|endoftext|>"]}}}
+    tokenizer["padding"] = None
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    for name in ("config.json", "generation_config.json", "special_tokens_map.json"):
+        saved = json.loads((folder / name).read_text())
+        saved.pop("pad_token_id", None)
+        saved.pop("pad_token", None)
+        (folder / name).write_text(json.dumps(saved))
+    hf = AutoTokenizer.from_pretrained(folder)
+    assert hf.pad_token is None and hf.padding_side == "right" and hf("hi")["input_ids"][0] == hf.bos_token_id
+
+    engine = _engine(folder)
+    assert engine.raw.pad_id == hf.eos_token_id  # batches pad with the eos, as TRL sets pad = eos
+    chat = [{"role": "user", "content": "hi"}]
+    ids = engine.raw.encode_prompt(chat)
+    assert ids == hf.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    assert ids.count(hf.bos_token_id) == 1
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0, seed=0)
+    prompts = ["The quick brown fox jumps over", "Hi"]
+    batch = [c.completion_ids.tolist() for c in engine.generate(prompts, greedy)]
+    assert batch == [engine.generate([p], greedy)[0].completion_ids.tolist() for p in prompts]
