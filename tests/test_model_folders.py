@@ -178,6 +178,9 @@ def test_the_sampling_values_a_models_generation_config_suggests_are_named_when_
 
     with capture_logs() as logs:
         load_engines(_sampling_run(folder, tmp_path, temperature=0.6, top_p=0.95, top_k=20), get_registry())
+        # a file's neutral values (temperature 1.0, as the tiny model's) suggest nothing to warn of
+        load_engines(_sampling_run(Path(tiny_model_dir), tmp_path, temperature=0.7, top_p=0.9), get_registry())
+    assert json.loads((Path(tiny_model_dir) / "generation_config.json").read_text())["temperature"] == 1.0
     assert not [e for e in logs if "generation_config.json" in e["event"]]
 
 

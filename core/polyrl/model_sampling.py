@@ -24,9 +24,9 @@ def _number(value: Any) -> float | None:
 
 
 def file_sampling(model_path: str | None) -> dict[str, float]:
-    """The sampling values ``<model_path>/generation_config.json`` sets (numbers only; top_k None
-    and min_p None mean off); empty for a file that is absent, unreadable, or samples greedily
-    (``do_sample`` false: its knobs are not a sampling suggestion)."""
+    """The sampling values ``<model_path>/generation_config.json`` sets other than the neutral ones
+    (numbers only); empty for a file that is absent, unreadable, or samples greedily (``do_sample``
+    false: its knobs are not a sampling suggestion)."""
     file = os.path.join(model_path, "generation_config.json") if model_path else ""
     if not (file and os.path.isfile(file)):
         return {}
@@ -39,9 +39,8 @@ def file_sampling(model_path: str | None) -> dict[str, float]:
         return {}
     found: dict[str, float] = {}
     for key in SAMPLING_KEYS:
-        value = data.get(key)
-        number = 0.0 if value is None and key in ("top_k", "min_p") and key in data else _number(value)
-        if number is not None:
+        number = _number(data.get(key))  # top_k / min_p null: off, as the neutral value
+        if number is not None and number != SAMPLING_KEYS[key]:  # temperature 1.0 suggests nothing
             found[key] = number
     return found
 
