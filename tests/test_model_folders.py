@@ -103,6 +103,23 @@ def test_a_folder_of_custom_modelling_code_names_trust_remote_code_and_its_files
     assert marker.exists() and type(engine.raw.causal_lm).__name__ == "CustomLlama"
 
 
+def test_a_known_model_type_with_auto_map_loads_without_its_code_and_other_failures_keep_their_cause(
+        tiny_model_dir, tmp_path):
+    """Folders of a model type transformers implements often keep an old ``auto_map`` (Phi-3's did):
+    they load with transformers' own class, the folder's code unrun, as in TRL; a failure of such a
+    folder for another reason (a cut tokenizer.json) is not blamed on trust_remote_code."""
+    folder = _copy(tiny_model_dir, tmp_path / "llama-with-auto-map")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_old.OldLlama"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "modeling_old.py").write_text("raise SystemExit('the folder code ran')\n")
+    assert type(_engine(folder).raw.causal_lm).__name__ == "LlamaForCausalLM"
+    (folder / "tokenizer.json").write_text("{")
+    with pytest.raises(ConfigError) as err:
+        _engine(folder)
+    assert err.value.field == "model.path" and "trust_remote_code" not in str(err.value)
+
+
 class _RunsCode:
     """A pickled object that runs code when unpickled (what ``weights_only=True`` refuses)."""
 

@@ -67,12 +67,14 @@ def remote_code_files(folder: Path) -> list[str]:
     return sorted(files)
 
 
-def remote_code_error(folder: Path, trusted: bool, field: str = "model.trust_remote_code") -> ConfigError | None:
-    """The refusal of a folder whose load failed while it names its own modelling code that
-    ``trust_remote_code`` keeps from running; None when it names none or the code was allowed
-    (the failure is then another one, reported as such)."""
+def remote_code_error(folder: Path, trusted: bool, exc: BaseException,
+                      field: str = "model.trust_remote_code") -> ConfigError | None:
+    """The refusal of a folder whose load failed (``exc``, transformers' own, asking for
+    ``trust_remote_code``) because it names its own modelling code that ``trust_remote_code`` keeps
+    from running; None when it names none, the code was allowed, or ``exc`` is another failure
+    (a folder whose ``model_type`` transformers implements loads without its code)."""
     files = remote_code_files(folder)
-    if trusted or not files:
+    if trusted or not files or "trust_remote_code" not in str(exc):
         return None
     return ConfigError(
         f"{str(folder)!r} needs its own Python code to load ({', '.join(files)}, named by auto_map), which "

@@ -444,7 +444,7 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
         tokenizer = AutoTokenizer.from_pretrained(folder, **extra)
         hf_config = AutoConfig.from_pretrained(folder, **extra)
     except (OSError, ValueError) as exc:
-        raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")))
+        raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")), exc)
                or ConfigError(f"cannot read a tokenizer and config from {folder!r}: {exc}",
                               field="model.path", fix=fix)) from None
     if extra.get("gguf_file"):
@@ -478,7 +478,7 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
         except UnpicklingError as exc:  # torch.load(weights_only=True) met a Python object
             raise pickled_code_error(Path(folder), exc) from None
         except (OSError, ValueError, RuntimeError) as exc:
-            raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")))
+            raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")), exc)
                    or ConfigError(f"cannot load the model weights from {folder!r}: {_first_line(exc)}",
                                   field="model.path", fix=fix)) from None
         check_weights_match(folder, info)
