@@ -22,6 +22,7 @@ from polyrl.device_names import check_device
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.model_sampling import warn_unused_sampling
 from polyrl.plugins import install_hint
 from polyrl.prequantized import refuse_prequantized
 from polyrl.ref_sync import ReferenceSync, needs_own_reference
@@ -266,6 +267,7 @@ def load_engines(config: RunConfig, registry: Registry,
     checks that need the resolved model folder but no weights (the chat template's)."""
     c, reg = config, registry
     model, gen_model = check_engines(c, reg)
+    warn_unused_sampling(model, c.generation, log)  # the model's suggested temperature... , as TRL: not used
     if before_load is not None:
         before_load(model)
     t0 = time.perf_counter()

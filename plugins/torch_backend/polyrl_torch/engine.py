@@ -12,6 +12,7 @@ import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from pickle import UnpicklingError  # its type only: what torch.load(weights_only=True) raises
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ import torch
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.options import text_option
 from polyrl.backend_kit.literal_chat import encode_chat_literal
+from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_code_error, remote_code_error
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError
@@ -87,8 +89,11 @@ def _model_location(model: str, gguf: str | None) -> tuple[str, str | None]:
         return str(path.parent), path.name
     if gguf is None and not (path / "config.json").exists():
         ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        adapter = adapter_folder_error(path)
         if len(ggufs) == 1:
             gguf = ggufs[0]
+        elif adapter is not None:
+            raise adapter
         else:
             raise ConfigError(f"{model!r} has no config.json", field="model.path",
                               fix="point at a HF model folder, or set backends.options.gguf_file")
@@ -439,8 +444,9 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
         tokenizer = AutoTokenizer.from_pretrained(folder, **extra)
         hf_config = AutoConfig.from_pretrained(folder, **extra)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read a tokenizer and config from {folder!r}: {exc}",
-                          field="model.path", fix=fix) from None
+        raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")), exc)
+               or ConfigError(f"cannot read a tokenizer and config from {folder!r}: {exc}",
+                              field="model.path", fix=fix)) from None
     if extra.get("gguf_file"):
         from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
@@ -469,9 +475,12 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
             raise ConfigError(f"the weights in {folder!r} are truncated or corrupt ({_first_line(exc)})",
                               field="model.path",
                               fix="re-copy or re-download the model's *.safetensors files") from None
+        except UnpicklingError as exc:  # torch.load(weights_only=True) met a Python object
+            raise pickled_code_error(Path(folder), exc) from None
         except (OSError, ValueError, RuntimeError) as exc:
-            raise ConfigError(f"cannot load the model weights from {folder!r}: {_first_line(exc)}",
-                              field="model.path", fix=fix) from None
+            raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")), exc)
+                   or ConfigError(f"cannot load the model weights from {folder!r}: {_first_line(exc)}",
+                                  field="model.path", fix=fix)) from None
         check_weights_match(folder, info)
     return tokenizer, model
 

@@ -1,0 +1,101 @@
+"""Model folders a TRL user may hand over that are not a plain model transformers can load as is.
+
+Why: transformers' own exceptions for these name the wrong cause or fix, or none: a peft adapter
+folder reads as "has no config.json" (as if the copy were broken), a folder of custom modelling
+code as a multi-line plea to pass ``trust_remote_code=True`` in Python with a ``hf.co`` link built
+from a local path, and a pickled ``.bin`` checkpoint holding more than tensors as torch's advice
+to allowlist the very globals it refused. Each is one ``error:`` line here, naming the field that
+loads the folder and how.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from polyrl.errors import ConfigError
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def _json_object(file: Path) -> dict[str, Any]:
+    """``file``'s JSON object; empty when absent, unreadable or not an object (the loader reports those)."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def adapter_folder_error(folder: Path, field: str = "model.path") -> ConfigError | None:
+    """The refusal of a peft adapter folder (``adapter_config.json``, no ``config.json``) given as
+    the model, naming its base model and the options that train on from it; None for other folders."""
+    config = folder / ADAPTER_CONFIG
+    if (folder / "config.json").exists() or not config.is_file():
+        return None
+    adapter = _json_object(config)
+    base = adapter.get("base_model_name_or_path")
+    base_text = f"its base model is {base!r}" if isinstance(base, str) and base else "it names no base model"
+    rank, alpha, targets = adapter.get("r"), adapter.get("lora_alpha"), adapter.get("target_modules")
+    lora = f"[lora] rank = {rank}, alpha = {alpha}" if rank is not None and alpha is not None else "[lora] as it was trained"
+    if isinstance(targets, list) and all(isinstance(t, str) for t in targets):
+        lora += f", target_modules = {json.dumps(sorted(targets))}"
+    elif isinstance(targets, str):
+        lora += f", target_modules = {json.dumps(targets)}"
+    return ConfigError(
+        f"{str(folder)!r} is a peft adapter folder ({ADAPTER_CONFIG}), not a model: {base_text}", field=field,
+        fix=f"set model.path to the base model and backends.options.initial_adapter = {str(folder)!r} with "
+            f"{lora} to train on from the adapter; or merge it first "
+            "(PeftModel.merge_and_unload().save_pretrained(DIR)) and point model.path at DIR")
+
+
+def remote_code_files(folder: Path) -> list[str]:
+    """The Python files ``auto_map`` in ``config.json`` / ``tokenizer_config.json`` names (the
+    folder's own modelling code), sorted; empty when neither file names any."""
+    files: set[str] = set()
+    for name in ("config.json", "tokenizer_config.json"):
+        auto_map = _json_object(folder / name).get("auto_map")
+        if not isinstance(auto_map, dict):
+            continue
+        for value in auto_map.values():
+            for ref in value if isinstance(value, list) else [value]:
+                if isinstance(ref, str) and "." in ref:
+                    module = ref.split("--")[-1].rsplit(".", 1)[0]  # "repo--module.Class" names another repo
+                    files.add(module.replace(".", "/") + ".py")
+    return sorted(files)
+
+
+def remote_code_error(folder: Path, trusted: bool, exc: BaseException,
+                      field: str = "model.trust_remote_code") -> ConfigError | None:
+    """The refusal of a folder whose load failed (``exc``, transformers' own, asking for
+    ``trust_remote_code``) because it names its own modelling code that ``trust_remote_code`` keeps
+    from running; None when it names none, the code was allowed, or ``exc`` is another failure
+    (a folder whose ``model_type`` transformers implements loads without its code)."""
+    files = remote_code_files(folder)
+    if trusted or not files or "trust_remote_code" not in str(exc):
+        return None
+    return ConfigError(
+        f"{str(folder)!r} needs its own Python code to load ({', '.join(files)}, named by auto_map), which "
+        "polyrl does not run unless asked", field=field,
+        fix="read those files, then set model.trust_remote_code = true if you trust them; or use a folder of a "
+            "model type transformers implements")
+
+
+#: torch's ``weights_only`` refusal names the global it met: ``Unsupported global: GLOBAL builtins.print``
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def pickled_code_error(folder: Path, exc: BaseException, field: str = "model.path") -> ConfigError:
+    """The refusal of a pickled ``.bin`` checkpoint that holds more than tensors: torch read it with
+    ``weights_only=True`` and stopped at an object that would run code when unpickled."""
+    found = _GLOBAL.search(str(exc))
+    what = f" ({found.group(1)})" if found else ""
+    bins = sorted(p.name for p in folder.glob("*.bin"))
+    named = ", ".join(bins[:3]) + (", ..." if len(bins) > 3 else "") if bins else "its pickled weights"
+    return ConfigError(
+        f"{named} in {str(folder)!r} hold(s) a Python object besides tensors{what}: polyrl loads pickled "
+        "weights with torch.load(weights_only=True) and never runs a file's code", field=field,
+        fix="use the model's *.safetensors files instead, or convert the checkpoint to safetensors where you "
+            "trust its source (model.save_pretrained(DIR))")
