@@ -9,7 +9,8 @@ trainer built), ``on_train_begin``, ``on_epoch_begin`` before each epoch's first
 run's first step too; ``should_epoch_stop`` cleared first), then each step ``on_step_begin``,
 ``on_step_end``, ``on_log`` (the step's metrics under TRL's names, as ``log_history`` gets them), and
 when it evaluated ``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_epoch_end`` after the step
-that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step), ``on_save``
+that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step: before the
+events of an ``eval_strategy`` "epoch" evaluation, after those of an ``eval_steps`` one), ``on_save``
 after a checkpoint is written, and ``on_train_end``. Not called: ``on_substep_end``,
 ``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
 ``on_prediction_step``/``on_predict``/``on_push_begin`` (no predict, no Hub). Of the keyword
@@ -31,9 +32,10 @@ last one, which polyrl always writes; set in ``on_epoch_end`` it checkpoints the
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
-``eval_dataset`` warns once and goes on; set in ``on_epoch_end`` it is met by the step's own
-evaluation, as ``eval_strategy`` "epoch" has it, and else warned once: the step was evaluated before
-its ``on_log``); ``should_log`` is met whatever it says (every step
+``eval_dataset`` warns once and goes on; ``eval_strategy`` "epoch" sets it before ``on_epoch_end``,
+as ``DefaultFlowCallback``, and set there it evaluates the step after ``on_epoch_end``, as
+transformers' ``_maybe_log_save_evaluate`` after it does: ``_epoch_end_first``; too late only where
+an epoch stop asked after ``on_step_end`` ended the epoch: warned once); ``should_log`` is met whatever it says (every step
 is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log``,
 ``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it, to its
 ``on_epoch_end`` (one asked in ``on_save`` under a launcher: after the next step): the next
@@ -124,6 +126,9 @@ class TrlCallbacks:
         self._due = False  # the step being ended has a save_steps checkpoint due (``step_trained``)
         self._epoch_open = False  # on_epoch_begin was called and its on_epoch_end not yet (``step_begin``)
         self._said_epoch_evaluation = False  # the warning for a should_evaluate on_epoch_end asks too late
+        self._eval_every = 0  # the run's eval.every: a step the trainer evaluates on its own (``run_begin``)
+        #: what the control asked of a step whose epoch ended before its evaluation (``_epoch_end_first``)
+        self._ended_first: StepAsk | None = None
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -220,6 +225,8 @@ class TrlCallbacks:
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
+        self._eval_every = int(getattr(trainer.config.eval, "every", 0) or 0)
+        self._ended_first = None
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
@@ -257,9 +264,11 @@ class TrlCallbacks:
         launcher, self._defer = self._defer, True
         try:
             self.event("on_step_end")
+            asked = self.deferred is None and bool(self.control.should_evaluate)
+            if not asked and self._ends_epoch_unevaluated():
+                asked = self._epoch_end_first(metrics)
         finally:
             self._defer = launcher
-        asked = self.deferred is None and bool(self.control.should_evaluate)
         if asked and not self._can_evaluate:
             self._no_evaluation()
             return False
@@ -280,13 +289,17 @@ class TrlCallbacks:
 
         if self.deferred is not None and not self._defer:  # on_step_end raised (``step_trained``)
             raise self.deferred from None
-        self._log(with_trl_names(metrics, self._names))
+        first, self._ended_first = self._ended_first, None
+        if first is None:
+            self._log(with_trl_names(metrics, self._names))
         evaluated = trl_eval_names(metrics, self._names)
         if evaluated:
             self._evaluation(evaluated)
             new_best = self._track_best(evaluated)
             if self._save_strategy() == "best":  # transformers' _maybe_log_save_evaluate: saved on a new best only
                 self.control.should_save = new_best
+        if first is not None:  # on_log and on_epoch_end came before the evaluation (``_epoch_end_first``)
+            return first | self._asked()
         asked = self._asked(epoch=True)
         if self._due and not asked.save and not asked.failed:  # a callback cleared the flag step_trained set
             asked = attrs.evolve(asked, cancel_save=True)
@@ -294,31 +307,68 @@ class TrlCallbacks:
             asked = asked | self._epoch_end(evaluated=bool(evaluated))
         return asked
 
-    def _epoch_end(self, evaluated: bool) -> StepAsk:
+    def _ends_epoch_unevaluated(self) -> bool:
+        """Whether the step just trained ends its epoch (``state.epoch`` whole, the run's last step,
+        or ``should_epoch_stop`` asked in ``on_step_end``) and has no evaluation of its own due before
+        it (``eval.every`` outside TRL's ``eval_strategy`` "epoch"): then transformers calls
+        ``on_log`` and ``on_epoch_end`` before it evaluates (``_epoch_end_first``)."""
+        if self.deferred is not None:
+            return False
+        step = self.state.global_step // self._per_step
+        if self._eval_every and step % self._eval_every == 0 and self._eval_strategy() != "epoch":
+            return False  # an eval_steps evaluation: transformers' comes before on_epoch_end, as polyrl's does
+        return bool(self.control.should_epoch_stop) or _epoch_ended(self.state.epoch) or \
+            self.state.global_step >= self._steps
+
+    def _epoch_end_first(self, metrics: Mapping[str, Any]) -> bool:
+        """``on_log`` and ``on_epoch_end`` of a step that ends its epoch, called before the trainer
+        evaluates it, as transformers' loop calls ``on_epoch_end`` before the evaluation
+        ``_maybe_log_save_evaluate`` runs after it: ``should_evaluate`` set first under
+        ``eval_strategy`` "epoch" (``DefaultFlowCallback.on_epoch_end``), so a callback reads it
+        there, and one setting it there has the step evaluated (``on_evaluate`` after
+        ``on_epoch_end``). Why: the evaluation came before ``on_epoch_end``, and one asked there
+        was only warned about. True asks the trainer for the evaluation; what the control asked is
+        kept for ``step_end``."""
+        from polyrl.rewards.trl_compat import with_trl_names
+
+        self._log(with_trl_names(metrics, self._names))
+        first = self._asked(epoch=True)
+        if self._due and not first.save and not first.failed:  # a callback cleared the flag step_trained set
+            first = attrs.evolve(first, cancel_save=True)
+        self._ended_first = first | self._epoch_end(evaluated=None)
+        asked, self.control.should_evaluate = bool(self.control.should_evaluate), False
+        return asked and self.deferred is None
+
+    def _epoch_end(self, evaluated: bool | None) -> StepAsk:
         """``on_epoch_end`` after the step that ended the epoch (its last, an epoch stop, or the
         run's last step: transformers' loop breaks out to it), then what the control asks as
         transformers' ``_maybe_log_save_evaluate`` after it: ``save_strategy`` "epoch"'s
         checkpoint is set before the callbacks, as ``DefaultFlowCallback.on_epoch_end`` (first in
         transformers' list) sets it, so one clearing ``should_save`` cancels it; a callback may ask
         one (any strategy) or ``should_training_stop``. ``should_evaluate`` is met by the step's
-        own evaluation (``evaluated``: on its line, as ``eval_strategy`` "epoch" has it); asked of
-        a step not evaluated, it is too late (the step is recorded) and warned once. Why here and
+        own evaluation (``evaluated``: on its line); asked of a step not evaluated, it is too late
+        (the step is recorded: an epoch stop asked after ``on_step_end``) and warned once.
+        ``evaluated`` None: called before the step's evaluation (``_epoch_end_first``), which
+        reads the flag. Why here and
         not in ``step_trained``: a callback summing its ``on_log`` calls per epoch (TRL's usual
         ``on_epoch_end``) has the epoch's last step then."""
         self._epoch_open = False
         if self.deferred is not None:
             return StepAsk()
         self.control.should_save = self._save_strategy() == "epoch"  # the step's own save is in ``asked`` already
-        self.control.should_evaluate = False  # the step's evaluation is done (on_evaluate cleared it)
+        # transformers' DefaultFlowCallback asks the epoch's evaluation (before the step's is done)
+        self.control.should_evaluate = evaluated is None and self._can_evaluate and self._eval_strategy() == "epoch"
         self.event("on_epoch_end")
+        if evaluated is None:
+            return self._asked()
         late = self.deferred is None and self.control.should_evaluate and not evaluated
         if late and not self._can_evaluate:
             self._no_evaluation()
         elif late and not self._said_epoch_evaluation:
-            log.warning("a callback set control.should_evaluate in on_epoch_end for a step polyrl did not evaluate; "
-                        "polyrl evaluates a step before its on_log and on_epoch_end, so it is not evaluated. Fix: "
-                        "set eval_strategy=\"epoch\" (each epoch's last step is evaluated), or set should_evaluate in "
-                        "on_step_end when state.epoch is whole", step=self.state.global_step)
+            log.warning("a callback set control.should_evaluate in on_epoch_end of an epoch ended by "
+                        "control.should_epoch_stop set after on_step_end (in on_log, on_evaluate or on_save); "
+                        "polyrl evaluates a step before that, so it is not evaluated. Fix: set "
+                        "should_epoch_stop in on_step_end, or should_evaluate there", step=self.state.global_step)
             self._said_epoch_evaluation = True
         self.control.should_evaluate = False
         return self._asked()
@@ -326,6 +376,10 @@ class TrlCallbacks:
     def _save_strategy(self) -> str:
         """TRL's ``save_strategy`` as a plain string (an enum's value)."""
         return str(getattr(self.args, "save_strategy", "steps")).lower().rpartition(".")[2]
+
+    def _eval_strategy(self) -> str:
+        """TRL's ``eval_strategy`` as a plain string (an enum's value)."""
+        return str(getattr(self.args, "eval_strategy", "no")).lower().rpartition(".")[2]
 
     def _track_best(self, metrics: Mapping[str, Any]) -> bool:
         """transformers' ``_determine_best_metric`` after a step's evaluation (after ``on_evaluate``,
