@@ -196,6 +196,25 @@ def test_eval_strategy_epoch_evaluates_after_on_epoch_end_as_trls_own_trainer(ti
     assert ours.seen == theirs.seen
 
 
+def test_eval_and_save_steps_events_are_trls_own_trainers(tiny_model_dir, tmp_path):
+    """eval_strategy and save_strategy "steps" every 2 updates, 4 steps of epochs of 3: as
+    transformers' DefaultFlowCallback, on_step_end sees should_evaluate and should_save set at steps
+    2 and 4 (should_training_stop at 4, the last); step 4 is evaluated, then saved, then its epoch
+    ends. polyrl's on_step_end saw should_evaluate False, and its on_epoch_end came before on_save."""
+    theirs, ours = Events(), Events()
+    for trainer_class, events, name in ((trl.GRPOTrainer, theirs, "trl"), (GRPOTrainer, ours, "polyrl")):
+        trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(6),
+                      eval_dataset=prompts_dataset(2), callbacks=[events],
+                      args=_args(tmp_path / name, max_steps=4, eval_strategy="steps", eval_steps=2,
+                                 save_steps=2)).train()
+    assert [e for e in theirs.seen if e[1] == 4 and e[0] != "on_step_begin"] == [
+        ("on_step_end", 4, 1.333333, (True, True, True)), ("on_log", 4, "train"), ("on_log", 4, "eval"),
+        ("on_evaluate", 4, 1.333333, (True, False, True)), ("on_save", 4, 1.333333, (False, False, True)),
+        ("on_epoch_end", 4, 1.333333, (False, False, True)), ("on_log", 4, "summary"),
+        ("on_train_end", 4, 1.333333, (False, False, True))]
+    assert ours.seen == theirs.seen
+
+
 class EvaluatesEachEpoch(TrainerCallback):
     """Asks an evaluation at each epoch's end; counts the evaluations."""
 

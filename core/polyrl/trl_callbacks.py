@@ -10,7 +10,8 @@ run's first step too; ``should_epoch_stop`` cleared first), then each step ``on_
 ``on_step_end``, ``on_log`` (the step's metrics under TRL's names, as ``log_history`` gets them), and
 when it evaluated ``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_epoch_end`` after the step
 that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step: before the
-events of an ``eval_strategy`` "epoch" evaluation, after those of an ``eval_steps`` one), ``on_save``
+events of an ``eval_strategy`` "epoch" evaluation, after those of an ``eval_steps`` one and after the
+``on_save`` of a checkpoint asked before it: ``step_end``), ``on_save``
 after a checkpoint is written, and ``on_train_end``. Not called: ``on_substep_end``,
 ``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
 ``on_prediction_step``/``on_predict``/``on_push_begin`` (no predict, no Hub). Of the keyword
@@ -29,7 +30,8 @@ where ``save_steps`` has a checkpoint due, as ``DefaultFlowCallback.on_step_end`
 callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; never the run's
 last one, which polyrl always writes; set in ``on_epoch_end`` it checkpoints the step, and
 ``should_training_stop`` set there ends the run: ``_epoch_end``), and
-``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
+``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``; set before ``on_step_end`` as
+``DefaultFlowCallback`` sets it under ``eval_strategy`` "steps": ``_flow_evaluates``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
 ``eval_dataset`` warns once and goes on; ``eval_strategy`` "epoch" sets it before ``on_epoch_end``,
@@ -129,6 +131,8 @@ class TrlCallbacks:
         self._eval_every = 0  # the run's eval.every: a step the trainer evaluates on its own (``run_begin``)
         #: what the control asked of a step whose epoch ended before its evaluation (``_epoch_end_first``)
         self._ended_first: StepAsk | None = None
+        #: the step's on_epoch_end waits for its on_save (``step_end``): whether the step was evaluated
+        self._epoch_end_after_save: bool | None = None
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -226,7 +230,7 @@ class TrlCallbacks:
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
         self._eval_every = int(getattr(trainer.config.eval, "every", 0) or 0)
-        self._ended_first = None
+        self._ended_first = self._epoch_end_after_save = None
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
@@ -235,6 +239,7 @@ class TrlCallbacks:
     def step_begin(self, step: int) -> None:
         """``on_step_begin``, after ``on_epoch_begin`` where the step starts an epoch (the run's
         first step, or the one after an epoch ended: ``_epoch_end``), as transformers' loop."""
+        self._pending_epoch_end()
         if not self._epoch_open:
             self._epoch_open = True
             self.event("on_epoch_begin")  # clears should_epoch_stop first (``_CLEARED``), as CallbackHandler
@@ -259,8 +264,12 @@ class TrlCallbacks:
                                                                           self._every)
         if self._due:
             self.control.should_save = True
+        if self._flow_evaluates():
+            self.control.should_evaluate = True
         if self.state.global_step >= self._steps:  # DefaultFlowCallback's too: on_step_end and on_epoch_end read it
             self.control.should_training_stop = True
+            if self._save_strategy() == "steps":  # its save at the end: polyrl writes the last checkpoint anyway
+                self.control.should_save = True
         launcher, self._defer = self._defer, True
         try:
             self.event("on_step_end")
@@ -304,8 +313,29 @@ class TrlCallbacks:
         if self._due and not asked.save and not asked.failed:  # a callback cleared the flag step_trained set
             asked = attrs.evolve(asked, cancel_save=True)
         if asked.epoch_stop or asked.stop or _epoch_ended(self.state.epoch) or self.state.global_step >= self._steps:
-            asked = asked | self._epoch_end(evaluated=bool(evaluated))
+            if not self._defer and not asked.failed and (asked.save or (self._due and not asked.cancel_save)):
+                # transformers saves the step (_maybe_log_save_evaluate) before on_epoch_end: ``saved`` calls it
+                self._epoch_end_after_save = bool(evaluated)
+            else:
+                asked = asked | self._epoch_end(evaluated=bool(evaluated))
         return asked
+
+    def _pending_epoch_end(self) -> None:
+        """The ``on_epoch_end`` ``step_end`` left for ``saved``, called now where no checkpoint
+        followed (a save that failed to happen); what it asks can no longer act on that step."""
+        if self._epoch_end_after_save is not None:
+            evaluated, self._epoch_end_after_save = self._epoch_end_after_save, None
+            self._epoch_end(evaluated=evaluated)
+
+    def _flow_evaluates(self) -> bool:
+        """Whether transformers' ``DefaultFlowCallback.on_step_end`` (first in its callback list)
+        sets ``should_evaluate`` before the user's ``on_step_end``: ``eval_strategy`` "steps" at an
+        ``eval_steps`` step (polyrl's ``eval.every``). Why: a callback read False there. Not at the
+        run's last step, which it sets too: polyrl evaluates that one after training (its model
+        exported first), so its ``on_evaluate`` comes after ``on_epoch_end`` and ``on_save``."""
+        if self._eval_strategy() != "steps" or not self._can_evaluate:
+            return False
+        return checkpoint_due(self.state.global_step // self._per_step, self._eval_every)
 
     def _ends_epoch_unevaluated(self) -> bool:
         """Whether the step just trained ends its epoch (``state.epoch`` whole, the run's last step,
@@ -497,9 +527,12 @@ class TrlCallbacks:
         self._note_best_checkpoint()
         self.event("on_save")
         asked = self._asked(epoch=not self._defer)
-        if (asked.epoch_stop or asked.stop) and self._epoch_open and not self._defer:
-            # transformers' loop breaks out to on_epoch_end; the checkpoint it may ask is this one, written
-            asked = asked | attrs.evolve(self._epoch_end(evaluated=True), save=False)
+        waiting, self._epoch_end_after_save = self._epoch_end_after_save, None
+        if (waiting is not None or asked.epoch_stop or asked.stop) and self._epoch_open and not self._defer:
+            # transformers' loop breaks out to on_epoch_end (or reaches it after the step's save: ``step_end``);
+            # the checkpoint it may ask is this one, written
+            evaluated = True if waiting is None else waiting
+            asked = asked | attrs.evolve(self._epoch_end(evaluated=evaluated), save=False)
         return asked
 
     def train_end(self, log_history: list[dict[str, Any]], global_step: int,
@@ -507,6 +540,7 @@ class TrlCallbacks:
         """``on_train_end``, the state as ``trainer.state`` has it after ``train()``; first the
         ``summary`` (transformers' end-of-training metrics) logged as transformers logs it: appended
         to ``log_history`` and given to ``on_log``."""
+        self._pending_epoch_end()
         self.state.log_history = log_history
         self.state.global_step = global_step
         try:
