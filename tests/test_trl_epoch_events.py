@@ -30,7 +30,7 @@ def short(completions, **kwargs):
 
 class Events(TrainerCallback):
     """Each event as (name, global_step, epoch, what the control asks), the run's order; on_log
-    as "train" or "summary" (the end-of-training entry). Records what both trainers call."""
+    as "train", "eval" or "summary" (the end-of-training entry). Records what both trainers call."""
 
     def __init__(self):
         self.seen: list[tuple] = []
@@ -50,7 +50,11 @@ class Events(TrainerCallback):
         self._record("on_step_end", state, control)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        self.seen.append(("on_log", state.global_step, "summary" if "train_runtime" in logs else "train"))
+        kind = "summary" if "train_runtime" in logs else "eval" if any(k.startswith("eval_") for k in logs) else "train"
+        self.seen.append(("on_log", state.global_step, kind))
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._record("on_evaluate", state, control)
 
     def on_epoch_end(self, args, state, control, **kwargs):
         self._record("on_epoch_end", state, control)
@@ -174,6 +178,43 @@ def test_a_resumed_run_begins_its_epoch_with_on_epoch_begin(tiny_model_dir, tmp_
         ("on_epoch_begin", 1, 0.5), ("on_epoch_end", 2, 1.0), ("on_epoch_begin", 2, 1.0), ("on_epoch_end", 3, 1.5)]
 
 
+def test_eval_strategy_epoch_evaluates_after_on_epoch_end_as_trls_own_trainer(tiny_model_dir, tmp_path):
+    """eval_strategy and save_strategy "epoch", 3 steps of epochs of 2: transformers calls
+    on_epoch_end (should_evaluate and should_save set by DefaultFlowCallback) after the step's
+    on_log, then the evaluation's on_log and on_evaluate, then on_save. polyrl evaluated the step
+    before on_epoch_end, whose control said should_evaluate False."""
+    theirs, ours = Events(), Events()
+    for trainer_class, events, name in ((trl.GRPOTrainer, theirs, "trl"), (GRPOTrainer, ours, "polyrl")):
+        trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                      eval_dataset=prompts_dataset(2), callbacks=[events],
+                      args=_args(tmp_path / name, max_steps=3, eval_strategy="epoch", save_strategy="epoch")).train()
+    at_2 = [e for e in theirs.seen if e[1] == 2 and e[0] != "on_step_begin"]
+    assert at_2 == [("on_step_end", 2, 1.0, (False, False, False)), ("on_log", 2, "train"),
+                    ("on_epoch_end", 2, 1.0, (True, True, False)), ("on_log", 2, "eval"),
+                    ("on_evaluate", 2, 1.0, (True, False, False)), ("on_save", 2, 1.0, (False, False, False)),
+                    ("on_epoch_begin", 2, 1.0, (False, False, False))]
+    assert ours.seen == theirs.seen
+
+
+def test_eval_and_save_steps_events_are_trls_own_trainers(tiny_model_dir, tmp_path):
+    """eval_strategy and save_strategy "steps" every 2 updates, 4 steps of epochs of 3: as
+    transformers' DefaultFlowCallback, on_step_end sees should_evaluate and should_save set at steps
+    2 and 4 (should_training_stop at 4, the last); step 4 is evaluated, then saved, then its epoch
+    ends. polyrl's on_step_end saw should_evaluate False, and its on_epoch_end came before on_save."""
+    theirs, ours = Events(), Events()
+    for trainer_class, events, name in ((trl.GRPOTrainer, theirs, "trl"), (GRPOTrainer, ours, "polyrl")):
+        trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(6),
+                      eval_dataset=prompts_dataset(2), callbacks=[events],
+                      args=_args(tmp_path / name, max_steps=4, eval_strategy="steps", eval_steps=2,
+                                 save_steps=2)).train()
+    assert [e for e in theirs.seen if e[1] == 4 and e[0] != "on_step_begin"] == [
+        ("on_step_end", 4, 1.333333, (True, True, True)), ("on_log", 4, "train"), ("on_log", 4, "eval"),
+        ("on_evaluate", 4, 1.333333, (True, False, True)), ("on_save", 4, 1.333333, (False, False, True)),
+        ("on_epoch_end", 4, 1.333333, (False, False, True)), ("on_log", 4, "summary"),
+        ("on_train_end", 4, 1.333333, (False, False, True))]
+    assert ours.seen == theirs.seen
+
+
 class EvaluatesEachEpoch(TrainerCallback):
     """Asks an evaluation at each epoch's end; counts the evaluations."""
 
@@ -187,24 +228,48 @@ class EvaluatesEachEpoch(TrainerCallback):
         self.evaluated.append(state.global_step)
 
 
-@pytest.mark.parametrize(("strategy", "evaluated", "warned"), [("epoch", [2, 4], 0), ("no", [], 1)])
-def test_should_evaluate_in_on_epoch_end_is_the_epochs_evaluation_or_one_warning(tiny_model_dir, tmp_path, strategy,
-                                                                                evaluated, warned):
-    """polyrl evaluates a step before its on_log, so before on_epoch_end: eval_strategy "epoch"
-    evaluates each epoch's last step, which meets the flag; without it the step is not evaluated
-    and one warning says so and how to get it (not a silent no-op)."""
+@pytest.mark.parametrize("strategy", ["epoch", "no"])
+def test_should_evaluate_set_in_on_epoch_end_evaluates_the_step_as_on_trls_trainer(tiny_model_dir, tmp_path,
+                                                                                  strategy):
+    """A callback asking an evaluation in on_epoch_end gets it, after on_epoch_end, under any
+    eval_strategy, as transformers' _maybe_log_save_evaluate after on_epoch_end runs it; polyrl
+    had evaluated the step before on_epoch_end, so under "no" it only warned, and did not evaluate."""
     from structlog.testing import capture_logs
 
-    callback = EvaluatesEachEpoch()
+    evaluated = {}
+    for trainer_class, name in ((trl.GRPOTrainer, "trl"), (GRPOTrainer, "polyrl")):
+        callback = EvaluatesEachEpoch()
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                                eval_dataset=prompts_dataset(2), callbacks=[callback],
+                                args=_args(tmp_path / name, max_steps=4, eval_strategy=strategy))
+        with capture_logs() as logs:
+            trainer.train()
+        evaluated[name] = callback.evaluated
+    assert evaluated == {"trl": [2, 4], "polyrl": [2, 4]}
+    assert not [e for e in logs if "on_epoch_end" in e["event"]]
+    assert [m["step"] for m in trainer.state.log_history if "eval_reward" in m] == [2, 4]
+
+
+class EpochStopInOnLogAt1(EvaluatesEachEpoch):
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        control.should_epoch_stop = state.global_step == 1 and "loss" in logs
+
+
+def test_should_evaluate_in_the_on_epoch_end_of_an_epoch_stop_asked_in_on_log_is_one_warning(tiny_model_dir,
+                                                                                           tmp_path):
+    """An epoch stop asked in on_log is known after polyrl's evaluation point: the evaluation
+    on_epoch_end asks there cannot be run, and one warning says so and how to get it."""
+    from structlog.testing import capture_logs
+
+    callback = EpochStopInOnLogAt1()
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
                           eval_dataset=prompts_dataset(2), callbacks=[callback],
-                          args=_args(tmp_path, max_steps=4, eval_strategy=strategy))
+                          args=_args(tmp_path, max_steps=3, eval_strategy="no"))
     with capture_logs() as logs:
         trainer.train()
-    assert callback.evaluated == evaluated
+    assert callback.evaluated == [3]
     said = [e for e in logs if "in on_epoch_end" in e["event"]]
-    assert len(said) == warned and all(e["log_level"] == "warning" and 'eval_strategy="epoch"' in e["event"]
-                                       for e in said)
+    assert len(said) == 1 and said[0]["log_level"] == "warning" and "in on_step_end" in said[0]["event"]
 
 
 def peak_at_update_2(completions, trainer_state, **kwargs):

@@ -9,7 +9,9 @@ trainer built), ``on_train_begin``, ``on_epoch_begin`` before each epoch's first
 run's first step too; ``should_epoch_stop`` cleared first), then each step ``on_step_begin``,
 ``on_step_end``, ``on_log`` (the step's metrics under TRL's names, as ``log_history`` gets them), and
 when it evaluated ``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_epoch_end`` after the step
-that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step), ``on_save``
+that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step: before the
+events of an ``eval_strategy`` "epoch" evaluation, after those of an ``eval_steps`` one and after the
+``on_save`` of a checkpoint asked before it: ``step_end``), ``on_save``
 after a checkpoint is written, and ``on_train_end``. Not called: ``on_substep_end``,
 ``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
 ``on_prediction_step``/``on_predict``/``on_push_begin`` (no predict, no Hub). Of the keyword
@@ -28,12 +30,14 @@ where ``save_steps`` has a checkpoint due, as ``DefaultFlowCallback.on_step_end`
 callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; never the run's
 last one, which polyrl always writes; set in ``on_epoch_end`` it checkpoints the step, and
 ``should_training_stop`` set there ends the run: ``_epoch_end``), and
-``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``) evaluates the step's weights on
+``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``; set before ``on_step_end`` as
+``DefaultFlowCallback`` sets it under ``eval_strategy`` "steps": ``_flow_evaluates``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
-``eval_dataset`` warns once and goes on; set in ``on_epoch_end`` it is met by the step's own
-evaluation, as ``eval_strategy`` "epoch" has it, and else warned once: the step was evaluated before
-its ``on_log``); ``should_log`` is met whatever it says (every step
+``eval_dataset`` warns once and goes on; ``eval_strategy`` "epoch" sets it before ``on_epoch_end``,
+as ``DefaultFlowCallback``, and set there it evaluates the step after ``on_epoch_end``, as
+transformers' ``_maybe_log_save_evaluate`` after it does: ``_epoch_end_first``; too late only where
+an epoch stop asked after ``on_step_end`` ended the epoch: warned once); ``should_log`` is met whatever it says (every step
 is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log``,
 ``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it, to its
 ``on_epoch_end`` (one asked in ``on_save`` under a launcher: after the next step): the next
@@ -124,6 +128,11 @@ class TrlCallbacks:
         self._due = False  # the step being ended has a save_steps checkpoint due (``step_trained``)
         self._epoch_open = False  # on_epoch_begin was called and its on_epoch_end not yet (``step_begin``)
         self._said_epoch_evaluation = False  # the warning for a should_evaluate on_epoch_end asks too late
+        self._eval_every = 0  # the run's eval.every: a step the trainer evaluates on its own (``run_begin``)
+        #: what the control asked of a step whose epoch ended before its evaluation (``_epoch_end_first``)
+        self._ended_first: StepAsk | None = None
+        #: the step's on_epoch_end waits for its on_save (``step_end``): whether the step was evaluated
+        self._epoch_end_after_save: bool | None = None
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -220,6 +229,8 @@ class TrlCallbacks:
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
+        self._eval_every = int(getattr(trainer.config.eval, "every", 0) or 0)
+        self._ended_first = self._epoch_end_after_save = None
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
@@ -228,6 +239,7 @@ class TrlCallbacks:
     def step_begin(self, step: int) -> None:
         """``on_step_begin``, after ``on_epoch_begin`` where the step starts an epoch (the run's
         first step, or the one after an epoch ended: ``_epoch_end``), as transformers' loop."""
+        self._pending_epoch_end()
         if not self._epoch_open:
             self._epoch_open = True
             self.event("on_epoch_begin")  # clears should_epoch_stop first (``_CLEARED``), as CallbackHandler
@@ -252,14 +264,20 @@ class TrlCallbacks:
                                                                           self._every)
         if self._due:
             self.control.should_save = True
+        if self._flow_evaluates():
+            self.control.should_evaluate = True
         if self.state.global_step >= self._steps:  # DefaultFlowCallback's too: on_step_end and on_epoch_end read it
             self.control.should_training_stop = True
+            if self._save_strategy() == "steps":  # its save at the end: polyrl writes the last checkpoint anyway
+                self.control.should_save = True
         launcher, self._defer = self._defer, True
         try:
             self.event("on_step_end")
+            asked = self.deferred is None and bool(self.control.should_evaluate)
+            if not asked and self._ends_epoch_unevaluated():
+                asked = self._epoch_end_first(metrics)
         finally:
             self._defer = launcher
-        asked = self.deferred is None and bool(self.control.should_evaluate)
         if asked and not self._can_evaluate:
             self._no_evaluation()
             return False
@@ -280,45 +298,107 @@ class TrlCallbacks:
 
         if self.deferred is not None and not self._defer:  # on_step_end raised (``step_trained``)
             raise self.deferred from None
-        self._log(with_trl_names(metrics, self._names))
+        first, self._ended_first = self._ended_first, None
+        if first is None:
+            self._log(with_trl_names(metrics, self._names))
         evaluated = trl_eval_names(metrics, self._names)
         if evaluated:
             self._evaluation(evaluated)
             new_best = self._track_best(evaluated)
             if self._save_strategy() == "best":  # transformers' _maybe_log_save_evaluate: saved on a new best only
                 self.control.should_save = new_best
+        if first is not None:  # on_log and on_epoch_end came before the evaluation (``_epoch_end_first``)
+            return first | self._asked()
         asked = self._asked(epoch=True)
         if self._due and not asked.save and not asked.failed:  # a callback cleared the flag step_trained set
             asked = attrs.evolve(asked, cancel_save=True)
         if asked.epoch_stop or asked.stop or _epoch_ended(self.state.epoch) or self.state.global_step >= self._steps:
-            asked = asked | self._epoch_end(evaluated=bool(evaluated))
+            if not self._defer and not asked.failed and (asked.save or (self._due and not asked.cancel_save)):
+                # transformers saves the step (_maybe_log_save_evaluate) before on_epoch_end: ``saved`` calls it
+                self._epoch_end_after_save = bool(evaluated)
+            else:
+                asked = asked | self._epoch_end(evaluated=bool(evaluated))
         return asked
 
-    def _epoch_end(self, evaluated: bool) -> StepAsk:
+    def _pending_epoch_end(self) -> None:
+        """The ``on_epoch_end`` ``step_end`` left for ``saved``, called now where no checkpoint
+        followed (a save that failed to happen); what it asks can no longer act on that step."""
+        if self._epoch_end_after_save is not None:
+            evaluated, self._epoch_end_after_save = self._epoch_end_after_save, None
+            self._epoch_end(evaluated=evaluated)
+
+    def _flow_evaluates(self) -> bool:
+        """Whether transformers' ``DefaultFlowCallback.on_step_end`` (first in its callback list)
+        sets ``should_evaluate`` before the user's ``on_step_end``: ``eval_strategy`` "steps" at an
+        ``eval_steps`` step (polyrl's ``eval.every``). Why: a callback read False there. Not at the
+        run's last step, which it sets too: polyrl evaluates that one after training (its model
+        exported first), so its ``on_evaluate`` comes after ``on_epoch_end`` and ``on_save``."""
+        if self._eval_strategy() != "steps" or not self._can_evaluate:
+            return False
+        return checkpoint_due(self.state.global_step // self._per_step, self._eval_every)
+
+    def _ends_epoch_unevaluated(self) -> bool:
+        """Whether the step just trained ends its epoch (``state.epoch`` whole, the run's last step,
+        or ``should_epoch_stop`` asked in ``on_step_end``) and has no evaluation of its own due before
+        it (``eval.every`` outside TRL's ``eval_strategy`` "epoch"): then transformers calls
+        ``on_log`` and ``on_epoch_end`` before it evaluates (``_epoch_end_first``)."""
+        if self.deferred is not None:
+            return False
+        step = self.state.global_step // self._per_step
+        if self._eval_every and step % self._eval_every == 0 and self._eval_strategy() != "epoch":
+            return False  # an eval_steps evaluation: transformers' comes before on_epoch_end, as polyrl's does
+        return bool(self.control.should_epoch_stop) or _epoch_ended(self.state.epoch) or \
+            self.state.global_step >= self._steps
+
+    def _epoch_end_first(self, metrics: Mapping[str, Any]) -> bool:
+        """``on_log`` and ``on_epoch_end`` of a step that ends its epoch, called before the trainer
+        evaluates it, as transformers' loop calls ``on_epoch_end`` before the evaluation
+        ``_maybe_log_save_evaluate`` runs after it: ``should_evaluate`` set first under
+        ``eval_strategy`` "epoch" (``DefaultFlowCallback.on_epoch_end``), so a callback reads it
+        there, and one setting it there has the step evaluated (``on_evaluate`` after
+        ``on_epoch_end``). Why: the evaluation came before ``on_epoch_end``, and one asked there
+        was only warned about. True asks the trainer for the evaluation; what the control asked is
+        kept for ``step_end``."""
+        from polyrl.rewards.trl_compat import with_trl_names
+
+        self._log(with_trl_names(metrics, self._names))
+        first = self._asked(epoch=True)
+        if self._due and not first.save and not first.failed:  # a callback cleared the flag step_trained set
+            first = attrs.evolve(first, cancel_save=True)
+        self._ended_first = first | self._epoch_end(evaluated=None)
+        asked, self.control.should_evaluate = bool(self.control.should_evaluate), False
+        return asked and self.deferred is None
+
+    def _epoch_end(self, evaluated: bool | None) -> StepAsk:
         """``on_epoch_end`` after the step that ended the epoch (its last, an epoch stop, or the
         run's last step: transformers' loop breaks out to it), then what the control asks as
         transformers' ``_maybe_log_save_evaluate`` after it: ``save_strategy`` "epoch"'s
         checkpoint is set before the callbacks, as ``DefaultFlowCallback.on_epoch_end`` (first in
         transformers' list) sets it, so one clearing ``should_save`` cancels it; a callback may ask
         one (any strategy) or ``should_training_stop``. ``should_evaluate`` is met by the step's
-        own evaluation (``evaluated``: on its line, as ``eval_strategy`` "epoch" has it); asked of
-        a step not evaluated, it is too late (the step is recorded) and warned once. Why here and
+        own evaluation (``evaluated``: on its line); asked of a step not evaluated, it is too late
+        (the step is recorded: an epoch stop asked after ``on_step_end``) and warned once.
+        ``evaluated`` None: called before the step's evaluation (``_epoch_end_first``), which
+        reads the flag. Why here and
         not in ``step_trained``: a callback summing its ``on_log`` calls per epoch (TRL's usual
         ``on_epoch_end``) has the epoch's last step then."""
         self._epoch_open = False
         if self.deferred is not None:
             return StepAsk()
         self.control.should_save = self._save_strategy() == "epoch"  # the step's own save is in ``asked`` already
-        self.control.should_evaluate = False  # the step's evaluation is done (on_evaluate cleared it)
+        # transformers' DefaultFlowCallback asks the epoch's evaluation (before the step's is done)
+        self.control.should_evaluate = evaluated is None and self._can_evaluate and self._eval_strategy() == "epoch"
         self.event("on_epoch_end")
+        if evaluated is None:
+            return self._asked()
         late = self.deferred is None and self.control.should_evaluate and not evaluated
         if late and not self._can_evaluate:
             self._no_evaluation()
         elif late and not self._said_epoch_evaluation:
-            log.warning("a callback set control.should_evaluate in on_epoch_end for a step polyrl did not evaluate; "
-                        "polyrl evaluates a step before its on_log and on_epoch_end, so it is not evaluated. Fix: "
-                        "set eval_strategy=\"epoch\" (each epoch's last step is evaluated), or set should_evaluate in "
-                        "on_step_end when state.epoch is whole", step=self.state.global_step)
+            log.warning("a callback set control.should_evaluate in on_epoch_end of an epoch ended by "
+                        "control.should_epoch_stop set after on_step_end (in on_log, on_evaluate or on_save); "
+                        "polyrl evaluates a step before that, so it is not evaluated. Fix: set "
+                        "should_epoch_stop in on_step_end, or should_evaluate there", step=self.state.global_step)
             self._said_epoch_evaluation = True
         self.control.should_evaluate = False
         return self._asked()
@@ -326,6 +406,10 @@ class TrlCallbacks:
     def _save_strategy(self) -> str:
         """TRL's ``save_strategy`` as a plain string (an enum's value)."""
         return str(getattr(self.args, "save_strategy", "steps")).lower().rpartition(".")[2]
+
+    def _eval_strategy(self) -> str:
+        """TRL's ``eval_strategy`` as a plain string (an enum's value)."""
+        return str(getattr(self.args, "eval_strategy", "no")).lower().rpartition(".")[2]
 
     def _track_best(self, metrics: Mapping[str, Any]) -> bool:
         """transformers' ``_determine_best_metric`` after a step's evaluation (after ``on_evaluate``,
@@ -443,9 +527,12 @@ class TrlCallbacks:
         self._note_best_checkpoint()
         self.event("on_save")
         asked = self._asked(epoch=not self._defer)
-        if (asked.epoch_stop or asked.stop) and self._epoch_open and not self._defer:
-            # transformers' loop breaks out to on_epoch_end; the checkpoint it may ask is this one, written
-            asked = asked | attrs.evolve(self._epoch_end(evaluated=True), save=False)
+        waiting, self._epoch_end_after_save = self._epoch_end_after_save, None
+        if (waiting is not None or asked.epoch_stop or asked.stop) and self._epoch_open and not self._defer:
+            # transformers' loop breaks out to on_epoch_end (or reaches it after the step's save: ``step_end``);
+            # the checkpoint it may ask is this one, written
+            evaluated = True if waiting is None else waiting
+            asked = asked | attrs.evolve(self._epoch_end(evaluated=evaluated), save=False)
         return asked
 
     def train_end(self, log_history: list[dict[str, Any]], global_step: int,
@@ -453,6 +540,7 @@ class TrlCallbacks:
         """``on_train_end``, the state as ``trainer.state`` has it after ``train()``; first the
         ``summary`` (transformers' end-of-training metrics) logged as transformers logs it: appended
         to ``log_history`` and given to ``on_log``."""
+        self._pending_epoch_end()
         self.state.log_history = log_history
         self.state.global_step = global_step
         try:
