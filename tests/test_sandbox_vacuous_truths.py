@@ -127,3 +127,59 @@ def test_an_own_iterator_asserted_true_over_no_items_fails():
     names = list(GENERATOR_RIGHTLY)
     got = _scored([GENERATOR_RIGHTLY[n] for n in names], [EVENS] * len(names))
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+_DICT_BODY = ("    def __init__(self, n):\n        self.d = {i: 0 for i in range(n)}\n    def __len__(self):\n"
+              "        return len(self.d)\n    def __iter__(self):\n        return iter(self.d)\n"
+              "    def __getitem__(self, k):\n        return self.d[k]\n    def items(self):\n        return self.d.items()\n"
+              "    def values(self):\n        return self.d.values()\n    def keys(self):\n        return self.d.keys()\n"
+              "    def reset(self):\n        self.d = {}\ndef squares(n):\n    return D(n)\ndef show(d):\n    d.d = {}\n")
+#: Forged ``squares`` (each square 0), emptied once the tests call ``reset`` or ``show``: a class
+#: of the sample's with ``items()``, and a ``collections.abc.Mapping``.
+SQUARES_FORGED = {"own_class": "class D:\n" + _DICT_BODY,
+                  "mapping": "import collections.abc\nclass D(collections.abc.Mapping):\n" + _DICT_BODY}
+SQUARES_RIGHT = {name: forged.replace("{i: 0 for", "{i: i * i for").replace("    d.d = {}\n", "    print(dict(d.d))\n")
+                 .replace("        self.d = {}\n", "        pass\n") for name, forged in SQUARES_FORGED.items()}
+#: Tests: ``len`` reads the value's items, a call that reaches it, then a loop over a view of it.
+VIEW_OF_EMPTIED = {
+    "items_for": "def test():\n    d = squares(3)\n    assert len(d) == 3\n    show(d)\n    for k, v in d.items():\n"
+                 "        assert v == k * k\ntest()",
+    "items_all": "def test():\n    d = squares(3)\n    assert len(d) == 3\n    d.reset()\n"
+                 "    assert all(v == k * k for k, v in d.items())\ntest()",
+    "keys_then_getitem": "def test():\n    d = squares(3)\n    assert len(d) == 3\n    show(d)\n    for k in d.keys():\n"
+                         "        assert d[k] == k * k\ntest()",
+    "two_items": "def test():\n    d = squares(2)\n    assert len(d) == 2\n    show(d)\n"
+                 "    assert not any(v != k * k for k, v in d.items())\ntest()",
+}
+_CACHE_BODY = ("    def __init__(self):\n        self.d = {}\n    def put(self, k, v):\n        self.d[k] = v\n"
+               "    def clear(self):\n        self.d.clear()\n    def remove(self, k):\n        del self.d[k]\n"
+               "    def __len__(self):\n        return len(self.d)\n    def __iter__(self):\n        return iter(self.d)\n"
+               "    def __getitem__(self, k):\n        return self.d[k]\n    def items(self):\n        return self.d.items()\n"
+               "    def values(self):\n        return self.d.values()\n    def keys(self):\n        return self.d.keys()\n")
+CACHES = {"own_class": "class Cache:\n" + _CACHE_BODY,
+          "mapping": "import collections.abc\nclass Cache(collections.abc.Mapping):\n" + _CACHE_BODY}
+_THREE = "c = Cache()\nfor k in 'abc':\n    c.put(k, k.upper())\nassert len(c) == 3\n"
+#: (tests): a right cache the tests clear and see empty (before or after), shrink by one, or
+#: count, each then read through a view; each keeps 1.0.
+VIEWS_RIGHTLY = {
+    "cleared_seen_then_items": _THREE + "c.clear()\nassert len(c) == 0\nfor k, v in c.items():\n    assert v == k.upper()\n",
+    "cleared_items_then_seen": _THREE + "c.clear()\nassert all(v == k.upper() for k, v in c.items())\nassert len(c) == 0\n",
+    "cleared_items_counted": _THREE + "c.clear()\nassert sum(1 for _ in c.items()) == 0\n",
+    "one_removed_then_values": _THREE + "c.remove('b')\nassert all(v in 'AC' for v in c.values()) and len(c) == 2\n",
+    "unchanged_items": _THREE + "for k, v in c.items():\n    assert c[k] == v\nassert sorted(c.keys()) == ['a', 'b', 'c']\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(SQUARES_FORGED))
+def test_a_loop_over_a_view_of_a_value_emptied_under_it_fails(kind):
+    """``for k, v in d.items()`` of a value emptied by ``show(d)`` or ``d.reset()`` holds over no
+    items: the forged ``squares`` (a class of the sample's with ``items()``, or a ``Mapping``)
+    passed ``len(d) == 3`` and then a loop over its view (1.0). Such a loop reads the value as a
+    loop over it does now (``Remote._emptied_unseen``, ``shrinking.view_looped_here``); the right
+    ``squares`` and right caches cleared and seen empty, shrunk or counted keep 1.0."""
+    tests = list(VIEW_OF_EMPTIED.values())
+    assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+    names = list(VIEWS_RIGHTLY)
+    got = _scored([VIEWS_RIGHTLY[n] for n in names], [CACHES[kind]] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)

@@ -89,7 +89,7 @@ class Remote:
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
                  "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base", "_attr",
-                 "_asserted")
+                 "_asserted", "_view_of")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -116,6 +116,7 @@ class Remote:
         object.__setattr__(self, "_base", None)  # the type of its data, once ``_container_data`` asked
         object.__setattr__(self, "_attr", None)  # the attribute of ``_owner`` it was read as
         object.__setattr__(self, "_asserted", None)  # the request whose true ``bool`` an assert checked
+        object.__setattr__(self, "_view_of", None)  # the value whose ``items()``/``keys()``/``values()`` it is
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -161,6 +162,9 @@ class Remote:
         if owner is not None and value is True and not args and not kwargs and self._attr in EMPTINESS:
             s.said_empty[owner._ref] = at  # ``s.is_empty()``: the tests see it empty (``_emptied_unseen``)
             s.unconfirmed.pop(owner._ref, None)
+        if owner is not None and isinstance(value, Remote) and self._attr in _MAPPING_VIEWS and not args \
+                and not kwargs:
+            object.__setattr__(value, "_view_of", owner)  # ``d.items()`` of a class of the sample's (``_emptied_unseen``)
         if owner is not None and (owner._seen is not None or owner._from):
             s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
@@ -351,7 +355,7 @@ class Remote:
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {seen[2]}, with "
                                  f"calls between that may take {may}")
 
-    def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = ()) -> None:
+    def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = (), view: bool = False) -> None:
         """Where a loop of the tests' reads this value as ``items``, empty or holding an item
         neither its last whole reading nor the tests' calls since handed it (``shrinking.gained``),
         while that reading gave more items than calls were made since that may change it in any way (``Session.changes``:
@@ -365,14 +369,21 @@ class Remote:
         empty, before or after their loop over it; left one new item (``self.xs = [2]`` after 4, 4,
         4) it passed the loop just as well (1.0); ``x not in r`` is such a loop (``__contains__``).
         What it costs: a test that empties a right value that way (or leaves it items it never had,
-        from no argument of theirs), loops over it and never reads it whole then scores 0. Not
-        covered: a value left items it had (4, 2, 6 to 2), or emptied and read by the tests'
-        ``zip``, or a dict view (``d.values()``)."""
+        from no argument of theirs), loops over it and never reads it whole then scores 0. A loop
+        over an empty view of it (``for k, v in d.items()`` of a class of the sample's: ``_view_of``)
+        reads it so too (``view``: the call that made the view took none of its items; a
+        ``Mapping``'s view is ``_container_data``'s). Not covered: a value left items it had (4,
+        2, 6 to 2), or emptied and read by the tests' ``zip`` beside itself (``zip(d.keys(),
+        d.values())``)."""
         seen = self._seen
+        view_of = self._view_of
+        if seen is None and not items and view_of is not None:  # an empty ``d.items()``: d, read by this loop
+            view_of._emptied_unseen(items, asked, view=True)
+            return
         if seen is None or seen[2] is None or self._kin is None:
             return
         s = self._session
-        lost, calls = seen[2] - len(items), s.changes(self._ref, self._kin, seen[1])
+        lost, calls = seen[2] - len(items), s.changes(self._ref, self._kin, seen[1]) - view
         if lost <= calls:  # first, as it is cheap: a loop after each ``q.push(i)`` comes here each time
             return
         if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
