@@ -151,6 +151,10 @@ VIEW_OF_EMPTIED = {
     "two_items": "def test():\n    d = squares(2)\n    assert len(d) == 2\n    show(d)\n"
                  "    assert not any(v != k * k for k, v in d.items())\ntest()",
 }
+#: The same, zipped beside each other (both empty: the tests' ``zip`` fails an empty operand only
+#: beside one with items); a ``Mapping``'s views are plain dict views here, not covered.
+ZIPPED_VIEWS = "def test():\n    d = squares(3)\n    assert len(d) == 3\n    show(d)\n" \
+               "    for k, v in zip(d.keys(), d.values()):\n        assert v == k * k\ntest()"
 _CACHE_BODY = ("    def __init__(self):\n        self.d = {}\n    def put(self, k, v):\n        self.d[k] = v\n"
                "    def clear(self):\n        self.d.clear()\n    def remove(self, k):\n        del self.d[k]\n"
                "    def __len__(self):\n        return len(self.d)\n    def __iter__(self):\n        return iter(self.d)\n"
@@ -174,10 +178,11 @@ VIEWS_RIGHTLY = {
 def test_a_loop_over_a_view_of_a_value_emptied_under_it_fails(kind):
     """``for k, v in d.items()`` of a value emptied by ``show(d)`` or ``d.reset()`` holds over no
     items: the forged ``squares`` (a class of the sample's with ``items()``, or a ``Mapping``)
-    passed ``len(d) == 3`` and then a loop over its view (1.0). Such a loop reads the value as a
-    loop over it does now (``Remote._emptied_unseen``, ``shrinking.view_looped_here``); the right
+    passed ``len(d) == 3`` and then a loop over its view (1.0), or over ``zip(d.keys(), d.values())``.
+    Such a loop reads the value as a loop over it does now (``Remote._emptied_unseen``,
+    ``shrinking.view_looped_here``, the tests' ``zip`` reading its operands: ``pairing._read``); the right
     ``squares`` and right caches cleared and seen empty, shrunk or counted keep 1.0."""
-    tests = list(VIEW_OF_EMPTIED.values())
+    tests = list(VIEW_OF_EMPTIED.values()) + ([ZIPPED_VIEWS] if kind == "own_class" else [])
     assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
     assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
     names = list(VIEWS_RIGHTLY)

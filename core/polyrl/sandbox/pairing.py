@@ -276,8 +276,11 @@ def _check_prefix(name: str, lengths: Sequence[int | None], place: _Place, sites
                                      f"{long}: {name} would pair only its first {short}")
 
 
+@loops_over
 def _read(value: Remote) -> Any:
-    """A sample's operand of zip or map: its items as a list, or its own iterator's reader."""
+    """A sample's operand of zip or map: its items as a list, or its own iterator's reader. A
+    loop over it (``shrinking.loops_over``): the pairs are checked one by one, so a value emptied
+    beside another emptied one (``zip(d.keys(), d.values())`` after ``show(d)``) held vacuously."""
     items = iter(value)
     return items if isinstance(items, Reader) and items.own else list(items)
 

@@ -373,8 +373,8 @@ class Remote:
         over an empty view of it (``for k, v in d.items()`` of a class of the sample's: ``_view_of``)
         reads it so too (``view``: the call that made the view took none of its items; a
         ``Mapping``'s view is ``_container_data``'s). Not covered: a value left items it had (4,
-        2, 6 to 2), or emptied and read by the tests' ``zip`` beside itself (``zip(d.keys(),
-        d.values())``)."""
+        2, 6 to 2), or a ``Mapping`` emptied and read by the tests' ``zip`` of its views
+        (``zip(d.keys(), d.values())``: plain dict views, read whole)."""
         seen = self._seen
         view_of = self._view_of
         if seen is None and not items and view_of is not None:  # an empty ``d.items()``: d, read by this loop
