@@ -65,8 +65,9 @@ def looped_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__iter__`` asking) is the tests'
     own code at a loop's or a comprehension's start, at a call whose answer such a start takes
     next (``for x in sorted(r)``, ``all(is_prime(x) for x in list(r))``: ``_instruction_at``), or
-    a stand-in of theirs ``loops_over`` registered: a check over each item, which an empty value
-    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r``, the tests' ``zip`` and
+    a stand-in of theirs ``loops_over`` registered (their ``all``, ``any``, ``enumerate``, ``map``,
+    ``filter``, ``zip``'s reading of an operand): a check over each item, which an empty value
+    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r`` and
     a loop that checks none of its items (``for _ in q: n += 1``, ``[x for x in q] == []``:
     ``item_free_loops``) read it whole or otherwise, and are no such loop here."""
     try:
