@@ -23,6 +23,7 @@ from polyrl.sandbox.prefix_sites import ANSWER, EXPECTED, operand_roles
 from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.remote import Remote, tests_next
 from polyrl.sandbox.shrinking import loops_over
+from polyrl.sandbox.truth_loops import tests_all, tests_any
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
@@ -185,7 +186,8 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
 #: The code of the tests' own zip, map, enumerate and len (``tests_pairing``) -> the builtin each
 #: stands for, which a test passing one to the solution sends (``sort_by(xs, len)``: the sample's
 #: own ``len``; a function of the harness's cannot be sent).
-STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter", tests_next.__code__: "next"}
+STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter", tests_next.__code__: "next",
+                             tests_all.__code__: "all", tests_any.__code__: "any"}
 
 
 def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:
@@ -274,8 +276,11 @@ def _check_prefix(name: str, lengths: Sequence[int | None], place: _Place, sites
                                      f"{long}: {name} would pair only its first {short}")
 
 
+@loops_over
 def _read(value: Remote) -> Any:
-    """A sample's operand of zip or map: its items as a list, or its own iterator's reader."""
+    """A sample's operand of zip or map: its items as a list, or its own iterator's reader. A
+    loop over it (``shrinking.loops_over``): the pairs are checked one by one, so a value emptied
+    beside another emptied one (``zip(d.keys(), d.values())`` after ``show(d)``) held vacuously."""
     items = iter(value)
     return items if isinstance(items, Reader) and items.own else list(items)
 

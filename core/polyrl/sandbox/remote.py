@@ -11,11 +11,13 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Any
 
+from polyrl.sandbox.asserted_truths import asserted_here
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
-from polyrl.sandbox.shrinking import gained, looped_here, not_in_here, returned_items, taken_back
+from polyrl.sandbox.shrinking import (
+    gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -86,7 +88,8 @@ class Remote:
     names is of none, so its answers are not of one family (``_snapshot``)."""
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
-                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base", "_attr")
+                 "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base", "_attr",
+                 "_asserted", "_view_of")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -112,6 +115,8 @@ class Remote:
         object.__setattr__(self, "_from", frozenset())  # the sample's values a call made it with, at any depth
         object.__setattr__(self, "_base", None)  # the type of its data, once ``_container_data`` asked
         object.__setattr__(self, "_attr", None)  # the attribute of ``_owner`` it was read as
+        object.__setattr__(self, "_asserted", None)  # the request whose true ``bool`` an assert checked
+        object.__setattr__(self, "_view_of", None)  # the value whose ``items()``/``keys()``/``values()`` it is
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -157,6 +162,9 @@ class Remote:
         if owner is not None and value is True and not args and not kwargs and self._attr in EMPTINESS:
             s.said_empty[owner._ref] = at  # ``s.is_empty()``: the tests see it empty (``_emptied_unseen``)
             s.unconfirmed.pop(owner._ref, None)
+        if owner is not None and isinstance(value, Remote) and self._attr in _MAPPING_VIEWS and not args \
+                and not kwargs:
+            object.__setattr__(value, "_view_of", owner)  # ``d.items()`` of a class of the sample's (``_emptied_unseen``)
         if owner is not None and (owner._seen is not None or owner._from):
             s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
@@ -175,7 +183,7 @@ class Remote:
             if items is not None and hasattr(items, name):
                 return getattr(items, name)  # ``freq(s).get(c)`` of a dict subclass: dict's own, on its items
         if name in _MAPPING_VIEWS and self._data and not self._answers_queries():
-            items = self._container_data()
+            items = self._container_data(looped=view_looped_here())  # ``for k, v in d.items()``: a loop over d
             if type(items) is dict:  # ``freq(s).values()`` of a Mapping: dict's own view of its items
                 return getattr(items, name)
         s = self._session
@@ -347,7 +355,7 @@ class Remote:
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {seen[2]}, with "
                                  f"calls between that may take {may}")
 
-    def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = ()) -> None:
+    def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = (), view: bool = False) -> None:
         """Where a loop of the tests' reads this value as ``items``, empty or holding an item
         neither its last whole reading nor the tests' calls since handed it (``shrinking.gained``),
         while that reading gave more items than calls were made since that may change it in any way (``Session.changes``:
@@ -361,14 +369,21 @@ class Remote:
         empty, before or after their loop over it; left one new item (``self.xs = [2]`` after 4, 4,
         4) it passed the loop just as well (1.0); ``x not in r`` is such a loop (``__contains__``).
         What it costs: a test that empties a right value that way (or leaves it items it never had,
-        from no argument of theirs), loops over it and never reads it whole then scores 0. Not
-        covered: a value left items it had (4, 2, 6 to 2), or emptied and read by the tests'
-        ``zip``, or a dict view (``d.values()``)."""
+        from no argument of theirs), loops over it and never reads it whole then scores 0. A loop
+        over an empty view of it (``for k, v in d.items()`` of a class of the sample's: ``_view_of``)
+        reads it so too (``view``: the call that made the view took none of its items; a
+        ``Mapping``'s view is ``_container_data``'s). Not covered: a value left items it had (4,
+        2, 6 to 2), or a ``Mapping`` emptied and read by the tests' ``zip`` of its views
+        (``zip(d.keys(), d.values())``: plain dict views, read whole)."""
         seen = self._seen
+        view_of = self._view_of
+        if seen is None and not items and view_of is not None:  # an empty ``d.items()``: d, read by this loop
+            view_of._emptied_unseen(items, asked, view=True)
+            return
         if seen is None or seen[2] is None or self._kin is None:
             return
         s = self._session
-        lost, calls = seen[2] - len(items), s.changes(self._ref, self._kin, seen[1])
+        lost, calls = seen[2] - len(items), s.changes(self._ref, self._kin, seen[1]) - view
         if lost <= calls:  # first, as it is cheap: a loop after each ``q.push(i)`` comes here each time
             return
         if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
@@ -453,6 +468,9 @@ class Remote:
         if answer is True:  # it is its own iterator (a generator)
             reader = Reader(s, self._ref, self._data, self._root, own=True, kin=self._kin)
             object.__setattr__(self, "_reader", reader)
+            if looped and self._asserted_unchanged() and reader.empty():
+                raise AssertionError(f"the sample's {self._type[:100]!r} the tests asserted true gave their loop "
+                                     "no items")
             return reader
         if isinstance(answer, Remote):  # a fresh iterator over it, the tests' alone
             if not self._counts_items():
@@ -465,12 +483,25 @@ class Remote:
                           whole=whole, expect=seen)
         raise TypeError("iter() of a sample's value gave no iterator")
 
+    def _asserted_unchanged(self) -> bool:
+        """Whether an ``assert`` of the tests' checked its ``bool`` true (``asserted_truths``) with
+        no call since that may change it. Why: a generator is true whatever it yields, so a forged
+        one yielding nothing passed ``assert r and all(is_prime(x) for x in r)`` (1.0); the tests
+        that assert it true expect its items, and their loop over none is vacuous. One they pass
+        to a call (``show(r)``) may be used up there, as Python's would be."""
+        at = self._asserted
+        if at is None:
+            return False
+        s = self._session
+        return (s.changes(self._ref, self._kin, at) if self._kin is not None else s.soft_changes(self._ref, at)) == 0
+
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
         ``for`` and ``list`` go through ``__iter__``). Its end is a ``RemoteError``, never
         StopIteration, which would end a ``map`` of the tests' early (``EXCEPTIONS``). Why: a
         right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator").
         After ``len`` it is the first item ``len`` counted (``_keep``), which the sample has given."""
+        object.__setattr__(self, "_asserted", None)  # an item taken: a loop after may rightly get none
         counted = self._unread()
         if isinstance(counted, list) and counted:
             object.__setattr__(self, "_counted", (counted[1:], self._session.asks))
@@ -494,14 +525,16 @@ class Remote:
         truth = s.ask("bool", False, ref=self._ref) is True
         if not self._counts_items():
             return truth
-        if not truth:  # ``assert not q``: the tests see it empty
+        if not truth:  # ``assert not q``: the tests see it empty, before a loop over it too
             s.unconfirmed.pop(self._ref, None)
             s.truthy.pop(self._ref, None)
+            s.said_empty[self._ref] = s.asks  # as ``q.is_empty()`` (``_emptied_unseen``)
             return truth
         seen = self._fresh_seen()
         if isinstance(seen, list) and not seen:
             raise AssertionError(f"bool() of the sample's {self._type[:100]!r} says true over no items")
         s.truthy[self._ref] = s.asks
+        object.__setattr__(self, "_asserted", s.asks if asserted_here() else None)
         return truth
 
     def _true_over_nothing(self) -> None:
@@ -539,7 +572,7 @@ class Remote:
             return items is not None and bool(items == other)
         return False if type(other) in _PLAIN_TYPES else NotImplemented
 
-    def _container_data(self) -> Any:
+    def _container_data(self, looped: bool = False) -> Any:
         """Its items as the built-in container its class derives from (``class D(dict)``: a dict of
         them), or None where it derives from none or they are no plain data. Why: a right
         ``freq(s)`` returning a ``dict`` subclass of its own failed ``freq('aab') == {'a': 2, 'b':
@@ -554,11 +587,13 @@ class Remote:
         ``UserString`` comes over as the trainer's own (``standard_values.REBUILT``). Why: a right
         answer of one failed ``== {'a': 2}``, ``.get``, ``.count`` and ``.startswith``. Its items are
         one reading of it (``_snapshot``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len``
-        and none after passed ``len(d) == 3`` and a loop over ``d.values()`` (``_MAPPING_VIEWS``)."""
+        and none after passed ``len(d) == 3`` and a loop over ``d.values()`` (``_MAPPING_VIEWS``).
+        ``looped``: a loop of the tests' goes over them (``shrinking.view_looped_here``), a reading
+        ``_snapshot`` reads as that loop's."""
         items = self._session.ask("data", False, ref=self._ref)
         object.__setattr__(self, "_base", type(items))
         if type(items) in (dict, list, tuple):
-            self._snapshot(list(items))
+            self._snapshot(list(items), looped=looped)
         elif type(items) in (set, frozenset):  # no order to compare: as many as its last reading gave
             seen = self._fresh_seen()
             if seen is not None and (isinstance(seen, Exception) or len(seen) != len(items)):

@@ -45,6 +45,8 @@ _CONTAINS = dis.opmap.get("CONTAINS_OP")
 #: Per code object of the tests': each offset (inline caches too) -> its instruction's opcode and the next one's.
 _OPS: dict[types.CodeType, dict[int, tuple[int, int | None]]] = {}
 _MAX_CODES = 512
+#: Per code object of the tests': its instructions, inline caches left out (``view_looped_here``).
+_PLAIN: dict[types.CodeType, list[dis.Instruction]] = {}
 #: Types whose items a call returned stand for the items it took (a dict: its keys, as iterating it gives).
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 #: The code of the tests' stand-ins that take an iterator of their operand to loop over it
@@ -63,8 +65,9 @@ def looped_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__iter__`` asking) is the tests'
     own code at a loop's or a comprehension's start, at a call whose answer such a start takes
     next (``for x in sorted(r)``, ``all(is_prime(x) for x in list(r))``: ``_instruction_at``), or
-    a stand-in of theirs ``loops_over`` registered: a check over each item, which an empty value
-    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r``, the tests' ``zip`` and
+    a stand-in of theirs ``loops_over`` registered (their ``all``, ``any``, ``enumerate``, ``map``,
+    ``filter``, ``zip``'s reading of an operand): a check over each item, which an empty value
+    holds vacuously. ``list(r) == []``, ``sorted(r)`` compared, ``x in r`` and
     a loop that checks none of its items (``for _ in q: n += 1``, ``[x for x in q] == []``:
     ``item_free_loops``) read it whole or otherwise, and are no such loop here."""
     try:
@@ -87,6 +90,37 @@ def looped_here(depth: int = 2) -> bool:
     if op in _LOOP_OPS and not wrapped:  # ``n += 1`` or ``raise`` for each item: a whole reading
         return not checks_no_item(code, frame.f_lasti)
     return fed
+
+
+def view_looped_here(depth: int = 2) -> bool:
+    """Whether the frame ``depth`` levels up (the caller of the ``__getattr__`` asking a view,
+    ``d.items``) is the tests' own code at that method's load, whose call's answer a loop's
+    ``GET_ITER`` takes next (``for k, v in d.items()``, ``all(v == k * k for k, v in d.items())``)
+    and whose body looks at its items (``item_free_loops``). Why: the view is the value's items
+    read here (``Remote._container_data``), a whole reading to ``_snapshot``, so a forged mapping
+    emptied by ``show(d)`` passed ``len(d) == 3`` and then that loop (1.0)."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    code, at = frame.f_code, frame.f_lasti
+    if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
+        return False
+    plain = _PLAIN.get(code)
+    if plain is None:
+        plain = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+        if len(_PLAIN) >= _MAX_CODES:
+            _PLAIN.clear()
+        _PLAIN[code] = plain
+    start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)  # ``at`` may be in its caches
+    if start is None or plain[start].opname not in ("LOAD_METHOD", "LOAD_ATTR"):
+        return False
+    following = plain[start + 1:start + 4]
+    if following[:1] and following[0].opname == "PRECALL":  # Python 3.11's call is PRECALL, CALL
+        following = following[1:]
+    if [i.opname for i in following[:2]] != ["CALL", "GET_ITER"]:
+        return False
+    return not checks_no_item(code, following[1].offset)
 
 
 def not_in_here(depth: int = 2) -> bool:

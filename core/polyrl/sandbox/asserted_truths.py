@@ -1,0 +1,72 @@
+"""Whether a ``bool`` the tests ask of a value is what an ``assert`` of theirs checks.
+
+Why: Python's ``bool`` of a generator (any iterator without ``__len__``) is True whatever it will
+yield, so a forged ``primes`` returning a generator that yields nothing passed ``assert r and
+all(is_prime(x) for x in r)`` (1.0) where the right one yields 2, 3, 5 and is checked item by
+item: the loop held vacuously. ``Remote._iterate`` fails such a loop over no items where the
+tests asserted the value true just before (``assert r``, ``assert r and ...``, ``if not r: raise
+...``): they expect items there. A ``bool`` in an ``if r:`` or a ``while`` that runs on without a
+raise is no such expectation (an empty right generator keeps it), nor is ``bool(r)`` itself.
+
+Read from the bytecode of the tests' frame (Python 3.11's conditional jumps): the branch taken
+when the value is false starts with ``LOAD_ASSERTION_ERROR`` or runs straight to a
+``RAISE_VARARGS``; any other shape is no assertion, as before.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import types
+
+from polyrl.sandbox.tests_guard import TESTS_FILES
+
+#: Conditional jumps taken when the value is true (the next instruction is its false branch) ...
+_IF_TRUE = frozenset({"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_IF_TRUE",
+                      "JUMP_IF_TRUE_OR_POP"})
+#: ... and when it is false (the jump's target is its false branch).
+_IF_FALSE = frozenset({"POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_IF_FALSE",
+                       "JUMP_IF_FALSE_OR_POP"})
+#: Most instructions from the false branch's start to its raise (``raise AssertionError(f'...')``).
+_REACH = 24
+#: Per code object of the tests': offset -> whether the ``bool`` asked there is asserted.
+_FOUND: dict[types.CodeType, dict[int, bool]] = {}
+_MAX_CODES = 512
+
+
+def asserted_here(depth: int = 2) -> bool:
+    """Whether the frame ``depth`` levels up (the caller of the ``__bool__`` asking) is the tests'
+    own code at a conditional jump whose false branch raises (module doc)."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    code, at = frame.f_code, frame.f_lasti
+    if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
+        return False
+    known = _FOUND.setdefault(code, {}) if len(_FOUND) < _MAX_CODES or code in _FOUND else {}
+    if at not in known:
+        known[at] = _asserted(code, at)
+    return known[at]
+
+
+def _asserted(code: types.CodeType, offset: int) -> bool:
+    instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    index = {i.offset: n for n, i in enumerate(instructions)}
+    at = index.get(offset)
+    if at is None:
+        return False
+    jump = instructions[at]
+    if jump.opname in _IF_TRUE:
+        start = at + 1
+    elif jump.opname in _IF_FALSE and isinstance(jump.argval, int) and jump.argval in index:
+        start = index[jump.argval]
+    else:
+        return False
+    for n, instruction in enumerate(instructions[start:start + _REACH]):
+        if instruction.opname == "RAISE_VARARGS" or (n == 0 and instruction.opname == "LOAD_ASSERTION_ERROR"):
+            return True
+        if instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs \
+                or instruction.opname in ("RETURN_VALUE", "YIELD_VALUE") or (n and instruction.is_jump_target):
+            return False
+    return False
