@@ -115,3 +115,36 @@ def test_the_write_check_leaves_nothing_behind(tmp_path):
     check_output_dir(tmp_path / "new" / "run")  # the nearest existing folder is probed
     check_output_dir(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    ("False", "Fix: write --set model.chat_template_kwargs.enable_thinking=false (TOML's spelling)"),
+    ("None", "Fix: leave the key out of the file to unset it (TOML has no null)"),
+])
+def test_a_python_spelling_of_false_or_none_in_set_is_refused_not_taken_as_text(tmp_path, capsys, raw, words):
+    """``--set model.chat_template_kwargs.enable_thinking=False`` passed the text "False" to the
+    chat template, which reads it as true (no type check follows a template variable)."""
+    path = tmp_path / "run.toml"
+    path.write_text(BASE + f'[train]\noutput_dir = "{tmp_path / "out"}"\n')
+    key = "model.chat_template_kwargs.enable_thinking"
+    assert main(["train", str(path), "--steps", "1", "--set", f"{key}={raw}"]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: {key}: {raw!r} is not a TOML value") and words in line, line
+    assert f"""quote it: --set '{key}="{raw}"'""" in line
+
+
+def test_the_text_false_is_what_a_chat_template_reads_as_true():
+    """Why the refusal above: jinja2 (transformers' template engine) takes "False" as true, as
+    Qwen3's ``enable_thinking is false`` test does not match it."""
+    jinja2 = pytest.importorskip("jinja2")
+    template = jinja2.Template("{% if enable_thinking is false %}off{% elif enable_thinking %}on{% endif %}")
+    assert template.render(enable_thinking="False") == "on"
+    assert template.render(enable_thinking=False) == "off"
+
+
+def test_the_quoted_text_and_tomls_own_false_still_pass_through_set():
+    from polyrl.config_overrides import parse_assignment
+
+    assert parse_assignment('logging.run_name="False"') == (["logging", "run_name"], "False")
+    assert parse_assignment("model.chat_template_kwargs.enable_thinking=false")[1] is False
+    assert parse_assignment("logging.run_name=Falsey")[1] == "Falsey"
