@@ -91,6 +91,10 @@ class BackendsSection:
     reference: str | None = None
     options: dict[str, Any] = attrs.field(factory=dict)
 
+    def __attrs_post_init__(self) -> None:
+        # generate = "" was read as unset (the train backend) without a word, while " " was refused
+        _refuse_blank(self, ("train", "generate", "reference"), "backends")
+
     @property
     def generate_backend(self) -> str:
         return self.generate or self.train
@@ -172,6 +176,11 @@ class DataSection:
                               fix="map each source column once")
         if self.config is not None and self.name is None:
             raise ConfigError("applies only to data.name", field="data.config", fix="remove it")
+        if self.split is not None and self.path is None and self.name is None:  # a task's split was ignored
+            raise ConfigError("applies only to data.path or data.name (a saved DatasetDict's or a cached "
+                              "dataset's split)", field="data.split",
+                              fix="remove it: a built-in task has its own train/eval splits (eval.count)"
+                              if self.task is not None else "remove it")
         if self.cache_dir is not None and self.path is None and self.name is None:
             raise ConfigError("applies only to data.path or data.name", field="data.cache_dir", fix="remove it")
         if sum(x is not None for x in (self.eval_path, self.eval_split, self.eval_rows)) > 1:

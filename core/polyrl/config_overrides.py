@@ -49,11 +49,33 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
         if name in section_classes():
             raise ConfigError(f"{name!r} names a section, not a key", field="--set", fix=FIX)
         raise ConfigError(f"{name!r} has no SECTION. before it", field="--set", fix=_bare_key_fix(name, raw.strip()))
+    where = ".".join(p.strip() for p in parts)
     try:
         value = parse_value(raw.strip())
     except ConfigError as exc:  # named by the key it sets
-        raise exc.renamed(".".join(p.strip() for p in parts)) from None
+        raise exc.renamed(where) from None
+    _refuse_other_literal(raw.strip(), value, where)
     return [p.strip() for p in parts], value
+
+
+#: Python's, JSON's and YAML's spellings of true, false and null that TOML does not read, and what
+#: to write instead.
+_OTHER_LITERALS = {"True": "true", "TRUE": "true", "False": "false", "FALSE": "false",
+                   "None": "", "null": "", "NULL": "", "Null": "", "~": ""}
+
+
+def _refuse_other_literal(raw: str, value: Any, where: str) -> None:
+    """``--set key=False`` (Python's spelling) is an error, not the text "False". Why: where no
+    type check follows (``model.chat_template_kwargs.enable_thinking``, a reward's or a task's
+    options) the text went through as is, and a template reads "False" as true: Qwen3 kept
+    thinking. ``None``/``null`` meant "unset", which TOML has no value for."""
+    if value != raw or raw not in _OTHER_LITERALS:
+        return
+    toml = _OTHER_LITERALS[raw]
+    fix = (f"write --set {where}={toml} (TOML's spelling)" if toml
+           else "leave the key out of the file to unset it (TOML has no null)")
+    raise ConfigError(f"{raw!r} is not a TOML value (it would be read as the text {raw!r})", field=where,
+                      fix=f"{fix}; for the text itself, quote it: --set '{where}=\"{raw}\"'")
 
 
 def _bare_key_fix(name: str, raw: str) -> str:

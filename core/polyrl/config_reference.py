@@ -139,7 +139,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                 "`save_to_disk` folder; CSV/Parquet/Arrow stay memory-mapped (🤗 datasets)",
         "name": "a Hub dataset already in the local 🤗 datasets cache, read offline (e.g. `openai/gsm8k`)",
         "config": "its configuration (subset), e.g. `main`",
-        "split": "split of `name` or of a saved DatasetDict (unset = `train`)",
+        "split": "split of `name` or of a saved DatasetDict (unset = `train`); refused beside `task` (a task has its own splits)",
         "cache_dir": "🤗 datasets cache to read `name` from and to keep Arrow copies of files in, keyed by "
                      "their content (unset = `HF_DATASETS_CACHE`)",
         "prompt_column": "column holding the prompt (string or chat messages)",

@@ -150,7 +150,20 @@ def unknown_key_fix(key: str, value: Any, valid: list[str], hints: Mapping[str, 
         table, _, name = owners[0].rpartition(".")
         return f"{name} belongs to another table: {' or '.join(owners)} (write it under [{table}])"
     close = difflib.get_close_matches(key, valid, n=1)
-    return f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(valid))}"
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return _trl_typo_fix(key, value) or f"valid keys: {', '.join(sorted(valid))}"
+
+
+def _trl_typo_fix(key: str, value: Any) -> str | None:
+    """The fix for a misspelt ``GRPOConfig`` name (``lerning_rate``): the TRL name it is close to
+    and where polyrl has it. Why: such a typo matched no key of the table, so the fix was the list
+    of valid keys, where neither ``learning_rate`` nor ``lr`` looks like what was written."""
+    from polyrl.trl_names import TRL_NAMES
+
+    close = difflib.get_close_matches(key, list(TRL_NAMES), n=1, cutoff=0.8)
+    fix = trl_fix(close[0], value) if close else None
+    return f"did you mean TRL's {close[0]!r}? {fix}" if close and fix else None
 
 
 def build(cls: type[T], data: Any, path: str) -> T:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,6 +119,22 @@ def check_output_dir(output_dir: Path) -> None:
         what = "is a file" if blocking == path else f"is inside {blocking}, a file"
         raise ConfigError(f"output_dir {path} {what}, not a folder", field="train.output_dir",
                           fix="move the file away, or point train.output_dir (--output-dir) at a folder")
+    if blocking is not None:
+        _check_writable(path, blocking)
+
+
+def _check_writable(path: Path, folder: Path) -> None:
+    """The run's folder (or the nearest one above it that exists, where it will be made) takes a
+    new entry, else ``unwritable``. Why a real folder made and removed at once, not ``os.access``:
+    root passes ``os.access`` on a read-only mount or /proc, where mkdir still fails. Why here: a
+    folder the run cannot write was refused only once the models had loaded (minutes for a large
+    model), and ``polyrl launch --dry-run`` passed it."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".polyrl-write-check-", dir=folder)
+    except OSError as exc:
+        raise unwritable(path, exc) from None
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)
 
 
 def unwritable(path: Path, exc: OSError) -> PolyrlError:
