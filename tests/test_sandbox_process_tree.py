@@ -28,6 +28,16 @@ def _start_parent(own_group: bool = True) -> tuple[subprocess.Popen, int]:
     return parent, int(parent.stdout.readline())
 
 
+def _end(parent: subprocess.Popen, child: int) -> None:
+    """SIGKILL the test's own pair of processes (whatever is still running of them)."""
+    for pid in (child, parent.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    parent.wait()
+
+
 def test_a_child_that_left_the_group_is_killed_with_the_one_started():
     parent, child = _start_parent()
     try:
@@ -38,12 +48,7 @@ def test_a_child_that_left_the_group_is_killed_with_the_one_started():
             time.sleep(0.01)
         assert not _alive(child)
     finally:
-        for pid in (child, parent.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        parent.wait()
+        _end(parent, child)
 
 
 def test_a_sample_already_reaped_kills_nothing_below_its_pid():
@@ -60,9 +65,4 @@ def test_a_sample_already_reaped_kills_nothing_below_its_pid():
         assert _alive(child), "a process below another's pid was killed"
         assert other.poll() is None
     finally:
-        for pid in (child, other.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        other.wait()
+        _end(other, child)
