@@ -80,3 +80,14 @@ def test_names_pandas_keeps_are_read_as_written(tmp_path, cache, header):
     path = tmp_path / "names.csv"
     path.write_bytes(header + b"\nWhat is 2+2?,4,four\n")
     assert load_dataset(path=str(path), cache_dir=cache).rows[0]["prompt"] == "What is 2+2?"
+
+
+def test_a_semicolon_csv_is_refused_naming_its_separator(tmp_path, cache):
+    """A spreadsheet's semicolon CSV whose first question holds a comma read as one more field than
+    its one-field header: the fix said to name every field in the header line, which was right."""
+    path = tmp_path / "qa.csv"
+    path.write_bytes(b"prompt;answer\nName a prime, please;7\nWhat is 2+2?;4\n")
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(path), cache_dir=cache)
+    assert f"{path} line 2 has 2 fields" in str(info.value)
+    assert "one field holding ';'" in info.value.fix and "comma-separated" in info.value.fix

@@ -201,6 +201,23 @@ def test_the_sampling_values_a_models_generation_config_suggests_are_named_when_
     assert not [e for e in logs if "generation_config.json" in e["event"]]
 
 
+def test_a_generation_config_with_nan_or_infinity_loads_and_suggests_only_its_finite_values(tiny_model_dir, tmp_path):
+    """Python's json reads ``NaN`` and ``Infinity``: such a value is no sampling suggestion. The
+    warning printing ``temperature`` NaN ended the load with "cannot convert float NaN to integer"."""
+    from structlog.testing import capture_logs
+
+    from polyrl.engines import load_engines
+
+    folder = _copy(tiny_model_dir, tmp_path / "odd")
+    (folder / "generation_config.json").write_text(
+        '{"do_sample": true, "temperature": NaN, "top_p": Infinity, "top_k": 20, "eos_token_id": 2}')
+    with capture_logs() as logs:
+        load_engines(_sampling_run(folder, tmp_path), get_registry())
+    said = [e for e in logs if "generation_config.json" in e["event"]]
+    assert len(said) == 1 and "top_k=20" in said[0]["event"], said
+    assert "temperature" not in said[0]["event"] and "top_p" not in said[0]["event"]
+
+
 def test_every_stop_id_a_generation_config_lists_ends_a_completion(tiny_model_dir, tmp_path):
     """Llama 3 / Qwen list several ``eos_token_id``s in ``generation_config.json``: each ends a
     completion (TRL's GRPOTrainer joins them with the tokenizer's eos), not the tokenizer's alone."""

@@ -239,6 +239,13 @@ EMPTIED_THEN_CHECKED = {
     "list_of_verdicts": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and all([is_prime(x) for x in r])",
     "counted": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and sum(1 for _ in r) == 3",
     "filtered_copy": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and [x for x in r if not is_prime(x)] == []",
+    # a copy that is not compared equal or counted where it is made: each scored 1.0 forged
+    "copy_looped_over": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    show(r)\n"
+                        "    for x in [x for x in r]:\n        assert is_prime(x)\ntest()",
+    "copy_a_subset": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and {x for x in r} <= {2, 3, 5, 7}",
+    "copy_stored_then_looped": IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    show(r)\n"
+                               "    xs = [x for x in r]\n    assert all(is_prime(x) for x in xs)\ntest()",
+    "copy_asked_not_in": IS_PRIME + "r = primes(3)\nassert len(r) == 3 and valid(r) and 4 not in [x for x in r]",
 }
 
 

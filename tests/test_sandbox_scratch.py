@@ -93,6 +93,32 @@ def test_a_tree_past_the_recursion_limit_is_removed_by_rm_or_reported_without_it
         subprocess.run([RM, "-rf", "--one-file-system", "--", str(folder)], check=True)
 
 
+def test_a_deep_tree_holds_few_of_the_trainers_descriptors_at_once(tmp_path, monkeypatch):
+    """A tree 300 deep is removed (rm takes what lies past ``IN_PROCESS_LEVELS``) while the
+    trainer holds at most about ``IN_PROCESS_LEVELS`` descriptors for it at once: in-process to
+    the recursion limit it held one per level, 300 here, and a tree 900 deep left another thread's
+    ``open`` (a checkpoint, the next sample's pipes) EMFILE under a 1024 limit."""
+    folder = tmp_path / "polyrl-sandbox-x"
+    folder.mkdir()
+    _deep(folder, 300)
+    base = len(os.listdir("/proc/self/fd"))
+    peak = [base]
+    real_open = os.open
+
+    def counted(*args, **kwargs):
+        fd = real_open(*args, **kwargs)
+        peak[0] = max(peak[0], len(os.listdir("/proc/self/fd")))
+        return fd
+
+    monkeypatch.setattr(leftovers.os, "open", counted)
+    try:
+        assert leftovers.remove_tree(str(folder))
+    finally:
+        monkeypatch.undo()
+        subprocess.run([RM, "-rf", "--one-file-system", "--", str(folder)], check=True)
+    assert peak[0] - base <= 40, peak[0] - base  # IN_PROCESS_LEVELS (32) and a few
+
+
 def test_a_folder_already_gone_counts_as_removed(tmp_path):
     assert leftovers.remove_tree(str(tmp_path / "never-made"))
 

@@ -30,7 +30,7 @@ def test_looped_here_tells_a_loop_of_the_tests_from_a_whole_reading():
     count, copy or fail on any item (``item_free_loops``) and code outside the tests are not."""
 
     source = ("for x in r:\n    assert x\nall(x for x in r)\n[x + 1 for x in r]\nlist(r)\nsorted(r)\n1 in r\n"
-              "looped(r)\nfor x in r:\n    pass\n[x for x in r]\nsum(1 for _ in r)\n")
+              "looped(r)\nfor x in r:\n    pass\n[x for x in r] == [1]\nsum(1 for _ in r)\n")
     probe = _Probe()
     looped = loops_over(lambda value: iter(value))
     exec(compile(source, "<test>", "exec"), {"r": probe, "looped": looped})
@@ -68,8 +68,9 @@ def test_a_loop_checks_no_item_where_it_counts_copies_or_fails_on_any():
     ``{x for x in q}``) and failing on any item (``raise``, ``assert False, x``, ``self.fail()``,
     ``pytest.fail()``) read no item for
     a verdict; a body that reads one, branches before its raise, raises inside a ``try`` of its
-    own, a comprehension that filters or maps, or a copy a call other than ``len`` takes, does."""
-    free = ("for _ in q:\n    n += 1\nsum(1 for _ in q)\n[x for x in q]\n{x for x in q}\n"
+    own, a comprehension that filters or maps, or a copy not compared equal or counted where it is
+    made (kept, looped over, taken by a call other than ``len``, asked ``in``, compared by ``<=``), does."""
+    free = ("for _ in q:\n    n += 1\nsum(1 for _ in q)\n[x for x in q] == [2, 3]\nset() != {x for x in q}\n"
             "for x in q:\n    raise AssertionError('left')\nfor x in q:\n    assert False, f'{x} left'\n"
             "for a, b in q:\n    n = n + 1\nfor x in q:\n    pytest.fail(f'{x} left')\n")
     assert _loops(free) == [True] * 8
@@ -80,8 +81,10 @@ def test_a_loop_checks_no_item_where_it_counts_copies_or_fails_on_any():
                "for x in q:\n    try:\n        raise AssertionError\n    except AssertionError:\n        pass\n"
                "for x in q:\n    f()\nfor x in q:\n    if x:\n        self.fail()\nfor x in q:\n    other.fail()\n"
                "(x for x in q)\nall([x for x in q])\nfor _ in q:\n    n = [1 for _ in q]\n"
+               "[x for x in q]\nxs = [x for x in q]\nfor y in [x for x in q]:\n    pass\n"
+               "{x for x in q} <= {2}\n4 not in [x for x in q]\nf([x for x in q], 3) == 1\n"
                "len([x for x in q]) == 0\n")
-    assert _loops(checked) == [False] * 12 + [True, True]
+    assert _loops(checked) == [False] * 12 + [True] + [False] * 3 + [True] + [False] * 3 + [True]  # the 2nd True: the for over a copy (a list)
 
 
 def test_looped_here_counts_a_whole_reading_a_loop_goes_over():

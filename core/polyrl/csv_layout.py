@@ -45,6 +45,18 @@ def _names(header: list[str], shown: int = 6) -> str:
     return names + (f", ... {len(header) - shown} more" if len(header) > shown else "")
 
 
+def _other_separator(header: list[str], sep: str) -> str | None:
+    """The fix for a file written with another separator (a spreadsheet's ``;`` CSV): its header
+    is one field holding that separator, and a comma in a text of the first row looked like an extra
+    field. Why: the general fix (name every field) sent its user to edit a header that was right."""
+    other = next((c for c in ";\t|" if c != sep and len(header) == 1 and c in header[0]), None)
+    if other is None:
+        return None
+    return (f"the header line is one field holding {other!r}: polyrl reads a .csv file with {sep!r} between "
+            "fields (a .tsv file with tabs); save it as comma-separated CSV (a spreadsheet's 'CSV UTF-8', "
+            "not its semicolon CSV), or as .tsv")
+
+
 def refuse_long_rows(paths: Sequence[Path], sep: str, field: str) -> bool:
     """An error naming the first of ``paths`` whose first data row has more fields than its header
     names; else whether some header names a row-label column itself (read as written)."""
@@ -62,7 +74,7 @@ def refuse_long_rows(paths: Sequence[Path], sep: str, field: str) -> bool:
                 f"{path} line {line} has {fields} fields, but its header line names {len(header)} "
                 f"({_names(header)}): pandas, which 🤗 datasets reads CSV with, would take each row's {first} "
                 f"as a row label and shift every column (column {header[0]!r} would hold field {extra + 1})",
-                field=field, fix=_FIX)
+                field=field, fix=_other_separator(header, sep) or _FIX)
     return named
 
 

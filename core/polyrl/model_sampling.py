@@ -11,6 +11,7 @@ Its stop ids (``eos_token_id``, one or a list) are used by every backend, as in 
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -20,7 +21,12 @@ SAMPLING_KEYS: dict[str, float] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0,
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number as a float, else None. Why finite: Python's ``json`` reads ``NaN`` and
+    ``Infinity``, which are no sampling value to suggest (and a NaN one ended the load with a
+    ValueError as the warning printed it)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def file_sampling(model_path: str | None) -> dict[str, float]:

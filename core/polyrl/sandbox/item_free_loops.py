@@ -31,6 +31,13 @@ _COUNTING = frozenset({"LOAD_CONST", "BINARY_OP", "POP_TOP", "NOP", "RESUME", "Y
 _LEAVES = frozenset({"RETURN_VALUE", "YIELD_VALUE", "FOR_ITER", "SEND"})
 #: The tests' own objects whose ``fail`` raises (unittest's ``self``, ``pytest``): ``self.fail('left')``.
 _FAILING = frozenset({"self", "pytest"})
+#: (pops, pushes) of what may build the other side of a comparison after a copy (``== [2, 3]``,
+#: ``!= e.xs``, ``== set()``, ``== sorted(want)``); of ``_COUNTED_POPS``, pops beyond their arg.
+_STACK = {"LOAD_CONST": (0, 1), "LOAD_NAME": (0, 1), "LOAD_FAST": (0, 1), "LOAD_GLOBAL": (0, 1),
+          "LOAD_DEREF": (0, 1), "PUSH_NULL": (0, 1), "LOAD_ATTR": (1, 1), "LOAD_METHOD": (1, 2),
+          "BUILD_LIST": (0, 1), "BUILD_SET": (0, 1), "BUILD_TUPLE": (0, 1), "LIST_EXTEND": (1, 0),
+          "SET_UPDATE": (1, 0), "PRECALL": (0, 0), "KW_NAMES": (0, 0), "CALL": (2, 1), "COMPARE_OP": (2, 1)}
+_COUNTED_POPS = frozenset({"BUILD_LIST", "BUILD_SET", "BUILD_TUPLE", "CALL"})
 _COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<genexpr>"})
 #: Per code object of the tests': ``GET_ITER`` offset -> whether its loop checks no item.
 _FOUND: dict[types.CodeType, dict[int, bool]] = {}
@@ -75,14 +82,27 @@ def _classify(code: types.CodeType, get_iter: int) -> bool:
 
 def _kept_whole(instructions: list[dis.Instruction], get_iter: int) -> bool:
     """Whether the copy a comprehension made (its ``GET_ITER`` at index ``get_iter``) is compared
-    or counted, not handed to a call that may look at its items (``all([x for x in r])`` is the
-    loop ``all(r)`` is): no call takes it next, or ``len`` does."""
-    following = instructions[get_iter + 3:get_iter + 4]
-    if not following or following[0].opname not in ("PRECALL", "CALL"):
-        return True
-    made = next(n for n in range(get_iter - 1, -1, -1) if instructions[n].opname == "MAKE_FUNCTION")
-    callee = instructions[made - 2] if made >= 2 else None
-    return callee is not None and callee.opname in ("LOAD_NAME", "LOAD_GLOBAL") and callee.argval == "len"
+    equal or unequal (``[x for x in r] == [2, 3]``, ``set() != {x for x in r}``) or counted
+    (``len``) right where it is made. Why: a copy that is stored, looped over, handed to a call
+    (``all([x for x in r])`` is the loop ``all(r)`` is), asked ``4 not in`` or compared by
+    ``<=`` holds over an emptied value just as the loop over ``r`` would: a forged ``primes``
+    emptied by ``show(r)`` passed ``{x for x in r} <= {2, 3, 5, 7}`` (1.0)."""
+    following = instructions[get_iter + 3:]
+    if following and following[0].opname in ("PRECALL", "CALL"):
+        made = next(n for n in range(get_iter - 1, -1, -1) if instructions[n].opname == "MAKE_FUNCTION")
+        callee = instructions[made - 2] if made >= 2 else None
+        return callee is not None and callee.opname in ("LOAD_NAME", "LOAD_GLOBAL") and callee.argval == "len"
+    above = 0  # values on the stack above the copy: what builds the other side of ``==``
+    for i in following:
+        effect = _STACK.get(i.opname)
+        if effect is None:
+            return False
+        pops = (i.arg or 0) + effect[0] if i.opname in _COUNTED_POPS else effect[0]
+        pushes = effect[1] + (1 if i.opname == "LOAD_GLOBAL" and (i.arg or 0) & 1 else 0)  # 3.11: and a NULL
+        if pops > above or (i.opname in ("LIST_EXTEND", "SET_UPDATE") and above < 2):  # it takes the copy
+            return i.opname == "COMPARE_OP" and i.argval in ("==", "!=") and above <= 1
+        above += pushes - pops
+    return False
 
 
 def _body(instructions: list[dis.Instruction], for_iter: int) -> tuple[list[str], list[dis.Instruction]] | None:

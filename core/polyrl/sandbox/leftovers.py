@@ -28,6 +28,8 @@ import time
 
 #: The host's folders every user may write (sticky), where a sample's files outlive it.
 SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")
+#: How deep a folder tree is removed in-process (a descriptor held per level); deeper, ``rm -rf``.
+IN_PROCESS_LEVELS = 32
 #: /proc/sysvipc table -> ipcrm's option for removing one of its ids.
 SYSV = (("shm", "-m"), ("msg", "-q"), ("sem", "-s"))
 
@@ -93,7 +95,7 @@ def _remove_entry(parent: int, name: str, rm: str | None) -> None:
         os.unlink(name, dir_fd=parent)
         return
     try:
-        _remove_dir(parent, name)
+        _remove_dir(parent, name, IN_PROCESS_LEVELS if rm is not None else None)
         return
     except (OSError, RecursionError):
         if rm is None or not os.path.isdir(f"/proc/self/fd/{parent}"):  # no /proc: no path-free way to name it
@@ -113,17 +115,22 @@ def _exists(parent: int, name: str) -> bool:
     return True
 
 
-def _remove_dir(parent: int, name: str) -> None:
+def _remove_dir(parent: int, name: str, levels: int | None = None) -> None:
     """``shutil.rmtree`` of ``name`` in the folder ``parent`` (its ``dir_fd`` argument is 3.11+),
     never opening what is not a folder (``O_DIRECTORY``: a FIFO swapped in is refused, never
-    waited on); a tree nested deeper than the recursion limit raises RecursionError."""
+    waited on); a tree nested deeper than ``levels`` (or the recursion limit) raises
+    RecursionError. Why ``levels``: each level holds a descriptor of the trainer's while it is
+    removed, so a sample's tree 900 deep took 900 at once, and another thread's ``open`` (a
+    checkpoint, the next sample's pipes) failed with EMFILE under a 1024 limit."""
+    if levels is not None and levels <= 0:
+        raise RecursionError(f"{name} is nested deeper than polyrl removes in-process")
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
     try:
         with os.scandir(fd) as entries:
             children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
         for child, is_dir in children:
             if is_dir:
-                _remove_dir(fd, child)
+                _remove_dir(fd, child, None if levels is None else levels - 1)
             else:
                 os.unlink(child, dir_fd=fd)
     finally:

@@ -342,8 +342,11 @@ def _kill(proc: subprocess.Popen, below: bool = True) -> None:
     below it (``process_tree``: at the ``unshare`` level the sample's PID 1 had left the group and
     outlived ``unshare``), and wait until they are gone (what they forked dies with its PID
     namespace, the off level's pooled uid with ``_kill_uid``). Not ``below`` under bubblewrap,
-    whose PID 1 stays in the group (a /proc scan per sample saved)."""
-    held = process_tree.hold(proc.pid) if below else {}  # before the group's kill: then unshare's child is another's
+    whose PID 1 stays in the group (a /proc scan per sample saved), nor once the one started has
+    ended and been reaped (``_finish``'s wait): what it left is another's child by then, and its
+    pid may name an unrelated process, whose children the scan would have killed."""
+    # before the group's kill: then unshare's child is another's
+    held = process_tree.hold(proc.pid) if below and proc.poll() is None else {}
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
