@@ -1,0 +1,180 @@
+"""A TRL user's own model folder on the mlx and max backends: the folders torch refuses or loads
+specially (a peft adapter, custom modelling code, pickled ``.bin`` weights) are one ``error:`` line
+naming the field and a fix that works on that backend; no folder's Python runs unasked.
+
+Real mlx-lm / MAX / peft / torch, no hub (the tiny random Llama). The MAX refusals come before
+MAX compiles anything (seconds); the one MLX load of a fix is the tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from model_copies import edited_copy
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig, SamplingParams
+
+BACKENDS = ("mlx", "max")
+
+
+def _engine(backend: str, path: Path | str, **kwargs) -> Engine:
+    status = get_registry().status(backend)
+    if not status.available:
+        pytest.skip(f"backend {backend!r} not usable here: {status.reason}")
+    role = "train" if backend == "mlx" else "generate"
+    return Engine(get_registry(), backend, EngineConfig(model=str(path), role=role, threads=1, **kwargs))
+
+
+def _refusal(backend: str, path: Path, **kwargs) -> tuple[str, str]:
+    """(field, text) of the one-line ConfigError the engine raises for ``path``."""
+    with pytest.raises(ConfigError) as err:
+        _engine(backend, path, **kwargs)
+    text = str(err.value)
+    assert "\n" not in text, text
+    return err.value.field, text
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """peft's own adapter folder of the tiny model (``adapter_config.json``, no ``config.json``)."""
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                      task_type="CAUSAL_LM"))
+    folder = tmp_path_factory.mktemp("adapters") / "my-adapter"
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_peft_adapter_folder_names_its_base_and_merging_not_a_missing_config(backend, adapter_dir,
+                                                                               tiny_model_dir):
+    """It read as "has no config.json" (max: "convert the GGUF to an HF folder first"). Now the
+    adapter refusal torch gives, with the fix this backend can take: merge, or torch's option."""
+    field, text = _refusal(backend, adapter_dir)
+    assert field == "model.path"
+    assert "peft adapter folder" in text and repr(tiny_model_dir) in text
+    assert "merge_and_unload" in text and f"the {backend} backend reads no peft adapter" in text
+    assert "rank = 2, alpha = 8" in text and "GGUF" not in text and "has no config.json" not in text
+
+
+def _custom_code_folder(tiny_model_dir: str, folder: Path, marker: Path) -> Path:
+    edited_copy(tiny_model_dir, folder, {
+        "model_type": "polyrl_custom_llama", "architectures": ["CustomLlama"],
+        "auto_map": {"AutoConfig": "configuration_custom.CustomConfig",
+                     "AutoModelForCausalLM": "modeling_custom.CustomLlama"}})
+    for name in ("configuration_custom.py", "modeling_custom.py"):
+        (folder / name).write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    return folder
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_folder_of_custom_modelling_code_points_at_torch_with_trust_remote_code(backend, trusted,
+                                                                                  tiny_model_dir, tmp_path):
+    """auto_map's own code builds a model type neither mlx-lm nor MAX implements: only torch with
+    model.trust_remote_code loads it. mlx said "Model type ... not supported", max "generate with
+    the torch or mlx backend" (mlx cannot either), neither naming the files or the option."""
+    marker = tmp_path / "code-ran"
+    folder = _custom_code_folder(tiny_model_dir, tmp_path / "custom", marker)
+    field, text = _refusal(backend, folder, trust_remote_code=trusted)
+    assert field in ("model.path", "model")
+    assert "configuration_custom.py, modeling_custom.py" in text and "auto_map" in text
+    assert 'use backend "torch" and set model.trust_remote_code = true' in text
+    assert "or mlx backend" not in text
+    assert not marker.exists()
+
+
+def _bin_folder(tiny_model_dir: str, folder: Path, extra: dict | None = None) -> Path:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    shutil.copytree(tiny_model_dir, folder)
+    tensors = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    torch.save({**tensors, **(extra or {})}, folder / "pytorch_model.bin")
+    return folder
+
+
+class _RunsCode:
+    """A pickled object that runs code when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pickled_bin_weights_alone_are_refused_naming_torch_and_a_safetensors_copy(backend, tiny_model_dir,
+                                                                                   tmp_path):
+    """torch loads a ``pytorch_model.bin``-only folder; mlx-lm ended in a plugin crash ("hook load:
+    raised FileNotFoundError: No safetensors found"), MAX in "compatible weights cannot be found
+    for 'float32'" with no fix. Now one line naming the file, backend torch and a safetensors copy;
+    a .bin holding code is never unpickled."""
+    marker = tmp_path / "code-ran"
+    for name, extra in (("bin-only", None), ("pickled", {"payload": _RunsCode(marker)})):
+        folder = _bin_folder(tiny_model_dir, tmp_path / name, extra)
+        field, text = _refusal(backend, folder)
+        assert field == "model.path"
+        assert "pytorch_model.bin" in text and f"the {backend} backend reads *.safetensors" in text
+        assert 'use backend "torch"' in text and "save_pretrained(OUT)" in text
+    assert not marker.exists()
+
+
+def test_the_safetensors_copy_the_bin_refusal_names_loads_on_mlx(tiny_model_dir, tmp_path):
+    """The fix as worded: from_pretrained(DIR).save_pretrained(OUT), model.path = OUT."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = _bin_folder(tiny_model_dir, tmp_path / "bin-only")
+    out = tmp_path / "out"
+    AutoModelForCausalLM.from_pretrained(folder).save_pretrained(out)
+    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
+    engine = _engine("mlx", out)
+    assert engine.generate(["Hello"], SamplingParams(max_new_tokens=2, seed=0))[0].completion_ids.size == 2
+
+
+def test_mlx_lm_model_file_is_run_only_with_model_trust_remote_code(tiny_model_dir, tmp_path):
+    """config.json's ``model_file`` is mlx-lm's own custom-module key (it imports the file). Its
+    refusal asked to "Pass trust_remote_code=True" under the fix "use backend torch" (which ignores
+    the key). Now one line on ``model.trust_remote_code``, the file unrun; with the option set,
+    mlx-lm builds the model from it."""
+    marker = tmp_path / "code-ran"
+    folder = edited_copy(tiny_model_dir, tmp_path / "model-file", {"model_file": "arch.py"})
+    (folder / "arch.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                    "from mlx_lm.models.llama import Model, ModelArgs  # noqa: F401\n")
+    field, text = _refusal("mlx", folder)
+    assert field == "model.trust_remote_code"
+    assert "'arch.py'" in text and "model.trust_remote_code = true" in text and "torch" not in text
+    assert not marker.exists()
+
+    engine = _engine("mlx", folder, trust_remote_code=True)
+    assert marker.exists()
+    assert engine.generate(["Hello"], SamplingParams(max_new_tokens=2, seed=0))[0].completion_ids.size == 2
+
+
+def test_polyrl_convert_to_mlx_refuses_the_same_folders_on_src(adapter_dir, tiny_model_dir, tmp_path):
+    """``polyrl convert SRC OUT --to mlx`` reads folders as the engine does: the adapter, the .bin-only
+    folder and a ``model_file`` one are one error on ``src`` (the .bin was a FileNotFoundError)."""
+    pytest.importorskip("mlx_lm")
+    from polyrl_mlx.convert import convert
+
+    marker = tmp_path / "code-ran"
+    model_file = edited_copy(tiny_model_dir, tmp_path / "model-file", {"model_file": "arch.py"})
+    (model_file / "arch.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    cases = {adapter_dir: "peft adapter folder", _bin_folder(tiny_model_dir, tmp_path / "bin"): "pytorch_model.bin",
+             model_file: "polyrl convert does not run"}
+    for source, words in cases.items():
+        with pytest.raises(ConfigError) as err:
+            convert(str(source), str(tmp_path / f"out-{source.name}"), "mlx")
+        assert err.value.field == "src" and words in str(err.value) and "\n" not in str(err.value)
+    assert not marker.exists()
+    assert json.loads((model_file / "config.json").read_text())["model_file"] == "arch.py"
