@@ -178,3 +178,47 @@ def test_polyrl_convert_to_mlx_refuses_the_same_folders_on_src(adapter_dir, tiny
         assert err.value.field == "src" and words in str(err.value) and "\n" not in str(err.value)
     assert not marker.exists()
     assert json.loads((model_file / "config.json").read_text())["model_file"] == "arch.py"
+
+
+def _custom_tokenizer_folder(tiny_model_dir: str, folder: Path, marker: Path) -> Path:
+    """The tiny Llama whose tokenizer is a class of the folder's own (tokenizer_config's auto_map)."""
+    edited_copy(tiny_model_dir, folder, {"tokenizer_class": "XTok",
+                                         "auto_map": {"AutoTokenizer": [None, "tokenization_x.XTok"]}},
+                file="tokenizer_config.json")
+    (folder / "tokenization_x.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from transformers import PreTrainedTokenizerFast\n\n"
+        "class XTok(PreTrainedTokenizerFast):\n    pass\n")
+    return folder
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tokenizer_of_its_own_code_runs_only_with_model_trust_remote_code(backend, tiny_model_dir, tmp_path,
+                                                                            monkeypatch):
+    """mlx-lm loaded the tokenizer with no trust_remote_code, so transformers asked on the terminal
+    "Do you wish to run the custom code? [y/N]": a "y" (given here) ran the folder's code with
+    model.trust_remote_code false, and a set option was ignored. MAX's refusal was a plugin crash
+    quoting transformers' plea. Now one line on model.trust_remote_code, nothing asked or run."""
+    marker = tmp_path / "code-ran"
+    folder = _custom_tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
+    monkeypatch.setattr("builtins.input", lambda *_: "y")  # a user answering the prompt
+    field, text = _refusal(backend, folder)
+    assert field == "model.trust_remote_code"
+    assert "tokenization_x.py" in text and "model.trust_remote_code = true" in text and "hf.co" not in text
+    assert not marker.exists()
+
+
+def test_mlx_runs_a_trusted_tokenizers_own_code(tiny_model_dir, tmp_path):
+    """model.trust_remote_code = true reaches mlx-lm's tokenizer load (it was dropped: a refusal)."""
+    marker = tmp_path / "code-ran"
+    folder = _custom_tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
+    engine = _engine("mlx", folder, trust_remote_code=True)
+    assert marker.exists() and type(engine.raw.tokenizer).__name__ == "XTok"
+    assert engine.generate(["Hello"], SamplingParams(max_new_tokens=2, seed=0))[0].completion_ids.size == 2
+
+
+def test_max_overrides_may_not_switch_on_a_folders_code_behind_model_trust_remote_code(tiny_model_dir):
+    """model.trust_remote_code is the one switch for a folder's own code (polyrl now passes it to
+    MAX's AutoModel, which loads the tokenizer again); max_overrides setting it is refused."""
+    field, text = _refusal("max", Path(tiny_model_dir), options={"max_overrides": {"trust_remote_code": True}})
+    assert field == "backends.options.max_overrides" and "set model.trust_remote_code" in text

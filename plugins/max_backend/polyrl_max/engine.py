@@ -58,7 +58,7 @@ import numpy as np
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
-from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_only_error
+from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_only_error, remote_code_error
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -386,8 +386,14 @@ class MaxEngine(CompletionDecoding):
 
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir),
-                                                       trust_remote_code=bool(config.trust_remote_code))
+        trusted = bool(config.trust_remote_code)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=trusted)
+        except ValueError as exc:  # transformers' multi-line plea for trust_remote_code was a plugin crash
+            refusal = remote_code_error(tok_dir, trusted, exc)
+            if refusal is None:
+                raise
+            raise refusal from None
         if self.gguf_file is not None:  # MAX runs the GGUF: our ids must be the ids it was made for
             from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
@@ -427,6 +433,8 @@ class MaxEngine(CompletionDecoding):
             kwargs["quantization_encoding"] = self.encoding
         if self.gguf_file is not None:
             kwargs["weight_path"] = [str(self.gguf_file)]
+        if self.config.trust_remote_code:  # MAX loads the tokenizer again: the folder's code it was allowed
+            kwargs["trust_remote_code"] = True
         kwargs.update(max_options.max_overrides(options))
         before = _compiled_artifacts(self.cache_dir)
         log.info("max_loading", model=str(self.max_model_dir), device=self.device_spec,
