@@ -208,7 +208,25 @@ def test_a_tokenizer_of_its_own_code_runs_only_with_model_trust_remote_code(back
     assert not marker.exists()
 
 
-def test_mlx_runs_a_trusted_tokenizers_own_code(tiny_model_dir, tmp_path):
+@pytest.fixture()
+def own_modules_cache(tmp_path, monkeypatch):
+    """transformers copies a trusted folder's code into ``transformers_modules`` under its modules
+    cache, puts the cache on sys.path and imports it: this test's own, so no later test finds ours."""
+    import sys
+
+    import transformers.dynamic_module_utils as dynamic
+
+    monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "modules"))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # transformers appends the cache to it
+    before = {name for name in sys.modules if name.split(".")[0] == "transformers_modules"}
+    for name in before:
+        monkeypatch.delitem(sys.modules, name)  # restored afterwards
+    yield
+    for name in [n for n in sys.modules if n.split(".")[0] == "transformers_modules" and n not in before]:
+        del sys.modules[name]
+
+
+def test_mlx_runs_a_trusted_tokenizers_own_code(tiny_model_dir, tmp_path, own_modules_cache):
     """model.trust_remote_code = true reaches mlx-lm's tokenizer load (it was dropped: a refusal)."""
     marker = tmp_path / "code-ran"
     folder = _custom_tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
@@ -222,3 +240,42 @@ def test_max_overrides_may_not_switch_on_a_folders_code_behind_model_trust_remot
     MAX's AutoModel, which loads the tokenizer again); max_overrides setting it is refused."""
     field, text = _refusal("max", Path(tiny_model_dir), options={"max_overrides": {"trust_remote_code": True}})
     assert field == "backends.options.max_overrides" and "set model.trust_remote_code" in text
+
+
+def test_an_mlx_lm_adapter_folder_names_mlx_lm_fuse_and_the_fused_folder_loads(tiny_model_dir, tmp_path):
+    """An adapter ``mlx_lm.lora`` wrote (its adapter_config.json names the base as ``model``): it read
+    as "has no config.json" on mlx, and as a peft adapter (merge_and_unload) on torch. Now both name
+    ``mlx_lm.fuse`` with its base, and the fused folder that command writes loads on mlx."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mlx_lm")
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+    from mlx_lm.utils import load, save_config
+    from polyrl_mlx._mx import mx  # before mlx.utils: OpenBLAS first (polyrl_mlx.blas)
+
+    from mlx.utils import tree_flatten
+
+    model, _ = load(tiny_model_dir)
+    model.freeze()
+    lora = {"rank": 2, "dropout": 0.0, "scale": 4.0}
+    linear_to_lora_layers(model, 2, lora)
+    adapter = tmp_path / "mlx-adapter"
+    adapter.mkdir()
+    mx.save_safetensors(str(adapter / "adapters.safetensors"),
+                        dict(tree_flatten(model.trainable_parameters())))
+    save_config({"model": tiny_model_dir, "fine_tune_type": "lora", "num_layers": 2, "lora_parameters": lora},
+                adapter / "adapter_config.json")
+
+    for backend in ("mlx", "torch"):
+        field, text = _refusal(backend, adapter)
+        assert field == "model.path" and "mlx-lm adapter folder" in text and repr(tiny_model_dir) in text
+        assert f"python -m mlx_lm.fuse --model {tiny_model_dir} --adapter-path {adapter}" in text
+        assert "merge_and_unload" not in text
+
+    out = tmp_path / "fused"
+    subprocess.run([sys.executable, "-m", "mlx_lm.fuse", "--model", tiny_model_dir, "--adapter-path", str(adapter),
+                    "--save-path", str(out)], check=True, capture_output=True)
+    engine = _engine("mlx", out)
+    assert engine.generate(["Hello"], SamplingParams(max_new_tokens=2, seed=0))[0].completion_ids.size == 2
+

@@ -39,6 +39,8 @@ def adapter_folder_error(folder: Path, field: str = "model.path", backend: str =
     if (folder / "config.json").exists() or not config.is_file():
         return None
     adapter = _json_object(config)
+    if "fine_tune_type" in adapter or "lora_parameters" in adapter:
+        return _mlx_lm_adapter_error(folder, adapter, field)
     base = adapter.get("base_model_name_or_path")
     base_text = f"its base model is {base!r}" if isinstance(base, str) and base else "it names no base model"
     rank, alpha, targets = adapter.get("r"), adapter.get("lora_alpha"), adapter.get("target_modules")
@@ -54,6 +56,19 @@ def adapter_folder_error(folder: Path, field: str = "model.path", backend: str =
         f"{str(folder)!r} is a peft adapter folder ({ADAPTER_CONFIG}), not a model: {base_text}", field=field,
         fix=f"{start}; or {merge}" if backend == "torch" else
             f"{merge}; the {backend} backend reads no peft adapter (with backend \"torch\": {start})")
+
+
+def _mlx_lm_adapter_error(folder: Path, adapter: dict[str, Any], field: str) -> ConfigError:
+    """An adapter ``mlx_lm.lora`` wrote (its own ``adapter_config.json``: ``fine_tune_type``,
+    ``lora_parameters``, the base as ``model``): peft's merge does not read it, mlx-lm's fuse does."""
+    base = adapter.get("model")
+    base_text = f"its base model is {base!r}" if isinstance(base, str) and base else "it names no base model"
+    base_arg = base if isinstance(base, str) and base else "BASE"
+    return ConfigError(
+        f"{str(folder)!r} is an mlx-lm adapter folder ({ADAPTER_CONFIG}, adapters.safetensors), not a model: "
+        f"{base_text}", field=field,
+        fix=f"fuse it into its base first (python -m mlx_lm.fuse --model {base_arg} --adapter-path {folder} "
+            f"--save-path OUT; add --dequantize for a quantized base) and point {field} at OUT")
 
 
 def remote_code_files(folder: Path) -> list[str]:
