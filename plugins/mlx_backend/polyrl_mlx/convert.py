@@ -27,8 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.backend_kit.model_folders import adapter_folder_error, foreign_code_error, pickled_only_error
+from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 
 #: the weight files mlx-lm's ``load_model`` reads (it globs no other name)
