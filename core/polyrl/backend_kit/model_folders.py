@@ -5,7 +5,9 @@ folder reads as "has no config.json" (as if the copy were broken), a folder of c
 code as a multi-line plea to pass ``trust_remote_code=True`` in Python with a ``hf.co`` link built
 from a local path, and a pickled ``.bin`` checkpoint holding more than tensors as torch's advice
 to allowlist the very globals it refused. Each is one ``error:`` line here, naming the field that
-loads the folder and how.
+loads the folder and how. The mlx and max backends share them, with their own limits: they run no
+transformers modelling code, read no peft adapter and no pickled ``.bin`` (mlx-lm and MAX said
+"no config.json", "model type not supported" or "No safetensors found" as a plugin crash).
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ def _json_object(file: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def adapter_folder_error(folder: Path, field: str = "model.path") -> ConfigError | None:
+def adapter_folder_error(folder: Path, field: str = "model.path", backend: str = "torch") -> ConfigError | None:
     """The refusal of a peft adapter folder (``adapter_config.json``, no ``config.json``) given as
-    the model, naming its base model and the options that train on from it; None for other folders."""
+    the model, naming its base model and the options that train on from it; None for other folders.
+    Only the torch backend reads ``initial_adapter``: another ``backend`` is told to merge first."""
     config = folder / ADAPTER_CONFIG
     if (folder / "config.json").exists() or not config.is_file():
         return None
     adapter = _json_object(config)
+    if "fine_tune_type" in adapter or "lora_parameters" in adapter:
+        return _mlx_lm_adapter_error(folder, adapter, field)
     base = adapter.get("base_model_name_or_path")
     base_text = f"its base model is {base!r}" if isinstance(base, str) and base else "it names no base model"
     rank, alpha, targets = adapter.get("r"), adapter.get("lora_alpha"), adapter.get("target_modules")
@@ -44,11 +49,26 @@ def adapter_folder_error(folder: Path, field: str = "model.path") -> ConfigError
         lora += f", target_modules = {json.dumps(sorted(targets))}"
     elif isinstance(targets, str):
         lora += f", target_modules = {json.dumps(targets)}"
+    start = (f"set model.path to the base model and backends.options.initial_adapter = {str(folder)!r} with "
+             f"{lora} to train on from the adapter")
+    merge = f"merge it first (PeftModel.merge_and_unload().save_pretrained(DIR)) and point {field} at DIR"
     return ConfigError(
         f"{str(folder)!r} is a peft adapter folder ({ADAPTER_CONFIG}), not a model: {base_text}", field=field,
-        fix=f"set model.path to the base model and backends.options.initial_adapter = {str(folder)!r} with "
-            f"{lora} to train on from the adapter; or merge it first "
-            "(PeftModel.merge_and_unload().save_pretrained(DIR)) and point model.path at DIR")
+        fix=f"{start}; or {merge}" if backend == "torch" else
+            f"{merge}; the {backend} backend reads no peft adapter (with backend \"torch\": {start})")
+
+
+def _mlx_lm_adapter_error(folder: Path, adapter: dict[str, Any], field: str) -> ConfigError:
+    """An adapter ``mlx_lm.lora`` wrote (its own ``adapter_config.json``: ``fine_tune_type``,
+    ``lora_parameters``, the base as ``model``): peft's merge does not read it, mlx-lm's fuse does."""
+    base = adapter.get("model")
+    base_text = f"its base model is {base!r}" if isinstance(base, str) and base else "it names no base model"
+    base_arg = base if isinstance(base, str) and base else "BASE"
+    return ConfigError(
+        f"{str(folder)!r} is an mlx-lm adapter folder ({ADAPTER_CONFIG}, adapters.safetensors), not a model: "
+        f"{base_text}", field=field,
+        fix=f"fuse it into its base first (python -m mlx_lm.fuse --model {base_arg} --adapter-path {folder} "
+            f"--save-path OUT; add --dequantize for a quantized base) and point {field} at OUT")
 
 
 def remote_code_files(folder: Path) -> list[str]:
@@ -81,6 +101,45 @@ def remote_code_error(folder: Path, trusted: bool, exc: BaseException,
         "polyrl does not run unless asked", field=field,
         fix="read those files, then set model.trust_remote_code = true if you trust them; or use a folder of a "
             "model type transformers implements")
+
+
+def foreign_code_error(folder: Path, backend: str, field: str = "model.path") -> ConfigError | None:
+    """The refusal, by a backend that runs no transformers modelling code (mlx, max), of a folder
+    whose ``model_type`` it has no module for and whose ``auto_map`` names the folder's own code:
+    only torch can load it, and only with ``model.trust_remote_code``; None when ``auto_map``
+    names no file (the backend's own "not supported" refusal stands)."""
+    files = remote_code_files(folder)
+    if not files:
+        return None
+    model_type = _json_object(folder / "config.json").get("model_type")
+    return ConfigError(
+        f"{str(folder)!r} needs its own Python code to build model_type {model_type!r} ({', '.join(files)}, "
+        f"named by auto_map), which the {backend} backend cannot run", field=field,
+        fix="use backend \"torch\" and set model.trust_remote_code = true after reading those files, if you "
+            f"trust them; or use a folder of a model type the {backend} backend implements")
+
+
+#: transformers' names for pickled weights: ``pytorch_model.bin``, ``pytorch_model-00001-of-00002.bin``
+PICKLED_WEIGHTS = "pytorch_model*.bin"
+
+
+def pickled_only_error(folder: Path, backend: str, field: str = "model.path",
+                       weights: str = "*.safetensors") -> ConfigError | None:
+    """The refusal, by a backend that reads only safetensors (``weights``: the files it reads), of a
+    folder whose weights are pickled ``.bin`` files alone: torch loads those (tensors only), the
+    backend would end in "no safetensors found"; None when the folder has files it reads or no ``.bin``."""
+    if any(folder.glob(weights)) or any(folder.glob("*.gguf")):
+        return None
+    bins = sorted(p.name for p in folder.glob(PICKLED_WEIGHTS))
+    if not bins:
+        return None
+    named = ", ".join(bins[:3]) + (", ..." if len(bins) > 3 else "")
+    return ConfigError(
+        f"{str(folder)!r} holds its weights as pickled {named} only, and the {backend} backend reads "
+        "*.safetensors files", field=field,
+        fix="use backend \"torch\" (it loads them with torch.load(weights_only=True)); or, where you trust "
+            "their source, save a safetensors copy (AutoModelForCausalLM.from_pretrained(DIR)"
+            f".save_pretrained(OUT)) and point {field} at OUT")
 
 
 #: torch's ``weights_only`` refusal names the global it met: ``Unsupported global: GLOBAL builtins.print``

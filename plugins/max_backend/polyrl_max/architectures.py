@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from polyrl.backend_kit.model_folders import foreign_code_error
 from polyrl.errors import ConfigError
 
 
@@ -105,6 +106,9 @@ def check_architecture(model_dir: Path, encoding: str | None, device_kind: str,
     if model_type is None and hf_class is None:
         return None
     arch = MAX_ARCHITECTURES.get(model_type or "")
+    foreign = foreign_code_error(model_dir, "max", "model") if arch is None else None
+    if foreign is not None:  # auto_map's own code builds it: torch alone runs that
+        raise foreign
     if arch is None or (hf_class is not None and hf_class != arch.hf_class):
         able = ", ".join(f"{t} ({a.hf_class})" for t, a in MAX_ARCHITECTURES.items())
         raise ConfigError(

@@ -57,6 +57,7 @@ import numpy as np
 
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
+from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_only_error, remote_code_error
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
@@ -274,6 +275,11 @@ def _model_field(options: Mapping[str, Any]) -> str:
     return "backends.options.max_model_path" if max_options.max_model_path(options) else "model"
 
 
+def _path_field(field: str) -> str:
+    """``model.path`` for the model (the key a fix tells the user to point elsewhere), else ``field``."""
+    return "model.path" if field == "model" else field
+
+
 def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, Path | None]:
     """(tokenizer folder, folder MAX loads, GGUF weight file or None)."""
     path = Path(model).expanduser()
@@ -298,12 +304,18 @@ def model_location(model: str, options: Mapping[str, Any]) -> tuple[Path, Path, 
         if len(ggufs) == 1:
             gguf = ggufs[0]
     if not (target / "config.json").exists():
+        adapter = adapter_folder_error(target, _path_field(field), backend="max")
+        if adapter is not None:
+            raise adapter
         raise ConfigError(
             f"{str(target)!r} has no config.json; MAX reads the architecture from it",
             field=field,
             fix="convert the GGUF to an HF folder first (`polyrl convert MODEL --to hf`), or put "
                 "the model's config.json and tokenizer next to the .gguf",
         )
+    pickled = pickled_only_error(target, "max", _path_field(field)) if gguf is None else None
+    if pickled is not None:  # MAX reads safetensors or GGUF weights only
+        raise pickled
     if not any(tok_dir.glob("tokenizer*")):
         tok_dir = target
     return tok_dir, target, gguf
@@ -374,8 +386,14 @@ class MaxEngine(CompletionDecoding):
 
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir),
-                                                       trust_remote_code=bool(config.trust_remote_code))
+        trusted = bool(config.trust_remote_code)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=trusted)
+        except ValueError as exc:  # transformers' multi-line plea for trust_remote_code was a plugin crash
+            refusal = remote_code_error(tok_dir, trusted, exc)
+            if refusal is None:
+                raise
+            raise refusal from None
         if self.gguf_file is not None:  # MAX runs the GGUF: our ids must be the ids it was made for
             from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
@@ -415,6 +433,8 @@ class MaxEngine(CompletionDecoding):
             kwargs["quantization_encoding"] = self.encoding
         if self.gguf_file is not None:
             kwargs["weight_path"] = [str(self.gguf_file)]
+        if self.config.trust_remote_code:  # MAX loads the tokenizer again: the folder's code it was allowed
+            kwargs["trust_remote_code"] = True
         kwargs.update(max_options.max_overrides(options))
         before = _compiled_artifacts(self.cache_dir)
         log.info("max_loading", model=str(self.max_model_dir), device=self.device_spec,

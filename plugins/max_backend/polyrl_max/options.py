@@ -30,6 +30,7 @@ RESERVED_OVERRIDES = {
     "max_batch_size": "backends.options.max_batch_size",
     "max_length": "model.max_length",
     "quantization_encoding": "backends.options.quantization_encoding (or model.dtype)",
+    "trust_remote_code": "model.trust_remote_code",  # the one switch for a folder's own code, all backends
 }
 
 

@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from polyrl.backend_kit.model_folders import adapter_folder_error, foreign_code_error, pickled_only_error
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 
+#: the weight files mlx-lm's ``load_model`` reads (it globs no other name)
+MLX_WEIGHTS = "model*.safetensors"
 FORMATS = ("mlx", "hf")
 BITS = (2, 3, 4, 5, 6, 8)
 DEFAULT_GROUP_SIZE = 64
@@ -44,8 +48,14 @@ def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path
                           fix="convert it to HF first "
                               "(`polyrl convert MODEL.gguf OUT --to hf`, torch backend)")
     if not (source / "config.json").exists():
+        adapter = adapter_folder_error(source, "src", backend="mlx") if source.is_dir() else None
+        if adapter is not None:
+            raise adapter
         raise ConfigError(f"{src!r} is not a model folder (no config.json)", field="src",
                           fix="give a local HF or MLX model folder")
+    pickled = pickled_only_error(source, "mlx", "src", weights=MLX_WEIGHTS)
+    if pickled is not None:
+        raise pickled
     if quantize_bits is not None:
         if to != "mlx":
             raise ConfigError("quantization is only written in MLX format", field="quantize_bits",
@@ -67,7 +77,8 @@ def _load(source: Path) -> tuple[Any, Any, dict[str, Any]]:
     the files mlx-lm reads first: 20000 layers over 2 took 13 s to build before mlx-lm refused."""
     from polyrl_mlx.engine import load_mlx_lm
 
-    refuse_config_json_beyond_weights(source, "src", sorted(source.glob("model*.safetensors")))
+    refuse_config_json_beyond_weights(source, "src", sorted(source.glob(MLX_WEIGHTS)))
+    refuse_model_file(source, False, "src")
     try:
         return load_mlx_lm(source, False, lazy=True)
     except (RuntimeError, ValueError, TypeError) as exc:  # damaged weights, no module, a key missing
@@ -85,7 +96,11 @@ def load_error(exc: Exception, source: Path, field: str) -> ConfigError:
     if isinstance(exc, RuntimeError):
         return ConfigError(f"the weights in {str(source)!r} are truncated or corrupt ({_summary(exc)})",
                            field=field, fix="re-copy or re-download the model's *.safetensors files")
-    if not any(word in str(exc).split("\n", 1)[0] for word in ("parameters", "shape")):
+    first = str(exc).split("\n", 1)[0]
+    foreign = foreign_code_error(source, "mlx", field) if "not supported" in first else None
+    if foreign is not None:  # auto_map's own code builds it: torch alone runs that
+        return foreign
+    if not any(word in first for word in ("parameters", "shape")):
         return ConfigError(f"mlx-lm cannot load {str(source)!r}: {_summary(exc)}", field=field,
                            fix="give an HF or MLX model folder of an architecture mlx-lm supports, "
                                "or use backend \"torch\"")
@@ -94,6 +109,28 @@ def load_error(exc: Exception, source: Path, field: str) -> ConfigError:
                        "num_hidden_layers, hidden_size), or re-copy / re-download the model folder; if "
                        "transformers loads it, use backend \"torch\" (mlx-lm's module for this family "
                        "expects another layout)")
+
+
+def refuse_model_file(folder: Path, trusted: bool, field: str) -> None:
+    """Refuse a folder whose config.json names ``model_file`` (mlx-lm's own custom-module key: it
+    imports that file to build the model) unless the run trusts it. mlx-lm's refusal asked to "pass
+    trust_remote_code=True" in Python, under the fix "use backend torch", which ignores the key.
+    ``polyrl convert`` (field ``src``) runs no folder's code."""
+    try:
+        model_file = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_file")
+    except (OSError, ValueError, AttributeError):  # unreadable / not an object: the loader reports it
+        return
+    if model_file is None or trusted:
+        return
+    if field == "src":
+        raise ConfigError(f"{str(folder)!r} builds its model with its own Python code ({model_file!r}, named "
+                          "by config.json's model_file), which polyrl convert does not run", field=field,
+                          fix="load the folder with backend \"mlx\" and model.trust_remote_code = true, after "
+                              "reading that file, if you trust it")
+    raise ConfigError(f"{str(folder)!r} builds its model with its own Python code ({model_file!r}, named by "
+                      "config.json's model_file), which polyrl does not run unless asked", field=field,
+                      fix="read that file, then set model.trust_remote_code = true if you trust it (mlx-lm "
+                          "imports it); or use a folder of an architecture mlx-lm implements")
 
 
 def _summary(exc: Exception) -> str:

@@ -25,6 +25,7 @@ import attrs
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
+from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_only_error, remote_code_error
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
@@ -35,7 +36,7 @@ from polyrl.types import EngineConfig, Prompt, TokenPrompt
 from polyrl_mlx import blas
 from polyrl_mlx._mx import mx, optim
 from polyrl_mlx.architectures import SPLIT_HEAD_TYPES, TESTED_TYPES, exact_embedding_scale
-from polyrl_mlx.convert import load_error
+from polyrl_mlx.convert import MLX_WEIGHTS, load_error, refuse_model_file
 from polyrl_mlx.family_check import check_family
 from polyrl_mlx.packed import check_runs_here
 
@@ -82,8 +83,14 @@ def _model_dir(model: str) -> Path:
                 fix="convert it first: `polyrl convert MODEL.gguf OUT --to hf` (torch backend), "
                     "then use OUT (or `polyrl convert OUT OUT-mlx --to mlx`)",
             )
+        adapter = adapter_folder_error(path, "model.path", backend="mlx")
+        if adapter is not None:
+            raise adapter
         raise ConfigError(f"{model!r} has no config.json", field="model",
                           fix="point at a HF or MLX model folder")
+    pickled = pickled_only_error(path, "mlx", "model.path", weights=MLX_WEIGHTS)
+    if pickled is not None:  # mlx-lm's own "No safetensors found" was a plugin crash
+        raise pickled
     return path
 
 
@@ -134,7 +141,10 @@ def load_mlx_lm(model_dir: Path, trust_remote_code: bool, lazy: bool = False) ->
     model, hf_config = load_model(model_dir, lazy=lazy, model_config=config_overrides(model_dir) or None,
                                   get_model_classes=model_classes(_get_classes),
                                   trust_remote_code=trust_remote_code)
-    tokenizer = load_tokenizer(model_dir, eos_token_ids=hf_config.get("eos_token_id", None))
+    # trust_remote_code always explicit: mlx-lm passes none, so transformers asked on the terminal
+    # "Do you wish to run the custom code? [y/N]" and a "y" ran a tokenizer's own code unasked
+    tokenizer = load_tokenizer(model_dir, {"trust_remote_code": trust_remote_code},
+                               eos_token_ids=hf_config.get("eos_token_id", None))
     return model, tokenizer, hf_config
 
 
@@ -189,11 +199,13 @@ class MLXEngine(CompletionDecoding):
         refuse_config_json_beyond_weights(self.model_dir, "model.path",
                                           sorted(self.model_dir.glob("model*.safetensors")))
 
+        refuse_model_file(self.model_dir, bool(config.trust_remote_code), "model.trust_remote_code")
         with mx.stream(self.device):
             try:
                 model, tokenizer, hf_config = load_mlx_lm(self.model_dir, bool(config.trust_remote_code))
             except (RuntimeError, ValueError, TypeError) as exc:  # no module, damaged weights, a key missing
-                raise load_error(exc, self.model_dir, "model.path") from None
+                raise (remote_code_error(self.model_dir, bool(config.trust_remote_code), exc)
+                       or load_error(exc, self.model_dir, "model.path")) from None
             self.hf_config: dict[str, Any] = dict(hf_config)
             self.quantization: dict | None = hf_config.get("quantization")
             check_runs_here(model, self.device, self.model_dir)  # nvfp4 global scales: GPU only
