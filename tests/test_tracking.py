@@ -966,7 +966,8 @@ def test_tensorboards_completions_table_keeps_its_rows_through_carriage_returns_
     from polyrl.tracking.completions import markdown_table
 
     samples = {"2+2=\r4\r\n|done": "2+2=\n4\n|done", "&amp; &#124; a & b": "&amp; &#124; a & b",
-               "\x1b[31mred\x1b[0m\x00\x7f": "\u241b[31mred\u241b[0m\u2400\u2421", "ok": "ok"}
+               "\x1b[31mred\x1b[0m\x00\x7f": "\u241b[31mred\u241b[0m\u2400\u2421", "ok": "ok",
+               "<b>24</b> <i>x</i> <script>": "<b>24</b> <i>x</i> <script>"}
     records = [{"step": 3, "prompt": f"p{i}", "completion": text, "rewards": {"f": float(i)}, "reward": float(i),
                 "advantage": -1.5, "finish_reason": "stop"} for i, text in enumerate(samples)]
     rendered = plugin_util.markdown_to_safe_html(markdown_table(records))
@@ -976,6 +977,7 @@ def test_tensorboards_completions_table_keeps_its_rows_through_carriage_returns_
         cells = [html.unescape(c.strip()) for c in re.findall(r"<td>(.*?)</td>", row, flags=re.S)]
         assert cells[:2] == ["3", f"p{i}"] and cells[3:] == [f'{{"f": {float(i)}}}', str(float(i)), "-1.5", "stop"], row
         assert re.sub(r"<br\s*/?>\n?", "\n", cells[2]) == shown, row
+    assert "<b>" not in rendered and "<i>" not in rendered, rendered  # markup shown as text, not drawn as HTML
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # pytest's own thread hook
