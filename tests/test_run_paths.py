@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from polyrl.config import RunConfig
 
 
@@ -86,3 +88,26 @@ def test_a_trl_run_named_by_its_relative_output_dir_still_names_its_model_artifa
     assert model_artifact_name(run, context) == "model-abc123"
     named = TrackerContext(tmp_path / "run", "mine", "p", {}, trl=True, trl_run=TrlRun(run_name="mine"))
     assert model_artifact_name(SimpleNamespace(name="mine", id="abc123"), named) == "model-mine"
+
+
+def test_ranks_started_in_other_folders_agree_on_a_relative_output_dir(tiny_model_dir, tmp_path, monkeypatch):
+    """The run anchors train.output_dir at its start folder, but ranks (nodes of one launch) may start
+    in other folders: they compare the config as written, so the same relative output_dir agrees,
+    and another one is still named."""
+    pytest.importorskip("polyrl_torch")
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    def config_print(folder, output_dir="runs/x"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        monkeypatch.chdir(tmp_path / folder)
+        config = RunConfig.from_dict({
+            "model": {"path": tiny_model_dir}, "rewards": [{"name": "numeric_match"}], "backends": {"train": "torch"},
+            "data": {"rows": [{"prompt": f"{i} + 1 =", "answer": str(i + 1)} for i in range(4)]},
+            "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": output_dir}})
+        trainer = Trainer(config, check_only=True)
+        assert trainer.config.train.output_dir == str(tmp_path / folder / output_dir)
+        return trainer._fingerprint()["config"]
+
+    assert config_print("node0") == config_print("node1")
+    assert config_print("node0") != config_print("node1", output_dir="runs/y")

@@ -330,6 +330,8 @@ class Trainer:
         #: the working folder as the run began: its relative paths name files from there, wherever
         #: plugin code moves the process's working folder later (``run_paths``)
         self._start_dir = run_paths.start_folder()
+        #: train.output_dir as written: what ranks compare (nodes may start in other folders)
+        self._given_output_dir = config.train.output_dir
         self.config = config = run_paths.with_output_dir(config, self._start_dir)
         self._given_engines = engines
         self.output_dir = Path(config.train.output_dir)
@@ -1566,8 +1568,8 @@ class Trainer:
         models = [model_files(self.model_path)]
         if ref:
             models.append(model_files(self.registry.resolve_model(ref, field="model.reference_path")))
-        return fingerprint(resume_config.snapshot(self.config), self._reward_codes, self.dataset, self.eval_dataset,
-                           weights=",".join(models))
+        written = {**resume_config.snapshot(self.config), "train.output_dir": self._given_output_dir}
+        return fingerprint(written, self._reward_codes, self.dataset, self.eval_dataset, weights=",".join(models))
 
     def _own_output_dir(self) -> None:
         """Take the output_dir lock (rank 0 writes for everyone under a launcher), delete what a kill
