@@ -422,10 +422,10 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     if builder == "csv":
         refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
-    rows = _arrow_rows(loaded, digest, name)
+    table = _arrow_rows(loaded, digest, name)
     if builder == "csv":
-        rows.csv = (tuple(paths), options.get("sep", ","))
-    return rows, name, None
+        table.csv = (tuple(paths), options.get("sep", ","))
+    return table, name, None
 
 
 def _parquet_rows(paths: list[Path], field: str) -> int:
