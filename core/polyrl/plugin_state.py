@@ -25,8 +25,9 @@ until the next awaited call ends.
 Below the streams, the descriptors 1 and 2 themselves are the process's too: a call that closed
 one (``os.close(2)``) ended the run with exit code 1 and nothing said (the ``error:`` line had
 nowhere to go); one that pointed it elsewhere (``os.dup2(devnull, 2)``) silenced every later line.
-A duplicate of each is taken as the first awaited call begins, and put back (``os.dup2``) where the
-descriptor is closed or names another file as the calls end. What this cannot undo: a file another
+A duplicate of each is kept from the first plugin call on (taken anew when the descriptor names
+another file as a call begins), and put back (``os.dup2``) where the descriptor is closed or names
+another file as the calls end. What this cannot undo: a file another
 thread opened while descriptor 2 was closed may have been given number 2; it is replaced too.
 """
 
@@ -48,7 +49,7 @@ _home: tuple[str | None, Any, Any] | None = None  # (folder, stdout, stderr) whe
 _warned = False
 #: the descriptor each kept stream wrote to (by ``id``), to open again one that plugin code closed
 _descriptors: dict[int, int] = {}
-#: descriptor number (1, 2) -> (a duplicate of it, (st_dev, st_ino) of its file), as the first awaited call began
+#: descriptor number (1, 2) -> (a duplicate of it, (st_dev, st_ino) of its file) as plugin calls began
 _kept_fds: dict[int, tuple[int, tuple[int, int]]] = {}
 
 
@@ -144,29 +145,35 @@ def _identity(fd: int) -> tuple[int, int] | None:
 
 
 def _keep_fds() -> None:
-    """Under ``_lock``: a duplicate of descriptors 1 and 2 as they are now (the ones kept before
-    closed: they belonged to calls that are over). One closed already is not kept."""
-    for duplicate, _ in _kept_fds.values():
-        with contextlib.suppress(OSError):
-            os.close(duplicate)
-    _kept_fds.clear()
+    """Under ``_lock``: a duplicate of descriptors 1 and 2 as they are now, where not kept already.
+    One that is closed now keeps the duplicate taken before (a call abandoned past its time limit
+    may have closed it since: the next calls' end puts it back); one naming another file than the
+    kept one (the trainer's own change, a test's capture) is kept anew."""
     for number in (1, 2):
         identity = _identity(number)
-        if identity is None:
+        kept = _kept_fds.get(number)
+        if identity is None or (kept is not None and kept[1] == identity == _identity(kept[0])):
             continue
         try:
-            _kept_fds[number] = (os.dup(number), identity)
-        except OSError:  # out of descriptors: nothing kept to put back
-            pass
+            duplicate = os.dup(number)
+        except OSError:  # out of descriptors: the one kept before, if any, stays
+            continue
+        if kept is not None and _identity(kept[0]) == kept[1]:  # still ours: a closed one's number may be another's
+            with contextlib.suppress(OSError):
+                os.close(kept[0])
+        _kept_fds[number] = (duplicate, identity)
 
 
 def _restore_fds() -> list[str]:
     """Under ``_lock``: descriptors 1 and 2 put back where plugin code closed them or pointed them
     at another file; what changed."""
     changed = []
-    for number, (duplicate, identity) in _kept_fds.items():
+    for number, (duplicate, identity) in list(_kept_fds.items()):
         now = _identity(number)
         if now == identity:
+            continue
+        if _identity(duplicate) != identity:  # the duplicate itself closed (os.closerange(3, ...)), its number reused
+            del _kept_fds[number]
             continue
         try:
             os.dup2(duplicate, number)
