@@ -1013,7 +1013,7 @@ def test_relative_stores_named_by_the_environment_stay_where_the_run_started(tmp
     ("sqlite+pysqlite:///m.db?timeout=3", "sqlite+pysqlite:////start/m.db?timeout=3"),
     ("/abs", "/abs"), ("file:///abs", "file:///abs"), ("sqlite:////abs.db", "sqlite:////abs.db"),
     ("sqlite:///:memory:", "sqlite:///:memory:"), ("http://host:5000", "http://host:5000"),
-    ("databricks", "databricks"), ("postgresql://u@h/db", "postgresql://u@h/db")])
+    ("databricks", "databricks"), ("postgresql://u@h/db", "postgresql://u@h/db"), ("", "")])
 def test_only_a_relative_local_mlflow_store_is_named_from_the_start(uri, anchored):
     from polyrl.tracking.mlflow import anchored_uri
 

@@ -96,7 +96,7 @@ def anchored_uri(uri: str, start: str | None) -> str:
     (``MlflowClient``'s file store root, SQLAlchemy's sqlite file on each connection), so a reward or
     tool that moved the working folder while the tracker's thread wrote sent the run's metrics into
     another store. Anything else (absolute, a server, another database) is left as it is."""
-    if start is None:
+    if start is None or not uri:
         return uri
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
