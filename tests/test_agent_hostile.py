@@ -948,6 +948,41 @@ def test_two_tool_calls_capturing_their_output_at_once_leave_the_streams_as_they
     assert c.info["tool_calls"] == 2 and c.info["tool_errors"] == 0 and not check(model, [c])
 
 
+def test_a_tool_pointing_descriptor_2_at_devnull_has_it_set_back(smollm2):
+    """``os.dup2(devnull, 2)`` in a tool (silencing a library that writes to the descriptor) is the
+    whole process's: every later warning and the run's ``error:`` line went to /dev/null, unseen.
+    Descriptor 2 names its file again once the call is over."""
+    import os
+
+    def quiet(key: str) -> str:
+        """Do quiet work.
+
+        Args:
+            key: the key
+        """
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        return "done"
+
+    def identity(fd: int) -> tuple[int, int]:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+
+    model = Scripted(smollm2, lambda text, j: call("quiet", key="k") if text.count("assistant\n") == 1 else "ok",
+                     smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, toolbox=ToolBox([quiet]), parse=parse_tool_calls)
+    kept, before = os.dup(2), identity(2)
+    try:
+        [c] = runner.run([{"prompt": "x"}], SamplingParams(max_new_tokens=80, n=1, seed=0))
+        after = identity(2)
+    finally:
+        os.dup2(kept, 2)  # for the rest of the session, whatever the outcome
+        os.close(kept)
+    assert after == before, "descriptor 2 was left on /dev/null"
+    assert c.messages[1]["content"] == "done" and not check(model, [c])
+
+
 def test_a_chdir_before_a_step_hangs_is_set_back_when_the_step_is_abandoned(smollm2, tmp_path, monkeypatch):
     """A ``step`` that moved into its folder and then hung past env_timeout_s is abandoned (its
     thread cannot be stopped): the folder is set back at that moment, not when (if ever) it

@@ -399,3 +399,47 @@ def test_arrow_rows_are_named_by_their_place_in_the_source(tmp_path, cache):
                 check_prompt_lengths(ds, lambda p: len(p.split()), 20)
             kept, dropped = check_prompt_lengths(ds, lambda p: len(p.split()), 20, drop=True)
             assert dropped == 1 and kept.arrow_backed and len(kept) == len(ds) - 1
+
+
+def test_a_jsonl_file_with_an_old_macs_line_ends_is_read_as_datasets_reads_it(tmp_path, cache):
+    """CR-only line ends (classic Mac OS, some exporters): 🤗 datasets reads the rows; they were
+    refused as one line, "line 1 is not valid JSON (Extra data)". Each CR ends a line now, the rows
+    typed as datasets types them, and an error names the line an editor shows."""
+    lines = [json.dumps({"prompt": f"What is {i} + 1?", "answer": i + 1}) for i in range(3)]
+    path = tmp_path / "mac.jsonl"
+    path.write_bytes("\r".join(lines).encode() + b"\r")
+    expected = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=cache).to_list()
+    assert load_dataset(path=str(path), cache_dir=cache).rows == expected
+    path.write_bytes("\r".join([lines[0], '{"prompt": "broken"', lines[2]]).encode())
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=cache)
+    assert f"{path}:2 is not valid JSON" in str(err.value)
+
+
+def test_a_carriage_return_ending_a_line_inside_a_jsonl_line_is_said(tmp_path, cache):
+    """A file of \\n line ends with a lone \\r ending a row inside one line (two files joined):
+    the error says the \\r is a line end, not only "Extra data"."""
+    path = tmp_path / "joined.jsonl"
+    path.write_bytes(b'{"prompt": "a"}\n{"prompt": "b"}\r{"prompt": "c"}\n')
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=cache)
+    assert f"{path}:2 is not valid JSON (Extra data)" in str(err.value)
+    assert "carriage return (\\r) as a line end" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("cell", ["NA", "N/A", "null", '"None"'])
+def test_a_csv_prompt_pandas_reads_as_missing_is_said_to_be_so(tmp_path, cache, cell):
+    """pandas (🤗 datasets' CSV reader) reads NA, N/A, null, None... as no value, quoted or not:
+    the prompt was refused as "is empty", naming a cell that is not."""
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\nWhat is 1 + 1?,2\n\n{cell},3\n")
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=cache)
+    word = cell.strip('"')
+    assert str(err.value).startswith(f"data: row 1 of qa.csv: the prompt in column 'prompt' holds {word!r}, which "
+                                     "pandas (🤗 datasets' CSV reader) reads as a missing value"), str(err.value)
+    assert "JSONL or Parquet" in str(err.value)
+    path.write_text("prompt,answer\nWhat is 1 + 1?,2\n,3\n")  # a cell that is empty is still said so
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=cache)
+    assert "the prompt in column 'prompt' is empty" in str(err.value)

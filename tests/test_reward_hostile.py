@@ -43,6 +43,10 @@ HOSTILE = {
     # `polyrl train` prints to stderr while it trains (sys.stdout is sys.stderr): the same stream, and
     # the progress bar's console kept the closed one (a traceback as the bar ended)
     "close_stdout": "sys.stdout.close()",
+    # the descriptors themselves: exit code 1 and not a word (os.close(2)), or every later line lost
+    "close_fd2": "os.close(2)",
+    "close_fd1": "os.close(1)",  # the summary's
+    "devnull_fd2": "os.dup2(os.open(os.devnull, os.O_WRONLY), 2)",
     # a child returning onto the reward's thread: "Fatal Python error: init_threadstate" and a stack dump
     "fork_returns": "pid = os.fork()\n        if pid == 0: return [0.0] * len(completions)\n        os.waitpid(pid, 0)",
     "fork_exits": "pid = os.fork()\n        if pid == 0: sys.exit(0)\n        os.waitpid(pid, 0)",

@@ -111,3 +111,34 @@ def test_ranks_started_in_other_folders_agree_on_a_relative_output_dir(tiny_mode
 
     assert config_print("node0") == config_print("node1")
     assert config_print("node0") != config_print("node1", output_dir="runs/y")
+
+
+def test_a_trl_trainers_own_writes_stay_with_its_run_after_the_working_folder_moved(tiny_model_dir, tmp_path,
+                                                                                     monkeypatch):
+    """polyrl.trl.GRPOTrainer's own writes (save_model, save_state) named the run's folder by TRL's
+    relative output_dir when called, while the run inside wrote its files from its start: code
+    that moved the working folder (here a callback; a reward's helper thread, or one abandoned
+    past its time limit, alike) sent them elsewhere, or save_model found no trained model."""
+    pytest.importorskip("polyrl_torch")
+    pytest.importorskip("trl")
+    from transformers import TrainerCallback
+    from trl_util import grpo_args, prompts_dataset, short
+
+    from polyrl.trl import GRPOTrainer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+
+    class Wander(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            os.chdir(tmp_path / "elsewhere")
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=grpo_args(tmp_path, output_dir="run"),
+                          train_dataset=prompts_dataset(), callbacks=[Wander()])
+    trainer.train()
+    assert os.getcwd() == str(tmp_path / "elsewhere")  # the callback's move stands: it is the script's own code
+    trainer.save_model()
+    trainer.save_state()
+    run = tmp_path / "run"
+    assert (run / "trainer_state.json").exists() and (run / "model.safetensors").exists()
+    assert not (tmp_path / "elsewhere" / "run").exists()

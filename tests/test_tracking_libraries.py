@@ -976,3 +976,46 @@ def test_trackio_alerts_of_a_trl_script_run_advise_that_scripts_resume(tmp_path)
     assert alerts == {"cli": [said + "polyrl train CONFIG --resume continues it"],
                       "script": [said + "trainer.train(resume_from_checkpoint=True) in the TRL script, run again "
                                  "(python /work/train.py) continues it"]}
+
+
+def test_relative_stores_named_by_the_environment_stay_where_the_run_started(tmp_path, tiny_model_dir):
+    """MLFLOW_TRACKING_URI=mlstore and TRACKIO_DIR=trackstore, relative as a shell sets them: MLflow
+    keeps its file store's root as given and trackio its folder, so a working folder moved by plugin
+    code (here between the trainer's start and its run, as a reward's os.chdir while the tracker's
+    thread writes) sent the run's metrics into another store. Both are named from the run's start."""
+    home = tmp_path / "home"
+    (home / "elsewhere").mkdir(parents=True)
+    data = {"model": {"path": tiny_model_dir}, "generation": {"group_size": 2, "max_new_tokens": 4},
+            "data": {"task": "arithmetic", "options": {"count": 8}},
+            "rewards": [{"name": "length_penalty", "options": {"target": 2, "unit": "chars"}}],
+            "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": "out"},
+            "logging": {"report_to": ["mlflow", "trackio"], "run_name": "moved", "project": "polyrl-moved"}}
+    code = ("import json, os, sys\nfrom polyrl.config import RunConfig\nfrom polyrl.trainer import Trainer\n"
+            "trainer = Trainer(RunConfig.from_dict(json.loads(sys.argv[1])))\n"
+            "os.chdir('elsewhere')\ntrainer.run(progress=False)\n")
+    env = {**environ_without(MLFLOW_CHOICES + TRACKIO_CHOICES), "MLFLOW_TRACKING_URI": "mlstore",
+           "TRACKIO_DIR": "trackstore", "MLFLOW_ALLOW_FILE_STORE": "true"}
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(data)], cwd=home, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (home / "elsewhere" / "mlstore").exists() and not (home / "elsewhere" / "trackstore").exists()
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(home / "mlstore").as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("polyrl-moved").experiment_id])
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "reward_mean")] == [1]
+    assert list((home / "trackstore").glob("polyrl-moved*.db")), sorted(p.name for p in (home / "trackstore").iterdir())
+
+
+@pytest.mark.parametrize(("uri", "anchored"), [
+    ("mlruns", "/start/mlruns"), ("file:rel", "file:///start/rel"), ("sqlite:///m.db", "sqlite:////start/m.db"),
+    ("sqlite+pysqlite:///m.db?timeout=3", "sqlite+pysqlite:////start/m.db?timeout=3"),
+    ("/abs", "/abs"), ("file:///abs", "file:///abs"), ("sqlite:////abs.db", "sqlite:////abs.db"),
+    ("sqlite:///:memory:", "sqlite:///:memory:"), ("http://host:5000", "http://host:5000"),
+    ("databricks", "databricks"), ("postgresql://u@h/db", "postgresql://u@h/db"), ("", "")])
+def test_only_a_relative_local_mlflow_store_is_named_from_the_start(uri, anchored):
+    from polyrl.tracking.mlflow import anchored_uri
+
+    assert anchored_uri(uri, "/start") == anchored
+    assert anchored_uri(uri, None) == uri

@@ -134,7 +134,7 @@ class Dataset:
             for column in IMAGE_COLUMNS:
                 if column in names:
                     raise image_column_error(column, self.name)
-            check_prompt_column(self._arrow.table.data.table, source, self.name)
+            check_prompt_column(self._arrow.table.data.table, source, self.name, self._arrow.missing_cell)
             check_text_columns(self._arrow.table.data.table, self.name)
             return
         for i, row in enumerate(self._rows or ()):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -101,8 +102,11 @@ def _parts_content(t: Any) -> bool:
     return "role" in names and content is not None and (pa.types.is_list(content) or pa.types.is_large_list(content))
 
 
-def check_prompt_column(table: Any, column: str, name: str) -> None:
-    """Every row of ``column`` is non-empty text or a non-empty chat; checked chunk by chunk."""
+def check_prompt_column(table: Any, column: str, name: str,
+                        missing: Callable[[int, str], tuple[str, str]] | None = None) -> None:
+    """Every row of ``column`` is non-empty text or a non-empty chat; checked chunk by chunk.
+    ``missing(row, column)``: (why, fix) for a text row with no value, where the source says more
+    than "is empty" (a CSV cell pandas read as missing: ``ArrowRows.csv``)."""
     if column not in table.column_names:
         present = ", ".join(table.column_names) or "none"
         raise ConfigError(f"{name} has no column {column!r} (its columns: {present})",
@@ -123,8 +127,10 @@ def check_prompt_column(table: Any, column: str, name: str) -> None:
     for chunk in data.chunks:
         bad, why = _bad_rows(chunk)
         if len(bad):
-            raise ConfigError(f"row {offset + int(bad[0])} of {name}: the prompt in column {column!r} {why}",
-                              field="data", fix="remove or fix that row")
+            row, fix = offset + int(bad[0]), "remove or fix that row"
+            if missing is not None and _is_text(chunk.type) and chunk[int(bad[0])].as_py() is None:
+                why, fix = missing(row, column)
+            raise ConfigError(f"row {row} of {name}: the prompt in column {column!r} {why}", field="data", fix=fix)
         if not _is_text(chunk.type):
             _check_roles(chunk, offset, name, column)
         offset += len(chunk)
@@ -209,10 +215,22 @@ class ArrowRows:
     fingerprint hashes the source files' digest with those indices, so it costs no row reads.
     """
 
-    def __init__(self, table: Any, source_digest: str, indices: np.ndarray | None = None) -> None:
+    def __init__(self, table: Any, source_digest: str, indices: np.ndarray | None = None,
+                 csv: tuple[tuple[Path, ...], str] | None = None) -> None:
         self.table = table  # a datasets.Dataset without an indices mapping
         self.source_digest = source_digest
         self.indices = indices
+        #: (the CSV files, their separator) the table was read from: a cell pandas read as no value
+        #: is read again as written, for its error (``csv_missing``)
+        self.csv = csv
+
+    def missing_cell(self, row: int, column: str) -> tuple[str, str]:
+        """(why, fix) for table row ``row`` whose ``column`` holds no value (CSV: ``csv_missing``)."""
+        if self.csv is None:
+            return "is empty", "remove or fix that row"
+        from polyrl.csv_missing import missing_prompt
+
+        return missing_prompt(self.csv[0], self.csv[1], row, column)
 
     def __len__(self) -> int:
         return len(self.table) if self.indices is None else len(self.indices)
@@ -246,7 +264,7 @@ class ArrowRows:
         return [dict(zip(names, values)) for values in zip(*(columns[k] for k in names))]
 
     def select(self, positions: Sequence[int] | np.ndarray) -> ArrowRows:
-        return ArrowRows(self.table, self.source_digest, self._base(positions))
+        return ArrowRows(self.table, self.source_digest, self._base(positions), self.csv)
 
     def fingerprint(self, extra: str = "") -> str:
         h = hashlib.sha256(f"arrow:{self.source_digest}:{extra}".encode())

@@ -22,7 +22,7 @@ import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from polyrl import json_keys, long_numbers
 from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_row_labels
@@ -233,7 +233,7 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
     rows: list[Any] = []
     lines: list[int] = []
     with path.open("rb") as fh:
-        for lineno, raw_line in enumerate(fh, 1):
+        for lineno, raw_line in enumerate(_raw_lines(fh), 1):
             if lineno == 1:
                 raw_line = raw_line.removeprefix(codecs.BOM_UTF8)
             try:
@@ -243,7 +243,10 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
                                   fix="save the file as UTF-8") from None
             if not line.strip():
                 continue
-            rows.append(_json(line, path, lineno, field, "write one JSON object per line"))
+            bare_cr = "\r" in line.rstrip("\r\n")  # a line end of an old Mac's inside the line
+            rows.append(_json(line, path, lineno, field, "write one JSON object per line" + (
+                " (this line holds a carriage return (\\r) as a line end, which only some readers take: save the "
+                "file with \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW.jsonl)" if bare_cr else "")))
             lines.append(lineno)
             if not isinstance(rows[-1], dict):
                 raise ConfigError(f"{path}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
@@ -253,6 +256,30 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
     if origins is not None:
         origins.add(path, lines)
     return rows
+
+
+#: how much of a JSON-lines file is looked at to tell its line ends (``_raw_lines``)
+_LINE_END_PROBE = 1 << 20
+
+
+def _raw_lines(fh: BinaryIO) -> Iterator[bytes]:
+    """The lines of a JSON-lines file opened in binary: at ``\n`` as usual, or at ``\r`` in a file
+    whose line ends are an old Mac's (``\r`` alone: no ``\n`` in its first MiB but a ``\r``).
+    Why: 🤗 datasets (pyarrow) reads such a file row by row; read at ``\n`` it was one line, refused
+    as "line 1 is not valid JSON (Extra data)". A ``\r`` is never inside a JSON string (it must be
+    escaped there), so splitting at it cuts no value."""
+    head = fh.read(_LINE_END_PROBE)
+    fh.seek(0)
+    if b"\n" in head or b"\r" not in head:
+        yield from fh
+        return
+    rest = b""
+    while block := fh.read(_LINE_END_PROBE):
+        *whole, rest = (rest + block).split(b"\r")
+        for line in whole:
+            yield line + b"\r"
+    if rest:
+        yield rest
 
 
 def read_json_files(paths: Sequence[Path], field: str = "data.path",
@@ -395,7 +422,10 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     if builder == "csv":
         refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
-    return _arrow_rows(loaded, digest, name), name, None
+    table = _arrow_rows(loaded, digest, name)
+    if builder == "csv":
+        table.csv = (tuple(paths), options.get("sep", ","))
+    return table, name, None
 
 
 def _parquet_rows(paths: list[Path], field: str) -> int:

@@ -20,7 +20,15 @@ is opened again on its descriptor; streams the trainer itself replaces meanwhile
 bar's) are told (``streams_replaced``) and kept as the trainer's. What this cannot undo: while such
 a call runs, the folder and the streams are its own for every thread (the run's own paths are
 absolute from its start: ``polyrl.run_paths``); what a call changes after it was abandoned stays
-until the next awaited call ends; a descriptor it closed (``os.close(2)``) stays closed.
+until the next awaited call ends.
+
+Below the streams, the descriptors 1 and 2 themselves are the process's too: a call that closed
+one (``os.close(2)``) ended the run with exit code 1 and nothing said (the ``error:`` line had
+nowhere to go); one that pointed it elsewhere (``os.dup2(devnull, 2)``) silenced every later line.
+A duplicate of each is kept from the first plugin call on (taken anew when the descriptor names
+another file as a call begins), and put back (``os.dup2``) where the descriptor is closed or names
+another file as the calls end. What this cannot undo: a file another
+thread opened while descriptor 2 was closed may have been given number 2; it is replaced too.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ _home: tuple[str | None, Any, Any] | None = None  # (folder, stdout, stderr) whe
 _warned = False
 #: the descriptor each kept stream wrote to (by ``id``), to open again one that plugin code closed
 _descriptors: dict[int, int] = {}
+#: descriptor number (1, 2) -> (a duplicate of it, (st_dev, st_ino) of its file) as plugin calls began
+_kept_fds: dict[int, tuple[int, tuple[int, int]]] = {}
 
 
 def _cwd() -> str | None:
@@ -59,6 +69,7 @@ def enter() -> None:
             _home = (_cwd(), sys.stdout, sys.stderr)
             _descriptors.clear()
             _descriptors.update({id(s): fd for s in (sys.stdout, sys.stderr) if (fd := _descriptor(s)) is not None})
+            _keep_fds()
         _awaited += 1
 
 
@@ -106,7 +117,7 @@ def _set_back() -> list[str]:
         return []
     folder, stdout, stderr = _home
     reopened: dict[int, Any] = {}  # by the kept stream's id: sys.stdout is sys.stderr under `polyrl train`
-    changed = []
+    changed = _restore_fds()  # first: a stream opened again below needs its descriptor
     now = _cwd()
     if folder is not None and now != folder:
         try:
@@ -121,6 +132,54 @@ def _set_back() -> list[str]:
                 reopened[id(kept)] = _open_again(kept, _descriptors.get(id(kept)))
             setattr(sys, name, reopened[id(kept)] if closed else kept)
             changed.append(f"sys.{name}" + (" (closed it)" if closed else ""))
+    return changed
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """The file descriptor ``fd`` names (device, inode), or None when it is closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _keep_fds() -> None:
+    """Under ``_lock``: a duplicate of descriptors 1 and 2 as they are now, where not kept already.
+    One that is closed now keeps the duplicate taken before (a call abandoned past its time limit
+    may have closed it since: the next calls' end puts it back); one naming another file than the
+    kept one (the trainer's own change, a test's capture) is kept anew."""
+    for number in (1, 2):
+        identity = _identity(number)
+        kept = _kept_fds.get(number)
+        if identity is None or (kept is not None and kept[1] == identity == _identity(kept[0])):
+            continue
+        try:
+            duplicate = os.dup(number)
+        except OSError:  # out of descriptors: the one kept before, if any, stays
+            continue
+        if kept is not None and _identity(kept[0]) == kept[1]:  # still ours: a closed one's number may be another's
+            with contextlib.suppress(OSError):
+                os.close(kept[0])
+        _kept_fds[number] = (duplicate, identity)
+
+
+def _restore_fds() -> list[str]:
+    """Under ``_lock``: descriptors 1 and 2 put back where plugin code closed them or pointed them
+    at another file; what changed."""
+    changed = []
+    for number, (duplicate, identity) in list(_kept_fds.items()):
+        now = _identity(number)
+        if now == identity:
+            continue
+        if _identity(duplicate) != identity:  # the duplicate itself closed (os.closerange(3, ...)), its number reused
+            del _kept_fds[number]
+            continue
+        try:
+            os.dup2(duplicate, number)
+        except OSError:
+            continue
+        changed.append(f"file descriptor {number} ({'closed it' if now is None else 'pointed it at another file'})")
     return changed
 
 
@@ -165,4 +224,5 @@ def _warn(where: str, changed: list[str]) -> None:
                     "(said once)", thread=where,
                     fix="use absolute paths or subprocess's cwd= instead of os.chdir, and capture output in a "
                         "subprocess rather than with contextlib.redirect_stdout/redirect_stderr (not thread-safe: "
-                        "tool calls run at once)")
+                        "tool calls run at once); leave descriptors 1 and 2 open where they are (no os.close, "
+                        "os.dup2 onto them)")

@@ -483,7 +483,8 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         #: the evaluation before training kept by a resume's rewound metrics.jsonl (``_rewind_metrics``)
         self._kept_eval_before: dict[str, Any] | None = None
-        self.tracking = tracking_for_run(config, self.registry, self.rank)  # unknown tracker: error now
+        # an unknown tracker: an error now
+        self.tracking = tracking_for_run(config, self.registry, self.rank, self._start_dir)
         self._env_plan = self._check_environment()  # before the models load: a bad tool name errs now
 
     def _load_models(self) -> None:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import attrs
 
-from polyrl import strict_json, trl_saves
+from polyrl import run_paths, strict_json, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
@@ -259,6 +259,12 @@ class GRPOTrainer:
         agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
+        # output_dir named from the folder the trainer was made in, as the run itself names it
+        # (``run_paths``): the working folder is the process's, and code that moves it (a callback, a
+        # reward's helper thread, one abandoned past its time limit) moved this trainer's own writes
+        # (save_model, save_state, the objects saved here) away from the run's files
+        self.grpo_config = attrs.evolve(self.grpo_config, output_dir=run_paths.anchored(
+            self.grpo_config.output_dir, run_paths.start_folder()))
         if trl_streams.is_stream(train_dataset):  # the prompts TRL streams, in its order, trained unshuffled
             train_dataset = trl_streams.stream_rows(train_dataset, self.args, self.grpo_config.steps,
                                                     self.grpo_config.prompts_per_step)

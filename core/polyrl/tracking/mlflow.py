@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from polyrl import run_paths
 from polyrl.logs import get_logger
 from polyrl.strict_json import dumps
 from polyrl.tracking.completions import COLUMNS, cell
@@ -86,6 +87,31 @@ def file_store_path(uri: str) -> str:
         from urllib.request import url2pathname
 
         return url2pathname(urlsplit(uri).path)
+    return uri
+
+
+def anchored_uri(uri: str, start: str | None) -> str:
+    """``uri`` with a relative local store (a plain path, ``file:mlruns``, ``sqlite:///mlflow.db``)
+    named from ``start``, the folder the run started in. Why: MLflow keeps such a store relative
+    (``MlflowClient``'s file store root, SQLAlchemy's sqlite file on each connection), so a reward or
+    tool that moved the working folder while the tracker's thread wrote sent the run's metrics into
+    another store. Anything else (absolute, a server, another database) is left as it is."""
+    if start is None or not uri:
+        return uri
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if store_kind(uri) == "file":
+        if scheme == "":
+            return run_paths.anchored(uri, start)
+        if scheme == "file" and not parts.netloc and parts.path and not parts.path.startswith("/"):
+            from urllib.request import url2pathname
+
+            return Path(run_paths.anchored(url2pathname(parts.path), start)).as_uri()
+        return uri  # absolute, a host's, or a Windows drive
+    head, sep, rest = uri.partition(":///")
+    if scheme.partition("+")[0] == "sqlite" and sep and rest and rest[0] not in "/?" and \
+            not rest.startswith(":memory:"):
+        return f"{head}:///{run_paths.anchored(rest, start)}"
     return uri
 
 
@@ -172,6 +198,7 @@ class MlflowTracker:
         self.adopted = trl_run is not None and trl_run.mlflow_active is not None
         self.uri = (trl_run.mlflow_active_uri if self.adopted and trl_run is not None else None) or \
             os.environ.get("MLFLOW_TRACKING_URI") or ""
+        self.uri = anchored_uri(self.uri, context.start_dir)
         if not self.uri:
             # MLflow 3 keeps the file store working but asks for an opt-in; its database stores
             # need SQLAlchemy, which the skinny build leaves out

@@ -112,6 +112,8 @@ class RunTracking:
     #: who started the run where not ``polyrl train`` (the trainer's ``started_by``), for the
     #: trackers' resume advice (``TrackerContext.started_by``)
     started_by: dict[str, str] | None = None
+    #: the folder the run started in (``TrackerContext.start_dir``)
+    start_dir: str | None = None
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
@@ -146,7 +148,8 @@ class RunTracking:
         if not self.writer or self.trackers:
             return
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
-                                 config=self.config, trl=self.trl, trl_run=self.trl_run, started_by=self.started_by)
+                                 config=self.config, trl=self.trl, trl_run=self.trl_run, started_by=self.started_by,
+                                 start_dir=self.start_dir)
         for spec in self.specs:
             thread = Worker(name=f"polyrl-tracker-{spec.name}")
             try:
@@ -328,15 +331,16 @@ class RunTracking:
                         "(metrics.jsonl has every step)", error=error)
 
 
-def for_run(config: Any, registry: Any, rank: int) -> RunTracking:
-    """The run's tracking, checked now (unknown or missing trackers fail before models load)."""
+def for_run(config: Any, registry: Any, rank: int, start_dir: str | None = None) -> RunTracking:
+    """The run's tracking, checked now (unknown or missing trackers fail before models load);
+    ``start_dir``: the folder the run started in (``TrackerContext.start_dir``)."""
     section = config.logging
     output_dir = Path(config.train.output_dir)
     return RunTracking(
         specs=resolve_specs(registry, section.report_to), output_dir=output_dir,
         completions_per_step=section.completions_per_step, timeout_s=section.tracker_timeout_s,
         run_name=section.run_name or output_dir.resolve().name, project=section.project,
-        config=hyperparameters(config), writer=rank == 0)
+        config=hyperparameters(config), writer=rank == 0, start_dir=start_dir)
 
 
 def hyperparameters(config: Any) -> dict[str, Any]:

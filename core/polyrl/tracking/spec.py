@@ -64,6 +64,10 @@ class TrackerContext:
     #: who started the run where not ``polyrl train`` (``run_plan.trl_script``'s record): how a
     #: text of the tracker's says to continue the run (``run_plan.resume_command``)
     started_by: Mapping[str, str] | None = None
+    #: the folder the run started in (``run_paths``): a store the environment names by a relative path
+    #: (``MLFLOW_TRACKING_URI``, ``TRACKIO_DIR``) is read from there, since the tracker libraries keep
+    #: it relative and a later ``os.chdir`` by plugin code would move the store (None: as given)
+    start_dir: str | None = None
 
 
 class Tracker(Protocol):

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polyrl.tracking.completions import COLUMNS, cell
+from polyrl import run_paths
 from polyrl.logs import get_logger
 from polyrl.run_plan import resume_command
 from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
@@ -39,12 +40,20 @@ def alert_text(started_by: Mapping[str, str] | None) -> str:
 class TrackioTracker:
     def __init__(self, context: TrackerContext) -> None:
         wanted = os.environ.setdefault("TRACKIO_DIR", str((context.output_dir / STORE_DIR).resolve()))
+        if context.start_dir is not None and not os.path.isabs(wanted):
+            # trackio keeps it relative (every database path is made from it when used): named
+            # from the run's start, its store no longer moves with a plugin's os.chdir
+            wanted = os.environ["TRACKIO_DIR"] = run_paths.anchored(wanted, context.start_dir)
         import trackio
         import trackio.utils
 
         self._trackio = trackio
         self.store = Path(trackio.utils.TRACKIO_DIR)
-        if self.store != Path(wanted):  # trackio reads TRACKIO_DIR once, when first imported
+        if not self.store.is_absolute():  # imported earlier, from the relative TRACKIO_DIR then set
+            log.warning("trackio holds its store as the relative TRACKIO_DIR it was imported with: it moves with "
+                        "the working folder (os.chdir by a reward or tool)", store=str(self.store),
+                        fix="set TRACKIO_DIR to an absolute path")
+        elif self.store != Path(wanted):  # trackio reads TRACKIO_DIR once, when first imported
             log.warning("trackio was imported before this run chose its folder; it writes to its own",
                         store=str(self.store), fix="set TRACKIO_DIR before starting Python to choose it")
         self._alert_text = alert_text(context.started_by)
