@@ -379,7 +379,10 @@ class GRPOTrainer:
         trl_peft_model.save_merged(model, self._adapter_name, reference)
         from transformers import AutoTokenizer
 
-        AutoTokenizer.from_pretrained(model_path).save_pretrained(str(reference))  # the one saved with the base
+        from polyrl import trl_folder_code
+
+        # the one saved with the base
+        trl_folder_code.load(AutoTokenizer, model_path, "model").save_pretrained(str(reference))
         # safetensors writes 0600; each checkpoint hard-links these files as they are (``kept_inputs``)
         from polyrl.file_modes import honour_umask
 
@@ -700,7 +703,9 @@ class GRPOTrainer:
         if self._model_object is None:
             from transformers import AutoModelForCausalLM
 
-            self._model_object = AutoModelForCausalLM.from_pretrained(str(self._model_source("model")))
+            from polyrl import trl_folder_code
+
+            self._model_object = trl_folder_code.load(AutoModelForCausalLM, self._model_source("model"), "model")
         return self._model_object
 
     def _peft(self, asked: str) -> Any:
@@ -716,7 +721,10 @@ class GRPOTrainer:
             if base is None:
                 from transformers import AutoModelForCausalLM
 
-                base = AutoModelForCausalLM.from_pretrained(trl_peft.recorded_base(adapter) if adapter else str(source))
+                from polyrl import trl_folder_code
+
+                base = trl_folder_code.load(AutoModelForCausalLM, trl_peft.recorded_base(adapter) if adapter
+                                            else source, "model")
             self._peft_model = trl_peft.trained(base, adapter) if adapter else \
                 trl_peft.untrained(base, self._peft_config, asked)
             self._model_object = base
@@ -776,10 +784,12 @@ class GRPOTrainer:
         if self._processing_class is None:
             from transformers import AutoTokenizer
 
+            from polyrl import trl_folder_code
+
             # after train() the tokenizer saved beside the trained model: a polyrl model name is no Hub id
             trained = "model" in (self.summary or {})
-            self._processing_class = AutoTokenizer.from_pretrained(
-                str(self._model_source("processing_class") if trained else self.model_path))
+            self._processing_class = trl_folder_code.load(
+                AutoTokenizer, self._model_source("processing_class") if trained else self.model_path, "model")
         return self._processing_class
 
     @property
@@ -1265,7 +1275,9 @@ def _load_trained_weights(model: Any, folder: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    trained = AutoModelForCausalLM.from_pretrained(str(folder), dtype=model.dtype)
+    from polyrl import trl_folder_code
+
+    trained = trl_folder_code.load(AutoModelForCausalLM, folder, "model", dtype=model.dtype)
     with torch.no_grad():
         missing, unexpected = model.load_state_dict(trained.state_dict(), strict=False)
     if missing or unexpected:  # another architecture than the one saved: not the model polyrl trained
@@ -1280,11 +1292,15 @@ def _folder_tokenizer(model: Any) -> Any:
     local Hub cache only, as polyrl never downloads (the Hub's retries kept a machine without
     network waiting half a minute for this error)."""
     source = getattr(model, "name_or_path", "") or ""
+    from polyrl import trl_folder_code
+
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(source, local_files_only=True)
-    except Exception:  # noqa: BLE001 - any failure means the same fix
+        return trl_folder_code.load(AutoTokenizer, source, "processing_class", local_files_only=True)
+    except ConfigError:  # the folder's own code, refused
+        raise
+    except Exception:  # noqa: BLE001 - any other failure means the same fix
         raise ConfigError(f"model is an object whose tokenizer could not be loaded from {source!r}",
                           field="processing_class", fix="pass processing_class=<the model's tokenizer>") from None
 

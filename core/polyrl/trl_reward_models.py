@@ -174,11 +174,15 @@ def _own_tokenizer(model: Any, index: int) -> Any:
     """TRL's tokenizer for a reward model object given without one: its name's, from a folder or
     the local Hub cache only (polyrl never downloads)."""
     source = getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "")
+    from polyrl import trl_folder_code
+
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(source, local_files_only=True)
-    except Exception:  # noqa: BLE001 - any failure means the same fix
+        return trl_folder_code.load(AutoTokenizer, source, f"reward_funcs[{index}]", local_files_only=True)
+    except ConfigError:  # the folder's own code, refused
+        raise
+    except Exception:  # noqa: BLE001 - any other failure means the same fix
         raise ConfigError(f"reward_funcs[{index}] is a model object whose tokenizer could not be loaded from "
                           f"{source!r}", field=FIELD,
                           fix=f"pass its tokenizer in reward_processing_classes (entry {index})") from None

@@ -123,7 +123,7 @@ def model_config(args: Any, model_object: Any, model_path: str, dtype: str) -> A
         from transformers import AutoConfig
 
         try:
-            config = AutoConfig.from_pretrained(model_path)
+            config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)  # never the folder's own code
         except Exception:  # noqa: BLE001 - a folder transformers cannot read (a GGUF's): no model config, as
             return None  # transformers logs none for a model without one; the trackers still open
         config.dtype = getattr(torch, dtype)

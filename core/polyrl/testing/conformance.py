@@ -482,7 +482,7 @@ class GenerationConformance:
         ids = engine.encode_chat(CHATS[0], None, add_generation_prompt=True)
         if ids is None:
             pytest.skip(f"backend {self.backend!r} has no tokenizer (the core uses the train engine's)")
-        tok = AutoTokenizer.from_pretrained(folder)
+        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         text = tok.apply_chat_template(CHATS[0], add_generation_prompt=True, tokenize=False, probe="thinking off")
         assert text.endswith("probe: thinking off\n")
         np.testing.assert_array_equal(ids, tok(text, add_special_tokens=False)["input_ids"],

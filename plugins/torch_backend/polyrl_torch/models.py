@@ -77,9 +77,10 @@ def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
     t0 = time.perf_counter()
     try:
         source = Path(src_dir) / gguf_file
-        tokenizer = check_gguf_tokenizer(AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf_file),
+        tokenizer = check_gguf_tokenizer(AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf_file, trust_remote_code=False),
                                          source, converted=True)
-        loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=gguf_file, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=gguf_file, dtype=torch.float32,
+                                                      trust_remote_code=False)
         config = loaded.config
         if hasattr(config, "quantization_config"):
             del config.quantization_config
@@ -91,7 +92,7 @@ def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
         fresh.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         # what every backend will read back is what must encode like the GGUF
-        check_gguf_tokenizer(AutoTokenizer.from_pretrained(str(tmp)), source, converted=False)
+        check_gguf_tokenizer(AutoTokenizer.from_pretrained(str(tmp), trust_remote_code=False), source, converted=False)
         (tmp / MARKER).write_text(json.dumps({
             "source": str(source),
             "seconds": round(time.perf_counter() - t0, 1),

@@ -26,7 +26,7 @@ def check_model(config: Any) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        hf_config = AutoConfig.from_pretrained(str(folder))
+        hf_config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)  # unasked: never its code
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hf_config)
     except Exception:  # noqa: BLE001 - an unknown model type, a damaged config: the load's error says it
