@@ -730,7 +730,9 @@ class RunConfig:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path} is not valid TOML: {exc}", field="config") from None
+            from polyrl.config_format import hint
+
+            raise ConfigError(f"{path} is not valid TOML: {exc}", field="config", fix=hint(text)) from None
         except ValueError as exc:  # int()'s digit limit, which tomllib lets through as is
             if not long_numbers.is_digit_limit(exc):
                 raise

@@ -1,0 +1,49 @@
+"""A config written as JSON or YAML by mistake gets TOML's parse error and one hint that polyrl
+configs are TOML (it was the parse error alone); a TOML file with a typo keeps TOML's error as is.
+Through the real ``polyrl`` entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from polyrl.cli import main
+
+HINT = "Fix: this looks like {kind}; polyrl configs are TOML: write each table as a [model] line"
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: config: ") and "is not valid TOML" in line, line
+    return line
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    (json.dumps({"model": {"path": "tiny-llama"}, "data": {"task": "arithmetic"}}, indent=2), "JSON"),
+    ('{"model": {"path": "tiny-llama",}}', "JSON"),  # JSON with its own typo: still no TOML
+    ('\n[\n  {"model": "tiny-llama"}\n]\n', "JSON"),
+    ("model:\n  path: tiny-llama\ndata:\n  task: arithmetic\n", "YAML"),
+    ("# a run\n---\nmodel:\n  path: tiny-llama\nrewards:\n  - name: numeric_match\n", "YAML"),
+    ("model: tiny-llama\n", "YAML"),
+])
+def test_a_json_or_yaml_config_says_polyrl_configs_are_toml(tmp_path, capsys, text, kind):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    assert main(["train", str(path)]) == 2
+    assert HINT.format(kind=kind) in _error_line(capsys)
+
+
+@pytest.mark.parametrize("text", [
+    '[model]\npath: "tiny-llama"\n',  # a YAML-ish slip in a TOML file
+    'model:\n[data]\ntask = "arithmetic"\n',  # the table header written YAML's way, the rest TOML
+    '[model\npath = "tiny-llama"\n',  # an unclosed header
+    '["model"]\npath = "tiny-llama"\n[data\n',
+    'lr = 1e-5\nbeta: 0.04\n',
+])
+def test_a_toml_typo_gets_no_json_or_yaml_hint(tmp_path, capsys, text):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    assert main(["train", str(path)]) == 2
+    line = _error_line(capsys)
+    assert "Fix:" not in line and "looks like" not in line, line
