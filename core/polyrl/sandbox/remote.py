@@ -18,6 +18,7 @@ from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
 from polyrl.sandbox.shrinking import (
     gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
+from polyrl.sandbox.subset_reads import subset_here
 from polyrl.sandbox.values import MAX_ITEMS
 
 if TYPE_CHECKING:
@@ -440,7 +441,9 @@ class Remote:
         return counted[0]
 
     def __iter__(self) -> Any:
-        return self._iterate(looped_here())
+        """Python's iteration; a loop of the tests' or a subset check of theirs (``set(r) <=
+        allowed``: ``subset_reads``) is a check over each item (``_iterate``'s ``looped``)."""
+        return self._iterate(looped_here() or subset_here())
 
     def __contains__(self, item: Any) -> bool:
         """Python's ``in`` over its items (each ``is`` or ``==`` it), as Python's fallback without
