@@ -92,9 +92,11 @@ def subset_here(depth: int = 2) -> bool:
 
 
 def _place(code: types.CodeType, lasti: int) -> Place | None:
-    if code.co_filename not in TESTS_FILES or lasti < 0:
+    """Where ``lasti`` of the tests' ``code`` is, or None (not theirs; before Python 3.11)."""
+    positions = getattr(code, "co_positions", None)
+    if positions is None or code.co_filename not in TESTS_FILES or lasti < 0:
         return None
-    position = next(itertools.islice(code.co_positions(), lasti // 2, None), None)
+    position = next(itertools.islice(positions(), lasti // 2, None), None)
     if position is None or None in position:
         return None
-    return (code.co_filename, *position)  # type: ignore[return-value]
+    return (code.co_filename, *position)
