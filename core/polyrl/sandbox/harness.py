@@ -82,6 +82,7 @@ from polyrl.sandbox.tests_namespace import future_flags, registered
 from polyrl.sandbox.tests_modules import (
     SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, helper_objects, local_module, tests_view, unbound_modules)
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
+from polyrl.sandbox.zipped_views import register as register_view_sites
 
 #: What other modules and the tests import from here: its own names and those of the modules it was split into.
 __all__ = [
@@ -441,6 +442,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     named = [("<setup>", setup), *(("<test>", source) for source, _ in steps)]
     paired = tests_pairing(named)
     register_subset_sites(named)
+    register_view_sites(named)
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3], next=tests_next, all=tests_all,
                          any=tests_any, sum=tests_sum)  # a copy: the trainer's own stay

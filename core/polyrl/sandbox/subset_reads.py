@@ -88,10 +88,10 @@ def subset_here(depth: int = 2) -> bool:
         frame = sys._getframe(depth)
     except ValueError:
         return False
-    return _place(frame.f_code, frame.f_lasti) in _sites()
+    return place_of(frame.f_code, frame.f_lasti) in _sites()
 
 
-def _place(code: types.CodeType, lasti: int) -> Place | None:
+def place_of(code: types.CodeType, lasti: int) -> Place | None:
     """Where ``lasti`` of the tests' ``code`` is, or None (not theirs; before Python 3.11)."""
     positions = getattr(code, "co_positions", None)
     if positions is None or code.co_filename not in TESTS_FILES or lasti < 0:
