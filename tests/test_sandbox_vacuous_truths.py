@@ -205,3 +205,38 @@ def test_a_loop_over_a_view_of_a_value_emptied_under_it_fails(kind):
     names = list(VIEWS_RIGHTLY)
     got = _scored([VIEWS_RIGHTLY[n] for n in names], [CACHES[kind]] * len(names))
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+_UNITTEST = "import unittest\n" + IS_PRIME + "class T(unittest.TestCase):\n    def test_primes(self):\n"
+#: Tests in a ``unittest.TestCase``: the generator asserted true by ``self.assertTrue``, then looped over.
+ASSERTED_TRUE_IN_UNITTEST = {
+    "assert_true_then_for": _UNITTEST + "        r = primes(3)\n        self.assertTrue(r)\n        for x in r:\n"
+                            "            self.assertTrue(is_prime(x))\n",
+    "assert_true_then_all": _UNITTEST + "        r = primes(3)\n        self.assertTrue(r)\n"
+                            "        self.assertTrue(all(is_prime(x) for x in r))\n",
+}
+#: (tests): a right generator that may yield nothing, asserted true by ``self.assertTrue`` and then
+#: listed, counted or guarded; each keeps 1.0.
+UNITTEST_RIGHTLY = {
+    "asserted_then_listed": "import unittest\nclass T(unittest.TestCase):\n    def test_none(self):\n"
+                            "        r = evens(0)\n        self.assertTrue(r)\n        self.assertEqual(list(r), [])\n",
+    "asserted_with_items": "import unittest\nclass T(unittest.TestCase):\n    def test_some(self):\n"
+                           "        r = evens(3)\n        self.assertTrue(r)\n"
+                           "        self.assertTrue(all(x % 2 == 0 for x in r))\n",
+    "if_guard": "import unittest\nclass T(unittest.TestCase):\n    def test_none(self):\n        r = evens(0)\n"
+                "        if r:\n            for x in r:\n                self.assertEqual(x % 2, 0)\n",
+}
+
+
+def test_an_own_iterator_asserted_true_by_unittest_over_no_items_fails():
+    """``self.assertTrue(r)`` asks ``bool`` inside unittest, which ``asserted_truths`` read as
+    no assertion of the tests', so a forged ``primes`` yielding nothing passed it and then the loop
+    over it in a ``unittest.TestCase`` (1.0). unittest's ``assertTrue`` called from the tests is
+    their assertion now; the right generator, and right ones yielding nothing read whole, keep 1.0."""
+    tests = list(ASSERTED_TRUE_IN_UNITTEST.values())
+    assert _scored(tests, [GENERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [ITERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [GENERATOR_RIGHT] * len(tests)) == [1.0] * len(tests)
+    names = list(UNITTEST_RIGHTLY)
+    got = _scored([UNITTEST_RIGHTLY[n] for n in names], [EVENS] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
