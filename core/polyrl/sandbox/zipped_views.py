@@ -53,7 +53,9 @@ def view_sites(sources: Iterable[tuple[str, str]]) -> frozenset[Place]:
             continue
         parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            func = node.func if isinstance(node, ast.Call) else None
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
             if isinstance(func, ast.Attribute) and func.attr in _VIEWS and not node.args \
                     and _looped(parents.get(id(node)), node, parents) \
                     and func.end_lineno is not None and func.end_col_offset is not None:
