@@ -152,9 +152,18 @@ VIEW_OF_EMPTIED = {
                  "    assert not any(v != k * k for k, v in d.items())\ntest()",
 }
 #: The same, zipped beside each other (both empty: the tests' ``zip`` fails an empty operand only
-#: beside one with items); a ``Mapping``'s views are plain dict views here, not covered.
+#: beside one with items); a ``Mapping``'s views are plain dict views here (``zipped_views``).
 ZIPPED_VIEWS = "def test():\n    d = squares(3)\n    assert len(d) == 3\n    show(d)\n" \
                "    for k, v in zip(d.keys(), d.values()):\n        assert v == k * k\ntest()"
+#: More loops over a ``Mapping``'s views through the tests' ``zip`` and its kin (``zipped_views``).
+ZIPPED_VIEWS_MORE = {
+    "zip_in_all": "def test():\n    d = squares(3)\n    assert len(d) == 3\n    d.reset()\n"
+                  "    assert all(v == k * k for k, v in zip(d.keys(), d.values()))\ntest()",
+    "sorted_items": "def test():\n    d = squares(3)\n    assert len(d) == 3\n    show(d)\n"
+                    "    for k, v in sorted(d.items()):\n        assert v == k * k\ntest()",
+    "enumerate_values": "def test():\n    d = squares(3)\n    assert len(d) == 3\n    show(d)\n"
+                        "    assert all(v == i * i for i, v in enumerate(d.values()))\ntest()",
+}
 _CACHE_BODY = ("    def __init__(self):\n        self.d = {}\n    def put(self, k, v):\n        self.d[k] = v\n"
                "    def clear(self):\n        self.d.clear()\n    def remove(self, k):\n        del self.d[k]\n"
                "    def __len__(self):\n        return len(self.d)\n    def __iter__(self):\n        return iter(self.d)\n"
@@ -171,6 +180,14 @@ VIEWS_RIGHTLY = {
     "cleared_items_counted": _THREE + "c.clear()\nassert sum(1 for _ in c.items()) == 0\n",
     "one_removed_then_values": _THREE + "c.remove('b')\nassert all(v in 'AC' for v in c.values()) and len(c) == 2\n",
     "unchanged_items": _THREE + "for k, v in c.items():\n    assert c[k] == v\nassert sorted(c.keys()) == ['a', 'b', 'c']\n",
+    "cleared_seen_then_zipped": _THREE + "c.clear()\nassert len(c) == 0\nfor k, v in zip(c.keys(), c.values()):\n"
+                                "    assert v == k.upper()\n",
+    "cleared_zipped_then_seen": _THREE + "c.clear()\nassert all(v == k.upper() for k, v in zip(c.keys(), c.values()))\n"
+                                "assert not c\n",
+    "one_removed_then_zipped": _THREE + "c.remove('b')\nfor k, v in zip(c.keys(), c.values()):\n"
+                               "    assert v == k.upper() and k != 'b'\n",
+    "unchanged_zipped": _THREE + "assert sorted(zip(c.keys(), c.values())) == [('a', 'A'), ('b', 'B'), ('c', 'C')]\n"
+                        "assert all(v == k.upper() for k, v in zip(c.keys(), c.values()))\n",
 }
 
 
@@ -182,9 +199,44 @@ def test_a_loop_over_a_view_of_a_value_emptied_under_it_fails(kind):
     Such a loop reads the value as a loop over it does now (``Remote._emptied_unseen``,
     ``shrinking.view_looped_here``, the tests' ``zip`` reading its operands: ``pairing._read``); the right
     ``squares`` and right caches cleared and seen empty, shrunk or counted keep 1.0."""
-    tests = list(VIEW_OF_EMPTIED.values()) + ([ZIPPED_VIEWS] if kind == "own_class" else [])
+    tests = [*VIEW_OF_EMPTIED.values(), ZIPPED_VIEWS, *ZIPPED_VIEWS_MORE.values()]
     assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
     assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
     names = list(VIEWS_RIGHTLY)
     got = _scored([VIEWS_RIGHTLY[n] for n in names], [CACHES[kind]] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+_UNITTEST = "import unittest\n" + IS_PRIME + "class T(unittest.TestCase):\n    def test_primes(self):\n"
+#: Tests in a ``unittest.TestCase``: the generator asserted true by ``self.assertTrue``, then looped over.
+ASSERTED_TRUE_IN_UNITTEST = {
+    "assert_true_then_for": _UNITTEST + "        r = primes(3)\n        self.assertTrue(r)\n        for x in r:\n"
+                            "            self.assertTrue(is_prime(x))\n",
+    "assert_true_then_all": _UNITTEST + "        r = primes(3)\n        self.assertTrue(r)\n"
+                            "        self.assertTrue(all(is_prime(x) for x in r))\n",
+}
+#: (tests): a right generator that may yield nothing, asserted true by ``self.assertTrue`` and then
+#: listed, counted or guarded; each keeps 1.0.
+UNITTEST_RIGHTLY = {
+    "asserted_then_listed": "import unittest\nclass T(unittest.TestCase):\n    def test_none(self):\n"
+                            "        r = evens(0)\n        self.assertTrue(r)\n        self.assertEqual(list(r), [])\n",
+    "asserted_with_items": "import unittest\nclass T(unittest.TestCase):\n    def test_some(self):\n"
+                           "        r = evens(3)\n        self.assertTrue(r)\n"
+                           "        self.assertTrue(all(x % 2 == 0 for x in r))\n",
+    "if_guard": "import unittest\nclass T(unittest.TestCase):\n    def test_none(self):\n        r = evens(0)\n"
+                "        if r:\n            for x in r:\n                self.assertEqual(x % 2, 0)\n",
+}
+
+
+def test_an_own_iterator_asserted_true_by_unittest_over_no_items_fails():
+    """``self.assertTrue(r)`` asks ``bool`` inside unittest, which ``asserted_truths`` read as
+    no assertion of the tests', so a forged ``primes`` yielding nothing passed it and then the loop
+    over it in a ``unittest.TestCase`` (1.0). unittest's ``assertTrue`` called from the tests is
+    their assertion now; the right generator, and right ones yielding nothing read whole, keep 1.0."""
+    tests = list(ASSERTED_TRUE_IN_UNITTEST.values())
+    assert _scored(tests, [GENERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [ITERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [GENERATOR_RIGHT] * len(tests)) == [1.0] * len(tests)
+    names = list(UNITTEST_RIGHTLY)
+    got = _scored([UNITTEST_RIGHTLY[n] for n in names], [EVENS] * len(names))
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)

@@ -10,7 +10,10 @@ raise is no such expectation (an empty right generator keeps it), nor is ``bool(
 
 Read from the bytecode of the tests' frame (Python 3.11's conditional jumps): the branch taken
 when the value is false starts with ``LOAD_ASSERTION_ERROR`` or runs straight to a
-``RAISE_VARARGS``; any other shape is no assertion, as before.
+``RAISE_VARARGS``; any other shape is no assertion, as before. unittest's ``self.assertTrue(r)``
+asks the ``bool`` inside unittest, whose false branch raises: called from the tests' own code it is
+their assertion too (a forged generator yielding nothing passed ``self.assertTrue(r)`` and then
+``for x in r: self.assertTrue(is_prime(x))``, 1.0, in a ``unittest.TestCase``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dis
 import sys
 import types
+import unittest
 
 from polyrl.sandbox.tests_guard import TESTS_FILES
 
@@ -32,16 +36,21 @@ _REACH = 24
 #: Per code object of the tests': offset -> whether the ``bool`` asked there is asserted.
 _FOUND: dict[types.CodeType, dict[int, bool]] = {}
 _MAX_CODES = 512
+#: unittest's ``assertTrue``, whose ``bool`` of its argument is the assertion of whoever calls it.
+_ASSERT_TRUE = unittest.TestCase.assertTrue.__code__
 
 
 def asserted_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__bool__`` asking) is the tests'
-    own code at a conditional jump whose false branch raises (module doc)."""
+    own code at a conditional jump whose false branch raises, or unittest's ``assertTrue`` the
+    tests called (module doc)."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
         return False
     code, at = frame.f_code, frame.f_lasti
+    if code is _ASSERT_TRUE:
+        return frame.f_back is not None and frame.f_back.f_code.co_filename in TESTS_FILES
     if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
         return False
     known = _FOUND.setdefault(code, {}) if len(_FOUND) < _MAX_CODES or code in _FOUND else {}

@@ -76,11 +76,13 @@ from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
 from polyrl.sandbox.step_state import leaves_state
-from polyrl.sandbox.truth_loops import tests_all, tests_any
+from polyrl.sandbox.subset_reads import register as register_subset_sites
+from polyrl.sandbox.truth_loops import tests_all, tests_any, tests_sum
 from polyrl.sandbox.tests_namespace import future_flags, registered
 from polyrl.sandbox.tests_modules import (
     SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, helper_objects, local_module, tests_view, unbound_modules)
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
+from polyrl.sandbox.zipped_views import register as register_view_sites
 
 #: What other modules and the tests import from here: its own names and those of the modules it was split into.
 __all__ = [
@@ -437,12 +439,16 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     (a check shadowed by a builtin's name, ``try: add except NameError: ...``), so such a pass
     must not count."""
     sources = [setup, *(source for source, _ in steps)]
-    paired = tests_pairing([("<setup>", setup), *(("<test>", source) for source, _ in steps)])
+    named = [("<setup>", setup), *(("<test>", source) for source, _ in steps)]
+    paired = tests_pairing(named)
+    register_subset_sites(named)
+    register_view_sites(named)
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3], next=tests_next, all=tests_all,
-                         any=tests_any)  # a copy: the trainer's own stay
+                         any=tests_any, sum=tests_sum)  # a copy: the trainer's own stay
     builtins_view = BuiltinsView({name: real_builtins[name]
-                                  for name in ("zip", "map", "filter", "enumerate", "len", "next", "all", "any")})
+                                  for name in ("zip", "map", "filter", "enumerate", "len", "next", "all", "any",
+                                                 "sum")})
     # ``len.__self__`` is the builtins module in Python: theirs here (it raised AttributeError), and
     # so is ``print.__self__`` (it was Python's own, its zip vacuous on ``return []``)
     paired[3].__self__ = builtins_view  # type: ignore[attr-defined]

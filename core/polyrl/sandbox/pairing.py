@@ -23,7 +23,7 @@ from polyrl.sandbox.prefix_sites import ANSWER, EXPECTED, operand_roles
 from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.remote import Remote, tests_next
 from polyrl.sandbox.shrinking import loops_over
-from polyrl.sandbox.truth_loops import tests_all, tests_any
+from polyrl.sandbox.truth_loops import tests_all, tests_any, tests_sum
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
 
@@ -187,7 +187,7 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
 #: stands for, which a test passing one to the solution sends (``sort_by(xs, len)``: the sample's
 #: own ``len``; a function of the harness's cannot be sent).
 STAND_INS: dict[Any, str] = {tests_filter.__code__: "filter", tests_next.__code__: "next",
-                             tests_all.__code__: "all", tests_any.__code__: "any"}
+                             tests_all.__code__: "all", tests_any.__code__: "any", tests_sum.__code__: "sum"}
 
 
 def _check_indexed(paths: Sequence[str] | None, frame: Any) -> None:

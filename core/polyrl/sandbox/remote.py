@@ -18,7 +18,9 @@ from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
 from polyrl.sandbox.shrinking import (
     gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
+from polyrl.sandbox.subset_reads import subset_here
 from polyrl.sandbox.values import MAX_ITEMS
+from polyrl.sandbox.zipped_views import zipped_view_here
 
 if TYPE_CHECKING:
     from polyrl.sandbox.harness import Session
@@ -183,7 +185,7 @@ class Remote:
             if items is not None and hasattr(items, name):
                 return getattr(items, name)  # ``freq(s).get(c)`` of a dict subclass: dict's own, on its items
         if name in _MAPPING_VIEWS and self._data and not self._answers_queries():
-            items = self._container_data(looped=view_looped_here())  # ``for k, v in d.items()``: a loop over d
+            items = self._container_data(looped=view_looped_here() or zipped_view_here())  # ``for k, v in d.items()``
             if type(items) is dict:  # ``freq(s).values()`` of a Mapping: dict's own view of its items
                 return getattr(items, name)
         s = self._session
@@ -372,9 +374,9 @@ class Remote:
         from no argument of theirs), loops over it and never reads it whole then scores 0. A loop
         over an empty view of it (``for k, v in d.items()`` of a class of the sample's: ``_view_of``)
         reads it so too (``view``: the call that made the view took none of its items; a
-        ``Mapping``'s view is ``_container_data``'s). Not covered: a value left items it had (4,
-        2, 6 to 2), or a ``Mapping`` emptied and read by the tests' ``zip`` of its views
-        (``zip(d.keys(), d.values())``: plain dict views, read whole)."""
+        ``Mapping``'s view is ``_container_data``'s). A ``Mapping``'s views the tests'
+        ``zip`` reads in a loop (``zip(d.keys(), d.values())``) are such a loop's reading too
+        (``zipped_views``). Not covered: a value left items it had (4, 2, 6 to 2)."""
         seen = self._seen
         view_of = self._view_of
         if seen is None and not items and view_of is not None:  # an empty ``d.items()``: d, read by this loop
@@ -440,7 +442,9 @@ class Remote:
         return counted[0]
 
     def __iter__(self) -> Any:
-        return self._iterate(looped_here())
+        """Python's iteration; a loop of the tests' or a subset check of theirs (``set(r) <=
+        allowed``: ``subset_reads``) is a check over each item (``_iterate``'s ``looped``)."""
+        return self._iterate(looped_here() or subset_here())
 
     def __contains__(self, item: Any) -> bool:
         """Python's ``in`` over its items (each ``is`` or ``==`` it), as Python's fallback without
