@@ -18,52 +18,25 @@ allowed``), read as before.
 from __future__ import annotations
 
 import ast
-import itertools
-import sys
-import types
-from collections.abc import Callable, Iterable
 
-from polyrl.sandbox.tests_guard import TESTS_FILES
+from polyrl.sandbox.source_sites import Sites
 
-#: (filename, lineno, end_lineno, col_offset, end_col_offset) of a call, as ``co_positions`` gives it.
-Place = tuple[str, int, int, int, int]
+#: The calls that make a set of their one argument.
 _SETS = frozenset({"set", "frozenset"})
 #: Methods of a set that hold over no items of their receiver (``issubset``, ``isdisjoint``) ...
 _RECEIVER_CHECKS = frozenset({"issubset", "isdisjoint"})
 #: ... or of their argument, which they read themselves.
 _ARGUMENT_CHECKS = frozenset({"issuperset", "isdisjoint"})
-#: The sites of the tests now running (``register``), found the first time one is asked.
-_sites: Callable[[], frozenset[Place]] = frozenset
 
 
-def register(sources: Iterable[tuple[str, str]]) -> None:
-    """Take the tests' sources ((filename, text) as ``harness.run_tests`` compiles them) for ``subset_here``."""
-    global _sites
-    found: list[frozenset[Place]] = []
-    listed = list(sources)
-
-    def sites() -> frozenset[Place]:
-        if not found:
-            found.append(subset_sites(listed))
-        return found[0]
-
-    _sites = sites
+def _subset_site(call: ast.Call, parents: dict[int, ast.AST]) -> ast.expr | None:
+    """The call itself where it is a subset site: its place is the one ``set``/``issuperset`` runs at."""
+    return call if _subset_read(call, parents.get(id(call)), parents) else None
 
 
-def subset_sites(sources: Iterable[tuple[str, str]]) -> frozenset[Place]:
-    """The places of the subset sites of ``sources`` (module doc); sources that do not parse add none."""
-    places: set[Place] = set()
-    for filename, text in sources:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError):
-            continue
-        parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _subset_read(node, parents.get(id(node)), parents) \
-                    and node.end_lineno is not None and node.end_col_offset is not None:
-                places.add((filename, node.lineno, node.end_lineno, node.col_offset, node.end_col_offset))
-    return frozenset(places)
+_SITES = Sites(_subset_site)
+#: Take the tests' sources for ``subset_here`` (``Sites.register``).
+register = _SITES.register
 
 
 def _subset_read(call: ast.Call, parent: ast.AST | None, parents: dict[int, ast.AST]) -> bool:
@@ -84,19 +57,4 @@ def _subset_read(call: ast.Call, parent: ast.AST | None, parents: dict[int, ast.
 def subset_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__iter__`` asking) is the tests'
     own code at a subset site (module doc)."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return False
-    return place_of(frame.f_code, frame.f_lasti) in _sites()
-
-
-def place_of(code: types.CodeType, lasti: int) -> Place | None:
-    """Where ``lasti`` of the tests' ``code`` is, or None (not theirs; before Python 3.11)."""
-    positions = getattr(code, "co_positions", None)
-    if positions is None or code.co_filename not in TESTS_FILES or lasti < 0:
-        return None
-    position = next(itertools.islice(positions(), lasti // 2, None), None)
-    if position is None or None in position:
-        return None
-    return (code.co_filename, *position)
+    return _SITES.here(depth)

@@ -18,49 +18,26 @@ comprehension loops over, or ``all``/``any``/``sum`` reads; its place is the att
 from __future__ import annotations
 
 import ast
-import sys
-from collections.abc import Callable, Iterable
 
-from polyrl.sandbox.subset_reads import Place, place_of
+from polyrl.sandbox.source_sites import Sites
 
 _VIEWS = frozenset({"keys", "values", "items"})
 _PASSING = frozenset({"zip", "map", "filter", "enumerate", "reversed", "sorted"})
 _CHECKS = frozenset({"all", "any", "sum"})
-_sites: Callable[[], frozenset[Place]] = frozenset
 
 
-def register(sources: Iterable[tuple[str, str]]) -> None:
-    """Take the tests' sources ((filename, text) as ``harness.run_tests`` compiles them) for ``zipped_view_here``."""
-    global _sites
-    found: list[frozenset[Place]] = []
-    listed = list(sources)
-
-    def sites() -> frozenset[Place]:
-        if not found:
-            found.append(view_sites(listed))
-        return found[0]
-
-    _sites = sites
+def _view_site(call: ast.Call, parents: dict[int, ast.AST]) -> ast.expr | None:
+    """The view's attribute (its ``LOAD_METHOD``'s place) where ``call`` is a looped view site."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _VIEWS and not call.args \
+            and _looped(parents.get(id(call)), call, parents):
+        return func
+    return None
 
 
-def view_sites(sources: Iterable[tuple[str, str]]) -> frozenset[Place]:
-    """The places of the looped view sites of ``sources`` (module doc); sources that do not parse add none."""
-    places: set[Place] = set()
-    for filename, text in sources:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError):
-            continue
-        parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in _VIEWS and not node.args \
-                    and _looped(parents.get(id(node)), node, parents) \
-                    and func.end_lineno is not None and func.end_col_offset is not None:
-                places.add((filename, func.lineno, func.end_lineno, func.col_offset, func.end_col_offset))
-    return frozenset(places)
+_SITES = Sites(_view_site)
+#: Take the tests' sources for ``zipped_view_here`` (``Sites.register``).
+register = _SITES.register
 
 
 def _looped(parent: ast.AST | None, view: ast.Call, parents: dict[int, ast.AST]) -> bool:
@@ -78,8 +55,4 @@ def _looped(parent: ast.AST | None, view: ast.Call, parents: dict[int, ast.AST])
 def zipped_view_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__getattr__`` asking the view)
     is the tests' own code at a looped view site (module doc)."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return False
-    return place_of(frame.f_code, frame.f_lasti) in _sites()
+    return _SITES.here(depth)
