@@ -52,3 +52,15 @@ def marked() -> list[int]:
         except (OSError, IndexError, ValueError):
             continue
     return found
+
+
+def run_lingering(box, tests: str) -> tuple:
+    """``box`` runs ``LINGER`` against ``tests``: (its result, the sample's processes still alive
+    after it ended); whatever survived is killed here, so no test leaves one behind."""
+    try:
+        result = box.run(LINGER, tests)
+        survivors = marked()
+    finally:
+        for pid in marked():
+            os.kill(pid, 9)
+    return result, survivors

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 from bwrap_util import WHY_NOT, needs_bwrap
-from sandbox_attacks import LINGER, marked
+from sandbox_attacks import run_lingering
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, uids
@@ -663,11 +663,6 @@ def test_a_sample_that_leaves_its_process_group_dies_with_its_pid_namespace(user
     (``setsid``) and dropped its parent-death signal still dies with its PID namespace."""
     box = Sandbox(SandboxLimits(timeout_s=2, memory_mb=512, disk_mb=8), isolation="require", user=user,
                   audit_hook=False)
-    try:
-        result = box.run(LINGER, TESTS)
-        survivors = marked()
-    finally:
-        for pid in marked():
-            os.kill(pid, 9)
+    result, survivors = run_lingering(box, TESTS)
     assert result.status == "timeout" and "LEFT THE GROUP" in result.output, (result, result.output)
     assert survivors == [], survivors

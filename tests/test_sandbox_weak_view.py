@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from sandbox_attacks import LINGER, SYSV_ATTACK, marked
+from sandbox_attacks import SYSV_ATTACK, run_lingering
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -665,12 +665,7 @@ def test_unshare_level_sample_that_leaves_its_process_group_dies_at_its_end(no_b
     box = Sandbox(SandboxLimits(timeout_s=2, memory_mb=512, disk_mb=8), isolation="weak", user=user, python=python,
                   audit_hook=False)
     assert box.level == "unshare", box.report
-    try:
-        result = box.run(LINGER, TESTS)
-        survivors = marked()
-    finally:
-        for pid in marked():
-            os.kill(pid, 9)
+    result, survivors = run_lingering(box, TESTS)
     assert result.status == "timeout" and "LEFT THE GROUP" in result.output, (result, result.output)
     assert survivors == [], survivors
 
