@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from model_copies import edited_copy
+from model_copies import edited_copy, own_model_code_copy, own_tokenizer_code_copy
 from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
@@ -65,16 +65,6 @@ def test_a_peft_adapter_folder_names_its_base_and_merging_not_a_missing_config(b
     assert "rank = 2, alpha = 8" in text and "GGUF" not in text and "has no config.json" not in text
 
 
-def _custom_code_folder(tiny_model_dir: str, folder: Path, marker: Path) -> Path:
-    edited_copy(tiny_model_dir, folder, {
-        "model_type": "polyrl_custom_llama", "architectures": ["CustomLlama"],
-        "auto_map": {"AutoConfig": "configuration_custom.CustomConfig",
-                     "AutoModelForCausalLM": "modeling_custom.CustomLlama"}})
-    for name in ("configuration_custom.py", "modeling_custom.py"):
-        (folder / name).write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    return folder
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("trusted", [False, True])
 def test_a_folder_of_custom_modelling_code_points_at_torch_with_trust_remote_code(backend, trusted,
@@ -83,7 +73,7 @@ def test_a_folder_of_custom_modelling_code_points_at_torch_with_trust_remote_cod
     model.trust_remote_code loads it. mlx said "Model type ... not supported", max "generate with
     the torch or mlx backend" (mlx cannot either), neither naming the files or the option."""
     marker = tmp_path / "code-ran"
-    folder = _custom_code_folder(tiny_model_dir, tmp_path / "custom", marker)
+    folder = own_model_code_copy(tiny_model_dir, tmp_path / "custom", marker)
     field, text = _refusal(backend, folder, trust_remote_code=trusted)
     assert field in ("model.path", "model")
     assert "configuration_custom.py, modeling_custom.py" in text and "auto_map" in text
@@ -180,18 +170,6 @@ def test_polyrl_convert_to_mlx_refuses_the_same_folders_on_src(adapter_dir, tiny
     assert json.loads((model_file / "config.json").read_text())["model_file"] == "arch.py"
 
 
-def _custom_tokenizer_folder(tiny_model_dir: str, folder: Path, marker: Path) -> Path:
-    """The tiny Llama whose tokenizer is a class of the folder's own (tokenizer_config's auto_map)."""
-    edited_copy(tiny_model_dir, folder, {"tokenizer_class": "XTok",
-                                         "auto_map": {"AutoTokenizer": [None, "tokenization_x.XTok"]}},
-                file="tokenizer_config.json")
-    (folder / "tokenization_x.py").write_text(
-        f"open({str(marker)!r}, 'w').write('ran')\n"
-        "from transformers import PreTrainedTokenizerFast\n\n"
-        "class XTok(PreTrainedTokenizerFast):\n    pass\n")
-    return folder
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_tokenizer_of_its_own_code_runs_only_with_model_trust_remote_code(backend, tiny_model_dir, tmp_path,
                                                                             monkeypatch):
@@ -200,7 +178,7 @@ def test_a_tokenizer_of_its_own_code_runs_only_with_model_trust_remote_code(back
     model.trust_remote_code false, and a set option was ignored. MAX's refusal was a plugin crash
     quoting transformers' plea. Now one line on model.trust_remote_code, nothing asked or run."""
     marker = tmp_path / "code-ran"
-    folder = _custom_tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
+    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
     monkeypatch.setattr("builtins.input", lambda *_: "y")  # a user answering the prompt
     field, text = _refusal(backend, folder)
     assert field == "model.trust_remote_code"
@@ -229,7 +207,7 @@ def own_modules_cache(tmp_path, monkeypatch):
 def test_mlx_runs_a_trusted_tokenizers_own_code(tiny_model_dir, tmp_path, own_modules_cache):
     """model.trust_remote_code = true reaches mlx-lm's tokenizer load (it was dropped: a refusal)."""
     marker = tmp_path / "code-ran"
-    folder = _custom_tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
+    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
     engine = _engine("mlx", folder, trust_remote_code=True)
     assert marker.exists() and type(engine.raw.tokenizer).__name__ == "XTok"
     assert engine.generate(["Hello"], SamplingParams(max_new_tokens=2, seed=0))[0].completion_ids.size == 2

@@ -9,10 +9,9 @@ Real transformers and torch on the tiny random Llama; each test's transformers m
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
-from model_copies import edited_copy
+from model_copies import own_model_code_copy, own_tokenizer_code_copy
 
 pytest.importorskip("polyrl_torch")
 transformers = pytest.importorskip("transformers")
@@ -41,29 +40,6 @@ def answer_yes(tmp_path, monkeypatch):
         del sys.modules[name]
 
 
-def _tokenizer_folder(tiny_model_dir: str, folder: Path, marker: Path) -> Path:
-    """The tiny Llama whose tokenizer is a class of the folder's own (tokenizer_config's auto_map)."""
-    edited_copy(tiny_model_dir, folder, {"tokenizer_class": "XTok",
-                                         "auto_map": {"AutoTokenizer": [None, "tokenization_x.XTok"]}},
-                file="tokenizer_config.json")
-    (folder / "tokenization_x.py").write_text(
-        f"open({str(marker)!r}, 'w').write('ran')\n"
-        "from transformers import PreTrainedTokenizerFast\n\n"
-        "class XTok(PreTrainedTokenizerFast):\n    pass\n")
-    return folder
-
-
-def _model_code_folder(tiny_model_dir: str, folder: Path, marker: Path) -> Path:
-    """The tiny Llama as a model type of the folder's own code (config.json's auto_map)."""
-    edited_copy(tiny_model_dir, folder, {
-        "model_type": "polyrl_custom_llama", "architectures": ["CustomLlama"],
-        "auto_map": {"AutoConfig": "configuration_custom.CustomConfig",
-                     "AutoModelForCausalLM": "modeling_custom.CustomLlama"}})
-    for name in ("configuration_custom.py", "modeling_custom.py"):
-        (folder / name).write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    return folder
-
-
 def _refused(call, field: str, files: str) -> None:
     with pytest.raises(ConfigError) as err:
         call()
@@ -74,7 +50,7 @@ def _refused(call, field: str, files: str) -> None:
 
 def test_processing_class_of_a_folder_with_its_own_tokenizer_code_runs_none(tiny_model_dir, tmp_path):
     marker = tmp_path / "code-ran"
-    folder = _tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
+    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
     trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], args=grpo_args(tmp_path),
                           train_dataset=prompts_dataset())
     _refused(lambda: trainer.processing_class, "model", "tokenization_x.py")
@@ -83,7 +59,7 @@ def test_processing_class_of_a_folder_with_its_own_tokenizer_code_runs_none(tiny
 
 def test_trainer_model_of_a_folder_with_its_own_modelling_code_runs_none(tiny_model_dir, tmp_path):
     marker = tmp_path / "code-ran"
-    folder = _model_code_folder(tiny_model_dir, tmp_path / "custom-model", marker)
+    folder = own_model_code_copy(tiny_model_dir, tmp_path / "custom-model", marker)
     trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], args=grpo_args(tmp_path),
                           train_dataset=prompts_dataset())
     _refused(lambda: trainer.model, "model", "configuration_custom.py, modeling_custom.py")
@@ -93,7 +69,7 @@ def test_trainer_model_of_a_folder_with_its_own_modelling_code_runs_none(tiny_mo
 def test_a_model_object_whose_folder_tokenizer_is_its_own_code_runs_none(tiny_model_dir, tmp_path):
     """A model object given without processing_class: the tokenizer beside its weights."""
     marker = tmp_path / "code-ran"
-    folder = _tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
+    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(folder))
     _refused(lambda: GRPOTrainer(model=model, reward_funcs=[short], args=grpo_args(tmp_path),
                                  train_dataset=prompts_dataset()), "processing_class", "tokenization_x.py")
@@ -102,7 +78,7 @@ def test_a_model_object_whose_folder_tokenizer_is_its_own_code_runs_none(tiny_mo
 
 def test_a_reward_model_object_whose_tokenizer_is_its_own_code_runs_none(tiny_model_dir, tmp_path):
     marker = tmp_path / "code-ran"
-    folder = _tokenizer_folder(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
+    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
     reward = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=1)
     _refused(lambda: GRPOTrainer(model=tiny_model_dir, reward_funcs=[reward], args=grpo_args(tmp_path),
                                  train_dataset=prompts_dataset()), "reward_funcs[0]", "tokenization_x.py")
@@ -114,7 +90,7 @@ def test_the_trackers_model_config_of_a_folder_with_its_own_config_code_runs_non
     from polyrl import trl_run
 
     marker = tmp_path / "code-ran"
-    folder = _model_code_folder(tiny_model_dir, tmp_path / "custom-model", marker)
+    folder = own_model_code_copy(tiny_model_dir, tmp_path / "custom-model", marker)
     assert trl_run.model_config(grpo_args(tmp_path), None, str(folder), "float32") is None
     assert not marker.exists()
 
@@ -126,6 +102,6 @@ def test_the_torch_lora_startup_check_of_a_folder_with_its_own_config_code_runs_
     from polyrl_torch.startup_check import check_model
 
     marker = tmp_path / "code-ran"
-    folder = _model_code_folder(tiny_model_dir, tmp_path / "custom-model", marker)
+    folder = own_model_code_copy(tiny_model_dir, tmp_path / "custom-model", marker)
     check_model(EngineConfig(model=str(folder), role="train", lora=LoraConfig(rank=2, alpha=4)))
     assert not marker.exists()
