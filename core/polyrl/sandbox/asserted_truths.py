@@ -23,6 +23,7 @@ import sys
 import types
 import unittest
 
+from polyrl.sandbox.tests_bytecode import plain_instructions, remembered
 from polyrl.sandbox.tests_guard import TESTS_FILES
 
 #: Conditional jumps taken when the value is true (the next instruction is its false branch) ...
@@ -35,7 +36,6 @@ _IF_FALSE = frozenset({"POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE"
 _REACH = 24
 #: Per code object of the tests': offset -> whether the ``bool`` asked there is asserted.
 _FOUND: dict[types.CodeType, dict[int, bool]] = {}
-_MAX_CODES = 512
 #: unittest's ``assertTrue``, whose ``bool`` of its argument is the assertion of whoever calls it.
 _ASSERT_TRUE = unittest.TestCase.assertTrue.__code__
 
@@ -53,14 +53,11 @@ def asserted_here(depth: int = 2) -> bool:
         return frame.f_back is not None and frame.f_back.f_code.co_filename in TESTS_FILES
     if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
         return False
-    known = _FOUND.setdefault(code, {}) if len(_FOUND) < _MAX_CODES or code in _FOUND else {}
-    if at not in known:
-        known[at] = _asserted(code, at)
-    return known[at]
+    return remembered(_FOUND, code, at, _asserted)
 
 
 def _asserted(code: types.CodeType, offset: int) -> bool:
-    instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    instructions = plain_instructions(code)
     index = {i.offset: n for n, i in enumerate(instructions)}
     at = index.get(offset)
     if at is None:

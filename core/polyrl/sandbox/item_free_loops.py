@@ -19,6 +19,8 @@ from __future__ import annotations
 import dis
 import types
 
+from polyrl.sandbox.tests_bytecode import plain_instructions, remembered
+
 #: Stores of a loop's target names.
 _STORES = frozenset({"STORE_NAME", "STORE_FAST", "STORE_GLOBAL"})
 #: Loads that read a name (a target's, where they name one).
@@ -41,20 +43,16 @@ _COUNTED_POPS = frozenset({"BUILD_LIST", "BUILD_SET", "BUILD_TUPLE", "CALL"})
 _COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<genexpr>"})
 #: Per code object of the tests': ``GET_ITER`` offset -> whether its loop checks no item.
 _FOUND: dict[types.CodeType, dict[int, bool]] = {}
-_MAX_CODES = 512
 
 
 def checks_no_item(code: types.CodeType, get_iter: int) -> bool:
     """Whether the loop that starts at the ``GET_ITER`` at offset ``get_iter`` of ``code`` (a
     ``for`` or a comprehension) reads its value whole: counts, copies or fails on every item."""
-    known = _FOUND.setdefault(code, {}) if len(_FOUND) < _MAX_CODES or code in _FOUND else {}
-    if get_iter not in known:
-        known[get_iter] = _classify(code, get_iter)
-    return known[get_iter]
+    return remembered(_FOUND, code, get_iter, _classify)
 
 
 def _classify(code: types.CodeType, get_iter: int) -> bool:
-    instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    instructions = plain_instructions(code)
     at = next((n for n, i in enumerate(instructions) if i.offset == get_iter), None)
     if at is None or instructions[at].opname != "GET_ITER" or at + 1 >= len(instructions):
         return False
@@ -68,7 +66,7 @@ def _classify(code: types.CodeType, get_iter: int) -> bool:
     inner = _comprehension(instructions, at)
     if inner is None:
         return False
-    inner_instructions = [i for i in dis.get_instructions(inner) if i.opname != "CACHE"]
+    inner_instructions = plain_instructions(inner)
     start = next((n for n, i in enumerate(inner_instructions) if i.opname == "FOR_ITER"), None)
     body = _body(inner_instructions, start) if start is not None else None
     if body is None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import BOUND_CODE
+from polyrl.sandbox.tests_bytecode import MAX_CODES, plain_instructions
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.values import item_key
 
@@ -44,9 +45,6 @@ _CALL_OPS = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION", "CAL
 _CONTAINS = dis.opmap.get("CONTAINS_OP")
 #: Per code object of the tests': each offset (inline caches too) -> its instruction's opcode and the next one's.
 _OPS: dict[types.CodeType, dict[int, tuple[int, int | None]]] = {}
-_MAX_CODES = 512
-#: Per code object of the tests': its instructions, inline caches left out (``view_looped_here``).
-_PLAIN: dict[types.CodeType, list[dis.Instruction]] = {}
 #: Types whose items a call returned stand for the items it took (a dict: its keys, as iterating it gives).
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 #: The code of the tests' stand-ins that take an iterator of their operand to loop over it
@@ -106,12 +104,7 @@ def view_looped_here(depth: int = 2) -> bool:
     code, at = frame.f_code, frame.f_lasti
     if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
         return False
-    plain = _PLAIN.get(code)
-    if plain is None:
-        plain = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
-        if len(_PLAIN) >= _MAX_CODES:
-            _PLAIN.clear()
-        _PLAIN[code] = plain
+    plain = plain_instructions(code)
     start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)  # ``at`` may be in its caches
     if start is None or plain[start].opname not in ("LOAD_METHOD", "LOAD_ATTR"):
         return False
@@ -150,7 +143,7 @@ def _instruction_at(code: types.CodeType, offset: int) -> tuple[int | None, int 
             end = after.offset if after is not None else len(code.co_code)
             for at in range(one.offset, end, 2):
                 ops[at] = (one.opcode, after.opcode if after is not None else None)
-        if len(_OPS) >= _MAX_CODES:  # a long-lived process meets many tests' sources
+        if len(_OPS) >= MAX_CODES:  # a long-lived process meets many tests' sources
             _OPS.clear()
         _OPS[code] = ops
     return ops.get(offset, (None, None))
