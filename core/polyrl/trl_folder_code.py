@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from polyrl.backend_kit.model_folders import remote_code_files
+from polyrl.backend_kit.model_folders import remote_code_error
 from polyrl.errors import ConfigError
 
 #: the drop-in's ``model.trust_remote_code`` (``from_trl`` refuses TRL's True)
@@ -24,12 +24,10 @@ def refusal(source: str | Path, exc: BaseException, field: str) -> ConfigError |
     """The one-line refusal of ``source`` whose load failed (``exc``) because its ``auto_map`` names
     its own code; None for any other failure (the caller's own message stands)."""
     folder = Path(source)
-    files = remote_code_files(folder) if folder.is_dir() else []
-    if not files or "trust_remote_code" not in str(exc):
+    if not folder.is_dir():
         return None
-    return ConfigError(
-        f"{str(folder)!r} needs its own Python code to load ({', '.join(files)}, named by auto_map), which "
-        "polyrl's TRL drop-in does not run", field=field,
+    return remote_code_error(
+        folder, TRUSTED, exc, field, refuser="polyrl's TRL drop-in does not run",
         fix="use a folder of a model type and tokenizer class transformers implements; or, after reading "
             "those files, train it with `polyrl train` and model.trust_remote_code = true in the TOML config")
 

@@ -87,20 +87,25 @@ def remote_code_files(folder: Path) -> list[str]:
     return sorted(files)
 
 
+#: What ``remote_code_error`` tells a ``polyrl train`` user to do (the TRL drop-in gives its own).
+_REMOTE_CODE_FIX = ("read those files, then set model.trust_remote_code = true if you trust them; or use a folder "
+                    "of a model type transformers implements")
+
+
 def remote_code_error(folder: Path, trusted: bool, exc: BaseException,
-                      field: str = "model.trust_remote_code") -> ConfigError | None:
+                      field: str = "model.trust_remote_code", refuser: str = "polyrl does not run unless asked",
+                      fix: str = _REMOTE_CODE_FIX) -> ConfigError | None:
     """The refusal of a folder whose load failed (``exc``, transformers' own, asking for
     ``trust_remote_code``) because it names its own modelling code that ``trust_remote_code`` keeps
     from running; None when it names none, the code was allowed, or ``exc`` is another failure
-    (a folder whose ``model_type`` transformers implements loads without its code)."""
+    (a folder whose ``model_type`` transformers implements loads without its code). ``refuser``
+    ends the sentence naming what does not run it, ``fix`` is the way out."""
     files = remote_code_files(folder)
     if trusted or not files or "trust_remote_code" not in str(exc):
         return None
     return ConfigError(
         f"{str(folder)!r} needs its own Python code to load ({', '.join(files)}, named by auto_map), which "
-        "polyrl does not run unless asked", field=field,
-        fix="read those files, then set model.trust_remote_code = true if you trust them; or use a folder of a "
-            "model type transformers implements")
+        f"{refuser}", field=field, fix=fix)
 
 
 def foreign_code_error(folder: Path, backend: str, field: str = "model.path") -> ConfigError | None:
