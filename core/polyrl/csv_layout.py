@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from contextlib import closing
 from pathlib import Path
 
 from polyrl.errors import ConfigError
@@ -22,21 +23,26 @@ _FIX = ("give every field a name in the header line, or remove the extra field f
         "trailing separator at the end of the data lines)")
 
 
+def records(path: Path, sep: str) -> Generator[tuple[int, list[str]], None, None]:
+    """(line, fields) of each record of ``path`` as written, blank lines skipped as pandas skips
+    them (a BOM dropped, undecodable bytes replaced): what the file says, beside pandas' reading."""
+    with open(path, encoding="utf-8-sig", newline="", errors="replace") as fh:
+        reader = csv.reader(fh, delimiter=sep)
+        for record in reader:
+            if record:
+                yield reader.line_num, record
+
+
 def _layout(path: Path, sep: str) -> tuple[list[str], int, int, int]:
     """(header names, its line, line of the first data row, its fields) of ``path``, as pandas
     decides its layout from them (blank lines skipped); 0, 0 for a file without a data row."""
-    with open(path, encoding="utf-8-sig", newline="", errors="replace") as fh:
-        reader = csv.reader(fh, delimiter=sep)
-        header: list[str] | None = None
-        header_line = 0
-        for record in reader:
-            if not record:
-                continue
-            if header is None:
-                header, header_line = record, reader.line_num
-                continue
-            return header, header_line, reader.line_num, len(record)
-    return header or [], header_line, 0, 0
+    with closing(records(path, sep)) as rows:
+        header = next(rows, None)
+        if header is None:
+            return [], 0, 0, 0
+        data = next(rows, None)
+    header_line, names = header
+    return (names, header_line, 0, 0) if data is None else (names, header_line, data[0], len(data[1]))
 
 
 def _names(header: list[str], shown: int = 6) -> str:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
+
+from polyrl.csv_layout import records
 
 #: pandas' default missing-value words (``pandas._libs.parsers.STR_NA_VALUES``, pandas 2/3)
 NA_WORDS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
@@ -23,13 +26,12 @@ def cell_text(paths: Sequence[Path], sep: str, row: int, column: str) -> str | N
     left = row
     for path in paths:
         try:
-            with open(path, encoding="utf-8-sig", newline="", errors="replace") as fh:
-                records = (record for record in csv.reader(fh, delimiter=sep) if record)
-                header = next(records, None)
+            with closing(records(path, sep)) as rows:
+                header = next(rows, (0, None))[1]
                 if header is None or column not in header:
                     return None
                 at = header.index(column)
-                for record in records:
+                for _, record in rows:
                     if left == 0:
                         return record[at] if at < len(record) else None
                     left -= 1
