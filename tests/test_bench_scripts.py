@@ -345,3 +345,45 @@ def test_sandbox_cost_bench_runs_as_root(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
         "error: --levels bwarp unknown. Fix: a comma-separated subset of off,python_guard,bwrap"], bad.stderr
+
+
+def test_decode_kernel_probe_times_four_ways_of_one_decode_step(tiny_model_dir, tmp_path):
+    """bench/decode_kernel_probe.py: oneDNN's packed matmul (the sampler's), MKL's packed sgemm and
+    the probe's own AVX-512 kernel with and without prefetch, alternating on the same weights; the
+    kernel's answer is checked against torch's linear before any rate is reported."""
+    import platform
+    import shutil
+
+    if "avx512f" not in Path("/proc/cpuinfo").read_text() or platform.machine() != "x86_64":
+        pytest.skip("the probe's kernel needs an x86_64 CPU with AVX-512F (none here)")
+    if shutil.which("cc") is None:
+        pytest.skip("the probe compiles its kernel with cc (no C compiler here)")
+    module = _bench("decode_kernel_probe")
+    out = tmp_path / "probe.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--seconds", "0.05", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    methods = {"onednn_packed", "mkl_packed", "kernel_no_prefetch", "kernel_prefetch"}
+    assert set(report["gflops_per_round"]) == methods and report["rows"] == 32
+    assert all(len(r) == 2 and min(r) > 0 for r in report["gflops_per_round"].values())
+    assert report["ratio_to_onednn_per_round"]["onednn_packed"] == [1.0, 1.0]
+    assert 0 <= report["kernel_max_relative_error"] < 1e-5 and report["square_peak_gflops"] > 0
+
+
+def test_decode_kernel_probe_kernel_matches_torch_linear(tmp_path):
+    """The probe's kernel multiplies 32 rows by a panel-packed weight as torch's linear does."""
+    import platform
+    import shutil
+
+    if "avx512f" not in Path("/proc/cpuinfo").read_text() or platform.machine() != "x86_64":
+        pytest.skip("the probe's kernel needs an x86_64 CPU with AVX-512F (none here)")
+    if shutil.which("cc") is None:
+        pytest.skip("the probe compiles its kernel with cc (no C compiler here)")
+    torch = pytest.importorskip("torch")
+    module = _bench("decode_kernel_probe")
+    lib = module.compile_kernel(tmp_path)
+    for n, k, dist in [(48, 37, 0), (48, 37, 1), (16, 1, 2)]:
+        w, x = torch.randn(n, k), torch.randn(32, k)
+        packed = w.view(n // 16, 16, k).transpose(1, 2).contiguous()
+        x_t, out = x.t().contiguous(), torch.full((32, n), float("nan"))
+        lib.decode_gemm32(x_t.data_ptr(), packed.data_ptr(), out.data_ptr(), n, k, dist)
+        torch.testing.assert_close(out, torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-5)
