@@ -43,6 +43,15 @@ def test_bench_reports_each_backend_in_its_own_process(tiny_model_dir, tmp_path)
         assert r["train_mfu"] == pytest.approx(r["train_gflops"] / peak)
         assert 0 < r["generate_mfu"] < 1.5 and 0 < r["train_mfu"] < 1.5
         assert r["workload_gflop"]["train"] == pytest.approx(3 * r["workload_gflop"]["logprobs"])
+    # generation's floor from streaming the weights: one pass per token of the longest completion
+    read = report["machine"]["memory_read"]["read_gb_per_s"]
+    assert read > 0.5 and report["machine"]["memory_read"]["threads"] == 1
+    for r in (first, second):
+        floor = r["generate_floor"]
+        assert floor["weight_passes"] == max(r["shapes"]["completion_lens"]) and floor["read_gb_per_s"] == read
+        assert floor["taking_turns_s"] == pytest.approx(floor["arithmetic_s"] + floor["stream_s"])
+        assert floor["arithmetic_s"] == pytest.approx(r["workload_gflop"]["generate"] / peak)
+        assert 0 < floor["mfu_taking_turns"] < floor["mfu_overlapped"] <= 1
     assert report["chart"] == str(out.with_suffix(".png"))
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

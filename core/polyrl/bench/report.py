@@ -116,6 +116,9 @@ def print_table(report: dict[str, Any]) -> None:
             console.print(f"{r['backend']}: FLOP floor {r['flop_floor_s']:.1f} s/step at the measured peak; TRL's step "
                           f"is {r['max_speedup_vs_trl']:.2f}x that, so 3x TRL needs "
                           f"{r['peak_share_for_3x_trl']:.0%} of the peak across the whole step")
+    floor_line = generation_floor_line(report["results"])
+    if floor_line:
+        console.print(floor_line, markup=False, highlight=False)
     machine = report["machine"]
     if machine.get("model"):
         console.print(f"CPU: {machine['model']}, {machine.get('cpus')} CPUs, SIMD: "
@@ -131,6 +134,20 @@ def print_table(report: dict[str, Any]) -> None:
     for dtype, other in machine.get("matmul_peaks", {}).items():
         if dtype != "float32":  # a --compute-dtype run's MFU is against this one
             console.print(f"{dtype} matmul peak {other['peak_gflops']:.1f} GFLOP/s (MFU of {dtype} runs)")
+
+
+def generation_floor_line(results: list[dict[str, Any]]) -> str | None:
+    """One line: what streaming the weights lets generation reach on this CPU, beside each side's
+    measured generation MFU (the floor is the workload's, the same for every side)."""
+    sides = [r for r in results if r.get("generate_floor") and r.get("generate_mfu") is not None]
+    if not sides:
+        return None
+    floor = sides[0]["generate_floor"]
+    measured = ", ".join(f"{r['backend']} {r['generate_mfu']:.0%}" for r in sides)
+    return (f"generation floor: the weights streamed {floor['weight_passes']} times ({floor['stream_gb']:.1f} GB, "
+            f"{floor['dtype']}) at {floor['read_gb_per_s']:.1f} GB/s read: streaming and arithmetic taking turns "
+            f"cap generation MFU at {floor['mfu_taking_turns']:.0%}, overlapped at {floor['mfu_overlapped']:.0%} "
+            f"(measured: {measured})")
 
 
 def _number(value: Any) -> float | None:

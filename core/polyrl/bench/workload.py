@@ -270,8 +270,29 @@ def matmul_peak(threads: int, dtype: str = "float32", device: str = "auto") -> d
             "threads": "numpy default", "dtype": "float32", "library": "numpy " + np.__version__, "device": "cpu"}
 
 
-def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, lora: bool) -> None:
-    """Each timed phase's workload FLOP/s and its fraction of the measured matmul peak."""
+def memory_read(threads: int) -> dict[str, Any]:
+    """GB/s the bench's threads read from memory on this CPU: torch's in a child process, else
+    numpy's on one thread (``library`` and ``threads`` say which was measured)."""
+    import importlib.util
+
+    if importlib.util.find_spec("polyrl_torch") is not None:
+        found = _child("polyrl_torch.bench.memory_read", threads, "memory_read")
+        if "error" not in found:
+            return found
+    buffer = np.ones(512 * 2**20 // 4, dtype=np.float32)
+    buffer.sum()
+    count, start = 0, time.perf_counter()
+    while count == 0 or time.perf_counter() - start < 1.0:
+        buffer.sum()
+        count += 1
+    return {"read_gb_per_s": buffer.nbytes * count / (time.perf_counter() - start) / 1e9, "threads": 1,
+            "buffer_mb": 512, "library": "numpy " + np.__version__}
+
+
+def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, lora: bool,
+                    read_gb_per_s: float | None = None) -> None:
+    """Each timed phase's workload FLOP/s and its fraction of the measured matmul peak; with the
+    CPU's read rate, generation's floor from streaming the weights too (``generate_floor``)."""
     from polyrl.bench.flops import ModelShape, step_flops
 
     shapes = result.get("shapes")
@@ -289,10 +310,16 @@ def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, 
     result["workload_gflop"] = {k: v / 1e9 for k, v in work.items()}
     # the step's FLOPs at the measured peak: no framework's step can be shorter on this machine
     result["flop_floor_s"] = (work["generate"] + work["train"]) / 1e9 / peak_gflops
+    if read_gb_per_s and shapes.get("completion_lens"):
+        from polyrl.bench.memory_floor import generation_floor
+
+        result["generate_floor"] = generation_floor(
+            ModelShape.from_config(model_dir), shapes["completion_lens"], work["generate"] / 1e9, peak_gflops,
+            read_gb_per_s, str(result.get("compute_dtype") or "float32"))
 
 
 def add_utilisations(results: list[dict[str, Any]], peaks: dict[str, dict[str, Any]], model_dir: str,
-                     lora: bool) -> None:
+                     lora: bool, read_gb_per_s: float | None = None) -> None:
     """``add_utilisation`` for each result that ran where the peaks were measured, against the peak of
     the precision its matmuls ran in; a side on another device (MLX on Metal beside a CPU peak) gets
     an ``mfu_note`` instead of a utilisation against the wrong device's peak."""
@@ -305,7 +332,7 @@ def add_utilisations(results: list[dict[str, Any]], peaks: dict[str, dict[str, A
             continue
         used = peaks.get(r.get("compute_dtype", "float32"), base)
         r["mfu_peak_dtype"] = used.get("dtype", "float32")
-        add_utilisation(r, model_dir, used["peak_gflops"], lora)
+        add_utilisation(r, model_dir, used["peak_gflops"], lora, read_gb_per_s if on_cpu(str(r.get("device", "cpu"))) else None)
 
 
 def add_flop_floor_lead(results: list[dict[str, Any]], trl: dict[str, Any]) -> None:
@@ -417,7 +444,8 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
             if hf.get("generate_s") and r.get("generate_s"):
                 r["generate_speedup_vs_hf"] = hf["generate_s"] / r["generate_s"]
         results.append(hf)
-    add_utilisations(results, peaks, resolved, lora)
+    read = memory_read(threads) if peak.get("device", "cpu") == "cpu" else None
+    add_utilisations(results, peaks, resolved, lora, (read or {}).get("read_gb_per_s"))
     if trl and "error" not in results[len(names)]:
         add_flop_floor_lead(results[:len(names)], results[len(names)])
     base = results[0] if results else {}
@@ -428,7 +456,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     report: dict[str, Any] = {
         "machine": {**cpu_info(threads), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(), "matmul_peak": peak,
-                    "matmul_peaks": peaks,
+                    "matmul_peaks": peaks, **({"memory_read": read} if read else {}),
                     # where the peak (and so every side, on the same device spec) ran: "cpu", or a GPU's name
                     "device": peak.get("device_name") or peak.get("device", "cpu")},
         "workload": {"model": model, "prompts": prompts, "group_size": group_size, "interleave": interleave,
