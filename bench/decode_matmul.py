@@ -103,19 +103,6 @@ def rate(shape: ModelShape, rows: int, dtype_name: str, seconds: float, pack: bo
     return {"gflops": flops / elapsed / 1e9, "step_ms": elapsed * 1e3, "weight_gb_per_s": weight_bytes / elapsed / 1e9}
 
 
-def memory_read_gb_per_s(seconds: float, megabytes: int = 512) -> float:
-    """GB/s one thread reads from memory: sums over a float32 buffer larger than any cache here."""
-    import torch
-
-    buffer = torch.ones(megabytes * 2**20 // 4)
-    buffer.sum()  # pages touched before timing
-    count, start = 0, time.perf_counter()
-    while count == 0 or time.perf_counter() - start < seconds:
-        buffer.sum()
-        count += 1
-    return buffer.numel() * 4 * count / (time.perf_counter() - start) / 1e9
-
-
 def with_roofline(measured: dict[str, float], peak_gflops: float, read_gb_per_s: float) -> dict[str, float]:
     """``measured`` plus the step's two bounds: arithmetic and weight streaming overlapped
     (``roofline_gflops``) or taking turns (``serial_gflops``), and the measured share of each."""
@@ -151,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
 
     dtypes = args.dtypes.split(",")
     peaks = {d: measure(args.threads, dtype=d) for d in dtypes}
-    read = memory_read_gb_per_s(args.seconds)
+    from polyrl_torch.bench.memory_read import measure as measure_read  # polyrl bench's own reading
+
+    read = measure_read(args.threads, args.seconds)["read_gb_per_s"]
 
     def measured(dtype: str, pack: bool, fuse: bool = False) -> dict[str, dict[str, float]]:
         return {str(r): with_roofline(rate(shape, r, dtype, args.seconds, pack=pack, fuse=fuse),
