@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,14 +18,12 @@ from polyrl.report import load_run, panels_for, series
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
-def run_dir(tiny_model_dir, tmp_path_factory):
-    """Three steps of GRPO with a KL term and evaluation every step, trained through the CLI."""
-    root = tmp_path_factory.mktemp("report")
+def _train(model: str, root: Path, *sets: str, name: str = "run") -> Path:
+    """A real tiny-model GRPO run trained through the CLI into ``root / name``, ``--set`` as given."""
     config = root / "run.toml"
     config.write_text(f"""
 [model]
-path = "{tiny_model_dir}"
+path = "{model}"
 max_length = 256
 [generation]
 group_size = 2
@@ -40,12 +39,17 @@ count = 2
 steps = 1
 prompts_per_step = 2
 threads = 1
-output_dir = "{root / 'run'}"
+output_dir = "{root / name}"
 """)
-    code = main(["train", str(config), "--no-progress", "--set", "train.steps=3", "--set", "algorithm.beta=0.04",
-                 "--set", "eval.every=1", "--set", "eval.samples=2", "--set", "eval.pass_k=2"])
-    assert code == 0
-    return root / "run"
+    assert main(["train", str(config), "--no-progress", *(a for s in sets for a in ("--set", s))]) == 0
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_model_dir, tmp_path_factory):
+    """Three steps of GRPO with a KL term and evaluation every step, trained through the CLI."""
+    return _train(tiny_model_dir, tmp_path_factory.mktemp("report"), "train.steps=3", "algorithm.beta=0.04",
+                  "eval.every=1", "eval.samples=2", "eval.pass_k=2")
 
 
 def test_report_png_and_html_of_a_real_run(run_dir, tmp_path, capsys):
@@ -473,3 +477,150 @@ def test_the_step_axis_has_whole_steps_only(run_dir, tmp_path, monkeypatch):
         low, high = ax.get_xlim()
         ticks = [t for t in ax.get_xticks() if low <= t <= high]
         assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+
+
+def _drawn(monkeypatch) -> list:
+    """The figures ``polyrl report`` saves, kept as matplotlib saves them (``savefig`` wrapped)."""
+    from matplotlib.figure import Figure
+
+    saved: list[Figure] = []
+    original = Figure.savefig
+
+    def keep(self: Figure, *args, **kwargs):
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def _keys(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """Each numeric metric of a run's metrics.jsonl as (step, value), read here apart from polyrl."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.setdefault(key, []).append((record["step"], value))
+    return {k: sorted(v, key=lambda p: p[0]) for k, v in out.items()}
+
+
+def test_two_real_runs_are_compared_side_by_side(run_dir, tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """Two runs could only be read as two reports, side by side by eye. ``polyrl report A B``
+    tables each metric's first, last and best value per run and draws one line per run, labelled
+    by folder name; runs of different lengths and metrics compare, a metric one run lacks is
+    missing in its columns (the other run: 2 steps, no KL term, no evaluation between steps)."""
+    other = _train(tiny_model_dir, tmp_path, "train.steps=2", "algorithm.beta=0", name="short")
+    capsys.readouterr()  # the training's own output
+    mine, theirs = _keys(run_dir), _keys(other)
+    only_mine = sorted(set(mine) - set(theirs))
+    assert "kl" in only_mine and "eval/pass@2" in only_mine  # the metric sets differ for real
+    png, page = tmp_path / "cmp.png", tmp_path / "cmp.html"
+    saved = _drawn(monkeypatch)
+    assert main(["report", str(run_dir), str(other), "--json", "--output", str(png), "--html", str(page)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["steps"]) for r in got["runs"]] == [("run", 3), ("short", 2)]
+    table = got["metrics"]
+    for name, keys in (("run", mine), ("short", theirs)):
+        steps = keys["loss"]
+        assert table["loss"][name] == {"first": steps[0][1], "last": steps[-1][1], "best": None}  # no better loss
+        rewards = [v for _, v in keys["reward_mean"]]
+        assert table["reward_mean"][name] == {"first": rewards[0], "last": rewards[-1], "best": max(rewards)}
+        timing = next(k for k in keys if k.startswith("time/"))  # lower is better
+        assert table[timing][name]["best"] == min(v for _, v in keys[timing])
+    for key in only_mine:
+        assert table[key]["short"] is None and table[key]["run"] is not None, key
+    assert png.read_bytes().startswith(PNG_MAGIC) and got["chart"] == str(png)
+    # the chart: one line per run, labelled by its folder, each run's own steps
+    reward = next(ax for ax in saved[0].axes if ax.get_title() == "reward")
+    lines = {line.get_label(): list(line.get_xdata()) for line in reward.get_lines()}
+    assert lines["run: reward_mean"] == [1, 2, 3] and lines["short: reward_mean"] == [1, 2]
+    kl = next(ax for ax in saved[0].axes if ax.get_title() == "KL to reference")
+    assert [t.get_text() for t in kl.get_legend().get_texts()] == ["run"]  # drawn for the run that has it
+    assert "run (3 steps) vs short (2 steps)" in saved[0].get_suptitle()
+    text = page.read_text()
+    assert "<th>short best</th>" in text and base64.b64encode(png.read_bytes()).decode() in text
+    assert re.search(r"<td>kl</td><td>[^<]+</td><td>[^<]+</td><td>-</td><td>missing</td>", text)
+    # the text table, as a user reads it
+    assert main(["report", str(run_dir), str(other), "--output", str(png)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["metric", *(x for n in ("run", "short") for w in ("first", "last", "best") for x in (n, w))]
+    kl_row = next(line.split() for line in out if line.startswith("kl "))
+    assert kl_row[-3:] == ["missing"] * 3 and float(kl_row[1]) == mine["kl"][0][1]
+    assert out[-1] == f"chart: {png}"
+
+
+def test_comparing_with_a_folder_that_is_not_a_run_is_its_one_error_line(run_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(run_dir), "empty"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: RUN_DIR: 'empty' has no step metrics"), err
+    assert not (tmp_path / "compare.png").exists()
+
+
+def test_matplotlib_warnings_are_polyrl_log_lines_not_raw_text(tmp_path):
+    """A run folder or metric named in Chinese printed matplotlib's raw ``UserWarning: Glyph ...
+    missing from font(s)`` with a line of polyrl's source, four times per character, and an
+    unwritable MPLCONFIGDIR its bare logging text: both between polyrl's structlog lines. Now each
+    is one structlog line; the chart is still drawn."""
+    run = tmp_path / "运行"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "reward_mean": 0.1 * s, "reward/正确/mean": 0.2 * s}) + "\n" for s in (1, 2, 3)))
+    (tmp_path / "not_a_folder").write_text("")
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "not_a_folder")}
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", "report", str(run)], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout == f"chart: {run / 'report.png'}\n", done
+    lines = done.stderr.splitlines()
+    logged = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+Z \[(warning|info) *\] ")
+    assert lines and all(logged.match(line) for line in lines), done.stderr
+    glyphs = [line for line in lines if "has no glyph" in line]
+    assert len(glyphs) == 1 and all(c in glyphs[0] for c in "运行正确"), glyphs
+    assert any("matplotlib: Matplotlib created a temporary cache directory" in line for line in lines), lines
+
+
+def test_a_failure_while_drawing_still_raises_with_what_matplotlib_said_logged(capsys):
+    """Routing matplotlib's words hides no error: an exception passes through, and an error
+    record is logged at error level (after the warning filters as they were)."""
+    import logging
+    import warnings
+
+    from polyrl.plot_warnings import routed
+
+    with pytest.raises(ValueError, match="drawing failed"), routed():
+        logging.getLogger("matplotlib.font_manager").error("font file unreadable")
+        warnings.warn("tight layout not applied", UserWarning, stacklevel=1)
+        raise ValueError("drawing failed")
+    err = capsys.readouterr().err
+    assert re.search(r"\[error +\] matplotlib: font file unreadable", err), err
+    assert re.search(r"\[warning +\] matplotlib: tight layout not applied category=UserWarning", err), err
+    assert logging.getLogger("matplotlib").propagate  # put back as it was
+
+
+def test_a_metric_named_with_a_leading_underscore_keeps_its_legend_entry(tmp_path, capsys, monkeypatch):
+    """matplotlib leaves labels starting with "_" out of legends: a metric ``_entropy`` was drawn
+    unnamed, and matplotlib logged "No artists with labels found" raw on the terminal."""
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "_entropy": 0.5 * s, "loss": 1.0}) + "\n" for s in (1, 2)))
+    saved = _drawn(monkeypatch)
+    assert main(["report", str(tmp_path)]) == 0
+    entropy = next(ax for ax in saved[0].axes if ax.get_title() == "entropy")
+    assert [t.get_text().strip() for t in entropy.get_legend().get_texts()] == ["_entropy"]
+    assert "No artists" not in capsys.readouterr().err
+
+
+def test_runs_whose_folders_share_a_name_are_told_apart_by_their_paths(tmp_path, capsys, monkeypatch):
+    """Two runs in folders both named ``run`` were one legend entry twice; each is its path as given."""
+    monkeypatch.chdir(tmp_path)
+    for parent, rewards in (("a", (0.1, 0.2)), ("b", (0.5, 0.4, 0.3))):
+        (tmp_path / parent / "run").mkdir(parents=True)
+        (tmp_path / parent / "run" / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, "reward_mean": r}) + "\n" for s, r in enumerate(rewards, start=1)))
+    assert main(["report", "a/run", "b/run", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in got["runs"]] == ["a/run", "b/run"]
+    assert got["metrics"]["reward_mean"] == {"a/run": {"first": 0.1, "last": 0.2, "best": 0.2},
+                                             "b/run": {"first": 0.5, "last": 0.3, "best": 0.5}}
+    assert (tmp_path / "compare.png").read_bytes().startswith(PNG_MAGIC) and got["chart"] == "compare.png"

@@ -23,6 +23,10 @@ BACKEND_ABILITIES = ("generate", "logprobs", "train_step", "lora", "weight_impor
                      "token_prompts", "loss_mask", "data_parallel")
 
 
+#: ``polyrl report RUN_A RUN_B``'s chart unless --output says (in the current folder: it is no one run's)
+COMPARE_PNG = "compare.png"
+
+
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
@@ -162,20 +166,37 @@ def cmd_rewards(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from polyrl import report_compare
     from polyrl.logs import get_logger
     from polyrl.report import check_outputs, load_run, write_html, write_png
 
-    run = load_run(args.run_dir)
-    png_path = args.output or Path(args.run_dir) / "report.png"
+    runs = [load_run(run_dir) for run_dir in args.run_dir]  # a folder that is no run: its error line, nothing drawn
+    one = len(runs) == 1
+    png_path = args.output or (Path(args.run_dir[0]) / "report.png" if one else Path(COMPARE_PNG))
     check_outputs(png_path, args.html)  # a folder without metrics is one error line before matplotlib loads
-    for warning in run.warnings:
-        get_logger("polyrl.report").warning(warning)
-    if run.unfinished:
-        print(f"not finished: {run.unfinished}")
-    png = write_png(run, png_path)
-    print(f"chart: {png}")
+    names = report_compare.labels(runs, args.run_dir)
+    for run in runs:
+        for warning in run.warnings:
+            get_logger("polyrl.report").warning(warning)
+    for name, run in zip(names, runs):
+        if run.unfinished and not args.json:
+            print(f"not finished: {run.unfinished}" if one else f"not finished: {name}: {run.unfinished}")
+    table = report_compare.summary(runs, names) if args.json or not one else {}
+    png = write_png(runs[0], png_path) if one else report_compare.write_png(runs, names, png_path)
+    if not args.json:
+        if not one:
+            print(report_compare.text_table(table, names))
+        print(f"chart: {png}")
+    page = None
     if args.html:
-        print(f"page: {write_html(run, png, args.html)}")
+        page = write_html(runs[0], png, args.html) if one else report_compare.write_html(runs, names, table, png,
+                                                                                         args.html)
+    if args.json:
+        _print_json({"runs": [{"name": n, "dir": str(d), "steps": len(r.lines), "unfinished": r.unfinished}
+                              for n, d, r in zip(names, args.run_dir, runs)],
+                     "chart": str(png), "page": None if page is None else str(page), "metrics": table})
+    elif page is not None:
+        print(f"page: {page}")
     return 0
 
 
@@ -594,10 +615,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the whole JSON report instead of the table")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("report", help="draw a run's curves (PNG) and an HTML page with its metrics table")
-    p.add_argument("run_dir", help="the run's train.output_dir")
-    p.add_argument("--output", default=None, help="the PNG (default RUN_DIR/report.png)")
+    p = sub.add_parser("report", help="draw a run's curves (PNG) and an HTML page with its metrics table; "
+                                      "several runs: compared side by side")
+    p.add_argument("run_dir", nargs="+", help="the run's train.output_dir; two or more to compare them")
+    p.add_argument("--output", default=None,
+                   help=f"the PNG (default RUN_DIR/report.png; comparing runs, {COMPARE_PNG} here)")
     p.add_argument("--html", default=None, help="also write a self-contained HTML page here")
+    p.add_argument("--json", action="store_true",
+                   help="print each metric's first, last and best value per run as JSON instead of text")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("config-reference", help="print every TOML config key with its default (Markdown)")

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import attrs
 
-from polyrl import evaluation, metrics_file
+from polyrl import evaluation, metrics_file, plot_warnings
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.path_text import check_path_text
@@ -451,43 +451,40 @@ def check_outputs(png: str | Path, html: str | Path | None) -> None:
                               fix="choose a path under a folder")
 
 
-def write_png(run: RunData, output: str | Path) -> Path:
-    """Draw the run's panels into ``output`` (PNG); raises ConfigError without matplotlib."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed); ConfigError without matplotlib."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise ConfigError("polyrl report draws with matplotlib, which is not installed", field="report",
                           fix=PLOT_FIX) from None
-    lines = run.lines
-    data = series(lines, run.records, run.evals)
-    chosen = panels_for(data)
-    cols = 2
-    rows = max(1, math.ceil(len(chosen) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(12, 3.2 * rows), squeeze=False)
-    for ax, (panel, keys) in zip(axes.flat, chosen):
-        for key in keys:
-            xs, ys = zip(*data[key])
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=_shown(key))
-        if panel.title == "reward" and "reward_std" in data and "reward_mean" in data:
-            mean, std = dict(data["reward_mean"]), dict(data["reward_std"])
-            both = [x for x in mean if x in std]
-            ax.fill_between(both, [mean[x] - std[x] for x in both], [mean[x] + std[x] for x in both], alpha=0.2,
-                            label="reward_std")
-        if panel.log_scale and all(y > 0 for k in keys for _, y in data[k]):
-            ax.set_yscale("log")
-        ax.set_title(panel.title)
-        ax.set_xlabel("step")
-        # whole steps only: a short run's axis read 0.5, 1.5, ..., steps no run takes
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2 if len(keys) > 4 else 1)
-    for ax in list(axes.flat)[len(chosen):]:
-        ax.axis("off")
-    fig.suptitle(_shown(f"{run.name}: {len(lines)} steps"))
+    return plt
+
+
+def label(text: str) -> str:
+    """``text`` as a legend entry: drawn literally (``_shown``), and kept when it starts with "_",
+    which matplotlib hides from legends (a metric ``_entropy`` or a run folder ``_baseline`` lost
+    its entry, and a panel of only such lines warned that it had nothing to show)."""
+    shown = _shown(text)
+    return f" {shown}" if shown.startswith("_") else shown
+
+
+def whole_steps(ax: Any, title: str) -> None:
+    """A panel's title, step axis and grid, as every report draws them."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    # whole steps only: a short run's axis read 0.5, 1.5, ..., steps no run takes
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def save_figure(plt: Any, fig: Any, output: str | Path) -> Path:
+    """Lay out and write ``fig`` as a PNG at ``output`` (whole or not at all), then close it."""
     fig.tight_layout()
     out = Path(output)
     try:
@@ -496,6 +493,36 @@ def write_png(run: RunData, output: str | Path) -> Path:
     finally:
         plt.close(fig)
     return out
+
+
+def write_png(run: RunData, output: str | Path) -> Path:
+    """Draw the run's panels into ``output`` (PNG); raises ConfigError without matplotlib.
+    matplotlib's warnings are logged through structlog (``plot_warnings``)."""
+    with plot_warnings.routed():
+        plt = pyplot()
+        lines = run.lines
+        data = series(lines, run.records, run.evals)
+        chosen = panels_for(data)
+        cols = 2
+        rows = max(1, math.ceil(len(chosen) / cols))
+        fig, axes = plt.subplots(rows, cols, figsize=(12, 3.2 * rows), squeeze=False)
+        for ax, (panel, keys) in zip(axes.flat, chosen):
+            for key in keys:
+                xs, ys = zip(*data[key])
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label(key))
+            if panel.title == "reward" and "reward_std" in data and "reward_mean" in data:
+                mean, std = dict(data["reward_mean"]), dict(data["reward_std"])
+                both = [x for x in mean if x in std]
+                ax.fill_between(both, [mean[x] - std[x] for x in both], [mean[x] + std[x] for x in both], alpha=0.2,
+                                label="reward_std")
+            if panel.log_scale and all(y > 0 for k in keys for _, y in data[k]):
+                ax.set_yscale("log")
+            whole_steps(ax, panel.title)
+            ax.legend(fontsize=6, ncol=2 if len(keys) > 4 else 1)
+        for ax in list(axes.flat)[len(chosen):]:
+            ax.axis("off")
+        fig.suptitle(_shown(f"{run.name}: {len(lines)} steps"))
+        return save_figure(plt, fig, output)
 
 
 @contextlib.contextmanager
@@ -515,6 +542,12 @@ def _writing(path: Path, flag: str) -> Iterator[Path]:
         raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}", field=flag,
                           fix="free space on that disk (the previous file is kept)" if full
                           else f"give {flag} a path in a folder you can write") from None
+
+
+#: the report pages' look: a table that scrolls under its sticky header
+PAGE_STYLE = ("<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
+              "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{position:sticky;top:0;"
+              "background:#eee}div.t{overflow:auto;max-height:60vh}</style>")
 
 
 def _cell(value: Any) -> str:
@@ -538,9 +571,7 @@ def write_html(run: RunData, png: Path, output: str | Path) -> Path:
     title = html.escape(f"polyrl report: {run.name}")
     note = f"<p><b>Not finished:</b> {html.escape(run.unfinished)}</p>" if run.unfinished else ""
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
-            "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
-            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{position:sticky;top:0;"
-            "background:#eee}div.t{overflow:auto;max-height:60vh}</style></head><body>"
+            f"{PAGE_STYLE}</head><body>"
             f"<h1>{title}</h1>{note}<img alt=\"curves\" style=\"max-width:100%\" src=\"data:image/png;base64,{image}\">"
             f"<h2>metrics.jsonl ({len(run.lines)} steps)</h2><div class=\"t\"><table><tr>{head}</tr>{body}"
             "</table></div></body></html>\n")
