@@ -655,6 +655,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         code = _main(argv)
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            exit_status.mark_failed()
+            raise
+        code = STDOUT_READER_GONE_EXIT
     except BaseException:  # a traceback: the exit handlers see a failure (exit_status)
         exit_status.mark_failed()
         raise
@@ -663,6 +668,32 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         _leave_past_held_threads(code, EXIT_GRACE_S)
     return code
+
+
+#: The exit code of a command whose standard output's reader left (`polyrl config-reference | head`):
+#: what a shell reports for a program SIGPIPE ended, as for the Unix tools in a pipeline.
+STDOUT_READER_GONE_EXIT = 141
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader closed it; if so, it is pointed at /dev/null so
+    the interpreter's last flush does not fail again. Why: the command's output was cut short by
+    its reader's choice (``head``, ``grep -q``), which is no error of the command's: no traceback.
+    A broken pipe anywhere else (a plugin's socket, a child process) is an error as before."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, ValueError, OSError):  # no real descriptor behind stdout
+        return False
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return gone
 
 
 def _held_threads() -> list[Any]:

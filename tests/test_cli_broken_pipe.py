@@ -1,0 +1,30 @@
+"""A command whose output's reader leaves early (`polyrl config-reference | head`) ends quietly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _run_with_reader_gone(args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """``polyrl <args>`` with standard output a pipe whose read end is closed before it writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "polyrl.cli", *args], stdout=write_end, stderr=subprocess.PIPE,
+                              timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    finally:
+        os.close(write_end)
+
+
+def test_a_reader_that_left_ends_the_command_like_a_unix_tool_without_a_traceback():
+    done = _run_with_reader_gone(["config-reference"])
+    assert b"Traceback" not in done.stderr and b"BrokenPipeError" not in done.stderr, done.stderr.decode()[-800:]
+    assert done.returncode == 141  # what a shell reports for a pipeline's writer SIGPIPE ended
+
+
+def test_a_reader_that_stays_gets_the_whole_output_and_exit_zero():
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", "config-reference"], capture_output=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0 and done.stdout.count(b"\n") > 100 and not done.stderr.strip()
