@@ -284,6 +284,9 @@ def train_config(args: argparse.Namespace) -> RunConfig:
 
     if args.resume:  # a name past the file system's limit made the checkpoint lookup a traceback
         check_path_text(args.resume, "--resume")
+        # "~" is the home folder, as in train.output_dir: a quoted "~/runs/x/..." (no shell to
+        # expand it) was "does not exist"; expanded here, the ranks of `polyrl launch` get it too
+        args.resume = os.path.expanduser(args.resume)
     config = RunConfig.from_toml(args.config, tuple(args.set))
     overrides: dict[str, Any] = {}
     if args.steps is not None:

@@ -43,9 +43,17 @@ RUN_REWARDS = "run"
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 
+def _home_expanded(value: Any) -> Any:
+    """``value`` with a leading ``~`` as the home folder, as the shell would have written it: a path
+    quoted in TOML (or in a quoted ``--set``) reaches polyrl unexpanded, and ``~/models/x`` named a
+    folder "~" in the working directory, or nothing."""
+    return os.path.expanduser(value) if isinstance(value, str) else value
+
+
 @attrs.define(frozen=True)
 class ModelSection:
-    path: str = ""  # local HF folder, GGUF file, Hub id in the local HF cache, or an alias
+    #: local HF folder, GGUF file, Hub id in the local HF cache, or an alias ("~" expanded)
+    path: str = attrs.field(default="", converter=_home_expanded)
     dtype: str = "float32"
     #: mixed precision: matmuls in this dtype, weights and optimizer state kept in ``dtype``;
     #: None = compute in ``dtype`` itself (no autocast)
@@ -54,7 +62,8 @@ class ModelSection:
     #: Metal for MLX), else the CPU: one recipe runs on a GPU box and a laptop unchanged
     device: str = "auto"
     max_length: int = 1024
-    reference_path: str | None = None  # the KL reference, when not the initial policy itself
+    #: the KL reference, when not the initial policy itself
+    reference_path: str | None = attrs.field(default=None, converter=_home_expanded)
     trust_remote_code: bool = False  # run Python shipped in the model folder (only when asked)
     #: extra variables for the policy's chat template, every time it renders (TRL's
     #: ``chat_template_kwargs``; ``{enable_thinking = false}`` for Qwen3): ``polyrl.chat_kwargs``
@@ -115,7 +124,8 @@ class GenerationSection:
     repetition_penalty: float = 1.0
     ignore_eos: bool = False  # sample on past EOS to max_new_tokens (fixed-length benchmarks)
     stop: list[str] = attrs.field(factory=list)
-    max_model_path: str | None = None  # a different file for the generator (e.g. a GGUF for MAX)
+    #: a different file for the generator (e.g. a GGUF for MAX)
+    max_model_path: str | None = attrs.field(default=None, converter=_home_expanded)
     overlap: bool = False  # sample step k+1 while training on step k (one step of policy lag)
 
     def __attrs_post_init__(self) -> None:
@@ -236,7 +246,8 @@ def _same_files(a: Any, b: Any) -> bool:
 @attrs.define(frozen=True)
 class RewardSection:
     name: str | None = None  # a registered reward (see `polyrl backends`)
-    function: str | None = None  # "module:function" or "file.py:function"
+    #: "module:function" or "file.py:function" ("~/rewards.py:score" is a file in the home folder)
+    function: str | None = attrs.field(default=None, converter=_home_expanded)
     weight: float = 1.0
     options: dict[str, Any] = attrs.field(factory=dict)
     #: one call's limit; a stuck reward is an error, not a hung run. Unset: 600 s, raised to what the
@@ -278,10 +289,6 @@ class RewardSection:
 
 #: A sensible value of each count TrainSection requires to be >= 1, for its fix line.
 _TRAIN_EXAMPLES = {"steps": 100, "prompts_per_step": 8, "keep_checkpoints": 2, "max_consecutive_skips": 3}
-
-
-def _home_expanded(value: Any) -> Any:
-    return os.path.expanduser(value) if isinstance(value, str) else value
 
 
 @attrs.define(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -259,16 +260,29 @@ def floor_check(saved: dict[str, Any] | None, config: RunConfig, updates: int | 
             f"optimizer.total_steps = {span + past} (or unset)")
 
 
-def _same_output_dir(change: tuple[str, Any, Any]) -> bool:
-    """An output_dir a checkpoint stored as given (relative, before ``run_paths`` made it absolute
-    at the start) and the same folder named absolutely now: no change to warn of at each resume."""
+def _same_output_dir(change: tuple[str, Any, Any], checkpoint: Path | None) -> bool:
+    """The output_dir a checkpoint stored and the one this run names are the same run's folder: no
+    change to warn of at each resume. Why: the stored one is absolute (``run_paths`` anchors it at
+    the start folder; one from before that is relative to a start folder it does not record), so
+    the same ``output_dir = "runs/x"`` resumed from another working folder, or after the run's
+    folder was moved or copied, was logged as an applied change though the run goes on in the
+    folder that holds its ``checkpoint`` (``<output_dir>/checkpoints/step-N``). A run resumed from
+    another folder's checkpoint writes elsewhere: that change is still said."""
     field, before, after = change
-    return (field == "train.output_dir" and isinstance(before, str) and isinstance(after, str)
-            and os.path.realpath(before) == os.path.realpath(after))
+    if field != "train.output_dir" or not isinstance(before, str) or not isinstance(after, str):
+        return False
+    if checkpoint is not None and checkpoint.parent.name == "checkpoints":
+        if os.path.realpath(checkpoint.parent.parent) == os.path.realpath(after):
+            return True
+        if not os.path.isabs(before):  # it named the folder the checkpoint is in, which this is not
+            return False
+    return os.path.realpath(before) == os.path.realpath(after)
 
 
-def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -> list[str]:
+def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool,
+          checkpoint: Path | None = None) -> list[str]:
     """The changes to log as applied; raises ``ConfigError`` naming every refused change.
+    ``checkpoint``: the folder resumed (a run going on in the folder that holds it kept its output_dir).
     ``saved`` is empty or None only for a weights-only resume (``checkpoint_state`` refuses it for
     a full one): there is nothing to compare, and that resume starts a new experiment anyway."""
     if not saved:
@@ -278,7 +292,7 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool) -
         return []
     found = [c for c in changes(_unset_limits_as_default(_reward_defaults(saved)),
                                 _unset_limits_as_default(snapshot(config)))
-             if not _added_at_default(c, saved, config) and not _same_output_dir(c)]
+             if not _added_at_default(c, saved, config) and not _same_output_dir(c, checkpoint)]
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]
     if refused:
         first = refused[0][0]

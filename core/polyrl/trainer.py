@@ -1870,8 +1870,8 @@ class Trainer:
                     "moved aside", moved=[p.name for p in newer], moved_to=str(target), step=self.step)
 
     def _resume_point(self, path: str | Path | None, weights_only: bool) -> tuple[Path, dict[str, Any]] | None:
-        point = resume_point(self.config, run_paths.anchored(str(path), self._start_dir) if path else None,
-                             weights_only)
+        where = run_paths.anchored(os.path.expanduser(str(path)), self._start_dir) if path else None
+        point = resume_point(self.config, where, weights_only)
         check_backend_files(self.registry, self.config, point, weights_only)  # before any model loads
         if point is not None:
             self._kept_from, self._model_prints = point[0], None  # its start folders, before they are compared
