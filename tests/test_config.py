@@ -51,14 +51,15 @@ def test_defaults_and_presets():
         (with_("algorithm", name="ppo2"), "algorithm.name", "grpo"),
         (with_("algorithm", kl_estimator="k9"), "algorithm.kl_estimator", "k3"),
         (with_("algorithm", beta=-1.0), "algorithm.beta", ">= 0"),
-        (with_("optimizer", lr=-1.0), "optimizer.lr", "> 0"),
+        (with_("optimizer", lr=-1.0), "optimizer.lr", "in (0, 10)"),
         (with_("lora", rank=0), "lora.rank", "[1, "),
         ({**MINIMAL, "model": {}}, "model.path", "smollm2"),
         ({k: v for k, v in MINIMAL.items() if k != "model"}, "model.path", "[model]"),
         ({**MINIMAL, "rewards": []}, "rewards", "[[rewards]]"),
         ({**MINIMAL, "rewards": [{"name": "a", "function": "m:f"}]}, "rewards", "exactly one"),
         ({**MINIMAL, "data": {}}, "data", "task"),
-        ({**MINIMAL, "trainer": {}}, "trainer", "valid sections"),
+        ({**MINIMAL, "trainer": {}}, "trainer", "did you mean [train]?"),
+        ({**MINIMAL, "nosuch": {}}, "nosuch", "valid sections"),
     ],
 )
 def test_bad_values_name_the_field_and_fix(data, field, hint):

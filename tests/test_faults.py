@@ -126,10 +126,12 @@ def test_too_many_non_finite_steps_in_a_row_stop_with_a_fix(toy, tmp_path):
     assert ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints") is not None  # nothing lost
 
 
-def test_exploding_learning_rate_on_torch_stops_with_a_clear_message(tiny_model_dir, tmp_path):
-    """A real fault: lr 1e30 overflows the weights; the backend skips non-finite steps, the run stops."""
-    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=10, checkpoint_every=0)
-    config.write_text(config.read_text().replace("lr = 1e-3", "lr = 1e30"))
+def test_exploding_gradients_on_torch_stop_with_a_clear_message(tiny_model_dir, tmp_path):
+    """A real fault: a reward weight of 1e38, unscaled, overflows the gradient's norm; the backend
+    skips non-finite steps, the run stops. (An lr of 1e30 did it once; the config now refuses an lr
+    of 10 or more before any model loads.)"""
+    config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=10, checkpoint_every=0,
+                          extra='weight = 1e38\n[algorithm]\nscale_rewards = "none"\n')
     result = train(config)
     assert result.returncode == 2, result.stderr
     assert "non-finite" in result.stderr and "Fix: lower optimizer.lr" in result.stderr

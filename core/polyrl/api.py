@@ -53,7 +53,7 @@ from polyrl.trl_config import (
     rounded_save_warning,
 )
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
-from polyrl.validators import fits_float, shown
+from polyrl.validators import MAX_LR, fits_float, intended_lr, shown
 
 grpo, dapo, dr_grpo, rloo, reinforce = "grpo", "dapo", "dr_grpo", "rloo", "reinforce"
 
@@ -197,6 +197,13 @@ class GRPOConfig:
             raise ConfigError(f"learning_rate = {shown(lr)} is no AdamW step size polyrl trains with (a finite "
                               "number above 0; 0 would train nothing)", field="grpo_config.learning_rate",
                               fix="set learning_rate above 0, e.g. 1e-6 (TRL's default)")
+        if lr >= MAX_LR:  # a lost exponent sign (5e6): named as the argument written, with the value meant
+            guess = intended_lr(lr)
+            raise ConfigError(f"learning_rate = {shown(lr)} is no AdamW step size (below {MAX_LR:g}): AdamW moves every "
+                              "weight by about the learning rate per update, so this wipes out the model in one step",
+                              field="grpo_config.learning_rate",
+                              fix=f"did you mean learning_rate={guess} (the exponent's minus sign lost)?" if guess
+                              else "set e.g. learning_rate=1e-6 (TRL's default)")
         if self.chat_template_kwargs is not None:  # named as the argument the caller wrote
             object.__setattr__(self, "chat_template_kwargs",
                                checked(self.chat_template_kwargs, "grpo_config.chat_template_kwargs"))

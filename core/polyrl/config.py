@@ -8,6 +8,7 @@ See README.md ("Config reference") for every key.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import typing
@@ -19,7 +20,7 @@ import attrs
 
 from polyrl import chat_kwargs, long_numbers
 from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig, check_given_keys_act, refuse_preset_shaping_under_gdpo
-from polyrl.configtools import build, check_type, unknown_key_fix
+from polyrl.configtools import build, check_type, key_typo, trl_typo, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
 from polyrl.path_text import OUTPUT_ROOM, check_path_text
@@ -669,14 +670,9 @@ class RunConfig:
         known = {f.name for f in attrs.fields(cls)}
         for key in data:
             if key not in known:
-                trl = trl_fix(str(key), data[key])  # a GRPOConfig name written outside any table
-                owners = key_owners(str(key))
-                if owners:
-                    table, _, name = owners[0].rpartition(".")
-                    trl = trl or f"polyrl's key of that name is {' or '.join(owners)}: write {name} = ... in [{table}]"
                 what = (f"unknown section [{key}]" if isinstance(data[key], (Mapping, list))
                         else f"unknown key {key!r} outside any section")
-                raise ConfigError(what, field=key, fix=trl or f"valid sections: {', '.join(sorted(known))}")
+                raise ConfigError(what, field=key, fix=_top_level_fix(str(key), data[key], known))
         for key, value in data.items():
             if key == "rewards":
                 if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
@@ -753,6 +749,40 @@ class RunConfig:
 
             data = apply_overrides(data, overrides)
         return cls.from_dict(data)
+
+
+#: Tables a TRL or peft user may name for polyrl's (``[peft]`` for ``[lora]``).
+_SECTION_ALIASES = {"peft": "lora", "peft_config": "lora", "lora_config": "lora", "training": "train",
+                    "trainer": "train", "training_args": "train", "sampling": "generation", "dataset": "data",
+                    "datasets": "data", "reward": "rewards", "reward_funcs": "rewards", "optim": "optimizer",
+                    "evaluation": "eval", "log": "logging", "env": "environment"}
+
+
+def _top_level_fix(key: str, value: Any, known: set[str]) -> str:
+    """The fix for an unknown name outside any table: TRL's name, then (for a table) the section
+    it stands for, then the table that has a key of that name, then a close key, then the sections.
+    Why the section before the key: ``[[reward]]`` was sent to eval.reward, a key of another table."""
+    fix = trl_fix(key, value)  # a GRPOConfig name written outside any table
+    if fix is not None:
+        return fix
+    if isinstance(value, (Mapping, list)):
+        section = _SECTION_ALIASES.get(key.lower()) or next(iter(difflib.get_close_matches(key, sorted(known), n=1)),
+                                                             None)
+        if section == "rewards":
+            return "did you mean [[rewards]]? write each reward as a [[rewards]] table (two brackets)"
+        if section is not None:
+            return f"did you mean [{section}]? rename the table to [{section}]"
+    owners = key_owners(key)
+    if owners:
+        table, _, name = owners[0].rpartition(".")
+        return f"polyrl's key of that name is {' or '.join(owners)}: write {name} = ... in [{table}]"
+    close = key_typo(key)
+    if close is not None:
+        return f"did you mean {close!r}? " + _top_level_fix(close, value, known)
+    close = trl_typo(key)
+    if close is not None:
+        return f"did you mean TRL's {close!r}? " + _top_level_fix(close, value, known)
+    return f"valid sections: {', '.join(sorted(known))}"
 
 
 def section_classes() -> dict[str, type]:

@@ -82,9 +82,10 @@ def _bare_key_fix(name: str, raw: str) -> str:
     """The fix for ``--set NAME=VALUE`` without a section: the section that has ``NAME`` (polyrl's
     key, or where TRL's ``GRPOConfig`` name lives), else the general form."""
     from polyrl.config import key_owners
-    from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, toml_literal, trl_value
+    from polyrl.configtools import key_typo, trl_typo
+    from polyrl.trl_names import Preset, entry_of, toml_literal, trl_value
 
-    entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
+    entry = entry_of(name)
     if entry is not None and entry.key is None:
         return f"remove it: TRL's {name} has no polyrl equivalent ({entry.note})"
     if entry is not None and entry.key is not None:
@@ -102,6 +103,14 @@ def _bare_key_fix(name: str, raw: str) -> str:
     owners = key_owners(name)
     if owners:
         return f"write --set {owners[0]}={raw}" + (f" (also in: {', '.join(owners[1:])})" if owners[1:] else "")
+    # a misspelt key gets the key it is close to, as the same typo in a file's table does (`temprature`,
+    # TRL's `lerning_rate`): it got the general form, which names neither
+    close = key_typo(name)
+    if close is not None:
+        return f"did you mean {close!r}? " + _bare_key_fix(close, raw)
+    close = trl_typo(name)
+    if close is not None:
+        return f"did you mean TRL's {close!r}? " + _bare_key_fix(close, raw)
     return FIX
 
 

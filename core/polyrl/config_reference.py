@@ -116,7 +116,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "kl_horizon": "adaptive kl_ctrl: samples over which the coefficient moves by at most 20%",
     },
     "optimizer": {
-        "lr": "AdamW learning rate",
+        "lr": "AdamW learning rate, above 0 and below 10 (`5e6` is refused with the `5e-6` it likely meant)",
         "weight_decay": "AdamW weight decay",
         "betas": "AdamW betas",
         "eps": "AdamW epsilon",

@@ -9,6 +9,9 @@ not fail deep inside a backend, so every table is checked against its attrs clas
 from __future__ import annotations
 
 import difflib
+import json
+import math
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -19,6 +22,11 @@ import attrs
 from polyrl.errors import ConfigError
 from polyrl.trl_names import trl_fix, trl_value_fix
 from polyrl.validators import PAIR_RULES, RULES, check_pair, rule_key, shown
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 T = TypeVar("T", bound=attrs.AttrsInstance)
 
@@ -130,7 +138,25 @@ def check_type(value: Any, tp: Any, field: str) -> None:
     The one type rule of every config key: ``algorithm.name = 3`` was "must be a string", no fix."""
     if not _matches(value, tp):
         raise ConfigError(f"expected {_type_name(tp)}, got {type(value).__name__} {shown(value)}",
-                          field=field, fix=trl_value_fix(field, value) or _type_fix(tp))
+                          field=field, fix=trl_value_fix(field, value) or _text_fix(field, value, tp) or _type_fix(tp))
+
+
+def _text_fix(field: str, value: Any, tp: Any) -> str | None:
+    """The line to write for a text that holds a value of ``tp`` (``lr = "1e-5"``, ``ignore_eos =
+    "true"``, ``stop = "###"`` for an array of texts), else None. Why: "write a number (no quotes)"
+    left the user to find which quotes, and the array form to guess."""
+    if not isinstance(value, str):
+        return None
+    key = field.rpartition(".")[2]
+    if _matches([value], tp):
+        return f"write {key} = [{json.dumps(value)}] (an array, even of one)"
+    try:
+        literal = tomllib.loads(f"value = {value.strip()}")["value"]
+    except (tomllib.TOMLDecodeError, ValueError):  # not a TOML value; ValueError: int()'s digit limit
+        return None
+    if isinstance(literal, str) or (isinstance(literal, float) and not math.isfinite(literal)) or not _matches(literal, tp):
+        return None
+    return f"write {key} = {value.strip()} without quotes (in quotes it is text)"
 
 
 def unknown_key_fix(key: str, value: Any, valid: list[str], hints: Mapping[str, str] | None = None,
@@ -159,11 +185,26 @@ def _trl_typo_fix(key: str, value: Any) -> str | None:
     """The fix for a misspelt ``GRPOConfig`` name (``lerning_rate``): the TRL name it is close to
     and where polyrl has it. Why: such a typo matched no key of the table, so the fix was the list
     of valid keys, where neither ``learning_rate`` nor ``lr`` looks like what was written."""
+    close = trl_typo(key)
+    fix = trl_fix(close, value) if close else None
+    return f"did you mean TRL's {close!r}? {fix}" if close and fix else None
+
+
+def trl_typo(key: str) -> str | None:
+    """The ``GRPOConfig`` name ``key`` is a close misspelling of (``lerning_rate``), else None."""
     from polyrl.trl_names import TRL_NAMES
 
     close = difflib.get_close_matches(key, list(TRL_NAMES), n=1, cutoff=0.8)
-    fix = trl_fix(close[0], value) if close else None
-    return f"did you mean TRL's {close[0]!r}? {fix}" if close and fix else None
+    return close[0] if close else None
+
+
+def key_typo(key: str) -> str | None:
+    """The polyrl key (of any table) ``key`` is a close misspelling of (``temprature``), else None."""
+    from polyrl.config import section_classes  # the sections' classes import this module
+
+    names = {f.name for cls in section_classes().values() for f in attrs.fields(cls) if f.init}
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def build(cls: type[T], data: Any, path: str) -> T:

@@ -240,6 +240,41 @@ TOML_HINTS: dict[str, TrlName] = {
 }
 
 
+#: Names a TRL script's other arguments bring (transformers' ``TrainingArguments`` fields polyrl
+#: spells another way, TRL's ``ModelConfig`` and ``ScriptArguments``), for the unknown-key fix
+#: only: ``from_trl`` never reads them from here. Why: ``gradient_accumulation_steps`` or
+#: ``model_name_or_path`` got the list of the table's keys, ``per_device_eval_batch_size`` a
+#: "did you mean" pointing at the training batch.
+SCRIPT_HINTS: dict[str, TrlName] = {
+    "gradient_accumulation_steps": TrlName("optimizer.micro_batch_size", note=(
+        "TRL splits each update into this many micro-batches to save memory; polyrl's update is the whole "
+        "step's batch, split by micro_batch_size = sequences per forward/backward in [optimizer] (the loss is "
+        "the same)")),
+    "bf16": TrlName("model.compute_dtype", note=(
+        'transformers\' bf16 = true is mixed precision: write compute_dtype = "bfloat16" in [model] (float32 '
+        "weights, bfloat16 matmuls); false is polyrl's default (remove it)")),
+    "per_device_eval_batch_size": TrlName("eval.loss_batch", note=(
+        "polyrl's evaluation samples with no batch size to set; with loss = true in [eval], write loss_batch = "
+        "{value} x the processes in [eval] (completions per eval-loss batch)")),
+    "model_name_or_path": TrlName("model.path"),
+    "dataset_name": TrlName("data.name"),
+    "dataset_config": TrlName("data.config"),
+    "dataset_train_split": TrlName("data.split"),
+    "dataset_test_split": TrlName("data.eval_split"),
+    "lora_r": TrlName("lora.rank"),
+    "lora_alpha": TrlName("lora.alpha"),
+    "lora_dropout": TrlName("lora.dropout"),
+    "lora_target_modules": TrlName("lora.target_modules"),
+    "use_peft": TrlName(None, note="a [lora] table turns LoRA on (rank = ..., alpha = ... under it); without "
+                                   "one every weight trains"),
+}
+
+
+def entry_of(name: str) -> TrlName | None:
+    """Where a TRL name a TOML writer may bring lives in polyrl, from every table here."""
+    return TRL_NAMES.get(name) or TOML_HINTS.get(name) or SCRIPT_HINTS.get(name)
+
+
 def trl_field_of(key: str) -> str | None:
     """The one ``trl.GRPOConfig`` field ``from_trl`` sets polyrl's ``key`` (``table.key``) from,
     None where none or several do (``train.steps``: max_steps or num_train_epochs; ``[eval]``):
@@ -252,7 +287,7 @@ def trl_field_of(key: str) -> str | None:
 
 def trl_fix(name: str, value: Any) -> str | None:
     """The fix for the unknown key ``name`` (set to ``value``) when it is a ``GRPOConfig`` name."""
-    entry = TRL_NAMES.get(name) or TOML_HINTS.get(name)
+    entry = entry_of(name)
     if entry is None:
         return None
     if entry.key is None:

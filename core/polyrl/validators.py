@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -37,6 +37,12 @@ MAX_PROMPTS_PER_STEP = 65536
 MAX_UPDATES_PER_BATCH = 1024
 #: numpy's seed range (torch accepts more, numpy does not).
 MAX_SEED = 2**32 - 1
+#: AdamW's update moves every weight by about ``lr`` per step whatever the gradient's size (its
+#: first step is exactly ``lr`` x the gradient's sign), and a network's weights are well below 1:
+#: an lr of 10 or more rewrites every weight each step, and what is written is a lost minus sign
+#: (``5e6`` for ``5e-6``). Values from 1 to 10 stay open: tiny test models and the toy backend's
+#: table of logits train there on purpose.
+MAX_LR = 10.0
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -81,6 +87,8 @@ class Rule:
     high_open: bool = False
     optional: bool = False  # None (unset) is allowed
     fix: str | None = None
+    #: a fix for the value given, before ``fix`` (the intended lr of a mistyped exponent)
+    hint: Callable[[Any], str | None] | None = None
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a finite number"
@@ -111,7 +119,29 @@ class Rule:
     def check(self, value: Any, field: str) -> None:
         if not self.accepts(value):
             unset = " or unset" if self.optional else ""
-            raise ConfigError(f"must be {self.describe()}{unset}, got {shown(value)}", field=field, fix=self.fix)
+            fix = (self.hint(value) if self.hint is not None else None) or self.fix
+            raise ConfigError(f"must be {self.describe()}{unset}, got {shown(value)}", field=field, fix=fix)
+
+
+def intended_lr(value: Any) -> str | None:
+    """The learning rate a too-large ``value`` most likely meant, as TOML writes it: its exponent's
+    minus sign put back (``5e6`` -> ``"5e-6"``), when that lands where learning rates are (1e-8 to 0.1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not fits_float(value) or value < MAX_LR:
+        return None
+    mantissa, _, exponent = f"{float(value):e}".partition("e")
+    guess = f"{mantissa.rstrip('0').rstrip('.')}e-{int(exponent)}"
+    return guess if 1e-8 <= float(guess) <= 0.1 else None
+
+
+def lr_fix(value: Any) -> str | None:
+    """The fix for an lr of ``MAX_LR`` or more: the value it most likely meant, else the usual ones."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not fits_float(value) or value < MAX_LR:
+        return None
+    why = f"AdamW moves every weight by about lr per update, so {shown(value)} would wipe out the model in one step"
+    guess = intended_lr(value)
+    if guess is not None:
+        return f"did you mean {guess} (the exponent's minus sign lost)? write lr = {guess}; {why}"
+    return f"e.g. lr = 1e-5 (full fine-tuning) or 1e-4 (LoRA); {why}"
 
 
 def _int(low: int | None = None, high: float | None = None, **kw: Any) -> Rule:
@@ -154,7 +184,8 @@ RULES: dict[str, Rule] = {
                                                       "every sequence"),
     "algorithm.max_completion_length": _int(1, MAX_TOKENS, optional=True,
                                             fix="set it to generation.max_new_tokens or leave it unset"),
-    "optimizer.lr": _float(0, low_open=True, fix="e.g. lr = 1e-5 (full fine-tuning) or 1e-4 (LoRA)"),
+    "optimizer.lr": _float(0, MAX_LR, low_open=True, high_open=True, hint=lr_fix,
+                           fix="e.g. lr = 1e-5 (full fine-tuning) or 1e-4 (LoRA)"),
     "optimizer.weight_decay": _float(0, fix="0.0 or e.g. 0.01"),
     "optimizer.eps": _float(0, 1, low_open=True, fix="AdamW's eps, e.g. 1e-8"),
     "optimizer.max_grad_norm": _float(0, low_open=True, optional=True,
