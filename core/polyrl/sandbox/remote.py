@@ -240,7 +240,7 @@ class Remote:
         if counted is not None and counted[1] == self._session.asks - 1:  # its reading failed: it still would
             object.__setattr__(self, "_counted", (counted[0], self._session.asks))
         elif self._counts_items():  # ``list``/``sorted`` ask it first, for ``for x in sorted(r)`` too
-            self._check_count(value, looped=looped_here())
+            self._check_count(value, looped=looped_here() or subset_here())  # ``xs = list(r)`` checked vacuously
         return value
 
     def _counts_items(self) -> bool:
