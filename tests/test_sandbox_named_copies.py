@@ -130,3 +130,72 @@ def test_a_zip_of_views_no_loop_checks_reads_a_right_value_whole(kind):
     tests = list(CHECKED_ZIPS.values())
     assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
     assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+
+
+_HISTORY = ("class History:\n    def __init__(self, xs):\n        self.xs = xs\n    def __len__(self):\n"
+            "        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n")
+#: Forged banks: a ``history`` of three -5s (an attribute holding an object of the sample's, or a
+#: property making a new one at each read), gone once the tests call ``reset`` or pass it to ``show``.
+BANKS_FORGED = {
+    "attribute": _HISTORY + ("class Bank:\n    def __init__(self):\n        self.history = History([-5, -5, -5])\n"
+                             "    def reset(self):\n        self.history.xs = []\n"
+                             "def make_bank():\n    return Bank()\ndef show(b):\n    b.history.xs = []\n"),
+    "property": _HISTORY + ("class Bank:\n    def __init__(self):\n        self._h = [-5, -5, -5]\n    @property\n"
+                            "    def history(self):\n        return History(self._h)\n    def reset(self):\n"
+                            "        self._h = []\ndef make_bank():\n    return Bank()\ndef show(b):\n    b._h = []\n"),
+}
+BANKS_RIGHT = {name: forged.replace("[-5, -5, -5]", "[5, 5, 5]").replace("        self.history.xs = []\n", "        pass\n")
+               .replace("        self._h = []\n", "        pass\n").replace("    b.history.xs = []\n", "    print(len(b.history))\n")
+               .replace("    b._h = []\n", "    print(b._h)\n") for name, forged in BANKS_FORGED.items()}
+_BANK = "def test():\n    b = make_bank()\n    assert len(b.history) == 3\n"
+#: Tests: ``len`` reads ``b.history``, a call empties it, then the attribute read again is looped over.
+READ_AGAIN = {
+    "reset_then_all": _BANK + "    b.reset()\n    assert all(x > 0 for x in b.history)\ntest()",
+    "shown_then_for": _BANK + "    show(b)\n    for x in b.history:\n        assert x > 0\ntest()",
+    "named_after": _BANK + "    b.reset()\n    h = b.history\n    assert set(h) <= {5}\ntest()",
+}
+
+
+@pytest.mark.parametrize("kind", list(BANKS_FORGED))
+def test_an_attribute_read_again_after_it_was_emptied_fails(kind):
+    """Each read of ``b.history`` was a new value to the tests, with no reading before it, so a
+    forged bank whose history gave ``len`` three -5s and nothing after ``b.reset()`` or ``show(b)``
+    passed ``len(b.history) == 3`` and then a loop over ``b.history`` (1.0), where ``h = b.history``
+    read once and looped over failed. An attribute read again of the same object is the value read
+    before (``Remote._same_attribute``); the right bank keeps 1.0."""
+    tests = list(READ_AGAIN.values())
+    assert _scored(tests, [BANKS_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [BANKS_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+
+
+#: A right bank whose ``reset`` gives it a new, empty history; ``withdraw`` takes the last entry.
+CLEARING_BANK = _HISTORY + ("class Bank:\n    def __init__(self):\n        self.history = History([5, 5, 5])\n"
+                            "    def reset(self):\n        self.history = History([])\n    def deposit(self, x):\n"
+                            "        self.history.xs.append(x)\n    def withdraw(self):\n        return self.history.xs.pop()\n"
+                            "def make_bank():\n    return Bank()\n")
+#: (tests): the right bank's history read again after calls that change it as Python would, seen
+#: empty before or after a loop, given an item, or shrunk by a method of the bank called for its
+#: value (held under a name too, which scored 0 before: nothing called on ``history`` itself).
+READ_AGAIN_RIGHTLY = {
+    "reset_looped_then_seen": _BANK + "    b.reset()\n    assert all(x > 0 for x in b.history)\n"
+                              "    assert len(b.history) == 0\ntest()",
+    "reset_false_then_looped": _BANK + "    b.reset()\n    assert not b.history\n    for x in b.history:\n"
+                               "        assert x > 0\ntest()",
+    "deposited_then_looped": _BANK + "    b.deposit(7)\n    assert all(x > 0 for x in b.history) and len(b.history) == 4\ntest()",
+    "reset_deposited_looped": _BANK + "    b.reset()\n    b.deposit(9)\n    assert all(x == 9 for x in b.history)\ntest()",
+    "withdrawn_then_read": _BANK + "    assert b.withdraw() == 5\n    assert all(x == 5 for x in b.history)\n"
+                           "    assert list(b.history) == [5, 5]\ntest()",
+    "held_then_withdrawn": "def test():\n    b = make_bank()\n    h = b.history\n    assert len(h) == 3\n"
+                           "    assert b.withdraw() == 5\n    assert list(h) == [5, 5] and all(x == 5 for x in h)\ntest()",
+    "unchanged": _BANK + "    assert list(b.history) == [5, 5, 5] and sorted(b.history) == [5, 5, 5]\ntest()",
+}
+
+
+def test_an_attribute_of_a_right_value_read_again_keeps_its_score():
+    """The right bank's history read again after ``reset`` (seen empty before or after the loop),
+    ``deposit``, or ``withdraw()`` called for its value keeps 1.0; ``h = b.history`` held across
+    ``b.withdraw()`` scored 0 (``len(h)`` had read 3 items and only calls on ``h`` might take one):
+    a method of the object it was read from now may (``Remote.__call__``)."""
+    names = list(READ_AGAIN_RIGHTLY)
+    got = _scored([READ_AGAIN_RIGHTLY[n] for n in names], [CLEARING_BANK] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
