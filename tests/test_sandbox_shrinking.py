@@ -90,20 +90,22 @@ def test_a_loop_checks_no_item_where_it_counts_copies_or_fails_on_any():
 def test_looped_here_counts_a_whole_reading_a_loop_goes_over():
     """``for x in sorted(r)``, ``all(... for x in list(r))`` and ``for x in iter(r)`` are loops over
     ``r`` (the tests' ``sorted``/``iter`` are ``module_views._bound`` functions calling Python's),
-    whether ``__iter__`` or ``__len__`` (which ``list`` asks first) is asked; ``sorted(r) == [1]``
-    and ``n = len(r)`` are not."""
+    whether ``__iter__`` or ``__len__`` (which ``list`` asks first) is asked; ``sorted(r) == [1]``,
+    ``n = len(r)`` and a loop over ``sorted(r)`` that checks no item (``n += 1``: a whole reading,
+    as ``for _ in r: n += 1`` is; ``shrinking.feeds_item_free_loop``) are not."""
 
     class Probe(_Probe):
         def __len__(self) -> int:
             self.seen.append(looped_here())
             return 1
 
-    source = ("def test():\n    for x in sorted(r):\n        pass\n    all(x for x in list(r))\n"
-              "    for x in iter(r):\n        pass\n    sorted(r) == [1]\n    n = len(r)\ntest()\n")
+    source = ("def test():\n    for x in sorted(r):\n        assert x\n    all(x for x in list(r))\n"
+              "    for x in iter(r):\n        assert x\n    sorted(r) == [1]\n    n = len(r)\n"
+              "    for x in sorted(r):\n        n += 1\ntest()\n")
     probe = Probe()
     names = {name: _bound(getattr(builtins, name), None) for name in ("sorted", "iter", "len")}
     exec(compile(source, "<test>", "exec"), {"r": probe, **names})
-    assert probe.seen == [True, True, True, True, True, False, False, False]
+    assert probe.seen == [True, True, True, True, True, False, False, False, False, False]
 
 
 def test_gained_is_an_item_neither_read_before_nor_handed_in():

@@ -22,7 +22,7 @@ from typing import Any
 from polyrl.sandbox.prefix_sites import ANSWER, EXPECTED, operand_roles
 from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.remote import Remote, tests_next
-from polyrl.sandbox.shrinking import loops_over
+from polyrl.sandbox.shrinking import loops_over, passes_items_on
 from polyrl.sandbox.truth_loops import tests_all, tests_any, tests_sum
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.zip_sites import Site, indexed_sites, operand_groups
@@ -134,6 +134,7 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
     roles = functools.cache(lambda: operand_roles(sources))
     found = _Sites(sites, roles)
 
+    @passes_items_on  # ``for _ in zip(c.keys(), c.values()): n += 1`` reads its operands whole (``_read``)
     def zip_(*iterables: Any, **kwargs: Any) -> Any:
         frame = sys._getframe(1)
         place = (frame.f_code, frame.f_lasti)
@@ -155,6 +156,7 @@ def tests_pairing(sources: Sequence[tuple[str, str]]) -> tuple[Callable[..., Any
 
     indexed = functools.cache(lambda: indexed_sites(sources))
 
+    @passes_items_on
     @loops_over
     def enumerate_(iterable: Any, start: int = 0) -> Any:
         source = iter(iterable)

@@ -91,7 +91,7 @@ class Remote:
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
                  "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base", "_attr",
-                 "_asserted", "_view_of")
+                 "_asserted", "_view_of", "_key", "_attrs")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -119,6 +119,8 @@ class Remote:
         object.__setattr__(self, "_attr", None)  # the attribute of ``_owner`` it was read as
         object.__setattr__(self, "_asserted", None)  # the request whose true ``bool`` an assert checked
         object.__setattr__(self, "_view_of", None)  # the value whose ``items()``/``keys()``/``values()`` it is
+        object.__setattr__(self, "_key", ref)  # what the tests' readings of it are kept under (``_same_attribute``)
+        object.__setattr__(self, "_attrs", None)  # attribute name -> the value last read as it (``_same_attribute``)
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -146,8 +148,9 @@ class Remote:
         changes = self._root is None or bool({self._root, ANY_ROOT} & s.changers)
         s.touch(passed + [self._kin] if changes else passed)
         owner = self._owner
-        if owner is not None:  # ``s.pop()``, ``shop.sell()`` in an assert may change ``s``, ``shop`` and its stock
-            for ref in (owner._ref, *owner._from):
+        if owner is not None:  # ``s.pop()``, ``shop.sell()`` in an assert may change ``s``, ``shop`` and its stock,
+            attributes = (value._key for value in (owner._attrs or {}).values())  # and ``b.history`` (``b.withdraw()``)
+            for ref in (owner._key, *owner._from, *attributes):
                 s.call_on(ref)
         if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
             s.touch_all()
@@ -160,10 +163,10 @@ class Remote:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
             object.__setattr__(value, "_from", value._from | _made_with([args, kwargs]))
-            s.returned_by.setdefault(value._ref, []).append(at)  # ``Session.handed_to``
+            s.returned_by.setdefault(value._key, []).append(at)  # ``Session.handed_to``
         if owner is not None and value is True and not args and not kwargs and self._attr in EMPTINESS:
-            s.said_empty[owner._ref] = at  # ``s.is_empty()``: the tests see it empty (``_emptied_unseen``)
-            s.unconfirmed.pop(owner._ref, None)
+            s.said_empty[owner._key] = at  # ``s.is_empty()``: the tests see it empty (``_emptied_unseen``)
+            s.unconfirmed.pop(owner._key, None)
         if owner is not None and isinstance(value, Remote) and self._attr in _MAPPING_VIEWS and not args \
                 and not kwargs:
             object.__setattr__(value, "_view_of", owner)  # ``d.items()`` of a class of the sample's (``_emptied_unseen``)
@@ -195,7 +198,28 @@ class Remote:
         if isinstance(value, Remote):
             object.__setattr__(value, "_owner", self)
             object.__setattr__(value, "_attr", name)
+            self._same_attribute(name, value)
         return value
+
+    def _same_attribute(self, name: str, value: Remote) -> None:
+        """Take ``value``, read as attribute ``name`` of this value, for the one read as it before
+        (``b.history`` read again): its readings (``_snapshot``) and what the tests saw of it are
+        kept under one key. Why: each read is a new value to the tests (the sample hands a new
+        reference, a property's new object, or a copy), with no reading before it, so a forged
+        ``Bank`` whose ``history`` gave ``len`` three -5s and nothing after ``b.reset()`` passed
+        ``len(b.history) == 3`` and then a loop over ``b.history`` (1.0), where ``h = b.history``
+        read once and looped over failed. A method (a callable) keeps its own."""
+        if value._kind == "callable":
+            return
+        attrs = self._attrs
+        if attrs is None:
+            attrs = {}
+            object.__setattr__(self, "_attrs", attrs)
+        before = attrs.get(name)
+        if before is not None and before._kin == value._kin:
+            object.__setattr__(value, "_key", before._key)
+            object.__setattr__(value, "_seen", before._seen)
+        attrs[name] = value
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise TypeError("values that live in the sample cannot be changed from the tests")
@@ -240,7 +264,7 @@ class Remote:
         if counted is not None and counted[1] == self._session.asks - 1:  # its reading failed: it still would
             object.__setattr__(self, "_counted", (counted[0], self._session.asks))
         elif self._counts_items():  # ``list``/``sorted`` ask it first, for ``for x in sorted(r)`` too
-            self._check_count(value, looped=looped_here())
+            self._check_count(value, looped=looped_here() or subset_here())  # ``xs = list(r)`` checked vacuously
         return value
 
     def _counts_items(self) -> bool:
@@ -328,7 +352,7 @@ class Remote:
             if looped:
                 self._emptied_unseen(items, asked)
         if not looped and isinstance(items, list) and (not items or seen is not None):
-            s.unconfirmed.pop(self._ref, None)  # the tests read it whole: empty, or as the loop did
+            s.unconfirmed.pop(self._key, None)  # the tests read it whole: empty, or as the loop did
         object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
 
     def _shrunk_softly(self, items: list[Any]) -> None:
@@ -352,7 +376,7 @@ class Remote:
         lost = seen[2] - len(items)
         if lost <= 0:
             return
-        may = self._may_lose(items, s.soft_changes(self._ref, seen[1]))
+        may = self._may_lose(items, s.soft_changes(self._key, seen[1]))
         if lost > may and s.reads_vacuously(self):
             raise AssertionError(f"the sample's {self._type[:100]!r} gave {len(items)} items after {seen[2]}, with "
                                  f"calls between that may take {may}")
@@ -385,16 +409,16 @@ class Remote:
         if seen is None or seen[2] is None or self._kin is None:
             return
         s = self._session
-        lost, calls = seen[2] - len(items), s.changes(self._ref, self._kin, seen[1]) - view
+        lost, calls = seen[2] - len(items), s.changes(self._key, self._kin, seen[1]) - view
         if lost <= calls:  # first, as it is cheap: a loop after each ``q.push(i)`` comes here each time
             return
         if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
             return  # left items it had (``g.remove(2)`` before a loop over the edges), or was given
-        said = s.said_empty.get(self._ref)
-        if not items and said is not None and said > seen[1] and s.changes(self._ref, self._kin, said) == 0:
+        said = s.said_empty.get(self._key)
+        if not items and said is not None and said > seen[1] and s.changes(self._key, self._kin, said) == 0:
             return  # ``assert s.is_empty()`` since its last change: the tests expect it empty
-        if lost > self._may_lose(items, calls) and not any(s.handed_to(self._ref, item) for item in asked):
-            s.unconfirmed.setdefault(self._ref, set()).add(None)
+        if lost > self._may_lose(items, calls) and not any(s.handed_to(self._key, item) for item in asked):
+            s.unconfirmed.setdefault(self._key, set()).add(None)
 
     def _may_lose(self, items: list[Any], calls: int) -> int:
         """How many items it may have lost from its last whole reading to ``items`` through
@@ -403,7 +427,7 @@ class Remote:
         seen = self._seen
         if seen is None:
             return calls
-        returned = [item for value in self._session.returned_since(self._ref, seen[1])
+        returned = [item for value in self._session.returned_since(self._key, seen[1])
                     for item in returned_items(value)]
         return taken_back(seen[0] if isinstance(seen[0], list) else [], items, returned, calls)
 
@@ -412,7 +436,7 @@ class Remote:
         seen = self._seen
         s = self._session
         if seen is None or self._kin is None or not s.unchanged(self._kin, seen[1]) \
-                or s.soft_changes(self._ref, seen[1]):
+                or s.soft_changes(self._key, seen[1]):
             return None
         return seen[0]
 
@@ -497,7 +521,7 @@ class Remote:
         if at is None:
             return False
         s = self._session
-        return (s.changes(self._ref, self._kin, at) if self._kin is not None else s.soft_changes(self._ref, at)) == 0
+        return (s.changes(self._key, self._kin, at) if self._kin is not None else s.soft_changes(self._key, at)) == 0
 
     def __next__(self) -> Any:
         """The next item of an iterator the solution returned (``next(f(x))`` of a generator;
@@ -530,14 +554,14 @@ class Remote:
         if not self._counts_items():
             return truth
         if not truth:  # ``assert not q``: the tests see it empty, before a loop over it too
-            s.unconfirmed.pop(self._ref, None)
-            s.truthy.pop(self._ref, None)
-            s.said_empty[self._ref] = s.asks  # as ``q.is_empty()`` (``_emptied_unseen``)
+            s.unconfirmed.pop(self._key, None)
+            s.truthy.pop(self._key, None)
+            s.said_empty[self._key] = s.asks  # as ``q.is_empty()`` (``_emptied_unseen``)
             return truth
         seen = self._fresh_seen()
         if isinstance(seen, list) and not seen:
             raise AssertionError(f"bool() of the sample's {self._type[:100]!r} says true over no items")
-        s.truthy[self._ref] = s.asks
+        s.truthy[self._key] = s.asks
         object.__setattr__(self, "_asserted", s.asks if asserted_here() else None)
         return truth
 
@@ -546,10 +570,10 @@ class Remote:
         true and no call that may change it came since (``Session.changes``, ``__bool__``).
         Its own iterator (a generator) never comes here: ``__iter__`` gives it no ``whole``."""
         s = self._session
-        at = s.truthy.get(self._ref)
+        at = s.truthy.get(self._key)
         if at is None:
             return
-        since = s.changes(self._ref, self._kin, at) if self._kin is not None else s.soft_changes(self._ref, at)
+        since = s.changes(self._key, self._kin, at) if self._kin is not None else s.soft_changes(self._key, at)
         if since == 0:
             raise AssertionError(f"bool() of the sample's {self._type[:100]!r} said true over no items")
 
@@ -902,7 +926,7 @@ def tests_next(iterator: Any, /, *default: Any) -> Any:
 def _made_with(value: Any, depth: int = 0) -> frozenset[int]:
     """The sample's values in a call's arguments, at any depth, and those they were made with."""
     if isinstance(value, Remote):
-        return value._from | {value._ref}
+        return value._from | {value._key}
     if depth > 8 or type(value) not in (list, tuple, dict, set, frozenset):
         return frozenset()
     parts = list(value.items()) if type(value) is dict else value

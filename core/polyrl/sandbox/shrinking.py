@@ -52,6 +52,18 @@ _CONTAINERS = (list, tuple, set, frozenset, dict)
 _LOOPING: set[types.CodeType] = set()
 
 
+#: Of ``_LOOPING``, the stand-ins that hand their operand's items on as they are (``zip``'s reading of
+#: an operand, ``enumerate``): a loop over their answer that checks no item reads the operand whole.
+_PASSING_ON: set[types.CodeType] = set()
+
+
+def passes_items_on(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Register ``function`` (already ``loops_over``'s) as one whose answer holds its operand's
+    items untouched, so ``looped_here`` follows its answer to the tests' loop; ``function`` itself."""
+    _PASSING_ON.add(function.__code__)
+    return function
+
+
 def loops_over(function: Callable[..., Any]) -> Callable[..., Any]:
     """Register ``function``, a stand-in of the tests' builtins, as a loop over its operand for
     ``looped_here`` (``for i, x in enumerate(r)``, ``all(map(is_prime, r))``); ``function`` itself."""
@@ -74,7 +86,7 @@ def looped_here(depth: int = 2) -> bool:
         return False
     code = frame.f_code
     if code in _LOOPING:
-        return True
+        return not _handed_to_item_free_loop(frame)
     wrapped = code in BOUND_CODE  # the tests' ``sorted``/``iter``: a function calling Python's
     if wrapped:
         if frame.f_back is None:
@@ -87,7 +99,39 @@ def looped_here(depth: int = 2) -> bool:
     fed = op in _CALL_OPS and after in _LOOP_OPS
     if op in _LOOP_OPS and not wrapped:  # ``n += 1`` or ``raise`` for each item: a whole reading
         return not checks_no_item(code, frame.f_lasti)
-    return fed
+    return fed and not feeds_item_free_loop(code, frame.f_lasti)  # ``for _ in sorted(q): n += 1``: whole
+
+
+def feeds_item_free_loop(code: types.CodeType, at: int) -> bool:
+    """Whether the call at offset ``at`` of the tests' ``code`` (a caller's ``f_lasti``, which may
+    point into its inline caches) hands its answer straight to a loop that checks none of its items
+    (``item_free_loops``: ``for _ in zip(c.keys(), c.values()): n += 1``, ``sum(1 for _ in
+    sorted(q)) == 0``). Why: such a loop reads the value whole, as ``for _ in q: n += 1`` does, and a
+    right cache the tests cleared and counted so scored 0.5 (each item-free loop over ``q`` itself kept 1.0)."""
+    if code.co_filename not in TESTS_FILES:
+        return False
+    plain = plain_instructions(code)
+    start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)
+    if start is None or plain[start].opname not in ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_KW") or start + 1 >= len(plain):
+        return False
+    after = plain[start + 1]
+    return after.opname == "GET_ITER" and checks_no_item(code, after.offset)
+
+
+def _handed_to_item_free_loop(frame: types.FrameType) -> bool:
+    """Whether the stand-in running in ``frame`` (or below the stand-in the tests called) is one
+    that passes items on (``passes_items_on``: ``zip``, ``enumerate``), called by the tests where
+    its answer feeds a loop that checks none of its items (``feeds_item_free_loop``). ``map``,
+    ``filter``, ``all``, ``any`` and ``sum`` run a check of their own on each item, and stay loops."""
+    below: types.FrameType | None = None
+    for _ in range(6):
+        if frame.f_code.co_filename in TESTS_FILES:
+            return below is not None and below.f_code in _PASSING_ON \
+                and feeds_item_free_loop(frame.f_code, frame.f_lasti)
+        if frame.f_back is None:
+            return False
+        below, frame = frame, frame.f_back
+    return False
 
 
 def view_looped_here(depth: int = 2) -> bool:

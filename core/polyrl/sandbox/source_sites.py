@@ -14,6 +14,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable
 
+from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_guard import TESTS_FILES
 
 #: (filename, lineno, end_lineno, col_offset, end_col_offset) of a call, as ``co_positions`` gives it.
@@ -73,9 +74,12 @@ class Sites:
         self._places = places
 
     def here(self, depth: int) -> bool:
-        """Whether the frame ``depth`` levels above this call is the tests' own code at a site."""
+        """Whether the frame ``depth`` levels above this call is the tests' own code at a site (or
+        the tests' ``sorted``, a function of ``module_views`` calling Python's, called there)."""
         try:
             frame = sys._getframe(depth + 1)
         except ValueError:
             return False
+        if frame.f_code in BOUND_CODE and frame.f_back is not None:
+            frame = frame.f_back
         return place_of(frame.f_code, frame.f_lasti) in self._places()
