@@ -26,6 +26,7 @@ from typing import Any
 
 from polyrl import json_keys, json_lines, long_numbers
 from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_row_labels
+from polyrl.csv_numbers import refuse_leading_zeros
 from polyrl.data_arrow import ArrowRows
 from polyrl.json_coercion import refuse_coerced
 from polyrl.errors import ConfigError
@@ -406,6 +407,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     if builder == "csv":
         refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
+        refuse_leading_zeros(loaded.data.table, paths, options.get("sep", ","), field)
     table = _arrow_rows(loaded, digest, name)
     if builder == "csv":
         table.csv = (tuple(paths), options.get("sep", ","))
