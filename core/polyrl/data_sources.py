@@ -22,11 +22,13 @@ import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from polyrl import json_keys, long_numbers
+from polyrl import json_keys, json_lines, long_numbers
 from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_row_labels
+from polyrl.csv_numbers import refuse_leading_zeros
 from polyrl.data_arrow import ArrowRows
+from polyrl.json_coercion import refuse_coerced
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.logs import get_logger
@@ -233,7 +235,7 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
     rows: list[Any] = []
     lines: list[int] = []
     with path.open("rb") as fh:
-        for lineno, raw_line in enumerate(_raw_lines(fh), 1):
+        for lineno, raw_line in enumerate(json_lines.raw_lines(fh, path, field), 1):
             if lineno == 1:
                 raw_line = raw_line.removeprefix(codecs.BOM_UTF8)
             try:
@@ -244,42 +246,20 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
             if not line.strip():
                 continue
             bare_cr = "\r" in line.rstrip("\r\n")  # a line end of an old Mac's inside the line
-            rows.append(_json(line, path, lineno, field, "write one JSON object per line" + (
-                " (this line holds a carriage return (\\r) as a line end, which only some readers take: save the "
-                "file with \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW.jsonl)" if bare_cr else "")))
-            lines.append(lineno)
-            if not isinstance(rows[-1], dict):
-                raise ConfigError(f"{path}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
-                                  field=field, fix='write objects like {"prompt": "...", "answer": "..."}')
-            if _SURROGATE_ESCAPE.search(line):
-                _refuse_surrogates(rows[-1], f"{path}:{lineno}", field)
+            # rows parted by such a line end are rows, as 🤗 datasets reads them (on one line number)
+            for text in (json_lines.values_at_cr(line) if bare_cr else None) or [line]:
+                rows.append(_json(text, path, lineno, field, "write one JSON object per line" + (
+                    " (this line holds a carriage return (\\r) as a line end, which only some readers take: save "
+                    "the file with \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW.jsonl)" if bare_cr else "")))
+                lines.append(lineno)
+                if not isinstance(rows[-1], dict):
+                    raise ConfigError(f"{path}:{lineno} is a JSON {type(rows[-1]).__name__}, not an object",
+                                      field=field, fix='write objects like {"prompt": "...", "answer": "..."}')
+                if _SURROGATE_ESCAPE.search(text):
+                    _refuse_surrogates(rows[-1], f"{path}:{lineno}", field)
     if origins is not None:
         origins.add(path, lines)
     return rows
-
-
-#: how much of a JSON-lines file is looked at to tell its line ends (``_raw_lines``)
-_LINE_END_PROBE = 1 << 20
-
-
-def _raw_lines(fh: BinaryIO) -> Iterator[bytes]:
-    """The lines of a JSON-lines file opened in binary: at ``\n`` as usual, or at ``\r`` in a file
-    whose line ends are an old Mac's (``\r`` alone: no ``\n`` in its first MiB but a ``\r``).
-    Why: 🤗 datasets (pyarrow) reads such a file row by row; read at ``\n`` it was one line, refused
-    as "line 1 is not valid JSON (Extra data)". A ``\r`` is never inside a JSON string (it must be
-    escaped there), so splitting at it cuts no value."""
-    head = fh.read(_LINE_END_PROBE)
-    fh.seek(0)
-    if b"\n" in head or b"\r" not in head:
-        yield from fh
-        return
-    rest = b""
-    while block := fh.read(_LINE_END_PROBE):
-        *whole, rest = (rest + block).split(b"\r")
-        for line in whole:
-            yield line + b"\r"
-    if rest:
-        yield rest
 
 
 def read_json_files(paths: Sequence[Path], field: str = "data.path",
@@ -296,7 +276,10 @@ def read_json_files(paths: Sequence[Path], field: str = "data.path",
                               fix="make it readable by this user (chmod), or copy it") from None
     if not rows:
         raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
-    return typed_as_datasets(paths, rows, cache_dir), origins
+    typed = typed_as_datasets(paths, rows, cache_dir)
+    if typed is not rows:  # a string datasets read as a number, a boolean or null (pandas' guess)
+        refuse_coerced(rows, typed, origins.describe, field)
+    return typed, origins
 
 
 def typed_as_datasets(paths: Sequence[Path], rows: list[Any], cache_dir: str | None = None) -> list[Any]:
@@ -307,7 +290,8 @@ def typed_as_datasets(paths: Sequence[Path], rows: list[Any], cache_dir: str | N
     Why: TRL users load their JSONL with datasets, so a TRL reward doing ``str(answer) == "5.0"``
     scored the row 5 differently here. Files datasets cannot read (a column that changes type past
     its first 10 MB, a number past a double's range) keep Python's types, with a warning: TRL could
-    not load them at all. (A key repeated in an object is refused as read: ``polyrl.json_keys``.)
+    not load them at all. (A key repeated in an object is refused as read: ``polyrl.json_keys``; a
+    string datasets reads as a number is refused by the caller: ``polyrl.json_coercion``.)
     Rows that are not all objects are left for the dataset's checks to refuse."""
     if not all(isinstance(row, dict) for row in rows):
         return rows
@@ -326,7 +310,8 @@ def typed_as_datasets(paths: Sequence[Path], rows: list[Any], cache_dir: str | N
         log.warning("🤗 datasets cannot read these JSON rows, so each value keeps its own JSON type (TRL, "
                     "which loads JSON with datasets, could not read them at all)", files=[str(p) for p in paths],
                     reason=_reason(exc), fix="give each column one type in every row (e.g. 5.0, not 5, in a "
-                                             "column with 5.5)")
+                                             "column with 5.5), and name every column in the first rows (null "
+                                             "where a row has none): datasets takes them from the file's first MBs")
         return rows
     names = list(columns)
     typed = [dict(zip(names, values)) for values in zip(*(columns[k] for k in names))]
@@ -422,6 +407,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     if builder == "csv":
         refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
+        refuse_leading_zeros(loaded.data.table, paths, options.get("sep", ","), field)
     table = _arrow_rows(loaded, digest, name)
     if builder == "csv":
         table.csv = (tuple(paths), options.get("sep", ","))

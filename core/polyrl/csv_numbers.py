@@ -1,0 +1,62 @@
+"""CSV cells whose digits pandas drops: a number written with leading zeros, refused, naming the cell.
+
+Why: 🤗 datasets reads CSV with ``pandas.read_csv``, which reads a column of digits as numbers,
+quoted or not: an answer ``007`` (or ``"007"``, or ``0042`` as an id) reached the rewards as ``7``,
+silently (TRL's too), and no reward can know the zeros were there. Other renderings of a number
+(``1.50``, ``5`` read as ``5.0`` beside an empty cell) keep its value and are left as datasets reads them.
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+from collections.abc import Sequence
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from polyrl.csv_layout import records
+from polyrl.errors import ConfigError
+
+#: a field that starts (after a quote, a sign or spaces) with a zero and another digit
+_LEADING_ZERO = re.compile(rb'(?:^|[^0-9.eE])[ "]*[+-]?0[0-9]', re.MULTILINE)
+_CELL = re.compile(r"\s*[+-]?0[0-9]")
+
+
+def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str) -> None:
+    """Raise naming the first cell of a numeric column (as pandas typed ``table``) written with a
+    leading zero. Files are first searched for one as bytes (C speed); only a file that may hold
+    one is read record by record."""
+    import pyarrow as pa
+
+    numeric = {name for name, kind in zip(table.column_names, table.schema.types)
+               if pa.types.is_integer(kind) or pa.types.is_floating(kind)}
+    if not numeric:
+        return
+    maybe = [_may_hold_one(path) for path in paths]
+    if not any(maybe):
+        return
+    row = 0
+    for path in paths[:len(maybe) - maybe[::-1].index(True)]:  # up to the last file that may hold one
+        with closing(records(path, sep)) as rows:
+            header = next(rows, (0, None))[1]
+            if header is None:
+                continue
+            columns = [(at, name) for at, name in enumerate(header) if name in numeric]
+            for line, record in rows:
+                for at, name in columns:
+                    text = record[at] if at < len(record) else ""
+                    if _CELL.match(text) and (value := table.column(name)[row].as_py()) is not None:
+                        raise ConfigError(
+                            f"{path}:{line}: column {name!r} holds {text!r}, which pandas (🤗 datasets' CSV reader, "
+                            f"and so TRL) reads as the number {value!r}, its leading zeros dropped", field=field,
+                            fix="give the rows as JSONL or Parquet with that column as strings (in a CSV, quotes do "
+                                "not keep it text), or write the numbers without leading zeros")
+                row += 1
+
+
+def _may_hold_one(path: Path) -> bool:
+    """Whether ``path``'s bytes hold a field starting with a zero and a digit (memory-mapped: the
+    file is not read into memory)."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return _LEADING_ZERO.search(data) is not None

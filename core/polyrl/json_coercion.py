@@ -1,0 +1,76 @@
+"""JSON strings that 🤗 datasets reads as other values: refused, naming the line, column and value.
+
+Why: a JSON column whose rows hold more than one type (``"007"`` in one row, ``5`` in another)
+is one pyarrow cannot read, and datasets falls back to pandas, which turns every string that looks
+like a number, a boolean or a missing value into one: ``"007"`` is ``7``, ``"1.50"`` is ``1.5``,
+``"true"`` is ``True``, ``"NaN"`` and ``"null"`` are None, at any depth. polyrl types JSON rows as
+datasets does (``data_sources.typed_as_datasets``), so a reward comparing answers got the number,
+silently, as TRL's would; the file says a string, so no reading of it is right but the user's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from polyrl.errors import ConfigError
+
+
+def _walk(raw: Any, typed: Any, path: str) -> tuple[str, str, Any] | None:
+    """(where, the string, what it became) for the first string of ``raw`` that ``typed`` does
+    not hold as a string; None when every one is kept."""
+    if type(raw) is str:
+        return None if type(typed) is str else (path, raw, typed)
+    if isinstance(raw, dict) and isinstance(typed, dict):
+        for key, value in raw.items():
+            if (found := _walk(value, typed.get(key), f"{path}.{key}")) is not None:
+                return found
+    elif isinstance(raw, list) and isinstance(typed, list) and len(raw) == len(typed):
+        for i, (value, kept) in enumerate(zip(raw, typed)):
+            if (found := _walk(value, kept, f"{path}[{i}]")) is not None:
+                return found
+    return None
+
+
+def first_coerced(raw_rows: Sequence[Any], typed_rows: Sequence[Any]) -> tuple[int, str, str, str, Any] | None:
+    """(row, column, where in it, the string, what datasets made of it) for the first string in
+    ``raw_rows`` (Python's parse) that ``typed_rows`` (datasets') does not hold as that string."""
+    for i, (raw, typed) in enumerate(zip(raw_rows, typed_rows)):
+        for column, value in raw.items():
+            kind = type(value)
+            if kind is str:
+                if type(typed.get(column)) is not str:
+                    return i, column, "", value, typed.get(column)
+            elif kind is dict or kind is list:
+                found = _walk(value, typed.get(column), "")
+                if found is not None:
+                    return i, column, found[0], found[1], found[2]
+    return None
+
+
+def refuse_coerced(raw_rows: Sequence[Any], typed_rows: Sequence[Any], where: Any, field: str) -> None:
+    """Raise naming the first string datasets reads as another value; ``where(row)`` says where
+    a row is (``data/x.jsonl line 7 (row 5)``)."""
+    found = first_coerced(raw_rows, typed_rows)
+    if found is None:
+        return
+    row, column, inner, text, value = found
+    became = "null (a missing value)" if value is None else f"{value!r} ({type(value).__name__})"
+    at = f" (at {column}{inner})" if inner else ""
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    raise ConfigError(
+        f"{where(row)}: column {column!r}{at} holds the string {shown!r}, which 🤗 datasets (and so TRL) reads as "
+        f"{became}, since that column holds other types in other rows", field=field,
+        fix=f"give {column + inner!r} one JSON type in every row: quote every value as a string, or write every "
+            f"one as {_unquoted(value)} without quotes")
+
+
+def _unquoted(value: Any) -> str:
+    """What the other rows' values are, for the fix."""
+    if value is None:
+        return "an unquoted value (null where a row has none)"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a JSON object or array"

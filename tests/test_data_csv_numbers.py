@@ -1,0 +1,42 @@
+"""CSV numbers written with leading zeros, which pandas (🤗 datasets' CSV reader) drops, against
+``datasets.load_dataset("csv")`` on the same file."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+
+from polyrl.data import load_dataset
+from polyrl.errors import ConfigError
+
+
+@pytest.mark.parametrize("cell", ["007", '"007"', " 0042", "-05", "007.5"])
+def test_a_number_with_leading_zeros_in_a_csv_is_refused_naming_its_line(tmp_path, cell):
+    """datasets reads 007 (quoted or not) as 7: a reward got 7, silently. The cell is named."""
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\nWhat is 2 + 3?,5\n\nWhat is the code?,{cell}\n")
+    read = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert str(read[1]["answer"]) != cell.strip().strip('"')  # why: datasets drops the zeros
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {path}:4: column 'answer' holds {cell.strip(chr(34))!r}, which "
+                                     "pandas (🤗 datasets' CSV reader, and so TRL) reads as the number "), str(err.value)
+    assert "its leading zeros dropped" in str(err.value) and "JSONL or Parquet" in str(err.value)
+
+
+def test_leading_zeros_in_a_later_file_are_found_in_its_own_lines(tmp_path):
+    (tmp_path / "a.csv").write_text("prompt,answer\na,1\nb,2\n")
+    (tmp_path / "b.csv").write_text("prompt,answer\nc,3\nd,08\n")
+    with pytest.raises(ConfigError, match=r"b.csv:3: column 'answer' holds '08', which pandas"):
+        load_dataset(path=str(tmp_path / "*.csv"), cache_dir=str(tmp_path / "c"))
+
+
+def test_zeros_that_are_text_or_keep_the_value_are_read_as_datasets_reads_them(tmp_path):
+    """0, 0.5, a text column with 007 beside words, and 05 inside a prompt: no error, the rows
+    exactly datasets' (numbers stay numbers: a CSV has no types, pandas' guess is TRL's too)."""
+    path = tmp_path / "qa.csv"
+    path.write_text("prompt,answer,code,score\nMeet at 05:00?,0,007,0.5\nWhy?,10,abc,1\n")
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    expected = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert rows == expected.to_list()
+    assert [r["code"] for r in rows] == ["007", "abc"] and [r["answer"] for r in rows] == [0, 10]

@@ -1,0 +1,133 @@
+"""JSON-lines rows against 🤗 ``datasets.load_dataset("json")`` on the same bytes: rows parted by a
+lone ``\\r`` inside a ``\\n`` file, the cap on a line's length, and strings datasets reads as numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+
+from polyrl.data import load_dataset
+from polyrl.errors import ConfigError
+
+
+def _datasets_rows(path: Path, cache: Path) -> list[dict]:
+    return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(cache)).to_list()
+
+
+def _lines(*rows: dict) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+@pytest.mark.parametrize("between", [b"\r", b"\r ", b"\r\r", b" \r\t"])
+def test_rows_parted_by_a_lone_cr_in_a_lf_file_are_read_as_datasets_reads_them(tmp_path, between):
+    """Two files joined, one with an old Mac's line ends: datasets reads three rows; polyrl refused
+    line 1 as "not valid JSON (Extra data)"."""
+    path = tmp_path / "joined.jsonl"
+    path.write_bytes(b'{"prompt": "a", "answer": "1"}' + between + b'{"prompt": "b", "answer": "2"}\n'
+                     b'{"prompt": "c", "answer": "3"}\n')
+    expected = _datasets_rows(path, tmp_path / "hf")
+    assert [r["prompt"] for r in expected] == ["a", "b", "c"]
+    assert load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows == expected
+
+
+def test_a_cr_inside_an_object_stays_whitespace_and_a_bad_row_after_a_cr_is_named(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"prompt": "a",\r "answer": "1"}\n{"prompt": "b", "answer": "2"}\n')
+    assert load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows == _datasets_rows(path, tmp_path / "hf")
+    path.write_bytes(b'{"prompt": "a"}\n{"prompt": "b"}\r{"prompt": }\n')
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert f"{path}:2 is not valid JSON (Expecting value)" in str(err.value)
+    # rows on one line share its number (what grep -n and wc -l count); the row tells them apart
+    path.write_bytes(b'{"prompt": "a"}\r{"question": "b"}\n')
+    with pytest.raises(ConfigError, match=r"x.jsonl line 1 \(row 1\) has no column 'prompt'"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+
+
+def test_objects_on_one_line_without_a_cr_between_are_still_refused(tmp_path):
+    """``{} {}``: datasets reads two rows, but nothing marks a line end there (a lost newline, or a
+    paste): one error naming the line, as before."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"prompt": "a"} {"prompt": "b"}\n')
+    with pytest.raises(ConfigError, match=r"x.jsonl:1 is not valid JSON \(Extra data\)"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("ends", [b"\n", b"\r"])
+def test_a_json_line_longer_than_the_cap_is_refused_before_it_is_read_whole(tmp_path, monkeypatch, ends):
+    """A file without line ends (or one multi-GB row) was read into memory whole: a line past
+    ``MAX_LINE_BYTES`` is an error naming it. The cap is lowered here; a line of exactly the cap is read."""
+    from polyrl import json_lines
+
+    monkeypatch.setattr(json_lines, "MAX_LINE_BYTES", 100)
+    short = json.dumps({"prompt": "p" * (100 - 14)}).encode()
+    assert len(short) == 100
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(short + ends + short)  # last line without an end
+    assert [len(r["prompt"]) for r in load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows] == [86, 86]
+    path.write_bytes(short + ends + json.dumps({"prompt": "p" * 5000}).encode() + ends + short + ends)
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {path}:2 is longer than 100 bytes without a line end"), str(err.value)
+    path.write_bytes(json.dumps({"prompt": "p" * 5000}).encode())  # no line end at all
+    with pytest.raises(ConfigError, match=r"x.jsonl:1 is longer than"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize(("text", "other"), [("007", 5), ("1.50", 5), ("true", True), ("NaN", 5), ("null", 5.5)])
+def test_a_string_datasets_reads_as_another_value_is_refused(tmp_path, text, other):
+    """A column mixing strings and numbers sends datasets to pandas, which reads "007" as 7, "true"
+    as True, "NaN" as None: rewards got those, silently (as TRL's do). The file says a string."""
+    path = tmp_path / "qa.jsonl"
+    path.write_bytes(_lines({"prompt": "a", "answer": other}, {"prompt": "b", "answer": text}))
+    assert _datasets_rows(path, tmp_path / "hf")[1]["answer"] != text  # why: datasets changes it
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {path} line 2 (row 1): column 'answer' holds the string {text!r}, "
+                                     "which 🤗 datasets (and so TRL) reads as "), str(err.value)
+    assert "give 'answer' one JSON type in every row: quote every value as a string" in str(err.value)
+
+
+def test_a_nested_string_datasets_reads_as_a_number_is_named_where_it_is(tmp_path):
+    path = tmp_path / "qa.json"
+    path.write_text(json.dumps([{"prompt": "a", "meta": {"ids": [1]}}, {"prompt": "b", "meta": {"ids": ["02"]}}]))
+    assert _datasets_rows(path, tmp_path / "hf")[1]["meta"] == {"ids": [2]}
+    with pytest.raises(ConfigError, match=r"row 1 of .*qa.json: column 'meta' \(at meta.ids\[0\]\) holds the string "
+                                          r"'02', which 🤗 datasets \(and so TRL\) reads as 2 \(int\).*Fix: give "
+                                          r"'meta.ids\[0\]' one JSON type in every row: .* or write every one as a "
+                                          r"number without quotes"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+
+
+def test_tool_call_arguments_as_a_string_beside_an_object_are_refused(tmp_path):
+    """datasets reads a tool call's ``arguments`` string as the object it spells when another row
+    gives an object there: which one the file means is the user's to say."""
+    path = tmp_path / "tools.jsonl"
+    call = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]}
+    text_call = {**call, "tool_calls": [{"function": {"name": "f", "arguments": '{"x": 1}'}}]}
+    path.write_bytes(_lines({"prompt": "a", "messages": [call]}, {"prompt": "b", "messages": [text_call]}))
+    assert _datasets_rows(path, tmp_path / "hf")[1]["messages"][0]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
+    with pytest.raises(ConfigError, match=r"line 2 \(row 1\): column 'messages' \(at messages\[0\].tool_calls\[0\]"
+                                          r".function.arguments\) holds the string '\{\"x\": 1\}'.*or write every one "
+                                          r"as a JSON object or array without quotes"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    path.write_bytes(_lines({"prompt": "a", "messages": [call]}, {"prompt": "b", "messages": [call]}))
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    assert rows == _datasets_rows(path, tmp_path / "hf") and rows[1]["messages"] == [call]
+
+
+def test_strings_datasets_keeps_are_read_as_strings_and_empty_is_not_missing(tmp_path):
+    """Numbers as strings in a column of strings, words beside numbers, "" against a key a row
+    lacks and null: read exactly as datasets reads them (no error)."""
+    path = tmp_path / "qa.jsonl"
+    path.write_bytes(_lines({"prompt": "a", "answer": "007", "note": "x", "n": 1},
+                            {"prompt": "b", "answer": "5", "note": "", "n": "many"},
+                            {"prompt": "c", "answer": "1.50"},
+                            {"prompt": "d", "answer": "12", "note": None}))
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    assert rows == _datasets_rows(path, tmp_path / "hf")
+    assert [r["answer"] for r in rows] == ["007", "5", "1.50", "12"]
+    assert [r["note"] for r in rows] == ["x", "", None, None] and rows[1]["n"] == "many"
