@@ -682,8 +682,12 @@ def test_a_train_again_after_a_callback_failed_calls_the_callbacks_anew(tiny_mod
 
 
 class EvaluateAtFirstStep(TrainerCallback):
+    """Asks an evaluation at step 1 and leaves the flag alone elsewhere (setting it False at step 3
+    would cancel DefaultFlowCallback's eval_steps evaluation there, as on TRL's trainer)."""
+
     def on_step_end(self, args, state, control, **kwargs):
-        control.should_evaluate = state.global_step == 1
+        if state.global_step == 1:
+            control.should_evaluate = True
 
 
 def test_should_evaluate_evaluates_that_step_on_the_eval_dataset(tiny_model_dir, tmp_path):
