@@ -682,8 +682,12 @@ def test_a_train_again_after_a_callback_failed_calls_the_callbacks_anew(tiny_mod
 
 
 class EvaluateAtFirstStep(TrainerCallback):
+    """Asks an evaluation at step 1 and leaves the flag alone elsewhere (setting it False at step 3
+    would cancel DefaultFlowCallback's eval_steps evaluation there, as on TRL's trainer)."""
+
     def on_step_end(self, args, state, control, **kwargs):
-        control.should_evaluate = state.global_step == 1
+        if state.global_step == 1:
+            control.should_evaluate = True
 
 
 def test_should_evaluate_evaluates_that_step_on_the_eval_dataset(tiny_model_dir, tmp_path):
@@ -803,6 +807,31 @@ def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_s
                                   ["on_train_end", 1, rank == 0]]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
+
+
+def test_under_torchrun_an_evaluation_is_cancelled_only_where_every_rank_clears_should_evaluate(tiny_model_dir,
+                                                                                                 tmp_path):
+    """eval_steps 1 of 2 steps on 2 ranks: cleared in on_step_end on rank 0 alone (step 1), the
+    evaluation runs on both (it is collective, and the other rank asks it); cleared on both (step 2,
+    the last), neither evaluates it, nor after training."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from polyrl.launch import cpu_count
+
+    if cpu_count() < 2:
+        pytest.skip("two ranks need two CPUs")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    script = Path(__file__).parent / "distributed" / "trl_eval_cancel_two_ranks.py"
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), tiny_model_dir,
+                           str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [json.loads((tmp_path / f"evaluated-{rank}.json").read_text()) for rank in (0, 1)] == [[1], [1]]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], m.get("phase")) for m in lines if "eval/sampled_reward_mean" in m] == [(1, None)]
 
 
 def test_a_callback_class_that_needs_arguments_is_one_error_naming_it(tiny_model_dir, tmp_path):

@@ -6,6 +6,7 @@ TRL trains with (the reference never moves) and polyrl refused."""
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 
@@ -213,6 +214,117 @@ def test_eval_and_save_steps_events_are_trls_own_trainers(tiny_model_dir, tmp_pa
         ("on_epoch_end", 4, 1.333333, (False, False, True)), ("on_log", 4, "summary"),
         ("on_train_end", 4, 1.333333, (False, False, True))]
     assert ours.seen == theirs.seen
+
+
+def test_an_epoch_evaluation_at_a_save_step_comes_after_on_save_and_on_epoch_end_as_trls(tiny_model_dir, tmp_path):
+    """eval_strategy "epoch", save_steps 2, 3 steps of epochs of 2: at step 2 (an epoch's end and a
+    save step) and the last step, transformers saves the step (should_save set in on_step_end),
+    then calls on_epoch_end, whose DefaultFlowCallback asks the evaluation, then evaluates. polyrl
+    called on_epoch_end and the evaluation's events before on_save."""
+    theirs, ours = Events(), Events()
+    for trainer_class, events, name in ((trl.GRPOTrainer, theirs, "trl"), (GRPOTrainer, ours, "polyrl")):
+        trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                      eval_dataset=prompts_dataset(2), callbacks=[events],
+                      args=_args(tmp_path / name, max_steps=3, eval_strategy="epoch", save_steps=2)).train()
+    assert [e for e in theirs.seen if e[1] >= 2 and e[0] not in ("on_step_begin", "on_step_end")] == [
+        ("on_log", 2, "train"), ("on_save", 2, 1.0, (False, False, False)),
+        ("on_epoch_end", 2, 1.0, (False, True, False)), ("on_log", 2, "eval"),
+        ("on_evaluate", 2, 1.0, (False, False, False)), ("on_epoch_begin", 2, 1.0, (False, False, False)),
+        ("on_log", 3, "train"), ("on_save", 3, 1.5, (False, False, True)),
+        ("on_epoch_end", 3, 1.5, (False, True, True)), ("on_log", 3, "eval"),
+        ("on_evaluate", 3, 1.5, (False, False, True)), ("on_log", 3, "summary"),
+        ("on_train_end", 3, 1.5, (False, False, True))]
+    assert ours.seen == theirs.seen
+
+
+class ClearsTheEvaluationAt(TrainerCallback):
+    """Clears should_evaluate in on_step_end at the steps given (DefaultFlowCallback set it)."""
+
+    def __init__(self, *steps):
+        self.steps = steps
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            control.should_evaluate = False
+
+
+def _eval_steps_run(trainer_class, model, tmp_path, callbacks, **fields):
+    return trainer_class(model=model, reward_funcs=[short], train_dataset=prompts_dataset(6),
+                         eval_dataset=prompts_dataset(2), callbacks=list(callbacks),
+                         args=_args(tmp_path, eval_strategy="steps", eval_steps=2, **fields)).train
+
+
+def _evaluated(events: Events) -> list[int]:
+    return [e[1] for e in events.seen if e[0] == "on_evaluate"]
+
+
+def test_clearing_should_evaluate_in_on_step_end_cancels_the_eval_steps_evaluation(tiny_model_dir, tmp_path):
+    """eval_steps 2 of 4 steps: a callback clearing should_evaluate in on_step_end at step 2 cancels
+    that evaluation, as transformers evaluates only when the flag is set after the callbacks;
+    polyrl's eval.every evaluated the step whatever they said."""
+    theirs, ours = Events(), Events()
+    _eval_steps_run(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl", [ClearsTheEvaluationAt(2), theirs],
+                    max_steps=4)()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(6),
+                          eval_dataset=prompts_dataset(2), callbacks=[ClearsTheEvaluationAt(2), ours],
+                          args=_args(tmp_path / "polyrl", eval_strategy="steps", eval_steps=2, max_steps=4))
+    trainer.train()
+    assert _evaluated(theirs) == [4]
+    assert ours.seen == theirs.seen
+    assert [m["step"] for m in trainer.state.log_history if "eval_reward" in m] == [4]
+
+
+def test_the_last_steps_evaluation_comes_before_its_save_as_on_trls_trainer(tiny_model_dir, tmp_path):
+    """eval_steps and save_steps 2, 3 steps: transformers' DefaultFlowCallback sets should_evaluate
+    at the last step (off the eval_steps) before on_step_end, and evaluates it before on_save and
+    on_epoch_end. polyrl evaluates it after training (the model written first), and called
+    on_epoch_end and on_save before that evaluation's on_log and on_evaluate."""
+    theirs, ours = Events(), Events()
+    _eval_steps_run(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl", [theirs], max_steps=3, save_steps=2)()
+    _eval_steps_run(GRPOTrainer, tiny_model_dir, tmp_path / "polyrl", [ours], max_steps=3, save_steps=2)()
+    assert [e for e in theirs.seen if e[1] == 3 and e[0] != "on_step_begin"] == [
+        ("on_step_end", 3, 1.0, (True, True, True)), ("on_log", 3, "train"), ("on_log", 3, "eval"),
+        ("on_evaluate", 3, 1.0, (True, False, True)), ("on_save", 3, 1.0, (False, False, True)),
+        ("on_epoch_end", 3, 1.0, (False, False, True)), ("on_log", 3, "summary"),
+        ("on_train_end", 3, 1.0, (False, False, True))]
+    assert ours.seen == theirs.seen
+
+
+def test_clearing_should_evaluate_at_the_last_step_cancels_the_evaluation_after_training(tiny_model_dir,
+                                                                                        tmp_path):
+    """The last step's evaluation (off the eval_steps), cleared in on_step_end: transformers does
+    not evaluate it; polyrl evaluated it after training whatever the callbacks said."""
+    evaluated = {}
+    for trainer_class, name in ((trl.GRPOTrainer, "trl"), (GRPOTrainer, "polyrl")):
+        events = Events()
+        _eval_steps_run(trainer_class, tiny_model_dir, tmp_path / name, [ClearsTheEvaluationAt(3), events],
+                        max_steps=3)()
+        evaluated[name] = _evaluated(events)
+    assert evaluated == {"trl": [2], "polyrl": [2]}
+    assert not [line for line in map(json.loads, (tmp_path / "polyrl" / "run" / "metrics.jsonl").read_text().splitlines())
+                if line.get("phase") == "after"]
+
+
+def fails_on_held_out(completions, answer, **kwargs):
+    if "99" in answer:
+        raise RuntimeError("cannot score the held-out rows")
+    return [0.0 for _ in completions]
+
+
+def test_a_failing_last_step_evaluation_finds_the_model_saved_and_no_on_save(tiny_model_dir, tmp_path):
+    """The last step's evaluation (after training in polyrl, its model written first) fails: the
+    model and the checkpoint are on disk, and, as on TRL's trainer, which saves after evaluating,
+    the callbacks got no on_save or on_epoch_end for that step."""
+    events = Events()
+    held_out = datasets.Dataset.from_list([{"prompt": "What is 98 + 1?", "answer": "99"}])
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[fails_on_held_out], train_dataset=prompts_dataset(4),
+                          eval_dataset=held_out, callbacks=[events],
+                          args=_args(tmp_path, max_steps=2, eval_strategy="steps", eval_steps=10))
+    with pytest.raises(Exception, match="cannot score the held-out rows"):
+        trainer.train()
+    assert (tmp_path / "run" / "model" / "config.json").is_file()
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-00000002"]
+    assert [e[0] for e in events.seen if e[1] == 2 and e[0] != "on_step_begin"] == ["on_step_end", "on_log"]
 
 
 class EvaluatesEachEpoch(TrainerCallback):

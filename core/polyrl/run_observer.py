@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 
@@ -44,6 +44,14 @@ class StepAsk:
         return self.save or (due and not self.cancel_save)
 
 
+#: ``RunObserver.step_trained``'s answer that cancels the evaluation of the step's weights the run
+#: would make on its own: the one ``eval.every`` has due at the step, and at the run's last step the
+#: evaluation after training. Why: a transformers callback clearing ``control.should_evaluate`` cancels
+#: TRL's evaluation there. An evaluation asked (True) by another observer wins; under a launcher it is
+#: cancelled only where every rank cancelled it.
+CANCEL_EVALUATION: Final = "cancel"
+
+
 def checkpoint_due(step: int, every: int) -> bool:
     """Whether ``train.checkpoint_every`` = ``every`` checkpoints step ``step`` (0: only the last,
     written apart); the trainer and the observers that let a callback cancel it read it alike."""
@@ -60,10 +68,11 @@ class RunObserver(Protocol):
     def step_begin(self, step: int) -> None:
         """Step ``step`` (1-based) is about to be taken."""
 
-    def step_trained(self, metrics: Mapping[str, Any]) -> bool:
+    def step_trained(self, metrics: Mapping[str, Any]) -> bool | Literal["cancel"]:
         """Step ``metrics["step"]`` trained (its metrics, before any evaluation of it and before they
         are recorded). True asks for an evaluation of these weights now, on the step's line as an
-        ``eval.every`` one (transformers' ``control.should_evaluate``); the ranks agree on it (any asks)."""
+        ``eval.every`` one (transformers' ``control.should_evaluate``); the ranks agree on it (any asks).
+        ``CANCEL_EVALUATION`` cancels the one the run would make of them on its own."""
 
     def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
         """The step's metrics were recorded (metrics.jsonl, trackers); an evaluation during the run is

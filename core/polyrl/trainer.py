@@ -79,7 +79,7 @@ from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
 from polyrl.rewards.trl_compat import TrainerState
 from polyrl.sandbox_hidden import hide_from_samples
 from polyrl.rollouts import Rollout, RolloutAhead
-from polyrl.run_observer import RunObserver, StepAsk, checkpoint_due
+from polyrl.run_observer import CANCEL_EVALUATION, RunObserver, StepAsk, checkpoint_due
 from polyrl.schedules import lr_at, updates_in_history
 from polyrl import run_paths, run_plan
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
@@ -2221,6 +2221,7 @@ class Trainer:
             # log_history lacked the eval_on_start entry TRL's resumed trainer_state keeps)
             summary["eval_before"] = self._kept_eval_before
         last_eval = self._evaluated_at_resume()
+        cancelled_at = -1  # the step whose evaluation an observer cancelled (``_observe_trained``)
         # under a launcher only a collective decides the stop, so every rank leaves after the same step
         stop_agreed = False
         asked = StepAsk()  # what the observers asked after the last step (``_observe_step``)
@@ -2240,8 +2241,10 @@ class Trainer:
                 if metrics is None:  # a stop request abandoned a reward: every rank raised it
                     stop_agreed = True
                     break
-                asked_eval = self._observe_trained(metrics)  # before the evaluation: it may ask for one
-                last_eval = self._evaluate_step(metrics, asked_eval) or last_eval
+                asked_eval, cancelled = self._observe_trained(metrics)  # before the evaluation: may ask one
+                if cancelled:
+                    cancelled_at = self.step
+                last_eval = self._evaluate_step(metrics, asked_eval, cancelled) or last_eval
                 self.history.append(metrics)
                 if self.rank == 0:
                     self._append_metrics(metrics)
@@ -2268,7 +2271,10 @@ class Trainer:
         self._save_final(summary)
         if stopping() and self.step < c.train.steps:  # asked during the final save: nothing was cut short
             self._stopped_early(summary, asked)
-        if self._evaluates_after:
+        if self._evaluates_after and cancelled_at == self.step:
+            log.info("no evaluation after training: an observer cancelled the evaluation of the last step's "
+                     "weights (a callback cleared control.should_evaluate)", step=self.step)
+        elif self._evaluates_after:
             self._evaluate_after(summary, last_eval)
             self._restate_last_checkpoint()
         if self._prune_deferred:  # the best now known: pruned as transformers prunes after that evaluation
@@ -2308,12 +2314,14 @@ class Trainer:
         self.ref_sync.after_step(self.step)
         return metrics
 
-    def _evaluate_step(self, metrics: dict[str, Any], asked: bool) -> tuple[int, dict[str, Any]] | None:
-        """The evaluation after this step when ``eval.every`` makes it due or an observer ``asked``,
-        added to the step's line (``metrics``: a resume rewinds both); (step, its metrics), or None
-        when none ran or a stop request abandoned it. Its error keeps the step, then ends the run."""
+    def _evaluate_step(self, metrics: dict[str, Any], asked: bool,
+                       cancelled: bool = False) -> tuple[int, dict[str, Any]] | None:
+        """The evaluation after this step when ``eval.every`` makes it due (and no observer
+        ``cancelled`` it) or an observer ``asked``, added to the step's line (``metrics``: a resume
+        rewinds both); (step, its metrics), or None when none ran or a stop request abandoned it.
+        Its error keeps the step, then ends the run."""
         every = self.config.eval.every
-        if self.eval_dataset is None or not ((every and self.step % every == 0) or asked):
+        if self.eval_dataset is None or not ((every and self.step % every == 0 and not cancelled) or asked):
             return None
         try:
             evaluated = self.evaluate()
@@ -2439,15 +2447,22 @@ class Trainer:
                         f"training ({exc.reason}); a resume from it compares against the best before it",
                         checkpoint=str(path), fix=exc.fix or "free space in the output_dir")
 
-    def _observe_trained(self, metrics: dict[str, Any]) -> bool:
-        """The observers told the step trained; whether one asks for its evaluation now, the same
-        answer on every rank (one gather, only in a run with observers and held-out rows)."""
-        wanted = False
+    def _observe_trained(self, metrics: dict[str, Any]) -> tuple[bool, bool]:
+        """The observers told the step trained; (whether one asks for its evaluation now, whether
+        one cancels the evaluation the run makes of these weights on its own: ``CANCEL_EVALUATION``),
+        the same answers on every rank (one gather, only in a run with observers and held-out rows):
+        asked on any rank, cancelled on every one."""
+        wanted = cancelled = False
         for observer in self.observers:
-            wanted = observer.step_trained(metrics) or wanted  # every observer hears of the step
+            answer = observer.step_trained(metrics)  # every observer hears of the step
+            if answer == CANCEL_EVALUATION:
+                cancelled = True
+            else:
+                wanted = bool(answer) or wanted
         if self.world_size > 1 and self.observers and self.eval_dataset is not None:
-            wanted = any(self.train_engine.all_gather(wanted))
-        return wanted and self.eval_dataset is not None
+            answers = self.train_engine.all_gather((wanted, cancelled))
+            wanted, cancelled = any(a[0] for a in answers), all(a[1] for a in answers)
+        return wanted and self.eval_dataset is not None, cancelled and not wanted
 
     def _observe_step(self, metrics: dict[str, Any]) -> StepAsk:
         """The observers told of the step just recorded; what they ask, together."""

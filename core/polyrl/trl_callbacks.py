@@ -11,8 +11,10 @@ run's first step too; ``should_epoch_stop`` cleared first), then each step ``on_
 when it evaluated ``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_epoch_end`` after the step
 that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step: before the
 events of an ``eval_strategy`` "epoch" evaluation, after those of an ``eval_steps`` one and after the
-``on_save`` of a checkpoint asked before it: ``step_end``), ``on_save``
-after a checkpoint is written, and ``on_train_end``. Not called: ``on_substep_end``,
+``on_save`` of a checkpoint asked before it: ``step_end``; an "epoch" evaluation of a step with such a
+checkpoint is told after both: ``_held_epoch_end``), ``on_save``
+after a checkpoint is written (the last step's under ``eval_strategy`` "steps" after the evaluation
+after training: ``_final_events``), and ``on_train_end``. Not called: ``on_substep_end``,
 ``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
 ``on_prediction_step``/``on_predict``/``on_push_begin`` (no predict, no Hub). Of the keyword
 arguments ``processing_class`` is the run's tokenizer, and from ``on_train_begin`` to
@@ -31,7 +33,8 @@ callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkp
 last one, which polyrl always writes; set in ``on_epoch_end`` it checkpoints the step, and
 ``should_training_stop`` set there ends the run: ``_epoch_end``), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``; set before ``on_step_end`` as
-``DefaultFlowCallback`` sets it under ``eval_strategy`` "steps": ``_flow_evaluates``) evaluates the step's weights on
+``DefaultFlowCallback`` sets it under ``eval_strategy`` "steps": ``_flow_evaluates``, ``_final_flow``;
+cleared there, that evaluation is cancelled: ``CANCEL_EVALUATION``) evaluates the step's weights on
 the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatever the
 ``eval_strategy`` (``"no"`` too, as transformers' ``_maybe_log_save_evaluate``; a run without an
 ``eval_dataset`` warns once and goes on; ``eval_strategy`` "epoch" sets it before ``on_epoch_end``,
@@ -68,13 +71,13 @@ import numbers
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
 from polyrl.errors import CallbackError, ConfigError
 from polyrl.logs import get_logger
-from polyrl.run_observer import StepAsk, checkpoint_due
+from polyrl.run_observer import CANCEL_EVALUATION, StepAsk, checkpoint_due
 
 log = get_logger("polyrl.trl")
 
@@ -133,6 +136,17 @@ class TrlCallbacks:
         self._ended_first: StepAsk | None = None
         #: the step's on_epoch_end waits for its on_save (``step_end``): whether the step was evaluated
         self._epoch_end_after_save: bool | None = None
+        self._evaluates_after = False  # the trainer evaluates after training (``run_begin``)
+        self._launcher = False  # the run is under a launcher (``run_begin``)
+        #: DefaultFlowCallback set should_evaluate for the step being ended (``step_trained``, ``_epoch_end``)
+        self._flow_eval = False
+        #: the last step's evaluation is the one after training, its on_save and on_epoch_end wait for it
+        #: (``_final_events``); ``_final_save``: a checkpoint of the step was written meanwhile
+        self._final_eval_pending = self._final_save = False
+        #: the step's evaluation under eval_strategy "epoch" is told after its on_save and on_epoch_end
+        #: (``_holds_epoch_evaluation``): asked of the trainer (True), then its numbers (``step_end``)
+        self._hold_eval = False
+        self._held_eval: dict[str, Any] | None = None
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -231,6 +245,10 @@ class TrlCallbacks:
         self._can_evaluate = trainer.eval_dataset is not None
         self._eval_every = int(getattr(trainer.config.eval, "every", 0) or 0)
         self._ended_first = self._epoch_end_after_save = None
+        self._evaluates_after = trainer.eval_dataset is not None and bool(getattr(trainer, "evaluate_after", False))
+        self._launcher = trainer.world_size > 1
+        self._final_eval_pending = self._final_save = self._hold_eval = False
+        self._held_eval = None
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
@@ -245,12 +263,16 @@ class TrlCallbacks:
             self.event("on_epoch_begin")  # clears should_epoch_stop first (``_CLEARED``), as CallbackHandler
         self.event("on_step_begin")
 
-    def step_trained(self, metrics: Mapping[str, Any]) -> bool:
+    def step_trained(self, metrics: Mapping[str, Any]) -> bool | Literal["cancel"]:
         """``on_step_end``, before the step is evaluated and recorded (transformers' order: the
         evaluation ``should_evaluate`` asks follows it); True when ``control.should_evaluate`` is
-        set and the run has held-out rows, else one warning the first time. What a callback raises
-        here is raised after the step is recorded (``step_end``): the step trained, its line and
-        checkpoint are kept."""
+        set and the run has held-out rows, else one warning the first time; ``CANCEL_EVALUATION``
+        where ``DefaultFlowCallback`` set it (``_flow_evaluates``, ``_final_flow``, ``_epoch_end``)
+        and a callback cleared it, as that cancels transformers' evaluation. The last step's
+        evaluation under ``eval_strategy`` "steps" off the ``eval_steps`` is the trainer's after
+        training (False here): its ``on_save`` and ``on_epoch_end`` wait for it (``_final_events``).
+        What a callback raises here is raised after the step is recorded (``step_end``): the step
+        trained, its line and checkpoint are kept."""
         step = metrics.get("step")
         self.state.global_step = (int(step) * self._per_step if isinstance(step, numbers.Integral)
                                   else self.state.global_step + self._per_step)
@@ -264,7 +286,9 @@ class TrlCallbacks:
                                                                           self._every)
         if self._due:
             self.control.should_save = True
-        if self._flow_evaluates():
+        final = self._final_flow()
+        self._flow_eval = self._flow_evaluates() or final
+        if self._flow_eval:
             self.control.should_evaluate = True
         if self.state.global_step >= self._steps:  # DefaultFlowCallback's too: on_step_end and on_epoch_end read it
             self.control.should_training_stop = True
@@ -274,6 +298,12 @@ class TrlCallbacks:
         try:
             self.event("on_step_end")
             asked = self.deferred is None and bool(self.control.should_evaluate)
+            if final and asked:  # evaluated after training (its model written first), before on_save's events
+                self._final_eval_pending = not self._launcher
+                return False
+            self._hold_eval = not asked and self._holds_epoch_evaluation()
+            if self._hold_eval:  # evaluated now, told after on_save and on_epoch_end (``_held_epoch_end``)
+                return True
             if not asked and self._ends_epoch_unevaluated():
                 asked = self._epoch_end_first(metrics)
         finally:
@@ -281,6 +311,8 @@ class TrlCallbacks:
         if asked and not self._can_evaluate:
             self._no_evaluation()
             return False
+        if not asked and self._flow_eval and self.deferred is None:  # a callback cleared DefaultFlowCallback's flag
+            return CANCEL_EVALUATION
         return asked
 
     def _no_evaluation(self) -> None:
@@ -302,6 +334,8 @@ class TrlCallbacks:
         if first is None:
             self._log(with_trl_names(metrics, self._names))
         evaluated = trl_eval_names(metrics, self._names)
+        if self._hold_eval:  # told after on_epoch_end (``_held_epoch_end``)
+            self._hold_eval, self._held_eval, evaluated = False, evaluated, {}
         if evaluated:
             self._evaluation(evaluated)
             new_best = self._track_best(evaluated)
@@ -312,6 +346,9 @@ class TrlCallbacks:
         asked = self._asked(epoch=True)
         if self._due and not asked.save and not asked.failed:  # a callback cleared the flag step_trained set
             asked = attrs.evolve(asked, cancel_save=True)
+        if self._final_eval_pending and not asked.failed:  # on_epoch_end after the evaluation (``_final_events``)
+            self._epoch_end_after_save = True
+            return asked
         if asked.epoch_stop or asked.stop or _epoch_ended(self.state.epoch) or self.state.global_step >= self._steps:
             if not self._defer and not asked.failed and (asked.save or (self._due and not asked.cancel_save)):
                 # transformers saves the step (_maybe_log_save_evaluate) before on_epoch_end: ``saved`` calls it
@@ -330,12 +367,60 @@ class TrlCallbacks:
     def _flow_evaluates(self) -> bool:
         """Whether transformers' ``DefaultFlowCallback.on_step_end`` (first in its callback list)
         sets ``should_evaluate`` before the user's ``on_step_end``: ``eval_strategy`` "steps" at an
-        ``eval_steps`` step (polyrl's ``eval.every``). Why: a callback read False there. Not at the
-        run's last step, which it sets too: polyrl evaluates that one after training (its model
-        exported first), so its ``on_evaluate`` comes after ``on_epoch_end`` and ``on_save``."""
+        ``eval_steps`` step (polyrl's ``eval.every``). Why: a callback read False there, and one
+        clearing it cancels the evaluation. The run's last step off the ``eval_steps``: ``_final_flow``."""
         if self._eval_strategy() != "steps" or not self._can_evaluate:
             return False
         return checkpoint_due(self.state.global_step // self._per_step, self._eval_every)
+
+    def _holds_epoch_evaluation(self) -> bool:
+        """Whether the step just trained ends its epoch under ``eval_strategy`` "epoch" with a
+        checkpoint asked in ``on_step_end`` (a ``save_steps`` one, the last step's under "steps", a
+        callback's): transformers saves it before ``on_epoch_end``, whose ``DefaultFlowCallback``
+        asks the evaluation after it. polyrl's trainer evaluates a step before its checkpoint, so the
+        step is evaluated now and its ``on_log`` and ``on_evaluate`` wait for ``on_epoch_end``
+        (``_held_epoch_end``). Not under a launcher, nor ``save_strategy`` "best" (its save follows
+        the evaluation)."""
+        return (not self._launcher and self.deferred is None and self._can_evaluate
+                and self._eval_strategy() == "epoch" and self._save_strategy() != "best"
+                and bool(self.control.should_save) and self._ends_epoch_unevaluated())
+
+    def _held_epoch_end(self) -> StepAsk:
+        """``on_epoch_end`` of a step whose evaluation was held (``_holds_epoch_evaluation``), the
+        evaluation's ``should_evaluate`` set first (``DefaultFlowCallback``), then, where it is still
+        set, the evaluation's ``on_log`` and ``on_evaluate``, as transformers'
+        ``_maybe_log_save_evaluate`` after ``on_epoch_end``. Cleared there, the callbacks are not
+        told of it (its numbers stay on the step's line, computed before)."""
+        held, self._held_eval = self._held_eval, None
+        asked = self._epoch_end(evaluated=None)
+        if held and self.deferred is None and self.control.should_evaluate:
+            self._evaluation(held)
+            self._track_best(held)
+            asked = asked | self._asked()
+        self.control.should_evaluate = False
+        return asked
+
+    def _final_flow(self) -> bool:
+        """Whether ``DefaultFlowCallback.on_step_end`` sets ``should_evaluate`` at the run's last
+        step off the ``eval_steps`` (``eval_strategy`` "steps"), as transformers does: polyrl's
+        trainer evaluates that step after training (``_evaluates_after``), its model written first,
+        so that a failing evaluation finds it saved."""
+        return (self._eval_strategy() == "steps" and self._can_evaluate and self._evaluates_after
+                and self.state.global_step >= self._steps and not self._flow_evaluates())
+
+    def _final_events(self) -> None:
+        """The last step's ``on_save`` (of the checkpoint written before the evaluation after
+        training) and ``on_epoch_end``, called after that evaluation's ``on_log`` and
+        ``on_evaluate``, as transformers calls them after evaluating the step (``step_trained``);
+        at ``on_train_end`` where no evaluation came (a stop request abandoned it)."""
+        if not self._final_eval_pending:
+            return
+        self._final_eval_pending = False
+        if self._final_save:
+            self._final_save = False
+            self._note_best_checkpoint()
+            self.event("on_save")
+        self._pending_epoch_end()
 
     def _ends_epoch_unevaluated(self) -> bool:
         """Whether the step just trained ends its epoch (``state.epoch`` whole, the run's last step,
@@ -379,15 +464,18 @@ class TrlCallbacks:
         own evaluation (``evaluated``: on its line); asked of a step not evaluated, it is too late
         (the step is recorded: an epoch stop asked after ``on_step_end``) and warned once.
         ``evaluated`` None: called before the step's evaluation (``_epoch_end_first``), which
-        reads the flag. Why here and
+        reads the flag; a held evaluation is told after it (``_held_epoch_end``). Why here and
         not in ``step_trained``: a callback summing its ``on_log`` calls per epoch (TRL's usual
         ``on_epoch_end``) has the epoch's last step then."""
+        if self._held_eval is not None:
+            return self._held_epoch_end()
         self._epoch_open = False
         if self.deferred is not None:
             return StepAsk()
         self.control.should_save = self._save_strategy() == "epoch"  # the step's own save is in ``asked`` already
         # transformers' DefaultFlowCallback asks the epoch's evaluation (before the step's is done)
         self.control.should_evaluate = evaluated is None and self._can_evaluate and self._eval_strategy() == "epoch"
+        self._flow_eval = self._flow_eval or self.control.should_evaluate
         self.event("on_epoch_end")
         if evaluated is None:
             return self._asked()
@@ -510,13 +598,14 @@ class TrlCallbacks:
         from polyrl.step_metrics import tokens_seen, trl_eval_names
 
         last = self.state.log_history[-1] if self.state.log_history else {}
-        if phase == "after" and trl_eval_names(last):
-            return
-        evaluated = trl_eval_names({**metrics, **tokens_seen(phase == "before", last)}, self._names)
+        evaluated = {} if phase == "after" and trl_eval_names(last) else \
+            trl_eval_names({**metrics, **tokens_seen(phase == "before", last)}, self._names)
         if evaluated:
             self._evaluation(evaluated)
             if phase == "after" and self._track_best(evaluated):
                 self._note_best_checkpoint()
+        if phase == "after":
+            self._final_events()
 
     def saved(self, step: int, path: Path) -> StepAsk:
         """``on_save``; its ``should_epoch_stop`` read at once, as transformers' loop reads it right
@@ -524,6 +613,9 @@ class TrlCallbacks:
         ``best_model_checkpoint`` is set first on every rank, as every rank's ``_save_checkpoint``
         sets it: rank 0 alone wrote the checkpoint (``checkpoint_state``), and the other ranks'
         callbacks read None."""
+        if self._final_eval_pending:  # called after the evaluation after training (``_final_events``)
+            self._final_save = True
+            return StepAsk()
         self._note_best_checkpoint()
         self.event("on_save")
         asked = self._asked(epoch=not self._defer)
@@ -540,6 +632,7 @@ class TrlCallbacks:
         """``on_train_end``, the state as ``trainer.state`` has it after ``train()``; first the
         ``summary`` (transformers' end-of-training metrics) logged as transformers logs it: appended
         to ``log_history`` and given to ``on_log``."""
+        self._final_events()
         self._pending_epoch_end()
         self.state.log_history = log_history
         self.state.global_step = global_step
