@@ -460,16 +460,7 @@ def test_the_step_axis_has_whole_steps_only(run_dir, tmp_path, monkeypatch):
     """A short run's x axis was ticked 0.0, 0.5, 1.0, ... 3.0: half steps no run takes, which a
     TensorBoard user reads as a logging bug. Every panel's step ticks are whole numbers. The figure
     is read as matplotlib saves it (``savefig`` wrapped to keep it, then called as it is)."""
-    from matplotlib.figure import Figure
-
-    saved: list[Figure] = []
-    original = Figure.savefig
-
-    def keep(self: Figure, *args, **kwargs):
-        saved.append(self)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
+    saved = _drawn(monkeypatch)
     assert main(["report", str(run_dir), "--output", str(tmp_path / "r.png")]) == 0
     drawn = [ax for ax in saved[0].axes if ax.axison]
     assert len(drawn) >= 4
