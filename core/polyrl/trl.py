@@ -150,6 +150,8 @@ def _script_field(field: str | None, trl_args: bool = False) -> str | None:
         return field
     if field == "prompts":  # polyrl.api.run's name for the rows: the script's train_dataset
         return "train_dataset"
+    if field == "rewards.function":  # a reward function's signature: the script's reward_funcs
+        return "reward_funcs"
     head, _, rest = field.partition(".")
     if head == "lora":
         return "peft_config" + (f".{_PEFT_NAMES.get(rest, rest)}" if rest else "")
@@ -191,7 +193,11 @@ def _script_names(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except ConfigError as exc:
             named = _named_eval_dataset(exc)
-            named.renamed(_script_field(named.field, _given_trl_args(args, kwargs)), in_fix=True)
+            if named.field == "prompts":  # its fix says "the prompts" in words and "prompts=" as run's argument
+                named.fix = named.fix and named.fix.replace("prompts=", "train_dataset=")
+                named.renamed("train_dataset")
+            else:
+                named.renamed(_script_field(named.field, _given_trl_args(args, kwargs)), in_fix=True)
             if named is exc:
                 raise
             raise named from None
