@@ -121,3 +121,19 @@ def test_a_toml_runs_default_eval_reward_on_data_without_an_answer_column_offers
     assert info.value.field == "eval.reward"
     assert 'set eval.reward = "run"' in info.value.fix and "accuracy" in info.value.fix, info.value
     assert "this reward's option" not in info.value.fix
+
+
+def test_an_eval_dataset_without_a_column_a_reward_reads_is_named_as_the_eval_dataset(tiny_model_dir, tmp_path):
+    """The reward reads solution, which the training rows hold and the eval rows lack (TRL fails
+    at its first evaluation): one error on eval_dataset, not "the held-out set (eval.reward = 'run')"
+    under rewards.function, polyrl's keys."""
+    def accuracy(completions, solution, **kwargs):
+        return [0.0] * len(completions)
+
+    train = datasets.Dataset.from_list([{"prompt": f"q{i}", "solution": "1"} for i in range(4)])
+    held = datasets.Dataset.from_list([{"prompt": f"e{i}", "answer": "1"} for i in range(2)])
+    with pytest.raises(ConfigError, match="has parameter 'solution'") as info:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[accuracy], train_dataset=train, eval_dataset=held,
+                    args=grpo_args(tmp_path, eval_strategy="steps", eval_steps=1)).train()
+    assert info.value.field == "eval_dataset" and "eval.reward" not in str(info.value), info.value
+    assert info.value.fix.endswith("add a 'solution' column to the eval_dataset")

@@ -980,9 +980,18 @@ def _one_eval_set(eval_dataset: Any) -> bool:
     return eval_dataset is not None and not isinstance(eval_dataset, Mapping)
 
 
+#: how the Trainer names an error of the run's rewards on the held-out rows (``Trainer._eval_reward_computer``)
+_HELD_OUT_RUN = "the held-out set (eval.reward = 'run'): "
+
+
 def _named_eval_dataset(exc: ConfigError) -> ConfigError:
-    """``exc``, or where it names ``run``'s ``eval_prompts``, the same error told about TRL's
-    ``eval_dataset``, the argument this script passed."""
+    """``exc``, or where it names ``run``'s ``eval_prompts`` or the run's rewards on the held-out
+    rows (polyrl's ``eval.reward = 'run'``, a key the script never wrote), the same error told
+    about TRL's ``eval_dataset``, the argument this script passed."""
+    if exc.message.startswith(_HELD_OUT_RUN):  # the eval rows lack what the run's rewards read
+        return ConfigError("eval_dataset (scored with reward_funcs, as TRL's evaluation scores it): "
+                           + exc.message.removeprefix(_HELD_OUT_RUN), field="eval_dataset",
+                           fix=(exc.fix or "").replace("to the dataset", "to the eval_dataset"))
     if exc.field != "eval_prompts":
         return exc
     return ConfigError(exc.message.replace("eval_prompts", "eval_dataset"), field="eval_dataset",
