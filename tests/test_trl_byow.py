@@ -54,6 +54,25 @@ def test_a_trl_scripts_max_completion_length_is_bounded_by_the_model_not_polyrls
     assert config.model.max_length == 1024
 
 
+def test_a_completion_after_a_long_prompt_gets_all_of_max_completion_length_as_in_trl(tiny_model_dir, tmp_path):
+    """A 1000-token prompt, max_completion_length=64, a model reading 4096 positions: TRL samples up
+    to 64 tokens; polyrl cut every completion at 1024 - 1000 = 24 tokens, without a word."""
+    from transformers import AutoTokenizer
+
+    folder = _longer_window(tiny_model_dir, tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    prompt = tokenizer.decode(tokenizer("word " * 2000)["input_ids"][:1000])
+    lengths: list[int] = []
+
+    def seen(completion_ids, **kwargs):
+        lengths.extend(len(ids) for ids in completion_ids)
+        return [float(len(ids)) for ids in completion_ids]
+
+    GRPOTrainer(model=folder, reward_funcs=[seen], train_dataset=datasets.Dataset.from_list([{"prompt": prompt}] * 2),
+                args=grpo_args(tmp_path, max_completion_length=64, per_device_train_batch_size=2)).train()
+    assert len(lengths) == 2 and max(lengths) > 24 and max(lengths) <= 64, lengths
+
+
 def _image_rows(n: int = 4) -> list[dict]:
     return [{"prompt": f"What is {i} + 1?", "image": None, "answer": "1"} for i in range(n)]
 
