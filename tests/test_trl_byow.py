@@ -156,3 +156,24 @@ def test_an_eval_dataset_without_a_column_a_reward_reads_is_named_as_the_eval_da
                     args=grpo_args(tmp_path, eval_strategy="steps", eval_steps=1)).train()
     assert info.value.field == "eval_dataset" and "eval.reward" not in str(info.value), info.value
     assert info.value.fix.endswith("add a 'solution' column to the eval_dataset")
+
+
+def test_prompts_that_leave_a_completion_less_than_max_new_tokens_are_counted_in_a_warning():
+    """model.max_length bounds prompt + completion, so a 90-token prompt under max_length 100 left
+    its completion 10 of max_new_tokens = 32 without a word (TRL gives it all 32): the run's start
+    now counts such prompts in one warning naming the first and the fix."""
+    from structlog.testing import capture_logs
+
+    from polyrl.data import check_prompt_lengths, from_rows
+
+    ds = from_rows([{"prompt": "a " * n} for n in (3, 90, 5, 80)], name="mine")
+    words = lambda prompt: len(prompt.split())  # noqa: E731 - one token per word
+    with capture_logs() as logs:
+        assert check_prompt_lengths(ds, words, 100, max_new_tokens=32) == (ds, 0)
+    warned = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warned) == 1 and warned[0]["event"].startswith("2 of 4 prompts of mine leave fewer than "
+                                                              "generation.max_new_tokens = 32"), warned
+    assert warned[0]["first"] == "row 1 of mine" and "raise model.max_length" in warned[0]["fix"]
+    with capture_logs() as logs:
+        check_prompt_lengths(ds, words, 100, max_new_tokens=10)  # 90 + 10 fits exactly
+    assert not [e for e in logs if e["log_level"] == "warning"]

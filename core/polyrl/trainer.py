@@ -600,10 +600,15 @@ class Trainer:
             return source, source_eval
         count = functools.partial(_length_of, encode)
         limit, drop = self.config.model.max_length, self.config.data.drop_overlong
-        train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode)
+        # an episode's budget is max_episode_tokens over its turns, not one completion's
+        new_tokens = self.config.generation.max_new_tokens if self.episodes is None else None
+        train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode,
+                                        max_new_tokens=new_tokens)
         if source_eval is None:
             return train, None
-        return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted, render=encode)[0]
+        return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted, render=encode,
+                                           max_new_tokens=self.config.eval.max_new_tokens or new_tokens
+                                           if self.episodes is None else None)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:
