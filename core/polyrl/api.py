@@ -52,6 +52,7 @@ from polyrl.trl_config import (
     resolve_fractions,
     rounded_save_warning,
 )
+from polyrl.trl_window import with_model_window
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import MAX_LR, fits_float, intended_lr, shown
 
@@ -678,6 +679,7 @@ def _run_config(
                           fix="pass polyrl.api.GRPOConfig(...) or a trl.GRPOConfig")
     cfg = grpo_config or GRPOConfig()
     check_trl_dropout(cfg, policy)
+    cfg = with_model_window(cfg, policy)  # TRL caps no prompt + completion: the model's own limit (torch)
     rows = prompt_rows(prompts)
     if not rows:
         raise ConfigError("no prompts given", field="prompts", fix="pass at least one prompt")
@@ -790,9 +792,31 @@ def epoch_steps(epochs: float, prompts: int, prompts_per_step: int, updates_per_
     return max(1, updates // updates_per_step)
 
 
+#: "row 3 of eval_rows": the error is about a row of ``eval_prompts`` (``load_train_and_eval`` names them so)
+_EVAL_ROW = re.compile(r"\bof eval_rows\b")
+#: a prompt-length error naming a row of ``prompts`` or ``eval_prompts``
+_ROW_ERROR = re.compile(r"^row \d+ of (eval_)?rows\b")
+
+
+def _rows_field(message: str) -> str:
+    """The ``run`` argument holding the rows an error about ``data`` names: ``eval_prompts`` for a
+    row of the held-out rows given, else ``prompts``."""
+    return "eval_prompts" if _EVAL_ROW.search(message) else "prompts"
+
+
 def _prompts_error(exc: ConfigError) -> ConfigError:
-    """``exc``, or where it points at ``data.prompt_column`` (a TOML key ``run`` has no argument
-    for), the same problem told as a fix to the ``prompts`` passed in."""
+    """``exc``, or where it points at a TOML key ``run`` has no argument for, the same problem told
+    about the ``prompts`` (or ``eval_prompts``) passed in. ``data.prompt_column`` gets a fix for
+    the rows passed in; ``data`` (a row's prompt, role or column refused: every row ``run`` reads
+    is one passed in) and an overlong row's ``model.max_length`` (which neither ``run`` nor a TRL
+    script sets) name the argument. Why: "data: row 0 of rows ..." named a section no script
+    wrote, and the fix for a long prompt named two TOML keys it could not set."""
+    if exc.field == "data":
+        return ConfigError(exc.message, field=_rows_field(exc.message), fix=exc.fix)
+    if exc.field == "model.max_length" and _ROW_ERROR.match(exc.message):
+        return ConfigError(exc.message, field=_rows_field(exc.message),
+                           fix="shorten or remove that row (a 🤗 Dataset: dataset.filter(...) on the prompt's length), "
+                               'or raise the limit with polyrl.api.GRPOConfig(settings={"model.max_length": ...})')
     if exc.field != "data.prompt_column":
         return exc
     fix = ('name the column that holds the prompts "prompt", as TRL expects '
@@ -868,19 +892,25 @@ def _refuse_preset_over_trl(algorithm: str, overrides: Mapping[str, Any]) -> Non
                       f"TRL config trains with: {said}", field=where, fix=fix)
 
 
+#: the keys ``with_settings`` takes outside its whole tables
+_OTHER_SETTINGS = ("data.shuffle", "model.max_length")
+
+
 def with_settings(config: RunConfig, settings: Mapping[str, Any],
                   generation_config: GenerationConfig | None = None) -> RunConfig:
     """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train,
-    eval, logging, and data.shuffle) set; a value also set differently in an explicit ``generation_config`` is an error."""
+    eval, logging, data.shuffle and model.max_length) set; a value also set differently in an explicit
+    ``generation_config`` is an error. (``model.max_length``: a script's only way to take prompts and
+    completions past polyrl's default of 1024 tokens; ``polyrl.trl_window``.)"""
     changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         table, _, name = key.partition(".")
         section = getattr(config, table, None) if table in ("generation", "optimizer", "train", "eval", "logging") or \
-            key == "data.shuffle" else None
+            key in _OTHER_SETTINGS else None
         if section is None or name not in {f.name for f in attrs.fields(type(section))}:
             raise ConfigError(f"unknown setting {key!r}", field=f"grpo_config.settings.{key}",
                               fix="name a generation.*, optimizer.*, train.*, eval.* or logging.* key of the Config "
-                                  "reference, or data.shuffle")
+                                  "reference, data.shuffle or model.max_length")
         if table == "generation" and generation_config is not None:
             mine = getattr(generation_config, name, None)
             if mine != getattr(GenerationConfig(), name, None) and mine != value:

@@ -532,13 +532,17 @@ def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any]) -> Non
 
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int | None], max_length: int,
                          *, drop: bool = False, counted: str = "chat template included",
-                         render: Callable[[Prompt], Any] | None = None) -> tuple[Dataset, int]:
+                         render: Callable[[Prompt], Any] | None = None,
+                         max_new_tokens: int | None = None) -> tuple[Dataset, int]:
     """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
     ``count_tokens`` measures it (the generate engine's own encoding, chat template included;
     ``counted`` says what else it adds, e.g. an episode's tool instructions). ``render`` (the
     prompt's ids, as ``count_tokens`` counts them): every chat prompt's roles must be ones the
     template renders (``_check_roles``), checked in the same pass. A prompt ``count_tokens`` cannot
     count (None: a third-party backend's text prompt, ``polyrl.hook_prompts``) is left unchecked.
+    ``max_new_tokens``: the prompts that fit but leave a completion fewer tokens than that are
+    counted in one warning (generation cuts those completions at ``max_length``: TRL, which bounds
+    no prompt + completion, gives them all ``max_completion_length``).
 
     Why at startup, in one pass: generation refuses an overlong prompt only when its batch is
     drawn, possibly hours in, and names it by its place in the batch. Here the first one is an
@@ -547,6 +551,7 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int 
     t0 = time.perf_counter()
     over: list[int] = []
     first = uncounted = 0
+    short: list[int] = []  # rows that fit but leave a completion fewer than max_new_tokens tokens
     roles = TemplateRoles()
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
@@ -560,8 +565,15 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int 
             if tokens >= max_length:
                 first = first or tokens
                 over.append(i)
+            elif max_new_tokens is not None and tokens + max_new_tokens > max_length:
+                short.append(i)
     log.info("prompt lengths checked", dataset=dataset.name, rows=len(dataset), overlong=len(over),
              **({"uncounted": uncounted} if uncounted else {}), seconds=round(time.perf_counter() - t0, 2))
+    if short:
+        log.warning(f"{len(short)} of {len(dataset)} prompts of {dataset.name} leave fewer than generation.max_new_tokens "
+                    f"= {max_new_tokens} tokens below model.max_length = {max_length}: their completions are cut "
+                    "there", first=dataset.where(short[0]),
+                    fix="raise model.max_length (prompt + completion tokens) or shorten those prompts")
     if not over:
         return dataset, 0
     if not drop:

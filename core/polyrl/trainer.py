@@ -567,8 +567,14 @@ class Trainer:
                                   timeouts=timeouts, should_stop=lambda: self.stop_requested, evaluation=True)
         except ConfigError as exc:  # its one entry is rewards[0] to the computer: name the real setting
             field = "eval.reward" if same is None else f"rewards[{self.config.rewards.index(same)}].options"
-            raise ConfigError(f"the held-out set (eval.reward = {ev.reward!r}): {exc.message}", field=field,
-                              fix=exc.fix) from None
+            message, fix = exc.message, exc.fix
+            if same is None and fix and ", or set this reward's option" in fix:
+                # no [[rewards]] entry holds this reward's options: that half of its fix pointed at nothing
+                fix = (f'set eval.reward = "{RUN_REWARDS}" to score the held-out set with this run\'s own [[rewards]] '
+                       f"summed with their weights, as TRL evaluates (or to one of them: "
+                       f"{', '.join(r.label for r in self.config.rewards)}), or {fix.split(', or set')[0]}")
+            raise ConfigError(f"the held-out set (eval.reward = {ev.reward!r}): {message}", field=field,
+                              fix=fix) from None
 
     def _datasets(self) -> tuple[Dataset, Dataset | None]:
         return load_train_and_eval(self.config.data, self.config.eval.count)
@@ -594,10 +600,15 @@ class Trainer:
             return source, source_eval
         count = functools.partial(_length_of, encode)
         limit, drop = self.config.model.max_length, self.config.data.drop_overlong
-        train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode)
+        # an episode's budget is max_episode_tokens over its turns, not one completion's
+        new_tokens = self.config.generation.max_new_tokens if self.episodes is None else None
+        train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode,
+                                        max_new_tokens=new_tokens)
         if source_eval is None:
             return train, None
-        return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted, render=encode)[0]
+        return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted, render=encode,
+                                           max_new_tokens=self.config.eval.max_new_tokens or new_tokens
+                                           if self.episodes is None else None)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:

@@ -150,6 +150,8 @@ def _script_field(field: str | None, trl_args: bool = False) -> str | None:
         return field
     if field == "prompts":  # polyrl.api.run's name for the rows: the script's train_dataset
         return "train_dataset"
+    if field == "rewards.function":  # a reward function's signature: the script's reward_funcs
+        return "reward_funcs"
     head, _, rest = field.partition(".")
     if head == "lora":
         return "peft_config" + (f".{_PEFT_NAMES.get(rest, rest)}" if rest else "")
@@ -191,7 +193,11 @@ def _script_names(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except ConfigError as exc:
             named = _named_eval_dataset(exc)
-            named.renamed(_script_field(named.field, _given_trl_args(args, kwargs)), in_fix=True)
+            if named.field == "prompts":  # its fix says "the prompts" in words and "prompts=" as run's argument
+                named.fix = named.fix and named.fix.replace("prompts=", "train_dataset=")
+                named.renamed("train_dataset")
+            else:
+                named.renamed(_script_field(named.field, _given_trl_args(args, kwargs)), in_fix=True)
             if named is exc:
                 raise
             raise named from None
@@ -974,9 +980,18 @@ def _one_eval_set(eval_dataset: Any) -> bool:
     return eval_dataset is not None and not isinstance(eval_dataset, Mapping)
 
 
+#: how the Trainer names an error of the run's rewards on the held-out rows (``Trainer._eval_reward_computer``)
+_HELD_OUT_RUN = "the held-out set (eval.reward = 'run'): "
+
+
 def _named_eval_dataset(exc: ConfigError) -> ConfigError:
-    """``exc``, or where it names ``run``'s ``eval_prompts``, the same error told about TRL's
-    ``eval_dataset``, the argument this script passed."""
+    """``exc``, or where it names ``run``'s ``eval_prompts`` or the run's rewards on the held-out
+    rows (polyrl's ``eval.reward = 'run'``, a key the script never wrote), the same error told
+    about TRL's ``eval_dataset``, the argument this script passed."""
+    if exc.message.startswith(_HELD_OUT_RUN):  # the eval rows lack what the run's rewards read
+        return ConfigError("eval_dataset (scored with reward_funcs, as TRL's evaluation scores it): "
+                           + exc.message.removeprefix(_HELD_OUT_RUN), field="eval_dataset",
+                           fix=(exc.fix or "").replace("to the dataset", "to the eval_dataset"))
     if exc.field != "eval_prompts":
         return exc
     return ConfigError(exc.message.replace("eval_prompts", "eval_dataset"), field="eval_dataset",

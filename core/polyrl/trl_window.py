@@ -1,0 +1,56 @@
+"""``model.max_length`` for a TRL script: the model's own position limit, on the torch backend.
+
+Why: TRL 1.16 bounds neither a prompt (it has no ``max_prompt_length``) nor prompt + completion:
+every completion may take ``max_completion_length`` new tokens. polyrl's ``model.max_length``
+(default 1024) bounds prompt + completion, so a script's completions after a 300-token prompt were
+cut at 724 tokens without a word, and ``max_completion_length=1024`` was refused with a fix naming
+``model.max_length``, which a TRL script cannot set. The torch backend allocates nothing by
+``model.max_length`` (it only caps the tokens), so there it is the model config's
+``max_position_embeddings`` where that is larger: the most the model reads. Other backends size
+compiled graphs and caches by it (MAX) or check it against a sliding window (MLX), so they keep
+polyrl's default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from polyrl.config import ModelSection
+from polyrl.model_config import config_tables, first_positive_int
+
+KEY = "model.max_length"
+
+
+def _folder(model: str) -> str | None:
+    """The folder holding ``model``'s config.json: itself, or a Hub id's cached snapshot (None
+    when it is not cached: the run's own load names that)."""
+    from polyrl.errors import ConfigError
+    from polyrl.hub import looks_like_hub_id, resolve_cached
+
+    if config_tables(model) or not looks_like_hub_id(model):
+        return model
+    try:
+        return resolve_cached(model)
+    except ConfigError:
+        return None
+
+
+def position_limit(model: str) -> int | None:
+    """``max_position_embeddings`` of ``model``'s config.json (or its ``text_config``), if it says."""
+    folder = _folder(model)
+    return first_positive_int(config_tables(folder), ("max_position_embeddings",)) if folder else None
+
+
+def with_model_window(grpo_config: Any, policy: Any) -> Any:
+    """``grpo_config`` (polyrl's, made by ``from_trl``) with ``model.max_length`` set to the
+    model's position limit where the policy trains on torch and that limit is above polyrl's
+    default; unchanged for polyrl's own GRPOConfig or a ``model.max_length`` its settings give."""
+    if not getattr(grpo_config, "_from_trl", False) or policy.backend != "torch" or KEY in grpo_config.settings:
+        return grpo_config
+    limit = position_limit(str(policy.model))
+    default = int(attrs.fields(ModelSection).max_length.default or 0)
+    if limit is None or limit <= default:
+        return grpo_config
+    return attrs.evolve(grpo_config, settings={**grpo_config.settings, KEY: limit})
