@@ -37,6 +37,33 @@ def add(a, b):
 """
 
 
+#: Fills unix socket pairs (as many as ``max_open_files`` allows) with bytes it never reads, each
+#: pair first asked for a 64 MB send buffer when ``big``; returns the KB the kernel held for it.
+SOCKET_BUFFERS = """
+import socket
+def held_kb(big):
+    pairs, held = [], 0
+    try:
+        while True:
+            sender, receiver = socket.socketpair()
+            pairs.append((sender, receiver))
+            if big:
+                sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
+            sender.setblocking(False)
+            try:
+                while True:
+                    held += sender.send(b"x" * 65536)
+            except BlockingIOError:
+                pass
+    except OSError:  # out of descriptors
+        pass
+    for pair in pairs:
+        for end in pair:
+            end.close()
+    return held >> 10
+"""
+
+
 def marked() -> list[int]:
     """Live processes of this trainer's samples (their environment holds its marker)."""
     mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()

@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
+from sandbox_attacks import SOCKET_BUFFERS
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -210,3 +211,18 @@ def test_io_uring_is_refused(isolation):
         pytest.skip("no io_uring calls on this architecture")
     call = f"ring({nrs['io_uring_setup']}, {nrs['io_uring_enter']}, {nrs['io_uring_register']})"
     assert score(IO_URING, f"assert {call} == [(-1, {errno.EPERM})] * 3\n", isolation=isolation) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_cannot_enlarge_its_socket_buffers(isolation):
+    """Bytes written to a socket and not read sit in kernel memory no rlimit counts, up to the
+    socket's buffer. A sample asking for 64 MB send buffers held 228 MB in 29 unix socket pairs at
+    ``memory_mb = 128`` (twice ``net.core.wmem_max`` per pair; 4 MB on that host), 6 MB with the
+    default buffers. The filter answers ``SO_SNDBUF``/``SO_RCVBUF`` with success and no effect, so
+    asking holds no more than not asking. (The audit hook refuses Python's ``socket``; libc's
+    through ctypes passes it, so this runs the kernel layers alone.)"""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    tests = "assert held_kb(False) > 0\nassert held_kb(True) <= held_kb(False) * 1.25 + 64\n"
+    assert score(SOCKET_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0

@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from sandbox_attacks import SYSV_ATTACK, run_lingering
+from sandbox_attacks import SOCKET_BUFFERS, SYSV_ATTACK, run_lingering
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -526,6 +526,18 @@ def test_unshare_level_loads_the_seccomp_filter(no_bwrap, fallback, monkeypatch)
         assert line in result.output, result.output
     assert box.launch.seccomp_program is not None and box.report["seccomp"].startswith("on:"), box.report
 
+
+
+@needs_unshare
+def test_unshare_level_sample_cannot_enlarge_its_socket_buffers(no_bwrap):
+    """The setup program's filter is bubblewrap's, so ``SO_SNDBUF`` is answered without effect
+    here too: a sample asking for 64 MB send buffers held 228 MB of kernel memory in unix socket
+    pairs (``test_sandbox_redteam.py``), 6 MB with the default ones."""
+    pytest.importorskip("pyseccomp")
+    box = _weak_box("auto")
+    tests = parse_tests("assert held_kb(False) > 0\nassert held_kb(True) <= held_kb(False) * 1.25 + 64\n")
+    result = box.run(SOCKET_BUFFERS, tests)
+    assert result.status == "ok" and result.passed == [True, True], (result, result.output)
 
 OLD_KERNEL = """
 import errno, json, os, sys
