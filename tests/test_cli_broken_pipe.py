@@ -28,3 +28,11 @@ def test_a_reader_that_stays_gets_the_whole_output_and_exit_zero():
     done = subprocess.run([sys.executable, "-m", "polyrl.cli", "config-reference"], capture_output=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0 and done.stdout.count(b"\n") > 100 and not done.stderr.strip()
+
+
+def test_a_listing_whose_reader_left_ends_like_every_other_command():
+    """The listings print through Rich, whose own answer to a broken pipe is exit status 1 (a
+    failure); they end as `config-reference | head` does now."""
+    done = _run_with_reader_gone(["trackers"])
+    assert b"Traceback" not in done.stderr, done.stderr.decode()[-800:]
+    assert done.returncode == 141, done.stderr.decode()[-800:]

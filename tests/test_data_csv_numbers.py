@@ -40,3 +40,17 @@ def test_zeros_that_are_text_or_keep_the_value_are_read_as_datasets_reads_them(t
     expected = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
     assert rows == expected.to_list()
     assert [r["code"] for r in rows] == ["007", "abc"] and [r["answer"] for r in rows] == [0, 10]
+
+
+@pytest.mark.parametrize("blank", ["   ", "\t", " \t "])
+def test_a_line_of_spaces_pandas_skips_does_not_shift_the_rows(tmp_path, blank):
+    """pandas skips a line of spaces or tabs; counted as a row here, the cell after it was paired
+    with the next row's value, and a leading zero in the last row was an IndexError traceback."""
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\nWhat is 2 + 3?,5\n{blank}\nWhat is 1 + 1?,2\nWhat is the code?,007\n")
+    read = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert read["answer"] == [5, 2, 7]  # why: the blank line is no row
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {path}:5: column 'answer' holds '007', which pandas "
+                                     "(🤗 datasets' CSV reader, and so TRL) reads as the number 7,"), str(err.value)

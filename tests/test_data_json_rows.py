@@ -131,3 +131,17 @@ def test_strings_datasets_keeps_are_read_as_strings_and_empty_is_not_missing(tmp
     assert rows == _datasets_rows(path, tmp_path / "hf")
     assert [r["answer"] for r in rows] == ["007", "5", "1.50", "12"]
     assert [r["note"] for r in rows] == ["x", "", None, None] and rows[1]["n"] == "many"
+
+
+@pytest.mark.parametrize("when", ["2024-01-05", "2024-01-05 10:00:00", "2024-01-05T10:00:00Z"])
+def test_a_column_of_dates_is_read_as_datasets_reads_it_not_refused_as_mixed(tmp_path, when):
+    """pyarrow reads date strings as timestamps in every datasets load (no pandas, no other type in
+    the column): such a file loaded before the coercion check, which then refused it as a column
+    holding "other types in other rows" and told the user to quote values already quoted."""
+    path = tmp_path / "qa.jsonl"
+    path.write_bytes(_lines({"prompt": "a", "answer": "1", "when": when, "meta": {"at": when}},
+                            {"prompt": "b", "answer": "2", "when": when, "meta": {"at": when}}))
+    expected = _datasets_rows(path, tmp_path / "hf")
+    assert type(expected[0]["when"]) is not str  # why: datasets reads it as a timestamp
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    assert rows == expected

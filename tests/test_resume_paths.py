@@ -149,3 +149,28 @@ def test_a_relative_stored_output_dir_is_the_folder_its_checkpoint_is_in(tmp_pat
     assert said(run, None) == []
     assert said(run, found) == []
     assert said(tmp_path / "fork", found) == [f"config changed at resume: train.output_dir 'run' -> '{tmp_path / 'fork'}'"]
+
+
+def test_a_checkpoint_that_stored_home_paths_as_written_resumes_with_the_same_config(tmp_path, home):
+    """A run with model.path = "~/models/m" (the backend expanded "~") stored the text in its
+    checkpoint; the config now expands it at reading, so resuming with the same config was refused
+    as "config changed at resume in a way that breaks exact resumption: model.path ...". A real
+    change of those paths is still refused."""
+    from polyrl.errors import ConfigError
+    from polyrl.resume_point import resume_point
+
+    def config(model: str) -> RunConfig:
+        return RunConfig.from_dict({"model": {"path": model, "reference_path": "~/models/ref"},
+                                    "generation": {"max_model_path": "~/models/m.gguf"}, "algorithm": {"beta": 0.04},
+                                    "data": {"task": "arithmetic"}, "rewards": [{"function": "~/rewards.py:score"}],
+                                    "train": {"output_dir": str(tmp_path / "run")}})
+
+    found = checkpoint_with_state(tmp_path / "run" / "checkpoints", 2, config=config("~/models/m"))
+    state = json.loads((found / "trainer_state.json").read_text())
+    state["config"].update({"model.path": "~/models/m", "model.reference_path": "~/models/ref",
+                            "generation.max_model_path": "~/models/m.gguf"})
+    state["config"]["rewards"][0]["function"] = "~/rewards.py:score"
+    rewrite_state(found, json.dumps(state))
+    assert resume_point(config("~/models/m"), found, weights_only=False) is not None
+    with pytest.raises(ConfigError, match="breaks exact resumption: model.path"):
+        resume_point(config("~/models/other"), found, weights_only=False)

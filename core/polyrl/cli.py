@@ -48,11 +48,10 @@ def _print_listing(title: str, columns: Sequence[str], rows: Iterable[Sequence[A
     """A listing table, every cell plain text: a plugin's words (a summary, a reason, an import
     error) are never read as Rich markup (``pip install 'x[gpu]'`` lost its brackets, and
     ``[/docs]`` stopped the command with a MarkupError)."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    console = _listing_console()
     table = Table(title=Text(title))
     for column in columns:
         table.add_column(column)
@@ -64,6 +63,22 @@ def _print_listing(title: str, columns: Sequence[str], rows: Iterable[Sequence[A
     for e in errors:
         console.print(Text.assemble((f"{what} {e.name!r} ({e.distribution or 'unknown dist'}) failed to load:", "red"),
                                     " ", str(e.error)))
+
+
+def _listing_console() -> Any:
+    """A Rich console whose broken pipe is a ``BrokenPipeError`` for ``main`` to judge. Why: Rich's
+    own answer is ``SystemExit(1)``, so `polyrl backends | head -1` ended with 1, a failure, where
+    every other command whose reader left ends with ``STDOUT_READER_GONE_EXIT``."""
+    import errno
+
+    from rich.console import Console
+
+    class ListingConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more is written; main says why the command ended
+            raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
+
+    return ListingConsole()
 
 
 def _why_not(status: Any) -> str:

@@ -44,6 +44,10 @@ def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str
                 continue
             columns = [(at, name) for at, name in enumerate(header) if name in numeric]
             for line, record in rows:
+                if _skipped_by_pandas(record):
+                    continue
+                if row >= table.num_rows:  # pandas read fewer rows than written: no cell left to name
+                    return
                 for at, name in columns:
                     text = record[at] if at < len(record) else ""
                     if _CELL.match(text) and (value := table.column(name)[row].as_py()) is not None:
@@ -53,6 +57,13 @@ def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str
                             fix="give the rows as JSONL or Parquet with that column as strings (in a CSV, quotes do "
                                 "not keep it text), or write the numbers without leading zeros")
                 row += 1
+
+
+def _skipped_by_pandas(record: list[str]) -> bool:
+    """Whether pandas skips this record as a blank line: a line of spaces and tabs only (one field,
+    no separator in it). Why: counted as a row here, every later row was paired with the next
+    row's value, and a leading zero in the last row was an IndexError traceback."""
+    return len(record) == 1 and record[0] != "" and not record[0].strip(" \t")
 
 
 def _may_hold_one(path: Path) -> bool:

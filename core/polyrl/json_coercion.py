@@ -6,21 +6,34 @@ like a number, a boolean or a missing value into one: ``"007"`` is ``7``, ``"1.5
 ``"true"`` is ``True``, ``"NaN"`` and ``"null"`` are None, at any depth. polyrl types JSON rows as
 datasets does (``data_sources.typed_as_datasets``), so a reward comparing answers got the number,
 silently, as TRL's would; the file says a string, so no reading of it is right but the user's.
+A column of dates or times (``"2024-01-05"``) is another matter: pyarrow reads such strings as
+timestamps whatever the other rows hold, as it does for every datasets user, so they are left as
+datasets gives them (refusing them refused a column of one type, calling it mixed).
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
 from polyrl.errors import ConfigError
 
 
+#: what pyarrow makes of a date or time string in any JSON column (not pandas' guess): kept
+_TIMES = (datetime.date, datetime.time)
+
+
+def _kept(typed: Any) -> bool:
+    """Whether ``typed`` (datasets' value for a string of the file) is a reading left alone."""
+    return type(typed) is str or isinstance(typed, _TIMES)
+
+
 def _walk(raw: Any, typed: Any, path: str) -> tuple[str, str, Any] | None:
     """(where, the string, what it became) for the first string of ``raw`` that ``typed`` does
-    not hold as a string; None when every one is kept."""
+    not hold as a string (nor as a date or time); None when every one is kept."""
     if type(raw) is str:
-        return None if type(typed) is str else (path, raw, typed)
+        return None if _kept(typed) else (path, raw, typed)
     if isinstance(raw, dict) and isinstance(typed, dict):
         for key, value in raw.items():
             if (found := _walk(value, typed.get(key), f"{path}.{key}")) is not None:
@@ -39,7 +52,7 @@ def first_coerced(raw_rows: Sequence[Any], typed_rows: Sequence[Any]) -> tuple[i
         for column, value in raw.items():
             kind = type(value)
             if kind is str:
-                if type(typed.get(column)) is not str:
+                if not _kept(typed.get(column)):
                     return i, column, "", value, typed.get(column)
             elif kind is dict or kind is list:
                 found = _walk(value, typed.get(column), "")

@@ -89,6 +89,26 @@ def _added_at_default(change: tuple[str, Any, Any], saved: dict[str, Any], confi
     return bool(_plain(default) == current)
 
 
+#: The keys whose "~" the config now reads as the home folder, which a checkpoint written
+#: before stored as written (its backend expanded it at load): ``_home_expanded``.
+_HOME_PATHS = ("model.path", "model.reference_path", "generation.max_model_path")
+
+
+def _home_expanded(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with a leading "~" of its model paths and reward files read as the config reads it
+    now. Why: a checkpoint of a run whose ``model.path = "~/models/m"`` (the backend expanded it)
+    stored the text as written; resumed with the same config, which now expands it at reading,
+    it was "config changed at resume in a way that breaks exact resumption" (model.path)."""
+    out = {key: os.path.expanduser(saved[key]) if key in _HOME_PATHS and isinstance(saved.get(key), str)
+           else value for key, value in saved.items()}
+    entries = saved.get("rewards")
+    if isinstance(entries, list):
+        out["rewards"] = [{**entry, "function": os.path.expanduser(entry["function"])}
+                          if isinstance(entry, dict) and isinstance(entry.get("function"), str) else entry
+                          for entry in entries]
+    return out
+
+
 def _reward_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     """``saved`` with each ``[[rewards]]`` entry given the defaults of the keys its version did not
     have (``isolation``...), as ``_added_at_default`` does for a section's keys: a checkpoint
@@ -290,7 +310,7 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool,
             raise ConfigError("the checkpoint holds no saved config to compare this one with", field="--resume",
                               fix="resume from a checkpoint polyrl wrote, or with --resume-weights-only")
         return []
-    found = [c for c in changes(_unset_limits_as_default(_reward_defaults(saved)),
+    found = [c for c in changes(_unset_limits_as_default(_reward_defaults(_home_expanded(saved))),
                                 _unset_limits_as_default(snapshot(config)))
              if not _added_at_default(c, saved, config) and not _same_output_dir(c, checkpoint)]
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]
