@@ -384,3 +384,20 @@ def test_special_token_spellings_in_quoted_text_are_defused():
     for tag in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<start_of_turn>", "</s>", "<s>"):
         assert fenced(f"a{tag}b", "n") == f"<data-n>a&lt;{tag[1:]}b</data-n>"
     assert fenced("x < y, a <b> tag, <sup>2</sup>", "n") == "<data-n>x < y, a <b> tag, <sup>2</sup></data-n>"
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    ("The response says the patch will upgrade 10 servers; it does not answer the question.", None),
+    ("It claims a downgrade 10 times over and gives no answer.", None),
+    ("Score: 2. Answers like this degrade 10 users' trust.", 0.2),  # was unreadable: "degrade 10" a second score
+    ("Accuracy subscore 3 aside, Score: 6", 0.6),
+    ("Score: 7", 0.7), ("overallScore: 4", 0.4), ("final_score: 7", 0.7), ("Grade: 7/10", 0.7),  # labels still read
+])
+def test_a_label_word_inside_another_word_is_no_score(reply, expected):
+    """"upgrade 10" held the label "grade": a judge echoing the completion's words, with no verdict of
+    its own, was read as 10/10, the best score a policy could ask for."""
+    got = parse_score(reply, 10)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected)

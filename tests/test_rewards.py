@@ -970,3 +970,58 @@ def test_a_reward_file_importing_a_module_beside_it_says_to_set_pythonpath(tmp_p
     with pytest.raises(ConfigError) as info:
         load_function_reward(f"{tmp_path}/broken.py:r")
     assert info.value.fix == "fix the error in that file"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\\boxed{3} or \\boxed {4}", 0.0),  # a spaced box is a box: two different answers
+    ("\\boxed {3} \\boxed{4}", 0.0),  # the spaced box was unseen, the last box paid
+    ("\\boxed{3}\\fbox{4}", 0.0),  # \fbox draws the same box
+    ("\\fbox{4} \\boxed{3}", 0.0),
+    ("So \\boxed {4}.", 1.0),  # one spaced box: the answer (was read as its line "\boxed {4}": 0)
+    ("\\fbox{ 4 }", 1.0),
+    ("\\boxed{4} and again \\boxed {4}", 1.0),  # one answer, repeated
+    ("\\boxed{\\fbox{4}}", 1.0),  # a box around a box is one answer
+])
+@pytest.mark.parametrize("reward", ["exact_match", "numeric_match"])
+def test_spaced_and_fbox_boxes_are_boxes_so_listing_answers_in_them_does_not_pay(reward, text, expected):
+    """LaTeX draws ``\\boxed {4}`` and ``\\fbox{4}`` as ``\\boxed{4}``; only ``\\boxed{`` was read as a
+    box, so a policy could list a second answer in the other spelling and still be paid the last one."""
+    rows = [{"prompt": "q", "answer": "4"}]
+    assert score([(reward, 1.0, {})], [text], rows=rows).per_reward[reward][0] == expected
+
+
+@pytest.mark.parametrize("blank", ["\u200b", "\ufeff", "\u2060", "\u200b\u200c\u200d", "\u2800", "\u3164", " \u200b\n"])
+def test_the_suggested_think_pattern_takes_no_think_of_invisible_characters(blank):
+    """A think block of zero-width spaces (or the byte-order mark, the braille blank...) prints
+    nothing: the format's reward must not be paid for it, as it is not for an empty one."""
+    suggested = suggested_pattern()
+    for text, expected in ((f"<think>{blank}</think>42", 0.0), (f"<think>{blank}so 6*7</think>42", 1.0)):
+        got = score([("regex_format", 1.0, {"pattern": suggested})], [text])
+        assert got.per_reward["regex_format"][0] == expected, text
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The answer is 4\u00bd.", 0.0),  # 4½ is 4.5, a mixed number: not 4
+    ("answer: 4 \u00bd cups", 0.0),
+    ("\\boxed{4\u00be}", 0.0),
+    ("answer: 4\u0336", 0.0),  # a struck-through 4 (combining long stroke): retracted
+    ("\\boxed{4\u0338}", 0.0),  # 4 with a slash through it
+    ("answer: x > 4", 0.0),  # a bound, not the answer
+    ("answer: >= 4", 0.0),
+    ("answer: \u2260 4", 0.0),
+    ("\\boxed{\\neq 4}", 0.0),
+    ("\\boxed{\\not 4}", 0.0),
+    ("answer: 4 < 5", 0.0),  # was 0 before and stays 0: neither number is the answer
+    ("The answer is 4.", 1.0),  # and a plain answer, next to what looks like those, still reads
+    ("<answer>4</answer>", 1.0),  # a tag's ">" is no relation
+    ("3 > 2, so => 4", 1.0),  # an arrow neither
+    ("answer: x = 4", 1.0),
+    ("answer: \u2248 4", 1.0),  # an approximate answer reads (tolerance decides)
+    ("x < 9, so \\boxed{4}", 1.0),
+    ("The answer is 4\u00b7\u00bd.", 0.0),
+])
+def test_numeric_match_does_not_read_a_mixed_number_a_struck_digit_or_a_bound_as_the_number(text, expected):
+    """Each of these wrote something other than 4 (4½, a retracted 4, "more than 4", "not 4") and was
+    paid as 4 against the answer 4."""
+    rows = [{"prompt": "q", "answer": "4"}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected

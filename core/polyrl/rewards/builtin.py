@@ -12,7 +12,8 @@ silently ignored). Options:
     as does one without any ``</think>`` whose chat template opened the ``<think>`` in the prompt
     (``Completion.reasoning_open``: QwQ, DeepSeek-R1 distills).
     How "auto" finds the final answer, first rule that applies:
-    1. the content of the last ``\\boxed{...}`` (braces balanced); a completion with several boxes
+    1. the content of the last ``\\boxed{...}`` (braces balanced; ``\\boxed {...}`` and ``\\fbox{...}``,
+       which LaTeX draws alike, are boxes too); a completion with several boxes
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
        ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line;
@@ -57,8 +58,12 @@ silently ignored). Options:
     answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
     and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``,
-    before a superscript ("2⁴"), ``(``, ``π`` or a factorial: "The answer is 42!" scores 0 against
-    42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number glued to
+    before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
+    ("4\u0336", a struck-through 4) or a factorial: "The answer is 42!" scores 0 against
+    42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number after
+    a relation (``<``, ``>``, ``<=``, ``≠``, ``≤``, ``\\neq``, ``\\not``, ``\\le``...) is a bound, not the
+    answer, and a candidate besides it: "x > 4", ``\\boxed{\\neq 4}`` and "4 < 5" score 0 against 4
+    (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
     a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F), and so is one
     a space and such a letter before an operator follow ("2 x + 1", "2 x^2"); "5k" and "2M" are
@@ -81,8 +86,10 @@ silently ignored). Options:
     spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
     what it encloses and ask for some text, as ``THINK_FORMAT`` does (TRL's ``think_format_reward``
     is ``^<think>(?!.*<think>)(.*?)</think>.*$``, which also takes an empty think):
-    ``^<think>\\s*[^\\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$``; with an answer tag:
-    ``^<think>\\s*[^\\s<](?:(?!</?think>).)*</think>\\s*<answer>\\s*[^\\s<](?:(?!</?answer>).)*</answer>\\s*$``.
+    ``^<think>[B]*[^B<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$``, B the whitespace and
+    the characters that print nothing (zero-width spaces, the byte-order mark...: ``_BLANK``), so
+    an invisible think is empty too; with an answer tag, after ``</think>``:
+    ``\\s*<answer>[B]*[^B<](?:(?!</?answer>).)*</answer>\\s*$``.
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
     ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
     Only what the model wrote counts: in a multi-turn episode, the tokens it sampled (not the
@@ -116,40 +123,42 @@ from polyrl.types import Completion, Prompt, RewardContext, RewardScores, Reward
 
 _MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
 _SIGN = r"(?:(?<![\w.])-)?"  # a "-" right after a digit or letter is an operator, not a sign
-_BOX_TOKEN = re.compile(r"\\boxed\{|[{}]")
-_BOX_OPEN = len("\\boxed{")
+#: A box's opening: ``\\boxed{``, also spaced (``\\boxed {4}``) and ``\\fbox{``, which LaTeX draws as
+#: the same box: read as boxes, so "\\boxed{3} or \\boxed {4}" is two answers, not one.
+_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
 _NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
 
 
 def boxed_answers(text: str) -> list[str]:
-    """The contents of every outermost balanced ``\\boxed{...}``, in order (one pass: linear even
-    for thousands of unclosed boxes). A box inside another box is part of that box's answer
-    (``\\boxed{3 \\boxed{4}}`` answers "3 \\boxed{4}"); boxes around the whole content are removed."""
+    """The contents of every outermost balanced ``\\boxed{...}`` (or ``\\boxed {...}``,
+    ``\\fbox{...}``), in order (one pass: linear even for thousands of unclosed boxes). A box
+    inside another box is part of that box's answer (``\\boxed{3 \\boxed{4}}`` answers
+    "3 \\boxed{4}"); boxes around the whole content are removed."""
     closes = _box_closes(text)
     out: list[str] = []
     covered = -1
     for start in sorted(closes):
         if start > covered:
-            out.append(_unwrapped(text, start + _BOX_OPEN, closes[start], closes))
-            covered = closes[start]
+            out.append(_unwrapped(text, *closes[start], closes))
+            covered = closes[start][1]
     return out
 
 
-def _box_closes(text: str) -> dict[int, int]:
-    """Where each closed ``\\boxed{`` of ``text`` starts -> the index of its ``}`` (braces
-    balanced; a box never closed is not a box)."""
-    closes: dict[int, int] = {}
-    stack: list[int] = []  # where an open box starts, or -1 for a plain "{"
+def _box_closes(text: str) -> dict[int, tuple[int, int]]:
+    """Where each closed box of ``text`` starts -> (where its content starts, the index of its
+    ``}``) (braces balanced; a box never closed is not a box)."""
+    closes: dict[int, tuple[int, int]] = {}
+    stack: list[tuple[int, int]] = []  # an open box's start and content start, or (-1, -1) for a plain "{"
     for m in _BOX_TOKEN.finditer(text):
         if m.group() == "}":
-            if stack and (start := stack.pop()) >= 0:
-                closes[start] = m.start()
+            if stack and (opened := stack.pop())[0] >= 0:
+                closes[opened[0]] = (opened[1], m.start())
         else:
-            stack.append(m.start() if m.group() != "{" else -1)
+            stack.append((m.start(), m.end()) if m.group() != "{" else (-1, -1))
     return closes
 
 
-def _unwrapped(text: str, start: int, end: int, closes: dict[int, int]) -> str:
+def _unwrapped(text: str, start: int, end: int, closes: dict[int, tuple[int, int]]) -> str:
     """``text[start:end]`` (a box's content) without boxes around all of it
     (``\\boxed{\\boxed{42}}`` holds 42): the same scan's ``closes``, so linear however deep."""
     while True:
@@ -157,9 +166,10 @@ def _unwrapped(text: str, start: int, end: int, closes: dict[int, int]) -> str:
             start += 1
         while end > start and text[end - 1].isspace():
             end -= 1
-        if closes.get(start) != end - 1:
+        inner = closes.get(start)
+        if inner is None or inner[1] != end - 1:
             return text[start:end]
-        start, end = start + _BOX_OPEN, end - 1
+        start, end = inner
 
 
 def last_boxed(text: str) -> str | None:
@@ -292,6 +302,16 @@ _COMMANDS = r"\\(?:[dt]?frac|sqrt|binom|cdot|times|div|pm|mp|log|ln|exp|sin|cos|
 #: variable ("2x", "4a", "2i": a product, not the number); "5k" and "2M" (thousands, millions, or
 #: kelvin) are not read either way. A glued word ("5kg", "3rd", "2pm") is a unit or suffix.
 _UNIT_LETTERS = "msghlLNJWVCF"
+#: Vulgar fractions: "4½" and "4 ½" are 4.5 (a mixed number), never 4.
+_VULGAR = "\u00bc-\u00be\u2150-\u215f\u2189"
+#: Combining marks: a digit struck through ("4\u0336", "4\u0338": not 4) or otherwise marked is not
+#: that digit as written.
+_COMBINING = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+#: A relation before a number makes it a bound, not the answer: "x > 4", "< 4", "≠ 4", "\\neq 4",
+#: "\\not 4" (4 is then what the answer is not). Not an arrow ("=> 4", "-> 4"), a tag's ">"
+#: ("<answer>4") nor a blockquote's ("\n> 4"); "≈ 4" and "~4" approximate the answer and read.
+_RELATION = (r"(?:(?<![\w\"'/=\n-])>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f])=?"
+             r"|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])")
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
 #: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
 #: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
@@ -299,10 +319,10 @@ _UNIT_LETTERS = "msghlLNJWVCF"
 #: numbers ("2 x 3"), a spaced lone letter that is no unit before an operator ("2 x + 1", "2 x^2":
 #: "5 a day" and "9.8 m/s^2" read), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
 _EXPRESSION_AFTER = re.compile(
-    rf"[{_SUPERSCRIPTS}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
+    rf"[{_SUPERSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
     rf"|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
-    rf"|\s*(?:[{_OPERATORS}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
+    rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: what before a number makes it part of an expression (searched in the few characters before it):
 #: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" or "**" after a digit or
 #: bracket, or after a Latin letter either glued ("x**2", "x*2") or spaced on both sides ("x ** 2";
@@ -311,7 +331,7 @@ _EXPRESSION_AFTER = re.compile(
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
     rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-|\d\s+x\s+"
-    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{)\s*$")
+    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION})\s*$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
 #: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
@@ -336,6 +356,9 @@ _EXPRESSION_REST = re.compile(
 #: ends in a number or bracket ("8 = 2^3", "6 = 2*3 = 3*2", "120 = 5!"): a restatement of the answer,
 #: as a left side ending at "=" is; "4 or x = 2+3" still hedges
 _EQUATION_BEFORE = re.compile(r"(?:[\d)}\]]|!\s)\s*=\s*$")
+#: a relation right before a number: that number is a bound, a candidate that is not the answer
+#: ("answer: 4 < 5" and "4 (> 3)" state no one answer, as "4 or 5" does not)
+_RELATION_BEFORE = re.compile(rf"(?:{_RELATION})\s*$")
 
 
 class _Number(NamedTuple):
@@ -364,6 +387,7 @@ def _numbers(text: str) -> list[_Number]:
                 rest_end = rest.end() if rest else end
             opens = not (text.startswith("=", rest_end)
                          or _EQUATION_BEFORE.search(text[max(0, start - 16):start]) is not None)
+        opens = opens or (known and _RELATION_BEFORE.search(text[max(0, start - 16):start]) is not None)
         alone = known and not (after or before)
         fraction = m.group("number") is None
         if (previous is not None and (fraction or previous[1])
@@ -514,10 +538,15 @@ def _required(name: str, opts: dict[str, Any], key: str, example: str) -> Any:
 
 # --- the rewards -------------------------------------------------------------------------------
 
-#: The reasoning format ``regex_format``'s messages suggest: one non-empty ``<think>`` block at the very
-#: start, no other think tag anywhere (linear time: no nested repetition). In a TOML file, write it
-#: as a literal string: pattern = '^<think>\s*[^\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$'
-THINK_FORMAT = r"^<think>\s*[^\s<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$"
+#: What a think block made only of leaves empty: whitespace and the characters that print nothing
+#: (zero-width spaces and joiners, the byte-order mark, the soft hyphen, bidi marks, the braille and
+#: Hangul blanks). Why: "<think>\u200b</think>" passed ``[^\s<]`` as text, an empty think paid.
+_BLANK = r"\s\u00ad\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2800\u3164\ufeff\uffa0"
+
+#: The reasoning format ``regex_format``'s messages suggest: one ``<think>`` block at the very start
+#: holding a character that prints, no other think tag anywhere (linear time: no nested repetition).
+#: In a TOML file, write it as a literal string (pattern = '...'), as the messages quote it.
+THINK_FORMAT = rf"^<think>[{_BLANK}]*[^{_BLANK}<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$"
 
 #: The dataset column exact_match and numeric_match read the reference answer from by default.
 ANSWER_COLUMN = "answer"

@@ -29,7 +29,10 @@ Found = tuple[float, "float | None"]
 Candidates = list["Found | None"]
 
 _NUM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)", re.ASCII)  # "４" is no digit a rubric asked for
-_LABEL = re.compile(r"score|rating|grade", re.IGNORECASE)
+#: a label starts a word (or a camelCase part, "overallScore"): "upgrade 10", "degrade 10" and
+#: "underscore: 3" hold no score (the judge echoing "the patch will upgrade 10 servers" from a
+#: completion was read as a verdict of 10/10)
+_LABEL = re.compile(r"(?<![^\W\d_])(?:score|rating|grade)|(?-i:(?<=[a-z])(?:Score|Rating|Grade))", re.IGNORECASE)
 _JSON_KEY = re.compile(r'"(?:score|rating|grade)"\s*:\s*', re.IGNORECASE)
 _THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 _OUT_OF = re.compile(r"out\s+of", re.IGNORECASE)
