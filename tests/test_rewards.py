@@ -1019,6 +1019,10 @@ def test_the_suggested_think_pattern_takes_no_think_of_invisible_characters(blan
     ("answer: \u2248 4", 1.0),  # an approximate answer reads (tolerance decides)
     ("x < 9, so \\boxed{4}", 1.0),
     ("The answer is 4\u00b7\u00bd.", 0.0),
+    ("The answer:\n> 4", 1.0),  # a markdown blockquote's ">" opening a line is no relation
+    ("The answer:\n\n  > **4**", 1.0),
+    ("The answer: > 4", 0.0),  # on the marker's own line it is a bound
+    ("So:\n> 4", 1.0),
 ])
 def test_numeric_match_does_not_read_a_mixed_number_a_struck_digit_or_a_bound_as_the_number(text, expected):
     """Each of these wrote something other than 4 (4½, a retracted 4, "more than 4", "not 4") and was

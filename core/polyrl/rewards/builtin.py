@@ -309,8 +309,9 @@ _VULGAR = "\u00bc-\u00be\u2150-\u215f\u2189"
 _COMBINING = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 #: A relation before a number makes it a bound, not the answer: "x > 4", "< 4", "≠ 4", "\\neq 4",
 #: "\\not 4" (4 is then what the answer is not). Not an arrow ("=> 4", "-> 4"), a tag's ">"
-#: ("<answer>4") nor a blockquote's ("\n> 4"); "≈ 4" and "~4" approximate the answer and read.
-_RELATION = (r"(?:(?<![\w\"'/=\n-])>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f])=?"
+#: ("<answer>4") nor a blockquote's (a ">" opening a line, up to 3 spaces in, as markdown indents
+#: one: "answer:\n> 4"); "≈ 4" and "~4" approximate the answer and read.
+_RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f])=?"
              r"|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])")
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
 #: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
@@ -476,8 +477,12 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
         return values.pop() if len(values) == 1 else None
     markers = list(_MARKER.finditer(part))
     if markers:
-        rest = part[markers[-1].end():].strip()
-        for sentence in _SENTENCE_END.split(rest.splitlines()[0] if rest else ""):
+        after = part[markers[-1].end():]
+        rest = after.strip()
+        first_line = rest.splitlines()[0] if rest else ""
+        if "\n" in after[:len(after) - len(after.lstrip())]:  # the answer on a line of its own:
+            first_line = "\n" + first_line  # a blockquote's ">" there opens the line ("answer:\n> 4")
+        for sentence in _SENTENCE_END.split(first_line):
             numbers = _numbers(sentence)
             if numbers:
                 return _answered(numbers)
