@@ -783,8 +783,9 @@ def test_a_callback_without_the_events_is_refused_by_name(tiny_model_dir, tmp_pa
     assert err.value.field == "callbacks[1]" and "TrainerCallback" in err.value.fix
 
 
-@pytest.mark.slow  # two launched ranks: 20-40 s
-def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_stops_both(tiny_model_dir, tmp_path):
+def _on_two_ranks(script: str, tiny_model_dir: str, tmp_path: Path) -> None:
+    """``tests/distributed/<script>`` under torchrun on two ranks (the model folder and ``tmp_path``
+    its arguments), checked to succeed; skipped on a one-CPU machine."""
     import os
     import shutil
     import subprocess
@@ -795,11 +796,15 @@ def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_s
     if cpu_count() < 2:
         pytest.skip("two ranks need two CPUs")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    script = Path(__file__).parent / "distributed" / "trl_callbacks_two_ranks.py"
-    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), tiny_model_dir,
-                           str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2",
+                           str(Path(__file__).parent / "distributed" / script), tiny_model_dir, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow  # two launched ranks: 20-40 s
+def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_stops_both(tiny_model_dir, tmp_path):
+    _on_two_ranks("trl_callbacks_two_ranks.py", tiny_model_dir, tmp_path)
     for rank in (0, 1):
         seen = json.loads((tmp_path / f"events-{rank}.json").read_text())
         assert seen["global_step"] == 1  # rank 0 asked; both stopped after step 1
@@ -809,26 +814,13 @@ def test_under_torchrun_every_rank_calls_its_callbacks_and_a_stop_on_rank_zero_s
     assert [json.loads(line)["step"] for line in lines] == [1]
 
 
+@pytest.mark.slow  # two launched ranks: 20-40 s
 def test_under_torchrun_an_evaluation_is_cancelled_only_where_every_rank_clears_should_evaluate(tiny_model_dir,
                                                                                                  tmp_path):
     """eval_steps 1 of 2 steps on 2 ranks: cleared in on_step_end on rank 0 alone (step 1), the
     evaluation runs on both (it is collective, and the other rank asks it); cleared on both (step 2,
     the last), neither evaluates it, nor after training."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    from polyrl.launch import cpu_count
-
-    if cpu_count() < 2:
-        pytest.skip("two ranks need two CPUs")
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    script = Path(__file__).parent / "distributed" / "trl_eval_cancel_two_ranks.py"
-    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), tiny_model_dir,
-                           str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
+    _on_two_ranks("trl_eval_cancel_two_ranks.py", tiny_model_dir, tmp_path)
     assert [json.loads((tmp_path / f"evaluated-{rank}.json").read_text()) for rank in (0, 1)] == [[1], [1]]
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(m["step"], m.get("phase")) for m in lines if "eval/sampled_reward_mean" in m] == [(1, None)]
