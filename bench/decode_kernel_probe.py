@@ -91,10 +91,15 @@ def mkl_step(weights: list[Any]) -> Callable[[dict[int, Any]], None]:
     return step
 
 
+def panels_of(weight: Any) -> Any:
+    """``weight`` (``[n, k]``, as nn.Linear holds it) in the kernel's layout: ``[n / 16, k, 16]``."""
+    return weight.view(weight.shape[0] // PANEL, PANEL, weight.shape[1]).transpose(1, 2).contiguous()
+
+
 def kernel_step(lib: ctypes.CDLL, weights: list[Any], dist: int) -> Callable[[dict[int, Any]], None]:
     import torch
 
-    panels = [w.view(w.shape[0] // PANEL, PANEL, w.shape[1]).transpose(1, 2).contiguous() for w in weights]
+    panels = [panels_of(w) for w in weights]
     outs = [torch.empty(ROWS, w.shape[0]) for w in weights]
 
     def step(xs_t: dict[int, Any]) -> None:
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         check = weights[1]  # every method's answer for one projection against F.linear
         reference = torch.nn.functional.linear(xs[check.shape[1]], check)
         out = torch.empty(ROWS, check.shape[0])
-        check_panels = check.view(-1, PANEL, check.shape[1]).transpose(1, 2).contiguous()  # alive during the call
+        check_panels = panels_of(check)  # bound: alive during the call
         lib.decode_gemm32(xs_t[check.shape[1]].data_ptr(), check_panels.data_ptr(), out.data_ptr(),
                           check.shape[0], check.shape[1], 1)
         max_error = float((out - reference).abs().max() / reference.abs().max())

@@ -383,7 +383,7 @@ def test_decode_kernel_probe_kernel_matches_torch_linear(tmp_path):
     lib = module.compile_kernel(tmp_path)
     for n, k, dist in [(48, 37, 0), (48, 37, 1), (16, 1, 2)]:
         w, x = torch.randn(n, k), torch.randn(32, k)
-        packed = w.view(n // 16, 16, k).transpose(1, 2).contiguous()
+        packed = module.panels_of(w)
         x_t, out = x.t().contiguous(), torch.full((32, n), float("nan"))
         lib.decode_gemm32(x_t.data_ptr(), packed.data_ptr(), out.data_ptr(), n, k, dist)
         torch.testing.assert_close(out, torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-5)
