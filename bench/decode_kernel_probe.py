@@ -35,6 +35,9 @@ from polyrl.bench.flops import ModelShape
 from polyrl.bench.machine import cpu_info
 from polyrl.registry import get_registry
 
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling script whose weights and packing this reuses
+from decode_matmul import layer_weights, packed  # noqa: E402
+
 ROWS = 32  # the kernel's row count: the reference workload's 8 prompts x 4
 PANEL = 16  # output columns per packed panel: one AVX-512 register of float32
 
@@ -56,23 +59,12 @@ def model_weights(shape: ModelShape) -> list[Any]:
     """Every linear weight of one decode step (each layer's seven projections, then the head), fresh."""
     import torch
 
-    q_out, kv_out = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    dims = [(q_out, shape.hidden), (kv_out, shape.hidden), (kv_out, shape.hidden), (shape.hidden, q_out),
-            (shape.intermediate, shape.hidden), (shape.intermediate, shape.hidden), (shape.hidden, shape.intermediate)]
-    weights = [torch.randn(o, i) for _ in range(shape.layers) for o, i in dims]
-    return [*weights, torch.randn(shape.vocab, shape.hidden)]
+    layers = layer_weights(shape, torch.float32, shape.layers)
+    return [*(w for layer in layers for w in layer), torch.randn(shape.vocab, shape.hidden)]
 
 
 def onednn_step(weights: list[Any]) -> Callable[[dict[int, Any]], None]:
-    import torch
-
-    from polyrl_torch.generation_weights import PackedLinear
-
-    layers = []
-    for w in weights:
-        layer = PackedLinear(torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device="meta"))
-        layer.pack(w)
-        layers.append((layer, w.shape[1]))
+    layers = [(packed(w), w.shape[1]) for w in weights]
 
     def step(xs: dict[int, Any]) -> None:
         for layer, k in layers:

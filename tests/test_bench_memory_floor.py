@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from polyrl.bench.flops import ModelShape
-from polyrl.bench.memory_floor import generation_floor, weight_passes
+from polyrl.bench.memory_floor import generation_floor, read_rate, weight_passes
 from polyrl.bench.report import generation_floor_line
 
 # SmolLM2-135M's sizes: 134.5 M weights a decode step streams (30 layers + the tied head)
@@ -54,3 +54,20 @@ def test_the_bench_measures_how_fast_its_threads_read_memory():
     found = memory_read(1)
     assert found["threads"] == 1 and found["library"].startswith("torch ")
     assert 0.5 < found["read_gb_per_s"] < 1000
+
+
+def test_the_read_rate_is_the_bytes_summed_after_one_untimed_call_over_the_time_taken():
+    """One call warms the buffer and is not counted; the rest repeat for the given seconds."""
+    import time
+
+    calls: list[float] = []
+
+    def sum_once() -> None:
+        calls.append(time.perf_counter())
+        time.sleep(0.01)
+
+    rate = read_rate(sum_once, 10**9, seconds=0.05)  # 1 GB a call, ~0.01 s a call: ~100 GB/s
+    assert len(calls) >= 3
+    timed = len(calls) - 1
+    assert rate == pytest.approx(timed * 1.0 / (timed * 0.01), rel=0.5)
+    assert rate <= 100.0  # the sleeps are at least 0.01 s, so never faster than that

@@ -13,13 +13,25 @@ framework.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from polyrl.bench.flops import ModelShape
 
 #: bytes a weight takes in the precision the sampler's matmuls read (the workload's minimum)
 WEIGHT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def read_rate(sum_once: Callable[[], object], nbytes: int, seconds: float = 1.0) -> float:
+    """GB/s of ``sum_once`` (a sum over a buffer of ``nbytes`` larger than the caches), repeated for
+    ``seconds`` after one untimed call that faults its pages in and starts any thread pool."""
+    sum_once()
+    count, start = 0, time.perf_counter()
+    while count == 0 or time.perf_counter() - start < seconds:
+        sum_once()
+        count += 1
+    return nbytes * count / (time.perf_counter() - start) / 1e9
 
 
 def weight_passes(completion_lens: Sequence[int]) -> int:

@@ -279,14 +279,11 @@ def memory_read(threads: int) -> dict[str, Any]:
         found = _child("polyrl_torch.bench.memory_read", threads, "memory_read")
         if "error" not in found:
             return found
+    from polyrl.bench.memory_floor import read_rate
+
     buffer = np.ones(512 * 2**20 // 4, dtype=np.float32)
-    buffer.sum()
-    count, start = 0, time.perf_counter()
-    while count == 0 or time.perf_counter() - start < 1.0:
-        buffer.sum()
-        count += 1
-    return {"read_gb_per_s": buffer.nbytes * count / (time.perf_counter() - start) / 1e9, "threads": 1,
-            "buffer_mb": 512, "library": "numpy " + np.__version__}
+    return {"read_gb_per_s": read_rate(buffer.sum, buffer.nbytes), "threads": 1, "buffer_mb": 512,
+            "library": "numpy " + np.__version__}
 
 
 def add_utilisation(result: dict[str, Any], model_dir: str, peak_gflops: float, lora: bool,

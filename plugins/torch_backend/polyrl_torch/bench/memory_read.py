@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
+
+from polyrl.bench.memory_floor import read_rate
 
 MEGABYTES = 512
 
@@ -21,14 +22,8 @@ def measure(threads: int, seconds: float = 1.0, megabytes: int = MEGABYTES) -> d
 
     torch.set_num_threads(threads)
     buffer = torch.ones(megabytes * 2**20 // 4)
-    buffer.sum()  # pages faulted in, the thread pool started
-    count, start = 0, time.perf_counter()
-    while count == 0 or time.perf_counter() - start < seconds:
-        buffer.sum()
-        count += 1
-    rate = buffer.numel() * 4 * count / (time.perf_counter() - start) / 1e9
+    rate = read_rate(buffer.sum, buffer.numel() * 4, seconds)
     return {"read_gb_per_s": rate, "threads": threads, "buffer_mb": megabytes, "library": "torch " + torch.__version__}
-
 
 if __name__ == "__main__":
     print(json.dumps(measure(int(json.loads(sys.argv[1])))))
