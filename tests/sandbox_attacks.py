@@ -64,6 +64,34 @@ def held_kb(big):
 """
 
 
+#: Fills loopback TCP connections it never reads until it runs out of descriptors; returns the KB
+#: sent and not read (held in kernel memory: TCP grows each send buffer up to ``tcp_wmem``'s max).
+TCP_BUFFERS = """
+import socket
+def tcp_held_kb():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    conns, held = [], 0
+    try:
+        while True:
+            sender = socket.create_connection(server.getsockname())
+            receiver, _ = server.accept()
+            conns += [sender, receiver]
+            sender.setblocking(False)
+            try:
+                while True:
+                    held += sender.send(b"x" * 65536)
+            except BlockingIOError:
+                pass
+    except OSError:  # out of descriptors
+        pass
+    for end in conns:
+        end.close()
+    server.close()
+    return held >> 10
+"""
+
 def marked() -> list[int]:
     """Live processes of this trainer's samples (their environment holds its marker)."""
     mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
-from sandbox_attacks import SOCKET_BUFFERS
+from sandbox_attacks import SOCKET_BUFFERS, TCP_BUFFERS
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -226,3 +226,28 @@ def test_a_sample_cannot_enlarge_its_socket_buffers(isolation):
         pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
     tests = "assert held_kb(False) > 0\nassert held_kb(True) <= held_kb(False) * 1.25 + 64\n"
     assert score(SOCKET_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_tcp_autotuning_holds_no_more_than_the_capped_buffers(isolation):
+    """TCP grows a loopback connection's send buffer by itself up to ``net.ipv4.tcp_wmem``'s
+    maximum (4 MB by default), whatever the filter does to ``SO_SNDBUF``: a sample filling the
+    connections it never read held 108 MB at ``memory_mb = 128`` (32 connections with
+    ``max_open_files = 64``). The sample's network namespace is made by the tmpfs wrapper, which
+    caps ``tcp_wmem``/``tcp_rmem`` there at 256 KB (per namespace: the host's stay), so they hold
+    at most 32 x 2 x 256 KB; loopback still connects (something was held)."""
+    cap = 256 * 1024  # isolation.TCP_BUFFER_MAX
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        host = f.read()
+    if int(host.split()[2]) <= 2 * cap:
+        pytest.skip(f"this host's tcp_wmem is small already: {host.strip()}")
+    if "TCP buffers not capped" in isolation_report(isolation=isolation)["isolation"]:
+        pytest.skip("the wrapper that makes the sample's network namespace cannot run here")
+    tests = ("held = tcp_held_kb()\nassert held > 0\n"
+             f"assert held <= 32 * 2 * {cap // 1024}, held\n"
+             f"assert wmem_max() == {cap}\n")
+    sample = TCP_BUFFERS + "def wmem_max():\n    return int(open('/proc/sys/net/ipv4/tcp_wmem').read().split()[2])\n"
+    assert score(sample, tests, isolation=isolation, memory_mb=128, max_open_files=64, audit_hook=False) == 1.0
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        assert f.read() == host  # the host's own setting is untouched

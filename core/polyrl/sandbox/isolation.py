@@ -65,9 +65,11 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -239,12 +241,56 @@ MIN_INODES = 4096
 #: 384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is
 #: mapped, and a segment outlives its mapping in the sample's IPC namespace).
 IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni")
-#: The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it but no
-#: inode option), set ``IPC_LIMITS`` (where the kernel lets it), then exec the rest of the command
-#: (bubblewrap).
-_MOUNT_SCRIPT = ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
-                 + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
-                 + '; } 2>/dev/null; shift 2 && exec "$@"')
+#: The most a loopback TCP socket of a sample may buffer, each way (bytes): the maximum of
+#: ``net.ipv4.tcp_wmem`` and ``tcp_rmem`` in the sample's network namespace (``TCP_BUFFERS``). Why:
+#: TCP grows a connection's send buffer by itself up to ``tcp_wmem``'s maximum (4 MB by default),
+#: whatever ``SO_SNDBUF`` says, and what is sent and not read sits in kernel memory no rlimit
+#: counts: a sample filling the loopback connections it never read held 108 MB with
+#: ``memory_mb = 128`` and ``max_open_files = 64``. 256 KB still fills a loopback connection's pipe.
+TCP_BUFFER_MAX = 256 * 1024
+#: The per-network-namespace TCP buffer settings (min, default, max) capped at ``TCP_BUFFER_MAX``.
+TCP_BUFFERS = ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem")
+
+
+def tcp_buffer_limits() -> list[str]:
+    """The values written to ``TCP_BUFFERS`` in the sample's network namespace: the host's own,
+    none above ``TCP_BUFFER_MAX`` (a host set lower keeps its lower ones)."""
+    values = []
+    for name in TCP_BUFFERS:
+        try:
+            with open(f"/proc/sys/{name}") as f:
+                host = [int(v) for v in f.read().split()]
+        except (OSError, ValueError):
+            host = [4096, 16384 if name.endswith("wmem") else 131072, TCP_BUFFER_MAX]
+        if len(host) != 3:
+            host = [4096, 16384, TCP_BUFFER_MAX]
+        values.append(" ".join(str(min(v, TCP_BUFFER_MAX)) for v in host))
+    return values
+
+
+#: Brings the loopback device of a fresh network namespace up without iproute2 (SIOCGIFFLAGS,
+#: then SIOCSIFFLAGS with IFF_UP; the kernel gives it 127.0.0.1 and ::1 then), as bubblewrap's
+#: ``--unshare-net`` does for the namespace it makes.
+_LOOPBACK_UP = ("import fcntl, socket, struct\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "flags = struct.unpack('16sH14x', fcntl.ioctl(s, 0x8913, struct.pack('16sH14x', b'lo', 0)))[1]\n"
+                "fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', flags | 1))\n")
+
+
+def _mount_script() -> str:
+    """The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it
+    but no inode option), set ``IPC_LIMITS`` (where the kernel lets it), cap ``TCP_BUFFERS`` in the
+    sample's network namespace and bring its loopback up (both or the wrapper fails: the launch
+    then falls back to bubblewrap's own namespace and tmpfs, and the report says so), then exec
+    the rest of the command (bubblewrap, which then makes no network namespace)."""
+    ip = shutil.which("ip")
+    loopback = (f"{shlex.quote(ip)} link set lo up" if ip is not None
+                else f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(_LOOPBACK_UP)}")
+    tcp = " && ".join(f"echo {shlex.quote(v)} > /proc/sys/{name}" for name, v in zip(TCP_BUFFERS, tcp_buffer_limits()))
+    return ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
+            + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
+            + f"; }} 2>/dev/null; {tcp} || exit; {loopback} || exit; "
+            + 'shift 2 && exec "$@"')
 
 
 def tmpfs_inodes(disk_mb: int) -> int:
@@ -258,13 +304,14 @@ def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
     Not root: in a user namespace of its own where the trainer is root (``--map-root-user``),
     which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid).
     It also makes the sample's IPC namespace (``--ipc``; bubblewrap then makes none) and sets its
-    ``IPC_LIMITS`` to 0."""
+    ``IPC_LIMITS`` to 0, and its network namespace (``--net``; bubblewrap then makes none), where it
+    caps ``TCP_BUFFERS`` (per namespace: the host's stay as they are) and brings loopback up."""
     unshare, sh = shutil.which("unshare"), shutil.which("sh")
     if unshare is None or sh is None or shutil.which("mount") is None:
         return []
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     options = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={tmpfs_inodes(disk_mb)},mode=1777,nosuid,nodev"
-    return [unshare, *user, "--mount", "--ipc", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT,
+    return [unshare, *user, "--mount", "--ipc", "--net", "--propagation", "private", "--", sh, "-c", _mount_script(),
             "polyrl-sandbox", options, mount_dir]
 
 
@@ -349,8 +396,9 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     no such folder holds, under /dev/null (bound without devices: it cannot be opened)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
-    ipc = [] if tmpfs_dir is not None else ["--unshare-ipc"]  # under the wrapper: its IPC namespace, limits set
-    cmd = [bwrap, "--unshare-pid", "--unshare-net", *ipc, "--unshare-uts", "--unshare-cgroup-try",
+    # under the wrapper: its IPC and network namespaces, limits set
+    own = [] if tmpfs_dir is not None else ["--unshare-net", "--unshare-ipc"]
+    cmd = [bwrap, "--unshare-pid", *own, "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
         cmd += ["--unshare-user", *disable_userns(), "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
@@ -769,7 +817,9 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 return attrs.evolve(launch, report={
                     **base, "user": _pool_report(launch, notes, base["user"]),
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
-                    + _userns_report(launch, notes) + "; no capabilities"
+                    + _userns_report(launch, notes) + "; no capabilities; "
+                    + (f"TCP buffers at most {TCP_BUFFER_MAX // 1024} KB each way" if launch.wrapper else
+                       f"TCP buffers not capped: {notes.get('inodes', 'no wrapper')}")
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
                     "filesystem": "read-only /usr" + (f" ({notes['hidden']})" if "hidden" in notes else "") + " and "
                     + (notes["interpreter"] if "interpreter" in notes else "the interpreter's bin and lib")

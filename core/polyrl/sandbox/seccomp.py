@@ -33,8 +33,9 @@ its default (the size is a hint: the kernel, too, clamps one past ``net.core.wme
 a word). Why: bytes sent and not yet read sit in kernel memory no rlimit counts, up to the buffer
 size per socket; a sample asking for 64 MB buffers held 228 MB in 29 unix socket pairs and 300 MB
 in 29 loopback TCP connections (``max_open_files = 64``, a host whose ``wmem_max`` is 4 MB) at any
-``memory_mb``. Left: the default buffers (6 MB in those unix pairs) and TCP's own growth of its
-send buffer up to ``net.ipv4.tcp_wmem`` (108 MB in those connections).
+``memory_mb``. Left: the default buffers (6 MB in those unix pairs); TCP's own growth of its
+send buffer up to ``net.ipv4.tcp_wmem`` (108 MB in those connections) is capped apart, in the
+sample's network namespace (``isolation.TCP_BUFFER_MAX``: 8 MB in them).
 """
 
 from __future__ import annotations
