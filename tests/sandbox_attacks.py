@@ -92,6 +92,23 @@ def tcp_held_kb():
     return held >> 10
 """
 
+#: How many inotify instances and (unprivileged) fanotify groups the sample can make, each with
+#: the errno that stopped it; they count against the uid above the sample's user namespace.
+NOTIFY_GROUPS = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def notify_groups():
+    out = []
+    for make in (lambda: libc.inotify_init1(0), lambda: libc.fanotify_init(0x200, 0)):  # FAN_REPORT_FID
+        fds = []
+        while (fd := make()) >= 0:
+            fds.append(fd)
+        out.append((len(fds), ctypes.get_errno()))
+        for fd in fds:
+            os.close(fd)
+    return out
+"""
+
 def marked() -> list[int]:
     """Live processes of this trainer's samples (their environment holds its marker)."""
     mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()

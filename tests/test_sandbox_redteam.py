@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
-from sandbox_attacks import SOCKET_BUFFERS, TCP_BUFFERS
+from sandbox_attacks import NOTIFY_GROUPS, SOCKET_BUFFERS, TCP_BUFFERS
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -251,3 +251,20 @@ def test_tcp_autotuning_holds_no_more_than_the_capped_buffers(isolation):
     assert score(sample, tests, isolation=isolation, memory_mb=128, max_open_files=64, audit_hook=False) == 1.0
     with open("/proc/sys/net/ipv4/tcp_wmem") as f:
         assert f.read() == host  # the host's own setting is untouched
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root each sample is in a user namespace of its own")
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_takes_no_inotify_or_fanotify_instance_from_the_trainers_uid(isolation):
+    """The kernel counts inotify instances and fanotify groups per uid up every user namespace,
+    and in the host's against the uid that made the sample's namespace: root. A sample held 59 of
+    each (its ``max_open_files``) out of root's 128, and the trainer's own ``inotify_init1`` failed
+    with EMFILE while it ran; the sample's namespace allowed INT_MAX. Its namespace's limits are 0
+    now: EMFILE at once (watches and fanotify marks need one of those)."""
+    import errno
+
+    if "user namespace" not in isolation_report(isolation=isolation)["isolation"]:
+        pytest.skip("the kernel refuses the sample a user namespace of its own here")
+    tests = f"assert notify_groups() == [(0, {errno.EMFILE}), (0, {errno.EMFILE})]\n"
+    assert score(NOTIFY_GROUPS, tests, isolation=isolation, audit_hook=False) == 1.0

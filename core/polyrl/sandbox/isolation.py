@@ -290,6 +290,9 @@ def _mount_script() -> str:
     return ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
             + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
             + f"; }} 2>/dev/null; {tcp} || exit; {loopback} || exit; "
+            + ("" if os.geteuid() == 0 else  # root: userns_wrapper's namespace has them; never the host's
+               "for n in " + " ".join(NOTIFY_LIMITS) + '; do [ ! -e "/proc/sys/user/$n" ] || echo 0 > "/proc/sys/user/$n" '
+               "|| exit; done; ")
             + 'shift 2 && exec "$@"')
 
 
@@ -305,7 +308,8 @@ def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
     which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid).
     It also makes the sample's IPC namespace (``--ipc``; bubblewrap then makes none) and sets its
     ``IPC_LIMITS`` to 0, and its network namespace (``--net``; bubblewrap then makes none), where it
-    caps ``TCP_BUFFERS`` (per namespace: the host's stay as they are) and brings loopback up."""
+    caps ``TCP_BUFFERS`` (per namespace: the host's stay as they are) and brings loopback up; not
+    root, it sets its user namespace's ``NOTIFY_LIMITS`` to 0 (as root ``userns_wrapper`` does)."""
     unshare, sh = shutil.which("unshare"), shutil.which("sh")
     if unshare is None or sh is None or shutil.which("mount") is None:
         return []
@@ -315,12 +319,21 @@ def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
             "polyrl-sandbox", options, mount_dir]
 
 
+#: Per-user-namespace limits set to 0 in the sample's namespace: no inotify or fanotify instance
+#: or watch. Why: the kernel counts them per uid up every user namespace, and in the one above the
+#: sample's against the uid that made it (the trainer's: root), so a sample held 59 inotify
+#: instances (and 59 unprivileged fanotify groups) out of root's 128 on the host, and the trainer's
+#: own ``inotify_init1`` then failed (EMFILE) while the sample ran; watches likewise (root's 16384
+#: here). A sample has no use for them; its namespace's own limit was INT_MAX.
+NOTIFY_LIMITS = ("max_inotify_instances", "max_inotify_watches", "max_fanotify_groups", "max_fanotify_marks")
+_NOTIFY_PYTHON = f"NOTIFY_LIMITS = {NOTIFY_LIMITS!r}\n"
 #: ``userns_wrapper``'s program: it makes a user namespace and maps its uids and gids, sets its
 #: ``user.max_user_namespaces`` to 0 (it holds every capability there until it execs) and execs the
 #: rest of the command. As root a helper forked first (still in the host's user namespace, where
 #: it may) maps every uid and gid to itself; else the process maps its own uid and gid (all an
-#: unprivileged process may map). Errors: one line on stderr, status 126.
-_USERNS_SCRIPT = r'''
+#: unprivileged process may map), and sets its ``NOTIFY_LIMITS`` to 0. Errors: one line on stderr,
+#: status 126.
+_USERNS_SCRIPT = _NOTIFY_PYTHON + r'''
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 parent, root, uid, gid = os.getpid(), os.geteuid() == 0, os.geteuid(), os.getegid()
@@ -353,6 +366,12 @@ try:
                 out.write(text)
     with open("/proc/sys/user/max_user_namespaces", "w") as out:
         out.write("0")
+    for name in NOTIFY_LIMITS:  # absent on older kernels
+        try:
+            with open(f"/proc/sys/user/{name}", "w") as out:
+                out.write("0")
+        except FileNotFoundError:
+            pass
 except OSError as exc:
     print(f"polyrl-sandbox user namespace: {exc}", file=sys.stderr)
     sys.exit(126)
