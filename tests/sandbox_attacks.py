@@ -109,6 +109,35 @@ def notify_groups():
     return out
 """
 
+#: Connects ``n`` times to each of ``listeners`` listening sockets it never accepts on, sends 64 KB
+#: on each connection and closes it (an orphan with data unsent); returns how many it made. Those
+#: need no descriptor of the sample's, so only the accept queue's length bounds them.
+ORPHANS = """
+import socket
+def queued(listeners, n):
+    servers, made = [], 0
+    for _ in range(listeners):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(4096)
+        servers.append(server)
+        for _ in range(n):
+            client = socket.socket()
+            client.settimeout(0.05)
+            try:
+                client.connect(server.getsockname())
+                client.setblocking(False)
+                client.send(b"x" * 65536)
+            except OSError:
+                break
+            finally:
+                client.close()
+            made += 1
+    for server in servers:
+        server.close()
+    return made
+"""
+
 def marked() -> list[int]:
     """Live processes of this trainer's samples (their environment holds its marker)."""
     mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()

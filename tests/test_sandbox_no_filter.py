@@ -196,7 +196,7 @@ def test_an_unprivileged_trainers_sample_takes_no_notify_groups_and_has_capped_t
         if done.returncode != 0 and "namespace" in done.stderr.lower():
             pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()[-200:]}")
         assert done.returncode == 0, done.stderr
-        assert f"MADE [0, 0] {256 * 1024}" in done.stdout, done.stdout
+        assert f"MADE [0, 0] {128 * 1024}" in done.stdout, done.stdout
     finally:
         shutil.rmtree(mount_dir, ignore_errors=True)
 

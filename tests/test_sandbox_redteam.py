@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
-from sandbox_attacks import NOTIFY_GROUPS, SOCKET_BUFFERS, TCP_BUFFERS
+from sandbox_attacks import NOTIFY_GROUPS, ORPHANS, SOCKET_BUFFERS, TCP_BUFFERS
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -235,9 +235,9 @@ def test_tcp_autotuning_holds_no_more_than_the_capped_buffers(isolation):
     maximum (4 MB by default), whatever the filter does to ``SO_SNDBUF``: a sample filling the
     connections it never read held 108 MB at ``memory_mb = 128`` (32 connections with
     ``max_open_files = 64``). The sample's network namespace is made by the tmpfs wrapper, which
-    caps ``tcp_wmem``/``tcp_rmem`` there at 256 KB (per namespace: the host's stay), so they hold
-    at most 32 x 2 x 256 KB; loopback still connects (something was held)."""
-    cap = 256 * 1024  # isolation.TCP_BUFFER_MAX
+    caps ``tcp_wmem``/``tcp_rmem`` there at 128 KB (per namespace: the host's stay), so they hold
+    at most 32 x 2 x 128 KB; loopback still connects (something was held)."""
+    cap = 128 * 1024  # isolation.TCP_BUFFER_MAX
     with open("/proc/sys/net/ipv4/tcp_wmem") as f:
         host = f.read()
     if int(host.split()[2]) <= 2 * cap:
@@ -268,3 +268,18 @@ def test_a_sample_takes_no_inotify_or_fanotify_instance_from_the_trainers_uid(is
         pytest.skip("the kernel refuses the sample a user namespace of its own here")
     tests = f"assert notify_groups() == [(0, {errno.EMFILE}), (0, {errno.EMFILE})]\n"
     assert score(NOTIFY_GROUPS, tests, isolation=isolation, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_closed_connections_waiting_to_be_accepted_are_few(isolation):
+    """A connection in a listener's accept queue needs no descriptor of the sample's, nor does
+    its client once closed with data unsent, so ``max_open_files`` did not bound them: one
+    listener queued 300 such connections holding 87 MB of the host's TCP memory (the queue was
+    4096 long a listener, and the host's ``tcp_mem`` limit is shared with the trainer's own
+    connections). The sample's network namespace has ``somaxconn`` 8: a listener queues at most
+    9, so 4 listeners asked for 40 each queue 36 at most."""
+    if "TCP buffers not capped" in isolation_report(isolation=isolation)["isolation"]:
+        pytest.skip("the wrapper that makes the sample's network namespace cannot run here")
+    tests = "made = queued(4, 40)\nassert 4 <= made <= 4 * 9, made\n"
+    assert score(ORPHANS, tests, isolation=isolation, audit_hook=False) == 1.0

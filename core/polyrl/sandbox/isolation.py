@@ -246,10 +246,19 @@ IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni")
 #: TCP grows a connection's send buffer by itself up to ``tcp_wmem``'s maximum (4 MB by default),
 #: whatever ``SO_SNDBUF`` says, and what is sent and not read sits in kernel memory no rlimit
 #: counts: a sample filling the loopback connections it never read held 108 MB with
-#: ``memory_mb = 128`` and ``max_open_files = 64``. 256 KB still fills a loopback connection's pipe.
-TCP_BUFFER_MAX = 256 * 1024
+#: ``memory_mb = 128`` and ``max_open_files = 64``. 128 KB still fills a loopback connection's pipe.
+TCP_BUFFER_MAX = 128 * 1024
 #: The per-network-namespace TCP buffer settings (min, default, max) capped at ``TCP_BUFFER_MAX``.
 TCP_BUFFERS = ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem")
+#: ``net.core.somaxconn`` in the sample's network namespace: the longest accept queue of a listening
+#: socket (a larger ``listen`` backlog is clamped to it). Why: a connection waiting there needs no
+#: descriptor of the sample's, nor does its client once closed with data unsent (an orphan), so
+#: ``max_open_files`` did not bound them: a sample connecting to its own listener, filling and
+#: closing each connection, held 87 MB of the host's TCP memory in 300 of them, and the default
+#: queue is 4096 a listener (the host's ``tcp_mem`` limit, shared with the trainer's connections,
+#: is a few GB). Now at most ``max_open_files`` x ``ACCEPT_QUEUE`` such connections, each within
+#: ``TCP_BUFFER_MAX`` each way.
+ACCEPT_QUEUE = 8
 
 
 def tcp_buffer_limits() -> list[str]:
@@ -280,13 +289,14 @@ _LOOPBACK_UP = ("import fcntl, socket, struct\n"
 def _mount_script() -> str:
     """The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it
     but no inode option), set ``IPC_LIMITS`` (where the kernel lets it), cap ``TCP_BUFFERS`` in the
-    sample's network namespace and bring its loopback up (both or the wrapper fails: the launch
+    sample's network namespace, and its accept queues at ``ACCEPT_QUEUE``, and bring its loopback up (both or the wrapper fails: the launch
     then falls back to bubblewrap's own namespace and tmpfs, and the report says so), then exec
     the rest of the command (bubblewrap, which then makes no network namespace)."""
     ip = shutil.which("ip")
     loopback = (f"{shlex.quote(ip)} link set lo up" if ip is not None
                 else f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(_LOOPBACK_UP)}")
-    tcp = " && ".join(f"echo {shlex.quote(v)} > /proc/sys/{name}" for name, v in zip(TCP_BUFFERS, tcp_buffer_limits()))
+    tcp = " && ".join([*(f"echo {shlex.quote(v)} > /proc/sys/{name}" for name, v in zip(TCP_BUFFERS, tcp_buffer_limits())),
+                       f"echo {ACCEPT_QUEUE} > /proc/sys/net/core/somaxconn"])
     return ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
             + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
             + f"; }} 2>/dev/null; {tcp} || exit; {loopback} || exit; "
@@ -837,7 +847,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     **base, "user": _pool_report(launch, notes, base["user"]),
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + _userns_report(launch, notes) + "; no capabilities; "
-                    + (f"TCP buffers at most {TCP_BUFFER_MAX // 1024} KB each way" if launch.wrapper else
+                    + (f"TCP buffers at most {TCP_BUFFER_MAX // 1024} KB each way, accept queues {ACCEPT_QUEUE}"
+                       if launch.wrapper else
                        f"TCP buffers not capped: {notes.get('inodes', 'no wrapper')}")
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
                     "filesystem": "read-only /usr" + (f" ({notes['hidden']})" if "hidden" in notes else "") + " and "

@@ -35,7 +35,7 @@ size per socket; a sample asking for 64 MB buffers held 228 MB in 29 unix socket
 in 29 loopback TCP connections (``max_open_files = 64``, a host whose ``wmem_max`` is 4 MB) at any
 ``memory_mb``. Left: the default buffers (6 MB in those unix pairs); TCP's own growth of its
 send buffer up to ``net.ipv4.tcp_wmem`` (108 MB in those connections) is capped apart, in the
-sample's network namespace (``isolation.TCP_BUFFER_MAX``: 8 MB in them).
+sample's network namespace (``isolation.TCP_BUFFER_MAX``: 6 MB in them).
 """
 
 from __future__ import annotations
