@@ -138,6 +138,34 @@ def queued(listeners, n):
     return made
 """
 
+#: Fills pipes it never reads until it runs out of descriptors, each first grown to 1 MB with
+#: F_SETPIPE_SZ when ``big``; returns the KB written and not read (kernel memory no rlimit counts).
+PIPE_BUFFERS = """
+import fcntl, os
+def pipe_held_kb(big):
+    ends, held = [], 0
+    try:
+        while True:
+            r, w = os.pipe()
+            ends += [r, w]
+            if big:
+                try:
+                    fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+                except OSError:
+                    pass
+            os.set_blocking(w, False)
+            try:
+                while True:
+                    held += os.write(w, b"x" * 65536)
+            except BlockingIOError:
+                pass
+    except OSError:  # out of descriptors
+        pass
+    for end in ends:
+        os.close(end)
+    return held >> 10
+"""
+
 def marked() -> list[int]:
     """Live processes of this trainer's samples (their environment holds its marker)."""
     mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
-from sandbox_attacks import NOTIFY_GROUPS, ORPHANS, SOCKET_BUFFERS, TCP_BUFFERS
+from sandbox_attacks import NOTIFY_GROUPS, ORPHANS, PIPE_BUFFERS, SOCKET_BUFFERS, TCP_BUFFERS
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -283,3 +283,16 @@ def test_closed_connections_waiting_to_be_accepted_are_few(isolation):
         pytest.skip("the wrapper that makes the sample's network namespace cannot run here")
     tests = "made = queued(4, 40)\nassert 4 <= made <= 4 * 9, made\n"
     assert score(ORPHANS, tests, isolation=isolation, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_cannot_enlarge_its_pipes(isolation):
+    """Bytes written to a pipe and not read are kernel memory no rlimit counts, up to the pipe's
+    buffer: a sample growing each pipe to 1 MB (``F_SETPIPE_SZ``) held 29 MB at ``memory_mb = 128``,
+    1.8 MB with the default 64 KB pipes. The filter refuses ``F_SETPIPE_SZ`` (EPERM, as the kernel
+    answers past its own limits), so asking holds no more than not asking."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    tests = "assert pipe_held_kb(False) > 0\nassert pipe_held_kb(True) <= pipe_held_kb(False) * 1.25 + 64\n"
+    assert score(PIPE_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
