@@ -24,7 +24,8 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 bubblewrap's with ``--disable-userns``); the only filesystem is a read-only view of
                 /usr and the interpreter's bin, lib, share and ssl (a venv's: its python and
                 lib/pythonX.Y only; ``interpreter_binds``) plus a private tmpfs at /tmp capped in size and
-                inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
+                inodes (``tmpfs_wrapper``, which also makes the network namespace, its TCP buffers
+                and accept queues capped: ``TCP_BUFFER_MAX``, ``ACCEPT_QUEUE``); no capabilities; the sample's uid is an unprivileged
                 user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
                 counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
                 processes: the sample is one process, ``memory_mb`` in all).
@@ -398,7 +399,8 @@ def userns_wrapper(python: str) -> list[str]:
     seccomp filter (no libseccomp) and held every capability there (nf_tables, the usual kernel
     exploit's first step); and one at the trainer's uid (``user = "none"`` as root, a non-root
     trainer at ``off``) read that uid's user keyring ``@u``, which is per user namespace. Root there
-    has capabilities over that namespace only, which bubblewrap and ``setpriv`` need."""
+    has capabilities over that namespace only, which bubblewrap and ``setpriv`` need. Its
+    ``NOTIFY_LIMITS`` are 0: no inotify or fanotify instance counted against the trainer's uid."""
     return [python, "-I", "-S", "-c", _USERNS_SCRIPT]
 
 
