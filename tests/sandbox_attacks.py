@@ -64,6 +64,108 @@ def held_kb(big):
 """
 
 
+#: Fills loopback TCP connections it never reads until it runs out of descriptors; returns the KB
+#: sent and not read (held in kernel memory: TCP grows each send buffer up to ``tcp_wmem``'s max).
+TCP_BUFFERS = """
+import socket
+def tcp_held_kb():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    conns, held = [], 0
+    try:
+        while True:
+            sender = socket.create_connection(server.getsockname())
+            receiver, _ = server.accept()
+            conns += [sender, receiver]
+            sender.setblocking(False)
+            try:
+                while True:
+                    held += sender.send(b"x" * 65536)
+            except BlockingIOError:
+                pass
+    except OSError:  # out of descriptors
+        pass
+    for end in conns:
+        end.close()
+    server.close()
+    return held >> 10
+"""
+
+#: How many inotify instances and (unprivileged) fanotify groups the sample can make, each with
+#: the errno that stopped it; they count against the uid above the sample's user namespace.
+NOTIFY_GROUPS = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def notify_groups():
+    out = []
+    for make in (lambda: libc.inotify_init1(0), lambda: libc.fanotify_init(0x200, 0)):  # FAN_REPORT_FID
+        fds = []
+        while (fd := make()) >= 0:
+            fds.append(fd)
+        out.append((len(fds), ctypes.get_errno()))
+        for fd in fds:
+            os.close(fd)
+    return out
+"""
+
+#: Connects ``n`` times to each of ``listeners`` listening sockets it never accepts on, sends 64 KB
+#: on each connection and closes it (an orphan with data unsent); returns how many it made. Those
+#: need no descriptor of the sample's, so only the accept queue's length bounds them.
+ORPHANS = """
+import socket
+def queued(listeners, n):
+    servers, made = [], 0
+    for _ in range(listeners):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(4096)
+        servers.append(server)
+        for _ in range(n):
+            client = socket.socket()
+            client.settimeout(0.05)
+            try:
+                client.connect(server.getsockname())
+                client.setblocking(False)
+                client.send(b"x" * 65536)
+            except OSError:
+                break
+            finally:
+                client.close()
+            made += 1
+    for server in servers:
+        server.close()
+    return made
+"""
+
+#: Fills pipes it never reads until it runs out of descriptors, each first grown to 1 MB with
+#: F_SETPIPE_SZ when ``big``; returns the KB written and not read (kernel memory no rlimit counts).
+PIPE_BUFFERS = """
+import fcntl, os
+def pipe_held_kb(big):
+    ends, held = [], 0
+    try:
+        while True:
+            r, w = os.pipe()
+            ends += [r, w]
+            if big:
+                try:
+                    fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+                except OSError:
+                    pass
+            os.set_blocking(w, False)
+            try:
+                while True:
+                    held += os.write(w, b"x" * 65536)
+            except BlockingIOError:
+                pass
+    except OSError:  # out of descriptors
+        pass
+    for end in ends:
+        os.close(end)
+    return held >> 10
+"""
+
 def marked() -> list[int]:
     """Live processes of this trainer's samples (their environment holds its marker)."""
     mark = f"{runner.MARKER_ENV}={os.getpid()}".encode()

@@ -152,6 +152,55 @@ print("NESTED", libc.unshare(0x10000000 | 0x40000000), ctypes.get_errno(), os.ge
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
+#: Counts the inotify instances and fanotify groups it can make (200 at most) and prints them with
+#: its namespace's TCP send buffer maximum.
+NOTIFY_AND_TCP = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+made = []
+for make in (lambda: libc.inotify_init1(0), lambda: libc.fanotify_init(0x200, 0)):  # FAN_REPORT_FID
+    fds = []
+    while len(fds) < 200 and (fd := make()) >= 0:
+        fds.append(fd)
+    made.append(len(fds))
+    for fd in fds:
+        os.close(fd)
+print("MADE", made, open("/proc/sys/net/ipv4/tcp_wmem").read().split()[2])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None
+                    or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root to become nobody, bubblewrap and an interpreter nobody can run")
+def test_an_unprivileged_trainers_sample_takes_no_notify_groups_and_has_capped_tcp_buffers(monkeypatch):
+    """A non-root trainer's sample is in bubblewrap's user namespace inside the tmpfs wrapper's,
+    and the kernel counts inotify instances and fanotify groups up every level, in the host's
+    against the trainer's uid: the sample made 128 of each (all the trainer's) before, so the
+    trainer's own failed while it ran. The wrapper sets its namespace's limits to 0 and caps the
+    TCP buffers of the network namespace it makes. The command built for that case, run as
+    ``nobody``, without the filter."""
+    import tempfile
+
+    from polyrl.sandbox import isolation
+
+    mount_dir = tempfile.mkdtemp(prefix="polyrl-test-mnt-")
+    os.chown(mount_dir, 65534, 65534)
+    try:
+        monkeypatch.setattr(isolation.os, "geteuid", lambda: 65534)
+        monkeypatch.setattr(isolation.os, "getegid", lambda: 65534)
+        wrapper = isolation.tmpfs_wrapper(8, mount_dir)
+        prefix, _ = isolation.bwrap_prefix(SYSTEM_PYTHON, None, 8, mount_dir)
+        monkeypatch.undo()
+        cmd = isolation.drop_privileges((65534, 65534)) + wrapper + prefix + [SYSTEM_PYTHON, "-I", "-c", NOTIFY_AND_TCP]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        if done.returncode != 0 and "namespace" in done.stderr.lower():
+            pytest.skip(f"unprivileged user namespaces are off here: {done.stderr.strip()[-200:]}")
+        assert done.returncode == 0, done.stderr
+        assert f"MADE [0, 0] {128 * 1024}" in done.stdout, done.stdout
+    finally:
+        shutil.rmtree(mount_dir, ignore_errors=True)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None
                     or not os.access(SYSTEM_PYTHON, os.X_OK),
                     reason="needs root to become nobody, bubblewrap and an interpreter nobody can run")

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
-from sandbox_attacks import SOCKET_BUFFERS
+from sandbox_attacks import NOTIFY_GROUPS, ORPHANS, PIPE_BUFFERS, SOCKET_BUFFERS, TCP_BUFFERS
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -226,3 +226,73 @@ def test_a_sample_cannot_enlarge_its_socket_buffers(isolation):
         pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
     tests = "assert held_kb(False) > 0\nassert held_kb(True) <= held_kb(False) * 1.25 + 64\n"
     assert score(SOCKET_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_tcp_autotuning_holds_no_more_than_the_capped_buffers(isolation):
+    """TCP grows a loopback connection's send buffer by itself up to ``net.ipv4.tcp_wmem``'s
+    maximum (4 MB by default), whatever the filter does to ``SO_SNDBUF``: a sample filling the
+    connections it never read held 108 MB at ``memory_mb = 128`` (32 connections with
+    ``max_open_files = 64``). The sample's network namespace is made by the tmpfs wrapper, which
+    caps ``tcp_wmem``/``tcp_rmem`` there at 128 KB (per namespace: the host's stay), so they hold
+    at most 32 x 2 x 128 KB; loopback still connects (something was held)."""
+    cap = 128 * 1024  # isolation.TCP_BUFFER_MAX
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        host = f.read()
+    if int(host.split()[2]) <= 2 * cap:
+        pytest.skip(f"this host's tcp_wmem is small already: {host.strip()}")
+    if "TCP buffers not capped" in isolation_report(isolation=isolation)["isolation"]:
+        pytest.skip("the wrapper that makes the sample's network namespace cannot run here")
+    tests = ("held = tcp_held_kb()\nassert held > 0\n"
+             f"assert held <= 32 * 2 * {cap // 1024}, held\n"
+             f"assert wmem_max() == {cap}\n")
+    sample = TCP_BUFFERS + "def wmem_max():\n    return int(open('/proc/sys/net/ipv4/tcp_wmem').read().split()[2])\n"
+    assert score(sample, tests, isolation=isolation, memory_mb=128, max_open_files=64, audit_hook=False) == 1.0
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        assert f.read() == host  # the host's own setting is untouched
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root each sample is in a user namespace of its own")
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_takes_no_inotify_or_fanotify_instance_from_the_trainers_uid(isolation):
+    """The kernel counts inotify instances and fanotify groups per uid up every user namespace,
+    and in the host's against the uid that made the sample's namespace: root. A sample held 59 of
+    each (its ``max_open_files``) out of root's 128, and the trainer's own ``inotify_init1`` failed
+    with EMFILE while it ran; the sample's namespace allowed INT_MAX. Its namespace's limits are 0
+    now: EMFILE at once (watches and fanotify marks need one of those)."""
+    import errno
+
+    if "user namespace" not in isolation_report(isolation=isolation)["isolation"]:
+        pytest.skip("the kernel refuses the sample a user namespace of its own here")
+    tests = f"assert notify_groups() == [(0, {errno.EMFILE}), (0, {errno.EMFILE})]\n"
+    assert score(NOTIFY_GROUPS, tests, isolation=isolation, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_closed_connections_waiting_to_be_accepted_are_few(isolation):
+    """A connection in a listener's accept queue needs no descriptor of the sample's, nor does
+    its client once closed with data unsent, so ``max_open_files`` did not bound them: one
+    listener queued 300 such connections holding 87 MB of the host's TCP memory (the queue was
+    4096 long a listener, and the host's ``tcp_mem`` limit is shared with the trainer's own
+    connections). The sample's network namespace has ``somaxconn`` 8: a listener queues at most
+    9, so 4 listeners asked for 40 each queue 36 at most."""
+    if "TCP buffers not capped" in isolation_report(isolation=isolation)["isolation"]:
+        pytest.skip("the wrapper that makes the sample's network namespace cannot run here")
+    tests = "made = queued(4, 40)\nassert 4 <= made <= 4 * 9, made\n"
+    assert score(ORPHANS, tests, isolation=isolation, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_cannot_enlarge_its_pipes(isolation):
+    """Bytes written to a pipe and not read are kernel memory no rlimit counts, up to the pipe's
+    buffer: a sample growing each pipe to 1 MB (``F_SETPIPE_SZ``) held 29 MB at ``memory_mb = 128``,
+    1.8 MB with the default 64 KB pipes. The filter refuses ``F_SETPIPE_SZ`` (EPERM, as the kernel
+    answers past its own limits), so asking holds no more than not asking."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    tests = "assert pipe_held_kb(False) > 0\nassert pipe_held_kb(True) <= pipe_held_kb(False) * 1.25 + 64\n"
+    assert score(PIPE_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0

@@ -24,7 +24,8 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 bubblewrap's with ``--disable-userns``); the only filesystem is a read-only view of
                 /usr and the interpreter's bin, lib, share and ssl (a venv's: its python and
                 lib/pythonX.Y only; ``interpreter_binds``) plus a private tmpfs at /tmp capped in size and
-                inodes (``tmpfs_wrapper``); no capabilities; the sample's uid is an unprivileged
+                inodes (``tmpfs_wrapper``, which also makes the network namespace, its TCP buffers
+                and accept queues capped: ``TCP_BUFFER_MAX``, ``ACCEPT_QUEUE``); no capabilities; the sample's uid is an unprivileged
                 user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
                 counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
                 processes: the sample is one process, ``memory_mb`` in all).
@@ -65,9 +66,11 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -239,12 +242,69 @@ MIN_INODES = 4096
 #: 384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is
 #: mapped, and a segment outlives its mapping in the sample's IPC namespace).
 IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni")
-#: The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it but no
-#: inode option), set ``IPC_LIMITS`` (where the kernel lets it), then exec the rest of the command
-#: (bubblewrap).
-_MOUNT_SCRIPT = ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
-                 + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
-                 + '; } 2>/dev/null; shift 2 && exec "$@"')
+#: The most a loopback TCP socket of a sample may buffer, each way (bytes): the maximum of
+#: ``net.ipv4.tcp_wmem`` and ``tcp_rmem`` in the sample's network namespace (``TCP_BUFFERS``). Why:
+#: TCP grows a connection's send buffer by itself up to ``tcp_wmem``'s maximum (4 MB by default),
+#: whatever ``SO_SNDBUF`` says, and what is sent and not read sits in kernel memory no rlimit
+#: counts: a sample filling the loopback connections it never read held 108 MB with
+#: ``memory_mb = 128`` and ``max_open_files = 64``. 128 KB still fills a loopback connection's pipe.
+TCP_BUFFER_MAX = 128 * 1024
+#: The per-network-namespace TCP buffer settings (min, default, max) capped at ``TCP_BUFFER_MAX``.
+TCP_BUFFERS = ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem")
+#: ``net.core.somaxconn`` in the sample's network namespace: the longest accept queue of a listening
+#: socket (a larger ``listen`` backlog is clamped to it). Why: a connection waiting there needs no
+#: descriptor of the sample's, nor does its client once closed with data unsent (an orphan), so
+#: ``max_open_files`` did not bound them: a sample connecting to its own listener, filling and
+#: closing each connection, held 87 MB of the host's TCP memory in 300 of them, and the default
+#: queue is 4096 a listener (the host's ``tcp_mem`` limit, shared with the trainer's connections,
+#: is a few GB). Now at most ``max_open_files`` x ``ACCEPT_QUEUE`` such connections, each within
+#: ``TCP_BUFFER_MAX`` each way.
+ACCEPT_QUEUE = 8
+
+
+def tcp_buffer_limits() -> list[str]:
+    """The values written to ``TCP_BUFFERS`` in the sample's network namespace: the host's own,
+    none above ``TCP_BUFFER_MAX`` (a host set lower keeps its lower ones)."""
+    values = []
+    for name in TCP_BUFFERS:
+        try:
+            with open(f"/proc/sys/{name}") as f:
+                host = [int(v) for v in f.read().split()]
+        except (OSError, ValueError):
+            host = [4096, 16384 if name.endswith("wmem") else 131072, TCP_BUFFER_MAX]
+        if len(host) != 3:
+            host = [4096, 16384, TCP_BUFFER_MAX]
+        values.append(" ".join(str(min(v, TCP_BUFFER_MAX)) for v in host))
+    return values
+
+
+#: Brings the loopback device of a fresh network namespace up without iproute2 (SIOCGIFFLAGS,
+#: then SIOCSIFFLAGS with IFF_UP; the kernel gives it 127.0.0.1 and ::1 then), as bubblewrap's
+#: ``--unshare-net`` does for the namespace it makes.
+_LOOPBACK_UP = ("import fcntl, socket, struct\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "flags = struct.unpack('16sH14x', fcntl.ioctl(s, 0x8913, struct.pack('16sH14x', b'lo', 0)))[1]\n"
+                "fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', flags | 1))\n")
+
+
+def _mount_script() -> str:
+    """The wrapper's shell line: mount the sample's tmpfs (bubblewrap 0.8 has ``--size`` for it
+    but no inode option), set ``IPC_LIMITS`` (where the kernel lets it), cap ``TCP_BUFFERS`` in the
+    sample's network namespace, and its accept queues at ``ACCEPT_QUEUE``, and bring its loopback up (both or the wrapper fails: the launch
+    then falls back to bubblewrap's own namespace and tmpfs, and the report says so), then exec
+    the rest of the command (bubblewrap, which then makes no network namespace)."""
+    ip = shutil.which("ip")
+    loopback = (f"{shlex.quote(ip)} link set lo up" if ip is not None
+                else f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(_LOOPBACK_UP)}")
+    tcp = " && ".join([*(f"echo {shlex.quote(v)} > /proc/sys/{name}" for name, v in zip(TCP_BUFFERS, tcp_buffer_limits())),
+                       f"echo {ACCEPT_QUEUE} > /proc/sys/net/core/somaxconn"])
+    return ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
+            + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
+            + f"; }} 2>/dev/null; {tcp} || exit; {loopback} || exit; "
+            + ("" if os.geteuid() == 0 else  # root: userns_wrapper's namespace has them; never the host's
+               "for n in " + " ".join(NOTIFY_LIMITS) + '; do [ ! -e "/proc/sys/user/$n" ] || echo 0 > "/proc/sys/user/$n" '
+               "|| exit; done; ")
+            + 'shift 2 && exec "$@"')
 
 
 def tmpfs_inodes(disk_mb: int) -> int:
@@ -258,22 +318,33 @@ def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
     Not root: in a user namespace of its own where the trainer is root (``--map-root-user``),
     which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid).
     It also makes the sample's IPC namespace (``--ipc``; bubblewrap then makes none) and sets its
-    ``IPC_LIMITS`` to 0."""
+    ``IPC_LIMITS`` to 0, and its network namespace (``--net``; bubblewrap then makes none), where it
+    caps ``TCP_BUFFERS`` (per namespace: the host's stay as they are) and brings loopback up; not
+    root, it sets its user namespace's ``NOTIFY_LIMITS`` to 0 (as root ``userns_wrapper`` does)."""
     unshare, sh = shutil.which("unshare"), shutil.which("sh")
     if unshare is None or sh is None or shutil.which("mount") is None:
         return []
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     options = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={tmpfs_inodes(disk_mb)},mode=1777,nosuid,nodev"
-    return [unshare, *user, "--mount", "--ipc", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT,
+    return [unshare, *user, "--mount", "--ipc", "--net", "--propagation", "private", "--", sh, "-c", _mount_script(),
             "polyrl-sandbox", options, mount_dir]
 
 
+#: Per-user-namespace limits set to 0 in the sample's namespace: no inotify or fanotify instance
+#: or watch. Why: the kernel counts them per uid up every user namespace, and in the one above the
+#: sample's against the uid that made it (the trainer's: root), so a sample held 59 inotify
+#: instances (and 59 unprivileged fanotify groups) out of root's 128 on the host, and the trainer's
+#: own ``inotify_init1`` then failed (EMFILE) while the sample ran; watches likewise (root's 16384
+#: here). A sample has no use for them; its namespace's own limit was INT_MAX.
+NOTIFY_LIMITS = ("max_inotify_instances", "max_inotify_watches", "max_fanotify_groups", "max_fanotify_marks")
+_NOTIFY_PYTHON = f"NOTIFY_LIMITS = {NOTIFY_LIMITS!r}\n"
 #: ``userns_wrapper``'s program: it makes a user namespace and maps its uids and gids, sets its
 #: ``user.max_user_namespaces`` to 0 (it holds every capability there until it execs) and execs the
 #: rest of the command. As root a helper forked first (still in the host's user namespace, where
 #: it may) maps every uid and gid to itself; else the process maps its own uid and gid (all an
-#: unprivileged process may map). Errors: one line on stderr, status 126.
-_USERNS_SCRIPT = r'''
+#: unprivileged process may map), and sets its ``NOTIFY_LIMITS`` to 0. Errors: one line on stderr,
+#: status 126.
+_USERNS_SCRIPT = _NOTIFY_PYTHON + r'''
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 parent, root, uid, gid = os.getpid(), os.geteuid() == 0, os.geteuid(), os.getegid()
@@ -306,6 +377,12 @@ try:
                 out.write(text)
     with open("/proc/sys/user/max_user_namespaces", "w") as out:
         out.write("0")
+    for name in NOTIFY_LIMITS:  # absent on older kernels
+        try:
+            with open(f"/proc/sys/user/{name}", "w") as out:
+                out.write("0")
+        except FileNotFoundError:
+            pass
 except OSError as exc:
     print(f"polyrl-sandbox user namespace: {exc}", file=sys.stderr)
     sys.exit(126)
@@ -322,7 +399,8 @@ def userns_wrapper(python: str) -> list[str]:
     seccomp filter (no libseccomp) and held every capability there (nf_tables, the usual kernel
     exploit's first step); and one at the trainer's uid (``user = "none"`` as root, a non-root
     trainer at ``off``) read that uid's user keyring ``@u``, which is per user namespace. Root there
-    has capabilities over that namespace only, which bubblewrap and ``setpriv`` need."""
+    has capabilities over that namespace only, which bubblewrap and ``setpriv`` need. Its
+    ``NOTIFY_LIMITS`` are 0: no inotify or fanotify instance counted against the trainer's uid."""
     return [python, "-I", "-S", "-c", _USERNS_SCRIPT]
 
 
@@ -349,8 +427,9 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     no such folder holds, under /dev/null (bound without devices: it cannot be opened)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
-    ipc = [] if tmpfs_dir is not None else ["--unshare-ipc"]  # under the wrapper: its IPC namespace, limits set
-    cmd = [bwrap, "--unshare-pid", "--unshare-net", *ipc, "--unshare-uts", "--unshare-cgroup-try",
+    # under the wrapper: its IPC and network namespaces, limits set
+    own = [] if tmpfs_dir is not None else ["--unshare-net", "--unshare-ipc"]
+    cmd = [bwrap, "--unshare-pid", *own, "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
         cmd += ["--unshare-user", *disable_userns(), "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
@@ -769,7 +848,10 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 return attrs.evolve(launch, report={
                     **base, "user": _pool_report(launch, notes, base["user"]),
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
-                    + _userns_report(launch, notes) + "; no capabilities"
+                    + _userns_report(launch, notes) + "; no capabilities; "
+                    + (f"TCP buffers at most {TCP_BUFFER_MAX // 1024} KB each way, accept queues {ACCEPT_QUEUE}"
+                       if launch.wrapper else
+                       f"TCP buffers not capped: {notes.get('inodes', 'no wrapper')}")
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),
                     "filesystem": "read-only /usr" + (f" ({notes['hidden']})" if "hidden" in notes else "") + " and "
                     + (notes["interpreter"] if "interpreter" in notes else "the interpreter's bin and lib")

@@ -33,8 +33,10 @@ its default (the size is a hint: the kernel, too, clamps one past ``net.core.wme
 a word). Why: bytes sent and not yet read sit in kernel memory no rlimit counts, up to the buffer
 size per socket; a sample asking for 64 MB buffers held 228 MB in 29 unix socket pairs and 300 MB
 in 29 loopback TCP connections (``max_open_files = 64``, a host whose ``wmem_max`` is 4 MB) at any
-``memory_mb``. Left: the default buffers (6 MB in those unix pairs) and TCP's own growth of its
-send buffer up to ``net.ipv4.tcp_wmem`` (108 MB in those connections).
+``memory_mb``. Left: the default buffers (6 MB in those unix pairs); TCP's own growth of its
+send buffer up to ``net.ipv4.tcp_wmem`` (108 MB in those connections) is capped apart, in the
+sample's network namespace (``isolation.TCP_BUFFER_MAX``: 6 MB in them). Pipes alike: ``F_SETPIPE_SZ``
+is refused (``F_SETPIPE_SZ`` below).
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ AF_VSOCK = 40
 CLONE_THREAD = 0x00010000
 CLONE_NEWNS_ANY = 0x7E020000  # every CLONE_NEW* flag (ns, cgroup, uts, ipc, user, pid, net)
 TIOCSTI = 0x5412
+#: ``fcntl`` command growing a pipe's buffer, refused with EPERM (the kernel's own answer to an
+#: unprivileged process past ``fs.pipe-max-size`` or its per-user pipe pages). Why: what is written
+#: to a pipe and not read is kernel memory no rlimit counts; a sample growing its pipes to 1 MB held
+#: 29 MB in them at ``memory_mb = 128`` (``max_open_files = 64``), 1.8 MB with the default 64 KB ones.
+F_SETPIPE_SZ = 1031
 #: ``setsockopt`` options answered 0 without effect (module docstring): (level, option name).
 BUFFER_OPTIONS = tuple((socket.SOL_SOCKET, getattr(socket, name)) for name in ("SO_SNDBUF", "SO_RCVBUF")
                        if hasattr(socket, name)) if hasattr(socket, "SOL_SOCKET") else ()
@@ -108,6 +115,11 @@ def _build() -> tuple[bytes | None, str]:
             if CLONE_NEWNS_ANY & flag:
                 rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(flags, sc.MASKED_EQ, flag, flag))
         rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
+        for call in ("fcntl", "fcntl64"):  # fcntl64: 32-bit ABIs only
+            try:
+                rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, F_SETPIPE_SZ))
+            except (ValueError, RuntimeError, OSError):
+                pass  # not a call on this architecture
         _refuse_families(sc, rules)
         for level, option in BUFFER_OPTIONS:
             rules.add_rule(sc.ERRNO(0), "setsockopt", sc.Arg(1, sc.EQ, level), sc.Arg(2, sc.EQ, option))
@@ -120,7 +132,8 @@ def _build() -> tuple[bytes | None, str]:
     names = len(DENIED) - len(skipped)
     return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, "
                      "...), clone with namespace flags, TIOCSTI, socket families beyond unix/inet/inet6 "
-                     "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults); new processes refused (fork, vfork, clone "
+                     "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
+                     "pipe buffer sizes (F_SETPIPE_SZ); new processes refused (fork, vfork, clone "
                      "without CLONE_THREAD; clone3 ENOSYS): one process, threads only, memory_mb in all")
 
 
