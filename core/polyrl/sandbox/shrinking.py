@@ -29,6 +29,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from polyrl.sandbox.compared_copies import compared_copy_at
 from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_bytecode import MAX_CODES, plain_instructions
@@ -121,13 +122,16 @@ def feeds_item_free_loop(code: types.CodeType, at: int) -> bool:
 def _handed_to_item_free_loop(frame: types.FrameType) -> bool:
     """Whether the stand-in running in ``frame`` (or below the stand-in the tests called) is one
     that passes items on (``passes_items_on``: ``zip``, ``enumerate``), called by the tests where
-    its answer feeds a loop that checks none of its items (``feeds_item_free_loop``). ``map``,
-    ``filter``, ``all``, ``any`` and ``sum`` run a check of their own on each item, and stay loops."""
+    its answer feeds a loop that checks none of its items (``feeds_item_free_loop``), or a copy
+    of it the tests compare or count right where it is made (``compared_copies``: ``list(zip(c.keys(),
+    c.values())) == []``, where a right cleared cache scored 0.5). ``map``, ``filter``, ``all``,
+    ``any`` and ``sum`` run a check of their own on each item, and stay loops."""
     below: types.FrameType | None = None
     for _ in range(6):
         if frame.f_code.co_filename in TESTS_FILES:
             return below is not None and below.f_code in _PASSING_ON \
-                and feeds_item_free_loop(frame.f_code, frame.f_lasti)
+                and (feeds_item_free_loop(frame.f_code, frame.f_lasti)
+                     or compared_copy_at(frame.f_code, frame.f_lasti))
         if frame.f_back is None:
             return False
         below, frame = frame, frame.f_back
@@ -158,6 +162,27 @@ def view_looped_here(depth: int = 2) -> bool:
     if [i.opname for i in following[:2]] != ["CALL", "GET_ITER"]:
         return False
     return not checks_no_item(code, following[1].offset)
+
+
+def attribute_looped_here(depth: int = 2) -> bool:
+    """Whether the frame ``depth`` levels up (the caller of the ``__getattr__`` asking) is the
+    tests' own code at an attribute's load whose value a loop's ``GET_ITER`` takes next (``for x
+    in b.log``, ``all(x > 0 for x in b.log)``) and whose body looks at its items
+    (``item_free_loops``): a check over each item, which an emptied attribute holds vacuously
+    (``Remote._plain_attribute``)."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    code, at = frame.f_code, frame.f_lasti
+    if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
+        return False
+    plain = plain_instructions(code)
+    start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)  # ``at`` may be in its caches
+    if start is None or plain[start].opname != "LOAD_ATTR" or start + 1 >= len(plain):
+        return False
+    after = plain[start + 1]
+    return after.opname == "GET_ITER" and not checks_no_item(code, after.offset)
 
 
 def not_in_here(depth: int = 2) -> bool:

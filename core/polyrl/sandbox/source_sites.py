@@ -83,3 +83,7 @@ class Sites:
         if frame.f_code in BOUND_CODE and frame.f_back is not None:
             frame = frame.f_back
         return place_of(frame.f_code, frame.f_lasti) in self._places()
+
+    def has(self, place: Place | None) -> bool:
+        """Whether ``place`` (``place_of``'s) is a site; None never is."""
+        return place is not None and place in self._places()
