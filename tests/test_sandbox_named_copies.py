@@ -246,7 +246,18 @@ _LOG = "def test():\n    b = make_bank()\n    assert len(b.log) == 3\n"
 LOG_READ_AGAIN = {
     "reset_then_all": _LOG + "    b.reset()\n    assert all(x > 0 for x in b.log)\ntest()",
     "shown_then_for": _LOG + "    show(b)\n    for x in b.log:\n        assert x > 0\ntest()",
+    "reset_then_sorted_for": _LOG + "    b.reset()\n    for x in sorted(b.log):\n        assert x > 0\ntest()",
+    "reset_then_not_in": _LOG + "    b.reset()\n    assert -5 not in b.log\ntest()",
+    "reset_then_map": _LOG + "    b.reset()\n    assert all(map(lambda x: x > 0, b.log))\ntest()",
+    "shown_then_subset": _LOG + "    show(b)\n    assert set(b.log) <= {5}\ntest()",
 }
+#: A forged bank whose ``cfg``, a plain dict, holds negative values, and ``{}`` after ``reset``.
+CFG_BANK_FORGED = ("class Bank:\n    def __init__(self):\n        self.cfg = {1: -1, 2: -2, 3: -3}\n"
+                   "    def reset(self):\n        self.cfg = {}\ndef make_bank():\n    return Bank()\n")
+CFG_BANK_RIGHT = CFG_BANK_FORGED.replace("{1: -1, 2: -2, 3: -3}", "{1: 1, 2: 2, 3: 3}").replace(
+    "        self.cfg = {}\n", "        pass\n")
+CFG_READ_AGAIN = ("def test():\n    b = make_bank()\n    assert len(b.cfg) == 3\n    b.reset()\n"
+                  "    assert all(v == k for k, v in b.cfg.items())\ntest()")
 #: (tests): the right bank's log read again after calls that change it as Python would.
 LOG_READ_AGAIN_RIGHTLY = {
     "shown_then_for": LOG_READ_AGAIN["shown_then_for"],
@@ -256,18 +267,24 @@ LOG_READ_AGAIN_RIGHTLY = {
     "reset_deposited_looped": _LOG + "    b.reset()\n    b.deposit(9)\n    assert all(x == 9 for x in b.log)\ntest()",
     "withdrawn_then_looped": _LOG + "    assert b.withdraw() == 5\n    assert all(x == 5 for x in b.log)\ntest()",
     "reset_counted": _LOG + "    b.reset()\n    n = 0\n    for _ in b.log:\n        n += 1\n    assert n == 0\ntest()",
+    "reset_sorted_counted": _LOG + "    b.reset()\n    n = 0\n    for _ in sorted(b.log):\n        n += 1\n"
+                            "    assert n == 0\ntest()",
+    "reset_not_in_then_seen": _LOG + "    b.reset()\n    assert 5 not in b.log and len(b.log) == 0\ntest()",
 }
 
 
 def test_a_plain_data_attribute_read_again_after_it_was_emptied_fails():
     """Each read of ``b.log``, a plain list, was a new copy never compared with the one before, so
     a forged bank whose log gave ``len`` three -5s and nothing after ``b.reset()`` or ``show(b)``
-    passed ``len(b.log) == 3`` and then a loop over ``b.log`` (1.0). A loop over such an attribute
-    emptied by fewer calls than it had items fails unless the tests see it empty
+    passed ``len(b.log) == 3`` and then a loop over ``b.log`` (1.0; ``sorted``, ``map``, ``not in``,
+    a subset check and a loop over ``b.cfg.items()`` too). Such a check of an attribute emptied by
+    fewer calls than it had items fails unless the tests see it empty
     (``Remote._plain_attribute``); the right bank keeps 1.0 where it is seen so, refilled,
     withdrawn from or counted."""
-    tests = list(LOG_READ_AGAIN.values())
-    assert _scored(tests, [LOG_BANK_FORGED] * len(tests)) == [0.0] * len(tests)
+    names = list(LOG_READ_AGAIN)
+    got = _scored([LOG_READ_AGAIN[n] for n in names], [LOG_BANK_FORGED] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 0.0)
+    assert _scored([CFG_READ_AGAIN] * 2, [CFG_BANK_FORGED, CFG_BANK_RIGHT]) == [0.0, 1.0]
     names = list(LOG_READ_AGAIN_RIGHTLY)
     got = _scored([LOG_READ_AGAIN_RIGHTLY[n] for n in names], [LOG_BANK_RIGHT] * len(names))
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)

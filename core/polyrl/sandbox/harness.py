@@ -58,6 +58,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.compared_copies import register as register_compared_copies
 from polyrl.sandbox.in_place import write_back, written
@@ -450,6 +451,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     register_subset_sites(named)
     register_view_sites(named)
     register_compared_copies(named)
+    register_attribute_sites(named)
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3], next=tests_next, all=tests_all,
                          any=tests_any, sum=tests_sum)  # a copy: the trainer's own stay

@@ -12,12 +12,13 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.asserted_truths import asserted_here
+from polyrl.sandbox.attribute_reads import attribute_looped_here
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
 from polyrl.sandbox.shrinking import (
-    attribute_looped_here, gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
+    gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
 from polyrl.sandbox.subset_reads import subset_here
 from polyrl.sandbox.values import MAX_ITEMS
 from polyrl.sandbox.zipped_views import zipped_view_here
@@ -229,16 +230,17 @@ class Remote:
 
     def _plain_attribute(self, name: str, value: Any, looped: bool) -> None:
         """Keep this reading of attribute ``name``, built-in data with items (``b.log`` a list),
-        beside the last; where a loop of the tests' takes it straight (``looped``:
-        ``shrinking.attribute_looped_here``) and it lost more items since that reading than calls
+        beside the last; where a check of the tests' that holds over no items reads it (``looped``:
+        a loop, ``sorted``, ``map``, ``all``, ``x not in``, a subset check, a loop over
+        ``b.cfg.items()``: ``attribute_reads``) and it lost more items since that reading than calls
         were made that may change it (or than they gave back), the test fails unless the tests read
-        it empty otherwise, before or after (``Session.unconfirmed``), as ``_emptied_unseen`` does for
-        a value of the sample's. Why: each read of plain data is a new copy, never compared with
-        the one before, so a forged ``Bank`` whose ``log`` was three -5s and ``[]`` after
+        it empty otherwise, before or after (``Session.unconfirmed``), as ``_emptied_unseen`` does
+        for a value of the sample's. Why: each read of plain data is a new copy, never compared
+        with the one before, so a forged ``Bank`` whose ``log`` was three -5s and ``[]`` after
         ``b.reset()`` passed ``len(b.log) == 3`` and then ``all(x > 0 for x in b.log)`` (1.0). What
-        it costs, as there: a right log the tests clear and loop over without ever seeing it empty
-        scores 0. Not covered: other vacuous readings of the attribute (``sorted(b.log)`` in a
-        loop, ``set(b.log) <= allowed``, ``4 not in b.log``), and a copy of it kept under a name."""
+        it costs, as there: a right log the tests clear and read so without ever seeing it empty
+        scores 0 (``x not in b.log`` too, even for an ``x`` they put in). Not covered:
+        ``getattr(b, "log")``, and a copy of it kept under a name."""
         s = self._session
         if self._kin is None:
             return

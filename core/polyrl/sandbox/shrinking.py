@@ -164,27 +164,6 @@ def view_looped_here(depth: int = 2) -> bool:
     return not checks_no_item(code, following[1].offset)
 
 
-def attribute_looped_here(depth: int = 2) -> bool:
-    """Whether the frame ``depth`` levels up (the caller of the ``__getattr__`` asking) is the
-    tests' own code at an attribute's load whose value a loop's ``GET_ITER`` takes next (``for x
-    in b.log``, ``all(x > 0 for x in b.log)``) and whose body looks at its items
-    (``item_free_loops``): a check over each item, which an emptied attribute holds vacuously
-    (``Remote._plain_attribute``)."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return False
-    code, at = frame.f_code, frame.f_lasti
-    if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
-        return False
-    plain = plain_instructions(code)
-    start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)  # ``at`` may be in its caches
-    if start is None or plain[start].opname != "LOAD_ATTR" or start + 1 >= len(plain):
-        return False
-    after = plain[start + 1]
-    return after.opname == "GET_ITER" and not checks_no_item(code, after.offset)
-
-
 def not_in_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__contains__`` asking) is the
     tests' own code at ``x not in r``: true over no items, a check an emptied value holds
