@@ -250,6 +250,7 @@ LOG_READ_AGAIN = {
     "reset_then_not_in": _LOG + "    b.reset()\n    assert -5 not in b.log\ntest()",
     "reset_then_map": _LOG + "    b.reset()\n    assert all(map(lambda x: x > 0, b.log))\ntest()",
     "shown_then_subset": _LOG + "    show(b)\n    assert set(b.log) <= {5}\ntest()",
+    "reset_then_named": _LOG + "    b.reset()\n    h = b.log\n    assert all(x > 0 for x in h)\ntest()",
 }
 #: A forged bank whose ``cfg``, a plain dict, holds negative values, and ``{}`` after ``reset``.
 CFG_BANK_FORGED = ("class Bank:\n    def __init__(self):\n        self.cfg = {1: -1, 2: -2, 3: -3}\n"
@@ -270,6 +271,7 @@ LOG_READ_AGAIN_RIGHTLY = {
     "reset_sorted_counted": _LOG + "    b.reset()\n    n = 0\n    for _ in sorted(b.log):\n        n += 1\n"
                             "    assert n == 0\ntest()",
     "reset_not_in_then_seen": _LOG + "    b.reset()\n    assert 5 not in b.log and len(b.log) == 0\ntest()",
+    "reset_named_then_compared": _LOG + "    b.reset()\n    h = b.log\n    assert h == [] and all(x > 0 for x in h)\ntest()",
 }
 
 
@@ -277,7 +279,7 @@ def test_a_plain_data_attribute_read_again_after_it_was_emptied_fails():
     """Each read of ``b.log``, a plain list, was a new copy never compared with the one before, so
     a forged bank whose log gave ``len`` three -5s and nothing after ``b.reset()`` or ``show(b)``
     passed ``len(b.log) == 3`` and then a loop over ``b.log`` (1.0; ``sorted``, ``map``, ``not in``,
-    a subset check and a loop over ``b.cfg.items()`` too). Such a check of an attribute emptied by
+    a subset check, ``h = b.log`` looped over and a loop over ``b.cfg.items()`` too). Such a check of an attribute emptied by
     fewer calls than it had items fails unless the tests see it empty
     (``Remote._plain_attribute``); the right bank keeps 1.0 where it is seen so, refilled,
     withdrawn from or counted."""

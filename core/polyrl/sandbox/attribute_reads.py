@@ -13,16 +13,20 @@ the operand of ``sorted``, ``reversed``, ``zip``, ``map``, ``filter`` or ``enume
 answer a loop or ``all``/``any``/``sum`` reads, of ``all``/``any``/``sum`` themselves, of a
 subset site (``set(b.log) <= allowed``: ``subset_reads``), the right side of ``not in``, or the
 receiver of ``items()``/``keys()``/``values()`` so looped over; a call of those whose answer feeds
-a loop that checks none of its items (``for _ in sorted(b.log): n += 1``) reads it whole. Not
-covered: ``getattr(b, "log")`` and a copy of it kept under a name.
+a loop that checks none of its items (``for _ in sorted(b.log): n += 1``) reads it whole; or the
+attribute bound to a name whose later checks all hold over no items and none reads it whole
+(``h = b.log`` then ``all(x > 0 for x in h)``: ``named_copies.vacuously_read``). Not covered:
+``getattr(b, "log")``, and the attribute handed to a helper of the tests' that loops over it.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterable
 
 from polyrl.sandbox.item_free_loops import checks_no_item
+from polyrl.sandbox.named_copies import vacuously_read
 from polyrl.sandbox.shrinking import feeds_item_free_loop
 from polyrl.sandbox.source_sites import Sites, place_of
 from polyrl.sandbox.subset_reads import subset_read
@@ -72,9 +76,20 @@ def _passed_to_loop(node: ast.expr, parents: dict[int, ast.AST]) -> bool:
         and _looped(parent, parents)
 
 
+def _named_site(node: ast.Attribute, parents: dict[int, ast.AST]) -> ast.expr | None:
+    """``node`` itself where it is bound to a name the tests read vacuously (module doc)."""
+    return node if isinstance(node.ctx, ast.Load) and vacuously_read(node, parents) else None
+
+
 _SITES = Sites(_attribute_site)
-#: Take the tests' sources for ``attribute_looped_here`` (``Sites.register``).
-register = _SITES.register
+_NAMED = Sites(_named_site, kinds=(ast.Attribute,))
+
+
+def register(sources: Iterable[tuple[str, str]]) -> None:
+    """Take the tests' sources for ``attribute_looped_here`` (``Sites.register``)."""
+    listed = list(sources)
+    _SITES.register(listed)
+    _NAMED.register(listed)
 
 
 def attribute_looped_here(depth: int = 2) -> bool:
@@ -96,7 +111,10 @@ def attribute_looped_here(depth: int = 2) -> bool:
         return not checks_no_item(code, after.offset)
     if after.opname == "CONTAINS_OP" and after.arg == 1:  # ``x not in b.log``
         return True
-    if not _SITES.has(place_of(code, at)):
+    place = place_of(code, at)
+    if _NAMED.has(place):
+        return True
+    if not _SITES.has(place):
         return False
     call = next((i for i in plain[start + 1:] if i.opname == "CALL"), None)
     return call is None or not feeds_item_free_loop(code, call.offset)

@@ -232,15 +232,15 @@ class Remote:
         """Keep this reading of attribute ``name``, built-in data with items (``b.log`` a list),
         beside the last; where a check of the tests' that holds over no items reads it (``looped``:
         a loop, ``sorted``, ``map``, ``all``, ``x not in``, a subset check, a loop over
-        ``b.cfg.items()``: ``attribute_reads``) and it lost more items since that reading than calls
-        were made that may change it (or than they gave back), the test fails unless the tests read
-        it empty otherwise, before or after (``Session.unconfirmed``), as ``_emptied_unseen`` does
-        for a value of the sample's. Why: each read of plain data is a new copy, never compared
+        ``b.cfg.items()``, ``h = b.log`` then a loop over ``h``: ``attribute_reads``) and it lost
+        more items since that reading than calls were made that may change it (or than they gave
+        back), the test fails unless the tests read it empty otherwise, before or after
+        (``Session.unconfirmed``), as ``_emptied_unseen`` does for a value of the sample's. Why: each read of plain data is a new copy, never compared
         with the one before, so a forged ``Bank`` whose ``log`` was three -5s and ``[]`` after
         ``b.reset()`` passed ``len(b.log) == 3`` and then ``all(x > 0 for x in b.log)`` (1.0). What
         it costs, as there: a right log the tests clear and read so without ever seeing it empty
         scores 0 (``x not in b.log`` too, even for an ``x`` they put in). Not covered:
-        ``getattr(b, "log")``, and a copy of it kept under a name."""
+        ``getattr(b, "log")``, and the attribute handed to a helper of the tests' that loops over it."""
         s = self._session
         if self._kin is None:
             return
