@@ -196,10 +196,9 @@ class Remote:
             if type(items) is dict:  # ``freq(s).values()`` of a Mapping: dict's own view of its items
                 return getattr(items, name)
         s = self._session
-        looped = attribute_looped_here()
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
-        if type(value) in _ITEMS_DATA:
-            self._plain_attribute(name, value, looped)
+        if type(value) in _ITEMS_DATA:  # asked only here: most attributes are methods (``s.push``)
+            self._plain_attribute(name, value, attribute_looped_here())
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
         if isinstance(value, Remote):
