@@ -199,3 +199,100 @@ def test_an_attribute_of_a_right_value_read_again_keeps_its_score():
     names = list(READ_AGAIN_RIGHTLY)
     got = _scored([READ_AGAIN_RIGHTLY[n] for n in names], [CLEARING_BANK] * len(names))
     assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+#: (tests): a right cache the tests clear and then copy through a zip or enumerate of its views,
+#: the copy compared or counted right where it is made (each scored 0.5: ``compared_copies``).
+COMPARED_ZIPS = {
+    "list_of_zip_equal": _CACHE + "assert list(zip(c.keys(), c.values())) == []\n",
+    "tuple_of_zip_equal": _CACHE + "assert tuple(zip(c.keys(), c.values())) == ()\n",
+    "dict_of_zip_equal": _CACHE + "assert dict(zip(c.keys(), c.values())) == {}\n",
+    "len_of_list_of_zip": _CACHE + "assert len(list(zip(c.keys(), c.values()))) == 0\n",
+    "list_of_enumerate": _CACHE + "assert list(enumerate(c.values())) == []\n",
+}
+#: The forged ``squares`` emptied, then a zip of its views copied and checked pair by pair.
+COPIED_ZIPS_CHECKED = {
+    "copy_kept_then_checked": _SQUARES + "    show(d)\n    pairs = list(zip(d.keys(), d.values()))\n"
+                              "    assert all(v == k * k for k, v in pairs)\ntest()",
+    "copy_compared_by_subset": _SQUARES + "    d.reset()\n    assert set(zip(d.keys(), d.values())) <= {(0, 0), (1, 1), (2, 4)}"
+                               "\ntest()",
+}
+
+
+@pytest.mark.parametrize("kind", list(CACHES))
+def test_a_copy_of_a_zip_of_views_compared_whole_reads_a_right_value_whole(kind):
+    """``list(zip(c.keys(), c.values())) == []`` of a right cache the tests cleared scored 0.5:
+    the tests' ``zip`` read the views as a loop does. A copy compared or counted where it is made
+    reads them whole now (``compared_copies``)."""
+    names = list(COMPARED_ZIPS)
+    got = _scored([COMPARED_ZIPS[n] for n in names], [CACHES[kind]] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+
+
+@pytest.mark.parametrize("kind", list(SQUARES_FORGED))
+def test_a_zip_of_views_copied_then_checked_fails_an_emptied_value(kind):
+    """``pairs = list(zip(d.keys(), d.values()))`` then a check of each pair, or ``set(zip(...))
+    <= allowed``, of a forged ``Mapping`` emptied by ``show(d)`` or ``d.reset()`` passed (1.0): its
+    views are plain dicts here, and neither copy was a loop's site (``zipped_views._copied_vacuously``).
+    The right ``squares`` keeps 1.0."""
+    tests = list(COPIED_ZIPS_CHECKED.values())
+    assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
+    assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+
+
+#: A forged bank whose ``log``, a plain list, holds three -5s, and ``[]`` after ``reset`` or ``show``.
+LOG_BANK_FORGED = ("class Bank:\n    def __init__(self):\n        self.log = [-5, -5, -5]\n    def reset(self):\n"
+                   "        self.log = []\n    def deposit(self, x):\n        self.log.append(x)\n"
+                   "    def withdraw(self):\n        return self.log.pop()\ndef make_bank():\n    return Bank()\n"
+                   "def show(b):\n    b.log = []\n")
+#: The right one: its log keeps its 5s through ``show``; ``reset`` clears it.
+LOG_BANK_RIGHT = LOG_BANK_FORGED.replace("[-5, -5, -5]", "[5, 5, 5]").replace("    b.log = []\n", "    print(b.log)\n")
+_LOG = "def test():\n    b = make_bank()\n    assert len(b.log) == 3\n"
+#: Tests: ``len`` reads ``b.log``, a call empties it, then the attribute read again is looped over.
+LOG_READ_AGAIN = {
+    "reset_then_all": _LOG + "    b.reset()\n    assert all(x > 0 for x in b.log)\ntest()",
+    "shown_then_for": _LOG + "    show(b)\n    for x in b.log:\n        assert x > 0\ntest()",
+    "reset_then_sorted_for": _LOG + "    b.reset()\n    for x in sorted(b.log):\n        assert x > 0\ntest()",
+    "reset_then_not_in": _LOG + "    b.reset()\n    assert -5 not in b.log\ntest()",
+    "reset_then_map": _LOG + "    b.reset()\n    assert all(map(lambda x: x > 0, b.log))\ntest()",
+    "shown_then_subset": _LOG + "    show(b)\n    assert set(b.log) <= {5}\ntest()",
+    "reset_then_named": _LOG + "    b.reset()\n    h = b.log\n    assert all(x > 0 for x in h)\ntest()",
+}
+#: A forged bank whose ``cfg``, a plain dict, holds negative values, and ``{}`` after ``reset``.
+CFG_BANK_FORGED = ("class Bank:\n    def __init__(self):\n        self.cfg = {1: -1, 2: -2, 3: -3}\n"
+                   "    def reset(self):\n        self.cfg = {}\ndef make_bank():\n    return Bank()\n")
+CFG_BANK_RIGHT = CFG_BANK_FORGED.replace("{1: -1, 2: -2, 3: -3}", "{1: 1, 2: 2, 3: 3}").replace(
+    "        self.cfg = {}\n", "        pass\n")
+CFG_READ_AGAIN = ("def test():\n    b = make_bank()\n    assert len(b.cfg) == 3\n    b.reset()\n"
+                  "    assert all(v == k for k, v in b.cfg.items())\ntest()")
+#: (tests): the right bank's log read again after calls that change it as Python would.
+LOG_READ_AGAIN_RIGHTLY = {
+    "shown_then_for": LOG_READ_AGAIN["shown_then_for"],
+    "reset_looped_then_seen": _LOG + "    b.reset()\n    assert all(x > 0 for x in b.log)\n    assert b.log == []\ntest()",
+    "reset_seen_then_looped": _LOG + "    b.reset()\n    assert not b.log\n    for x in b.log:\n        assert x > 0\ntest()",
+    "deposited_then_looped": _LOG + "    b.deposit(7)\n    assert all(x > 0 for x in b.log) and len(b.log) == 4\ntest()",
+    "reset_deposited_looped": _LOG + "    b.reset()\n    b.deposit(9)\n    assert all(x == 9 for x in b.log)\ntest()",
+    "withdrawn_then_looped": _LOG + "    assert b.withdraw() == 5\n    assert all(x == 5 for x in b.log)\ntest()",
+    "reset_counted": _LOG + "    b.reset()\n    n = 0\n    for _ in b.log:\n        n += 1\n    assert n == 0\ntest()",
+    "reset_sorted_counted": _LOG + "    b.reset()\n    n = 0\n    for _ in sorted(b.log):\n        n += 1\n"
+                            "    assert n == 0\ntest()",
+    "reset_not_in_then_seen": _LOG + "    b.reset()\n    assert 5 not in b.log and len(b.log) == 0\ntest()",
+    "reset_named_then_compared": _LOG + "    b.reset()\n    h = b.log\n    assert h == [] and all(x > 0 for x in h)\ntest()",
+}
+
+
+def test_a_plain_data_attribute_read_again_after_it_was_emptied_fails():
+    """Each read of ``b.log``, a plain list, was a new copy never compared with the one before, so
+    a forged bank whose log gave ``len`` three -5s and nothing after ``b.reset()`` or ``show(b)``
+    passed ``len(b.log) == 3`` and then a loop over ``b.log`` (1.0; ``sorted``, ``map``, ``not in``,
+    a subset check, ``h = b.log`` looped over and a loop over ``b.cfg.items()`` too). Such a check of an attribute emptied by
+    fewer calls than it had items fails unless the tests see it empty
+    (``Remote._plain_attribute``); the right bank keeps 1.0 where it is seen so, refilled,
+    withdrawn from or counted."""
+    names = list(LOG_READ_AGAIN)
+    got = _scored([LOG_READ_AGAIN[n] for n in names], [LOG_BANK_FORGED] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 0.0)
+    assert _scored([CFG_READ_AGAIN] * 2, [CFG_BANK_FORGED, CFG_BANK_RIGHT]) == [0.0, 1.0]
+    names = list(LOG_READ_AGAIN_RIGHTLY)
+    got = _scored([LOG_READ_AGAIN_RIGHTLY[n] for n in names], [LOG_BANK_RIGHT] * len(names))
+    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)

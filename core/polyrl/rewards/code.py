@@ -216,6 +216,7 @@ from polyrl.rewards.test_cells import parse_tests
 from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, isolation_report
 from polyrl.sandbox.isolation import LEVELS
 from polyrl.sandbox.runner import TESTS_IN, TESTS_KILL_GRACE_S
+from polyrl.sandbox.tests_bytecode import READ_ON, unsupported_python
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
 __all__ = ["MARKER_ENV", "Sandbox", "SandboxLimits", "SandboxResult", "extract_code", "isolation_report",
@@ -433,6 +434,10 @@ def check_options(name: str, options: Mapping[str, Any], columns: Collection[str
     refused here."""
     if name != NAME:
         return
+    unsupported = unsupported_python()
+    if unsupported is not None:
+        raise RewardError(f"{NAME}: {unsupported}. Fix: run the trainer under Python "
+                          f"{' or '.join(f'{a}.{b}' for a, b in sorted(READ_ON))}")
     opts = _options(options)
     for key in ("column", "setup_column"):
         column = opts[key]

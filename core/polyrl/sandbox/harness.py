@@ -58,7 +58,9 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.channel import Channel, SampleStopped
+from polyrl.sandbox.compared_copies import register as register_compared_copies
 from polyrl.sandbox.in_place import write_back, written
 from polyrl.sandbox.vacuous_reads import Vacuous, reached, read_vacuously, vacuous_paths
 from polyrl.sandbox.module_views import (
@@ -127,6 +129,11 @@ class Session:
         #: a value a loop read emptied, unseen empty since -> the verdicts that loop ran in (``Remote._emptied_unseen``;
         #: None: not a test's, the next test's)
         self.unconfirmed: dict[int, set[int | None]] = {}
+        #: an object's key -> its attributes read as plain data -> the key their readings are kept
+        #: under (negative: never a sample's ref) (``Remote._plain_attribute``)
+        self.plain_attributes: dict[int, dict[str, int]] = {}
+        #: such a key -> the items its last reading gave, and that request
+        self.plain_reads: dict[int, tuple[list[Any], int]] = {}
         #: a value whose ``bool`` said true -> that request (``Remote.__bool__``, ``Remote._true_over_nothing``)
         self.truthy: dict[int, int] = {}
         self.effect_calls: frozenset[str] = frozenset()  # the solution's functions the tests call as statements
@@ -443,6 +450,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     paired = tests_pairing(named)
     register_subset_sites(named)
     register_view_sites(named)
+    register_compared_copies(named)
+    register_attribute_sites(named)
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3], next=tests_next, all=tests_all,
                          any=tests_any, sum=tests_sum)  # a copy: the trainer's own stay

@@ -12,6 +12,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.asserted_truths import asserted_here
+from polyrl.sandbox.attribute_reads import attribute_looped_here
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
@@ -73,6 +74,8 @@ _NUMBER_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": ope
 _CONTAINERS = (dict, list, tuple, set, frozenset)
 #: The tests' values ``+`` joins with a sample's value whose data is of the same type (``Remote._arith``).
 _CONCATENATED = (str, list, tuple)
+#: Built-in data with items, whose readings as an attribute are kept (``Remote._plain_attribute``).
+_ITEMS_DATA = (list, tuple, dict, set, frozenset)
 #: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                           frozenset})
@@ -150,7 +153,8 @@ class Remote:
         owner = self._owner
         if owner is not None:  # ``s.pop()``, ``shop.sell()`` in an assert may change ``s``, ``shop`` and its stock,
             attributes = (value._key for value in (owner._attrs or {}).values())  # and ``b.history`` (``b.withdraw()``)
-            for ref in (owner._key, *owner._from, *attributes):
+            plain = s.plain_attributes.get(owner._key, {}).values()  # and ``b.log``, plain data (``_plain_attribute``)
+            for ref in (owner._key, *owner._from, *attributes, *plain):
                 s.call_on(ref)
         if self._kin is None and self._root in s.effect_calls:  # ``register('a')``: global state of the sample's
             s.touch_all()
@@ -193,6 +197,8 @@ class Remote:
                 return getattr(items, name)
         s = self._session
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
+        if type(value) in _ITEMS_DATA:  # asked only here: most attributes are methods (``s.push``)
+            self._plain_attribute(name, value, attribute_looped_here())
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
         if isinstance(value, Remote):
@@ -220,6 +226,39 @@ class Remote:
             object.__setattr__(value, "_key", before._key)
             object.__setattr__(value, "_seen", before._seen)
         attrs[name] = value
+
+    def _plain_attribute(self, name: str, value: Any, looped: bool) -> None:
+        """Keep this reading of attribute ``name``, built-in data with items (``b.log`` a list),
+        beside the last; where a check of the tests' that holds over no items reads it (``looped``:
+        a loop, ``sorted``, ``map``, ``all``, ``x not in``, a subset check, a loop over
+        ``b.cfg.items()``, ``h = b.log`` then a loop over ``h``: ``attribute_reads``) and it lost
+        more items since that reading than calls were made that may change it (or than they gave
+        back), the test fails unless the tests read it empty otherwise, before or after
+        (``Session.unconfirmed``), as ``_emptied_unseen`` does for a value of the sample's. Why: each read of plain data is a new copy, never compared
+        with the one before, so a forged ``Bank`` whose ``log`` was three -5s and ``[]`` after
+        ``b.reset()`` passed ``len(b.log) == 3`` and then ``all(x > 0 for x in b.log)`` (1.0). What
+        it costs, as there: a right log the tests clear and read so without ever seeing it empty
+        scores 0 (``x not in b.log`` too, even for an ``x`` they put in). Not covered:
+        ``getattr(b, "log")``, and the attribute handed to a helper of the tests' that loops over it."""
+        s = self._session
+        if self._kin is None:
+            return
+        keys = s.plain_attributes.setdefault(self._key, {})
+        key = keys.get(name)
+        if key is None:
+            key = keys[name] = -1 - sum(len(named) for named in s.plain_attributes.values())
+        items = list(value)
+        last = s.plain_reads.get(key)
+        if looped and last is not None:
+            before, at = last
+            calls = s.changes(key, self._kin, at)
+            if len(before) - len(items) > calls and (not items or gained(before, items, s.handed_since(at))):
+                returned = [item for given in s.returned_since(key, at) for item in returned_items(given)]
+                if len(before) - len(items) > taken_back(before, items, returned, calls):
+                    s.unconfirmed.setdefault(key, set()).add(None)
+        if not looped and not items:
+            s.unconfirmed.pop(key, None)  # the tests read it empty: they expect it so
+        s.plain_reads[key] = (items, s.asks)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise TypeError("values that live in the sample cannot be changed from the tests")

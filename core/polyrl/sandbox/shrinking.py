@@ -29,6 +29,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from polyrl.sandbox.compared_copies import compared_copy_at
 from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_bytecode import MAX_CODES, plain_instructions
@@ -121,13 +122,16 @@ def feeds_item_free_loop(code: types.CodeType, at: int) -> bool:
 def _handed_to_item_free_loop(frame: types.FrameType) -> bool:
     """Whether the stand-in running in ``frame`` (or below the stand-in the tests called) is one
     that passes items on (``passes_items_on``: ``zip``, ``enumerate``), called by the tests where
-    its answer feeds a loop that checks none of its items (``feeds_item_free_loop``). ``map``,
-    ``filter``, ``all``, ``any`` and ``sum`` run a check of their own on each item, and stay loops."""
+    its answer feeds a loop that checks none of its items (``feeds_item_free_loop``), or a copy
+    of it the tests compare or count right where it is made (``compared_copies``: ``list(zip(c.keys(),
+    c.values())) == []``, where a right cleared cache scored 0.5). ``map``, ``filter``, ``all``,
+    ``any`` and ``sum`` run a check of their own on each item, and stay loops."""
     below: types.FrameType | None = None
     for _ in range(6):
         if frame.f_code.co_filename in TESTS_FILES:
             return below is not None and below.f_code in _PASSING_ON \
-                and feeds_item_free_loop(frame.f_code, frame.f_lasti)
+                and (feeds_item_free_loop(frame.f_code, frame.f_lasti)
+                     or compared_copy_at(frame.f_code, frame.f_lasti))
         if frame.f_back is None:
             return False
         below, frame = frame, frame.f_back

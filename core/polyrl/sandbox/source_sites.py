@@ -13,15 +13,17 @@ import itertools
 import sys
 import types
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.tests_guard import TESTS_FILES
 
 #: (filename, lineno, end_lineno, col_offset, end_col_offset) of a call, as ``co_positions`` gives it.
 Place = tuple[str, int, int, int, int]
-#: Given a call of the tests' source and every node's parent (by ``id``), the node whose place is
-#: the site's (the call itself, or the attribute it calls), or None where the call is no site.
-SiteNode = Callable[[ast.Call, dict[int, ast.AST]], ast.expr | None]
+#: Given a call of the tests' source (a node of the kinds ``Sites`` asks for) and every node's
+#: parent (by ``id``), the node whose place is the site's (the call itself, or the attribute it
+#: calls), or None where the call is no site.
+SiteNode = Callable[[Any, dict[int, ast.AST]], ast.expr | None]
 
 
 def place_of(code: types.CodeType, lasti: int) -> Place | None:
@@ -35,8 +37,10 @@ def place_of(code: types.CodeType, lasti: int) -> Place | None:
     return (code.co_filename, *position)
 
 
-def find_sites(sources: Iterable[tuple[str, str]], site_node: SiteNode) -> frozenset[Place]:
-    """The places of the calls of ``sources`` that ``site_node`` takes; sources that do not parse add none."""
+def find_sites(sources: Iterable[tuple[str, str]], site_node: SiteNode,
+               kinds: tuple[type[ast.AST], ...] = (ast.Call,)) -> frozenset[Place]:
+    """The places of the nodes of ``kinds`` (calls) of ``sources`` that ``site_node`` takes;
+    sources that do not parse add none."""
     places: set[Place] = set()
     for filename, text in sources:
         try:
@@ -45,7 +49,7 @@ def find_sites(sources: Iterable[tuple[str, str]], site_node: SiteNode) -> froze
             continue
         parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
+            if not isinstance(node, kinds):
                 continue
             site = site_node(node, parents)
             if site is not None and site.end_lineno is not None and site.end_col_offset is not None:
@@ -56,8 +60,9 @@ def find_sites(sources: Iterable[tuple[str, str]], site_node: SiteNode) -> froze
 class Sites:
     """The sites ``site_node`` finds in the sources of the tests now running (``register``)."""
 
-    def __init__(self, site_node: SiteNode) -> None:
+    def __init__(self, site_node: SiteNode, kinds: tuple[type[ast.AST], ...] = (ast.Call,)) -> None:
         self._site_node = site_node
+        self._kinds = kinds
         self._places: Callable[[], frozenset[Place]] = frozenset
 
     def register(self, sources: Iterable[tuple[str, str]]) -> None:
@@ -68,7 +73,7 @@ class Sites:
 
         def places() -> frozenset[Place]:
             if not found:
-                found.append(find_sites(listed, self._site_node))
+                found.append(find_sites(listed, self._site_node, self._kinds))
             return found[0]
 
         self._places = places
@@ -83,3 +88,7 @@ class Sites:
         if frame.f_code in BOUND_CODE and frame.f_back is not None:
             frame = frame.f_back
         return place_of(frame.f_code, frame.f_lasti) in self._places()
+
+    def has(self, place: Place | None) -> bool:
+        """Whether ``place`` (``place_of``'s) is a site; None never is."""
+        return place is not None and place in self._places()

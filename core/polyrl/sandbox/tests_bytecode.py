@@ -9,9 +9,18 @@ every new offset. The listing and the bound live here once.
 from __future__ import annotations
 
 import dis
+import sys
 import types
 from collections.abc import Callable
 
+#: The Python versions whose compiled shapes the readers (``shrinking``, ``item_free_loops``,
+#: ``asserted_truths``, ``zipped_views``) were written and tested against. Why a list: the shapes
+#: change from version to version (3.10 has no ``co_positions`` and calls through ``CALL_FUNCTION``;
+#: 3.12 inlines list comprehensions and drops ``PRECALL``; 3.13 compiles ``assert`` with other
+#: jumps), and on each other version some readers answered wrongly both ways, run on the same
+#: tests: a counting loop over a right cleared queue read as a check (a false 0 on 3.10 and 3.12),
+#: ``assert r`` of a generator yielding nothing read as no assertion (a forged one passed on 3.13).
+READ_ON = frozenset({(3, 11)})
 #: Code objects remembered per memo: a long-lived process meets many tests' sources.
 MAX_CODES = 512
 _PLAIN: dict[types.CodeType, list[dis.Instruction]] = {}
@@ -36,3 +45,15 @@ def remembered(found: dict[types.CodeType, dict[int, bool]], code: types.CodeTyp
     if offset not in known:
         known[offset] = compute(code, offset)
     return known[offset]
+
+
+def unsupported_python(version: tuple[int, int] | None = None) -> str | None:
+    """Why the tests of ``code_tests`` cannot be judged on ``version`` (default: this interpreter's),
+    or None where they can (``READ_ON``)."""
+    major, minor = version if version is not None else sys.version_info[:2]
+    if (major, minor) in READ_ON:
+        return None
+    known = ", ".join(f"{a}.{b}" for a, b in sorted(READ_ON))
+    return (f"the trainer runs Python {major}.{minor}, and the checks that catch forged answers read the tests' "
+            f"bytecode as Python {known} compiles it (on other versions they misread it: forged answers pass and "
+            f"right ones score 0)")

@@ -13,7 +13,9 @@ A looped view site is ``x.keys()``, ``x.values()`` or ``x.items()`` as an operan
 ``map``, ``filter``, ``enumerate``, ``reversed`` or ``sorted`` whose answer a ``for`` or a
 comprehension loops over, or ``all``/``any``/``sum`` reads, or the one operand of a subset site
 (``set(d.items()) <= allowed``: ``subset_reads``; it passed the forged mapping, whose views were
-plain data there); its place is the attribute's (the
+plain data there), or a view whose passing call's answer is such a site or a copy kept under a name
+read vacuously (``set(zip(d.keys(), d.values())) <= allowed``, ``pairs = list(zip(...))`` then a
+loop over ``pairs``: ``_copied_vacuously``); its place is the attribute's (the
 ``LOAD_METHOD``'s, as ``co_positions`` gives it). Such a view bound to a name first is one too,
 where that name's later checks all hold over no items and none reads it whole (``v = d.keys()``
 then ``all(d[k] == k * k for k in v)``: ``named_copies``; it passed the forged mapping).
@@ -45,7 +47,8 @@ def _view_site(call: ast.Call, parents: dict[int, ast.AST]) -> ast.expr | None:
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in _VIEWS and not call.args \
             and (_looped(parents.get(id(call)), call, parents) or vacuously_read(call, parents)
-                 or _subset_checked(parents.get(id(call)), call, parents)):
+                 or _subset_checked(parents.get(id(call)), call, parents)
+                 or _copied_vacuously(parents.get(id(call)), call, parents)):
         return func
     return None
 
@@ -71,6 +74,20 @@ def _subset_checked(parent: ast.AST | None, view: ast.Call, parents: dict[int, a
     """Whether ``view`` is the one operand of a subset site (``set(d.keys()) <= allowed``: ``subset_reads``)."""
     return isinstance(parent, ast.Call) and len(parent.args) == 1 and parent.args[0] is view \
         and subset_read(parent, parents.get(id(parent)), parents)
+
+
+def _copied_vacuously(parent: ast.AST | None, view: ast.Call, parents: dict[int, ast.AST]) -> bool:
+    """Whether ``view`` is an operand of a passing call whose answer is the one operand of a copy
+    kept under a name that later checks read vacuously, or of a subset site (``pairs =
+    list(zip(d.keys(), d.values()))`` then ``all(v == k * k for k, v in pairs)``; ``set(zip(d.keys(),
+    d.values())) <= allowed``: ``subset_reads.subset_read``). Why: each passed a forged ``Mapping``
+    emptied by ``show(d)`` (1.0), whose views are plain data here."""
+    if not (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in _PASSING
+            and any(arg is view for arg in parent.args)):
+        return False
+    copy = parents.get(id(parent))
+    return isinstance(copy, ast.Call) and len(copy.args) == 1 and copy.args[0] is parent \
+        and subset_read(copy, parents.get(id(copy)), parents)
 
 
 def zipped_view_here(depth: int = 2) -> bool:
