@@ -615,3 +615,36 @@ def test_runs_whose_folders_share_a_name_are_told_apart_by_their_paths(tmp_path,
     assert got["metrics"]["reward_mean"] == {"a/run": {"first": 0.1, "last": 0.2, "best": 0.2},
                                              "b/run": {"first": 0.5, "last": 0.3, "best": 0.5}}
     assert (tmp_path / "compare.png").read_bytes().startswith(PNG_MAGIC) and got["chart"] == "compare.png"
+
+
+def _cell_ends(line: str) -> list[int]:
+    """The terminal cell each space-separated word of ``line`` ends at (a wide character: two cells)."""
+    import unicodedata
+
+    ends, at, inside = [], 0, False
+    for char in line:
+        if char == " " and inside:
+            ends.append(at)
+        inside = char != " "
+        at += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+    return ends + ([at] if inside else [])
+
+
+def test_compared_runs_and_metrics_named_in_wide_characters_keep_the_columns_aligned(tmp_path, capsys, monkeypatch):
+    """The text table padded by characters: a run named 运行 or a metric reward/正确/mean (two
+    terminal cells a character) pushed that row's columns right of the others'. Padded by cells,
+    each column ends at one cell on every row."""
+    for name, scale in (("运行", 1.0), ("b🙂", 2.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(
+            {"step": s, "loss": scale * s, "reward/正确/mean": 0.25 * s, "reward_mean": 0.5 * s}) + "\n" for s in (1, 2)))
+    _drawn(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "运行", "b🙂", "--output", str(tmp_path / "cmp.png")]) == 0
+    out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("chart: ")]
+    header, rows = out[0], out[1:]
+    assert [row.split()[0] for row in rows] == ["loss", "reward/正确/mean", "reward_mean"]
+    columns = _cell_ends(header)[2::2]  # "运行 first" is one column: it ends where "first" does
+    assert len(columns) == 6
+    for row in rows:
+        assert _cell_ends(row)[1:] == columns, (row, header)

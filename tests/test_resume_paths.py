@@ -174,3 +174,60 @@ def test_a_checkpoint_that_stored_home_paths_as_written_resumes_with_the_same_co
     assert resume_point(config("~/models/m"), found, weights_only=False) is not None
     with pytest.raises(ConfigError, match="breaks exact resumption: model.path"):
         resume_point(config("~/models/other"), found, weights_only=False)
+
+
+def test_a_moved_project_whose_config_names_its_reward_file_at_the_new_place_resumes(tiny_model_dir, tmp_path,
+                                                                                    monkeypatch, capfd):
+    """A project moved to another folder, whose config names its reward file by absolute path, was
+    refused at resume ("config changed at resume in a way that breaks exact resumption: rewards")
+    even after the path was edited to the new place, the code the same. The code is compared by
+    content: the move resumes and says so; other code at the new place is still refused."""
+    project = tmp_path / "project"
+    project.mkdir()
+    config = write_config(project, tiny_model_dir, Path("runs/x"), steps=1)  # reward.py inside the project
+    monkeypatch.chdir(project)
+    assert train_here(capfd, config).returncode == 0
+    moved = tmp_path / "moved"
+    project.rename(moved)
+    config = moved / config.name
+    config.write_text(config.read_text().replace(str(project / "reward.py"), str(moved / "reward.py")))
+    monkeypatch.chdir(moved)
+    result = train_here(capfd, config, "--resume", "--steps", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert said_changes(result.stderr) == [
+        "train.steps 1 -> 2", f"rewards[0].function '{project}/reward.py:digits' -> '{moved}/reward.py:digits' "
+        "(the same file moved: its code is compared by content)"], result.stderr[-3000:]
+    assert steps_logged(moved / "runs" / "x") == [1, 2]
+
+    (moved / "reward.py").write_text((moved / "reward.py").read_text() + "\nEDITED = True\n")
+    elsewhere = tmp_path / "again"
+    moved.rename(elsewhere)
+    config = elsewhere / config.name
+    config.write_text(config.read_text().replace(str(moved / "reward.py"), str(elsewhere / "reward.py")))
+    monkeypatch.chdir(elsewhere)
+    result = train_here(capfd, config, "--resume", "--steps", "3")
+    assert result.returncode != 0
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert "the code of reward function(s) digits changed since" in line, result.stderr[-3000:]
+    assert steps_logged(elsewhere / "runs" / "x") == [1, 2]
+
+
+def test_launch_dry_run_prints_a_quoted_home_resume_path_expanded(one_step, home, capfd):
+    """`polyrl launch CONFIG --resume "~/runs/x/checkpoints/step-1" --dry-run` printed
+    `--resume '~/runs/x/...'` (the shell-quoted "~" no shell expands on paste), while the launch
+    itself checked and resumed the home folder's checkpoint: the printed command is the one run."""
+    pytest.importorskip("torch", reason="polyrl launch runs torchrun, which comes with torch")
+    import shlex
+
+    from polyrl.cli import main
+
+    config, project = one_step
+    shutil.copytree(project / "runs" / "x", home / "runs" / "x")
+    capfd.readouterr()
+    code = main(["launch", str(config), "--nproc-per-node", "1", "--resume", f"~/runs/x/{STEP.format(1)}",
+                 "--output-dir", "~/runs/x", "--dry-run"])
+    out = capfd.readouterr()
+    assert code == 0, out.err
+    argv = shlex.split(out.out.strip().splitlines()[-1])
+    assert argv[argv.index("--resume") + 1] == str(home / "runs" / "x" / STEP.format(1))
+    assert argv[argv.index("--output-dir") + 1] == str(home / "runs" / "x")

@@ -47,14 +47,16 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
     if args.log_json:
         cmd.append("--log-json")
     cmd += ["train", args.config, "--no-progress"]
+    # "~" read as the home folder here, as the ranks read it: --dry-run printed `--resume '~/runs/..'`
+    # shell-quoted, a "~" no shell expands when the line is pasted, naming another path than the one checked
     if args.resume is not None:
-        cmd += ["--resume"] + ([args.resume] if args.resume else [])
+        cmd += ["--resume"] + ([os.path.expanduser(args.resume)] if args.resume else [])
     if args.resume_weights_only:
         cmd.append("--resume-weights-only")
     if args.steps is not None:
         cmd += ["--steps", str(args.steps)]
     if args.output_dir is not None:
-        cmd += ["--output-dir", args.output_dir]
+        cmd += ["--output-dir", os.path.expanduser(args.output_dir)]
     for assignment in args.set:
         cmd += ["--set", assignment]
     return cmd

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
+
 from polyrl import plot_warnings
 from polyrl.report import (
     PAGE_STYLE,
@@ -87,9 +89,17 @@ def text_table(table: dict[str, dict[str, dict[str, float | None] | None]], name
             got = row[name]
             cells += [MISSING] * 3 if got is None else [_number(got[w]) for w in ("first", "last", "best")]
         rows.append(cells)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    widths = [max(cell_len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(_padded(c, w, left=i == 0) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
                      for r in rows)
+
+
+def _padded(text: str, width: int, left: bool) -> str:
+    """``text`` padded to ``width`` terminal cells. Why: ``str.ljust`` counts characters, and a CJK
+    character or an emoji takes two cells, so a run or metric named in them pushed its row's
+    columns one cell right per such character."""
+    fill = " " * max(0, width - cell_len(text))
+    return text + fill if left else fill + text
 
 
 def write_png(runs: Sequence[RunData], names: Sequence[str], output: str | Path) -> Path:

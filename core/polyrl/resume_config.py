@@ -299,10 +299,60 @@ def _same_output_dir(change: tuple[str, Any, Any], checkpoint: Path | None) -> b
     return os.path.realpath(before) == os.path.realpath(after)
 
 
+def _file_reward(function: Any) -> tuple[str, str] | None:
+    """(file, function name) of a ``function = "path/file.py:name"`` reward; None for a module's."""
+    if not isinstance(function, str) or ":" not in function:
+        return None
+    file, name = function.rsplit(":", 1)
+    return (file, name) if file.endswith(".py") else None
+
+
+def _moved_reward_files(change: tuple[str, Any, Any]) -> list[tuple[str, Any, Any]] | None:
+    """``[(rewards[i].function, old, new)]`` when a ``rewards`` change is only function rewards'
+    files named at another path (a project moved or copied elsewhere, its config edited to the new
+    place), the same function names; None for any other change of the rewards."""
+    field, before, after = change
+    if field != "rewards" or not isinstance(before, list) or not isinstance(after, list) or len(before) != len(after):
+        return None
+    moved: list[tuple[str, Any, Any]] = []
+    for i, (old, new) in enumerate(zip(before, after)):
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            return None
+        if {k: v for k, v in old.items() if k != "function"} != {k: v for k, v in new.items() if k != "function"}:
+            return None
+        if old.get("function") != new.get("function"):
+            was, now = _file_reward(old.get("function")), _file_reward(new.get("function"))
+            if was is None or now is None or was[1] != now[1]:
+                return None
+            moved.append((f"rewards[{i}].function", old["function"], new["function"]))
+    return moved or None
+
+
+def _reward_moves(found: list[tuple[str, Any, Any]], code_saved: bool) -> tuple[list[tuple[str, Any, Any]], list[str]]:
+    """``found`` less a ``rewards`` change that only moved reward files, and the lines saying that
+    move (applied). Why: the checkpoint stores each reward file's path; a project moved to another
+    folder, its config's absolute ``function = "/old/place/reward.py:score"`` edited to the new
+    place, was refused as a changed experiment though the code was the same. What the resumed steps
+    are scored by is the code, which the trainer compares by content (``reward_code``: the file's
+    bytes and the function's bytecode, not its path) and refuses when it differs. A checkpoint
+    from before that comparison (``code_saved`` False) cannot show the code is the same: refused."""
+    if not code_saved:
+        return found, []
+    kept, said = [], []
+    for change in found:
+        moved = _moved_reward_files(change)
+        if moved is None:
+            kept.append(change)
+        else:
+            said += [describe(m) + " (the same file moved: its code is compared by content)" for m in moved]
+    return kept, said
+
+
 def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool,
-          checkpoint: Path | None = None) -> list[str]:
+          checkpoint: Path | None = None, reward_code: Any = None) -> list[str]:
     """The changes to log as applied; raises ``ConfigError`` naming every refused change.
-    ``checkpoint``: the folder resumed (a run going on in the folder that holds it kept its output_dir).
+    ``checkpoint``: the folder resumed (a run going on in the folder that holds it kept its output_dir);
+    ``reward_code``: the checkpoint's ``reward_code`` (a reward file moved elsewhere is compared by it).
     ``saved`` is empty or None only for a weights-only resume (``checkpoint_state`` refuses it for
     a full one): there is nothing to compare, and that resume starts a new experiment anyway."""
     if not saved:
@@ -313,6 +363,7 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool,
     found = [c for c in changes(_unset_limits_as_default(_reward_defaults(_home_expanded(saved))),
                                 _unset_limits_as_default(snapshot(config)))
              if not _added_at_default(c, saved, config) and not _same_output_dir(c, checkpoint)]
+    found, moves = _reward_moves(found, isinstance(reward_code, list))
     refused = [c for c in found if not weights_only and not _is_applied(c[0])]
     if refused:
         first = refused[0][0]
@@ -323,4 +374,4 @@ def check(saved: dict[str, Any] | None, config: RunConfig, weights_only: bool,
             fix="restore the checkpoint's values, or start from its weights with --resume-weights-only "
             "(fresh optimizer and RNG), or train into a new output_dir",
         )
-    return [describe(c) for c in found]
+    return [describe(c) for c in found] + moves

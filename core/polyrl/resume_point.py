@@ -64,7 +64,8 @@ def resume_point(config: RunConfig, path: str | Path | None, weights_only: bool,
     if announce and weights_only and not state.get("config"):
         log.warning("checkpoint holds no saved config: the settings changed since it cannot be listed",
                     checkpoint=str(found))
-    for change in resume_config.check(state.get("config"), config, weights_only, checkpoint=found):
+    for change in resume_config.check(state.get("config"), config, weights_only, checkpoint=found,
+                                       reward_code=state.get("reward_code")):
         if announce:
             log.warning(f"config changed at resume: {change}", applied=True)
     # a weights-only resume starts the optimizer, and so the schedule, fresh: nothing to compare
