@@ -129,6 +129,47 @@ def test_environment_plugins_from_entry_points_and_broken_ones_isolated(third_pa
     assert "echo" in table and "envimport" in table and "envreg" in table and "gymnasium" in table
 
 
+EXITING_PLUGINS = {
+    # a BaseException of its own at import: it escaped `polyrl environments` as a traceback
+    "polyrl_env_base": "class Gone(BaseException):\n    pass\nraise Gone('driver missing')\n",
+    # sys.exit in a register hook and in a probe: the command ended with code 2, saying nothing
+    "polyrl_env_regexit": ("from polyrl.hookspecs import hookimpl\n"
+                           "@hookimpl\n"
+                           "def polyrl_register_environments(register):\n"
+                           "    raise SystemExit(2)\n"),
+    "polyrl_env_probeexit": ("from polyrl.hookspecs import hookimpl\n"
+                             "from polyrl.agents import EnvironmentSpec\n"
+                             "def probe():\n"
+                             "    raise SystemExit('no gpu here')\n"
+                             "@hookimpl\n"
+                             "def polyrl_register_environments(register):\n"
+                             "    register(EnvironmentSpec(name='needs_gpu', create=lambda options: None, probe=probe))\n"),
+}
+
+
+@pytest.mark.faults
+def test_a_plugin_exiting_or_raising_a_base_exception_is_listed_not_the_end_of_the_command(third_party, capsys):
+    """What a plugin's import, register hook or probe raises that is no ``Exception`` ran on a
+    daemon thread (the user's Ctrl-C never reaches it there): it is that plugin's failure, listed."""
+    for module, body in EXITING_PLUGINS.items():
+        (third_party / f"{module}.py").write_text(body)
+        write_dist(third_party, module.replace("_", "-"), "1.0", {"polyrl.environments": {module: module}})
+    try:
+        assert cli.main(["environments", "--json"]) == 0
+        listing = json.loads(capsys.readouterr().out)
+    finally:
+        import sys
+
+        for module in EXITING_PLUGINS:
+            sys.modules.pop(module, None)
+    errors = {e["name"]: e["error"] for e in listing["load_errors"]}
+    assert errors["polyrl_env_base"] == "Gone: driver missing"
+    assert errors["polyrl_env_regexit"] == "SystemExit: 2"
+    envs = {e["name"]: e for e in listing["environments"]}
+    assert (envs["needs_gpu"]["available"], envs["needs_gpu"]["reason"]) == (False, "probe raised SystemExit: no gpu here")
+    assert envs["echo"]["available"]  # the good plugin beside them still loads
+
+
 @pytest.mark.faults
 def test_third_party_tools_and_environments_resolve_and_bad_ones_are_config_errors(third_party):
     from polyrl.registry import get_registry

@@ -27,6 +27,23 @@ class PluginCallTimedOut(Exception):
     """A plugin's import, register hook or probe did not return within the limit."""
 
 
+class PluginCallRaised(Exception):
+    """A plugin's call raised what is no ``Exception`` (``SystemExit``, ``KeyboardInterrupt``, its
+    own ``BaseException`` subclass). It ran on a daemon thread, so it is the plugin's own doing,
+    never the user's Ctrl-C (that reaches the waiting thread): raised again as itself, a register
+    hook's or probe's ``sys.exit(2)`` ended ``polyrl environments`` with no word, and a subclass
+    ended it with a traceback. ``original`` is what the plugin raised."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+def shown(exc: BaseException) -> BaseException:
+    """What a plugin raised, as its failure is named (``PluginCallRaised`` unwrapped)."""
+    return exc.original if isinstance(exc, PluginCallRaised) else exc
+
+
 def limit_s() -> float:
     """The limit in seconds: the environment's, else the default. A value that is not a finite
     number > 0 is a ConfigError naming the variable: ``abc``, ``-1`` or ``nan`` was replaced by
@@ -45,8 +62,8 @@ def limit_s() -> float:
 
 
 def call_limited(fn: Callable[[], Any], what: str) -> Any:
-    """``fn()`` on a daemon thread: its result, what it raised (``SystemExit`` included), or
-    PluginCallTimedOut naming ``what`` past the limit."""
+    """``fn()`` on a daemon thread: its result, the ``Exception`` it raised, ``PluginCallRaised``
+    for any other ``BaseException`` it raised, or PluginCallTimedOut naming ``what`` past the limit."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -62,7 +79,10 @@ def call_limited(fn: Callable[[], Any], what: str) -> Any:
     if thread.is_alive():
         raise PluginCallTimedOut(f"{what} did not return within {limit:g} s (a hang? {LIMIT_ENV} sets the limit)")
     if "error" in box:
-        raise box["error"]
+        error = box["error"]
+        if not isinstance(error, Exception):
+            raise PluginCallRaised(error) from error
+        raise error
     return box.get("value")
 
 
@@ -78,7 +98,7 @@ def probe_reason(probe: Callable[[], str | None], what: str) -> str | None:
     except PluginCallTimedOut as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a broken probe must not break the listing
-        return f"probe raised {type(exc).__name__}: {exc}"
+        return f"probe raised {type(shown(exc)).__name__}: {exc}"
     if answer is None:
         return None
     if not isinstance(answer, str):

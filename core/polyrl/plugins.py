@@ -35,7 +35,7 @@ import pluggy
 from polyrl import hookspecs
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.plugin_calls import call_limited, limit_s
+from polyrl.plugin_calls import call_limited, limit_s, shown
 from polyrl.plugin_requirements import unmet_core_requirement
 
 ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "polyrl.environments")
@@ -81,7 +81,7 @@ class PluginLoadError:
     def caught(cls, name: str, group: str, distribution: str, exc: BaseException) -> PluginLoadError:
         """The error ``exc`` a plugin raised, with the traceback being handled (call it in the
         ``except`` block): a broken plugin is listed, never raised."""
-        return cls(name=name, group=group, distribution=distribution, error=f"{type(exc).__name__}: {exc}",
+        return cls(name=name, group=group, distribution=distribution, error=f"{type(shown(exc)).__name__}: {exc}",
                    traceback=traceback.format_exc())
 
 
