@@ -1104,3 +1104,16 @@ def test_the_suggested_think_pattern_takes_no_think_of_other_characters_that_dra
     for text, expected in ((f"<think>{blank}</think>42", 0.0), (f"<think>{blank}so 6*7\U0001f600</think>42", 1.0)):
         got = score([("regex_format", 1.0, {"pattern": suggested})], [text])
         assert got.per_reward["regex_format"][0] == expected, repr(text)
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("answer: \u201312", "12", 0.0), ("answer: \u201012", "12", 0.0), ("\\boxed{\uff0d12}", "12", 0.0),  # minus twelve
+    ("answer: \u207b12", "12", 0.0),  # a superscript minus: an exponent's sign, not 12
+    ("answer: \u201312", "-12", 1.0), ("answer: \u221212", "-12", 1.0), ("answer: 12 \u2013 that is all", "12", 1.0),
+    ("answer: 12 \u2014 no, 14", "12", 0.0),  # the em dash is punctuation: a hedge, as before
+])
+def test_numeric_match_reads_a_typeset_minus_as_a_sign(text, answer, expected):
+    """An en dash or hyphen before digits is how typesetting writes a minus: "answer: –12" was read
+    as 12, paid against 12 and never against -12."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected

@@ -48,9 +48,13 @@ silently ignored). Options:
        answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3", "4 or 5!", "2 or 3x") scores 0,
        while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
-    3. the last number of the text.
+    3. the last number of the text; one that the prompt also writes (``prompt_numbers``) only when
+       nothing but the rest of its sentence follows it and it closes no list of numbers ("So she has
+       12 apples." reads 12; "The question asks for 12 apples... I don't know" and "Options: 10,
+       12." none): a number quoted from the question is no answer.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
-    directly after a digit or letter is an operator, not a sign. A fraction of two integers is one
+    directly after a digit or letter is an operator, not a sign; a minus typeset as U+2212, an en
+    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). A fraction of two integers is one
     number, its exact value: "1/2", "-1/2" (no spaces: "1 / 2" is an expression), ``\\frac{1}{2}``,
     ``\\dfrac``, ``\\tfrac``, ``\\frac12``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}``; a fraction over 0 is
     none, and a fraction next to another number ("2 1/2", ``2\\frac{1}{2}``: a mixed number or a
@@ -59,11 +63,14 @@ silently ignored). Options:
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
     and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``,
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
-    ("4\u0336", a struck-through 4) or a factorial: "The answer is 42!" scores 0 against
+    ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
     42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number after
     a relation (``<``, ``>``, ``<=``, ``≠``, ``≤``, ``\\neq``, ``\\not``, ``\\le``...) is a bound, not the
     answer, and a candidate besides it: "x > 4", ``\\boxed{\\neq 4}`` and "4 < 5" score 0 against 4
-    (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number glued to
+    (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number struck out or hidden
+    (``\\sout{4}``, ``\\cancel{4}``, "~~4~~", "<del>4</del>", ``\\phantom{4}``) or negated ("not 4",
+    ``\\neg 4``, "¬4", "!4") is not read, and an answer that gives a number and negates it ("4, not
+    4") gives none ("4, not 5" reads 4). A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
     a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F), and so is one
     a space and such a letter before an operator follow ("2 x + 1", "2 x^2"); "5k" and "2M" are
@@ -341,7 +348,7 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-|\d\s+x\s+"
+    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-|\d\s+x\s+"
     rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
@@ -376,6 +383,13 @@ _RELATION_BEFORE = re.compile(rf"(?:{_RELATION})\s*$")
 _NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not)(?![A-Za-z])\s*\}?|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!])!)\s*$")
 
 
+#: The dashes that typeset a minus sign: the minus (U+2212), the hyphens (U+2010, U+2011), the figure
+#: and en dashes (U+2012, U+2013) and the small and fullwidth hyphen-minus (U+FE63, U+FF0D), each read
+#: as "-". Why: "answer: \u201312" (an en dash, as typesetting writes minus twelve) was read as 12,
+#: paid against 12 and never against -12. The em dash is punctuation ("12 \u2014 no, 14") and stays.
+_MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\ufe63\uff0d", "-"))
+
+
 class _Number(NamedTuple):
     """A number read from a text (see ``_numbers``)."""
 
@@ -389,7 +403,7 @@ class _Number(NamedTuple):
 
 def _numbers(text: str) -> list[_Number]:
     """Each number in ``text``, in order. A fraction of two integers is one number, its exact value."""
-    text = text.replace("\u2212", "-")
+    text = text.translate(_MINUS_SIGNS)
     out: list[_Number] = []
     previous: tuple[int, bool] | None = None  # the last token's end, and whether it was a fraction
     rest_end = -1  # where the last expression scanned ends: a number before it ends there too (linear time)
