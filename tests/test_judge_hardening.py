@@ -401,3 +401,15 @@ def test_a_label_word_inside_another_word_is_no_score(reply, expected):
         assert got is None
     else:
         assert got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    ("Score2: 4", None), ("Rating1: 9", None), ("Score 2: 4", None),  # a numbered label, not a verdict of 2
+    ("Score2: 4\nScore: 6", 0.6),  # the criterion's line aside, the one verdict reads
+    ("Score: 4", 0.4), ("Score 7", 0.7), ("Score 7/10: fair", 0.7), ("overallScore: 6", 0.6),
+])
+def test_a_digit_glued_to_or_naming_the_label_is_no_score(reply, expected):
+    """"Score2: 4" was read as 2/10 (the label's digit), and "Score 2: 4" too: the label must end
+    where its word ends, and a number that names a label (followed by ":") is not its value."""
+    got = parse_score(reply, 10)
+    assert got == (None if expected is None else pytest.approx(expected))

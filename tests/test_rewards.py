@@ -1029,3 +1029,91 @@ def test_numeric_match_does_not_read_a_mixed_number_a_struck_digit_or_a_bound_as
     paid as 4 against the answer 4."""
     rows = [{"prompt": "q", "answer": "4"}]
     assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+@pytest.mark.parametrize("entity", ["&nbsp;", "&#8203;", "&#x200B;", "&zwnj;", "&nbsp; &ZeroWidthSpace;\n&#160;"])
+def test_the_suggested_think_pattern_takes_no_think_of_html_entities_only(entity):
+    """``&nbsp;`` (or ``&#8203;``, ``&zwnj;``) renders as nothing in a chat UI: a think block holding
+    only such references passed the suggested format as one that says something."""
+    suggested = suggested_pattern()
+    for text, expected in ((f"<think>{entity}</think>42", 0.0), (f"<think>{entity}so 6*7</think>42", 1.0),
+                           ("<think>a &amp; b</think>42", 1.0), ("<think>& so on</think>42", 1.0)):
+        got = score([("regex_format", 1.0, {"pattern": suggested})], [text])
+        assert got.per_reward["regex_format"][0] == expected, text
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("100\u2082", 0.0), ("answer: 100\u2082", 0.0), ("\\boxed{100_2}", 0.0), ("\\boxed{100_{2}}", 0.0),
+    ("answer: 100_2", 0.0),  # 100 in base 2 is 4: the digits as written are not the number meant
+    ("answer: \\sout{100}", 0.0), ("answer: \\cancel{100}", 0.0), ("\\boxed{\\phantom{100}}", 0.0),
+    ("answer: ~~100~~", 0.0), ("answer: <del>100</del>", 0.0),  # struck out or invisible: not given
+    ("answer: 100", 1.0), ("\\boxed{100}", 1.0), ("answer: __100__", 1.0), ("answer: ~100", 1.0),
+    ("x_1 = 3, so the answer is 100", 1.0), ("The answer is 100. ~~99~~", 1.0),
+])
+def test_numeric_match_does_not_read_a_subscripted_struck_or_hidden_number(text, expected):
+    """"100₂" (a base or an index), ``\\sout{100}`` (retracted) and ``\\phantom{100}`` (invisible) were
+    each paid as 100, the digits read without what is around them."""
+    rows = [{"prompt": "q", "answer": "100"}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The question asks for 12 apples... I don't know", 0.0),
+    ("Hmm, 12 apples. I cannot work this out.", 0.0),
+    ("He had 12 apples\nno idea", 0.0),
+    ("The answer is 12", 1.0), ("answer: 12. The question had 12 apples too.", 1.0),  # marked: read as before
+    ("Options: 10, 12.", 0.0), ("I would pick from 0 or 12", 0.0),  # the prompt's numbers listed, not chosen
+    ("So she still has 12 apples.", 1.0), ("12", 1.0), ("**12**", 1.0), ("12 + 0 = 12", 1.0),  # it ends on it
+    ("12 - 0 is 12", 1.0), ("Of the 12 she eats 0, so 12 are left.", 1.0),
+])
+def test_numeric_match_does_not_pay_a_number_quoted_from_the_prompt_and_left_behind(text, expected):
+    """With no answer marker nor box, the last number was read wherever it stood: one quoted from the
+    question, followed by "I don't know", was paid whenever the answer is one of the question's numbers."""
+    rows = [{"prompt": "You have 12 apples and eat 0 of them. How many apples are left?", "answer": "12"}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+def test_numeric_match_reads_a_chat_prompts_numbers_and_pays_other_last_numbers():
+    """The prompt's numbers are read from a chat's messages too; a last number the prompt does not
+    write is read wherever it stands, as before."""
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 5 + 7?"}]
+    rows = [{"prompt": chat, "answer": 12}, {"prompt": chat, "answer": 7}]
+    texts = ["It is 12, I think. Not sure.", "The question asks about 7. I don't know."]
+    assert list(score([("numeric_match", 1.0, {})], texts, rows=rows).per_reward["numeric_match"]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("answer: not 12", 0.0), ("answer: NOT 12", 0.0), ("answer: \u00ac12", 0.0), ("\\boxed{\\neg 12}", 0.0),
+    ("\\boxed{\\not{12}}", 0.0), ("\\boxed{\\text{not } 12}", 0.0), ("answer: !12", 0.0),  # what it is not
+    ("answer: 12, not 12", 0.0), ("It is 14, not 12", 0.0),  # the last number is negated: not read
+    ("answer: 12, not 14", 1.0), ("answer: 12 (not 14)", 1.0), ("Great! 12", 1.0), ("knot 12", 1.0),
+])
+def test_numeric_match_does_not_pay_a_negated_number(text, expected):
+    """"answer: not 12" and ``\\boxed{\\neg 12}`` say the answer is anything but 12, and were paid as 12;
+    "It is 14, not 12" was paid as 12, its last number."""
+    rows = [{"prompt": "q", "answer": "12"}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+@pytest.mark.parametrize("blank", ["\u034f", "\u061c", "\ufe0f", "\U000e0041", "\U000e0100", "\u206a", "\ufff9",
+                                   "\U0001d173", "\x00", "\x7f", "\u17b4"])
+def test_the_suggested_think_pattern_takes_no_think_of_other_characters_that_draw_nothing(blank):
+    """The combining grapheme joiner, a variation selector, a tag character, a control character...
+    draw nothing alone: a think block of them passed the suggested format as one that says something."""
+    suggested = suggested_pattern()
+    for text, expected in ((f"<think>{blank}</think>42", 0.0), (f"<think>{blank}so 6*7\U0001f600</think>42", 1.0)):
+        got = score([("regex_format", 1.0, {"pattern": suggested})], [text])
+        assert got.per_reward["regex_format"][0] == expected, repr(text)
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("answer: \u201312", "12", 0.0), ("answer: \u201012", "12", 0.0), ("\\boxed{\uff0d12}", "12", 0.0),  # minus twelve
+    ("answer: \u207b12", "12", 0.0),  # a superscript minus: an exponent's sign, not 12
+    ("answer: \u201312", "-12", 1.0), ("answer: \u221212", "-12", 1.0), ("answer: 12 \u2013 that is all", "12", 1.0),
+    ("answer: 12 \u2014 no, 14", "12", 0.0),  # the em dash is punctuation: a hedge, as before
+])
+def test_numeric_match_reads_a_typeset_minus_as_a_sign(text, answer, expected):
+    """An en dash or hyphen before digits is how typesetting writes a minus: "answer: –12" was read
+    as 12, paid against 12 and never against -12."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected

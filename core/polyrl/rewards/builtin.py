@@ -48,9 +48,13 @@ silently ignored). Options:
        answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3", "4 or 5!", "2 or 3x") scores 0,
        while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
-    3. the last number of the text.
+    3. the last number of the text; one that the prompt also writes (``prompt_numbers``) only when
+       nothing but the rest of its sentence follows it and it closes no list of numbers ("So she has
+       12 apples." reads 12; "The question asks for 12 apples... I don't know" and "Options: 10,
+       12." none): a number quoted from the question is no answer.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
-    directly after a digit or letter is an operator, not a sign. A fraction of two integers is one
+    directly after a digit or letter is an operator, not a sign; a minus typeset as U+2212, an en
+    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). A fraction of two integers is one
     number, its exact value: "1/2", "-1/2" (no spaces: "1 / 2" is an expression), ``\\frac{1}{2}``,
     ``\\dfrac``, ``\\tfrac``, ``\\frac12``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}``; a fraction over 0 is
     none, and a fraction next to another number ("2 1/2", ``2\\frac{1}{2}``: a mixed number or a
@@ -59,11 +63,14 @@ silently ignored). Options:
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
     and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``,
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
-    ("4\u0336", a struck-through 4) or a factorial: "The answer is 42!" scores 0 against
+    ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
     42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number after
     a relation (``<``, ``>``, ``<=``, ``≠``, ``≤``, ``\\neq``, ``\\not``, ``\\le``...) is a bound, not the
     answer, and a candidate besides it: "x > 4", ``\\boxed{\\neq 4}`` and "4 < 5" score 0 against 4
-    (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number glued to
+    (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number struck out or hidden
+    (``\\sout{4}``, ``\\cancel{4}``, "~~4~~", "<del>4</del>", ``\\phantom{4}``) or negated ("not 4",
+    ``\\neg 4``, "¬4", "!4") is not read, and an answer that gives a number and negates it ("4, not
+    4") gives none ("4, not 5" reads 4). A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
     a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F), and so is one
     a space and such a letter before an operator follow ("2 x + 1", "2 x^2"); "5k" and "2M" are
@@ -86,10 +93,11 @@ silently ignored). Options:
     spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
     what it encloses and ask for some text, as ``THINK_FORMAT`` does (TRL's ``think_format_reward``
     is ``^<think>(?!.*<think>)(.*?)</think>.*$``, which also takes an empty think):
-    ``^<think>[B]*[^B<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$``, B the whitespace and
-    the characters that print nothing (zero-width spaces, the byte-order mark...: ``_BLANK``), so
-    an invisible think is empty too; with an answer tag, after ``</think>``:
-    ``\\s*<answer>[B]*[^B<](?:(?!</?answer>).)*</answer>\\s*$``.
+    ``^<think>(?:[B]|E)*(?!E)[^B<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$``, B the
+    whitespace and the characters that print nothing (zero-width spaces, the byte-order mark...:
+    ``_BLANK``), E an HTML character reference (``&nbsp;``, ``&#8203;``, ``&zwnj;``: ``_ENTITY``), so
+    an invisible think, or one of escapes only, is empty too; with an answer tag, after ``</think>``:
+    ``\\s*<answer>(?:[B]|E)*(?!E)[^B<](?:(?!</?answer>).)*</answer>\\s*$``.
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
     ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
     Only what the model wrote counts: in a multi-turn episode, the tokens it sampled (not the
@@ -104,6 +112,7 @@ else an empty completion would be rewarded as correct.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -295,6 +304,9 @@ def compatible(text: str) -> str:
 
 
 _SUPERSCRIPTS = "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b\u207d"
+#: Subscripts after a number ("100₂", "100_2", "100_{2}"): a base or an index, so the digits as
+#: written are not the number meant (100 in base 2 is 4): the number is not read.
+_SUBSCRIPTS = "\u2080-\u208e"
 _OPERATORS = "+/^\u00d7\u00f7\u00b7\u22c5\u2219"  # + / ^ × ÷ · ⋅ ∙
 _COMMANDS = r"\\(?:[dt]?frac|sqrt|binom|cdot|times|div|pm|mp|log|ln|exp|sin|cos|tan)(?![a-zA-Z])"
 #: Single letters that, glued to a number, are a unit ("10m", "5s", "25C"), not a variable: SI
@@ -320,10 +332,15 @@ _RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[
 #: numbers ("2 x 3"), a spaced lone letter that is no unit before an operator ("2 x + 1", "2 x^2":
 #: "5 a day" and "9.8 m/s^2" read), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
 _EXPRESSION_AFTER = re.compile(
-    rf"[{_SUPERSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
+    rf"[{_SUPERSCRIPTS}{_SUBSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|_(?=[{{\dA-Za-z])|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
     rf"|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
     rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
+#: Markup that strikes out or hides what it encloses: a number in it is retracted or invisible, not
+#: given (``\\sout{4}``, ``\\cancel{4}``, ``\\phantom{4}``, "~~4~~", "<del>4</del>"), as a digit
+#: struck through with a combining mark is.
+_STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphantom)\s*\{"
+           r"|~~|<(?:del|s|strike)>")
 #: what before a number makes it part of an expression (searched in the few characters before it):
 #: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" or "**" after a digit or
 #: bracket, or after a Latin letter either glued ("x**2", "x*2") or spaced on both sides ("x ** 2";
@@ -331,8 +348,8 @@ _EXPRESSION_AFTER = re.compile(
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-|\d\s+x\s+"
-    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION})\s*$")
+    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-|\d\s+x\s+"
+    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
 #: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
@@ -360,6 +377,17 @@ _EQUATION_BEFORE = re.compile(r"(?:[\d)}\]]|!\s)\s*=\s*$")
 #: a relation right before a number: that number is a bound, a candidate that is not the answer
 #: ("answer: 4 < 5" and "4 (> 3)" state no one answer, as "4 or 5" does not)
 _RELATION_BEFORE = re.compile(rf"(?:{_RELATION})\s*$")
+#: a negation right before a number: "not 12", ``\\not{12}``, ``\\neg 12``, "¬12", "!12" (glued: a
+#: subfactorial, or "not"): that number is what the answer is not, so it is not read, and an
+#: answer that also gives it ("12, not 12") gives nothing
+_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not)(?![A-Za-z])\s*\}?|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!])!)\s*$")
+
+
+#: The dashes that typeset a minus sign: the minus (U+2212), the hyphens (U+2010, U+2011), the figure
+#: and en dashes (U+2012, U+2013) and the small and fullwidth hyphen-minus (U+FE63, U+FF0D), each read
+#: as "-". Why: "answer: \u201312" (an en dash, as typesetting writes minus twelve) was read as 12,
+#: paid against 12 and never against -12. The em dash is punctuation ("12 \u2014 no, 14") and stays.
+_MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\ufe63\uff0d", "-"))
 
 
 class _Number(NamedTuple):
@@ -368,11 +396,14 @@ class _Number(NamedTuple):
     value: Fraction | None  # exact; None past ``_LONGEST_NUMBER``
     alone: bool  # it stands alone (False: it is part of an expression, see ``numeric_match``)
     opens: bool  # it opens an expression that is no side of an equation ("5!", "3x", "1+2"): a candidate
+    start: int = -1  # where it starts in the text
+    end: int = -1  # where it ends in the text
+    negated: bool = False  # a negation is before it ("not 12"): what the answer is not
 
 
 def _numbers(text: str) -> list[_Number]:
     """Each number in ``text``, in order. A fraction of two integers is one number, its exact value."""
-    text = text.replace("\u2212", "-")
+    text = text.translate(_MINUS_SIGNS)
     out: list[_Number] = []
     previous: tuple[int, bool] | None = None  # the last token's end, and whether it was a fraction
     rest_end = -1  # where the last expression scanned ends: a number before it ends there too (linear time)
@@ -389,13 +420,14 @@ def _numbers(text: str) -> list[_Number]:
             opens = not (text.startswith("=", rest_end)
                          or _EQUATION_BEFORE.search(text[max(0, start - 16):start]) is not None)
         opens = opens or (known and _RELATION_BEFORE.search(text[max(0, start - 16):start]) is not None)
-        alone = known and not (after or before)
+        negated = known and _NEGATION_BEFORE.search(text[max(0, start - 16):start]) is not None
+        alone = known and not (after or before or negated)
         fraction = m.group("number") is None
         if (previous is not None and (fraction or previous[1])
                 and _JUXTAPOSED.fullmatch(text, previous[0], m.start())):
             # "2 1/2", "2\\frac{1}{2}", "\\frac12 3": a mixed number or a product, neither part the answer
             out[-1], alone, opens = out[-1]._replace(alone=False), False, False
-        out.append(_Number(value, alone, opens))
+        out.append(_Number(value, alone, opens, m.start(), m.end(), negated))
         previous = (m.end(), fraction)
     return out
 
@@ -458,9 +490,10 @@ def read_fraction(text: str) -> Fraction | None:
     return value if known else None
 
 
-def final_number(text: str, opened: bool = False) -> Fraction | None:
+def final_number(text: str, opened: bool = False, quoted: Collection[Fraction] = ()) -> Fraction | None:
     """The final number of a completion (see ``numeric_match``), exactly, or None. ``opened``: the
-    prompt opened its ``<think>`` (``polyrl.reasoning.final_part``)."""
+    prompt opened its ``<think>`` (``polyrl.reasoning.final_part``); ``quoted``: the numbers its
+    prompt writes (``prompt_numbers``), which the last-number rule pays only as a conclusion."""
     part = final_part(text, opened)
     if part is None:
         return None
@@ -487,12 +520,54 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
             if numbers:
                 return _answered(numbers)
     numbers = _numbers(part)
-    return numbers[-1].value if numbers and numbers[-1].alone else None
+    if not numbers or not numbers[-1].alone:
+        return None
+    last = numbers[-1]
+    if last.value in quoted and (_WORD_AFTER.search(_after_sentence(part, last.end)) or (
+            len(numbers) > 1 and _LIST_SEPARATOR.fullmatch(part, numbers[-2].end, last.start))):
+        return None  # "The question asks for 12 apples... I don't know", "Options: 10, 12, 14.": quoted
+    return last.value
+
+
+#: What between two numbers makes the second a list's next item ("10, 12", "10 or 12", "10; and 12"): a
+#: prompt's number that closes such a list is its options restated, not an answer.
+_LIST_SEPARATOR = re.compile(r"[\s*_$]*(?:(?:[,;|]|(?i:or|and))[\s*_$]*(?:(?i:or|and)[\s*_$]+)?)?")
+#: Something said: a letter or digit.
+_WORD_AFTER = re.compile(r"[^\W_]")
+
+
+def _after_sentence(text: str, i: int) -> str:
+    """What ``text`` says after the sentence or line that position ``i`` is in ("" when that is the last)."""
+    m = _SENTENCE_OR_LINE_END.search(text, i)
+    return "" if m is None else text[m.end():]
+
+
+def prompt_numbers(prompt: Prompt | None) -> frozenset[Fraction]:
+    """The numbers a prompt writes (its text, or its messages' text; none for token ids). Why: with no
+    answer marker nor box, the last number of a completion can be one it quotes from the question
+    ("The question asks for 12 apples... I don't know"), and paying it pays a policy for restating
+    the question whenever the answer is one of its numbers. Such a number is read only when nothing
+    but the rest of its sentence follows it ("So she keeps 12 apples."), as an answer ends."""
+    if isinstance(prompt, str):
+        texts: tuple[str, ...] = (prompt,)
+    elif isinstance(prompt, Sequence):
+        texts = tuple(m["content"] for m in prompt if isinstance(m, Mapping) and isinstance(m.get("content"), str))
+    else:  # None, or a TokenPrompt: no text to read
+        texts = ()
+    return _numbers_in(texts)
+
+
+@functools.lru_cache(maxsize=64)
+def _numbers_in(texts: tuple[str, ...]) -> frozenset[Fraction]:
+    """The values of the numbers in ``texts``: cached, as a group's completions share one prompt."""
+    return frozenset(n.value for text in texts for n in _numbers(text) if n.value is not None)
 
 
 #: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
 #: a decimal point, nor the "!" of a factorial "42!"), or "。".
 _SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]])!)(?=\s|$)|\u3002")
+#: The end of the sentence (see ``_SENTENCE_END``) or line a number is in.
+_SENTENCE_OR_LINE_END = re.compile(rf"{_SENTENCE_END.pattern}|\n")
 
 
 def _answered(numbers: list[_Number]) -> Fraction | None:
@@ -503,7 +578,8 @@ def _answered(numbers: list[_Number]) -> Fraction | None:
     "answer: 2 (two)", "answer: 1/2 = 0.5", a check ("4, since 2*2 = 4") and a unit's power
     ("answer: 42 cm^2") still read."""
     first = numbers[0]
-    if not first.alone or any(n.opens or (n.alone and n.value != first.value) for n in numbers[1:]):
+    if not first.alone or any(n.opens or (n.alone and n.value != first.value) or (n.negated and n.value == first.value)
+                              for n in numbers[1:]):
         return None
     return first.value
 
@@ -545,13 +621,26 @@ def _required(name: str, opts: dict[str, Any], key: str, example: str) -> Any:
 
 #: What a think block made only of leaves empty: whitespace and the characters that print nothing
 #: (zero-width spaces and joiners, the byte-order mark, the soft hyphen, bidi marks, the braille and
-#: Hangul blanks). Why: "<think>\u200b</think>" passed ``[^\s<]`` as text, an empty think paid.
-_BLANK = r"\s\u00ad\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2800\u3164\ufeff\uffa0"
+#: Hangul blanks; the control characters, the combining grapheme joiner, variation selectors, tag
+#: characters and the other format characters that draw nothing alone). Why: "<think>\u200b</think>"
+#: passed ``[^\s<]`` as text, an empty think paid; then so did "\u034f", "\ufe0f" or "\U000e0041".
+_BLANK = (r"\s\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u202a-\u202e"
+          r"\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001d173-\U0001d17a"
+          r"\U000e0000-\U000e007f\U000e0100-\U000e01ef")
+
+#: An HTML character reference ("&nbsp;", "&#8203;", "&#x200B;", "&zwnj;"): a think block holding
+#: only these and blanks is empty too. Why: a chat UI or a markdown renderer shows "&nbsp;" as a
+#: blank, and "<think>&nbsp;</think>" paid as a think that says something. Any reference counts,
+#: not only the blank ones: a think written only in escapes ("&#52;") reasons in no words either.
+_ENTITY = r"&(?:#[xX]?[0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);"
 
 #: The reasoning format ``regex_format``'s messages suggest: one ``<think>`` block at the very start
-#: holding a character that prints, no other think tag anywhere (linear time: no nested repetition).
+#: holding a character that prints and is no character reference, no other think tag anywhere
+#: (linear time: no nested repetition; the blanks and references before the first such character
+#: are whole units, so a failed match backs off through them without rescanning).
 #: In a TOML file, write it as a literal string (pattern = '...'), as the messages quote it.
-THINK_FORMAT = rf"^<think>[{_BLANK}]*[^{_BLANK}<](?:(?!</?think>).)*</think>(?:(?!</?think>).)*$"
+THINK_FORMAT = (rf"^<think>(?:[{_BLANK}]|{_ENTITY})*(?!{_ENTITY})[^{_BLANK}<]"
+                r"(?:(?!</?think>).)*</think>(?:(?!</?think>).)*$")
 
 #: The dataset column exact_match and numeric_match read the reference answer from by default.
 ANSWER_COLUMN = "answer"
@@ -641,7 +730,10 @@ def _matches(got: Fraction, expected: Fraction, abs_tol: float, rel_tol: float) 
     return expected.denominator != 1 and diff <= Fraction(rel_tol) * max(abs(got), abs(expected))
 
 
-def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
+def numeric_match(completions: Sequence[Completion | str], context: RewardContext,
+                  prompts: Sequence[Prompt] | None = None) -> Scores:
+    """``prompts``: the completions' prompts, whose numbers the last-number rule does not pay as a
+    quote (``prompt_numbers``); None (a caller without them) reads every last number."""
     opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 0.0, "rel_tolerance": 1e-9})
     # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
     tol = positive_number("numeric_match", opts, "tolerance", 0.01, zero=True)
@@ -653,7 +745,8 @@ def numeric_match(completions: Sequence[Completion | str], context: RewardContex
             out.append(None)
             continue
         expected = _as_number(answer, opts["column"], i)
-        got = final_number(completion_text(completion), opened=reasoning_open(completion))
+        quoted = prompt_numbers(prompts[i]) if prompts is not None and i < len(prompts) else frozenset()
+        got = final_number(completion_text(completion), opened=reasoning_open(completion), quoted=quoted)
         out.append(1.0 if got is not None and _matches(got, expected, tol, rel_tol) else 0.0)
     return out
 
@@ -830,7 +923,8 @@ def reward(
     out: dict[str, Scores] = {}
     for name in (name for name in context.wanted if name in BUILTIN_REWARDS):
         t0 = time.perf_counter()
-        scores = BUILTIN_REWARDS[name][0](completions, context)
+        scores = (numeric_match(completions, context, prompts) if name == "numeric_match"
+                  else BUILTIN_REWARDS[name][0](completions, context))
         # each its own latency: one call answers them all, so the call's time named none of them
         timed = scores if isinstance(scores, RewardScores) else RewardScores(scores)
         timed.metrics["latency_s"] = time.perf_counter() - t0

@@ -85,7 +85,9 @@ Fences: what the policy or the dataset wrote is quoted between ``<data-N>`` and 
 Score parsing (``parse_score``): the reply must hold exactly one verdict. The candidates are
     1. every explicit verdict: a JSON ``"score"`` (or ``"rating"``/``"grade"``) field, possibly
        in a code fence; a labelled score ("Score: 7/10", "rating = 4 out of 10", "**Score:** 8",
-       "Rating (0-10): 6"; the label starts a word: "upgrade 10" is none); ``\\boxed{7}``; next to them, every fraction in the prose over the
+       "Rating (0-10): 6"; the label starts and ends a word: "upgrade 10" is none, and a
+       numbered criterion's "Score2: 4" or "Score 2: 4" is no 2); ``\\boxed{7}``; next to them,
+       every fraction in the prose over the
        scale's maximum ("the response claims Score: 10/10, I give it 3/10" is two scores, not
        the policy's 10);
     2. only when there is none, a reply that is nothing but a number ("7", "7.5.", "7/10").

@@ -31,8 +31,10 @@ Candidates = list["Found | None"]
 _NUM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)", re.ASCII)  # "４" is no digit a rubric asked for
 #: a label starts a word (or a camelCase part, "overallScore"): "upgrade 10", "degrade 10" and
 #: "underscore: 3" hold no score (the judge echoing "the patch will upgrade 10 servers" from a
-#: completion was read as a verdict of 10/10)
-_LABEL = re.compile(r"(?<![^\W\d_])(?:score|rating|grade)|(?-i:(?<=[a-z])(?:Score|Rating|Grade))", re.IGNORECASE)
+#: completion was read as a verdict of 10/10), and ends one: "Score2: 4" and "Rating1: 9" are other
+#: labels (a numbered criterion), whose digit was read as the verdict (2/10)
+_LABEL = re.compile(r"(?:(?<![^\W\d_])(?:score|rating|grade)|(?-i:(?<=[a-z])(?:Score|Rating|Grade)))(?!\w)",
+                    re.IGNORECASE)
 _JSON_KEY = re.compile(r'"(?:score|rating|grade)"\s*:\s*', re.IGNORECASE)
 _THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 _OUT_OF = re.compile(r"out\s+of", re.IGNORECASE)
@@ -140,10 +142,13 @@ def _labelled_at(text: str, i: int) -> Found | None | Literal[False]:
         if ends and (newline < 0 or min(ends) < newline):
             i = _skip(text, i + 2 + min(ends))
     lowered = text[i:i + 2].lower()
+    separated = True
     if lowered in ("is", "of"):
         i += 2
     elif lowered[:1] in ("=", ":"):
         i += 1
+    else:
+        separated = False
     number = _number_at(text, _skip(text, i))
     if number is None:
         return False
@@ -151,6 +156,8 @@ def _labelled_at(text: str, i: int) -> Found | None | Literal[False]:
     denominator = _denominator_at(text, _skip(text, end))
     if denominator is not None:
         end = denominator[1]
+    elif not separated and text.startswith(":", _skip(text, end)):
+        return False  # "Score 2: 4": the number names the label (a criterion's index), it is no score
     if not _plain_end(text, end):
         return None
     return value, (denominator[0] if denominator else None)
