@@ -29,6 +29,7 @@ from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_ro
 from polyrl.csv_numbers import refuse_leading_zeros
 from polyrl.data_arrow import ArrowRows
 from polyrl.json_coercion import refuse_coerced
+from polyrl.late_columns import first_rows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.logs import get_logger
@@ -200,6 +201,9 @@ class RowOrigins:
         self.files: list[str] = []
         self.starts: list[int] = []
         self.lines = array("i")
+        #: {column: the first row holding it} for columns the first row lacks, in rows 🤗 datasets
+        #: could not read (``polyrl.late_columns``); {} when it read them
+        self.late: dict[str, int] = {}
 
     def add(self, path: Path, lines: Sequence[int]) -> None:
         self.files.append(str(path))
@@ -277,7 +281,9 @@ def read_json_files(paths: Sequence[Path], field: str = "data.path",
     if not rows:
         raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
     typed = typed_as_datasets(paths, rows, cache_dir)
-    if typed is not rows:  # a string datasets read as a number, a boolean or null (pandas' guess)
+    if typed is rows:  # datasets could not read them: a column first written late is missing before
+        origins.late = first_rows(rows)
+    else:  # a string datasets read as a number, a boolean or null (pandas' guess)
         refuse_coerced(rows, typed, origins.describe, field)
     return typed, origins
 
