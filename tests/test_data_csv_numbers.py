@@ -90,3 +90,22 @@ def test_zeros_in_a_text_column_of_several_files_are_kept_as_written(tmp_path):
     (tmp_path / "b.csv").write_text("prompt,code\nc,xyz\nd,0042\n")
     rows = load_dataset(path=str(tmp_path / "*.csv"), cache_dir=str(tmp_path / "c")).rows
     assert [r["code"] for r in rows] == ["abc", "007", "xyz", "0042"]
+
+
+@pytest.mark.parametrize(("cell", "read"), [("1.50", 1.5), ("1e3", 1000.0), ("true", True)])
+def test_other_renderings_keep_the_value_and_the_answer_rewards_score_the_text_as_written(tmp_path, cell, read):
+    """1.50, 1e3, true reach the rewards as pandas reads them (TRL's rows hold the same), not
+    refused as leading zeros are: the value is kept, and exact_match / numeric_match compare values,
+    so a completion that writes the cell as the file does scores 1."""
+    from polyrl.rewards.builtin import exact_match, numeric_match
+    from polyrl.types import RewardContext
+
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\nWhat is it?,{cell}\nWhat else?,{'false' if read is True else 2}\n")
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    expected = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert rows == expected.to_list() and rows[0]["answer"] == read and type(rows[0]["answer"]) is type(read)
+    context = RewardContext(rows=rows[:1], wanted=("exact_match",), options={})
+    assert exact_match([f"The answer is {cell}"], context) == [1.0]
+    if not isinstance(read, bool):
+        assert numeric_match([f"The answer is {cell}"], context) == [1.0]
