@@ -427,11 +427,41 @@ def _parquet_rows(paths: list[Path], field: str) -> int:
     total = 0
     for p in paths:
         try:
-            total += pq.ParquetFile(p).metadata.num_rows
+            file = pq.ParquetFile(p)
+            total += file.metadata.num_rows
+            schema = file.schema_arrow
         except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError...
             raise ConfigError(f"{str(p)!r} is not a readable Parquet file: {_reason(exc)}", field=field,
                               fix="re-export it (e.g. pandas.DataFrame.to_parquet / Dataset.to_parquet)") from None
+        _refuse_parquet_schema(p, schema, field)
     return total
+
+
+def _refuse_parquet_schema(path: Path, schema: Any, field: str) -> None:
+    """A valid Parquet file 🤗 datasets cannot read, named for what it holds: a column named twice
+    (pyarrow's own message listed its scanner's internal columns) or a map column, anywhere in a
+    column's type (datasets has no type for one). Why: the error said to re-export a valid file."""
+    names = schema.names
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"{str(path)!r} names the column {twice!r} twice (🤗 datasets cannot tell them apart)",
+                          field=field, fix="give each column its own name (rename or drop one) and write the file again")
+    for column in schema:
+        if _has_map(column.type):
+            raise ConfigError(f"{str(path)!r}: column {column.name!r} holds an Arrow map ({column.type}), which 🤗 "
+                              "datasets has no type for", field=field,
+                              fix="store it as a list of {key, value} structs or as a JSON string, or drop it")
+
+
+def _has_map(kind: Any) -> bool:
+    """Whether an Arrow type is a map or holds one (in a list, struct or dictionary)."""
+    import pyarrow as pa
+
+    if pa.types.is_map(kind):
+        return True
+    if pa.types.is_dictionary(kind):
+        return _has_map(kind.value_type)
+    return any(_has_map(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _load_folder(folder: Path, split: str | None, field: str, split_field: str) -> ArrowRows:
