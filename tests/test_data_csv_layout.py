@@ -91,3 +91,28 @@ def test_a_semicolon_csv_is_refused_naming_its_separator(tmp_path, cache):
         load_dataset(path=str(path), cache_dir=cache)
     assert f"{path} line 2 has 2 fields" in str(info.value)
     assert "one field holding ';'" in info.value.fix and "comma-separated" in info.value.fix
+
+
+@pytest.mark.parametrize(("name", "text", "said", "fix"), [
+    ("qa.csv", "prompt;answer\nWhat is 2 + 2?;4\n", "separated by semicolons, and a .csv file is read with commas",
+     "save it with commas"),
+    ("qa.csv", "prompt\tanswer\nWhat is 2 + 2?\t4\n", "separated by tabs, and a .csv file is read with commas",
+     "name the file .tsv"),
+    ("qa.tsv", "prompt,answer\nWhat is 2 + 2?,4\n", "separated by commas, and a .tsv file is read with tabs",
+     "name the file .csv"),
+])
+def test_a_file_separated_by_another_character_is_named_not_missing_its_prompt(tmp_path, name, text, said, fix):
+    """A European spreadsheet's CSV (semicolons), or a TSV named .csv, reads as one column: the error
+    said the file had no column 'prompt', listing 'prompt;answer' among its columns."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert err.value.field == "data.path" and f"{path}: its header line " in str(err.value), str(err.value)
+    assert said in str(err.value) and fix in str(err.value)
+
+
+def test_one_column_without_another_separator_still_reads(tmp_path):
+    path = tmp_path / "q.tsv"
+    path.write_text("prompt\nWhat is 2 + 2?\n")
+    assert load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows == [{"prompt": "What is 2 + 2?"}]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl import json_keys, json_lines, long_numbers
-from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_row_labels
+from polyrl.csv_layout import refuse_long_rows, refuse_other_separator, refuse_repeated_names, refuse_row_labels
 from polyrl.csv_numbers import refuse_leading_zeros
 from polyrl.data_arrow import ArrowRows
 from polyrl.json_coercion import refuse_coerced
@@ -413,6 +413,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     if builder == "csv":
         refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
+        refuse_other_separator(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_leading_zeros(loaded.data.table, paths, options.get("sep", ","), field)
     table = _arrow_rows(loaded, digest, name)
     if builder == "csv":
