@@ -116,3 +116,13 @@ def test_one_column_without_another_separator_still_reads(tmp_path):
     path = tmp_path / "q.tsv"
     path.write_text("prompt\nWhat is 2 + 2?\n")
     assert load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows == [{"prompt": "What is 2 + 2?"}]
+
+
+@pytest.mark.parametrize("content", [b"\xef\xbb\xbf", b"\xef\xbb\xbf\r\n", b"\n\n"])
+def test_a_csv_of_a_byte_order_mark_or_line_ends_alone_is_empty(tmp_path, content):
+    """An empty sheet exported as 'CSV UTF-8' is a BOM alone: pandas' 'No columns to parse from file'."""
+    path = tmp_path / "qa.csv"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value) == f"data.path: data file {str(path)!r} is empty. Fix: add rows to it or remove it"

@@ -384,7 +384,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
         return rows, name, origins
     builder, options = ARROW_FORMATS[paths[0].suffix.lower()]
     for p in paths:
-        if p.stat().st_size == 0:
+        if _blank_file(p):
             raise ConfigError(f"data file {str(p)!r} is empty", field=field, fix="add rows to it or remove it")
     datasets = _datasets()
     no_rows = ConfigError(f"data file(s) {name!r} hold no rows", field=field, fix="add rows to them")
@@ -419,6 +419,16 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     if builder == "csv":
         table.csv = (tuple(paths), options.get("sep", ","))
     return table, name, None
+
+
+def _blank_file(path: Path) -> bool:
+    """Whether ``path`` holds nothing, or only a byte order mark and line ends (a spreadsheet's
+    export of an empty sheet): pandas' "No columns to parse from file" named no file."""
+    size = path.stat().st_size
+    if size > 4096:
+        return False
+    with open(path, "rb") as fh:
+        return size == 0 or not fh.read().removeprefix(codecs.BOM_UTF8).strip()
 
 
 def _parquet_rows(paths: list[Path], field: str) -> int:
