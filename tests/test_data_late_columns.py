@@ -35,13 +35,24 @@ def test_a_prompt_column_written_only_in_late_rows_names_its_first_line(tmp_path
     assert 'write "prompt": null' in str(err.value)
 
 
-@pytest.mark.parametrize("reward", [{"name": "numeric_match"}, {"name": "exact_match", "options": {"column": "answer"}}])
+@pytest.mark.parametrize(("reward", "field"), [
+    ({"name": "numeric_match"}, "rewards[0].options.column"),
+    ({"name": "exact_match", "options": {"column": "answer"}}, "rewards[0].options.column"),
+    ({"function": "REWARD:by_answer"}, "rewards[0].function"),
+])
 def test_an_answer_column_written_only_in_late_rows_is_refused_before_any_model_loads(tmp_path, tiny_model_dir,
-                                                                                        reward):
-    """Each row before it reached the reward without an answer, failing steps hours in."""
+                                                                                        reward, field):
+    """Each row before it reached the reward without an answer, failing steps hours in (a function's
+    parameter got None for those rows: TRL could not load the file at all)."""
     pytest.importorskip("polyrl_torch")
     from polyrl.config import RunConfig
     from polyrl.trainer import Trainer
+
+    if "function" in reward:
+        module = tmp_path / "rewards_late.py"
+        module.write_text("def by_answer(completions, answer, **kwargs):\n    return [float(a == c) for a, c in "
+                          "zip(answer, completions)]\n")
+        reward = {"function": f"{module}:by_answer"}
 
     path = _late_file(tmp_path / "late.jsonl", {"prompt": "2 + 2 ="}, {"prompt": "1 + 1 =", "answer": "2"})
     config = RunConfig.from_dict({
@@ -50,9 +61,8 @@ def test_an_answer_column_written_only_in_late_rows_is_refused_before_any_model_
                                                "output_dir": str(tmp_path / "run")}})
     with pytest.raises(ConfigError) as err:
         Trainer(config, check_only=True)
-    assert err.value.field == "rewards[0].options.column"
-    assert f"column 'answer', which rewards[0].options.column reads, first appears at {path} line {_EARLY + 1}" \
-        in str(err.value)
+    assert err.value.field == field
+    assert f"column 'answer', which {field} reads, first appears at {path} line {_EARLY + 1}" in str(err.value)
 
 
 def test_a_late_column_nothing_reads_is_kept_for_the_rows_that_have_it(tmp_path):
