@@ -126,3 +126,31 @@ def test_a_csv_of_a_byte_order_mark_or_line_ends_alone_is_empty(tmp_path, conten
     with pytest.raises(ConfigError) as err:
         load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
     assert str(err.value) == f"data.path: data file {str(path)!r} is empty. Fix: add rows to it or remove it"
+
+
+@pytest.mark.parametrize("how", ["json", "python"])
+def test_a_csv_prompt_of_chat_messages_written_as_text_is_refused_naming_its_row(tmp_path, how):
+    """A DataFrame of chats written with to_csv: the cell is the list's text (JSON, or Python's repr,
+    as pandas writes a list), which the model would read verbatim as one user message."""
+    import json
+
+    import pandas as pd
+
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    path = tmp_path / "qa.csv"
+    pd.DataFrame({"question": ["What is 1 + 1?", json.dumps(chat) if how == "json" else chat],
+                  "answer": ["2", "4"]}).to_csv(path, index=False)
+    read = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert isinstance(read[1]["question"], str)  # why: a CSV cell is text, the messages are gone
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), columns={"prompt": "question"}, cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith("data.path: row 1 of qa.csv: column 'question' holds chat messages written as "
+                                     "text"), str(err.value)
+    assert "JSONL or Parquet" in str(err.value)
+
+
+def test_a_csv_prompt_that_only_looks_like_a_list_still_reads(tmp_path):
+    path = tmp_path / "qa.csv"
+    path.write_text('prompt,answer\n"[{""role"": ""user""}] is not a chat",1\n"[1, 2] + [3]?",2\n')
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    assert [r["prompt"] for r in rows] == ['[{"role": "user"}] is not a chat', "[1, 2] + [3]?"]

@@ -31,6 +31,7 @@ import numpy as np
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
                                check_text_columns, final_assistant_error, image_column_error, unknown_role)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
+from polyrl.csv_chats import refuse_chat_text
 from polyrl.errors import ConfigError
 from polyrl.late_columns import refuse_needed
 from polyrl.logs import get_logger
@@ -136,6 +137,8 @@ class Dataset:
                 if column in names:
                     raise image_column_error(column, self.name)
             check_prompt_column(self._arrow.table.data.table, source, self.name, self._arrow.missing_cell)
+            if self._arrow.csv is not None:  # a cell is text: chat messages there are JSON the model would read
+                refuse_chat_text(self._arrow.table.data.table, source, self.name)
             check_text_columns(self._arrow.table.data.table, self.name)
             return
         prompt_field = "data.columns." + self.prompt_column if self.prompt_column in self.column_map else \
