@@ -91,3 +91,66 @@ def test_a_semicolon_csv_is_refused_naming_its_separator(tmp_path, cache):
         load_dataset(path=str(path), cache_dir=cache)
     assert f"{path} line 2 has 2 fields" in str(info.value)
     assert "one field holding ';'" in info.value.fix and "comma-separated" in info.value.fix
+
+
+@pytest.mark.parametrize(("name", "text", "said", "fix"), [
+    ("qa.csv", "prompt;answer\nWhat is 2 + 2?;4\n", "separated by semicolons, and a .csv file is read with commas",
+     "save it with commas"),
+    ("qa.csv", "prompt\tanswer\nWhat is 2 + 2?\t4\n", "separated by tabs, and a .csv file is read with commas",
+     "name the file .tsv"),
+    ("qa.tsv", "prompt,answer\nWhat is 2 + 2?,4\n", "separated by commas, and a .tsv file is read with tabs",
+     "name the file .csv"),
+])
+def test_a_file_separated_by_another_character_is_named_not_missing_its_prompt(tmp_path, name, text, said, fix):
+    """A European spreadsheet's CSV (semicolons), or a TSV named .csv, reads as one column: the error
+    said the file had no column 'prompt', listing 'prompt;answer' among its columns."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert err.value.field == "data.path" and f"{path}: its header line " in str(err.value), str(err.value)
+    assert said in str(err.value) and fix in str(err.value)
+
+
+def test_one_column_without_another_separator_still_reads(tmp_path):
+    path = tmp_path / "q.tsv"
+    path.write_text("prompt\nWhat is 2 + 2?\n")
+    assert load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows == [{"prompt": "What is 2 + 2?"}]
+
+
+@pytest.mark.parametrize("content", [b"\xef\xbb\xbf", b"\xef\xbb\xbf\r\n", b"\n\n"])
+def test_a_csv_of_a_byte_order_mark_or_line_ends_alone_is_empty(tmp_path, content):
+    """An empty sheet exported as 'CSV UTF-8' is a BOM alone: pandas' 'No columns to parse from file'."""
+    path = tmp_path / "qa.csv"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value) == f"data.path: data file {str(path)!r} is empty. Fix: add rows to it or remove it"
+
+
+@pytest.mark.parametrize("how", ["json", "python"])
+def test_a_csv_prompt_of_chat_messages_written_as_text_is_refused_naming_its_row(tmp_path, how):
+    """A DataFrame of chats written with to_csv: the cell is the list's text (JSON, or Python's repr,
+    as pandas writes a list), which the model would read verbatim as one user message."""
+    import json
+
+    import pandas as pd
+
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    path = tmp_path / "qa.csv"
+    pd.DataFrame({"question": ["What is 1 + 1?", json.dumps(chat) if how == "json" else chat],
+                  "answer": ["2", "4"]}).to_csv(path, index=False)
+    read = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert isinstance(read[1]["question"], str)  # why: a CSV cell is text, the messages are gone
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), columns={"prompt": "question"}, cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith("data.path: row 1 of qa.csv: column 'question' holds chat messages written as "
+                                     "text"), str(err.value)
+    assert "JSONL or Parquet" in str(err.value)
+
+
+def test_a_csv_prompt_that_only_looks_like_a_list_still_reads(tmp_path):
+    path = tmp_path / "qa.csv"
+    path.write_text('prompt,answer\n"[{""role"": ""user""}] is not a chat",1\n"[1, 2] + [3]?",2\n')
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    assert [r["prompt"] for r in rows] == ['[{"role": "user"}] is not a chat', "[1, 2] + [3]?"]

@@ -9,6 +9,9 @@ import pytest
 from polyrl.data import load_dataset
 from polyrl.errors import ConfigError
 
+#: rows pandas types at a time in 🤗 datasets' CSV reader (its CsvConfig.chunksize)
+PANDAS_BLOCK = 10_000
+
 
 @pytest.mark.parametrize("cell", ["007", '"007"', " 0042", "-05", "007.5"])
 def test_a_number_with_leading_zeros_in_a_csv_is_refused_naming_its_line(tmp_path, cell):
@@ -54,3 +57,55 @@ def test_a_line_of_spaces_pandas_skips_does_not_shift_the_rows(tmp_path, blank):
         load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
     assert str(err.value).startswith(f"data.path: {path}:5: column 'answer' holds '007', which pandas "
                                      "(🤗 datasets' CSV reader, and so TRL) reads as the number 7,"), str(err.value)
+
+
+def test_leading_zeros_in_a_file_of_numbers_beside_a_file_of_text_are_refused(tmp_path):
+    """A glob's files are typed one by one: b.csv's answers are numbers (7), cast to the text "7" of
+    a.csv's column, so a column of text did not guard them; datasets gives "7" too."""
+    (tmp_path / "a.csv").write_text("prompt,answer\na,abc\nb,6\n")
+    (tmp_path / "b.csv").write_text("prompt,answer\nc,007\nd,8\n")
+    files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    read = datasets.load_dataset("csv", data_files=files, split="train", cache_dir=str(tmp_path / "hf"))
+    assert read["answer"][2] == "7"  # why: the zeros are gone, as text
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(tmp_path / "*.csv"), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {tmp_path / 'b.csv'}:2: column 'answer' holds '007', which pandas "
+                                     "(🤗 datasets' CSV reader, and so TRL) reads as the number 7, then as the text "
+                                     "'7'"), str(err.value)
+
+
+def test_leading_zeros_in_a_later_block_of_numbers_in_one_file_are_refused(tmp_path):
+    """pandas types each 10,000 rows of a file on its own: a block of numbers after a block of text."""
+    path = tmp_path / "qa.csv"
+    text = [f"q{i},abc{i}" for i in range(PANDAS_BLOCK)]
+    path.write_text("prompt,answer\n" + "\n".join([*text, "r,5", "s,042", "t,8"]) + "\n")
+    with pytest.raises(ConfigError, match=rf"qa.csv:{PANDAS_BLOCK + 3}: column 'answer' holds '042', which pandas .* "
+                                          r"the number 42, then as the text '42'"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+
+
+def test_zeros_in_a_text_column_of_several_files_are_kept_as_written(tmp_path):
+    """A cell of a file whose column is text keeps its zeros: only cells pandas read as numbers are refused."""
+    (tmp_path / "a.csv").write_text("prompt,code\na,abc\nb,007\n")
+    (tmp_path / "b.csv").write_text("prompt,code\nc,xyz\nd,0042\n")
+    rows = load_dataset(path=str(tmp_path / "*.csv"), cache_dir=str(tmp_path / "c")).rows
+    assert [r["code"] for r in rows] == ["abc", "007", "xyz", "0042"]
+
+
+@pytest.mark.parametrize(("cell", "read"), [("1.50", 1.5), ("1e3", 1000.0), ("true", True)])
+def test_other_renderings_keep_the_value_and_the_answer_rewards_score_the_text_as_written(tmp_path, cell, read):
+    """1.50, 1e3, true reach the rewards as pandas reads them (TRL's rows hold the same), not
+    refused as leading zeros are: the value is kept, and exact_match / numeric_match compare values,
+    so a completion that writes the cell as the file does scores 1."""
+    from polyrl.rewards.builtin import exact_match, numeric_match
+    from polyrl.types import RewardContext
+
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\nWhat is it?,{cell}\nWhat else?,{'false' if read is True else 2}\n")
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    expected = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert rows == expected.to_list() and rows[0]["answer"] == read and type(rows[0]["answer"]) is type(read)
+    context = RewardContext(rows=rows[:1], wanted=("exact_match",), options={})
+    assert exact_match([f"The answer is {cell}"], context) == [1.0]
+    if not isinstance(read, bool):
+        assert numeric_match([f"The answer is {cell}"], context) == [1.0]

@@ -115,3 +115,25 @@ def refuse_repeated_names(columns: Sequence[str], paths: Sequence[Path], sep: st
                     f"pandas, which 🤗 datasets reads CSV with, would rename the second to {name + '.1'!r}",
                     field=field, fix="give each column its own name in the header line")
             first.setdefault(name, i)
+
+
+#: separators spreadsheets write that a ``.csv`` read with commas (or a ``.tsv`` with tabs) keeps in one column
+_OTHER_SEPARATORS = {"\t": "tabs", ";": "semicolons", "|": "bars", ",": "commas"}
+
+
+def refuse_other_separator(columns: Sequence[str], paths: Sequence[Path], sep: str, field: str) -> None:
+    """An error when the whole header is one column whose name holds another separator
+    (``prompt;answer``). Why: a European spreadsheet's CSV (semicolons) or a TSV named ``.csv`` read
+    as one column, and the error then said the file had no ``prompt`` column, listing
+    ``prompt;answer`` as if it were a name."""
+    if len(columns) != 1:
+        return
+    found = next((other for other in _OTHER_SEPARATORS if other != sep and other in columns[0]), None)
+    if found is None:
+        return
+    suffix = ".csv" if sep == "," else ".tsv"
+    fix = ("name the file .tsv (tab-separated)" if found == "\t" else "name the file .csv (comma-separated)"
+           if found == "," else "save it with commas as the separator (a spreadsheet's 'CSV UTF-8'), or tabs as a .tsv")
+    raise ConfigError(f"{paths[0]}: its header line {columns[0][:80]!r} reads as one column: it is separated by "
+                      f"{_OTHER_SEPARATORS[found]}, and a {suffix} file is read with {_OTHER_SEPARATORS[sep]}",
+                      field=field, fix=fix)

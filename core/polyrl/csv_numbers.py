@@ -4,6 +4,11 @@ Why: 🤗 datasets reads CSV with ``pandas.read_csv``, which reads a column of d
 quoted or not: an answer ``007`` (or ``"007"``, or ``0042`` as an id) reached the rewards as ``7``,
 silently (TRL's too), and no reward can know the zeros were there. Other renderings of a number
 (``1.50``, ``5`` read as ``5.0`` beside an empty cell) keep its value and are left as datasets reads them.
+
+A column of text is no guard: pandas types each file, and each block of ``PANDAS_BLOCK`` rows of a
+file, on its own, and datasets then casts a block's numbers to the text type of the first block. So
+``007`` in a block (or a later file of a glob) whose cells are all numbers reached the rewards as the
+text ``"7"``, while a file read whole would have kept ``"007"``: such a cell is refused too.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from polyrl.errors import ConfigError
 #: a field that starts (after a quote, a sign or spaces) with a zero and another digit
 _LEADING_ZERO = re.compile(rb'(?:^|[^0-9.eE])[ "]*[+-]?0[0-9]', re.MULTILINE)
 _CELL = re.compile(r"\s*[+-]?0[0-9]")
+#: rows pandas types at a time in 🤗 datasets' CSV reader (``CsvConfig.chunksize``)
+PANDAS_BLOCK = 10_000
 
 
 def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str) -> None:
@@ -31,7 +38,11 @@ def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str
 
     numeric = {name for name, kind in zip(table.column_names, table.schema.types)
                if pa.types.is_integer(kind) or pa.types.is_floating(kind)}
-    if not numeric:
+    # text columns: typed as a number in one file or block, then cast to text (see the module's doc)
+    blocks = len(paths) > 1 or table.num_rows > PANDAS_BLOCK
+    text = {name for name, kind in zip(table.column_names, table.schema.types)
+            if blocks and (pa.types.is_string(kind) or pa.types.is_large_string(kind))}
+    if not numeric and not text:
         return
     maybe = [_may_hold_one(path) for path in paths]
     if not any(maybe):
@@ -42,20 +53,26 @@ def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str
             header = next(rows, (0, None))[1]
             if header is None:
                 continue
-            columns = [(at, name) for at, name in enumerate(header) if name in numeric]
+            columns = [(at, name) for at, name in enumerate(header) if name in numeric or name in text]
             for line, record in rows:
                 if _skipped_by_pandas(record):
                     continue
                 if row >= table.num_rows:  # pandas read fewer rows than written: no cell left to name
                     return
                 for at, name in columns:
-                    text = record[at] if at < len(record) else ""
-                    if _CELL.match(text) and (value := table.column(name)[row].as_py()) is not None:
-                        raise ConfigError(
-                            f"{path}:{line}: column {name!r} holds {text!r}, which pandas (🤗 datasets' CSV reader, "
-                            f"and so TRL) reads as the number {value!r}, its leading zeros dropped", field=field,
-                            fix="give the rows as JSONL or Parquet with that column as strings (in a CSV, quotes do "
-                                "not keep it text), or write the numbers without leading zeros")
+                    cell = record[at] if at < len(record) else ""
+                    if not _CELL.match(cell) or (value := table.column(name)[row].as_py()) is None:
+                        continue
+                    if name in text and value == cell:  # a text block keeps the cell as written
+                        continue
+                    read = (f"the number {value!r}" if name in numeric else
+                            f"the number {value}, then as the text {value!r} (the column holds text elsewhere: "
+                            f"pandas types each file, and each {PANDAS_BLOCK:,} rows of a file, on its own)")
+                    raise ConfigError(
+                        f"{path}:{line}: column {name!r} holds {cell!r}, which pandas (🤗 datasets' CSV reader, "
+                        f"and so TRL) reads as {read}, its leading zeros dropped", field=field,
+                        fix="give the rows as JSONL or Parquet with that column as strings (in a CSV, quotes do "
+                            "not keep it text), or write the numbers without leading zeros")
                 row += 1
 
 

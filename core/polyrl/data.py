@@ -31,7 +31,9 @@ import numpy as np
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
                                check_text_columns, final_assistant_error, image_column_error, unknown_role)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
+from polyrl.csv_chats import refuse_chat_text
 from polyrl.errors import ConfigError
+from polyrl.late_columns import refuse_needed
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
@@ -135,8 +137,15 @@ class Dataset:
                 if column in names:
                     raise image_column_error(column, self.name)
             check_prompt_column(self._arrow.table.data.table, source, self.name, self._arrow.missing_cell)
+            if self._arrow.csv is not None:  # a cell is text: chat messages there are JSON the model would read
+                refuse_chat_text(self._arrow.table.data.table, source, self.name)
             check_text_columns(self._arrow.table.data.table, self.name)
             return
+        prompt_field = "data.columns." + self.prompt_column if self.prompt_column in self.column_map else \
+            "data.prompt_column"
+        refuse_needed([(source, prompt_field), *((column, f"data.columns.{target}")
+                                                 for target, column in self.column_map.items())],
+                      self.late_columns, self.name)
         for i, row in enumerate(self._rows or ()):
             if not isinstance(row, Mapping):
                 raise ConfigError(f"{self.where(i)} is a {type(row).__name__}, not an object", field="data",
@@ -164,6 +173,15 @@ class Dataset:
                     else "set data.prompt_column to the column that holds the prompts",
                 )
             _check_prompt(row[source], self.where(i), source)
+
+    @property
+    def late_columns(self) -> dict[str, str]:
+        """{column: where it first appears} for the columns the first rows of a JSON file that 🤗
+        datasets could not read lack (``polyrl.late_columns``); {} for every other source."""
+        origins = self._origins
+        if origins is None or not origins.late:
+            return {}
+        return {column: origins.describe(row) for column, row in origins.late.items()}
 
     def where(self, index: int) -> str:
         """Where row ``index`` lives in its source, for errors: ``data/x.jsonl line 7 (row 5)`` for

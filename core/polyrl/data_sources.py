@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from polyrl import json_keys, json_lines, long_numbers
-from polyrl.csv_layout import refuse_long_rows, refuse_repeated_names, refuse_row_labels
+from polyrl.csv_layout import refuse_long_rows, refuse_other_separator, refuse_repeated_names, refuse_row_labels
 from polyrl.csv_numbers import refuse_leading_zeros
 from polyrl.data_arrow import ArrowRows
 from polyrl.json_coercion import refuse_coerced
+from polyrl.late_columns import first_rows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.logs import get_logger
@@ -200,6 +201,9 @@ class RowOrigins:
         self.files: list[str] = []
         self.starts: list[int] = []
         self.lines = array("i")
+        #: {column: the first row holding it} for columns the first row lacks, in rows 🤗 datasets
+        #: could not read (``polyrl.late_columns``); {} when it read them
+        self.late: dict[str, int] = {}
 
     def add(self, path: Path, lines: Sequence[int]) -> None:
         self.files.append(str(path))
@@ -277,7 +281,9 @@ def read_json_files(paths: Sequence[Path], field: str = "data.path",
     if not rows:
         raise ConfigError(f"data file {str(paths[0])!r} has no rows", field=field, fix="add JSON lines to it")
     typed = typed_as_datasets(paths, rows, cache_dir)
-    if typed is not rows:  # a string datasets read as a number, a boolean or null (pandas' guess)
+    if typed is rows:  # datasets could not read them: a column first written late is missing before
+        origins.late = first_rows(rows)
+    else:  # a string datasets read as a number, a boolean or null (pandas' guess)
         refuse_coerced(rows, typed, origins.describe, field)
     return typed, origins
 
@@ -378,7 +384,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
         return rows, name, origins
     builder, options = ARROW_FORMATS[paths[0].suffix.lower()]
     for p in paths:
-        if p.stat().st_size == 0:
+        if _blank_file(p):
             raise ConfigError(f"data file {str(p)!r} is empty", field=field, fix="add rows to it or remove it")
     datasets = _datasets()
     no_rows = ConfigError(f"data file(s) {name!r} hold no rows", field=field, fix="add rows to them")
@@ -407,11 +413,22 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     if builder == "csv":
         refuse_row_labels(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
+        refuse_other_separator(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_leading_zeros(loaded.data.table, paths, options.get("sep", ","), field)
     table = _arrow_rows(loaded, digest, name)
     if builder == "csv":
         table.csv = (tuple(paths), options.get("sep", ","))
     return table, name, None
+
+
+def _blank_file(path: Path) -> bool:
+    """Whether ``path`` holds nothing, or only a byte order mark and line ends (a spreadsheet's
+    export of an empty sheet): pandas' "No columns to parse from file" named no file."""
+    size = path.stat().st_size
+    if size > 4096:
+        return False
+    with open(path, "rb") as fh:
+        return size == 0 or not fh.read().removeprefix(codecs.BOM_UTF8).strip()
 
 
 def _parquet_rows(paths: list[Path], field: str) -> int:
@@ -421,11 +438,41 @@ def _parquet_rows(paths: list[Path], field: str) -> int:
     total = 0
     for p in paths:
         try:
-            total += pq.ParquetFile(p).metadata.num_rows
+            file = pq.ParquetFile(p)
+            total += file.metadata.num_rows
+            schema = file.schema_arrow
         except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError...
             raise ConfigError(f"{str(p)!r} is not a readable Parquet file: {_reason(exc)}", field=field,
                               fix="re-export it (e.g. pandas.DataFrame.to_parquet / Dataset.to_parquet)") from None
+        _refuse_parquet_schema(p, schema, field)
     return total
+
+
+def _refuse_parquet_schema(path: Path, schema: Any, field: str) -> None:
+    """A valid Parquet file 🤗 datasets cannot read, named for what it holds: a column named twice
+    (pyarrow's own message listed its scanner's internal columns) or a map column, anywhere in a
+    column's type (datasets has no type for one). Why: the error said to re-export a valid file."""
+    names = schema.names
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"{str(path)!r} names the column {twice!r} twice (🤗 datasets cannot tell them apart)",
+                          field=field, fix="give each column its own name (rename or drop one) and write the file again")
+    for column in schema:
+        if _has_map(column.type):
+            raise ConfigError(f"{str(path)!r}: column {column.name!r} holds an Arrow map ({column.type}), which 🤗 "
+                              "datasets has no type for", field=field,
+                              fix="store it as a list of {key, value} structs or as a JSON string, or drop it")
+
+
+def _has_map(kind: Any) -> bool:
+    """Whether an Arrow type is a map or holds one (in a list, struct or dictionary)."""
+    import pyarrow as pa
+
+    if pa.types.is_map(kind):
+        return True
+    if pa.types.is_dictionary(kind):
+        return _has_map(kind.value_type)
+    return any(_has_map(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _load_folder(folder: Path, split: str | None, field: str, split_field: str) -> ArrowRows:

@@ -65,6 +65,7 @@ from polyrl.errors import (
     RewardError,
     StoppedAtOnce,
 )
+from polyrl.late_columns import refuse_needed, reward_columns
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.tracking.tensorboard import LOG_DIR as TENSORBOARD_DIR
 from polyrl.plugins import get_plugin_manager
@@ -359,6 +360,10 @@ class Trainer:
         #: every column of the training and held-out sets, passed to function rewards for every
         #: sample (``RewardContext.columns``); read once: a row-backed set finds them row by row
         self._columns = tuple(tuple(data.columns) if data is not None else () for data in self._source_data)
+        read = reward_columns(config.rewards, [p.fn for p in function_plugins])
+        for data in self._source_data:  # a column a reward reads, missing from a JSON file's first rows
+            if data is not None:
+                refuse_needed(read, data.late_columns, data.name)
         self.stop_requested = False
         #: the run was stopped by a signal (or its agreement under a launcher) before its last step
         self._stopped_on_request = False
