@@ -1086,6 +1086,29 @@ _LOADS_AS_POLYRL: dict[str, tuple[Any, ...]] = {"revision": (None, "main"), "tru
                                                 "attn_implementation": (None,)}
 
 
+def _dtype_name(value: Any) -> str:
+    """A dtype as ``model_init_kwargs`` gives it (a string or a ``torch.dtype``) by its name."""
+    return str(value).removeprefix("torch.")
+
+
+def _refuse_unread_torch_dtype(kwargs: dict[str, Any], dtype: str) -> None:
+    """One ConfigError where ``model_init_kwargs["torch_dtype"]`` asks for another dtype than the
+    one TRL loads the folder in (``dtype``). Why: TRL 1.16's ``create_model_from_path`` reads
+    ``dtype`` alone (float32 when unset) and passes it to ``from_pretrained``, where transformers 5
+    takes ``dtype`` over the deprecated ``torch_dtype``: ``{"torch_dtype": "bfloat16"}`` trains in
+    float32 under TRL, and polyrl trained it in bfloat16 without a word."""
+    if "torch_dtype" not in kwargs or _dtype_name(kwargs["torch_dtype"]) == dtype:
+        return
+    asked = _dtype_name(kwargs["torch_dtype"])
+    raise ConfigError(f"TRL's model_init_kwargs['torch_dtype'] = {asked!r} is not read: TRL 1.16 loads the model "
+                      f"in dtype = {dtype!r} ({'given' if 'dtype' in kwargs else 'its default'}), which "
+                      "transformers takes over the deprecated torch_dtype, so TRL trains it in "
+                      f"{dtype} and polyrl will not train {asked} in its place",
+                      field="grpo_config.model_init_kwargs",
+                      fix=f"write model_init_kwargs={{\"dtype\": {asked!r}}} for {asked} weights (as TRL then "
+                          f"loads them), or remove torch_dtype for TRL's {dtype}")
+
+
 def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
     """The dtype polyrl trains ``model`` in, as TRL loads it, and ``args`` without the
     ``model_init_kwargs`` read here (``from_trl`` refuses what it does not read). Why: a folder
@@ -1111,10 +1134,8 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
                               field="grpo_config.model_init_kwargs",
                               fix=f"remove {key!r}{taken}: polyrl reads model_init_kwargs' dtype; it loads and "
                                   "places the model itself")
-        if "dtype" in kwargs and "torch_dtype" in kwargs:
-            raise ConfigError("TRL's model_init_kwargs sets both dtype and torch_dtype",
-                              field="grpo_config.model_init_kwargs", fix="keep one of them (dtype)")
-        dtype = str(kwargs.get("dtype", kwargs.get("torch_dtype", "float32"))).removeprefix("torch.")
+        dtype = _dtype_name(kwargs.get("dtype", "float32"))
+        _refuse_unread_torch_dtype(kwargs, dtype)
         where = "model_init_kwargs"
     else:
         dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")
