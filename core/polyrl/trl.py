@@ -1109,10 +1109,28 @@ def _refuse_unread_torch_dtype(kwargs: dict[str, Any], dtype: str) -> None:
                           f"loads them), or remove torch_dtype for TRL's {dtype}")
 
 
+def _recorded_dtype(model: str) -> str | None:
+    """The dtype a model folder's (or cached Hub id's) ``config.json`` records (``dtype``, or
+    transformers 4's ``torch_dtype``), which TRL's ``model_init_kwargs={"dtype": "auto"}`` loads
+    it in; None when it records none polyrl can read (transformers then reads the weights' own)."""
+    from polyrl.hub import looks_like_hub_id, resolve_cached
+
+    folder = model if Path(model).is_dir() else resolve_cached(model) if looks_like_hub_id(model) else None
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")) if folder else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    recorded = config.get("dtype") or config.get("torch_dtype")
+    return recorded if isinstance(recorded, str) else None
+
+
 def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
     """The dtype polyrl trains ``model`` in, as TRL loads it, and ``args`` without the
     ``model_init_kwargs`` read here (``from_trl`` refuses what it does not read). Why: a folder
-    loads in ``model_init_kwargs["dtype"]`` (or ``torch_dtype``; TRL's default float32) and a
+    loads in ``model_init_kwargs["dtype"]`` (TRL's default float32; ``"auto"`` the one its config.json
+    records; a ``torch_dtype`` only where it agrees, as TRL reads ``dtype`` alone) and a
     model object trains in its own dtype (TRL ignores ``model_init_kwargs`` then, with a warning),
     where polyrl's float32 default would train a bfloat16 script in float32 without a word."""
     from polyrl.api import GRPOConfig as PolyrlConfig
@@ -1135,6 +1153,8 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
                               fix=f"remove {key!r}{taken}: polyrl reads model_init_kwargs' dtype; it loads and "
                                   "places the model itself")
         dtype = _dtype_name(kwargs.get("dtype", "float32"))
+        if dtype in ("auto", "None"):  # transformers reads None as "auto": the dtype config.json records
+            dtype = _recorded_dtype(str(model)) or dtype
         _refuse_unread_torch_dtype(kwargs, dtype)
         where = "model_init_kwargs"
     else:
@@ -1147,7 +1167,8 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
     if dtype not in _DTYPES:
         raise ConfigError(f"{where} is {dtype!r}; polyrl trains in {', '.join(_DTYPES)}",
                           field="grpo_config.model_init_kwargs" if where == "model_init_kwargs" else "model",
-                          fix='name the dtype, e.g. model_init_kwargs={"dtype": "bfloat16"} ("auto" is not read)'
+                          fix='name the dtype, e.g. model_init_kwargs={"dtype": "bfloat16"} ("auto" is read only from '
+                              "a dtype config.json records)"
                               if where == "model_init_kwargs" else "convert the model, e.g. model.to(torch.bfloat16)")
     if getattr(args, "model_init_kwargs", None) is not None and not isinstance(args, PolyrlConfig):
         args = copy.copy(args)  # the script's own object keeps its value
