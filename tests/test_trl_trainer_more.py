@@ -910,13 +910,60 @@ def test_model_init_kwargs_dtype_is_the_dtype_the_folder_trains_in(tiny_model_di
     args = _args(tmp_path, model_init_kwargs={"dtype": "bfloat16"})
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=_dataset())
     assert trainer.policy.dtype == "bfloat16" and args.model_init_kwargs == {"dtype": "bfloat16"}
-    assert GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
-                       args=_args(tmp_path, model_init_kwargs={"torch_dtype": "float16"})).policy.dtype == "float16"
-    for kwargs, words in [({"attn_implementation": "eager"}, "attn_implementation"), ({"dtype": "auto"}, "auto")]:
+    for kwargs, words in [({"attn_implementation": "eager"}, "attn_implementation")]:
         with pytest.raises(ConfigError, match=words) as err:
             GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
                         args=_args(tmp_path, model_init_kwargs=kwargs))
         assert err.value.field == "args.model_init_kwargs"
+
+
+def test_model_init_kwargs_torch_dtype_is_refused_where_trl_loads_another_dtype(tiny_model_dir, tmp_path):
+    """TRL 1.16 loads a folder with model_init_kwargs' dtype alone (float32 by default), which
+    transformers takes over torch_dtype: {"torch_dtype": "float16"} trains in float32 there. polyrl
+    trained it in float16 without a word; now it is one error naming torch_dtype and the fix, and a
+    torch_dtype TRL's dtype agrees with is taken."""
+    import torch
+    from trl.trainer.utils import create_model_from_path
+
+    assert create_model_from_path(tiny_model_dir, torch_dtype="float16").dtype == torch.float32  # TRL's own load
+    assert create_model_from_path(tiny_model_dir, dtype="bfloat16", torch_dtype="float16").dtype == torch.bfloat16
+    for kwargs in ({"torch_dtype": "float16"}, {"torch_dtype": torch.bfloat16},
+                   {"dtype": "bfloat16", "torch_dtype": "float16"}):
+        with pytest.raises(ConfigError, match="torch_dtype.*is not read") as err:
+            GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                        args=_args(tmp_path, model_init_kwargs=kwargs))
+        assert err.value.field == "args.model_init_kwargs" and "dtype" in err.value.fix
+    for kwargs, dtype in [({"torch_dtype": "float32"}, "float32"),
+                          ({"dtype": "bfloat16", "torch_dtype": torch.bfloat16}, "bfloat16")]:
+        trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                              args=_args(tmp_path, model_init_kwargs=kwargs))
+        assert trainer.policy.dtype == dtype == str(create_model_from_path(tiny_model_dir, **kwargs).dtype)[6:]
+
+
+def test_model_init_kwargs_dtype_auto_loads_the_dtype_config_json_records_as_trl_does(tiny_model_dir, tmp_path):
+    """TRL's {"dtype": "auto"} (and None, which transformers reads as "auto") loads the folder in the
+    dtype its config.json records: it was refused; now polyrl trains in that dtype, and a folder
+    recording none is still one error naming model_init_kwargs."""
+    import shutil
+
+    import torch
+    from trl.trainer.utils import create_model_from_path
+
+    folder = tmp_path / "bf16-model"
+    shutil.copytree(tiny_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("torch_dtype", None)
+    (folder / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}))
+    for kwargs in ({"dtype": "auto"}, {"dtype": None}, {"dtype": "auto", "torch_dtype": "bfloat16"}):
+        assert create_model_from_path(str(folder), **kwargs).dtype == torch.bfloat16  # TRL's own load
+        trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], train_dataset=_dataset(),
+                              args=_args(tmp_path, model_init_kwargs=kwargs))
+        assert trainer.policy.dtype == "bfloat16"
+    (folder / "config.json").write_text(json.dumps(config))  # records no dtype: transformers reads the weights
+    with pytest.raises(ConfigError, match="auto") as err:
+        GRPOTrainer(model=str(folder), reward_funcs=[short], train_dataset=_dataset(),
+                    args=_args(tmp_path, model_init_kwargs={"dtype": "auto"}))
+    assert err.value.field == "args.model_init_kwargs"
 
 
 def test_model_init_kwargs_as_trls_own_grpo_script_writes_them_are_taken(tiny_model_dir, tmp_path):

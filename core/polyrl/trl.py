@@ -1086,10 +1086,51 @@ _LOADS_AS_POLYRL: dict[str, tuple[Any, ...]] = {"revision": (None, "main"), "tru
                                                 "attn_implementation": (None,)}
 
 
+def _dtype_name(value: Any) -> str:
+    """A dtype as ``model_init_kwargs`` gives it (a string or a ``torch.dtype``) by its name."""
+    return str(value).removeprefix("torch.")
+
+
+def _refuse_unread_torch_dtype(kwargs: dict[str, Any], dtype: str) -> None:
+    """One ConfigError where ``model_init_kwargs["torch_dtype"]`` asks for another dtype than the
+    one TRL loads the folder in (``dtype``). Why: TRL 1.16's ``create_model_from_path`` reads
+    ``dtype`` alone (float32 when unset) and passes it to ``from_pretrained``, where transformers 5
+    takes ``dtype`` over the deprecated ``torch_dtype``: ``{"torch_dtype": "bfloat16"}`` trains in
+    float32 under TRL, and polyrl trained it in bfloat16 without a word."""
+    if "torch_dtype" not in kwargs or _dtype_name(kwargs["torch_dtype"]) == dtype:
+        return
+    asked = _dtype_name(kwargs["torch_dtype"])
+    raise ConfigError(f"TRL's model_init_kwargs['torch_dtype'] = {asked!r} is not read: TRL 1.16 loads the model "
+                      f"in dtype = {dtype!r} ({'given' if 'dtype' in kwargs else 'its default'}), which "
+                      "transformers takes over the deprecated torch_dtype, so TRL trains it in "
+                      f"{dtype} and polyrl will not train {asked} in its place",
+                      field="grpo_config.model_init_kwargs",
+                      fix=f"write model_init_kwargs={{\"dtype\": {asked!r}}} for {asked} weights (as TRL then "
+                          f"loads them), or remove torch_dtype for TRL's {dtype}")
+
+
+def _recorded_dtype(model: str) -> str | None:
+    """The dtype a model folder's (or cached Hub id's) ``config.json`` records (``dtype``, or
+    transformers 4's ``torch_dtype``), which TRL's ``model_init_kwargs={"dtype": "auto"}`` loads
+    it in; None when it records none polyrl can read (transformers then reads the weights' own)."""
+    from polyrl.hub import looks_like_hub_id, resolve_cached
+
+    folder = model if Path(model).is_dir() else resolve_cached(model) if looks_like_hub_id(model) else None
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")) if folder else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    recorded = config.get("dtype") or config.get("torch_dtype")
+    return recorded if isinstance(recorded, str) else None
+
+
 def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
     """The dtype polyrl trains ``model`` in, as TRL loads it, and ``args`` without the
     ``model_init_kwargs`` read here (``from_trl`` refuses what it does not read). Why: a folder
-    loads in ``model_init_kwargs["dtype"]`` (or ``torch_dtype``; TRL's default float32) and a
+    loads in ``model_init_kwargs["dtype"]`` (TRL's default float32; ``"auto"`` the one its config.json
+    records; a ``torch_dtype`` only where it agrees, as TRL reads ``dtype`` alone) and a
     model object trains in its own dtype (TRL ignores ``model_init_kwargs`` then, with a warning),
     where polyrl's float32 default would train a bfloat16 script in float32 without a word."""
     from polyrl.api import GRPOConfig as PolyrlConfig
@@ -1111,10 +1152,10 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
                               field="grpo_config.model_init_kwargs",
                               fix=f"remove {key!r}{taken}: polyrl reads model_init_kwargs' dtype; it loads and "
                                   "places the model itself")
-        if "dtype" in kwargs and "torch_dtype" in kwargs:
-            raise ConfigError("TRL's model_init_kwargs sets both dtype and torch_dtype",
-                              field="grpo_config.model_init_kwargs", fix="keep one of them (dtype)")
-        dtype = str(kwargs.get("dtype", kwargs.get("torch_dtype", "float32"))).removeprefix("torch.")
+        dtype = _dtype_name(kwargs.get("dtype", "float32"))
+        if dtype in ("auto", "None"):  # transformers reads None as "auto": the dtype config.json records
+            dtype = _recorded_dtype(str(model)) or dtype
+        _refuse_unread_torch_dtype(kwargs, dtype)
         where = "model_init_kwargs"
     else:
         dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")
@@ -1126,7 +1167,8 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
     if dtype not in _DTYPES:
         raise ConfigError(f"{where} is {dtype!r}; polyrl trains in {', '.join(_DTYPES)}",
                           field="grpo_config.model_init_kwargs" if where == "model_init_kwargs" else "model",
-                          fix='name the dtype, e.g. model_init_kwargs={"dtype": "bfloat16"} ("auto" is not read)'
+                          fix='name the dtype, e.g. model_init_kwargs={"dtype": "bfloat16"} ("auto" is read only from '
+                              "a dtype config.json records)"
                               if where == "model_init_kwargs" else "convert the model, e.g. model.to(torch.bfloat16)")
     if getattr(args, "model_init_kwargs", None) is not None and not isinstance(args, PolyrlConfig):
         args = copy.copy(args)  # the script's own object keeps its value
