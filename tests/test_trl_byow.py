@@ -73,6 +73,33 @@ def test_a_completion_after_a_long_prompt_gets_all_of_max_completion_length_as_i
     assert len(lengths) == 2 and max(lengths) > 24 and max(lengths) <= 64, lengths
 
 
+def test_a_run_checkpointed_with_an_older_window_resumes_with_it(tiny_model_dir, tmp_path):
+    """A TRL script's run checkpointed by code that kept polyrl's 1024 (before model.max_length was
+    the model's position limit) on a model reading 4096 positions: train(resume_from_checkpoint=True)
+    was refused ("config changed at resume ... model.max_length 1024 -> 4096"), a field no TRL
+    script sets. It resumes with the checkpoint's window, as the run started, and says so."""
+    from structlog.testing import capture_logs
+
+    from polyrl import checkpoint as ckpt
+    from trl_util import prompts_dataset
+
+    folder = _longer_window(tiny_model_dir, tmp_path)
+    rows = prompts_dataset(4)
+    GRPOTrainer(model=folder, reward_funcs=[short], train_dataset=rows, args=grpo_args(tmp_path)).train()
+    first = tmp_path / "run" / "checkpoints" / "step-00000001"
+    state = ckpt.read_state(first)
+    assert state["config"]["model.max_length"] == 4096
+    state["config"]["model.max_length"] = 1024  # as the older code wrote it
+    ckpt.rewrite_state(first, 1, state)
+    trainer = GRPOTrainer(model=folder, reward_funcs=[short], train_dataset=rows, args=grpo_args(tmp_path, max_steps=2))
+    with capture_logs() as logs:
+        done = trainer.train(resume_from_checkpoint=True)
+    assert done.global_step == 2
+    assert ckpt.read_state(tmp_path / "run" / "checkpoints" / "step-00000002")["config"]["model.max_length"] == 1024
+    said = [e["event"] for e in logs if e["event"].startswith("model.max_length = 1024")]
+    assert len(said) == 1 and "its position limit" in said[0], [e["event"] for e in logs]
+
+
 def _image_rows(n: int = 4) -> list[dict]:
     return [{"prompt": f"What is {i} + 1?", "image": None, "answer": "1"} for i in range(n)]
 

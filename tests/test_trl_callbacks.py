@@ -587,7 +587,8 @@ def test_should_save_checkpoints_that_step(tiny_model_dir, tmp_path):
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
                           train_dataset=_dataset(), callbacks=[SaveAtFirstStep, recorder])
     trainer.train()
-    assert [s for e, s in recorder.events if e == "on_save"] == [1, 2]  # asked at 1; the final one at 2
+    # asked at 1; the last one, its should_save cleared, polyrl writes with no on_save, as TRL writes none
+    assert [s for e, s in recorder.events if e == "on_save"] == [1]
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
 
 

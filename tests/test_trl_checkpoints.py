@@ -83,8 +83,10 @@ def test_a_fraction_of_max_steps_and_no_save_total_limit_keep_every_checkpoint(t
 
 
 def test_save_strategy_no_writes_only_polyrls_final_checkpoint(tiny_model_dir, tmp_path):
+    """polyrl's own last checkpoint (a resume, save_model and evaluate() read it), with no on_save:
+    transformers writes none under "no" and calls none."""
     _, saved = _train(tiny_model_dir, tmp_path, max_steps=2, save_steps=1, save_strategy="no")
-    assert saved == [2] and _kept(tmp_path) == [2]
+    assert saved == [] and _kept(tmp_path) == [2]
 
 
 def test_save_strategy_epoch_checkpoints_each_epochs_end_after_an_epoch_stop_too(tiny_model_dir, tmp_path):

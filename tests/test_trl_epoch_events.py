@@ -92,6 +92,31 @@ def test_epoch_events_come_where_and_as_trls_own_trainer_calls_them(tiny_model_d
     assert ours.seen == theirs.seen
 
 
+class ClearsTheLastSave(TrainerCallback):
+    """Clears should_save in on_step_end at the run's last update (DefaultFlowCallback set it there
+    under save_strategy "steps")."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == state.max_steps:
+            control.should_save = False
+
+
+@pytest.mark.parametrize(("fields", "clears"), [({"save_strategy": "no"}, False), ({}, True)], ids=["no", "cleared"])
+def test_a_last_checkpoint_no_flag_asked_calls_no_on_save_as_on_trls_trainer(tiny_model_dir, tmp_path, fields,
+                                                                             clears):
+    """save_strategy "no", or a callback clearing the last step's should_save: transformers writes
+    no checkpoint at the end and calls no on_save. polyrl writes its own last checkpoint (a resume,
+    save_model and evaluate() read it), and called on_save for it, an event TRL's trainer never has."""
+    theirs, ours = Events(), Events()
+    _run(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl", [theirs, *([ClearsTheLastSave()] if clears else [])],
+         max_steps=3, **fields)
+    _run(GRPOTrainer, tiny_model_dir, tmp_path / "polyrl", [ours, *([ClearsTheLastSave()] if clears else [])],
+         max_steps=3, **fields)
+    assert _saved(theirs) == [] and not (tmp_path / "trl" / "run" / "checkpoint-3").exists()
+    assert ours.seen == theirs.seen
+    assert (tmp_path / "polyrl" / "run" / "checkpoints" / "step-00000003").is_dir()  # polyrl's own, kept
+
+
 class ClearsTheFirstEpochsSave(TrainerCallback):
     """Clears should_save in the first epoch's on_epoch_end (what it saw there recorded)."""
 

@@ -560,6 +560,7 @@ class GRPOTrainer:
         from polyrl import api, run_plan
         from polyrl.trl_evaluate import rows_of, trl_eval_order
         from polyrl.trl_tags import trl_tags
+        from polyrl.trl_window import resumed_window
 
         if eval_prompts is not None:
             eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset", self.args), self.args)
@@ -582,6 +583,7 @@ class GRPOTrainer:
             if self._initial_reference is not None and config.algorithm.beta != 0:
                 config = attrs.evolve(config, model=attrs.evolve(config.model,
                                                                  reference_path=str(self._initial_reference)))
+        config = resumed_window(config, grpo_config, resume)  # the window the run was started with
         trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
         # polyrl report's resume advice: this run goes on with train(resume_from_checkpoint=True)
         trainer.started_by = run_plan.trl_script()

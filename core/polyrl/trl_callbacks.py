@@ -30,7 +30,8 @@ transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best e
 callback clearing it there cancels that checkpoint; under "steps" it is set before ``on_step_end``
 where ``save_steps`` has a checkpoint due, as ``DefaultFlowCallback.on_step_end`` sets it, so a
 callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; never the run's
-last one, which polyrl always writes; set in ``on_epoch_end`` it checkpoints the step, and
+last one, which polyrl always writes, but without ``on_save`` where no flag asked it, as transformers
+writes none there: ``tells_unasked_saves``; set in ``on_epoch_end`` it checkpoints the step, and
 ``should_training_stop`` set there ends the run: ``_epoch_end``), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``; set before ``on_step_end`` as
 ``DefaultFlowCallback`` sets it under ``eval_strategy`` "steps": ``_flow_evaluates``, ``_final_flow``;
@@ -97,6 +98,10 @@ _CLEARED = {"on_train_begin": ("should_training_stop",), "on_epoch_begin": ("sho
 
 class TrlCallbacks:
     """The callbacks of one ``GRPOTrainer``, their ``TrainerState`` and ``TrainerControl``."""
+
+    #: the last step's checkpoint polyrl writes on its own (no flag asked it: ``save_strategy`` "no",
+    #: or a callback cleared ``should_save``) calls no ``on_save``, as transformers writes none there
+    tells_unasked_saves = False
 
     def __init__(self, callbacks: Sequence[Any], args: Any, processing_class: Callable[[], Any],
                  rank: int, local_rank: int, state: Any = None) -> None:

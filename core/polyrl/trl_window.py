@@ -9,15 +9,21 @@ cut at 724 tokens without a word, and ``max_completion_length=1024`` was refused
 ``max_position_embeddings`` where that is larger: the most the model reads. Other backends size
 compiled graphs and caches by it (MAX) or check it against a sliding window (MLX), so they keep
 polyrl's default.
+
+A run resumed keeps the window its checkpoint was written with (``resumed_window``): a run started
+before this rule (or on a model whose config said fewer positions) was refused at resume for a
+``model.max_length`` no TRL script sets.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import attrs
 
-from polyrl.config import ModelSection
+from polyrl.config import ModelSection, RunConfig
 from polyrl.model_config import config_tables, first_positive_int
 
 KEY = "model.max_length"
@@ -54,3 +60,30 @@ def with_model_window(grpo_config: Any, policy: Any) -> Any:
     if limit is None or limit <= default:
         return grpo_config
     return attrs.evolve(grpo_config, settings={**grpo_config.settings, KEY: limit})
+
+
+def resumed_window(config: RunConfig, grpo_config: Any, resume: str | None) -> RunConfig:
+    """``config`` with the ``model.max_length`` of the checkpoint ``resume`` names ("": the newest in
+    its output_dir) where this rule, not the script, chose the window and the checkpoint's differs.
+    Why: the window is derived, so newer code (or a model config now saying more positions) changed
+    it under a run a TRL script only asked to resume, and the resume refused a field the script
+    cannot set. The checkpoint's keeps the run what it was (its prompts checked, its completions cut
+    as before). Unchanged where no checkpoint, or no readable saved window, is found: the resume's
+    own checks name that."""
+    from polyrl import checkpoint as ckpt
+    from polyrl.logs import get_logger
+
+    if resume is None or not getattr(grpo_config, "_from_trl", False) or KEY in grpo_config.settings:
+        return config
+    found = Path(resume) if resume else ckpt.latest_checkpoint(Path(config.train.output_dir) / "checkpoints")
+    try:
+        saved = json.loads((found / ckpt.STATE_FILE).read_text()).get("config", {}).get(KEY) if found else None
+    except (OSError, ValueError, AttributeError):
+        return config
+    if not isinstance(saved, int) or isinstance(saved, bool) or saved == config.model.max_length:
+        return config
+    get_logger("polyrl.trl").warning(
+        f"{KEY} = {saved} (prompt + completion tokens) kept from the checkpoint resumed, as the run started; a new "
+        f"run on this model starts with {config.model.max_length}, its position limit. Fix: to train with that, start "
+        "a new run (another output_dir) from the checkpoint's model folder", checkpoint=str(found))
+    return attrs.evolve(config, model=attrs.evolve(config.model, max_length=saved))
