@@ -54,6 +54,45 @@ def test_a_trl_scripts_max_completion_length_is_bounded_by_the_model_not_polyrls
     assert config.model.max_length == 1024
 
 
+def test_a_polyrl_model_alias_as_a_trl_scripts_model_is_bounded_by_the_model_it_names(tiny_model_dir, tmp_path):
+    """A plugin's model alias passed as the script's model: the window is the position limit of the
+    folder the alias names, as for that folder passed itself (it kept polyrl's 1024)."""
+    from polyrl.hookspecs import hookimpl
+    from polyrl.registry import get_registry
+
+    folder = _longer_window(tiny_model_dir, tmp_path)
+
+    class Alias:
+        @hookimpl
+        def polyrl_resolve_model(self, name):
+            return folder if name == "my-long-model" else None
+
+    plugin = Alias()
+    get_registry().pm.register(plugin)
+    try:
+        config, _ = api.run_config(api.grpo, policy=api.Agent("my-long-model", backend="torch"),
+                                   prompts=[{"prompt": "What is 1 + 1?", "answer": "2"}] * 4, rewards=[short],
+                                   grpo_config=api.GRPOConfig.from_trl(grpo_args(tmp_path, max_completion_length=1024)))
+    finally:
+        get_registry().pm.unregister(plugin)
+    assert (config.model.path, config.model.max_length) == ("my-long-model", 4096)
+
+
+def test_max_completion_length_past_the_window_of_a_backend_keeping_1024_has_a_fix_a_script_can_apply(
+        tiny_model_dir, tmp_path):
+    """MAX sizes its compiled graphs by model.max_length, so a TRL config keeps polyrl's 1024 there:
+    max_completion_length=1024 is refused, and its fix said "raise model.max_length", a key no TRL
+    script sets. It names the argument and the torch backend, which reads the model's positions."""
+    folder = _longer_window(tiny_model_dir, tmp_path)
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent(folder, backend="max"), prompts=[{"prompt": "q", "answer": "2"}] * 4,
+                       rewards=[short], grpo_config=grpo_args(tmp_path, max_completion_length=1024))
+    assert err.value.field == "grpo_config.max_completion_length"
+    assert "raise model.max_length" not in err.value.fix, err.value.fix
+    assert err.value.fix.startswith("lower grpo_config.max_completion_length (")
+    assert err.value.fix.endswith("or train on backend 'torch', which reads the model's own 4096 positions")
+
+
 def test_a_completion_after_a_long_prompt_gets_all_of_max_completion_length_as_in_trl(tiny_model_dir, tmp_path):
     """A 1000-token prompt, max_completion_length=64, a model reading 4096 positions: TRL samples up
     to 64 tokens; polyrl cut every completion at 1024 - 1000 = 24 tokens, without a word."""

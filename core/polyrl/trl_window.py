@@ -30,16 +30,18 @@ KEY = "model.max_length"
 
 
 def _folder(model: str) -> str | None:
-    """The folder holding ``model``'s config.json: itself, or a Hub id's cached snapshot (None
-    when it is not cached: the run's own load names that)."""
-    from polyrl.errors import ConfigError
-    from polyrl.hub import looks_like_hub_id, resolve_cached
+    """The folder holding ``model``'s config.json: itself, a plugin's model alias resolved, or a
+    Hub id's cached snapshot, as the run resolves ``model.path`` (None where that fails: the run's
+    own load names it). Why the aliases: a polyrl alias passed as a TRL script's ``model`` read no
+    config here and kept 1024 where the folder it names reads more positions."""
+    from polyrl.errors import PolyrlError
+    from polyrl.registry import get_registry
 
-    if config_tables(model) or not looks_like_hub_id(model):
+    if config_tables(model):
         return model
     try:
-        return resolve_cached(model)
-    except ConfigError:
+        return get_registry().resolve_model(model)
+    except PolyrlError:
         return None
 
 
@@ -60,6 +62,21 @@ def with_model_window(grpo_config: Any, policy: Any) -> Any:
     if limit is None or limit <= default:
         return grpo_config
     return attrs.evolve(grpo_config, settings={**grpo_config.settings, KEY: limit})
+
+
+def explain_no_room(exc: Any, grpo_config: Any, policy: Any) -> None:
+    """The fix of a ``max_completion_length`` refused for leaving no room in ``model.max_length`` on
+    a backend that keeps polyrl's default for a TRL script (MAX, MLX: ``with_model_window``) made
+    one the script can apply. Why: it said "raise model.max_length", a key no TRL script sets."""
+    if (not getattr(grpo_config, "_from_trl", False) or policy.backend == "torch" or KEY in grpo_config.settings
+            or exc.field not in ("generation.max_new_tokens", "eval.max_new_tokens")
+            or "leaves no room for the prompt" not in exc.message):
+        return
+    limit = position_limit(str(policy.model))
+    reads = f", which reads the model's own {limit} positions" if limit else ""
+    exc.fix = (f"lower {exc.field} (prompt + completion fit in model.max_length, which the {policy.backend} "
+               f"backend sizes its compiled graphs by and keeps at polyrl's default for a TRL config), or train "
+               f"on backend 'torch'{reads}")
 
 
 def resumed_window(config: RunConfig, grpo_config: Any, resume: str | None) -> RunConfig:
