@@ -262,6 +262,34 @@ def test_an_epoch_evaluation_at_a_save_step_comes_after_on_save_and_on_epoch_end
     assert ours.seen == theirs.seen
 
 
+class ClearsTheEpochEvaluationAt2(TrainerCallback):
+    """Clears should_evaluate in on_epoch_end at update 2 (DefaultFlowCallback set it for eval_strategy "epoch")."""
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            control.should_evaluate = False
+
+
+def test_an_epoch_evaluation_cleared_in_on_epoch_end_after_a_save_is_not_in_log_history(tiny_model_dir, tmp_path):
+    """eval_strategy "epoch", save_steps 2: transformers saves step 2, then on_epoch_end asks the
+    evaluation, which a callback clears: none runs. polyrl evaluated the step before saving it and
+    tells the callbacks nothing, but trainer.state.log_history after train() had its eval_ entry,
+    which TRL's has not (the numbers stay on the step's line in metrics.jsonl: README)."""
+    seen, history = {}, {}
+    for trainer_class, name in ((trl.GRPOTrainer, "trl"), (GRPOTrainer, "polyrl")):
+        events = Events()
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                                eval_dataset=prompts_dataset(2), callbacks=[events, ClearsTheEpochEvaluationAt2()],
+                                args=_args(tmp_path / name, max_steps=3, eval_strategy="epoch", save_steps=2))
+        trainer.train()
+        seen[name] = events.seen
+        history[name] = [(e["step"], "eval_reward" in e, "train_runtime" in e) for e in trainer.state.log_history]
+    assert history["trl"] == [(1, False, False), (2, False, False), (3, False, False), (3, True, False),
+                              (3, False, True)]
+    assert history["polyrl"] == history["trl"]
+    assert seen["polyrl"] == seen["trl"]
+
+
 class ClearsTheEvaluationAt(TrainerCallback):
     """Clears should_evaluate in on_step_end at the steps given (DefaultFlowCallback set it)."""
 

@@ -152,6 +152,9 @@ class TrlCallbacks:
         #: (``_holds_epoch_evaluation``): asked of the trainer (True), then its numbers (``step_end``)
         self._hold_eval = False
         self._held_eval: dict[str, Any] | None = None
+        #: the global_step of each held evaluation a callback cleared in ``on_epoch_end`` (``_held_epoch_end``):
+        #: it ran, but TRL's trainer would not have, so ``trainer.state.log_history`` leaves it out
+        self.untold_evaluations: list[int] = []
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -254,6 +257,7 @@ class TrlCallbacks:
         self._launcher = trainer.world_size > 1
         self._final_eval_pending = self._final_save = self._hold_eval = False
         self._held_eval = None
+        self.untold_evaluations = []
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
@@ -402,6 +406,8 @@ class TrlCallbacks:
             self._evaluation(held)
             self._track_best(held)
             asked = asked | self._asked()
+        elif held:
+            self.untold_evaluations.append(self.state.global_step)
         self.control.should_evaluate = False
         return asked
 
