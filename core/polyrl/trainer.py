@@ -2516,6 +2516,8 @@ class Trainer:
         for observer in self.observers:
             if asked or getattr(observer, "tells_unasked_saves", True):
                 answer = answer | observer.saved(self.step, path)
+            elif hasattr(observer, "unasked_saved"):  # it may still tell it later (a new best found after)
+                observer.unasked_saved(self.step, path)
         return answer
 
     def _reward_matrix(self, per_reward: Mapping[str, np.ndarray], shaped: np.ndarray) -> np.ndarray:

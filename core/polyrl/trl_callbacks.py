@@ -155,6 +155,8 @@ class TrlCallbacks:
         #: the global_step of each held evaluation a callback cleared in ``on_epoch_end`` (``_held_epoch_end``):
         #: it ran, but TRL's trainer would not have, so ``trainer.state.log_history`` leaves it out
         self.untold_evaluations: list[int] = []
+        #: the last step's checkpoint was written unasked before the evaluation after training (``unasked_saved``)
+        self._unasked_final = False
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -258,6 +260,7 @@ class TrlCallbacks:
         self._final_eval_pending = self._final_save = self._hold_eval = False
         self._held_eval = None
         self.untold_evaluations = []
+        self._unasked_final = False
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
@@ -615,8 +618,16 @@ class TrlCallbacks:
             self._evaluation(evaluated)
             if phase == "after" and self._track_best(evaluated):
                 self._note_best_checkpoint()
+                # save_strategy "best": transformers saves the new best it evaluated there; polyrl wrote it before
+                self._final_save = self._final_save or (self._unasked_final and self._save_strategy() == "best")
         if phase == "after":
             self._final_events()
+
+    def unasked_saved(self, step: int, path: Path) -> None:
+        """The last step's checkpoint polyrl wrote though no flag asked it (``tells_unasked_saves``):
+        no ``on_save``, unless the evaluation after training, still to come, finds a new best under
+        ``save_strategy`` "best", which transformers saves then (``evaluated``)."""
+        self._unasked_final = self._final_eval_pending
 
     def saved(self, step: int, path: Path) -> StepAsk:
         """``on_save``; its ``should_epoch_stop`` read at once, as transformers' loop reads it right
