@@ -54,6 +54,45 @@ def test_a_trl_scripts_max_completion_length_is_bounded_by_the_model_not_polyrls
     assert config.model.max_length == 1024
 
 
+def test_a_polyrl_model_alias_as_a_trl_scripts_model_is_bounded_by_the_model_it_names(tiny_model_dir, tmp_path):
+    """A plugin's model alias passed as the script's model: the window is the position limit of the
+    folder the alias names, as for that folder passed itself (it kept polyrl's 1024)."""
+    from polyrl.hookspecs import hookimpl
+    from polyrl.registry import get_registry
+
+    folder = _longer_window(tiny_model_dir, tmp_path)
+
+    class Alias:
+        @hookimpl
+        def polyrl_resolve_model(self, name):
+            return folder if name == "my-long-model" else None
+
+    plugin = Alias()
+    get_registry().pm.register(plugin)
+    try:
+        config, _ = api.run_config(api.grpo, policy=api.Agent("my-long-model", backend="torch"),
+                                   prompts=[{"prompt": "What is 1 + 1?", "answer": "2"}] * 4, rewards=[short],
+                                   grpo_config=api.GRPOConfig.from_trl(grpo_args(tmp_path, max_completion_length=1024)))
+    finally:
+        get_registry().pm.unregister(plugin)
+    assert (config.model.path, config.model.max_length) == ("my-long-model", 4096)
+
+
+def test_max_completion_length_past_the_window_of_a_backend_keeping_1024_has_a_fix_a_script_can_apply(
+        tiny_model_dir, tmp_path):
+    """MAX sizes its compiled graphs by model.max_length, so a TRL config keeps polyrl's 1024 there:
+    max_completion_length=1024 is refused, and its fix said "raise model.max_length", a key no TRL
+    script sets. It names the argument and the torch backend, which reads the model's positions."""
+    folder = _longer_window(tiny_model_dir, tmp_path)
+    with pytest.raises(ConfigError) as err:
+        api.run_config(api.grpo, policy=api.Agent(folder, backend="max"), prompts=[{"prompt": "q", "answer": "2"}] * 4,
+                       rewards=[short], grpo_config=grpo_args(tmp_path, max_completion_length=1024))
+    assert err.value.field == "grpo_config.max_completion_length"
+    assert "raise model.max_length" not in err.value.fix, err.value.fix
+    assert err.value.fix.startswith("lower grpo_config.max_completion_length (")
+    assert err.value.fix.endswith("or train on backend 'torch', which reads the model's own 4096 positions")
+
+
 def test_a_completion_after_a_long_prompt_gets_all_of_max_completion_length_as_in_trl(tiny_model_dir, tmp_path):
     """A 1000-token prompt, max_completion_length=64, a model reading 4096 positions: TRL samples up
     to 64 tokens; polyrl cut every completion at 1024 - 1000 = 24 tokens, without a word."""
@@ -71,6 +110,33 @@ def test_a_completion_after_a_long_prompt_gets_all_of_max_completion_length_as_i
     GRPOTrainer(model=folder, reward_funcs=[seen], train_dataset=datasets.Dataset.from_list([{"prompt": prompt}] * 2),
                 args=grpo_args(tmp_path, max_completion_length=64, per_device_train_batch_size=2)).train()
     assert len(lengths) == 2 and max(lengths) > 24 and max(lengths) <= 64, lengths
+
+
+def test_a_run_checkpointed_with_an_older_window_resumes_with_it(tiny_model_dir, tmp_path):
+    """A TRL script's run checkpointed by code that kept polyrl's 1024 (before model.max_length was
+    the model's position limit) on a model reading 4096 positions: train(resume_from_checkpoint=True)
+    was refused ("config changed at resume ... model.max_length 1024 -> 4096"), a field no TRL
+    script sets. It resumes with the checkpoint's window, as the run started, and says so."""
+    from structlog.testing import capture_logs
+
+    from polyrl import checkpoint as ckpt
+    from trl_util import prompts_dataset
+
+    folder = _longer_window(tiny_model_dir, tmp_path)
+    rows = prompts_dataset(4)
+    GRPOTrainer(model=folder, reward_funcs=[short], train_dataset=rows, args=grpo_args(tmp_path)).train()
+    first = tmp_path / "run" / "checkpoints" / "step-00000001"
+    state = ckpt.read_state(first)
+    assert state["config"]["model.max_length"] == 4096
+    state["config"]["model.max_length"] = 1024  # as the older code wrote it
+    ckpt.rewrite_state(first, 1, state)
+    trainer = GRPOTrainer(model=folder, reward_funcs=[short], train_dataset=rows, args=grpo_args(tmp_path, max_steps=2))
+    with capture_logs() as logs:
+        done = trainer.train(resume_from_checkpoint=True)
+    assert done.global_step == 2
+    assert ckpt.read_state(tmp_path / "run" / "checkpoints" / "step-00000002")["config"]["model.max_length"] == 1024
+    said = [e["event"] for e in logs if e["event"].startswith("model.max_length = 1024")]
+    assert len(said) == 1 and "its position limit" in said[0], [e["event"] for e in logs]
 
 
 def _image_rows(n: int = 4) -> list[dict]:

@@ -101,10 +101,9 @@ def test_a_callback_reads_the_state_trls_own_trainer_gives_it(tiny_model_dir, tm
     for seen in theirs.values():
         kind, n = _update(seen["best_model_checkpoint"]) or ("", 0)
         seen["best_model_checkpoint"] = n if kind == "checkpoint" else seen["best_model_checkpoint"]
-    # polyrl checkpoints the last step whatever save_strategy says (README): one on_save more there
-    extra = set(ours) - set(theirs)
-    assert extra <= {("on_save", 4)} and (not extra or fields["save_strategy"] in ("no", "best")), extra
-    assert set(theirs) <= set(ours)
+    # polyrl checkpoints the last step whatever save_strategy says (README), calling on_save only
+    # where transformers' flags asked it, as TRL's trainer does
+    assert set(ours) == set(theirs), set(ours) ^ set(theirs)
     for key in sorted(theirs, key=lambda k: (k[1], k[0])):
         assert ours[key] == theirs[key], key
     assert ours[("on_train_begin", 0)]["save_steps"] == theirs[("on_train_begin", 0)]["save_steps"]
@@ -132,7 +131,7 @@ def test_should_save_and_a_stop_asked_in_on_save_act_as_on_trls_own_trainer(tiny
     """save_steps 0.25 of max_steps 8 is every 2 updates, one polyrl step; a callback's should_save
     at update 2 and a stop asked in on_save at update 4: TRL's trainer saves at 2 and 4 and ends
     there (under "no" it saves only where asked, at 2, and never stops: polyrl's own last checkpoint
-    at 8 is the one more)."""
+    at 8 is written, with no on_save, as TRL's trainer calls none there)."""
     rows = datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(4)])
     results = []
     for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
@@ -142,10 +141,7 @@ def test_should_save_and_a_stop_asked_in_on_save_act_as_on_trls_own_trainer(tiny
                              callbacks=[callback]).train()
         results.append((callback.saved, done.global_step))
     theirs, ours = results
-    if save_strategy == "steps":
-        assert ours == theirs == ([2, 4], 4)
-    else:
-        assert theirs == ([2], 8) and ours == ([2, 8], 8)
+    assert ours == theirs == (([2, 4], 4) if save_strategy == "steps" else ([2], 8))
     kept = sorted(p.name for p in (tmp_path / "polyrl" / "run" / "checkpoints").iterdir())
     assert kept == (["step-00000001", "step-00000002"] if save_strategy == "steps" else ["step-00000001", "step-00000004"])
 

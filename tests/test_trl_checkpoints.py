@@ -83,8 +83,10 @@ def test_a_fraction_of_max_steps_and_no_save_total_limit_keep_every_checkpoint(t
 
 
 def test_save_strategy_no_writes_only_polyrls_final_checkpoint(tiny_model_dir, tmp_path):
+    """polyrl's own last checkpoint (a resume, save_model and evaluate() read it), with no on_save:
+    transformers writes none under "no" and calls none."""
     _, saved = _train(tiny_model_dir, tmp_path, max_steps=2, save_steps=1, save_strategy="no")
-    assert saved == [2] and _kept(tmp_path) == [2]
+    assert saved == [] and _kept(tmp_path) == [2]
 
 
 def test_save_strategy_epoch_checkpoints_each_epochs_end_after_an_epoch_stop_too(tiny_model_dir, tmp_path):
@@ -105,7 +107,7 @@ def test_save_strategy_epoch_with_the_python_api_is_every_epochs_whole_batches()
 def test_save_strategy_best_saves_each_new_best_evaluation(tiny_model_dir, tmp_path):
     trainer, saved = _train(tiny_model_dir, tmp_path, rewards=(short, peak_at_update_2), max_steps=4,
                             eval_strategy="steps", eval_steps=1, save_strategy="best", metric_for_best_model="reward")
-    assert saved == [1, 2, 4]  # 1 beats nothing, 2 beats 1, 3 and 4 do not; 4 is polyrl's final checkpoint
+    assert saved == [1, 2]  # 1 beats nothing, 2 beats 1, 3 and 4 do not (polyrl's final checkpoint: no on_save)
     assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoints" / "step-00000002")
 
 
@@ -121,7 +123,7 @@ def test_the_evaluation_at_the_end_of_training_counts_for_the_best(tiny_model_di
     trainer, saved = _train(tiny_model_dir, tmp_path, rewards=(rising,), max_steps=3, eval_strategy="steps",
                             eval_steps=2, save_strategy="best", metric_for_best_model="reward",
                             load_best_model_at_end=True)
-    assert saved == [2, 3]  # the best at 2, and the last step (polyrl's own final checkpoint; TRL's: the new best)
+    assert saved == [2, 3]  # the best at 2, and the last step's new best (polyrl's own final checkpoint, told then)
     assert (trainer.state.best_metric, trainer.state.best_global_step) == (3.0, 3)
     assert trainer.state.best_model_checkpoint == str(tmp_path / "run" / "checkpoints" / "step-00000003")
 

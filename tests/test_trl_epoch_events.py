@@ -92,6 +92,31 @@ def test_epoch_events_come_where_and_as_trls_own_trainer_calls_them(tiny_model_d
     assert ours.seen == theirs.seen
 
 
+class ClearsTheLastSave(TrainerCallback):
+    """Clears should_save in on_step_end at the run's last update (DefaultFlowCallback set it there
+    under save_strategy "steps")."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == state.max_steps:
+            control.should_save = False
+
+
+@pytest.mark.parametrize(("fields", "clears"), [({"save_strategy": "no"}, False), ({}, True)], ids=["no", "cleared"])
+def test_a_last_checkpoint_no_flag_asked_calls_no_on_save_as_on_trls_trainer(tiny_model_dir, tmp_path, fields,
+                                                                             clears):
+    """save_strategy "no", or a callback clearing the last step's should_save: transformers writes
+    no checkpoint at the end and calls no on_save. polyrl writes its own last checkpoint (a resume,
+    save_model and evaluate() read it), and called on_save for it, an event TRL's trainer never has."""
+    theirs, ours = Events(), Events()
+    _run(trl.GRPOTrainer, tiny_model_dir, tmp_path / "trl", [theirs, *([ClearsTheLastSave()] if clears else [])],
+         max_steps=3, **fields)
+    _run(GRPOTrainer, tiny_model_dir, tmp_path / "polyrl", [ours, *([ClearsTheLastSave()] if clears else [])],
+         max_steps=3, **fields)
+    assert _saved(theirs) == [] and not (tmp_path / "trl" / "run" / "checkpoint-3").exists()
+    assert ours.seen == theirs.seen
+    assert (tmp_path / "polyrl" / "run" / "checkpoints" / "step-00000003").is_dir()  # polyrl's own, kept
+
+
 class ClearsTheFirstEpochsSave(TrainerCallback):
     """Clears should_save in the first epoch's on_epoch_end (what it saw there recorded)."""
 
@@ -235,6 +260,34 @@ def test_an_epoch_evaluation_at_a_save_step_comes_after_on_save_and_on_epoch_end
         ("on_evaluate", 3, 1.5, (False, False, True)), ("on_log", 3, "summary"),
         ("on_train_end", 3, 1.5, (False, False, True))]
     assert ours.seen == theirs.seen
+
+
+class ClearsTheEpochEvaluationAt2(TrainerCallback):
+    """Clears should_evaluate in on_epoch_end at update 2 (DefaultFlowCallback set it for eval_strategy "epoch")."""
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            control.should_evaluate = False
+
+
+def test_an_epoch_evaluation_cleared_in_on_epoch_end_after_a_save_is_not_in_log_history(tiny_model_dir, tmp_path):
+    """eval_strategy "epoch", save_steps 2: transformers saves step 2, then on_epoch_end asks the
+    evaluation, which a callback clears: none runs. polyrl evaluated the step before saving it and
+    tells the callbacks nothing, but trainer.state.log_history after train() had its eval_ entry,
+    which TRL's has not (the numbers stay on the step's line in metrics.jsonl: README)."""
+    seen, history = {}, {}
+    for trainer_class, name in ((trl.GRPOTrainer, "trl"), (GRPOTrainer, "polyrl")):
+        events = Events()
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                                eval_dataset=prompts_dataset(2), callbacks=[events, ClearsTheEpochEvaluationAt2()],
+                                args=_args(tmp_path / name, max_steps=3, eval_strategy="epoch", save_steps=2))
+        trainer.train()
+        seen[name] = events.seen
+        history[name] = [(e["step"], "eval_reward" in e, "train_runtime" in e) for e in trainer.state.log_history]
+    assert history["trl"] == [(1, False, False), (2, False, False), (3, False, False), (3, True, False),
+                              (3, False, True)]
+    assert history["polyrl"] == history["trl"]
+    assert seen["polyrl"] == seen["trl"]
 
 
 class ClearsTheEvaluationAt(TrainerCallback):
@@ -400,7 +453,7 @@ class ClearsEverySave(TrainerCallback):
 def test_save_strategy_best_checkpoints_cannot_be_cleared_as_on_trls_trainer(tiny_model_dir, tmp_path):
     """transformers sets should_save for a new best after on_evaluate and saves at once: no callback
     can cancel it (not in on_evaluate, nor in on_epoch_end, after the save); polyrl saves the
-    same bests, and its own final checkpoint."""
+    same bests, and its own final checkpoint with no on_save (TRL writes none there)."""
     saves = {}
     for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
         events = Events()
@@ -409,7 +462,8 @@ def test_save_strategy_best_checkpoints_cannot_be_cleared_as_on_trls_trainer(tin
                       args=_args(tmp_path / name, max_steps=4, eval_strategy="steps", eval_steps=1,
                                  save_strategy="best", metric_for_best_model="reward")).train()
         saves[name] = _saved(events)
-    assert saves == {"trl": [1, 2], "polyrl": [1, 2, 4]}
+    assert saves == {"trl": [1, 2], "polyrl": [1, 2]}
+    assert (tmp_path / "polyrl" / "run" / "checkpoints" / "step-00000004").is_dir()
 
 
 class EpochStopInOnSaveAt1(TrainerCallback):

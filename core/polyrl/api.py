@@ -52,7 +52,7 @@ from polyrl.trl_config import (
     resolve_fractions,
     rounded_save_warning,
 )
-from polyrl.trl_window import with_model_window
+from polyrl.trl_window import explain_no_room, with_model_window
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
 from polyrl.validators import MAX_LR, fits_float, intended_lr, shown
 
@@ -646,6 +646,7 @@ def run_config(
                            generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
                            eval_prompts=eval_prompts, reward_tokenizers=reward_tokenizers)
     except ConfigError as exc:
+        explain_no_room(exc, grpo_config, policy)  # MAX, MLX: a fix a TRL script can apply
         key = exc.field
         # from TRL: the settings from_trl wrote, and the GRPOConfig's own values (the algorithm,
         # optimizer and train ones; not generation.*, which a GenerationConfig may have set)

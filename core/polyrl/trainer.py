@@ -2404,9 +2404,9 @@ class Trainer:
             self.rollouts.pending()  # under overlap the generator lags one update: leave it on the
             self.engines.sync_weights(self.step)  # trained policy, as without overlap
             last = ckpt.checkpoint_dir(self.checkpoint_root, self.step)
-            if self._saved_step != self.step:
+            if self._saved_step != self.step:  # the run's own last checkpoint: none asked it
                 last = self.save(prune=not self._evaluates_after)
-                self._saved_now(last)
+                self._saved_now(last, asked=False)
             summary["checkpoint"] = str(last)
             if self.rank == 0:
                 summary["model"] = str(self.export_final_model(last))
@@ -2513,12 +2513,17 @@ class Trainer:
         self._epoch_steps_skipped += epoch_stop_skips(self.step + self._epoch_steps_skipped,
                                                       self.config.train.prompts_per_step, len(self.dataset))
 
-    def _saved_now(self, path: Path) -> StepAsk:
-        """The checkpoint just written at this step (``path``) told to the observers; what they ask."""
-        asked = StepAsk()
+    def _saved_now(self, path: Path, asked: bool = True) -> StepAsk:
+        """The checkpoint just written at this step (``path``) told to the observers; what they ask.
+        ``asked`` False: the last step's checkpoint the run writes on its own (``_save_final``), not
+        told to an observer whose ``tells_unasked_saves`` is False (``RunObserver.saved``)."""
+        answer = StepAsk()
         for observer in self.observers:
-            asked = asked | observer.saved(self.step, path)
-        return asked
+            if asked or getattr(observer, "tells_unasked_saves", True):
+                answer = answer | observer.saved(self.step, path)
+            elif hasattr(observer, "unasked_saved"):  # it may still tell it later (a new best found after)
+                observer.unasked_saved(self.step, path)
+        return answer
 
     def _reward_matrix(self, per_reward: Mapping[str, np.ndarray], shaped: np.ndarray) -> np.ndarray:
         """Each reward's scores over the step, one column per ``[[rewards]]`` entry in order, with

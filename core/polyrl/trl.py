@@ -34,7 +34,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -468,7 +468,8 @@ class GRPOTrainer:
         per_step = updates_per_step(trainer)  # TRL's steps count optimizer updates
         log_history = [in_updates(with_trl_names(m, trainer.trl_names), per_step) for m in history]
         if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
-            log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names)
+            log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names,
+                                            untold=set(getattr(observer, "untold_evaluations", ())))
         log_history = _with_logged(log_history, self._logged_in_run)
         run_settings(self.state, trainer, self.args)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
@@ -560,6 +561,7 @@ class GRPOTrainer:
         from polyrl import api, run_plan
         from polyrl.trl_evaluate import rows_of, trl_eval_order
         from polyrl.trl_tags import trl_tags
+        from polyrl.trl_window import resumed_window
 
         if eval_prompts is not None:
             eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset", self.args), self.args)
@@ -582,6 +584,7 @@ class GRPOTrainer:
             if self._initial_reference is not None and config.algorithm.beta != 0:
                 config = attrs.evolve(config, model=attrs.evolve(config.model,
                                                                  reference_path=str(self._initial_reference)))
+        config = resumed_window(config, grpo_config, resume)  # the window the run was started with
         trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
         # polyrl report's resume advice: this run goes on with train(resume_from_checkpoint=True)
         trainer.started_by = run_plan.trl_script()
@@ -1028,11 +1031,13 @@ def _with_logged(log_history: list[dict[str, Any]], logged: list[dict[str, Any]]
 
 
 def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any],
-                      per_step: int = 1, names: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+                      per_step: int = 1, names: Mapping[str, str] | None = None,
+                      untold: Collection[int] = ()) -> list[dict[str, Any]]:
     """``log_history`` with an entry after each evaluation's step under TRL's ``eval_`` names
     (``step_metrics.trl_eval_names``; ``names`` the rewards' TRL names), the one before training
     (``eval_on_start``) at step 0 and the one after training at the last step when no step's line
-    holds it, as TRL logs them."""
+    holds it, as TRL logs them; none for a step in ``untold`` (global steps whose evaluation a
+    callback cleared in ``on_epoch_end`` after polyrl ran it: TRL's trainer runs and logs none)."""
     from polyrl.step_metrics import tokens_seen, trl_eval_names
 
     out: list[dict[str, Any]] = []
@@ -1041,7 +1046,7 @@ def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, A
     for entry in log_history:
         out.append(entry)
         evaluated = trl_eval_names(entry, names)
-        if evaluated:
+        if evaluated and entry.get("step") not in untold:
             out.append({**evaluated, "epoch": entry.get("epoch"), "step": entry.get("step")})
     last = log_history[-1] if log_history else {}
     if summary.get("eval_after") and not trl_eval_names(last):

@@ -30,7 +30,8 @@ transformers' Trainer, TRL's ``save_strategy`` "best" sets it on each new best e
 callback clearing it there cancels that checkpoint; under "steps" it is set before ``on_step_end``
 where ``save_steps`` has a checkpoint due, as ``DefaultFlowCallback.on_step_end`` sets it, so a
 callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; never the run's
-last one, which polyrl always writes; set in ``on_epoch_end`` it checkpoints the step, and
+last one, which polyrl always writes, but without ``on_save`` where no flag asked it, as transformers
+writes none there: ``tells_unasked_saves``; set in ``on_epoch_end`` it checkpoints the step, and
 ``should_training_stop`` set there ends the run: ``_epoch_end``), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``; set before ``on_step_end`` as
 ``DefaultFlowCallback`` sets it under ``eval_strategy`` "steps": ``_flow_evaluates``, ``_final_flow``;
@@ -98,6 +99,10 @@ _CLEARED = {"on_train_begin": ("should_training_stop",), "on_epoch_begin": ("sho
 class TrlCallbacks:
     """The callbacks of one ``GRPOTrainer``, their ``TrainerState`` and ``TrainerControl``."""
 
+    #: the last step's checkpoint polyrl writes on its own (no flag asked it: ``save_strategy`` "no",
+    #: or a callback cleared ``should_save``) calls no ``on_save``, as transformers writes none there
+    tells_unasked_saves = False
+
     def __init__(self, callbacks: Sequence[Any], args: Any, processing_class: Callable[[], Any],
                  rank: int, local_rank: int, state: Any = None) -> None:
         """``state``: the ``TrainerState`` the callbacks share (the trainer's ``trainer.state``, as
@@ -147,6 +152,11 @@ class TrlCallbacks:
         #: (``_holds_epoch_evaluation``): asked of the trainer (True), then its numbers (``step_end``)
         self._hold_eval = False
         self._held_eval: dict[str, Any] | None = None
+        #: the global_step of each held evaluation a callback cleared in ``on_epoch_end`` (``_held_epoch_end``):
+        #: it ran, but TRL's trainer would not have, so ``trainer.state.log_history`` leaves it out
+        self.untold_evaluations: list[int] = []
+        #: the last step's checkpoint was written unasked before the evaluation after training (``unasked_saved``)
+        self._unasked_final = False
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -249,6 +259,8 @@ class TrlCallbacks:
         self._launcher = trainer.world_size > 1
         self._final_eval_pending = self._final_save = self._hold_eval = False
         self._held_eval = None
+        self.untold_evaluations = []
+        self._unasked_final = False
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
@@ -397,6 +409,8 @@ class TrlCallbacks:
             self._evaluation(held)
             self._track_best(held)
             asked = asked | self._asked()
+        elif held:
+            self.untold_evaluations.append(self.state.global_step)
         self.control.should_evaluate = False
         return asked
 
@@ -604,8 +618,16 @@ class TrlCallbacks:
             self._evaluation(evaluated)
             if phase == "after" and self._track_best(evaluated):
                 self._note_best_checkpoint()
+                # save_strategy "best": transformers saves the new best it evaluated there; polyrl wrote it before
+                self._final_save = self._final_save or (self._unasked_final and self._save_strategy() == "best")
         if phase == "after":
             self._final_events()
+
+    def unasked_saved(self, step: int, path: Path) -> None:
+        """The last step's checkpoint polyrl wrote though no flag asked it (``tells_unasked_saves``):
+        no ``on_save``, unless the evaluation after training, still to come, finds a new best under
+        ``save_strategy`` "best", which transformers saves then (``evaluated``)."""
+        self._unasked_final = self._final_eval_pending
 
     def saved(self, step: int, path: Path) -> StepAsk:
         """``on_save``; its ``should_epoch_stop`` read at once, as transformers' loop reads it right
