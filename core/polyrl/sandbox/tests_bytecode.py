@@ -32,11 +32,39 @@ def plain_instructions(code: types.CodeType) -> list[dis.Instruction]:
     """``code``'s instructions, inline caches (``CACHE``) left out."""
     plain = _PLAIN.get(code)
     if plain is None:
-        plain = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+        plain = [part for i in dis.get_instructions(code) if i.opname != "CACHE" for part in _unfused(i)]
         if len(_PLAIN) >= MAX_CODES:
             _PLAIN.clear()
         _PLAIN[code] = plain
     return plain
+
+
+#: Python 3.13's fused instructions: each is two of 3.11's, one name each (``argval`` a pair).
+_FUSED = {"LOAD_FAST_LOAD_FAST": ("LOAD_FAST", "LOAD_FAST"), "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
+          "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST")}
+
+
+def _unfused(instruction: dis.Instruction) -> list[dis.Instruction]:
+    """``instruction``, or the two 3.11 instructions a 3.13 fused one stands for (the second at the
+    odd offset after it: no instruction of its own starts there, and it is no jump's target), so
+    the readers see one shape: ``STORE_FAST x`` then ``LOAD_FAST x`` for ``STORE_FAST_LOAD_FAST``."""
+    names = _FUSED.get(instruction.opname)
+    if names is None or not isinstance(instruction.argval, tuple) or len(instruction.argval) != 2:
+        return [instruction]
+    first, second = names
+    untargeted = {"label": None} if "label" in instruction._fields else {"is_jump_target": False}
+    return [instruction._replace(opname=first, opcode=dis.opmap[first], argval=instruction.argval[0],
+                                 argrepr=str(instruction.argval[0])),
+            instruction._replace(opname=second, opcode=dis.opmap[second], argval=instruction.argval[1],
+                                 argrepr=str(instruction.argval[1]), offset=instruction.offset + 1, **untargeted)]
+
+
+def branch_at(instructions: list[dis.Instruction], n: int) -> int:
+    """The index of the conditional jump that the instruction at index ``n`` (where a caller's
+    ``__bool__`` was asked) feeds: itself, or on Python 3.13 the jump after its ``TO_BOOL``."""
+    if instructions[n].opname == "TO_BOOL" and n + 1 < len(instructions):
+        return n + 1
+    return n
 
 
 def remembered(found: dict[types.CodeType, dict[int, bool]], code: types.CodeType, offset: int,
@@ -136,7 +164,10 @@ def _inlined(instructions: list[dis.Instruction], get_iter: int) -> Comprehensio
         restored, m = restored + 1, m + 1
     if restored != saved:
         return None
-    return Comprehension(_INLINED[shape[1]], instructions, for_iter, m, _value_start(instructions, get_iter) - 1)
+    before = _value_start(instructions, get_iter) - 1
+    if before > 0 and instructions[before].opname == "PUSH_NULL":  # 3.13 loads a callable, then its NULL
+        before -= 1
+    return Comprehension(_INLINED[shape[1]], instructions, for_iter, m, before)
 
 
 def _value_start(instructions: list[dis.Instruction], end: int) -> int:
