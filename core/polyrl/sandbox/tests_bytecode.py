@@ -18,11 +18,12 @@ from typing import NamedTuple
 #: ``asserted_truths``, ``zipped_views``) were written and tested against. Why a list: the shapes
 #: change from version to version (3.10 has no ``co_positions`` and calls through ``CALL_FUNCTION``;
 #: 3.12 inlines list comprehensions and drops ``PRECALL``, read here by ``comprehension_at``; 3.13
-#: compiles ``assert`` with ``TO_BOOL`` before its jump and fuses loads and stores), and on each other
-#: version some readers answered wrongly both ways, run on the same tests: a counting loop over a
-#: right cleared queue read as a check (a false 0 on 3.10), ``assert r`` of a generator yielding
-#: nothing read as no assertion (a forged one passed on 3.13).
-READ_ON = frozenset({(3, 11), (3, 12)})
+#: asks ``bool`` at a ``TO_BOOL`` before its jump (``branch_at``) and fuses loads and stores
+#: (``_unfused``)), and where a version's shapes were not read, some readers answered wrongly both
+#: ways on the same tests: a counting loop over a right cleared queue read as a check (a false 0 on
+#: 3.10), ``assert r`` of a generator yielding nothing read as no assertion (a forged one passed on
+#: 3.13 before ``branch_at``). A version joins only once the sandbox's forging tests pass under it.
+READ_ON = frozenset({(3, 11), (3, 12), (3, 13)})
 #: Code objects remembered per memo: a long-lived process meets many tests' sources.
 MAX_CODES = 512
 _PLAIN: dict[types.CodeType, list[dis.Instruction]] = {}
