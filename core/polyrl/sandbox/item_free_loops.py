@@ -10,7 +10,7 @@ or copies each item as it is, or fails whatever the item), so an empty value can
 vacuously; the tests see how many items there were, as ``len(q) == 0`` would show them.
 
 Read from the bytecode (a ``for``'s ``GET_ITER``/``FOR_ITER`` in the tests' frame; a
-comprehension's, as ``tests_bytecode.comprehension_at`` finds it on 3.11 and 3.12); any other
+comprehension's, as ``tests_bytecode.comprehension_at`` finds it on 3.11 to 3.13); any other
 shape is a loop that checks its items, as before.
 """
 
@@ -76,7 +76,7 @@ def _classify(code: types.CodeType, get_iter: int) -> bool:
 
 
 def _kept_whole(instructions: list[dis.Instruction], made: Comprehension) -> bool:
-    """Whether the copy a comprehension made (its ``GET_ITER`` at index ``get_iter``) is compared
+    """Whether the copy comprehension ``made`` (``comprehension_at``'s) made is compared
     equal or unequal (``[x for x in r] == [2, 3]``, ``set() != {x for x in r}``) or counted
     (``len``) right where it is made. Why: a copy that is stored, looped over, handed to a call
     (``all([x for x in r])`` is the loop ``all(r)`` is), asked ``4 not in`` or compared by
