@@ -23,7 +23,7 @@ import sys
 import types
 import unittest
 
-from polyrl.sandbox.tests_bytecode import plain_instructions, remembered
+from polyrl.sandbox.tests_bytecode import branch_at, plain_instructions, remembered
 from polyrl.sandbox.tests_guard import TESTS_FILES
 
 #: Conditional jumps taken when the value is true (the next instruction is its false branch) ...
@@ -62,6 +62,7 @@ def _asserted(code: types.CodeType, offset: int) -> bool:
     at = index.get(offset)
     if at is None:
         return False
+    at = branch_at(instructions, at)
     jump = instructions[at]
     if jump.opname in _IF_TRUE:
         start = at + 1

@@ -9,8 +9,8 @@ the tests reading the value whole: its body never looks at an item for a verdict
 or copies each item as it is, or fails whatever the item), so an empty value cannot pass it
 vacuously; the tests see how many items there were, as ``len(q) == 0`` would show them.
 
-Read from the bytecode (Python 3.11's shape: a ``for``'s ``GET_ITER``/``FOR_ITER`` in the
-tests' frame; a comprehension's code object made just before its ``GET_ITER``); any other
+Read from the bytecode (a ``for``'s ``GET_ITER``/``FOR_ITER`` in the tests' frame; a
+comprehension's, as ``tests_bytecode.comprehension_at`` finds it on 3.11 to 3.13); any other
 shape is a loop that checks its items, as before.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dis
 import types
 
-from polyrl.sandbox.tests_bytecode import plain_instructions, remembered
+from polyrl.sandbox.tests_bytecode import Comprehension, comprehension_at, plain_instructions, pushes_null, remembered
 
 #: Stores of a loop's target names.
 _STORES = frozenset({"STORE_NAME", "STORE_FAST", "STORE_GLOBAL"})
@@ -40,7 +40,6 @@ _STACK = {"LOAD_CONST": (0, 1), "LOAD_NAME": (0, 1), "LOAD_FAST": (0, 1), "LOAD_
           "BUILD_LIST": (0, 1), "BUILD_SET": (0, 1), "BUILD_TUPLE": (0, 1), "LIST_EXTEND": (1, 0),
           "SET_UPDATE": (1, 0), "PRECALL": (0, 0), "KW_NAMES": (0, 0), "CALL": (2, 1), "COMPARE_OP": (2, 1)}
 _COUNTED_POPS = frozenset({"BUILD_LIST", "BUILD_SET", "BUILD_TUPLE", "CALL"})
-_COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<genexpr>"})
 #: Per code object of the tests': ``GET_ITER`` offset -> whether its loop checks no item.
 _FOUND: dict[types.CodeType, dict[int, bool]] = {}
 
@@ -63,32 +62,29 @@ def _classify(code: types.CodeType, get_iter: int) -> bool:
             return False
         targets, rest = body
         return _counts(targets, rest) or _fails(code, get_iter, targets, rest)
-    inner = _comprehension(instructions, at)
-    if inner is None:
+    made = comprehension_at(instructions, at)
+    if made is None:
         return False
-    inner_instructions = plain_instructions(inner)
-    start = next((n for n, i in enumerate(inner_instructions) if i.opname == "FOR_ITER"), None)
-    body = _body(inner_instructions, start) if start is not None else None
+    body = _body(made.body, made.for_iter)
     if body is None:
         return False
     targets, rest = body
-    copies = inner.co_name != "<genexpr>" and len(targets) == 1 and [i.opname for i in rest] == [
-        "LOAD_FAST", "LIST_APPEND" if inner.co_name == "<listcomp>" else "SET_ADD", "JUMP_BACKWARD"] \
+    copies = made.kind in ("<listcomp>", "<setcomp>") and len(targets) == 1 and [i.opname for i in rest] == [
+        "LOAD_FAST", "LIST_APPEND" if made.kind == "<listcomp>" else "SET_ADD", "JUMP_BACKWARD"] \
         and rest[0].argval == targets[0]
-    return (copies and _kept_whole(instructions, at)) or _counts(targets, rest)
+    return (copies and _kept_whole(instructions, made)) or _counts(targets, rest)
 
 
-def _kept_whole(instructions: list[dis.Instruction], get_iter: int) -> bool:
-    """Whether the copy a comprehension made (its ``GET_ITER`` at index ``get_iter``) is compared
+def _kept_whole(instructions: list[dis.Instruction], made: Comprehension) -> bool:
+    """Whether the copy comprehension ``made`` (``comprehension_at``'s) made is compared
     equal or unequal (``[x for x in r] == [2, 3]``, ``set() != {x for x in r}``) or counted
     (``len``) right where it is made. Why: a copy that is stored, looped over, handed to a call
     (``all([x for x in r])`` is the loop ``all(r)`` is), asked ``4 not in`` or compared by
     ``<=`` holds over an emptied value just as the loop over ``r`` would: a forged ``primes``
     emptied by ``show(r)`` passed ``{x for x in r} <= {2, 3, 5, 7}`` (1.0)."""
-    following = instructions[get_iter + 3:]
+    following = instructions[made.after:]
     if following and following[0].opname in ("PRECALL", "CALL"):
-        made = next(n for n in range(get_iter - 1, -1, -1) if instructions[n].opname == "MAKE_FUNCTION")
-        callee = instructions[made - 2] if made >= 2 else None
+        callee = instructions[made.before] if made.before >= 0 else None
         return callee is not None and callee.opname in ("LOAD_NAME", "LOAD_GLOBAL") and callee.argval == "len"
     above = 0  # values on the stack above the copy: what builds the other side of ``==``
     for i in following:
@@ -96,7 +92,7 @@ def _kept_whole(instructions: list[dis.Instruction], get_iter: int) -> bool:
         if effect is None:
             return False
         pops = (i.arg or 0) + effect[0] if i.opname in _COUNTED_POPS else effect[0]
-        pushes = effect[1] + (1 if i.opname == "LOAD_GLOBAL" and (i.arg or 0) & 1 else 0)  # 3.11: and a NULL
+        pushes = effect[1] + pushes_null(i)
         if pops > above or (i.opname in ("LIST_EXTEND", "SET_UPDATE") and above < 2):  # it takes the copy
             return i.opname == "COMPARE_OP" and i.argval in ("==", "!=") and above <= 1
         above += pushes - pops
@@ -144,18 +140,3 @@ def _fails(code: types.CodeType, get_iter: int, targets: list[str], rest: list[d
     if handlers is None:
         return False
     return all(e.start <= get_iter < e.end for e in handlers if e.start <= offset < e.end)
-
-
-def _comprehension(instructions: list[dis.Instruction], get_iter: int) -> types.CodeType | None:
-    """The comprehension whose iterable the ``GET_ITER`` at index ``get_iter`` takes: the code
-    made by the last ``MAKE_FUNCTION`` before it, called right after it with no arguments."""
-    after = instructions[get_iter + 1:get_iter + 3]
-    if not after or after[-1].opname != "CALL" or after[-1].arg != 0:
-        return None
-    made = next((n for n in range(get_iter - 1, -1, -1) if instructions[n].opname == "MAKE_FUNCTION"), None)
-    if made is None or made == 0:
-        return None
-    loaded = instructions[made - 1].argval
-    if not isinstance(loaded, types.CodeType) or loaded.co_name not in _COMPREHENSIONS:
-        return None
-    return loaded
