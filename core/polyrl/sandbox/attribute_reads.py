@@ -22,16 +22,13 @@ attribute bound to a name whose later checks all hold over no items and none rea
 from __future__ import annotations
 
 import ast
-import sys
 from collections.abc import Iterable
 
 from polyrl.sandbox.item_free_loops import checks_no_item
 from polyrl.sandbox.named_copies import vacuously_read
-from polyrl.sandbox.shrinking import feeds_item_free_loop
+from polyrl.sandbox.shrinking import feeds_item_free_loop, tests_instruction
 from polyrl.sandbox.source_sites import Sites, place_of
 from polyrl.sandbox.subset_reads import subset_read
-from polyrl.sandbox.tests_bytecode import plain_instructions
-from polyrl.sandbox.tests_guard import TESTS_FILES
 
 #: Calls whose answer holds their operands' items for a loop to check.
 _PASSING = frozenset({"sorted", "reversed", "zip", "map", "filter", "enumerate"})
@@ -95,16 +92,11 @@ def register(sources: Iterable[tuple[str, str]]) -> None:
 def attribute_looped_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__getattr__`` asking) is the
     tests' own code at an attribute's load that such a check reads (module doc)."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
+    found = tests_instruction(depth)
+    if found is None:
         return False
-    code, at = frame.f_code, frame.f_lasti
-    if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
-        return False
-    plain = plain_instructions(code)
-    start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)  # ``at`` may be in its caches
-    if start is None or plain[start].opname != "LOAD_ATTR" or start + 1 >= len(plain):
+    code, at, plain, start = found
+    if plain[start].opname != "LOAD_ATTR" or start + 1 >= len(plain):
         return False
     after = plain[start + 1]
     if after.opname == "GET_ITER":

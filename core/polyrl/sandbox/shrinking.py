@@ -138,6 +138,22 @@ def _handed_to_item_free_loop(frame: types.FrameType) -> bool:
     return False
 
 
+def tests_instruction(depth: int) -> tuple[types.CodeType, int, list[dis.Instruction], int] | None:
+    """The frame ``depth`` levels above the caller, where it is the tests' own code: its code, its
+    ``f_lasti``, its instructions (``plain_instructions``) and the index of the one ``f_lasti``
+    falls in (it may point into a call's inline caches); else None."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return None
+    code, at = frame.f_code, frame.f_lasti
+    if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
+        return None
+    plain = plain_instructions(code)
+    start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)
+    return None if start is None else (code, at, plain, start)
+
+
 def view_looped_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__getattr__`` asking a view,
     ``d.items``) is the tests' own code at that method's load, whose call's answer a loop's
@@ -145,16 +161,11 @@ def view_looped_here(depth: int = 2) -> bool:
     and whose body looks at its items (``item_free_loops``). Why: the view is the value's items
     read here (``Remote._container_data``), a whole reading to ``_snapshot``, so a forged mapping
     emptied by ``show(d)`` passed ``len(d) == 3`` and then that loop (1.0)."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
+    found = tests_instruction(depth)
+    if found is None:
         return False
-    code, at = frame.f_code, frame.f_lasti
-    if code.co_filename not in TESTS_FILES or not 0 <= at < len(code.co_code):
-        return False
-    plain = plain_instructions(code)
-    start = max((n for n, i in enumerate(plain) if i.offset <= at), default=None)  # ``at`` may be in its caches
-    if start is None or plain[start].opname not in ("LOAD_METHOD", "LOAD_ATTR"):
+    code, _, plain, start = found
+    if plain[start].opname not in ("LOAD_METHOD", "LOAD_ATTR"):
         return False
     following = plain[start + 1:start + 4]
     if following[:1] and following[0].opname == "PRECALL":  # Python 3.11's call is PRECALL, CALL
