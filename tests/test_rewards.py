@@ -1117,3 +1117,46 @@ def test_numeric_match_reads_a_typeset_minus_as_a_sign(text, answer, expected):
     as 12, paid against 12 and never against -12."""
     rows = [{"prompt": "q", "answer": answer}]
     assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("+5", "5", 1.0), ("The answer is +5", "5", 1.0), ("\\boxed{+5}", "5", 1.0), ("answer: +5", "5", 1.0),
+    ("answer: +5", "+5", 1.0), ("answer: **+5** degrees", "5", 1.0), ("x = +5", "5", 1.0), ("(+5)", "5", 1.0),
+    ("answer: +1/2", "0.5", 1.0), ("\\boxed{+\\frac{1}{2}}", "1/2", 1.0), ("answer: +1,234.5", "1234.5", 1.0),
+    ("answer: +5", "-5", 0.0),  # a plus sign is no minus
+    ("3 +5", "5", 1.0), ("3 -5", "-5", 1.0),  # spaced, a number then a signed one, for "+" as for "-"
+])
+def test_numeric_match_reads_a_plus_sign_as_a_sign(text, answer, expected):
+    """An honest "+5" (a change in temperature, a score difference) was read as an operator on
+    nothing: every one of these scored 0 against 5."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("3+5", "5"), ("3+5", "8"), ("x+5", "5"), ("2 + 5", "5"), ("answer: 2 + 5", "7"), ("+ 5", "5"),
+    ("answer: + 5", "5"), ("answer: 3 +5", "5"), ("answer: 3 -5", "-5"),  # the 3 opens an expression: a hedge
+    ("x^+5", "5"), ("2*+5", "5"), ("-+5", "5"), ("-+5", "-5"), ("++5", "5"), ("answer: +5x", "5"), ("+5!", "5"),
+    ("1.+5", "5"), ("e+5", "5"),
+])
+def test_numeric_match_reads_a_plus_after_an_operand_or_operator_as_an_operator(text, answer):
+    """A "+" after a digit, letter, "." or bracket, spaced from its number, or after another sign is an
+    operator, as a "-" there is: the number it is glued to is part of an expression, not the answer."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == 0.0
+
+
+@pytest.mark.parametrize("text", ["(3)-5", "answer: (a)-5", "\\text{x}-5", "[3]-5"])
+def test_numeric_match_reads_a_minus_after_a_closing_bracket_as_an_operator(text):
+    """"(3)-5" is 3 minus 5, as "3-5" is: the "-" after a bracket was read as a sign, paying -5."""
+    rows = [{"prompt": "q", "answer": "-5"}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == 0.0
+
+
+@pytest.mark.parametrize("value", ["+5", " +5 ", "+1/2", "+\\frac{1}{2}", "-1/2"])
+def test_numeric_match_reads_a_plus_sign_in_the_answer_column(value):
+    """The row's "+1/2" (or "+\\frac{1}{2}") was refused as no number, though "+5" and "-1/2" read."""
+    texts = {"+5": "answer: 5", " +5 ": "answer: +5", "+1/2": "answer: 0.5", "+\\frac{1}{2}": "answer: 1/2",
+             "-1/2": "answer: -0.5"}
+    rows = [{"prompt": "q", "answer": value}]
+    assert score([("numeric_match", 1.0, {})], [texts[value]], rows=rows).per_reward["numeric_match"][0] == 1.0

@@ -52,10 +52,13 @@ silently ignored). Options:
        nothing but the rest of its sentence follows it and it closes no list of numbers ("So she has
        12 apples." reads 12; "The question asks for 12 apples... I don't know" and "Options: 10,
        12." none): a number quoted from the question is no answer.
-    Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "3e8"); a "-"
-    directly after a digit or letter is an operator, not a sign; a minus typeset as U+2212, an en
+    Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "+5", "3e8"); a
+    "-" or "+" directly after a digit, letter or closing bracket ("3-5", "x+5", "(3)-5"), or a "+"
+    after another sign ("-+5"), is an operator, not a sign; a spaced one is no sign ("+ 5" is an
+    expression, "- 5" a list's dash: 5), and "3 +5" and "3 -5" are 3, an expression's first number,
+    then a signed 5; a minus typeset as U+2212, an en
     dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). A fraction of two integers is one
-    number, its exact value: "1/2", "-1/2" (no spaces: "1 / 2" is an expression), ``\\frac{1}{2}``,
+    number, its exact value: "1/2", "-1/2", "+1/2" (no spaces: "1 / 2" is an expression), ``\\frac{1}{2}``,
     ``\\dfrac``, ``\\tfrac``, ``\\frac12``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}``; a fraction over 0 is
     none, and a fraction next to another number ("2 1/2", ``2\\frac{1}{2}``: a mixed number or a
     product) is an expression. A number that is part of an expression is not read, and that
@@ -131,7 +134,12 @@ from polyrl.types import Completion, Prompt, RewardContext, RewardScores, Reward
 # --- answer extraction -------------------------------------------------------------------------
 
 _MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
-_SIGN = r"(?:(?<![\w.])-)?"  # a "-" right after a digit or letter is an operator, not a sign
+#: A sign glued to the digits: "-5", "+5" (a change, a difference: 5). Not right after a digit, letter, "."
+#: or closing bracket, where it is an operator ("3-5", "x+5", "(3)-5"), nor a "+" right after another
+#: sign ("-+5", "++5"); spaced, "3 -5" and "3 +5" are a number and a signed one. Why "+": an honest
+#: "+5" was read as an operator on nothing, so it scored 0 against 5.
+_SIGN_CHAR = r"(?:(?<![\w.)\]}])-|(?<![\w.)\]}+-])\+)"
+_SIGN = f"{_SIGN_CHAR}?"
 #: A box's opening: ``\\boxed{``, also spaced (``\\boxed {4}``) and ``\\fbox{``, which LaTeX draws as
 #: the same box: read as boxes, so "\\boxed{3} or \\boxed {4}" is two answers, not one.
 _BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
@@ -344,7 +352,8 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: what before a number makes it part of an expression (searched in the few characters before it):
 #: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" or "**" after a digit or
 #: bracket, or after a Latin letter either glued ("x**2", "x*2") or spaced on both sides ("x ** 2";
-#: "is **85**" and "是**85**" are markdown), a "-" after a digit, letter or bracket (a sign is part of the number), a
+#: "is **85**" and "是**85**" are markdown), a "-" after a digit, letter or bracket (a sign, "-" or "+"
+#: (``_SIGN``), is part of the number), a
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
@@ -356,7 +365,7 @@ _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb 
 #: (``\\frac{-3}{4}``, and ``\\frac12``, whose arguments are single digits). Why these and no other
 #: expression: they are how a rational answer is written, their value needs no evaluator, and a list
 #: written "3/4" cannot pass for one of its members ("3/4" is 0.75, never 3 or 4).
-_FRACTION = (r"(?P<sign>(?<![\w.])-)?"
+_FRACTION = (rf"(?P<sign>{_SIGN_CHAR})?"
              r"(?:(?P<num>\d+)/(?P<den>\d+)(?![.,]?\d)"
              r"|\\[dt]?frac\s*(?:\{\s*(?P<tex_num>-?\d+)\s*\}|(?P<tex_digit_num>\d))"
              r"\s*(?:\{\s*(?P<tex_den>\d+)\s*\}|(?P<tex_digit_den>\d)))")
@@ -478,7 +487,7 @@ def _token_value(m: re.Match[str]) -> tuple[Fraction | None, bool]:
         return None, True
     if int(denominator) == 0:
         return None, False
-    return (-1 if m.group("sign") else 1) * Fraction(int(numerator), int(denominator)), True
+    return (-1 if m.group("sign") == "-" else 1) * Fraction(int(numerator), int(denominator)), True
 
 
 def read_fraction(text: str) -> Fraction | None:
