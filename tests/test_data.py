@@ -367,6 +367,22 @@ def test_a_prompt_of_blank_text_is_refused_from_either_store(tmp_path, prompts, 
     assert info.value.field == "data" and words in str(info.value) and where in str(info.value), info.value
 
 
+@pytest.mark.parametrize("prompts", [["ok", None, ""], [[{"role": "user", "content": "ok"}], None]],
+                         ids=["text", "chat"])
+def test_a_null_parquet_prompt_is_named_null_not_empty(tmp_path, prompts):
+    """A Parquet prompt that is null (pandas' None/NaN) was refused as "is empty", sending users
+    looking for an empty string (a chat one, as having no messages): it is said to be null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"prompt": prompts}), tmp_path / "rows.parquet")
+    with pytest.raises(ConfigError) as info:
+        load_dataset(path=str(tmp_path / "rows.parquet"), cache_dir=str(tmp_path / "cache"))
+    assert str(info.value).startswith("data: row 1 of rows.parquet: the prompt in column 'prompt' is null "
+                                      "(missing), not an empty value"), info.value
+    assert "df.dropna(subset=['prompt'])" in info.value.fix, info.value.fix
+
+
 @pytest.mark.parametrize("store", ["rows", "parquet"])
 def test_invisible_characters_beside_text_are_kept(tmp_path, store):
     """Only a prompt of invisible characters alone is refused: a zero-width space or a joiner

@@ -75,7 +75,7 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     if _is_text(chunk.type):
         bad = np.flatnonzero(_blank(chunk))
         first = chunk[int(bad[0])].as_py() if len(bad) else None
-        return bad, "is empty" if first is None else blank_problem(first)
+        return bad, "" if first is None else blank_problem(first)  # a null: the caller names it
     lengths = pc.fill_null(pc.list_value_length(chunk), 0).to_numpy(zero_copy_only=False)
     bad = lengths == 0
     messages = pc.list_flatten(chunk)
@@ -102,11 +102,18 @@ def _parts_content(t: Any) -> bool:
     return "role" in names and content is not None and (pa.types.is_list(content) or pa.types.is_large_list(content))
 
 
+def null_prompt(row: int, column: str) -> tuple[str, str]:
+    """(why, fix) for a prompt that is null in a Parquet/Arrow table. Why its own words: Arrow keeps
+    "no value" apart from ``""``, and "is empty" sent users looking for an empty string not there."""
+    return ("is null (missing), not an empty value: that row has no prompt at all",
+            f"write a prompt in that row, or drop the rows without one (pandas: df.dropna(subset=[{column!r}]))")
+
+
 def check_prompt_column(table: Any, column: str, name: str,
                         missing: Callable[[int, str], tuple[str, str]] | None = None) -> None:
     """Every row of ``column`` is non-empty text or a non-empty chat; checked chunk by chunk.
     ``missing(row, column)``: (why, fix) for a text row with no value, where the source says more
-    than "is empty" (a CSV cell pandas read as missing: ``ArrowRows.csv``)."""
+    than that it is null (a CSV cell pandas read as missing: ``ArrowRows.csv``)."""
     if column not in table.column_names:
         present = ", ".join(table.column_names) or "none"
         raise ConfigError(f"{name} has no column {column!r} (its columns: {present})",
@@ -128,8 +135,8 @@ def check_prompt_column(table: Any, column: str, name: str,
         bad, why = _bad_rows(chunk)
         if len(bad):
             row, fix = offset + int(bad[0]), "remove or fix that row"
-            if missing is not None and _is_text(chunk.type) and chunk[int(bad[0])].as_py() is None:
-                why, fix = missing(row, column)
+            if not chunk[int(bad[0])].is_valid:  # null, text or chat: no value, not an empty one
+                why, fix = (missing if missing is not None and _is_text(chunk.type) else null_prompt)(row, column)
             raise ConfigError(f"row {row} of {name}: the prompt in column {column!r} {why}", field="data", fix=fix)
         if not _is_text(chunk.type):
             _check_roles(chunk, offset, name, column)
@@ -227,7 +234,7 @@ class ArrowRows:
     def missing_cell(self, row: int, column: str) -> tuple[str, str]:
         """(why, fix) for table row ``row`` whose ``column`` holds no value (CSV: ``csv_missing``)."""
         if self.csv is None:
-            return "is empty", "remove or fix that row"
+            return null_prompt(row, column)
         from polyrl.csv_missing import missing_prompt
 
         return missing_prompt(self.csv[0], self.csv[1], row, column)

@@ -34,6 +34,7 @@ from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.logs import get_logger
 from polyrl.text_validity import row_surrogate, surrogate_error
+from polyrl.wide_text import refuse_wide_text
 
 log = get_logger("polyrl.data")
 
@@ -219,7 +220,9 @@ class RowOrigins:
 
 def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | None = None) -> list[Any]:
     """Rows of a JSON-lines file (or a .json file holding one array of objects); each row's line
-    goes to ``origins`` when given. A UTF-8 byte order mark (Excel, Windows editors) is skipped."""
+    goes to ``origins`` when given. A UTF-8 byte order mark (Excel, Windows editors) is skipped;
+    a UTF-16 file is refused as that, not as invalid UTF-8 or JSON (``polyrl.wide_text``)."""
+    refuse_wide_text(path, field)
     if path.suffix.lower() == ".json":
         raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)
         stripped = raw.lstrip()
@@ -386,6 +389,8 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     for p in paths:
         if _blank_file(p):
             raise ConfigError(f"data file {str(p)!r} is empty", field=field, fix="add rows to it or remove it")
+        if builder == "csv":  # UTF-16 read as UTF-8: "Couldn't cast p r o m p t", or byte 0xff "not UTF-8"
+            refuse_wide_text(p, field)
     datasets = _datasets()
     no_rows = ConfigError(f"data file(s) {name!r} hold no rows", field=field, fix="add rows to them")
     if builder == "parquet" and _parquet_rows(paths, field) == 0:
