@@ -48,10 +48,9 @@ silently ignored). Options:
        answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3", "4 or 5!", "2 or 3x") scores 0,
        while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
-    3. the last number of the text; one that the prompt also writes (``prompt_numbers``) only when
-       nothing but the rest of its sentence follows it and it closes no list of numbers ("So she has
-       12 apples." reads 12; "The question asks for 12 apples... I don't know" and "Options: 10,
-       12." none): a number quoted from the question is no answer.
+    3. the last number of the text, even one the prompt also writes: arithmetic answers are often
+       one of the question's numbers ("8 - 4 = 4", "0 * 3 = 0", "4" then more text), and not paying
+       those was a false zero that cost the demo 12 points of held-out accuracy.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "+5", "3e8"); a
     "-" or "+" directly after a digit, letter or closing bracket ("3-5", "x+5", "(3)-5"), or a "+"
     after another sign ("-+5"), is an operator, not a sign; a spaced one is no sign ("+ 5" is an
@@ -115,7 +114,6 @@ else an empty completion would be rewarded as correct.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import time
@@ -499,10 +497,9 @@ def read_fraction(text: str) -> Fraction | None:
     return value if known else None
 
 
-def final_number(text: str, opened: bool = False, quoted: Collection[Fraction] = ()) -> Fraction | None:
+def final_number(text: str, opened: bool = False) -> Fraction | None:
     """The final number of a completion (see ``numeric_match``), exactly, or None. ``opened``: the
-    prompt opened its ``<think>`` (``polyrl.reasoning.final_part``); ``quoted``: the numbers its
-    prompt writes (``prompt_numbers``), which the last-number rule pays only as a conclusion."""
+    prompt opened its ``<think>`` (``polyrl.reasoning.final_part``)."""
     part = final_part(text, opened)
     if part is None:
         return None
@@ -531,52 +528,12 @@ def final_number(text: str, opened: bool = False, quoted: Collection[Fraction] =
     numbers = _numbers(part)
     if not numbers or not numbers[-1].alone:
         return None
-    last = numbers[-1]
-    if last.value in quoted and (_WORD_AFTER.search(_after_sentence(part, last.end)) or (
-            len(numbers) > 1 and _LIST_SEPARATOR.fullmatch(part, numbers[-2].end, last.start))):
-        return None  # "The question asks for 12 apples... I don't know", "Options: 10, 12, 14.": quoted
-    return last.value
-
-
-#: What between two numbers makes the second a list's next item ("10, 12", "10 or 12", "10; and 12"): a
-#: prompt's number that closes such a list is its options restated, not an answer.
-_LIST_SEPARATOR = re.compile(r"[\s*_$]*(?:(?:[,;|]|(?i:or|and))[\s*_$]*(?:(?i:or|and)[\s*_$]+)?)?")
-#: Something said: a letter or digit.
-_WORD_AFTER = re.compile(r"[^\W_]")
-
-
-def _after_sentence(text: str, i: int) -> str:
-    """What ``text`` says after the sentence or line that position ``i`` is in ("" when that is the last)."""
-    m = _SENTENCE_OR_LINE_END.search(text, i)
-    return "" if m is None else text[m.end():]
-
-
-def prompt_numbers(prompt: Prompt | None) -> frozenset[Fraction]:
-    """The numbers a prompt writes (its text, or its messages' text; none for token ids). Why: with no
-    answer marker nor box, the last number of a completion can be one it quotes from the question
-    ("The question asks for 12 apples... I don't know"), and paying it pays a policy for restating
-    the question whenever the answer is one of its numbers. Such a number is read only when nothing
-    but the rest of its sentence follows it ("So she keeps 12 apples."), as an answer ends."""
-    if isinstance(prompt, str):
-        texts: tuple[str, ...] = (prompt,)
-    elif isinstance(prompt, Sequence):
-        texts = tuple(m["content"] for m in prompt if isinstance(m, Mapping) and isinstance(m.get("content"), str))
-    else:  # None, or a TokenPrompt: no text to read
-        texts = ()
-    return _numbers_in(texts)
-
-
-@functools.lru_cache(maxsize=64)
-def _numbers_in(texts: tuple[str, ...]) -> frozenset[Fraction]:
-    """The values of the numbers in ``texts``: cached, as a group's completions share one prompt."""
-    return frozenset(n.value for text in texts for n in _numbers(text) if n.value is not None)
+    return numbers[-1].value
 
 
 #: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
 #: a decimal point, nor the "!" of a factorial "42!"), or "。".
 _SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]])!)(?=\s|$)|\u3002")
-#: The end of the sentence (see ``_SENTENCE_END``) or line a number is in.
-_SENTENCE_OR_LINE_END = re.compile(rf"{_SENTENCE_END.pattern}|\n")
 
 
 def _answered(numbers: list[_Number]) -> Fraction | None:
@@ -739,10 +696,7 @@ def _matches(got: Fraction, expected: Fraction, abs_tol: float, rel_tol: float) 
     return expected.denominator != 1 and diff <= Fraction(rel_tol) * max(abs(got), abs(expected))
 
 
-def numeric_match(completions: Sequence[Completion | str], context: RewardContext,
-                  prompts: Sequence[Prompt] | None = None) -> Scores:
-    """``prompts``: the completions' prompts, whose numbers the last-number rule does not pay as a
-    quote (``prompt_numbers``); None (a caller without them) reads every last number."""
+def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 0.0, "rel_tolerance": 1e-9})
     # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
     tol = positive_number("numeric_match", opts, "tolerance", 0.01, zero=True)
@@ -754,8 +708,7 @@ def numeric_match(completions: Sequence[Completion | str], context: RewardContex
             out.append(None)
             continue
         expected = _as_number(answer, opts["column"], i)
-        quoted = prompt_numbers(prompts[i]) if prompts is not None and i < len(prompts) else frozenset()
-        got = final_number(completion_text(completion), opened=reasoning_open(completion), quoted=quoted)
+        got = final_number(completion_text(completion), opened=reasoning_open(completion))
         out.append(1.0 if got is not None and _matches(got, expected, tol, rel_tol) else 0.0)
     return out
 
@@ -932,8 +885,7 @@ def reward(
     out: dict[str, Scores] = {}
     for name in (name for name in context.wanted if name in BUILTIN_REWARDS):
         t0 = time.perf_counter()
-        scores = (numeric_match(completions, context, prompts) if name == "numeric_match"
-                  else BUILTIN_REWARDS[name][0](completions, context))
+        scores = BUILTIN_REWARDS[name][0](completions, context)
         # each its own latency: one call answers them all, so the call's time named none of them
         timed = scores if isinstance(scores, RewardScores) else RewardScores(scores)
         timed.metrics["latency_s"] = time.perf_counter() - t0
