@@ -28,7 +28,7 @@ class AskAfterStep:
     def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
         return self.ask if metrics["step"] == self.step else StepAsk()
 
-    def saved(self, step: int, path: Path) -> StepAsk:
+    def saved(self, step: int, path: Path, asked: bool = True) -> StepAsk:
         return StepAsk()
 
     def checkpoint_state(self) -> Mapping[str, Any]:

@@ -82,11 +82,10 @@ class RunObserver(Protocol):
     def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
         """The evaluation ``phase`` "before" or "after" training (not on a step's line) at ``step``."""
 
-    def saved(self, step: int, path: Path) -> StepAsk:
+    def saved(self, step: int, path: Path, asked: bool = True) -> StepAsk:
         """The checkpoint of ``step`` was written to ``path`` (periodic, asked for, or the final one;
-        the final one only where no one asked it, an observer with ``tells_unasked_saves = False`` is
-        not told: transformers' ``on_save`` follows only the checkpoints its flags asked; its optional
-        ``unasked_saved(step, path)`` is called instead).
+        ``asked`` False: the run's own last checkpoint, which no flag or observer asked for, and which
+        transformers' ``on_save`` is not called for).
         A stop or an ``epoch_stop`` asked here acts at once in a single process (the checkpoint,
         written before, resumes where the epoch would have gone on, as transformers' written before
         its ``on_save``); under a launcher, after the next step (the ranks agree on it with that

@@ -2515,14 +2515,10 @@ class Trainer:
 
     def _saved_now(self, path: Path, asked: bool = True) -> StepAsk:
         """The checkpoint just written at this step (``path``) told to the observers; what they ask.
-        ``asked`` False: the last step's checkpoint the run writes on its own (``_save_final``), not
-        told to an observer whose ``tells_unasked_saves`` is False (``RunObserver.saved``)."""
+        ``asked`` False: the last step's checkpoint the run writes on its own (``RunObserver.saved``)."""
         answer = StepAsk()
         for observer in self.observers:
-            if asked or getattr(observer, "tells_unasked_saves", True):
-                answer = answer | observer.saved(self.step, path)
-            elif hasattr(observer, "unasked_saved"):  # it may still tell it later (a new best found after)
-                observer.unasked_saved(self.step, path)
+            answer = answer | observer.saved(self.step, path, asked)
         return answer
 
     def _reward_matrix(self, per_reward: Mapping[str, np.ndarray], shaped: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ callback clearing it there cancels that checkpoint; under "steps" it is set befo
 where ``save_steps`` has a checkpoint due, as ``DefaultFlowCallback.on_step_end`` sets it, so a
 callback clearing it there, in ``on_log`` or ``on_evaluate`` cancels that checkpoint; never the run's
 last one, which polyrl always writes, but without ``on_save`` where no flag asked it, as transformers
-writes none there: ``tells_unasked_saves``; set in ``on_epoch_end`` it checkpoints the step, and
+writes none there: ``saved``'s ``asked``; set in ``on_epoch_end`` it checkpoints the step, and
 ``should_training_stop`` set there ends the run: ``_epoch_end``), and
 ``should_evaluate`` (set in ``on_step_begin`` or ``on_step_end``; set before ``on_step_end`` as
 ``DefaultFlowCallback`` sets it under ``eval_strategy`` "steps": ``_flow_evaluates``, ``_final_flow``;
@@ -99,10 +99,6 @@ _CLEARED = {"on_train_begin": ("should_training_stop",), "on_epoch_begin": ("sho
 class TrlCallbacks:
     """The callbacks of one ``GRPOTrainer``, their ``TrainerState`` and ``TrainerControl``."""
 
-    #: the last step's checkpoint polyrl writes on its own (no flag asked it: ``save_strategy`` "no",
-    #: or a callback cleared ``should_save``) calls no ``on_save``, as transformers writes none there
-    tells_unasked_saves = False
-
     def __init__(self, callbacks: Sequence[Any], args: Any, processing_class: Callable[[], Any],
                  rank: int, local_rank: int, state: Any = None) -> None:
         """``state``: the ``TrainerState`` the callbacks share (the trainer's ``trainer.state``, as
@@ -155,7 +151,7 @@ class TrlCallbacks:
         #: the global_step of each held evaluation a callback cleared in ``on_epoch_end`` (``_held_epoch_end``):
         #: it ran, but TRL's trainer would not have, so ``trainer.state.log_history`` leaves it out
         self.untold_evaluations: list[int] = []
-        #: the last step's checkpoint was written unasked before the evaluation after training (``unasked_saved``)
+        #: the last step's checkpoint was written unasked before the evaluation after training (``saved``)
         self._unasked_final = False
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
@@ -623,31 +619,31 @@ class TrlCallbacks:
         if phase == "after":
             self._final_events()
 
-    def unasked_saved(self, step: int, path: Path) -> None:
-        """The last step's checkpoint polyrl wrote though no flag asked it (``tells_unasked_saves``):
-        no ``on_save``, unless the evaluation after training, still to come, finds a new best under
-        ``save_strategy`` "best", which transformers saves then (``evaluated``)."""
-        self._unasked_final = self._final_eval_pending
-
-    def saved(self, step: int, path: Path) -> StepAsk:
+    def saved(self, step: int, path: Path, asked: bool = True) -> StepAsk:
         """``on_save``; its ``should_epoch_stop`` read at once, as transformers' loop reads it right
         after ``on_save`` (under a launcher after the next step's callbacks, when the ranks agree).
         ``best_model_checkpoint`` is set first on every rank, as every rank's ``_save_checkpoint``
         sets it: rank 0 alone wrote the checkpoint (``checkpoint_state``), and the other ranks'
-        callbacks read None."""
+        callbacks read None. ``asked`` False (the last step's checkpoint polyrl wrote though no flag
+        asked it: ``save_strategy`` "no", a cleared ``should_save``): no ``on_save``, as transformers
+        writes none there, unless the evaluation after training, still to come, finds a new best
+        under ``save_strategy`` "best", which transformers saves then (``evaluated``)."""
+        if not asked:
+            self._unasked_final = self._final_eval_pending
+            return StepAsk()
         if self._final_eval_pending:  # called after the evaluation after training (``_final_events``)
             self._final_save = True
             return StepAsk()
         self._note_best_checkpoint()
         self.event("on_save")
-        asked = self._asked(epoch=not self._defer)
+        answer = self._asked(epoch=not self._defer)
         waiting, self._epoch_end_after_save = self._epoch_end_after_save, None
-        if (waiting is not None or asked.epoch_stop or asked.stop) and self._epoch_open and not self._defer:
+        if (waiting is not None or answer.epoch_stop or answer.stop) and self._epoch_open and not self._defer:
             # transformers' loop breaks out to on_epoch_end (or reaches it after the step's save: ``step_end``);
             # the checkpoint it may ask is this one, written
             evaluated = True if waiting is None else waiting
-            asked = asked | attrs.evolve(self._epoch_end(evaluated=evaluated), save=False)
-        return asked
+            answer = answer | attrs.evolve(self._epoch_end(evaluated=evaluated), save=False)
+        return answer
 
     def train_end(self, log_history: list[dict[str, Any]], global_step: int,
                   summary: Mapping[str, Any] | None = None) -> None:
