@@ -24,8 +24,9 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 bubblewrap's with ``--disable-userns``); the only filesystem is a read-only view of
                 /usr and the interpreter's bin, lib, share and ssl (a venv's: its python and
                 lib/pythonX.Y only; ``interpreter_binds``) plus a private tmpfs at /tmp capped in size and
-                inodes (``tmpfs_wrapper``, which also makes the network namespace, its TCP buffers
-                and accept queues capped: ``TCP_BUFFER_MAX``, ``ACCEPT_QUEUE``); no capabilities; the sample's uid is an unprivileged
+                inodes (``tmpfs_wrapper``, which also makes the network namespace, its TCP buffers,
+                accept queues and TIME_WAIT sockets capped: ``TCP_BUFFER_MAX``, ``ACCEPT_QUEUE``,
+                ``TIME_WAIT_MAX``; without util-linux ``python_wrapper`` does it); no capabilities; the sample's uid is an unprivileged
                 user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
                 counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
                 processes: the sample is one process, ``memory_mb`` in all).
@@ -79,7 +80,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import RewardError
-from polyrl.sandbox import host_view, new_root, seccomp, uids
+from polyrl.sandbox import host_view, new_root, python_wrapper, seccomp, uids
 
 LEVELS = ("auto", "require", "weak", "off")
 #: Levels that keep the sample from the trainer's files, environment, memory and network.
@@ -260,6 +261,19 @@ TCP_BUFFERS = ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem")
 #: is a few GB). Now at most ``max_open_files`` x ``ACCEPT_QUEUE`` such connections, each within
 #: ``TCP_BUFFER_MAX`` each way.
 ACCEPT_QUEUE = 8
+#: ``net.ipv4.tcp_max_tw_buckets`` in the sample's network namespace: the most connections it keeps
+#: in TIME_WAIT (past that the kernel closes them at once; the sample sees no error). Why: each
+#: closed connection stays in TIME_WAIT for 60 s, kernel memory no rlimit counts, in the host's
+#: shared connection table: a sample connecting to its own listener and closing made 14 000 of
+#: them in 3 s (the namespace's limit was 131 072). They go when its namespace does, at its end.
+TIME_WAIT_MAX = 256
+
+
+def namespace_sysctls() -> list[tuple[str, str]]:
+    """What either wrapper writes in the sample's network namespace (under /proc/sys): the capped
+    ``TCP_BUFFERS``, ``ACCEPT_QUEUE`` and ``TIME_WAIT_MAX``; any refused fails the wrapper."""
+    return [*zip(TCP_BUFFERS, tcp_buffer_limits()), ("net/core/somaxconn", str(ACCEPT_QUEUE)),
+            ("net/ipv4/tcp_max_tw_buckets", str(TIME_WAIT_MAX))]
 
 
 def tcp_buffer_limits() -> list[str]:
@@ -296,8 +310,7 @@ def _mount_script() -> str:
     ip = shutil.which("ip")
     loopback = (f"{shlex.quote(ip)} link set lo up" if ip is not None
                 else f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(_LOOPBACK_UP)}")
-    tcp = " && ".join([*(f"echo {shlex.quote(v)} > /proc/sys/{name}" for name, v in zip(TCP_BUFFERS, tcp_buffer_limits())),
-                       f"echo {ACCEPT_QUEUE} > /proc/sys/net/core/somaxconn"])
+    tcp = " && ".join(f"echo {shlex.quote(v)} > /proc/sys/{name}" for name, v in namespace_sysctls())
     return ('mount -t tmpfs -o "$1" polyrl-sample "$2" || exit; { '
             + " && ".join(f"echo 0 > /proc/sys/{name}" for name in IPC_LIMITS)
             + f"; }} 2>/dev/null; {tcp} || exit; {loopback} || exit; "
@@ -314,18 +327,20 @@ def tmpfs_inodes(disk_mb: int) -> int:
 def tmpfs_wrapper(disk_mb: int, mount_dir: str) -> list[str]:
     """A private mount namespace (util-linux ``unshare --mount``, propagation private, so the host
     never sees the mount) that mounts the sample's tmpfs with ``size`` *and* ``nr_inodes`` on
-    ``mount_dir``, then execs bubblewrap, which binds it at ``/tmp``; [] where a tool is missing.
+    ``mount_dir``, then execs bubblewrap, which binds it at ``/tmp``. Where ``unshare``, ``mount``
+    or ``sh`` is missing, ``python_wrapper`` does the same steps in the trainer's interpreter.
     Not root: in a user namespace of its own where the trainer is root (``--map-root-user``),
     which may mount a tmpfs; bubblewrap's user namespace nests in it (``--uid``: the same uid).
     It also makes the sample's IPC namespace (``--ipc``; bubblewrap then makes none) and sets its
     ``IPC_LIMITS`` to 0, and its network namespace (``--net``; bubblewrap then makes none), where it
-    caps ``TCP_BUFFERS`` (per namespace: the host's stay as they are) and brings loopback up; not
+    writes ``namespace_sysctls`` (per namespace: the host's stay as they are) and brings loopback up; not
     root, it sets its user namespace's ``NOTIFY_LIMITS`` to 0 (as root ``userns_wrapper`` does)."""
     unshare, sh = shutil.which("unshare"), shutil.which("sh")
-    if unshare is None or sh is None or shutil.which("mount") is None:
-        return []
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     options = f"size={int(disk_mb) * 1024 * 1024},nr_inodes={tmpfs_inodes(disk_mb)},mode=1777,nosuid,nodev"
+    if unshare is None or sh is None or shutil.which("mount") is None:  # the same steps in Python
+        return python_wrapper.command(options, mount_dir, namespace_sysctls(), IPC_LIMITS,
+                                      () if os.geteuid() == 0 else NOTIFY_LIMITS)
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     return [unshare, *user, "--mount", "--ipc", "--net", "--propagation", "private", "--", sh, "-c", _mount_script(),
             "polyrl-sandbox", options, mount_dir]
 
@@ -677,7 +692,7 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     pool = (uids.FIRST, uids.FIRST) if ids is not None and poolable and os.geteuid() == 0 else None
     mount_dir = _mount_dir()
     wrapper = tmpfs_wrapper(disk_mb, mount_dir)
-    notes = {} if wrapper else {"inodes": "needs util-linux unshare and mount, and sh"}
+    notes: dict[str, str] = {}
     try:
         ensure_mount_dir(mount_dir)
     except (RewardError, OSError) as exc:
@@ -849,7 +864,10 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     **base, "user": _pool_report(launch, notes, base["user"]),
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + _userns_report(launch, notes) + "; no capabilities; "
-                    + (f"TCP buffers at most {TCP_BUFFER_MAX // 1024} KB each way, accept queues {ACCEPT_QUEUE}"
+                    + (f"TCP buffers at most {TCP_BUFFER_MAX // 1024} KB each way, accept queues {ACCEPT_QUEUE}, "
+                       f"TIME_WAIT sockets {TIME_WAIT_MAX}" + (
+                           " (set by Python: no util-linux unshare, mount or sh)"
+                           if launch.wrapper[:1] == (sys.executable,) else "")
                        if launch.wrapper else
                        f"TCP buffers not capped: {notes.get('inodes', 'no wrapper')}")
                     + ("" if launch.suffix or os.geteuid() != 0 else " (bounding set kept: no setpriv)"),

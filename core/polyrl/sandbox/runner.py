@@ -144,6 +144,10 @@ class Sandbox:
                         "trainer's files" + ("" if self.launch.private_tmp else " and write its run folder"),
                         isolation_level=self.launch.level,
                         why=self.report["isolation"], filesystem=self.report["filesystem"])
+        if self.launch.level == "bwrap" and not self.launch.wrapper:
+            log.warning("code sandbox: the sample's network namespace has the host's TCP settings (buffers "
+                        "autotuned up to tcp_wmem's maximum, long accept queues): kernel memory no rlimit counts",
+                        isolation=self.report["isolation"])
         if self.launch.level == "bwrap" and self.launch.seccomp_program is None:
             log.warning("code sandbox runs without its seccomp filter: a sample can fork and hold max_processes x "
                         "memory_mb; isolation = \"require\" refuses this", seccomp=self.report["seccomp"],
