@@ -205,3 +205,18 @@ def test_the_mount_table_names_no_host_path_beyond_the_samples_own_tree():
         assert kind in virtual or root_seen == "True", (point, root, output)
     for host_path in (os.getcwd(), os.path.dirname(os.path.abspath(__file__)), *sandbox.launch.wrapper[-1:]):
         assert host_path not in output, (host_path, output)
+
+
+@needs_bwrap
+def test_a_sample_with_the_hosts_tcp_settings_is_warned_of(monkeypatch):
+    """Where no wrapper can make the sample's network namespace (the mount refused, its folder not
+    the trainer's), bubblewrap's keeps the host's TCP settings: the report says so, and so does a
+    warning, never silence."""
+    from structlog.testing import capture_logs
+
+    monkeypatch.setattr(runner, "_launches", {})
+    monkeypatch.setattr(isolation, "tmpfs_wrapper", lambda *args: [])
+    with capture_logs() as logs:
+        sandbox = box()
+    assert "TCP buffers not capped" in sandbox.report["isolation"]
+    assert any("host's TCP settings" in entry["event"] and entry["log_level"] == "warning" for entry in logs), logs
