@@ -152,6 +152,42 @@ def test_a_stopped_and_resumed_run_logs_each_step_once_where_an_unbroken_run_doe
         ("after", 5), ("before", 0), ("during", 2), ("during", 4)]
 
 
+
+def test_a_run_killed_in_its_evaluation_after_training_keeps_its_last_steps_curves_in_tensorboard(toy, tmp_path):
+    """Resumed at its last checkpoint (its last step), the run logs the evaluation after training
+    first, at that step, and TensorBoard's session start there hid the step's training curves:
+    loss read [1, 2, 3] where metrics.jsonl has 4 steps. Read back by TensorBoard's own reader."""
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    holder = {"fail_at": 4}
+
+    def judge(completion_ids, trainer_state, **kw):  # the evaluation after training sees global_step 4
+        if trainer_state.global_step == holder.get("fail_at"):
+            raise RuntimeError("the judge is down")
+        return [float(np.mean(np.asarray(ids) == 7)) for ids in completion_ids]
+
+    data = toy_run(tmp_path, every=0, report_to=["tensorboard"])
+    data["eval"]["reward"] = "judge"
+    with pytest.raises(RewardError):
+        Trainer(RunConfig.from_dict(data), extra_plugins=(function_reward_plugin(judge),)).run(progress=False)
+    out = tmp_path / "run"
+    assert _shape(_lines(out / "metrics.jsonl")) == [(0, "before"), (1, None), (2, None), (3, None), (4, None)]
+    holder.pop("fail_at")
+    resumed = Trainer(RunConfig.from_dict(data), extra_plugins=(function_reward_plugin(judge),))
+    assert resumed.resume() and resumed.step == 4
+    resumed.run(progress=False)
+    lines = _lines(out / "metrics.jsonl")
+    assert _shape(lines)[-1] == (4, "after")
+
+    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [
+        (line["step"], pytest.approx(line["loss"])) for line in lines if "phase" not in line]
+    assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3, 4]
+    assert [t.step for t in acc.Tensors("completions")] == [1, 2, 3, 4]
+    assert [e.step for e in acc.Scalars("eval/accuracy")] == [0, 4]
+
 def _as_written_by_zero_based_polyrl(out: Path) -> None:
     """Rewrite a run's files as polyrl before this numbering wrote them: training lines counted
     from 0, no evaluation lines (only in eval_completions.jsonl, whose after_steps did not change)."""

@@ -474,6 +474,37 @@ def test_a_tracker_that_hangs_is_dropped_at_tracker_timeout_s_and_the_others_kee
     assert err.count("tracker 'stuck_close' failed to close") == 1
 
 
+
+class Slow(Recorder):
+    """A Recorder whose ``log_metrics`` takes ``seconds`` each call (a dashboard far away)."""
+
+    def __init__(self, name: str, seconds: float) -> None:
+        super().__init__(name)
+        self.seconds = seconds
+
+    def log_metrics(self, metrics, step):
+        import time
+
+        time.sleep(self.seconds)
+        super().log_metrics(metrics, step)
+
+
+@pytest.mark.faults
+def test_a_tracker_slow_but_under_tracker_timeout_s_is_said_once_and_kept(tmp_path, capsys):
+    """The run waits for each tracker call: one taking seconds a step slowed every step without a
+    word until it passed tracker_timeout_s. Now the first slow call is one warning naming the
+    tracker; it keeps every step, and a quick tracker beside it is not named."""
+    slow, quick = Slow("slow", 0.6), Recorder("quick")
+    tracking = tracking_of(tmp_path, slow, quick, timeout_s=2.0)  # slow past 0.5 s, a quarter of it
+    tracking.open()
+    publish_steps(tracking, 3)
+    tracking.close()
+    assert [s for s, _ in slow.metrics] == [0, 1, 2] and slow.closed and not tracking.dropped
+    err = capsys.readouterr().err
+    assert err.count("tracker 'slow' is slow") == 1, err
+    assert "call=log_metrics" in err and "remove 'slow' from logging.report_to" in err
+    assert "'quick'" not in err
+
 SLOW_FLUSH = """
 import sys, time
 from pathlib import Path
@@ -903,17 +934,52 @@ def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_v
     from polyrl.registry import get_registry
 
     spec = get_registry().trackers_by_name()["tensorboard"]
-    for steps, loss in ((range(0, 4), 1.0), (range(2, 4), 2.0)):  # the crashed run, then its resume
+    # the crashed run (4 steps logged), then its resume after its step-2 checkpoint
+    for taken, steps, loss in ((0, range(1, 5), 1.0), (2, range(3, 5), 2.0)):
         tracking = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=0, run_name="r",
                                project="p", config={})
-        tracking.open()
+        tracking.open(taken)
         for step in steps:
             tracking.publish({"step": step, "loss": loss})
         tracking.close()
         time.sleep(1.1)  # event file names carry the second they were opened
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
-    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(0, 1.0), (1, 1.0), (2, 2.0), (3, 2.0)]
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 1.0), (3, 2.0), (4, 2.0)]
+
+
+@pytest.mark.parametrize("scale", [1, 3])
+def test_tensorboard_keeps_the_resumed_steps_curves_when_the_resume_logs_that_step_first(tmp_path, scale):
+    """A run killed in its evaluation after training, after its last checkpoint, resumes at that
+    step and logs the evaluation there first: the session start at that step hid the step's own
+    training curves in TensorBoard (read back by its own reader). ``scale``: a TRL run's updates
+    per step, its trackers' step axis."""
+    pytest.importorskip("tensorboard")
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl.registry import get_registry
+
+    spec = get_registry().trackers_by_name()["tensorboard"]
+    crashed = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=0, run_name="r", project="p",
+                          config={}, step_scale=scale)
+    crashed.open(0)
+    crashed.publish_at({"eval/accuracy": 0.25}, step=0)
+    for step in (1, 2, 3, 4):
+        crashed.publish({"step": step, "loss": float(step)})
+    crashed.publish({"step": 5, "loss": 99.0})  # a step past the last checkpoint: its lineage died
+    crashed.close()
+    time.sleep(1.1)  # event file names carry the second they were opened
+    resumed = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=0, run_name="r", project="p",
+                          config={}, step_scale=scale)
+    resumed.open(4)
+    resumed.publish_at({"eval/accuracy": 0.75}, step=4)  # the evaluation after training, at step 4
+    resumed.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(s * scale, float(s)) for s in (1, 2, 3, 4)]
+    assert [(e.step, e.value) for e in acc.Scalars("eval/accuracy")] == [(0, 0.25), (4 * scale, 0.75)]
 
 
 @pytest.mark.parametrize(("name", "fix"), [("none", "polyrl's report_to = [] (metrics.jsonl only)"),

@@ -235,7 +235,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "run_name": "the trackers' run name (unset = the output_dir folder name)",
         "tracker_timeout_s": "seconds one tracker call may take; past it a tracker that is starting stops the "
                              "run, one that is logging is dropped and the run goes on, and one still closing "
-                             "at the end loses what it had not written (a warning says so)",
+                             "at the end loses what it had not written (a warning says so); a call over a "
+                             "quarter of it (5 s at most) is said once, as the run waits for it",
         "step_line": 'the terminal\'s line per step: "short" (step, loss, reward, kl, grad norm, lr, entropy, '
                      'lengths, time, eval/...) or "full" (every metric); the files always get every metric',
     },

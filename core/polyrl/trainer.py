@@ -2120,7 +2120,7 @@ class Trainer:
             self.tracking.name_resumed(self.step)
         try:
             self.tracking.started_by = self.started_by  # a TRL script's run: its trackers' resume advice
-            self.tracking.open()
+            self.tracking.open(self.step)
             self._run(summary, progress)
             if self.end_metrics is not None:  # before the trackers close (the finally below)
                 self.tracking.publish_at(self.end_metrics(self), step=self.step)

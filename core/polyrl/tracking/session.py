@@ -7,7 +7,8 @@ dashboard must never cost a run. "Failing" includes raising any BaseException (`
 not returning within ``[logging] tracker_timeout_s``: each tracker runs on its own thread
 (``polyrl.agents.threads.Worker``: a tracker that blocks must not hang the run, and one that raises
 ``SystemExit`` or calls ``os._exit`` there must not end it; a real Ctrl-C still reaches the main
-thread). A ``close`` past the limit cannot be waited for either: its thread dies with the process,
+thread); one slower than ``SLOW_CALL_S`` but under the limit is said once, since the run waits
+for it. A ``close`` past the limit cannot be waited for either: its thread dies with the process,
 so the warning says what it had not written is lost. The completions log is written here too, and failing to write it
 turns it off with one warning rather than ending the run.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -38,6 +40,10 @@ log = get_logger("polyrl.tracking")
 #: Failed steps whose completions records wait in memory for the next write; older ones are dropped,
 #: named in the warning (a file that never takes a write must not grow the trainer's memory).
 UNWRITTEN_STEPS = 8
+#: A tracker call longer than this (or than a quarter of ``tracker_timeout_s``, if less) is said,
+#: once per tracker: the run waits for every call, so a slow one slows each step without a word
+#: until it passes the timeout (and is dropped).
+SLOW_CALL_S = 5.0
 
 
 def numeric_metrics(metrics: Mapping[str, Any], said: set[str] | None = None) -> dict[str, float]:
@@ -123,6 +129,7 @@ class RunTracking:
     #: trackers dropped mid-run: name -> (step, why); said again when the run ends, since one
     #: warning scrolls away in a long run and the dashboard simply stops
     dropped: dict[str, tuple[int, str]] = attrs.field(factory=dict)
+    _told_slow: set[str] = attrs.field(factory=set)  # trackers already said to be slow
 
     @property
     def completions_path(self) -> Path:
@@ -142,14 +149,15 @@ class RunTracking:
         if self.trl_run is not None and self.trl_run.run_name:
             self.trl_run = attrs.evolve(self.trl_run, run_name=f"{self.trl_run.run_name}-resumed-at-step-{step}")
 
-    def open(self) -> None:
+    def open(self, steps_taken: int = 0) -> None:
         """Open every tracker, each on its own thread; one that fails to open is an error (the user
-        asked for it)."""
+        asked for it). ``steps_taken``: the steps the run resumed after (0: a run from scratch),
+        told to the trackers as ``TrackerContext.resumed_at``."""
         if not self.writer or self.trackers:
             return
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
                                  config=self.config, trl=self.trl, trl_run=self.trl_run, started_by=self.started_by,
-                                 start_dir=self.start_dir)
+                                 start_dir=self.start_dir, resumed_at=steps_taken * self.step_scale)
         for spec in self.specs:
             thread = Worker(name=f"polyrl-tracker-{spec.name}")
             try:
@@ -285,6 +293,7 @@ class RunTracking:
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         tracker = self.trackers[name]
         payload = copy.deepcopy(payload)  # its own: one that edits what it got must not change the next's
+        began = time.monotonic()
         try:
             self._threads[name].call_blocking(lambda: getattr(tracker, method)(payload, step), self.timeout_s)
         except CallRaised as exc:  # anything it raised, SystemExit included: a tracker never stops training
@@ -292,6 +301,20 @@ class RunTracking:
         except CallTimedOut:
             self._drop(name, step, f"{method} did not return within {self.timeout_s:g} s "
                                    "(logging.tracker_timeout_s); its thread was abandoned", close=False)
+        else:
+            self._say_if_slow(name, method, step, time.monotonic() - began)
+
+    def _say_if_slow(self, name: str, method: str, step: int, seconds: float) -> None:
+        """One warning per tracker whose call took longer than ``SLOW_CALL_S`` (or a quarter of
+        ``timeout_s``). Why: the run waits for each call, so a tracker taking seconds per step
+        slowed every step in silence, short of the timeout that drops it."""
+        if name in self._told_slow or seconds <= min(SLOW_CALL_S, self.timeout_s / 4):
+            return
+        self._told_slow.add(name)
+        log.warning(f"tracker {name!r} is slow: training waits for each of its calls (said once)", step=step,
+                    call=method, seconds=round(seconds, 2),
+                    fix=f"if the steps slow down, remove {name!r} from logging.report_to (metrics.jsonl has every "
+                        f"step); past logging.tracker_timeout_s = {self.timeout_s:g} s a call drops it")
 
     def _drop(self, name: str, step: int, error: str, close: bool) -> None:
         tracker = self.trackers.pop(name)

@@ -68,6 +68,12 @@ class TrackerContext:
     #: (``MLFLOW_TRACKING_URI``, ``TRACKIO_DIR``) is read from there, since the tracker libraries keep
     #: it relative and a later ``os.chdir`` by plugin code would move the store (None: as given)
     start_dir: str | None = None
+    #: the last tracker step the run this one resumes had logged and keeps (its checkpoint's step,
+    #: in the steps trackers are given); 0 for a run that starts from scratch. Why: a tracker that
+    #: hides a crashed lineage's later points (TensorBoard's session start) must hide those past
+    #: it, not those from whatever step this run happens to log first (its evaluation after
+    #: training, at the resumed step itself, hid that step's training curves)
+    resumed_at: int = 0
 
 
 class Tracker(Protocol):

@@ -3,9 +3,12 @@
 script's run (``TrackerContext.trl``) writes where transformers' ``TensorBoardCallback`` would
 (``trl_log_dir``), with its ``args`` and ``model_config`` text summaries.
 
-Each writer starts with a session-start event at its first step: TensorBoard then hides what the
-folder's earlier files hold from that step on, so after a ``--resume`` (or a fresh start in the
-same output_dir) the curves show this run's steps once, not also the lineage that crashed."""
+Each writer starts with a session-start event just past the steps its run resumed after (step 0
+for a run from scratch): TensorBoard then hides what the folder's earlier files hold from that step
+on, so after a ``--resume`` (or a fresh start in the same output_dir) the curves show this run's
+steps once, not also the lineage that crashed, and keep the steps the resume kept. Why not at the
+first step logged: a run resumed at its last step (killed in its evaluation after training) logs
+that evaluation first, at the resumed step, and the start there hid that step's training curves."""
 
 from __future__ import annotations
 
@@ -75,6 +78,8 @@ class TensorBoardTracker:
         self._event, self._summary, self._text_pb = event_pb2.Event, summary_pb2.Summary, text_pb
         self._session_log = event_pb2.SessionLog
         self._started = False
+        #: where this run's session starts (``_add``): past the steps the resume kept
+        self._start_step = context.resumed_at + 1 if context.resumed_at > 0 else 0
         self.log_dir = trl_log_dir(context.output_dir) if context.trl else context.output_dir / LOG_DIR
         _quiet_writer_threads()
         self._writer = EventFileWriter(str(self.log_dir))
@@ -84,9 +89,9 @@ class TensorBoardTracker:
                  view=f"tensorboard --logdir {shlex.quote(str(self.log_dir))}")
 
     def _add(self, summary: Any, step: int) -> None:
-        if not self._started:  # a restart at ``step``: earlier files' events from it on are stale
+        if not self._started:  # a restart: earlier files' events from ``_start_step`` on are stale
             start = self._session_log(status=self._session_log.START)
-            self._writer.add_event(self._event(wall_time=time.time(), step=step, session_log=start))
+            self._writer.add_event(self._event(wall_time=time.time(), step=self._start_step, session_log=start))
             self._started = True
             self._write_texts()  # after the start: it hides what came before it from its step on
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
