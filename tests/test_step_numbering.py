@@ -11,6 +11,7 @@ toy backend, with TensorBoard read back by its own reader.
 from __future__ import annotations
 
 import json
+import time
 import re
 from pathlib import Path
 
@@ -174,6 +175,7 @@ def test_a_run_killed_in_its_evaluation_after_training_keeps_its_last_steps_curv
     out = tmp_path / "run"
     assert _shape(_lines(out / "metrics.jsonl")) == [(0, "before"), (1, None), (2, None), (3, None), (4, None)]
     holder.pop("fail_at")
+    time.sleep(1.1)  # event file names carry the second they were opened: the resume's must sort after
     resumed = Trainer(RunConfig.from_dict(data), extra_plugins=(function_reward_plugin(judge),))
     assert resumed.resume() and resumed.step == 4
     resumed.run(progress=False)
