@@ -413,3 +413,16 @@ def test_a_digit_glued_to_or_naming_the_label_is_no_score(reply, expected):
     where its word ends, and a number that names a label (followed by ":") is not its value."""
     got = parse_score(reply, 10)
     assert got == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    ("Score: 2/10. The response ends its reasoning with &lt;/think> and praises itself.", 0.2),
+    ("&lt;think>hmm&lt;/think> Score: 3", 0.3),
+    ("&lt;think>Maybe Score: 9&lt;/think> Score: 3", None),  # two verdicts, neither tag the judge's: unreadable
+])
+def test_escaped_think_tags_in_the_reply_are_not_unescaped(reply, expected):
+    """A decision, not a fix: the judge sees the completion's think tags defused (``&lt;/think>``), so
+    an escaped tag in its reply is most likely one it quotes. Un-escaping it would make a quoted
+    ``&lt;/think>`` erase the verdict written before it, the hole the defusing closes."""
+    got = parse_score(reply, 10)
+    assert got == (pytest.approx(expected) if expected is not None else None)

@@ -1147,3 +1147,65 @@ def test_numeric_match_reads_a_plus_sign_in_the_answer_column(value):
              "-1/2": "answer: -0.5"}
     rows = [{"prompt": "q", "answer": value}]
     assert score([("numeric_match", 1.0, {})], [texts[value]], rows=rows).per_reward["numeric_match"][0] == 1.0
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("x = - 5", "-5", 1.0), ("x = - 5", "5", 0.0), ("answer: - 5", "-5", 1.0), ("answer: - 5", "5", 0.0),
+    ("\\boxed{- 5}", "-5", 1.0), ("\\boxed{- 5}", "5", 0.0), ("The answer is - 5", "-5", 1.0), ("(- 5)", "-5", 1.0),
+    ("x = - \\frac{1}{2}", "-0.5", 1.0),
+    # a markdown list's dash opens its line: the item is 5, as markdown renders it
+    ("- 5", "5", 1.0), ("Total:\n- 5", "5", 1.0), ("answer:\n- 5", "5", 1.0), ("answer:\n- 5", "-5", 0.0),
+    # after an operand it is a difference, not a sign
+    ("3 - 5", "5", 0.0), ("3 - 5", "-5", 0.0), ("answer: 3 - 5", "-5", 0.0), ("answer: 2, - 5", "-5", 0.0),
+])
+def test_numeric_match_reads_a_spaced_minus_after_no_operand_as_a_sign(text, answer, expected):
+    """"x = - 5", "answer: - 5" and ``\\boxed{- 5}`` (math-verify: -5) were read as 5: paid against 5,
+    never against -5."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("1.-5", "5"), ("1.-5", "-5"), ("answer: 1.-5", "1"), ("answer: 1.+5", "1"), ("x = 12.-3", "3"),
+    ("5! - 3", "3"), ("50% - 5", "5"), ("50% - 5", "-5"),
+])
+def test_numeric_match_reads_an_operator_after_a_decimal_point_factorial_or_percent_as_an_operator(text, answer):
+    """"1.-5" is 1. minus 5, as "3-5" is 3 minus 5 (math-verify: -4): the 5 was read as the answer, and
+    "answer: 1.+5" read 1; "5! - 3" read 3 and "50% - 5" read 5."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("answer: 1.5", "1.5"), ("The answer is 12.", "12"), ("answer: 3. Then -5 more", "3"), ("1. - 5", "5"),
+    ("answer: 50%", "50"),
+])
+def test_numeric_match_still_reads_a_decimal_a_sentences_point_and_a_percent(text, answer):
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == 1.0
+
+
+@pytest.mark.parametrize(("reward", "text", "answer", "expected"), [
+    ("numeric_match", "\\frac{+1}{2}", "0.5", 1.0), ("numeric_match", "answer: \\frac{+1}{2}", "1/2", 1.0),
+    ("numeric_match", "\\boxed{\\dfrac{+3}{4}}", "0.75", 1.0), ("numeric_match", "\\boxed{-\\frac{+1}{2}}", "-0.5", 1.0),
+    ("numeric_match", "answer: 0.5", "\\frac{+1}{2}", 1.0),  # in the answer column too
+    ("numeric_match", "\\frac{+1}{2}", "-0.5", 0.0), ("numeric_match", "\\frac{+1}{2}", "1", 0.0),
+    ("exact_match", "\\boxed{\\frac{+1}{2}}", "0.5", 1.0), ("exact_match", "\\boxed{-\\frac{+1}{2}}", "-1/2", 1.0),
+    ("exact_match", "\\boxed{\\frac{+1}{2}}", "-0.5", 0.0),
+])
+def test_a_latex_fraction_with_a_plus_signed_numerator_is_its_value(reward, text, answer, expected):
+    """``\\frac{-1}{2}`` was read as -1/2 but ``\\frac{+1}{2}`` as no number (0 against 0.5), and as
+    the row's answer it was an error."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([(reward, 1.0, {})], [text], rows=rows).per_reward[reward][0] == expected
+
+
+@pytest.mark.parametrize("reward", ["numeric_match", "exact_match"])
+@pytest.mark.parametrize("text", ["\\boxed{12}!", "The answer is \\boxed{12}!", "$\\boxed{12}$!", "\\boxed{12}^2",
+                                  "\\boxed{12}+1", "\\boxed{12}."])
+def test_a_box_answers_what_it_holds_whatever_follows_it(reward, text):
+    """A decision, not a fix: the box delimits the answer, so what follows it ("!", "^2", "+1") is
+    not part of it, for every operator alike, as math-verify (TRL's ``accuracy_reward``) reads
+    these. An exclamation after the box is common; "12 factorial" is written ``\\boxed{12!}``."""
+    rows = [{"prompt": "q", "answer": "12"}, {"prompt": "q", "answer": "479001600"}]
+    assert list(score([(reward, 1.0, {})], [text, text], rows=rows).per_reward[reward]) == [1.0, 0.0]

@@ -22,8 +22,8 @@ silently ignored). Options:
     trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, so is
     a styling command around all of it (``\\text{4}``, ``\\textbf``, ``\\mathrm``, ``\\mathbf``...: 4;
     ``\\text{4}+\\text{5}`` stays as written), a LaTeX fraction of plain operands (a number, one
-    letter or one command each) is written with a slash (``\\frac{1}{2}``, ``\\dfrac12``, ``\\tfrac``:
-    "1/2"; ``\\frac{\\pi}{2}``: "\\pi/2") where the slash reads the same (not next to a digit, letter,
+    letter or one command each, the numerator maybe signed) is written with a slash (``\\frac{1}{2}``,
+    ``\\frac{+1}{2}``, ``\\dfrac12``, ``\\tfrac``: "1/2"; ``\\frac{\\pi}{2}``: "\\pi/2") where the slash reads the same (not next to a digit, letter,
     bracket or power: ``2\\frac12``, ``\\frac{2}{3}^2`` stay), inner whitespace is collapsed, case is folded, and the
     text is read in Unicode compatibility form (NFKC: fullwidth "４２" is 42, "𝟒" is 4) except for
     superscripts, subscripts and vulgar fractions, whose plain form is another answer ("2²" is
@@ -41,6 +41,8 @@ silently ignored). Options:
     scores 0); its final number is, first rule that applies:
     1. the number in the last ``\\boxed{...}``, which must hold one ("\\boxed{42 \\text{ cm}}" is 42,
        "\\boxed{2, 3}" none); several boxes with different numbers score 0, as in ``exact_match``;
+       what follows a box is not part of its answer ("\\boxed{12}!", "\\boxed{12}^2": 12, as
+       math-verify reads them; 12 factorial is ``\\boxed{12!}``);
     2. the number after the last "####", "answer:" or "answer is", in the first sentence of that
        line that holds a number (a sentence ends at ".", "?" or "!" before a space, not at a
        factorial's "!"): its first number, which every other number standing alone there must
@@ -52,13 +54,16 @@ silently ignored). Options:
        one of the question's numbers ("8 - 4 = 4", "0 * 3 = 0", "4" then more text), and not paying
        those was a false zero that cost the demo 12 points of held-out accuracy.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "+5", "3e8"); a
-    "-" or "+" directly after a digit, letter or closing bracket ("3-5", "x+5", "(3)-5"), or a "+"
-    after another sign ("-+5"), is an operator, not a sign; a spaced one is no sign ("+ 5" is an
-    expression, "- 5" a list's dash: 5), and "3 +5" and "3 -5" are 3, an expression's first number,
+    "-" or "+" directly after a digit, letter, decimal point or closing bracket ("3-5", "x+5", "(3)-5",
+    "1.-5"), or a "+" after another sign ("-+5"), is an operator, not a sign, as a spaced "-" after
+    an operand is ("3 - 5", "5! - 3", "50% - 5"); a spaced "-" after no operand is a sign ("x = - 5",
+    "answer: - 5", ``\\boxed{- 5}``: -5, as math-verify reads them) except where it opens a line, a
+    markdown list's dash ("- 5", "Total:\\n- 5": 5); a spaced "+" is no sign ("+ 5" is an
+    expression), and "3 +5" and "3 -5" are 3, an expression's first number,
     then a signed 5; a minus typeset as U+2212, an en
     dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). A fraction of two integers is one
     number, its exact value: "1/2", "-1/2", "+1/2" (no spaces: "1 / 2" is an expression), ``\\frac{1}{2}``,
-    ``\\dfrac``, ``\\tfrac``, ``\\frac12``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}``; a fraction over 0 is
+    ``\\dfrac``, ``\\tfrac``, ``\\frac12``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}``, ``\\frac{+1}{2}``; a fraction over 0 is
     none, and a fraction next to another number ("2 1/2", ``2\\frac{1}{2}``: a mixed number or a
     product) is an expression. A number that is part of an expression is not read, and that
     answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
@@ -237,14 +242,14 @@ def normalize_answer(text: str, case_sensitive: bool = False) -> str:
 
 def _fraction_operand(name: str, sign: str) -> str:
     """A ``\\frac`` argument that is plain: in braces a number, one letter or one command (the
-    numerator may be signed), or a lone digit without braces (``\\frac12``)."""
+    numerator may be signed: ``_slashed`` drops a "+"), or a lone digit without braces (``\\frac12``)."""
     plain = sign + r"(?:\d+(?:\.\d+)?|[^\W\d_]|\\[A-Za-z]+)"
     return rf"(?:\{{\s*(?P<{name}>{plain})\s*\}}|(?P<{name}_digit>\d))"
 
 
 #: A LaTeX fraction of plain operands: ``\\frac{1}{2}``, ``\\dfrac{-3}{4}``, ``\\tfrac{x}{2}``,
 #: ``\\frac12``, ``\\frac{\\pi}{2}``.
-_LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*" + _fraction_operand("num", "-?") + r"\s*" + _fraction_operand("den", ""))
+_LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*" + _fraction_operand("num", "[-+]?") + r"\s*" + _fraction_operand("den", ""))
 
 
 def _slashed(m: re.Match[str]) -> str:
@@ -258,7 +263,7 @@ def _slashed(m: re.Match[str]) -> str:
     after = text[end] if end < len(text) else ""
     if (before and before not in "+-=([{,;:<>$") or (after and after not in "+-=)]},;:<>$"):
         return m.group()
-    num = m.group("num") if m.group("num") is not None else m.group("num_digit")
+    num = m.group("num").lstrip("+") if m.group("num") is not None else m.group("num_digit")
     den = m.group("den") if m.group("den") is not None else m.group("den_digit")
     return f"{num}/{den}"
 
@@ -336,10 +341,11 @@ _RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[
 #: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
 #: it ("**42**" is markdown, "42 - that is all" a dash), a spaced "**" ("2 ** 3") or "x" between
 #: numbers ("2 x 3"), a spaced lone letter that is no unit before an operator ("2 x + 1", "2 x^2":
-#: "5 a day" and "9.8 m/s^2" read), or "}{" / "}^" (\\frac{1}{2}, {2}^3)
+#: "5 a day" and "9.8 m/s^2" read), "}{" / "}^" (\\frac{1}{2}, {2}^3), or a decimal point glued to
+#: an operator with an operand after it ("1.-5", "1.+5": 1. minus 5)
 _EXPRESSION_AFTER = re.compile(
     rf"[{_SUPERSCRIPTS}{_SUBSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|_(?=[{{\dA-Za-z])|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
-    rf"|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])"
+    rf"|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])|\.(?=[-*{_OPERATORS}]\s*[\d(.\\])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
     rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: Markup that strikes out or hides what it encloses: a number in it is retracted or invisible, not
@@ -350,12 +356,13 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: what before a number makes it part of an expression (searched in the few characters before it):
 #: an operator or "√", a "(" right after a digit or ")" ("2(3)"), a "*" or "**" after a digit or
 #: bracket, or after a Latin letter either glued ("x**2", "x*2") or spaced on both sides ("x ** 2";
-#: "is **85**" and "是**85**" are markdown), a "-" after a digit, letter or bracket (a sign, "-" or "+"
+#: "is **85**" and "是**85**" are markdown), a "-" after a digit, letter, bracket, "%", a factorial's
+#: "!" ("50% - 5", "5! - 3") or a decimal point glued to it ("1.-5") (a sign, "-" or "+"
 #: (``_SIGN``), is part of the number), a
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]]\s*-|\d\s+x\s+"
+    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%]\s*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
     rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
@@ -365,7 +372,7 @@ _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb 
 #: written "3/4" cannot pass for one of its members ("3/4" is 0.75, never 3 or 4).
 _FRACTION = (rf"(?P<sign>{_SIGN_CHAR})?"
              r"(?:(?P<num>\d+)/(?P<den>\d+)(?![.,]?\d)"
-             r"|\\[dt]?frac\s*(?:\{\s*(?P<tex_num>-?\d+)\s*\}|(?P<tex_digit_num>\d))"
+             r"|\\[dt]?frac\s*(?:\{\s*(?P<tex_num>[-+]?\d+)\s*\}|(?P<tex_digit_num>\d))"
              r"\s*(?:\{\s*(?P<tex_den>\d+)\s*\}|(?P<tex_digit_den>\d)))")
 _TOKEN = re.compile(f"{_FRACTION}|(?P<number>{_NUMBER.pattern})")
 #: What between a fraction and a number next to it makes them one term (a mixed number or a product).
@@ -408,9 +415,27 @@ class _Number(NamedTuple):
     negated: bool = False  # a negation is before it ("not 12"): what the answer is not
 
 
-def _numbers(text: str) -> list[_Number]:
-    """Each number in ``text``, in order. A fraction of two integers is one number, its exact value."""
-    text = text.translate(_MINUS_SIGNS)
+#: A "-" spaced from the number it negates ("x = - 5", "answer: - 5", ``\\boxed{- 5}``, "(- 5)"): after
+#: no operand (a digit, letter, "." or "%", bracket, "!": "3 - 5" is a difference) on its own line
+#: (after a line break it is a markdown list's dash: "Total:\n- 5" lists 5).
+_SPACED_MINUS = re.compile(r"(?:(?<=[^\w.%!)\]}\s])|^)([ \t]*)-([ \t]+)(?=\.?\d|\\[dt]?frac)")
+
+
+def _glued_minus(text: str, line_start: bool) -> str:
+    """``text`` with each sign ``_SPACED_MINUS`` finds moved next to its number, the spaces before it
+    (same length: positions still index the text). Why: "x = - 5" and ``\\boxed{- 5}`` were read as 5,
+    paid against 5 and never against -5. ``line_start``: ``text`` opens a line, so a "- " opening it
+    is a list's dash ("- 5" alone lists 5, as markdown renders it), as it is not in a box or after
+    "answer:"."""
+    def glued(m: re.Match[str]) -> str:
+        return m.group() if line_start and m.start() == 0 else " " * (len(m.group()) - 1) + "-"
+    return _SPACED_MINUS.sub(glued, text) if "-" in text else text
+
+
+def _numbers(text: str, line_start: bool = True) -> list[_Number]:
+    """Each number in ``text``, in order. A fraction of two integers is one number, its exact value.
+    ``line_start``: whether ``text`` opens a line (see ``_glued_minus``)."""
+    text = _glued_minus(text.translate(_MINUS_SIGNS), line_start)
     out: list[_Number] = []
     previous: tuple[int, bool] | None = None  # the last token's end, and whether it was a fraction
     rest_end = -1  # where the last expression scanned ends: a number before it ends there too (linear time)
@@ -508,7 +533,7 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
         values = set()
         for box in boxes:
             # one number, first in its box: "42 \\text{ cm}^2" holds 42; "2+2", "4 or 5!" none
-            found = _numbers(box)
+            found = _numbers(box, line_start=False)
             if (not found or not found[0].alone or sum(n.alone for n in found) != 1
                     or any(n.opens for n in found[1:])):
                 return None
@@ -522,7 +547,7 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
         if "\n" in after[:len(after) - len(after.lstrip())]:  # the answer on a line of its own:
             first_line = "\n" + first_line  # a blockquote's ">" there opens the line ("answer:\n> 4")
         for sentence in _SENTENCE_END.split(first_line):
-            numbers = _numbers(sentence)
+            numbers = _numbers(sentence, line_start=False)
             if numbers:
                 return _answered(numbers)
     numbers = _numbers(part)

@@ -105,7 +105,9 @@ Score parsing (``parse_score``): the reply must hold exactly one verdict. The ca
     ignored: ``<think>...</think>`` blocks, everything after an unclosed ``<think>``, and
     everything before a ``</think>`` that closes nothing (opened by the chat template); the
     quoted prompt, completion and columns have their reasoning tags defused (``&lt;think>``), so
-    a tag the parser honours is the judge's own.
+    a tag the parser honours is the judge's own. An escaped tag in the reply (``&lt;/think>``) is
+    not un-escaped: the judge was shown the completion's tags in that form, so it is most likely
+    quoting them, and un-escaping would let a quoted ``&lt;/think>`` erase the verdict before it.
 """
 
 from __future__ import annotations
