@@ -88,7 +88,23 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
         bad[parents[broken_np]] = True
     # a chat prompt of blank messages stays: with an environment its reset writes the prompt (TRL's
     # rows without a train_dataset are one empty user message each)
-    return np.flatnonzero(bad), "has no messages or a message without role/content"
+    rows = np.flatnonzero(bad)
+    return rows, _chat_problem(chunk, int(rows[0]), lengths) if len(rows) else ""
+
+
+def _chat_problem(chunk: Any, row: int, lengths: np.ndarray) -> str:
+    """What is wrong with chat ``row`` of ``chunk`` (one ``_bad_rows`` found): no messages, or which
+    message is null or lacks its role or content. Why: "a message without role/content" sent users
+    through every message of a long chat for the one null a Parquet writer left."""
+    if lengths[row] == 0:
+        return "has no messages" if chunk[row].is_valid else ""  # a null: the caller names it
+    for j, message in enumerate(chunk[row].as_py()):
+        if message is None:
+            return f"holds a null where message {j} belongs, not a {{role, content}} message"
+        missing = [key for key in ("role", "content") if message.get(key) is None]
+        if missing:
+            return f"has message {j} without a {' or '.join(missing)} (null)"
+    return "has a message without role/content"
 
 
 def _parts_content(t: Any) -> bool:
@@ -126,6 +142,12 @@ def check_prompt_column(table: Any, column: str, name: str,
             "messages), not a string", field="data.prompt_column",
             fix='write each message\'s content as one string: join the text of its {"type": "text", "text": ...} '
                 "parts (image parts are not supported)")
+    if len(data) and data.null_count == len(data):  # pandas types a CSV column of empty cells double
+        why = (missing or null_prompt)(0, column)[0]
+        raise ConfigError(f"column {column!r} of {name} holds no prompt in any of its {len(data)} rows (row 0's "
+                          f"{why})", field="data.prompt_column",
+                          fix="set data.prompt_column (or map it in data.columns) to the column that holds the "
+                              "prompts, or write them in this one")
     if not (_is_text(data.type) or _chat_struct(data.type) is not None):
         raise ConfigError(
             f"column {column!r} of {name} holds {data.type}, not text or chat messages", field="data.prompt_column",

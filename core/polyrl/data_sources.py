@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
@@ -34,7 +35,8 @@ from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.logs import get_logger
 from polyrl.text_validity import row_surrogate, surrogate_error
-from polyrl.wide_text import refuse_wide_text
+from polyrl.nul_bytes import refuse_nul_bytes
+from polyrl.wide_text import HEAD_BYTES, refuse_wide_text
 
 log = get_logger("polyrl.data")
 
@@ -137,9 +139,33 @@ def expand_paths(path: str | Sequence[str], field: str) -> list[Path]:
     return out
 
 
+#: compressed file suffix -> (what compressed it, the command that writes the file out beside it)
+COMPRESSED = {".gz": ("gzip", "gunzip -k"), ".bz2": ("bzip2", "bunzip2 -k"), ".xz": ("xz", "unxz -k"),
+              ".zst": ("zstd", "unzstd"), ".zip": ("zip", "unzip")}
+
+
+def _refuse_compressed(path: Path, field: str) -> None:
+    """A compressed data file (``rows.jsonl.gz``) is named as that, with the command that
+    decompresses it. Why: it was "an unsupported file type '.gz'", and the fix listed suffixes the
+    file, a .jsonl inside, already had. (Read as it is, every check here that names a line would
+    need a decompressing reader of its own.)"""
+    packed = COMPRESSED.get(path.suffix.lower())
+    if packed is None:
+        return
+    what, command = packed
+    inner = path.with_suffix("")
+    kind = inner.suffix.lower() if inner.suffix.lower() in (*JSON_SUFFIXES, *ARROW_FORMATS) else None
+    raise ConfigError(f"{str(path)!r} is compressed with {what}" + (f" (a {kind} file inside)" if kind else "")
+                      + "; polyrl reads data files uncompressed", field=field,
+                      fix=f"decompress it ({command} {shlex.quote(str(path))}" +
+                          (f", which writes {shlex.quote(str(inner))})" if kind and command != "unzip" else ")") +
+                          " and give that file" + ("" if kind else f" (one of {SUPPORTED})"))
+
+
 def _format(paths: list[Path], field: str) -> str:
     kinds = set()
     for p in paths:
+        _refuse_compressed(p, field)
         suffix = p.suffix.lower()
         if suffix not in JSON_SUFFIXES and suffix not in ARROW_FORMATS:
             raise ConfigError(f"{str(p)!r} has an unsupported file type {suffix or '(none)'!r}", field=field,
@@ -177,6 +203,13 @@ def _json(text: str, path: Path, lineno: int | None, field: str, fix: str) -> An
                           "🤗 datasets refuses the file, or reads a nested object wrongly)", field=field,
                           fix="give each key once per object: remove or rename one of them") from None
     except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Invalid control character"):  # json's own words end "at", naming nothing
+            raise ConfigError(f"{path}:{lineno or exc.lineno} holds the control character {text[exc.pos]!r} inside "
+                              f"a string, at column {exc.colno}, which JSON does not allow there", field=field,
+                              fix=(f"remove the NUL bytes: tr -d '\\000' < {shlex.quote(str(path))} > "
+                                   f"{shlex.quote(str(path.with_name(f'{path.stem}.clean{path.suffix}')))}"
+                                   if text[exc.pos] == "\0" else f"write it escaped ({json.dumps(text[exc.pos])}) "
+                                   "or remove it")) from None
         raise ConfigError(f"{path}:{lineno or exc.lineno} is not valid JSON ({exc.msg})", field=field,
                           fix=fix) from None
     except ValueError as exc:  # int()'s digit limit, which json lets through as is
@@ -222,9 +255,10 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
     """Rows of a JSON-lines file (or a .json file holding one array of objects); each row's line
     goes to ``origins`` when given. A UTF-8 byte order mark (Excel, Windows editors) is skipped;
     a UTF-16 file is refused as that, not as invalid UTF-8 or JSON (``polyrl.wide_text``)."""
-    refuse_wide_text(path, field)
     if path.suffix.lower() == ".json":
-        raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+        raw = path.read_bytes()
+        refuse_wide_text(path, raw[:HEAD_BYTES], field)
+        raw = raw.removeprefix(codecs.BOM_UTF8)
         stripped = raw.lstrip()
         if stripped.startswith(b"["):
             try:
@@ -242,6 +276,9 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
     rows: list[Any] = []
     lines: list[int] = []
     with path.open("rb") as fh:
+        if path.suffix.lower() != ".json":  # a .json file's head was checked as read above
+            refuse_wide_text(path, fh.read(HEAD_BYTES), field)
+            fh.seek(0)
         for lineno, raw_line in enumerate(json_lines.raw_lines(fh, path, field), 1):
             if lineno == 1:
                 raw_line = raw_line.removeprefix(codecs.BOM_UTF8)
@@ -387,10 +424,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
         return rows, name, origins
     builder, options = ARROW_FORMATS[paths[0].suffix.lower()]
     for p in paths:
-        if _blank_file(p):
-            raise ConfigError(f"data file {str(p)!r} is empty", field=field, fix="add rows to it or remove it")
-        if builder == "csv":  # UTF-16 read as UTF-8: "Couldn't cast p r o m p t", or byte 0xff "not UTF-8"
-            refuse_wide_text(p, field)
+        _check_bytes(p, builder == "csv", field)
     datasets = _datasets()
     no_rows = ConfigError(f"data file(s) {name!r} hold no rows", field=field, fix="add rows to them")
     if builder == "parquet" and _parquet_rows(paths, field) == 0:
@@ -426,14 +460,18 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
     return table, name, None
 
 
-def _blank_file(path: Path) -> bool:
-    """Whether ``path`` holds nothing, or only a byte order mark and line ends (a spreadsheet's
-    export of an empty sheet): pandas' "No columns to parse from file" named no file."""
-    size = path.stat().st_size
-    if size > 4096:
-        return False
+def _check_bytes(path: Path, text: bool, field: str) -> None:
+    """Refuse a file that holds nothing, or only a byte order mark and line ends (a spreadsheet's
+    export of an empty sheet: pandas' "No columns to parse from file" named no file); a ``text``
+    (CSV) file also when it is UTF-16 (read as UTF-8: "Couldn't cast p r o m p t", or byte 0xff
+    "not UTF-8") or holds a NUL byte (``polyrl.nul_bytes``). One open per file for all three."""
     with open(path, "rb") as fh:
-        return size == 0 or not fh.read().removeprefix(codecs.BOM_UTF8).strip()
+        head = fh.read(HEAD_BYTES)
+        if len(head) < HEAD_BYTES and not head.removeprefix(codecs.BOM_UTF8).strip():
+            raise ConfigError(f"data file {str(path)!r} is empty", field=field, fix="add rows to it or remove it")
+        if text:
+            refuse_wide_text(path, head, field)
+            refuse_nul_bytes(path, head, fh, field)
 
 
 def _parquet_rows(paths: list[Path], field: str) -> int:
