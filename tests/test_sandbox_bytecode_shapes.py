@@ -60,6 +60,12 @@ _SHAPES = [
     ("assert [x + 1 for x in r] == []\n", True),
     ("assert [x for x in r if x] == []\n", True),
     ("assert {x: 1 for x in r} == {}\n", True),
+    # a comprehension whose variable a lambda captures (a cell: 3.11's own code stores it by
+    # ``STORE_DEREF``, 3.12+ inline it behind ``MAKE_CELL``) reads as a check on every version
+    ("assert all([(lambda: x > 0)() for x in r])\n", True),
+    ("assert [x for x in r if (lambda: x > 0)()] == []\n", True),
+    ("assert [(lambda: x)() for x in r] == []\n", True),
+    ("assert len([lambda: x for x in r]) == 0\n", True),
     ("for x in sorted(r):\n    assert x > 0\n", True),
     ("n = 0\nfor x in sorted(r):\n    n += 1\n", False),
     ("for _ in r:\n    raise AssertionError('left')\n", False),

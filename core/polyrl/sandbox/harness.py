@@ -61,6 +61,7 @@ from typing import Any
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.compared_copies import register as register_compared_copies
+from polyrl.sandbox.defaulted_reads import register as register_defaulted_sites
 from polyrl.sandbox.in_place import write_back, written
 from polyrl.sandbox.vacuous_reads import Vacuous, reached, read_vacuously, vacuous_paths
 from polyrl.sandbox.module_views import (
@@ -78,6 +79,7 @@ from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
 from polyrl.sandbox.step_state import leaves_state
+from polyrl.sandbox.self_compared import register as register_self_compared
 from polyrl.sandbox.subset_reads import register as register_subset_sites
 from polyrl.sandbox.truth_loops import tests_all, tests_any, tests_sum
 from polyrl.sandbox.tests_namespace import future_flags, registered
@@ -452,6 +454,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     register_view_sites(named)
     register_compared_copies(named)
     register_attribute_sites(named)
+    register_defaulted_sites(named)
+    register_self_compared(named)
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3], next=tests_next, all=tests_all,
                          any=tests_any, sum=tests_sum)  # a copy: the trainer's own stay

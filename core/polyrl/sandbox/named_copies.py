@@ -10,7 +10,7 @@ whole reading, and the check that holds over none of its items came a statement 
 ``vacuously_read(value, parents)``: ``value`` is the whole right side of an assignment to one plain
 name (``s = set(r)``; one element of ``a, b = d.keys(), d.values()`` too), and that name, read
 after it in the same scope, is checked at least once where no items pass (a subset check, ``s <=
-a``, ``s.issubset(a)``, ``a.issuperset(s)``, ``isdisjoint``; a loop over it whose body or item
+a``, ``s.issubset(a)``, ``a.issuperset(s)``, ``isdisjoint``, ``x not in s``; a loop over it whose body or item
 looks at its items; ``all``/``any``/``sum`` of it; ``zip``/``map``/``enumerate``/``sorted`` of it so
 looped over) and never read whole (``s == {2, 3}``, ``s != t``, ``len(s)``, ``not s``, ``assert s``):
 a value whose copy the tests compare or count is seen, as ``len(r) == 0`` sees it.
@@ -37,8 +37,14 @@ def vacuously_read(value: ast.expr, parents: dict[int, ast.AST]) -> bool:
     if name is None:
         return False
     target, statement = name
-    scope = _scope(statement, parents)
     after = (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)
+    return name_read_vacuously(_scope(statement, parents), target, after, parents)
+
+
+def name_read_vacuously(scope: ast.AST, target: str, after: tuple[int, int], parents: dict[int, ast.AST]) -> bool:
+    """Whether plain name ``target``, read in ``scope`` at or after (line, column) ``after``, is
+    checked there at least once where no items pass and never read whole (module doc); also what
+    ``helper_reads`` asks of a helper's parameter."""
     vacuous = False
     for node in ast.walk(scope):
         if isinstance(node, ast.Name) and node.id == target and isinstance(node.ctx, ast.Load) \
@@ -84,6 +90,8 @@ def _use(name: ast.Name, parents: dict[int, ast.AST]) -> str:
     if isinstance(parent, ast.Compare):
         if any(isinstance(op, (ast.Eq, ast.NotEq)) for op in parent.ops):
             return "whole"
+        if len(parent.ops) == 1 and isinstance(parent.ops[0], ast.NotIn):
+            return "vacuous" if parent.comparators[0] is name else "other"  # ``x not in h``
         if len(parent.ops) == 1:
             smaller = (ast.LtE, ast.Lt) if parent.left is name else (ast.GtE, ast.Gt)
             return "vacuous" if isinstance(parent.ops[0], smaller) else "other"

@@ -12,13 +12,15 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.asserted_truths import asserted_here
-from polyrl.sandbox.attribute_reads import attribute_looped_here
+from polyrl.sandbox.attribute_reads import attribute_looped_here, not_in_item_here
 from polyrl.sandbox.channel import SampleStopped
+from polyrl.sandbox.defaulted_reads import defaulted_here
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
 from polyrl.sandbox.shrinking import (
     gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
+from polyrl.sandbox.self_compared import self_compared_above, self_compared_here
 from polyrl.sandbox.subset_reads import subset_here
 from polyrl.sandbox.values import MAX_ITEMS
 from polyrl.sandbox.zipped_views import zipped_view_here
@@ -198,7 +200,8 @@ class Remote:
         s = self._session
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if type(value) in _ITEMS_DATA:  # asked only here: most attributes are methods (``s.push``)
-            self._plain_attribute(name, value, attribute_looped_here())
+            if not self_compared_here():  # ``b.log == b.log`` sees nothing of it: no reading of the tests'
+                self._plain_attribute(name, value, attribute_looped_here(), not_in_item_here())
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
         if isinstance(value, Remote):
@@ -227,7 +230,7 @@ class Remote:
             object.__setattr__(value, "_seen", before._seen)
         attrs[name] = value
 
-    def _plain_attribute(self, name: str, value: Any, looped: bool) -> None:
+    def _plain_attribute(self, name: str, value: Any, looped: bool, asked: tuple[Any, ...] = ()) -> None:
         """Keep this reading of attribute ``name``, built-in data with items (``b.log`` a list),
         beside the last; where a check of the tests' that holds over no items reads it (``looped``:
         a loop, ``sorted``, ``map``, ``all``, ``x not in``, a subset check, a loop over
@@ -238,8 +241,10 @@ class Remote:
         with the one before, so a forged ``Bank`` whose ``log`` was three -5s and ``[]`` after
         ``b.reset()`` passed ``len(b.log) == 3`` and then ``all(x > 0 for x in b.log)`` (1.0). What
         it costs, as there: a right log the tests clear and read so without ever seeing it empty
-        scores 0 (``x not in b.log`` too, even for an ``x`` they put in). Not covered:
-        ``getattr(b, "log")``, and the attribute handed to a helper of the tests' that loops over it."""
+        scores 0 (``x not in b.log`` too, unless they put ``x`` in themselves). A reading compared with
+        itself (``b.log == b.log``: ``self_compared``) is not kept at all: it sees nothing. ``asked``:
+        the item of the tests' ``x not in b.log`` (``attribute_reads.not_in_item_here``); one they
+        handed to a method of this value (``b.deposit(7)``) they expect gone, as ``__contains__`` does."""
         s = self._session
         if self._kin is None:
             return
@@ -254,7 +259,8 @@ class Remote:
             calls = s.changes(key, self._kin, at)
             if len(before) - len(items) > calls and (not items or gained(before, items, s.handed_since(at))):
                 returned = [item for given in s.returned_since(key, at) for item in returned_items(given)]
-                if len(before) - len(items) > taken_back(before, items, returned, calls):
+                if len(before) - len(items) > taken_back(before, items, returned, calls) \
+                        and not any(s.handed_to(self._key, item) for item in asked):
                     s.unconfirmed.setdefault(key, set()).add(None)
         if not looped and not items:
             s.unconfirmed.pop(key, None)  # the tests read it empty: they expect it so
@@ -377,6 +383,8 @@ class Remote:
         passes, except where a loop of the tests' reads it emptied (``_emptied_unseen``; ``looped``:
         this reading is one; ``asked``: the item of the ``x not in r`` that made it). ``length``: what
         ``len`` said of it where reading its items failed."""
+        if not looped and self_compared_above():
+            return  # ``list(r) == list(r)`` sees nothing of it: no reading of the tests' (``self_compared``)
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -505,9 +513,10 @@ class Remote:
         return counted[0]
 
     def __iter__(self) -> Any:
-        """Python's iteration; a loop of the tests' or a subset check of theirs (``set(r) <=
-        allowed``: ``subset_reads``) is a check over each item (``_iterate``'s ``looped``)."""
-        return self._iterate(looped_here() or subset_here())
+        """Python's iteration; a loop of the tests', a subset check of theirs (``set(r) <=
+        allowed``: ``subset_reads``) or a builtin's default standing in for its items
+        (``min(r, default=2)``: ``defaulted_reads``) is a check over each item (``_iterate``'s ``looped``)."""
+        return self._iterate(looped_here() or subset_here() or defaulted_here())
 
     def __contains__(self, item: Any) -> bool:
         """Python's ``in`` over its items (each ``is`` or ``==`` it), as Python's fallback without
