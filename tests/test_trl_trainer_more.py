@@ -714,6 +714,44 @@ def test_get_reward_is_called_on_its_instances_thread_and_loop(kind):
     assert scored == [20.0, 20.0] if kind is _AsyncLedger else scored == [2.0, 2.0]
 
 
+def test_a_free_instance_whose_get_reward_still_runs_is_not_handed_to_the_next_rollout():
+    """get_reward runs on the instance's thread (``Pool.owner``); one still running there (past
+    its reward's time limit) would hold the next rollout's reset behind it: that instance is dropped
+    when the pool is next asked, and a new one made."""
+    import threading
+    import time
+
+    from polyrl.agents.trl_pool import Pool
+
+    pool = Pool({None: _Counted})
+    first = pool.take(None)
+    pool.put(first)
+    release, started = threading.Event(), threading.Event()
+
+    def reward() -> None:
+        started.set()
+        release.wait(30)
+
+    owner = pool.owner(first.instance)
+    assert owner is first
+    scoring = threading.Thread(target=owner.call, args=(reward,), daemon=True)
+    scoring.start()
+    try:
+        assert started.wait(30)
+        while first.running == 0:
+            time.sleep(0.01)
+        second = pool.take(None)
+        assert second is not first and first.closed and pool.owner(first.instance) is None
+        assert pool.owner(second.instance) is second
+    finally:
+        release.set()
+        scoring.join(30)
+    pool.close()
+    assert pool.owner(second.instance) is second  # taken: it ends when handed back
+    pool.put(second)
+    assert second.closed and pool.owner(second.instance) is None
+
+
 class _Slow(_Counted):
     release = None  # a threading.Event its first lookup waits for
 
