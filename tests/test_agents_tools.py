@@ -5,6 +5,7 @@ concurrency bound holds across all the episodes that share a box (counted, not t
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -270,6 +271,32 @@ def test_exiting_tools_and_unserialisable_results_do_not_end_the_run():
     assert "raised os._exit(4)" in out[1]["content"]
     assert out[2]["content"].startswith("error: tool 'give_set' returned a set, which is neither text nor JSON")
     assert box.counts["raised"] == 2 and box.counts["bad_result"] == 1
+
+
+def numpy_stats(n: int) -> Any:
+    """Summarise a range with numpy.
+
+    Args:
+        n: How many values.
+    """
+    import numpy as np
+
+    values = np.arange(n)
+    if n == 0:
+        return np.float64("nan")  # the mean of nothing: still refused, as a float NaN is
+    return {"sum": values.sum(), "mean": values.mean(), "positive": np.bool_(True), "values": values,
+            "half": np.float32(0.5)}
+
+
+def test_numpy_numbers_and_arrays_in_a_result_are_its_json():
+    """np.int64 and arrays (what a tool computing with numpy returns) were answered "neither text
+    nor JSON" on every call; they are the numbers and lists they hold. A NaN is still refused."""
+    box = ToolBox([numpy_stats])
+    ok, nan = run(box, [ToolCall("numpy_stats", {"n": 4}), ToolCall("numpy_stats", {"n": 0})])
+    assert not ok["content"].startswith("error:"), ok["content"]
+    assert json.loads(ok["content"]) == {"sum": 6, "mean": 1.5, "positive": True, "values": [0, 1, 2, 3], "half": 0.5}
+    assert nan["content"].startswith("error: tool 'numpy_stats' returned a float64, which is neither text nor JSON")
+    assert box.counts["bad_result"] == 1
 
 
 def nested(depth: int) -> list:

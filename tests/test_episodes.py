@@ -162,6 +162,23 @@ def test_a_turn_cut_at_the_length_limit_ends_the_episode_as_length():
     assert c.finish_reason == "length" and c.info["turns"] == 1 and bool(c.mask.all())
 
 
+@pytest.mark.parametrize(("unsampled", "ran"), [("", True), (">", False), ("</tool_call>", False)],
+                         ids=["closed-at-the-cut", "cut-inside-the-tag", "cut-before-the-tag"])
+def test_a_call_cut_at_max_new_tokens_before_its_closing_tag_is_no_call(unsampled, ran):
+    """A turn cut at its budget is answered only where its last call closed there. A Hermes call
+    whose JSON ended at the cut, its ``</tool_call>`` never written, was run and the episode went
+    on (cut one character later, inside the tag, it was no call): it is cut inside its tags too."""
+    model = ScriptedModel()
+    first = model.reply("What is 123 * 456")[0]
+    c = runner(model).run(ROWS[:1], SamplingParams(max_new_tokens=len(first) - len(unsampled), n=1))[0]
+    assert model.calls[0] and c.messages[0]["content"] == first[: len(first) - len(unsampled)]
+    if ran:
+        assert c.info["tool_calls"] == 1 and c.info["turns"] == 2 and c.messages[1]["content"] == "56088"
+    else:
+        assert c.info["tool_calls"] == 0 and c.info["turns"] == 1 and c.finish_reason == "length"
+        assert [m["role"] for m in c.messages] == ["assistant"] and bool(c.mask.all())
+
+
 def test_the_episode_token_budget_is_never_exceeded():
     model = ScriptedModel()
     limits = EpisodeLimits(max_turns=4, max_episode_tokens=90)

@@ -464,6 +464,36 @@ def test_get_reward_is_the_reward_when_reward_funcs_and_the_dataset_are_omitted(
     assert err.value.field == "reward_funcs"
 
 
+class _Ledger:
+    """A TRL environment keeping its state in an sqlite connection its ``reset`` opens (sqlite refuses
+    a connection's use from any thread but the one that made it), read by ``get_reward``."""
+
+    def reset(self, **kwargs):
+        import sqlite3
+
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("create table said (word text)")
+        self.db.executemany("insert into said values (?)", [("hi",), ("there",)])
+        return "Say hi."
+
+    def get_reward(self) -> float:
+        return float(self.db.execute("select count(*) from said").fetchone()[0])
+
+
+class _AsyncLedger(_Ledger):
+    async def get_reward(self) -> float:
+        return 10 * float(self.db.execute("select count(*) from said").fetchone()[0])
+
+
+def test_get_reward_runs_on_the_thread_reset_made_its_state_on(tiny_model_dir, tmp_path):
+    """TRL calls get_reward on the thread its reset ran on; here reset and the tools run on the
+    instance's own thread, and get_reward ran on the reward's: an sqlite connection reset opened
+    raised ProgrammingError there, and the run stopped on the environment's own reward."""
+    trainer = GRPOTrainer(model=tiny_model_dir, args=_args(tmp_path, max_steps=1), environment_factory=_Ledger)
+    assert trainer.train().global_step == 1
+    assert trainer.state.log_history[0]["rewards/_Ledger/mean"] == pytest.approx(2.0)
+
+
 class _Other:
     """A second environment class, with a tool of its own."""
 
@@ -664,6 +694,62 @@ def test_environment_instances_are_made_once_and_reset_for_every_rollout():
     assert all(e.used_on == {e.made_on} for e in made) and len({e.made_on for e in made}) == 4
     runner.run([*rows, *rows, rows[0]], sampling)  # 10 rollouts at once: the pool grows to 10
     assert len(made) == 10 and runner.failure() is None
+
+
+@pytest.mark.parametrize("kind", [_Ledger, _AsyncLedger])
+def test_get_reward_is_called_on_its_instances_thread_and_loop(kind):
+    """get_reward (plain or async def) runs where reset ran, the instance's own thread and loop,
+    however the reward is called (here from the test's thread, as a reward thread calls it)."""
+    import asyncio
+
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.types import SamplingParams
+
+    plugin = trl_environments(kind)
+    out = _pool_runner(plugin).run([{"prompt": "Look up key 0."}], SamplingParams(max_new_tokens=80, n=2, seed=1))
+    reward = plugin.rewards[0]
+    scored = reward(environments=[c.environment for c in out])
+    if asyncio.iscoroutine(scored):
+        scored = asyncio.run(scored)
+    assert scored == [20.0, 20.0] if kind is _AsyncLedger else scored == [2.0, 2.0]
+
+
+def test_a_free_instance_whose_get_reward_still_runs_is_not_handed_to_the_next_rollout():
+    """get_reward runs on the instance's thread (``Pool.owner``); one still running there (past
+    its reward's time limit) would hold the next rollout's reset behind it: that instance is dropped
+    when the pool is next asked, and a new one made."""
+    import threading
+    import time
+
+    from polyrl.agents.trl_pool import Pool
+
+    pool = Pool({None: _Counted})
+    first = pool.take(None)
+    pool.put(first)
+    release, started = threading.Event(), threading.Event()
+
+    def reward() -> None:
+        started.set()
+        release.wait(30)
+
+    owner = pool.owner(first.instance)
+    assert owner is first
+    scoring = threading.Thread(target=owner.call, args=(reward,), daemon=True)
+    scoring.start()
+    try:
+        assert started.wait(30)
+        while first.running == 0:
+            time.sleep(0.01)
+        second = pool.take(None)
+        assert second is not first and first.closed and pool.owner(first.instance) is None
+        assert pool.owner(second.instance) is second
+    finally:
+        release.set()
+        scoring.join(30)
+    pool.close()
+    assert pool.owner(second.instance) is second  # taken: it ends when handed back
+    pool.put(second)
+    assert second.closed and pool.owner(second.instance) is None
 
 
 class _Slow(_Counted):

@@ -670,7 +670,10 @@ class EpisodeRunner:
             parsed = self.parse(text, reasoning_open=True) if opened else self.parse(text)
         calls = list(parsed.calls) if parsed is not None else []
         errors = list(parsed.errors) if parsed is not None else []
-        if turn.finish_reason == "length" and (errors or not calls):  # cut before its last call closed: no call
+        # cut before its last call closed (a Hermes call's JSON complete but its </tool_call> not
+        # written: inside its tags, as a cut inside the tag itself): no call
+        open_call = bool(getattr(parsed, "unterminated", False))
+        if turn.finish_reason == "length" and (errors or not calls or open_call):
             self._cut_off(ep, turn)
             return
         assistant: dict[str, Any] = {"role": "assistant", "content": text}

@@ -98,6 +98,9 @@ class ParsedTurn:
     content: str
     calls: list[ToolCall] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
+    #: the text ends inside a call's tags (a ``<tool_call>`` with no ``</tool_call>``), read as a
+    #: call all the same: where the turn was cut at its token budget, that is no call (the runner)
+    unterminated: bool = False
 
 
 #: an id the model wrote that a call keeps: 9 alphanumerics, what Mistral's templates demand (they
@@ -221,9 +224,11 @@ def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tupl
 def _hermes(text: str) -> ParsedTurn:
     calls: list[ToolCall] = []
     errors: list[str] = []
+    unterminated = False
     for i, match in enumerate(_HERMES.finditer(text)):
         body = match.group(1)
         closed = match.group(0).endswith("</tool_call>")
+        unterminated = unterminated or not closed  # only the last can be: the pattern ends it at \Z
         obj, error = _decode_object(body)
         if error:
             errors.append(error if closed else f"unterminated <tool_call> (no </tool_call>): {_short(body)}")
@@ -231,7 +236,7 @@ def _hermes(text: str) -> ParsedTurn:
         call, error = _to_call(obj, i, body, ("arguments", "parameters"))
         _collect(call, error, calls, errors)
     content = _HERMES.sub("", text).strip()
-    return ParsedTurn(content, calls, errors)
+    return ParsedTurn(content, calls, errors, unterminated)
 
 
 def _llama3(text: str) -> ParsedTurn:

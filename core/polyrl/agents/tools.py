@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
+import numpy as np
 
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -345,6 +346,21 @@ def error_message(text: str, name: str = "invalid_tool_call", call_id: str = "")
     return tool_message(f"error: {text}", name, call_id)
 
 
+def _numpy_value(value: Any) -> Any:
+    """A numpy number or array in a tool's result as the Python value JSON writes (``json.dumps``'s
+    ``default``); anything else stays refused. Why: a tool computing with numpy returns
+    ``np.int64(56088)`` or an array, and every such call answered the model "neither text nor
+    JSON" (TRL shows it as text); an environment's rewards and message values already take numpy
+    numbers. A NaN among them is still refused (``allow_nan=False``), as a float NaN is."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        plain = value.item()
+        if not isinstance(plain, np.generic):  # a long double stays numpy: refused below
+            return plain
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 class _Failed(Exception):
     def __init__(self, kind: str, text: str) -> None:
         super().__init__(text)
@@ -534,7 +550,7 @@ class ToolBox:
             text = result if type(result) is str else str.__str__(result)
         else:
             try:
-                text = json.dumps(result, ensure_ascii=False, allow_nan=False)
+                text = json.dumps(result, ensure_ascii=False, allow_nan=False, default=_numpy_value)
             except Exception as exc:  # noqa: BLE001 - nested past the recursion limit, the result's own code
                 raise _Failed("bad_result", f"tool {name!r} returned a {type(result).__name__}, which is neither "
                                             f"text nor JSON ({describe(exc)})") from None

@@ -21,7 +21,8 @@ What TRL 1.16 does, and how each part is done here:
   instance on its ``Completion`` (``rewarded``, read by ``spec.rewarded_environment``), and
   ``FunctionReward`` hands them over; the step is scored before the next rollout resets them;
 * a class defining ``get_reward()`` adds a reward named after the class, weight 1, which scores
-  the rollouts of that class only (``environment_rewards``); a ``get_reward`` with a ``yield``
+  the rollouts of that class only (``environment_rewards``), run on the instance's thread and loop
+  as its ``reset`` and tools are; a ``get_reward`` with a ``yield``
   (a generator function, which runs none of its code) is refused at the probe;
 * a factory that raises while the pool grows, or a ``reset`` that raises or returns what cannot
   be appended, stops the run as it stops TRL's: the episode raises ``EnvironmentFailed``, and the
@@ -267,16 +268,30 @@ def _check_probe(instance: Any, where: str, field: str, tool_names: Sequence[str
                               fix="rename one of the two")
 
 
-def environment_rewards(kind: Any) -> Callable[..., Any]:
+def environment_rewards(kind: Any, owner: Callable[[Any], Pooled | None] | None = None) -> Callable[..., Any]:
     """The reward TRL adds for a class defining ``get_reward()``: named after the class, it scores
-    each rollout of exactly that class with its instance's ``get_reward()`` (None for the rest)."""
+    each rollout of exactly that class with its instance's ``get_reward()`` (None for the rest).
+    ``owner`` (``Pool.owner``) finds an instance's thread: ``get_reward`` runs there (an ``async
+    def`` on its loop), as ``reset`` and the tools do. Why: TRL calls it on the thread ``reset``
+    ran on, and state made there (an sqlite connection) raised on a reward thread."""
+    def pooled(instance: Any) -> Pooled | None:
+        return owner(instance) if owner is not None else None
+
     if inspect.iscoroutinefunction(getattr(kind, "get_reward", None)):
+        async def own_async(e: Any) -> Any:
+            where = pooled(e)
+            return await (where.acall(e.get_reward) if where is not None else e.get_reward())
+
         async def scored_async(environments: Sequence[Any], **kwargs: Any) -> list[float | None]:
-            return [await e.get_reward() if type(e) is kind else None for e in environments]
+            return [await own_async(e) if type(e) is kind else None for e in environments]
         reward: Callable[..., Any] = scored_async
     else:
+        def own(e: Any) -> Any:
+            where = pooled(e)
+            return where.call(e.get_reward) if where is not None else e.get_reward()
+
         def scored(environments: Sequence[Any], **kwargs: Any) -> list[float | None]:
-            return [e.get_reward() if type(e) is kind else None for e in environments]
+            return [own(e) if type(e) is kind else None for e in environments]
         reward = scored
     reward.__name__ = reward.__qualname__ = kind.__name__
     reward.__doc__ = f"{kind.__name__}.get_reward() of each rollout's environment (TRL's environment-owned reward)."
@@ -300,7 +315,6 @@ def trl_environments(environment_factory: Any, tool_names: Sequence[str] = (),
     else:
         named = [(None, FIELD, FIELD)]
         factories = {None: environment_factory}
-    rewards: list[Callable[..., Any]] = []
     kinds: list[type] = []
     probes: list[Pooled] = []
     try:
@@ -314,8 +328,9 @@ def trl_environments(environment_factory: Any, tool_names: Sequence[str] = (),
         instance = pooled.instance
         if _defines(instance, "get_reward") and type(instance) not in kinds:
             kinds.append(type(instance))
-            rewards.append(environment_rewards(type(instance)))
-    return TrlEnvironments(factories, rewards, prompt_column, probes)
+    plugin = TrlEnvironments(factories, [], prompt_column, probes)
+    plugin.rewards = [environment_rewards(kind, plugin.pool.owner) for kind in kinds]
+    return plugin
 
 
 __all__ = ["ENVIRONMENT_NAME", "TrlEnvironments", "environment_rewards", "tool_methods", "trl_environments"]

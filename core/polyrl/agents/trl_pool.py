@@ -11,6 +11,8 @@ An instance is taken by one rollout at a time (``take``) and handed back once it
 (``put``, at the end of the rollout, after the rewards' last look: the next rollout samples only
 after this one is scored). One whose call is still running then (abandoned past its time limit)
 or whose ``reset`` failed is dropped, never handed out again; a new one replaces it when needed.
+Its ``get_reward`` runs on its thread too (``Pool.owner``): TRL calls it on the thread ``reset``
+ran on, and an sqlite connection ``reset`` made raised ``ProgrammingError`` on a reward thread.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,7 +40,15 @@ class Pooled:
         self.key, self.instance, self.worker = key, instance, worker
         self.running = 0
         self.spoiled = False
+        #: its worker was told to end (``close``): a call queued now would never run
+        self.closed = False
+        self.pid = os.getpid()  # a forked child (a reward run in one) has none of this worker's thread
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """End its thread once the running call (if any) returns; no call is sent to it after."""
+        self.closed = True
+        self.worker.close()
 
     def _count(self, delta: int) -> None:
         with self._lock:
@@ -93,22 +104,46 @@ class Pool:
         self.made: dict[str | None, int] = dict.fromkeys(self.factories, 0)
         self._lock = threading.Lock()
         self._closed = False
+        #: every instance not yet dropped, free or taken, by ``id`` (``owner``)
+        self._alive: dict[int, Pooled] = {}
 
     def add(self, pooled: Pooled) -> None:
         """A free instance made elsewhere (the probe of the factory)."""
         with self._lock:
             self.made[pooled.key] += 1
             self._free[pooled.key].append(pooled)
+            self._alive[id(pooled.instance)] = pooled
 
     def take(self, key: str | None) -> Pooled:
         """A free instance of ``key``'s factory, or a new one (made on a new thread of its own);
-        what the factory raises is raised here."""
-        with self._lock:
-            if self._free[key]:
-                return self._free[key].pop()
+        what the factory raises is raised here. A free one whose call still runs (a ``get_reward``
+        abandoned past its reward's time limit) is dropped, not handed out: the next rollout's
+        ``reset`` would wait behind it."""
+        busy: list[Pooled] = []
+        try:
+            with self._lock:
+                while self._free[key]:
+                    pooled = self._free[key].pop()
+                    if pooled.running == 0 and not pooled.spoiled:
+                        return pooled
+                    busy.append(pooled)
+                    self._alive.pop(id(pooled.instance), None)
+        finally:
+            for dropped in busy:
+                dropped.close()
         pooled = make(key, self.factories[key])
         with self._lock:
             self.made[key] += 1
+            self._alive[id(pooled.instance)] = pooled
+        return pooled
+
+    def owner(self, instance: Any) -> Pooled | None:
+        """The pooled entry of ``instance`` while its thread still takes calls, in the process that
+        made it; else None (call it where you are)."""
+        with self._lock:
+            pooled = self._alive.get(id(instance))
+        if pooled is None or pooled.instance is not instance or pooled.closed or pooled.pid != os.getpid():
+            return None
         return pooled
 
     def put(self, pooled: Pooled) -> None:
@@ -119,7 +154,8 @@ class Pool:
             if usable and not self._closed:
                 self._free[pooled.key].append(pooled)
                 return
-        pooled.worker.close()  # its thread ends once the running call returns
+            self._alive.pop(id(pooled.instance), None)
+        pooled.close()  # its thread ends once the running call returns
 
     def close(self) -> None:
         """End the free instances' threads (those taken end when handed back). Why: a worker's
@@ -129,8 +165,10 @@ class Pool:
             free = [pooled for pooled_list in self._free.values() for pooled in pooled_list]
             for pooled_list in self._free.values():
                 pooled_list.clear()
+            for pooled in free:
+                self._alive.pop(id(pooled.instance), None)
         for pooled in free:
-            pooled.worker.close()
+            pooled.close()
 
 
 def make(key: str | None, factory: Callable[[], Any]) -> Pooled:
