@@ -712,7 +712,7 @@ def _run_config(
         reward_sections = [attrs.evolve(s, options={**s.options, "chat_template_kwargs": dict(cfg.chat_template_kwargs)})
                            if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]
     model_compute = policy.compute_dtype or trl_compute_dtype(cfg, policy.backend)
-    if cfg._from_trl and model_compute:  # TRL's bf16: accelerate autocasts its reward models as its policy
+    if cfg._from_trl and model_compute in ("bfloat16", "float16"):  # TRL's bf16: accelerate autocasts them too
         reward_sections = [attrs.evolve(s, options={**s.options, "compute_dtype": model_compute})
                            if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]
     # kept as given where the prompts are fewer: the Trainer warns and draws some prompts twice
