@@ -234,3 +234,14 @@ def test_a_config_pad_id_other_than_the_tokenizers_is_replaced_as_trl_does(rm_pa
     single = np.array([score(str(folder), [p], [c], batch_size=1).total[0] for p, c in zip(PROMPTS, COMPLETIONS)])
     np.testing.assert_allclose(batched, single, atol=1e-5, rtol=0)
     np.testing.assert_allclose(batched, score(rm_path, batch_size=5).total, atol=1e-5, rtol=0)
+
+
+def test_compute_dtype_runs_the_forward_under_autocast_and_names_a_bad_value(rm_path):
+    """``compute_dtype = "bfloat16"``: the float32 weights' forward under bfloat16 autocast (TRL's
+    bf16 reward model), other numbers than the float32 forward; another value is one error."""
+    plain = score(rm_path).per_reward["reward_model"]
+    autocast = score(rm_path, compute_dtype="bfloat16").per_reward["reward_model"]
+    assert np.isfinite(autocast).all() and np.abs(autocast - plain).max() > 1e-5
+    np.testing.assert_allclose(autocast, plain, atol=2e-2, rtol=0)  # the same model, in bfloat16
+    with pytest.raises(RewardError, match=r"compute_dtype must be 'bfloat16' or 'float16', got 'int8'.*Fix: "):
+        score(rm_path, compute_dtype="int8")

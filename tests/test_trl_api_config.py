@@ -939,3 +939,27 @@ def test_several_updates_per_rollout_from_generation_batch_size_name_it_in_the_f
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(trl_config(**kwargs, **extra))
     assert info.value.field == f"grpo_config.{field}" and "generation_batch_size unset" in info.value.fix
+
+
+@pytest.mark.parametrize("fields", [{"gradient_accumulation_steps": 2, "max_steps": 1},
+                                    {"steps_per_generation": 4, "max_steps": 4}],
+                         ids=["accumulation", "minibatches"])
+def test_a_reward_in_api_run_reads_trls_train_batch_size(tiny_model_dir, tmp_path, fields):
+    """A reward's trainer_state.train_batch_size in ``api.run`` from a trl.GRPOConfig is what
+    transformers' Trainer writes (``state.train_batch_size = args.train_batch_size``: one process's
+    micro-batch, per_device_train_batch_size on one device), as ``polyrl.trl.GRPOTrainer`` gives;
+    it was one rollout's completions over polyrl's mini-batches, so 8 for 4 under
+    gradient_accumulation_steps 2 (a rollout of 2 micro-batches, one update); steps_per_generation
+    (4 updates of a rollout, no accumulation) gave 4 already."""
+    seen = []
+
+    def batch(completions, trainer_state, **kwargs):
+        seen.append(trainer_state.train_batch_size)
+        return [0.0 for _ in completions]
+
+    args = trl_config(output_dir=str(tmp_path / "out"), num_generations=2, per_device_train_batch_size=4,
+                      max_completion_length=2, bf16=False, **fields)
+    api.run(api.grpo, policy=api.Agent(tiny_model_dir), prompts=[f"q{i}" for i in range(8)],
+            rewards=[batch], grpo_config=args, progress=False)
+    assert args.train_batch_size == 4
+    assert seen and set(seen) == {args.train_batch_size}, seen

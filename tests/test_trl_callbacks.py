@@ -1099,6 +1099,11 @@ def test_restore_follows_transformers_load_callback_state_when_the_callbacks_dif
     with pytest.raises(ConfigError) as err:
         restore(off, off.state, bad, off.args, tmp_path)
     assert "observers.trl.best_global_step is '4'" in str(err.value) and "trainer_state.json" in str(err.value)
+    # the steps whose evaluation TRL's log_history lacks (a resumed run's too): a list of steps, else named
+    assert kept["trl"]["untold_evaluations"] == []
+    with pytest.raises(ConfigError) as err:
+        restore(off, off.state, {"trl": {**kept["trl"], "untold_evaluations": "2"}}, off.args, tmp_path)
+    assert "observers.trl.untold_evaluations is '2', not a list of steps" in str(err.value)
 
 
 @pytest.mark.parametrize("metric, evaluations", [("reward", [float("nan"), 0.5, float("nan"), 0.7, 0.6]),

@@ -516,3 +516,33 @@ def test_a_stop_asked_twice_in_one_step_names_its_reason_once():
 
     why = "a callback set control.should_training_stop"
     assert (StepAsk(stop=True, why=why) | StepAsk(stop=True, why=why)).why == why
+
+
+@pytest.mark.parametrize("clears", [True, False], ids=["cleared", "told"])
+def test_a_resume_from_the_held_evaluations_checkpoint_has_trls_log_history(tiny_model_dir, tmp_path, clears):
+    """eval_strategy "epoch", save_steps 2, 3 steps, resumed from update 2's checkpoint: transformers
+    wrote that checkpoint (its trainer_state.json) before on_epoch_end asked the epoch's evaluation,
+    so a resumed TRL run's log_history has no eval_ entry at update 2, told or cleared in
+    on_epoch_end. polyrl's resumed history came from the step lines, which hold the evaluation (run
+    before the checkpoint), so it came back: one a callback had cleared too."""
+    from polyrl.checkpoint import checkpoint_dir
+
+    history = {}
+    for trainer_class, name in ((trl.GRPOTrainer, "trl"), (GRPOTrainer, "polyrl")):
+        callbacks = [ClearsTheEpochEvaluationAt2()] if clears else []
+
+        def made(callbacks=callbacks, trainer_class=trainer_class, name=name):
+            return trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                                 eval_dataset=prompts_dataset(2), callbacks=list(callbacks),
+                                 args=_args(tmp_path / name, max_steps=3, eval_strategy="epoch", save_steps=2))
+
+        first = made()
+        first.train()
+        out = tmp_path / name / "run"
+        resumed = made()
+        resumed.train(resume_from_checkpoint=str(out / "checkpoint-2" if name == "trl"
+                                                 else checkpoint_dir(out / "checkpoints", 2)))
+        history[name] = [(e["step"], "eval_reward" in e, "train_runtime" in e) for e in resumed.state.log_history]
+    assert history["trl"] == [(1, False, False), (2, False, False), (3, False, False), (3, True, False),
+                              (3, False, True)]
+    assert history["polyrl"] == history["trl"]

@@ -311,3 +311,32 @@ def test_a_second_trainer_on_a_running_runs_output_dir_is_refused_before_it_writ
     finally:
         holder.kill()
         holder.wait()
+
+
+def _trl_prepared_scores(model, tokenizer, texts):
+    """TRL 1.16's ``_calculate_rewards`` on its own trainer's prepared reward model (accelerate's
+    forward: under bf16 autocast where ``bf16``) and reward processing class."""
+    batch = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    with torch.inference_mode():
+        return model(**batch).logits[:, 0].float().numpy()
+
+
+def test_a_reward_model_under_trls_bf16_computes_in_bfloat16_as_trls(tiny_model_dir, rm_path, tmp_path):
+    """TRL's bf16 (its default) makes accelerate wrap the reward model's forward in bfloat16
+    autocast (its float32 weights, bfloat16 matmuls), as the policy's; polyrl scored it in float32,
+    so a TRL config got other reward numbers here. Compared with TRL's own trainer's prepared
+    reward model on the same texts, and unlike the float32 scores."""
+    args = _args(tmp_path, bf16=True)
+    theirs = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_path], args=args, train_dataset=_dataset())
+    assert theirs.accelerator.mixed_precision == "bf16"
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_path], args=_args(tmp_path / "polyrl", bf16=True),
+                          train_dataset=_dataset())
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "polyrl" / "run" / "completions.jsonl").read_text().splitlines()]
+    texts = [r["prompt"] + r["completion"] for r in records]
+    logged = np.array([r["rewards"]["reward_model"] for r in records])
+    # the step's completions in one batch, as TRL scores them (and polyrl's batch_size 8 does)
+    bf16 = _trl_prepared_scores(theirs.reward_funcs[0], theirs.reward_processing_classes[0], texts)
+    float32 = trl_scores(rm_path, theirs.reward_processing_classes[0], texts)
+    assert np.abs(bf16 - float32).max() > 1e-4  # the two precisions score apart
+    np.testing.assert_allclose(logged, bf16, atol=1e-5, rtol=0)

@@ -4,6 +4,7 @@ script reads around the trainer, and the log keys of runs TRL logs specially."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -1694,3 +1695,30 @@ def test_train_loss_treats_a_nan_step_as_transformers_does(tiny_model_dir, tmp_p
         assert trainer.state.log_history[-1]["train_loss"] == output.training_loss
     else:
         assert math.isnan(output.training_loss)
+
+
+def test_trls_tf32_is_transformers_own_process_wide_setting_which_the_run_keeps(tiny_model_dir, tmp_path):
+    """TRL's ``tf32``: transformers' ``TrainingArguments.__post_init__`` applies it itself when the
+    GRPOConfig is built (``enable_tf32``: torch's process-wide ``torch.backends.fp32_precision``;
+    without an Ampere CUDA GPU ``tf32=True`` is TRL's own ValueError, as here on a CPU), so polyrl
+    only has to leave it in place: the torch backend trains in this process under it. Set as
+    transformers sets it, it holds inside the run (a reward reads it) and after."""
+    import torch
+
+    with pytest.raises(ValueError, match="tf32 requires Ampere") if not torch.cuda.is_available() else \
+            contextlib.nullcontext():
+        trl.GRPOConfig(output_dir=str(tmp_path / "x"), tf32=True, use_cpu=True, bf16=False)
+    seen = []
+
+    def precision(completions, **kwargs):
+        seen.append(torch.backends.cuda.matmul.fp32_precision)
+        return [0.0 for _ in completions]
+
+    before = torch.backends.fp32_precision
+    try:
+        torch.backends.fp32_precision = "tf32"  # what enable_tf32(True) writes on torch >= 2.9
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[precision], args=_args(tmp_path, max_steps=1),
+                    train_dataset=_dataset(2)).train()
+        assert seen and set(seen) == {"tf32"} and torch.backends.fp32_precision == "tf32"
+    finally:
+        torch.backends.fp32_precision = before

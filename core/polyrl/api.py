@@ -588,6 +588,7 @@ def run(
     trainer = make_trainer(config, plugins)
     if isinstance(grpo_config, GRPOConfig) and grpo_config._trl_steps is not None:
         trainer.trl_steps = dict(grpo_config._trl_steps)
+        trainer.trl_train_batch_size = grpo_config._trl_micro_batch  # transformers' state.train_batch_size
     return trainer.run(progress=progress)
 
 
@@ -710,6 +711,10 @@ def _run_config(
     if cfg.chat_template_kwargs:  # TRL renders its reward models' chat templates with them too
         reward_sections = [attrs.evolve(s, options={**s.options, "chat_template_kwargs": dict(cfg.chat_template_kwargs)})
                            if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]
+    model_compute = policy.compute_dtype or trl_compute_dtype(cfg, policy.backend)
+    if cfg._from_trl and model_compute in ("bfloat16", "float16"):  # TRL's bf16: accelerate autocasts them too
+        reward_sections = [attrs.evolve(s, options={**s.options, "compute_dtype": model_compute})
+                           if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]
     # kept as given where the prompts are fewer: the Trainer warns and draws some prompts twice
     # per step, as it does for a TOML config (it was shrunk to the rows without a word)
     prompts_per_step = cfg.prompts_per_step
@@ -722,7 +727,7 @@ def _run_config(
     resolve_fractions(settings, steps)  # TRL's save_steps, eval_steps, warmup_steps below 1 in a run of epochs
     config = RunConfig(
         model=ModelSection(path=policy.model, dtype=policy.dtype,
-                           compute_dtype=policy.compute_dtype or trl_compute_dtype(cfg, policy.backend),
+                           compute_dtype=model_compute,
                            reference_path=ref_policy.model if ref_policy else None,
                            chat_template_kwargs=dict(cfg.chat_template_kwargs or {})),
         data=DataSection(rows=rows, eval_rows=eval_rows),

@@ -386,6 +386,9 @@ class Trainer:
         #: with a ``trl.GRPOConfig``): the run's own ``TrainerState`` shows them as transformers'
         #: ``compute_steps`` does, as ``polyrl.trl.GRPOTrainer``'s does; None: polyrl's intervals
         self.trl_steps: Mapping[str, Any] | None = None
+        #: TRL's ``per_device_train_batch_size`` (``polyrl.api.run`` with a ``trl.GRPOConfig``): the run's own
+        #: ``TrainerState.train_batch_size``, as transformers writes it; None: polyrl's mini-batch
+        self.trl_train_batch_size: int | None = None
         #: numbers for the trackers when the run has ended well, while they are still open, at the last
         #: step taken (``polyrl.trl``: transformers' ``train_runtime``, ``train_loss``..., which TRL logs
         #: to its ``report_to`` at the end); None: nothing
@@ -801,7 +804,7 @@ class Trainer:
             group_size=cfg.generation.group_size, dataset_size=len(self.dataset),
             history=list(self.history), save_steps=cfg.train.checkpoint_every, eval_steps=cfg.eval.every,
             rank=self.rank, updates_per_step=cfg.algorithm.updates_per_step, minibatches=cfg.algorithm.minibatches,
-            names=self.trl_names, trl_steps=self.trl_steps)
+            names=self.trl_names, trl_steps=self.trl_steps, train_batch_size=self.trl_train_batch_size)
 
     def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
         state = self._trainer_state()

@@ -86,6 +86,9 @@ log = get_logger("polyrl.trl")
 STATE_KEY = "trl"
 #: the ``TrainerState`` fields a resume restores, as transformers' ``TrainerState.load_from_json``
 _BEST = ("best_metric", "best_global_step", "best_model_checkpoint")
+#: the checkpoint's list of global steps whose evaluation TRL's ``log_history`` has no entry for
+#: (``untold_evaluations``, and the step's own held one): a resumed run's stays without them
+UNTOLD_KEY = "untold_evaluations"
 
 #: the events polyrl calls, each a method every callback must have (``TrainerCallback`` defines them all)
 EVENTS = ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate",
@@ -149,7 +152,8 @@ class TrlCallbacks:
         self._hold_eval = False
         self._held_eval: dict[str, Any] | None = None
         #: the global_step of each held evaluation a callback cleared in ``on_epoch_end`` (``_held_epoch_end``):
-        #: it ran, but TRL's trainer would not have, so ``trainer.state.log_history`` leaves it out
+        #: it ran, but TRL's trainer would not have, so ``trainer.state.log_history`` leaves it out; a
+        #: resumed run's start with those its checkpoint kept (``checkpoint_state``, ``run_begin``)
         self.untold_evaluations: list[int] = []
         #: the last step's checkpoint was written unasked before the evaluation after training (``saved``)
         self._unasked_final = False
@@ -255,7 +259,7 @@ class TrlCallbacks:
         self._launcher = trainer.world_size > 1
         self._final_eval_pending = self._final_save = self._hold_eval = False
         self._held_eval = None
-        self.untold_evaluations = []
+        self.untold_evaluations = _kept_untold(getattr(trainer, "resumed_observer_state", {}))
         self._unasked_final = False
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
@@ -549,7 +553,12 @@ class TrlCallbacks:
         self._note_best_checkpoint()
         kept = {name: getattr(self.state, name, None) for name in _BEST}
         kept["best_metric"] = _json_number(kept["best_metric"])
-        return {STATE_KEY: kept | {"stateful_callbacks": self.state.stateful_callbacks}}
+        # a held evaluation (``_holds_epoch_evaluation``) is not yet told: transformers writes this
+        # checkpoint before on_epoch_end asks it, so its trainer_state.json, and a run resumed from
+        # it, has no such entry, told or not
+        untold = [*self.untold_evaluations, *([self.state.global_step] if self._held_eval is not None else [])]
+        return {STATE_KEY: kept | {"stateful_callbacks": self.state.stateful_callbacks,
+                                   UNTOLD_KEY: sorted(set(untold))}}
 
     def _note_best_checkpoint(self) -> None:
         """``state.best_model_checkpoint`` as transformers' ``_save_checkpoint`` sets it when a
@@ -763,6 +772,10 @@ def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any]
             raise refuse(f".{name} is {value!r}, not {'a path' if name == 'best_model_checkpoint' else 'a number'} "
                          "or null")
         setattr(state, name, float(value) if value in _NON_FINITE else value)
+    untold = saved.get(UNTOLD_KEY, [])
+    if not (isinstance(untold, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                             for v in untold)):
+        raise refuse(f".{UNTOLD_KEY} is {untold!r}, not a list of steps")
     stored = saved.get("stateful_callbacks") or {}
     if not isinstance(stored, Mapping):
         raise refuse(f".stateful_callbacks is {type(stored).__name__}, not an object")
@@ -770,6 +783,14 @@ def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any]
     if not getattr(args, "restore_callback_states_from_checkpoint", False) or handler is None:
         return
     _load_callback_state(handler, stored, refuse)
+
+
+def _kept_untold(resumed: Mapping[str, Any]) -> list[int]:
+    """The ``UNTOLD_KEY`` steps a resumed run's checkpoint kept (``restore`` checked them); none
+    for a fresh run or a checkpoint written before they were kept."""
+    saved = resumed.get(STATE_KEY) if isinstance(resumed, Mapping) else None
+    untold = saved.get(UNTOLD_KEY) if isinstance(saved, Mapping) else None
+    return [v for v in untold if isinstance(v, int)] if isinstance(untold, list) else []
 
 
 def _load_callback_state(handler: TrlCallbacks, stored: Mapping[str, Any],

@@ -146,19 +146,23 @@ class TrainerState:
                 dataset_size: int, history: list[dict[str, Any]], save_steps: int = 0,
                 eval_steps: int = 0, rank: int = 0, updates_per_step: int = 1, minibatches: int = 1,
                 names: Mapping[str, str] | None = None,
-                trl_steps: Mapping[str, Any] | None = None) -> TrainerState:
+                trl_steps: Mapping[str, Any] | None = None, train_batch_size: int | None = None) -> TrainerState:
         """The state a run is in while it scores step ``step``; ``updates_per_step`` is
         ``num_iterations`` x ``minibatches``, which turns polyrl's step counts into TRL's update
         counts; ``train_batch_size`` is one mini-batch's completions (TRL's batch per update);
         ``names``: the rewards' TRL names (``with_trl_names``). ``trl_steps``: a TRL GRPOConfig's
         ``logging_steps``/``eval_steps``/``save_steps``, shown as transformers' ``compute_steps``
         sets them (``trl_callbacks.compute_steps``) in place of polyrl's ``save_steps``/``eval_steps``
-        intervals, so a reward reads the numbers TRL's trainer (and ``polyrl.trl.GRPOTrainer``) gives."""
+        intervals, so a reward reads the numbers TRL's trainer (and ``polyrl.trl.GRPOTrainer``) gives.
+        ``train_batch_size``: a TRL GRPOConfig's (transformers writes ``args.train_batch_size``, one
+        process's micro-batch of ``per_device_train_batch_size``), in place of polyrl's mini-batch,
+        which is that times ``gradient_accumulation_steps`` x processes."""
         size = max(dataset_size, 1)
         n = updates_per_step
         state = cls(  # epoch as TRL counts it (whole batches), the step lines' ``epoch`` too
             epoch=trl_epoch(step, prompts_per_step, size) if step else 0, global_step=step * n, max_steps=max_steps * n,
-            save_steps=save_steps * n, eval_steps=eval_steps * n, train_batch_size=prompts_per_step * group_size // minibatches,
+            save_steps=save_steps * n, eval_steps=eval_steps * n,
+            train_batch_size=train_batch_size or prompts_per_step * group_size // minibatches,
             num_train_epochs=math.ceil(trl_epoch(max_steps, prompts_per_step, size)),  # TRL's: whole batches
             log_history=[with_trl_names(m, names) for m in history],
             is_local_process_zero=rank == 0, is_world_process_zero=rank == 0,

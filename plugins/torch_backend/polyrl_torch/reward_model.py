@@ -26,6 +26,9 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 ``label``          which logit is the score (default: 0 when the model has one label; required otherwise)
 ``device``         "auto" (default: CUDA when torch sees a GPU, else the CPU), "cpu", "cuda", "mps"...
 ``dtype``          "float32" (default), "bfloat16", "float16"
+``compute_dtype``  "bfloat16" or "float16": the forward runs under torch autocast to it over the
+                   ``dtype`` weights (default none: in ``dtype``); the TRL route sets it to the policy's
+                   compute dtype, as TRL's ``bf16`` makes accelerate autocast its reward models too
 
 Sequences are right-padded with the tokenizer's pad token (its eos when it has none), which becomes
 the model's ``config.pad_token_id`` as TRL sets it, and the model pools its last non-padding token,
@@ -35,6 +38,7 @@ and scores are deterministic for fixed inputs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +56,10 @@ from polyrl_torch.reward_weights import refuse_incomplete_weights
 
 NAME = "reward_model"
 DEFAULTS: dict[str, Any] = {"path": None, "tokenizer": None, "batch_size": 8, "max_length": 1024, "chat_template": "auto",
-                            "chat_template_kwargs": None, "label": None, "device": "auto", "dtype": "float32"}
+                            "chat_template_kwargs": None, "label": None, "device": "auto", "dtype": "float32",
+                            "compute_dtype": None}
+#: ``compute_dtype`` values: torch autocast's half precisions
+COMPUTE_DTYPES = ("bfloat16", "float16")
 
 _loaded: dict[tuple[str, str, str, str | None], tuple[Any, Any]] = {}
 _lock = threading.Lock()
@@ -67,6 +74,9 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
         whole_number(NAME, opts, key, DEFAULTS[key])
     chat_template_choice(NAME, opts)
     template_kwargs(NAME, opts)
+    if opts["compute_dtype"] is not None and opts["compute_dtype"] not in COMPUTE_DTYPES:
+        raise RewardError(f"{NAME}: compute_dtype must be {' or '.join(map(repr, COMPUTE_DTYPES))}, got "
+                          f"{opts['compute_dtype']!r}. Fix: one of those, or leave it out (the forward in dtype)")
     return opts
 
 
@@ -182,7 +192,9 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
                        template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
     _refuse_ids_beyond_embeddings(model, ids, opts)
     scores: list[float] = []
-    with torch.inference_mode():
+    autocast = torch.autocast(model.device.type, dtype=getattr(torch, opts["compute_dtype"])) \
+        if opts["compute_dtype"] else contextlib.nullcontext()
+    with torch.inference_mode(), autocast:
         for start in range(0, len(ids), opts["batch_size"]):
             batch = tokenizer.pad({"input_ids": ids[start:start + opts["batch_size"]]},
                                   return_tensors="pt").to(model.device)
