@@ -41,12 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         compute_dtype=args.compute_dtype, max_length=args.max_new_tokens + 256,
         options={"shared_prompt_attention": False}))  # per-row caches both ways: bit for bit
     prompts = bench_prompts(args.prompts)
-    engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0))  # packs the copy now
-    copy = engine.raw.generation_copy
-    written_out = copy.decode_step
+    written_out = ab_workload.written_out_step(engine, prompts, args.model)
     if written_out is None:
-        print(f"error: {args.model}'s sampler has no written-out decode step", file=sys.stderr)
         return 2
+    copy = engine.raw.generation_copy
 
     def sample(step: object, sampling: SamplingParams) -> list:
         copy.decode_step = step

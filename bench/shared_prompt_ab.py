@@ -57,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                          for _ in range(args.prompts)]
     else:
         prompts = bench_prompts(args.prompts)
-    engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0))  # packs the copy now
-    step = engine.raw.generation_copy.decode_step
+    step = ab_workload.written_out_step(engine, prompts, args.model)
     if step is None:
-        print(f"error: {args.model}'s sampler has no written-out decode step", file=sys.stderr)
         return 2
 
     def sample(shared: bool, sampling: SamplingParams) -> list:

@@ -37,59 +37,62 @@ def add(a, b):
 """
 
 
-#: Fills unix socket pairs (as many as ``max_open_files`` allows) with bytes it never reads, each
-#: pair first asked for a 64 MB send buffer when ``big``; returns the KB the kernel held for it.
-SOCKET_BUFFERS = """
-import socket
-def held_kb(big):
-    pairs, held = [], 0
+#: Sample code the buffer fillers below start with: ``held_kb_until_out_of_fds(open_one)`` calls
+#: ``open_one(closers)`` until it runs out of descriptors; each call opens a pair of ends, adds
+#: their closers and returns the non-blocking ``send`` of one, which is then sent 64 KB at a time
+#: until the kernel would block. Returns the KB sent and never read; closes every end last.
+_FILL_UNREAD = """
+def held_kb_until_out_of_fds(open_one):
+    closers, held = [], 0
     try:
         while True:
-            sender, receiver = socket.socketpair()
-            pairs.append((sender, receiver))
-            if big:
-                sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
-            sender.setblocking(False)
+            send = open_one(closers)
             try:
                 while True:
-                    held += sender.send(b"x" * 65536)
+                    held += send(b"x" * 65536)
             except BlockingIOError:
                 pass
     except OSError:  # out of descriptors
         pass
-    for pair in pairs:
-        for end in pair:
-            end.close()
+    for close in closers:
+        close()
     return held >> 10
+"""
+
+
+#: Fills unix socket pairs (as many as ``max_open_files`` allows) with bytes it never reads, each
+#: pair first asked for a 64 MB send buffer when ``big``; returns the KB the kernel held for it.
+SOCKET_BUFFERS = _FILL_UNREAD + """
+import socket
+def held_kb(big):
+    def open_one(closers):
+        sender, receiver = socket.socketpair()
+        closers += [sender.close, receiver.close]
+        if big:
+            sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
+        sender.setblocking(False)
+        return sender.send
+    return held_kb_until_out_of_fds(open_one)
 """
 
 
 #: Fills loopback TCP connections it never reads until it runs out of descriptors; returns the KB
 #: sent and not read (held in kernel memory: TCP grows each send buffer up to ``tcp_wmem``'s max).
-TCP_BUFFERS = """
+TCP_BUFFERS = _FILL_UNREAD + """
 import socket
 def tcp_held_kb():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(64)
-    conns, held = [], 0
-    try:
-        while True:
-            sender = socket.create_connection(server.getsockname())
-            receiver, _ = server.accept()
-            conns += [sender, receiver]
-            sender.setblocking(False)
-            try:
-                while True:
-                    held += sender.send(b"x" * 65536)
-            except BlockingIOError:
-                pass
-    except OSError:  # out of descriptors
-        pass
-    for end in conns:
-        end.close()
+    def open_one(closers):
+        sender = socket.create_connection(server.getsockname())
+        receiver, _ = server.accept()
+        closers += [sender.close, receiver.close]
+        sender.setblocking(False)
+        return sender.send
+    held = held_kb_until_out_of_fds(open_one)
     server.close()
-    return held >> 10
+    return held
 """
 
 #: How many inotify instances and (unprivileged) fanotify groups the sample can make, each with
@@ -140,30 +143,20 @@ def queued(listeners, n):
 
 #: Fills pipes it never reads until it runs out of descriptors, each first grown to 1 MB with
 #: F_SETPIPE_SZ when ``big``; returns the KB written and not read (kernel memory no rlimit counts).
-PIPE_BUFFERS = """
+PIPE_BUFFERS = _FILL_UNREAD + """
 import fcntl, os
 def pipe_held_kb(big):
-    ends, held = [], 0
-    try:
-        while True:
-            r, w = os.pipe()
-            ends += [r, w]
-            if big:
-                try:
-                    fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
-                except OSError:
-                    pass
-            os.set_blocking(w, False)
+    def open_one(closers):
+        r, w = os.pipe()
+        closers += [lambda: os.close(r), lambda: os.close(w)]
+        if big:
             try:
-                while True:
-                    held += os.write(w, b"x" * 65536)
-            except BlockingIOError:
+                fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+            except OSError:
                 pass
-    except OSError:  # out of descriptors
-        pass
-    for end in ends:
-        os.close(end)
-    return held >> 10
+        os.set_blocking(w, False)
+        return lambda data: os.write(w, data)
+    return held_kb_until_out_of_fds(open_one)
 """
 
 def marked() -> list[int]:

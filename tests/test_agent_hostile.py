@@ -22,6 +22,7 @@ from polyrl.agents.spec import Observation
 from polyrl.agents.tools import ToolBox
 from polyrl.episode_scoring import env_failed
 from polyrl.types import SamplingParams
+from tool_util import calc
 
 pytest.importorskip("transformers")
 
@@ -82,16 +83,6 @@ def lookup(key: str) -> str:
         key: the key
     """
     return FORGED if key == "evil" else "plain"
-
-
-def calc(a: int, b: int) -> str:
-    """Multiply two numbers.
-
-    Args:
-        a: the first factor
-        b: the second factor
-    """
-    return str(a * b)
 
 
 def call(name: str = "lookup", **arguments) -> str:

@@ -22,6 +22,7 @@ from polyrl.agents.tools import ToolBox
 from polyrl.episode_scoring import env_failed
 from polyrl.errors import ConfigError
 from polyrl.types import SamplingParams
+from tool_util import calc
 
 pytest.importorskip("transformers")
 markupsafe = pytest.importorskip("markupsafe")
@@ -30,16 +31,6 @@ markupsafe = pytest.importorskip("markupsafe")
 @pytest.fixture(scope="module")
 def smollm2(smollm2_tokenizer):
     return smollm2_tokenizer
-
-
-def calc(a: int, b: int) -> str:
-    """Multiply two numbers.
-
-    Args:
-        a: the first factor
-        b: the second factor
-    """
-    return str(a * b)
 
 
 # --- a str subclass (markupsafe.Markup) from a tool or an environment ---------------------------------

@@ -22,6 +22,8 @@ import attrs
 import numpy as np
 import pytest
 
+from crash_util import assert_same_weights
+
 from polyrl.agents.episodes import as_messages
 from polyrl.algorithms.presets import ALGORITHMS, AlgorithmConfig
 from polyrl.algorithms.reference import policy_loss
@@ -246,20 +248,21 @@ def test_overlap_resume_with_a_pending_rollout_of_episodes_continues_exactly(tin
                 "episode/sampled_token_share", "episode/env_error_share"):
         assert [m[key] for m in tail] == [m[key] for m in expected], key
     assert all(m["episode/turns_mean"] > 1 for m in tail)
-    a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert_same_weights(clean.train_engine.export_weights(), resumed.train_engine.export_weights())
 
 
 # --- 7. a broken third-party environment -------------------------------------------------------------
 
-BROKEN_ENV = '''
+#: The start of an environment module whose episodes count themselves (``next(_count)``), so
+#: some of them can misbehave.
+_COUNTING_ENV = '''
 import itertools
 
 from polyrl.agents import Observation
 
 _count = itertools.count()
-
+'''
+BROKEN_ENV = _COUNTING_ENV + '''
 
 class Flaky:
     """Every other episode's environment raises on its second step."""
@@ -538,18 +541,10 @@ def test_episodes_with_kl_iterations_micro_batches_eval_and_an_exact_resume(tiny
     assert last["step"] == 3
     for key in ("reward_mean", "loss", "kl", "tokens", "episode/turns_mean", "episode/sampled_token_share"):
         assert last[key] == expected[key], key
-    a, b = clean.train_engine.export_weights(), resumed.train_engine.export_weights()
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert_same_weights(clean.train_engine.export_weights(), resumed.train_engine.export_weights())
 
 
-RESET_FAILS_ENV = '''
-import itertools
-
-from polyrl.agents import Observation
-
-_count = itertools.count()
-
+RESET_FAILS_ENV = _COUNTING_ENV + '''
 
 class ResetFails:
     """Every third episode's environment cannot start."""

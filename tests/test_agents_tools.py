@@ -20,6 +20,7 @@ from transformers.utils import get_json_schema
 from polyrl.agents import ToolBox, ToolCall, tool_schema
 from polyrl.agents.threads import Worker, finished
 from polyrl.errors import ConfigError
+from tool_util import stubborn_fetch
 
 # --- real functions with the docstrings users write ------------------------------------------------
 
@@ -611,21 +612,7 @@ def test_an_async_tool_ignoring_its_cancellation_is_abandoned_at_its_timeout():
     run hung in asyncio.run's shutdown); now it is left on its own thread's loop, like a plain
     function's thread, and the answer comes at the timeout."""
     stop = threading.Event()
-
-    async def fetch(url: str) -> str:
-        """Fetch, retrying on anything.
-
-        Args:
-            url: the address
-        """
-        while not stop.is_set():
-            try:
-                await asyncio.sleep(0.05)
-            except asyncio.CancelledError:
-                continue
-        return "gave up"
-
-    box = ToolBox([fetch, divide], timeout_s=0.3)
+    box = ToolBox([stubborn_fetch(stop), divide], timeout_s=0.3)
     answers: list[list[dict]] = []
     caller = threading.Thread(target=lambda: answers.append(run(box, [ToolCall("fetch", {"url": "u"}),
                                                                       ToolCall("divide", {"a": 1, "b": 1})])),

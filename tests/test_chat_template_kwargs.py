@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from episode_turns import recorded_turns
 
 from polyrl import resume_config
 from polyrl.config import RunConfig
@@ -248,15 +249,7 @@ def test_episode_turns_with_tools_are_exact_prefixes_rendered_with_the_kwargs(th
                         "max_episode_tokens": 160},
         "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
     trainer = Trainer(config)
-    calls: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
-    generate = trainer.episodes.generate
-
-    def record_turns(prompts, sampling):
-        out = generate(prompts, sampling)
-        calls.append(([np.asarray(p.ids) for p in prompts], [c.completion_ids for c in out]))
-        return out
-
-    trainer.episodes.generate = record_turns
+    calls = recorded_turns(trainer)
     sampled = recording(trainer)
     metrics = trainer.train_one_step()
     assert not metrics["skipped"] and metrics["episode/env_error_share"] == 0 and metrics["episode/turns_mean"] > 1

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from episode_turns import recorded_turns
 
 from polyrl.config import RunConfig
 from polyrl.trainer import Trainer
@@ -81,15 +82,7 @@ def test_episodes_on_a_template_that_ends_conversations_with_eos_are_exact(phi3_
         "environment": {"name": "guess_number", "max_turns": 3, "max_episode_tokens": 96},
         "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
     trainer = Trainer(config)
-    calls: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
-    generate = trainer.episodes.generate
-
-    def recording(prompts, sampling):
-        out = generate(prompts, sampling)
-        calls.append(([np.asarray(p.ids) for p in prompts], [c.completion_ids for c in out]))
-        return out
-
-    trainer.episodes.generate = recording
+    calls = recorded_turns(trainer)
     sampled: list = []
     sample = trainer._sample
     trainer._sample = lambda rows, sampling, **kw: sampled.extend(sample(rows, sampling, **kw)) or sampled

@@ -21,6 +21,7 @@ from polyrl.agents.parsing import parse_tool_calls
 from polyrl.agents.spec import Observation
 from polyrl.agents.tools import ToolBox
 from polyrl.types import Completion, SamplingParams, TokenPrompt
+from tool_util import calc
 
 START, END = 1000, 1001
 SPECIAL = {"<|im_start|>": START, "<|im_end|>": END}
@@ -85,16 +86,6 @@ class ScriptedModel:
                     reason = "length"
                 out.append(Completion(i, p.ids, ids, [-0.5] * len(ids), decode(ids), reason))
         return out
-
-
-def calc(a: int, b: int) -> str:
-    """Multiply two numbers.
-
-    Args:
-        a: the first factor
-        b: the second factor
-    """
-    return str(a * b)
 
 
 def Box() -> ToolBox:  # noqa: N802 - reads like the class it builds
@@ -495,6 +486,7 @@ from polyrl.agents.setup import untrainable  # noqa: E402
 
 from polyrl.errors import ConfigError  # noqa: E402
 from liveness import BOUND_S, returns  # noqa: E402
+from tool_util import stubborn_fetch  # noqa: E402
 from work_meter import measured  # noqa: E402
 
 _FAULTS = {
@@ -1483,23 +1475,9 @@ def test_an_async_tools_own_cancelled_error_ends_neither_the_step_nor_its_episod
 def test_an_async_tool_ignoring_its_cancellation_does_not_hang_the_step():
     """A retry loop catching CancelledError kept asyncio.run waiting for it for ever."""
     stop = threading.Event()
-
-    async def fetch(url: str) -> str:
-        """Fetch, retrying on anything.
-
-        Args:
-            url: the address
-        """
-        while not stop.is_set():
-            try:
-                await asyncio.sleep(0.05)
-            except asyncio.CancelledError:
-                continue
-        return "stopped"
-
     model = Says(call_text("fetch", {"url": "u"}))
     done: list = []
-    step = threading.Thread(target=lambda: done.append(runner(model, box=ToolBox([fetch], timeout_s=0.3)).run(
+    step = threading.Thread(target=lambda: done.append(runner(model, box=ToolBox([stubborn_fetch(stop)], timeout_s=0.3)).run(
         ROWS[:1], SamplingParams(max_new_tokens=200, n=1))), daemon=True)
     try:
         step.start()

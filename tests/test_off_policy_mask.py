@@ -21,6 +21,7 @@ from polyrl.algorithms.reference import policy_loss, policy_loss_grad
 from polyrl.errors import ConfigError
 
 from loss_backends import mlx_loss, require_mlx
+from trl_util import captured_trainer_config
 
 LENGTHS = [3, 6, 1, 5, 4]
 #: seq 0: A > 0 with a large gap (kept); 1: A < 0, gap ~0.9 (dropped at 0.5); 2: A < 0, gap ~0.1
@@ -345,7 +346,6 @@ def test_a_toml_threshold_loads_into_the_run_config():
 
 def test_from_trl_carries_trls_threshold_to_the_objective(monkeypatch):
     trl = pytest.importorskip("trl")
-    import polyrl.trainer
     from polyrl import api
 
     ours = api.GRPOConfig.from_trl(trl.GRPOConfig(use_cpu=True, max_steps=1,
@@ -353,16 +353,7 @@ def test_from_trl_carries_trls_threshold_to_the_objective(monkeypatch):
     assert ours.settings["algorithm.off_policy_mask_threshold"] == 0.5
     assert "algorithm.off_policy_mask_threshold" not in api.GRPOConfig.from_trl(trl.GRPOConfig(use_cpu=True)).settings
 
-    built = {}
-
-    class Captured:
-        def __init__(self, config, extra_plugins=()):
-            built["config"] = config
-
-        def run(self, progress=True):
-            return {}
-
-    monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
+    built = captured_trainer_config(monkeypatch)
     api.run(api.grpo, policy=api.Agent("x"), prompts=["hi"] * 8, grpo_config=ours, progress=False,
             rewards=[lambda completions, **kwargs: [0.0] * len(completions)])
     algorithm = built["config"].algorithm

@@ -176,6 +176,16 @@ def test_a_checkpoint_that_stored_home_paths_as_written_resumes_with_the_same_co
         resume_point(config("~/models/other"), found, weights_only=False)
 
 
+def _move_project(project: Path, to: Path, config: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Moves ``project`` (and its config) to ``to``, edits the config's reward path to the new
+    place, as a user would, and works from there; returns the moved config."""
+    project.rename(to)
+    config = to / config.name
+    config.write_text(config.read_text().replace(str(project / "reward.py"), str(to / "reward.py")))
+    monkeypatch.chdir(to)
+    return config
+
+
 def test_a_moved_project_whose_config_names_its_reward_file_at_the_new_place_resumes(tiny_model_dir, tmp_path,
                                                                                     monkeypatch, capfd):
     """A project moved to another folder, whose config names its reward file by absolute path, was
@@ -188,10 +198,7 @@ def test_a_moved_project_whose_config_names_its_reward_file_at_the_new_place_res
     monkeypatch.chdir(project)
     assert train_here(capfd, config).returncode == 0
     moved = tmp_path / "moved"
-    project.rename(moved)
-    config = moved / config.name
-    config.write_text(config.read_text().replace(str(project / "reward.py"), str(moved / "reward.py")))
-    monkeypatch.chdir(moved)
+    config = _move_project(project, moved, config, monkeypatch)
     result = train_here(capfd, config, "--resume", "--steps", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert said_changes(result.stderr) == [
@@ -201,10 +208,7 @@ def test_a_moved_project_whose_config_names_its_reward_file_at_the_new_place_res
 
     (moved / "reward.py").write_text((moved / "reward.py").read_text() + "\nEDITED = True\n")
     elsewhere = tmp_path / "again"
-    moved.rename(elsewhere)
-    config = elsewhere / config.name
-    config.write_text(config.read_text().replace(str(moved / "reward.py"), str(elsewhere / "reward.py")))
-    monkeypatch.chdir(elsewhere)
+    config = _move_project(moved, elsewhere, config, monkeypatch)
     result = train_here(capfd, config, "--resume", "--steps", "3")
     assert result.returncode != 0
     [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]

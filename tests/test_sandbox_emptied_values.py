@@ -113,6 +113,21 @@ def _scored(tests: list[str], solutions: list[str]) -> list[float]:
     return list(score(solutions, rows=[{"prompt": "p", "tests": t} for t in tests]).total)
 
 
+def _all_scored(tests: list[str], solution: str) -> list[float]:
+    """Each of ``tests`` scored against the one ``solution``, in order."""
+    return _scored(tests, [solution] * len(tests))
+
+
+def _each_scored(cases: dict[str, tuple[str, str]]) -> dict[str, float]:
+    """Each (tests, solution) case's score by its name, so a failing assert names the case."""
+    return dict(zip(cases, _scored([t for t, _ in cases.values()], [s for _, s in cases.values()])))
+
+
+def _each_scored_against(cases: dict[str, str], solution: str) -> dict[str, float]:
+    """Each case's tests scored against the one ``solution``, by the case's name."""
+    return dict(zip(cases, _all_scored(list(cases.values()), solution)))
+
+
 def test_a_value_emptied_by_a_call_the_tests_make_fails_their_loop_over_it():
     """A call that reaches a value (its own method as a statement, ``r.reset()``; a function it
     is passed to, ``show(r)``, ``valid(r)``; a method of the object it came from, ``s.reset()``)
@@ -122,8 +137,8 @@ def test_a_value_emptied_by_a_call_the_tests_make_fails_their_loop_over_it():
     it had items fails its test now (one that is no test of its own, ``ok = all(...)``, fails the
     next test, ``assert ok``); the right ``primes`` keeps 1.0 on the same tests."""
     tests = [*EMPTIED.values(), LOOP_OUTSIDE_A_TEST[0]]
-    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(EMPTIED) + [LOOP_OUTSIDE_A_TEST[1]]
-    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, FORGED) == [0.0] * len(EMPTIED) + [LOOP_OUTSIDE_A_TEST[1]]
+    assert _all_scored(tests, RIGHT) == [1.0] * len(tests)
 
 
 def test_a_value_true_over_no_items_fails():
@@ -139,21 +154,15 @@ def test_values_the_tests_calls_change_as_python_does_keep_their_score():
     graph's edges shrunk by a removal, each then looped over, a queue emptied, looped over and then
     seen empty (``len(q) == 0`` in a later test, ``not q``), and values true with items or with no
     ``len`` keep 1.0."""
-    names = list(CHANGED_RIGHTLY)
-    got = _scored([CHANGED_RIGHTLY[n][0] for n in names], [CHANGED_RIGHTLY[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored(CHANGED_RIGHTLY) == dict.fromkeys(CHANGED_RIGHTLY, 1.0)
 
 
 def test_a_method_may_take_the_items_it_gives_back():
     """A right ``drain`` or ``take(2)`` called in an assert took more items than the one per call
     such a call might take, so the loop over what was left failed (0.67); the items it gives back
     count now. A forged one that empties the value and gives back other items still scores 0."""
-    names = list(DRAINED)
-    got = _scored([DRAINED[n][0] for n in names], [DRAINED[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
-    names = list(DRAINED_FORGED)
-    got = _scored([DRAINED_FORGED[n][0] for n in names], [DRAINED_FORGED[n][1] for n in names])
-    assert got == [0.0] * len(names)
+    assert _each_scored(DRAINED) == dict.fromkeys(DRAINED, 1.0)
+    assert _each_scored(DRAINED_FORGED) == dict.fromkeys(DRAINED_FORGED, 0.0)
 
 
 
@@ -176,9 +185,7 @@ def test_bool_of_a_right_value_reads_none_of_its_items():
     off a right heap whose ``__iter__`` pops (``len(q) == 3`` then failed) and raised KeyError
     for item 0 of a mapping without ``__iter__`` (each 0.5). Both keep 1.0 now, while the values
     true over no items above still fail (``test_a_value_true_over_no_items_fails``)."""
-    names = list(TRUE_RIGHTLY)
-    got = _scored([TRUE_RIGHTLY[n][0] for n in names], [TRUE_RIGHTLY[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored(TRUE_RIGHTLY) == dict.fromkeys(TRUE_RIGHTLY, 1.0)
 
 
 #: Right classes a dataset of data-structure tasks holds: a queue on a deque, a stack with
@@ -256,13 +263,12 @@ def test_a_right_value_emptied_then_read_by_a_loop_that_checks_no_item_keeps_its
     loop was taken for a check over each item, vacuous on the emptied value, and no other whole
     reading saw it empty. It reads the value whole now (``item_free_loops``); values drained one
     call per item keep 1.0; the forged ``primes`` still fails loops that look at its items."""
-    names = list(EMPTIED_THEN_SEEN_BY_A_LOOP)
-    cases = [EMPTIED_THEN_SEEN_BY_A_LOOP[n] for n in names] + list(DRAINED_RIGHTLY.values())
-    got = _scored([tests for tests, _ in cases], [right for _, right in cases])
-    assert dict(zip(names + list(DRAINED_RIGHTLY), got)) == dict.fromkeys(names + list(DRAINED_RIGHTLY), 1.0)
+    assert not EMPTIED_THEN_SEEN_BY_A_LOOP.keys() & DRAINED_RIGHTLY.keys()  # one score a name
+    cases = {**EMPTIED_THEN_SEEN_BY_A_LOOP, **DRAINED_RIGHTLY}
+    assert _each_scored(cases) == dict.fromkeys(cases, 1.0)
     tests = list(EMPTIED_THEN_CHECKED.values())
-    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, RIGHT) == [1.0] * len(tests)
 
 
 #: (tests of the forged ``primes`` above): ``x not in r`` after a call that reaches ``r``.
@@ -296,11 +302,9 @@ def test_x_not_in_a_value_emptied_under_it_fails():
     (or make with items), clear and then ask ``1 not in b`` of items they put in keeps 1.0, as the
     right ``primes`` does."""
     tests = list(NOT_IN_AFTER_EMPTYING.values())
-    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
-    names = list(NOT_IN_RIGHTLY)
-    got = _scored([NOT_IN_RIGHTLY[n][0] for n in names], [NOT_IN_RIGHTLY[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _all_scored(tests, FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, RIGHT) == [1.0] * len(tests)
+    assert _each_scored(NOT_IN_RIGHTLY) == dict.fromkeys(NOT_IN_RIGHTLY, 1.0)
 
 
 #: (tests, right solution): the stack cleared, seen empty by its own ``is_empty()``, then looped.
@@ -323,8 +327,6 @@ def test_a_right_value_its_own_is_empty_says_empty_keeps_its_score():
     and then (or before) a loop over it scored 0.67 (0): only the tests' own whole readings
     counted as seeing it empty. A True of such a method since its last change counts now
     (``remote.EMPTINESS``); one said before the call that emptied it still excuses nothing."""
-    names = list(SAID_EMPTY)
-    got = _scored([SAID_EMPTY[n][0] for n in names], [SAID_EMPTY[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored(SAID_EMPTY) == dict.fromkeys(SAID_EMPTY, 1.0)
     assert _scored([SAID_EMPTY_BEFORE[0]], [SAID_EMPTY_BEFORE[1]]) == [0.0]
     assert _scored([SAID_EMPTY_BEFORE[0]], [RIGHT + "Primes.is_empty = lambda self: False\n"]) == [1.0]

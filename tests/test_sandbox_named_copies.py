@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 from test_sandbox_emptied_values import (
-    CLEARED_STACK, DEQUE_QUEUE, FORGED, IS_PRIME, QUEUE_OF_FOUR, RIGHT, STACK_OF_FOUR, _scored)
+    CLEARED_STACK, DEQUE_QUEUE, FORGED, IS_PRIME, QUEUE_OF_FOUR, RIGHT, STACK_OF_FOUR, _all_scored,
+    _each_scored, _each_scored_against, _scored)
 from test_sandbox_forging import STACK_OF
 from test_sandbox_vacuous_truths import CACHES, SQUARES_FORGED, SQUARES_RIGHT
 
@@ -39,8 +40,8 @@ def test_a_named_copy_of_a_value_emptied_under_it_fails():
     forged ``primes`` emptied by ``show(r)`` or ``r.reset()`` passed ``len(r) == 3`` and then the
     check (1.0). Such a copy is the check's reading now (``named_copies``); the right one keeps 1.0."""
     tests = list(NAMED_COPIES.values())
-    assert _scored(tests, [FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [RIGHT] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, RIGHT) == [1.0] * len(tests)
 
 
 #: (tests, right solution): right values cleared, popped or unchanged, copied under a name and
@@ -65,9 +66,7 @@ def test_a_named_copy_of_right_values_keeps_its_score():
     """Right values copied under a name and checked as a subset or in a loop keep 1.0 where the
     tests compare or count the copy, see the value empty before or after, popped one item, or
     changed nothing."""
-    names = list(NAMED_RIGHTLY)
-    got = _scored([NAMED_RIGHTLY[n][0] for n in names], [NAMED_RIGHTLY[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored(NAMED_RIGHTLY) == dict.fromkeys(NAMED_RIGHTLY, 1.0)
 
 
 _SQUARES = "def test():\n    d = squares(3)\n    assert len(d) == 3\n"
@@ -93,8 +92,8 @@ def test_a_named_view_of_a_mapping_emptied_under_it_fails(kind):
     reading now (``zipped_views``); a class of the sample's with ``items()`` fails them too, and the
     right ``squares`` keeps 1.0."""
     tests = list(NAMED_VIEWS.values())
-    assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, SQUARES_FORGED[kind]) == [0.0] * len(tests)
+    assert _all_scored(tests, SQUARES_RIGHT[kind]) == [1.0] * len(tests)
 
 
 _CACHE = "c = Cache()\nfor k in 'abc':\n    c.put(k, k.upper())\nassert len(c) == 3\nc.clear()\n"
@@ -124,12 +123,10 @@ def test_a_zip_of_views_no_loop_checks_reads_a_right_value_whole(kind):
     the tests cleared and counted so scored 0.5, where the same loop over ``c`` itself kept 1.0.
     Such a loop reads the views whole now (``shrinking.feeds_item_free_loop``); a loop that checks
     the pairs still fails the forged ``squares``."""
-    names = list(ITEM_FREE_ZIPS)
-    got = _scored([ITEM_FREE_ZIPS[n] for n in names], [CACHES[kind]] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored_against(ITEM_FREE_ZIPS, CACHES[kind]) == dict.fromkeys(ITEM_FREE_ZIPS, 1.0)
     tests = list(CHECKED_ZIPS.values())
-    assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, SQUARES_FORGED[kind]) == [0.0] * len(tests)
+    assert _all_scored(tests, SQUARES_RIGHT[kind]) == [1.0] * len(tests)
 
 
 _HISTORY = ("class History:\n    def __init__(self, xs):\n        self.xs = xs\n    def __len__(self):\n"
@@ -164,8 +161,8 @@ def test_an_attribute_read_again_after_it_was_emptied_fails(kind):
     read once and looped over failed. An attribute read again of the same object is the value read
     before (``Remote._same_attribute``); the right bank keeps 1.0."""
     tests = list(READ_AGAIN.values())
-    assert _scored(tests, [BANKS_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [BANKS_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, BANKS_FORGED[kind]) == [0.0] * len(tests)
+    assert _all_scored(tests, BANKS_RIGHT[kind]) == [1.0] * len(tests)
 
 
 #: A right bank whose ``reset`` gives it a new, empty history; ``withdraw`` takes the last entry.
@@ -196,9 +193,7 @@ def test_an_attribute_of_a_right_value_read_again_keeps_its_score():
     ``deposit``, or ``withdraw()`` called for its value keeps 1.0; ``h = b.history`` held across
     ``b.withdraw()`` scored 0 (``len(h)`` had read 3 items and only calls on ``h`` might take one):
     a method of the object it was read from now may (``Remote.__call__``)."""
-    names = list(READ_AGAIN_RIGHTLY)
-    got = _scored([READ_AGAIN_RIGHTLY[n] for n in names], [CLEARING_BANK] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored_against(READ_AGAIN_RIGHTLY, CLEARING_BANK) == dict.fromkeys(READ_AGAIN_RIGHTLY, 1.0)
 
 
 #: (tests): a right cache the tests clear and then copy through a zip or enumerate of its views,
@@ -224,9 +219,7 @@ def test_a_copy_of_a_zip_of_views_compared_whole_reads_a_right_value_whole(kind)
     """``list(zip(c.keys(), c.values())) == []`` of a right cache the tests cleared scored 0.5:
     the tests' ``zip`` read the views as a loop does. A copy compared or counted where it is made
     reads them whole now (``compared_copies``)."""
-    names = list(COMPARED_ZIPS)
-    got = _scored([COMPARED_ZIPS[n] for n in names], [CACHES[kind]] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored_against(COMPARED_ZIPS, CACHES[kind]) == dict.fromkeys(COMPARED_ZIPS, 1.0)
 
 
 @pytest.mark.parametrize("kind", list(SQUARES_FORGED))
@@ -236,8 +229,8 @@ def test_a_zip_of_views_copied_then_checked_fails_an_emptied_value(kind):
     views are plain dicts here, and neither copy was a loop's site (``zipped_views._copied_vacuously``).
     The right ``squares`` keeps 1.0."""
     tests = list(COPIED_ZIPS_CHECKED.values())
-    assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, SQUARES_FORGED[kind]) == [0.0] * len(tests)
+    assert _all_scored(tests, SQUARES_RIGHT[kind]) == [1.0] * len(tests)
 
 
 #: A forged bank whose ``log``, a plain list, holds three -5s, and ``[]`` after ``reset`` or ``show``.
@@ -289,10 +282,6 @@ def test_a_plain_data_attribute_read_again_after_it_was_emptied_fails():
     fewer calls than it had items fails unless the tests see it empty
     (``Remote._plain_attribute``); the right bank keeps 1.0 where it is seen so, refilled,
     withdrawn from or counted."""
-    names = list(LOG_READ_AGAIN)
-    got = _scored([LOG_READ_AGAIN[n] for n in names], [LOG_BANK_FORGED] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 0.0)
+    assert _each_scored_against(LOG_READ_AGAIN, LOG_BANK_FORGED) == dict.fromkeys(LOG_READ_AGAIN, 0.0)
     assert _scored([CFG_READ_AGAIN] * 2, [CFG_BANK_FORGED, CFG_BANK_RIGHT]) == [0.0, 1.0]
-    names = list(LOG_READ_AGAIN_RIGHTLY)
-    got = _scored([LOG_READ_AGAIN_RIGHTLY[n] for n in names], [LOG_BANK_RIGHT] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored_against(LOG_READ_AGAIN_RIGHTLY, LOG_BANK_RIGHT) == dict.fromkeys(LOG_READ_AGAIN_RIGHTLY, 1.0)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 from test_sandbox_emptied_values import (
-    CLEARED_STACK, DEQUE_QUEUE, IS_PRIME, QUEUE_OF_FOUR, STACK_OF_FOUR, _scored)
+    CLEARED_STACK, DEQUE_QUEUE, IS_PRIME, QUEUE_OF_FOUR, STACK_OF_FOUR, _all_scored,
+    _each_scored, _each_scored_against)
 from test_sandbox_forging import STACK_OF
 
 pytestmark = pytest.mark.faults
@@ -59,17 +60,15 @@ def test_all_or_any_of_a_value_emptied_under_it_fails():
     all(r)`` (1.0) where ``all(x for x in r)`` failed. The tests' ``all`` and ``any`` are loops
     over the value now (``truth_loops``); the right ``flags`` keeps 1.0."""
     tests = list(ALL_OF_EMPTIED.values())
-    assert _scored(tests, [FLAGS_FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [FLAGS_RIGHT] * len(tests)) == [1.0] * len(tests)
+    assert _all_scored(tests, FLAGS_FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, FLAGS_RIGHT) == [1.0] * len(tests)
 
 
 def test_all_or_any_of_right_values_keeps_its_score():
     """Right values cleared and seen empty (``len(q) == 0`` before or after, ``assert not s``
     before), popped, or unchanged, read by ``all``/``any``, and ``all``/``any`` handed to the
     solution (the sample's own), keep 1.0."""
-    names = list(ALL_RIGHTLY)
-    got = _scored([ALL_RIGHTLY[n][0] for n in names], [ALL_RIGHTLY[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored(ALL_RIGHTLY) == dict.fromkeys(ALL_RIGHTLY, 1.0)
 
 
 #: (tests, right solution): a stack or queue cleared, ``assert not s`` and then a loop over it.
@@ -82,9 +81,7 @@ FALSE_THEN_LOOPED = {
 def test_a_right_value_seen_false_before_a_loop_over_it_keeps_its_score():
     """``assert not q`` after it was cleared counted as the tests seeing it empty only after
     their loop over it, not before (each 0.67): a false ``bool`` counts as ``q.is_empty()`` does now."""
-    names = list(FALSE_THEN_LOOPED)
-    got = _scored([FALSE_THEN_LOOPED[n][0] for n in names], [FALSE_THEN_LOOPED[n][1] for n in names])
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _each_scored(FALSE_THEN_LOOPED) == dict.fromkeys(FALSE_THEN_LOOPED, 1.0)
 
 
 #: Forged ``primes`` that are their own iterator (Python's ``bool`` is True) and yield nothing.
@@ -121,12 +118,10 @@ def test_an_own_iterator_asserted_true_over_no_items_fails():
     ``assert`` of its truth fails now (``asserted_truths``); a right generator the tests assert
     and then list, count, take from, hand to a call, or only guard with ``if r``, keeps 1.0."""
     tests = list(ASSERTED_THEN_LOOPED.values())
-    assert _scored(tests, [GENERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [ITERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [GENERATOR_RIGHT] * len(tests)) == [1.0] * len(tests)
-    names = list(GENERATOR_RIGHTLY)
-    got = _scored([GENERATOR_RIGHTLY[n] for n in names], [EVENS] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _all_scored(tests, GENERATOR_FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, ITERATOR_FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, GENERATOR_RIGHT) == [1.0] * len(tests)
+    assert _each_scored_against(GENERATOR_RIGHTLY, EVENS) == dict.fromkeys(GENERATOR_RIGHTLY, 1.0)
 
 
 _DICT_BODY = ("    def __init__(self, n):\n        self.d = {i: 0 for i in range(n)}\n    def __len__(self):\n"
@@ -200,11 +195,9 @@ def test_a_loop_over_a_view_of_a_value_emptied_under_it_fails(kind):
     ``shrinking.view_looped_here``, the tests' ``zip`` reading its operands: ``pairing._read``); the right
     ``squares`` and right caches cleared and seen empty, shrunk or counted keep 1.0."""
     tests = [*VIEW_OF_EMPTIED.values(), ZIPPED_VIEWS, *ZIPPED_VIEWS_MORE.values()]
-    assert _scored(tests, [SQUARES_FORGED[kind]] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [SQUARES_RIGHT[kind]] * len(tests)) == [1.0] * len(tests)
-    names = list(VIEWS_RIGHTLY)
-    got = _scored([VIEWS_RIGHTLY[n] for n in names], [CACHES[kind]] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _all_scored(tests, SQUARES_FORGED[kind]) == [0.0] * len(tests)
+    assert _all_scored(tests, SQUARES_RIGHT[kind]) == [1.0] * len(tests)
+    assert _each_scored_against(VIEWS_RIGHTLY, CACHES[kind]) == dict.fromkeys(VIEWS_RIGHTLY, 1.0)
 
 
 _UNITTEST = "import unittest\n" + IS_PRIME + "class T(unittest.TestCase):\n    def test_primes(self):\n"
@@ -234,9 +227,7 @@ def test_an_own_iterator_asserted_true_by_unittest_over_no_items_fails():
     over it in a ``unittest.TestCase`` (1.0). unittest's ``assertTrue`` called from the tests is
     their assertion now; the right generator, and right ones yielding nothing read whole, keep 1.0."""
     tests = list(ASSERTED_TRUE_IN_UNITTEST.values())
-    assert _scored(tests, [GENERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [ITERATOR_FORGED] * len(tests)) == [0.0] * len(tests)
-    assert _scored(tests, [GENERATOR_RIGHT] * len(tests)) == [1.0] * len(tests)
-    names = list(UNITTEST_RIGHTLY)
-    got = _scored([UNITTEST_RIGHTLY[n] for n in names], [EVENS] * len(names))
-    assert dict(zip(names, got)) == dict.fromkeys(names, 1.0)
+    assert _all_scored(tests, GENERATOR_FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, ITERATOR_FORGED) == [0.0] * len(tests)
+    assert _all_scored(tests, GENERATOR_RIGHT) == [1.0] * len(tests)
+    assert _each_scored_against(UNITTEST_RIGHTLY, EVENS) == dict.fromkeys(UNITTEST_RIGHTLY, 1.0)

@@ -61,6 +61,18 @@ def _queued(scheduler, count):
         time.sleep(0.005)
 
 
+def _running(key: str, sampling: SamplingParams, max_batch_size: int = 4,
+             max_queue: int = 8) -> tuple[RecordingEngine, FairScheduler, dict[str, object], list[threading.Thread]]:
+    """A scheduler whose held engine is generating the first unit of request ``key`` (its one
+    prompt, and its key in ``out``): the engine, the scheduler, ``out`` and the request's thread."""
+    engine = RecordingEngine(hold=True)
+    scheduler = FairScheduler(engine.generate, max_batch_size=max_batch_size, max_queue=max_queue)
+    out: dict[str, object] = {}
+    threads = [_submit(scheduler, [key], sampling, out, key)]
+    assert engine.entered.wait(BOUND_S)
+    return engine, scheduler, out, threads
+
+
 def test_units_cover_every_completion_within_the_batch_size():
     s = SamplingParams(n=10, seed=7)
     units = plan_units(3, s, 4)
@@ -73,11 +85,8 @@ def test_units_cover_every_completion_within_the_batch_size():
 
 
 def test_a_small_request_waits_for_one_unit_of_a_huge_one_not_all_of_it():
-    engine = RecordingEngine(hold=True)
-    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
-    out: dict[str, object] = {}
-    threads = [_submit(scheduler, ["huge"], SamplingParams(n=16, max_new_tokens=4), out, "huge")]
-    assert engine.entered.wait(BOUND_S)  # the first unit of the huge request is being generated
+    # the first unit of the huge request is being generated
+    engine, scheduler, out, threads = _running("huge", SamplingParams(n=16, max_new_tokens=4))
     threads.append(_submit(scheduler, ["small"], SamplingParams(n=1, max_new_tokens=4), out, "small"))
     _queued(scheduler, 2)
     engine.release.set()
@@ -90,13 +99,9 @@ def test_a_small_request_waits_for_one_unit_of_a_huge_one_not_all_of_it():
 
 
 def test_compatible_requests_share_a_call_and_seeded_ones_never_do():
-    engine = RecordingEngine(hold=True)
-    scheduler = FairScheduler(engine.generate, max_batch_size=8, max_queue=16)
-    out: dict[str, object] = {}
-    first = _submit(scheduler, ["first"], SamplingParams(max_new_tokens=2), out, "first")
-    assert engine.entered.wait(BOUND_S)
-    threads = [first] + [_submit(scheduler, [f"p{i}"], SamplingParams(max_new_tokens=2), out, f"p{i}")
-                         for i in range(3)]
+    engine, scheduler, out, threads = _running("first", SamplingParams(max_new_tokens=2), max_batch_size=8,
+                                               max_queue=16)
+    threads += [_submit(scheduler, [f"p{i}"], SamplingParams(max_new_tokens=2), out, f"p{i}") for i in range(3)]
     threads.append(_submit(scheduler, ["seeded"], SamplingParams(max_new_tokens=2, seed=1), out, "seeded"))
     threads.append(_submit(scheduler, ["p3"], SamplingParams(max_new_tokens=2, seed=1), out, "p3"))
     _queued(scheduler, 6)
@@ -127,11 +132,7 @@ def test_a_full_queue_answers_503_with_retry_after_at_once():
 
 
 def test_a_failing_batch_fails_only_its_requests_and_weight_loads_go_first():
-    engine = RecordingEngine(hold=True)
-    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
-    out: dict[str, object] = {}
-    threads = [_submit(scheduler, ["boom"], SamplingParams(n=8, seed=0), out, "boom")]
-    assert engine.entered.wait(BOUND_S)
+    engine, scheduler, out, threads = _running("boom", SamplingParams(n=8, seed=0))
     threads.append(_submit(scheduler, ["fine"], SamplingParams(seed=5), out, "fine"))
     _queued(scheduler, 2)
     loaded = []
@@ -163,11 +164,7 @@ def test_an_engine_answering_the_wrong_count_fails_the_request_and_the_thread_li
 
 
 def test_a_weight_load_never_lands_inside_a_request():
-    engine = RecordingEngine(hold=True)
-    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
-    out: dict[str, object] = {}
-    threads = [_submit(scheduler, ["huge"], SamplingParams(n=12), out, "huge")]  # three units
-    assert engine.entered.wait(BOUND_S)
+    engine, scheduler, out, threads = _running("huge", SamplingParams(n=12))  # three units
     loader = threading.Thread(target=lambda: out.update(load=scheduler.run_exclusive(
         lambda: [p for p, _ in engine.calls])))
     loader.start()
@@ -205,11 +202,7 @@ def test_each_request_is_tagged_with_the_weights_all_its_units_ran_on():
 
 
 def test_closing_finishes_the_running_batch_and_refuses_the_rest_at_once():
-    engine = RecordingEngine(hold=True)
-    scheduler = FairScheduler(engine.generate, max_batch_size=4, max_queue=8)
-    out: dict[str, object] = {}
-    threads = [_submit(scheduler, ["running"], SamplingParams(n=4, seed=1), out, "running")]
-    assert engine.entered.wait(BOUND_S)
+    engine, scheduler, out, threads = _running("running", SamplingParams(n=4, seed=1))
     threads.append(_submit(scheduler, ["waiting"], SamplingParams(seed=2), out, "waiting"))
     threads.append(_submit(scheduler, ["huge"], SamplingParams(n=12), out, "huge"))
     _queued(scheduler, 3)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from trl_util import captured_trainer_config
 
 from polyrl import api
 from polyrl.config import RewardSection
@@ -277,18 +278,7 @@ def test_a_loss_type_that_is_a_polyrl_preset_picks_the_preset():
 @pytest.fixture()
 def run_config(monkeypatch):
     """The RunConfig ``api.run`` builds for a trl.GRPOConfig, without training."""
-    import polyrl.trainer
-
-    built = {}
-
-    class Captured:
-        def __init__(self, config, extra_plugins=()):
-            built["config"] = config
-
-        def run(self, progress=True):
-            return {}
-
-    monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
+    built = captured_trainer_config(monkeypatch)
 
     def build(args, generation_config=None, prompts=8, algorithm=api.grpo):
         api.run(algorithm, policy=api.Agent("x"), prompts=["hi"] * prompts, generation_config=generation_config,

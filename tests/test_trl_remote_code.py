@@ -8,7 +8,10 @@ Real transformers and torch on the tiny random Llama; each test's transformers m
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from model_copies import own_model_code_copy, own_tokenizer_code_copy
@@ -40,6 +43,18 @@ def answer_yes(tmp_path, monkeypatch):
         del sys.modules[name]
 
 
+_COPIES = {"tokenizer": own_tokenizer_code_copy, "model": own_model_code_copy}
+
+
+@contextlib.contextmanager
+def _own_code(kind: str, tiny_model_dir: str, tmp_path: Path) -> Iterator[Path]:
+    """A copy of the tiny model whose folder holds its own ``kind`` code (tokenizer, or config
+    and model); on leaving, asserts that none of that code ran."""
+    marker = tmp_path / "code-ran"
+    yield _COPIES[kind](tiny_model_dir, tmp_path / f"custom-{kind}", marker)
+    assert not marker.exists(), "the folder's own code ran"
+
+
 def _refused(call, field: str, files: str) -> None:
     with pytest.raises(ConfigError) as err:
         call()
@@ -49,50 +64,40 @@ def _refused(call, field: str, files: str) -> None:
 
 
 def test_processing_class_of_a_folder_with_its_own_tokenizer_code_runs_none(tiny_model_dir, tmp_path):
-    marker = tmp_path / "code-ran"
-    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
-    trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], args=grpo_args(tmp_path),
-                          train_dataset=prompts_dataset())
-    _refused(lambda: trainer.processing_class, "model", "tokenization_x.py")
-    assert not marker.exists()
+    with _own_code("tokenizer", tiny_model_dir, tmp_path) as folder:
+        trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], args=grpo_args(tmp_path),
+                              train_dataset=prompts_dataset())
+        _refused(lambda: trainer.processing_class, "model", "tokenization_x.py")
 
 
 def test_trainer_model_of_a_folder_with_its_own_modelling_code_runs_none(tiny_model_dir, tmp_path):
-    marker = tmp_path / "code-ran"
-    folder = own_model_code_copy(tiny_model_dir, tmp_path / "custom-model", marker)
-    trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], args=grpo_args(tmp_path),
-                          train_dataset=prompts_dataset())
-    _refused(lambda: trainer.model, "model", "configuration_custom.py, modeling_custom.py")
-    assert not marker.exists()
+    with _own_code("model", tiny_model_dir, tmp_path) as folder:
+        trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], args=grpo_args(tmp_path),
+                              train_dataset=prompts_dataset())
+        _refused(lambda: trainer.model, "model", "configuration_custom.py, modeling_custom.py")
 
 
 def test_a_model_object_whose_folder_tokenizer_is_its_own_code_runs_none(tiny_model_dir, tmp_path):
     """A model object given without processing_class: the tokenizer beside its weights."""
-    marker = tmp_path / "code-ran"
-    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder))
-    _refused(lambda: GRPOTrainer(model=model, reward_funcs=[short], args=grpo_args(tmp_path),
-                                 train_dataset=prompts_dataset()), "processing_class", "tokenization_x.py")
-    assert not marker.exists()
+    with _own_code("tokenizer", tiny_model_dir, tmp_path) as folder:
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(folder))
+        _refused(lambda: GRPOTrainer(model=model, reward_funcs=[short], args=grpo_args(tmp_path),
+                                     train_dataset=prompts_dataset()), "processing_class", "tokenization_x.py")
 
 
 def test_a_reward_model_object_whose_tokenizer_is_its_own_code_runs_none(tiny_model_dir, tmp_path):
-    marker = tmp_path / "code-ran"
-    folder = own_tokenizer_code_copy(tiny_model_dir, tmp_path / "custom-tokenizer", marker)
-    reward = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=1)
-    _refused(lambda: GRPOTrainer(model=tiny_model_dir, reward_funcs=[reward], args=grpo_args(tmp_path),
-                                 train_dataset=prompts_dataset()), "reward_funcs[0]", "tokenization_x.py")
-    assert not marker.exists()
+    with _own_code("tokenizer", tiny_model_dir, tmp_path) as folder:
+        reward = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=1)
+        _refused(lambda: GRPOTrainer(model=tiny_model_dir, reward_funcs=[reward], args=grpo_args(tmp_path),
+                                     train_dataset=prompts_dataset()), "reward_funcs[0]", "tokenization_x.py")
 
 
 def test_the_trackers_model_config_of_a_folder_with_its_own_config_code_runs_none(tiny_model_dir, tmp_path):
     """The model config trl_run reads for the trackers: none (as for any folder it cannot read)."""
     from polyrl import trl_run
 
-    marker = tmp_path / "code-ran"
-    folder = own_model_code_copy(tiny_model_dir, tmp_path / "custom-model", marker)
-    assert trl_run.model_config(grpo_args(tmp_path), None, str(folder), "float32") is None
-    assert not marker.exists()
+    with _own_code("model", tiny_model_dir, tmp_path) as folder:
+        assert trl_run.model_config(grpo_args(tmp_path), None, str(folder), "float32") is None
 
 
 def test_the_torch_lora_startup_check_of_a_folder_with_its_own_config_code_runs_none(tiny_model_dir, tmp_path):
@@ -101,7 +106,5 @@ def test_the_torch_lora_startup_check_of_a_folder_with_its_own_config_code_runs_
     from polyrl.types import EngineConfig, LoraConfig
     from polyrl_torch.startup_check import check_model
 
-    marker = tmp_path / "code-ran"
-    folder = own_model_code_copy(tiny_model_dir, tmp_path / "custom-model", marker)
-    check_model(EngineConfig(model=str(folder), role="train", lora=LoraConfig(rank=2, alpha=4)))
-    assert not marker.exists()
+    with _own_code("model", tiny_model_dir, tmp_path) as folder:
+        check_model(EngineConfig(model=str(folder), role="train", lora=LoraConfig(rank=2, alpha=4)))

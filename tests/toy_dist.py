@@ -25,19 +25,38 @@ def write_dist(root: Path, name: str, version: str, entry_points: dict[str, dict
     (info / "RECORD").write_text("")
 
 
+def write_plugin(root: Path, module: str, source: str, dist: tuple[str, str], backend: str) -> None:
+    """A one-module plugin: ``module``.py holding ``source``, shipped as distribution ``dist``
+    (name, version) whose ``polyrl.backends`` entry point ``backend`` names it."""
+    (root / f"{module}.py").write_text(source)
+    write_dist(root, *dist, {"polyrl.backends": {backend: module}})
+
+
+_HOOKIMPL = "from polyrl.hookspecs import hookimpl\n@hookimpl\n"
+
+
+def _registers_backend(name: str) -> str:
+    """A plugin module's source registering a backend ``name`` that loads a bare object."""
+    return ("from polyrl.hookspecs import hookimpl\nfrom polyrl.types import BackendSpec\n@hookimpl\n"
+            f"def polyrl_register_backends(register):\n    register(BackendSpec(name={name!r}, load=lambda config: object()))\n")
+
+
+#: (module, source, (distribution, version), backend entry point): a plugin whose import fails,
+#: and one whose registration raises.
+_BROKEN = (
+    ("polyrl_broken_import", "raise ImportError('libfoo.so: cannot open shared object')\n", ("polyrl-broken", "9.9"),
+     "broken"),
+    ("polyrl_broken_register", _HOOKIMPL + "def polyrl_register_backends(register):\n"
+     "    raise RuntimeError('registration exploded')\n", ("polyrl-badreg", "1.0"), "badreg"),
+)
+
+
 def install_toy_dists(root: Path) -> Path:
     """The toy backend plus two broken plugins, as three distributions under ``root``."""
     shutil.copytree(HERE / "third_party" / "polyrl_toy", root / "polyrl_toy", dirs_exist_ok=True)
     write_dist(root, "polyrl-toy", "0.0.1", {"polyrl.backends": {"toy": "polyrl_toy"}})
-    (root / "polyrl_broken_import.py").write_text("raise ImportError('libfoo.so: cannot open shared object')\n")
-    write_dist(root, "polyrl-broken", "9.9", {"polyrl.backends": {"broken": "polyrl_broken_import"}})
-    (root / "polyrl_broken_register.py").write_text(
-        "from polyrl.hookspecs import hookimpl\n"
-        "@hookimpl\n"
-        "def polyrl_register_backends(register):\n"
-        "    raise RuntimeError('registration exploded')\n"
-    )
-    write_dist(root, "polyrl-badreg", "1.0", {"polyrl.backends": {"badreg": "polyrl_broken_register"}})
+    for plugin in _BROKEN:
+        write_plugin(root, *plugin)
     return root
 
 
@@ -58,38 +77,23 @@ def activate(root: Path):
 HOSTILE_MODULES = ("polyrl_typo", "polyrl_toy_fork", "polyrl_bad_alias")
 
 
+#: The same for ``install_hostile_dists``: a misspelt hook, a second "toy", a raising alias hook.
+_HOSTILE = (
+    ("polyrl_typo", _registers_backend("typo") + "@hookimpl\ndef generat(engine, prompts, sampling):\n    return None\n",
+     ("polyrl-typo", "0.1"), "typo"),
+    ("polyrl_toy_fork", _registers_backend("toy"), ("polyrl-toy-fork", "2.0"), "toyfork"),
+    ("polyrl_bad_alias", _HOOKIMPL + "def polyrl_resolve_model(name):\n"
+     "    if name == 'explode':\n        raise KeyError('alias table corrupt')\n    return None\n",
+     ("polyrl-bad-alias", "0.3"), "badalias"),
+)
+
+
 def install_hostile_dists(root: Path) -> Path:
     """Plugins an outside author might ship by mistake, as real distributions under ``root``:
     a misspelt hook name, a second distribution claiming the backend name "toy", and a model
     alias hook that raises."""
-    (root / "polyrl_typo.py").write_text(
-        "from polyrl.hookspecs import hookimpl\n"
-        "from polyrl.types import BackendSpec\n"
-        "@hookimpl\n"
-        "def polyrl_register_backends(register):\n"
-        "    register(BackendSpec(name='typo', load=lambda config: object()))\n"
-        "@hookimpl\n"
-        "def generat(engine, prompts, sampling):\n"
-        "    return None\n"
-    )
-    write_dist(root, "polyrl-typo", "0.1", {"polyrl.backends": {"typo": "polyrl_typo"}})
-    (root / "polyrl_toy_fork.py").write_text(
-        "from polyrl.hookspecs import hookimpl\n"
-        "from polyrl.types import BackendSpec\n"
-        "@hookimpl\n"
-        "def polyrl_register_backends(register):\n"
-        "    register(BackendSpec(name='toy', load=lambda config: object()))\n"
-    )
-    write_dist(root, "polyrl-toy-fork", "2.0", {"polyrl.backends": {"toyfork": "polyrl_toy_fork"}})
-    (root / "polyrl_bad_alias.py").write_text(
-        "from polyrl.hookspecs import hookimpl\n"
-        "@hookimpl\n"
-        "def polyrl_resolve_model(name):\n"
-        "    if name == 'explode':\n"
-        "        raise KeyError('alias table corrupt')\n"
-        "    return None\n"
-    )
-    write_dist(root, "polyrl-bad-alias", "0.3", {"polyrl.backends": {"badalias": "polyrl_bad_alias"}})
+    for plugin in _HOSTILE:
+        write_plugin(root, *plugin)
     return root
 
 

@@ -29,3 +29,21 @@ def short(completions: list, answer: list, **kwargs: Any) -> list[float]:
     """A TRL-style reward: keyword columns, one float per completion (logged as ``rewards/short``)."""
     assert len(answer) == len(completions)
     return [-len(c) / 10 for c in completions]
+
+
+def captured_trainer_config(monkeypatch: Any) -> dict[str, Any]:
+    """Swaps ``polyrl.trainer.Trainer`` for one that trains nothing and keeps the RunConfig it was
+    built with under ``"config"`` of the dict returned, so a test reads what ``api.run`` built."""
+    import polyrl.trainer
+
+    built: dict[str, Any] = {}
+
+    class Captured:
+        def __init__(self, config: Any, extra_plugins: Any = ()) -> None:
+            built["config"] = config
+
+        def run(self, progress: bool = True) -> dict[str, Any]:
+            return {}
+
+    monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
+    return built

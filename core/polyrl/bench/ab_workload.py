@@ -82,6 +82,17 @@ def alternating_rounds(args: argparse.Namespace, ways: dict[str, Callable[[Sampl
     return seconds, outputs
 
 
+def written_out_step(engine: Engine, prompts: list[Any], model: str) -> Any | None:
+    """The engine's written-out decode step, after two tokens sampled from ``prompts`` pack its
+    generation copy (an A/B of that step times the copy, not its packing); None, with the
+    ``error:`` line printed, where ``model``'s sampler has none."""
+    engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0))
+    step = engine.raw.generation_copy.decode_step
+    if step is None:
+        print(f"error: {model}'s sampler has no written-out decode step", file=sys.stderr)
+    return step
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share."""
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
