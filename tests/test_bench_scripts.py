@@ -347,6 +347,26 @@ def test_sandbox_cost_bench_runs_as_root(tmp_path):
         "error: --levels bwarp unknown. Fix: a comma-separated subset of off,python_guard,bwrap"], bad.stderr
 
 
+def test_decode_kernel_ab_bench_times_both_ways_on_the_same_prompts(tiny_model_dir, tmp_path):
+    """bench/decode_kernel_ab.py: the sampler on oneDNN's packed weights and on polyrl's decode
+    kernel take turns on two engines of one model; every round's seconds for both, their ratios,
+    the same tokens' log-probs within float32 rounding."""
+    from polyrl_torch import decode_kernel
+
+    if reason := decode_kernel.unavailable_reason():
+        pytest.skip(f"polyrl's decode kernel cannot run here: {reason}")
+    module = _bench("decode_kernel_ab")
+    out = tmp_path / "kernel.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "3",
+                        "--max-new-tokens", "6", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {k: len(v) for k, v in report["generate_s"].items()} == {"onednn": 2, "kernel": 2}
+    assert report["rows"] == 2 * 2 * 3 and report["largest_logprob_gap"] < 1e-4
+    pairs = [o / k for o, k in zip(report["generate_s"]["onednn"], report["generate_s"]["kernel"])]
+    assert report["onednn_over_kernel_each"] == pytest.approx(pairs)
+    assert module.main(["--model", tiny_model_dir, "--threads", "2", "--rounds", "1"]) == 1  # oneDNN both ways
+
+
 def test_decode_kernel_probe_times_four_ways_of_one_decode_step(tiny_model_dir, tmp_path):
     """bench/decode_kernel_probe.py: oneDNN's packed matmul (the sampler's), MKL's packed sgemm and
     the probe's own AVX-512 kernel with and without prefetch, alternating on the same weights; the

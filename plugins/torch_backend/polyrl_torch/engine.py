@@ -27,7 +27,7 @@ from polyrl.errors import ConfigError
 from polyrl.folder_links import refuse_outside_links
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
-from polyrl_torch import determinism, distributed, fixed_decode, sharding
+from polyrl_torch import decode_kernel, determinism, distributed, fixed_decode, sharding
 from polyrl_torch.attention import needs_eager_attention, register_grouped_sdpa
 from polyrl_torch.devices import resolve_device
 from polyrl_torch.generation_weights import (lean_decode_requested, packing_requested,
@@ -155,6 +155,8 @@ class TorchEngine(CompletionDecoding):
         lean_decode_requested(config.options)
         shared_prompt_attention_requested(config.options)
         fixed_decode.mode(config.options)
+        if decode_kernel.mode(config.options) == "on":
+            decode_kernel.wanted(config.options, self.device, torch.float32)  # "on" where it cannot run: an error now
         if determinism.requested(config.options):
             determinism.enable()  # before this engine's first CUDA matmul: see polyrl_torch.determinism
         # FSDP2 when asked for under torchrun (a no-op alone): see polyrl_torch.sharding

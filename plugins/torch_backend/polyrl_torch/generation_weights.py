@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from polyrl.backend_kit.options import bool_option
+from polyrl_torch import decode_kernel
 from polyrl_torch.attention import sampler_attention
 from polyrl_torch.decode_step import LlamaDecodeStep
 from polyrl_torch.decode_step import supports as decode_step_supports
@@ -88,23 +89,30 @@ def uses_generation_copy(engine: TorchEngine) -> bool:
 
 
 class PackedLinear(torch.nn.Module):
-    """``nn.Linear`` whose weight lives in oneDNN's blocked layout (set by ``pack``)."""
+    """``nn.Linear`` whose weight lives in oneDNN's blocked layout, or (``kernel``) in the panels of
+    polyrl's own float32 decode kernel (``decode_kernel``); set by ``pack``."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, kernel: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.bias = linear.bias  # a plain parameter: load_state_dict fills it
         self.dtype = linear.weight.dtype
+        self.kernel = kernel
         self.packed: torch.Tensor | None = None
 
     def pack(self, weight: torch.Tensor) -> None:
         """Pack ``weight`` (``[out, in]``, any dtype: rounded to the copy's)."""
         self.packed = None  # freed first: the allocator hands the same memory back (no fresh page faults)
+        if self.kernel:
+            self.packed = decode_kernel.panels_of(weight.detach().to(self.dtype))
+            return
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(self.dtype).contiguous(),
                                                               PACKING_ROWS_HINT)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         assert self.packed is not None, "PackedLinear used before pack()"
+        if self.kernel:
+            return decode_kernel.linear(x, self.packed, self.out_features, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
@@ -128,7 +136,10 @@ class GenerationCopy:
         #: HF name of each packed linear's weight -> the module that packs it
         self.packed: dict[str, PackedLinear] = {}
         if packs_weights(engine):
-            self.packed = _pack_linears(self.model)
+            # polyrl's own kernel where it runs and one thread decodes (it has no threads of its own)
+            kernel = (torch.get_num_threads() == 1
+                      and decode_kernel.wanted(engine.config.options, engine.device, sampler_dtype(engine)))
+            self.packed = _pack_linears(self.model, kernel)
         else:
             # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
             # copied the whole expanded lm_head weight for it; a contiguous input takes the plain mm
@@ -251,13 +262,14 @@ def adapter_state(layer: Any) -> tuple[Any, ...]:
             tuple(layer.merged_adapters), tuple(sorted(layer.scaling.items())))
 
 
-def _pack_linears(model: Any) -> dict[str, PackedLinear]:
-    """Replace every ``nn.Linear`` of ``model`` by a ``PackedLinear``; keyed by its weight's HF name."""
+def _pack_linears(model: Any, kernel: bool = False) -> dict[str, PackedLinear]:
+    """Replace every ``nn.Linear`` of ``model`` by a ``PackedLinear`` (on polyrl's decode kernel when
+    ``kernel``); keyed by its weight's HF name."""
     out: dict[str, PackedLinear] = {}
     for name, module in list(model.named_modules()):
         if type(module) is torch.nn.Linear:
             parent_name, _, attr = name.rpartition(".")
-            packed = PackedLinear(module)
+            packed = PackedLinear(module, kernel)
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, packed)
             out[f"{name}.weight"] = packed
     return out

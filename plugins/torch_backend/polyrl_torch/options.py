@@ -20,11 +20,11 @@ from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, float_option, scoring
 #: chunk is recomputed in backward instead (0: always recompute).
 LOGITS_MEMORY_MB = 1024
 
-#: Every key this backend reads (``fsdp``, ``packed_generation``, ``lean_decode``, ``shared_prompt_attention``,
-#: ``fixed_shape_decode``, ``deterministic``, ``retain_freed_memory`` and ``initial_adapter`` are read by
+#: Every key this backend reads (``fsdp``, ``packed_generation``, ``decode_kernel``, ``lean_decode``,
+#: ``shared_prompt_attention``, ``fixed_shape_decode``, ``deterministic``, ``retain_freed_memory`` and ``initial_adapter`` are read by
 #: ``sharding``, ``generation_weights``, ``fixed_decode``, ``determinism``, ``host_memory`` and the engine; the engine checks them
 #: at load too).
-KEYS = ("attn_implementation", "bucket_call_tokens", "deterministic", "fixed_shape_decode", "fsdp", "gguf_file",
+KEYS = ("attn_implementation", "bucket_call_tokens", "decode_kernel", "deterministic", "fixed_shape_decode", "fsdp", "gguf_file",
         "initial_adapter", "lean_decode", "logits_memory_mb", "packed_generation", "retain_freed_memory", "score_batch_tokens",
         "shared_prompt_attention", "shared_prompt_forward")
 

@@ -1,0 +1,82 @@
+"""The sampler on polyrl's own float32 decode kernel against oneDNN's packed weights, in one
+process, taking turns.
+
+    python bench/decode_kernel_ab.py --threads 1 --rounds 6 \\
+        --output bench/results/decode_kernel_ab_smollm2_1thread.json
+
+Why: ``polyrl_torch.decode_kernel`` replaces oneDNN's packed matmul in the sampler's copy where
+``backends.options.decode_kernel`` is "auto" on Intel AVX-512 CPUs; its worth is the ratio of whole
+generate calls (prefill, decode steps, sampling) on the same weights and prompts, with the same
+seeds. Two engines load the same model, one per way ("on" and "off"), and generate in turns, who goes
+first alternating. The kernels add in another order, so log-probs agree to float32 rounding (the
+largest gap over shared tokens is reported) and a row may part ways where a draw lands within that
+rounding of a token boundary (counted).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import sys
+from typing import Any
+
+from polyrl.bench import ab_workload
+from polyrl.bench.workload import bench_prompts
+from polyrl.engine import Engine
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig, SamplingParams
+
+#: The largest log-prob gap over shared tokens that still counts as float32 rounding.
+ROUNDING = 1e-3
+WAYS = ("onednn", "kernel")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = ab_workload.parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    if error := ab_workload.workload_error(args):
+        print(error, file=sys.stderr)
+        return 2
+    import torch
+
+    from polyrl_torch import decode_kernel
+    from polyrl_torch.generation_weights import PackedLinear
+
+    if reason := decode_kernel.unavailable_reason():
+        print(f"error: polyrl's decode kernel cannot run here ({reason}); nothing to compare", file=sys.stderr)
+        return 2
+    registry = get_registry()
+    engines = {way: Engine(registry, "torch", EngineConfig(
+        model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
+        max_length=args.max_new_tokens + 256, options={"decode_kernel": "on" if way == "kernel" else "off"}))
+        for way in WAYS}
+    prompts = bench_prompts(args.prompts)
+    for engine in engines.values():  # warm-up: the sampler's copy, packed or in panels
+        engine.generate(prompts, SamplingParams(max_new_tokens=4, n=args.group_size, seed=0, ignore_eos=True))
+    on_kernel = {way: {m.kernel for m in engines[way].raw.generation_copy.model.modules()
+                       if isinstance(m, PackedLinear)} for way in WAYS}
+    if on_kernel != {"onednn": {False}, "kernel": {True}}:
+        print(f"error: the engines did not run the ways asked (PackedLinear.kernel per way: {on_kernel}); with "
+              "--threads above 1 the sampler keeps oneDNN", file=sys.stderr)
+        return 1
+    seconds, rounds = ab_workload.alternating_rounds(
+        args, {way: functools.partial(engines[way].generate, prompts) for way in WAYS}, digits=3)
+    parted, gap = ab_workload.agreement(rounds, "onednn", "kernel")
+    if gap > ROUNDING:
+        print(f"error: the two ways gave different log-probs for the same tokens (largest gap {gap:.3g})",
+              file=sys.stderr)
+        return 1
+    pairs = [o / k for o, k in zip(seconds["onednn"], seconds["kernel"])]
+    median = {w: statistics.median(v) for w, v in seconds.items()}
+    report: dict[str, Any] = {
+        **ab_workload.report_header(args), "torch": torch.__version__, "generate_s": seconds, "median_s": median,
+        "onednn_over_kernel_each": pairs, "onednn_over_kernel_median": statistics.median(pairs),
+        "rows_parted": parted, "rows": args.rounds * args.prompts * args.group_size, "largest_logprob_gap": gap}
+    print(json.dumps({k: report[k] for k in ("median_s", "onednn_over_kernel_each", "onednn_over_kernel_median",
+                                             "rows_parted", "largest_logprob_gap")}))
+    ab_workload.write_report(args.output, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

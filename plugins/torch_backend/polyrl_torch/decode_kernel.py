@@ -1,0 +1,152 @@
+"""The sampler's own float32 matmul on AVX-512 CPUs (``decode_kernel.c``), built with the system's C
+compiler on first use and loaded with ctypes.
+
+Why: a decode step multiplies a few tens of rows by every weight once, so it costs the weights'
+streaming from memory plus the arithmetic. On the Intel Xeons here oneDNN's packed matmul does the
+two in turns (``bench/decode_kernel_probe.py``); this kernel prefetches the next weights while it
+multiplies, which shortened generation on them (README, Performance). Where it is not measured to
+win (other CPUs), not buildable (no ``cc``, no AVX-512) or capped (an ISA limit such as
+``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps oneDNN's packed weights.
+
+``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 where it
+builds), "on" (any AVX-512 CPU; an error where it cannot run) or "off".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from polyrl.backend_kit.options import choice_option
+from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
+
+MODES = ("auto", "on", "off")
+#: Output columns per packed panel: three AVX-512 registers of float32 (the C file's PANEL).
+PANEL = 48
+#: Compiler flags: the instruction sets the kernel uses, nothing tuned to the build machine.
+FLAGS = ("-O3", "-mavx512f", "-mfma", "-shared", "-fPIC")
+SOURCE = Path(__file__).with_name("decode_kernel.c")
+#: Environment variables that cap the instruction set torch's kernels use; set, this kernel stays off too.
+ISA_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def mode(options: Mapping[str, Any]) -> str:
+    """``backends.options.decode_kernel``, checked."""
+    return choice_option(options, "decode_kernel", "auto", MODES,
+                         fix='write "auto" (Intel AVX-512 CPUs), "on" (any AVX-512 CPU) or "off" (oneDNN\'s packed '
+                             "weights)")
+
+
+def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the sampler's float32 linears run this kernel. "on" where it cannot run is a ConfigError
+    naming the reason; "auto" quietly keeps oneDNN there."""
+    chosen = mode(options)
+    if chosen == "off" or device.type != "cpu" or dtype != torch.float32:
+        return False
+    reason = unavailable_reason()
+    if chosen == "on" and reason is not None:
+        raise ConfigError(f"decode_kernel = \"on\" cannot run here: {reason}", field="backends.options.decode_kernel",
+                          fix='write "auto" or "off" (oneDNN\'s packed weights)')
+    return reason is None and (chosen == "on" or cpu_vendor() == "GenuineIntel")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def cpu_vendor() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    line = next((line for line in text.splitlines() if line.startswith("vendor_id")), "")
+    return line.partition(":")[2].strip()
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """Why the kernel cannot run in this process (None: it can; it is then built and loaded)."""
+    if platform.machine() not in ("x86_64", "AMD64") or "avx512f" not in cpu_flags():
+        return "this CPU has no AVX-512F"
+    if capped := [name for name in ISA_LIMIT_VARIABLES if os.environ.get(name)]:
+        return f"{capped[0]} caps the instruction set torch uses"
+    if shutil.which("cc") is None:
+        return "no C compiler (cc) to build it"
+    try:
+        _library()
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"building it failed: {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}"
+    return None
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    """The compiled kernel, from the user's cache (keyed by source and flags) or built there now."""
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyrl" / "kernels"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        folder = Path(tempfile.gettempdir())
+    built = folder / f"decode_kernel-{key}.so"
+    if not built.exists():
+        # built beside its final name, then renamed: a concurrent run never loads half a file
+        handle, partial = tempfile.mkstemp(suffix=".so", dir=folder)
+        os.close(handle)
+        try:
+            subprocess.run([shutil.which("cc") or "cc", *FLAGS, "-o", partial, str(SOURCE)], check=True,
+                           capture_output=True, text=True, timeout=120)
+            os.replace(partial, built)
+        except subprocess.CalledProcessError as err:
+            raise OSError(err.stderr or f"cc exited with {err.returncode}") from None
+        finally:
+            Path(partial).unlink(missing_ok=True)
+        get_logger().debug("decode_kernel_built", path=str(built))
+    lib = ctypes.CDLL(str(built))
+    lib.polyrl_decode_linear.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                         ctypes.c_int, ctypes.c_int]
+    lib.polyrl_decode_linear.restype = None
+    return lib
+
+
+def panels_of(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` (``[out, in]``, as nn.Linear holds it) in the kernel's layout: ``[ceil(out / 48), in, 48]``
+    float32, the last panel's missing columns zero."""
+    out_features, in_features = weight.shape
+    count = -(-out_features // PANEL)
+    padded = torch.zeros(count * PANEL, in_features, dtype=torch.float32)
+    padded[:out_features] = weight.detach()
+    return padded.view(count, PANEL, in_features).transpose(1, 2).contiguous()
+
+
+def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for float32 ``x`` of any leading shape, ``panels = panels_of(weight)``."""
+    in_features = panels.shape[1]
+    rows = x.reshape(-1, in_features).contiguous()
+    if rows.dtype != torch.float32 or panels.dtype != torch.float32:
+        raise TypeError(f"decode_kernel multiplies float32 only, not {rows.dtype} by {panels.dtype}")
+    out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
+    if rows.shape[0]:
+        _library().polyrl_decode_linear(rows.data_ptr(), panels.data_ptr(), out.data_ptr(), rows.shape[0],
+                                        out_features, in_features)
+    if bias is not None:
+        out += bias
+    return out.view(*x.shape[:-1], out_features)

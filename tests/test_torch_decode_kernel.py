@@ -1,0 +1,146 @@
+"""polyrl's own float32 decode kernel (``polyrl_torch.decode_kernel``) on a real tiny Llama.
+
+The kernel changes how the sampler's matmuls stream weights, not what they compute: it must
+multiply as ``F.linear`` does for any rows, sizes and bias, the sampler on it must pick the plain
+sampler's tokens with log-probs equal to float32 rounding and follow every weight update, "auto"
+must take it only where it is meant to (Intel AVX-512, one thread) and "on" where it cannot run
+must fail at load with an error naming the option.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polyrl.algorithms.objective import Objective
+from polyrl.engine import Engine
+from polyrl.errors import ConfigError
+from polyrl.registry import get_registry
+from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig, SamplingParams, TokenSequence, TrainBatch
+
+torch = pytest.importorskip("torch")
+decode_kernel = pytest.importorskip("polyrl_torch.decode_kernel")
+
+PROMPTS = ["hello there", "count to three"]
+#: float32 log-probs computed by another matmul kernel (other summation order)
+FP32_LOGP_TOL = 1e-4
+
+
+def _needs_kernel() -> None:
+    if reason := decode_kernel.unavailable_reason():
+        pytest.skip(f"polyrl's decode kernel cannot run here: {reason}")
+
+
+def _engine(model_dir: str, threads: int = 1, **options) -> Engine:
+    return Engine(get_registry(), "torch", EngineConfig(model=model_dir, threads=threads, seed=0, options=options,
+                                                        optimizer=OptimizerConfig(lr=1e-2)))
+
+
+def _on_kernel(engine: Engine) -> set[bool]:
+    from polyrl_torch.generation_weights import PackedLinear
+
+    return {m.kernel for m in engine.raw.generation_copy.model.modules() if isinstance(m, PackedLinear)}
+
+
+def _gap(a, b) -> float:
+    return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 13, 32, 41])
+@pytest.mark.parametrize(("out_features", "in_features"), [(1, 1), (47, 37), (48, 64), (49, 5), (150, 96)])
+def test_kernel_multiplies_as_linear_does(rows, out_features, in_features):
+    """Whole row groups of 8 and the rows after them; whole 48-column panels and a last one
+    partly padding (its padding never written to the output)."""
+    _needs_kernel()
+    gen = torch.Generator().manual_seed(rows * 1000 + out_features)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    bias = torch.randn(out_features, generator=gen)
+    x = torch.randn(rows, in_features, generator=gen)
+    panels = decode_kernel.panels_of(weight)
+    assert panels.shape == (-(-out_features // 48), in_features, 48)
+    torch.testing.assert_close(decode_kernel.linear(x, panels, out_features, None),
+                               torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-5)
+    strided = torch.randn(2, 3, in_features, generator=gen)[:, -1:, :]  # the prefill's last position: a view
+    torch.testing.assert_close(decode_kernel.linear(strided, panels, out_features, bias),
+                               torch.nn.functional.linear(strided, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_sampler_on_the_kernel_matches_the_plain_one(tiny_model_dir):
+    _needs_kernel()
+    kernel, plain = _engine(tiny_model_dir, decode_kernel="on"), _engine(tiny_model_dir, packed_generation=False)
+    for sampling in (SamplingParams(max_new_tokens=12, n=2, temperature=0.0),
+                     SamplingParams(max_new_tokens=12, n=3, seed=5, temperature=1.0, top_p=0.9)):
+        a, b = kernel.generate(PROMPTS, sampling), plain.generate(PROMPTS, sampling)
+        assert [list(c.completion_ids) for c in a] == [list(c.completion_ids) for c in b]
+        assert _gap([c.logprobs for c in a], [c.logprobs for c in b]) < FP32_LOGP_TOL
+    assert _on_kernel(kernel) == {True}
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_kernel_copy_follows_train_steps(tiny_model_dir, lora):
+    """After each update the sampler's own log-probs equal the trainer's for its new weights (the
+    panels re-made from them, LoRA folded in), so the policy that samples is the one trained."""
+    _needs_kernel()
+    engine = Engine(get_registry(), "torch", EngineConfig(
+        model=tiny_model_dir, threads=1, seed=0, options={"decode_kernel": "on"}, optimizer=OptimizerConfig(lr=1e-2),
+        lora=LoraConfig(rank=4, alpha=8) if lora else None))
+    sampling = SamplingParams(max_new_tokens=8, n=2, seed=1, temperature=1.0)
+    for _ in range(3):
+        completions = engine.generate(PROMPTS, sampling)
+        seqs = [TokenSequence.of(c) for c in completions]
+        assert _gap(engine.logprobs(seqs, 1.0), [c.logprobs for c in completions]) < FP32_LOGP_TOL
+        engine.train_step(TrainBatch(seqs, np.array([1.0, -1.0, 1.0, -1.0], dtype=np.float32)), Objective())
+    assert _on_kernel(engine) == {True}
+
+
+def test_auto_takes_the_kernel_on_intel_avx512_with_one_thread_only(tiny_model_dir):
+    expected = decode_kernel.unavailable_reason() is None and decode_kernel.cpu_vendor() == "GenuineIntel"
+    sampling = SamplingParams(max_new_tokens=2, n=1, temperature=0.0)
+    one = _engine(tiny_model_dir)
+    one.generate(PROMPTS, sampling)
+    assert _on_kernel(one) == {expected}
+    two = _engine(tiny_model_dir, threads=2)  # the kernel has no threads of its own: oneDNN's do the work
+    two.generate(PROMPTS, sampling)
+    assert _on_kernel(two) == {False}
+    off = _engine(tiny_model_dir, decode_kernel="off")
+    off.generate(PROMPTS, sampling)
+    assert _on_kernel(off) == {False}
+
+
+def test_decode_kernel_option_is_checked_at_load(tiny_model_dir, monkeypatch):
+    with pytest.raises(ConfigError) as err:
+        _engine(tiny_model_dir, decode_kernel="yes")
+    assert err.value.field == "backends.options.decode_kernel" and '"auto"' in str(err.value)
+    # "on" where it cannot run (here: an instruction-set cap, as a user pinning oneDNN's ISA sets)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    decode_kernel.unavailable_reason.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as err:
+            _engine(tiny_model_dir, decode_kernel="on")
+        assert err.value.field == "backends.options.decode_kernel"
+        assert "cannot run here" in str(err.value) and ("ONEDNN_MAX_CPU_ISA" in str(err.value)
+                                                        or "no AVX-512F" in str(err.value))
+        auto = _engine(tiny_model_dir)  # "auto" quietly keeps oneDNN there
+        auto.generate(PROMPTS, SamplingParams(max_new_tokens=2, n=1, temperature=0.0))
+        assert _on_kernel(auto) == {False}
+    finally:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+        decode_kernel.unavailable_reason.cache_clear()
+
+
+def test_kernel_is_built_once_into_the_users_cache(tmp_path, monkeypatch):
+    """Built under $XDG_CACHE_HOME/polyrl/kernels by name of its source and flags, renamed into
+    place whole (no partial file left), and found there by the next process."""
+    _needs_kernel()
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    script = ("from polyrl_torch import decode_kernel as k; import torch; w = torch.randn(5, 3); "
+              "print(bool(torch.allclose(k.linear(torch.ones(2, 3), k.panels_of(w), 5, None), "
+              "torch.ones(2, 3) @ w.T, atol=1e-5)))")
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+    built = sorted(p.name for p in (tmp_path / "polyrl" / "kernels").iterdir())
+    assert len(built) == 1 and built[0].startswith("decode_kernel-") and built[0].endswith(".so"), built
