@@ -1,4 +1,5 @@
-/* A decode-shape matmul with software prefetch, for bench/decode_kernel_probe.py only (not used by polyrl).
+/* A decode-shape matmul with software prefetch, for bench/decode_kernel_probe.py only (the sampler runs
+   plugins/torch_backend/polyrl_torch/decode_kernel.c).
 
    y[32][n] = x[32][k] * w[n][k]^T with w packed in 16-column panels ([n/16][k][16]) and x transposed
    ([k][32]). While one panel is multiplied, the panel `dist` panels ahead is prefetched into L2 one

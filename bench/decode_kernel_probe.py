@@ -12,7 +12,8 @@ process, alternating round by round on the same weights: MKL's packed sgemm
 (``bench/decode_kernel_probe.c``, compiled here with ``cc``) without and with software prefetch
 of the weights a panel ahead. A kernel with prefetch beating the others says the step's limit on
 this CPU is the overlap of memory and arithmetic, not either alone: the headroom a decode kernel
-written for it would have. Not used by polyrl's sampler (README, Performance).
+written for it would have. polyrl's sampler ships such a kernel (``polyrl_torch.decode_kernel``: a wider tile,
+the panel two ahead); ``bench/decode_kernel_ab.py`` measures it on whole generate calls.
 """
 
 from __future__ import annotations
