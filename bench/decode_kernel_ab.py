@@ -16,10 +16,7 @@ rounding of a token boundary (counted).
 from __future__ import annotations
 
 import functools
-import json
-import statistics
 import sys
-from typing import Any
 
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
@@ -61,21 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     seconds, rounds = ab_workload.alternating_rounds(
         args, {way: functools.partial(engines[way].generate, prompts) for way in WAYS}, digits=3)
-    parted, gap = ab_workload.agreement(rounds, "onednn", "kernel")
-    if gap > ROUNDING:
-        print(f"error: the two ways gave different log-probs for the same tokens (largest gap {gap:.3g})",
-              file=sys.stderr)
-        return 1
-    pairs = [o / k for o, k in zip(seconds["onednn"], seconds["kernel"])]
-    median = {w: statistics.median(v) for w, v in seconds.items()}
-    report: dict[str, Any] = {
-        **ab_workload.report_header(args), "torch": torch.__version__, "generate_s": seconds, "median_s": median,
-        "onednn_over_kernel_each": pairs, "onednn_over_kernel_median": statistics.median(pairs),
-        "rows_parted": parted, "rows": args.rounds * args.prompts * args.group_size, "largest_logprob_gap": gap}
-    print(json.dumps({k: report[k] for k in ("median_s", "onednn_over_kernel_each", "onednn_over_kernel_median",
-                                             "rows_parted", "largest_logprob_gap")}))
-    ab_workload.write_report(args.output, report)
-    return 0
+    report = ab_workload.two_way_report(args, seconds, rounds, "onednn", "kernel", args.prompts * args.group_size,
+                                        ROUNDING, torch=torch.__version__)
+    return 1 if report is None else 0
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ that parted are counted).
 from __future__ import annotations
 
 import functools
-import json
-import statistics
 import sys
 
 from polyrl.bench import ab_workload
@@ -67,20 +65,9 @@ def main(argv: list[str] | None = None) -> int:
 
     seconds, rounds = ab_workload.alternating_rounds(
         args, {"per_row": functools.partial(sample, False), "shared": functools.partial(sample, True)})
-    parted, gap = ab_workload.agreement(rounds, "per_row", "shared")
-    if gap > ROUNDING:
-        print(f"error: the two ways gave different log-probs for the same tokens (largest gap {gap:.3g})",
-              file=sys.stderr)
-        return 1
-    pairs = [r / s for r, s in zip(seconds["per_row"], seconds["shared"])]
-    report = {**ab_workload.report_header(args), "prompt_tokens": args.prompt_tokens or "reference",
-              "generate_s": seconds, "median_s": {n: statistics.median(v) for n, v in seconds.items()},
-              "per_row_over_shared_each": pairs, "per_row_over_shared_median": statistics.median(pairs),
-              "rows_parted": parted, "rows": args.rounds * len(prompts) * args.group_size, "largest_logprob_gap": gap}
-    print(json.dumps({k: report[k] for k in ("median_s", "per_row_over_shared_each", "per_row_over_shared_median",
-                                             "rows_parted", "largest_logprob_gap")}))
-    ab_workload.write_report(args.output, report)
-    return 0
+    report = ab_workload.two_way_report(args, seconds, rounds, "per_row", "shared", len(prompts) * args.group_size,
+                                        ROUNDING, prompt_tokens=args.prompt_tokens or "reference")
+    return 1 if report is None else 0
 
 
 if __name__ == "__main__":

@@ -51,8 +51,21 @@ def test_packed_linear_computes_what_linear_does(dtype, bias):
         torch.testing.assert_close(packed(x), linear(x), rtol=tol, atol=tol)
 
 
-def test_packed_sampler_matches_the_plain_one(tiny_model_dir):
-    packed, plain = _engine(tiny_model_dir), _engine(tiny_model_dir, options={"packed_generation": False})
+def _kernel_options(kernel: str) -> dict[str, str]:
+    """``backends.options`` asking for polyrl's decode kernel ("on") or oneDNN's packed weights ("off");
+    a skip naming why where the kernel cannot run."""
+    from polyrl_torch import decode_kernel
+
+    if kernel == "on" and (reason := decode_kernel.unavailable_reason()):
+        pytest.skip(f"polyrl's decode kernel cannot run here: {reason}")
+    return {"decode_kernel": kernel}
+
+
+@pytest.mark.parametrize("kernel", ["off", "on"])
+def test_packed_sampler_matches_the_plain_one(tiny_model_dir, kernel):
+    """oneDNN's packed weights, or the panels of polyrl's own decode kernel."""
+    packed = _engine(tiny_model_dir, options=_kernel_options(kernel))
+    plain = _engine(tiny_model_dir, options={"packed_generation": False})
     for sampling in (SamplingParams(max_new_tokens=12, n=2, temperature=0.0),
                      SamplingParams(max_new_tokens=12, n=3, seed=5, temperature=1.0, top_p=0.9)):
         a, b = packed.generate(PROMPTS, sampling), plain.generate(PROMPTS, sampling)
@@ -63,13 +76,17 @@ def test_packed_sampler_matches_the_plain_one(tiny_model_dir):
     assert plain.raw.generation_copy is None
     layers = [m for m in packed.raw.generation_copy.model.modules() if isinstance(m, PackedLinear)]
     assert layers and not any(type(m) is torch.nn.Linear for m in packed.raw.generation_copy.model.modules())
+    assert {m.kernel for m in layers} == {kernel == "on"}
 
 
+@pytest.mark.parametrize("kernel", ["off", "on"])
 @pytest.mark.parametrize("lora", [False, True])
-def test_packed_copy_follows_train_steps(tiny_model_dir, lora):
+def test_packed_copy_follows_train_steps(tiny_model_dir, lora, kernel):
     """After each update the sampler's own log-probs equal the trainer's for its new weights
-    (LoRA folded into the packed copy), so the policy that samples is the one trained."""
-    engine = _engine(tiny_model_dir, lora=LoraConfig(rank=4, alpha=8) if lora else None)
+    (LoRA folded into the packed copy, or the decode kernel's panels re-made from them), so the
+    policy that samples is the one trained."""
+    engine = _engine(tiny_model_dir, lora=LoraConfig(rank=4, alpha=8) if lora else None,
+                     options=_kernel_options(kernel))
     sampling = SamplingParams(max_new_tokens=8, n=2, seed=1, temperature=1.0)
     for _ in range(3):
         completions = engine.generate(PROMPTS, sampling)

@@ -9,6 +9,8 @@ change of a few percent, so those benches alternate both ways on one engine and 
 from __future__ import annotations
 
 import argparse
+import statistics
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -109,6 +111,31 @@ def agreement(rounds: Sequence[dict[str, list[Completion]]], first: str, second:
             parted += common < len(a.completion_ids)
             gap = max(gap, *(float(abs(x - y)) for x, y in zip(a.logprobs[:common], b.logprobs[:common])), 0.0)
     return parted, gap
+
+
+def two_way_report(args: argparse.Namespace, seconds: dict[str, list[float]],
+                   rounds: Sequence[dict[str, list[Completion]]], slow: str, fast: str, rows_per_round: int,
+                   rounding: float, **fields: Any) -> dict[str, Any] | None:
+    """The report of an A/B of two ways of sampling (``alternating_rounds``' output): each round's
+    ``slow``/``fast`` ratio and their median, the rows that parted and the largest log-prob gap
+    (``agreement``), ``fields`` after the header; printed in short, written to ``--output``.
+    None, with the ``error:`` line printed, where the same tokens' log-probs differ by more than
+    ``rounding``: the two ways did not compute the same thing."""
+    parted, gap = agreement(rounds, slow, fast)
+    if gap > rounding:
+        print(f"error: the two ways gave different log-probs for the same tokens (largest gap {gap:.3g})",
+              file=sys.stderr)
+        return None
+    pairs = [a / b for a, b in zip(seconds[slow], seconds[fast])]
+    ratio = f"{slow}_over_{fast}"
+    report = {**report_header(args), **fields, "generate_s": seconds,
+              "median_s": {way: statistics.median(v) for way, v in seconds.items()},
+              f"{ratio}_each": pairs, f"{ratio}_median": statistics.median(pairs),
+              "rows_parted": parted, "rows": args.rounds * rows_per_round, "largest_logprob_gap": gap}
+    print(json.dumps({k: report[k] for k in ("median_s", f"{ratio}_each", f"{ratio}_median", "rows_parted",
+                                             "largest_logprob_gap")}))
+    write_report(args.output, report)
+    return report
 
 
 def report_header(args: argparse.Namespace) -> dict[str, Any]:

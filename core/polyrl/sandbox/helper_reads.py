@@ -17,6 +17,7 @@ import ast
 from collections.abc import Iterable
 
 from polyrl.sandbox.named_copies import name_read_vacuously
+from polyrl.sandbox.source_sites import parsed
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -35,12 +36,7 @@ class _Helpers:
     def defined(self, name: str) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, dict[int, ast.AST]]]:
         if self._found is None:
             self._found = {}
-            for _, text in self._sources:
-                try:
-                    tree = ast.parse(text)
-                except (SyntaxError, ValueError, RecursionError):
-                    continue
-                parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+            for _, tree, parents in parsed(self._sources):
                 for node in ast.walk(tree):
                     if isinstance(node, _DEFS):
                         self._found.setdefault(node.name, []).append((node, parents))

@@ -12,7 +12,7 @@ import ast
 import itertools
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from polyrl.sandbox.module_views import BOUND_CODE
@@ -37,17 +37,23 @@ def place_of(code: types.CodeType, lasti: int) -> Place | None:
     return (code.co_filename, *position)
 
 
-def find_sites(sources: Iterable[tuple[str, str]], site_node: SiteNode,
-               kinds: tuple[type[ast.AST], ...] = (ast.Call,)) -> frozenset[Place]:
-    """The places of the nodes of ``kinds`` (calls) of ``sources`` that ``site_node`` takes;
-    sources that do not parse add none."""
-    places: set[Place] = set()
+def parsed(sources: Iterable[tuple[str, str]]) -> Iterator[tuple[str, ast.AST, dict[int, ast.AST]]]:
+    """Each of ``sources`` ((filename, text)) that parses, as (filename, tree, every node's parent
+    by ``id``); one that does not parse (a sample may hand the tests anything) is left out."""
     for filename, text in sources:
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError, RecursionError):
             continue
-        parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        yield filename, tree, {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
+def find_sites(sources: Iterable[tuple[str, str]], site_node: SiteNode,
+               kinds: tuple[type[ast.AST], ...] = (ast.Call,)) -> frozenset[Place]:
+    """The places of the nodes of ``kinds`` (calls) of ``sources`` that ``site_node`` takes;
+    sources that do not parse add none."""
+    places: set[Place] = set()
+    for filename, tree, parents in parsed(sources):
         for node in ast.walk(tree):
             if not isinstance(node, kinds):
                 continue
