@@ -1165,6 +1165,36 @@ def test_numeric_match_reads_a_spaced_minus_after_no_operand_as_a_sign(text, ans
     assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == expected
 
 
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("\\boxed{- 5}", "-5", 1.0), ("\\boxed{- 5}", "5", 0.0), ("answer: - 5", "-5", 1.0), ("answer: - 5", "5", 0.0),
+    ("The answer is - 5", "-5", 1.0), ("\\boxed{- \\frac{1}{2}}", "-0.5", 1.0), ("\\boxed{$- 5$}", "-5", 1.0),
+    ("\\boxed{-5} or \\boxed{- 5}", "-5", 1.0), ("\\boxed{5} or \\boxed{- 5}", "5", 0.0),
+    # a typeset minus is "-", as numeric_match reads it
+    ("\\boxed{\u22125}", "-5", 1.0), ("answer: \u2013 5", "-5", 1.0), ("\\boxed{\u22125}", "5", 0.0),
+    # a markdown list's dash opens its line: never a sign
+    ("- 5", "-5", 0.0), ("Total:\n- 5", "-5", 0.0), ("answer:\n- 5", "-5", 0.0),
+    # after an operand it is a difference: the answer is an expression, compared as text
+    ("\\boxed{3 - 5}", "-5", 0.0), ("\\boxed{3 - 5}", "-2", 0.0), ("\\boxed{3 - 5}", "3 - 5", 1.0),
+])
+def test_exact_match_reads_a_spaced_minus_as_numeric_match_does(text, answer, expected):
+    """``\\boxed{- 5}`` and "answer: - 5" were compared as the text "- 5", so they never equalled the
+    gold -5, though numeric_match reads -5 there; a list's "- 5" opening a line stays no -5."""
+    rows = [{"prompt": "q", "answer": answer}]
+    assert score([("exact_match", 1.0, {})], [text], rows=rows).per_reward["exact_match"][0] == expected
+    if expected == 1.0 and "3 - 5" not in text:  # the same reading as numeric_match's
+        assert score([("numeric_match", 1.0, {})], [text], rows=rows).per_reward["numeric_match"][0] == 1.0
+
+
+@pytest.mark.parametrize(("mode", "text", "expected"), [
+    ("last_line", "x\n- 5", 0.0), ("full", "- 5", 0.0), ("last_line", "so\nx = 1\n\u2212 5", 0.0),
+    ("last_line", "x\n-5", 1.0), ("full", "\u22125", 1.0),
+])
+def test_exact_match_keeps_a_dash_that_opens_the_line_a_dash_in_every_mode(mode, text, expected):
+    rows = [{"prompt": "q", "answer": "-5"}]
+    options = {"exact_match": {"extract": mode}}
+    assert score([("exact_match", 1.0, {})], [text], rows=rows, options=options).per_reward["exact_match"][0] == expected
+
+
 @pytest.mark.parametrize(("text", "answer"), [
     ("1.-5", "5"), ("1.-5", "-5"), ("answer: 1.-5", "1"), ("answer: 1.+5", "1"), ("x = 12.-3", "3"),
     ("5! - 3", "3"), ("50% - 5", "5"), ("50% - 5", "-5"),

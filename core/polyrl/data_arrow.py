@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import ConfigError
+from polyrl.nul_bytes import ARROW_NUL_FIX, find_nul, nul_error
 from polyrl.text_validity import BLANK_RE2, blank_problem, not_utf8_error
 
 #: Rows gathered per call when iterating over a whole dataset (bounded memory).
@@ -183,10 +184,12 @@ def _check_roles(chunk: Any, offset: int, name: str, column: str) -> None:
 
 
 def check_text_columns(table: Any, name: str) -> None:
-    """Every column's text is valid UTF-8. Arrow text must be, but a lax writer can store a lone
-    surrogate's bytes in a Parquet/Arrow file, and nothing checks them until a batch drawn hours in
-    cannot be decoded (a ``UnicodeDecodeError`` traceback). Validated with Arrow's own full check
-    (about 10 ms per million short strings); only a failing chunk is read row by row to name one."""
+    """Every column's text is valid UTF-8 and holds no NUL character. Arrow text must be UTF-8, but
+    a lax writer can store a lone surrogate's bytes in a Parquet/Arrow file, and nothing checks them
+    until a batch drawn hours in cannot be decoded (a ``UnicodeDecodeError`` traceback). Validated
+    with Arrow's own full check (about 10 ms per million short strings); a NUL, which a CSV file may
+    not hold either (``polyrl.nul_bytes``), is looked for with Arrow's substring kernel, in chats'
+    messages too. Only a failing chunk is read row by row to name one."""
     pa, _ = _pa()
     for column in table.column_names:
         offset = 0
@@ -195,7 +198,35 @@ def check_text_columns(table: Any, name: str) -> None:
                 chunk.validate(full=True)
             except pa.ArrowInvalid:
                 _raise_at_undecodable(chunk, offset, name, column)
+            if _may_hold_nul(chunk):
+                _raise_at_nul(chunk, offset, name, column)
             offset += len(chunk)
+
+
+def _may_hold_nul(values: Any) -> bool:
+    """Whether text in ``values`` (an Arrow array; in its lists and structs too) may hold a NUL
+    character. May: a sliced list's or struct's children can reach past the slice, so a True is
+    confirmed row by row (``_raise_at_nul``)."""
+    pa, pc = _pa()
+    kind = values.type
+    if _is_text(kind):
+        return bool(pc.any(pc.match_substring(values, "\0")).as_py())
+    if pa.types.is_dictionary(kind):
+        return _may_hold_nul(values.dictionary)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _may_hold_nul(values.flatten())
+    if pa.types.is_struct(kind):
+        return any(_may_hold_nul(values.field(i)) for i in range(kind.num_fields))
+    return False
+
+
+def _raise_at_nul(chunk: Any, offset: int, name: str, column: str) -> None:
+    """Raise naming the first row of ``chunk`` whose text holds a NUL character, read a block at a time."""
+    for start in range(0, len(chunk), ITER_BLOCK):
+        for row, value in enumerate(chunk.slice(start, ITER_BLOCK).to_pylist(), start):
+            found = find_nul(value)
+            if found is not None:
+                raise nul_error(f"row {offset + row} of {name}", column, found, ARROW_NUL_FIX)
 
 
 def _raise_at_undecodable(chunk: Any, offset: int, name: str, column: str) -> None:

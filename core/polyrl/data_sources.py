@@ -35,13 +35,15 @@ from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.logs import get_logger
 from polyrl.text_validity import row_surrogate, surrogate_error
-from polyrl.nul_bytes import refuse_nul_bytes
+from polyrl.nul_bytes import json_nul_fix, nul_error, refuse_nul_bytes, row_nul
 from polyrl.wide_text import HEAD_BYTES, refuse_wide_text
 
 log = get_logger("polyrl.data")
 
 #: A JSON escape that decodes to a surrogate (U+D800-U+DFFF): only a line holding one is walked.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: A JSON escape that decodes to a NUL character: only a line holding one is walked.
+_NUL_ESCAPE = "\\u0000"
 
 #: file suffix -> (🤗 packaged builder, extra builder options)
 ARROW_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -270,6 +272,9 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
             if _SURROGATE_ESCAPE.search(text):
                 for i, item in enumerate(items):
                     _refuse_surrogates(item, f"row {i} of {path}", field)
+            if _NUL_ESCAPE in text:
+                for i, item in enumerate(items):
+                    _refuse_nul(item, f"row {i} of {path}", path, field)
             if origins is not None:
                 origins.add(path, [0] * len(items))
             return items
@@ -301,6 +306,8 @@ def read_json_rows(path: Path, field: str = "data.path", origins: RowOrigins | N
                                       field=field, fix='write objects like {"prompt": "...", "answer": "..."}')
                 if _SURROGATE_ESCAPE.search(text):
                     _refuse_surrogates(rows[-1], f"{path}:{lineno}", field)
+                if _NUL_ESCAPE in text:
+                    _refuse_nul(rows[-1], f"{path}:{lineno}", path, field)
     if origins is not None:
         origins.add(path, lines)
     return rows
@@ -374,6 +381,14 @@ def _refuse_surrogates(row: Any, where: str, field: str) -> None:
     bad = row_surrogate(row) if isinstance(row, dict) else None
     if bad is not None:
         raise surrogate_error(where, f"column {bad[0]!r}", bad[1], field=field)
+
+
+def _refuse_nul(row: Any, where: str, path: Path, field: str) -> None:
+    """A NUL character from a ``\\u0000`` escape is an error naming the line and column, as a CSV's NUL
+    byte is (``polyrl.nul_bytes``): never kept in a prompt the model would read."""
+    bad = row_nul(row) if isinstance(row, dict) else None
+    if bad is not None:
+        raise nul_error(where, bad[0], bad[1], json_nul_fix(path), field=field)
 
 
 # --- 🤗 datasets --------------------------------------------------------------------------------

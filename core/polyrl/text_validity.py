@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from polyrl.errors import ConfigError
@@ -36,11 +36,12 @@ def surrogate_at(text: str) -> int | None:
     return None if found is None else found.start()
 
 
-def find_surrogate(value: Any) -> tuple[str, int, str] | None:
-    """The first surrogate in ``value`` (text, or lists and dicts of it, as a row's cell or a
-    chat holds): (where inside ``value``, e.g. ``[1]['content']``; its position; the character)."""
+def find_char(value: Any, char_at: Callable[[str], int | None]) -> tuple[str, int, str] | None:
+    """The first character ``char_at`` finds in ``value`` (text, or lists and dicts of it, as a
+    row's cell or a chat holds): (where inside ``value``, e.g. ``[1]['content']``; its position;
+    the character)."""
     if isinstance(value, str):
-        at = surrogate_at(value)
+        at = char_at(value)
         return None if at is None else ("", at, value[at])
     if isinstance(value, Mapping):
         items: Any = ((f"[{k!r}]", v) for k, v in value.items())
@@ -49,10 +50,15 @@ def find_surrogate(value: Any) -> tuple[str, int, str] | None:
     else:
         return None
     for key, item in items:
-        found = find_surrogate(item)
+        found = find_char(item, char_at)
         if found is not None:
             return key + found[0], found[1], found[2]
     return None
+
+
+def find_surrogate(value: Any) -> tuple[str, int, str] | None:
+    """The first surrogate in ``value`` (``find_char``)."""
+    return find_char(value, surrogate_at)
 
 
 def surrogate_error(where: str, what: str, found: tuple[str, int, str], field: str = "data",

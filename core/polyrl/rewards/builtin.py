@@ -34,7 +34,9 @@ silently ignored). Options:
     decimal, thousands commas, an exponent, or a fraction of two integers), is compared by its
     exact value: "0.5", ".5", "0.50", "1/2" and ``\\frac{1}{2}`` are one answer, as "1,000" and
     "1000" are; "0.5" is not "0.05" and "1/2" not "2". An expression or a number with words around
-    it ("1/2 cup", "2+2") is compared as text.
+    it ("1/2 cup", "2+2") is compared as text. Its sign is read as ``numeric_match`` reads it:
+    ``\\boxed{- 5}``, "answer: - 5" and a typeset minus ("\u22125") are -5; a "- 5" that opens
+    the line it is read from (the last line, or the line after "answer:") is a list's dash, no -5.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
     0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9).
     The completion is read after its reasoning, as ``exact_match`` reads it (an unclosed ``<think>``
@@ -200,18 +202,26 @@ def last_boxed(text: str) -> str | None:
 
 def extract_answer(text: str, mode: str = "auto") -> str:
     """The final answer of a completion, per the rules in the module docstring."""
+    return _extracted(text, mode)[0]
+
+
+def _extracted(text: str, mode: str) -> tuple[str, bool]:
+    """``extract_answer``, and whether that answer opens a line, where a "- " before a number is a
+    markdown list's dash, not a sign (``_glued_minus``): the last line, the full text, or an answer
+    on the line after "answer:"; not a box's content nor the rest of the marker's line."""
     if mode == "full":
-        return text
+        return text, True
     if mode == "auto":
         boxed = last_boxed(text)
         if boxed is not None:
-            return boxed
+            return boxed, False
         markers = list(_MARKER.finditer(text))
         if markers:
-            rest = text[markers[-1].end():].strip()
-            return rest.splitlines()[0] if rest else ""
+            after = text[markers[-1].end():]
+            rest = after.strip()
+            return (rest.splitlines()[0] if rest else ""), "\n" in after[:len(after) - len(after.lstrip())]
     lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    return (lines[-1] if lines else ""), True
 
 
 def normalize_answer(text: str, case_sensitive: bool = False) -> str:
@@ -664,19 +674,23 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
                 {answer_key(normalize_answer(box, opts["case_sensitive"])) for box in boxed_answers(text)}) > 1:
             out.append(0.0)
             continue
-        got = normalize_answer(extract_answer(text, opts["extract"]), opts["case_sensitive"])
-        out.append(1.0 if answer_key(got) == answer_key(gold) else 0.0)
+        extracted, opens_line = _extracted(text, opts["extract"])
+        got = normalize_answer(extracted, opts["case_sensitive"])
+        out.append(1.0 if answer_key(got, opens_line) == answer_key(gold) else 0.0)
     return out
 
 
-def answer_key(normalized: str) -> str | Fraction:
+def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
     """What ``exact_match`` compares: a normalised answer that is one number, written as
     ``numeric_match`` reads one (a signed integer or decimal, with thousands commas or an
     exponent, or a fraction of two integers, which ``normalize_answer`` writes "1/2" for
     ``\\frac{1}{2}``), is its exact value, so "0.5", ".5", "0.50", "1/2" and ``\\frac{1}{2}`` are
     one answer, as math-verify (TRL's ``accuracy_reward``) scores them; anything else, an
-    expression or a number with more around it included, is its text."""
-    m = _TOKEN.fullmatch(normalized)
+    expression or a number with more around it included, is its text. Its sign is read as
+    ``numeric_match`` reads it: a typeset minus ("\u22125", "\u20135") is "-", and so is a "- "
+    before the number unless the answer ``opens_line``, where it is a list's dash ("- 5" as the
+    last line is no number). Why: ``\\boxed{- 5}`` was the text "- 5", never equal to -5."""
+    m = _TOKEN.fullmatch(_glued_minus(normalized.translate(_MINUS_SIGNS), opens_line).lstrip(" "))
     if m is None:
         return normalized
     value, known = _token_value(m)
