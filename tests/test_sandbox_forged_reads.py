@@ -5,9 +5,11 @@ forged ``primes`` gives three 4s and nothing after ``r.reset()``. Each test read
 resets it, then checks it where no items pass: through ``getattr`` (``attribute_reads``), in a
 helper function of the tests' (``helper_reads``), after comparing it with itself
 (``self_compared``), through a builtin's default (``defaulted_reads``) or by ``x not in`` a name
-bound to it (``named_copies``). Each is scored through the real reward path (``code_tests``) and
-must score 0, while right solutions of the same tests, and right values the tests empty and
-check so, keep 1.0.
+bound to it (``named_copies``), after counting it only against a constant any count answers
+alike (``len(r) >= 0``: ``vacuous_counts``), or after comparing it with its own items passed
+through a function (``[(lambda: x)() for x in r] == [x for x in r]``: ``self_compared``). Each is
+scored through the real reward path (``code_tests``) and must score 0, while right solutions of
+the same tests, and right values the tests empty and check so, keep 1.0.
 """
 
 from __future__ import annotations
@@ -77,6 +79,43 @@ QUEUE_SEEN_EMPTY = {
     "min_is_the_default": _CLEARED + "assert min(q, default=None) is None",
     "copies_then_empty": _CLEARED + "assert list(q) == list(q) and list(q) == []\nassert all(x > 5 for x in q)",
 }
+_LOOPED = "    assert all(is_prime(x) for x in r)\ntest()"
+#: Tests: the forged ``primes``' three 4s counted, ``r.reset()`` empties it, a count that every
+#: count answers alike, then a loop over no items.
+COUNTED_VACUOUSLY = {
+    "at_least_zero": IS_PRIME + _THREE + "    assert len(r) >= 0\n" + _LOOPED,
+    "zero_at_most": IS_PRIME + _THREE + "    assert 0 <= len(r)\n" + _LOOPED,
+    "above_minus_one": IS_PRIME + _THREE + "    assert len(r) > -1\n" + _LOOPED,
+    "not_none": IS_PRIME + _THREE + "    assert len(r) is not None\n" + _LOOPED,
+    "never_negative": IS_PRIME + _THREE + "    if len(r) < 0:\n        raise AssertionError('negative')\n" + _LOOPED,
+    "a_copy_counted": IS_PRIME + _THREE + "    assert len(list(r)) >= 0\n" + _LOOPED,
+    "counted_twice_alike": IS_PRIME + _THREE + "    assert len(r) == len(list(r))\n" + _LOOPED,
+    "log_at_least_zero": _LOG + "    b.reset()\n    assert len(b.log) >= 0\n    assert all(x > 0 for x in b.log)\ntest()",
+}
+#: Tests: the forged ``primes`` emptied by ``r.reset()``, then compared with its own items passed
+#: through a function or filter of the tests' (over no items both sides are empty).
+MAPPED_AND_COPIED = {
+    "called_items_and_a_copy": IS_PRIME + _THREE + "    assert [(lambda: x)() for x in r] == [x for x in r]\ntest()",
+    "mapped_and_listed": IS_PRIME + _THREE + "    assert list(map(lambda x: x, r)) == list(r)\n" + _LOOPED,
+    "filtered_and_listed": IS_PRIME + _THREE + "    assert [x for x in r if x] == list(r)\n" + _LOOPED,
+    "sorted_by_a_key_and_listed": IS_PRIME + _THREE + "    assert sorted(r, key=abs) == list(r)\n" + _LOOPED,
+    "log_called_items_and_a_copy": _LOG + "    b.reset()\n    assert [(lambda: x)() for x in b.log] == "
+                                   "[x for x in b.log]\ntest()",
+}
+#: Tests a right queue the tests clear passes: a count some count would fail sees it empty, and so
+#: does a whole reading after a count or a comparison that sees nothing.
+_LOOP_OVER_Q = "assert all(x > 5 for x in q)"
+QUEUE_COUNTED_EMPTY = {
+    "at_least_zero_then_zero": _CLEARED + "assert len(q) >= 0 and len(q) == 0\n" + _LOOP_OVER_Q,
+    "at_least_zero_then_compared": _CLEARED + "assert len(q) >= 0\nassert list(q) == []\n" + _LOOP_OVER_Q,
+    "counted_twice_then_zero": _CLEARED + "assert len(q) == len(list(q)) and len(q) == 0\n" + _LOOP_OVER_Q,
+    "not_counted": _CLEARED + "assert not len(q)\n" + _LOOP_OVER_Q,
+    "between_zero_and_zero": _CLEARED + "assert 0 <= len(q) <= 0\n" + _LOOP_OVER_Q,
+    "under_one": _CLEARED + "assert len(q) < 1\n" + _LOOP_OVER_Q,
+    "count_named_then_compared": _CLEARED + "n = len(q)\nassert n == 0\n" + _LOOP_OVER_Q,
+}
+#: Tests a right queue the tests clear passes: compared with its items through a function, then with ``[]``.
+QUEUE_MAPPED_THEN_EMPTY = _CLEARED + "assert [x + 0 for x in q] == list(q) and list(q) == []\n" + _LOOP_OVER_Q
 
 
 def test_a_plain_data_attribute_emptied_then_checked_where_no_items_pass_fails():
@@ -115,3 +154,39 @@ def test_a_sample_value_emptied_then_read_through_a_default_or_compared_with_its
     names = list(QUEUE_SEEN_EMPTY)
     tests = [QUEUE_SEEN_EMPTY[n] for n in names]
     assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
+
+
+def test_a_count_every_count_answers_alike_is_no_reading_that_sees_a_value_empty():
+    """``len(r) >= 0`` (``0 <= len(r)``, ``> -1``, ``is not None``, ``if len(r) < 0: raise``,
+    ``len(list(r)) >= 0``, ``len(b.log) >= 0``) and ``len(r) == len(list(r))`` hold whatever ``r``
+    holds, yet a count of 0 there was the tests seeing it empty: a forged ``primes`` emptied by
+    ``r.reset()`` (or a forged bank's log) passed each and then the loop over no items (1.0). It
+    fails now; the right ``primes`` and a bank that keeps its log keep 1.0, and a right queue the
+    tests clear and count against a number some count would fail (``len(q) == 0``, ``< 1``, ``0 <=
+    len(q) <= 0``, ``not len(q)``, ``n = len(q)`` then ``n == 0``), or read whole after such a count
+    (``list(q) == []``), keeps 1.0."""
+    names = list(COUNTED_VACUOUSLY)
+    tests = [COUNTED_VACUOUSLY[n] for n in names]
+    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
+    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
+    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    names = list(QUEUE_COUNTED_EMPTY)
+    tests = [QUEUE_COUNTED_EMPTY[n] for n in names]
+    assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
+
+
+def test_a_value_compared_with_its_items_through_a_function_is_the_tests_loop_over_it():
+    """``[(lambda: x)() for x in r] == [x for x in r]`` (``list(map(f, r)) == list(r)``, ``[x for x
+    in r if x] == list(r)``, the same of ``b.log``; and two copies, ``sorted(r, key=abs) ==
+    list(r)``) holds over no items, yet its plain copy was the tests seeing ``r`` empty: a forged
+    ``primes`` emptied by ``r.reset()`` passed it (1.0), with a loop after it or none. The copy sees nothing now and the
+    side through the function is the tests' loop; the right ``primes`` and a bank that keeps its
+    log keep 1.0, and so does a right queue the tests clear and then also compare with ``[]``."""
+    names = list(MAPPED_AND_COPIED)
+    tests = [MAPPED_AND_COPIED[n] for n in names]
+    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
+    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
+    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    assert _scored([QUEUE_MAPPED_THEN_EMPTY], [QUEUE_CLEARED]) == [1.0]

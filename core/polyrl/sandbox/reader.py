@@ -47,7 +47,7 @@ class Reader:
                  "_whole", "_expect", "_given")
 
     def __init__(self, session: Session, ref: int, data: bool, root: str | None, own: bool, kin: int | None = None,
-                 whole: Callable[[list[Any]], None] | None = None, expect: list[Any] | None = None) -> None:
+                 whole: Callable[[list[Any]], object] | None = None, expect: list[Any] | None = None) -> None:
         self._session = session
         self._ref = ref
         self._data = data

@@ -22,6 +22,7 @@ from polyrl.sandbox.shrinking import (
     gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
 from polyrl.sandbox.self_compared import self_compared_above, self_compared_here
 from polyrl.sandbox.subset_reads import subset_here
+from polyrl.sandbox.vacuous_counts import counted_vacuously_above, counted_vacuously_here
 from polyrl.sandbox.values import MAX_ITEMS
 from polyrl.sandbox.zipped_views import zipped_view_here
 
@@ -110,7 +111,8 @@ class Remote:
         object.__setattr__(self, "_root", origin or root)
         object.__setattr__(self, "_query", False)
         object.__setattr__(self, "_made", False)
-        object.__setattr__(self, "_counted", None)  # ``_check_count``'s items, until the next request
+        #: ``_check_count``'s items, until the next request, and whether ``_snapshot`` kept them as a reading
+        object.__setattr__(self, "_counted", None)
         object.__setattr__(self, "_reader", None)  # where the tests' iteration of its own iterator stands
         object.__setattr__(self, "_hash", None)  # the sample's hash of it, once asked (``__hash__``)
         object.__setattr__(self, "_plain", None)  # ``_equals_plain``'s answer, until the next request
@@ -200,7 +202,7 @@ class Remote:
         s = self._session
         value = s.ask("getattr", self._data, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if type(value) in _ITEMS_DATA:  # asked only here: most attributes are methods (``s.push``)
-            if not self_compared_here():  # ``b.log == b.log`` sees nothing of it: no reading of the tests'
+            if not self_compared_here() and not counted_vacuously_here():  # ``b.log == b.log``, ``len(b.log) >= 0``
                 self._plain_attribute(name, value, attribute_looped_here(), not_in_item_here())
         if isinstance(value, Remote) and name in DATA_QUERIES and not self._answers_queries():
             object.__setattr__(value, "_query", True)
@@ -296,6 +298,8 @@ class Remote:
     def __len__(self) -> int:
         counted = self._counted
         if counted is not None and counted[1] == self._session.asks and isinstance(counted[0], list):
+            if not counted[2] and self._snapshot(counted[0]):  # ``len(r) >= 0 and len(r) == 0``: this one sees it
+                object.__setattr__(self, "_counted", (counted[0], counted[1], True))
             return len(counted[0])  # counted by an earlier ``len``, nothing of the sample's ran since
         value = self._session.ask("len", False, ref=self._ref)
         if type(value) is not int:
@@ -307,7 +311,7 @@ class Remote:
                 self._check_count(value)
             return value + ahead
         if counted is not None and counted[1] == self._session.asks - 1:  # its reading failed: it still would
-            object.__setattr__(self, "_counted", (counted[0], self._session.asks))
+            object.__setattr__(self, "_counted", (counted[0], self._session.asks, counted[2]))
         elif self._counts_items():  # ``list``/``sorted`` ask it first, for ``for x in sorted(r)`` too
             self._check_count(value, looped=looped_here() or subset_here())  # ``xs = list(r)`` checked vacuously
         return value
@@ -348,20 +352,20 @@ class Remote:
         except Exception as exc:  # noqa: BLE001 - not iterable: its len stands alone
             if self._session.channel.dead is not None:
                 raise self._session.channel.dead from None
-            self._snapshot(exc, length)
-            self._keep(exc)
+            self._keep(exc, self._snapshot(exc, length))
             return
         if len(items) != length:
             raise AssertionError(f"len() of the sample's {self._type[:100]!r} says {length}, its items are {len(items)}")
         if own is True and self._reader is None:  # its items are gone from it: its next readings take them
             object.__setattr__(self, "_reader", Reader(self._session, self._ref, self._data, self._root, own=True,
                                                        kin=self._kin))
-        elif own is False and isinstance(items, list):
-            self._snapshot(items, looped=looped)
-        self._keep(items)
+        recorded = True
+        if own is False and isinstance(items, list):
+            recorded = self._snapshot(items, looped=looped)
+        self._keep(items, recorded)
 
     def _snapshot(self, items: list[Any] | Exception, length: int | None = None, looped: bool = False,
-                  asked: tuple[Any, ...] = ()) -> None:
+                  asked: tuple[Any, ...] = ()) -> bool:
         """AssertionError where ``items``, all of it the sample gave for one reading (or what
         reading it raised), differ from what its last whole reading gave while no call that reaches its family
         (``Session.touch``) was made between; else they are what the next reading must give. Why:
@@ -382,9 +386,13 @@ class Remote:
         tests call for its effect on an object of its family, or by a call it is passed to, still
         passes, except where a loop of the tests' reads it emptied (``_emptied_unseen``; ``looped``:
         this reading is one; ``asked``: the item of the ``x not in r`` that made it). ``length``: what
-        ``len`` said of it where reading its items failed."""
-        if not looped and self_compared_above():
-            return  # ``list(r) == list(r)`` sees nothing of it: no reading of the tests' (``self_compared``)
+        ``len`` said of it where reading its items failed. False where it keeps no reading: one the
+        tests compare with another of the same value (``list(r) == list(r)``: ``self_compared``) or
+        count only to compare the count with a constant any count answers alike (``len(r) >= 0``:
+        ``vacuous_counts``) sees nothing of it (``_keep`` holds such items for the next reading to
+        take as its own)."""
+        if not looped and (self_compared_above() or counted_vacuously_above()):
+            return False  # no reading of the tests'
         s = self._session
         seen = self._fresh_seen()
         if seen is not None and not isinstance(items, Exception) and (
@@ -401,6 +409,7 @@ class Remote:
         if not looped and isinstance(items, list) and (not items or seen is not None):
             s.unconfirmed.pop(self._key, None)  # the tests read it whole: empty, or as the loop did
         object.__setattr__(self, "_seen", (items, s.asks, length if isinstance(items, Exception) else len(items)))
+        return True
 
     def _shrunk_softly(self, items: list[Any]) -> None:
         """AssertionError where a reading of ``items`` lost more items since its last whole
@@ -487,7 +496,7 @@ class Remote:
             return None
         return seen[0]
 
-    def _keep(self, items: list[Any] | Exception) -> None:
+    def _keep(self, items: list[Any] | Exception, recorded: bool = True) -> None:
         """Hold the items ``len`` read (or what reading them raised) for the tests' next iteration
         of this value (and its ``len`` again), while no other request reaches the sample. Why:
         Python's ``len`` reads no items, but ``_check_count`` does, so an object that is its own
@@ -495,22 +504,28 @@ class Remote:
         len(r) == 3``, and one whose ``__iter__`` gave its 3 items once and none after (or raised
         TypeError once, as if it had none to give) passed ``assert len(r) == 3 and
         all(is_prime(x) for x in r)``: the items counted must be the ones the tests check. Nothing
-        of the sample's ran between, so an honest value's items (and length) are these."""
+        of the sample's ran between, so an honest value's items (and length) are these.
+        ``recorded``: ``_snapshot`` kept them as the tests' reading; where it did not (``len(r) >=
+        0``, ``len(r) == len(list(r))``: that reading saw nothing), the reading that takes them is
+        the tests' (``_iterate``, ``__len__``). Why: a forged ``primes`` emptied by ``r.reset()``
+        passed ``len(r) == len(list(r))`` and then ``all(is_prime(x) for x in r)`` (1.0): the loop
+        took the empty items ``list(r)``'s ``len`` held, never a reading of its own."""
         if not isinstance(items, (list, Exception)):
             return
         if self._reader is not None:  # the tests' reading goes on there
             self._reader.read_ahead(items)
         else:
-            object.__setattr__(self, "_counted", (items, self._session.asks))
+            object.__setattr__(self, "_counted", (items, self._session.asks, recorded))
 
-    def _unread(self) -> list[Any] | Exception | None:
-        """What ``_keep`` holds, when no request has reached the sample since; dropped either way
-        (an iteration takes it, as it would take an iterator's items)."""
+    def _unread(self) -> tuple[list[Any] | Exception, bool] | None:
+        """What ``_keep`` holds, and whether it was kept as a reading, when no request has reached
+        the sample since; dropped either way (an iteration takes it, as it would take an
+        iterator's items)."""
         counted = self._counted
         object.__setattr__(self, "_counted", None)
         if counted is None or counted[1] != self._session.asks:
             return None
-        return counted[0]
+        return counted[0], counted[2]
 
     def __iter__(self) -> Any:
         """Python's iteration; a loop of the tests', a subset check of theirs (``set(r) <=
@@ -532,10 +547,13 @@ class Remote:
     def _iterate(self, looped: bool, asked: tuple[Any, ...] = ()) -> Any:
         """``__iter__``: ``looped``, a check over each item of the tests' reads it (``_snapshot``'s
         ``looped``); ``asked``: the item ``x not in r`` asks of it (``__contains__``)."""
-        counted = self._unread()
-        if isinstance(counted, Exception):
-            raise counted
-        if counted is not None:
+        kept = self._unread()
+        if kept is not None:
+            counted, recorded = kept
+            if isinstance(counted, Exception):
+                raise counted
+            if not recorded:  # ``len(r) >= 0`` saw nothing of them: this reading is the tests'
+                self._snapshot(counted, looped=looped, asked=asked)
             return iter(counted)
         if self._reader is not None:  # its own iterator: the tests go on where they stopped
             return self._reader
@@ -578,10 +596,10 @@ class Remote:
         right generator failed ``assert next(gen(3)) == 0`` ("'Remote' object is not an iterator").
         After ``len`` it is the first item ``len`` counted (``_keep``), which the sample has given."""
         object.__setattr__(self, "_asserted", None)  # an item taken: a loop after may rightly get none
-        counted = self._unread()
-        if isinstance(counted, list) and counted:
-            object.__setattr__(self, "_counted", (counted[1:], self._session.asks))
-            return counted[0]
+        kept = self._unread()
+        if kept is not None and isinstance(kept[0], list) and kept[0]:
+            object.__setattr__(self, "_counted", (kept[0][1:], self._session.asks, kept[1]))
+            return kept[0][0]
         if self._reader is not None and self._reader.buffer:  # read ahead by the tests' iteration
             return self._reader.take()
         return self._session.ask("next", self._data, root=self._root, ref=self._ref, kin=self._kin)

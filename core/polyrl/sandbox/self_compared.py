@@ -8,46 +8,71 @@ b.log == b.log`` and ``all(x > 0 for x in b.log)`` (1.0). Such a reading tells t
 of its items: it is no reading of theirs at all now.
 
 Two readings of one value compared with each other are the same (``len(set(r)) == len(list(r))``,
-``sorted(r) == [x for x in r]``): over no items they hold too. A site is a comparison with one
-``==``, ``!=``, ``is`` or ``is not`` whose sides read the same expression (``ast.dump``, no literal)
-under builtins made of its items alone (``len``, ``list``, ``set``, ``sorted``, ...) or a
-comprehension copying it item by item; its places are each node from either side down to that
-expression. ``Remote._snapshot`` keeps no reading of a sample's value made there either.
+``sorted(r) == [x for x in r]``, ``sorted(r, key=abs) == list(r)``): over no items they hold too.
+So does one compared with its items passed through a function or filter of the tests'
+(``[(lambda: x)() for x in r] == [x for x in r]``, ``list(map(f, r)) == list(r)``, ``[x for x in r
+if x > 1] == list(r)``), which passed a forged ``primes`` emptied by ``r.reset()`` (1.0): its
+plain copy saw the value empty. A site is a comparison with one ``==``, ``!=``, ``is`` or ``is
+not`` whose sides read the same expression (``ast.dump``, no literal) under builtins made of its
+items alone (``len``, ``list``, ``set``, ``sorted`` with a key or not, ...), a comprehension over it
+or ``map``/``filter`` of it (``read_chain``); its places are each node from a side that holds the
+items as they are (those builtins, a comprehension copying them item by item) down to that
+expression. ``Remote._snapshot`` keeps no reading of a sample's value made there either. A side
+through a function or filter of the tests' is no place: it is their loop over the items
+(``shrinking.looped_here``), which an emptied value fails unless the tests see it empty otherwise.
 """
 
 from __future__ import annotations
 
 import ast
-import sys
 
-from polyrl.sandbox.source_sites import Sites, place_of
-from polyrl.sandbox.tests_guard import TESTS_FILES
+from polyrl.sandbox.source_sites import Sites
 
 _SAME = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 #: Builtins whose answer, of one argument, is made of that argument's items alone (or their count).
 _WRAPPERS = frozenset({"len", "list", "tuple", "set", "frozenset", "sorted", "reversed", "iter", "dict"})
 _COPIES = (ast.ListComp, ast.SetComp, ast.GeneratorExp)
+#: Builtins whose answer, of a function and one operand, is made of that operand's items through the function.
+_MAPPING = frozenset({"map", "filter"})
 
 
-def _subject(side: ast.expr) -> tuple[ast.expr, list[ast.expr]]:
-    """The value ``side`` reads under its wrappers (``len(set(r))``, ``[x for x in r]``: ``r``),
-    and every node from ``side`` down to it."""
-    chain = [side]
+def _step(node: ast.expr) -> tuple[ast.expr | None, bool]:
+    """The operand whose items ``node`` is made of, and whether it holds them as they are (a
+    wrapper, ``[x for x in r]``) rather than through a function or filter of the tests'
+    (``[f(x) for x in r]``, ``[x for x in r if x]``, ``map(f, r)``); (None,
+    False) where it is made of no one operand's items."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and not any(isinstance(arg, ast.Starred) for arg in node.args):
+        name, keywords = node.func.id, {k.arg for k in node.keywords}
+        if name in _WRAPPERS and len(node.args) == 1 and not keywords:
+            return node.args[0], True
+        if name == "sorted" and len(node.args) == 1 and keywords <= {"key", "reverse"}:
+            return node.args[0], True  # its items alone, in another order
+        if name in _MAPPING and len(node.args) == 2 and not keywords:
+            return node.args[1], False
+    if isinstance(node, _COPIES) and len(node.generators) == 1 and not node.generators[0].is_async:
+        generator = node.generators[0]
+        copies = not generator.ifs and isinstance(node.elt, ast.Name) and isinstance(generator.target, ast.Name) \
+            and node.elt.id == generator.target.id
+        return generator.iter, copies
+    return None, False
+
+
+def read_chain(side: ast.expr) -> tuple[ast.expr, list[ast.expr], bool]:
+    """The value ``side`` reads under its wrappers (``len(set(r))``, ``[x for x in r]``,
+    ``[f(x) for x in r]``: ``r``), every node from ``side`` down to it, and whether each of them
+    holds its items as they are (``_step``)."""
+    chain, plain = [side], True
     while True:
-        node = chain[-1]
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _WRAPPERS \
-                and len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
-            chain.append(node.args[0])
-        elif isinstance(node, _COPIES) and len(node.generators) == 1 and not node.generators[0].ifs \
-                and isinstance(node.elt, ast.Name) and isinstance(node.generators[0].target, ast.Name) \
-                and node.elt.id == node.generators[0].target.id:
-            chain.append(node.generators[0].iter)
-        else:
-            return node, chain
+        inner, copies = _step(chain[-1])
+        if inner is None:
+            return chain[-1], chain, plain
+        chain.append(inner)
+        plain = plain and copies
 
 
 def _self_compared_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr | None:
-    """``node`` itself where it is a site (module doc)."""
+    """``node`` itself where it is a site's place (module doc)."""
     above: ast.AST = node
     while True:  # up through the wrappers to the comparison
         parent = parents.get(id(above))
@@ -58,11 +83,11 @@ def _self_compared_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr
         above = parent
     if len(parent.ops) != 1 or not isinstance(parent.ops[0], _SAME):
         return None
-    left, right = _subject(parent.left), _subject(parent.comparators[0])
-    if isinstance(left[0], (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)) \
-            or ast.dump(left[0]) != ast.dump(right[0]):
+    sides = read_chain(parent.left), read_chain(parent.comparators[0])
+    if isinstance(sides[0][0], (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)) \
+            or ast.dump(sides[0][0]) != ast.dump(sides[1][0]):
         return None
-    return node if any(node is n for n in (*left[1], *right[1])) else None
+    return node if any(node is n for _, chain, plain in sides if plain for n in chain) else None
 
 
 _SITES = Sites(_self_compared_site, kinds=(ast.Attribute, ast.Call, ast.Name, *_COPIES))
@@ -74,14 +99,7 @@ def self_compared_above(limit: int = 12) -> bool:
     """Whether the nearest frame above this call that is the tests' own code (at most ``limit``
     up) stands at a site: a sample's value read whole by ``list(r) == list(r)`` reaches its
     ``_snapshot`` through ``__len__`` or ``__iter__``, at more than one depth."""
-    frame = sys._getframe(1)
-    for _ in range(limit):
-        if frame.f_code.co_filename in TESTS_FILES:
-            return _SITES.has(place_of(frame.f_code, frame.f_lasti))
-        if frame.f_back is None:
-            return False
-        frame = frame.f_back
-    return False
+    return _SITES.above(limit)
 
 
 def self_compared_here(depth: int = 2) -> bool:

@@ -95,6 +95,19 @@ class Sites:
             frame = frame.f_back
         return place_of(frame.f_code, frame.f_lasti) in self._places()
 
+    def above(self, limit: int = 12) -> bool:
+        """Whether the nearest frame that is the tests' own code, from the caller of the function
+        asking up (at most ``limit`` frames), stands at a site: a value's ``_snapshot`` is reached
+        through ``__len__``, ``__iter__`` or a reader, at more than one depth."""
+        frame: types.FrameType | None = sys._getframe(2)
+        for _ in range(limit):
+            if frame is None:
+                return False
+            if frame.f_code.co_filename in TESTS_FILES:
+                return self.has(place_of(frame.f_code, frame.f_lasti))
+            frame = frame.f_back
+        return False
+
     def has(self, place: Place | None) -> bool:
         """Whether ``place`` (``place_of``'s) is a site; None never is."""
         return place is not None and place in self._places()
