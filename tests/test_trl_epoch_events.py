@@ -356,6 +356,20 @@ def test_an_epoch_evaluation_after_a_save_is_on_its_steps_line_and_read_back_on_
         (1, False), (2, False), (3, False), (3, True)]
 
 
+def test_a_failing_epoch_evaluation_after_a_save_keeps_the_step_and_its_checkpoint(tiny_model_dir, tmp_path):
+    """The evaluation asked after step 2's checkpoint and on_epoch_end fails: the run stops with
+    one error naming that step; step 2 stays recorded (its line without eval keys) and saved."""
+    held_out = datasets.Dataset.from_list([{"prompt": "What is 98 + 1?", "answer": "99"}])
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[fails_on_held_out], train_dataset=prompts_dataset(4),
+                          eval_dataset=held_out,
+                          args=_args(tmp_path, max_steps=3, eval_strategy="epoch", save_steps=2))
+    with pytest.raises(Exception, match="the evaluation after step 2 .*cannot score the held-out rows"):
+        trainer.train()
+    lines = _lines(tmp_path / "run")
+    assert sorted(lines) == [1, 2] and not [k for k in lines[2] if k.startswith("eval/")]
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-00000002"]
+
+
 class ClearsTheEvaluationAt(TrainerCallback):
     """Clears should_evaluate in on_step_end at the steps given (DefaultFlowCallback set it)."""
 
