@@ -28,6 +28,9 @@ class AskAfterStep:
     def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
         return self.ask if metrics["step"] == self.step else StepAsk()
 
+    def step_evaluated(self, metrics: Mapping[str, Any]) -> StepAsk:
+        return StepAsk()
+
     def saved(self, step: int, path: Path, asked: bool = True) -> StepAsk:
         return StepAsk()
 

@@ -290,6 +290,86 @@ def test_an_epoch_evaluation_cleared_in_on_epoch_end_after_a_save_is_not_in_log_
     assert seen["polyrl"] == seen["trl"]
 
 
+def _lines(run) -> dict[int, dict]:
+    """metrics.jsonl's step lines by step (not the evaluation lines before or after training)."""
+    lines = map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+    return {line["step"]: line for line in lines if "phase" not in line}
+
+
+def _eval_points(run) -> dict[str, list[int]]:
+    """The steps of each evaluation as the trackers got it (TensorBoard's event files, read with
+    its own reader) and as ``polyrl report`` draws it (``eval/sampled_reward_mean``)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl.report import load_run, series
+
+    (folder,) = (run / "runs").iterdir()
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    data = load_run(run)
+    return {"tensorboard": [e.step for e in acc.Scalars("eval/sampled_reward_mean")],
+            "report": [int(x) for x, _ in series(data.lines, data.records, data.evals)["eval/sampled_reward_mean"]]}
+
+
+def test_an_epoch_evaluation_cleared_in_on_epoch_end_after_a_save_never_runs(tiny_model_dir, tmp_path):
+    """The run above on polyrl, with a tracker: transformers runs no evaluation of step 2 there,
+    and polyrl ran it before its checkpoint and before on_epoch_end could clear it, so its numbers
+    were on step 2's line in metrics.jsonl, at step 2 in TensorBoard and in ``polyrl report``,
+    and its completions in eval_completions.jsonl. Now on_epoch_end is asked first: none runs."""
+    pytest.importorskip("tensorboard")
+    run = tmp_path / "run"
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                eval_dataset=prompts_dataset(2), callbacks=[ClearsTheEpochEvaluationAt2()],
+                args=_args(tmp_path, max_steps=3, eval_strategy="epoch", save_steps=2,
+                           report_to="tensorboard")).train()
+    lines = _lines(run)
+    assert [step for step, line in lines.items() if "eval/sampled_reward_mean" in line] == [3]
+    assert _eval_points(run) == {"tensorboard": [3], "report": [3]}
+    evaluated = {json.loads(r)["after_steps"] for r in (run / "eval_completions.jsonl").read_text().splitlines()}
+    assert evaluated == {3}
+
+
+def test_an_epoch_evaluation_after_a_save_is_on_its_steps_line_and_read_back_on_resume(tiny_model_dir, tmp_path):
+    """Not cleared, the evaluation after step 2's checkpoint and on_epoch_end is on step 2's line
+    (metrics.jsonl rewritten), in TensorBoard and ``polyrl report`` at step 2; a run resumed from
+    checkpoint 2 keeps that line, its log_history has no entry for it (transformers wrote the
+    checkpoint before the evaluation), and it evaluates step 3 as the first run did."""
+    pytest.importorskip("tensorboard")
+    run = tmp_path / "run"
+    first = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                        eval_dataset=prompts_dataset(2),
+                        args=_args(tmp_path, max_steps=3, eval_strategy="epoch", save_steps=2, report_to="tensorboard"))
+    first.train()
+    assert [step for step, line in _lines(run).items() if "eval/sampled_reward_mean" in line] == [2, 3]
+    assert _eval_points(run) == {"tensorboard": [2, 3], "report": [2, 3]}
+    assert [(e["step"], "eval_reward" in e) for e in first.state.log_history if "train_runtime" not in e] == [
+        (1, False), (2, False), (2, True), (3, False), (3, True)]
+    before = _lines(run)
+    resumed = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                          eval_dataset=prompts_dataset(2),
+                          args=_args(tmp_path, max_steps=3, eval_strategy="epoch", save_steps=2,
+                                     report_to="tensorboard"))
+    resumed.train(resume_from_checkpoint=str(run / "checkpoints" / "step-00000002"))
+    after = _lines(run)
+    assert after[2] == before[2] and "eval/sampled_reward_mean" in after[3]
+    assert [(e["step"], "eval_reward" in e) for e in resumed.state.log_history if "train_runtime" not in e] == [
+        (1, False), (2, False), (3, False), (3, True)]
+
+
+def test_a_failing_epoch_evaluation_after_a_save_keeps_the_step_and_its_checkpoint(tiny_model_dir, tmp_path):
+    """The evaluation asked after step 2's checkpoint and on_epoch_end fails: the run stops with
+    one error naming that step; step 2 stays recorded (its line without eval keys) and saved."""
+    held_out = datasets.Dataset.from_list([{"prompt": "What is 98 + 1?", "answer": "99"}])
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[fails_on_held_out], train_dataset=prompts_dataset(4),
+                          eval_dataset=held_out,
+                          args=_args(tmp_path, max_steps=3, eval_strategy="epoch", save_steps=2))
+    with pytest.raises(Exception, match="the evaluation after step 2 .*cannot score the held-out rows"):
+        trainer.train()
+    lines = _lines(tmp_path / "run")
+    assert sorted(lines) == [1, 2] and not [k for k in lines[2] if k.startswith("eval/")]
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-00000002"]
+
+
 class ClearsTheEvaluationAt(TrainerCallback):
     """Clears should_evaluate in on_step_end at the steps given (DefaultFlowCallback set it)."""
 

@@ -33,11 +33,17 @@ class StepAsk:
     #: checkpoint on TRL's trainer; ``save`` asked by anyone wins; the run's last checkpoint is
     #: written whatever it says (a resume and the exported model need it)
     cancel_save: bool = False
+    #: evaluate the step's weights now, after its callbacks (and its checkpoint where one was
+    #: written), its numbers added to the step's line (``RunObserver.step_evaluated``): transformers
+    #: evaluates an ``eval_strategy`` "epoch" step after ``on_save`` and ``on_epoch_end``, whose
+    #: ``control.should_evaluate`` decides it. Single process only: under a launcher it is ignored
+    evaluate: bool = False
 
     def __or__(self, other: StepAsk) -> StepAsk:
         return StepAsk(save=self.save or other.save, stop=self.stop or other.stop,
                        why="; ".join(dict.fromkeys(w for w in (self.why, other.why) if w)), failed=self.failed or other.failed,
-                       epoch_stop=self.epoch_stop or other.epoch_stop, cancel_save=self.cancel_save or other.cancel_save)
+                       epoch_stop=self.epoch_stop or other.epoch_stop, cancel_save=self.cancel_save or other.cancel_save,
+                       evaluate=self.evaluate or other.evaluate)
 
     def saves(self, due: bool) -> bool:
         """Whether the run checkpoints the step: one asked, or one due (``checkpoint_due``) and not cancelled."""
@@ -78,6 +84,12 @@ class RunObserver(Protocol):
         """The step's metrics were recorded (metrics.jsonl, trackers); an evaluation during the run is
         on the same line (``eval/`` keys). The answer is agreed across ranks before it is acted on, and
         an ``epoch_stop`` before the step's checkpoint (which then resumes in the next epoch)."""
+
+    def step_evaluated(self, metrics: Mapping[str, Any]) -> StepAsk:
+        """The evaluation an observer asked after the step's callbacks (``StepAsk.evaluate``) ran:
+        ``metrics`` is the step's line with its ``eval/`` keys, rewritten so in metrics.jsonl and
+        sent to the trackers. The answer acts as ``step_end``'s (the step's checkpoint, where one
+        was due, is written already)."""
 
     def evaluated(self, phase: str, step: int, metrics: Mapping[str, Any]) -> None:
         """The evaluation ``phase`` "before" or "after" training (not on a step's line) at ``step``."""

@@ -2277,6 +2277,10 @@ class Trainer:
                     raise push_failed
                 if self.world_size > 1:  # a signal may reach the ranks on either side of a step
                     stop_agreed, asked = self._agree_after_step(asked)
+                if asked.evaluate:  # asked in the step's callbacks, after its line was recorded
+                    late = self._evaluate_asked(metrics)
+                    asked = attrs.evolve(asked, evaluate=False) | (late[1] if late else StepAsk())
+                    last_eval, cancelled_at = (late[0], -1) if late else (last_eval, cancelled_at)
                 if asked.epoch_stop:  # before any checkpoint below: a resume starts the next epoch too
                     self._end_epoch()
                 self._count_in_a_row()  # before any checkpoint below
@@ -2284,7 +2288,10 @@ class Trainer:
                     last_step = self.step >= c.train.steps or stopping()  # the evaluation after training follows
                     later = self._saved_now(self.save(prune=not (last_step and self._evaluates_after)))
                     if self.world_size == 1:  # under a launcher the next step's gather agrees on it
-                        asked = asked | later
+                        late = self._evaluate_asked(metrics) if later.evaluate else None
+                        if late is not None:  # asked after the checkpoint (transformers: on_epoch_end's)
+                            later, last_eval, cancelled_at = later | late[1], late[0], -1
+                        asked = asked | attrs.evolve(later, evaluate=False)
                         if later.epoch_stop:  # transformers reads it after on_save, in the same step
                             self._end_epoch()
         self._save_final(summary)
@@ -2357,6 +2364,51 @@ class Trainer:
                                     f"{exc}", alone=True) from None
         metrics.update(evaluated)
         return self.step, evaluated
+
+    def _evaluate_asked(self, metrics: dict[str, Any]) -> tuple[tuple[int, dict[str, Any]], StepAsk] | None:
+        """The evaluation an observer asked after the step was recorded (``StepAsk.evaluate``: an
+        ``eval_strategy`` "epoch" evaluation that transformers runs after ``on_save`` and
+        ``on_epoch_end``, which may cancel it): added to the step's line (``metrics``, its
+        metrics.jsonl line rewritten in place) and sent to the trackers at the step, as an
+        ``eval.every`` one is, then told to the observers (``step_evaluated``); ((step, its
+        metrics), what they ask), or None when a stop request abandoned it or nothing to evaluate.
+        Why not evaluated before the checkpoint: the evaluation a callback cancels there must
+        never run (no line, no tracker point). Its error keeps the step (checkpointed), then ends the run."""
+        if self.eval_dataset is None:
+            return None
+        try:
+            evaluated = self.evaluate()
+        except RewardCancelled as exc:  # the step is recorded: keep it, without its evaluation
+            log.warning("evaluation abandoned on the stop request", step=self.step, reward=str(exc))
+            return None
+        except (RewardError, EnvironmentFailed) as exc:  # the step is recorded: checkpoint it, then stop
+            self._save_last_good_state(agreed=True)
+            message = f"the evaluation after step {self.step} (on the held-out rows): {exc}"
+            if isinstance(exc, EnvironmentFailed):
+                raise EnvironmentFailed(message, alone=True) from None
+            raise RewardError(message) from exc
+        metrics.update(evaluated)  # the step's entry in ``history`` too
+        if self.rank == 0:
+            self._rewrite_step_line(metrics)
+            self.tracking.publish_at(evaluated, step=self.step)
+        answer = StepAsk()
+        for observer in self.observers:
+            answer = answer | observer.step_evaluated(metrics)
+        return (self.step, evaluated), answer
+
+    def _rewrite_step_line(self, metrics: dict[str, Any]) -> None:
+        """metrics.jsonl's line of this step replaced by ``metrics`` (an atomic rewrite), so that
+        ``polyrl report`` and a resume read the evaluation there, as on an ``eval.every`` step's."""
+        path = self.output_dir / metrics_file.FILE_NAME
+        try:
+            records = [record for _, record in strict_json.read_lines(path) if isinstance(record, dict)]
+            at = next(i for i in range(len(records) - 1, -1, -1)
+                      if records[i].get("step") == self.step and metrics_file.eval_phase(records[i]) is None)
+            records[at] = metrics
+            strict_json.rewrite_lines(path, (strict_json.dumps(r) for r in records))
+        except (OSError, StopIteration) as exc:
+            cause = exc if isinstance(exc, OSError) else "its line is missing"
+            raise self._write_failed(f"the evaluation of step {self.step} into metrics.jsonl", cause) from None
 
     def _log_step_line(self, metrics: dict[str, Any], clock: StepClock | None) -> None:
         """The step's log line (``logging.step_line``'s fields), with how far the run is and how

@@ -12,7 +12,7 @@ when it evaluated ``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_epoch_e
 that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step: before the
 events of an ``eval_strategy`` "epoch" evaluation, after those of an ``eval_steps`` one and after the
 ``on_save`` of a checkpoint asked before it: ``step_end``; an "epoch" evaluation of a step with such a
-checkpoint is told after both: ``_held_epoch_end``), ``on_save``
+checkpoint runs after both, only where ``should_evaluate`` is still set: ``_held_epoch_end``), ``on_save``
 after a checkpoint is written (the last step's under ``eval_strategy`` "steps" after the evaluation
 after training: ``_final_events``), and ``on_train_end``. Not called: ``on_substep_end``,
 ``on_pre_optimizer_step``/``on_optimizer_step`` (the optimizer steps inside polyrl's backend),
@@ -87,7 +87,7 @@ STATE_KEY = "trl"
 #: the ``TrainerState`` fields a resume restores, as transformers' ``TrainerState.load_from_json``
 _BEST = ("best_metric", "best_global_step", "best_model_checkpoint")
 #: the checkpoint's list of global steps whose evaluation TRL's ``log_history`` has no entry for
-#: (``untold_evaluations``, and the step's own held one): a resumed run's stays without them
+#: (a held evaluation not yet run when its checkpoint was written): a resumed run's stays without them
 UNTOLD_KEY = "untold_evaluations"
 
 #: the events polyrl calls, each a method every callback must have (``TrainerCallback`` defines them all)
@@ -147,13 +147,14 @@ class TrlCallbacks:
         #: the last step's evaluation is the one after training, its on_save and on_epoch_end wait for it
         #: (``_final_events``); ``_final_save``: a checkpoint of the step was written meanwhile
         self._final_eval_pending = self._final_save = False
-        #: the step's evaluation under eval_strategy "epoch" is told after its on_save and on_epoch_end
-        #: (``_holds_epoch_evaluation``): asked of the trainer (True), then its numbers (``step_end``)
+        #: the step's evaluation under eval_strategy "epoch" waits for its on_save and on_epoch_end
+        #: (``_holds_epoch_evaluation``): not run in ``step_trained`` (``_hold_eval``), then held
+        #: until on_epoch_end asks it of the trainer (``_held_eval``, ``_held_epoch_end``)
         self._hold_eval = False
-        self._held_eval: dict[str, Any] | None = None
-        #: the global_step of each held evaluation a callback cleared in ``on_epoch_end`` (``_held_epoch_end``):
-        #: it ran, but TRL's trainer would not have, so ``trainer.state.log_history`` leaves it out; a
-        #: resumed run's start with those its checkpoint kept (``checkpoint_state``, ``run_begin``)
+        self._held_eval = False
+        #: the global_step of each evaluation TRL's ``log_history`` has no entry for: a resumed run's
+        #: checkpoint was written before its held evaluation ran (``checkpoint_state``), as
+        #: transformers' trainer_state.json is, though the step's line holds it (``run_begin``)
         self.untold_evaluations: list[int] = []
         #: the last step's checkpoint was written unasked before the evaluation after training (``saved``)
         self._unasked_final = False
@@ -257,8 +258,7 @@ class TrlCallbacks:
         self._ended_first = self._epoch_end_after_save = None
         self._evaluates_after = trainer.eval_dataset is not None and bool(getattr(trainer, "evaluate_after", False))
         self._launcher = trainer.world_size > 1
-        self._final_eval_pending = self._final_save = self._hold_eval = False
-        self._held_eval = None
+        self._final_eval_pending = self._final_save = self._hold_eval = self._held_eval = False
         self.untold_evaluations = _kept_untold(getattr(trainer, "resumed_observer_state", {}))
         self._unasked_final = False
         self._said_no_evaluation = self._said_epoch_evaluation = False
@@ -314,8 +314,8 @@ class TrlCallbacks:
                 self._final_eval_pending = not self._launcher
                 return False
             self._hold_eval = not asked and self._holds_epoch_evaluation()
-            if self._hold_eval:  # evaluated now, told after on_save and on_epoch_end (``_held_epoch_end``)
-                return True
+            if self._hold_eval:  # not now: asked after on_save and on_epoch_end, if still set (``_held_epoch_end``)
+                return CANCEL_EVALUATION
             if not asked and self._ends_epoch_unevaluated():
                 asked = self._epoch_end_first(metrics)
         finally:
@@ -346,8 +346,8 @@ class TrlCallbacks:
         if first is None:
             self._log(with_trl_names(metrics, self._names))
         evaluated = trl_eval_names(metrics, self._names)
-        if self._hold_eval:  # told after on_epoch_end (``_held_epoch_end``)
-            self._hold_eval, self._held_eval, evaluated = False, evaluated, {}
+        if self._hold_eval:  # asked after on_epoch_end (``_held_epoch_end``), unless another observer asked it
+            self._hold_eval, self._held_eval = False, not evaluated
         if evaluated:
             self._evaluation(evaluated)
             new_best = self._track_best(evaluated)
@@ -389,8 +389,8 @@ class TrlCallbacks:
         """Whether the step just trained ends its epoch under ``eval_strategy`` "epoch" with a
         checkpoint asked in ``on_step_end`` (a ``save_steps`` one, the last step's under "steps", a
         callback's): transformers saves it before ``on_epoch_end``, whose ``DefaultFlowCallback``
-        asks the evaluation after it. polyrl's trainer evaluates a step before its checkpoint, so the
-        step is evaluated now and its ``on_log`` and ``on_evaluate`` wait for ``on_epoch_end``
+        asks the evaluation after it. So the step is not evaluated now: ``on_epoch_end`` asks the
+        trainer for it after the checkpoint, where ``should_evaluate`` is still set
         (``_held_epoch_end``). Not under a launcher, nor ``save_strategy`` "best" (its save follows
         the evaluation)."""
         return (not self._launcher and self.deferred is None and self._can_evaluate
@@ -399,20 +399,28 @@ class TrlCallbacks:
 
     def _held_epoch_end(self) -> StepAsk:
         """``on_epoch_end`` of a step whose evaluation was held (``_holds_epoch_evaluation``), the
-        evaluation's ``should_evaluate`` set first (``DefaultFlowCallback``), then, where it is still
-        set, the evaluation's ``on_log`` and ``on_evaluate``, as transformers'
-        ``_maybe_log_save_evaluate`` after ``on_epoch_end``. Cleared there, the callbacks are not
-        told of it (its numbers stay on the step's line, computed before)."""
-        held, self._held_eval = self._held_eval, None
+        evaluation's ``should_evaluate`` set first (``DefaultFlowCallback``); still set after it,
+        the trainer is asked to evaluate the step now (``StepAsk.evaluate``; its ``on_log`` and
+        ``on_evaluate``: ``step_evaluated``), as transformers' ``_maybe_log_save_evaluate`` after
+        ``on_epoch_end``. Cleared there, no evaluation runs: none in metrics.jsonl, the trackers
+        or ``log_history``."""
+        self._held_eval = False
         asked = self._epoch_end(evaluated=None)
-        if held and self.deferred is None and self.control.should_evaluate:
-            self._evaluation(held)
-            self._track_best(held)
-            asked = asked | self._asked()
-        elif held:
-            self.untold_evaluations.append(self.state.global_step)
+        wanted = self.deferred is None and bool(self.control.should_evaluate)
         self.control.should_evaluate = False
-        return asked
+        return asked | StepAsk(evaluate=wanted)
+
+    def step_evaluated(self, metrics: Mapping[str, Any]) -> StepAsk:
+        """The evaluation ``_held_epoch_end`` asked, on the step's line (``metrics``): ``on_log``
+        and ``on_evaluate`` (``eval_`` names), the best tracked, as transformers after
+        ``on_epoch_end``; what the control asks then (EarlyStoppingCallback's stop)."""
+        from polyrl.step_metrics import trl_eval_names
+
+        evaluated = trl_eval_names(metrics, self._names)
+        if evaluated and self.deferred is None:
+            self._evaluation(evaluated)
+            self._track_best(evaluated)
+        return self._asked()
 
     def _final_flow(self) -> bool:
         """Whether ``DefaultFlowCallback.on_step_end`` sets ``should_evaluate`` at the run's last
@@ -481,7 +489,7 @@ class TrlCallbacks:
         reads the flag; a held evaluation is told after it (``_held_epoch_end``). Why here and
         not in ``step_trained``: a callback summing its ``on_log`` calls per epoch (TRL's usual
         ``on_epoch_end``) has the epoch's last step then."""
-        if self._held_eval is not None:
+        if self._held_eval:
             return self._held_epoch_end()
         self._epoch_open = False
         if self.deferred is not None:
@@ -553,10 +561,10 @@ class TrlCallbacks:
         self._note_best_checkpoint()
         kept = {name: getattr(self.state, name, None) for name in _BEST}
         kept["best_metric"] = _json_number(kept["best_metric"])
-        # a held evaluation (``_holds_epoch_evaluation``) is not yet told: transformers writes this
+        # a held evaluation (``_holds_epoch_evaluation``) has not run yet: transformers writes this
         # checkpoint before on_epoch_end asks it, so its trainer_state.json, and a run resumed from
-        # it, has no such entry, told or not
-        untold = [*self.untold_evaluations, *([self.state.global_step] if self._held_eval is not None else [])]
+        # it, has no such entry, though the step's line in metrics.jsonl holds it once run
+        untold = [*self.untold_evaluations, *([self.state.global_step] if self._held_eval else [])]
         return {STATE_KEY: kept | {"stateful_callbacks": self.state.stateful_callbacks,
                                    UNTOLD_KEY: sorted(set(untold))}}
 
