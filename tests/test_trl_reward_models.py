@@ -340,3 +340,111 @@ def test_a_reward_model_under_trls_bf16_computes_in_bfloat16_as_trls(tiny_model_
     float32 = trl_scores(rm_path, theirs.reward_processing_classes[0], texts)
     assert np.abs(bf16 - float32).max() > 1e-4  # the two precisions score apart
     np.testing.assert_allclose(logged, bf16, atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def bf16_rm_path(rm_path, tmp_path_factory) -> str:
+    """The tiny reward model saved in bfloat16 (config.json records ``"dtype": "bfloat16"``)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-rm-bf16"
+    AutoModelForSequenceClassification.from_pretrained(rm_path, dtype=torch.bfloat16).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(rm_path).save_pretrained(folder)
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    return str(folder)
+
+
+def _polyrl_reward_dtypes(trainer, monkeypatch) -> list:
+    """The dtype polyrl's ``reward_model`` loads each reward model of ``trainer``'s run in: the run's
+    RunConfig (built as train() builds it, nothing trained), each section's options loaded as the
+    reward loads them."""
+    from polyrl_torch.reward_model import DEFAULTS, load_reward_model
+    from trl_util import captured_trainer_config
+
+    built = captured_trainer_config(monkeypatch)
+    trainer._polyrl_trainer(trainer.policy, trainer.grpo_config, None)
+    sections = [s for s in built["config"].rewards if s.name == "reward_model"]
+    return [load_reward_model(s.options["path"], "cpu", s.options.get("dtype", DEFAULTS["dtype"]))[0].dtype
+            for s in sections]
+
+
+@pytest.mark.parametrize("saved, kwargs", [
+    ("bfloat16", None),  # TRL: from_pretrained's dtype "auto", the one config.json records
+    ("bfloat16", {"dtype": "float32"}),
+    ("float32", {"dtype": "bfloat16"}),
+    ("bfloat16", {"dtype": "auto"}),
+    ("float32", {"dtype": "auto"}),
+])
+def test_a_reward_model_folder_loads_in_trls_dtype(tiny_model_dir, rm_path, bf16_rm_path, saved, kwargs, tmp_path,
+                                                   monkeypatch):
+    """TRL 1.16 passes model_init_kwargs to its reward models' from_pretrained as they are (no
+    float32 default there): polyrl's reward_model loads the folder in the dtype TRL's own trainer
+    loaded it in, for the same GRPOConfig; it loaded float32 whatever the config said."""
+    folder = bf16_rm_path if saved == "bfloat16" else rm_path
+    extra = {} if kwargs is None else {"model_init_kwargs": dict(kwargs)}
+    theirs = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[folder], args=_args(tmp_path / "trl", **extra),
+                             train_dataset=_dataset())
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[folder], args=_args(tmp_path / "polyrl", **extra),
+                          train_dataset=_dataset())
+    assert _polyrl_reward_dtypes(trainer, monkeypatch) == [theirs.reward_funcs[0].dtype]
+
+
+def test_a_reward_model_object_loads_in_its_own_dtype_as_trl_scores_it(tiny_model_dir, bf16_rm_path, tmp_path,
+                                                                        monkeypatch):
+    """A model object in reward_funcs is scored by TRL as given (model_init_kwargs are for the
+    folders it loads): polyrl loads its saved folder in the object's dtype."""
+    from transformers import AutoModelForSequenceClassification
+
+    rm_object = AutoModelForSequenceClassification.from_pretrained(bf16_rm_path)
+    args = _args(tmp_path / "trl", model_init_kwargs={"dtype": "float32"})
+    theirs = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_object], args=args, train_dataset=_dataset())
+    assert theirs.reward_funcs[0].dtype == torch.bfloat16
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_object], train_dataset=_dataset(),
+                          args=_args(tmp_path / "polyrl", model_init_kwargs={"dtype": "float32"}))
+    assert _polyrl_reward_dtypes(trainer, monkeypatch) == [torch.bfloat16]
+
+
+def test_a_bfloat16_reward_model_scores_as_trls(tiny_model_dir, bf16_rm_path, tmp_path):
+    """End to end: a bfloat16 reward-model folder (no model_init_kwargs) scores the run's
+    completions as TRL's own trainer's reward model scores them, not as its float32 upcast does."""
+    theirs = trl.GRPOTrainer(model=tiny_model_dir, reward_funcs=[bf16_rm_path], args=_args(tmp_path / "trl"),
+                             train_dataset=_dataset())
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[bf16_rm_path], args=_args(tmp_path / "polyrl"),
+                          train_dataset=_dataset())
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "polyrl" / "run" / "completions.jsonl").read_text().splitlines()]
+    texts = [r["prompt"] + r["completion"] for r in records]
+    logged = np.array([r["rewards"]["reward_model"] for r in records])
+    trls = _trl_prepared_scores(theirs.reward_funcs[0], theirs.reward_processing_classes[0], texts)
+    upcast = _trl_prepared_scores(theirs.reward_funcs[0].float(),  # (in place: after the bfloat16 scores)
+                                  theirs.reward_processing_classes[0], texts)
+    assert np.abs(trls - upcast).max() > 1e-4  # the two precisions score apart (atol 1e-5 below)
+    np.testing.assert_allclose(logged, trls, atol=1e-5, rtol=0)
+
+
+def test_model_init_kwargs_dtype_no_reward_model_loads_in_is_one_clear_error(tiny_model_dir, rm_path, tmp_path):
+    """A dtype polyrl's reward_model cannot load in (the policy, an object, ignores model_init_kwargs
+    as TRL does) is one ConfigError naming model_init_kwargs, before anything is saved."""
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with pytest.raises(ConfigError, match=r"model_init_kwargs\['dtype'\] = 'int8' is no dtype") as err:
+        GRPOTrainer(model=policy, reward_funcs=[rm_path], train_dataset=_dataset(),
+                    args=_args(tmp_path, model_init_kwargs={"dtype": "int8"}))
+    assert err.value.field == "args.model_init_kwargs" and not (tmp_path / "run").exists()
+
+
+def test_polyrls_own_config_keeps_the_reward_models_float32_default_and_a_trl_config_reads_auto(bf16_rm_path,
+                                                                                                  tmp_path):
+    """polyrl's own path (its GRPOConfig, a TOML config) is unchanged: no dtype option, the
+    reward_model's float32 default. api.run with a trl.GRPOConfig (from_trl refuses
+    model_init_kwargs) loads the folder as TRL does without them: "auto", its recorded bfloat16."""
+    from polyrl import api
+    from polyrl_torch.reward_model import load_reward_model
+
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=["q"], rewards=[bf16_rm_path])
+    assert "dtype" not in config.rewards[0].options
+    config, _ = api.run_config(api.grpo, policy=api.Agent("m"), prompts=["q"], rewards=[bf16_rm_path],
+                               grpo_config=_args(tmp_path))
+    assert config.rewards[0].options["dtype"] == "auto"
+    assert load_reward_model(bf16_rm_path, "cpu", "auto")[0].dtype == torch.bfloat16

@@ -435,7 +435,8 @@ def is_reward_model_folder(reward: Any) -> bool:
 
 
 def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
-                   tokenizers: Sequence[str | None] | None = None) -> tuple[list[RewardSection], list[Any]]:
+                   tokenizers: Sequence[str | None] | None = None,
+                   dtypes: Sequence[str | None] | None = None) -> tuple[list[RewardSection], list[Any]]:
     """The ``[[rewards]]`` entries and function plugins for ``rewards``, read as TRL reads
     ``reward_funcs``: one reward or a list; a function is named as TRL names it (a partial after
     the function it wraps, a callable object after its class; a repeated name gets ``_2``, ``_3``,
@@ -445,7 +446,9 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
     object or a Hub id is one error saying how to pass it; ``weights`` is TRL's ``reward_weights``.
     ``tokenizers``, aligned with ``rewards``: the folder holding the tokenizer each reward model
     scores with (its ``tokenizer`` option: TRL's ``reward_processing_classes``, which
-    ``polyrl.trl`` saves); None, or an entry for another reward, leaves the model folder's own."""
+    ``polyrl.trl`` saves); None, or an entry for another reward, leaves the model folder's own.
+    ``dtypes``, aligned the same way: the ``dtype`` option each reward model loads in (TRL's,
+    from ``polyrl.trl``); None leaves the reward_model's default."""
     from polyrl.rewards.functions import function_reward_plugin
 
     if isinstance(rewards, (str, bytes)) or callable(rewards):
@@ -481,6 +484,9 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
             tokenizer = tokenizers[i] if tokenizers is not None and i < len(tokenizers) else None
             if tokenizer is not None:
                 options["tokenizer"] = tokenizer
+            dtype = dtypes[i] if dtypes is not None and i < len(dtypes) else None
+            if dtype is not None:
+                options["dtype"] = dtype
             sections.append(RewardSection(name="reward_model", weight=weight, options=options,
                                           label=unused("reward_model")))
         elif isinstance(reward, str) and "/" in reward:
@@ -635,9 +641,11 @@ def run_config(
     eval_count: int = 0,
     eval_prompts: Sequence[Any] | None = None,
     reward_tokenizers: Sequence[str | None] | None = None,
+    reward_dtypes: Sequence[str | None] | None = None,
 ) -> tuple[RunConfig, list[Any]]:
     """``run``'s ``RunConfig`` and reward function plugins, built without running
-    (``reward_tokenizers``: ``reward_entries``' ``tokenizers``, from ``polyrl.trl``). An error on a
+    (``reward_tokenizers``, ``reward_dtypes``: ``reward_entries``' ``tokenizers`` and ``dtypes``,
+    from ``polyrl.trl``). An error on a
     polyrl key one ``trl.GRPOConfig`` field set names that field (``grpo_config.max_completion_length``,
     not ``generation.max_new_tokens``: the script never wrote polyrl's key), as ``polyrl.trl`` does."""
     if _is_trl_config(grpo_config):
@@ -645,7 +653,8 @@ def run_config(
     try:
         return _run_config(algorithm, policy=policy, prompts=prompts, rewards=rewards, ref_policy=ref_policy,
                            generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
-                           eval_prompts=eval_prompts, reward_tokenizers=reward_tokenizers)
+                           eval_prompts=eval_prompts, reward_tokenizers=reward_tokenizers,
+                           reward_dtypes=reward_dtypes)
     except ConfigError as exc:
         explain_no_room(exc, grpo_config, policy)  # MAX, MLX: a fix a TRL script can apply
         key = exc.field
@@ -673,6 +682,7 @@ def _run_config(
     eval_count: int,
     eval_prompts: Sequence[Any] | None,
     reward_tokenizers: Sequence[str | None] | None,
+    reward_dtypes: Sequence[str | None] | None = None,
 ) -> tuple[RunConfig, list[Any]]:
     """``run_config``'s work (a ``trl.GRPOConfig`` already converted), its errors named by polyrl's keys."""
     gen = generation_config or GenerationConfig()
@@ -707,7 +717,10 @@ def _run_config(
     overrides.update({k.partition(".")[2]: settings.pop(k) for k in list(settings) if k.startswith("algorithm.")})
     if cfg._from_trl and algorithm != (trl_preset or grpo):
         _refuse_preset_over_trl(algorithm, overrides)
-    reward_sections, plugins = reward_entries(rewards, cfg.reward_weights, reward_tokenizers)
+    reward_sections, plugins = reward_entries(rewards, cfg.reward_weights, reward_tokenizers, reward_dtypes)
+    if cfg._from_trl:  # TRL loads a reward-model folder with from_pretrained's dtype "auto" by default
+        reward_sections = [attrs.evolve(s, options={"dtype": "auto", **s.options})
+                           if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]
     if cfg.chat_template_kwargs:  # TRL renders its reward models' chat templates with them too
         reward_sections = [attrs.evolve(s, options={**s.options, "chat_template_kwargs": dict(cfg.chat_template_kwargs)})
                            if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]

@@ -262,6 +262,8 @@ class GRPOTrainer:
                               fix=f"pass one split, e.g. train_dataset=dataset[{splits[0]!r}] (as TRL takes it)")
         self.args = args if args is not None else _default_args(model)
         dtype, trl_args = _model_dtype(model, self.args)
+        reward_dtypes: list[str | None] = [None] * len(user_rewards) if isinstance(self.args, api.GRPOConfig) else \
+            trl_reward_models.reward_model_dtypes(user_rewards, getattr(self.args, "model_init_kwargs", None))
         agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
@@ -319,6 +321,10 @@ class GRPOTrainer:
         self._reward_entries = [*entries, *env_rewards]
         #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
         self._reward_tokenizers = [*tokenizer_folders, *[None] * len(env_rewards)]
+        #: the dtype each reward model loads in, as TRL's (``trl_reward_models.reward_model_dtypes``:
+        #: model_init_kwargs reach TRL's reward models too); None: the reward_model's own default,
+        #: as under polyrl's own GRPOConfig, which has no model_init_kwargs
+        self._reward_dtypes: list[str | None] = [*reward_dtypes, *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
         #: what this trainer saved in output_dir before its run (save_metrics/save_state before
         #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
@@ -572,7 +578,7 @@ class GRPOTrainer:
                                                               if k not in asked})
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
                                          rewards=self._reward_entries, grpo_config=grpo_config, eval_prompts=eval_prompts,
-                                         reward_tokenizers=self._reward_tokenizers)
+                                         reward_tokenizers=self._reward_tokenizers, reward_dtypes=self._reward_dtypes)
         if self.environment is not None:
             config = attrs.evolve(config, environment=self.environment)
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
@@ -1168,7 +1174,8 @@ def _model_dtype(model: Any, args: Any) -> tuple[str, Any]:
         if getattr(args, "model_init_kwargs", None) is not None:
             from polyrl.logs import get_logger
 
-            get_logger("polyrl.trl").warning("model_init_kwargs is ignored: the model is already built (as TRL does)")
+            get_logger("polyrl.trl").warning("model_init_kwargs is ignored for the model: it is already built (as "
+                                             "TRL does; a reward-model folder in reward_funcs still loads in its dtype)")
     if dtype not in _DTYPES:
         raise ConfigError(f"{where} is {dtype!r}; polyrl trains in {', '.join(_DTYPES)}",
                           field="grpo_config.model_init_kwargs" if where == "model_init_kwargs" else "model",

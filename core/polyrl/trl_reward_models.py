@@ -9,7 +9,8 @@ folders (in the trainer's process or another), so what the script holds is saved
 a tokenizer given for a reward-model folder under ``output_dir/reward_tokenizers/`` (that folder is
 the reward's ``tokenizer`` option), and a ``*ForSequenceClassification`` model object with its
 tokenizer under ``output_dir/reward_models/``, as a model object given as the policy is saved to
-``output_dir/initial_model``. The model then scores text tokenized by the script's tokenizer, its
+``output_dir/initial_model``. A reward model loads in the dtype TRL's would have
+(``reward_model_dtypes``): a folder's from ``model_init_kwargs``, an object's its own. The model then scores text tokenized by the script's tokenizer, its
 pad token (the eos without one) the model's ``pad_token_id``, as TRL sets them. Why save rather
 than pass the objects: a reward's options are plain values a checkpoint records and a worker reads.
 """
@@ -86,6 +87,47 @@ def reward_tokenizers(value: Any, rewards: Sequence[Any]) -> list[Any]:
                                   "the tokenizer saved in its folder")
         aligned.append(tokenizer)
     return aligned
+
+
+#: the dtypes ``reward_model_dtypes`` hands polyrl's ``reward_model`` (its ``dtype`` option)
+REWARD_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _folder_dtype(model_init_kwargs: Any) -> str:
+    """The dtype TRL 1.16 loads a reward-model folder in: it passes ``args.model_init_kwargs`` as
+    they are to ``AutoModelForSequenceClassification.from_pretrained`` (no float32 default there,
+    unlike the policy's ``create_model_from_path``), and transformers 5 reads ``dtype``, else the
+    deprecated ``torch_dtype``, else ``"auto"``: the dtype config.json records (else the weights')."""
+    kwargs = model_init_kwargs if isinstance(model_init_kwargs, dict) else {}
+    for key in ("dtype", "torch_dtype"):
+        if kwargs.get(key) is not None:
+            name = str(kwargs[key]).removeprefix("torch.")
+            if name not in REWARD_DTYPES:
+                raise ConfigError(f"model_init_kwargs[{key!r}] = {kwargs[key]!r} is no dtype polyrl loads a reward "
+                                  "model in (TRL passes model_init_kwargs to its reward models too)",
+                                  field="grpo_config.model_init_kwargs",
+                                  fix=f"set dtype to one of {', '.join(map(repr, REWARD_DTYPES))}")
+            return name
+    return "auto"
+
+
+def reward_model_dtypes(rewards: Sequence[Any], model_init_kwargs: Any) -> list[str | None]:
+    """The ``reward_model`` dtype of each of ``rewards`` (the script's ``reward_funcs``), as TRL
+    loads it: a folder in ``model_init_kwargs``' dtype (``_folder_dtype``; ``"auto"`` without
+    one), a model object in its own dtype (TRL scores the object as given), None for a function.
+    Why: polyrl's ``reward_model`` loads float32 by default, so a bfloat16 reward model (or
+    ``model_init_kwargs={"dtype": "bfloat16"}``) scored other numbers than under TRL."""
+    from polyrl.api import is_reward_model_folder
+
+    dtypes: list[str | None] = []
+    for reward in rewards:
+        if is_model_object(reward):
+            dtypes.append(str(getattr(reward, "dtype", "float32")).removeprefix("torch."))
+        elif is_reward_model_folder(reward):
+            dtypes.append(_folder_dtype(model_init_kwargs))
+        else:
+            dtypes.append(None)
+    return dtypes
 
 
 #: The lock file of a folder of saves (``MODELS``, ``TOKENIZERS``): each save holds it shared while
@@ -217,4 +259,5 @@ def saved_reward_models(rewards: Sequence[Any], tokenizers: Sequence[Any],
     return entries, folders
 
 
-__all__ = ["MODELS", "TOKENIZERS", "is_model_object", "remove_stale_staging", "reward_tokenizers", "saved_reward_models"]
+__all__ = ["MODELS", "REWARD_DTYPES", "TOKENIZERS", "is_model_object", "remove_stale_staging", "reward_model_dtypes",
+           "reward_tokenizers", "saved_reward_models"]

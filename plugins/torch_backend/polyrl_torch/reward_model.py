@@ -25,7 +25,10 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
                    TRL route, which passes ``GRPOConfig.chat_template_kwargs`` as TRL does
 ``label``          which logit is the score (default: 0 when the model has one label; required otherwise)
 ``device``         "auto" (default: CUDA when torch sees a GPU, else the CPU), "cpu", "cuda", "mps"...
-``dtype``          "float32" (default), "bfloat16", "float16"
+``dtype``          "float32" (default), "bfloat16", "float16", or "auto": the dtype the folder's
+                   config.json records (else its weights'), transformers' ``dtype="auto"``; the TRL
+                   route sets the one TRL's ``GRPOTrainer`` loads the model in (``model_init_kwargs``'
+                   dtype, "auto" without one; a model object's own)
 ``compute_dtype``  "bfloat16" or "float16": the forward runs under torch autocast to it over the
                    ``dtype`` weights (default none: in ``dtype``); the TRL route sets it to the policy's
                    compute dtype, as TRL's ``bf16`` makes accelerate autocast its reward models too
@@ -116,9 +119,10 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32",
                 resolved = get_plugin_manager().hook.polyrl_resolve_model(name=path) or path
             except Exception:  # noqa: BLE001 - reported as "cannot load" below
                 resolved = path
-        torch_dtype = getattr(torch, dtype, None)
-        if not isinstance(torch_dtype, torch.dtype):
-            raise RewardError(f"{NAME}: unknown dtype {dtype!r}. Fix: float32, bfloat16 or float16")
+        torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype, None)
+        if torch_dtype != "auto" and not isinstance(torch_dtype, torch.dtype):
+            raise RewardError(f"{NAME}: unknown dtype {dtype!r}. Fix: float32, bfloat16, float16 or \"auto\" "
+                              "(the dtype the folder's config.json records)")
         target = torch_device(device)  # before loading: a bad device fails fast
         try:
             refuse_outside_links(resolved, field="options.path")
