@@ -16,6 +16,8 @@ from polyrl import __version__
 from polyrl.errors import PolyrlError, StoppedAtOnce
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from polyrl.config import RunConfig
 
 #: What the backends table's "can do" column lists (every ability is in ``--json``).
@@ -323,7 +325,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from polyrl import checkpoint, run_lock
     from polyrl.errors import ConfigError
-    from polyrl.trainer import Trainer
 
     config = train_config(args)
     if args.resume:  # a mistyped path is one line before any model loads
@@ -338,6 +339,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         # torchrun kill the others before they said why; `polyrl launch` checks before any rank starts)
         run_lock.check_free(where)
     existed = where.is_dir()  # before the run takes its lock there
+    try:
+        summary, trainer = _train(config, args, resuming, where, existed)
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handler is in place (a model load)
+        sys.stderr.write(_interrupted_line(args, where) + "\n")
+        return 130
+    summary.pop("history", None)
+    if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
+        return 0
+    from polyrl import strict_json
+
+    print(strict_json.dumps(summary, indent=2, default=str))
+    if summary.get("stopped_early") and "checkpoint" not in summary:  # during the evaluation before training
+        print(f"stopped on request before the first step; nothing was trained or saved. Start again with: "
+              f"{resume_command(args, resume=resuming)}", file=sys.stderr)
+    elif summary.get("stopped_early"):
+        print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
+              f"Continue with: {resume_command(args)}", file=sys.stderr)
+    return 0
+
+
+def _train(config: RunConfig, args: argparse.Namespace, resuming: bool, where: Path,
+           existed: bool) -> tuple[dict[str, Any], Any]:
+    """Build the trainer, resume it when asked, and run it: (its summary, the trainer)."""
+    from polyrl.trainer import Trainer
+
     # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
     # (trackio's banner) or a reward prints during the run goes to stderr
     with contextlib.redirect_stdout(sys.stderr):
@@ -357,19 +383,22 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise
         except StoppedAtOnce as exc:
             _leave_at_once(trainer, args, exc)
-    summary.pop("history", None)
-    if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
-        return 0
-    from polyrl import strict_json
+    return summary, trainer
 
-    print(strict_json.dumps(summary, indent=2, default=str))
-    if summary.get("stopped_early") and "checkpoint" not in summary:  # during the evaluation before training
-        print(f"stopped on request before the first step; nothing was trained or saved. Start again with: "
-              f"{resume_command(args, resume=resuming)}", file=sys.stderr)
-    elif summary.get("stopped_early"):
-        print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
-              f"Continue with: {resume_command(args)}", file=sys.stderr)
-    return 0
+
+def _interrupted_line(args: argparse.Namespace, where: Path) -> str:
+    """The line for a Ctrl-C the run's own handler did not see (it came while the models loaded):
+    where the run goes on from. Why: "continues from its last checkpoint with --resume" was said
+    of a run that had saved none, whose --resume then started it again from the first step."""
+    from polyrl.checkpoint import latest_checkpoint
+
+    try:
+        newest = latest_checkpoint(where / "checkpoints")
+    except OSError:
+        newest = None
+    if newest is not None:
+        return f"interrupted (Ctrl-C); the run continues from checkpoint {newest} with: {resume_command(args)}"
+    return f"interrupted (Ctrl-C) before the run saved anything; start it again with: {resume_command(args, resume=False)}"
 
 
 def _leave_at_once(trainer: Any, args: argparse.Namespace, stop: StoppedAtOnce) -> NoReturn:
@@ -844,9 +873,10 @@ def _one_wandb_teardown() -> None:
 
 
 def _main(argv: list[str] | None) -> int:
-    from polyrl import logs
-
     try:
+        # inside the try: Ctrl-C while these imports run (the first half second) was a traceback
+        from polyrl import logs
+
         logs.configure()  # first: a bad POLYRL_LOG_* is the one error line, before an import logs with it
         args = build_parser().parse_args(argv)
         if args.log_json:
@@ -866,8 +896,9 @@ def _main(argv: list[str] | None) -> int:
         sys.stderr.write(f"error: {line}\n" + (f"{note}\n" if note else ""))
         sys.stderr.flush()
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before a command's own handler is in place (imports, a model load)
-        sys.stderr.write("interrupted (Ctrl-C); a training run continues from its last checkpoint with --resume\n")
+    except KeyboardInterrupt:  # Ctrl-C before a command's own handler is in place (imports, a model load);
+        # `polyrl train` says where its run goes on from itself (cmd_train)
+        sys.stderr.write("interrupted (Ctrl-C)\n")
         return 130
 
 
