@@ -25,6 +25,12 @@ BACKEND_ABILITIES = ("generate", "logprobs", "train_step", "lora", "weight_impor
                      "token_prompts", "loss_mask", "data_parallel")
 
 
+#: What ``polyrl convert`` says when no backend took the conversion: the formats polyrl's own
+#: backends write, from what, and the extra each needs (a third-party plugin may add others).
+CONVERT_FIX = ("--to mlx converts a HF or MLX folder (pip install polyrl[mlx]); --to hf converts a .gguf file "
+               "(pip install polyrl[torch]) or an MLX folder (pip install polyrl[mlx]); formats are lowercase")
+
+
 #: ``polyrl report RUN_A RUN_B``'s chart unless --output says (in the current folder: it is no one run's)
 COMPARE_PNG = "compare.png"
 
@@ -551,8 +557,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     converted = reg.pm.hook.polyrl_convert_model(
         src=reg.resolve_model(args.src, field="src"), dst=args.dst, to=args.to, quantize_bits=args.quantize_bits
     ) if hasattr(reg.pm.hook, "polyrl_convert_model") else None
-    if not converted:
-        raise PolyrlError(f"no installed backend converts to {args.to!r}. Fix: pip install polyrl[{args.to}]")
+    if not converted:  # "Fix: pip install polyrl[HF]" named an extra that does not exist
+        from polyrl.errors import ConfigError
+
+        raise ConfigError(f"no installed backend converts {args.src!r} to {args.to!r}", field="--to",
+                          fix=CONVERT_FIX)
     print(converted)
     return 0
 
