@@ -16,11 +16,19 @@ from polyrl import __version__
 from polyrl.errors import PolyrlError, StoppedAtOnce
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from polyrl.config import RunConfig
 
 #: What the backends table's "can do" column lists (every ability is in ``--json``).
 BACKEND_ABILITIES = ("generate", "logprobs", "train_step", "lora", "weight_import", "weight_export", "checkpoint",
                      "token_prompts", "loss_mask", "data_parallel")
+
+
+#: What ``polyrl convert`` says when no backend took the conversion: the formats polyrl's own
+#: backends write, from what, and the extra each needs (a third-party plugin may add others).
+CONVERT_FIX = ("--to mlx converts a HF or MLX folder (pip install polyrl[mlx]); --to hf converts a .gguf file "
+               "(pip install polyrl[torch]) or an MLX folder (pip install polyrl[mlx]); formats are lowercase")
 
 
 #: ``polyrl report RUN_A RUN_B``'s chart unless --output says (in the current folder: it is no one run's)
@@ -323,7 +331,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from polyrl import checkpoint, run_lock
     from polyrl.errors import ConfigError
-    from polyrl.trainer import Trainer
 
     config = train_config(args)
     if args.resume:  # a mistyped path is one line before any model loads
@@ -338,6 +345,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         # torchrun kill the others before they said why; `polyrl launch` checks before any rank starts)
         run_lock.check_free(where)
     existed = where.is_dir()  # before the run takes its lock there
+    try:
+        summary, trainer = _train(config, args, resuming, where, existed)
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handler is in place (a model load)
+        sys.stderr.write(_interrupted_line(args, where) + "\n")
+        return 130
+    summary.pop("history", None)
+    if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
+        return 0
+    from polyrl import strict_json
+
+    print(strict_json.dumps(summary, indent=2, default=str))
+    if summary.get("stopped_early") and "checkpoint" not in summary:  # during the evaluation before training
+        print(f"stopped on request before the first step; nothing was trained or saved. Start again with: "
+              f"{resume_command(args, resume=resuming)}", file=sys.stderr)
+    elif summary.get("stopped_early"):
+        print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
+              f"Continue with: {resume_command(args)}", file=sys.stderr)
+    return 0
+
+
+def _train(config: RunConfig, args: argparse.Namespace, resuming: bool, where: Path,
+           existed: bool) -> tuple[dict[str, Any], Any]:
+    """Build the trainer, resume it when asked, and run it: (its summary, the trainer)."""
+    from polyrl.trainer import Trainer
+
     # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
     # (trackio's banner) or a reward prints during the run goes to stderr
     with contextlib.redirect_stdout(sys.stderr):
@@ -357,19 +389,22 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise
         except StoppedAtOnce as exc:
             _leave_at_once(trainer, args, exc)
-    summary.pop("history", None)
-    if trainer.rank != 0:  # under a launcher every rank returns the same summary: print it once
-        return 0
-    from polyrl import strict_json
+    return summary, trainer
 
-    print(strict_json.dumps(summary, indent=2, default=str))
-    if summary.get("stopped_early") and "checkpoint" not in summary:  # during the evaluation before training
-        print(f"stopped on request before the first step; nothing was trained or saved. Start again with: "
-              f"{resume_command(args, resume=resuming)}", file=sys.stderr)
-    elif summary.get("stopped_early"):
-        print(f"stopped on request after step {summary['steps']}; checkpoint {summary['checkpoint']}. "
-              f"Continue with: {resume_command(args)}", file=sys.stderr)
-    return 0
+
+def _interrupted_line(args: argparse.Namespace, where: Path) -> str:
+    """The line for a Ctrl-C the run's own handler did not see (it came while the models loaded):
+    where the run goes on from. Why: "continues from its last checkpoint with --resume" was said
+    of a run that had saved none, whose --resume then started it again from the first step."""
+    from polyrl.checkpoint import latest_checkpoint
+
+    try:
+        newest = latest_checkpoint(where / "checkpoints")
+    except OSError:
+        newest = None
+    if newest is not None:
+        return f"interrupted (Ctrl-C); the run continues from checkpoint {newest} with: {resume_command(args)}"
+    return f"interrupted (Ctrl-C) before the run saved anything; start it again with: {resume_command(args, resume=False)}"
 
 
 def _leave_at_once(trainer: Any, args: argparse.Namespace, stop: StoppedAtOnce) -> NoReturn:
@@ -522,8 +557,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     converted = reg.pm.hook.polyrl_convert_model(
         src=reg.resolve_model(args.src, field="src"), dst=args.dst, to=args.to, quantize_bits=args.quantize_bits
     ) if hasattr(reg.pm.hook, "polyrl_convert_model") else None
-    if not converted:
-        raise PolyrlError(f"no installed backend converts to {args.to!r}. Fix: pip install polyrl[{args.to}]")
+    if not converted:  # "Fix: pip install polyrl[HF]" named an extra that does not exist
+        from polyrl.errors import ConfigError
+
+        raise ConfigError(f"no installed backend converts {args.src!r} to {args.to!r}", field="--to",
+                          fix=CONVERT_FIX)
     print(converted)
     return 0
 
@@ -844,9 +882,10 @@ def _one_wandb_teardown() -> None:
 
 
 def _main(argv: list[str] | None) -> int:
-    from polyrl import logs
-
     try:
+        # inside the try: Ctrl-C while these imports run (the first half second) was a traceback
+        from polyrl import logs
+
         logs.configure()  # first: a bad POLYRL_LOG_* is the one error line, before an import logs with it
         args = build_parser().parse_args(argv)
         if args.log_json:
@@ -866,8 +905,9 @@ def _main(argv: list[str] | None) -> int:
         sys.stderr.write(f"error: {line}\n" + (f"{note}\n" if note else ""))
         sys.stderr.flush()
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before a command's own handler is in place (imports, a model load)
-        sys.stderr.write("interrupted (Ctrl-C); a training run continues from its last checkpoint with --resume\n")
+    except KeyboardInterrupt:  # Ctrl-C before a command's own handler is in place (imports, a model load);
+        # `polyrl train` says where its run goes on from itself (cmd_train)
+        sys.stderr.write("interrupted (Ctrl-C)\n")
         return 130
 
 

@@ -710,7 +710,9 @@ class RunConfig:
     def from_toml(cls, path: str | Path, overrides: tuple[str, ...] = ()) -> RunConfig:
         """The config in the TOML file ``path``, with ``KEY=VALUE`` ``overrides`` (``--set``) applied."""
         check_path_text(str(path), "config")  # is_file() raises on a NUL or a name past 255 bytes
-        path = Path(path)
+        # "~" is the home folder, as in train.output_dir and --resume: a quoted "~/runs/x.toml"
+        # (a script's variable, no shell to expand it) was "not found"
+        path = Path(path).expanduser()
         if not path.is_file():
             what = ("is a directory" if path.is_dir() else "is not a regular file (a FIFO, a device)"
                     if path.exists() else "not found")

@@ -92,3 +92,14 @@ def check_output(output: str | os.PathLike[str] | None) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot write in {str(folder)!r}: {exc.strerror or exc}", field="--output",
                           fix="choose a writable path, e.g. --output bench/results.json") from None
+
+
+def resolve_bench_model(reg: Registry, model: str) -> str:
+    """``--model`` as a path every side can load. Why: a mistyped one ran the matmul peak, failed
+    on every backend alike, wrote a results file of failures and exited 0."""
+    resolved = reg.resolve_model(model, field="--model")
+    if not Path(resolved).exists():
+        raise ConfigError(f"model {model!r} is neither a local path nor a known alias", field="--model",
+                          fix="give an existing HF model folder or .gguf file, or an alias like tiny-llama "
+                          "or smollm2-135m-instruct")
+    return resolved

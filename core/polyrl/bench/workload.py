@@ -22,7 +22,7 @@ import numpy as np
 
 from polyrl import strict_json
 from polyrl.bench import speed_records
-from polyrl.bench.args import bench_backends, check_interleave, check_output, check_workload
+from polyrl.bench.args import bench_backends, check_interleave, check_output, check_workload, resolve_bench_model
 from polyrl.bench.children import _child, child_argv, run_child
 from polyrl.bench.lockstep import wait_for_turn
 from polyrl.bench.machine import cpu_info
@@ -407,7 +407,7 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
     names = bench_backends(reg, backends)
     check_output(output)
     speed_records.check_writable()  # a bad POLYRL_CACHE: one error line now, not after the measuring
-    resolved = reg.resolve_model(model)
+    resolved = resolve_bench_model(reg, model)
     peak = matmul_peak(threads, device=device)
     peaks = {"float32": peak}
     if compute_dtype is not None and compute_dtype != "float32":
