@@ -713,8 +713,9 @@ class TrlCallbacks:
         line, self._window = window_mean(self._window), []
         if isinstance(line.get("step"), numbers.Integral):
             self.logged_lines[int(line["step"])] = line
-        if self._tracking is not None:
-            self._tracking.publish_at(line, step=self.state.global_step // self._per_step)
+        if self._tracking is not None:  # a step's evaluation reached them with its line (``RunTracking.publish``)
+            self._tracking.publish_at({k: v for k, v in line.items() if not k.startswith("eval/")},
+                                      step=self.state.global_step // self._per_step)
         self._log(with_trl_names(line, self._names))
 
     def unlogged(self) -> dict[str, Any]:
@@ -741,8 +742,13 @@ class TrlCallbacks:
 
     def log_called(self, logs: dict[str, Any]) -> None:
         """A script's ``trainer.log(logs)`` outside the run: appended to ``log_history`` and given to
-        ``on_log``, as transformers' ``Trainer.log`` does; a callback that raises is raised here."""
+        ``on_log``, as transformers' ``Trainer.log`` does; a callback that raises is raised here. A
+        log the step had due (``should_log``, which ``on_log`` clears) is still made: in TRL that
+        ``log`` takes the window's GRPO metrics into the script's entry, which polyrl's does not, so
+        clearing it would lose the steps' numbers."""
+        due = bool(self.control.should_log)
         self._log(logs)
+        self.control.should_log = bool(self.control.should_log) or due
         self._raise_deferred()
 
     def evaluate_called(self, metrics: dict[str, Any]) -> None:
