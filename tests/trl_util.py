@@ -8,13 +8,14 @@ from typing import Any
 
 def grpo_args(tmp_path: Path, **kwargs: Any) -> Any:
     """One step on the CPU of 2 prompts x 2 completions of at most 6 tokens into ``tmp_path/run``,
-    no trackers, float32 (TRL's bf16 default is bfloat16 autocast: test_trl_trainer checks it);
+    no trackers, float32 (TRL's bf16 default is bfloat16 autocast: test_trl_trainer checks it),
+    every update logged (``logging_steps=1``: TRL's default 10 is test_trl_log_steps');
     ``kwargs`` are GRPOConfig fields over these."""
     import trl
 
     values = dict(output_dir=str(tmp_path / "run"), max_steps=1, num_generations=2, per_device_train_batch_size=4,
                   max_completion_length=6, learning_rate=1e-4, use_cpu=True, report_to="none", disable_tqdm=True,
-                  bf16=False)
+                  bf16=False, logging_steps=1)
     return trl.GRPOConfig(**{**values, **kwargs})
 
 

@@ -34,7 +34,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -452,7 +452,8 @@ class GRPOTrainer:
         progress = not getattr(self.args, "disable_tqdm", False) and not (callbacks and callbacks.draws_progress)
         self._run, self._logged_in_run = trainer, []
         ended: dict[str, dict[str, float]] = {}  # transformers' end-of-training metrics, taken once
-        trainer.end_metrics = lambda run: ended.setdefault("metrics", self._end_metrics(run, started))
+        trainer.end_metrics = lambda run: ended.setdefault(
+            "metrics", _with_unlogged(self._end_metrics(run, started), observer))
         try:
             summary = trainer.run(progress=progress)
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
@@ -472,10 +473,12 @@ class GRPOTrainer:
         history = list(summary.get("history", []))
         epoch = _last_epoch(history)
         per_step = updates_per_step(trainer)  # TRL's steps count optimizer updates
-        log_history = [in_updates(with_trl_names(m, trainer.trl_names), per_step) for m in history]
+        logged = getattr(observer, "logged_lines", None)  # the run's logs at its logging_steps (``trl_log_steps``)
+        log_history = [in_updates(with_trl_names(m, trainer.trl_names), per_step) for m in _as_logged(history, logged)]
         if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
             log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names,
                                             untold=set(getattr(observer, "untold_evaluations", ())))
+        log_history = [entry for entry in log_history if not entry.get(_UNLOGGED)]
         log_history = _with_logged(log_history, self._logged_in_run)
         run_settings(self.state, trainer, self.args)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
@@ -486,7 +489,7 @@ class GRPOTrainer:
                       None)
         if tokens is not None:
             self.state.num_input_tokens_seen = int(tokens)
-        metrics = ended.get("metrics") or self._end_metrics(trainer, started)
+        metrics = ended.get("metrics") or _with_unlogged(self._end_metrics(trainer, started), observer)
         training_loss = metrics["train_loss"]
         if observer is not None:  # the summary's on_log, then on_train_end, as transformers' trainer
             observer.train_end(log_history, self.state.global_step, summary=metrics)
@@ -599,6 +602,7 @@ class GRPOTrainer:
             trainer.tracking.rename = functools.partial(trl_tags, names=getattr(trainer, "trl_names", None))
             trainer.tracking.step_scale = int(trainer.config.algorithm.updates_per_step)  # at global_step
             trainer.tracking.trl = True  # transformers' TensorBoard folder, W&B step axis and summary
+            trainer.tracking.window_logs = True  # at TRL's logging_steps (``polyrl.trl_callbacks``)
             if trainer.tracking.specs and trainer.tracking.writer:  # its run name, config and texts
                 trainer.tracking.trl_run = self._trl_run()
         return trainer
@@ -1033,6 +1037,40 @@ def _with_logged(log_history: list[dict[str, Any]], logged: list[dict[str, Any]]
         step = entry.get("step", 0)
         at = next((i for i in range(len(out), 0, -1) if (out[i - 1].get("step") or 0) <= step), 0)
         out.insert(at, entry)
+    return out
+
+
+def _with_unlogged(metrics: dict[str, Any], observer: Any) -> dict[str, Any]:
+    """transformers' end-of-training ``metrics`` as TRL's ``log`` writes them: the means of the
+    steps no log held yet (``TrlCallbacks.unlogged``) before ``epoch``, which transformers adds last."""
+    unlogged = observer.unlogged() if callable(getattr(observer, "unlogged", None)) else {}
+    if not unlogged:
+        return metrics
+    head = {k: v for k, v in metrics.items() if k != "epoch"}
+    return {**head, **{k: v for k, v in unlogged.items() if k not in head},
+            **({"epoch": metrics["epoch"]} if "epoch" in metrics else {})}
+
+
+#: marks a step line no log holds, kept only for its evaluation's entry (``_as_logged``)
+_UNLOGGED = "_polyrl_unlogged"
+
+
+def _as_logged(history: Sequence[Mapping[str, Any]],
+               logged: Mapping[int, Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """``history``'s step lines as the run logged them (``logged``: each log by the step it ended
+    at, ``TrlCallbacks.logged_lines``): a logged step's line is its log, with the step's own
+    evaluation; any other keeps its evaluation only, marked ``_UNLOGGED`` (its ``eval_`` entry is
+    TRL's, the step's numbers are not). ``logged`` None: every line, as logged each."""
+    if logged is None:
+        return [dict(m) for m in history]
+    out = []
+    for line in history:
+        evaluation = {k: v for k, v in line.items() if k.startswith("eval/")}
+        step = line.get("step")
+        if isinstance(step, int) and step in logged:
+            out.append({**logged[step], **evaluation})
+        else:
+            out.append({**evaluation, "step": step, "epoch": line.get("epoch"), _UNLOGGED: True})
     return out
 
 

@@ -7,7 +7,7 @@ before each event, the same keyword arguments), and a ``polyrl.run_observer.RunO
 trainer calls between steps, on every rank. Events, in transformers' order: ``on_init_end`` (the
 trainer built), ``on_train_begin``, ``on_epoch_begin`` before each epoch's first step (a resumed
 run's first step too; ``should_epoch_stop`` cleared first), then each step ``on_step_begin``,
-``on_step_end``, ``on_log`` (the step's metrics under TRL's names, as ``log_history`` gets them), and
+``on_step_end``, ``on_log`` where a log is due (the steps' metrics under TRL's names, as ``log_history`` gets them), and
 when it evaluated ``on_log`` and ``on_evaluate`` (``eval_`` names), ``on_epoch_end`` after the step
 that ends an epoch (its last, ``state.epoch`` whole; an epoch stop; the run's last step: before the
 events of an ``eval_strategy`` "epoch" evaluation, after those of an ``eval_steps`` one and after the
@@ -41,8 +41,11 @@ the ``eval_dataset``, on the step's line as an ``eval_steps`` evaluation, whatev
 ``eval_dataset`` warns once and goes on; ``eval_strategy`` "epoch" sets it before ``on_epoch_end``,
 as ``DefaultFlowCallback``, and set there it evaluates the step after ``on_epoch_end``, as
 transformers' ``_maybe_log_save_evaluate`` after it does: ``_epoch_end_first``; too late only where
-an epoch stop asked after ``on_step_end`` ended the epoch: warned once); ``should_log`` is met whatever it says (every step
-is logged: ``logging_steps`` 1), and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log``,
+an epoch stop asked after ``on_step_end`` ended the epoch: warned once); ``should_log`` logs the
+steps since the last log, their mean (``polyrl.trl_log_steps``), after ``on_step_end`` (set first
+where ``logging_steps`` or ``logging_first_step`` asks, as ``DefaultFlowCallback``) and after
+``on_epoch_end`` (set first under ``logging_strategy`` "epoch"): ``_step_log``, ``_flush_window``;
+and ``should_epoch_stop`` (set in ``on_step_end``, ``on_log``,
 ``on_evaluate`` or ``on_save``) ends the epoch as transformers' loop breaks out of it, to its
 ``on_epoch_end`` (one asked in ``on_save`` under a launcher: after the next step): the next
 step's prompts are the next epoch's first (a step whose prompts already reached it goes on there;
@@ -78,6 +81,7 @@ import attrs
 
 from polyrl.errors import CallbackError, ConfigError
 from polyrl.logs import get_logger
+from polyrl.trl_log_steps import flow_logs, logs_at_epoch_end, replayed, window_mean
 from polyrl.run_observer import CANCEL_EVALUATION, StepAsk, checkpoint_due
 
 log = get_logger("polyrl.trl")
@@ -158,6 +162,13 @@ class TrlCallbacks:
         self.untold_evaluations: list[int] = []
         #: the last step's checkpoint was written unasked before the evaluation after training (``saved``)
         self._unasked_final = False
+        #: the step lines since the last log, averaged into the next (``polyrl.trl_log_steps``)
+        self._window: list[Mapping[str, Any]] = []
+        #: each log of the run as polyrl's names have it, by the polyrl step it was logged at: what
+        #: ``trainer.state.log_history`` keeps of the steps after ``train()`` (``polyrl.trl``)
+        self.logged_lines: dict[int, dict[str, Any]] = {}
+        #: the run's trackers where they get the logs, not every step (``RunTracking.window_logs``)
+        self._tracking: Any = None
 
     # --- transformers' CallbackHandler API ------------------------------------------------------
 
@@ -249,7 +260,14 @@ class TrlCallbacks:
         self._every = int(trainer.config.train.checkpoint_every)
         run_settings(self.state, trainer, self.args)
         self.state.global_step = trainer.step * self._per_step
-        self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step) for m in trainer.history]
+        # a resumed run's logs as the uninterrupted run's flow made them; its next window starts empty, as TRL's
+        self._window = []
+        self.logged_lines = {int(m["step"]): m for m in replayed(trainer.history, self.args, self.state.logging_steps,
+                                                                  self._per_step)}
+        self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step)
+                                  for m in self.logged_lines.values()]
+        tracking = getattr(trainer, "tracking", None)
+        self._tracking = tracking if getattr(tracking, "window_logs", False) else None
         # before any update transformers' int 0 (a reward's first trainer_state.epoch in TRL)
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
@@ -298,6 +316,8 @@ class TrlCallbacks:
                                                                           self._every)
         if self._due:
             self.control.should_save = True
+        if flow_logs(self.args, self.state.logging_steps, self.state.global_step, self._per_step):
+            self.control.should_log = True  # DefaultFlowCallback's, before the user's on_step_end
         final = self._final_flow()
         self._flow_eval = self._flow_evaluates() or final
         if self._flow_eval:
@@ -337,14 +357,13 @@ class TrlCallbacks:
             self._said_no_evaluation = True
 
     def step_end(self, metrics: Mapping[str, Any]) -> StepAsk:
-        from polyrl.rewards.trl_compat import with_trl_names
         from polyrl.step_metrics import trl_eval_names
 
         if self.deferred is not None and not self._defer:  # on_step_end raised (``step_trained``)
             raise self.deferred from None
         first, self._ended_first = self._ended_first, None
         if first is None:
-            self._log(with_trl_names(metrics, self._names))
+            self._step_log(metrics)
         evaluated = trl_eval_names(metrics, self._names)
         if self._hold_eval:  # asked after on_epoch_end (``_held_epoch_end``), unless another observer asked it
             self._hold_eval, self._held_eval = False, not evaluated
@@ -466,9 +485,7 @@ class TrlCallbacks:
         ``on_epoch_end``). Why: the evaluation came before ``on_epoch_end``, and one asked there
         was only warned about. True asks the trainer for the evaluation; what the control asked is
         kept for ``step_end``."""
-        from polyrl.rewards.trl_compat import with_trl_names
-
-        self._log(with_trl_names(metrics, self._names))
+        self._step_log(metrics)
         first = self._asked(epoch=True)
         if self._due and not first.save and not first.failed:  # a callback cleared the flag step_trained set
             first = attrs.evolve(first, cancel_save=True)
@@ -498,7 +515,11 @@ class TrlCallbacks:
         # transformers' DefaultFlowCallback asks the epoch's evaluation (before the step's is done)
         self.control.should_evaluate = evaluated is None and self._can_evaluate and self._eval_strategy() == "epoch"
         self._flow_eval = self._flow_eval or self.control.should_evaluate
+        if logs_at_epoch_end(self.args):
+            self.control.should_log = True
         self.event("on_epoch_end")
+        if self.control.should_log and self.deferred is None:  # transformers' _maybe_log_save_evaluate after it
+            self._flush_window()
         if evaluated is None:
             return self._asked()
         late = self.deferred is None and self.control.should_evaluate and not evaluated
@@ -680,6 +701,45 @@ class TrlCallbacks:
         if self.deferred is not None:  # raised after the last step's gather (the final on_save)
             raise self.deferred from None
 
+    def _step_log(self, metrics: Mapping[str, Any]) -> None:
+        """The step's line joins the window; logged (with the steps before it) where
+        ``control.should_log`` asks, as transformers' ``_maybe_log_save_evaluate`` reads it after
+        ``on_step_end`` (``DefaultFlowCallback`` sets it at ``logging_steps``; a callback may set or
+        clear it)."""
+        self._window.append(metrics)
+        if self.control.should_log and self.deferred is None:
+            self._flush_window()
+
+    def _flush_window(self) -> None:
+        """The window's mean logged (``log_history``, ``on_log``, the trackers), at the step that
+        ends it; nothing when no step came since the last log (transformers' ``global_step >
+        _globalstep_last_logged``)."""
+        from polyrl.rewards.trl_compat import with_trl_names
+
+        if not self._window:
+            return
+        line, self._window = window_mean(self._window), []
+        if isinstance(line.get("step"), numbers.Integral):
+            self.logged_lines[int(line["step"])] = line
+        if self._tracking is not None:  # a step's evaluation reached them with its line (``RunTracking.publish``)
+            self._tracking.publish_at({k: v for k, v in line.items() if not k.startswith("eval/")},
+                                      step=self.state.global_step // self._per_step)
+        self._log(with_trl_names(line, self._names))
+
+    def unlogged(self) -> dict[str, Any]:
+        """The mean of the steps after the last log under TRL's names, but for transformers' own
+        keys (``loss``, ``grad_norm``, ``learning_rate``, ``epoch``): what TRL's ``log`` adds from
+        its buffers to the end-of-training entry (``polyrl.trl``). Why: a short run (fewer steps
+        than ``logging_steps``) still ends with its ``reward`` in ``log_history[-1]``, as in TRL."""
+        from polyrl.rewards.trl_compat import with_trl_names
+        from polyrl.step_metrics import TRANSFORMERS_KEYS
+
+        if not self._window:
+            return {}
+        line = with_trl_names(window_mean(self._window), self._names)
+        return {k: v for k, v in line.items() if k not in TRANSFORMERS_KEYS and k not in ("step", "learning_rate")
+                and not k.startswith("eval/")}
+
     def _log(self, entry: Mapping[str, Any]) -> None:
         """``log_history`` gets ``entry`` with its ``step``; ``on_log`` the entry without it."""
         logs = {k: v for k, v in entry.items() if k != "step"}
@@ -690,8 +750,13 @@ class TrlCallbacks:
 
     def log_called(self, logs: dict[str, Any]) -> None:
         """A script's ``trainer.log(logs)`` outside the run: appended to ``log_history`` and given to
-        ``on_log``, as transformers' ``Trainer.log`` does; a callback that raises is raised here."""
+        ``on_log``, as transformers' ``Trainer.log`` does; a callback that raises is raised here. A
+        log the step had due (``should_log``, which ``on_log`` clears) is still made: in TRL that
+        ``log`` takes the window's GRPO metrics into the script's entry, which polyrl's does not, so
+        clearing it would lose the steps' numbers."""
+        due = bool(self.control.should_log)
         self._log(logs)
+        self.control.should_log = bool(self.control.should_log) or due
         self._raise_deferred()
 
     def evaluate_called(self, metrics: dict[str, Any]) -> None:

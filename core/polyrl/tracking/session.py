@@ -113,6 +113,10 @@ class RunTracking:
     step_scale: int = 1
     #: a TRL script's run (``polyrl.trl`` sets it): each tracker opens as ``TrackerContext.trl`` says
     trl: bool = False
+    #: a TRL script's run whose logs follow its ``logging_steps`` (``polyrl.trl_log_steps``): ``publish``
+    #: sends a step's evaluation only, its training numbers reaching the trackers with each log
+    #: (``publish_at``), as transformers' integrations get them from ``on_log``
+    window_logs: bool = False
     #: what transformers' integrations read from the TRL script's trainer (``polyrl.trl`` sets it)
     trl_run: TrlRun | None = None
     #: who started the run where not ``polyrl train`` (the trainer's ``started_by``), for the
@@ -226,9 +230,12 @@ class RunTracking:
         records, self._pending = self._pending, []
         if records:
             self._write_completions(step, records)
+        if self.window_logs:  # the training numbers come with the run's logs (``publish_at``)
+            metrics = {key: value for key, value in metrics.items() if key.startswith("eval/")}
         numeric, at = self._numeric(metrics), step * self.step_scale
         for name in list(self.trackers):
-            self._call(name, "log_metrics", numeric, at)
+            if numeric:
+                self._call(name, "log_metrics", numeric, at)
             if records and name in self.trackers:
                 self._call(name, "log_completions", records, at)
 
