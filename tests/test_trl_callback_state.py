@@ -84,10 +84,10 @@ def _seen(trainer_class, model, tmp_path, name, fields):
 
 
 @pytest.mark.parametrize("fields", [
-    {"save_strategy": "epoch", "eval_strategy": "epoch"},  # TRL's save_steps 500 and logging_steps 10 stand
+    {"save_strategy": "epoch", "eval_strategy": "epoch", "logging_steps": 10},  # TRL's save_steps 500 and logging_steps 10 stand
     {"save_strategy": "steps", "save_steps": 0.5, "eval_strategy": "steps", "eval_steps": 2, "logging_steps": 0.5},
     {"save_strategy": "best", "eval_strategy": "steps", "eval_steps": 0.5, "save_steps": 3},  # save_steps unused
-    {"save_strategy": "no", "save_steps": 2, "eval_strategy": "steps"},  # eval_steps: logging_steps (10)
+    {"save_strategy": "no", "save_steps": 2, "eval_strategy": "steps", "logging_steps": 10},  # eval_steps: logging_steps (TRL's 10)
 ], ids=["epoch", "fractions", "best", "no"])
 def test_a_callback_reads_the_state_trls_own_trainer_gives_it(tiny_model_dir, tmp_path, fields):
     theirs = _seen(trl.GRPOTrainer, tiny_model_dir, tmp_path, "trl", fields)

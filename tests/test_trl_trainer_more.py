@@ -1673,11 +1673,20 @@ def _transformers_train_loss(losses: list[float], where: Path, nan_inf_filter: b
 
 
 @pytest.mark.parametrize("nan_inf_filter", [True, False])
-def test_train_loss_treats_a_nan_step_as_transformers_does(tiny_model_dir, tmp_path, nan_inf_filter):
+def test_train_loss_treats_a_nan_step_as_transformers_does(tiny_model_dir, tmp_path, nan_inf_filter, monkeypatch):
     """transformers' train_loss is its total loss over global_step; under logging_nan_inf_filter
     (default True) a NaN step loss adds the logging window's mean of earlier losses, none when
     every step is logged: the step adds 0 and still counts. polyrl averaged the NaN in: one
     skipped step (loss NaN) made train_loss NaN."""
+    from polyrl import trl_callbacks
+
+    step_log = trl_callbacks.TrlCallbacks._step_log
+
+    def nan_second_step(self, metrics):  # the step's log (log_history), as the run's record below
+        return step_log(self, {**metrics, "loss": float("nan")} if metrics.get("step") == 2 else metrics)
+
+    monkeypatch.setattr(trl_callbacks.TrlCallbacks, "_step_log", nan_second_step)
+
     class OneNanStep(GRPOTrainer):  # a real run whose second step's loss is NaN (a skipped update)
         def _end_metrics(self, trainer, started):
             trainer.history[1]["loss"] = float("nan")
