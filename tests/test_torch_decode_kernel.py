@@ -64,7 +64,7 @@ def test_kernel_multiplies_as_linear_does(rows, out_features, in_features):
                                torch.nn.functional.linear(strided, weight, bias), rtol=1e-5, atol=1e-5)
 
 
-def test_auto_takes_the_kernel_on_intel_avx512_with_one_thread_only(tiny_model_dir):
+def test_auto_takes_the_kernel_on_intel_avx512_with_one_thread_and_on_with_any(tiny_model_dir):
     expected = decode_kernel.unavailable_reason() is None and decode_kernel.cpu_vendor() == "GenuineIntel"
     sampling = SamplingParams(max_new_tokens=2, n=1, temperature=0.0)
     one = _engine(tiny_model_dir)
@@ -73,6 +73,10 @@ def test_auto_takes_the_kernel_on_intel_avx512_with_one_thread_only(tiny_model_d
     two = _engine(tiny_model_dir, threads=2)  # the kernel has no threads of its own: oneDNN's do the work
     two.generate(PROMPTS, sampling)
     assert _on_kernel(two) == {False}
+    if decode_kernel.unavailable_reason() is None:  # asked for, it runs whatever the threads
+        asked = _engine(tiny_model_dir, threads=2, decode_kernel="on")
+        asked.generate(PROMPTS, sampling)
+        assert _on_kernel(asked) == {True}
     off = _engine(tiny_model_dir, decode_kernel="off")
     off.generate(PROMPTS, sampling)
     assert _on_kernel(off) == {False}

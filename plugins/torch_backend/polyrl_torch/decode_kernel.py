@@ -9,7 +9,8 @@ win (other CPUs), not buildable (no ``cc``, no AVX-512) or capped (an ISA limit 
 ``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps oneDNN's packed weights.
 
 ``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 where it
-builds), "on" (any AVX-512 CPU; an error where it cannot run) or "off".
+builds and one torch thread samples), "on" (any AVX-512 CPU, any thread count: the kernel runs on
+one; an error where it cannot run) or "off".
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ def mode(options: Mapping[str, Any]) -> str:
                              "weights)")
 
 
-def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> bool:
+def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype, threads: int = 1) -> bool:
     """Whether the sampler's float32 linears run this kernel. "on" where it cannot run is a ConfigError
-    naming the reason; "auto" quietly keeps oneDNN there."""
+    naming the reason; "auto" quietly keeps oneDNN there, and where torch runs ``threads`` > 1 (the
+    kernel has no threads of its own: oneDNN's would do the work sooner)."""
     chosen = mode(options)
     if chosen == "off" or device.type != "cpu" or dtype != torch.float32:
         return False
@@ -59,7 +61,7 @@ def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype)
     if chosen == "on" and reason is not None:
         raise ConfigError(f"decode_kernel = \"on\" cannot run here: {reason}", field="backends.options.decode_kernel",
                           fix='write "auto" or "off" (oneDNN\'s packed weights)')
-    return reason is None and (chosen == "on" or cpu_vendor() == "GenuineIntel")
+    return reason is None and (chosen == "on" or (cpu_vendor() == "GenuineIntel" and threads == 1))
 
 
 def cpu_flags() -> set[str]:

@@ -136,9 +136,8 @@ class GenerationCopy:
         #: HF name of each packed linear's weight -> the module that packs it
         self.packed: dict[str, PackedLinear] = {}
         if packs_weights(engine):
-            # polyrl's own kernel where it runs and one thread decodes (it has no threads of its own)
-            kernel = (torch.get_num_threads() == 1
-                      and decode_kernel.wanted(engine.config.options, engine.device, sampler_dtype(engine)))
+            kernel = decode_kernel.wanted(engine.config.options, engine.device, sampler_dtype(engine),
+                                          torch.get_num_threads())
             self.packed = _pack_linears(self.model, kernel)
         else:
             # the prefill's last position is a strided [rows, 1, hidden] view: torch's bfloat16 matmul
