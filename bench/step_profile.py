@@ -8,8 +8,8 @@ Why: ``polyrl bench`` gives each phase's MFU, one number for hundreds of kernels
 of the way to the matmul peak is in the large GEMMs (nothing left to win there but a better
 kernel), in the output head, in LoRA's rank-r products, in attention or in the elementwise ops
 and dispatch around them decides what is worth changing. Groups: ``weights`` (the decoder's
-linear layers, sampler's packed oneDNN ones included), ``output head`` (a dimension equal to the
-vocabulary), ``adapters`` (a dimension equal to the LoRA rank), ``attention`` (batched matmuls and
+linear layers, the sampler's packed oneDNN ones and polyrl's decode kernel's calls included),
+``output head`` (a dimension equal to the vocabulary), ``adapters`` (a dimension equal to the LoRA rank), ``attention`` (batched matmuls and
 SDPA) and ``other`` (everything else, with its largest ops listed). Each round profiles one
 generate (after a train step, so a LoRA sampler's refresh is in it) and one train step on the same
 engine and batch; medians over rounds. ``wall_s`` is unprofiled: the round's steps run once
@@ -36,8 +36,25 @@ MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::bad
 ATTENTION_OPS = ("aten::bmm", "aten::baddbmm")
 
 
+#: polyrl's own decode kernel (``polyrl_torch.decode_kernel``), named "polyrl::decode_linear ROWSxINxOUT".
+KERNEL_NAME = "polyrl::decode_linear"
+
+
+def kernel_dims(name: str) -> tuple[int, int, int] | None:
+    """(rows, in, out) of a decode-kernel call from its profiler name, or None (another op)."""
+    prefix, _, dims = name.partition(" ")
+    parts = dims.split("x")
+    if prefix != KERNEL_NAME or len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    rows, k, n = (int(p) for p in parts)
+    return rows, k, n
+
+
 def matmul_flops(name: str, shapes: Sequence[Sequence[int]]) -> float:
-    """FLOPs of one matmul op from its recorded input shapes (0 when they do not say)."""
+    """FLOPs of one matmul op from its recorded input shapes, or a decode-kernel call from its
+    name (0 when they do not say)."""
+    if (dims := kernel_dims(name)) is not None:
+        return 2.0 * dims[0] * dims[1] * dims[2]
     try:
         if name == "aten::mm":
             (m, k), (_, n) = shapes[0], shapes[1]
@@ -64,9 +81,10 @@ def group_of(name: str, shapes: Sequence[Sequence[int]], vocab: int, rank: int |
     """Which group an op's time belongs to (module docstring)."""
     if "scaled_dot_product" in name or name in ATTENTION_OPS:
         return "attention"
-    if name not in MATMUL_OPS:
+    kernel = kernel_dims(name)
+    if name not in MATMUL_OPS and kernel is None:
         return "other"
-    dims = {d for shape in shapes for d in shape if isinstance(shape, (list, tuple))}
+    dims = set(kernel[1:]) if kernel else {d for shape in shapes for d in shape if isinstance(shape, (list, tuple))}
     if vocab in dims:
         return "output head"
     if rank is not None and rank in dims:
@@ -91,7 +109,7 @@ def profile_phase(run: Callable[[], Any], vocab: int, rank: int | None) -> dict[
         group = group_of(event.key, shapes, vocab, rank)
         self_s = event.self_cpu_time_total / 1e6
         seconds[group] += self_s
-        if event.key in MATMUL_OPS:
+        if event.key in MATMUL_OPS or kernel_dims(event.key) is not None:
             flops[group] += matmul_flops(event.key, shapes) * event.count
         if group == "other":
             other[event.key] += self_s

@@ -263,7 +263,8 @@ def test_a_trl_runs_mlflow_experiment_name_and_tags_are_transformers_mlflowcallb
     mlflow_env(monkeypatch, MLFLOW_TRACKING_URI=uri, MLFLOW_TAGS='{"release": "rc1", "attempt": 2}',
                **({} if experiment is None else {"MLFLOW_EXPERIMENT_NAME": experiment}))
     args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="mlflow", max_steps=1,
-                          num_generations=2, per_device_train_batch_size=2, max_completion_length=4, disable_tqdm=True)
+                          num_generations=2, per_device_train_batch_size=2, max_completion_length=4, disable_tqdm=True,
+                          logging_steps=1)  # the step logged (TRL's 10 would leave it to the end summary)
     rows = [{"prompt": "What is 1 + 1?"}] * 2
     GRPOTrainer(model=tiny_model_dir, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
                 train_dataset=rows, args=args).train()

@@ -36,6 +36,9 @@ from polyrl.logs import get_logger
 MODES = ("auto", "on", "off")
 #: Output columns per packed panel: three AVX-512 registers of float32 (the C file's PANEL).
 PANEL = 48
+#: The name of each call in torch's profiler, followed by "ROWSxINxOUT" (``bench/step_profile.py``
+#: reads it: a ctypes call is no torch op, so the profiler would not see the time otherwise).
+PROFILER_NAME = "polyrl::decode_linear"
 #: Compiler flags: the instruction sets the kernel uses, nothing tuned to the build machine.
 FLAGS = ("-O3", "-mavx512f", "-mfma", "-shared", "-fPIC")
 SOURCE = Path(__file__).with_name("decode_kernel.c")
@@ -139,6 +142,11 @@ def panels_of(weight: torch.Tensor) -> torch.Tensor:
     return padded.view(count, PANEL, in_features).transpose(1, 2).contiguous()
 
 
+def _multiply(rows: torch.Tensor, panels: torch.Tensor, out: torch.Tensor) -> None:
+    _library().polyrl_decode_linear(rows.data_ptr(), panels.data_ptr(), out.data_ptr(), rows.shape[0],
+                                    out.shape[1], rows.shape[1])
+
+
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for float32 ``x`` of any leading shape, ``panels = panels_of(weight)``."""
     in_features = panels.shape[1]
@@ -147,8 +155,11 @@ def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch
         raise TypeError(f"decode_kernel multiplies float32 only, not {rows.dtype} by {panels.dtype}")
     out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
     if rows.shape[0]:
-        _library().polyrl_decode_linear(rows.data_ptr(), panels.data_ptr(), out.data_ptr(), rows.shape[0],
-                                        out_features, in_features)
+        if torch.autograd.profiler._is_profiler_enabled:  # seen by torch's profiler, with its shape in its name
+            with torch.profiler.record_function(f"{PROFILER_NAME} {rows.shape[0]}x{in_features}x{out_features}"):
+                _multiply(rows, panels, out)
+        else:
+            _multiply(rows, panels, out)
     if bias is not None:
         out += bias
     return out.view(*x.shape[:-1], out_features)
