@@ -5,10 +5,8 @@ byte is (``polyrl.nul_bytes``). It used to reach the prompt, and the tokenizer, 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,15 +16,11 @@ import pytest
 from polyrl.data import load_dataset
 from polyrl.errors import ConfigError
 
-POLYRL = [sys.executable, "-m", "polyrl.cli"]
-ENV = {**os.environ, "POLYRL_DISABLE_PLUGINS": "mlx,max"}
+from bad_text_util import train_errors, two_row_jsonl  # noqa: E402
 
 
 def _jsonl(d: Path) -> Path:
-    # json.dumps escapes the NUL as \u0000, which json.loads decodes back to the character
-    rows = [{"prompt": "What is 2 + 2?", "answer": "4"}, {"prompt": "What is\0 3 + 3?", "answer": "6"}]
-    (d / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return d / "data.jsonl"
+    return two_row_jsonl(d, "What is\0 3 + 3?")
 
 
 def _parquet(d: Path, prompts: list) -> Path:
@@ -101,14 +95,6 @@ def test_only_the_rows_of_a_sliced_chunk_count(tmp_path):
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_polyrl_train_refuses_it_as_one_error_line(tiny_model_dir, tmp_path, kind):
     path = _jsonl(tmp_path) if kind == "jsonl" else _parquet(tmp_path, ["What is 2 + 2?", "What is\0 3 + 3?"])
-    config = tmp_path / "run.toml"
-    config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[data]\npath = "{path}"\ncache_dir = "{tmp_path / "c"}"\n'
-                      '[[rewards]]\nname = "numeric_match"\n[generation]\ngroup_size = 2\nmax_new_tokens = 4\n'
-                      f'[train]\nsteps = 1\nprompts_per_step = 2\noutput_dir = "{tmp_path / "out"}"\n')
-    result = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
-                            timeout=120, env=ENV)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    errors = train_errors(tiny_model_dir, path, tmp_path)
     where = f"{path}:2" if kind == "jsonl" else "row 1 of data.parquet"
-    assert len(errors) == 1 and where in errors[0] and "column 'prompt'" in errors[0] and "NUL" in errors[0], \
-        result.stderr[-2000:]
+    assert len(errors) == 1 and where in errors[0] and "column 'prompt'" in errors[0] and "NUL" in errors[0], errors
