@@ -67,22 +67,22 @@ def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype,
     return reason is None and (chosen == "on" or (cpu_vendor() == "GenuineIntel" and threads == 1))
 
 
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
-
-
-def cpu_vendor() -> str:
+def _cpuinfo(field: str) -> str:
+    """The first ``field`` line's value in /proc/cpuinfo ("" where there is none, or no such file)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
-    line = next((line for line in text.splitlines() if line.startswith("vendor_id")), "")
+    line = next((line for line in text.splitlines() if line.startswith(field)), "")
     return line.partition(":")[2].strip()
+
+
+def cpu_flags() -> set[str]:
+    return set(_cpuinfo("flags").split())
+
+
+def cpu_vendor() -> str:
+    return _cpuinfo("vendor_id")
 
 
 @functools.cache
