@@ -45,11 +45,11 @@ def _gap(a, b) -> float:
     return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("rows", [1, 7, 8, 13, 32, 41])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 20, 32, 41])
 @pytest.mark.parametrize(("out_features", "in_features"), [(1, 1), (47, 37), (48, 64), (49, 5), (150, 96)])
 def test_kernel_multiplies_as_linear_does(rows, out_features, in_features):
-    """Whole row groups of 8 and the rows after them; whole 48-column panels and a last one
-    partly padding (its padding never written to the output)."""
+    """Every tile height (1-8 rows), rows split into several even tiles (9: 5 + 4, 20: 7 + 7 + 6);
+    whole 48-column panels and a last one partly padding (its padding never written to the output)."""
     _needs_kernel()
     gen = torch.Generator().manual_seed(rows * 1000 + out_features)
     weight = torch.randn(out_features, in_features, generator=gen)
@@ -62,6 +62,37 @@ def test_kernel_multiplies_as_linear_does(rows, out_features, in_features):
     strided = torch.randn(2, 3, in_features, generator=gen)[:, -1:, :]  # the prefill's last position: a view
     torch.testing.assert_close(decode_kernel.linear(strided, panels, out_features, bias),
                                torch.nn.functional.linear(strided, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("out_features", [48, 49, 150])
+def test_a_weight_update_repacks_in_place_as_a_fresh_pack_would(out_features):
+    """A weight update writes the new panels over the old ones (no new memory): the result is a fresh
+    pack's, the last panel's padding zero again; panels of another shape are not reused."""
+    gen = torch.Generator().manual_seed(out_features)
+    old, new = torch.randn(out_features, 40, generator=gen), torch.randn(out_features, 40, generator=gen)
+    panels = decode_kernel.panels_of(old)
+    panels.fill_(float("nan"))  # whatever was there must not survive
+    again = decode_kernel.panels_of(new, into=panels)
+    assert again.data_ptr() == panels.data_ptr()
+    assert torch.equal(again, decode_kernel.panels_of(new))
+    assert torch.equal(again.transpose(1, 2).reshape(-1, 40)[:out_features], new)
+    other = decode_kernel.panels_of(torch.randn(out_features, 41, generator=gen), into=panels)
+    assert other.data_ptr() != panels.data_ptr() and other.shape[1] == 41
+
+
+@pytest.mark.parametrize("rows", [2, 9, 12, 20, 33])
+def test_a_row_multiplies_the_same_whatever_rows_share_its_call(rows):
+    """How the rows are split into tiles changes which weights are read together, never a row's sums:
+    each row of a call equals that row multiplied alone, bit for bit (a sequence's log-probs do not
+    depend on how many rows are still sampling beside it, as far as these matmuls go)."""
+    _needs_kernel()
+    gen = torch.Generator().manual_seed(rows)
+    weight = torch.randn(200, 160, generator=gen)
+    x = torch.randn(rows, 160, generator=gen)
+    panels = decode_kernel.panels_of(weight)
+    together = decode_kernel.linear(x, panels, 200, None)
+    for row in range(rows):
+        assert torch.equal(together[row], decode_kernel.linear(x[row:row + 1], panels, 200, None)[0]), row
 
 
 def test_auto_takes_the_kernel_on_intel_avx512_with_one_thread_and_on_with_any(tiny_model_dir):

@@ -2,28 +2,29 @@
    added by the caller), w packed by decode_kernel.py in panels of 48 output columns, [ceil(n/48)][k][48],
    the last panel padded with zeros.
 
-   Why: a decode step multiplies a few tens of rows by every weight once, so its time is the weights'
-   streaming from memory plus the arithmetic. oneDNN's packed matmul does the two in turns on the Xeons
-   here; this kernel keeps 8 rows x 48 columns of sums in 24 registers and, while it multiplies one
-   panel, prefetches the panel two ahead into L2, so the next weights arrive during the arithmetic. */
+   Why: a decode step multiplies a few rows by every weight once, so its time is the weights' streaming
+   from memory plus the arithmetic. oneDNN's packed matmul does the two in turns on the Xeons here; this
+   kernel keeps up to 8 rows x 48 columns of sums in registers and, while it multiplies one panel,
+   prefetches the next one into L2, so the next weights arrive during the arithmetic. The rows are split
+   into tiles of at most 8, as even as they go (12 rows: two of 6, not 8 and 4), and a tile of R rows is
+   compiled for that R: few rows (long completions, small groups) then read each panel once, at about
+   the rate this core streams memory. */
 #include <immintrin.h>
 #include <stddef.h>
 
 #define PANEL 48
-#define AHEAD 2 /* panels ahead that are prefetched */
+#define LINES_PER_K (PANEL * sizeof(float) / 64) /* cache lines of one k step of a panel */
 
+/* One tile: R rows of x times one panel, into R rows x `cols` columns of y. Each k step also prefetches
+   `step` lines of the next panel (`*line` counts them across the panel's tiles). */
 static inline __attribute__((always_inline)) void tile(const int R, const float *x, int k, const float *w,
-                                                       float *y, int n, int cols, const char *ahead,
-                                                       const char *end, size_t *line, size_t lines) {
+                                                       float *y, int n, int cols, const char *next,
+                                                       size_t *line, size_t lines, int step) {
     __m512 acc[8][3];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < 3; j++) acc[r][j] = _mm512_setzero_ps();
     for (int i = 0; i < k; i++) {
-        if (*line < lines) {
-            const char *q = ahead + *line * 64;
-            if (q < end) _mm_prefetch(q, _MM_HINT_T1);
-            (*line)++;
-        }
+        for (int s = 0; s < step && *line < lines; s++, (*line)++) _mm_prefetch(next + *line * 64, _MM_HINT_T1);
         const float *wi = w + (size_t)i * PANEL;
         const __m512 b0 = _mm512_loadu_ps(wi), b1 = _mm512_loadu_ps(wi + 16), b2 = _mm512_loadu_ps(wi + 32);
         for (int r = 0; r < R; r++) {
@@ -41,19 +42,28 @@ static inline __attribute__((always_inline)) void tile(const int R, const float 
     }
 }
 
+#define TILE(R) case R: tile(R, xr, k, w, yr, n, cols, next, &line, line_count, step); break;
+
 void polyrl_decode_linear(const float *x, const float *panels, float *y, int rows, int n, int k) {
     const int count = (n + PANEL - 1) / PANEL;
-    const size_t lines = (size_t)k * PANEL * sizeof(float) / 64; /* cache lines of one panel */
-    const char *end = (const char *)(panels + (size_t)count * k * PANEL);
+    const int tiles = (rows + 7) / 8;
+    const size_t lines = (size_t)k * LINES_PER_K; /* cache lines of one panel */
+    /* lines prefetched per k step of each tile: the next panel is in L2 before this one's last tile ends */
+    const int step = (int)((lines + (size_t)k * tiles - 1) / ((size_t)k * tiles));
     for (int p = 0; p < count; p++) {
         const float *w = panels + (size_t)p * k * PANEL;
-        const char *ahead = (const char *)(w + (size_t)AHEAD * k * PANEL);
+        const char *next = (const char *)(w + (size_t)k * PANEL);
+        const size_t line_count = p + 1 < count ? lines : 0; /* nothing after the last panel */
         const int cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
-        size_t line = 0; /* the panel AHEAD panels on is prefetched one line per k step, across row groups */
-        int r = 0;
-        for (; r + 8 <= rows; r += 8)
-            tile(8, x + (size_t)r * k, k, w, y + (size_t)r * n + (size_t)p * PANEL, n, cols, ahead, end, &line, lines);
-        for (; r < rows; r++)
-            tile(1, x + (size_t)r * k, k, w, y + (size_t)r * n + (size_t)p * PANEL, n, cols, ahead, end, &line, lines);
+        size_t line = 0;
+        for (int t = 0, r = 0; t < tiles; t++) {
+            const int height = rows / tiles + (t < rows % tiles);
+            const float *xr = x + (size_t)r * k;
+            float *yr = y + (size_t)r * n + (size_t)p * PANEL;
+            switch (height) {
+                TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6) TILE(7) TILE(8)
+            }
+            r += height;
+        }
     }
 }

@@ -4,7 +4,8 @@ compiler on first use and loaded with ctypes.
 Why: a decode step multiplies a few tens of rows by every weight once, so it costs the weights'
 streaming from memory plus the arithmetic. On the Intel Xeons here oneDNN's packed matmul does the
 two in turns (``bench/decode_kernel_probe.py``); this kernel prefetches the next weights while it
-multiplies, which shortened generation on them (README, Performance). Where it is not measured to
+multiplies, and reads each weight once for up to 8 rows, which shortened generation on them (README,
+Performance). Where it is not measured to
 win (other CPUs), not buildable (no ``cc``, no AVX-512) or capped (an ISA limit such as
 ``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps oneDNN's packed weights.
 
@@ -132,14 +133,22 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
-def panels_of(weight: torch.Tensor) -> torch.Tensor:
+def panels_of(weight: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
     """``weight`` (``[out, in]``, as nn.Linear holds it) in the kernel's layout: ``[ceil(out / 48), in, 48]``
-    float32, the last panel's missing columns zero."""
+    float32, the last panel's missing columns zero. Written into ``into`` where it has that shape (a weight
+    update re-packs in place: one pass over the weights, no fresh memory to fault in)."""
     out_features, in_features = weight.shape
-    count = -(-out_features // PANEL)
-    padded = torch.zeros(count * PANEL, in_features, dtype=torch.float32)
-    padded[:out_features] = weight.detach()
-    return padded.view(count, PANEL, in_features).transpose(1, 2).contiguous()
+    count, whole = -(-out_features // PANEL), out_features // PANEL
+    panels = into if into is not None and into.shape == (count, in_features, PANEL) \
+        else torch.empty(count, in_features, PANEL, dtype=torch.float32)
+    weight = weight.detach()
+    if whole:
+        panels[:whole].copy_(weight[:whole * PANEL].view(whole, PANEL, in_features).transpose(1, 2))
+    if whole < count:
+        last = panels[whole]
+        last.zero_()
+        last[:, :out_features - whole * PANEL].copy_(weight[whole * PANEL:].t())
+    return panels
 
 
 def _multiply(rows: torch.Tensor, panels: torch.Tensor, out: torch.Tensor) -> None:
@@ -150,7 +159,7 @@ def _multiply(rows: torch.Tensor, panels: torch.Tensor, out: torch.Tensor) -> No
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for float32 ``x`` of any leading shape, ``panels = panels_of(weight)``."""
     in_features = panels.shape[1]
-    rows = x.reshape(-1, in_features).contiguous()
+    rows = x.view(-1, in_features) if x.is_contiguous() else x.reshape(-1, in_features).contiguous()
     if rows.dtype != torch.float32 or panels.dtype != torch.float32:
         raise TypeError(f"decode_kernel multiplies float32 only, not {rows.dtype} by {panels.dtype}")
     out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)

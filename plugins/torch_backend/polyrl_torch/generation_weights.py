@@ -102,10 +102,10 @@ class PackedLinear(torch.nn.Module):
 
     def pack(self, weight: torch.Tensor) -> None:
         """Pack ``weight`` (``[out, in]``, any dtype: rounded to the copy's)."""
-        self.packed = None  # freed first: the allocator hands the same memory back (no fresh page faults)
-        if self.kernel:
-            self.packed = decode_kernel.panels_of(weight.detach().to(self.dtype))
+        if self.kernel:  # in place: one pass, no fresh memory
+            self.packed = decode_kernel.panels_of(weight.detach().to(self.dtype), into=self.packed)
             return
+        self.packed = None  # freed first: the allocator hands the same memory back (no fresh page faults)
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(self.dtype).contiguous(),
                                                               PACKING_ROWS_HINT)
 
