@@ -64,6 +64,34 @@ def test_a_failing_backend_is_reported_not_fatal(tmp_path):
     assert only["backend"] == "torch" and "broken-model" in only["error"], only
 
 
+def test_a_bench_whose_every_side_failed_exits_non_zero_with_one_error_line(tmp_path):
+    """Every side failing for another reason than a missing --model (a folder the backend cannot
+    load) measured nothing, yet exited 0: now the table and report, then one ``error:`` line."""
+    broken = tmp_path / "broken-model"  # no config.json: the torch side's load fails
+    broken.mkdir()
+    out = tmp_path / "b.json"
+    done = _bench_cli(tmp_path, "--model", str(broken), "--backends", "torch", "--steps", "1", "--output", str(out))
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: every side of the bench failed, nothing was measured (torch: "), done.stderr
+    assert "broken-model" in last and f"stderr_tail in {out}" in last and "Fix:" in last, last
+    assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [last]
+    (only,) = json.loads(out.read_text())["results"]  # the report is still written, its error kept
+    assert "broken-model" in only["error"]
+
+
+def test_a_bench_with_one_side_measured_is_no_failure():
+    from polyrl.bench.report import every_side_failed
+
+    failed = {"backend": "trl", "error": "Traceback ...\nImportError: no trl"}
+    assert every_side_failed({"results": [{"backend": "torch", "step_s": 1.0}, failed]}, "b.json") is None
+    assert every_side_failed({"results": []}, "b.json") is None
+    line = every_side_failed({"results": [failed, {"backend": "mlx", "error": "x" * 500}]}, None)
+    assert line is not None and line.startswith("every side of the bench failed, nothing was measured "
+                                                "(trl: ImportError: no trl; mlx: " + "x" * 200 + ")")
+    assert "stderr_tail" not in line and "Fix:" in line
+
+
 @pytest.mark.slow  # a side-by-side run of several children: make test-slow (CI runs it)
 def test_bench_runs_trl_on_the_same_workload(tiny_model_dir):
     pytest.importorskip("trl", reason="trl is the bench-only extra polyrl-torch[bench]")

@@ -34,16 +34,22 @@ def test_a_json_or_yaml_config_says_polyrl_configs_are_toml(tmp_path, capsys, te
     assert HINT.format(kind=kind) in _error_line(capsys)
 
 
-@pytest.mark.parametrize("text", [
-    '[model]\npath: "tiny-llama"\n',  # a YAML-ish slip in a TOML file
-    'model:\n[data]\ntask = "arithmetic"\n',  # the table header written YAML's way, the rest TOML
-    '[model\npath = "tiny-llama"\n',  # an unclosed header
-    '["model"]\npath = "tiny-llama"\n[data\n',
-    'lr = 1e-5\nbeta: 0.04\n',
+@pytest.mark.parametrize(("text", "fix"), [
+    # a YAML-ish slip in a TOML file
+    ('[model]\npath: "tiny-llama"\n', """Fix: correct line 2, column 5 of run.toml ('path: "tiny-llama"')"""),
+    # the table header written YAML's way, the rest TOML
+    ('model:\n[data]\ntask = "arithmetic"\n', "Fix: correct line 1, column 6 of run.toml ('model:')"),
+    ('[model\npath = "tiny-llama"\n', "Fix: correct line 1, column 7 of run.toml ('[model')"),  # an unclosed header
+    ('["model"]\npath = "tiny-llama"\n[data\n', "Fix: correct line 3, column 6 of run.toml ('[data')"),
+    ('lr = 1e-5\nbeta: 0.04\n', "Fix: correct line 2, column 5 of run.toml ('beta: 0.04')"),
+    ('lr = 1e-5\r\nx = "a\rb"\nbeta: 0.04\n', "Fix: correct line 2, column 7 of run.toml"),  # a bare CR is no line end
+    ('[model]\npath = ["tiny-llama",\n', "Fix: close what is still open at the end of run.toml"),
 ])
-def test_a_toml_typo_gets_no_json_or_yaml_hint(tmp_path, capsys, text):
+def test_a_toml_typo_gets_a_fix_naming_tomls_line_and_column_not_a_json_or_yaml_hint(tmp_path, capsys, text, fix):
+    """The one config error without a ``Fix:`` had TOML's parse error alone: the fix names the line
+    and column tomllib reports (and quotes that line), or what is left open at the end."""
     path = tmp_path / "run.toml"
-    path.write_text(text)
+    path.write_text(text, newline="")
     assert main(["train", str(path)]) == 2
     line = _error_line(capsys)
-    assert "Fix:" not in line and "looks like" not in line, line
+    assert fix in line and "looks like" not in line, line

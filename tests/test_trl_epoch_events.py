@@ -626,3 +626,58 @@ def test_a_resume_from_the_held_evaluations_checkpoint_has_trls_log_history(tiny
     assert history["trl"] == [(1, False, False), (2, False, False), (3, False, False), (3, True, False),
                               (3, False, True)]
     assert history["polyrl"] == history["trl"]
+
+
+
+class BreaksTheCheckpointAt2(TrainerCallback):
+    """At update 2 (an epoch's end and a save step) the save raises: ``how`` "write" puts a file, in
+    on_step_end, where that step's checkpoint goes (``where``: TRL's ``checkpoint-2``, polyrl's
+    checkpoint root); "on_save" raises in on_save, after the checkpoint is written."""
+
+    def __init__(self, how, where):
+        self.how, self.where = how, where
+
+    def on_step_end(self, args, state, control, **kwargs):
+        import shutil
+
+        if self.how == "write" and state.global_step == 2:
+            shutil.rmtree(self.where, ignore_errors=True)
+            self.where.parent.mkdir(parents=True, exist_ok=True)
+            self.where.write_text("in the way")
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.how == "on_save" and state.global_step == 2:
+            raise RuntimeError("the save's upload failed")
+
+
+@pytest.mark.parametrize("how", ["write", "on_save"])
+def test_a_save_that_raises_before_an_epoch_evaluation_ends_the_run_there_as_on_trls_trainer(tiny_model_dir,
+                                                                                             tmp_path, how):
+    """eval_strategy "epoch", save_steps 2: transformers saves step 2 before on_epoch_end, whose
+    DefaultFlowCallback asks the epoch's evaluation (``_maybe_log_save_evaluate`` after
+    ``on_step_end``, then ``on_epoch_end`` and its own ``_maybe_log_save_evaluate``, in
+    ``Trainer._run_epoch``; nothing there catches what the save raises). A checkpoint write or an
+    ``on_save`` that raises leaves ``train()`` at once: no ``on_epoch_end``, so no evaluation is
+    asked, and no ``on_train_end``. polyrl holds that evaluation until after the checkpoint and
+    ends the same way: TRL's own trainer's events, step 2 recorded without eval keys."""
+    seen, raised = {}, {}
+    for trainer_class, name, where in ((trl.GRPOTrainer, "trl", "checkpoint-2"), (GRPOTrainer, "polyrl", "checkpoints")):
+        events = Events()
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(4),
+                                eval_dataset=prompts_dataset(2),
+                                callbacks=[events, BreaksTheCheckpointAt2(how, tmp_path / name / "run" / where)],
+                                args=_args(tmp_path / name, max_steps=3, eval_strategy="epoch", save_steps=2))
+        with pytest.raises(Exception) as info:
+            trainer.train()
+        seen[name], raised[name] = events.seen, str(info.value)
+    if how == "write":
+        assert "cannot write the checkpoint of step 2" in raised["polyrl"], raised
+    else:
+        assert raised["trl"] == "the save's upload failed" and "on_save" in raised["polyrl"], raised
+        assert "the save's upload failed" in raised["polyrl"]
+    saved = [("on_save", 2, 1.0, (False, False, False))] if how == "on_save" else []
+    assert [e for e in seen["trl"] if e[1] >= 2] == [
+        ("on_step_end", 2, 1.0, (True, False, False)), ("on_log", 2, "train"), *saved]
+    assert seen["polyrl"] == seen["trl"]
+    lines = _lines(tmp_path / "polyrl" / "run")
+    assert sorted(lines) == [1, 2] and not [k for k in lines[2] if k.startswith("eval/")]

@@ -448,3 +448,19 @@ def test_polyrls_own_config_keeps_the_reward_models_float32_default_and_a_trl_co
                                grpo_config=_args(tmp_path))
     assert config.rewards[0].options["dtype"] == "auto"
     assert load_reward_model(bf16_rm_path, "cpu", "auto")[0].dtype == torch.bfloat16
+
+
+def test_a_reward_model_object_keeps_its_own_dtype_under_polyrls_own_config(tiny_model_dir, rm_path, bf16_rm_path,
+                                                                            tmp_path, monkeypatch):
+    """TRL scores a model object in reward_funcs as given, whatever the config; with polyrl's own
+    GRPOConfig (no model_init_kwargs) a bfloat16 object was loaded and scored in float32. A folder
+    there keeps the reward_model's float32 default, as polyrl's TOML does."""
+    from transformers import AutoModelForSequenceClassification
+
+    from polyrl import api
+
+    rm_object = AutoModelForSequenceClassification.from_pretrained(bf16_rm_path)
+    assert rm_object.dtype == torch.bfloat16
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_object, bf16_rm_path], train_dataset=_dataset(),
+                          args=api.GRPOConfig(output_dir=str(tmp_path / "own"), steps=1))
+    assert _polyrl_reward_dtypes(trainer, monkeypatch) == [torch.bfloat16, torch.float32]

@@ -546,6 +546,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         print_table(result)
         print(args.output)
+    from polyrl.bench.report import every_side_failed
+
+    failed = every_side_failed(result, args.output)
+    if failed is not None:  # after the table and report: each side's line stays readable above it
+        from polyrl.errors import BenchFailed
+
+        raise BenchFailed(failed)
     return 0
 
 

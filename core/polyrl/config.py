@@ -737,7 +737,8 @@ class RunConfig:
         except tomllib.TOMLDecodeError as exc:
             from polyrl.config_format import hint
 
-            raise ConfigError(f"{path} is not valid TOML: {exc}", field="config", fix=hint(text)) from None
+            raise ConfigError(f"{path} is not valid TOML: {exc}", field="config",
+                              fix=hint(text, str(exc), path.name)) from None
         except ValueError as exc:  # int()'s digit limit, which tomllib lets through as is
             if not long_numbers.is_digit_limit(exc):
                 raise

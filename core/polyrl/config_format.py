@@ -1,9 +1,10 @@
-"""A config file that is JSON or YAML, not TOML: a hint beside TOML's parse error.
+"""The fix beside TOML's parse error of a config file: where to correct it, or that it is JSON or YAML.
 
 Why: ``run.toml`` holding ``{"model": ...}`` or ``model:\\n  path: x`` (written from another
 tool's example) was "Invalid statement (at line 1, column 1)" alone, which reads as a typo to
 hunt for. The hint is given only when the text is clearly JSON or YAML: a TOML file with one
-mistyped line (``lr: 1e-5`` among ``key = value`` lines) keeps TOML's error as it is.
+mistyped line (``lr: 1e-5`` among ``key = value`` lines) gets the line and column TOML reports,
+and that line's text, as its fix (``typo_fix``): it was the one config error without a ``Fix:``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,34 @@ def looks_like(text: str) -> str | None:
     return "YAML" if first.rstrip() == "---" or _YAML_KEY.match(first) else None
 
 
-def hint(text: str) -> str | None:
-    """The fix for a config TOML refused that is clearly JSON or YAML; None for a TOML typo."""
+#: where tomllib says the error is, at the end of its message: ``(at line 3, column 5)`` or ``(at end of document)``
+_WHERE = re.compile(r"\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
+#: the longest piece of the faulty line the fix quotes
+_QUOTED = 60
+
+
+def typo_fix(message: str, text: str, name: str) -> str:
+    """The fix for a TOML typo in the file ``name`` (``text``) that tomllib refused with
+    ``message``: the line and column it reports, with that line's text, or, at the end of the
+    document, what is left open there. Why: the parse error alone had no ``Fix:``."""
+    found = _WHERE.search(message)
+    if found is None:  # no place named (another TOML reader's wording)
+        return f"correct the TOML syntax {message!r} names in {name}"
+    if found.group(1) is None:  # at the end: something opened and never closed
+        return (f"close what is still open at the end of {name} (a string's quote, an array's ], an inline "
+                "table's }, a table header's ]); TOML writes settings as key = value lines under [table] lines")
+    line, column = int(found.group(1)), int(found.group(2))
+    lines = text.split("\n")  # tomllib counts "\n" alone (splitlines would count \r, \f, U+2028 too)
+    shown = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    if len(shown) > _QUOTED:
+        shown = shown[:_QUOTED] + "..."
+    quoted = f" ({shown!r})" if shown else ""
+    return (f"correct line {line}, column {column} of {name}{quoted}: TOML writes settings as key = value "
+            "lines under [table] lines, strings in quotes")
+
+
+def hint(text: str, message: str, name: str) -> str:
+    """The fix for a config TOML refused with ``message``: when ``text`` is clearly JSON or YAML,
+    that polyrl configs are TOML; else where to correct the typo (``typo_fix``)."""
     kind = looks_like(text)
-    return f"this looks like {kind}; {_FIX}" if kind else None
+    return f"this looks like {kind}; {_FIX}" if kind else typo_fix(message, text, name)

@@ -95,6 +95,10 @@ class BackendUnavailable(PolyrlError):
     """A backend exists but cannot run here (missing package, no device) or does not exist."""
 
 
+class BenchFailed(PolyrlError):
+    """Every side of ``polyrl bench`` failed: nothing was measured (its report keeps each side's error)."""
+
+
 class RewardError(PolyrlError):
     """A reward function raised or returned something unusable."""
 

@@ -262,8 +262,9 @@ class GRPOTrainer:
                               fix=f"pass one split, e.g. train_dataset=dataset[{splits[0]!r}] (as TRL takes it)")
         self.args = args if args is not None else _default_args(model)
         dtype, trl_args = _model_dtype(model, self.args)
-        reward_dtypes: list[str | None] = [None] * len(user_rewards) if isinstance(self.args, api.GRPOConfig) else \
-            trl_reward_models.reward_model_dtypes(user_rewards, getattr(self.args, "model_init_kwargs", None))
+        # a reward model object scores in its own dtype under either config (TRL scores it as given)
+        reward_dtypes = trl_reward_models.reward_model_dtypes(user_rewards, getattr(self.args, "model_init_kwargs", None),
+                                                              folders=not isinstance(self.args, api.GRPOConfig))
         agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
@@ -322,8 +323,8 @@ class GRPOTrainer:
         #: the folder each reward model's tokenizer from reward_processing_classes is saved in (None: its own)
         self._reward_tokenizers = [*tokenizer_folders, *[None] * len(env_rewards)]
         #: the dtype each reward model loads in, as TRL's (``trl_reward_models.reward_model_dtypes``:
-        #: model_init_kwargs reach TRL's reward models too); None: the reward_model's own default,
-        #: as under polyrl's own GRPOConfig, which has no model_init_kwargs
+        #: model_init_kwargs reach TRL's reward models too); None: the reward_model's own default, as for
+        #: a folder under polyrl's own GRPOConfig, which has no model_init_kwargs (an object: its own dtype)
         self._reward_dtypes: list[str | None] = [*reward_dtypes, *[None] * len(env_rewards)]
         self.summary: dict[str, Any] | None = None
         #: what this trainer saved in output_dir before its run (save_metrics/save_state before

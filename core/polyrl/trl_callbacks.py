@@ -390,7 +390,11 @@ class TrlCallbacks:
 
     def _pending_epoch_end(self) -> None:
         """The ``on_epoch_end`` ``step_end`` left for ``saved``, called now where no checkpoint
-        followed (a save that failed to happen); what it asks can no longer act on that step."""
+        followed though one was asked; what it asks (a held evaluation too) can no longer act on
+        that step. A save that raises never gets here: the run ends at once, with no
+        ``on_epoch_end`` and so no held evaluation, as transformers' ``train()`` leaves when its
+        ``_save_checkpoint`` (or ``on_save``) raises before ``on_epoch_end`` asks the evaluation
+        (``tests/test_trl_epoch_events.py``)."""
         if self._epoch_end_after_save is not None:
             evaluated, self._epoch_end_after_save = self._epoch_end_after_save, None
             self._epoch_end(evaluated=evaluated)

@@ -111,19 +111,23 @@ def _folder_dtype(model_init_kwargs: Any) -> str:
     return "auto"
 
 
-def reward_model_dtypes(rewards: Sequence[Any], model_init_kwargs: Any) -> list[str | None]:
+def reward_model_dtypes(rewards: Sequence[Any], model_init_kwargs: Any, folders: bool = True) -> list[str | None]:
     """The ``reward_model`` dtype of each of ``rewards`` (the script's ``reward_funcs``), as TRL
     loads it: a folder in ``model_init_kwargs``' dtype (``_folder_dtype``; ``"auto"`` without
     one), a model object in its own dtype (TRL scores the object as given), None for a function.
     Why: polyrl's ``reward_model`` loads float32 by default, so a bfloat16 reward model (or
-    ``model_init_kwargs={"dtype": "bfloat16"}``) scored other numbers than under TRL."""
+    ``model_init_kwargs={"dtype": "bfloat16"}``) scored other numbers than under TRL.
+    ``folders`` False (polyrl's own ``GRPOConfig``, which has no ``model_init_kwargs``): a folder
+    keeps the ``reward_model``'s default (None), while an object is still scored in its own
+    dtype, as the policy object trains in its own under either config (a bfloat16 object was
+    loaded and scored in float32 there)."""
     from polyrl.api import is_reward_model_folder
 
     dtypes: list[str | None] = []
     for reward in rewards:
         if is_model_object(reward):
             dtypes.append(str(getattr(reward, "dtype", "float32")).removeprefix("torch."))
-        elif is_reward_model_folder(reward):
+        elif folders and is_reward_model_folder(reward):
             dtypes.append(_folder_dtype(model_init_kwargs))
         else:
             dtypes.append(None)

@@ -64,6 +64,26 @@ def write_chart(report: dict[str, Any], path: Path) -> str | None:
     return str(path)
 
 
+#: the longest piece of one side's error the all-failed line quotes
+_ERROR_QUOTED = 200
+
+
+def every_side_failed(report: dict[str, Any], output: str | None) -> str | None:
+    """The ``error:`` line's text when every side of ``report`` failed (each result an ``error``),
+    naming each side's last error line and where the report is; None when any side measured.
+    Why: such a bench measured nothing, yet exited 0 as if it had (a missing ``--model`` is
+    refused before any side runs: ``resolve_bench_model``)."""
+    results = report.get("results") or []
+    if not results or any("error" not in r for r in results):
+        return None
+    said = "; ".join(f"{r.get('backend', '?')}: {(str(r['error']).strip().splitlines() or ['?'])[-1][:_ERROR_QUOTED]}"
+                     for r in results)
+    kept = f", each side's stderr_tail in {output}" if output else ""
+    return (f"every side of the bench failed, nothing was measured ({said}){kept}. Fix: correct what each "
+            "error names (a --model folder every --backends side loads, the side's package installed), then run "
+            "polyrl bench again")
+
+
 def print_table(report: dict[str, Any]) -> None:
     """A rich table of the report's headline numbers (the JSON holds everything)."""
     from rich.console import Console
