@@ -10,7 +10,7 @@ reading of theirs now; one whose answer some count changes (``len(r) == 0``, ``l
 ``0 <= len(r) <= 3``, ``len(r) % 2 == 0``), or computed with anything but constants (``len(r) ==
 n``), or read otherwise (``not len(r)``, ``n = len(r)``) still is.
 
-A site is a call of ``len`` with one argument inside the largest expression around it made of
+A site is a call of ``len`` with one argument inside an expression around it made of
 constants, that count (``len`` of the same argument, by ``ast.dump``) and operators, comparisons,
 ``and``/``or``/``not``, ``x if c else y`` and the builtins ``abs``, ``int``, ``float``, ``bool``,
 ``round``, ``min``, ``max``, ``pow`` (where the tests bind no such name of their own), whose
@@ -275,16 +275,20 @@ def _vacuous_count_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr
 
 
 def _count_vacuous(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
-    """Whether the largest expression around ``call`` (``len`` of one argument) made of its count
-    and constants alone answers alike for every count (module doc)."""
+    """Whether an expression around ``call`` (``len`` of one argument) made of its count and
+    constants alone answers alike for every count (module doc): ``len(r) >= 0`` of ``len(r) >= 0
+    and len(r) == 3`` does, though the whole ``and`` does not."""
     count = _Count(ast.dump(call.args[0]), _bound())
-    top: ast.expr = call
+    if not count.counts(call):
+        return False
+    level: ast.expr = call
     while True:
-        above = parents.get(id(top))
+        above = parents.get(id(level))
         if not isinstance(above, ast.expr) or not count.takes(above):
-            break
-        top = above
-    return top is not call and count.counts(call) and _same_for_every_count(top, count)
+            return False
+        level = above
+        if _same_for_every_count(level, count):
+            return True
 
 
 _SITES = Sites(_vacuous_count_site, kinds=(ast.Attribute, ast.Call, ast.Name, ast.ListComp, ast.SetComp,
