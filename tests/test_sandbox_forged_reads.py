@@ -7,7 +7,10 @@ helper function of the tests' (``helper_reads``), after comparing it with itself
 (``self_compared``), through a builtin's default (``defaulted_reads``) or by ``x not in`` a name
 bound to it (``named_copies``), after counting it only against a constant any count answers
 alike (``len(r) >= 0``: ``vacuous_counts``), or after comparing it with its own items passed
-through a function (``[(lambda: x)() for x in r] == [x for x in r]``: ``self_compared``). Each is
+through a function (``[(lambda: x)() for x in r] == [x for x in r]``: ``self_compared``), after
+computing a count into what every count answers alike (``len(r) + 1 > 0``, ``abs(len(r)) >= 0``)
+or comparing a comprehension that looks at no item with another reading of it (``sum(1 for _ in
+r) == len(r)``, ``[1 for x in r] == [1] * len(r)``). Each is
 scored through the real reward path (``code_tests``) and must score 0, while right solutions of
 the same tests, and right values the tests empty and check so, keep 1.0.
 """
@@ -190,3 +193,82 @@ def test_a_value_compared_with_its_items_through_a_function_is_the_tests_loop_ov
     assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
     assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
     assert _scored([QUEUE_MAPPED_THEN_EMPTY], [QUEUE_CLEARED]) == [1.0]
+
+
+#: Tests: the forged ``primes`` emptied by ``r.reset()``, then a count computed into what every
+#: count answers alike (``vacuous_counts``: arithmetic, builtins, ``or``), then a loop over no items.
+COMPUTED_VACUOUSLY = {
+    "plus_one_above_zero": IS_PRIME + _THREE + "    assert len(r) + 1 > 0\n" + _LOOPED,
+    "abs_at_least_zero": IS_PRIME + _THREE + "    assert abs(len(r)) >= 0\n" + _LOOPED,
+    "negated_at_most_zero": IS_PRIME + _THREE + "    assert -len(r) <= 0\n" + _LOOPED,
+    "times_zero": IS_PRIME + _THREE + "    assert len(r) * 0 == 0\n" + _LOOPED,
+    "zero_or_true": IS_PRIME + _THREE + "    assert len(r) == 0 or True\n" + _LOOPED,
+    "min_with_zero": IS_PRIME + _THREE + "    assert min(len(r), 0) == 0\n" + _LOOPED,
+    "squared_copy_count": IS_PRIME + _THREE + "    assert len(list(r)) ** 2 >= 0\n" + _LOOPED,
+    "log_plus_one": _LOG + "    b.reset()\n    assert len(b.log) + 1 > 0\n    assert all(x > 0 for x in b.log)\ntest()",
+}
+#: Tests a right queue the tests clear passes: a count computed into what some count changes sees it empty.
+QUEUE_COMPUTED_EMPTY = {
+    "plus_one_is_one": _CLEARED + "assert len(q) + 1 == 1\n" + _LOOP_OVER_Q,
+    "abs_is_zero": _CLEARED + "assert abs(len(q)) == 0\n" + _LOOP_OVER_Q,
+    "doubled_under_one": _CLEARED + "assert len(q) * 2 < 1\n" + _LOOP_OVER_Q,
+    "negated_at_least_zero": _CLEARED + "assert -len(q) >= 0\n" + _LOOP_OVER_Q,
+    "even": _CLEARED + "assert len(q) % 2 == 0 and len(q) < 2\n" + _LOOP_OVER_Q,
+    "at_least_zero_then_min": _CLEARED + "assert abs(len(q)) >= 0 and min(len(q), 5) == 0\n" + _LOOP_OVER_Q,
+    # a function of the tests' own named ``abs`` is theirs: what it does with the count is a reading
+    "their_abs": "def abs(n):\n    assert n == 0\n    return n\n" + _CLEARED + "assert abs(len(q)) >= 0\n" + _LOOP_OVER_Q,
+}
+#: Tests: the forged ``primes`` emptied by ``r.reset()``, then compared with another reading of
+#: itself through a comprehension that looks at no item (``self_compared.compared_loop_at``).
+COMPARED_WITH_ITEM_FREE_LOOPS = {
+    "ones_counted_and_a_copy_counted": IS_PRIME + _THREE + "    assert len([1 for x in r]) == len(list(r))\n"
+                                       + _LOOPED,
+    "ones_counted_alone": IS_PRIME + _THREE + "    assert len([1 for x in r]) == len(list(r))\ntest()",
+    "ones_summed_and_counted": IS_PRIME + _THREE + "    assert sum(1 for _ in r) == len(r)\n" + _LOOPED,
+    "ones_and_ones_times_count": IS_PRIME + _THREE + "    assert [1 for x in r] == [1] * len(r)\n" + _LOOPED,
+    "log_ones_and_count": _LOG + "    b.reset()\n    assert [0 for _ in b.log] == [0] * len(b.log)\n"
+                          "    assert all(x > 0 for x in b.log)\ntest()",
+}
+#: Tests a right queue the tests clear passes: compared so with itself, then seen empty.
+QUEUE_ITEM_FREE_THEN_EMPTY = {
+    "ones_summed_then_zero": _CLEARED + "assert sum(1 for _ in q) == len(q) and len(q) == 0\n" + _LOOP_OVER_Q,
+    "ones_then_empty": _CLEARED + "assert [1 for x in q] == [1] * len(q)\nassert list(q) == []\n" + _LOOP_OVER_Q,
+    "ones_summed_alone": _CLEARED + "assert sum(1 for _ in q) == 0\n" + _LOOP_OVER_Q,
+}
+
+
+def test_a_count_computed_into_what_every_count_answers_alike_is_no_reading_that_sees_a_value_empty():
+    """``len(r) + 1 > 0``, ``abs(len(r)) >= 0``, ``-len(r) <= 0``, ``len(r) * 0 == 0``, ``len(r) ==
+    0 or True``, ``min(len(r), 0) == 0`` (and of ``list(r)``, ``b.log``) hold whatever ``r`` holds,
+    yet a count of 0 there was the tests seeing it empty: a forged ``primes`` emptied by
+    ``r.reset()`` passed each and then the loop over no items (1.0). It fails now; the right
+    ``primes`` and a bank that keeps its log keep 1.0, and a right queue the tests clear and count
+    into what some count changes (``len(q) + 1 == 1``, ``abs(len(q)) == 0``, ``len(q) % 2 == 0``,
+    through an ``abs`` of their own) keeps 1.0."""
+    names = list(COMPUTED_VACUOUSLY)
+    tests = [COMPUTED_VACUOUSLY[n] for n in names]
+    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
+    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
+    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    names = list(QUEUE_COMPUTED_EMPTY)
+    tests = [QUEUE_COMPUTED_EMPTY[n] for n in names]
+    assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
+
+
+def test_a_comprehension_that_looks_at_no_item_compared_with_the_same_value_is_the_tests_loop():
+    """``len([1 for x in r]) == len(list(r))``, ``sum(1 for _ in r) == len(r)``, ``[1 for x in r]
+    == [1] * len(r)`` hold over no items: the comprehension counted ``r`` (a whole reading that saw
+    it empty), so a forged ``primes`` emptied by ``r.reset()`` passed each, with a loop after it or
+    none (1.0). Such a comprehension is the tests' loop over the items now; the right ``primes``
+    and a bank that keeps its log keep 1.0, and so does a right queue the tests clear and then
+    see empty (``len(q) == 0``, ``list(q) == []``) or count alone (``sum(1 for _ in q) == 0``)."""
+    names = list(COMPARED_WITH_ITEM_FREE_LOOPS)
+    tests = [COMPARED_WITH_ITEM_FREE_LOOPS[n] for n in names]
+    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
+    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
+    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    names = list(QUEUE_ITEM_FREE_THEN_EMPTY)
+    tests = [QUEUE_ITEM_FREE_THEN_EMPTY[n] for n in names]
+    assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)

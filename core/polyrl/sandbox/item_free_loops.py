@@ -19,6 +19,7 @@ from __future__ import annotations
 import dis
 import types
 
+from polyrl.sandbox.self_compared import compared_loop_at
 from polyrl.sandbox.tests_bytecode import Comprehension, comprehension_at, plain_instructions, pushes_null, remembered
 
 #: Stores of a loop's target names.
@@ -46,11 +47,16 @@ _FOUND: dict[types.CodeType, dict[int, bool]] = {}
 
 def checks_no_item(code: types.CodeType, get_iter: int) -> bool:
     """Whether the loop that starts at the ``GET_ITER`` at offset ``get_iter`` of ``code`` (a
-    ``for`` or a comprehension) reads its value whole: counts, copies or fails on every item."""
+    ``for`` or a comprehension) reads its value whole: counts, copies or fails on every item. A
+    comprehension whose answer is compared with another reading of the same value
+    (``self_compared.compared_loop_at``: ``[1 for x in r] == list(r)``) checks each item against
+    it and is no such loop."""
     return remembered(_FOUND, code, get_iter, _classify)
 
 
 def _classify(code: types.CodeType, get_iter: int) -> bool:
+    if compared_loop_at(code, get_iter):
+        return False
     instructions = plain_instructions(code)
     at = next((n for n, i in enumerate(instructions) if i.offset == get_iter), None)
     if at is None or instructions[at].opname != "GET_ITER" or at + 1 >= len(instructions):

@@ -20,13 +20,23 @@ items as they are (those builtins, a comprehension copying them item by item) do
 expression. ``Remote._snapshot`` keeps no reading of a sample's value made there either. A side
 through a function or filter of the tests' is no place: it is their loop over the items
 (``shrinking.looped_here``), which an emptied value fails unless the tests see it empty otherwise.
+
+That holds of a side whose comprehension looks at no item too (``[1 for x in r] == list(r)``,
+``len([1 for x in r]) == len(list(r))``, ``sum(1 for _ in r) == len(r)``, ``[1 for x in r] == [1]
+* len(r)``): alone such a loop counts the items (``item_free_loops``: a whole reading), but here
+its answer is compared with another reading of the same items, which over no items it equals, so
+a forged ``primes`` emptied by ``r.reset()`` passed each and then a loop over no items (1.0). Its
+``GET_ITER`` is their loop now (``compared_loop_at``). ``sum`` of a reading, and a reading with a
+constant through an operator (``[1] * len(r)``, ``len(r) + 1``, ``-len(r)``), are made of its
+items (or their count) as well.
 """
 
 from __future__ import annotations
 
 import ast
+import types
 
-from polyrl.sandbox.source_sites import Sites
+from polyrl.sandbox.source_sites import Place, Sites, place_of
 
 _SAME = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 #: Builtins whose answer, of one argument, is made of that argument's items alone (or their count).
@@ -50,12 +60,29 @@ def _step(node: ast.expr) -> tuple[ast.expr | None, bool]:
             return node.args[0], True  # its items alone, in another order
         if name in _MAPPING and len(node.args) == 2 and not keywords:
             return node.args[1], False
+        if name == "sum" and len(node.args) == 1 and not keywords:  # its own check of each item: a loop
+            return node.args[0], False
+    if isinstance(node, ast.BinOp):  # ``[1] * len(r)``, ``len(r) + 1``: the count with a constant
+        left, right = _constant(node.left), _constant(node.right)
+        if left != right:
+            return (node.right if left else node.left), True
+    if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
+        return node.operand, True
     if isinstance(node, _COPIES) and len(node.generators) == 1 and not node.generators[0].is_async:
         generator = node.generators[0]
         copies = not generator.ifs and isinstance(node.elt, ast.Name) and isinstance(generator.target, ast.Name) \
             and node.elt.id == generator.target.id
         return generator.iter, copies
     return None, False
+
+
+def _constant(node: ast.expr) -> bool:
+    """Whether ``node`` is a literal (``1``, ``[1]``, ``-1``)."""
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def read_chain(side: ast.expr) -> tuple[ast.expr, list[ast.expr], bool]:
@@ -71,14 +98,15 @@ def read_chain(side: ast.expr) -> tuple[ast.expr, list[ast.expr], bool]:
         plain = plain and copies
 
 
-def _self_compared_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr | None:
-    """``node`` itself where it is a site's place (module doc)."""
+def _compared_sides(node: ast.expr, parents: dict[int, ast.AST]) \
+        -> tuple[tuple[ast.expr, list[ast.expr], bool], ...] | None:
+    """The two sides (``read_chain``'s) of the site ``node`` is part of (module doc), or None."""
     above: ast.AST = node
     while True:  # up through the wrappers to the comparison
         parent = parents.get(id(above))
         if isinstance(parent, ast.Compare):
             break
-        if parent is None or not isinstance(parent, (ast.Call, ast.comprehension, *_COPIES)):
+        if parent is None or not isinstance(parent, (ast.Call, ast.comprehension, ast.BinOp, ast.UnaryOp, *_COPIES)):
             return None
         above = parent
     if len(parent.ops) != 1 or not isinstance(parent.ops[0], _SAME):
@@ -87,12 +115,43 @@ def _self_compared_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr
     if isinstance(sides[0][0], (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)) \
             or ast.dump(sides[0][0]) != ast.dump(sides[1][0]):
         return None
+    return sides
+
+
+def _self_compared_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr | None:
+    """``node`` itself where it is a site's place (module doc)."""
+    sides = _compared_sides(node, parents)
+    if sides is None:
+        return None
     return node if any(node is n for _, chain, plain in sides if plain for n in chain) else None
 
 
+def _compared_loop(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr | None:
+    """``node`` itself where it is a comprehension on a site's side that takes the items through
+    something of the tests' (``[1 for x in r]``, ``[f(x) for x in r]``; not ``[x for x in r]``)."""
+    if _step(node)[1]:
+        return None
+    sides = _compared_sides(node, parents)
+    if sides is None:
+        return None
+    return node if any(node is n for _, chain, _ in sides for n in chain) else None
+
+
 _SITES = Sites(_self_compared_site, kinds=(ast.Attribute, ast.Call, ast.Name, *_COPIES))
-#: Take the tests' sources for ``self_compared_here`` (``Sites.register``).
-register = _SITES.register
+_LOOPS = Sites(_compared_loop, kinds=_COPIES)
+
+
+def register(sources: list[tuple[str, str]]) -> None:
+    """Take the tests' sources for ``self_compared_here`` and ``compared_loop_at`` (``Sites.register``)."""
+    _SITES.register(sources)
+    _LOOPS.register(sources)
+
+
+def compared_loop_at(code: types.CodeType, get_iter: int) -> bool:
+    """Whether the ``GET_ITER`` at offset ``get_iter`` of the tests' ``code`` starts a
+    comprehension of ``_compared_loop``'s: a loop that checks each item, whatever its body."""
+    place: Place | None = place_of(code, get_iter)
+    return _LOOPS.has(place)
 
 
 def self_compared_above(limit: int = 12) -> bool:

@@ -1,19 +1,22 @@
-"""Where the tests compare a ``len`` only with constants that give the same answer for every count, found statically.
+"""Where the tests compute from a ``len`` only what every count answers alike, found statically.
 
 Why: ``len(r)`` reads a sample's value whole (``Remote._check_count``), and a whole reading that
 finds it empty is the tests seeing it empty, which lets a later loop over it pass
 (``Remote._emptied_unseen``). A forged ``primes`` giving three 4s to ``len`` and nothing after
 ``r.reset()`` passed ``len(r) == 3``, then ``assert len(r) >= 0`` and ``all(is_prime(x) for x in
-r)`` (1.0): ``>= 0`` holds for any count, so the tests saw nothing of it. Such a count is no
-reading of theirs now; one that some count would fail (``len(r) == 0``, ``len(r) < 2``, ``0 <=
-len(r) <= 3``), or compared with anything but constants (``len(r) == n``), or read otherwise
-(``not len(r)``, ``n = len(r)``) still is.
+r)`` (1.0); so it did with ``len(r) + 1 > 0``, ``abs(len(r)) >= 0``, ``-len(r) <= 0`` or ``len(r)
+== 0 or True``: each holds for any count, so the tests saw nothing of it. Such a count is no
+reading of theirs now; one whose answer some count changes (``len(r) == 0``, ``len(r) > 0``,
+``0 <= len(r) <= 3``, ``len(r) % 2 == 0``), or computed with anything but constants (``len(r) ==
+n``), or read otherwise (``not len(r)``, ``n = len(r)``) still is.
 
-A site is a call of ``len`` with one argument that is an operand of a comparison whose other
-operands are all literals (``0``, ``-1``, ``None``, ``(-1, -2)``) and whose answer is the same for
-every count 0, 1, 2, ... (``>= 0``, ``> -1``, ``!= -1``, ``is not None``, ``< 0``, ``not in
-(-1,)``); its places are the ``len`` call and each node from its argument down to the value it
-reads (``self_compared.read_chain``: ``len(list(r)) >= 0``, ``len(b.log) >= 0``).
+A site is a call of ``len`` with one argument inside an expression around it made of
+constants, that count (``len`` of the same argument, by ``ast.dump``) and operators, comparisons,
+``and``/``or``/``not``, ``x if c else y`` and the builtins ``abs``, ``int``, ``float``, ``bool``,
+``round``, ``min``, ``max``, ``pow`` (where the tests bind no such name of their own), whose
+answer is the same for every count tried (``_counts_to_try``); one that raises, or computes a
+number past 2**512, is none. Its places are the ``len`` call and each node from its argument down
+to the value it reads (``self_compared.read_chain``: ``len(list(r)) >= 0``, ``len(b.log) >= 0``).
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from polyrl.sandbox.self_compared import read_chain
-from polyrl.sandbox.source_sites import Sites
+from polyrl.sandbox.source_sites import Sites, parsed
 
 #: A comparison's operator -> what it answers of (left, right), as Python does for a count and a literal.
 _ANSWERS: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
@@ -34,8 +37,28 @@ _ANSWERS: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.Is: lambda a, b: type(a) is type(b) and a == b,  # ints alike are one object, as small ones are
     ast.IsNot: lambda a, b: not (type(a) is type(b) and a == b),
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+#: Arithmetic on numbers (``len(r) + 1``); ``**`` and ``<<`` go through ``_power``/``_shift``.
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
+#: Builtins of numbers whose answer is a number again (``abs(len(r))``); ``pow`` as ``**``.
+_BUILTINS: dict[str, Callable[..., Any]] = {
+    "abs": abs, "int": int, "float": float, "bool": bool, "round": round, "min": min, "max": max}
+#: Past this a computed number is no answer read here (``len(r) ** 10 ** 9`` is not computed).
+_LARGEST = 1 << 512
 #: Literals within a literal looked into for the counts where an answer may change (``_counts_to_try``).
 _NESTED = (tuple, list, set, frozenset)
+#: Per ``len`` call (by ``id``, the call kept): whether it is a site, for each place along its argument.
+_DECIDED: dict[int, tuple[ast.AST, bool]] = {}
+#: The names the tests now running bind in any of their sources (``register``), which shadow ``_BUILTINS``.
+_bound: Callable[[], frozenset[str]] = frozenset
+
+
+class _NoAnswer(Exception):
+    """The expression is not one computed here (a name, a call of the tests', a number too large)."""
 
 
 def _literal(node: ast.expr) -> tuple[bool, Any]:
@@ -59,37 +82,173 @@ def _numbers(value: Any, depth: int = 0) -> list[int | float]:
     return []
 
 
-def _counts_to_try(literals: list[Any]) -> list[int]:
-    """Counts that reach every answer a comparison with ``literals`` may give: its answer changes
-    only beside a number among them, so 0, 1, each number's neighbours, and one past them all."""
-    near = [0, 1]
-    for number in (n for value in literals for n in _numbers(value)):
+def _counts_to_try(numbers: list[int | float]) -> list[int]:
+    """Counts that reach the answers an expression with ``numbers`` may give: every count to 512,
+    each power of two to 2**62 and its neighbours, and the neighbours of each number, of each
+    pair's sum, difference, product and quotient (``len(r) * 3 > 1000`` changes at 334)."""
+    near = set(range(513))
+    near.update(c for k in range(10, 63) for c in ((1 << k) - 1, 1 << k, (1 << k) + 1))
+    found = [n for n in numbers if abs(n) < 1 << 62][:24]
+    derived = list(found)
+    for a in found:
+        for b in found:
+            derived.extend((a + b, a - b, a * b))
+            if b:
+                derived.append(a / b)
+    for number in derived:
         if abs(number) < 1 << 62:
             base = math.floor(number)
-            near.extend(c for c in range(base - 1, base + 3) if c >= 0)
-    return sorted(set(near)) + [max(near) + (1 << 20)]
+            near.update(c for c in range(base - 1, base + 3) if c >= 0)
+    return sorted(near)
 
 
-def _same_for_every_count(compare: ast.Compare, index: int) -> bool:
-    """Whether ``compare``, whose operand ``index`` is the count, answers alike for every count,
-    its other operands all literals."""
-    operands = [compare.left, *compare.comparators]
-    literals: list[Any] = []
-    for i, node in enumerate(operands):
-        if i == index:
-            continue
-        ok, value = _literal(node)
-        if not ok:
-            return False
-        literals.append(value)
+def _checked(value: Any) -> Any:
+    """``value``, where it is a number small enough to go on with (or a bool, None)."""
+    if isinstance(value, int) and abs(value) >= _LARGEST:
+        raise _NoAnswer
+    return value
+
+
+def _number(value: Any) -> int | float:
+    """``value`` where arithmetic may take it: a number (a bool too), not a literal str or tuple."""
+    if not isinstance(value, (int, float)):
+        raise _NoAnswer
+    return value
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``, computed only where its size stays small (``_LARGEST``)."""
+    base, exponent = _number(base), _number(exponent)
+    if isinstance(exponent, int) and abs(exponent) > 512 and abs(base) > 1:
+        raise _NoAnswer
+    return base ** exponent
+
+
+def _shift(value: Any, by: Any) -> Any:
+    """``value << by``, computed only where ``by`` is small."""
+    value, by = _number(value), _number(by)
+    if not isinstance(by, int) or by > 512:
+        raise _NoAnswer
+    return operator.lshift(value, by)
+
+
+def _bound_names(tree: ast.AST) -> frozenset[str]:
+    """The names ``tree``'s code binds anywhere (assigned, defined, imported, a parameter)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):  # ``builtins.abs = f``
+            names.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+    return frozenset(names)
+
+
+class _Count:
+    """Computes an expression of one count (``len`` of ``argument``, by ``ast.dump``) and constants."""
+
+    def __init__(self, argument: str, shadowed: frozenset[str]) -> None:
+        self._argument = argument
+        self._shadowed = shadowed
+        self._literals: dict[int, tuple[bool, Any]] = {}  # by node ``id``: each parsed once
+
+    def literal(self, node: ast.expr) -> tuple[bool, Any]:
+        """``_literal(node)``, kept."""
+        found = self._literals.get(id(node))
+        if found is None:
+            found = self._literals[id(node)] = _literal(node)
+        return found
+
+    def counts(self, node: ast.expr) -> bool:
+        """Whether ``node`` is ``len`` of the argument counted here."""
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
+            and "len" not in self._shadowed and len(node.args) == 1 and not node.keywords \
+            and not isinstance(node.args[0], ast.Starred) and ast.dump(node.args[0]) == self._argument
+
+    def takes(self, node: ast.expr) -> bool:
+        """Whether ``node`` is made of that count and constants alone, in forms ``value`` computes."""
+        if self.counts(node) or self.literal(node)[0]:
+            return True
+        if isinstance(node, ast.BinOp):
+            return (type(node.op) in _BINARY or isinstance(node.op, (ast.Pow, ast.LShift))) \
+                and self.takes(node.left) and self.takes(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return type(node.op) in _UNARY and self.takes(node.operand)
+        if isinstance(node, ast.Compare):
+            return all(type(op) in _ANSWERS for op in node.ops) \
+                and all(self.takes(n) for n in (node.left, *node.comparators))
+        if isinstance(node, ast.BoolOp):
+            return all(self.takes(n) for n in node.values)
+        if isinstance(node, ast.IfExp):
+            return self.takes(node.test) and self.takes(node.body) and self.takes(node.orelse)
+        if isinstance(node, ast.Call):
+            return isinstance(node.func, ast.Name) and node.func.id in (*_BUILTINS, "pow") \
+                and node.func.id not in self._shadowed and not node.keywords \
+                and all(not isinstance(a, ast.Starred) and self.takes(a) for a in node.args)
+        return False
+
+    def value(self, node: ast.expr, count: int) -> Any:
+        """``node``'s answer where the count is ``count`` (``takes`` holds of it)."""
+        if self.counts(node):
+            return count
+        ok, literal = self.literal(node)
+        if ok:
+            return literal
+        if isinstance(node, ast.BinOp):
+            left, right = self.value(node.left, count), self.value(node.right, count)
+            if isinstance(node.op, ast.Pow):
+                return _checked(_power(left, right))
+            if isinstance(node.op, ast.LShift):
+                return _checked(_shift(left, right))
+            return _checked(_BINARY[type(node.op)](_number(left), _number(right)))
+        if isinstance(node, ast.UnaryOp):
+            operand = self.value(node.operand, count)
+            return _UNARY[type(node.op)](operand if isinstance(node.op, ast.Not) else _number(operand))
+        if isinstance(node, ast.Compare):
+            left = self.value(node.left, count)
+            for op, comparator in zip(node.ops, node.comparators):
+                right = self.value(comparator, count)
+                if not _ANSWERS[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.BoolOp):
+            answer: Any = None
+            for operand in node.values:
+                answer = self.value(operand, count)
+                if bool(answer) is isinstance(node.op, ast.Or):
+                    return answer
+            return answer
+        if isinstance(node, ast.IfExp):
+            return self.value(node.body if self.value(node.test, count) else node.orelse, count)
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        args = [self.value(a, count) for a in node.args]
+        if node.func.id == "pow":
+            if len(args) != 2:
+                raise _NoAnswer
+            return _checked(_power(*args))
+        return _checked(_BUILTINS[node.func.id](*args))
+
+
+def _same_for_every_count(top: ast.expr, count: _Count) -> bool:
+    """Whether ``top`` (``count.takes`` holds of it) answers alike for every count tried; one that
+    raises or is not computed (``_NoAnswer``) is not (``len(r) < "a"`` raises for every count)."""
+    literals = [value for node in ast.walk(top) if isinstance(node, ast.expr)
+                for ok, value in [count.literal(node)] if ok]
     answers = set()
-    for count in _counts_to_try(literals):
-        values = [*literals[:index], count, *literals[index:]]
+    for n in _counts_to_try([number for value in literals for number in _numbers(value)]):
         try:
-            answer = all(bool(_ANSWERS[type(op)](values[i], values[i + 1])) for i, op in enumerate(compare.ops))
-        except Exception:  # noqa: BLE001 - ``len(r) < "a"`` raises for every count: no answer to read
+            answer = count.value(top, n)
+        except Exception:  # noqa: BLE001 - ``1 // len(r)``, ``_NoAnswer``: no answer to read
             return False
-        answers.add(answer)
+        answers.add((type(answer).__name__, repr(answer)))
         if len(answers) > 1:
             return False
     return True
@@ -107,18 +266,50 @@ def _vacuous_count_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr
         return None
     if node is not call and not any(node is n for n in read_chain(call.args[0])[1]):
         return None
-    compare = parents.get(id(call))
-    if not isinstance(compare, ast.Compare):
-        return None
-    operands = [compare.left, *compare.comparators]
-    index = next(i for i, operand in enumerate(operands) if operand is call)
-    return node if _same_for_every_count(compare, index) else None
+    decided = _DECIDED.get(id(call))
+    if decided is None or decided[0] is not call:
+        if len(_DECIDED) > 4096:  # trees of earlier runs: let them go
+            _DECIDED.clear()
+        decided = _DECIDED[id(call)] = (call, _count_vacuous(call, parents))
+    return node if decided[1] else None
+
+
+def _count_vacuous(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
+    """Whether an expression around ``call`` (``len`` of one argument) made of its count and
+    constants alone answers alike for every count (module doc): ``len(r) >= 0`` of ``len(r) >= 0
+    and len(r) == 3`` does, though the whole ``and`` does not."""
+    count = _Count(ast.dump(call.args[0]), _bound())
+    if not count.counts(call):
+        return False
+    level: ast.expr = call
+    while True:
+        above = parents.get(id(level))
+        if not isinstance(above, ast.expr) or not count.takes(above):
+            return False
+        level = above
+        if _same_for_every_count(level, count):
+            return True
 
 
 _SITES = Sites(_vacuous_count_site, kinds=(ast.Attribute, ast.Call, ast.Name, ast.ListComp, ast.SetComp,
                                            ast.GeneratorExp))
-#: Take the tests' sources for ``counted_vacuously_above`` and ``counted_vacuously_here`` (``Sites.register``).
-register = _SITES.register
+
+
+def register(sources: Iterable[tuple[str, str]]) -> None:
+    """Take the tests' sources for ``counted_vacuously_above`` and ``counted_vacuously_here``
+    (``Sites.register``); the names they bind are read from all of them, once, when first asked
+    (a ``def abs`` of one step's is the ``abs`` another step calls)."""
+    global _bound
+    listed = list(sources)
+    found: list[frozenset[str]] = []
+
+    def bound() -> frozenset[str]:
+        if not found:
+            found.append(frozenset().union(*(_bound_names(tree) for _, tree, _ in parsed(listed))))
+        return found[0]
+
+    _bound = bound
+    _SITES.register(listed)
 
 
 def counted_vacuously_above(limit: int = 12) -> bool:
