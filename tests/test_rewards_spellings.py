@@ -3,6 +3,8 @@ LaTeX escapes and thousands separators, percent signs, a decimal comma, repeated
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from polyrl.errors import RewardError
@@ -125,3 +127,20 @@ def test_exact_match_reads_latex_that_draws_alike_as_one_answer(text, answer, ex
 def test_which_of_repeated_answers_is_read(text, answer, expected):
     assert exact(text, answer) == expected
     assert numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("\\boxed{18.90}", "\\$18.90", 1.0), ("It costs $5.", "$5.00", 1.0), ("answer: 20%", "20\\%", 1.0),
+    ("\\boxed{50\\%}", "50%", 1.0), ("answer: 50", "50 %", 1.0), ("answer: 0.5", "50%", 0.0), ("answer: 5", "$50", 0.0),
+])
+def test_numeric_match_reads_a_gold_with_a_currency_or_percent_sign(text, answer, expected):
+    """A MATH-style gold "\\$18.90" or "20\\%" was refused as no number, though a completion's
+    "\\$18.90" and "20%" read 18.9 and 20."""
+    assert numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize("gold", ["$", "50%%", "five %", "$5x"])
+def test_numeric_match_still_refuses_a_gold_that_is_no_number(gold):
+    """Refused, and named as the dataset wrote it (not with its "$" dropped)."""
+    with pytest.raises(RewardError, match=re.escape(f"is {gold!r}, not a number. Fix: store a number")):
+        numeric("5", gold)

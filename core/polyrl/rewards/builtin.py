@@ -101,7 +101,9 @@ silently ignored). Options:
     "5 apples" read 42, 5, 5. Markdown emphasis around a number is emphasis, even glued to the word
     before it ("is**42**", "__42__"), but not after a digit, bracket or lone letter ("x**2**" is a
     power, "x__2__" an index).
-    The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``). An integer answer
+    The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``), with a currency
+    or percent sign read as a completion's is ("$5.00", ``\\$18.90``, ``20\\%``: 5, 18.9, 20); a
+    comma in it must group thousands ("1,5" is an error, not 15). An integer answer
     is matched exactly ("12345678901234567000" is not 12345678901234567890, "42.0" is 42; only
     ``tolerance`` widens it); any other within ``math.isclose(got, expected,
     rel_tol=rel_tolerance, abs_tol=tolerance)``. Both sides are read as written (exact decimals and
@@ -745,19 +747,21 @@ _PERCENT = re.compile(r"(?<=[\d.])\s?%$")
 
 def _as_number(value: Any, column: str, index: int) -> Fraction:
     """The row's answer, exactly as written ("0.1" is 1/10, a 20-digit integer keeps its digits, "1/2"
-    and "\\frac{1}{2}" are 1/2)."""
+    and "\\frac{1}{2}" are 1/2), its currency sign or percent sign dropped as a completion's are
+    ("$5.00", "\\$18.90", "50%", "50\\%": 5, 18.9, 50)."""
     if isinstance(value, float):
         text = repr(float(value))
     elif isinstance(value, int):  # bool too: 1 or 0, as float(True) read it
         text = str(int(value))
     else:
-        if "," in str(value) and not _GROUPED.fullmatch(str(value).strip()):
+        written = _GOLD_SIGNS.sub("", str(value))
+        if "," in written and not _GROUPED.fullmatch(written.strip()):
             raise RewardError(
                 f"numeric_match: dataset row {index} column {column!r} is {value!r}, whose comma does not group "
                 "thousands (as in 1,000): a decimal comma or a list. Fix: write the number with a decimal point "
                 "(1.5) or without the comma")
-        text = str(value).replace(",", "").strip()
-        fraction = read_fraction(str(value))  # "1/2", "\\frac{1}{2}": read as the completion's are
+        text = written.replace(",", "").strip()
+        fraction = read_fraction(written)  # "1/2", "\\frac{1}{2}": read as the completion's are
         if fraction is not None:
             return fraction
     try:
@@ -778,6 +782,10 @@ def _as_number(value: Any, column: str, index: int) -> Fraction:
         return Fraction(number)
 
 
+#: A currency sign before the row's answer or a percent sign after it ("$5", "\\$5", "50%", "50\\%"),
+#: which a completion's number is read without. Why: a MATH-style gold "\\$18.90" or "20\\%" was an
+#: error, though "\\boxed{\\$18.90}" and "20%" in a completion read 18.9 and 20.
+_GOLD_SIGNS = re.compile(r"^\s*\\?\$\s*(?=[-+.\d])|(?<=[\d.])\s*\\?%\s*$")
 #: A number whose commas group thousands: "1,000", "-1,234.5". Why: "1,5" (a decimal comma) was 15.
 _GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
