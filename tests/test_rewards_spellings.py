@@ -35,6 +35,12 @@ def numeric(text: str, answer: object) -> float | None:
     # a glued "-5" is no list item, and a spaced minus after "=", ":" or in a box is a sign
     ("-5", "-5", 1.0), ("-5", "5", 0.0), ("answer: - 5", "-5", 1.0), ("answer: - 5", "5", 0.0),
     ("\\boxed{- 5}", "-5", 1.0), ("x = - 5", "x = -5", 1.0), ("x = - 5", "x = 5", 0.0),
+    # one letter given a number's value answers that number, as numeric_match reads it
+    ("x = - 5", "-5", 1.0), ("x = - 5", "5", 0.0), ("x = -5", "-5", 1.0), ("\\boxed{x=\\frac{1}{2}}", "0.5", 1.0),
+    ("answer: n = 1,000", "1000", 1.0), ("x = 5", "x=5", 1.0), ("\\boxed{5}", "x = 5", 1.0),
+    # ... not a longer left side, an expression, nor a chain
+    ("So x = 5", "5", 0.0), ("\\boxed{y = 2x+3}", "2x+3", 0.0), ("\\boxed{y = - 2x}", "y = -2x", 1.0),
+    ("\\boxed{x = 2 = 3}", "3", 0.0), ("\\boxed{x = 5}", "6", 0.0),
 ])
 def test_exact_match_reads_a_list_dash_as_a_bullet_and_a_spaced_minus_as_a_sign(text, answer, expected):
     """A last line "- 5" (a markdown bullet) scored 0 against 5, though numeric_match read 5

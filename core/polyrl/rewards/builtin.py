@@ -42,11 +42,12 @@ silently ignored). Options:
     "1000" are; "0.5" is not "0.05" and "1/2" not "2"; a percent sign after it is dropped, as
     ``numeric_match`` reads "42%" (and MATH's grader drops it): "50%", ``50\\%`` and "50" are one
     answer, not 0.5. A comma between digits that groups no thousands ("1,5": a decimal comma, or a
-    list) makes it no number: text. An expression or a number with words or a unit around it
-    ("1/2 cup", "5 cm", "2+2", "x = 5") is compared as text: for a unit, use ``numeric_match``. Its
-    sign is read as ``numeric_match`` reads it: ``\\boxed{- 5}``, "answer: - 5" and a typeset
-    minus ("\u22125") are -5, and so is a spaced minus in a text answer ("x = - 5" is "x = -5"); a
-    "- 5" that opens the line it is read from is a list's dash: 5.
+    list) makes it no number: text. One letter given a number's value ("x = 5", "x=5") answers that
+    number, as in ``numeric_match``. An expression or a number with words or a unit around it
+    ("1/2 cup", "5 cm", "2+2", "so x = 5", "y = 2x+3") is compared as text: for a unit, use
+    ``numeric_match``. Its sign is read as ``numeric_match`` reads it: ``\\boxed{- 5}``, "answer: - 5",
+    "x = - 5" and a typeset minus ("\u22125") are -5, and a spaced minus in a text answer is glued
+    ("y = - 2x" is "y = -2x"); a "- 5" that opens the line it is read from is a list's dash: 5.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
     0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9).
     The completion is read after its reasoning, as ``exact_match`` reads it (an unclosed ``<think>``
@@ -730,7 +731,8 @@ def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
     if opens_line:
         normalized = _LIST_DASH.sub("", normalized, count=1)
     signed = _glued_minus(normalized.translate(_MINUS_SIGNS), opens_line)
-    m = _TOKEN.fullmatch(_PERCENT.sub("", signed.strip(" "), count=1))
+    assigned = _ASSIGNED.fullmatch(signed.strip(" "))
+    m = _TOKEN.fullmatch(_PERCENT.sub("", assigned.group(1) if assigned else signed.strip(" "), count=1))
     if m is None:
         return " ".join(signed.split())
     value, known = _token_value(m)
@@ -740,6 +742,9 @@ def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
 #: A markdown list's dash opening the answer's line ("- 5", "- Paris"): a bullet, not part of the
 #: answer (nor a sign: "-5", glued, is no list item, and stays -5).
 _LIST_DASH = re.compile(r"^-[ \t]+(?=\S)")
+#: One letter given a value ("x = 5", "x = - 5"): the value is the answer, as ``numeric_match`` and
+#: MATH's grader read it, where it is one number (else the whole is text: "y = 2x+3").
+_ASSIGNED = re.compile(r"[^\W\d_]\s*=\s*([^=]+)")
 #: A percent sign after a number ("50%", "50 %", ``50\\%``): the number is read, as ``numeric_match``
 #: reads "42%" (and MATH's grader drops the sign): "50%" is "50", not "0.5".
 _PERCENT = re.compile(r"(?<=[\d.])\s?%$")
