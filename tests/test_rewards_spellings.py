@@ -29,7 +29,7 @@ def numeric(text: str, answer: object) -> float | None:
 @pytest.mark.parametrize(("text", "answer", "expected"), [
     # a "- " opening the answer's line is a markdown bullet: the answer is what it lists
     ("- 5", "5", 1.0), ("Steps:\n- 5", "5", 1.0), ("Steps\n- 5", "5", 1.0), ("answer:\n- 5", "5", 1.0),
-    ("- Paris", "Paris", 1.0),
+    ("- Paris", "Paris", 1.0), ("- **5**", "5", 1.0), ("Total:\n  - $5.00", "5", 1.0),
     # ... and never a sign, as before
     ("- 5", "-5", 0.0), ("Steps\n- 5", "-5", 0.0), ("answer:\n- 5", "-5", 0.0),
     # a glued "-5" is no list item, and a spaced minus after "=", ":" or in a box is a sign

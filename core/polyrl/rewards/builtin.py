@@ -297,7 +297,10 @@ def _slashed(m: re.Match[str]) -> str:
 
 #: LaTeX spellings of plain characters (``_plain_spelling``): ``\\$``, ``\\%``, a ``{,}`` or ``\\,`` that
 #: groups thousands ("1{,}000"), ``\\dfrac``/``\\tfrac``, and ``^{2}``/``_{2}`` around one character.
-_LATEX_SPELLINGS = re.compile(r"\\([$%])|(?<=\d)(?:\{,\}|\\,)(?=\d{3}(?!\d))|\\[dt]frac(?![A-Za-z])|([\^_])\{\s*(\w)\s*\}")
+#: A LaTeX thousands separator between digit groups ("1{,}000", "1\\,000"): a comma, in both rewards.
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\,)(?=\d{3}(?!\d))")
+_LATEX_SPELLINGS = re.compile(
+    rf"\\([$%])|{_LATEX_THOUSANDS.pattern}|\\[dt]frac(?![A-Za-z])|([\^_])\{{\s*(\w)\s*\}}")
 
 
 def _plain_spelling(m: re.Match[str]) -> str:
@@ -446,10 +449,6 @@ _NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not)(?![A-Za-z])\s*\}?|\\(?:
 #: as "-". Why: "answer: \u201312" (an en dash, as typesetting writes minus twelve) was read as 12,
 #: paid against 12 and never against -12. The em dash is punctuation ("12 \u2014 no, 14") and stays.
 _MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\ufe63\uff0d", "-"))
-
-
-#: A LaTeX thousands separator between digit groups ("1{,}000", "1\\,000"): a comma.
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\,)(?=\d{3}(?!\d))")
 
 
 class _Number(NamedTuple):
@@ -713,6 +712,8 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
             out.append(0.0)
             continue
         extracted, opens_line = _extracted(text, opts["extract"])
+        if opens_line:  # a bullet before the answer, before its markdown is read: "- **5**" is 5
+            extracted = _LIST_DASH.sub("", extracted.lstrip(), count=1)
         got = normalize_answer(extracted, opts["case_sensitive"])
         out.append(1.0 if answer_key(got, opens_line) == answer_key(gold) else 0.0)
     return out
@@ -726,10 +727,9 @@ def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
     one answer, as math-verify (TRL's ``accuracy_reward``) scores them; anything else, an
     expression or a number with more around it included, is its text. Its sign is read as
     ``numeric_match`` reads it: a typeset minus ("\u22125", "\u20135") is "-", and so is a "- "
-    before the number unless the answer ``opens_line``, where it is a list's dash ("- 5" as the
-    last line is no number). Why: ``\\boxed{- 5}`` was the text "- 5", never equal to -5."""
-    if opens_line:
-        normalized = _LIST_DASH.sub("", normalized, count=1)
+    before the number unless the answer ``opens_line``, where it is a list's dash (which
+    ``exact_match`` removes first: ``_LIST_DASH``). Why: ``\\boxed{- 5}`` was the text "- 5", never
+    equal to -5."""
     signed = _glued_minus(normalized.translate(_MINUS_SIGNS), opens_line)
     assigned = _ASSIGNED.fullmatch(signed.strip(" "))
     m = _TOKEN.fullmatch(_PERCENT.sub("", assigned.group(1) if assigned else signed.strip(" "), count=1))
