@@ -16,11 +16,17 @@ silently ignored). Options:
        which LaTeX draws alike, are boxes too); a completion with several boxes
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
        ``accuracy_reward``) scores it: listing candidates must not pay;
-    2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line;
+    2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line
+       (several such markers: the last, a correction, is the answer; a box before them still wins);
     3. the last non-empty line.
-    Both sides are then normalised: surrounding whitespace, markdown ``*``/``_``, ``$``, quotes, a
+    An answer that opens its line (rule 3, or the line after "answer:") loses a markdown list's
+    dash: "- 5" and "- Paris" there answer 5 and Paris ("-5", glued, is no list item).
+    Both sides are then normalised: LaTeX that draws a plain character is written plainly
+    (``\\$`` is "$", ``\\%`` is "%", a ``{,}`` or ``\\,`` between thousands ("1{,}000") is ",",
+    ``\\dfrac``/``\\tfrac`` are ``\\frac``, ``x^{2}`` and ``a_{n}`` are "x^2" and "a_n"), surrounding
+    whitespace, markdown ``*``/``_``, ``$``, quotes, a
     trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, so is
-    a styling command around all of it (``\\text{4}``, ``\\textbf``, ``\\mathrm``, ``\\mathbf``...: 4;
+    a styling command or a bare group around all of it (``\\text{4}``, ``{4}``, ``\\textbf``, ``\\mathrm``, ``\\mathbf``...: 4;
     ``\\text{4}+\\text{5}`` stays as written), a LaTeX fraction of plain operands (a number, one
     letter or one command each, the numerator maybe signed) is written with a slash (``\\frac{1}{2}``,
     ``\\frac{+1}{2}``, ``\\dfrac12``, ``\\tfrac``: "1/2"; ``\\frac{\\pi}{2}``: "\\pi/2") where the slash reads the same (not next to a digit, letter,
@@ -33,10 +39,15 @@ silently ignored). Options:
     An answer that is then one number, as ``numeric_match`` reads numbers (a signed integer or
     decimal, thousands commas, an exponent, or a fraction of two integers), is compared by its
     exact value: "0.5", ".5", "0.50", "1/2" and ``\\frac{1}{2}`` are one answer, as "1,000" and
-    "1000" are; "0.5" is not "0.05" and "1/2" not "2". An expression or a number with words around
-    it ("1/2 cup", "2+2") is compared as text. Its sign is read as ``numeric_match`` reads it:
-    ``\\boxed{- 5}``, "answer: - 5" and a typeset minus ("\u22125") are -5; a "- 5" that opens
-    the line it is read from (the last line, or the line after "answer:") is a list's dash, no -5.
+    "1000" are; "0.5" is not "0.05" and "1/2" not "2"; a percent sign after it is dropped, as
+    ``numeric_match`` reads "42%" (and MATH's grader drops it): "50%", ``50\\%`` and "50" are one
+    answer, not 0.5. A comma between digits that groups no thousands ("1,5": a decimal comma, or a
+    list) makes it no number: text. One letter given a number's value ("x = 5", "x=5") answers that
+    number, as in ``numeric_match``. An expression or a number with words or a unit around it
+    ("1/2 cup", "5 cm", "2+2", "so x = 5", "y = 2x+3") is compared as text: for a unit, use
+    ``numeric_match``. Its sign is read as ``numeric_match`` reads it: ``\\boxed{- 5}``, "answer: - 5",
+    "x = - 5" and a typeset minus ("\u22125") are -5, and a spaced minus in a text answer is glued
+    ("y = - 2x" is "y = -2x"); a "- 5" that opens the line it is read from is a list's dash: 5.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
     0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9).
     The completion is read after its reasoning, as ``exact_match`` reads it (an unclosed ``<think>``
@@ -60,10 +71,14 @@ silently ignored). Options:
     "1.-5"), or a "+" after another sign ("-+5"), is an operator, not a sign, as a spaced "-" after
     an operand is ("3 - 5", "5! - 3", "50% - 5"); a spaced "-" after no operand is a sign ("x = - 5",
     "answer: - 5", ``\\boxed{- 5}``: -5, as math-verify reads them) except where it opens a line, a
-    markdown list's dash ("- 5", "Total:\\n- 5": 5); a spaced "+" is no sign ("+ 5" is an
+    markdown list's dash ("- 5", "Total:\\n- 5", "Steps\\n- 5": 5, no difference across the line
+    break); a spaced "+" is no sign ("+ 5" is an
     expression), and "3 +5" and "3 -5" are 3, an expression's first number,
     then a signed 5; a minus typeset as U+2212, an en
-    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). A fraction of two integers is one
+    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). LaTeX's
+    thousands separators ``{,}`` and ``\\,`` ("1{,}000") are commas; a comma glued between digits
+    that groups no thousands ("1,5", a decimal comma, or "(1,2)") joins numbers that are not read,
+    neither 1 nor 5 (the row's answer may not be written so: an error). A fraction of two integers is one
     number, its exact value: "1/2", "-1/2", "+1/2" (no spaces: "1 / 2" is an expression), ``\\frac{1}{2}``,
     ``\\dfrac``, ``\\tfrac``, ``\\frac12``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}``, ``\\frac{+1}{2}``; a fraction over 0 is
     none, and a fraction next to another number ("2 1/2", ``2\\frac{1}{2}``: a mixed number or a
@@ -87,7 +102,9 @@ silently ignored). Options:
     "5 apples" read 42, 5, 5. Markdown emphasis around a number is emphasis, even glued to the word
     before it ("is**42**", "__42__"), but not after a digit, bracket or lone letter ("x**2**" is a
     power, "x__2__" an index).
-    The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``). An integer answer
+    The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``), with a currency
+    or percent sign read as a completion's is ("$5.00", ``\\$18.90``, ``20\\%``: 5, 18.9, 20); a
+    comma in it must group thousands ("1,5" is an error, not 15). An integer answer
     is matched exactly ("12345678901234567000" is not 12345678901234567890, "42.0" is 42; only
     ``tolerance`` widens it); any other within ``math.isclose(got, expected,
     rel_tol=rel_tolerance, abs_tol=tolerance)``. Both sides are read as written (exact decimals and
@@ -228,7 +245,7 @@ def normalize_answer(text: str, case_sensitive: bool = False) -> str:
     """Canonical form for comparing answers (see the module docstring). Peeled by moving two
     indices, never by copying the rest: linear however many layers ("4!.!.!." or ``\\text{`` nested
     thousands deep) a completion piles up."""
-    s = " ".join(compatible(str(text)).split())
+    s = " ".join(_LATEX_SPELLINGS.sub(_plain_spelling, compatible(str(text))).split())
     closes = _brace_closes(s)
     lo, hi = 0, len(s)
     previous = None
@@ -278,10 +295,30 @@ def _slashed(m: re.Match[str]) -> str:
     return f"{num}/{den}"
 
 
+#: LaTeX spellings of plain characters (``_plain_spelling``): ``\\$``, ``\\%``, a ``{,}`` or ``\\,`` that
+#: groups thousands ("1{,}000"), ``\\dfrac``/``\\tfrac``, and ``^{2}``/``_{2}`` around one character.
+#: A LaTeX thousands separator between digit groups ("1{,}000", "1\\,000"): a comma, in both rewards.
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\,)(?=\d{3}(?!\d))")
+_LATEX_SPELLINGS = re.compile(
+    rf"\\([$%])|{_LATEX_THOUSANDS.pattern}|\\[dt]frac(?![A-Za-z])|([\^_])\{{\s*(\w)\s*\}}")
+
+
+def _plain_spelling(m: re.Match[str]) -> str:
+    """What a ``_LATEX_SPELLINGS`` match draws, written plainly. Why: MATH-style answers escape
+    their dollars and percents (``\\$18.90``, ``50\\%``) and group thousands as ``1{,}000``, and
+    each was text unequal to "$18.90", "50%" or "1000"; ``\\dfrac{\\sqrt{3}}{2}`` was unequal to
+    ``\\frac{\\sqrt{3}}{2}`` and ``x^{2}`` to "x^2", though LaTeX draws each pair alike."""
+    if m.group(1):
+        return m.group(1)
+    if m.group(2):
+        return m.group(2) + m.group(3)
+    return "\\frac" if "frac" in m.group() else ","
+
+
 #: What ``normalize_answer`` strips from both ends besides whitespace: markdown, ``$``, quotes.
 _QUOTES = "*_$`\"'"
-#: LaTeX commands that only style their argument: ``\\boxed{\\text{4}}`` answers 4.
-_STYLE = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox)\s*\{")
+#: LaTeX commands that only style their argument, or a bare group: ``\\boxed{\\text{4}}`` and ``\\boxed{{4}}`` answer 4.
+_STYLE = re.compile(r"(?:\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox)\s*)?\{")
 #: Characters whose compatibility form says another thing: "2²" is 4, not "22"; "1½" is not "11⁄2".
 _KEEP_TAGS = ("<super>", "<sub>", "<fraction>")
 
@@ -355,7 +392,7 @@ _RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[
 #: an operator with an operand after it ("1.-5", "1.+5": 1. minus 5)
 _EXPRESSION_AFTER = re.compile(
     rf"[{_SUPERSCRIPTS}{_SUBSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|_(?=[{{\dA-Za-z])|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
-    rf"|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])|\.(?=[-*{_OPERATORS}]\s*[\d(.\\])"
+    rf"|,(?=\d)|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])|\.(?=[-*{_OPERATORS}]\s*[\d(.\\])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
     rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: Markup that strikes out or hides what it encloses: a number in it is retracted or invisible, not
@@ -372,8 +409,8 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%]\s*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
-    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$")
+    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
+    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
 #: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
@@ -445,7 +482,7 @@ def _glued_minus(text: str, line_start: bool) -> str:
 def _numbers(text: str, line_start: bool = True) -> list[_Number]:
     """Each number in ``text``, in order. A fraction of two integers is one number, its exact value.
     ``line_start``: whether ``text`` opens a line (see ``_glued_minus``)."""
-    text = _glued_minus(text.translate(_MINUS_SIGNS), line_start)
+    text = _glued_minus(_LATEX_THOUSANDS.sub(",", text.translate(_MINUS_SIGNS)), line_start)
     out: list[_Number] = []
     previous: tuple[int, bool] | None = None  # the last token's end, and whether it was a fraction
     rest_end = -1  # where the last expression scanned ends: a number before it ends there too (linear time)
@@ -675,6 +712,8 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
             out.append(0.0)
             continue
         extracted, opens_line = _extracted(text, opts["extract"])
+        if opens_line:  # a bullet before the answer, before its markdown is read: "- **5**" is 5
+            extracted = _LIST_DASH.sub("", extracted.lstrip(), count=1)
         got = normalize_answer(extracted, opts["case_sensitive"])
         out.append(1.0 if answer_key(got, opens_line) == answer_key(gold) else 0.0)
     return out
@@ -688,25 +727,46 @@ def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
     one answer, as math-verify (TRL's ``accuracy_reward``) scores them; anything else, an
     expression or a number with more around it included, is its text. Its sign is read as
     ``numeric_match`` reads it: a typeset minus ("\u22125", "\u20135") is "-", and so is a "- "
-    before the number unless the answer ``opens_line``, where it is a list's dash ("- 5" as the
-    last line is no number). Why: ``\\boxed{- 5}`` was the text "- 5", never equal to -5."""
-    m = _TOKEN.fullmatch(_glued_minus(normalized.translate(_MINUS_SIGNS), opens_line).lstrip(" "))
+    before the number unless the answer ``opens_line``, where it is a list's dash (which
+    ``exact_match`` removes first: ``_LIST_DASH``). Why: ``\\boxed{- 5}`` was the text "- 5", never
+    equal to -5."""
+    signed = _glued_minus(normalized.translate(_MINUS_SIGNS), opens_line)
+    assigned = _ASSIGNED.fullmatch(signed.strip(" "))
+    m = _TOKEN.fullmatch(_PERCENT.sub("", assigned.group(1) if assigned else signed.strip(" "), count=1))
     if m is None:
-        return normalized
+        return " ".join(signed.split())
     value, known = _token_value(m)
     return value if known and value is not None else normalized
 
 
+#: A markdown list's dash opening the answer's line ("- 5", "- Paris"): a bullet, not part of the
+#: answer (nor a sign: "-5", glued, is no list item, and stays -5).
+_LIST_DASH = re.compile(r"^-[ \t]+(?=\S)")
+#: One letter given a value ("x = 5", "x = - 5"): the value is the answer, as ``numeric_match`` and
+#: MATH's grader read it, where it is one number (else the whole is text: "y = 2x+3").
+_ASSIGNED = re.compile(r"[^\W\d_]\s*=\s*([^=]+)")
+#: A percent sign after a number ("50%", "50 %", ``50\\%``): the number is read, as ``numeric_match``
+#: reads "42%" (and MATH's grader drops the sign): "50%" is "50", not "0.5".
+_PERCENT = re.compile(r"(?<=[\d.])\s?%$")
+
+
 def _as_number(value: Any, column: str, index: int) -> Fraction:
     """The row's answer, exactly as written ("0.1" is 1/10, a 20-digit integer keeps its digits, "1/2"
-    and "\\frac{1}{2}" are 1/2)."""
+    and "\\frac{1}{2}" are 1/2), its currency sign or percent sign dropped as a completion's are
+    ("$5.00", "\\$18.90", "50%", "50\\%": 5, 18.9, 50)."""
     if isinstance(value, float):
         text = repr(float(value))
     elif isinstance(value, int):  # bool too: 1 or 0, as float(True) read it
         text = str(int(value))
     else:
-        text = str(value).replace(",", "").strip()
-        fraction = read_fraction(str(value))  # "1/2", "\\frac{1}{2}": read as the completion's are
+        written = _GOLD_SIGNS.sub("", str(value))
+        if "," in written and not _GROUPED.fullmatch(written.strip()):
+            raise RewardError(
+                f"numeric_match: dataset row {index} column {column!r} is {value!r}, whose comma does not group "
+                "thousands (as in 1,000): a decimal comma or a list. Fix: write the number with a decimal point "
+                "(1.5) or without the comma")
+        text = written.replace(",", "").strip()
+        fraction = read_fraction(written)  # "1/2", "\\frac{1}{2}": read as the completion's are
         if fraction is not None:
             return fraction
     try:
@@ -725,6 +785,14 @@ def _as_number(value: Any, column: str, index: int) -> Fraction:
         return Fraction(text)
     except ValueError:  # "1_000" and other spellings float takes: its value
         return Fraction(number)
+
+
+#: A currency sign before the row's answer or a percent sign after it ("$5", "\\$5", "50%", "50\\%"),
+#: which a completion's number is read without. Why: a MATH-style gold "\\$18.90" or "20\\%" was an
+#: error, though "\\boxed{\\$18.90}" and "20%" in a completion read 18.9 and 20.
+_GOLD_SIGNS = re.compile(r"^\s*\\?\$\s*(?=[-+.\d])|(?<=[\d.])\s*\\?%\s*$")
+#: A number whose commas group thousands: "1,000", "-1,234.5". Why: "1,5" (a decimal comma) was 15.
+_GROUPED = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
 
 def _matches(got: Fraction, expected: Fraction, abs_tol: float, rel_tol: float) -> bool:

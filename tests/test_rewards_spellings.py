@@ -1,0 +1,152 @@
+"""How exact_match and numeric_match read GSM8K/MATH-style spellings of one answer: a list's dash,
+LaTeX escapes and thousands separators, percent signs, a decimal comma, repeated answers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from polyrl.errors import RewardError
+from polyrl.rewards.builtin import exact_match, numeric_match
+from polyrl.types import RewardContext
+
+
+def _scored(reward, name: str, text: str, answer: object) -> float | None:
+    """One completion scored by a built-in reward against one row's answer, default options."""
+    context = RewardContext(rows=[{"prompt": "q", "answer": answer}], wanted=(name,), options={name: {}})
+    return reward([text], context)[0]
+
+
+def exact(text: str, answer: object) -> float | None:
+    return _scored(exact_match, "exact_match", text, answer)
+
+
+def numeric(text: str, answer: object) -> float | None:
+    return _scored(numeric_match, "numeric_match", text, answer)
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # a "- " opening the answer's line is a markdown bullet: the answer is what it lists
+    ("- 5", "5", 1.0), ("Steps:\n- 5", "5", 1.0), ("Steps\n- 5", "5", 1.0), ("answer:\n- 5", "5", 1.0),
+    ("- Paris", "Paris", 1.0), ("- **5**", "5", 1.0), ("Total:\n  - $5.00", "5", 1.0),
+    # ... and never a sign, as before
+    ("- 5", "-5", 0.0), ("Steps\n- 5", "-5", 0.0), ("answer:\n- 5", "-5", 0.0),
+    # a glued "-5" is no list item, and a spaced minus after "=", ":" or in a box is a sign
+    ("-5", "-5", 1.0), ("-5", "5", 0.0), ("answer: - 5", "-5", 1.0), ("answer: - 5", "5", 0.0),
+    ("\\boxed{- 5}", "-5", 1.0), ("x = - 5", "x = -5", 1.0), ("x = - 5", "x = 5", 0.0),
+    # one letter given a number's value answers that number, as numeric_match reads it
+    ("x = - 5", "-5", 1.0), ("x = - 5", "5", 0.0), ("x = -5", "-5", 1.0), ("\\boxed{x=\\frac{1}{2}}", "0.5", 1.0),
+    ("answer: n = 1,000", "1000", 1.0), ("x = 5", "x=5", 1.0), ("\\boxed{5}", "x = 5", 1.0),
+    # ... not a longer left side, an expression, nor a chain
+    ("So x = 5", "5", 0.0), ("\\boxed{y = 2x+3}", "2x+3", 0.0), ("\\boxed{y = - 2x}", "y = -2x", 1.0),
+    ("\\boxed{x = 2 = 3}", "3", 0.0), ("\\boxed{x = 5}", "6", 0.0),
+])
+def test_exact_match_reads_a_list_dash_as_a_bullet_and_a_spaced_minus_as_a_sign(text, answer, expected):
+    """A last line "- 5" (a markdown bullet) scored 0 against 5, though numeric_match read 5
+    there; "x = - 5" was the text "x = - 5", unequal to the gold "x = -5"."""
+    assert exact(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("Steps\n- 5", "5", 1.0), ("The total is\n- 5", "5", 1.0), ("Steps\n- 5", "-5", 0.0),
+    ("3 - 5", "5", 0.0), ("3\n-5", "-5", 1.0),
+])
+def test_numeric_match_reads_a_list_dash_after_a_word_ending_the_line_above(text, answer, expected):
+    """"Steps\\n- 5" read as "Steps - 5", an expression: the bullet's 5 scored 0."""
+    assert numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # MATH escapes its dollars and percents: the same answers as "$5.00" and "50%"
+    ("\\boxed{\\$5.00}", "5", 1.0), ("\\boxed{18.90}", "\\$18.90", 1.0), ("\\$5", "$5", 1.0),
+    ("\\boxed{50\\%}", "50%", 1.0), ("50 %", "50%", 1.0),
+    # a percent sign after a number is read as numeric_match reads "42%": the number, not its hundredth
+    ("50%", "50", 1.0), ("\\boxed{50\\%}", "50", 1.0), ("answer: 50%", "50", 1.0),
+    ("50%", "0.5", 0.0), ("\\boxed{5\\%}", "0.05", 0.0), ("\\boxed{50\\%}", "5", 0.0),
+])
+def test_exact_match_reads_latex_currency_and_percent_as_written_plainly(text, answer, expected):
+    """``\\boxed{\\$5.00}`` scored 0 against 5 while "$5.00" scored 1; "50%" scored 0 against 50,
+    which numeric_match pays."""
+    assert exact(text, answer) == expected
+
+
+@pytest.mark.parametrize("text", ["\\boxed{1{,}000}", "answer: 1{,}000", "1\\,000", "\\boxed{1{,}000{,}000}"])
+def test_both_rewards_read_latex_thousands_separators(text):
+    """"1{,}000" (how LaTeX groups thousands) was "1" and "000": 0 in both rewards."""
+    answer = "1000000" if text.count("{,}") == 2 else "1000"
+    assert exact(text, answer) == 1.0
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize("text", ["\\boxed{1{,}5}", "1\\,50"])
+def test_a_latex_comma_that_groups_no_thousands_is_no_separator(text):
+    assert numeric(text, "15") == 0.0 and numeric(text, "150") == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("Die Antwort ist 1,5", "5"), ("Es sind 2,5 kg", "5"), ("1,5", "5"), ("1,5", "1"), ("1,5", "15"),
+    ("The point is (1,2)", "2"),
+])
+def test_numeric_match_reads_no_number_from_a_comma_that_groups_no_thousands(text, answer):
+    """A decimal comma ("1,5" in a European text) was read as its last digits: 5 was paid. It is
+    1.5 or a list written without spaces; neither reading is safe, so it is no number."""
+    assert numeric(text, answer) == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("It costs $1,000.50.", "1000.5"), ("answer: -1,234", "-1234"), ("#### 1,234", "1,234"), ("so 1, 5", "5"),
+])
+def test_numeric_match_still_reads_thousands_commas_and_spaced_lists(text, answer):
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize("gold", ["1,5", "12,34", "1,50"])
+def test_numeric_match_refuses_a_gold_whose_comma_groups_no_thousands(gold):
+    """A gold "1,5" was read as 15 (its commas dropped): a completion answering 15 was paid."""
+    with pytest.raises(RewardError, match=r"comma does not group thousands.*Fix: write the number"):
+        numeric("15", gold)
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("\\boxed{\\dfrac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0), ("\\boxed{\\tfrac{\\pi}{x+1}}", "\\frac{\\pi}{x+1}", 1.0),
+    ("\\boxed{{5}}", "5", 1.0), ("\\boxed{{x+1}}", "x+1", 1.0), ("\\boxed{x^{2}}", "x^2", 1.0), ("\\boxed{a_{n}}", "a_n", 1.0),
+    # a set's escaped braces are drawn: no bare group
+    ("\\boxed{\\{5\\}}", "5", 0.0), ("\\boxed{x^{21}}", "x^2 1", 0.0), ("\\boxed{x^{21}}", "x^21", 0.0),
+])
+def test_exact_match_reads_latex_that_draws_alike_as_one_answer(text, answer, expected):
+    """``\\dfrac{\\sqrt{3}}{2}`` was unequal to ``\\frac{\\sqrt{3}}{2}``, ``\\boxed{{5}}`` to 5 and
+    ``x^{2}`` to "x^2", though LaTeX draws each pair alike."""
+    assert exact(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # several "answer:" or "####" lines: the last is the answer (a correction)
+    ("answer: 5\nanswer: 6", "6", 1.0), ("answer: 5\nanswer: 6", "5", 0.0), ("#### 5\n#### 6", "6", 1.0),
+    # a box is the answer whatever marker follows it
+    ("\\boxed{5}\nSo the answer is 6", "5", 1.0), ("\\boxed{5}\nSo the answer is 6", "6", 0.0),
+    # several boxes holding different answers: none
+    ("\\boxed{5} ... \\boxed{6}", "6", 0.0), ("\\boxed{5} ... \\boxed{6}", "5", 0.0),
+    # a trailing period ends the sentence
+    ("The answer is 5.", "5", 1.0), ("\\boxed{5.}", "5", 1.0),
+])
+def test_which_of_repeated_answers_is_read(text, answer, expected):
+    assert exact(text, answer) == expected
+    assert numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("\\boxed{18.90}", "\\$18.90", 1.0), ("It costs $5.", "$5.00", 1.0), ("answer: 20%", "20\\%", 1.0),
+    ("\\boxed{50\\%}", "50%", 1.0), ("answer: 50", "50 %", 1.0), ("answer: 0.5", "50%", 0.0), ("answer: 5", "$50", 0.0),
+])
+def test_numeric_match_reads_a_gold_with_a_currency_or_percent_sign(text, answer, expected):
+    """A MATH-style gold "\\$18.90" or "20\\%" was refused as no number, though a completion's
+    "\\$18.90" and "20%" read 18.9 and 20."""
+    assert numeric(text, answer) == expected
+
+
+@pytest.mark.parametrize("gold", ["$", "50%%", "five %", "$5x"])
+def test_numeric_match_still_refuses_a_gold_that_is_no_number(gold):
+    """Refused, and named as the dataset wrote it (not with its "$" dropped)."""
+    with pytest.raises(RewardError, match=re.escape(f"is {gold!r}, not a number. Fix: store a number")):
+        numeric("5", gold)
