@@ -471,7 +471,8 @@ def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from polyrl.engine import Engine
-    from polyrl.text_validity import check_prompt
+    from polyrl.errors import ConfigError
+    from polyrl.text_validity import blank, blank_problem, check_prompt
     from polyrl.types import EngineConfig, SamplingParams
 
     _check_flags(args, {"max_new_tokens": "generation.max_new_tokens", "temperature": "generation.temperature",
@@ -481,6 +482,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise PolyrlError(f"--n must be an integer from 1 to 65536, got {args.n}. Fix: e.g. --n 4")
     # before the model loads: bytes that are not UTF-8 in the argument reach Python as surrogates
     check_prompt(args.prompt, "the command line", fix="pass the prompt as UTF-8 text (check the terminal's encoding)")
+    if blank(args.prompt):  # a data file's rule too: "$UNSET" sampled from an empty prompt, with nothing said
+        raise ConfigError(f"the prompt {blank_problem(args.prompt)}", field="prompt",
+                          fix='pass the text to sample from, e.g. polyrl generate "What is 2 + 3?"')
     template_kwargs = _chat_template_kwargs(args.chat_template_kwargs, args.raw)
     reg = _registry()
     model = reg.resolve_model(args.model)

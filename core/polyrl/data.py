@@ -34,6 +34,7 @@ from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load
 from polyrl.csv_chats import refuse_chat_text
 from polyrl.errors import ConfigError
 from polyrl.late_columns import refuse_needed
+from polyrl.nul_bytes import TEXT_NUL_FIX, nul_error, row_nul
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
@@ -73,6 +74,8 @@ def _chat_problem(value: Any) -> tuple[str, str] | None:
     """Why a non-text prompt is not a list of ``{"role": str, "content": str}`` messages (what is
     wrong with its first bad message, if any) and the fix; None when it is one."""
     generic = "store plain text or chat messages in the prompt column"
+    if isinstance(value, (bytes, bytearray)):  # a Sequence too: its "messages" were its byte values
+        return "", "decode the bytes to text first (value.decode('utf-8'))"
     if not isinstance(value, Sequence) or len(value) == 0:
         return "", generic
     for i, m in enumerate(value):
@@ -296,10 +299,22 @@ def from_rows(rows: Sequence[Mapping[str, Any]], prompt_column: str = "prompt", 
     """A dataset from in-memory row dicts (copied, so later edits do not leak in)."""
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
         raise ConfigError(f"rows must be a list of dicts, got {type(rows).__name__}", field="data.rows")
+    source = (columns or {}).get(prompt_column, prompt_column)
     for i, row in enumerate(rows):  # JSON files are checked as read (read_json_rows), Arrow by column
-        bad = row_surrogate(row) if isinstance(row, Mapping) else None
+        if not isinstance(row, Mapping):
+            continue  # Dataset names it
+        # the file readers' rules for text (polyrl.text_validity, polyrl.nul_bytes), every column
+        bad = row_surrogate(row)
         if bad is not None:
             raise surrogate_error(f"row {i} of {name}", f"column {bad[0]!r}", bad[1])
+        nul = row_nul(row)
+        if nul is not None:
+            raise nul_error(f"row {i} of {name}", f"column {nul[0]!r}", nul[1], TEXT_NUL_FIX)
+        if source in row and row[source] is None:  # given as None: a JSON line may lack it (Dataset's error)
+            raise ConfigError(f"row {i} of {name}: the prompt in column {source!r} is None, not text or chat "
+                              "messages: that row has no prompt at all", field="data",
+                              fix="give that row a prompt, or leave the row out (a 🤗 Dataset: "
+                                  f"dataset.filter(lambda row: row[{source!r}] is not None))")
     return Dataset([dict(r) if isinstance(r, Mapping) else r for r in rows], prompt_column, name,
                    columns=columns, system_prompt=system_prompt)
 

@@ -226,7 +226,7 @@ def _raise_at_nul(chunk: Any, offset: int, name: str, column: str) -> None:
         for row, value in enumerate(chunk.slice(start, ITER_BLOCK).to_pylist(), start):
             found = find_nul(value)
             if found is not None:
-                raise nul_error(f"row {offset + row} of {name}", column, found, ARROW_NUL_FIX)
+                raise nul_error(f"row {offset + row} of {name}", f"column {column!r}", found, ARROW_NUL_FIX)
 
 
 def _raise_at_undecodable(chunk: Any, offset: int, name: str, column: str) -> None:

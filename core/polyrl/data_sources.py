@@ -388,7 +388,7 @@ def _refuse_nul(row: Any, where: str, path: Path, field: str) -> None:
     byte is (``polyrl.nul_bytes``): never kept in a prompt the model would read."""
     bad = row_nul(row) if isinstance(row, dict) else None
     if bad is not None:
-        raise nul_error(where, bad[0], bad[1], json_nul_fix(path), field=field)
+        raise nul_error(where, f"column {bad[0]!r}", bad[1], json_nul_fix(path), field=field)
 
 
 # --- 🤗 datasets --------------------------------------------------------------------------------

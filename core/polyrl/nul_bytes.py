@@ -85,13 +85,13 @@ def row_nul(row: Mapping[str, Any]) -> tuple[str, tuple[str, int, str]] | None:
     return None
 
 
-def nul_error(where: str, column: str, found: tuple[str, int, str], fix: str, field: str = "data") -> ConfigError:
-    """The one error for a NUL character ``find_nul`` found in ``column`` at ``where`` (a file's line
-    or row)."""
+def nul_error(where: str, what: str, found: tuple[str, int, str], fix: str, field: str = "data") -> ConfigError:
+    """The one error for a NUL character ``find_nul`` found in ``what`` (``column 'prompt'``, ``the
+    prompt``) at ``where`` (a file's line or row, a row given from Python, the command line)."""
     inner, at, _ = found
     at_inner = f" at {inner}" if inner else ""
-    return ConfigError(f"{where}: column {column!r}{at_inner} holds a NUL character (U+0000) at character {at}: "
-                       "no one writes it (a file damaged on the way, or a binary value), and the model would "
+    return ConfigError(f"{where}: {what}{at_inner} holds a NUL character (U+0000) at character {at}: "
+                       "no one writes it (text damaged on the way, or a binary value), and the model would "
                        "read it as a token of its own", field=field, fix=fix)
 
 
@@ -105,3 +105,8 @@ def json_nul_fix(path: Path) -> str:
 #: How to remove NUL characters from a Parquet/Arrow file's text.
 ARROW_NUL_FIX = ("remove the NUL characters and write the file again (pandas: df[column] = "
                  "df[column].str.replace('\\x00', '', regex=False)); if the data is damaged, check that row")
+
+#: How to remove NUL characters from text given from Python (rows passed to ``polyrl.api.run`` or
+#: ``polyrl.trl.GRPOTrainer``, a prompt passed to an engine).
+TEXT_NUL_FIX = ("remove the NUL characters from that text (Python: text.replace('\\x00', ''); a 🤗 Dataset: "
+                "dataset.map(...) doing that on the column); if the data is damaged, check where that row came from")

@@ -85,10 +85,17 @@ def row_surrogate(row: Mapping[str, Any]) -> tuple[str, tuple[str, int, str]] | 
 def check_prompt(value: Any, where: str, field: str = "prompt", fix: str = FIX) -> None:
     """A prompt (text or chat) given directly, not from a dataset (``polyrl generate``, the
     Python API's engines): ``where`` names it. Refused before any tokenizer sees it, which would
-    raise a ``TypeError`` that blames the backend."""
+    raise a ``TypeError`` that blames the backend (a surrogate; ``fix`` is for that), or encode a
+    NUL character as a token of its own with nothing said (``polyrl.nul_bytes``: the data files'
+    rule)."""
+    from polyrl.nul_bytes import TEXT_NUL_FIX, find_nul, nul_error  # (it imports this module)
+
     found = find_surrogate(value)
     if found is not None:
         raise surrogate_error(where, "the prompt", found, field=field, fix=fix)
+    found = find_nul(value)
+    if found is not None:
+        raise nul_error(where, "the prompt", found, TEXT_NUL_FIX, field=field)
 
 
 #: Unicode's default-ignorable code points outside the Cc and Cf categories (a combining grapheme
