@@ -46,7 +46,7 @@ def _gap(a, b) -> float:
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 20, 32, 41])
-@pytest.mark.parametrize(("out_features", "in_features"), [(1, 1), (47, 37), (48, 64), (49, 5), (150, 96)])
+@pytest.mark.parametrize(("out_features", "in_features"), [(1, 1), (47, 37), (48, 64), (49, 5), (150, 96), (3, 0)])
 def test_kernel_multiplies_as_linear_does(rows, out_features, in_features):
     """Every tile height (1-8 rows), rows split into several even tiles (9: 5 + 4, 20: 7 + 7 + 6);
     whole 48-column panels and a last one partly padding (its padding never written to the output)."""

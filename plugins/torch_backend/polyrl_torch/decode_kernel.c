@@ -45,6 +45,11 @@ static inline __attribute__((always_inline)) void tile(const int R, const float 
 #define TILE(R) case R: tile(R, xr, k, w, yr, n, cols, next, &line, line_count, step); break;
 
 void polyrl_decode_linear(const float *x, const float *panels, float *y, int rows, int n, int k) {
+    if (rows <= 0 || n <= 0) return;
+    if (k <= 0) { /* an empty sum */
+        for (size_t i = 0; i < (size_t)rows * n; i++) y[i] = 0.0f;
+        return;
+    }
     const int count = (n + PANEL - 1) / PANEL;
     const int tiles = (rows + 7) / 8;
     const size_t lines = (size_t)k * LINES_PER_K; /* cache lines of one panel */

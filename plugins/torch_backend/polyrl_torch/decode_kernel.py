@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -159,7 +160,8 @@ def _multiply(rows: torch.Tensor, panels: torch.Tensor, out: torch.Tensor) -> No
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for float32 ``x`` of any leading shape, ``panels = panels_of(weight)``."""
     in_features = panels.shape[1]
-    rows = x.view(-1, in_features) if x.is_contiguous() else x.reshape(-1, in_features).contiguous()
+    count = math.prod(x.shape[:-1])
+    rows = x.view(count, in_features) if x.is_contiguous() else x.reshape(count, in_features).contiguous()
     if rows.dtype != torch.float32 or panels.dtype != torch.float32:
         raise TypeError(f"decode_kernel multiplies float32 only, not {rows.dtype} by {panels.dtype}")
     out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
