@@ -78,6 +78,12 @@ def test_a_weight_update_repacks_in_place_as_a_fresh_pack_would(out_features):
     assert torch.equal(again.transpose(1, 2).reshape(-1, 40)[:out_features], new)
     other = decode_kernel.panels_of(torch.randn(out_features, 41, generator=gen), into=panels)
     assert other.data_ptr() != panels.data_ptr() and other.shape[1] == 41
+    with torch.inference_mode():  # as generate packs them
+        made = decode_kernel.panels_of(old)
+    outside = decode_kernel.panels_of(new, into=made)  # a refresh outside inference mode (a bench's): fresh panels
+    assert outside.data_ptr() != made.data_ptr() and torch.equal(outside, again)
+    with torch.inference_mode():
+        assert decode_kernel.panels_of(new, into=made).data_ptr() == made.data_ptr()
 
 
 @pytest.mark.parametrize("rows", [2, 9, 12, 20, 33])

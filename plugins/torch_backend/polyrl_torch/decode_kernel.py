@@ -136,12 +136,15 @@ def _library() -> ctypes.CDLL:
 
 def panels_of(weight: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
     """``weight`` (``[out, in]``, as nn.Linear holds it) in the kernel's layout: ``[ceil(out / 48), in, 48]``
-    float32, the last panel's missing columns zero. Written into ``into`` where it has that shape (a weight
-    update re-packs in place: one pass over the weights, no fresh memory to fault in)."""
+    float32, the last panel's missing columns zero. Written into ``into`` where it has that shape and may be
+    written here (a weight update re-packs in place: one pass over the weights, no fresh memory to fault in;
+    panels made under ``torch.inference_mode``, as generate makes them, are written in place only there)."""
     out_features, in_features = weight.shape
     count, whole = -(-out_features // PANEL), out_features // PANEL
-    panels = into if into is not None and into.shape == (count, in_features, PANEL) \
-        else torch.empty(count, in_features, PANEL, dtype=torch.float32)
+    shape = (count, in_features, PANEL)
+    writable = torch.is_inference_mode_enabled() or into is None or not into.is_inference()
+    panels = into if into is not None and into.shape == shape and writable \
+        else torch.empty(shape, dtype=torch.float32)
     weight = weight.detach()
     if whole:
         panels[:whole].copy_(weight[:whole * PANEL].view(whole, PANEL, in_features).transpose(1, 2))
