@@ -406,3 +406,16 @@ def test_decode_kernel_probe_kernel_matches_torch_linear(tmp_path):
         x_t, out = x.t().contiguous(), torch.full((32, n), float("nan"))
         lib.decode_gemm32(x_t.data_ptr(), packed.data_ptr(), out.data_ptr(), n, k, dist)
         torch.testing.assert_close(out, torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_copy_refresh_ab_bench_refreshes_both_ways_to_a_fresh_copys_weights(tiny_model_dir, tmp_path):
+    """bench/copy_refresh_ab.py: after each small LoRA step the sampler copy is refreshed every tensor
+    and changed-only, outside generate's inference mode (where the decode kernel's panels were made),
+    and ends equal to a copy made afresh."""
+    module = _bench("copy_refresh_ab")
+    out = tmp_path / "refresh.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--steps", "1", "--prompts", "2",
+                        "--group-size", "2", "--max-new-tokens", "4", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["same_as_fresh_copy"] is True
+    assert {way: len(s) for way, s in report["seconds"].items()} == {"every_tensor": 2, "changed_only": 2}
