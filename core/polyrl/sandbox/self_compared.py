@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import types
+from typing import Any
 
 from polyrl.sandbox.source_sites import Place, Sites, place_of
 
@@ -63,7 +64,7 @@ def _step(node: ast.expr) -> tuple[ast.expr | None, bool]:
         if name == "sum" and len(node.args) == 1 and not keywords:  # its own check of each item: a loop
             return node.args[0], False
     if isinstance(node, ast.BinOp):  # ``[1] * len(r)``, ``len(r) + 1``: the count with a constant
-        left, right = _constant(node.left), _constant(node.right)
+        left, right = literal(node.left)[0], literal(node.right)[0]
         if left != right:
             return (node.right if left else node.left), True
     if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
@@ -76,13 +77,12 @@ def _step(node: ast.expr) -> tuple[ast.expr | None, bool]:
     return None, False
 
 
-def _constant(node: ast.expr) -> bool:
-    """Whether ``node`` is a literal (``1``, ``[1]``, ``-1``)."""
+def literal(node: ast.expr) -> tuple[bool, Any]:
+    """(True, its value) where ``node`` is a literal (``1``, ``[1]``, ``-1``); (False, None) otherwise."""
     try:
-        ast.literal_eval(node)
+        return True, ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
+        return False, None
 
 
 def read_chain(side: ast.expr) -> tuple[ast.expr, list[ast.expr], bool]:

@@ -27,7 +27,7 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from polyrl.sandbox.self_compared import read_chain
+from polyrl.sandbox.self_compared import literal, read_chain
 from polyrl.sandbox.source_sites import Sites, parsed
 
 #: A comparison's operator -> what it answers of (left, right), as Python does for a count and a literal.
@@ -59,14 +59,6 @@ _bound: Callable[[], frozenset[str]] = frozenset
 
 class _NoAnswer(Exception):
     """The expression is not one computed here (a name, a call of the tests', a number too large)."""
-
-
-def _literal(node: ast.expr) -> tuple[bool, Any]:
-    """(True, its value) where ``node`` is a literal (``-1`` too); (False, None) otherwise."""
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
 
 
 def _numbers(value: Any, depth: int = 0) -> list[int | float]:
@@ -160,10 +152,10 @@ class _Count:
         self._literals: dict[int, tuple[bool, Any]] = {}  # by node ``id``: each parsed once
 
     def literal(self, node: ast.expr) -> tuple[bool, Any]:
-        """``_literal(node)``, kept."""
+        """``self_compared.literal(node)``, kept."""
         found = self._literals.get(id(node))
         if found is None:
-            found = self._literals[id(node)] = _literal(node)
+            found = self._literals[id(node)] = literal(node)
         return found
 
     def counts(self, node: ast.expr) -> bool:
