@@ -17,7 +17,10 @@ the same tests, and right values the tests empty and check so, keep 1.0.
 
 from __future__ import annotations
 
+import ast
+
 import pytest
+from polyrl.sandbox.vacuous_counts import measured
 from test_sandbox_emptied_values import FORGED, IS_PRIME, QUEUE_CLEARED, RIGHT, _scored
 from test_sandbox_named_copies import _LOG, LOG_BANK_FORGED, LOG_BANK_RIGHT
 
@@ -272,3 +275,79 @@ def test_a_comprehension_that_looks_at_no_item_compared_with_the_same_value_is_t
     names = list(QUEUE_ITEM_FREE_THEN_EMPTY)
     tests = [QUEUE_ITEM_FREE_THEN_EMPTY[n] for n in names]
     assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
+
+
+#: Tests: the forged ``primes`` emptied by ``r.reset()``, then the ``len`` of a comprehension whose
+#: items are one value whatever the item (``vacuous_counts.measured``: ``r``'s count, or it capped at
+#: one) compared into what every count answers alike, then a loop over no items.
+BOUNDED_COUNTS_VACUOUSLY = {
+    "set_of_a_constant_at_most_the_count": IS_PRIME + _THREE + "    assert len({0 for x in r}) <= len(r)\n" + _LOOPED,
+    "set_of_a_constant_under_two": IS_PRIME + _THREE + "    assert len({1 for _ in r}) < 2\n" + _LOOPED,
+    "set_of_a_generator_at_most_one": IS_PRIME + _THREE + "    assert len(set(0 for x in r)) <= 1\n" + _LOOPED,
+    "frozenset_zero_or_one": IS_PRIME + _THREE + "    assert len(frozenset(1 for _ in r)) in (0, 1)\n" + _LOOPED,
+    "set_listed_under_two": IS_PRIME + _THREE + "    assert len(tuple({0 for x in r})) < 2\n" + _LOOPED,
+    "constants_listed_at_most_the_count": IS_PRIME + _THREE + "    assert len([0 for x in r]) <= len(r)\n" + _LOOPED,
+    "outer_name_listed": IS_PRIME + _THREE + "    y = 0\n    assert len(list(y for _ in r)) >= len(r)\n" + _LOOPED,
+    "log_set_of_a_constant": _LOG + "    b.reset()\n    assert len({0 for x in b.log}) <= len(b.log)\n"
+                             "    assert all(x > 0 for x in b.log)\ntest()",
+}
+#: Tests a right queue the tests clear passes: such a ``len`` compared into what some count
+#: changes, or of a comprehension that looks at the items (keys, unpacking), sees it empty.
+QUEUE_BOUNDED_COUNT_EMPTY = {
+    "set_of_a_constant_is_empty": _CLEARED + "assert len({0 for x in q}) == 0\n" + _LOOP_OVER_Q,
+    "set_of_a_generator_under_one": _CLEARED + "assert len(set(0 for x in q)) < 1\n" + _LOOP_OVER_Q,
+    "set_of_a_constant_not_counted": _CLEARED + "assert not len({0 for x in q})\n" + _LOOP_OVER_Q,
+    "constants_listed_plus_zero": _CLEARED + "assert len([0 for x in q]) + 0 == 0\n" + _LOOP_OVER_Q,
+    "keys_are_the_items": _CLEARED + "assert len({x: 0 for x in q}) == len(q)\n" + _LOOP_OVER_Q,
+    "unpacked_items": _CLEARED + "assert len({0 for x, _ in q}) <= 1\n" + _LOOP_OVER_Q,
+    "unhashable_name": _CLEARED + "y = []\nassert len({y for x in q}) <= 1\n" + _LOOP_OVER_Q,
+}
+
+
+def test_a_count_of_a_comprehension_that_looks_at_no_item_is_bounded_by_the_count():
+    """``len({0 for x in r}) <= len(r)``, ``len({1 for _ in r}) < 2``, ``len(set(0 for x in r)) <=
+    1`` (``frozenset``, ``tuple`` of it, ``len([0 for x in r]) <= len(r)``, a name of the tests' as
+    the item, of ``b.log``) hold whatever ``r`` holds (a set of one constant has 0 or 1 items, a
+    list as many as ``r``), yet a whole reading there was the tests seeing ``r`` empty: a forged
+    ``primes`` emptied by ``r.reset()`` passed each and then the loop over no items (1.0). It fails
+    now; the right ``primes`` and a bank that keeps its log keep 1.0, and a right queue the tests
+    clear and count so against what some count fails (``== 0``, ``< 1``, ``not``), or through a
+    comprehension that looks at its items (``len({x: 0 for x in q}) == len(q)``: do they repeat;
+    ``for x, _ in q``; an unhashable ``y`` in ``{y for x in q}``), keeps 1.0."""
+    names = list(BOUNDED_COUNTS_VACUOUSLY)
+    tests = [BOUNDED_COUNTS_VACUOUSLY[n] for n in names]
+    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
+    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
+    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    names = list(QUEUE_BOUNDED_COUNT_EMPTY)
+    tests = [QUEUE_BOUNDED_COUNT_EMPTY[n] for n in names]
+    assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
+
+
+@pytest.mark.parametrize(("argument", "counted", "capped"), [
+    ("{0 for x in r}", "r", True),
+    ("set(0 for x in r)", "r", True),
+    ("frozenset([(1, 2) for _ in r])", "r", True),
+    ("{0: y for x in r}", "r", True),
+    ("[0 for x in r]", "r", False),
+    ("list(y for _ in b.log)", "b.log", False),
+    ("{x: 0 for x in r}", "{x: 0 for x in r}", False),  # keys are the items: do they repeat
+    ("{x for x in r}", "{x for x in r}", False),
+    ("{y for x in r}", "{y for x in r}", False),  # ``y`` may be unhashable: raises where ``r`` has items
+    ("{[] for x in r}", "{[] for x in r}", False),
+    ("set([y for x in r])", "set([y for x in r])", False),
+    ("{0 for x, z in r}", "{0 for x, z in r}", False),  # fails on an item that is no pair
+    ("{0 for x in r if x}", "{0 for x in r if x}", False),
+    ("{0 for x in r for z in x}", "{0 for x in r for z in x}", False),
+    ("[x for x in r]", "[x for x in r]", False),
+    ("[unbound for x in r]", "[unbound for x in r]", False),  # a NameError where ``r`` has items
+    ("list(r)", "list(r)", False),
+    ("(0 for x in r)", "(0 for x in r)", False),  # ``len`` of a generator raises
+])
+def test_measured_counts_a_comprehension_only_where_its_items_are_one_value_whatever_the_item(
+        argument: str, counted: str, capped: bool) -> None:
+    """``measured`` takes a comprehension for its loop's count (capped at one where it is a set or
+    dict of one constant) only where no item can change or fail it; else it is a count of its own."""
+    chain, found = measured(ast.parse(argument, mode="eval").body, frozenset({"y", "x", "z"}))
+    assert (ast.unparse(chain[-1]), found) == (counted, capped)

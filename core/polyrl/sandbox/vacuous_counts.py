@@ -17,11 +17,21 @@ constants, that count (``len`` of the same argument, by ``ast.dump``) and operat
 answer is the same for every count tried (``_counts_to_try``); one that raises, or computes a
 number past 2**512, is none. Its places are the ``len`` call and each node from its argument down
 to the value it reads (``self_compared.read_chain``: ``len(list(r)) >= 0``, ``len(b.log) >= 0``).
+
+A ``len`` of a comprehension whose items are one value whatever the item (a literal, or a name
+the tests bind other than its target; one plain loop, no ``if``) counts the value it loops over
+(``measured``): ``len([0 for x in r])`` and ``len(list(y for _ in r))`` are ``len(r)``, ``len({0
+for x in r})``, ``len(set(0 for x in r))`` and ``len({0: y for x in r})`` are it capped at one.
+A forged ``primes`` emptied by ``r.reset()`` passed ``len({0 for x in r}) <= len(r)`` (or ``len({1
+for _ in r}) < 2``) and then the loop over no items (1.0): each holds for any count. ``len({x: 0
+for x in r})`` reads whether the items repeat, ``{y for _ in r}`` raises where ``y`` is unhashable
+and ``for a, b in r`` where an item is no pair, so each of those is a count of its own.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import operator
 from collections.abc import Callable, Iterable
@@ -55,6 +65,77 @@ _NESTED = (tuple, list, set, frozenset)
 _DECIDED: dict[int, tuple[ast.AST, bool]] = {}
 #: The names the tests now running bind in any of their sources (``register``), which shadow ``_BUILTINS``.
 _bound: Callable[[], frozenset[str]] = frozenset
+
+
+#: Builtins that keep each item of a comprehension (``len(list(0 for _ in r))`` is ``len(r)``) and
+#: that keep each distinct one once (``len(set(0 for _ in r))`` is 0 or 1).
+_KEEPING = frozenset({"list", "tuple"})
+_DISTINCT = frozenset({"set", "frozenset"})
+
+
+def _hashable_literal(node: ast.expr) -> bool:
+    """Whether ``node`` is a literal a set or dict may hold (``0``, ``(1, 2)``; not ``[]``)."""
+    ok, value = literal(node)
+    if not ok:
+        return False
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _outer_value(node: ast.expr, target: str, bound: frozenset[str]) -> bool:
+    """Whether ``node`` evaluates, without raising, to the same value for every item: a literal, or
+    a name other than the loop's ``target`` that the tests bind or a builtin is."""
+    return literal(node)[0] or (isinstance(node, ast.Name) and node.id != target
+                                and (node.id in bound or hasattr(builtins, node.id)))
+
+
+def _plain_loop(node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> str | None:
+    """The target name of ``node``'s one loop where it takes every item once and unpacks none
+    (no ``if``, not async: ``for a, b in r`` fails on items that are no pairs), else None."""
+    if len(node.generators) != 1:
+        return None
+    loop = node.generators[0]
+    return loop.target.id if isinstance(loop.target, ast.Name) and not loop.ifs and not loop.is_async else None
+
+
+def _items(node: ast.expr, bound: frozenset[str]) -> tuple[list[ast.expr], bool, bool] | None:
+    """Where ``node``'s items are those of a value it loops over, each one value whatever the item:
+    the nodes from ``node`` down to that value, whether it holds at most one item (a set or dict
+    of one hashable literal), and whether each item is one hashable literal; else None."""
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        target = _plain_loop(node)
+        if target is None:
+            return None
+        if isinstance(node, ast.DictComp):  # its items are its keys
+            found = _hashable_literal(node.key) and _outer_value(node.value, target, bound)
+            return ([node, node.generators[0].iter], True, True) if found else None
+        constant = _hashable_literal(node.elt)
+        if not constant and (isinstance(node, ast.SetComp) or not _outer_value(node.elt, target, bound)):
+            return None  # ``{y for _ in r}``: ``y`` may be unhashable, raising where ``r`` has items
+        return [node, node.generators[0].iter], isinstance(node, ast.SetComp), constant
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _KEEPING | _DISTINCT \
+            and node.func.id not in bound and len(node.args) == 1 and not node.keywords:
+        inner = _items(node.args[0], bound)  # a starred argument is no comprehension: None
+        if inner is None:
+            return None
+        chain, single, constant = inner
+        if node.func.id in _DISTINCT and not constant:
+            return None
+        return [node, *chain], single or node.func.id in _DISTINCT, constant
+    return None
+
+
+def measured(argument: ast.expr, bound: frozenset[str]) -> tuple[list[ast.expr], bool]:
+    """The nodes from ``argument`` down to the value whose count ``len(argument)`` is computed from
+    (the last), and whether it is that count capped at one: ``len({0 for x in r})`` and ``len(set(0
+    for x in r))`` are 0 or 1 as ``r`` holds items or none, ``len([0 for x in r])`` is ``len(r)``;
+    ``len({x: 0 for x in r})`` reads whether items repeat, so it is a count of its own (and ``len``
+    of a generator raises, whatever it loops over)."""
+    found = None if isinstance(argument, ast.GeneratorExp) else _items(argument, bound)
+    return ([argument], False) if found is None else found[:2]
 
 
 class _NoAnswer(Exception):
@@ -144,12 +225,13 @@ def _bound_names(tree: ast.AST) -> frozenset[str]:
 
 
 class _Count:
-    """Computes an expression of one count (``len`` of ``argument``, by ``ast.dump``) and constants."""
+    """Computes an expression of one count (of ``argument``, by ``ast.dump``, as ``measured``) and constants."""
 
     def __init__(self, argument: str, shadowed: frozenset[str]) -> None:
         self._argument = argument
         self._shadowed = shadowed
         self._literals: dict[int, tuple[bool, Any]] = {}  # by node ``id``: each parsed once
+        self._capped: dict[int, bool | None] = {}  # by ``len`` call ``id``: ``_counted``'s answer
 
     def literal(self, node: ast.expr) -> tuple[bool, Any]:
         """``self_compared.literal(node)``, kept."""
@@ -158,11 +240,21 @@ class _Count:
             found = self._literals[id(node)] = literal(node)
         return found
 
+    def _counted(self, node: ast.expr) -> bool | None:
+        """Where ``node`` is ``len`` of an argument ``measured`` down to the value counted here,
+        whether its answer is that count capped at one; None where it is not."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
+                and "len" not in self._shadowed and len(node.args) == 1 and not node.keywords
+                and not isinstance(node.args[0], ast.Starred)):
+            return None
+        if id(node) not in self._capped:
+            chain, capped = measured(node.args[0], self._shadowed)
+            self._capped[id(node)] = capped if ast.dump(chain[-1]) == self._argument else None
+        return self._capped[id(node)]
+
     def counts(self, node: ast.expr) -> bool:
-        """Whether ``node`` is ``len`` of the argument counted here."""
-        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
-            and "len" not in self._shadowed and len(node.args) == 1 and not node.keywords \
-            and not isinstance(node.args[0], ast.Starred) and ast.dump(node.args[0]) == self._argument
+        """Whether ``node`` is ``len`` of the value counted here (``measured``)."""
+        return self._counted(node) is not None
 
     def takes(self, node: ast.expr) -> bool:
         """Whether ``node`` is made of that count and constants alone, in forms ``value`` computes."""
@@ -188,8 +280,9 @@ class _Count:
 
     def value(self, node: ast.expr, count: int) -> Any:
         """``node``'s answer where the count is ``count`` (``takes`` holds of it)."""
-        if self.counts(node):
-            return count
+        capped = self._counted(node)
+        if capped is not None:
+            return min(count, 1) if capped else count
         ok, literal = self.literal(node)
         if ok:
             return literal
@@ -256,8 +349,10 @@ def _vacuous_count_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr
         call = above
     if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
         return None
-    if node is not call and not any(node is n for n in read_chain(call.args[0])[1]):
-        return None
+    if node is not call:
+        chain = measured(call.args[0], _bound())[0]
+        if not any(node is n for n in (*chain[:-1], *read_chain(chain[-1])[1])):
+            return None
     decided = _DECIDED.get(id(call))
     if decided is None or decided[0] is not call:
         if len(_DECIDED) > 4096:  # trees of earlier runs: let them go
@@ -270,7 +365,8 @@ def _count_vacuous(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
     """Whether an expression around ``call`` (``len`` of one argument) made of its count and
     constants alone answers alike for every count (module doc): ``len(r) >= 0`` of ``len(r) >= 0
     and len(r) == 3`` does, though the whole ``and`` does not."""
-    count = _Count(ast.dump(call.args[0]), _bound())
+    bound = _bound()
+    count = _Count(ast.dump(measured(call.args[0], bound)[0][-1]), bound)
     if not count.counts(call):
         return False
     level: ast.expr = call
@@ -284,7 +380,7 @@ def _count_vacuous(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
 
 
 _SITES = Sites(_vacuous_count_site, kinds=(ast.Attribute, ast.Call, ast.Name, ast.ListComp, ast.SetComp,
-                                           ast.GeneratorExp))
+                                           ast.GeneratorExp, ast.DictComp))
 
 
 def register(sources: Iterable[tuple[str, str]]) -> None:
