@@ -150,3 +150,99 @@ def test_numeric_match_still_refuses_a_gold_that_is_no_number(gold):
     """Refused, and named as the dataset wrote it (not with its "$" dropped)."""
     with pytest.raises(RewardError, match=re.escape(f"is {gold!r}, not a number. Fix: store a number")):
         numeric("5", gold)
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    # inline \(...\) and display \[...\] math, as "$5$" is read: alone, after a marker, in a box, with a period
+    ("\\(5\\)", "5"), ("\\[5\\]", "5"), ("\\( 5 \\)", "5"), ("The answer is \\(\\frac{1}{2}\\)", "0.5"),
+    ("The answer is \\(\\frac{1}{2}\\).", "1/2"), ("answer: \\(5\\)", "5"), ("\\boxed{\\(5\\)}", "5"),
+    ("\\[\\frac{1}{2}\\]", "0.5"), ("\\(-5\\)", "-5"), ("\\(- 5\\)", "-5"), ("\\(x = 5\\)", "5"),
+    ("\\(\\$5\\)", "5"), ("\\(50\\%\\)", "50"), ("\\(\\text{Paris}\\)", "Paris"), ("\\(x^2\\)", "x^2"),
+    ("$- 5$", "-5"), ("\\(- 5\\)", "-5"), ("\\[\n- 5\n\\]", "-5"),
+    # display math over several lines, as models write it after "The final answer is:"
+    ("The final answer is:\n\\[\n\\frac{1}{2}\n\\]", "0.5"), ("So:\n\\[\n5\n\\]", "5"), ("So:\n$$\n5\n$$", "5"),
+    ("The answer is\n$$\n5\n$$\nDone", "5"), ("answer:\n\\[ 5 \\]", "5"),
+    # the row's answer written in math delimiters
+    ("5", "\\(5\\)"), ("5", "\\[5\\]"), ("1/2", "\\(\\frac{1}{2}\\)"), ("Paris", "\\(\\text{Paris}\\)"),
+])
+def test_exact_match_reads_latex_math_delimiters_as_it_reads_dollars(text, answer):
+    """``\\(5\\)`` and ``\\[5\\]`` were the texts "\\(5\\)" and "\\[5\\]", unequal to 5, though "$5$"
+    (the same inline math) was 5; a display block over several lines was read as its "\\]" line."""
+    assert exact(text, answer) == 1.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("\\(5\\)", "6"), ("\\(5\\) and \\(6\\)", "5"), ("\\(5\\) and \\(6\\)", "6"), ("\\(5\\)", "\\(6\\)"),
+    ("\\(5\\) apples", "5"), ("\\boxed{\\(5\\)} or \\boxed{\\(6\\)}", "5"), ("\\(x^2\\)", "x^{3}"),
+    # a LaTeX line break "\\\\" before a "]" or ")" closes no math
+    ("\\[5\\\\]", "5"), ("\\(5\\\\)", "5"),
+    # a display block holds no paragraph break: "$$" on both sides of one is no block
+    ("Costs $$\n\n5\n$$", "5"),
+])
+def test_exact_match_reads_no_math_delimiters_that_do_not_enclose_the_whole_answer(text, answer):
+    assert exact(text, answer) == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("5", "\\(5\\)"), ("5", "\\[5\\]"), ("5", "$5$"), ("5", "$$5$$"), ("0.5", "\\(\\frac{1}{2}\\)"),
+    ("0.5", "$\\frac{1}{2}$"), ("-5", "\\( -5 \\)"), ("5", "\\(\\$5\\)"), ("50", "\\[50\\%\\]"), ("1000", "\\(1{,}000\\)"),
+    ("1000", "1{,}000"), ("1000", "1\\,000"),
+])
+def test_numeric_match_reads_a_gold_in_math_delimiters(text, answer):
+    """A gold ``\\(5\\)``, ``\\[5\\]`` or "$5$" was an error ("not a number"), though a completion's
+    "\\(5\\)" reads 5."""
+    assert numeric(text, answer) == 1.0
+    assert numeric("6", answer) == 0.0
+
+
+@pytest.mark.parametrize("gold", ["\\(5", "5\\)", "\\(five\\)", "$5$ and $6$", "\\(5\\) \\(6\\)"])
+def test_numeric_match_still_refuses_a_gold_that_is_no_number_in_math_delimiters(gold):
+    with pytest.raises(RewardError, match=re.escape(f"is {gold!r}, not a number. Fix: store a number")):
+        numeric("5", gold)
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    ("\\(5\\)", "5", 1.0), ("\\[5\\]", "5", 1.0), ("The answer is \\(\\frac{1}{2}\\)", "0.5", 1.0),
+    ("\\boxed{\\(5\\)}", "5", 1.0), ("answer: \\(5\\)", "5", 1.0), ("\\(-5\\)", "-5", 1.0), ("\\(5\\)", "6", 0.0),
+    ("The final answer is:\n\\[\n\\frac{1}{2}\n\\]", "0.5", 1.0), ("answer: \\(2\\) or \\(3\\)", "2", 0.0),
+])
+def test_numeric_match_reads_numbers_in_math_delimiters(text, answer, expected):
+    """Already read so before the delimiters were read in ``exact_match``: kept."""
+    assert numeric(text, answer) == expected
+
+
+def strict(text: str, answer: object) -> float | None:
+    """numeric_match with ``last_number = false``: a box or an answer marker is required."""
+    context = RewardContext(rows=[{"prompt": "q", "answer": answer}], wanted=("numeric_match",),
+                            options={"numeric_match": {"last_number": False}})
+    return numeric_match([text], context)[0]
+
+
+@pytest.mark.parametrize("text", [
+    "You asked about 12 apples.", "12", "She has 12 apples left.", "8 + 4 = 12", "\\(12\\)", "answer 12",
+])
+def test_numeric_match_without_last_number_pays_no_unmarked_number(text):
+    """By default the last number is read, so a completion that only quotes the question's 12 is
+    paid against 12 (and so is a right "She has 12 apples left.": by form they are one answer).
+    ``last_number = false`` reads only a box or an answer marker, as verl's strict GSM8K score and
+    TRL's ``accuracy_reward`` do: both score 0 here."""
+    assert numeric(text, "12") == 1.0
+    assert strict(text, "12") == 0.0
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\\boxed{12}", 1.0), ("So the answer is 12.", 1.0), ("#### 12", 1.0), ("Answer: 12 apples", 1.0),
+    ("The answer is \\(12\\)", 1.0), ("The final answer is:\n\\[\n12\n\\]", 1.0), ("answer:\n$$\n12\n$$", 1.0),
+    ("\\boxed{13}", 0.0), ("The answer is 13. You asked about 12.", 0.0), ("answer: 2 or 12", 0.0),
+])
+def test_numeric_match_without_last_number_reads_a_box_or_a_marker(text, expected):
+    assert strict(text, "12") == expected
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_numeric_match_last_number_must_be_a_bool(value):
+    context = RewardContext(rows=[{"prompt": "q", "answer": "12"}], wanted=("numeric_match",),
+                            options={"numeric_match": {"last_number": value}})
+    with pytest.raises(RewardError, match=r"numeric_match: last_number must be true or false, got .*Fix: write "
+                                          r"last_number = false"):
+        numeric_match(["12"], context)

@@ -19,12 +19,15 @@ silently ignored). Options:
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line
        (several such markers: the last, a correction, is the answer; a box before them still wins);
     3. the last non-empty line.
+    A LaTeX display block over several lines (``\\[``, the answer and ``\\]``, or ``$$``, on lines of
+    their own, as models write it after "The final answer is:") is one line there (``joined_display``).
     An answer that opens its line (rule 3, or the line after "answer:") loses a markdown list's
     dash: "- 5" and "- Paris" there answer 5 and Paris ("-5", glued, is no list item).
     Both sides are then normalised: LaTeX that draws a plain character is written plainly
     (``\\$`` is "$", ``\\%`` is "%", a ``{,}`` or ``\\,`` between thousands ("1{,}000") is ",",
     ``\\dfrac``/``\\tfrac`` are ``\\frac``, ``x^{2}`` and ``a_{n}`` are "x^2" and "a_n"), surrounding
-    whitespace, markdown ``*``/``_``, ``$``, quotes, a
+    whitespace, markdown ``*``/``_``, ``$``, quotes, math delimiters around all of it (``\\(5\\)``,
+    ``\\[5\\]``, "$$5$$": 5; "\\(5\\) and \\(6\\)" keeps them: ``_math_content``), a
     trailing ``.`` and a trailing ``!`` that is not a factorial ("5!" stays 5!) are stripped, so is
     a styling command or a bare group around all of it (``\\text{4}``, ``{4}``, ``\\textbf``, ``\\mathrm``, ``\\mathbf``...: 4;
     ``\\text{4}+\\text{5}`` stays as written), a LaTeX fraction of plain operands (a number, one
@@ -49,7 +52,8 @@ silently ignored). Options:
     "x = - 5" and a typeset minus ("\u22125") are -5, and a spaced minus in a text answer is glued
     ("y = - 2x" is "y = -2x"); a "- 5" that opens the line it is read from is a list's dash: 5.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
-    0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9).
+    0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9),
+    ``last_number`` (true: rule 3 below; false: a completion with neither a box nor a marker scores 0).
     The completion is read after its reasoning, as ``exact_match`` reads it (an unclosed ``<think>``
     scores 0); its final number is, first rule that applies:
     1. the number in the last ``\\boxed{...}``, which must hold one ("\\boxed{42 \\text{ cm}}" is 42,
@@ -65,7 +69,10 @@ silently ignored). Options:
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
     3. the last number of the text, even one the prompt also writes: arithmetic answers are often
        one of the question's numbers ("8 - 4 = 4", "0 * 3 = 0", "4" then more text), and not paying
-       those was a false zero that cost the demo 12 points of held-out accuracy.
+       those was a false zero that cost the demo 12 points of held-out accuracy. The price: "You
+       asked about 12 apples." (a quote of the question) is paid against 12, as math-verify's
+       default ``parse`` and verl's "flexible" GSM8K score pay it; ``last_number = false`` reads
+       none here, the side verl's "strict" score and TRL's ``accuracy_reward`` take.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "+5", "3e8"); a
     "-" or "+" directly after a digit, letter, decimal point or closing bracket ("3-5", "x+5", "(3)-5",
     "1.-5"), or a "+" after another sign ("-+5"), is an operator, not a sign, as a spaced "-" after
@@ -102,7 +109,8 @@ silently ignored). Options:
     "5 apples" read 42, 5, 5. Markdown emphasis around a number is emphasis, even glued to the word
     before it ("is**42**", "__42__"), but not after a digit, bracket or lone letter ("x**2**" is a
     power, "x__2__" an index).
-    The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``), with a currency
+    The row's answer may be a number or such a fraction ("1/2", ``\\frac{1}{2}``), in math delimiters
+    or not (``\\(5\\)``, ``\\[5\\]``, "$5$"), with LaTeX thousands separators ("1{,}000"), with a currency
     or percent sign read as a completion's is ("$5.00", ``\\$18.90``, ``20\\%``: 5, 18.9, 20); a
     comma in it must group thousands ("1,5" is an error, not 15). An integer answer
     is matched exactly ("12345678901234567000" is not 12345678901234567890, "42.0" is 42; only
@@ -232,6 +240,7 @@ def _extracted(text: str, mode: str) -> tuple[str, bool]:
         boxed = last_boxed(text)
         if boxed is not None:
             return boxed, False
+        text = joined_display(text)
         markers = list(_MARKER.finditer(text))
         if markers:
             after = text[markers[-1].end():]
@@ -239,6 +248,65 @@ def _extracted(text: str, mode: str) -> tuple[str, bool]:
             return (rest.splitlines()[0] if rest else ""), "\n" in after[:len(after) - len(after.lstrip())]
     lines = [line for line in text.splitlines() if line.strip()]
     return (lines[-1] if lines else ""), True
+
+
+#: What opens or closes a LaTeX display block (``\\[``, ``\\]``, ``$$``; not a line break's ``\\\\[2pt]``),
+#: and a paragraph break, which no display block holds (LaTeX refuses one there).
+_DISPLAY_TOKEN = re.compile(r"(?<!\\)\\[\[\]]|\$\$|\n[^\S\n]*\n")
+
+
+def joined_display(text: str) -> str:
+    """``text`` with each display block (``\\[ ... \\]``, ``$$ ... $$``) written on one line. Why:
+    "The final answer is:\\n\\[\\n\\frac{1}{2}\\n\\]", as models write it, was read as its "\\[" or
+    "\\]" line, so a right answer scored 0. One pass, pairing each opener with the next closer of its
+    kind before a paragraph break: linear however many openers are never closed."""
+    if "\\[" not in text and "$$" not in text:
+        return text
+    out: list[str] = []
+    done, opened, closer = 0, -1, ""
+    for m in _DISPLAY_TOKEN.finditer(text):
+        token = m.group()
+        if token.startswith("\n"):
+            opened = -1
+        elif opened < 0 and token in ("\\[", "$$"):
+            opened, closer = m.start(), "\\]" if token == "\\[" else "$$"
+        elif opened >= 0 and token == closer:
+            out += [text[done:opened], " ".join(text[opened:m.end()].split())]
+            done, opened = m.end(), -1
+    out.append(text[done:])
+    return "".join(out)
+
+
+#: LaTeX's math delimiters around a whole answer: inline ``\\( \\)`` and ``$ $``, display ``\\[ \\]``
+#: and ``$$ $$``; what they enclose is the answer, as LaTeX draws it.
+_MATH_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))
+#: A math delimiter opening a text: a "- " after it is a sign, never a list's dash.
+_MATH_OPEN = re.compile(r"\\[(\[]|\$")
+
+
+def _math_content(s: str, lo: int, hi: int) -> tuple[int, int]:
+    """The indices of what one pair of math delimiters encloses when ``s[lo:hi]`` is that pair around
+    its content (the first closer is the last, and no backslash escapes it: ``\\(5\\) and \\(6\\)``
+    and ``\\[5\\\\]`` are no one pair), else ``lo, hi``. Why: ``\\(5\\)`` and ``\\[5\\]`` were texts
+    unequal to 5, though "$5$", the same math, was 5."""
+    for opener, closer in _MATH_DELIMITERS:
+        inner_lo, inner_hi = lo + len(opener), hi - len(closer)
+        if (inner_lo <= inner_hi and s.startswith(opener, lo) and s.startswith(closer, inner_hi)
+                and s.find(closer, inner_lo, hi) == inner_hi and s[inner_hi - 1:inner_hi] != "\\"):
+            return inner_lo, inner_hi
+    return lo, hi
+
+
+def unwrapped_math(text: str) -> str:
+    """``text`` without the math delimiters and whitespace around all of it (``_math_content``): a
+    dataset's ``\\(5\\)``, ``\\[\\frac{1}{2}\\]`` or "$5$" answers 5 or 1/2."""
+    lo, hi = 0, len(text)
+    previous = None
+    while (lo, hi) != previous:
+        previous = lo, hi
+        lo, hi = _stripped(text, lo, hi, " \t\r\n")
+        lo, hi = _math_content(text, lo, hi)
+    return text[lo:hi]
 
 
 def normalize_answer(text: str, case_sensitive: bool = False) -> str:
@@ -260,6 +328,7 @@ def normalize_answer(text: str, case_sensitive: bool = False) -> str:
             before = hi - 2 if hi - 2 >= lo and s[hi - 2] != " " else hi - 3  # spaces are single here
             if not (before >= lo and (s[before].isdecimal() or s[before] in ")}]")):
                 lo, hi = _stripped(s, lo, hi - 1, " ")
+        lo, hi = _math_content(s, lo, hi)
         m = _STYLE.match(s, lo, hi)
         if m is not None and closes.get(m.end() - 1) == hi - 1:
             lo, hi = m.end(), hi - 1
@@ -569,9 +638,10 @@ def read_fraction(text: str) -> Fraction | None:
     return value if known else None
 
 
-def final_number(text: str, opened: bool = False) -> Fraction | None:
+def final_number(text: str, opened: bool = False, last_number: bool = True) -> Fraction | None:
     """The final number of a completion (see ``numeric_match``), exactly, or None. ``opened``: the
-    prompt opened its ``<think>`` (``polyrl.reasoning.final_part``)."""
+    prompt opened its ``<think>`` (``polyrl.reasoning.final_part``); ``last_number``: with neither a
+    box nor an answer marker, read the text's last number (else none)."""
     part = final_part(text, opened)
     if part is None:
         return None
@@ -588,7 +658,7 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
         return values.pop() if len(values) == 1 else None
     markers = list(_MARKER.finditer(part))
     if markers:
-        after = part[markers[-1].end():]
+        after = joined_display(part[markers[-1].end():])
         rest = after.strip()
         first_line = rest.splitlines()[0] if rest else ""
         if "\n" in after[:len(after) - len(after.lstrip())]:  # the answer on a line of its own:
@@ -597,6 +667,8 @@ def final_number(text: str, opened: bool = False) -> Fraction | None:
             numbers = _numbers(sentence, line_start=False)
             if numbers:
                 return _answered(numbers)
+    if not last_number:
+        return None
     numbers = _numbers(part)
     if not numbers or not numbers[-1].alone:
         return None
@@ -714,6 +786,8 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
         extracted, opens_line = _extracted(text, opts["extract"])
         if opens_line:  # a bullet before the answer, before its markdown is read: "- **5**" is 5
             extracted = _LIST_DASH.sub("", extracted.lstrip(), count=1)
+            # math holds no list: "$- 5$" and "\\(- 5\\)" are -5, as numeric_match reads them
+            opens_line = _MATH_OPEN.match(extracted) is None
         got = normalize_answer(extracted, opts["case_sensitive"])
         out.append(1.0 if answer_key(got, opens_line) == answer_key(gold) else 0.0)
     return out
@@ -759,7 +833,7 @@ def _as_number(value: Any, column: str, index: int) -> Fraction:
     elif isinstance(value, int):  # bool too: 1 or 0, as float(True) read it
         text = str(int(value))
     else:
-        written = _GOLD_SIGNS.sub("", str(value))
+        written = _GOLD_SIGNS.sub("", _LATEX_THOUSANDS.sub(",", unwrapped_math(str(value))))
         if "," in written and not _GROUPED.fullmatch(written.strip()):
             raise RewardError(
                 f"numeric_match: dataset row {index} column {column!r} is {value!r}, whose comma does not group "
@@ -804,7 +878,11 @@ def _matches(got: Fraction, expected: Fraction, abs_tol: float, rel_tol: float) 
 
 
 def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
-    opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 0.0, "rel_tolerance": 1e-9})
+    opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 0.0, "rel_tolerance": 1e-9,
+                                               "last_number": True})
+    if not isinstance(opts["last_number"], bool):  # "no" would be truthy, 0 a silent reading
+        raise RewardError(f"numeric_match: last_number must be true or false, got {opts['last_number']!r}. "
+                          "Fix: write last_number = false (no quotes) to pay only a boxed or marked answer")
     # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
     tol = positive_number("numeric_match", opts, "tolerance", 0.01, zero=True)
     rel_tol = positive_number("numeric_match", opts, "rel_tolerance", 1e-9, zero=True)
@@ -815,7 +893,8 @@ def numeric_match(completions: Sequence[Completion | str], context: RewardContex
             out.append(None)
             continue
         expected = _as_number(answer, opts["column"], i)
-        got = final_number(completion_text(completion), opened=reasoning_open(completion))
+        got = final_number(completion_text(completion), opened=reasoning_open(completion),
+                           last_number=opts["last_number"])
         out.append(1.0 if got is not None and _matches(got, expected, tol, rel_tol) else 0.0)
     return out
 
