@@ -43,6 +43,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
+from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import (
     BEST_KEPT,
     EVERY_EPOCH,
@@ -401,6 +402,7 @@ def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
     if isinstance(prompts, (str, bytes)):
         raise ConfigError("prompts is one string, which would be read as one prompt per character",
                           field="prompts", fix="pass a list of prompts, e.g. prompts=[\"What is 2 + 3?\"]")
+    refuse_one_conversation(prompts)
     return [p if isinstance(p, dict) else {"prompt": p} for p in prompts]
 
 
