@@ -64,3 +64,30 @@ def test_grpo_trainer_refuses_one_conversation_as_train_dataset_when_built(tiny_
                     train_dataset=[{"prompt": CHAT}], eval_dataset=CHAT[1:])
     assert caught.value.field == "eval_dataset", caught.value
     assert 'eval_dataset=[[{"role": "user", "content": ...}]]' in caught.value.fix, caught.value
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_data_file_of_messages_is_told_to_hold_one_conversation_per_row(tmp_path, suffix):
+    """A file with one chat message per row: the fix was to name another column the prompt column,
+    which would train on every message's text, the assistant's answers too, as prompts."""
+    from polyrl.data import load_dataset
+
+    path = tmp_path / f"messages{suffix}"
+    if suffix == ".jsonl":
+        path.write_text('{"role": "user", "content": "What is 2 + 3?"}\n{"role": "assistant", "content": "5"}\n')
+    else:
+        path.write_text("role,content\nuser,What is 2 + 3?\nassistant,5\n")
+    with pytest.raises(ConfigError) as caught:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert "has no column 'prompt'" in caught.value.message and caught.value.field == "data.prompt_column"
+    assert caught.value.fix.startswith("write one conversation per row, its messages as a list in column 'prompt'")
+    assert '{"prompt": [{"role": "user", "content": "..."}], "answer": "..."}' in caught.value.fix, caught.value
+
+
+def test_api_run_tells_a_dataset_of_messages_in_python_words(tiny_model_dir, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    with pytest.raises(ConfigError) as caught:
+        _run(tiny_model_dir, tmp_path, datasets.Dataset.from_list(CHAT))
+    assert caught.value.field == "prompts", caught.value
+    assert caught.value.fix.startswith('pass one conversation per prompt, e.g. prompts=[[{"role": "user"'), caught.value
+    assert "rename_column" not in caught.value.fix

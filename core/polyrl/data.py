@@ -36,6 +36,7 @@ from polyrl.csv_chats import refuse_chat_text
 from polyrl.errors import ConfigError
 from polyrl.late_columns import refuse_needed
 from polyrl.nul_bytes import TEXT_NUL_FIX, nul_error, row_nul
+from polyrl.one_conversation import message_row_fix
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
@@ -174,7 +175,7 @@ class Dataset:
                     fix=null_prompt_fix if source in row else (
                         f"map {self.prompt_column} to the column that holds the prompts, one of those: "
                         f'data.columns = {{{self.prompt_column} = "..."}}') if mapped
-                    else "set data.prompt_column to the column that holds the prompts",
+                    else message_row_fix(row, source) or "set data.prompt_column to the column that holds the prompts",
                 )
             _check_prompt(row[source], self.where(i), source)
 

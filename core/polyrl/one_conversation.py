@@ -17,6 +17,8 @@ from polyrl.errors import ConfigError
 #: the keys a chat message holds (TRL's and the OpenAI format's); a row with any other key is a row
 MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
                           "thinking"})
+#: how ``message_row_fix`` starts (``polyrl.api`` tells it in Python's words)
+MESSAGE_ROWS_FIX = "write one conversation per row"
 #: the messages of the conversation written out in the fix; more are shown as ``...``
 _SHOWN = 3
 
@@ -40,4 +42,16 @@ def refuse_one_conversation(prompts: Any, field: str = "prompts") -> None:
             f"your rewards read: {field}=[{{\"prompt\": [{shown}{more}], \"answer\": ...}}])")
 
 
-__all__ = ["MESSAGE_KEYS", "refuse_one_conversation"]
+def message_row_fix(row: Mapping[str, Any], column: str) -> str | None:
+    """The fix for a data file's row without a prompt that is itself one chat message (a file of
+    messages, one per line), or None for any other row. Why: the general fix, naming another column
+    as the prompt column, would train on each message's text as a prompt of its own, the
+    assistant's answers too."""
+    if not _is_message(row):
+        return None
+    return (f"{MESSAGE_ROWS_FIX}, its messages as a list in column {column!r} and the answer in a "
+            f'column of its own: {{"{column}": [{{"role": "user", "content": "..."}}], "answer": "..."}} '
+            "(each row here is one message)")
+
+
+__all__ = ["MESSAGE_KEYS", "MESSAGE_ROWS_FIX", "message_row_fix", "refuse_one_conversation"]
