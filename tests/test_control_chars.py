@@ -98,3 +98,23 @@ def test_polyrl_generate_refuses_a_control_the_tokenizer_misreads(misreading_mod
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert len(errors) == 1 and "the command line: the prompt holds the control character U+0004" in errors[0], errors
+
+
+def test_the_dry_run_refuses_a_control_the_tokenizer_misreads(misreading_model, tmp_path, capsys):
+    """``polyrl launch --dry-run`` asks the model folder's tokenizer alone, as it does for roles."""
+    pytest.importorskip("torch")  # polyrl launch needs torchrun
+    from polyrl.cli import main
+
+    rows = tmp_path / "rows.jsonl"
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\npath = "{misreading_model}"\ndevice = "cpu"\n[data]\npath = "{rows}"\n'
+                      '[[rewards]]\nname = "numeric_match"\n')
+    args = ["launch", str(config), "--dry-run", "--nproc-per-node", "1", "--output-dir", str(tmp_path / "out")]
+    good = {"prompt": f"What is{KEPT}1 + 1?", "answer": "2"}
+    rows.write_text("".join(json.dumps(r) + "\n" for r in (good, {"prompt": "What is\x04 2 + 1?", "answer": "3"})))
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: data: {rows} line 2 (row 1): column 'prompt' holds the "
+                                               "control character U+0004"), err
+    rows.write_text(json.dumps(good) + "\n")
+    assert main(args) == 0, capsys.readouterr().err

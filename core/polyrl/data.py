@@ -554,15 +554,21 @@ def _check_roles(roles: TemplateRoles, render: Callable[[Prompt], Any], prompt: 
                           fix=ROLE_FIX + MODEL_FIX)
 
 
-def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any]) -> None:
+def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any] | None,
+                       probe: ControlProbe | None = None) -> None:
     """Every chat prompt's roles checked against those the chat template renders
-    (``_check_roles``), without counting lengths: the dry run's check, on the model folder's
-    tokenizer alone (``polyrl.dry_run_roles``). A few renderings per conversation shape."""
+    (``_check_roles``; None: no template to ask), and with ``probe`` its control characters
+    (``polyrl.control_chars``), without counting lengths: the dry run's check, on the model
+    folder's tokenizer alone (``polyrl.dry_run_roles``). A few renderings per conversation shape."""
     roles = TemplateRoles()
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
-            _check_roles(roles, render, row[dataset.prompt_column], dataset, i)
+            prompt = row[dataset.prompt_column]
+            if probe is not None and (found := probe.find(prompt)) is not None:
+                raise probe.error(dataset.where(i), f"column {dataset.prompt_column!r}", found)
+            if render is not None:
+                _check_roles(roles, render, prompt, dataset, i)
 
 
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int | None], max_length: int,
