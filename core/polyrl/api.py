@@ -43,6 +43,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
+from polyrl.one_conversation import MESSAGE_ROWS_FIX, refuse_one_conversation
 from polyrl.trl_config import (
     BEST_KEPT,
     EVERY_EPOCH,
@@ -401,6 +402,7 @@ def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
     if isinstance(prompts, (str, bytes)):
         raise ConfigError("prompts is one string, which would be read as one prompt per character",
                           field="prompts", fix="pass a list of prompts, e.g. prompts=[\"What is 2 + 3?\"]")
+    refuse_one_conversation(prompts)
     return [p if isinstance(p, dict) else {"prompt": p} for p in prompts]
 
 
@@ -838,6 +840,13 @@ def _prompts_error(exc: ConfigError) -> ConfigError:
                                'or raise the limit with polyrl.api.GRPOConfig(settings={"model.max_length": ...})')
     if exc.field != "data.prompt_column":
         return exc
+    if exc.fix and exc.fix.startswith(MESSAGE_ROWS_FIX):  # a dataset of messages: its fix, in Python's words
+        fix = ('pass one conversation per prompt, e.g. prompts=[[{"role": "user", "content": ...}]], or rows '
+               'holding the messages as a list: prompts=[{"prompt": [{"role": "user", "content": ...}], "answer": ...}] '
+               "(each row here is one message)")
+        field = "eval_prompts" if re.match(r"row \d+ of eval_rows\b", exc.message) else "prompts"
+        return ConfigError(exc.message.replace("eval_rows", "eval_prompts", 1), field=field,
+                           fix=fix.replace("prompts=", f"{field}="))
     fix = ('name the column that holds the prompts "prompt", as TRL expects '
            '(a 🤗 Dataset: dataset.rename_column("question", "prompt")), or pass the prompts as a list')
     if re.search(r"its columns: .*\bmessages\b", exc.message):

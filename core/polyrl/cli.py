@@ -470,6 +470,7 @@ def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from polyrl.control_chars import engine_probe
     from polyrl.engine import Engine
     from polyrl.errors import ConfigError
     from polyrl.text_validity import blank, blank_problem, check_prompt
@@ -491,6 +492,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
                                                     chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
+    probe = engine_probe(engine.raw)  # a control character this model's tokenizer reads as another token
+    found = probe.find(args.prompt) if probe is not None else None
+    if probe is not None and found is not None:
+        raise probe.error("the command line", "the prompt", found, field="prompt")
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_p=args.top_p, top_k=args.top_k, seed=args.seed, n=args.n)
     completions = engine.generate([prompt], sampling)

@@ -31,10 +31,12 @@ import numpy as np
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
                                check_text_columns, final_assistant_error, image_column_error, unknown_role)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
+from polyrl.control_chars import ControlProbe
 from polyrl.csv_chats import refuse_chat_text
 from polyrl.errors import ConfigError
 from polyrl.late_columns import refuse_needed
 from polyrl.nul_bytes import TEXT_NUL_FIX, nul_error, row_nul
+from polyrl.one_conversation import message_row_fix
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
@@ -173,7 +175,7 @@ class Dataset:
                     fix=null_prompt_fix if source in row else (
                         f"map {self.prompt_column} to the column that holds the prompts, one of those: "
                         f'data.columns = {{{self.prompt_column} = "..."}}') if mapped
-                    else "set data.prompt_column to the column that holds the prompts",
+                    else message_row_fix(row, source) or "set data.prompt_column to the column that holds the prompts",
                 )
             _check_prompt(row[source], self.where(i), source)
 
@@ -552,21 +554,27 @@ def _check_roles(roles: TemplateRoles, render: Callable[[Prompt], Any], prompt: 
                           fix=ROLE_FIX + MODEL_FIX)
 
 
-def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any]) -> None:
+def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any] | None,
+                       probe: ControlProbe | None = None) -> None:
     """Every chat prompt's roles checked against those the chat template renders
-    (``_check_roles``), without counting lengths: the dry run's check, on the model folder's
-    tokenizer alone (``polyrl.dry_run_roles``). A few renderings per conversation shape."""
+    (``_check_roles``; None: no template to ask), and with ``probe`` its control characters
+    (``polyrl.control_chars``), without counting lengths: the dry run's check, on the model
+    folder's tokenizer alone (``polyrl.dry_run_roles``). A few renderings per conversation shape."""
     roles = TemplateRoles()
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
-            _check_roles(roles, render, row[dataset.prompt_column], dataset, i)
+            prompt = row[dataset.prompt_column]
+            if probe is not None and (found := probe.find(prompt)) is not None:
+                raise probe.error(dataset.where(i), f"column {dataset.prompt_column!r}", found)
+            if render is not None:
+                _check_roles(roles, render, prompt, dataset, i)
 
 
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int | None], max_length: int,
                          *, drop: bool = False, counted: str = "chat template included",
                          render: Callable[[Prompt], Any] | None = None,
-                         max_new_tokens: int | None = None) -> tuple[Dataset, int]:
+                         max_new_tokens: int | None = None, probe: ControlProbe | None = None) -> tuple[Dataset, int]:
     """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
     ``count_tokens`` measures it (the generate engine's own encoding, chat template included;
     ``counted`` says what else it adds, e.g. an episode's tool instructions). ``render`` (the
@@ -580,6 +588,8 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int 
     Why at startup, in one pass: generation refuses an overlong prompt only when its batch is
     drawn, possibly hours in, and names it by its place in the batch. Here the first one is an
     error naming its file and line (and how many there are); with ``drop`` they are left out.
+    ``probe``: a prompt holding a control character the tokenizer cannot encode as itself is an
+    error naming its row, in the same pass (``polyrl.control_chars``).
     """
     t0 = time.perf_counter()
     over: list[int] = []
@@ -589,6 +599,8 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int 
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
+            if probe is not None and (found := probe.find(row[dataset.prompt_column])) is not None:
+                raise probe.error(dataset.where(i), f"column {dataset.prompt_column!r}", found)
             tokens = _counted(count_tokens, row[dataset.prompt_column], dataset, i)
             if tokens is None:
                 uncounted += 1

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import ConfigError
+from polyrl.one_conversation import message_row_fix
 from polyrl.nul_bytes import ARROW_NUL_FIX, find_nul, nul_error
 from polyrl.text_validity import BLANK_RE2, blank_problem, not_utf8_error
 
@@ -135,7 +136,8 @@ def check_prompt_column(table: Any, column: str, name: str,
         present = ", ".join(table.column_names) or "none"
         raise ConfigError(f"{name} has no column {column!r} (its columns: {present})",
                           field="data.prompt_column",
-                          fix=f'set data.prompt_column, or map one: data.columns = {{{column} = "..."}}')
+                          fix=message_row_fix(dict.fromkeys(table.column_names), column)
+                          or f'set data.prompt_column, or map one: data.columns = {{{column} = "..."}}')
     data = table.column(column)
     if _parts_content(data.type):
         raise ConfigError(

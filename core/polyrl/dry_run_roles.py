@@ -31,7 +31,11 @@ def check_dataset_roles(config: RunConfig, plan: EnvironmentPlan | None, dataset
     if plan is not None and plan.make_environment is not None:
         return
     chat = folder.chat()  # rendering as the engines do
+    probe = folder.control_probe()  # a control character the tokenizer misreads (polyrl.control_chars)
     if chat is None:
+        for dataset in datasets:  # text prompts on a model without a chat template
+            if dataset is not None and probe is not None:
+                check_prompt_roles(dataset, None, probe)
         return
     encode = chat[0]
 
@@ -50,7 +54,7 @@ def check_dataset_roles(config: RunConfig, plan: EnvironmentPlan | None, dataset
         render = runner.first_prompt_ids
     for dataset in datasets:
         if dataset is not None:
-            check_prompt_roles(dataset, render)
+            check_prompt_roles(dataset, render, probe)
 
 
 def _samples_nothing(prompts: Sequence[Any], sampling: Any) -> list[Any]:

@@ -10,9 +10,12 @@ loads it once, on the first question, and renders as the engines do.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from polyrl.control_chars import ControlProbe
 
 #: (``encode_chat(messages, tools, add_generation_prompt) -> ids``, ``decode(ids) -> text``)
 ChatPair = tuple[Callable[[Sequence[Mapping[str, Any]], "Sequence[Mapping[str, Any]] | None", bool], np.ndarray],
@@ -28,6 +31,8 @@ class FolderChat:
         self.template_kwargs = template_kwargs
         self._asked = False
         self._chat: ChatPair | None = None
+        #: the folder's tokenizer, once ``chat`` has loaded it (None: it could not be loaded here)
+        self._tokenizer: Any = None
 
     def chat(self) -> ChatPair | None:
         """(``encode``, ``decode``): rendering as the engines do and decoding as completions are
@@ -48,7 +53,10 @@ class FolderChat:
             tok = folder_tokenizer(self.model_path)
         except Exception:  # noqa: BLE001 - the backend loads it its own way; its check stands
             return None
-        if tok is None or not getattr(tok, "chat_template", None):
+        if tok is None:
+            return None
+        self._tokenizer = tok
+        if not getattr(tok, "chat_template", None):
             return None
         kwargs = self.template_kwargs
 
@@ -58,6 +66,18 @@ class FolderChat:
             return np.asarray(ids, dtype=np.int64)
 
         return encode, completion_decoder(tok)
+
+    def control_probe(self) -> ControlProbe | None:
+        """The folder tokenizer's ``ControlProbe`` (text encoded as the engines encode a text
+        prompt), or None where it cannot be loaded here: the run's own check stands."""
+        from polyrl.backend_kit.tokens import text_prompt_ids
+        from polyrl.control_chars import ControlProbe
+
+        self.chat()
+        tok = self._tokenizer
+        if tok is None:
+            return None
+        return ControlProbe(lambda text: text_prompt_ids(tok, text), tok.decode)
 
 
 __all__ = ["ChatPair", "FolderChat"]

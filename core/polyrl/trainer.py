@@ -47,6 +47,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
+from polyrl.control_chars import engine_probe
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_changed_error, load_train_and_eval
 from polyrl.backend_features import check_router_aux
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
@@ -608,15 +609,17 @@ class Trainer:
             return source, source_eval
         count = functools.partial(_length_of, encode)
         limit, drop = self.config.model.max_length, self.config.data.drop_overlong
+        # the control characters the tokenizer misreads (the train engine first, as for the lengths)
+        probe = engine_probe(self.train_engine.raw) or engine_probe(self.gen_engine.raw)
         # an episode's budget is max_episode_tokens over its turns, not one completion's
         new_tokens = self.config.generation.max_new_tokens if self.episodes is None else None
         train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode,
-                                        max_new_tokens=new_tokens)
+                                        max_new_tokens=new_tokens, probe=probe)
         if source_eval is None:
             return train, None
         return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted, render=encode,
                                            max_new_tokens=self.config.eval.max_new_tokens or new_tokens
-                                           if self.episodes is None else None)[0]
+                                           if self.episodes is None else None, probe=probe)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:

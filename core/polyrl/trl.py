@@ -43,6 +43,7 @@ import attrs
 from polyrl import run_paths, strict_json, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
+from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.trl_names import trl_field_of
 from polyrl.trl_quantized import FIX as _QLORA_FIX
@@ -255,6 +256,9 @@ class GRPOTrainer:
             raise ConfigError("train_dataset is an IterableDataset, which may never end; polyrl reads the prompts "
                               "whole", field="train_dataset",
                               fix="pass a datasets.Dataset (e.g. Dataset.from_list(list(dataset.take(N))))")
+        # a chat passed as the dataset: refused here, as TRL's other argument checks are (told as train_dataset)
+        refuse_one_conversation(train_dataset)
+        refuse_one_conversation(eval_dataset, "eval_prompts")
         if isinstance(train_dataset, Mapping):  # load_dataset(...) without split: it iterates as its split names
             splits = list(train_dataset) or ["train"]
             raise ConfigError(f"train_dataset is a {type(train_dataset).__name__} of splits "
