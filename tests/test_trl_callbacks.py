@@ -1104,6 +1104,11 @@ def test_restore_follows_transformers_load_callback_state_when_the_callbacks_dif
     with pytest.raises(ConfigError) as err:
         restore(off, off.state, {"trl": {**kept["trl"], "untold_evaluations": "2"}}, off.args, tmp_path)
     assert "observers.trl.untold_evaluations is '2', not a list of steps" in str(err.value)
+    # the steps the run logged at, which a resume rebuilds log_history from: a list of steps, else named
+    assert kept["trl"]["logged_steps"] == []
+    with pytest.raises(ConfigError) as err:
+        restore(off, off.state, {"trl": {**kept["trl"], "logged_steps": [1, -2]}}, off.args, tmp_path)
+    assert "observers.trl.logged_steps is [1, -2], not a list of steps" in str(err.value)
 
 
 @pytest.mark.parametrize("metric, evaluations", [("reward", [float("nan"), 0.5, float("nan"), 0.7, 0.6]),

@@ -158,3 +158,36 @@ def test_logging_strategy_epoch_logs_each_epoch_and_a_callbacks_should_log_logs_
     assert logs.logs[1][1]["reward"] == pytest.approx(lines[1]["reward_mean"])  # its window: step 2 alone
     assert logs.logs[2][1]["reward"] == pytest.approx((lines[2]["reward_mean"] + lines[3]["reward_mean"]) / 2)
     assert [e["step"] for e in trainer.state.log_history] == [1, 2, 4, 4]
+
+
+class StopAt(TrainerCallback):
+    """Ends the run after global step ``step`` (its checkpoint written), as a crash there would leave it."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def test_a_resumed_run_keeps_the_logs_a_callback_forced_before_its_checkpoint_and_replays_none(tiny_model_dir,
+                                                                                               tmp_path):
+    """transformers' resume reads log_history from the checkpoint's trainer_state.json, so a log a
+    callback forced (should_log at global step 1, off logging_steps=10) is still there, and no past
+    log reaches on_log again (no step is re-run). polyrl rebuilt log_history from the flow alone,
+    losing that entry."""
+    first = Logs(force_at=1)
+    args = grpo_args(tmp_path, max_steps=4, max_completion_length=4, logging_steps=10)
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=_dataset(8),
+                callbacks=[first, StopAt(2)]).train()
+    assert [s for s, _ in first.logs] == [1, 2]  # the forced log, the summary of the stopped run
+    again = Logs()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=_dataset(8),
+                          callbacks=[again])
+    assert trainer.train(resume_from_checkpoint=True).global_step == 4
+    assert [s for s, _ in again.logs] == [4]  # nothing replayed: the summary only
+    assert [e["step"] for e in trainer.state.log_history] == [1, 4]
+    lines = _lines(tmp_path / "run")
+    assert trainer.state.log_history[0]["reward"] == pytest.approx(lines[0]["reward_mean"])
+    assert trainer.state.log_history[0] == {**first.logs[0][1], "step": 1}

@@ -2128,8 +2128,8 @@ class Trainer:
             self.tracking.started_by = self.started_by  # a TRL script's run: its trackers' resume advice
             self.tracking.open(self.step)
             self._run(summary, progress)
-            if self.end_metrics is not None:  # before the trackers close (the finally below)
-                self.tracking.publish_at(self.end_metrics(self), step=self.step)
+            if self.end_metrics is not None:  # before the trackers close (the finally below), as a TRL log
+                self.tracking.publish_log(self.end_metrics(self), step=self.step)
             failed = False
         except CallbackError:  # the user's code failed between steps: the steps trained are kept
             if self.step > 0:  # under a launcher every rank raises it at the same point

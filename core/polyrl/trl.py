@@ -574,6 +574,7 @@ class GRPOTrainer:
         eval sampler draws them (``trl_eval_order``)."""
         from polyrl import api, run_plan
         from polyrl.trl_evaluate import rows_of, trl_eval_order
+        from polyrl.trl_completions import printer
         from polyrl.trl_tags import trl_tags
         from polyrl.trl_window import resumed_window
 
@@ -608,6 +609,10 @@ class GRPOTrainer:
             trainer.tracking.step_scale = int(trainer.config.algorithm.updates_per_step)  # at global_step
             trainer.tracking.trl = True  # transformers' TensorBoard folder, W&B step axis and summary
             trainer.tracking.window_logs = True  # at TRL's logging_steps (``polyrl.trl_callbacks``)
+            # TRL's switch for its completions table (default off); polyrl's own GRPOConfig has none: every log
+            trainer.tracking.log_completions = bool(getattr(self.args, "log_completions", True))
+            trainer.tracking.show_completions = printer(self.args)  # and TRL's console table with it
+            trainer.tracking.unique_prompts = bool(getattr(self.args, "log_unique_prompts", False))
             if trainer.tracking.specs and trainer.tracking.writer:  # its run name, config and texts
                 trainer.tracking.trl_run = self._trl_run()
         return trainer
@@ -878,7 +883,7 @@ class GRPOTrainer:
         run = self._run
         if run is not None:
             self._logged_in_run.append(self.state.log_history[-1])
-            run.tracking.publish_at(logs, step=run.step)
+            run.tracking.publish_log(logs, step=run.step)  # with TRL's completions table, as its log sends it
             return
         trackers = self.grpo_config.settings.get("logging.report_to")
         if trackers:

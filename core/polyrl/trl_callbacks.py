@@ -93,6 +93,9 @@ _BEST = ("best_metric", "best_global_step", "best_model_checkpoint")
 #: the checkpoint's list of global steps whose evaluation TRL's ``log_history`` has no entry for
 #: (a held evaluation not yet run when its checkpoint was written): a resumed run's stays without them
 UNTOLD_KEY = "untold_evaluations"
+#: the checkpoint's list of polyrl steps the run logged at (``logged_lines``): where its ``log_history``
+#: entries end, a callback's forced or cleared ``should_log`` included, rebuilt on resume (``replayed``)
+LOGGED_KEY = "logged_steps"
 
 #: the events polyrl calls, each a method every callback must have (``TrainerCallback`` defines them all)
 EVENTS = ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate",
@@ -262,8 +265,9 @@ class TrlCallbacks:
         self.state.global_step = trainer.step * self._per_step
         # a resumed run's logs as the uninterrupted run's flow made them; its next window starts empty, as TRL's
         self._window = []
+        resumed = getattr(trainer, "resumed_observer_state", {})
         self.logged_lines = {int(m["step"]): m for m in replayed(trainer.history, self.args, self.state.logging_steps,
-                                                                  self._per_step)}
+                                                                  self._per_step, _kept_logged(resumed))}
         self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step)
                                   for m in self.logged_lines.values()]
         tracking = getattr(trainer, "tracking", None)
@@ -277,7 +281,7 @@ class TrlCallbacks:
         self._evaluates_after = trainer.eval_dataset is not None and bool(getattr(trainer, "evaluate_after", False))
         self._launcher = trainer.world_size > 1
         self._final_eval_pending = self._final_save = self._hold_eval = self._held_eval = False
-        self.untold_evaluations = _kept_untold(getattr(trainer, "resumed_observer_state", {}))
+        self.untold_evaluations = _kept_untold(resumed)
         self._unasked_final = False
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
@@ -591,7 +595,7 @@ class TrlCallbacks:
         # it, has no such entry, though the step's line in metrics.jsonl holds it once run
         untold = [*self.untold_evaluations, *([self.state.global_step] if self._held_eval else [])]
         return {STATE_KEY: kept | {"stateful_callbacks": self.state.stateful_callbacks,
-                                   UNTOLD_KEY: sorted(set(untold))}}
+                                   UNTOLD_KEY: sorted(set(untold)), LOGGED_KEY: sorted(self.logged_lines)}}
 
     def _note_best_checkpoint(self) -> None:
         """``state.best_model_checkpoint`` as transformers' ``_save_checkpoint`` sets it when a
@@ -726,8 +730,8 @@ class TrlCallbacks:
         if isinstance(line.get("step"), numbers.Integral):
             self.logged_lines[int(line["step"])] = line
         if self._tracking is not None:  # a step's evaluation reached them with its line (``RunTracking.publish``)
-            self._tracking.publish_at({k: v for k, v in line.items() if not k.startswith("eval/")},
-                                      step=self.state.global_step // self._per_step)
+            self._tracking.publish_log({k: v for k, v in line.items() if not k.startswith("eval/")},
+                                       step=self.state.global_step // self._per_step)
         self._log(with_trl_names(line, self._names))
 
     def unlogged(self) -> dict[str, Any]:
@@ -849,10 +853,11 @@ def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any]
             raise refuse(f".{name} is {value!r}, not {'a path' if name == 'best_model_checkpoint' else 'a number'} "
                          "or null")
         setattr(state, name, float(value) if value in _NON_FINITE else value)
-    untold = saved.get(UNTOLD_KEY, [])
-    if not (isinstance(untold, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                             for v in untold)):
-        raise refuse(f".{UNTOLD_KEY} is {untold!r}, not a list of steps")
+    for key in (UNTOLD_KEY, LOGGED_KEY):
+        steps = saved.get(key, [])
+        if not (isinstance(steps, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                for v in steps)):
+            raise refuse(f".{key} is {steps!r}, not a list of steps")
     stored = saved.get("stateful_callbacks") or {}
     if not isinstance(stored, Mapping):
         raise refuse(f".stateful_callbacks is {type(stored).__name__}, not an object")
@@ -868,6 +873,14 @@ def _kept_untold(resumed: Mapping[str, Any]) -> list[int]:
     saved = resumed.get(STATE_KEY) if isinstance(resumed, Mapping) else None
     untold = saved.get(UNTOLD_KEY) if isinstance(saved, Mapping) else None
     return [v for v in untold if isinstance(v, int)] if isinstance(untold, list) else []
+
+
+def _kept_logged(resumed: Mapping[str, Any]) -> list[int] | None:
+    """The ``LOGGED_KEY`` steps a resumed run's checkpoint kept (``restore`` checked them); None for
+    a fresh run or a checkpoint written before they were kept (its logs are replayed from the flow)."""
+    saved = resumed.get(STATE_KEY) if isinstance(resumed, Mapping) else None
+    steps = saved.get(LOGGED_KEY) if isinstance(saved, Mapping) else None
+    return [v for v in steps if isinstance(v, int)] if isinstance(steps, list) else None
 
 
 def _load_callback_state(handler: TrlCallbacks, stored: Mapping[str, Any],

@@ -29,7 +29,8 @@ from polyrl.validators import fits_float, shown
 #: change the numbers, but transformers applies it itself when the config is built (``enable_tf32``:
 #: torch's process-wide float32 matmul precision, under which the torch backend trains in this
 #: process), so polyrl has nothing to translate and leaves it as set. ``polyrl.trl.GRPOTrainer``
-#: reads the logging strategy, steps and first step from its ``args`` itself (``polyrl.trl_log_steps``).
+#: reads the logging strategy, steps and first step from its ``args`` itself (``polyrl.trl_log_steps``),
+#: and ``log_completions``, ``num_completions_to_print``, ``log_unique_prompts`` (its completions table).
 IGNORED = frozenset({
     "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
     "logging_dir", "log_level", "log_level_replica", "disable_tqdm",

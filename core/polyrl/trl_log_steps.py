@@ -84,22 +84,29 @@ def _number(value: Any) -> bool:
 
 
 def replayed(history: Iterable[Mapping[str, Any]], args: Any, logging_steps: Any,
-             per_step: int) -> list[dict[str, Any]]:
-    """The logs transformers' flow gives ``history`` (metrics.jsonl's step lines): a resumed run's
-    ``log_history`` before it, each the mean of its window (``window_mean``), at its last step.
-    Why not every line: the uninterrupted run logged these only. A log a callback asked
-    (``should_log``) off the flow is not known here."""
+             per_step: int, logged_steps: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """The logs a resumed run's ``log_history`` holds before it, rebuilt from ``history``
+    (metrics.jsonl's step lines), each the mean of its window (``window_mean``), at its last step.
+    ``logged_steps``: the steps the run logged at, as its checkpoint kept them
+    (``TrlCallbacks.checkpoint_state``), a callback's ``should_log`` set or cleared included, as
+    transformers' ``trainer_state.json`` keeps each log; None (a checkpoint written before they were
+    kept): where transformers' flow logs. Why not every line: the uninterrupted run logged these only."""
     out: list[dict[str, Any]] = []
     window: list[Mapping[str, Any]] = []
     epoch_end = logs_at_epoch_end(args)
+    ends = None if logged_steps is None else set(logged_steps)
     for line in history:
         step = line.get("step")
         if not isinstance(step, numbers.Integral):
             continue
         window.append(line)
-        epoch = line.get("epoch")
-        ended = epoch_end and isinstance(epoch, (int, float)) and float(epoch).is_integer() and epoch > 0
-        if flow_logs(args, logging_steps, int(step) * per_step, per_step) or ended:
+        if ends is not None:
+            logs = int(step) in ends
+        else:
+            epoch = line.get("epoch")
+            ended = epoch_end and isinstance(epoch, (int, float)) and float(epoch).is_integer() and epoch > 0
+            logs = flow_logs(args, logging_steps, int(step) * per_step, per_step) or ended
+        if logs:
             out.append(window_mean(window))
             window = []
     return out

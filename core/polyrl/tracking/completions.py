@@ -11,6 +11,7 @@ protobufs, JSON) cannot carry a lone surrogate.
 
 from __future__ import annotations
 
+import json
 import re
 
 from collections.abc import Mapping, Sequence
@@ -188,3 +189,16 @@ def rewind(path: Path, last_step: int, from_zero: bool = False) -> int:
     kept = [line for step in sorted(by_step) for line in by_step[step]]
     strict_json.rewrite_lines(path, kept)
     return len(kept)
+
+
+def first_per_prompt(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``records`` with each prompt's first only, prompts compared by their text (a chat by its
+    messages), as TRL's ``log_unique_prompts`` keeps its table's rows."""
+    seen: set[str] = set()
+    out = []
+    for record in records:
+        key = json.dumps(record.get("prompt"), sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(record)
+    return out

@@ -117,6 +117,16 @@ class RunTracking:
     #: sends a step's evaluation only, its training numbers reaching the trackers with each log
     #: (``publish_at``), as transformers' integrations get them from ``on_log``
     window_logs: bool = False
+    #: whether the trackers get the sampled completions (TRL's ``log_completions``, which ``polyrl.trl``
+    #: sets from a TRL script's config; completions.jsonl keeps them either way). With ``window_logs``
+    #: they go with each log (``publish_log``), the latest step's, as TRL's ``log`` sends its latest batch
+    log_completions: bool = True
+    #: called with the records and the trackers' step at each ``publish_log`` too: ``polyrl.trl``'s
+    #: console table (``polyrl.trl_completions``), as TRL prints one with each log
+    show_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
+    #: TRL's ``log_unique_prompts``: a log's table keeps each prompt's first record only (the console's
+    #: all of them, as TRL prints them)
+    unique_prompts: bool = False
     #: what transformers' integrations read from the TRL script's trainer (``polyrl.trl`` sets it)
     trl_run: TrlRun | None = None
     #: who started the run where not ``polyrl train`` (the trainer's ``started_by``), for the
@@ -127,6 +137,8 @@ class RunTracking:
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
+    #: the last step's records, for the trackers' next log (``window_logs``: ``publish_log``)
+    _latest: list[dict[str, Any]] = attrs.field(factory=list)
     #: records whose write to completions.jsonl failed, by step, written before the next step's
     _unwritten: dict[int, list[dict[str, Any]]] = attrs.field(factory=dict)
     _not_numbers: set[str] = attrs.field(factory=set)  # metric keys already warned about
@@ -230,14 +242,33 @@ class RunTracking:
         records, self._pending = self._pending, []
         if records:
             self._write_completions(step, records)
-        if self.window_logs:  # the training numbers come with the run's logs (``publish_at``)
+        if self.window_logs:  # the training numbers and completions come with the run's logs (``publish_log``)
             metrics = {key: value for key, value in metrics.items() if key.startswith("eval/")}
+            self._latest, records = (records if self.log_completions else []), []
+        elif not self.log_completions:
+            records = []
         numeric, at = self._numeric(metrics), step * self.step_scale
         for name in list(self.trackers):
             if numeric:
                 self._call(name, "log_metrics", numeric, at)
             if records and name in self.trackers:
                 self._call(name, "log_completions", records, at)
+
+    def publish_log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """One log of a TRL script's run (``window_logs``): its numbers (``publish_at``), then the
+        latest step's sampled completions where ``log_completions`` asks, at the same ``step``. Why:
+        TRL's ``GRPOTrainer.log`` sends its completions table with each log (``logging_steps``, the
+        end of training, a script's own ``trainer.log``) and only with ``log_completions=True``,
+        where polyrl sent them every step whatever the config said. The records stay for the next
+        log, as TRL's table of its latest batch does (the summary at the end shows it again)."""
+        self.publish_at(metrics, step)
+        if not self.writer or not self.window_logs or not self._latest:
+            return
+        if self.show_completions is not None:
+            self.show_completions(self._latest, step * self.step_scale)
+        records = clog.first_per_prompt(self._latest) if self.unique_prompts else self._latest
+        for name in list(self.trackers):
+            self._call(name, "log_completions", records, step * self.step_scale)
 
     def publish_at(self, metrics: Mapping[str, Any], step: int) -> None:
         """Numbers outside a step's line to the trackers, at ``step``: an evaluation before or
