@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     written_out = ab_workload.written_out_step(engine, prompts, args.model)
     if written_out is None:
         return 2
+    written_out.native = False  # its torch ops, the same bits as transformers' (C ops: bench/native_ops_ab.py)
     copy = engine.raw.generation_copy
 
     def sample(step: object, sampling: SamplingParams) -> list:

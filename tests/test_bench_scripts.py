@@ -366,6 +366,25 @@ def test_decode_kernel_ab_bench_times_both_ways_on_the_same_prompts(tiny_model_d
     assert report["onednn_over_kernel_each"] == pytest.approx(pairs)
 
 
+def test_native_ops_ab_bench_times_the_step_in_torch_ops_and_in_c(tiny_model_dir, tmp_path):
+    """bench/native_ops_ab.py: the written-out step in torch ops and with its elementwise ops and
+    attention in C take turns on one engine; every round's seconds for both, their ratios, the same
+    tokens' log-probs within float32 rounding but not bit for bit."""
+    from polyrl_torch import decode_kernel
+
+    if reason := decode_kernel.unavailable_reason():
+        pytest.skip(f"polyrl's decode kernel cannot run here: {reason}")
+    module = _bench("native_ops_ab")
+    out = tmp_path / "native.json"
+    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "3",
+                        "--max-new-tokens", "6", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {k: len(v) for k, v in report["generate_s"].items()} == {"torch_ops": 2, "c_ops": 2}
+    assert report["rows"] == 2 * 2 * 3 and 0 < report["largest_logprob_gap"] < 1e-4
+    pairs = [t / c for t, c in zip(report["generate_s"]["torch_ops"], report["generate_s"]["c_ops"])]
+    assert report["torch_ops_over_c_ops_each"] == pytest.approx(pairs)
+
+
 def test_decode_kernel_probe_times_four_ways_of_one_decode_step(tiny_model_dir, tmp_path):
     """bench/decode_kernel_probe.py: oneDNN's packed matmul (the sampler's), MKL's packed sgemm and
     the probe's own AVX-512 kernel with and without prefetch, alternating on the same weights; the

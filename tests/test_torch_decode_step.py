@@ -19,6 +19,8 @@ from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig, SamplingPara
 
 torch = pytest.importorskip("torch")
 
+from polyrl_torch import decode_kernel  # noqa: E402
+
 #: prompts of different token lengths: the batch is left-padded, so the mask matters
 PROMPTS = ["hello there", "count to three, then four, five and six", "a"]
 
@@ -34,13 +36,22 @@ def _same(a, b) -> bool:
                for x, y in zip(a, b, strict=True))
 
 
+def _torch_ops(engine: Engine) -> Engine:
+    """``engine`` with its written-out step in torch ops, where polyrl's decode kernel would have its
+    elementwise ops in C (``LlamaDecodeStep.native``: to rounding, not bit for bit)."""
+    engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=1))  # makes the sampler's copy
+    engine.raw.generation_copy.decode_step.native = False
+    return engine
+
+
 @pytest.mark.parametrize(("lora", "compute_dtype", "packed"), [
     (False, None, True), (True, None, True), (False, "bfloat16", True), (True, "bfloat16", False)])
 def test_written_out_steps_sample_what_transformers_forward_does(tiny_model_dir, lora, compute_dtype, packed):
     """float32 and bfloat16 copies (mixed precision), packed or plain linear layers; each row with its
     own copy of its prompt's keys and values (a shared copy agrees to rounding only:
     tests/test_torch_shared_prompt_cache.py)."""
-    written = _engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed, shared_prompt_attention=False)
+    written = _torch_ops(_engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed,
+                                 shared_prompt_attention=False))
     plain = _engine(tiny_model_dir, lora, compute_dtype, packed_generation=packed, lean_decode=False)
     samplings = [SamplingParams(max_new_tokens=10, n=2, temperature=0.0),
                  SamplingParams(max_new_tokens=12, n=3, seed=5, temperature=0.8, top_p=0.9, top_k=20),
@@ -57,6 +68,30 @@ def test_written_out_steps_sample_what_transformers_forward_does(tiny_model_dir,
             engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)).astype(np.float32)), Objective())
     assert written.raw.generation_copy.decode_step is not None
     assert plain.raw.generation_copy.decode_step is None
+
+
+@pytest.mark.skipif(decode_kernel.unavailable_reason() is not None,
+                    reason=f"polyrl's C decode ops cannot run here: {decode_kernel.unavailable_reason()}")
+@pytest.mark.parametrize("shared", [True, False])
+def test_written_out_steps_with_c_ops_sample_what_torch_ops_do_to_rounding(tiny_model_dir, shared):
+    """Where the copy runs polyrl's decode kernel, the step's norms, rotary embedding, SiLU product
+    and a shared prompt's attention run in C (``decode_ops``, ``decode_attention``): the same
+    tokens and log-probs as the torch ops to float32 rounding, through rows leaving and an update."""
+    native = _engine(tiny_model_dir, decode_kernel="on", shared_prompt_attention=shared)
+    torch_ops = _torch_ops(_engine(tiny_model_dir, decode_kernel="on", shared_prompt_attention=shared))
+    samplings = [SamplingParams(max_new_tokens=12, n=3, seed=5, temperature=0.8, top_p=0.9, top_k=20),
+                 SamplingParams(max_new_tokens=16, n=3, seed=9, stop=("e", "o"))]  # rows finish early
+    for round_ in range(2):
+        for sampling in samplings:
+            a, b = native.generate(PROMPTS, sampling), torch_ops.generate(PROMPTS, sampling)
+            assert [list(c.completion_ids) for c in a] == [list(c.completion_ids) for c in b], (round_, sampling)
+            gap = max(abs(float(x) - float(y)) for p, q in zip(a, b, strict=True)
+                      for x, y in zip(p.logprobs, q.logprobs, strict=True))
+            assert 0 < gap < 1e-4, (round_, sampling)  # not the torch ops' bits, but their values
+        for engine in (native, torch_ops):
+            seqs = [TokenSequence.of(c) for c in engine.generate(PROMPTS[:2], samplings[0])]
+            engine.train_step(TrainBatch(seqs, np.linspace(-1, 1, len(seqs)).astype(np.float32)), Objective())
+    assert native.raw.generation_copy.decode_step.native
 
 
 def test_rotary_table_gives_the_rotary_modules_values(tiny_model_dir):

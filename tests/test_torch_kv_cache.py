@@ -26,8 +26,13 @@ CHATS = [
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir) -> Engine:
-    return Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
-                                                        options={"shared_prompt_attention": False}))
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", seed=0,
+                                                          options={"shared_prompt_attention": False}))
+    engine.generate(CHATS[:1], SamplingParams(max_new_tokens=1))  # makes the sampler's copy
+    copy = engine.raw.generation_copy
+    if copy is not None and copy.decode_step is not None:  # its step in torch ops: bit for bit
+        copy.decode_step.native = False  # (polyrl's C ops agree to rounding: tests/test_torch_decode_step.py)
+    return engine
 
 
 def _generate(engine: Engine, sampling: SamplingParams, preallocated: bool, monkeypatch) -> list:

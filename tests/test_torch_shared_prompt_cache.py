@@ -17,6 +17,7 @@ from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenSeq
 
 torch = pytest.importorskip("torch")
 
+from polyrl_torch import decode_kernel  # noqa: E402
 from polyrl_torch.shared_prompt_cache import SharedPromptLayer  # noqa: E402
 
 #: float32 attention computed in two orders of operations differs by a few ulps of its inputs
@@ -31,22 +32,34 @@ def _reference(query, keys, values, seen):
         query[:, :, None], keys, values, attn_mask=seen[:, None, None, :], scale=0.125, enable_gqa=True)[:, :, 0]
 
 
-@pytest.mark.parametrize(("owner", "kv_heads", "groups", "capacity"), [
-    ([0, 0, 0, 0, 1, 1, 1, 1], 3, 3, 6),     # two prompts, groups of 4, in order
-    ([0, 1, 0, 2, 2, 1, 0], 2, 2, 6),        # a prompt given twice: rows not in prompt order, uneven groups
-    ([0, 0, 1, 1], 1, 4, 2),                 # one key/value head; the cache outgrows its capacity
+NATIVE = pytest.param(True, marks=pytest.mark.skipif(
+    decode_kernel.unavailable_reason() is not None,
+    reason=f"polyrl's C attention cannot run here: {decode_kernel.unavailable_reason()}"))
+
+
+@pytest.mark.parametrize("native", [False, NATIVE])
+@pytest.mark.parametrize(("owner", "kv_heads", "groups", "capacity", "dim", "prompt_len"), [
+    ([0, 0, 0, 0, 1, 1, 1, 1], 3, 3, 6, 64, 7),      # two prompts, groups of 4, in order
+    ([0, 1, 0, 2, 2, 1, 0], 2, 2, 6, 64, 7),         # a prompt given twice: rows not in prompt order, uneven groups
+    ([0, 0, 1, 1], 1, 4, 2, 64, 7),                  # one key/value head; the cache outgrows its capacity
+    ([0, 0, 0, 1, 1, 1], 2, 7, 40, 128, 37),         # wider heads, more keys than one vector of scores
+    ([0, 0, 1, 1, 1, 1], 4, 1, 4, 16, 1),            # no grouping; a one-token prompt
 ])
-def test_shared_prompt_attention_equals_per_row_attention(owner, kv_heads, groups, capacity):
+def test_shared_prompt_attention_equals_per_row_attention(owner, kv_heads, groups, capacity, dim, prompt_len, native):
     """Each step appends a key and value per row and attends; rows leave after step 2 (one prompt's
-    last rows among them, so that prompt is dropped) and the rest must still attend correctly."""
+    last rows among them, so that prompt is dropped) and the rest must still attend correctly; the
+    same in torch ops and in C (``native``)."""
     gen = torch.Generator().manual_seed(len(owner))
-    prompts, prompt_len, dim = max(owner) + 1, 7, 64
+    prompts = max(owner) + 1
     prompt_keys = torch.randn(prompts, kv_heads, prompt_len, dim, generator=gen)
     prompt_values = torch.randn(prompts, kv_heads, prompt_len, dim, generator=gen)
     seen = torch.ones(prompts, prompt_len, dtype=torch.bool)
-    seen[0, :3] = False  # left padding of the shorter prompt
+    seen[0, :min(3, prompt_len - 1)] = False  # left padding of the shorter prompt
+    prompt_keys[0, :, :min(3, prompt_len - 1)] = 1e3  # hidden: any weight on them would show
+    prompt_values[0, :, :min(3, prompt_len - 1)] = 1e3
     rows_owner = torch.tensor(owner)
-    layer = SharedPromptLayer(prompt_keys, prompt_values, seen, rows_owner, capacity)
+    layer = SharedPromptLayer(prompt_keys, prompt_values, seen, rows_owner, capacity, native=native)
+    assert layer.native == native
     keys, values, row_seen = prompt_keys[rows_owner], prompt_values[rows_owner], seen[rows_owner]
     for step in range(5):
         if step == 2:  # keep the rows that do not belong to the last prompt, and one fewer
@@ -56,7 +69,7 @@ def test_shared_prompt_attention_equals_per_row_attention(owner, kv_heads, group
             assert layer.prompt_keys.shape[0] == len(set(rows_owner.tolist()))
         rows = len(rows_owner)
         key, value = (torch.randn(rows, kv_heads, dim, generator=gen) for _ in range(2))
-        query = torch.randn(rows, kv_heads * groups, dim, generator=gen)
+        query = torch.randn(rows, kv_heads * groups, dim, generator=gen) * (4.0 if step == 3 else 1.0)  # peaked
         layer.append(key, value)
         keys, values = torch.cat([keys, key[:, :, None]], 2), torch.cat([values, value[:, :, None]], 2)
         row_seen = torch.cat([row_seen, torch.ones(rows, 1, dtype=torch.bool)], 1)

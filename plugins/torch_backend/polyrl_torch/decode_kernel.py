@@ -41,9 +41,15 @@ PANEL = 48
 #: The name of each call in torch's profiler, followed by "ROWSxINxOUT" (``bench/step_profile.py``
 #: reads it: a ctypes call is no torch op, so the profiler would not see the time otherwise).
 PROFILER_NAME = "polyrl::decode_linear"
-#: Compiler flags: the instruction sets the kernel uses, nothing tuned to the build machine.
-FLAGS = ("-O3", "-mavx512f", "-mfma", "-shared", "-fPIC")
+#: Compiler flags: the instruction sets the kernels use, nothing tuned to the build machine; no multiply-add
+#: the source does not write (``decode_ops``' rotary embedding is torch's products and sums, bit for bit).
+FLAGS = ("-O3", "-mavx512f", "-mfma", "-ffp-contract=off", "-shared", "-fPIC")
 SOURCE = Path(__file__).with_name("decode_kernel.c")
+#: Every C file of the sampler's native library, built into one shared object: this matmul, the
+#: shared-prompt attention (``decode_attention``) and a decode step's elementwise ops (``decode_ops``);
+#: and the header they include (its text is in the build's cache key too).
+SOURCES = (SOURCE, Path(__file__).with_name("decode_attention.c"), Path(__file__).with_name("decode_ops.c"))
+HEADERS = (Path(__file__).with_name("native_exp.h"),)
 #: Environment variables that cap the instruction set torch's kernels use; set, this kernel stays off too.
 ISA_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
@@ -105,8 +111,8 @@ def unavailable_reason() -> str | None:
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    """The compiled kernel, from the user's cache (keyed by source and flags) or built there now."""
-    source = SOURCE.read_bytes()
+    """The compiled kernels, from the user's cache (keyed by sources and flags) or built there now."""
+    source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     key = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyrl" / "kernels"
     try:
@@ -119,7 +125,7 @@ def _library() -> ctypes.CDLL:
         handle, partial = tempfile.mkstemp(suffix=".so", dir=folder)
         os.close(handle)
         try:
-            subprocess.run([shutil.which("cc") or "cc", *FLAGS, "-o", partial, str(SOURCE)], check=True,
+            subprocess.run([shutil.which("cc") or "cc", *FLAGS, "-o", partial, *map(str, SOURCES)], check=True,
                            capture_output=True, text=True, timeout=120)
             os.replace(partial, built)
         except subprocess.CalledProcessError as err:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from polyrl_torch import decode_ops
 from polyrl_torch.attention import GROUPED_SDPA, SAMPLER_SDPA, grouped_sdpa, sampler_sdpa
 from polyrl_torch.kv_cache import PreallocatedLayer
 from polyrl_torch.rms_norm import same_code
@@ -128,6 +129,10 @@ class LlamaDecodeStep:
         self._sin: torch.Tensor | None = None
         #: whether a group's rows may share their prompt's keys and values (``shares_prompts``)
         self.share_prompts = share_prompts
+        #: whether the step's norms, rotary embedding, SiLU product (``polyrl_torch.decode_ops``) and a
+        #: shared prompt's attention (``polyrl_torch.decode_attention``) run in C: set where the float32
+        #: copy's linears run polyrl's decode kernel (the same library); to float32 rounding, not bit for bit
+        self.native = False
 
     def usable(self, cache: Any) -> bool:
         """Whether this step can run on ``cache`` (one preallocated layer per decoder layer)."""
@@ -154,6 +159,8 @@ class LlamaDecodeStep:
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                  past_key_values: Any) -> torch.Tensor:
         """Float32 logits ``[rows, vocab]`` for ``input_ids`` ``[rows, 1]`` at ``position_ids``."""
+        if self.native and self.inner.embed_tokens.weight.dtype == torch.float32:
+            return self._native_step(input_ids, attention_mask, position_ids, past_key_values)
         rows = input_ids.shape[0]
         # [rows, hidden]: one token per row throughout, so no op carries a length-1 axis
         hidden = torch.nn.functional.embedding(input_ids[:, 0], self.inner.embed_tokens.weight)
@@ -176,6 +183,34 @@ class LlamaDecodeStep:
             hidden = hidden + down(torch.nn.functional.silu(gate(normed)) * up(normed))  # LlamaMLP, SiLU
         hidden = norm_rows(self.inner.norm, hidden)
         return self.model.lm_head(hidden).float()
+
+    def _native_step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                     past_key_values: Any) -> torch.Tensor:
+        """``__call__``'s ops with each norm (and the residual add before it), rotary embedding and SiLU
+        product one C call (``decode_ops``), the shared prompt attended in C (``SharedPromptLayer``)."""
+        rows = input_ids.shape[0]
+        hidden = torch.nn.functional.embedding(input_ids[:, 0], self.inner.embed_tokens.weight)
+        cos, sin = self._rotary(position_ids[:, 0], hidden)
+        seen = attention_mask.bool()[:, None, None, :]
+        dim = self.head_dim
+        norms = [layer[0] for layer in self.layers[1:]] + [self.inner.norm]  # the norm after each layer
+        first = self.layers[0][0]
+        normed = decode_ops.add_rms_norm(hidden, None, first.weight, first.variance_epsilon)
+        for (_, q_proj, k_proj, v_proj, o_proj, mlp_norm, gate, up, down), cache_layer, after in zip(
+                self.layers, past_key_values.layers, norms):
+            query = decode_ops.rotary_(q_proj(normed).view(rows, -1, dim), cos, sin)
+            key = decode_ops.rotary_(k_proj(normed).view(rows, -1, dim), cos, sin)
+            if type(cache_layer) is SharedPromptLayer:
+                cache_layer.append(key, v_proj(normed).view(rows, -1, dim))
+                attended = cache_layer.attend(query, self.scaling)
+            else:
+                keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
+                attended = self._attend(query[:, :, None, :], keys, values, seen)
+            normed = decode_ops.add_rms_norm(hidden, o_proj(attended.reshape(rows, -1)), mlp_norm.weight,
+                                             mlp_norm.variance_epsilon)
+            normed = decode_ops.add_rms_norm(hidden, down(decode_ops.silu_mul(gate(normed), up(normed))),
+                                             after.weight, after.variance_epsilon)
+        return self.model.lm_head(normed).float()
 
     def _attend(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 seen: torch.Tensor) -> torch.Tensor:

@@ -205,7 +205,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
     if rows != list(range(len(unique))):
         expand = torch.tensor(rows, device=device)
         if not fixed_shapes and decode_step is not None and decode_step.shares_prompts():  # one copy per group
-            share_prompts(cache, attention, expand, max(budgets))
+            share_prompts(cache, attention, expand, max(budgets), decode_step.native)
         else:
             cache.batch_select_indices(expand)
         logits, attention, positions = logits[expand], attention[expand], positions[expand]

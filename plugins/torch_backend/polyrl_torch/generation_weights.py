@@ -135,6 +135,7 @@ class GenerationCopy:
         self.model.generation_config = source.generation_config
         #: HF name of each packed linear's weight -> the module that packs it
         self.packed: dict[str, PackedLinear] = {}
+        kernel = False
         if packs_weights(engine):
             kernel = decode_kernel.wanted(engine.config.options, engine.device, sampler_dtype(engine),
                                           torch.get_num_threads())
@@ -146,6 +147,8 @@ class GenerationCopy:
         #: the copy's single-token step written out (Llama-code models; None: the model's forward)
         self.decode_step = (LlamaDecodeStep(self.model, shared_prompt_attention_requested(engine.config.options))
                             if lean_decode_requested(engine.config.options) and decode_step_supports(self.model) else None)
+        if self.decode_step is not None:  # the kernel's library also has the step's other ops
+            self.decode_step.native = kernel
         #: names ``load_state_dict`` fills in the copy, and those aliasing another (a tied head)
         self._names = set(self.model.state_dict())
         self._tied = _tied_names(self.model)

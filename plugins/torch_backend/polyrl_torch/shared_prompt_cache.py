@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from polyrl_torch import decode_attention
 from polyrl_torch.kv_cache import regrown, rows_of
 
 
@@ -29,10 +30,11 @@ class SharedPromptLayer:
     """One decoder layer's cache: prompt keys/values per distinct prompt, completion ones per row."""
 
     def __init__(self, prompt_keys: torch.Tensor, prompt_values: torch.Tensor, prompt_seen: torch.Tensor,
-                 owner: torch.Tensor, capacity: int) -> None:
+                 owner: torch.Tensor, capacity: int, native: bool = False) -> None:
         """``prompt_keys``/``prompt_values``: ``[prompts, kv_heads, prompt_len, head_dim]``;
         ``prompt_seen``: ``[prompts, prompt_len]``, false at left padding; ``owner``: ``[rows]``,
-        each row's prompt; ``capacity``: the most tokens a row will decode."""
+        each row's prompt; ``capacity``: the most tokens a row will decode; ``native``: attend with
+        the C code of ``polyrl_torch.decode_attention`` (where it fits these heads)."""
         self.prompt_keys = prompt_keys.contiguous()
         self.prompt_values = prompt_values.contiguous()
         self.prompt_hidden = ~prompt_seen.bool()[:, None, None, :]
@@ -41,6 +43,8 @@ class SharedPromptLayer:
         self.length = 0
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
+        self.native = native and decode_attention.fits(self.prompt_keys.shape[-1], self.prompt_keys.dtype)
+        self._scratch = torch.empty(0)
         self._place()
 
     def _place(self) -> None:
@@ -89,6 +93,8 @@ class SharedPromptLayer:
         grouped over the key/value heads as transformers' ``repeat_kv`` does) over the row's prompt
         and its completion so far; ``[rows, heads, head_dim]``."""
         assert self._keys is not None and self._values is not None, "append before attend"
+        if self.native and query.dtype == self._keys.dtype == torch.float32:
+            return self._attend_native(query, scale)
         rows, heads, dim = query.shape
         kv_heads = self.prompt_keys.shape[1]
         grouped = query.view(rows, kv_heads, heads // kv_heads, dim)
@@ -107,6 +113,16 @@ class SharedPromptLayer:
         out = out.mul_(rescale).add_(torch.matmul(weights, self._values[:, :, :self.length]))
         total = total.mul_(rescale).add_(weights.sum(-1, keepdim=True))
         return out.div_(total).reshape(rows, heads, dim)
+
+    def _attend_native(self, query: torch.Tensor, scale: float) -> torch.Tensor:
+        assert self._keys is not None and self._values is not None
+        prompts, kv_heads, prompt_len, _ = self.prompt_keys.shape
+        need = query.shape[1] // kv_heads * (prompt_len + self.length)
+        if self._scratch.numel() < need:
+            self._scratch = torch.empty(query.shape[1] // kv_heads * (prompt_len + self._keys.shape[2]))
+        return decode_attention.shared(query.contiguous(), self.prompt_keys, self.prompt_values,
+                                       self.prompt_hidden.reshape(prompts, prompt_len).contiguous(), self.owner,
+                                       self._keys, self._values, self.length, scale, self._scratch)
 
     def _stack(self, grouped: torch.Tensor) -> torch.Tensor:
         """``[rows, kv_heads, g, d]`` -> ``[prompts, kv_heads, slots * g, d]``."""
@@ -127,8 +143,11 @@ class SharedPromptLayer:
         return flat if self.dense else flat[self.slot]
 
 
-def share_prompts(cache: Any, prompt_seen: torch.Tensor, owner: torch.Tensor, capacity: int) -> None:
+def share_prompts(cache: Any, prompt_seen: torch.Tensor, owner: torch.Tensor, capacity: int,
+                  native: bool = False) -> None:
     """Turn ``cache``'s prefilled layers (one row per distinct prompt) into ``SharedPromptLayer``s
-    for the rows ``owner`` names, each to decode at most ``capacity`` tokens."""
-    cache.layers = [SharedPromptLayer(layer.keys, layer.values, prompt_seen, owner, capacity)
+    for the rows ``owner`` names, each to decode at most ``capacity`` tokens (``native``: attending
+    with ``polyrl_torch.decode_attention``)."""
+    owner = owner.to(torch.int64).contiguous()
+    cache.layers = [SharedPromptLayer(layer.keys, layer.values, prompt_seen, owner, capacity, native)
                     for layer in cache.layers]
