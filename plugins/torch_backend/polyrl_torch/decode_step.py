@@ -118,6 +118,8 @@ class LlamaDecodeStep:
         self.apply_rotary = llama.apply_rotary_pos_emb
         #: per layer, the modules a step calls, looked up once (module attribute lookups add up)
         self.layers = layer_modules(model)
+        #: the norm each layer's output goes through next: the next layer's input norm, the last the model's
+        self.norms_after = [layer[0] for layer in self.layers[1:]] + [self.inner.norm]
         attention = self.inner.layers[0].self_attn
         self.head_dim, self.scaling = attention.head_dim, attention.scaling
         #: the copy's attention function (grouped or sampler SDPA) and a layer to hand it: it reads
@@ -193,11 +195,10 @@ class LlamaDecodeStep:
         cos, sin = self._rotary(position_ids[:, 0], hidden)
         seen = attention_mask.bool()[:, None, None, :]
         dim = self.head_dim
-        norms = [layer[0] for layer in self.layers[1:]] + [self.inner.norm]  # the norm after each layer
         first = self.layers[0][0]
         normed = decode_ops.add_rms_norm(hidden, None, first.weight, first.variance_epsilon)
         for (_, q_proj, k_proj, v_proj, o_proj, mlp_norm, gate, up, down), cache_layer, after in zip(
-                self.layers, past_key_values.layers, norms):
+                self.layers, past_key_values.layers, self.norms_after):
             query = decode_ops.rotary_(q_proj(normed).view(rows, -1, dim), cos, sin)
             key = decode_ops.rotary_(k_proj(normed).view(rows, -1, dim), cos, sin)
             if type(cache_layer) is SharedPromptLayer:

@@ -13,7 +13,9 @@ parts are saved too.
 
 Only the sampler's written-out decode step (``polyrl_torch.decode_step``) reads this layer, and
 only for float32 copies; every active row has decoded the same number of tokens (rows only leave
-the batch), so the completion part needs no mask.
+the batch), so the completion part needs no mask. Where the copy runs polyrl's decode kernel, the
+attention itself is one C call a layer (``native``: ``polyrl_torch.decode_attention``), equal to
+these torch ops to float32 rounding.
 """
 
 from __future__ import annotations
