@@ -185,6 +185,9 @@ class GRPOConfig:
     #: which a reward's ``trainer_state`` shows as transformers' ``compute_steps`` sets them (the
     #: numbers ``polyrl.trl.GRPOTrainer`` gives); None for polyrl's own config (its intervals)
     _trl_steps: Mapping[str, Any] | None = attrs.field(default=None, repr=False, alias="_trl_steps")
+    #: set by ``from_trl``: the TRL fields its completions table follows (``TRL_TABLE_FIELDS``), which
+    #: ``run`` applies to the trackers (``_follow_trl_table``); None for polyrl's own config
+    _trl_table: Mapping[str, Any] | None = attrs.field(default=None, repr=False, alias="_trl_table")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
         _refuse_unknown_arguments(kwargs)
@@ -236,7 +239,8 @@ class GRPOConfig:
                      _trl_disable_dropout=bool(getattr(trl_config, "disable_dropout", False)),
                      _trl_micro_batch=int(trl_config.per_device_train_batch_size),
                      _trl_steps={f"{kind}_steps": getattr(trl_config, f"{kind}_steps", None)
-                                 for kind in ("logging", "eval", "save")})
+                                 for kind in ("logging", "eval", "save")},
+                     _trl_table={name: getattr(trl_config, name, None) for name in TRL_TABLE_FIELDS})
         get_logger("polyrl.api").info("polyrl settings taken from TRL's GRPOConfig (TRL's value where polyrl's "
                                       "default differs)",
                                       taken=", ".join(f"{k} = {shown(v)}" for k, v in changed.items()
@@ -597,7 +601,38 @@ def run(
     if isinstance(grpo_config, GRPOConfig) and grpo_config._trl_steps is not None:
         trainer.trl_steps = dict(grpo_config._trl_steps)
         trainer.trl_train_batch_size = grpo_config._trl_micro_batch  # transformers' state.train_batch_size
+    if isinstance(grpo_config, GRPOConfig) and grpo_config._trl_table is not None:
+        _follow_trl_table(trainer, grpo_config)
     return trainer.run(progress=progress)
+
+
+#: the ``trl.GRPOConfig`` fields that say when and how its completions table is shown (``logging_steps``
+#: is in ``GRPOConfig._trl_steps``)
+TRL_TABLE_FIELDS = ("log_completions", "num_completions_to_print", "log_unique_prompts", "logging_strategy",
+                    "logging_first_step")
+
+
+def _follow_trl_table(trainer: Any, cfg: GRPOConfig) -> None:
+    """The trackers of a run from a ``trl.GRPOConfig`` get the completions table as
+    ``polyrl.trl.GRPOTrainer``'s do (``trl_completions.follow``): only with ``log_completions``, at
+    the steps TRL logs at (``logging_steps``, ``logging_first_step``, each epoch's end), printed and
+    written to parquet there. Why: ``run`` sent it every step whatever the config said; its numbers
+    still go every step (``logging_steps``: polyrl writes every step's metrics)."""
+    from types import SimpleNamespace
+
+    from polyrl.trl_callbacks import STEPS_DEFAULT, compute_steps
+    from polyrl.trl_completions import follow
+    from polyrl.trl_log_steps import logs_line
+
+    tracking = getattr(trainer, "tracking", None)
+    if tracking is None:  # (a Trainer stand-in in the tests has none)
+        return
+    args = SimpleNamespace(**dict(cfg._trl_table or {}), **dict(cfg._trl_steps or {}))
+    per_step = int(trainer.config.algorithm.updates_per_step)
+    state = SimpleNamespace(logging_steps=STEPS_DEFAULT)  # transformers' compute_steps: a fraction of max_steps
+    compute_steps(state, args, trainer.config.train.steps * per_step)
+    follow(tracking, args, logs_at=functools.partial(logs_line, args, state.logging_steps, per_step=per_step),
+           file_scale=per_step)
 
 
 def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None = None, engines: Any = None) -> Any:

@@ -574,7 +574,7 @@ class GRPOTrainer:
         eval sampler draws them (``trl_eval_order``)."""
         from polyrl import api, run_plan
         from polyrl.trl_evaluate import rows_of, trl_eval_order
-        from polyrl.trl_completions import printer
+        from polyrl.trl_completions import follow
         from polyrl.trl_tags import trl_tags
         from polyrl.trl_window import resumed_window
 
@@ -609,10 +609,8 @@ class GRPOTrainer:
             trainer.tracking.step_scale = int(trainer.config.algorithm.updates_per_step)  # at global_step
             trainer.tracking.trl = True  # transformers' TensorBoard folder, W&B step axis and summary
             trainer.tracking.window_logs = True  # at TRL's logging_steps (``polyrl.trl_callbacks``)
-            # TRL's switch for its completions table (default off); polyrl's own GRPOConfig has none: every log
-            trainer.tracking.log_completions = bool(getattr(self.args, "log_completions", True))
-            trainer.tracking.show_completions = printer(self.args)  # and TRL's console table with it
-            trainer.tracking.unique_prompts = bool(getattr(self.args, "log_unique_prompts", False))
+            # TRL's switch for its completions table (default off), its console table and parquet files
+            follow(trainer.tracking, self.args)
             if trainer.tracking.specs and trainer.tracking.writer:  # its run name, config and texts
                 trainer.tracking.trl_run = self._trl_run()
         return trainer

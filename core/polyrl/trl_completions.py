@@ -1,15 +1,18 @@
-"""The completions table TRL prints to the console with each log, for ``polyrl.trl.GRPOTrainer``.
+"""The completions table TRL shows with each log, for a run from a TRL script's config.
 
 Why: with ``log_completions=True`` TRL's ``GRPOTrainer.log`` prints a sample of its latest
-completions with ``rich`` (``num_completions_to_print`` of them, all when None) besides sending the
-table to W&B and trackio; a TRL user watching the terminal saw nothing under polyrl. The table is
-drawn by TRL's own ``print_prompt_completions_sample``, so it looks as it does in TRL; without
-``rich`` installed TRL prints nothing, and so does this.
+completions with ``rich`` (``num_completions_to_print`` of them, all when None), writes them to
+``output_dir/completions/completions_{global_step:05d}.parquet`` and sends the table to W&B and
+trackio; a TRL user watching the terminal, or a script reading those files, found nothing under
+polyrl. The console table is drawn by TRL's own ``print_prompt_completions_sample``, so it looks as
+it does in TRL; without ``rich`` installed TRL prints nothing, and so does this. ``follow`` sets all
+of it on a run's trackers, for ``polyrl.trl.GRPOTrainer`` and ``polyrl.api.run`` alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from polyrl.logs import get_logger
@@ -18,6 +21,75 @@ log = get_logger("polyrl.trl")
 
 #: what ``RunTracking.show_completions`` is called with: the records and TRL's ``global_step``
 Printer = Callable[[Sequence[Mapping[str, Any]], int], None]
+
+
+def follow(tracking: Any, args: Any, *, logs_at: Callable[[Mapping[str, Any]], bool] | None = None,
+           file_scale: int = 1) -> None:
+    """Set ``tracking`` (a ``RunTracking``) to show the completions table as TRL's ``args`` ask: only
+    with ``log_completions`` (polyrl's own ``GRPOConfig`` has none: every log), each prompt once with
+    ``log_unique_prompts``, printed and written to parquet with each log. ``logs_at``: for a run
+    without TRL's logs (``polyrl.api.run``), which step lines are logs (``RunTracking.table_at``);
+    ``file_scale``: TRL's ``global_step`` per step the trackers count, for the file's name."""
+    tracking.log_completions = bool(getattr(args, "log_completions", True))
+    tracking.unique_prompts = bool(getattr(args, "log_unique_prompts", False))
+    tracking.table_at = logs_at
+    shows = [show for show in (printer(args), parquet_writer(args, tracking, file_scale)) if show is not None]
+
+    def show_all(records: Sequence[Mapping[str, Any]], step: int) -> None:
+        for show in shows:
+            show(records, step)
+
+    tracking.show_completions = show_all if shows else None
+
+
+def parquet_writer(args: Any, tracking: Any, file_scale: int = 1) -> Printer | None:
+    """What writes each log's table to ``output_dir/completions`` as TRL does (``frame``), or None:
+    not asked (``log_completions``), or not the writing rank. The folder is made now, as TRL's
+    ``GRPOTrainer`` makes it when built."""
+    if not getattr(args, "log_completions", False) or not tracking.writer:
+        return None
+    folder = Path(tracking.output_dir) / "completions"
+    folder.mkdir(parents=True, exist_ok=True)
+    said: list[bool] = []
+
+    def write(records: Sequence[Mapping[str, Any]], step: int) -> None:
+        global_step = step * file_scale
+        try:
+            frame(records, global_step).to_parquet(folder / f"completions_{global_step:05d}.parquet")
+        except Exception as exc:  # noqa: BLE001 - a copy of the table must never cost the run
+            if not said:
+                said.append(True)
+                log.warning("the completions table could not be written to parquet (said once; completions.jsonl "
+                            "and the trackers still get it)", folder=str(folder), error=f"{type(exc).__name__}: {exc}")
+
+    return write
+
+
+def frame(records: Sequence[Mapping[str, Any]], global_step: int) -> Any:
+    """``records`` as TRL's parquet table (a pandas ``DataFrame``, TRL's own dependency): ``step``
+    (``global_step`` in each row), ``prompt``, ``completion`` (a chat's as TRL's list of messages),
+    one column of scores per reward (NaN where none), the ``log_extra`` columns, ``advantage``."""
+    import pandas as pd
+
+    names = list(dict.fromkeys(name for r in records for name in r.get("rewards", {})))
+    columns = list(dict.fromkeys(name for r in records for name in (r.get("extra") or {})))
+    table: dict[str, list[Any]] = {
+        "step": [global_step] * len(records),
+        "prompt": [r["prompt"] for r in records],
+        "completion": [_as_trl_completion(r["prompt"], r["completion"]) for r in records],
+        **{name: [_score(r.get("rewards", {}).get(name)) for r in records] for name in names},
+        **{c: [(r.get("extra") or {}).get(c) for r in records] for c in columns},
+        "advantage": [_score(r.get("advantage")) for r in records],
+    }
+    return pd.DataFrame(table)
+
+
+def _as_trl_completion(prompt: Any, completion: Any) -> Any:
+    """A single-turn completion of a chat prompt as TRL keeps it: one assistant message (polyrl's
+    record holds its text); text prompts' and multi-turn episodes' (messages already) as they are."""
+    if isinstance(prompt, list) and isinstance(completion, str):
+        return [{"role": "assistant", "content": completion}]
+    return completion
 
 
 def printer(args: Any) -> Printer | None:

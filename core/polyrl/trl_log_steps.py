@@ -50,6 +50,17 @@ def logs_at_epoch_end(args: Any) -> bool:
     return strategy(args) == "epoch"
 
 
+def logs_line(args: Any, logging_steps: Any, line: Mapping[str, Any], per_step: int) -> bool:
+    """Whether transformers' flow logs at the step of ``line`` (a metrics.jsonl step line): at
+    ``logging_steps`` or the first update (``flow_logs``), or at an epoch's end under
+    ``logging_strategy`` "epoch" (the line's ``epoch`` a whole number)."""
+    step, epoch = line.get("step"), line.get("epoch")
+    if not isinstance(step, numbers.Integral):
+        return False
+    ended = isinstance(epoch, (int, float)) and float(epoch).is_integer() and epoch > 0
+    return flow_logs(args, logging_steps, int(step) * per_step, per_step) or (ended and logs_at_epoch_end(args))
+
+
 def window_mean(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One log of the steps ``lines`` (metrics.jsonl lines, oldest first): each number the mean of
     the steps that have it, NaNs left out (NaN where every one is NaN, which ``log_history`` writes
@@ -93,19 +104,13 @@ def replayed(history: Iterable[Mapping[str, Any]], args: Any, logging_steps: Any
     kept): where transformers' flow logs. Why not every line: the uninterrupted run logged these only."""
     out: list[dict[str, Any]] = []
     window: list[Mapping[str, Any]] = []
-    epoch_end = logs_at_epoch_end(args)
     ends = None if logged_steps is None else set(logged_steps)
     for line in history:
         step = line.get("step")
         if not isinstance(step, numbers.Integral):
             continue
         window.append(line)
-        if ends is not None:
-            logs = int(step) in ends
-        else:
-            epoch = line.get("epoch")
-            ended = epoch_end and isinstance(epoch, (int, float)) and float(epoch).is_integer() and epoch > 0
-            logs = flow_logs(args, logging_steps, int(step) * per_step, per_step) or ended
+        logs = int(step) in ends if ends is not None else logs_line(args, logging_steps, line, per_step)
         if logs:
             out.append(window_mean(window))
             window = []

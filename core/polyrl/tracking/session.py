@@ -121,12 +121,16 @@ class RunTracking:
     #: sets from a TRL script's config; completions.jsonl keeps them either way). With ``window_logs``
     #: they go with each log (``publish_log``), the latest step's, as TRL's ``log`` sends its latest batch
     log_completions: bool = True
-    #: called with the records and the trackers' step at each ``publish_log`` too: ``polyrl.trl``'s
-    #: console table (``polyrl.trl_completions``), as TRL prints one with each log
+    #: called with the records and the trackers' step with each log's table too: a TRL run's console
+    #: table and parquet file (``polyrl.trl_completions``), as TRL prints and writes one with each log
     show_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
     #: TRL's ``log_unique_prompts``: a log's table keeps each prompt's first record only (the console's
     #: all of them, as TRL prints them)
     unique_prompts: bool = False
+    #: without ``window_logs`` (``polyrl.api.run`` with a ``trl.GRPOConfig``): whether a step's line is
+    #: one TRL logs at (``polyrl.trl_log_steps.logs_line``), the latest step's table sent with it only,
+    #: as with ``window_logs``; None: each step's table with its step (polyrl's own run)
+    table_at: Callable[[Mapping[str, Any]], bool] | None = None
     #: what transformers' integrations read from the TRL script's trainer (``polyrl.trl`` sets it)
     trl_run: TrlRun | None = None
     #: who started the run where not ``polyrl train`` (the trainer's ``started_by``), for the
@@ -137,7 +141,7 @@ class RunTracking:
     trackers: dict[str, Tracker] = attrs.field(factory=dict)
     _threads: dict[str, Worker] = attrs.field(factory=dict)
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
-    #: the last step's records, for the trackers' next log (``window_logs``: ``publish_log``)
+    #: the last step's records, for the trackers' next log (``window_logs``: ``publish_log``; ``table_at``)
     _latest: list[dict[str, Any]] = attrs.field(factory=list)
     #: records whose write to completions.jsonl failed, by step, written before the next step's
     _unwritten: dict[int, list[dict[str, Any]]] = attrs.field(factory=dict)
@@ -242,17 +246,22 @@ class RunTracking:
         records, self._pending = self._pending, []
         if records:
             self._write_completions(step, records)
+        logs = False  # whether the step's line is a TRL log whose table goes now (``table_at``)
         if self.window_logs:  # the training numbers and completions come with the run's logs (``publish_log``)
             metrics = {key: value for key, value in metrics.items() if key.startswith("eval/")}
             self._latest, records = (records if self.log_completions else []), []
         elif not self.log_completions:
             records = []
+        elif self.table_at is not None:
+            self._latest, records, logs = records, [], self.table_at(metrics)
         numeric, at = self._numeric(metrics), step * self.step_scale
         for name in list(self.trackers):
             if numeric:
                 self._call(name, "log_metrics", numeric, at)
             if records and name in self.trackers:
                 self._call(name, "log_completions", records, at)
+        if logs:
+            self._send_table(step)
 
     def publish_log(self, metrics: Mapping[str, Any], step: int) -> None:
         """One log of a TRL script's run (``window_logs``): its numbers (``publish_at``), then the
@@ -262,7 +271,14 @@ class RunTracking:
         where polyrl sent them every step whatever the config said. The records stay for the next
         log, as TRL's table of its latest batch does (the summary at the end shows it again)."""
         self.publish_at(metrics, step)
-        if not self.writer or not self.window_logs or not self._latest:
+        if self.writer and self.window_logs:
+            self._send_table(step)
+
+    def _send_table(self, step: int) -> None:
+        """A TRL log's completions table, the latest step's records, at ``step``: to
+        ``show_completions`` (TRL's console table and parquet file) and the trackers, each prompt
+        once where ``unique_prompts`` asks; nothing before a step has records."""
+        if not self._latest:
             return
         if self.show_completions is not None:
             self.show_completions(self._latest, step * self.step_scale)
