@@ -85,6 +85,17 @@ def test_a_chat_prompts_completion_is_one_assistant_message_as_in_trl(tiny_model
     assert len(completion) == 1 and completion[0]["role"] == "assistant"
 
 
+def test_no_folder_for_the_files_is_one_warning_not_the_end_of_the_run(tiny_model_dir, tmp_path, capsys):
+    """``output_dir/completions`` taken by a file: the run trains on and says why there are no files."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "completions").write_text("not a folder")
+    args = grpo_args(tmp_path, max_completion_length=4, log_completions=True)
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=prompts_dataset(4)).train()
+    assert (tmp_path / "run" / "completions.jsonl").read_text().strip()
+    captured = capsys.readouterr()
+    assert "no completions parquet files for this run" in captured.out + captured.err
+
+
 def _api_run(model: str, tmp_path: Path, **fields) -> dict[str, list[int]]:
     args = grpo_args(tmp_path, max_steps=3, max_completion_length=4, logging_steps=2, report_to="tensorboard",
                      **fields)

@@ -44,12 +44,18 @@ def follow(tracking: Any, args: Any, *, logs_at: Callable[[Mapping[str, Any]], b
 
 def parquet_writer(args: Any, tracking: Any, file_scale: int = 1) -> Printer | None:
     """What writes each log's table to ``output_dir/completions`` as TRL does (``frame``), or None:
-    not asked (``log_completions``), or not the writing rank. The folder is made now, as TRL's
-    ``GRPOTrainer`` makes it when built."""
+    not asked (``log_completions``), or not the writing rank, or no folder for it (a warning: a copy
+    of the table must never cost the run). The folder is made now, as TRL's ``GRPOTrainer`` makes it
+    when built."""
     if not getattr(args, "log_completions", False) or not tracking.writer:
         return None
     folder = Path(tracking.output_dir) / "completions"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("no completions parquet files for this run: their folder could not be made (completions.jsonl "
+                    "and the trackers still get the table)", folder=str(folder), error=f"{type(exc).__name__}: {exc}")
+        return None
     said: list[bool] = []
 
     def write(records: Sequence[Mapping[str, Any]], step: int) -> None:
