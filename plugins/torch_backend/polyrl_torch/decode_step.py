@@ -174,12 +174,7 @@ class LlamaDecodeStep:
             normed = norm_rows(norm, hidden)
             query, key = self.apply_rotary(q_proj(normed).view(rows, -1, dim), k_proj(normed).view(rows, -1, dim),
                                            cos, sin)
-            if type(cache_layer) is SharedPromptLayer:  # prompt keys once per group: see its module
-                cache_layer.append(key, v_proj(normed).view(rows, -1, dim))
-                attended = cache_layer.attend(query, self.scaling)
-            else:
-                keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
-                attended = self._attend(query[:, :, None, :], keys, values, seen)
+            attended = self._cached_attention(cache_layer, query, key, v_proj(normed).view(rows, -1, dim), seen)
             hidden = hidden + o_proj(attended.reshape(rows, -1))
             normed = norm_rows(mlp_norm, hidden)
             hidden = hidden + down(torch.nn.functional.silu(gate(normed)) * up(normed))  # LlamaMLP, SiLU
@@ -201,17 +196,23 @@ class LlamaDecodeStep:
                 self.layers, past_key_values.layers, self.norms_after):
             query = decode_ops.rotary_(q_proj(normed).view(rows, -1, dim), cos, sin)
             key = decode_ops.rotary_(k_proj(normed).view(rows, -1, dim), cos, sin)
-            if type(cache_layer) is SharedPromptLayer:
-                cache_layer.append(key, v_proj(normed).view(rows, -1, dim))
-                attended = cache_layer.attend(query, self.scaling)
-            else:
-                keys, values = cache_layer.update(key[:, :, None, :], v_proj(normed).view(rows, -1, 1, dim))
-                attended = self._attend(query[:, :, None, :], keys, values, seen)
+            attended = self._cached_attention(cache_layer, query, key, v_proj(normed).view(rows, -1, dim), seen)
             normed = decode_ops.add_rms_norm(hidden, o_proj(attended.reshape(rows, -1)), mlp_norm.weight,
                                              mlp_norm.variance_epsilon)
             normed = decode_ops.add_rms_norm(hidden, down(decode_ops.silu_mul(gate(normed), up(normed))),
                                              after.weight, after.variance_epsilon)
         return self.model.lm_head(normed).float()
+
+    def _cached_attention(self, cache_layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                          seen: torch.Tensor) -> torch.Tensor:
+        """This step's ``key`` and ``value`` (``[rows, kv_heads, dim]``) written to ``cache_layer``, and
+        ``query``'s attention over the row's keys so far: ``rows`` first, then each head's ``dim``
+        values in order (its axes as the attention gives them; the caller reshapes to ``[rows, -1]``)."""
+        if type(cache_layer) is SharedPromptLayer:  # prompt keys once per group: see its module
+            cache_layer.append(key, value)
+            return cache_layer.attend(query, self.scaling)
+        keys, values = cache_layer.update(key[:, :, None, :], value[:, :, None, :])
+        return self._attend(query[:, :, None, :], keys, values, seen)
 
     def _attend(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 seen: torch.Tensor) -> torch.Tensor:

@@ -119,9 +119,9 @@ class SharedPromptLayer:
     def _attend_native(self, query: torch.Tensor, scale: float) -> torch.Tensor:
         assert self._keys is not None and self._values is not None
         prompts, kv_heads, prompt_len, _ = self.prompt_keys.shape
-        need = query.shape[1] // kv_heads * (prompt_len + self.length)
-        if self._scratch.numel() < need:
-            self._scratch = torch.empty(query.shape[1] // kv_heads * (prompt_len + self._keys.shape[2]))
+        group = query.shape[1] // kv_heads
+        if self._scratch.numel() < group * (prompt_len + self.length):  # room for the whole cache's scores
+            self._scratch = torch.empty(group * (prompt_len + self._keys.shape[2]))
         return decode_attention.shared(query.contiguous(), self.prompt_keys, self.prompt_values,
                                        self.prompt_hidden.reshape(prompts, prompt_len).contiguous(), self.owner,
                                        self._keys, self._values, self.length, scale, self._scratch)
