@@ -267,7 +267,7 @@ class TrlCallbacks:
         self._window = []
         resumed = getattr(trainer, "resumed_observer_state", {})
         self.logged_lines = {int(m["step"]): m for m in replayed(trainer.history, self.args, self.state.logging_steps,
-                                                                  self._per_step, _kept_logged(resumed))}
+                                                                  self._per_step, _kept_steps(resumed, LOGGED_KEY))}
         self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step)
                                   for m in self.logged_lines.values()]
         tracking = getattr(trainer, "tracking", None)
@@ -281,7 +281,7 @@ class TrlCallbacks:
         self._evaluates_after = trainer.eval_dataset is not None and bool(getattr(trainer, "evaluate_after", False))
         self._launcher = trainer.world_size > 1
         self._final_eval_pending = self._final_save = self._hold_eval = self._held_eval = False
-        self.untold_evaluations = _kept_untold(resumed)
+        self.untold_evaluations = _kept_steps(resumed, UNTOLD_KEY) or []
         self._unasked_final = False
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
@@ -867,19 +867,11 @@ def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any]
     _load_callback_state(handler, stored, refuse)
 
 
-def _kept_untold(resumed: Mapping[str, Any]) -> list[int]:
-    """The ``UNTOLD_KEY`` steps a resumed run's checkpoint kept (``restore`` checked them); none
-    for a fresh run or a checkpoint written before they were kept."""
+def _kept_steps(resumed: Mapping[str, Any], key: str) -> list[int] | None:
+    """The steps under ``key`` (``UNTOLD_KEY``, ``LOGGED_KEY``) a resumed run's checkpoint kept
+    (``restore`` checked them); None for a fresh run or a checkpoint written before they were kept."""
     saved = resumed.get(STATE_KEY) if isinstance(resumed, Mapping) else None
-    untold = saved.get(UNTOLD_KEY) if isinstance(saved, Mapping) else None
-    return [v for v in untold if isinstance(v, int)] if isinstance(untold, list) else []
-
-
-def _kept_logged(resumed: Mapping[str, Any]) -> list[int] | None:
-    """The ``LOGGED_KEY`` steps a resumed run's checkpoint kept (``restore`` checked them); None for
-    a fresh run or a checkpoint written before they were kept (its logs are replayed from the flow)."""
-    saved = resumed.get(STATE_KEY) if isinstance(resumed, Mapping) else None
-    steps = saved.get(LOGGED_KEY) if isinstance(saved, Mapping) else None
+    steps = saved.get(key) if isinstance(saved, Mapping) else None
     return [v for v in steps if isinstance(v, int)] if isinstance(steps, list) else None
 
 

@@ -77,17 +77,24 @@ def frame(records: Sequence[Mapping[str, Any]], global_step: int) -> Any:
     one column of scores per reward (NaN where none), the ``log_extra`` columns, ``advantage``."""
     import pandas as pd
 
-    names = list(dict.fromkeys(name for r in records for name in r.get("rewards", {})))
-    columns = list(dict.fromkeys(name for r in records for name in (r.get("extra") or {})))
+    rewards, extra, advantages = _columns(records)
     table: dict[str, list[Any]] = {
         "step": [global_step] * len(records),
         "prompt": [r["prompt"] for r in records],
         "completion": [_as_trl_completion(r["prompt"], r["completion"]) for r in records],
-        **{name: [_score(r.get("rewards", {}).get(name)) for r in records] for name in names},
-        **{c: [(r.get("extra") or {}).get(c) for r in records] for c in columns},
-        "advantage": [_score(r.get("advantage")) for r in records],
+        **rewards, **extra, "advantage": advantages,
     }
     return pd.DataFrame(table)
+
+
+def _columns(records: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[float]], dict[str, list[Any]], list[float]]:
+    """The columns TRL's table has besides prompt and completion: each reward's scores (NaN where
+    none), each ``log_extra`` column's values (None where a record lacks it), the advantages."""
+    names = list(dict.fromkeys(name for r in records for name in r.get("rewards", {})))
+    columns = list(dict.fromkeys(name for r in records for name in (r.get("extra") or {})))
+    return ({name: [_score(r.get("rewards", {}).get(name)) for r in records] for name in names},
+            {c: [(r.get("extra") or {}).get(c) for r in records] for c in columns},
+            [_score(r.get("advantage")) for r in records])
 
 
 def _as_trl_completion(prompt: Any, completion: Any) -> Any:
@@ -127,13 +134,9 @@ def print_records(records: Sequence[Mapping[str, Any]], global_step: int, count:
     reward's score, the advantage and the ``log_extra`` columns; ``count`` of them drawn as TRL draws."""
     from trl.trainer.utils import print_prompt_completions_sample
 
-    names = list(dict.fromkeys(name for r in records for name in r.get("rewards", {})))
-    columns = list(dict.fromkeys(name for r in records for name in (r.get("extra") or {})))
-    print_prompt_completions_sample(
-        [r["prompt"] for r in records], [r["completion"] for r in records],
-        {name: [_score(r.get("rewards", {}).get(name)) for r in records] for name in names},
-        [_score(r.get("advantage")) for r in records], global_step, count,
-        extra={c: [(r.get("extra") or {}).get(c) for r in records] for c in columns})
+    rewards, extra, advantages = _columns(records)
+    print_prompt_completions_sample([r["prompt"] for r in records], [r["completion"] for r in records], rewards,
+                                    advantages, global_step, count, extra=extra)
 
 
 def _score(value: Any) -> float:
