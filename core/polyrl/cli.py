@@ -493,9 +493,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                                     chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
     probe = engine_probe(engine.raw)  # a control character this model's tokenizer reads as another token
-    found = probe.find(args.prompt) if probe is not None else None
-    if probe is not None and found is not None:
-        raise probe.error("the command line", "the prompt", found, field="prompt")
+    if probe is not None:
+        probe.check(args.prompt, "the command line", "the prompt", field="prompt")
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_p=args.top_p, top_k=args.top_k, seed=args.seed, n=args.n)
     completions = engine.generate([prompt], sampling)

@@ -64,6 +64,12 @@ class ControlProbe:
         inside it, e.g. ``[1]['content']``; its position; the character), or None."""
         return find_char(prompt, self._misread_at)
 
+    def check(self, prompt: Any, where: str, what: str, field: str = "data") -> None:
+        """Raise ``error`` for the first control character in ``prompt`` the tokenizer misreads."""
+        found = self.find(prompt)
+        if found is not None:
+            raise self.error(where, what, found, field)
+
     def error(self, where: str, what: str, found: tuple[str, int, str], field: str = "data") -> ConfigError:
         """The one error for ``found`` (``find``) in ``what`` (``column 'prompt'``) at ``where``."""
         inner, at, char = found

@@ -565,8 +565,8 @@ def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any] | None,
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
             prompt = row[dataset.prompt_column]
-            if probe is not None and (found := probe.find(prompt)) is not None:
-                raise probe.error(dataset.where(i), f"column {dataset.prompt_column!r}", found)
+            if probe is not None:
+                probe.check(prompt, dataset.where(i), f"column {dataset.prompt_column!r}")
             if render is not None:
                 _check_roles(roles, render, prompt, dataset, i)
 
@@ -599,8 +599,8 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int 
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
         for i, row in enumerate(block, start):
-            if probe is not None and (found := probe.find(row[dataset.prompt_column])) is not None:
-                raise probe.error(dataset.where(i), f"column {dataset.prompt_column!r}", found)
+            if probe is not None:
+                probe.check(row[dataset.prompt_column], dataset.where(i), f"column {dataset.prompt_column!r}")
             tokens = _counted(count_tokens, row[dataset.prompt_column], dataset, i)
             if tokens is None:
                 uncounted += 1

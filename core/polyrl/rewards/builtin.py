@@ -157,7 +157,7 @@ from typing import Any, NamedTuple
 from polyrl.errors import RewardError
 from polyrl.reasoning import final_part
 from polyrl.rewards.inputs import answer_part, completion_text, reasoning_open
-from polyrl.rewards.options import merged, positive_number
+from polyrl.rewards.options import merged, positive_number, true_or_false
 from polyrl.hookspecs import hookimpl
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -760,9 +760,7 @@ Scores = list[float | None]
 
 def exact_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("exact_match", context, {"column": ANSWER_COLUMN, "extract": "auto", "case_sensitive": False})
-    if not isinstance(opts["case_sensitive"], bool):  # "no" would be truthy: case-sensitive
-        raise RewardError(f"exact_match: case_sensitive must be true or false, got {opts['case_sensitive']!r}. "
-                          "Fix: write case_sensitive = false (no quotes)")
+    true_or_false("exact_match", opts, "case_sensitive", "write case_sensitive = false (no quotes)")
     if opts["extract"] not in ("auto", "last_line", "full"):
         raise RewardError(f"exact_match: unknown extract {opts['extract']!r}. Fix: use auto, last_line or full")
     out: Scores = []
@@ -880,9 +878,8 @@ def _matches(got: Fraction, expected: Fraction, abs_tol: float, rel_tol: float) 
 def numeric_match(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("numeric_match", context, {"column": ANSWER_COLUMN, "tolerance": 0.0, "rel_tolerance": 1e-9,
                                                "last_number": True})
-    if not isinstance(opts["last_number"], bool):  # "no" would be truthy, 0 a silent reading
-        raise RewardError(f"numeric_match: last_number must be true or false, got {opts['last_number']!r}. "
-                          "Fix: write last_number = false (no quotes) to pay only a boxed or marked answer")
+    true_or_false("numeric_match", opts, "last_number",
+                  "write last_number = false (no quotes) to pay only a boxed or marked answer")
     # a string was a ValueError traceback; a negative one matched nothing, silently scoring 0
     tol = positive_number("numeric_match", opts, "tolerance", 0.01, zero=True)
     rel_tol = positive_number("numeric_match", opts, "rel_tolerance", 1e-9, zero=True)

@@ -40,6 +40,15 @@ def whole_number(name: str, opts: Mapping[str, Any], key: str, example: Any, min
     return value
 
 
+def true_or_false(name: str, opts: Mapping[str, Any], key: str, fix: str) -> bool:
+    """A boolean option: "no" would be truthy and 0 a silent reading, so anything but true or false
+    is an error ending in ``fix``."""
+    value = opts[key]
+    if not isinstance(value, bool):
+        raise RewardError(f"{name}: {key} must be true or false, got {value!r}. Fix: {fix}")
+    return value
+
+
 def positive_number(name: str, opts: Mapping[str, Any], key: str, example: Any, *,
                     integer: bool = False, zero: bool = False) -> float | int:
     """A finite number > 0 (>= 0 with ``zero``), optionally whole."""
