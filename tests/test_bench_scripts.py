@@ -347,42 +347,39 @@ def test_sandbox_cost_bench_runs_as_root(tmp_path):
         "error: --levels bwarp unknown. Fix: a comma-separated subset of off,python_guard,bwrap"], bad.stderr
 
 
-def test_decode_kernel_ab_bench_times_both_ways_on_the_same_prompts(tiny_model_dir, tmp_path):
-    """bench/decode_kernel_ab.py: the sampler on oneDNN's packed weights and on polyrl's decode
-    kernel take turns on two engines of one model; every round's seconds for both, their ratios,
-    the same tokens' log-probs within float32 rounding."""
+def _kernel_ab(name: str, tiny_model_dir: str, tmp_path: Path, slow: str, fast: str) -> dict:
+    """``bench/<name>.py`` (an A/B of two ways of sampling with polyrl's decode kernel) on the tiny
+    model, 2 rounds of 2 prompts x 3: its report, after checking each round's seconds for both
+    ways and each pair's ratio (``slow``/``fast``)."""
     from polyrl_torch import decode_kernel
 
     if reason := decode_kernel.unavailable_reason():
         pytest.skip(f"polyrl's decode kernel cannot run here: {reason}")
-    module = _bench("decode_kernel_ab")
-    out = tmp_path / "kernel.json"
-    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "3",
-                        "--max-new-tokens", "6", "--output", str(out)]) == 0
+    out = tmp_path / f"{name}.json"
+    assert _bench(name).main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "3",
+                              "--max-new-tokens", "6", "--output", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert {k: len(v) for k, v in report["generate_s"].items()} == {"onednn": 2, "kernel": 2}
-    assert report["rows"] == 2 * 2 * 3 and report["largest_logprob_gap"] < 1e-4
-    pairs = [o / k for o, k in zip(report["generate_s"]["onednn"], report["generate_s"]["kernel"])]
-    assert report["onednn_over_kernel_each"] == pytest.approx(pairs)
+    assert {k: len(v) for k, v in report["generate_s"].items()} == {slow: 2, fast: 2}
+    assert report["rows"] == 2 * 2 * 3
+    pairs = [a / b for a, b in zip(report["generate_s"][slow], report["generate_s"][fast])]
+    assert report[f"{slow}_over_{fast}_each"] == pytest.approx(pairs)
+    return report
+
+
+def test_decode_kernel_ab_bench_times_both_ways_on_the_same_prompts(tiny_model_dir, tmp_path):
+    """bench/decode_kernel_ab.py: the sampler on oneDNN's packed weights and on polyrl's decode
+    kernel take turns on two engines of one model; every round's seconds for both, their ratios,
+    the same tokens' log-probs within float32 rounding."""
+    report = _kernel_ab("decode_kernel_ab", tiny_model_dir, tmp_path, "onednn", "kernel")
+    assert report["largest_logprob_gap"] < 1e-4
 
 
 def test_native_ops_ab_bench_times_the_step_in_torch_ops_and_in_c(tiny_model_dir, tmp_path):
     """bench/native_ops_ab.py: the written-out step in torch ops and with its elementwise ops and
     attention in C take turns on one engine; every round's seconds for both, their ratios, the same
     tokens' log-probs within float32 rounding but not bit for bit."""
-    from polyrl_torch import decode_kernel
-
-    if reason := decode_kernel.unavailable_reason():
-        pytest.skip(f"polyrl's decode kernel cannot run here: {reason}")
-    module = _bench("native_ops_ab")
-    out = tmp_path / "native.json"
-    assert module.main(["--model", tiny_model_dir, "--rounds", "2", "--prompts", "2", "--group-size", "3",
-                        "--max-new-tokens", "6", "--output", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert {k: len(v) for k, v in report["generate_s"].items()} == {"torch_ops": 2, "c_ops": 2}
-    assert report["rows"] == 2 * 2 * 3 and 0 < report["largest_logprob_gap"] < 1e-4
-    pairs = [t / c for t, c in zip(report["generate_s"]["torch_ops"], report["generate_s"]["c_ops"])]
-    assert report["torch_ops_over_c_ops_each"] == pytest.approx(pairs)
+    report = _kernel_ab("native_ops_ab", tiny_model_dir, tmp_path, "torch_ops", "c_ops")
+    assert 0 < report["largest_logprob_gap"] < 1e-4
 
 
 def test_decode_kernel_probe_times_four_ways_of_one_decode_step(tiny_model_dir, tmp_path):
