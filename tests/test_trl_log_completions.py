@@ -120,3 +120,21 @@ def test_a_log_sends_the_latest_steps_records_once_per_log_and_log_unique_prompt
     _step(tracking, 1, ["a", "a"])
     _step(tracking, 2, ["b"])
     assert native.tables == [(1, [(1, "a"), (1, "a")]), (2, [(2, "b")])]
+
+
+def test_the_console_table_draws_a_chat_prompts_completion_as_trls_assistant_message(capsys):
+    """TRL keeps a chat prompt's completion as one assistant message and its console table draws it
+    under an ASSISTANT heading; polyrl's record holds the text, which was drawn bare. A text prompt's
+    completion stays bare text, as in TRL."""
+    pytest.importorskip("rich")
+    from polyrl.trl_completions import print_records
+
+    chat = {"prompt": [{"role": "user", "content": "What is 2+2?"}], "completion": "It is 4.",
+            "rewards": {"f": 1.0}, "advantage": 0.5}
+    text = {"prompt": "The sky is", "completion": " blue.", "rewards": {"f": 0.0}, "advantage": -0.5}
+    print_records([chat], 3, None)
+    out = capsys.readouterr().out
+    assert "ASSISTANT" in out and "It is 4." in out and "USER" in out, out
+    print_records([text], 4, None)
+    out = capsys.readouterr().out
+    assert "blue." in out and "ASSISTANT" not in out, out

@@ -131,11 +131,14 @@ def printer(args: Any) -> Printer | None:
 
 def print_records(records: Sequence[Mapping[str, Any]], global_step: int, count: int | None) -> None:
     """``records`` (``polyrl.tracking.completions``) as TRL's console table: prompt, completion, each
-    reward's score, the advantage and the ``log_extra`` columns; ``count`` of them drawn as TRL draws."""
+    reward's score, the advantage and the ``log_extra`` columns; ``count`` of them drawn as TRL draws.
+    A chat prompt's completion goes as TRL's one assistant message (``_as_trl_completion``), which TRL
+    draws under an ASSISTANT heading, as the parquet table holds it."""
     from trl.trainer.utils import print_prompt_completions_sample
 
     rewards, extra, advantages = _columns(records)
-    print_prompt_completions_sample([r["prompt"] for r in records], [r["completion"] for r in records], rewards,
+    print_prompt_completions_sample([r["prompt"] for r in records],
+                                    [_as_trl_completion(r["prompt"], r["completion"]) for r in records], rewards,
                                     advantages, global_step, count, extra=extra)
 
 
