@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from polyrl.sandbox.vacuous_counts import measured
+from polyrl.sandbox.vacuous_counts import _bound_names, changes_with_the_count, measured
 from test_sandbox_emptied_values import FORGED, IS_PRIME, QUEUE_CLEARED, RIGHT, _scored
 from test_sandbox_named_copies import _LOG, LOG_BANK_FORGED, LOG_BANK_RIGHT
 
@@ -349,5 +349,99 @@ def test_measured_counts_a_comprehension_only_where_its_items_are_one_value_what
         argument: str, counted: str, capped: bool) -> None:
     """``measured`` takes a comprehension for its loop's count (capped at one where it is a set or
     dict of one constant) only where no item can change or fail it; else it is a count of its own."""
-    chain, found = measured(ast.parse(argument, mode="eval").body, frozenset({"y", "x", "z"}))
+    chain, found = measured(ast.parse(argument, mode="eval").body, dict.fromkeys(("y", "x", "z"), False))
     assert (ast.unparse(chain[-1]), found) == (counted, capped)
+
+
+#: Tests: the forged ``primes`` emptied by ``r.reset()`` (or the forged bank's log), then the ``len``
+#: of a set or dict whose one item is a name the tests bind only to a hashable literal (``y = 0``:
+#: at most one item, ``vacuous_counts._hashable_value``) compared into what every count answers
+#: alike, then a loop over no items; and a list of one constant compared with the count (``==``).
+NAMED_CONSTANT_COUNTED = {
+    "name_in_a_set_at_most_the_count": IS_PRIME + _THREE + "    y = 0\n    assert len({y for _ in r}) <= len(r)\n"
+                                       + _LOOPED,
+    "global_name_in_a_set_under_two": IS_PRIME + "Y = 0\n" + _THREE + "    assert len({Y for _ in r}) < 2\n" + _LOOPED,
+    "name_as_a_key_at_most_the_count": IS_PRIME + _THREE + "    y = (1, 2)\n    assert len({y: 0 for _ in r}) <= len(r)\n"
+                                       + _LOOPED,
+    "global_name_in_a_frozenset_at_most_one": IS_PRIME + "Y = 'a'\n" + _THREE
+                                              + "    assert len(frozenset(Y for _ in r)) <= 1\n" + _LOOPED,
+    "constants_listed_equal_to_the_count": IS_PRIME + _THREE + "    assert len([0 for x in r]) == len(r)\n" + _LOOPED,
+    "log_name_in_a_set": _LOG + "    b.reset()\n    y = 0\n    assert len({y for _ in b.log}) <= len(b.log)\n"
+                         "    assert all(x > 0 for x in b.log)\ntest()",
+}
+#: Tests a right queue the tests clear passes: a count some count fails (``len({0 for x in q}) ==
+#: len(q)`` holds for 0 or 1 items only), distinct items counted, or a name that may be unhashable
+#: in a set (rebound to ``[]``; an item of the sample's, here a list: ``{y for _ in q}`` raises
+#: where ``q`` has items), each sees it empty.
+QUEUE_COUNTED_BY_A_SET_EMPTY = {
+    "set_of_a_constant_equal_to_the_count": _CLEARED + "assert len({0 for x in q}) == len(q)\n" + _LOOP_OVER_Q,
+    "set_of_a_generator_equal_to_the_count": _CLEARED + "assert len(set(0 for x in q)) == len(q)\n" + _LOOP_OVER_Q,
+    "distinct_items_at_most_one": _CLEARED + "assert len({x for x in q}) <= 1\n" + _LOOP_OVER_Q,
+    "name_rebound_unhashable": "y = 0\n" + _CLEARED + "y = []\nassert len({y for _ in q}) <= len(q)\n" + _LOOP_OVER_Q,
+    "an_item_as_the_name": "q = make_queue()\nq.push([1])\nq.push([2])\nassert len(q) == 2\ny = list(q)[0]\n"
+                           "q.clear()\nassert len({y for _ in q}) <= len(q)\nassert all(x > [5] for x in q)",
+}
+
+
+def test_a_set_of_a_name_bound_to_one_hashable_literal_is_bounded_by_the_count():
+    """``y = 0`` then ``len({y for _ in r}) <= len(r)`` (``len({Y for _ in r}) < 2`` of a module's
+    ``Y = 0``, ``{y: 0 for _ in r}`` of ``y = (1, 2)``, ``frozenset(Y for _ in r)``, of ``b.log``)
+    holds whatever ``r`` holds: the set has one item at most. A forged ``primes`` emptied by
+    ``r.reset()`` passed each and then the loop over no items (1.0); it fails now, and the right
+    ``primes`` and a bank that keeps its log keep 1.0."""
+    names = list(NAMED_CONSTANT_COUNTED)
+    tests = [NAMED_CONSTANT_COUNTED[n] for n in names]
+    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
+    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
+    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+
+
+def test_a_count_of_a_set_that_some_count_fails_or_that_may_raise_sees_a_value_empty():
+    """A right queue the tests clear keeps 1.0 where the comparison fails for some count
+    (``len({0 for x in q}) == len(q)`` holds for 0 or 1 items only; it scored 0.67, as
+    ``self_compared`` took it for two readings alike), the set reads the items (``{x for x in
+    q}``), or its one item may be unhashable (``y = []``; ``y = list(q)[0]`` of a queue of lists:
+    taking that for one value scored 0.67), so its ``len`` is a count of its own."""
+    names = list(QUEUE_COUNTED_BY_A_SET_EMPTY)
+    tests = [QUEUE_COUNTED_BY_A_SET_EMPTY[n] for n in names]
+    assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
+
+
+@pytest.mark.parametrize(("tests", "argument", "capped"), [
+    ("y = 0", "{y for _ in r}", True),
+    ("y = z = 'a'", "set(y for _ in r)", True),
+    ("y = (1, 2)", "{y: 0 for _ in r}", True),
+    ("def f():\n    global y\n    y = 0", "{y for _ in r}", False),  # ``global`` alone binds no value
+    ("y = 0\ny = []", "{y for _ in r}", False),
+    ("y = r[0]", "{y for _ in r}", False),  # an item of the sample's may be unhashable
+    ("y = (1, [])", "{y for _ in r}", False),
+    ("y = 0\ny += 1", "{y for _ in r}", False),
+    ("y, z = 0, 1", "{y for _ in r}", False),
+    ("y = 0\nfor y in r:\n    pass", "{y for _ in r}", False),
+    ("y = 0\ntry:\n    pass\nexcept E as y:\n    pass", "{y for _ in r}", False),
+    ("y = 0\nmatch r:\n    case [y]:\n        pass", "{y for _ in r}", False),
+    ("class C:\n    y = 0", "{y for _ in r}", False),  # a class's name is none its comprehensions see
+    ("", "{y for _ in r}", False),  # not the tests' at all
+])
+def test_a_set_of_a_name_is_capped_only_where_every_binding_of_it_is_one_hashable_literal(
+        tests: str, argument: str, capped: bool) -> None:
+    """``measured`` caps ``len({y for _ in r})`` at one only where ``y`` cannot raise there."""
+    chain, found = measured(ast.parse(argument, mode="eval").body, _bound_names(ast.parse(tests)))
+    assert (ast.unparse(chain[-1]), found) == (("r", True) if capped else (argument, False))
+
+
+@pytest.mark.parametrize(("comparison", "changes"), [
+    ("len({0 for x in q}) == len(q)", True),  # 0 or 1 items only
+    ("len(set(0 for x in q)) != len(q)", True),
+    ("len([0 for x in q]) == len(q)", False),  # every count
+    ("len({0 for x in q}) == min(len(q), 1)", False),
+    ("len(set(q)) == len(list(q))", False),  # not computed from one count: not decided here
+    ("f(q) == len(q)", False),
+])
+def test_changes_with_the_count_only_where_some_count_changes_a_comparison_of_counts(
+        comparison: str, changes: bool) -> None:
+    """``self_compared`` keeps a comparison of two readings of one value where some count changes it."""
+    node = ast.parse(comparison, mode="eval").body
+    assert isinstance(node, ast.Compare)
+    assert changes_with_the_count(node) is changes

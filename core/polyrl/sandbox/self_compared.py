@@ -28,7 +28,9 @@ its answer is compared with another reading of the same items, which over no ite
 a forged ``primes`` emptied by ``r.reset()`` passed each and then a loop over no items (1.0). Its
 ``GET_ITER`` is their loop now (``compared_loop_at``). ``sum`` of a reading, and a reading with a
 constant through an operator (``[1] * len(r)``, ``len(r) + 1``, ``-len(r)``), are made of its
-items (or their count) as well.
+items (or their count) as well. One computed from counts of the value alone that some count
+changes is no site (``vacuous_counts.changes_with_the_count``): ``len({0 for x in q}) == len(q)``
+holds for 0 or 1 items only, so a right queue the tests clear and check so then loop over scored 0.67.
 """
 
 from __future__ import annotations
@@ -115,7 +117,9 @@ def _compared_sides(node: ast.expr, parents: dict[int, ast.AST]) \
     if isinstance(sides[0][0], (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)) \
             or ast.dump(sides[0][0]) != ast.dump(sides[1][0]):
         return None
-    return sides
+    # imported here: ``vacuous_counts`` reads literals and chains with this module's helpers
+    from polyrl.sandbox.vacuous_counts import changes_with_the_count
+    return None if changes_with_the_count(parent) else sides
 
 
 def _self_compared_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr | None:

@@ -23,9 +23,14 @@ the tests bind other than its target; one plain loop, no ``if``) counts the valu
 (``measured``): ``len([0 for x in r])`` and ``len(list(y for _ in r))`` are ``len(r)``, ``len({0
 for x in r})``, ``len(set(0 for x in r))`` and ``len({0: y for x in r})`` are it capped at one.
 A forged ``primes`` emptied by ``r.reset()`` passed ``len({0 for x in r}) <= len(r)`` (or ``len({1
-for _ in r}) < 2``) and then the loop over no items (1.0): each holds for any count. ``len({x: 0
-for x in r})`` reads whether the items repeat, ``{y for _ in r}`` raises where ``y`` is unhashable
-and ``for a, b in r`` where an item is no pair, so each of those is a count of its own.
+for _ in r}) < 2``) and then the loop over no items (1.0): each holds for any count. So it did
+``y = 0`` then ``len({y for _ in r}) <= len(r)``: a set's item may be a name too where every
+binding of it in the tests is one hashable literal (``_bound_names``). ``len({x: 0 for x in r})``
+reads whether the items repeat, ``{y for _ in r}`` raises where ``y`` is unhashable (``y = []``,
+or ``y = r[0]`` of a sample whose items are lists) and ``for a, b in r`` where an item is no
+pair, so each of those is a count of its own. A comparison of such counts of one value that some
+count changes (``len({0 for x in q}) == len(q)``: 0 or 1 items only) is no two readings alike to
+``self_compared`` either (``changes_with_the_count``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import ast
 import builtins
 import math
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from polyrl.sandbox.self_compared import literal, read_chain
@@ -63,8 +68,10 @@ _LARGEST = 1 << 512
 _NESTED = (tuple, list, set, frozenset)
 #: Per ``len`` call (by ``id``, the call kept): whether it is a site, for each place along its argument.
 _DECIDED: dict[int, tuple[ast.AST, bool]] = {}
-#: The names the tests now running bind in any of their sources (``register``), which shadow ``_BUILTINS``.
-_bound: Callable[[], frozenset[str]] = frozenset
+#: The names the tests bind, each with whether every binding of it is one hashable literal (``_bound_names``).
+Bound = Mapping[str, bool]
+#: Those of the tests now running, in all their sources (``register``); they shadow ``_BUILTINS``.
+_bound: Callable[[], Bound] = dict
 
 
 #: Builtins that keep each item of a comprehension (``len(list(0 for _ in r))`` is ``len(r)``) and
@@ -85,11 +92,19 @@ def _hashable_literal(node: ast.expr) -> bool:
     return True
 
 
-def _outer_value(node: ast.expr, target: str, bound: frozenset[str]) -> bool:
+def _outer_value(node: ast.expr, target: str, bound: Bound) -> bool:
     """Whether ``node`` evaluates, without raising, to the same value for every item: a literal, or
     a name other than the loop's ``target`` that the tests bind or a builtin is."""
     return literal(node)[0] or (isinstance(node, ast.Name) and node.id != target
                                 and (node.id in bound or hasattr(builtins, node.id)))
+
+
+def _hashable_value(node: ast.expr, target: str, bound: Bound) -> bool:
+    """Whether ``node`` is one value a set or dict may hold for every item: a hashable literal, or a
+    name other than ``target`` that the tests bind only to such literals (``y = 0``; not ``y = []``,
+    ``y = r[0]``: an item of the sample's may be unhashable, and ``{y for _ in r}`` raises then)."""
+    return _hashable_literal(node) or (isinstance(node, ast.Name) and node.id != target
+                                       and bound.get(node.id, False))
 
 
 def _plain_loop(node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> str | None:
@@ -101,20 +116,20 @@ def _plain_loop(node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictCo
     return loop.target.id if isinstance(loop.target, ast.Name) and not loop.ifs and not loop.is_async else None
 
 
-def _items(node: ast.expr, bound: frozenset[str]) -> tuple[list[ast.expr], bool, bool] | None:
+def _items(node: ast.expr, bound: Bound) -> tuple[list[ast.expr], bool, bool] | None:
     """Where ``node``'s items are those of a value it loops over, each one value whatever the item:
     the nodes from ``node`` down to that value, whether it holds at most one item (a set or dict
-    of one hashable literal), and whether each item is one hashable literal; else None."""
+    of one hashable value, ``_hashable_value``), and whether each item is one hashable value; else None."""
     if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
         target = _plain_loop(node)
         if target is None:
             return None
         if isinstance(node, ast.DictComp):  # its items are its keys
-            found = _hashable_literal(node.key) and _outer_value(node.value, target, bound)
+            found = _hashable_value(node.key, target, bound) and _outer_value(node.value, target, bound)
             return ([node, node.generators[0].iter], True, True) if found else None
-        constant = _hashable_literal(node.elt)
+        constant = _hashable_value(node.elt, target, bound)
         if not constant and (isinstance(node, ast.SetComp) or not _outer_value(node.elt, target, bound)):
-            return None  # ``{y for _ in r}``: ``y`` may be unhashable, raising where ``r`` has items
+            return None  # ``y = []``, ``{y for _ in r}``: raises where ``r`` has items
         return [node, node.generators[0].iter], isinstance(node, ast.SetComp), constant
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _KEEPING | _DISTINCT \
             and node.func.id not in bound and len(node.args) == 1 and not node.keywords:
@@ -128,7 +143,7 @@ def _items(node: ast.expr, bound: frozenset[str]) -> tuple[list[ast.expr], bool,
     return None
 
 
-def measured(argument: ast.expr, bound: frozenset[str]) -> tuple[list[ast.expr], bool]:
+def measured(argument: ast.expr, bound: Bound) -> tuple[list[ast.expr], bool]:
     """The nodes from ``argument`` down to the value whose count ``len(argument)`` is computed from
     (the last), and whether it is that count capped at one: ``len({0 for x in r})`` and ``len(set(0
     for x in r))`` are 0 or 1 as ``r`` holds items or none, ``len([0 for x in r])`` is ``len(r)``;
@@ -205,29 +220,48 @@ def _shift(value: Any, by: Any) -> Any:
     return operator.lshift(value, by)
 
 
-def _bound_names(tree: ast.AST) -> frozenset[str]:
-    """The names ``tree``'s code binds anywhere (assigned, defined, imported, a parameter)."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def _bound_names(tree: ast.AST) -> dict[str, bool]:
+    """The names ``tree``'s code binds anywhere (assigned, defined, imported, a parameter, caught,
+    matched), each with whether every binding of it is ``name = <hashable literal>`` outside a
+    class body (``{y for _ in r}`` of ``y = 0`` holds one item at most; a class's ``y`` is no name
+    its comprehensions see)."""
+    names: dict[str, bool] = {}
+    plain: set[int] = set()  # the ``Name`` targets of such assignments, by ``id``
+    in_class: set[int] = set()  # the statements of class bodies, by ``id``
+
+    def bind(name: str | None, hashable: bool = False) -> None:
+        if name is not None:
+            names[name] = names.get(name, True) and hashable
+
+    for node in ast.walk(tree):  # breadth first: a statement comes before its targets
+        if isinstance(node, ast.ClassDef):
+            in_class.update(id(statement) for statement in node.body)
+        if isinstance(node, ast.Assign) and id(node) not in in_class and _hashable_literal(node.value):
+            plain.update(id(target) for target in node.targets if isinstance(target, ast.Name))
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
+            bind(node.id, id(node) in plain)
         elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):  # ``builtins.abs = f``
-            names.add(node.attr)
+            bind(node.attr)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
+            bind(node.name)
         elif isinstance(node, ast.alias):
-            names.add(node.asname or node.name.split(".")[0])
+            bind(node.asname or node.name.split(".")[0])
         elif isinstance(node, ast.arg):
-            names.add(node.arg)
+            bind(node.arg)
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+            bind(node.name)
+        elif isinstance(node, ast.MatchMapping):
+            bind(node.rest)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
-    return frozenset(names)
+            for name in node.names:
+                bind(name)
+    return names
 
 
 class _Count:
     """Computes an expression of one count (of ``argument``, by ``ast.dump``, as ``measured``) and constants."""
 
-    def __init__(self, argument: str, shadowed: frozenset[str]) -> None:
+    def __init__(self, argument: str, shadowed: Bound) -> None:
         self._argument = argument
         self._shadowed = shadowed
         self._literals: dict[int, tuple[bool, Any]] = {}  # by node ``id``: each parsed once
@@ -379,6 +413,21 @@ def _count_vacuous(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
             return True
 
 
+def changes_with_the_count(compare: ast.Compare) -> bool:
+    """Whether ``compare`` is made of counts of one value (``measured``, as its first ``len``
+    measures) and constants alone, and some count tried changes its answer or raises: ``len({0 for
+    x in q}) == len(q)`` holds for 0 or 1 items only, so it reads the count (``self_compared``
+    keeps it); ``len([0 for x in q]) == len(q)`` holds for every count."""
+    bound = _bound()
+    call = next((node for node in ast.walk(compare) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                 and node.func.id == "len" and len(node.args) == 1 and not node.keywords
+                 and not isinstance(node.args[0], ast.Starred)), None)
+    if call is None:
+        return False
+    count = _Count(ast.dump(measured(call.args[0], bound)[0][-1]), bound)
+    return count.takes(compare) and not _same_for_every_count(compare, count)
+
+
 _SITES = Sites(_vacuous_count_site, kinds=(ast.Attribute, ast.Call, ast.Name, ast.ListComp, ast.SetComp,
                                            ast.GeneratorExp, ast.DictComp))
 
@@ -389,11 +438,15 @@ def register(sources: Iterable[tuple[str, str]]) -> None:
     (a ``def abs`` of one step's is the ``abs`` another step calls)."""
     global _bound
     listed = list(sources)
-    found: list[frozenset[str]] = []
+    found: list[Bound] = []
 
-    def bound() -> frozenset[str]:
+    def bound() -> Bound:
         if not found:
-            found.append(frozenset().union(*(_bound_names(tree) for _, tree, _ in parsed(listed))))
+            merged: dict[str, bool] = {}
+            for _, tree, _ in parsed(listed):
+                for name, hashable in _bound_names(tree).items():
+                    merged[name] = merged.get(name, True) and hashable
+            found.append(merged)
         return found[0]
 
     _bound = bound
