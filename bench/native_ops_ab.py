@@ -30,17 +30,11 @@ ROUNDING = 1e-3
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = ab_workload.parser(__doc__.split("\n\n")[0]).parse_args(argv)
-    if error := ab_workload.workload_error(args):
-        print(error, file=sys.stderr)
+    args = ab_workload.kernel_args(__doc__.split("\n\n")[0], argv)
+    if args is None:
         return 2
     import torch
 
-    from polyrl_torch import decode_kernel
-
-    if reason := decode_kernel.unavailable_reason():
-        print(f"error: polyrl's decode kernel cannot run here ({reason}); nothing to compare", file=sys.stderr)
-        return 2
     registry = get_registry()
     engine = Engine(registry, "torch", EngineConfig(
         model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",

@@ -382,6 +382,30 @@ def test_native_ops_ab_bench_times_the_step_in_torch_ops_and_in_c(tiny_model_dir
     assert 0 < report["largest_logprob_gap"] < 1e-4
 
 
+@pytest.mark.parametrize("name", ["decode_kernel_ab", "native_ops_ab"])
+def test_kernel_ab_benches_stop_with_one_error_line_where_there_is_nothing_to_compare(name, monkeypatch, capsys):
+    """Both decode-kernel A/B benches (``ab_workload.kernel_args``): a workload with nothing to time,
+    and a process where the kernel cannot run (here an instruction-set cap), each exit 2 with one
+    ``error:`` line, before any model loads."""
+    from polyrl_torch import decode_kernel
+
+    module = _bench(name)
+    assert module.main(["--rounds", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --rounds, --prompts, --group-size, --max-new-tokens and --threads must be >= 1"]
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    decode_kernel.unavailable_reason.cache_clear()
+    try:
+        assert module.main(["--model", "no-such-model"]) == 2
+        reason = decode_kernel.unavailable_reason()
+    finally:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+        decode_kernel.unavailable_reason.cache_clear()
+    assert reason in ("ONEDNN_MAX_CPU_ISA caps the instruction set torch uses", "this CPU has no AVX-512F")
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: polyrl's decode kernel cannot run here ({reason}); nothing to compare"]
+
+
 def test_decode_kernel_probe_times_four_ways_of_one_decode_step(tiny_model_dir, tmp_path):
     """bench/decode_kernel_probe.py: oneDNN's packed matmul (the sampler's), MKL's packed sgemm and
     the probe's own AVX-512 kernel with and without prefetch, alternating on the same weights; the

@@ -151,25 +151,13 @@ def test_extract_code_matches_the_fence_pattern_in_linear_time(monkeypatch):
         assert passed <= 2 * len(hostile), passed  # once for closed blocks, once for an open fence; a rescan from every opener passes over n * n / 2
 
 
-def _extract_code_before(text: str, mode: str = "auto") -> str:
-    """extract_code as it was, its unterminated fence found by the quadratic regex: the oracle."""
+def _open_fence_before(text: str) -> str | None:
+    """What follows a fence never closed as the quadratic regex found it (None: no such fence):
+    the oracle ``_open_fence_body`` answers as."""
     import re
 
-    from polyrl.rewards.code import _fenced_blocks
-
-    if mode == "raw":
-        return text
-    blocks = _fenced_blocks(text)
-    python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
-    if mode == "all_blocks" and python:
-        return "\n\n".join(python)
-    if python:
-        return python[-1]
-    plain = [body for lang, body in blocks if lang == ""]
-    if plain:
-        return plain[-1]
-    open_fence = re.search(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*)\Z", text, re.DOTALL)
-    return open_fence.group(1) if open_fence else text
+    found = re.search(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*)\Z", text, re.DOTALL)
+    return found.group(1) if found else None
 
 
 def test_an_unterminated_fence_is_found_as_before_in_linear_time(monkeypatch):
@@ -178,16 +166,19 @@ def test_an_unterminated_fence_is_found_as_before_in_linear_time(monkeypatch):
     linear (the open fences, tags, blanks and newlines below are what the regex tells apart)."""
     import random
 
+    from polyrl.rewards.code import _open_fence_body
+
     rng = random.Random(1)
     pieces = ["`", "``", "```", "\n", "\r\n", " ", "\t", "  \t ", "py", "python", "python3", "Python", "pyx",
               "3", "x", "\u00e9", "```python\n", "``` py \n", "```\n"]
-    for i in range(6000):
+    for _ in range(6000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 24)))
-        mode = ("auto", "all_blocks")[i % 2]
-        assert extract_code(text, mode) == _extract_code_before(text, mode), repr(text)
-    for text in ("intro\n```python  \ncut", "``` \t python3\t \nbody\n", "````py\nx", "```py thon\nx",
-                 "```Python\nx", "```python\r\nx", "``` \n", "a```"):
-        assert extract_code(text) == _extract_code_before(text), repr(text)
+        assert _open_fence_body(text) == _open_fence_before(text), repr(text)
+    # no block closed: extract_code answers with what follows the open fence's line, else the text
+    for text, expected in (("intro\n```python  \ncut", "cut"), ("``` \t python3\t \nbody\n", "body\n"),
+                           ("````py\nx", "x"), ("``` \n", ""), ("```py thon\nx", "```py thon\nx"),
+                           ("```Python\nx", "```Python\nx"), ("```python\r\nx", "```python\r\nx"), ("a```", "a```")):
+        assert extract_code(text) == expected, repr(text)
     hostile = ["```" + " " * 160_000 + "x", "```" + " \t" * 80_000 + "x", "```py" + " " * 160_000 + "x",
                ("```" + " " * 1000) * 160]
     for text in hostile:  # the regex took 15 s on the first alone

@@ -129,6 +129,9 @@ TRL_NAMES: dict[str, TrlName] = {
 _WARMUP = ("warmup_steps = ceil({value} x train.steps x algorithm.num_iterations x algorithm.minibatches), a number "
            "of updates, in [optimizer]")
 
+#: How polyrl shards a model, for the notes of TRL's fsdp, fsdp_config and deepspeed.
+_FSDP2 = "polyrl shards with FSDP2 under torchrun: `polyrl launch` with [backends.options] fsdp = true in a TOML config"
+
 #: More ``GRPOConfig`` / ``TrainingArguments`` names a TOML writer may bring, for the unknown-key
 #: fix only (``from_trl`` ignores the logging ones, ``trl_config.IGNORED``): without
 #: them a close polyrl key would be suggested instead (``delta`` -> "did you mean 'beta'?").
@@ -178,8 +181,7 @@ TOML_HINTS: dict[str, TrlName] = {
                                            "(backends.options.logits_memory_mb)"),
     "neftune_noise_alpha": TrlName(None, note="transformers adds NEFTune noise to the input embeddings in training; "
                                               "polyrl adds none"),
-    "fsdp": TrlName(None, note="polyrl shards with FSDP2 under torchrun: `polyrl launch` with [backends.options] "
-                               "fsdp = true in a TOML config"),
+    "fsdp": TrlName(None, note=_FSDP2),
     # TRL's True keeps only GRPOTrainer's signature columns (prompt, image, images): no dataset column
     # reaches the reward functions; TRL's default False is what polyrl does
     "remove_unused_columns": TrlName(None, note="polyrl passes every dataset column to the reward functions, as "
@@ -196,12 +198,8 @@ TOML_HINTS: dict[str, TrlName] = {
     "ddp_backend": TrlName(None, note="transformers starts the process group of a multi-process run with this "
                                       "torch.distributed backend; `polyrl launch` picks the backend itself (nccl on "
                                       "GPUs, gloo on CPUs): remove it"),
-    "fsdp_config": TrlName(None, note="transformers' FSDP settings, read with fsdp only; polyrl shards with FSDP2 "
-                                      "under torchrun: `polyrl launch` with [backends.options] fsdp = true in a "
-                                      "TOML config"),
-    "deepspeed": TrlName(None, note="transformers trains under DeepSpeed with this config; polyrl shards with FSDP2 "
-                                    "under torchrun: `polyrl launch` with [backends.options] fsdp = true in a "
-                                    "TOML config"),
+    "fsdp_config": TrlName(None, note=f"transformers' FSDP settings, read with fsdp only; {_FSDP2}"),
+    "deepspeed": TrlName(None, note=f"transformers trains under DeepSpeed with this config; {_FSDP2}"),
     "parallelism_config": TrlName(None, note="accelerate's tensor, context and sequence parallelism; polyrl shards "
                                              "with FSDP2 only (`polyrl launch`, [backends.options] fsdp = true)"),
     **{name: TrlName(None, note=f"transformers evaluates with the model cast to {dtype} weights; polyrl "

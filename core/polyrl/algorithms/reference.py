@@ -293,18 +293,24 @@ def _masked(arrays, masks):
     return [np.asarray(a)[np.asarray(m, dtype=bool)] for a, m in zip(arrays, masks)]
 
 
-def _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs=None, masks=None):
-    """float64 copies, restricted to the masked-in tokens when ``masks`` is given.
+def _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs, entropies, masks, objective: Objective,
+            num_sequences: int | None, num_tokens: float | None):
+    """float64 copies of the log-probs, and the entropies as given, each restricted to the
+    masked-in tokens when ``masks`` is given; then every kept token's weight (``token_weights``):
+    what ``policy_loss`` and ``policy_loss_grad`` both start from, so a loss and its gradient
+    always see the same tokens, weighted alike.
 
     A mask (multi-turn episodes) is applied first, so every rule of the objective (the ratio,
     GSPO's sequence mean, the aggregation's token counts, the entropy quantile) sees the sampled
     tokens alone, exactly as if the inserted ones were part of the prompt."""
-    logp = _masked([np.asarray(x, dtype=np.float64) for x in logprobs], masks)
-    old = logp if old_logprobs is None else _masked([np.asarray(x, dtype=np.float64) for x in old_logprobs], masks)
-    ref = None if ref_logprobs is None else _masked([np.asarray(x, dtype=np.float64) for x in ref_logprobs], masks)
-    sampler = (None if sampler_logprobs is None
-               else _masked([np.asarray(x, dtype=np.float64) for x in sampler_logprobs], masks))
-    return logp, old, ref, sampler
+    def kept(arrays):
+        return None if arrays is None else _masked([np.asarray(x, dtype=np.float64) for x in arrays], masks)
+
+    logp = kept(logprobs)
+    old = logp if old_logprobs is None else kept(old_logprobs)
+    ref, sampler, entropies = kept(ref_logprobs), kept(sampler_logprobs), _masked(entropies, masks)
+    weights = token_weights([len(x) for x in logp], objective, num_sequences, num_tokens)
+    return logp, old, ref, sampler, entropies, weights
 
 
 def _unmask(grads: list[np.ndarray], masks, lengths: Sequence[int]) -> list[np.ndarray]:
@@ -345,9 +351,8 @@ def policy_loss(
     ``num_sequences`` / ``num_tokens``: the aggregation's divisors when more rows count than are
     given (``token_weights``; ``TrainBatch.loss_counts``); the metrics stay means over these tokens.
     """
-    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs, masks)
-    entropies = _masked(entropies, masks)
-    weights = token_weights([len(x) for x in logp], objective, num_sequences, num_tokens)
+    logp, old, ref, sampler, entropies, weights = _inputs(
+        logprobs, old_logprobs, ref_logprobs, sampler_logprobs, entropies, masks, objective, num_sequences, num_tokens)
     if objective.entropy_coef and entropies is None:
         raise ValueError("entropy_coef needs the trainer's token entropies")
     selected = entropy_selection(entropies, objective)
@@ -404,9 +409,8 @@ def policy_loss_grad(
     Masked-out tokens (``masks``) get a zero gradient; ``num_sequences`` / ``num_tokens`` as in
     ``policy_loss``."""
     lengths = [len(x) for x in logprobs]
-    logp, old, ref, sampler = _inputs(logprobs, old_logprobs, ref_logprobs, sampler_logprobs, masks)
-    entropies = _masked(entropies, masks)
-    weights = token_weights([len(x) for x in logp], objective, num_sequences, num_tokens)
+    logp, old, ref, sampler, entropies, weights = _inputs(
+        logprobs, old_logprobs, ref_logprobs, sampler_logprobs, entropies, masks, objective, num_sequences, num_tokens)
     selected = entropy_selection(entropies, objective)
     grads = []
     for i, lp in enumerate(logp):

@@ -209,7 +209,7 @@ import attrs
 from polyrl.errors import RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
-from polyrl.rewards.async_hook import sync_reward
+from polyrl.rewards.async_hook import await_scores, sync_reward
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number
 from polyrl.rewards.test_cells import parse_tests
@@ -217,7 +217,7 @@ from polyrl.sandbox import MARKER_ENV, Sandbox, SandboxLimits, SandboxResult, is
 from polyrl.sandbox.isolation import LEVELS
 from polyrl.sandbox.runner import TESTS_IN, TESTS_KILL_GRACE_S
 from polyrl.sandbox.tests_bytecode import READ_ON, unsupported_python
-from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+from polyrl.types import Completion, RewardScores, RewardSpec
 
 __all__ = ["MARKER_ENV", "Sandbox", "SandboxLimits", "SandboxResult", "extract_code", "isolation_report",
            "parse_tests", "score_code"]
@@ -492,11 +492,8 @@ def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
                         "Python passes, run in a sandboxed subprocess", distribution="polyrl"))
 
 
-async def await_reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
-                       context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    return {NAME: await score_code(completions, context.rows, context.options.get(NAME))}
+#: the code reward's ``await_reward``: its tests are in the rows, so the prompts go unread
+await_reward = await_scores(NAME, lambda _prompts, completions, rows, options: score_code(completions, rows, options))
 
 
 reward = sync_reward(NAME, await_reward)

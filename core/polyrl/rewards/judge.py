@@ -138,9 +138,9 @@ from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.logs import get_logger
-from polyrl.rewards.async_hook import sync_reward
+from polyrl.rewards.async_hook import await_scores, sync_reward
 from polyrl.redact import Redactor, display_url, url_secrets
-from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
+from polyrl.types import Completion, Prompt, RewardScores, RewardSpec
 
 NAME = "llm_judge"
 #: the judge cache's file in polyrl's cache folder when options.cache_path is not given
@@ -756,11 +756,7 @@ def polyrl_register_rewards(register: Callable[[RewardSpec], None]) -> None:
                         "each completion with a rubric (score in [0, 1])", distribution="polyrl"))
 
 
-async def await_reward(prompts: Sequence[Prompt], completions: Sequence[Completion],
-                       context: RewardContext) -> dict[str, RewardScores] | None:
-    if NAME not in context.wanted:
-        return None
-    return {NAME: await judge(prompts, completions, context.rows, context.options.get(NAME))}
+await_reward = await_scores(NAME, judge)
 
 
 reward = sync_reward(NAME, await_reward)
