@@ -22,6 +22,7 @@ from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
 from polyrl.engine import Engine
 from polyrl.registry import get_registry
+from polyrl_torch.bench.kernel_ab import kernel_args
 from polyrl.types import EngineConfig, SamplingParams
 
 #: The largest log-prob gap over shared tokens that still counts as float32 rounding.
@@ -30,7 +31,7 @@ WAYS = ("onednn", "kernel")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = ab_workload.kernel_args(__doc__.split("\n\n")[0], argv)
+    args = kernel_args(__doc__.split("\n\n")[0], argv)
     if args is None:
         return 2
     import torch

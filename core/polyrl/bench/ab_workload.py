@@ -1,7 +1,6 @@
-"""What the in-process A/B benches (``bench/*_ab.py``) share: their workload flags (and the
-decode-kernel benches' check that the kernel runs here), one torch training engine and one fixed
-batch sampled from it, the sampling benches' alternating rounds and how far two ways' samples
-agree, the report's common fields and its file.
+"""What the in-process A/B benches (``bench/*_ab.py``) share: their workload flags, one torch
+training engine and one fixed batch sampled from it, the sampling benches' alternating rounds and
+how far two ways' samples agree, the report's common fields and its file.
 
 Why in-process A/B at all: on a shared VM a whole step's time drifts between runs by more than a
 change of a few percent, so those benches alternate both ways on one engine and one batch.
@@ -46,24 +45,6 @@ def workload_error(args: argparse.Namespace) -> str | None:
     if min(args.rounds, args.prompts, args.group_size, args.threads, args.max_new_tokens) < 1:
         return "error: --rounds, --prompts, --group-size, --max-new-tokens and --threads must be >= 1"
     return None
-
-
-def kernel_args(description: str, argv: list[str] | None) -> argparse.Namespace | None:
-    """The flags of an A/B of two ways of sampling with polyrl's decode kernel
-    (``bench/decode_kernel_ab.py``, ``bench/native_ops_ab.py``); None, with the ``error:`` line
-    printed, where the workload has nothing to time or the kernel cannot run here: nothing to
-    compare. The workload is checked first, so a bad flag is told before torch loads and the
-    kernel builds."""
-    args = parser(description).parse_args(argv)
-    if error := workload_error(args):
-        print(error, file=sys.stderr)
-        return None
-    from polyrl_torch import decode_kernel  # (the torch backend's: imported only by these benches)
-
-    if reason := decode_kernel.unavailable_reason():
-        print(f"error: polyrl's decode kernel cannot run here ({reason}); nothing to compare", file=sys.stderr)
-        return None
-    return args
 
 
 def engine_and_batch(args: argparse.Namespace, lora: bool) -> tuple[Engine, TrainBatch]:
