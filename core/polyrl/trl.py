@@ -345,7 +345,9 @@ class GRPOTrainer:
         self._trained_identity: trl_saves.Identity = ()
         #: polyrl's ``Trainer`` while ``train()`` runs (its trackers open), else None: ``log()`` writes to them
         self._run: Any = None
-        #: the entries a script's ``trainer.log`` added during the last ``train()``, kept in its ``log_history``
+        #: the entries a script's ``trainer.log`` added during the last ``train()`` (a resumed one's: with
+        #: those its checkpoint kept), kept in its ``log_history``: the observer's ``script_logs`` where
+        #: there is one (transformers installed), which checkpoints keep
         self._logged_in_run: list[dict[str, Any]] = []
         #: (the model folder ``evaluate()`` evaluates, the engines holding it): loaded by the first
         #: ``evaluate()``, or the run's own after ``train()``, so a later ``evaluate()`` loads nothing
@@ -415,7 +417,7 @@ class GRPOTrainer:
         from polyrl import checkpoint
         from polyrl.rewards.trl_compat import with_trl_names
         from polyrl.trainer import AllCompletionsCut
-        from polyrl.trl_callbacks import in_updates, restore, run_settings, updates_per_step
+        from polyrl.trl_callbacks import in_updates, restore, run_settings, updates_per_step, with_script_logs
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
@@ -455,7 +457,8 @@ class GRPOTrainer:
             trainer.shared_state = self.state  # the rewards' trainer_state, as TRL passes its own
         # TRL's switch for its bar; a transformers progress callback given draws its own bar instead
         progress = not getattr(self.args, "disable_tqdm", False) and not (callbacks and callbacks.draws_progress)
-        self._run, self._logged_in_run = trainer, []
+        # the observer's list, which its checkpoints keep and a resume restores (``TrlCallbacks.script_logs``)
+        self._run, self._logged_in_run = trainer, getattr(observer, "script_logs", [])
         ended: dict[str, dict[str, float]] = {}  # transformers' end-of-training metrics, taken once
         trainer.end_metrics = lambda run: ended.setdefault(
             "metrics", _with_unlogged(self._end_metrics(run, started), observer))
@@ -484,7 +487,7 @@ class GRPOTrainer:
             log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names,
                                             untold=set(getattr(observer, "untold_evaluations", ())))
         log_history = [entry for entry in log_history if not entry.get(_UNLOGGED)]
-        log_history = _with_logged(log_history, self._logged_in_run)
+        log_history = with_script_logs(log_history, self._logged_in_run)  # a resumed run's checkpoint's too
         run_settings(self.state, trainer, self.args)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
         if epoch is not None:  # else transformers' 0
@@ -1033,19 +1036,6 @@ def _all_cut_in_trl_names(exc: Any) -> Exception:
         "max_completion_length so completions can finish, or set mask_truncated_completions=False to train on cut "
         f"completions, then train again from the checkpoint's weights: GRPOTrainer(model=\"{exc.checkpoint / 'model'}\", "
         "...) (resume_from_checkpoint refuses a changed max_completion_length or mask_truncated_completions)")
-
-
-def _with_logged(log_history: list[dict[str, Any]], logged: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``log_history`` (rebuilt from the run's steps) with the entries a script's ``trainer.log``
-    added during the run, each after the last entry of its step or an earlier one, in the order
-    logged. Why: ``train()`` rebuilds ``state.log_history`` when the run ends, which dropped them,
-    where transformers' ``log_history`` keeps every ``Trainer.log``."""
-    out = list(log_history)
-    for entry in logged:
-        step = entry.get("step", 0)
-        at = next((i for i in range(len(out), 0, -1) if (out[i - 1].get("step") or 0) <= step), 0)
-        out.insert(at, entry)
-    return out
 
 
 def _with_unlogged(metrics: dict[str, Any], observer: Any) -> dict[str, Any]:

@@ -60,8 +60,9 @@ asked on any of them after each step (a stop or epoch stop asked in ``on_save`` 
 next step).
 Each checkpoint keeps what transformers' ``trainer_state.json`` keeps for a resume
 (``checkpoint_state``: ``best_metric``, ``best_global_step``, ``best_model_checkpoint``, the
-``ExportableState`` callbacks' and the control's ``state()``), and ``train(resume_from_checkpoint=...)``
-restores it as transformers does (``restore``): the best fields always, the callbacks with
+``ExportableState`` callbacks' and the control's ``state()``, the entries a script's ``trainer.log`` made:
+``script_logs``), and ``train(resume_from_checkpoint=...)`` restores it as transformers does
+(``restore``): the best fields and those entries always, the callbacks with
 ``restore_callback_states_from_checkpoint``, so an EarlyStoppingCallback's patience count survives
 a crash. ``best_model_checkpoint`` is the best step's checkpoint once written, kept from pruning
 (``protected_checkpoint``); ``load_best_model_at_end`` loads it at the end (``polyrl.trl``).
@@ -96,6 +97,10 @@ UNTOLD_KEY = "untold_evaluations"
 #: the checkpoint's list of polyrl steps the run logged at (``logged_lines``): where its ``log_history``
 #: entries end, a callback's forced or cleared ``should_log`` included, rebuilt on resume (``replayed``)
 LOGGED_KEY = "logged_steps"
+#: the checkpoint's list of the entries a script's ``trainer.log`` added to ``log_history`` during the
+#: run before it was written (``script_logs``): polyrl's metrics.jsonl, which the rest is rebuilt from,
+#: never held them, and transformers' ``trainer_state.json`` keeps them with every other entry
+SCRIPT_LOGS_KEY = "script_logs"
 
 #: the events polyrl calls, each a method every callback must have (``TrainerCallback`` defines them all)
 EVENTS = ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin", "on_step_end", "on_log", "on_evaluate",
@@ -135,6 +140,7 @@ class TrlCallbacks:
         self.deferred: CallbackError | None = None
         self._defer = False
         self._said_unsaved: set[str] = set()  # callbacks whose state() could not be checkpointed (warned once)
+        self._said_unkept: set[str] = set()  # trainer.log keys a checkpoint could not keep (``_json_entry``)
         self._per_step = 1  # optimizer updates a polyrl step makes (``run_begin``)
         self._checkpoints: Path | None = None  # the run's checkpoint folder (``run_begin``)
         self._names: dict[str, str] = {}  # the rewards' TRL names where not their labels (``run_begin``)
@@ -170,6 +176,12 @@ class TrlCallbacks:
         #: each log of the run as polyrl's names have it, by the polyrl step it was logged at: what
         #: ``trainer.state.log_history`` keeps of the steps after ``train()`` (``polyrl.trl``)
         self.logged_lines: dict[int, dict[str, Any]] = {}
+        #: the entries a script's ``trainer.log`` added to ``log_history`` during the run, in order, a
+        #: resumed run's checkpoint's first (``run_begin``): each checkpoint keeps them
+        #: (``checkpoint_state``), and ``trainer.state.log_history`` after ``train()`` (``polyrl.trl``)
+        #: and during a resumed run hold them among the run's own (``with_script_logs``). One list for
+        #: the handler's life: ``polyrl.trl`` appends to it (``GRPOTrainer.log``) while the run goes on.
+        self.script_logs: list[dict[str, Any]] = []
         #: the run's trackers where they get the logs, not every step (``RunTracking.window_logs``)
         self._tracking: Any = None
 
@@ -268,8 +280,9 @@ class TrlCallbacks:
         resumed = getattr(trainer, "resumed_observer_state", {})
         self.logged_lines = {int(m["step"]): m for m in replayed(trainer.history, self.args, self.state.logging_steps,
                                                                   self._per_step, _kept_steps(resumed, LOGGED_KEY))}
-        self.state.log_history = [in_updates(with_trl_names(m, self._names), self._per_step)
-                                  for m in self.logged_lines.values()]
+        self.script_logs[:] = _kept_logs(resumed)  # in place: ``polyrl.trl`` holds this list
+        self.state.log_history = with_script_logs([in_updates(with_trl_names(m, self._names), self._per_step)
+                                                   for m in self.logged_lines.values()], self.script_logs)
         tracking = getattr(trainer, "tracking", None)
         self._tracking = tracking if getattr(tracking, "window_logs", False) else None
         # before any update transformers' int 0 (a reward's first trainer_state.epoch in TRL)
@@ -595,7 +608,32 @@ class TrlCallbacks:
         # it, has no such entry, though the step's line in metrics.jsonl holds it once run
         untold = [*self.untold_evaluations, *([self.state.global_step] if self._held_eval else [])]
         return {STATE_KEY: kept | {"stateful_callbacks": self.state.stateful_callbacks,
-                                   UNTOLD_KEY: sorted(set(untold)), LOGGED_KEY: sorted(self.logged_lines)}}
+                                   UNTOLD_KEY: sorted(set(untold)), LOGGED_KEY: sorted(self.logged_lines),
+                                   SCRIPT_LOGS_KEY: [self._json_entry(e) for e in self.script_logs]}}
+
+    def _json_entry(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """``entry`` as a checkpoint can keep it: a value JSON cannot hold made a float where it is
+        one number (a 0-d tensor, a ``Decimal``), else left out with one warning; a NaN is kept as
+        null (``strict_json``). Why: transformers' ``save_to_json`` raises on such a value and the
+        checkpoint is lost; polyrl keeps the checkpoint and the entry's other values."""
+        from polyrl import strict_json
+
+        out: dict[str, Any] = {}
+        for key, value in entry.items():
+            try:
+                strict_json.dumps(value)
+            except (TypeError, ValueError):
+                try:
+                    value = float(value)
+                except (TypeError, ValueError, RuntimeError):
+                    if key not in self._said_unkept:
+                        log.warning("a trainer.log value is not JSON: the checkpoint keeps its entry without "
+                                    "it, so a run resumed from it has none there (transformers' save would fail)",
+                                    key=key, value_type=type(value).__name__)
+                        self._said_unkept.add(key)
+                    continue
+            out[key] = value
+        return out
 
     def _note_best_checkpoint(self) -> None:
         """``state.best_model_checkpoint`` as transformers' ``_save_checkpoint`` sets it when a
@@ -858,6 +896,12 @@ def restore(handler: TrlCallbacks | None, state: Any, resumed: Mapping[str, Any]
         if not (isinstance(steps, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                                                 for v in steps)):
             raise refuse(f".{key} is {steps!r}, not a list of steps")
+    entries = saved.get(SCRIPT_LOGS_KEY, [])
+    if not (isinstance(entries, list) and all(isinstance(e, Mapping) and isinstance(e.get("step"), int)
+                                              and not isinstance(e["step"], bool) and e["step"] >= 0
+                                              for e in entries)):
+        raise refuse(f".{SCRIPT_LOGS_KEY} is not a list of log_history entries (objects, each with its step, "
+                     "a whole number from 0)")
     stored = saved.get("stateful_callbacks") or {}
     if not isinstance(stored, Mapping):
         raise refuse(f".stateful_callbacks is {type(stored).__name__}, not an object")
@@ -873,6 +917,27 @@ def _kept_steps(resumed: Mapping[str, Any], key: str) -> list[int] | None:
     saved = resumed.get(STATE_KEY) if isinstance(resumed, Mapping) else None
     steps = saved.get(key) if isinstance(saved, Mapping) else None
     return [v for v in steps if isinstance(v, int)] if isinstance(steps, list) else None
+
+
+def _kept_logs(resumed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``script_logs`` a resumed run's checkpoint kept (``restore`` checked them); none for a
+    fresh run or a checkpoint written before they were kept."""
+    saved = resumed.get(STATE_KEY) if isinstance(resumed, Mapping) else None
+    entries = saved.get(SCRIPT_LOGS_KEY) if isinstance(saved, Mapping) else None
+    return [dict(e) for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
+
+
+def with_script_logs(log_history: list[dict[str, Any]], logged: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``log_history`` (rebuilt from the run's steps) with the entries a script's ``trainer.log``
+    added during the run (``TrlCallbacks.script_logs``), each after the last entry of its step or an
+    earlier one, in the order logged. Why: polyrl rebuilds ``state.log_history`` from metrics.jsonl
+    when a run ends or resumes, which dropped them, where transformers' keeps every ``Trainer.log``."""
+    out = list(log_history)
+    for entry in logged:
+        step = entry.get("step", 0)
+        at = next((i for i in range(len(out), 0, -1) if (out[i - 1].get("step") or 0) <= step), 0)
+        out.insert(at, entry)
+    return out
 
 
 def _load_callback_state(handler: TrlCallbacks, stored: Mapping[str, Any],
