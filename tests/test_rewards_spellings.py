@@ -41,6 +41,10 @@ def numeric(text: str, answer: object) -> float | None:
     # ... not a longer left side, an expression, nor a chain
     ("So x = 5", "5", 0.0), ("\\boxed{y = 2x+3}", "2x+3", 0.0), ("\\boxed{y = - 2x}", "y = -2x", 1.0),
     ("\\boxed{x = 2 = 3}", "3", 0.0), ("\\boxed{x = 5}", "6", 0.0),
+    # the value as a whole answer is read: in math delimiters or markdown emphasis
+    ("x = \\(5\\)", "5", 1.0), ("answer: x = \\(- 5\\)", "-5", 1.0), ("x = $5$", "5", 1.0), ("x = **5**", "5", 1.0),
+    ("\\boxed{x = \\(\\frac{1}{2}\\)}", "0.5", 1.0), ("x = \\(5\\)", "6", 0.0), ("x = \\(5\\)", "-5", 0.0),
+    ("So \\(x = 5\\)", "5", 0.0), ("x = \\(2x+3\\)", "5", 0.0),
 ])
 def test_exact_match_reads_a_list_dash_as_a_bullet_and_a_spaced_minus_as_a_sign(text, answer, expected):
     """A last line "- 5" (a markdown bullet) scored 0 against 5, though numeric_match read 5

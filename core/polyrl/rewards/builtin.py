@@ -801,10 +801,13 @@ def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
     ``numeric_match`` reads it: a typeset minus ("\u22125", "\u20135") is "-", and so is a "- "
     before the number unless the answer ``opens_line``, where it is a list's dash (which
     ``exact_match`` removes first: ``_LIST_DASH``). Why: ``\\boxed{- 5}`` was the text "- 5", never
-    equal to -5."""
+    equal to -5. A letter's value is read as a whole answer is (``normalize_answer``): "x = \\(5\\)",
+    "x = $5$" and "x = **5**" answer 5, where they were texts unequal to 5."""
     signed = _glued_minus(normalized.translate(_MINUS_SIGNS), opens_line)
     assigned = _ASSIGNED.fullmatch(signed.strip(" "))
-    m = _TOKEN.fullmatch(_PERCENT.sub("", assigned.group(1) if assigned else signed.strip(" "), count=1))
+    value = _glued_minus(normalize_answer(assigned.group(1)).translate(_MINUS_SIGNS), False) if assigned \
+        else signed.strip(" ")
+    m = _TOKEN.fullmatch(_PERCENT.sub("", value, count=1))
     if m is None:
         return " ".join(signed.split())
     value, known = _token_value(m)
