@@ -118,3 +118,62 @@ def test_the_dry_run_refuses_a_control_the_tokenizer_misreads(misreading_model, 
                                                "control character U+0004"), err
     rows.write_text(json.dumps(good) + "\n")
     assert main(args) == 0, capsys.readouterr().err
+
+
+#: an environment whose feedback holds U+0004 (pasted from a terminal, say)
+PASTED_ENV = """
+from polyrl.agents import Observation
+
+
+class Pasted:
+    def __init__(self, options):
+        pass
+
+    def reset(self, row):
+        return [{"role": "user", "content": "Say anything."}]
+
+    def step(self, message):
+        return Observation([{"role": "user", "content": "Go on.\\x04 More."}])
+
+
+def make(options):
+    return Pasted(options)
+"""
+
+
+def test_an_observation_the_tokenizer_misreads_ends_its_episode_in_a_run(misreading_model, tmp_path):
+    """Mid-episode text is no dataset prompt: the runner asks the run's probe (the engine's
+    ``encode_prompt``) of each observation. Before, U+0004 went in as ``<|endoftext|>``, unsaid."""
+    from structlog.testing import capture_logs
+
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+
+    (tmp_path / "pasted_env.py").write_text(PASTED_ENV)
+    config = RunConfig.from_dict({
+        "model": {"path": misreading_model}, "generation": {"group_size": 2, "max_new_tokens": 8, "stop": ["a", "e", " "]},
+        "data": {"task": "arithmetic", "options": {"count": 8}}, "rewards": [{"name": "environment"}],
+        "environment": {"name": f"{tmp_path / 'pasted_env.py'}:make", "max_turns": 2, "max_episode_tokens": 64},
+        "train": {"steps": 1, "prompts_per_step": 2, "threads": 1, "output_dir": str(tmp_path / "run")}})
+    trainer = Trainer(config)
+    sampled: list = []
+    sample = trainer._sample
+
+    def recording(rows, sampling, **kwargs):
+        sampled.extend(sample(rows, sampling, **kwargs))
+        return sampled[-len(rows) * sampling.n:]
+
+    trainer._sample = recording  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        assert trainer.run(progress=False)["steps"] == 1
+    failed = [c for c in sampled if "env_error" in c.info]
+    assert failed and len(sampled) == 4, [c.info for c in sampled]
+    for c in failed:
+        assert "its step after turn 1: message 0 ('user') at ['content'] holds the control character U+0004 " \
+               "('\\x04') at character 6, which the model's tokenizer cannot encode: the model would read " \
+               "'<|endoftext|>' in its place" in c.info["env_error"], c.info["env_error"]
+        assert c.info["turns"] == 1 and c.mask.all()  # nothing inserted after the turn
+    # the others' first turn was cut at max_new_tokens: no step was asked for
+    assert all(c.finish_reason == "length" and c.info["turns"] == 1 for c in sampled if "env_error" not in c.info)
+    warned = [e for e in logs if "control character" in e["event"]]
+    assert len(warned) == len(failed) and all(e["turn"] == 1 and "U+0004" in e["error"] for e in warned), warned

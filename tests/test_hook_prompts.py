@@ -77,6 +77,18 @@ def test_a_message_in_a_role_the_backends_template_drops_is_refused(toy, tmp_pat
         Trainer(_config(tmp_path, _rows(SHORT, with_system)), extra_plugins=(_rendering_plugin(),)).run(progress=False)
 
 
+def test_a_backend_without_encode_prompt_says_once_that_control_characters_go_unchecked(toy, tmp_path):
+    """Its engine gives the control-character probe nothing to ask (``polyrl.control_chars``): the
+    run goes on, saying so once (it was silent), and a prompt holding U+0004 still trains."""
+    with capture_logs() as logs:
+        summary = Trainer(_config(tmp_path, _rows(SHORT, [{"role": "user", "content": "add\x04 2"}])),
+                          extra_plugins=(_rendering_plugin(),)).run(progress=False)
+    assert summary["steps"] == 1
+    said = [e for e in logs if "are not checked" in e["event"]]
+    assert len(said) == 1 and said[0]["log_level"] == "warning" and said[0]["backends"] == "rendering", said
+    assert "U+0004" in said[0]["event"] and "encode_prompt" in said[0]["event"]
+
+
 class _Engine:
     """An engine's ``encode_chat`` (``polyrl.engine.Engine``'s signature), counting its calls."""
 

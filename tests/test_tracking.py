@@ -833,7 +833,9 @@ def test_cli_run_with_a_lone_surrogate_and_a_huge_completion_text_finishes(tmp_p
     proc = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr and "warning" not in proc.stderr.lower()
+    # the toy backend has no tokenizer: the one warning says control characters go unchecked
+    warned = [x for x in proc.stderr.lower().splitlines() if "warning" in x and "are not checked" not in x]
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr and not warned, warned
     assert (out / "checkpoints" / "step-00000002" / "COMPLETE").exists()
     lines = (out / "completions.jsonl").read_bytes().decode("utf-8").splitlines()  # strict UTF-8
     assert len(lines) == 4 and all(len(line) < clog.MAX_TEXT_CHARS + 1000 for line in lines)

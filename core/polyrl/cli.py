@@ -470,7 +470,7 @@ def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from polyrl.control_chars import engine_probe
+    from polyrl.control_chars import engines_probe
     from polyrl.engine import Engine
     from polyrl.errors import ConfigError
     from polyrl.text_validity import blank, blank_problem, check_prompt
@@ -492,7 +492,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
                                                     chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
-    probe = engine_probe(engine.raw)  # a control character this model's tokenizer reads as another token
+    probe = engines_probe([engine])  # a control character this model's tokenizer reads as another token
     if probe is not None:
         probe.check(args.prompt, "the command line", "the prompt", field="prompt")
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,

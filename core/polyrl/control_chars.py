@@ -6,7 +6,9 @@ none for U+0004, U+0006, U+0013, U+0014, U+0016 and U+001D, and encodes each as 
 as text with an end of text in the middle, with nothing said (TRL's tokenizer does the same). Which
 characters a tokenizer misreads is asked of the tokenizer itself, once per character: the other
 controls (tab, line ends, form feed, U+001C...) encode as themselves there and are kept as text.
-(NUL has its own rule, ``polyrl.nul_bytes``; tab, LF and CR are never asked.)
+(NUL has its own rule, ``polyrl.nul_bytes``; tab, LF and CR are never asked.) The same probe
+asks of the text an episode inserts (an environment's messages, a tool's result:
+``polyrl.agents.episodes``), which no startup check sees.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
 from polyrl.text_validity import find_char
+
+log = get_logger(__name__)
 
 #: the C0 and C1 controls and DEL, less NUL (refused everywhere) and tab, LF and CR (text's own)
 _CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -70,16 +75,18 @@ class ControlProbe:
         if found is not None:
             raise self.error(where, what, found, field)
 
-    def error(self, where: str, what: str, found: tuple[str, int, str], field: str = "data") -> ConfigError:
-        """The one error for ``found`` (``find``) in ``what`` (``column 'prompt'``) at ``where``."""
+    def error(self, where: str, what: str, found: tuple[str, int, str], field: str = "data",
+              fix: str | None = None) -> ConfigError:
+        """The one error for ``found`` (``find``) in ``what`` (``column 'prompt'``) at ``where``;
+        ``fix``: the fix's opening where the text is not a file's (an environment's answer)."""
         inner, at, char = found
         shown = self.read_as(char)
         return ConfigError(
             f"{where}: {what}{f' at {inner}' if inner else ''} holds the control character U+{ord(char):04X} "
             f"({char!r}) at character {at}, which the model's tokenizer cannot encode: "
             + (f"the model would read {shown!r} in its place" if shown else "it drops it"), field=field,
-            fix=f"remove it, or write what it stands for (Python: text.replace({char!r}, '')); in a file: "
-                f"tr -d '\\{ord(char):03o}' < FILE > NEW")
+            fix=(fix or "remove it, or write what it stands for") + f" (Python: text.replace({char!r}, ''))"
+                + ("" if fix else f"; in a file: tr -d '\\{ord(char):03o}' < FILE > NEW"))
 
 
 def engine_probe(raw: Any) -> ControlProbe | None:
@@ -93,4 +100,23 @@ def engine_probe(raw: Any) -> ControlProbe | None:
     return ControlProbe(encode, decode)
 
 
-__all__ = ["ControlProbe", "engine_probe"]
+def engines_probe(engines: Sequence[Any], say: bool = True) -> ControlProbe | None:
+    """The first of ``engines``' probes (``engine_probe`` on each ``Engine``'s backend object), or
+    None, said in one warning (``say``) naming the backends. Why said: a third-party backend's
+    engine without ``encode_prompt`` left every prompt, observation and tool result unchecked
+    without a word, so a U+0004 its tokenizer reads as an end of text went into training unseen."""
+    for engine in engines:
+        probe = engine_probe(engine.raw)
+        if probe is not None:
+            return probe
+    if say:
+        names = ", ".join(dict.fromkeys(str(e.backend) for e in engines))
+        log.warning("control characters the model's tokenizer cannot encode (SmolLM2 reads U+0004 as <|endoftext|>) "
+                    "are not checked in prompts, observations or tool results: no engine of this run offers "
+                    "encode_prompt and a tokenizer's decode to ask", backends=names,
+                    fix="give the backend's engine encode_prompt(text) -> ids and a tokenizer with decode "
+                        "(polyrl.control_chars), or check the data for such characters yourself")
+    return None
+
+
+__all__ = ["ControlProbe", "engine_probe", "engines_probe"]

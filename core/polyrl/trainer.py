@@ -47,7 +47,7 @@ from polyrl.algorithms.objective import Objective
 from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
-from polyrl.control_chars import engine_probe
+from polyrl.control_chars import ControlProbe, engines_probe
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_changed_error, load_train_and_eval
 from polyrl.backend_features import check_router_aux
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
@@ -526,12 +526,15 @@ class Trainer:
         self.ref_sync = self.engines.ref_sync
         reader = self._chat_reader()  # once: both questions below render through it
         self._think_suffix = self._reasoning_prompt(reader)
-        self.episodes = self._episode_runner()
+        # the control characters the tokenizer misreads (the train engine first, as for the lengths):
+        # asked of the prompts here and of what the episodes insert; none to ask is said once
+        probe = engines_probe([self.train_engine, self.gen_engine], say=self.rank == 0)
+        self.episodes = self._episode_runner(probe)
         if self.episodes is not None:
             self.episodes.think_suffix = self._think_suffix
             if self.rank == 0:  # one warning under a launcher, not one per rank
                 self.episodes.check_reasoning_kept(self._reasoning_closed(reader))
-        self.dataset, self.eval_dataset = self._fit_prompts()  # needs the tokenizer; before step 0
+        self.dataset, self.eval_dataset = self._fit_prompts(probe)  # needs the tokenizer; before step 0
         self.sampler = PromptSampler(self.dataset, config.train.prompts_per_step, seed=config.train.seed,
                                      shuffle=config.data.shuffle)
         ev = config.eval
@@ -588,7 +591,7 @@ class Trainer:
     def _datasets(self) -> tuple[Dataset, Dataset | None]:
         return load_train_and_eval(self.config.data, self.config.eval.count)
 
-    def _fit_prompts(self) -> tuple[Dataset, Dataset | None]:
+    def _fit_prompts(self, probe: ControlProbe | None) -> tuple[Dataset, Dataset | None]:
         """The datasets with every prompt checked against model.max_length once, encoded as
         generation encodes it, and every chat prompt's roles against those the chat template
         renders (``check_prompt_lengths``). The train engine's tokenizer is asked
@@ -596,7 +599,8 @@ class Trainer:
         ``encode_prompt`` (third-party ones) are asked through the hooks (``HookPromptEncoder``:
         chats through ``encode_chat``, text left uncounted). Episodes on tools alone count
         their first prompt with the tool instructions (``first_prompt_encoder``); an environment
-        writes its own first messages, so its prompts are left to the episode runner."""
+        writes its own first messages, so its prompts are left to the episode runner. ``probe``:
+        the control characters the tokenizer misreads (``polyrl.control_chars``; None: unasked)."""
         encoders = (getattr(e.raw, "encode_prompt", None) for e in (self.train_engine, self.gen_engine))
         encode: Callable[[Prompt], Any] | None = next((f for f in encoders if callable(f)), None)
         if encode is None:
@@ -609,8 +613,6 @@ class Trainer:
             return source, source_eval
         count = functools.partial(_length_of, encode)
         limit, drop = self.config.model.max_length, self.config.data.drop_overlong
-        # the control characters the tokenizer misreads (the train engine first, as for the lengths)
-        probe = engine_probe(self.train_engine.raw) or engine_probe(self.gen_engine.raw)
         # an episode's budget is max_episode_tokens over its turns, not one completion's
         new_tokens = self.config.generation.max_new_tokens if self.episodes is None else None
         train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode,
@@ -639,13 +641,14 @@ class Trainer:
         folder = model if isinstance(model, FolderChat) else FolderChat(model, self.config.model.chat_template_kwargs)
         check_template(self.config, self._env_plan, folder)
 
-    def _episode_runner(self) -> EpisodeRunner | None:
-        """Multi-turn episodes (``[environment]``), or None: single-turn completions."""
+    def _episode_runner(self, probe: ControlProbe | None) -> EpisodeRunner | None:
+        """Multi-turn episodes (``[environment]``), or None: single-turn completions; ``probe``
+        asks the text they insert for control characters the tokenizer misreads."""
         if self._env_plan is None:
             return None
         from polyrl.agents.setup import build_runner
 
-        return build_runner(self.config, self._env_plan, self.gen_engine, self.train_engine)
+        return build_runner(self.config, self._env_plan, self.gen_engine, self.train_engine, probe=probe)
 
     @property
     def _max_completion_tokens(self) -> int:

@@ -43,6 +43,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyrl.agents.control_text import environment_misread, tool_result_misread
 from polyrl.agents.glue import ChatGlue, EncodeChat, RenderError, content_left_out, model_text_left_out
 from polyrl.agents.prompting import template_ignores_tools, tool_results_as_user, with_tools_prompt
 from polyrl.agents.sizes import content_chars
@@ -51,6 +52,7 @@ from polyrl.agents.spec import (Observation, checked_environment, checked_reset,
 from polyrl.agents.threads import (MAX_ABANDONED, CallRaised, CallTimedOut, LateCalls, Worker, describe, described,
                                    finished, raised_text)
 from polyrl.agents.tools import ToolBox, ToolCall, error_message, quoted
+from polyrl.control_chars import ControlProbe
 from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
@@ -239,6 +241,9 @@ class EpisodeRunner:
     (the episode then ends at the first turn without a tool call). ``toolbox`` runs tool calls
     (``polyrl.agents.tools.ToolBox``); ``parse(text)`` finds them in a turn's text
     (``parse(text, reasoning_open=True)`` after a generation prompt that opened ``<think>``).
+    ``probe``: the model tokenizer's ``ControlProbe``; an environment's first messages or
+    observation holding a control character it misreads end the episode as an environment error,
+    a tool's result holding one is answered with an error (``polyrl.agents.control_text``).
     """
 
     def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
@@ -247,8 +252,9 @@ class EpisodeRunner:
                  tools_prompt_format: str = "hermes", env_timeout_s: float = 60.0,
                  environment_name: str | None = None, tool_timeout_s: float = 10.0,
                  max_concurrent_tools: int = 8, tool_format: str = "auto", model_name: str | None = None,
-                 max_abandoned: int = MAX_ABANDONED) -> None:
+                 max_abandoned: int = MAX_ABANDONED, probe: ControlProbe | None = None) -> None:
         self.generate = generate
+        self.probe = probe
         self.limits = limits
         self.make_environment = make_environment
         self.toolbox = toolbox
@@ -280,6 +286,7 @@ class EpisodeRunner:
         self._warned_silent_step = False  # a step with no messages and done=False was reported
         self._warned_refused = False  # a turn the chat template refused was reported
         self._warned_last_words = False  # a final observation too large to keep was reported
+        self._warned_tool_control = False  # a tool result holding a control character was reported
         self.last_env_error: str | None = None
         #: the template's generation prompt ids when they open a ``<think>`` (``reasoning.think_suffix``,
         #: set by the trainer): a turn sampled after them without ``</think>`` holds no tool call
@@ -382,6 +389,10 @@ class EpisodeRunner:
             log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
                         error=oversize)
             return self._failed_at_reset(index, row, oversize)
+        if env is not None and (misread := environment_misread(self.probe, self._env_name, "its reset", first)):
+            log.warning("an episode's first messages hold a control character the model's tokenizer cannot encode; "
+                        "episode ended", environment=self._env_name, error=misread)
+            return self._failed_at_reset(index, row, misread)
         if (dropped := self._dropped_role(first, toolbox, env)) is not None:
             log.warning("the chat template drops a message of an episode's first prompt; episode ended",
                         environment=self._env_name, error=dropped)
@@ -692,7 +703,7 @@ class EpisodeRunner:
                     ep.finish_reason = "length"
                 return
             cap = self.limits.max_tool_calls_per_turn
-            results = [plain_text(r) for r in await ep.toolbox.run(calls[:cap])] \
+            results = [self._shown_result(ep, plain_text(r)) for r in await ep.toolbox.run(calls[:cap])] \
                 if calls and ep.toolbox is not None else []
             ep.tool_errors += sum(1 for r in results if str(r.get("content", "")).startswith("error:"))
             ep.tool_errors += len(calls[cap:])  # answered "not run": failed calls, as TRL's failure_frequency counts
@@ -723,6 +734,14 @@ class EpisodeRunner:
                     return
                 ep.env_reward = total
             new = [dict(m) for m in obs.messages]
+            # what is inserted is encoded into the next turn's ids: a character the tokenizer misreads
+            # (read unless refused by size, unread, below) would be another token there, never said
+            if not obs.done and not _past(new, budget) and \
+                    (misread := environment_misread(self.probe, self._env_name, f"its step after turn {ep.turns}", new)):
+                self._ended(ep, misread)
+                log.warning("the environment's observation holds a control character the model's tokenizer cannot "
+                            "encode; episode ended", environment=self._env_name, turn=ep.turns, error=misread)
+                return
             if not obs.done:  # what is inserted: its tool messages as the template shows tool results
                 new = self._carried(new)
             if not new and not obs.done:
@@ -758,6 +777,21 @@ class EpisodeRunner:
             return
         ep.add(inserted, None, sampled=False)
         ep.messages.extend(new)
+
+    def _shown_result(self, ep: _Episode, result: dict[str, Any]) -> dict[str, Any]:
+        """A tool's ``result``, or, holding a control character the tokenizer misreads, the error the
+        model reads instead (``tool_result_misread``; a tool error, as one that raises), said once
+        per run naming the environment, the tool, the turn and the character."""
+        misread = tool_result_misread(self.probe, result)
+        if misread is None:
+            return result
+        if not self._warned_tool_control:
+            self._warned_tool_control = True
+            log.warning("a tool's result holds a control character the model's tokenizer cannot encode; the model "
+                        "reads an error instead (said once per run)", environment=self._env_name,
+                        tool=result.get("name"), turn=ep.turns, error=misread)
+        return error_message(misread, name=str(result.get("name") or "invalid_tool_call"),
+                             call_id=str(result.get("tool_call_id") or ""))
 
     def _last_words(self, ep: _Episode, new: list[dict[str, Any]]) -> None:
         """Keep a ``done`` observation's messages in the conversation, if they could fit the episode

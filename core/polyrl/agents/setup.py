@@ -27,6 +27,7 @@ from polyrl.reasoning import closes_reasoning
 
 if TYPE_CHECKING:
     from polyrl.config import RunConfig
+    from polyrl.control_chars import ControlProbe
     from polyrl.engine import Engine
     from polyrl.registry import Registry
 
@@ -217,7 +218,10 @@ def _samples_nothing(prompts: Sequence[Any], sampling: Any) -> list[Any]:
     raise AssertionError("the template check samples nothing")  # pragma: no cover
 
 
-def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, train_engine: Engine) -> EpisodeRunner:
+def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, train_engine: Engine,
+                 probe: ControlProbe | None = None) -> EpisodeRunner:
+    """The run's episode runner; ``probe`` asks the text its episodes insert (observations, tool
+    results) for control characters the model's tokenizer misreads (``polyrl.control_chars``)."""
     env = config.environment
     parse = functools.partial(parse_tool_calls, fmt=env.tool_format)
     runner = EpisodeRunner(gen_engine.generate, _chat_encoder([gen_engine, train_engine]),
@@ -229,7 +233,7 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                            tools_prompt_format="json" if env.tool_format == "json" else "hermes",
                            env_timeout_s=env.env_timeout_s, environment_name=env.name,
                            tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
-                           tool_format=env.tool_format, model_name=config.model.path)
+                           tool_format=env.tool_format, model_name=config.model.path, probe=probe)
     # how the template shows a tool's result (an environment's tool messages too): decided (or refused) now
     runner.check_tool_results(plan.toolbox.schemas if plan.toolbox is not None else [])
     if runner.tool_results_role == "user":
