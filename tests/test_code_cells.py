@@ -192,7 +192,7 @@ def test_a_statement_that_raises_fails_the_tests_after_it(tests_in):
 
 def test_checks_that_are_no_assert_statement_are_tests():
     steps = parse_tests(FAIL_CLOSED["library_asserts"][0])
-    assert [s for s, t in steps if t] == ["assert double(0) == 0", "assert_allclose(double(1.5), 3.0)",
+    assert [s.lstrip("\n") for s, t in steps if t] == ["assert double(0) == 0", "assert_allclose(double(1.5), 3.0)",
                                           "np.testing.assert_array_equal(double(4), 8)", "tc.assertEqual(double(7), 14)"]
     assert [t for _, t in parse_tests(FAIL_CLOSED["raise_and_exit"][0])] == [True, True, True]
     assert [t for _, t in parse_tests(FAIL_CLOSED["checker_class"][0])] == [False, True, True]

@@ -90,7 +90,7 @@ def test_parse_tests_shapes():
              "for x in range(3):\n    assert f(x) == 2 * x\nif True:\n    assert f(4) == 8\nrun_all()\n")
     assert [is_test for _, is_test in parse_tests(mixed)] == [False, False, True, True, True, True]
     assert parse_tests("def test_a():\n    assert f(1) == 2\ndef test_b():\n    assert f(2) == 4\ntest_b()\n")[-2:] == [
-        ("test_b()", True), ("test_a()", True)]
+        ("\n" * 4 + "test_b()", True), ("test_a()", True)]  # a statement starts on its line (5); a found test has none
     with pytest.raises(RewardError, match="not valid Python"):
         parse_tests("assert (")
 

@@ -58,7 +58,7 @@ def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> 
         body = _as_script(tree.body)
         _warn_missing_imports(body, where)
         checkers = _checkers(body)
-        steps = [(ast.unparse(node), _is_test(node, checkers)) for node in body]
+        steps = [(_at_its_line(node), _is_test(node, checkers)) for node in body]
         steps += _discovered(body, checkers, where, entry_point)
         if steps and not any(is_test for _, is_test in steps):
             _warn_unchecked(where)
@@ -79,6 +79,15 @@ def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> 
         return out
     raise RewardError(f"{NAME}: the tests{where} are a {type(tests).__name__}. "
                       "Fix: store tests as a string of asserts or a list of strings")
+
+
+def _at_its_line(node: ast.stmt) -> str:
+    """A statement's source, starting on its line of the cell (blank lines before it). Why: each step
+    is compiled on its own, and numbered from 1 every step's code shared places (line, column) with
+    the others': the harness keys what a check reads by place (``polyrl.sandbox.source_sites``), so a
+    check in one step was judged by another's (``harness.laid_out`` keeps them apart). Real lines
+    also make a traceback point at the cell's own line."""
+    return "\n" * (node.lineno - 1) + ast.unparse(node)
 
 
 def _as_script(body: list[ast.stmt]) -> list[ast.stmt]:

@@ -79,6 +79,7 @@ from polyrl.sandbox.remote_exceptions import (
 from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
+from polyrl.sandbox.step_lines import laid_out
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.self_compared import register as register_self_compared
 from polyrl.sandbox.subset_reads import register as register_subset_sites
@@ -447,7 +448,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     tests looked at the sample at all (a request to it, or a plain value of its that they name).
     Why the second: tests that never consult the sample pass every completion, an empty one too
     (a check shadowed by a builtin's name, ``try: add except NameError: ...``), so such a pass
-    must not count."""
+    must not count. Each step is compiled at its own lines (``step_lines``), so no two steps' code
+    shares a place."""
+    steps = laid_out(steps)
     sources = [setup, *(source for source, _ in steps)]
     named = [("<setup>", setup), *(("<test>", source) for source, _ in steps)]
     paired = tests_pairing(named)
