@@ -96,3 +96,18 @@ def test_each_step_starts_on_its_line_of_the_cell_and_after_the_step_before():
     assert laid_out([("assert f(1) == 1", True), ("assert (", True)]) == [("assert f(1) == 1", True), ("assert (", True)]
     decorated = laid_out([("x = 1", False), ("@staticmethod\ndef g():\n    pass", False)])
     assert _spans(decorated) == [(1, 1), (2, 4)]  # the decorator's line is the step's first
+
+
+def test_a_long_cell_is_laid_out_within_a_window_of_lines_not_n_squared_blank_lines():
+    """Moved down without end, a cell of n one-line asserts was n^2 / 2 blank lines (200 million
+    characters at 20,000 asserts, sent to the sandbox and parsed there); within ``WINDOW`` lines the
+    steps are at their own lines, each after the one before, and past it they start again from the top."""
+    from polyrl.sandbox.step_lines import WINDOW
+
+    count = 3 * WINDOW
+    steps = laid_out(parse_tests("".join(f"assert f({i}) == {i}\n" for i in range(count))))
+    first_lines = [len(source) - len(source.lstrip("\n")) + 1 for source, _ in steps]
+    assert first_lines[:WINDOW] == list(range(1, WINDOW + 1))  # the cell's own lines
+    assert first_lines[WINDOW:WINDOW + 3] == [1, 2, 3]  # from the top again
+    assert max(first_lines) <= WINDOW
+    assert sum(len(source) for source, _ in steps) < count * (WINDOW + 40)

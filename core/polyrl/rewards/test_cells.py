@@ -29,6 +29,7 @@ from typing import Any
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards.test_runs import drive, expects_failure, yields
+from polyrl.sandbox.step_lines import at_line
 
 NAME = "code_tests"
 #: test-runner plumbing: run here it would look for tests in the trainer's own ``__main__`` (or
@@ -86,8 +87,8 @@ def _at_its_line(node: ast.stmt) -> str:
     is compiled on its own, and numbered from 1 every step's code shared places (line, column) with
     the others': the harness keys what a check reads by place (``polyrl.sandbox.source_sites``), so a
     check in one step was judged by another's (``harness.laid_out`` keeps them apart). Real lines
-    also make a traceback point at the cell's own line."""
-    return "\n" * (node.lineno - 1) + ast.unparse(node)
+    also make a traceback point at the cell's own line (``step_lines.at_line``: within its window)."""
+    return at_line(ast.unparse(node), node.lineno)
 
 
 def _as_script(body: list[ast.stmt]) -> list[ast.stmt]:

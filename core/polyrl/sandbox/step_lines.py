@@ -9,6 +9,9 @@ passed a module-level ``r = primes(3)``... (1.0; the same body in a function sco
 check of a right solution could be taken for another step's vacuous one. Laid out here, the steps
 are one file: each starts on its line of the cell where ``test_cells.parse_tests`` says (blank
 lines before it) and after the step before it ends, so a traceback points at the cell's line.
+Only within the first ``WINDOW`` lines: moved down without end, a cell of n one-line asserts would be
+n^2 / 2 blank lines (200 million characters at 20,000 asserts); past it the steps start again from
+the top, each after the one before, so only steps ``WINDOW`` lines apart may share a place.
 """
 
 from __future__ import annotations
@@ -17,20 +20,35 @@ import ast
 from collections.abc import Iterable, Sequence
 
 
+#: The lines steps are laid out within before they start again from the top (``laid_out``).
+WINDOW = 1000
+
+
+def at_line(source: str, line: int) -> str:
+    """``source`` starting on ``line`` (blank lines before it), at most ``WINDOW`` lines down: one
+    past the window starts again from the top in ``laid_out``."""
+    return "\n" * min(line - 1, WINDOW) + source
+
+
 def laid_out(steps: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
-    """``steps`` with blank lines put before a step where its code would start on or above a
-    line of the step before it; a step that does not parse (it fails when run) is left as it is."""
+    """``steps`` each at its line (the blank lines before it), moved down where its code would start
+    on or above a line of the step before it, or from the top once past ``WINDOW`` lines; a step that
+    does not parse (it fails when run) is left as it is."""
     out: list[tuple[str, bool]] = []
-    end = 0  # the last line of the steps so far
+    end, wrapped = 0, False  # the last line of the steps so far; whether past the window once
     for source, is_test in steps:
-        span = _span(source)
+        body = source.lstrip("\n")
+        span = _span(body)
         if span is None:
             out.append((source, is_test))
             continue
         first, last = span
-        shift = max(0, end + 1 - first)
-        out.append(("\n" * shift + source if shift else source, is_test))
-        end = last + shift
+        wanted = len(source) - len(body)  # the blank lines before it: its line of the cell, less one
+        top = max(0, end + 1 - first) if wrapped else max(wanted, end + 1 - first)
+        if top + last > WINDOW:  # from the top again: only steps the window apart may share places
+            wrapped, top = True, 0
+        out.append(("\n" * top + body, is_test))
+        end = top + last
     return out
 
 
