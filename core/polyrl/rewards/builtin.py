@@ -805,9 +805,9 @@ def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
     "x = $5$" and "x = **5**" answer 5, where they were texts unequal to 5."""
     signed = _glued_minus(normalized.translate(_MINUS_SIGNS), opens_line)
     assigned = _ASSIGNED.fullmatch(signed.strip(" "))
-    value = _glued_minus(normalize_answer(assigned.group(1)).translate(_MINUS_SIGNS), False) if assigned \
+    answer = _glued_minus(normalize_answer(assigned.group(1)).translate(_MINUS_SIGNS), False) if assigned \
         else signed.strip(" ")
-    m = _TOKEN.fullmatch(_PERCENT.sub("", value, count=1))
+    m = _TOKEN.fullmatch(_PERCENT.sub("", answer, count=1))
     if m is None:
         return " ".join(signed.split())
     value, known = _token_value(m)
