@@ -938,10 +938,18 @@ class Remote:
         the sample's ``__float__``/``__int__``/``__index__`` makes, exactly a float or an int.
         Why: ``float(Frac(1, 2)) == 0.5`` and ``int(Num(3)) == 3`` raised TypeError here, so right
         solutions scored 0. Sound: the tests compare a number the sample made without seeing
-        theirs, as a function's return; a ``__float__`` giving a constant is a function giving one."""
+        theirs, as a function's return; a ``__float__`` giving a constant is a function giving one.
+        It must be the number its comparisons and operators are computed on (``_plain_answer``,
+        asked first so that number is kept for them): an object equal to 4 (``x > 1``, ``x % d``)
+        whose ``__index__`` gave 2 (``range(2, x)``, ``math.isqrt(x)``) or whose ``__float__`` gave
+        2.0 (``math.sqrt(x)``) passed ``is_prime(x)`` for 4, 6, 8... (a forged ``primes``, 1.0)."""
+        plain = self._plain_answer()
         value = self._session.ask("number", False, ref=self._ref, how=how)
         if type(value) is not kind:
             raise TypeError(f"{how}() of a sample's value gave no {kind.__name__}")
+        if not _agrees(value, plain):
+            raise TypeError(f"{how}() of the sample's {self._type[:100]!r} gave {value!r}, not the number it equals "
+                            f"and is compared as ({plain.get('number', plain.get('near'))!r})")
         return value
 
     def __float__(self) -> float:
@@ -973,6 +981,28 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def _agrees(value: object, plain: dict[str, Any]) -> bool:
+    """Whether a conversion's ``value`` is the number ``plain`` (``Remote._plain_answer``) holds:
+    a float the number it equals there, else its own ``float()`` there (NaN as NaN); an int the int
+    it equals there, else within 1 of its number (``int()`` of 3.5 truncates or floors). Nothing to
+    agree with: it agrees."""
+    if type(value) is float:
+        said = plain.get("number")
+        if type(said) is int:
+            try:
+                said = float(said)  # 10**30 is no float, 1e30 its float (one past float's range has none)
+            except OverflowError:
+                return False
+        said = plain.get("approx") if said is None else said
+        return said is None or said == value or (said != said and value != value)
+    if type(value) is not int:
+        return False
+    if "int" in plain:
+        return bool(plain["int"] == value)
+    near = plain.get("near")
+    return near is None or near != near or abs(near) == float("inf") or abs(value - near) < 1
 
 
 def tests_next(iterator: Any, /, *default: Any) -> Any:
