@@ -340,6 +340,29 @@ def test_a_samples_number_converts_to_the_number_it_is_compared_as():
     assert list(got) == [1.0, 1.0, 1.0]
 
 
+#: The tests' checks that a value equal to a composite is none: a set, a dict key, a set operation.
+NOT_COMPOSITE = {
+    "not_in_a_set": "r = primes(10)\nassert all(x > 1 and x not in {4, 6, 8, 9} for x in r)",
+    "not_a_key": "KIND = {4: 'c', 6: 'c', 8: 'c', 9: 'c'}\nr = primes(10)\nassert all(x > 1 and KIND.get(x) is None for x in r)",
+    "disjoint": "r = primes(10)\nassert all(x > 1 for x in r) and not set(r) & {1, 4, 6, 8, 9}",
+    "set_equal": "assert set(primes(10)) == {2, 3, 5, 7}",
+}
+
+
+def test_a_samples_number_hashes_as_the_number_it_equals():
+    """A forged ``primes`` of objects equal to 4, 6, 8, 9 whose ``__hash__`` was their ``id`` was
+    never found in the tests' ``{4, 6, 8, 9}`` (nor as a key, nor by ``&``), so it passed those
+    checks (1.0): its own hash picked the bucket. It hashes as the number it equals now, so
+    right objects (their ``id`` as hash too) are found in ``{2, 3, 5, 7}`` as well."""
+    right = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "(2, 3, 5, 7)")
+    by_id = right.replace("return hash(self.v)", "return id(self)")
+    forged = by_id.replace("(2, 3, 5, 7)", "(4, 6, 8, 9)")
+    rows = [{"prompt": "p", "tests": t} for t in NOT_COMPOSITE.values()]
+    assert dict(zip(NOT_COMPOSITE, score([forged] * 4, rows=rows).total)) == dict.fromkeys(NOT_COMPOSITE, 0.0)
+    for honest in (right, by_id):
+        assert dict(zip(NOT_COMPOSITE, score([honest] * 4, rows=rows).total)) == dict.fromkeys(NOT_COMPOSITE, 1.0)
+
+
 #: Objects equal to everything: no conversion, a constant one, one that answers a new number at
 #: each request, and one whose ``__float__`` hunts the sample's memory for the tests' numbers.
 FORGED_NUMBERS = {
