@@ -349,11 +349,12 @@ NOT_COMPOSITE = {
 }
 
 
-def test_a_samples_number_hashes_as_the_number_it_equals():
+def test_a_samples_object_hashes_as_the_number_or_str_it_equals():
     """A forged ``primes`` of objects equal to 4, 6, 8, 9 whose ``__hash__`` was their ``id`` was
     never found in the tests' ``{4, 6, 8, 9}`` (nor as a key, nor by ``&``), so it passed those
-    checks (1.0): its own hash picked the bucket. It hashes as the number it equals now, so
-    right objects (their ``id`` as hash too) are found in ``{2, 3, 5, 7}`` as well."""
+    checks (1.0): its own hash picked the bucket; so did words equal to ``'darn'`` beside
+    ``{'darn'}``. It hashes as the number or str it equals now, so right objects (their ``id`` as
+    hash too) are found in ``{2, 3, 5, 7}`` and ``{'a'}`` as well (the words scored 0 there)."""
     right = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "(2, 3, 5, 7)")
     by_id = right.replace("return hash(self.v)", "return id(self)")
     forged = by_id.replace("(2, 3, 5, 7)", "(4, 6, 8, 9)")
@@ -361,6 +362,14 @@ def test_a_samples_number_hashes_as_the_number_it_equals():
     assert dict(zip(NOT_COMPOSITE, score([forged] * 4, rows=rows).total)) == dict.fromkeys(NOT_COMPOSITE, 0.0)
     for honest in (right, by_id):
         assert dict(zip(NOT_COMPOSITE, score([honest] * 4, rows=rows).total)) == dict.fromkeys(NOT_COMPOSITE, 1.0)
+    # the same with a str: a forged ``clean`` keeping every word, each equal to its str, hashing by id
+    word = ("class W:\n    def __init__(self, s):\n        self.s = s\n    def __str__(self):\n        return self.s\n"
+            "    def __eq__(self, o):\n        return o is self or (type(o) is str and o == self.s)\n"
+            "    def __hash__(self):\n        return id(self)\ndef clean(ws):\n    return [W(w) for w in KEPT]\n")
+    rows = [{"prompt": "p", "tests": "r = clean(['a', 'darn', 'b'])\nassert len(r) > 1 and all(w not in {'darn'} for w in r)"},
+            {"prompt": "p", "tests": "assert set(clean(['a', 'darn'])) == {'a'}"}]
+    assert list(score([word.replace("KEPT", "ws")] * 2, rows=rows).total) == [0.0, 0.0]
+    assert list(score([word.replace("KEPT", "[w for w in ws if w != 'darn']")] * 2, rows=rows).total) == [1.0, 1.0]
 
 
 #: Objects equal to everything: no conversion, a constant one, one that answers a new number at

@@ -969,10 +969,10 @@ class Remote:
         bucket; what is in it is still told apart by ``__eq__``, which never makes one of the
         sample's equal a value of the tests' (all its hashes alike only cost the sample time). One
         that equals a number of theirs (``_plain_answer``, asked at each hash: its number may
-        change with it) hashes as that number, as Python requires of equal values. Why: its own
-        hash put it in another bucket, so an object equal to 4 was not ``in {4, 6}``, a key of
-        ``{4: 'c'}`` or in ``set(r) & {4}``: a forged ``primes`` of such 4, 6, 8, 9 passed
-        ``x not in COMPOSITES`` (1.0)."""
+        change with it) hashes as that number, and a hashable one equal to a str of theirs as that
+        str, as Python requires of equal values. Why: its own hash put it in another bucket, so an
+        object equal to 4 was not ``in {4, 6}``, a key of ``{4: 'c'}`` or in ``set(r) & {4}``: a
+        forged ``primes`` of such 4, 6, 8, 9 passed ``x not in COMPOSITES`` (1.0)."""
         number = self._plain_answer().get("number")
         if number is not None:
             return hash(number)
@@ -982,7 +982,8 @@ class Remote:
             if type(cached) is not int:
                 raise TypeError("hash() of a sample's value is not an int")
             object.__setattr__(self, "_hash", cached)
-        return cached
+        text = self._plain_answer(text=True).get("str")  # asked once it is known hashable: its text may be long
+        return hash(text) if text is not None else cached
 
     def __repr__(self) -> str:
         return f"<{self._type[:100]} in the sample>"
