@@ -372,6 +372,21 @@ def test_a_samples_object_hashes_as_the_number_or_str_it_equals():
     assert list(score([word.replace("KEPT", "[w for w in ws if w != 'darn']")] * 2, rows=rows).total) == [1.0, 1.0]
 
 
+def test_two_of_the_samples_numbers_are_equal_where_their_numbers_are():
+    """A forged ``primes(10)`` of four objects each equal to 2 and, among themselves, only to
+    itself passed ``len(set(r)) == 4`` and ``r[i] != r[j]`` beside ``is_prime`` (1.0): the sample's
+    ``__eq__`` told them apart. Two objects that each equal a number compare as those numbers;
+    right ones (equal to 2, 3, 5, 7, told apart the same way) keep 1.0."""
+    tests = [IS_PRIME_BY["range_n"] + "r = primes(10)\nassert len(set(r)) == len(r) == 4 and all(is_prime(x) for x in r)",
+             IS_PRIME_BY["range_n"] + "r = primes(10)\nassert len(r) == 4 and all(is_prime(x) for x in r) "
+             "and all(r[i] != r[j] for i in range(4) for j in range(i))"]
+    rows = [{"prompt": "p", "tests": t} for t in tests]
+    twos = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "[2] * 4")
+    assert list(score([twos] * 2, rows=rows).total) == [0.0, 0.0]
+    right = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "(2, 3, 5, 7)")
+    assert list(score([right] * 2, rows=rows).total) == [1.0, 1.0]
+
+
 #: Objects equal to everything: no conversion, a constant one, one that answers a new number at
 #: each request, and one whose ``__float__`` hunts the sample's memory for the tests' numbers.
 FORGED_NUMBERS = {

@@ -799,10 +799,18 @@ class Remote:
         objects of the sample's compared by identity), as did ``in``, ``index``, ``count`` and
         ``sorted`` over them, where ``python tests.py`` passes. Sound: both operands are the
         sample's, so an ``__eq__`` that always agrees passes only what it passes in Python; a
-        value of the tests' (a literal, a list, an object of theirs) never reaches it (above)."""
+        value of the tests' (a literal, a list, an object of theirs) never reaches it (above).
+        ``==``/``!=`` of two that each equal a number of the tests' (``_plain_answer``) compares
+        those numbers, as they compare with the tests' and hash (``__hash__``). Why: eight objects
+        equal to 2, each equal only to itself among them, passed ``len(set(r)) == 8`` and ``r[i] !=
+        r[j]`` beside ``all(is_prime(x) for x in r)`` as a forged ``primes(20)`` (1.0)."""
         s = self._session
         if other._session is not s:
             raise TypeError("a value from another sample")
+        if how in ("==", "!="):
+            mine, theirs = self._plain_answer().get("number"), other._plain_answer().get("number")
+            if mine is not None and theirs is not None:
+                return bool(mine == theirs) is (how == "==")
         answer = s.ask("compare", False, ref=self._ref, other=other._ref, how=how)
         if type(answer) is not bool:
             raise TypeError(f"the sample's {how} answered no bool")
