@@ -300,6 +300,93 @@ def test_the_samples_object_answers_float_int_round_and_unary_operators():
     assert_right_scores_1_and_wrong_0(CONVERSIONS)
 
 
+#: A number of the sample's: equal to ``v`` and ordered and computed with as ``v``; ``ALIBI``
+#: (``__index__``, ``__float__``) is what its other conversions say.
+PRIME_ITEM = ("class N:\n    def __init__(self, v):\n        self.v = v\n    def __int__(self):\n        return self.v\n"
+              "    def __eq__(self, o):\n        return o is self or (type(o) in (int, float) and o == self.v)\n"
+              "    def __hash__(self):\n        return hash(self.v)\n    def __lt__(self, o):\n        return self.v < o\n"
+              "    def __gt__(self, o):\n        return self.v > o\n    def __ge__(self, o):\n        return self.v >= o\n"
+              "    def __mod__(self, o):\n        return self.v % o\nALIBI\n"
+              "def primes(n):\n    return [N(v) for v in VALUES]\n")
+LYING = "    def __index__(self):\n        return 2\n    def __float__(self):\n        return 2.0\n"
+TRUE = "    def __index__(self):\n        return self.v\n    def __float__(self):\n        return float(self.v)\n"
+#: The tests' ``is_prime`` reading the number through ``__index__``, ``__float__`` or both.
+IS_PRIME_BY = {
+    "range_n": "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n",
+    "sqrt": "import math\ndef is_prime(n):\n    if n < 2:\n        return False\n"
+            "    for d in range(2, int(math.sqrt(n)) + 1):\n        if n % d == 0:\n            return False\n    return True\n",
+    "isqrt": "import math\ndef is_prime(n):\n    return n >= 2 and all(n % d for d in range(2, math.isqrt(n) + 1))\n",
+}
+
+
+def test_a_samples_number_converts_to_the_number_it_is_compared_as():
+    """A forged ``primes`` returning objects equal to 4, 6, 8... (``x > 1`` and ``x % d`` computed on
+    that number) whose ``__index__`` gave 2 and ``__float__`` 2.0 passed every ``is_prime`` below
+    (1.0): ``range(2, x)``, ``math.isqrt(x)`` and ``math.sqrt(x)`` read the conversion, which
+    the sample answered apart from the number. A conversion must give that number now; right
+    objects, a truncating or flooring ``int()`` of 3.5 and a huge int's float keep theirs."""
+    forged = PRIME_ITEM.replace("ALIBI\n", LYING).replace("VALUES", "(4, 6, 8, 9)")
+    right = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "(2, 3, 5, 7)")
+    rows = [{"prompt": "p", "tests": IS_PRIME_BY[n] + "r = primes(10)\nassert all(is_prime(x) for x in r)"}
+            for n in IS_PRIME_BY]
+    assert dict(zip(IS_PRIME_BY, score([forged] * 3, rows=rows).total)) == dict.fromkeys(IS_PRIME_BY, 0.0)
+    assert dict(zip(IS_PRIME_BY, score([right] * 3, rows=rows).total)) == dict.fromkeys(IS_PRIME_BY, 1.0)
+    floors = NUMBERS.replace("self.n // self.d", "int(self.n / self.d) if FLOOR else self.n // self.d")
+    rows = [{"prompt": "p", "tests": "assert int(Frac(-7, 2)) == -4 and int(Frac(7, 2)) == 3 and float(Frac(1, 3)) > 0.33"},
+            {"prompt": "p", "tests": "assert int(Frac(-7, 2)) == -3 and int(Frac(7, 2)) == 3"},
+            {"prompt": "p", "tests": "assert float(big()) == 1e30 and int(big()) == 10**30 and big() == 10**30"}]
+    big = right.replace("VALUES", "()") + "def big():\n    return N(10**30)\n"
+    got = score([floors.replace("FLOOR", "False"), floors.replace("FLOOR", "True"), big], rows=rows).total
+    assert list(got) == [1.0, 1.0, 1.0]
+
+
+#: The tests' checks that a value equal to a composite is none: a set, a dict key, a set operation.
+NOT_COMPOSITE = {
+    "not_in_a_set": "r = primes(10)\nassert all(x > 1 and x not in {4, 6, 8, 9} for x in r)",
+    "not_a_key": "KIND = {4: 'c', 6: 'c', 8: 'c', 9: 'c'}\nr = primes(10)\nassert all(x > 1 and KIND.get(x) is None for x in r)",
+    "disjoint": "r = primes(10)\nassert all(x > 1 for x in r) and not set(r) & {1, 4, 6, 8, 9}",
+    "set_equal": "assert set(primes(10)) == {2, 3, 5, 7}",
+}
+
+
+def test_a_samples_object_hashes_as_the_number_or_str_it_equals():
+    """A forged ``primes`` of objects equal to 4, 6, 8, 9 whose ``__hash__`` was their ``id`` was
+    never found in the tests' ``{4, 6, 8, 9}`` (nor as a key, nor by ``&``), so it passed those
+    checks (1.0): its own hash picked the bucket; so did words equal to ``'darn'`` beside
+    ``{'darn'}``. It hashes as the number or str it equals now, so right objects (their ``id`` as
+    hash too) are found in ``{2, 3, 5, 7}`` and ``{'a'}`` as well (the words scored 0 there)."""
+    right = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "(2, 3, 5, 7)")
+    by_id = right.replace("return hash(self.v)", "return id(self)")
+    forged = by_id.replace("(2, 3, 5, 7)", "(4, 6, 8, 9)")
+    rows = [{"prompt": "p", "tests": t} for t in NOT_COMPOSITE.values()]
+    assert dict(zip(NOT_COMPOSITE, score([forged] * 4, rows=rows).total)) == dict.fromkeys(NOT_COMPOSITE, 0.0)
+    for honest in (right, by_id):
+        assert dict(zip(NOT_COMPOSITE, score([honest] * 4, rows=rows).total)) == dict.fromkeys(NOT_COMPOSITE, 1.0)
+    # the same with a str: a forged ``clean`` keeping every word, each equal to its str, hashing by id
+    word = ("class W:\n    def __init__(self, s):\n        self.s = s\n    def __str__(self):\n        return self.s\n"
+            "    def __eq__(self, o):\n        return o is self or (type(o) is str and o == self.s)\n"
+            "    def __hash__(self):\n        return id(self)\ndef clean(ws):\n    return [W(w) for w in KEPT]\n")
+    rows = [{"prompt": "p", "tests": "r = clean(['a', 'darn', 'b'])\nassert len(r) > 1 and all(w not in {'darn'} for w in r)"},
+            {"prompt": "p", "tests": "assert set(clean(['a', 'darn'])) == {'a'}"}]
+    assert list(score([word.replace("KEPT", "ws")] * 2, rows=rows).total) == [0.0, 0.0]
+    assert list(score([word.replace("KEPT", "[w for w in ws if w != 'darn']")] * 2, rows=rows).total) == [1.0, 1.0]
+
+
+def test_two_of_the_samples_numbers_are_equal_where_their_numbers_are():
+    """A forged ``primes(10)`` of four objects each equal to 2 and, among themselves, only to
+    itself passed ``len(set(r)) == 4`` and ``r[i] != r[j]`` beside ``is_prime`` (1.0): the sample's
+    ``__eq__`` told them apart. Two objects that each equal a number compare as those numbers;
+    right ones (equal to 2, 3, 5, 7, told apart the same way) keep 1.0."""
+    tests = [IS_PRIME_BY["range_n"] + "r = primes(10)\nassert len(set(r)) == len(r) == 4 and all(is_prime(x) for x in r)",
+             IS_PRIME_BY["range_n"] + "r = primes(10)\nassert len(r) == 4 and all(is_prime(x) for x in r) "
+             "and all(r[i] != r[j] for i in range(4) for j in range(i))"]
+    rows = [{"prompt": "p", "tests": t} for t in tests]
+    twos = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "[2] * 4")
+    assert list(score([twos] * 2, rows=rows).total) == [0.0, 0.0]
+    right = PRIME_ITEM.replace("ALIBI\n", TRUE).replace("VALUES", "(2, 3, 5, 7)")
+    assert list(score([right] * 2, rows=rows).total) == [1.0, 1.0]
+
+
 #: Objects equal to everything: no conversion, a constant one, one that answers a new number at
 #: each request, and one whose ``__float__`` hunts the sample's memory for the tests' numbers.
 FORGED_NUMBERS = {

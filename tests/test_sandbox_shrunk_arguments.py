@@ -104,3 +104,39 @@ def test_vacuous_paths_name_every_value_read_other_than_compared_whole_with_the_
     found = vacuous_paths(["for nums, want in cases:\n    k = f(nums)\n    assert nums[:k] == want\n"
                            "for row in grid:\n    assert all(row)\nassert all(m[0])"])
     assert "cases" in found.whole and found.items == {"grid", "m"}  # a loop over cases reads no item of theirs
+
+
+#: Tests comparing the answer, under a name of theirs, with what they make of the argument after
+#: the call: an emptied argument and an empty answer agree.
+AGAINST_THE_ANSWER = {
+    "named_answer": "xs = [3, 1, 2]\nr = my_sort(xs)\nassert r == sorted(xs)",
+    "counted_and_counter": "from collections import Counter\nxs = [3, 1, 2, 9]\nr = my_sort(xs)\n"
+                           "assert len(r) == len(xs) and Counter(r) == Counter(xs)",
+    "assert_equal": "import unittest\nclass T(unittest.TestCase):\n    def test_sort(self):\n        xs = [3, 1, 2]\n"
+                    "        r = my_sort(xs)\n        self.assertEqual(r, sorted(xs))\n",
+    "unpacked": "xs = [3, 1, 2]\nn, r = my_sort_n(xs)\nassert n == len(r) and list(r) == sorted(xs)",
+}
+
+
+def test_an_argument_emptied_is_not_written_back_where_the_tests_compare_it_with_the_answer():
+    """``xs.clear(); return []`` passed ``r = my_sort(xs)`` then ``assert r == sorted(xs)`` (1.0):
+    the emptied ``xs`` was written back, since ``r`` passed for a value of the tests' own, and an
+    empty answer equals what they make of an empty argument. A comparison with an answer of the
+    solution's (a call of its or a name bound to one) is no safe place now; right solutions, one
+    sorting in place and returning its argument too, and LeetCode 26's ``nums[:k] == expected[:k]``
+    keep 1.0."""
+    from polyrl.sandbox.vacuous_reads import vacuous_paths
+
+    forged = "def my_sort(xs):\n    xs.clear()\n    return []\ndef my_sort_n(xs):\n    xs.clear()\n    return 0, []\n"
+    rows = [{"prompt": "p", "tests": t} for t in AGAINST_THE_ANSWER.values()]
+    got = score([forged] * len(rows), rows=rows).total
+    assert dict(zip(AGAINST_THE_ANSWER, got)) == dict.fromkeys(AGAINST_THE_ANSWER, 0.0)
+    for right in ("def my_sort(xs):\n    return sorted(xs)\ndef my_sort_n(xs):\n    return len(xs), sorted(xs)\n",
+                  "def my_sort(xs):\n    xs.sort()\n    return xs\ndef my_sort_n(xs):\n    xs.sort()\n    return len(xs), xs\n"):
+        got = score([right] * len(rows), rows=rows).total
+        assert dict(zip(AGAINST_THE_ANSWER, got)) == dict.fromkeys(AGAINST_THE_ANSWER, 1.0)
+    dedupe = ("nums = [1, 1, 2]\nexpected = [1, 2]\nk = remove_duplicates(nums)\n"
+              "assert k == 2 and nums[:k] == expected[:k] and len(nums) >= k")
+    right = "def remove_duplicates(nums):\n    nums[:] = sorted(set(nums))\n    return len(nums)\n"
+    assert list(score([right], rows=[{"prompt": "p", "tests": dedupe}]).total) == [1.0]
+    assert "nums" not in vacuous_paths([dedupe]).whole

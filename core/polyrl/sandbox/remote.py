@@ -799,10 +799,18 @@ class Remote:
         objects of the sample's compared by identity), as did ``in``, ``index``, ``count`` and
         ``sorted`` over them, where ``python tests.py`` passes. Sound: both operands are the
         sample's, so an ``__eq__`` that always agrees passes only what it passes in Python; a
-        value of the tests' (a literal, a list, an object of theirs) never reaches it (above)."""
+        value of the tests' (a literal, a list, an object of theirs) never reaches it (above).
+        ``==``/``!=`` of two that each equal a number of the tests' (``_plain_answer``) compares
+        those numbers, as they compare with the tests' and hash (``__hash__``). Why: eight objects
+        equal to 2, each equal only to itself among them, passed ``len(set(r)) == 8`` and ``r[i] !=
+        r[j]`` beside ``all(is_prime(x) for x in r)`` as a forged ``primes(20)`` (1.0)."""
         s = self._session
         if other._session is not s:
             raise TypeError("a value from another sample")
+        if how in ("==", "!="):
+            mine, theirs = self._plain_answer().get("number"), other._plain_answer().get("number")
+            if mine is not None and theirs is not None:
+                return bool(mine == theirs) is (how == "==")
         answer = s.ask("compare", False, ref=self._ref, other=other._ref, how=how)
         if type(answer) is not bool:
             raise TypeError(f"the sample's {how} answered no bool")
@@ -938,10 +946,18 @@ class Remote:
         the sample's ``__float__``/``__int__``/``__index__`` makes, exactly a float or an int.
         Why: ``float(Frac(1, 2)) == 0.5`` and ``int(Num(3)) == 3`` raised TypeError here, so right
         solutions scored 0. Sound: the tests compare a number the sample made without seeing
-        theirs, as a function's return; a ``__float__`` giving a constant is a function giving one."""
+        theirs, as a function's return; a ``__float__`` giving a constant is a function giving one.
+        It must be the number its comparisons and operators are computed on (``_plain_answer``,
+        asked first so that number is kept for them): an object equal to 4 (``x > 1``, ``x % d``)
+        whose ``__index__`` gave 2 (``range(2, x)``, ``math.isqrt(x)``) or whose ``__float__`` gave
+        2.0 (``math.sqrt(x)``) passed ``is_prime(x)`` for 4, 6, 8... (a forged ``primes``, 1.0)."""
+        plain = self._plain_answer()
         value = self._session.ask("number", False, ref=self._ref, how=how)
         if type(value) is not kind:
             raise TypeError(f"{how}() of a sample's value gave no {kind.__name__}")
+        if not _agrees(value, plain):
+            raise TypeError(f"{how}() of the sample's {self._type[:100]!r} gave {value!r}, not the number it equals "
+                            f"and is compared as ({plain.get('number', plain.get('near'))!r})")
         return value
 
     def __float__(self) -> float:
@@ -959,20 +975,51 @@ class Remote:
         dataclass objects of the sample's landed in different buckets, so ``{mid(p, q)} ==
         {Point(1, 1)}`` and ``d[mid(p, q)]`` failed right solutions. Sound: a hash only picks a
         bucket; what is in it is still told apart by ``__eq__``, which never makes one of the
-        sample's equal a value of the tests' (all its hashes alike only cost the sample time)."""
+        sample's equal a value of the tests' (all its hashes alike only cost the sample time). One
+        that equals a number of theirs (``_plain_answer``, asked at each hash: its number may
+        change with it) hashes as that number, and a hashable one equal to a str of theirs as that
+        str, as Python requires of equal values. Why: its own hash put it in another bucket, so an
+        object equal to 4 was not ``in {4, 6}``, a key of ``{4: 'c'}`` or in ``set(r) & {4}``: a
+        forged ``primes`` of such 4, 6, 8, 9 passed ``x not in COMPOSITES`` (1.0)."""
+        number = self._plain_answer().get("number")
+        if number is not None:
+            return hash(number)
         cached = self._hash
         if cached is None:
             cached = self._session.ask("hash", False, ref=self._ref)
             if type(cached) is not int:
                 raise TypeError("hash() of a sample's value is not an int")
             object.__setattr__(self, "_hash", cached)
-        return cached
+        text = self._plain_answer(text=True).get("str")  # asked once it is known hashable: its text may be long
+        return hash(text) if text is not None else cached
 
     def __repr__(self) -> str:
         return f"<{self._type[:100]} in the sample>"
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def _agrees(value: object, plain: dict[str, Any]) -> bool:
+    """Whether a conversion's ``value`` is the number ``plain`` (``Remote._plain_answer``) holds:
+    a float the number it equals there, else its own ``float()`` there (NaN as NaN); an int the int
+    it equals there, else within 1 of its number (``int()`` of 3.5 truncates or floors). Nothing to
+    agree with: it agrees."""
+    if type(value) is float:
+        said = plain.get("number")
+        if type(said) is int:
+            try:
+                said = float(said)  # 10**30 is no float, 1e30 its float (one past float's range has none)
+            except OverflowError:
+                return False
+        said = plain.get("approx") if said is None else said
+        return said is None or said == value or (said != said and value != value)
+    if type(value) is not int:
+        return False
+    if "int" in plain:
+        return bool(plain["int"] == value)
+    near = plain.get("near")
+    return near is None or near != near or abs(near) == float("inf") or abs(value - near) < 1
 
 
 def tests_next(iterator: Any, /, *default: Any) -> Any:

@@ -13,7 +13,9 @@ A name or attribute path (``nums``, ``self.nums``) is SAFE when every place the 
 of: an argument of a call of the solution's (``f(nums)``, ``Solution().f(nums)``); one side of an
 ``==`` (or ``is``) comparison, or the container of an ``in``, or the larger side of an ordering of
 its ``len`` (``len(nums) >= k``), or one of two arguments of a unittest ``assert...Equal``, whose
-other side does not read it; ``print``; a name bound to it (which must be safe too). Between the
+other side does not read it and is no answer of the solution's (a call of its, or a name the tests
+bind to one, read whole: ``r`` of ``r = f(xs)`` then ``r == sorted(xs)``, where ``xs`` emptied meets an
+emptied ``r``); ``print``; a name bound to it (which must be safe too). Between the
 name and that place only a slice or an index (``nums[:k]``), ``len``/``sorted``/``list``/``tuple``/
 ``set``/``frozenset``/``Counter``/``str``/``repr`` of it, or its dict views may stand. Every other read
 (a loop, a comprehension, ``all``/``zip``/``np.all``, a method of it, a function of the tests',
@@ -76,6 +78,7 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
     trees = [tree for tree in map(_parse, sources) if tree is not None]
     parents = {id(child): node for tree in trees for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     theirs = _bound([tree for tree in trees])
+    answers = _answer_names(trees, theirs)
     unsafe: set[str] = set()
     items: set[str] = set()
     own: set[str] = set()
@@ -93,7 +96,7 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
             start, path = parent, attribute_path(node.value)  # ``d.items()``: d, whole
             if path is None:
                 continue
-        verdict = _read_safely(start, path, parents, theirs)
+        verdict = _read_safely(start, path, parents, theirs, answers)
         if verdict is False:
             unsafe |= _prefixes(path)
             own.add(path)
@@ -134,9 +137,11 @@ def _outer_paths(node: ast.AST) -> set[str]:
     return set().union(*[_outer_paths(child) for child in ast.iter_child_nodes(node)])
 
 
-def _read_safely(node: ast.AST, path: str, parents: dict[int, ast.AST], theirs: frozenset[str]) -> bool | str:
+def _read_safely(node: ast.AST, path: str, parents: dict[int, ast.AST], theirs: frozenset[str],
+                 answers: frozenset[str] = frozenset()) -> bool | str:
     """Whether the read of ``path`` at ``node`` is a safe place (module doc); the name it is bound
-    to where it is the whole value of a plain assignment (``ys = xs``: safe as ys is)."""
+    to where it is the whole value of a plain assignment (``ys = xs``: safe as ys is); ``answers``:
+    the names bound to an answer of the solution's (``_answer_names``)."""
     current = node
     parent = parents.get(id(current))
     while (isinstance(parent, ast.Subscript) and parent.value is current) or (
@@ -144,13 +149,15 @@ def _read_safely(node: ast.AST, path: str, parents: dict[int, ast.AST], theirs: 
             and len(parent.args) == 1 and parent.args[0] is current and not parent.keywords):
         current, parent = parent, parents.get(id(parent))  # through what keeps its value whole
     if isinstance(parent, ast.Compare):
-        return _compared_safely(current, parent, path) and _asserted(parent, parents)
+        return _compared_safely(current, parent, path) and _asserted(parent, parents) \
+            and not (isinstance(parent.ops[0], (ast.Eq, ast.Is)) and any(
+                _answer(side, theirs, answers) for side in (parent.left, *parent.comparators) if side is not current))
     if isinstance(parent, ast.Call) and any(a is current for a in parent.args):
         if _solution_call(parent.func, theirs) or (isinstance(parent.func, ast.Name) and parent.func.id == "print"):
             return True
         if isinstance(parent.func, ast.Attribute) and parent.func.attr in _EQUAL and len(parent.args) == 2:
             other = parent.args[1] if parent.args[0] is current else parent.args[0]
-            return not _reads(other, path)
+            return not _reads(other, path) and not _answer(other, theirs, answers)
         return False
     if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is current:
         targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
@@ -197,6 +204,38 @@ def _solution_call(func: ast.expr, theirs: frozenset[str]) -> bool:
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
         return _solution_call(func.value.func, theirs)
     return False
+
+
+def _answer_names(trees: list[ast.Module], theirs: frozenset[str]) -> frozenset[str]:
+    """The names the tests bind to what holds an answer of the solution's (``r = f(xs)``,
+    ``k, r = f(xs)``, ``for r in f(xs)``)."""
+    names: set[str] = set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+            value, targets = node.value, (node.targets if isinstance(node, ast.Assign) else [node.target])
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            value, targets = node.iter, [node.target]
+        else:
+            continue
+        if any(isinstance(call, ast.Call) and _solution_call(call.func, theirs) for call in ast.walk(value)):
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return frozenset(names)
+
+
+def _answer(node: ast.AST, theirs: frozenset[str], answers: frozenset[str]) -> bool:
+    """Whether ``node`` is, read whole (through a slice, an index or ``_WHOLE``), an answer of the
+    solution's: a call of its or a name of ``answers``. ``expected[:k]`` is not, though ``k`` is one."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _WHOLE \
+                and len(node.args) == 1 and not node.keywords:
+            node = node.args[0]
+        else:
+            break
+    if isinstance(node, ast.Call):
+        return _solution_call(node.func, theirs)
+    return isinstance(node, ast.Name) and node.id in answers
 
 
 def _reads(node: ast.AST, path: str) -> bool:
