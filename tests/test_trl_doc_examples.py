@@ -97,3 +97,29 @@ def test_episodes_no_reward_scored_stay_in_the_loss_for_the_bonus_or_kl_term_as_
     assert step["reward"] == step["rewards/math_reward_func/mean"]
     if "entropy_coef" in term:
         assert step["policy_loss"] == pytest.approx(step["loss"] + 0.05 * step["entropy"], rel=1e-5, abs=1e-7)
+
+
+def format_rate(completions, log_metric, **kwargs):
+    """A format reward logging its rate as TRL's docs show ``log_metric``."""
+    scores = [float(c.strip().startswith("<think>")) for c in completions]
+    log_metric("rate", sum(scores) / len(scores))
+    return scores
+
+
+def length_rate(completion_ids, log_metric, **kwargs):
+    """A second reward logging under the same name, once per completion."""
+    for ids in completion_ids:
+        log_metric("rate", float(len(ids)))
+    return [float(len(ids)) for ids in completion_ids]
+
+
+def test_a_metric_name_two_rewards_log_is_trls_one_mean_in_log_history(tiny_model_dir, tmp_path):
+    """TRL 1.16's ``log_metric`` appends to one list per name for the step, whatever reward calls
+    it, and logs its sum over its count; polyrl logged the first reward's mean under the name."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[format_rate, length_rate],
+                          train_dataset=_dataset(), args=_args(tmp_path))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    rate, lengths = step["reward/format_rate/rate"], step["reward/length_rate/rate"]
+    assert lengths == step["rewards/length_rate/mean"] > 1  # one value per completion: their mean
+    assert step["rate"] == pytest.approx((rate + 4 * lengths) / 5)  # 1 value + 4 values, pooled
