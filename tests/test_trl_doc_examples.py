@@ -123,3 +123,27 @@ def test_a_metric_name_two_rewards_log_is_trls_one_mean_in_log_history(tiny_mode
     rate, lengths = step["reward/format_rate/rate"], step["reward/length_rate/rate"]
     assert lengths == step["rewards/length_rate/mean"] > 1  # one value per completion: their mean
     assert step["rate"] == pytest.approx((rate + 4 * lengths) / 5)  # 1 value + 4 values, pooled
+
+
+def always_right(completions, log_metric, **kwargs):
+    log_metric("acc", 1.0)
+    return [1.0] * len(completions)
+
+
+def wrong_at_first(completions, log_metric, trainer_state, **kwargs):
+    """Logs ``acc`` (three values) in the first step only, as a reward logging what it found does."""
+    if trainer_state.global_step == 0:
+        for _ in range(3):
+            log_metric("acc", 0.0)
+    return [0.0] * len(completions)
+
+
+def test_a_logging_window_averages_each_steps_pooled_metric_as_trl_does(tiny_model_dir, tmp_path):
+    """``logging_steps=2``: TRL logs ``acc`` as the mean over the window's steps of each step's one
+    pooled value: (1 + 3 x 0) / 4 in the first, 1.0 in the second (only one reward logged it), 0.625."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[always_right, wrong_at_first],
+                          train_dataset=_dataset(), args=_args(tmp_path, max_steps=2, logging_steps=2))
+    trainer.train()
+    step = trainer.state.log_history[0]
+    assert step["step"] == 2
+    assert step["acc"] == pytest.approx((0.25 + 1.0) / 2)

@@ -571,24 +571,6 @@ def test_a_log_metric_name_two_rewards_log_is_trls_mean_of_all_their_values(toy,
     assert seen == [(None, None, None), (0.25, 1.0, 0.0)]
 
 
-def test_a_log_metric_name_one_reward_logs_is_not_pooled(toy, tmp_path):
-    """A name only one reward logs is that reward's mean, with no pooled step metric beside it."""
-    from polyrl.step_gather import LOG_METRIC_PREFIX
-
-    def fmt(completions, log_metric, **kwargs):
-        log_metric("format_rate", 0.5)
-        log_metric("format_rate", 1.0)
-        return [0.0] * len(completions)
-
-    def silent(completions, **kwargs):
-        return [1.0] * len(completions)
-
-    summary = _api_run(tmp_path, [fmt, silent])
-    line = summary["history"][0]
-    assert line["reward/fmt/format_rate"] == 0.75
-    assert not [k for k in line if k.startswith(LOG_METRIC_PREFIX)]
-
-
 def test_api_a_dataset_without_a_prompt_column_says_how_to_fix_it_in_python(toy, tmp_path):
     """``data.prompt_column`` is a TOML key ``run`` has no argument for: the fix names the 🤗
     Dataset's rename (and, for a messages column, what to keep as the prompt)."""

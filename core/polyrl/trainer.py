@@ -972,8 +972,8 @@ class Trainer:
             "samples_kept": batch.global_kept,
             "policy_lag": lag,
             **{f"reward/{k}/{m}": v for k, ms in step.reward_metrics.items() for m, v in ms.items()},
-            # a log_metric name several rewards logged, over all their values (TRL's one name)
-            **{f"{step_gather.LOG_METRIC_PREFIX}{k}": v for k, v in step_gather.shared_log_metrics(step).items()},
+            # each log_metric name over every reward's values (TRL's one list per name)
+            **{f"{step_gather.LOG_METRIC_PREFIX}{k}": v for k, v in step_gather.log_metric_means(step).items()},
             **kl_metrics,
         }
 

@@ -201,8 +201,9 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     """One step's metrics for ``trainer_state.log_history``: polyrl's names plus TRL's for the same
     values (``step_metrics.trl_aliases``: ``reward``, ``rewards/<function>/mean`` and ``/std``,
     ``learning_rate``; lines of an older metrics.jsonl lack them) and a reward's own
-    ``log_metric(name, value)`` under its bare name, as TRL logs it (a name several rewards logged:
-    the mean of all their values, ``step_gather.shared_log_metrics``). Why: a curriculum written for
+    ``log_metric(name, value)`` under its bare name, as TRL logs it (the mean of every reward's
+    values under that name, ``step_gather.log_metric_means``; a line without it: the first
+    reward's). Why: a curriculum written for
     TRL reads ``log_history[-1]["reward"]``. ``names``: a reward label's TRL name where it differs
     (``step_metrics.trl_reward_names``): the labels TRL names alike share one key, as in TRL. A
     NaN (a mean of nothing: the reward statistics of a step no reward scored) is None, as TRL's
@@ -215,7 +216,7 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     out = {k: v for k, v in metrics.items() if not _renamed(k, names or {})}
     for name, value in aliases.items():
         out.setdefault(name, value)
-    for key, value in metrics.items():  # a name several rewards logged: all their values (step_gather)
+    for key, value in metrics.items():  # every reward's values of a name (step_gather)
         if key.startswith(LOG_METRIC_PREFIX):
             out.setdefault(key[len(LOG_METRIC_PREFIX):], value)
     for key, value in metrics.items():
