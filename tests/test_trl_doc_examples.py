@@ -147,3 +147,29 @@ def test_a_logging_window_averages_each_steps_pooled_metric_as_trl_does(tiny_mod
     step = trainer.state.log_history[0]
     assert step["step"] == 2
     assert step["acc"] == pytest.approx((0.25 + 1.0) / 2)
+
+
+def prefilled_length(prompts, completions, **kwargs):
+    """Records the prompts it is given: TRL passes the dataset's, prefill included."""
+    prefilled_length.seen = [p[-1]["content"] for p in prompts]
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+def test_a_prompt_ending_with_an_assistant_message_trains_as_trl_renders_it(tiny_model_dir, tmp_path):
+    """TRL 1.16's GRPOTrainer trains a chat prompt ending with an assistant message, rendered by
+    ``apply_chat_template(add_generation_prompt=True)``: that message closed and a new assistant
+    turn opened. polyrl refused the dataset; its engine renders the prompt to TRL's ids."""
+    from polyrl.engine import Engine
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig
+    from transformers import AutoTokenizer
+
+    prompt = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "The answer is"}]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=prefilled_length,
+                          train_dataset=datasets.Dataset.from_list([{"prompt": prompt}] * 2), args=_args(tmp_path))
+    trainer.train()
+    assert trainer.state.global_step == 1 and prefilled_length.seen == ["The answer is"] * 4
+    trl_ids = AutoTokenizer.from_pretrained(tiny_model_dir).apply_chat_template(
+        prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", threads=1))
+    assert engine.raw.encode_prompt(prompt) == trl_ids
