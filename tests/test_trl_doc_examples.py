@@ -173,3 +173,27 @@ def test_a_prompt_ending_with_an_assistant_message_trains_as_trl_renders_it(tiny
         prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     engine = Engine(get_registry(), "torch", EngineConfig(model=tiny_model_dir, role="generate", threads=1))
     assert engine.raw.encode_prompt(prompt) == trl_ids
+
+
+def test_an_evaluation_logs_a_rewards_metric_as_trls_eval_name_over_its_batches(tiny_model_dir, tmp_path):
+    """TRL scores each eval batch on its own and logs a reward's ``log_metric(name, ...)`` as
+    ``eval_<name>``, the mean of the batches' values: 3 eval prompts x 2 completions in batches of
+    4 and 2 (``per_device_eval_batch_size=4``) log ``eval_seen`` = (4 + 2) / 2 = 3.0, in the run's
+    eval entry and from ``evaluate()``. polyrl scored the evaluation in one call and left it out."""
+    from trl_util import prompts_dataset
+
+    calls = []
+
+    def seen(completions, log_metric, **kwargs):
+        calls.append(len(completions))
+        log_metric("seen", float(len(completions)))
+        return [float(i % 2) for i in range(len(completions))]
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[seen], train_dataset=prompts_dataset(),
+                          eval_dataset=prompts_dataset(3),
+                          args=_args(tmp_path, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4))
+    trainer.train()
+    assert calls == [4, 4, 2]  # the step's 2 prompts x 2, then TRL's two eval batches
+    evaluation = [h for h in trainer.state.log_history if "eval_reward" in h]
+    assert len(evaluation) == 1 and evaluation[0]["eval_seen"] == 3.0
+    assert trainer.evaluate()["eval_seen"] == 3.0 and calls[3:] == [4, 2]
