@@ -1394,7 +1394,7 @@ class Trainer:
                 sampling = attrs.evolve(greedy_sampling, temperature=c.generation.temperature or 1.0, n=ev.samples,
                                         seed=_step_seed(c.train.seed + 1, self.step) + 104_729 * self.rank)
                 # TRL's eval batches, each rank's share of one in one call (eval.loss_batch: every rank's)
-                batch = max(ev.loss_batch // self.world_size, 1) if ev.loss_batch else 0
+                batch = max(ev.loss_batch // self.world_size, 1) if ev.loss_batch and ev.reward == RUN_REWARDS else 0
                 sampled, more, parts, lengths, completions, logged = self._eval_pass(rows, prompts, sampling, phase,
                                                                                      batch)
                 records += more
