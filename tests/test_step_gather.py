@@ -128,3 +128,22 @@ def test_episode_metrics_carry_trls_tool_call_and_failure_frequencies():
     assert metrics["tools/failure_frequency"] == pytest.approx(3 / 8)
     none = [Completion(0, [1], [2], [0.0], mask=[True], info={**info, "tool_calls": 0, "tool_errors": 0})]
     assert step_gather.episode_metrics(step_gather.Shard.of(none))["tools/failure_frequency"] == 0.0
+
+
+def test_a_log_metric_name_is_pooled_over_every_rank_and_reward_as_trls_flush():
+    """TRL 1.16 flushes a ``log_metric`` name as the sum of every value logged under it, whatever
+    rank or reward logged it, over their number: rewards "a" and "b" on two ranks logging "acc"
+    [1, 1], [0] and [0, 0, 0], [] give 2 / 6, not the mean of the rewards' means."""
+    logged = {0: {"a": [1.0, 1.0], "b": [0.0]}, 1: {"a": [0.0, 0.0, 0.0]}}
+    shards = []
+    for rank in (0, 1):
+        completions = _batch([rank])
+        scores = {name: np.zeros(len(completions)) for name in ("a", "b")}
+        metrics = {name: {"mean": 0.0, **({"acc": float(np.mean(v))} if (v := logged[rank].get(name)) else {})}
+                   for name in ("a", "b")}
+        counts = {name: {"acc": len(v)} for name, v in logged[rank].items()}
+        shards.append(step_gather.Shard.of(completions, per_reward=scores, reward_metrics=metrics,
+                                           metric_counts=counts))
+    step = step_gather.join(shards)
+    assert step_gather.log_metric_means(step) == {"acc": pytest.approx(2 / 6)}
+    assert step.reward_metrics["a"]["acc"] == pytest.approx(2 / 5)  # each reward's own stays its own

@@ -179,14 +179,27 @@ def test_a_vlm_image_column_is_refused_not_dropped(tmp_path, fmt, column):
         _load(tmp_path, rows, fmt)
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_a_prompt_ending_with_an_assistant_message_is_refused(tmp_path, fmt):
-    """TRL continues a final assistant message; polyrl would close it and open a new turn. A
-    'messages' column (whole conversations, answer last) as the prompt is the common case."""
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "rows"])
+def test_a_prompt_ending_with_an_assistant_message_is_taken_as_trl_takes_it_with_one_warning(tmp_path, fmt):
+    """TRL 1.16's GRPOTrainer takes a chat prompt ending with an assistant message (it renders it
+    closed, a new assistant turn after it: ``_tokenize_prompts``' ``add_generation_prompt=True``);
+    polyrl refused it. One warning names the first such row and how many there are, since a
+    'messages' column (whole conversations, answer last) as the prompt is the common mistake."""
+    from structlog.testing import capture_logs
+
+    from polyrl.data import from_rows
+
     ok = [{"role": "user", "content": "2+2?"}]
-    rows = [{"messages": ok}, {"messages": [*ok, {"role": "assistant", "content": "4"}]}]
-    with pytest.raises(ConfigError, match=r"row 1.*ends with an assistant message.*Fix: end each prompt"):
-        _load(tmp_path, rows, fmt, prompt_column="messages")
+    answered = [*ok, {"role": "assistant", "content": "4"}]
+    rows = [{"messages": ok}, {"messages": answered}, {"messages": answered}]
+    with capture_logs() as logs:
+        dataset = from_rows(rows, prompt_column="messages") if fmt == "rows" else \
+            _load(tmp_path, rows, fmt, prompt_column="messages")
+    assert dataset[1]["messages"] == answered
+    warned = [e for e in logs if e["log_level"] == "warning" and "ends with an assistant message" in e["event"]]
+    assert len(warned) == 1
+    assert "row 1" in warned[0]["event"] and "(2 prompts do)" in warned[0]["event"]
+    assert "move it to an answer column" in warned[0]["fix"]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])

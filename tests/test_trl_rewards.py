@@ -546,6 +546,31 @@ def test_log_history_has_log_metric_values_under_their_own_names(toy, tmp_path):
     assert seen == [(None, None, False, False, False), (0.75, 0.75, True, False, False)]  # not polyrl's own stats
 
 
+def test_a_log_metric_name_two_rewards_log_is_trls_mean_of_all_their_values(toy, tmp_path):
+    """TRL 1.16 keeps one list per ``log_metric`` name for the whole step (``_pending_metrics``),
+    whichever reward logged into it, and logs its sum over its count: ``acc`` logged once as 1.0 by
+    one reward and three times as 0.0 by another is 0.25. polyrl's ``log_history`` held the first
+    reward's mean (1.0) under ``acc``; each reward's own ``reward/<function>/acc`` stays its own."""
+    seen = []
+
+    def solved(completions, log_metric, **kwargs):
+        log_metric("acc", 1.0)
+        return [1.0] * len(completions)
+
+    def judged(completions, log_metric, **kwargs):
+        for _ in range(3):
+            log_metric("acc", 0.0)
+        return [0.0] * len(completions)
+
+    def curriculum(completions, trainer_state, **kwargs):
+        last = trainer_state.log_history[-1] if trainer_state.log_history else {}
+        seen.append((last.get("acc"), last.get("reward/solved/acc"), last.get("reward/judged/acc")))
+        return [0.0] * len(completions)
+
+    _api_run(tmp_path, [solved, judged, curriculum], steps=2)
+    assert seen == [(None, None, None), (0.25, 1.0, 0.0)]
+
+
 def test_api_a_dataset_without_a_prompt_column_says_how_to_fix_it_in_python(toy, tmp_path):
     """``data.prompt_column`` is a TOML key ``run`` has no argument for: the fix names the 🤗
     Dataset's rename (and, for a messages column, what to keep as the prompt)."""

@@ -225,7 +225,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "loss_batch": "completions per batch of that loss (whole groups); each batch's advantages are its own (with "
                       "`scale_rewards = \"batch\"` its std), and the batches' losses are averaged with their sizes "
                       "as weights, as TRL's evaluation loop scores and averages its `per_device_eval_batch_size` x "
-                      "processes batches (0 = the whole eval set as one batch)",
+                      "processes batches (0 = the whole eval set as one batch); with `reward = \"run\"` the rewards "
+                      "are called once per batch (each rank's share of it), as TRL calls them, and a reward's "
+                      "`log_metric(name, ...)` is `eval/log_metric/<name>`, the mean of the batches' values",
     },
     "logging": {
         "report_to": 'experiment trackers, e.g. ["tensorboard", "wandb", "mlflow", "trackio"] '

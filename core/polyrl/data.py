@@ -29,7 +29,7 @@ import attrs
 import numpy as np
 
 from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
-                               check_text_columns, final_assistant_error, image_column_error, unknown_role)
+                               check_text_columns, image_column_error, unknown_role, warn_final_assistant)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
 from polyrl.control_chars import ControlProbe
 from polyrl.csv_chats import refuse_chat_text
@@ -53,12 +53,14 @@ def _shown(value: Any) -> str:
     return f"{text[:80]}{'...' if len(text) > 80 else ''} ({type(value).__name__})"
 
 
-def _check_prompt(value: Any, where: str, column: str) -> None:
+def _check_prompt(value: Any, where: str, column: str) -> bool:
+    """Refuse a prompt that is neither non-blank text nor a chat in known roles; whether it is a
+    chat ending with an assistant message (``data_arrow.warn_final_assistant``)."""
     if isinstance(value, str):
         if blank(value):
             raise ConfigError(f"{where}: the prompt in column {column!r} {blank_problem(value)}", field="data",
                               fix="remove empty prompts from the dataset")
-        return
+        return False
     problem = _chat_problem(value)
     if problem is not None:
         detail, fix = problem
@@ -68,8 +70,7 @@ def _check_prompt(value: Any, where: str, column: str) -> None:
     for m in value:
         if m["role"] not in CHAT_ROLES:
             raise unknown_role(m["role"], where, column)
-    if value[-1]["role"] == "assistant":
-        raise final_assistant_error(where, column)
+    return value[-1]["role"] == "assistant"
 
 
 def _chat_problem(value: Any) -> tuple[str, str] | None:
@@ -151,6 +152,7 @@ class Dataset:
         refuse_needed([(source, prompt_field), *((column, f"data.columns.{target}")
                                                  for target, column in self.column_map.items())],
                       self.late_columns, self.name)
+        final_assistant: list[int] = []
         for i, row in enumerate(self._rows or ()):
             if not isinstance(row, Mapping):
                 raise ConfigError(f"{self.where(i)} is a {type(row).__name__}, not an object", field="data",
@@ -177,7 +179,10 @@ class Dataset:
                         f'data.columns = {{{self.prompt_column} = "..."}}') if mapped
                     else message_row_fix(row, source) or "set data.prompt_column to the column that holds the prompts",
                 )
-            _check_prompt(row[source], self.where(i), source)
+            if _check_prompt(row[source], self.where(i), source):
+                final_assistant.append(i)
+        if final_assistant:
+            warn_final_assistant(self.where(final_assistant[0]), source, len(final_assistant))
 
     @property
     def late_columns(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import ConfigError
+from polyrl.logs import get_logger
 from polyrl.one_conversation import message_row_fix
 from polyrl.nul_bytes import ARROW_NUL_FIX, find_nul, nul_error
 from polyrl.text_validity import BLANK_RE2, blank_problem, not_utf8_error
@@ -27,6 +28,8 @@ ITER_BLOCK = 1024
 #: templates; ``ipython``: Llama 3.x tool results) and the ones episodes write. Anything else is
 #: a typo ("usr", "User") that a template would render as a turn of its own, silently.
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer", "ipython")
+
+log = get_logger("polyrl.data")
 
 
 def unknown_role(role: Any, where: str, column: str) -> ConfigError:
@@ -129,7 +132,8 @@ def null_prompt(row: int, column: str) -> tuple[str, str]:
 
 def check_prompt_column(table: Any, column: str, name: str,
                         missing: Callable[[int, str], tuple[str, str]] | None = None) -> None:
-    """Every row of ``column`` is non-empty text or a non-empty chat; checked chunk by chunk.
+    """Every row of ``column`` is non-empty text or a non-empty chat; checked chunk by chunk (chats
+    ending with an assistant message warned of once: ``warn_final_assistant``).
     ``missing(row, column)``: (why, fix) for a text row with no value, where the source says more
     than that it is null (a CSV cell pandas read as missing: ``ArrowRows.csv``)."""
     if column not in table.column_names:
@@ -155,7 +159,7 @@ def check_prompt_column(table: Any, column: str, name: str,
         raise ConfigError(
             f"column {column!r} of {name} holds {data.type}, not text or chat messages", field="data.prompt_column",
             fix='store plain text, or a list of {"role": ..., "content": ...} messages, in the prompt column')
-    offset = 0
+    offset, final_assistant = 0, []
     for chunk in data.chunks:
         bad, why = _bad_rows(chunk)
         if len(bad):
@@ -164,12 +168,15 @@ def check_prompt_column(table: Any, column: str, name: str,
                 why, fix = (missing if missing is not None and _is_text(chunk.type) else null_prompt)(row, column)
             raise ConfigError(f"row {row} of {name}: the prompt in column {column!r} {why}", field="data", fix=fix)
         if not _is_text(chunk.type):
-            _check_roles(chunk, offset, name, column)
+            final_assistant += _check_roles(chunk, offset, name, column)
         offset += len(chunk)
+    if final_assistant:
+        warn_final_assistant(f"row {final_assistant[0]} of {name}", column, len(final_assistant))
 
 
-def _check_roles(chunk: Any, offset: int, name: str, column: str) -> None:
-    """Every message's role is one of ``CHAT_ROLES`` (checked with one Arrow kernel per chunk)."""
+def _check_roles(chunk: Any, offset: int, name: str, column: str) -> list[int]:
+    """Every message's role is one of ``CHAT_ROLES`` (checked with one Arrow kernel per chunk);
+    the rows whose prompt ends with an assistant message."""
     pa, pc = _pa()
     roles = pc.struct_field(pc.list_flatten(chunk), "role")
     parents = pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)
@@ -180,9 +187,8 @@ def _check_roles(chunk: Any, offset: int, name: str, column: str) -> None:
     if len(parents):  # each row's last message: where the next message belongs to another row
         last = np.append(parents[1:] != parents[:-1], True)
         assistant = pc.fill_null(pc.equal(roles, "assistant"), False).to_numpy(zero_copy_only=False) & last
-        if assistant.any():
-            row = offset + int(parents[int(np.flatnonzero(assistant)[0])])
-            raise final_assistant_error(f"row {row} of {name}", column)
+        return [offset + int(parents[i]) for i in np.flatnonzero(assistant)]
+    return []
 
 
 def check_text_columns(table: Any, name: str) -> None:
@@ -259,15 +265,17 @@ def image_column_error(column: str, name: str) -> ConfigError:
         fix=f"remove the {column!r} column, or rename it (e.g. {column}_path) if only a reward reads it")
 
 
-def final_assistant_error(where: str, column: str) -> ConfigError:
-    """The error for a chat prompt ending with an assistant message. TRL continues that message
-    (a prefill, ``continue_final_message``); polyrl's chat encoding opens a new assistant turn after
-    it, so the model would read the prefill, or a dataset's answer, as a finished turn."""
-    return ConfigError(
-        f"{where}: the prompt in column {column!r} ends with an assistant message, which TRL would "
-        "continue and polyrl would close, starting a new assistant turn after it", field="data",
-        fix="end each prompt with a user or tool message (a 'messages' column of whole conversations "
-            "holds the answer: move it to an answer column)")
+def warn_final_assistant(where: str, column: str, count: int) -> None:
+    """Said once per dataset: ``count`` chat prompts end with an assistant message, the first at
+    ``where``. TRL 1.16's GRPOTrainer takes them and renders them with ``add_generation_prompt=True``
+    (``_tokenize_prompts``): the message closed, a new assistant turn opened after it, as polyrl's
+    chat encoding does, so polyrl trains them as TRL does (they were refused). Why warned: a prefill
+    is not continued, and a 'messages' column of whole conversations shows the model its answer."""
+    log.warning(f"{where}: the prompt in column {column!r} ends with an assistant message ({count} "
+                f"prompt{'s' if count != 1 else ''} do): as TRL's GRPOTrainer renders it, that message is "
+                "closed and the model answers in a new assistant turn after it (a prefill is not continued)",
+                fix="end each prompt with a user or tool message if the model should not read that message; "
+                    "a 'messages' column of whole conversations holds the answer: move it to an answer column")
 
 
 class ArrowRows:

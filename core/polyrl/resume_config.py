@@ -31,7 +31,9 @@ APPLIED = (
     "train.threads", "train.output_dir", "train.collective_timeout_s",
     "eval.every", "eval.reward", "eval.max_new_tokens",
     "eval.before",  # read at step 0 only, which a resumed run is past (TRL's eval_on_start, changed at resume)
-    "eval.loss", "eval.loss_batch",  # what the evaluation also reports, not what it samples or scores
+    # what the evaluation also reports, not what it samples or scores (loss_batch also groups its reward
+    # calls, TRL's eval batches: a reward scoring each completion on its own scores them the same)
+    "eval.loss", "eval.loss_batch",
     "generation.overlap",  # a pending rollout is trained on (overlap) or drawn again on-policy
 )
 

@@ -26,6 +26,11 @@ from polyrl.safe_stats import mean_std
 COUNT_METRICS = frozenset({"failures", "parse_failures", "requests", "retries", "timeouts", "violations"})
 
 
+#: The step metric holding a ``log_metric`` name, pooled over every reward's values
+#: (``log_metric_means``); ``log_history`` has it under the bare name, as TRL logs it.
+LOG_METRIC_PREFIX = "log_metric/"
+
+
 def _is_count(name: str) -> bool:
     return name in COUNT_METRICS or name.endswith("_count")
 
@@ -151,6 +156,22 @@ def _joined_counts(shards: Sequence[Shard]) -> dict[str, dict[str, int]]:
             for key, count in counts.items():
                 out.setdefault(name, {})[key] = out.get(name, {}).get(key, 0) + int(count)
     return out
+
+
+def log_metric_means(step: Shard) -> dict[str, float]:
+    """Each ``log_metric`` name the step's rewards logged, pooled over all their values: TRL 1.16
+    keeps one list per name for the whole step (``_pending_metrics[name]``), so ``acc`` logged by
+    two reward functions is the sum of every value over their number. Why: the bare name in
+    ``log_history`` was the first reward's mean alone. Every name, even one reward's, so that a
+    ``logging_steps`` window averages the same key over its steps whichever rewards logged it."""
+    pooled: dict[str, list[tuple[int, float]]] = {}
+    for name, counts in step.metric_counts.items():
+        for key, count in counts.items():
+            value = step.reward_metrics.get(name, {}).get(key)
+            if count and value is not None:
+                pooled.setdefault(key, []).append((int(count), float(value)))
+    with np.errstate(invalid="ignore"):  # inf and -inf from two rewards: NaN, as TRL's sum gives
+        return {key: sum(c * v for c, v in parts) / sum(c for c, _ in parts) for key, parts in pooled.items()}
 
 
 def every_episode_failed(shard: Shard) -> bool:

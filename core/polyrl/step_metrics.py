@@ -270,12 +270,18 @@ def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     std is logged): ``eval_reward``, ``eval_reward_std``, ``eval_rewards/<f>/mean|std``,
     ``eval_completions/mean_length``, with ``eval.loss`` its ``eval_loss`` and clip ratios, and
     ``eval_num_tokens`` where ``metrics`` is a step's line (its ``num_tokens``: TRL's eval mode
-    logs the training tokens seen so far). Empty without such an evaluation. ``names``: as for
+    logs the training tokens seen so far), and a reward's ``log_metric(name, ...)`` as ``eval_<name>``
+    (``polyrl.eval_log_metrics``). Empty without such an evaluation. ``names``: as for
     ``trl_aliases``. A NaN stays NaN (``_no_value`` says why)."""
     if "eval/sampled_reward_std" not in metrics:
         return {}
+    from polyrl.eval_log_metrics import PREFIX  # a reward's log_metric(name, ...): TRL's eval_<name>
+
     out = {trl: metrics[ours] for ours, trl in TRL_EVAL_ALIASES.items() if ours in metrics}
     out.update(_per_reward(metrics, 4, ["eval", "reward"], "eval_rewards/", names))
+    for key, value in metrics.items():
+        if key.startswith(PREFIX):
+            out.setdefault(f"eval_{key[len(PREFIX):]}", value)
     if "num_tokens" in metrics:
         out["eval_num_tokens"] = metrics["num_tokens"]
     return out

@@ -51,7 +51,7 @@ from polyrl.control_chars import ControlProbe, engines_probe
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_changed_error, load_train_and_eval
 from polyrl.backend_features import check_router_aux
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
-from polyrl import episode_scoring, eval_loss
+from polyrl import episode_scoring, eval_log_metrics, eval_loss
 from polyrl.episode_prompts import first_prompt_encoder
 from polyrl.folder_chat import FolderChat
 from polyrl.hook_prompts import HookPromptEncoder
@@ -972,6 +972,8 @@ class Trainer:
             "samples_kept": batch.global_kept,
             "policy_lag": lag,
             **{f"reward/{k}/{m}": v for k, ms in step.reward_metrics.items() for m, v in ms.items()},
+            # each log_metric name over every reward's values (TRL's one list per name)
+            **{f"{step_gather.LOG_METRIC_PREFIX}{k}": v for k, v in step_gather.log_metric_means(step).items()},
             **kl_metrics,
         }
 
@@ -1384,13 +1386,17 @@ class Trainer:
         records: list[dict[str, Any]] = []
         parts: dict[str, np.ndarray] = {}  # the sampled pass's scores of each reward
         lengths: np.ndarray | None = None  # and its completion lengths
+        logged: list[eval_log_metrics.Sums] = []  # and its reward calls' log_metric sums, one per batch
         try:
             if ev.greedy:
-                greedy, records, _, _, _ = self._eval_pass(rows, prompts, greedy_sampling, phase)
+                greedy, records, _, _, _, _ = self._eval_pass(rows, prompts, greedy_sampling, phase)
             if ev.samples:
                 sampling = attrs.evolve(greedy_sampling, temperature=c.generation.temperature or 1.0, n=ev.samples,
                                         seed=_step_seed(c.train.seed + 1, self.step) + 104_729 * self.rank)
-                sampled, more, parts, lengths, completions = self._eval_pass(rows, prompts, sampling, phase)
+                # TRL's eval batches, each rank's share of one in one call (eval.loss_batch: every rank's)
+                batch = max(ev.loss_batch // self.world_size, 1) if ev.loss_batch and ev.reward == RUN_REWARDS else 0
+                sampled, more, parts, lengths, completions, logged = self._eval_pass(rows, prompts, sampling, phase,
+                                                                                     batch)
                 records += more
         except (RewardError, RewardCancelled) as exc:
             failed = exc
@@ -1400,14 +1406,16 @@ class Trainer:
             raise failed
         loss_metrics = self._eval_loss(completions, sampled, parts) if ev.loss and sampled is not None else {}
         cut = np.array([x.finish_reason == "length" for x in completions], dtype=bool)  # the sampled pass's
+        everyones_logged = [logged]
         if self.world_size > 1:
-            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths, cut))
+            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths, cut, logged))
             greedy = np.concatenate([g[0] for g in gathered]) if ev.greedy else None
             sampled = np.concatenate([g[1] for g in gathered]) if ev.samples else None
             records = [r for g in gathered for r in g[2]]
             parts = {key: np.concatenate([g[3][key] for g in gathered]) for key in parts}
             lengths = np.concatenate([g[4] for g in gathered]) if lengths is not None else None
             cut = np.concatenate([g[5] for g in gathered])
+            everyones_logged = [g[6] for g in gathered]
         if self.rank == 0 and records:
             try:
                 evaluation.append_records(self.output_dir, records)
@@ -1417,6 +1425,7 @@ class Trainer:
                                       per_reward=parts if ev.reward == RUN_REWARDS else None, lengths=lengths)
         if ev.reward == RUN_REWARDS and sampled is not None and lengths is not None and len(lengths):
             out.update(self._eval_batch_metrics(sampled, parts, lengths, cut))
+            out.update(eval_log_metrics.eval_means(everyones_logged))
         # with eval.greedy = false the sampled episodes are all there is (the share was left out)
         episodes = [r for r in records if (r["greedy"] or not ev.greedy) and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
@@ -1495,19 +1504,20 @@ class Trainer:
                                  np.bincount(batch_of).tolist(), counts,
                                  [x for g in gathered for x in g[5] or ()] if known else None)
 
-    def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any,
-                   phase: str) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray,
-                                        list[Completion]]:
+    def _eval_pass(self, rows: list[dict[str, Any]], prompts: list[Any], sampling: Any, phase: str,
+                   batch: int = 0) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, np.ndarray], np.ndarray,
+                                        list[Completion], list[eval_log_metrics.Sums]]:
         """Generate ``sampling.n`` completions per eval row, score them with ``eval.reward``:
-        the totals, the records, each reward's raw scores (by label), the completion lengths and
-        the completions."""
+        the totals, the records, each reward's raw scores (by label), the completion lengths, the
+        completions and each reward call's ``log_metric`` sums. ``batch``: completions per reward
+        call (0: one call), as TRL scores each eval batch on its own (``polyrl.eval_log_metrics``)."""
         ev = self.config.eval
         labels = [r.label for r in self.config.rewards] if ev.reward == RUN_REWARDS else [ev.reward]
         if not rows:  # an eval set smaller than the world leaves this rank none
             if self.world_size > 1:  # a sharded (FSDP) generator gathers its weights collectively: take part
                 self._sample(rows, sampling, training=False)
                 self._stop_if_environment_raised()  # and in the gather below
-            return np.zeros(0), [], {label: np.zeros(0) for label in labels}, np.zeros(0), []
+            return np.zeros(0), [], {label: np.zeros(0) for label in labels}, np.zeros(0), [], []
         completions = self._sample(rows, sampling, training=False)
         self._stop_if_environment_raised()  # before any reward scores the episodes that did not run
         per_completion = [row for row in rows for _ in range(sampling.n)]
@@ -1523,12 +1533,16 @@ class Trainer:
                                                          columns=self._columns[1]))
 
         asked = episode_scoring.prompts_asked(per_completion, completions, self.config.data.prompt_column)
-        result = episode_scoring.score_started(score, asked, per_completion, completions)
-        scores = np.asarray(result.total, dtype=np.float64)  # an episode ended by an environment error: NaN
+        size = batch if batch > 0 else max(len(completions), 1)
+        results = [episode_scoring.score_started(score, asked[i: i + size], per_completion[i: i + size],
+                                                 completions[i: i + size]) for i in range(0, len(completions), size)]
+        logged = [eval_log_metrics.call_sums(r.metrics, r.metric_counts) for r in results]
+        scores = np.concatenate([np.asarray(r.total, dtype=np.float64) for r in results])  # env error: NaN
         records = evaluation.completion_records(phase, self.step, [p for p in prompts], [x.text for x in completions],
                                                 scores, sampling.n, greedy=sampling.temperature == 0,
                                                 threshold=ev.pass_threshold)
-        parts = {label: np.asarray(result.per_reward[label], dtype=np.float64) for label in labels}
+        parts = {label: np.concatenate([np.asarray(r.per_reward[label], dtype=np.float64) for r in results])
+                 for label in labels}
         lengths = np.asarray([len(x.completion_ids) for x in completions], dtype=np.float64)
         if ev.reward == RUN_REWARDS:  # each reward's own score beside the weighted total
             for i, record in enumerate(records):
@@ -1538,7 +1552,7 @@ class Trainer:
             if completion.mask is not None:  # an episode: its conversation and whether it called a tool
                 record["completion"] = completion.messages
                 record["tool_calls"] = int(completion.info.get("tool_calls", 0))
-        return scores, records, parts, lengths, completions
+        return scores, records, parts, lengths, completions, logged
 
     # --- checkpoints ---------------------------------------------------------------------------
 

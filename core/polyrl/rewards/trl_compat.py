@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from polyrl.errors import ConfigError
+from polyrl.step_gather import LOG_METRIC_PREFIX
 from polyrl.step_metrics import trl_aliases, trl_epoch, trl_logged
 
 #: Keyword arguments TRL passes besides the dataset columns (``environments`` too, only in a run
@@ -200,7 +201,9 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     """One step's metrics for ``trainer_state.log_history``: polyrl's names plus TRL's for the same
     values (``step_metrics.trl_aliases``: ``reward``, ``rewards/<function>/mean`` and ``/std``,
     ``learning_rate``; lines of an older metrics.jsonl lack them) and a reward's own
-    ``log_metric(name, value)`` under its bare name, as TRL logs it. Why: a curriculum written for
+    ``log_metric(name, value)`` under its bare name, as TRL logs it (the mean of every reward's
+    values under that name, ``step_gather.log_metric_means``; a line without it: the first
+    reward's). Why: a curriculum written for
     TRL reads ``log_history[-1]["reward"]``. ``names``: a reward label's TRL name where it differs
     (``step_metrics.trl_reward_names``): the labels TRL names alike share one key, as in TRL. A
     NaN (a mean of nothing: the reward statistics of a step no reward scored) is None, as TRL's
@@ -213,6 +216,9 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     out = {k: v for k, v in metrics.items() if not _renamed(k, names or {})}
     for name, value in aliases.items():
         out.setdefault(name, value)
+    for key, value in metrics.items():  # every reward's values of a name (step_gather)
+        if key.startswith(LOG_METRIC_PREFIX):
+            out.setdefault(key[len(LOG_METRIC_PREFIX):], value)
     for key, value in metrics.items():
         parts = key.split("/")
         if len(parts) == 3 and parts[0] == "reward" and parts[2] not in ("mean", "std", *CORE_METRICS):
