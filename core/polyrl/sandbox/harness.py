@@ -64,7 +64,7 @@ from polyrl.sandbox.compared_copies import register as register_compared_copies
 from polyrl.sandbox.defaulted_reads import register as register_defaulted_sites
 from polyrl.sandbox.in_place import write_back, written
 from polyrl.sandbox.vacuous_counts import register as register_vacuous_counts
-from polyrl.sandbox.vacuous_reads import Vacuous, reached, read_vacuously, vacuous_paths
+from polyrl.sandbox.vacuous_reads import Vacuous, compared_with_answer, reached, read_vacuously, vacuous_paths
 from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
@@ -189,7 +189,8 @@ class Session:
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
         if passed is not None and written(answer.get("v")):
-            self._decoded(lambda v: write_back(v, *passed, may_shrink=self._may_shrink), answer.get("v"))
+            self._decoded(lambda v: write_back(v, *passed, may_shrink=self._may_shrink, may_change=self._may_change),
+                          answer.get("v"))
             if len(answer["v"]) == 3:  # the call returned None
                 return None
             return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer["v"][3])
@@ -284,6 +285,11 @@ class Session:
         """Whether an argument the call shortened may be written back (``in_place``): no value a
         check of the tests' may read vacuously holds it. Not before the tests' sources are read."""
         return self.vacuous is not None and not reached(value, self.vacuous)
+
+    def _may_change(self, value: Any) -> bool:
+        """Whether an argument the call changed may be written back (``in_place``): the tests
+        compare no function of it with an answer of the solution's (``compared_with_answer``)."""
+        return self.vacuous is None or not compared_with_answer(value, self.vacuous)
 
     def ask_raw_names(self) -> Any:
         answer = self.channel.ask({"op": "names"})

@@ -15,6 +15,9 @@ that empties or shortens its argument would make the tests' later loops and prop
 vacuous (``all(a <= b for a, b in zip(xs, xs[1:]))``, ``xs == sorted(xs)`` of an emptied ``xs``),
 so such a change stays unseen there, as every change was before; where the tests only compare it
 with values of their own, Python's result stands (``del nums[k:]`` then ``assert nums[:k] == [1, 2]``).
+An argument the tests compare, through a function of theirs, with an answer of the solution's
+takes no change at all (``may_change``; ``vacuous_reads.compared_with_answer``): ``xs[:] = [0] *
+len(xs); return list(xs)`` made the tests' ``sorted(xs)`` equal its answer, same length or not.
 """
 
 from __future__ import annotations
@@ -48,10 +51,11 @@ def written(answer: Any) -> bool:
 
 
 def write_back(answer: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               may_shrink: Callable[[Any], bool] | None = None) -> None:
+               may_shrink: Callable[[Any], bool] | None = None,
+               may_change: Callable[[Any], bool] | None = None) -> None:
     """Give the tests' list, dict and set arguments the contents the sample's copies have after
-    the call, where nothing shrinks or ``may_shrink`` of the argument says yes (module doc);
-    ``ProtocolError`` for a malformed answer."""
+    the call, where nothing shrinks or ``may_shrink`` of the argument says yes, and never where
+    ``may_change`` of it says no (module doc); ``ProtocolError`` for a malformed answer."""
     after, after_kw = answer[1], answer[2]
     if not (isinstance(after, list) and len(after) == len(args) and isinstance(after_kw, dict)
             and set(after_kw) <= set(kwargs)):
@@ -59,7 +63,7 @@ def write_back(answer: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     pairs = [*zip(args, after), *((kwargs[k], v) for k, v in after_kw.items())]
     news = [(old, decode(new)) for old, new in pairs if new is not None]
     for old, new in news:
-        if _base(old) is None:
+        if _base(old) is None or (may_change is not None and not may_change(old)):
             continue
         if _fits(old, new):
             _assign(old, new)

@@ -21,6 +21,16 @@ name and that place only a slice or an index (``nums[:k]``), ``len``/``sorted``/
 (a loop, a comprehension, ``all``/``zip``/``np.all``, a method of it, a function of the tests',
 ``!=``, an ordering) may be vacuous, so its value stays unwritten, as before: erring that way costs
 only a right solution that shrinks its argument there.
+
+Apart from those, ``Vacuous.answered`` names the paths the tests compare, through some function of
+theirs, with an answer of the solution's (``assert my_sort(xs) == sorted(xs)``, ``r = f(xs)`` then
+``assert r == max(xs)``), each with the function that reads it. Why: Python runs the call first,
+so a solution that rewrites its argument (``xs[:] = [0] * len(xs); return list(xs)``) made the
+tests' ``sorted(xs)`` agree with its forged answer. Such an argument is not written back when
+changed (``in_place``: ``may_change``), as if the solution had copied it: a right in-place sort
+still equals ``sorted`` of the tests' own ``xs``. The argument itself compared whole with the
+answer (``assert f(xs) == xs``: the answer must be the argument, changed), or its ``len`` (``k == len(nums)``
+after a right ``del nums[k:]``), is no such read.
 """
 
 from __future__ import annotations
@@ -60,6 +70,8 @@ class Vacuous(NamedTuple):
     whole: frozenset[str]
     items: frozenset[str]
     own: frozenset[str] = frozenset()
+    #: (path, function name, its first line): read in a comparison with an answer of the solution's
+    answered: frozenset[tuple[str, str, int]] = frozenset()
 
 
 def vacuous_paths(sources: Iterable[str]) -> Vacuous | None:
@@ -126,7 +138,114 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
             if name in items:
                 items.add(path)
         grown = len(items) > before
-    return Vacuous(frozenset(unsafe), frozenset(items), frozenset(own))
+    return Vacuous(frozenset(unsafe), frozenset(items), frozenset(own), _answered(trees, parents, theirs, answers))
+
+
+#: Calls of two arguments that check them equal, as ``==`` of the two does.
+_EQUAL_CALLS = _EQUAL | {"assertAlmostEqual", "assertAlmostEquals", "isclose", "allclose", "array_equal"}
+#: Calls that read their argument's value as it is for ``_answered``: ``f(xs) == list(xs)`` compares
+#: the argument itself, and ``k == len(nums)`` the count a right ``del nums[k:]`` leaves.
+_SAME = frozenset({"list", "tuple", "len"})
+
+
+def _answered(trees: list[ast.Module], parents: dict[int, ast.AST], theirs: frozenset[str],
+              answers: frozenset[str]) -> frozenset[tuple[str, str, int]]:
+    """The paths read in one side of an ``==``/``is`` (or an ``_EQUAL_CALLS`` call) whose other
+    side is an answer of the solution's (``_answer_value``), where that side is some function of
+    the path, not the path itself or its ``len`` (module doc); each with the function that reads it (``_scope``)."""
+    found: set[tuple[str, str, int]] = set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load) \
+                or isinstance(parents.get(id(node)), ast.Attribute) or _called(node, parents):
+            continue
+        path = attribute_path(node)
+        if path is None:
+            continue
+        current: ast.AST = node
+        parent = parents.get(id(current))
+        while isinstance(parent, ast.expr) and not _equality(parent):
+            current, parent = parent, parents.get(id(parent))
+        if isinstance(parent, ast.Compare):
+            sides = [parent.left, *parent.comparators]
+        elif isinstance(parent, ast.Call) and _equality(parent):
+            sides = parent.args[:2]
+        else:
+            continue
+        others = [side for side in sides if side is not current]
+        if len(others) == 1 and current in sides and _answer_value(others[0], theirs, answers) \
+                and not _answer_value(current, theirs, answers) and _bare(current) is not node:
+            found.add((path, *_scope(node, parents)))
+    return frozenset(found)
+
+
+def _called(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether ``node`` is the function of a call (``sorted`` of ``sorted(xs)``)."""
+    parent = parents.get(id(node))
+    return isinstance(parent, ast.Call) and parent.func is node
+
+
+def _equality(node: ast.AST) -> bool:
+    """Whether ``node`` checks two values equal: ``a == b``, ``a is b``, ``assertEqual(a, b)``..."""
+    if isinstance(node, ast.Compare):
+        return len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.Is))
+    if isinstance(node, ast.Call) and len(node.args) >= 2:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        return name in _EQUAL_CALLS
+    return False
+
+
+def _bare(node: ast.AST) -> ast.AST:
+    """``node`` with ``list(...)``/``tuple(...)``/``len(...)`` and whole slices (``xs[:]``) taken off."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SAME \
+                and len(node.args) == 1 and not node.keywords:
+            node = node.args[0]
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) \
+                and node.slice.lower is node.slice.upper is node.slice.step is None:
+            node = node.value
+        else:
+            return node
+
+
+def _answer_value(node: ast.AST, theirs: frozenset[str], answers: frozenset[str]) -> bool:
+    """``_answer``, through an index or a builtin of one argument too (``f(xs)[0]``, ``sum(r)``);
+    ``expected[:k]`` is still none."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BUILTIN_NAMES \
+            and len(node.args) == 1 and not _solution_call(node.func, theirs):
+        node = node.args[0]
+    return _answer(node, theirs, answers)
+
+
+def _scope(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[str, int]:
+    """The name and first line of the code object that runs ``node``: its innermost function or
+    class (its first decorator's line, as Python counts it), else the module."""
+    above = parents.get(id(node))
+    while above is not None:
+        if isinstance(above, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return above.name, min([above.lineno, *(d.lineno for d in above.decorator_list)])
+        if isinstance(above, ast.Lambda):
+            return "<lambda>", above.lineno
+        above = parents.get(id(above))
+    return "<module>", 1
+
+
+def compared_with_answer(value: Any, vacuous: Vacuous) -> bool:
+    """Whether a path of ``vacuous.answered``, as the tests' frame of its function binds it now,
+    is ``value``, holds it or is held in it (module doc)."""
+    inside = {id(v) for v in _containers(value)}
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename in TESTS_FILES:
+            for path, name, line in vacuous.answered:
+                if (name, line) != (code.co_name, code.co_firstlineno):
+                    continue
+                for found in _bound_in(frame, path):
+                    if id(found) in inside or any(v is value for v in _containers(found)):
+                        return True
+        frame = frame.f_back
+    return False
 
 
 def _outer_paths(node: ast.AST) -> set[str]:
@@ -313,22 +432,27 @@ def _held(container: Any) -> list[Any]:
 def _resolved(path: str) -> Iterator[Any]:
     """What ``path`` (``xs``, ``self.xs``) is in each of the tests' frames on the stack that binds
     it; an attribute of a sample's value or of a module is never read."""
-    first, *attrs = path.split(".")
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename in TESTS_FILES:
-            for scope in (frame.f_locals, frame.f_globals):
-                if first in scope:
-                    value = scope[first]
-                    for attr in attrs:
-                        if isinstance(value, (Remote, types.ModuleType)):
-                            value = None
-                            break
-                        value = getattr(value, "__dict__", {}).get(attr)
-                    if value is not None:
-                        yield value
-                    break
+            yield from _bound_in(frame, path)
         frame = frame.f_back
+
+
+def _bound_in(frame: types.FrameType, path: str) -> Iterator[Any]:
+    """What ``path`` is in ``frame`` (its locals, else its globals), if it binds it."""
+    first, *attrs = path.split(".")
+    for scope in (frame.f_locals, frame.f_globals):
+        if first in scope:
+            value = scope[first]
+            for attr in attrs:
+                if isinstance(value, (Remote, types.ModuleType)):
+                    value = None
+                    break
+                value = getattr(value, "__dict__", {}).get(attr)
+            if value is not None:
+                yield value
+            return
 
 
 def _parse(source: str) -> ast.Module | None:

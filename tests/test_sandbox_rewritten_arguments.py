@@ -1,0 +1,86 @@
+"""An argument a solution rewrites to the same length no longer forges what the tests compare
+with its answer.
+
+``xs[:] = [0] * len(xs); return list(xs)`` scored 1.0 on ``assert my_sort(xs) == sorted(xs)``
+through the real reward path (``code_tests``): the harness wrote the same-length change back into
+the tests' ``xs`` (``in_place``), and Python runs the call before ``sorted(xs)``. An argument the
+tests compare, through a function of theirs, with an answer of the solution's now keeps the tests'
+own value (``vacuous_reads.compared_with_answer``); right in-place solutions keep 1.0.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_verdict import score
+
+pytestmark = pytest.mark.faults
+
+#: tests comparing a function of the argument with the solution's answer (every one read after the call).
+AGAINST_THE_ANSWER = {
+    "sorted_inline": "xs = [3, 1, 2]\nassert my_sort(xs) == sorted(xs)",
+    "named_answer": "xs = [3, 1, 2]\nr = my_sort(xs)\nassert r == sorted(xs)",
+    "random_inputs": "import random\nfor _ in range(5):\n    xs = [random.randint(1, 9) for _ in range(6)]\n"
+                     "    assert my_sort(xs) == sorted(xs)",
+    "assert_equal": "import unittest\nclass T(unittest.TestCase):\n    def test_sort(self):\n        xs = [3, 1, 2]\n"
+                    "        self.assertEqual(my_sort(xs), sorted(xs))\n",
+    "counter": "from collections import Counter\nxs = [3, 1, 2, 9]\nr = my_sort(xs)\n"
+               "assert len(r) == len(xs) and Counter(r) == Counter(xs)",
+    "maximum": "xs = [3, 1, 2]\nassert largest(xs) == max(xs)",
+}
+FORGED = ("def my_sort(xs):\n    xs[:] = [0] * len(xs)\n    return list(xs)\n"
+          "def largest(xs):\n    xs[:] = [0] * len(xs)\n    return 0\n")
+RIGHT = ("def my_sort(xs):\n    xs.sort()\n    return xs\n"
+         "def largest(xs):\n    xs.sort()\n    return xs[-1]\n")
+
+#: right in-place solutions, with tests that read their argument's new contents (LeetCode 26/27/75/88).
+IN_PLACE = {
+    "dedupe_26": ("nums = [1, 1, 2, 2, 3]\nexpected = [1, 2, 3]\nk = remove_duplicates(nums)\n"
+                  "assert k == len(expected) and nums[:k] == expected[:k]",
+                  "def remove_duplicates(nums):\n    k = 0\n    for x in nums:\n        if k == 0 or nums[k - 1] != x:\n"
+                  "            nums[k] = x\n            k += 1\n    return k\n"),
+    "remove_27": ("nums = [3, 2, 2, 3]\nval = 3\nk = remove_element(nums, val)\nassert k == 2\n"
+                  "for i in range(k):\n    assert nums[i] != val",
+                  "def remove_element(nums, val):\n    k = 0\n    for x in nums:\n        if x != val:\n"
+                  "            nums[k] = x\n            k += 1\n    return k\n"),
+    "colors_75": ("nums = [2, 0, 2, 1, 1, 0]\nsort_colors(nums)\nassert nums == [0, 0, 1, 1, 2, 2]",
+                  "def sort_colors(nums):\n    nums.sort()\n"),
+    "merge_88": ("nums1 = [1, 2, 3, 0, 0, 0]\nmerge(nums1, 3, [2, 5, 6], 3)\nassert nums1 == [1, 2, 2, 3, 5, 6]",
+                 "def merge(nums1, m, nums2, n):\n    nums1[:] = sorted(nums1[:m] + nums2[:n])\n"),
+    "returned_argument": ("xs = [3, 1, 2]\nassert my_sort(xs) == xs == [1, 2, 3]\nys = [2, 1]\nassert my_sort(ys) == ys",
+                          "def my_sort(xs):\n    xs.sort()\n    return xs\n"),
+    "answer_then_in_place_elsewhere": (
+        "def test_answer():\n    xs = [3, 1, 2]\n    assert my_sort(xs) == sorted(xs)\n"
+        "def test_in_place():\n    xs = [3, 1, 2]\n    my_sort(xs)\n    assert xs == [1, 2, 3]\n"
+        "test_answer()\ntest_in_place()\n",
+        "def my_sort(xs):\n    xs.sort()\n    return xs\n"),
+}
+
+
+def test_an_argument_rewritten_to_its_length_does_not_forge_the_tests_view_of_it():
+    """The forgery scored 1.0 on every row; a right in-place sort (returning its argument) and a
+    right copying one keep 1.0."""
+    rows = [{"prompt": "p", "tests": t} for t in AGAINST_THE_ANSWER.values()]
+    got = score([FORGED] * len(rows), rows=rows).total
+    assert dict(zip(AGAINST_THE_ANSWER, got)) == dict.fromkeys(AGAINST_THE_ANSWER, 0.0)
+    copying = "def my_sort(xs):\n    return sorted(xs)\ndef largest(xs):\n    return max(xs)\n"
+    for right in (RIGHT, copying):
+        got = score([right] * len(rows), rows=rows).total
+        assert dict(zip(AGAINST_THE_ANSWER, got)) == dict.fromkeys(AGAINST_THE_ANSWER, 1.0)
+
+
+def test_right_in_place_solutions_keep_full_marks():
+    """Tests that read the argument's new contents (compared with values of their own, or the
+    argument itself with the answer, or in another test function) still see it changed."""
+    rows = [{"prompt": "p", "tests": tests} for tests, _ in IN_PLACE.values()]
+    got = score([solution for _, solution in IN_PLACE.values()], rows=rows).total
+    assert dict(zip(IN_PLACE, got)) == dict.fromkeys(IN_PLACE, 1.0)
+
+
+def test_answered_paths_are_the_reads_compared_with_an_answer_in_their_function():
+    from polyrl.sandbox.vacuous_reads import vacuous_paths
+
+    found = vacuous_paths([AGAINST_THE_ANSWER["named_answer"], IN_PLACE["dedupe_26"][0],
+                           IN_PLACE["returned_argument"][0], IN_PLACE["answer_then_in_place_elsewhere"][0],
+                           "nums = [1, 1, 2]\nk = dedupe(nums)\nassert k == len(nums)"])
+    assert found is not None
+    assert found.answered == {("xs", "<module>", 1), ("xs", "test_answer", 1)}
