@@ -387,6 +387,41 @@ def test_two_of_the_samples_numbers_are_equal_where_their_numbers_are():
     assert list(score([right] * 2, rows=rows).total) == [1.0, 1.0]
 
 
+#: ``__abs__``, ``__round__`` and ``__neg__`` of ``PRIME_ITEM``: giving 2 (and -2) whatever it is, or as Python would.
+UNARY_LIES = TRUE + ("    def __abs__(self):\n        return 2\n    def __round__(self, nd=None):\n        return 2\n"
+                     "    def __neg__(self):\n        return -2\n")
+UNARY_TRUE = TRUE + ("    def __abs__(self):\n        return N(abs(self.v))\n    def __round__(self, nd=None):\n"
+                     "        return self.v\n    def __neg__(self):\n        return -self.v\n")
+#: The tests' ``is_prime`` reading the number through ``abs``, ``round`` or ``-``.
+IS_PRIME_AFTER = {
+    "abs": "def is_prime(n):\n    n = abs(n)\n    return n > 1 and all(n % d for d in range(2, n))\n",
+    "round": "def is_prime(n):\n    n = round(n)\n    return n > 1 and all(n % d for d in range(2, n))\n",
+    "neg": "def is_prime(n):\n    m = -(-n)\n    return m > 1 and all(m % d for d in range(2, m))\n",
+}
+
+
+def test_a_samples_number_negates_rounds_and_takes_abs_as_the_number_it_is_compared_as():
+    """A forged ``primes`` of objects equal to 4, 6, 8, 9 whose ``__abs__``/``__round__`` gave 2
+    and ``__neg__`` -2 passed each ``is_prime`` below (1.0): the sample answered those apart from
+    its number, as ``__index__`` did (``_agrees``). Right objects, returning another of theirs
+    or a plain number, keep 1.0."""
+    forged = PRIME_ITEM.replace("ALIBI\n", UNARY_LIES).replace("VALUES", "(4, 6, 8, 9)")
+    right = PRIME_ITEM.replace("ALIBI\n", UNARY_TRUE).replace("VALUES", "(2, 3, 5, 7)")
+    rows = [{"prompt": "p", "tests": IS_PRIME_AFTER[n] + "r = primes(10)\nassert len(r) == 4 and all(is_prime(x) for x in r)"}
+            for n in IS_PRIME_AFTER]
+    assert dict(zip(IS_PRIME_AFTER, score([forged] * 3, rows=rows).total)) == dict.fromkeys(IS_PRIME_AFTER, 0.0)
+    assert dict(zip(IS_PRIME_AFTER, score([right] * 3, rows=rows).total)) == dict.fromkeys(IS_PRIME_AFTER, 1.0)
+
+
+def test_rounding_that_differs_from_floats_only_at_a_half_or_the_last_digit_agrees():
+    from polyrl.sandbox.number_results import round_agrees, unary_agrees
+
+    assert round_agrees(2.5, None, 3) and round_agrees(2.5, None, 2) and not round_agrees(2.4, None, 3)
+    assert round_agrees(2.675, 2, 2.68) and not round_agrees(2.675, 2, 2.0) and not round_agrees(4, None, 2)
+    assert unary_agrees("abs", -3, 3) and not unary_agrees("abs", 4, 2) and unary_agrees("~", 2.5, 7)
+    assert unary_agrees("-", float("nan"), float("nan")) and unary_agrees("abs", None, 2)
+
+
 #: Objects equal to everything: no conversion, a constant one, one that answers a new number at
 #: each request, and one whose ``__float__`` hunts the sample's memory for the tests' numbers.
 FORGED_NUMBERS = {

@@ -15,6 +15,7 @@ from polyrl.sandbox.asserted_truths import asserted_here
 from polyrl.sandbox.attribute_reads import attribute_looped_here, not_in_item_here
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.defaulted_reads import defaulted_here
+from polyrl.sandbox.number_results import round_agrees, unary_agrees
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
@@ -919,8 +920,14 @@ class Remote:
         """``-x``, ``+x``, ``~x``, ``abs(x)``: run in the sample by its own ``__neg__``..., the
         result another of its values or plain data. Why: ``-Frac(1, 2) == Frac(-1, 2)`` and
         ``abs(x)`` raised TypeError here, so right solutions scored 0. Sound: no value of the
-        tests' reaches the sample, so what it answers is what a method of its would return."""
-        return self._session.ask("unary", self._data, root=self._root, ref=self._ref, kin=self._kin, how=how)
+        tests' reaches the sample, so what it answers is what a method of its would return. It
+        must be ``how`` of the number its comparisons use, where it has one (``number_results``:
+        objects equal to 4, 6, 8 whose ``__abs__`` gave 2 passed an ``is_prime`` doing ``abs(n)``)."""
+        number = self._plain_answer().get("number")
+        result = self._session.ask("unary", self._data, root=self._root, ref=self._ref, kin=self._kin, how=how)
+        if not unary_agrees(how, number, _number_of(result)):
+            raise TypeError(f"{how} of the sample's {self._type[:100]!r} is not {how} of the number it equals ({number!r})")
+        return result
 
     def __neg__(self) -> Any:
         return self._unary("-")
@@ -939,7 +946,12 @@ class Remote:
         of the tests' goes over, the number of digits, never a value they compare with."""
         if ndigits is not None and type(ndigits) is not int:
             raise TypeError("round() of a sample's value takes an int number of digits")
-        return self._session.ask("round", self._data, root=self._root, ref=self._ref, kin=self._kin, ndigits=ndigits)
+        number = self._plain_answer().get("number")  # the answer must round it (``number_results``)
+        result = self._session.ask("round", self._data, root=self._root, ref=self._ref, kin=self._kin, ndigits=ndigits)
+        if not round_agrees(number, ndigits, _number_of(result)):
+            raise TypeError(f"round() of the sample's {self._type[:100]!r} does not round the number it equals "
+                            f"({number!r})")
+        return result
 
     def _number(self, how: str, kind: type) -> Any:
         """``float(x)``, ``int(x)``, ``operator.index(x)`` (``range(x)``, ``xs[x]``): the number
@@ -998,6 +1010,11 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+def _number_of(value: Any) -> Any:
+    """``value``, or the number a sample's value is compared as (None where it has none)."""
+    return value._plain_answer().get("number") if isinstance(value, Remote) else value
 
 
 def _agrees(value: object, plain: dict[str, Any]) -> bool:
