@@ -26,6 +26,11 @@ AGAINST_THE_ANSWER = {
     "counter": "from collections import Counter\nxs = [3, 1, 2, 9]\nr = my_sort(xs)\n"
                "assert len(r) == len(xs) and Counter(r) == Counter(xs)",
     "maximum": "xs = [3, 1, 2]\nassert largest(xs) == max(xs)",
+    "decorated": "import functools\n@functools.lru_cache(None)\ndef t():\n    xs = [3, 1, 2]\n"
+                 "    assert my_sort(xs) == sorted(xs)\nt()\n",
+    "helper": "def check(xs):\n    assert my_sort(xs) == sorted(xs)\ncheck([3, 1, 2])\ncheck([5, 4])\n",
+    "cases_index": "cases = [[3, 1, 2], [2, 1]]\nfor i in range(2):\n    assert my_sort(cases[i]) == sorted(cases[i])\n",
+    "isclose": "import math\nxs = [3.0, 1.0, 2.0]\nassert math.isclose(largest(xs), max(xs))\n",
 }
 FORGED = ("def my_sort(xs):\n    xs[:] = [0] * len(xs)\n    return list(xs)\n"
           "def largest(xs):\n    xs[:] = [0] * len(xs)\n    return 0\n")
