@@ -12,8 +12,9 @@ silently ignored). Options:
     as does one without any ``</think>`` whose chat template opened the ``<think>`` in the prompt
     (``Completion.reasoning_open``: QwQ, DeepSeek-R1 distills).
     How "auto" finds the final answer, first rule that applies:
-    1. the content of the last ``\\boxed{...}`` (braces balanced; ``\\boxed {...}`` and ``\\fbox{...}``,
-       which LaTeX draws alike, are boxes too); a completion with several boxes
+    1. the content of the last ``\\boxed{...}`` (braces balanced; ``\\boxed {...}``, ``\\fbox{...}``,
+       ``\\framebox{...}``, ``\\fcolorbox{..}{..}{...}`` and a box without braces, ``\\boxed4``, which
+       LaTeX draws alike, are boxes too); a completion with several boxes
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
        ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line
@@ -92,7 +93,8 @@ silently ignored). Options:
     product) is an expression. A number that is part of an expression is not read, and that
     answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
-    and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``,
+    and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
+    root's index (``\\sqrt[3]{x}``), a number after a second sign ("5 - -6" is 5 + 6, not 5),
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
     ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
     42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number after
@@ -100,8 +102,9 @@ silently ignored). Options:
     answer, and a candidate besides it: "x > 4", ``\\boxed{\\neq 4}`` and "4 < 5" score 0 against 4
     (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number struck out or hidden
     (``\\sout{4}``, ``\\cancel{4}``, "~~4~~", "<del>4</del>", ``\\phantom{4}``) or negated ("not 4",
-    ``\\neg 4``, "¬4", "!4") is not read, and an answer that gives a number and negates it ("4, not
-    4") gives none ("4, not 5" reads 4). A number glued to
+    ``\\neg 4``, "¬4", "!4"; LaTeX's thin space ``\\!`` is no negation: ``5\\!6`` draws 56) is not
+    read, and an answer that gives a number and negates it ("4, not 4") gives none ("4, not 5"
+    reads 4). A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
     a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F), and so is one
     a space and such a letter before an operator follow ("2 x + 1", "2 x^2"); "5k" and "2M" are
@@ -170,9 +173,15 @@ _MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
 #: "+5" was read as an operator on nothing, so it scored 0 against 5.
 _SIGN_CHAR = r"(?:(?<![\w.)\]}])-|(?<![\w.)\]}+-])\+)"
 _SIGN = f"{_SIGN_CHAR}?"
-#: A box's opening: ``\\boxed{``, also spaced (``\\boxed {4}``) and ``\\fbox{``, which LaTeX draws as
-#: the same box: read as boxes, so "\\boxed{3} or \\boxed {4}" is two answers, not one.
-_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
+#: A box's opening: ``\\boxed{``, also spaced (``\\boxed {4}``), and ``\\fbox{``, ``\\framebox{`` (its
+#: width and position options too: ``\\framebox[2cm]{``) and ``\\fcolorbox{frame}{background}{``, which
+#: LaTeX draws as framed boxes: read as boxes, so "\\boxed{3} or \\framebox{4}" is two answers, not one.
+_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox|framebox(?:\s*\[[^\]\n]{0,64}\]){0,2}"  # bounded: linear time
+                        r"|fcolorbox\s*\{[^{}]{0,64}\}\s*\{[^{}]{0,64}\})\s*\{|[{}]")
+#: A box whose argument has no braces, as LaTeX takes one: a number glued or spaced (``\\boxed6``,
+#: ``\\fbox 12``; its digits whole, as a reader takes them) or a lone letter after a space
+#: (``\\boxed A``). Why: "\\boxed{5} \\boxed6" draws two boxed answers and paid 5 as one.
+_BARE_BOX = re.compile(r"\\(?:boxed|fbox)(?:\s*(\d+(?:\.\d+)?)|\s+([A-Za-z])(?![A-Za-z]))")
 _NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
 
 
@@ -180,7 +189,10 @@ def boxed_answers(text: str) -> list[str]:
     """The contents of every outermost balanced ``\\boxed{...}`` (or ``\\boxed {...}``,
     ``\\fbox{...}``), in order (one pass: linear even for thousands of unclosed boxes). A box
     inside another box is part of that box's answer (``\\boxed{3 \\boxed{4}}`` answers
-    "3 \\boxed{4}"); boxes around the whole content are removed."""
+    "3 \\boxed{4}"); boxes around the whole content are removed. A box without braces
+    (``_BARE_BOX``: ``\\boxed6``) is read as braced."""
+    if "box" in text:
+        text = _BARE_BOX.sub(lambda m: "\\boxed{" + (m.group(1) or m.group(2)) + "}", text)
     closes = _box_closes(text)
     out: list[str] = []
     covered = -1
@@ -463,7 +475,7 @@ _EXPRESSION_AFTER = re.compile(
     rf"[{_SUPERSCRIPTS}{_SUBSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|_(?=[{{\dA-Za-z])|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
     rf"|,(?=\d)|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])|\.(?=[-*{_OPERATORS}]\s*[\d(.\\])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
-    rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
+    rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*(?:[-+]\s*)?[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: Markup that strikes out or hides what it encloses: a number in it is retracted or invisible, not
 #: given (``\\sout{4}``, ``\\cancel{4}``, ``\\phantom{4}``, "~~4~~", "<del>4</del>"), as a digit
 #: struck through with a combining mark is.
@@ -479,7 +491,7 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
     rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
-    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
+    rf"|{_COMMANDS}|\\sqrt\s*\[|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
 #: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
@@ -509,8 +521,9 @@ _EQUATION_BEFORE = re.compile(r"(?:[\d)}\]]|!\s)\s*=\s*$")
 _RELATION_BEFORE = re.compile(rf"(?:{_RELATION})\s*$")
 #: a negation right before a number: "not 12", ``\\not{12}``, ``\\neg 12``, "¬12", "!12" (glued: a
 #: subfactorial, or "not"): that number is what the answer is not, so it is not read, and an
-#: answer that also gives it ("12, not 12") gives nothing
-_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not)(?![A-Za-z])\s*\}?|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!])!)\s*$")
+#: answer that also gives it ("12, not 12") gives nothing. Not "\\!", LaTeX's negative thin space:
+#: "\\boxed{5\\!6}" draws 56 and was read as "5, not 6", paying 5.
+_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not)(?![A-Za-z])\s*\}?|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!\\])!)\s*$")
 
 
 #: The dashes that typeset a minus sign: the minus (U+2212), the hyphens (U+2010, U+2011), the figure
@@ -676,8 +689,8 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
 
 
 #: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
-#: a decimal point, nor the "!" of a factorial "42!"), or "。".
-_SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]])!)(?=\s|$)|\u3002")
+#: a decimal point, nor the "!" of a factorial "42!" or of LaTeX's thin space "\\!"), or "。".
+_SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]\\])!)(?=\s|$)|\u3002")
 
 
 def _answered(numbers: list[_Number]) -> Fraction | None:
