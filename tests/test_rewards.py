@@ -172,7 +172,10 @@ def test_a_row_dependent_error_names_the_problem_and_one_fix():
     ("regex_format", {}, r"needs option 'pattern'.*Fix: set options.pattern"),
     ("regex_format", {"pattern": "("}, r"invalid pattern"),
     ("length_penalty", {}, r"needs option 'target'.*Fix: set options.target = 128"),
-    ("length_penalty", {"target": 0}, r"target must be a number > 0"),
+    ("length_penalty", {"target": 0}, r"target must be a finite number > 0, got 0"),
+    # TOML writes nan and inf: every score was nan, or no completion was ever penalised
+    ("length_penalty", {"target": float("nan")}, r"target must be a finite number > 0, got nan"),
+    ("length_penalty", {"target": float("inf")}, r"target must be a finite number > 0, got inf"),
     ("exact_match", {"colum": "x"}, r"no option 'colum'"),
     # a traceback before: float("x")
     ("numeric_match", {"tolerance": "x"}, r"option tolerance must be a number >= 0, got 'x'.*Fix: "),

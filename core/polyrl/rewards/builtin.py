@@ -136,7 +136,7 @@ silently ignored). Options:
     an invisible think, or one of escapes only, is empty too; with an answer tag, after ``</think>``:
     ``\\s*<answer>(?:[B]|E)*(?!E)[^B<](?:(?!</?answer>).)*</answer>\\s*$``.
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
-    ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
+    ``target`` (required, finite, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
     Only what the model wrote counts: in a multi-turn episode, the tokens it sampled (not the
     template glue, tool results or observations the core inserted, as the loss mask and
     ``algorithms/shaping.py`` count them) or the characters of all its assistant turns (not only
@@ -994,8 +994,10 @@ def _written_chars(completion: Completion | str) -> int:
 def length_penalty(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("length_penalty", context, {"target": None, "unit": "tokens", "scale": 1.0})
     target = _required("length_penalty", opts, "target", "128")
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or target <= 0:
-        raise RewardError(f"length_penalty: target must be a number > 0, got {target!r}. Fix: e.g. target = 128")
+    # nan (every score nan) and inf (nothing ever penalised), which TOML writes, are no target either
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < math.inf:
+        raise RewardError(f"length_penalty: target must be a finite number > 0, got {target!r}. "
+                          "Fix: e.g. target = 128")
     if opts["unit"] not in ("tokens", "chars"):
         raise RewardError(f"length_penalty: unknown unit {opts['unit']!r}. Fix: use tokens or chars")
     scale = opts["scale"]
