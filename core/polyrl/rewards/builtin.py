@@ -124,7 +124,8 @@ silently ignored). Options:
 ``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
     ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
     ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines). A pattern search finds in
-    any text (``x*``, ``^``, ``(a|)``: an empty match needing nothing of the text) is refused.
+    any text (``x*``, ``^``, ``(a|)``, ``$``, ``x*$``: an empty match needing nothing of the text but
+    an anchor at its start or its end) is refused.
     The pattern is the user's, and ``.*`` patterns are easy to satisfy: ``<think>.*</think>`` is
     found in "junk <think></think> junk", and with the "s" flag ``<think>.*</think><answer>.*</answer>``
     spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
@@ -935,9 +936,9 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
             f"regex_format: invalid pattern {pattern!r}: {exc}. Fix: correct options.pattern"
         ) from None
     if opts["match"] == "search" and always_found(regex):
-        raise RewardError(f"regex_format: pattern {pattern!r} matches an empty text at the start of any text (no "
-                          "character it requires, no anchor or lookaround that could fail there), so search finds "
-                          "it in every completion and every one scores 1.0. "
+        raise RewardError(f"regex_format: pattern {pattern!r} matches an empty text at the start or the end of any "
+                          "text (no character it requires, no anchor or lookaround that could fail there), so search "
+                          "finds it in every completion and every one scores 1.0. "
                           f"Fix: make the format required (e.g. pattern = '{THINK_FORMAT}'), or use match = "
                           "\"fullmatch\"")
     test = regex.search if opts["match"] == "search" else regex.fullmatch
@@ -952,13 +953,17 @@ _CONTEXT_OPS = frozenset({"AT", "ASSERT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EX
 
 #: anchors an empty match at position 0 always satisfies (``^``, ``\\A``, ``^`` under MULTILINE)
 _HELD_AT_START = frozenset({"AT_BEGINNING", "AT_BEGINNING_STRING", "AT_BEGINNING_LINE"})
+#: anchors an empty match at the end of the text always satisfies (``$``, ``\\Z``, ``$`` under MULTILINE)
+_HELD_AT_END = frozenset({"AT_END", "AT_END_STRING", "AT_END_LINE"})
 
 
 def always_found(regex: re.Pattern[str]) -> bool:
     """Whether ``regex.search`` succeeds on every text: its shortest match is empty and nothing in it
     looks at the text around a position but start anchors, so the empty match is there at position 0
-    of any string (``x*``, ``^``, ``(?:)``, ``(a|)``). Why: such a ``regex_format`` rewards every completion alike. Read
-    from the parsed pattern, exact rather than probed; False where the parser is unavailable."""
+    of any string (``x*``, ``^``, ``(?:)``, ``(a|)``), or but end anchors, so it is there at the end
+    (``$``, ``\\Z``, ``a?$``; ``^$`` mixes both and can fail). Why: such a ``regex_format`` rewards
+    every completion alike. Read from the parsed pattern, exact rather than probed; False where the
+    parser is unavailable."""
     try:
         from re import _parser  # type: ignore[attr-defined]  # the compiler's own parse (3.11+)
     except ImportError:  # pragma: no cover - older or other Pythons
@@ -969,18 +974,23 @@ def always_found(regex: re.Pattern[str]) -> bool:
         return False
     if parsed.getwidth()[0] != 0:
         return False
-    return not _holds_context_op(parsed)
+    ops = _context_ops(parsed)
+    return ops <= _HELD_AT_START or ops <= _HELD_AT_END
 
 
-def _holds_context_op(node: object) -> bool:
-    """Walk a parsed pattern (SubPatterns, their (opcode, argument) items, nested tuples and lists)."""
+def _context_ops(node: object) -> set[str]:
+    """The context opcodes of a parsed pattern (an anchor by its kind, ``AT_END``...), walking its
+    SubPatterns, their (opcode, argument) items, nested tuples and lists."""
     if isinstance(node, (tuple, list)):
-        return any(_holds_context_op(item) for item in node)
+        return set().union(*map(_context_ops, node)) if node else set()
     data = getattr(node, "data", None)
+    found: set[str] = set()
     if isinstance(data, list):
-        return any((str(op) in _CONTEXT_OPS and str(arg) not in _HELD_AT_START) or _holds_context_op(arg)
-                   for op, arg in data)
-    return False
+        for op, arg in data:
+            if str(op) in _CONTEXT_OPS:
+                found.add(str(arg) if str(op) == "AT" else str(op))
+            found |= _context_ops(arg)
+    return found
 
 
 def _written_chars(completion: Completion | str) -> int:
