@@ -84,3 +84,24 @@ def test_reading_boxes_stays_linear_on_unclosed_framebox_options():
     start = time.perf_counter()
     assert boxed_answers(text) == []
     assert time.perf_counter() - start < 30
+
+
+@pytest.mark.parametrize("text", [
+    # a number the answer is said not to be: "!=", "=/=", \\not=, ≢, ∉ are relations as "≠" is ...
+    "answer: x != 5", "x != 5", "answer: x =/= 5", "answer: x \\not= 5", "answer: x \\not = 5", "answer: x ≢ 5",
+    "answer: x ∉ 5", "answer: x ≉ 5",
+    # ... and "isn't", "never", "cannot" negate it as "not" does ("The answer is" is no marker in "isn't")
+    "The answer isn't 5.", "The answer isn\u2019t 5.", "answer: isn't 5", "The answer is never 5.", "x cannot 5",
+    # a minus before a bracket negates what it holds: "-(5)" is -5, never 5
+    "answer: -(5)", "\\boxed{-(5)}",
+])
+def test_numeric_match_reads_no_number_the_answer_is_said_not_to_be(text):
+    assert numeric(text, "5") == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("The answer isn't 4, it is 5.", "5"), ("x != 4, so x = 5", "5"), ("I spent 5 dollars", "5"),
+    ("answer: 5, not 6", "5"), ("answer: (-5)", "-5"), ("The answer is 5", "5"), ("\\boxed{5} since x \\neq 4", "5"),
+])
+def test_numeric_match_still_reads_the_answer_beside_a_negated_number(text, answer):
+    assert numeric(text, answer) == 1.0

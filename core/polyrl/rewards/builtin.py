@@ -98,11 +98,11 @@ silently ignored). Options:
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
     ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
     42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number after
-    a relation (``<``, ``>``, ``<=``, ``≠``, ``≤``, ``\\neq``, ``\\not``, ``\\le``...) is a bound, not the
+    a relation (``<``, ``>``, ``<=``, ``≠``, "!=", ``≢``, ``∉``, ``≤``, ``\\neq``, ``\\not``, ``\\not=``, ``\\le``...) is a bound, not the
     answer, and a candidate besides it: "x > 4", ``\\boxed{\\neq 4}`` and "4 < 5" score 0 against 4
     (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number struck out or hidden
     (``\\sout{4}``, ``\\cancel{4}``, "~~4~~", "<del>4</del>", ``\\phantom{4}``) or negated ("not 4",
-    ``\\neg 4``, "¬4", "!4"; LaTeX's thin space ``\\!`` is no negation: ``5\\!6`` draws 56) is not
+    "isn't 4", "never 4", "cannot 4", ``\\neg 4``, "¬4", "!4", "-(4)"; LaTeX's thin space ``\\!`` is no negation: ``5\\!6`` draws 56) is not
     read, and an answer that gives a number and negates it ("4, not 4") gives none ("4, not 5"
     reads 4). A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
@@ -167,7 +167,7 @@ from polyrl.types import Completion, Prompt, RewardContext, RewardScores, Reward
 
 # --- answer extraction -------------------------------------------------------------------------
 
-_MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
+_MARKER = re.compile(r"####|answer\s*:|answer\s+is(?!n['\u2019]t)\s*:?", re.IGNORECASE)
 #: A sign glued to the digits: "-5", "+5" (a change, a difference: 5). Not right after a digit, letter, "."
 #: or closing bracket, where it is an operator ("3-5", "x+5", "(3)-5"), nor a "+" right after another
 #: sign ("-+5", "++5"); spaced, "3 -5" and "3 +5" are a number and a signed one. Why "+": an honest
@@ -459,12 +459,12 @@ _VULGAR = "\u00bc-\u00be\u2150-\u215f\u2189"
 #: Combining marks: a digit struck through ("4\u0336", "4\u0338": not 4) or otherwise marked is not
 #: that digit as written.
 _COMBINING = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
-#: A relation before a number makes it a bound, not the answer: "x > 4", "< 4", "≠ 4", "\\neq 4",
-#: "\\not 4" (4 is then what the answer is not). Not an arrow ("=> 4", "-> 4"), a tag's ">"
+#: A relation before a number makes it a bound, not the answer: "x > 4", "< 4", "≠ 4", "!= 4", "≢ 4",
+#: "∉ 4", "\\neq 4", "\\not 4", "\\not= 4" (4 is then what the answer is not). Not an arrow ("=> 4", "-> 4"), a tag's ">"
 #: ("<answer>4") nor a blockquote's (a ">" opening a line, up to 3 spaces in, as markdown indents
 #: one: "answer:\n> 4"); "≈ 4" and "~4" approximate the answer and read.
-_RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f])=?"
-             r"|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])")
+_RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f\u2262\u2249\u2247\u2209])=?"
+             r"|!=|=/=|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])(?:\s*=)?")
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
 #: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
 #: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
@@ -491,7 +491,7 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
+    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|-\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
     rf"|{_COMMANDS}|\\sqrt\s*\[|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
@@ -520,11 +520,12 @@ _EQUATION_BEFORE = re.compile(r"(?:[\d)}\]]|!\s)\s*=\s*$")
 #: a relation right before a number: that number is a bound, a candidate that is not the answer
 #: ("answer: 4 < 5" and "4 (> 3)" state no one answer, as "4 or 5" does not)
 _RELATION_BEFORE = re.compile(rf"(?:{_RELATION})\s*$")
-#: a negation right before a number: "not 12", ``\\not{12}``, ``\\neg 12``, "¬12", "!12" (glued: a
+#: a negation right before a number: "not 12", "isn't 12", "never 12", "cannot 12", ``\\not{12}``, ``\\neg 12``, "¬12", "!12" (glued: a
 #: subfactorial, or "not"): that number is what the answer is not, so it is not read, and an
 #: answer that also gives it ("12, not 12") gives nothing. Not "\\!", LaTeX's negative thin space:
 #: "\\boxed{5\\!6}" draws 56 and was read as "5, not 6", paying 5.
-_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not)(?![A-Za-z])\s*\}?|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!\\])!)\s*$")
+_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not|never|cannot)(?![A-Za-z])\s*\}?|(?i:n['\u2019]t)(?![A-Za-z])"
+                              r"|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!\\])!)\s*$")
 
 
 #: The dashes that typeset a minus sign: the minus (U+2212), the hyphens (U+2010, U+2011), the figure
