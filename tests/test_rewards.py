@@ -83,14 +83,23 @@ def test_regex_format():
 @pytest.mark.parametrize("pattern", ["x*", "^", ".*", "(?:)", "(a|)", r"\A", "[ab]{0,3}", "(?:<think>)?"])
 def test_a_regex_format_search_every_text_passes_is_refused(pattern):
     """These match an empty text at position 0 of any text: every completion scored 1.0."""
-    with pytest.raises(ConfigError, match="matches an empty text at the start of any text"):
+    with pytest.raises(ConfigError, match="matches an empty text at the start or the end of any text"):
         score([("regex_format", 1.0, {"pattern": pattern})], ["x", ""])
     res = score([("regex_format", 1.0, {"pattern": pattern, "match": "fullmatch"})], ["x", ""])
     assert res.total[1] == 1.0  # fullmatch holds the empty pattern to the whole text: allowed
 
 
+@pytest.mark.parametrize("pattern", ["$", r"\Z", "x*$", "(?m)$", "a|$", "[^x]*$", "(a|)$"])
+def test_a_regex_format_search_found_at_the_end_of_every_text_is_refused(pattern):
+    """These match an empty text at the end of any text (only end anchors look at it): every
+    completion scored 1.0, "x*$" included, which was kept as a format."""
+    with pytest.raises(ConfigError, match="matches an empty text at the start or the end of any text"):
+        score([("regex_format", 1.0, {"pattern": pattern})], ["ok", "", "so bad"])
+
+
 @pytest.mark.parametrize(("pattern", "scores"), [
-    ("^$", [0.0, 1.0, 0.0]), ("^(?!.*bad)", [1.0, 1.0, 0.0]), (r"\b", [1.0, 0.0, 1.0]), ("x*$", [1.0, 1.0, 1.0]),
+    ("^$", [0.0, 1.0, 0.0]), ("^(?!.*bad)", [1.0, 1.0, 0.0]), (r"\b", [1.0, 0.0, 1.0]), ("ok$", [1.0, 0.0, 0.0]),
+    ("^x*$", [0.0, 1.0, 0.0]),
 ])
 def test_a_zero_width_regex_format_that_looks_at_the_text_is_kept(pattern, scores):
     """Anchors and lookarounds make an empty match depend on the text: real formats (no 'bad')."""
@@ -172,7 +181,10 @@ def test_a_row_dependent_error_names_the_problem_and_one_fix():
     ("regex_format", {}, r"needs option 'pattern'.*Fix: set options.pattern"),
     ("regex_format", {"pattern": "("}, r"invalid pattern"),
     ("length_penalty", {}, r"needs option 'target'.*Fix: set options.target = 128"),
-    ("length_penalty", {"target": 0}, r"target must be a number > 0"),
+    ("length_penalty", {"target": 0}, r"target must be a finite number > 0, got 0"),
+    # TOML writes nan and inf: every score was nan, or no completion was ever penalised
+    ("length_penalty", {"target": float("nan")}, r"target must be a finite number > 0, got nan"),
+    ("length_penalty", {"target": float("inf")}, r"target must be a finite number > 0, got inf"),
     ("exact_match", {"colum": "x"}, r"no option 'colum'"),
     # a traceback before: float("x")
     ("numeric_match", {"tolerance": "x"}, r"option tolerance must be a number >= 0, got 'x'.*Fix: "),

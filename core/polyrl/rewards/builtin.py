@@ -12,8 +12,9 @@ silently ignored). Options:
     as does one without any ``</think>`` whose chat template opened the ``<think>`` in the prompt
     (``Completion.reasoning_open``: QwQ, DeepSeek-R1 distills).
     How "auto" finds the final answer, first rule that applies:
-    1. the content of the last ``\\boxed{...}`` (braces balanced; ``\\boxed {...}`` and ``\\fbox{...}``,
-       which LaTeX draws alike, are boxes too); a completion with several boxes
+    1. the content of the last ``\\boxed{...}`` (braces balanced; ``\\boxed {...}``, ``\\fbox{...}``,
+       ``\\framebox{...}``, ``\\fcolorbox{..}{..}{...}`` and a box without braces, ``\\boxed4``, which
+       LaTeX draws alike, are boxes too); a completion with several boxes
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
        ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line
@@ -92,16 +93,18 @@ silently ignored). Options:
     product) is an expression. A number that is part of an expression is not read, and that
     answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
-    and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``,
+    and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
+    root's index (``\\sqrt[3]{x}``), a number after a second sign ("5 - -6" is 5 + 6, not 5),
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
     ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
     42, since "42!" is 42 factorial (as math-verify reads it), not an exclamation. A number after
-    a relation (``<``, ``>``, ``<=``, ``≠``, ``≤``, ``\\neq``, ``\\not``, ``\\le``...) is a bound, not the
+    a relation (``<``, ``>``, ``<=``, ``≠``, "!=", ``≢``, ``∉``, ``≤``, ``\\neq``, ``\\not``, ``\\not=``, ``\\le``...) is a bound, not the
     answer, and a candidate besides it: "x > 4", ``\\boxed{\\neq 4}`` and "4 < 5" score 0 against 4
     (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number struck out or hidden
     (``\\sout{4}``, ``\\cancel{4}``, "~~4~~", "<del>4</del>", ``\\phantom{4}``) or negated ("not 4",
-    ``\\neg 4``, "¬4", "!4") is not read, and an answer that gives a number and negates it ("4, not
-    4") gives none ("4, not 5" reads 4). A number glued to
+    "isn't 4", "never 4", "cannot 4", ``\\neg 4``, "¬4", "!4", "-(4)"; LaTeX's thin space ``\\!`` is no negation: ``5\\!6`` draws 56) is not
+    read, and an answer that gives a number and negates it ("4, not 4") gives none ("4, not 5"
+    reads 4). A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
     a single-letter unit ("10m", "5s", "3h", "2L", "25C": m s g h l L N J W V C F), and so is one
     a space and such a letter before an operator follow ("2 x + 1", "2 x^2"); "5k" and "2M" are
@@ -121,7 +124,8 @@ silently ignored). Options:
 ``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
     ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
     ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines). A pattern search finds in
-    any text (``x*``, ``^``, ``(a|)``: an empty match needing nothing of the text) is refused.
+    any text (``x*``, ``^``, ``(a|)``, ``$``, ``x*$``: an empty match needing nothing of the text but
+    an anchor at its start or its end) is refused.
     The pattern is the user's, and ``.*`` patterns are easy to satisfy: ``<think>.*</think>`` is
     found in "junk <think></think> junk", and with the "s" flag ``<think>.*</think><answer>.*</answer>``
     spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
@@ -133,7 +137,7 @@ silently ignored). Options:
     an invisible think, or one of escapes only, is empty too; with an answer tag, after ``</think>``:
     ``\\s*<answer>(?:[B]|E)*(?!E)[^B<](?:(?!</?answer>).)*</answer>\\s*$``.
 ``length_penalty``   ``-scale * max(0, length - target) / target`` (0 within the target).
-    ``target`` (required, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
+    ``target`` (required, finite, > 0), ``unit`` ("tokens" | "chars", default "tokens"), ``scale`` (1.0).
     Only what the model wrote counts: in a multi-turn episode, the tokens it sampled (not the
     template glue, tool results or observations the core inserted, as the loss mask and
     ``algorithms/shaping.py`` count them) or the characters of all its assistant turns (not only
@@ -163,16 +167,22 @@ from polyrl.types import Completion, Prompt, RewardContext, RewardScores, Reward
 
 # --- answer extraction -------------------------------------------------------------------------
 
-_MARKER = re.compile(r"####|answer\s*:|answer\s+is\s*:?", re.IGNORECASE)
+_MARKER = re.compile(r"####|answer\s*:|answer\s+is(?!n['\u2019]t)\s*:?", re.IGNORECASE)
 #: A sign glued to the digits: "-5", "+5" (a change, a difference: 5). Not right after a digit, letter, "."
 #: or closing bracket, where it is an operator ("3-5", "x+5", "(3)-5"), nor a "+" right after another
 #: sign ("-+5", "++5"); spaced, "3 -5" and "3 +5" are a number and a signed one. Why "+": an honest
 #: "+5" was read as an operator on nothing, so it scored 0 against 5.
 _SIGN_CHAR = r"(?:(?<![\w.)\]}])-|(?<![\w.)\]}+-])\+)"
 _SIGN = f"{_SIGN_CHAR}?"
-#: A box's opening: ``\\boxed{``, also spaced (``\\boxed {4}``) and ``\\fbox{``, which LaTeX draws as
-#: the same box: read as boxes, so "\\boxed{3} or \\boxed {4}" is two answers, not one.
-_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
+#: A box's opening: ``\\boxed{``, also spaced (``\\boxed {4}``), and ``\\fbox{``, ``\\framebox{`` (its
+#: width and position options too: ``\\framebox[2cm]{``) and ``\\fcolorbox{frame}{background}{``, which
+#: LaTeX draws as framed boxes: read as boxes, so "\\boxed{3} or \\framebox{4}" is two answers, not one.
+_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox|framebox(?:\s*\[[^\]\n]{0,64}\]){0,2}"  # bounded: linear time
+                        r"|fcolorbox\s*\{[^{}]{0,64}\}\s*\{[^{}]{0,64}\})\s*\{|[{}]")
+#: A box whose argument has no braces, as LaTeX takes one: a number glued or spaced (``\\boxed6``,
+#: ``\\fbox 12``; its digits whole, as a reader takes them) or a lone letter after a space
+#: (``\\boxed A``). Why: "\\boxed{5} \\boxed6" draws two boxed answers and paid 5 as one.
+_BARE_BOX = re.compile(r"\\(?:boxed|fbox)(?:\s*(\d+(?:\.\d+)?)|\s+([A-Za-z])(?![A-Za-z]))")
 _NUMBER = re.compile(_SIGN + r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)")
 
 
@@ -180,7 +190,10 @@ def boxed_answers(text: str) -> list[str]:
     """The contents of every outermost balanced ``\\boxed{...}`` (or ``\\boxed {...}``,
     ``\\fbox{...}``), in order (one pass: linear even for thousands of unclosed boxes). A box
     inside another box is part of that box's answer (``\\boxed{3 \\boxed{4}}`` answers
-    "3 \\boxed{4}"); boxes around the whole content are removed."""
+    "3 \\boxed{4}"); boxes around the whole content are removed. A box without braces
+    (``_BARE_BOX``: ``\\boxed6``) is read as braced."""
+    if "box" in text:
+        text = _BARE_BOX.sub(lambda m: "\\boxed{" + (m.group(1) or m.group(2)) + "}", text)
     closes = _box_closes(text)
     out: list[str] = []
     covered = -1
@@ -446,12 +459,12 @@ _VULGAR = "\u00bc-\u00be\u2150-\u215f\u2189"
 #: Combining marks: a digit struck through ("4\u0336", "4\u0338": not 4) or otherwise marked is not
 #: that digit as written.
 _COMBINING = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
-#: A relation before a number makes it a bound, not the answer: "x > 4", "< 4", "≠ 4", "\\neq 4",
-#: "\\not 4" (4 is then what the answer is not). Not an arrow ("=> 4", "-> 4"), a tag's ">"
+#: A relation before a number makes it a bound, not the answer: "x > 4", "< 4", "≠ 4", "!= 4", "≢ 4",
+#: "∉ 4", "\\neq 4", "\\not 4", "\\not= 4" (4 is then what the answer is not). Not an arrow ("=> 4", "-> 4"), a tag's ">"
 #: ("<answer>4") nor a blockquote's (a ">" opening a line, up to 3 spaces in, as markdown indents
 #: one: "answer:\n> 4"); "≈ 4" and "~4" approximate the answer and read.
-_RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f])=?"
-             r"|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])")
+_RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f\u2262\u2249\u2247\u2209])=?"
+             r"|!=|=/=|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])(?:\s*=)?")
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
 #: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
 #: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
@@ -463,7 +476,7 @@ _EXPRESSION_AFTER = re.compile(
     rf"[{_SUPERSCRIPTS}{_SUBSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|_(?=[{{\dA-Za-z])|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
     rf"|,(?=\d)|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])|\.(?=[-*{_OPERATORS}]\s*[\d(.\\])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
-    rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
+    rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*(?:[-+]\s*)?[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
 #: Markup that strikes out or hides what it encloses: a number in it is retracted or invisible, not
 #: given (``\\sout{4}``, ``\\cancel{4}``, ``\\phantom{4}``, "~~4~~", "<del>4</del>"), as a digit
 #: struck through with a combining mark is.
@@ -478,8 +491,8 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
 #: second argument "}{", or an "x" between numbers ("2 x 3")
 _EXPRESSION_BEFORE = re.compile(
-    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
-    rf"|{_COMMANDS}|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
+    rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|-\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
+    rf"|{_COMMANDS}|\\sqrt\s*\[|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
 #: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
@@ -507,10 +520,12 @@ _EQUATION_BEFORE = re.compile(r"(?:[\d)}\]]|!\s)\s*=\s*$")
 #: a relation right before a number: that number is a bound, a candidate that is not the answer
 #: ("answer: 4 < 5" and "4 (> 3)" state no one answer, as "4 or 5" does not)
 _RELATION_BEFORE = re.compile(rf"(?:{_RELATION})\s*$")
-#: a negation right before a number: "not 12", ``\\not{12}``, ``\\neg 12``, "¬12", "!12" (glued: a
+#: a negation right before a number: "not 12", "isn't 12", "never 12", "cannot 12", ``\\not{12}``, ``\\neg 12``, "¬12", "!12" (glued: a
 #: subfactorial, or "not"): that number is what the answer is not, so it is not read, and an
-#: answer that also gives it ("12, not 12") gives nothing
-_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not)(?![A-Za-z])\s*\}?|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!])!)\s*$")
+#: answer that also gives it ("12, not 12") gives nothing. Not "\\!", LaTeX's negative thin space:
+#: "\\boxed{5\\!6}" draws 56 and was read as "5, not 6", paying 5.
+_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not|never|cannot)(?![A-Za-z])\s*\}?|(?i:n['\u2019]t)(?![A-Za-z])"
+                              r"|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!\\])!)\s*$")
 
 
 #: The dashes that typeset a minus sign: the minus (U+2212), the hyphens (U+2010, U+2011), the figure
@@ -676,8 +691,8 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
 
 
 #: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
-#: a decimal point, nor the "!" of a factorial "42!"), or "。".
-_SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]])!)(?=\s|$)|\u3002")
+#: a decimal point, nor the "!" of a factorial "42!" or of LaTeX's thin space "\\!"), or "。".
+_SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]\\])!)(?=\s|$)|\u3002")
 
 
 def _answered(numbers: list[_Number]) -> Fraction | None:
@@ -922,9 +937,9 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
             f"regex_format: invalid pattern {pattern!r}: {exc}. Fix: correct options.pattern"
         ) from None
     if opts["match"] == "search" and always_found(regex):
-        raise RewardError(f"regex_format: pattern {pattern!r} matches an empty text at the start of any text (no "
-                          "character it requires, no anchor or lookaround that could fail there), so search finds "
-                          "it in every completion and every one scores 1.0. "
+        raise RewardError(f"regex_format: pattern {pattern!r} matches an empty text at the start or the end of any "
+                          "text (no character it requires, no anchor or lookaround that could fail there), so search "
+                          "finds it in every completion and every one scores 1.0. "
                           f"Fix: make the format required (e.g. pattern = '{THINK_FORMAT}'), or use match = "
                           "\"fullmatch\"")
     test = regex.search if opts["match"] == "search" else regex.fullmatch
@@ -939,13 +954,17 @@ _CONTEXT_OPS = frozenset({"AT", "ASSERT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EX
 
 #: anchors an empty match at position 0 always satisfies (``^``, ``\\A``, ``^`` under MULTILINE)
 _HELD_AT_START = frozenset({"AT_BEGINNING", "AT_BEGINNING_STRING", "AT_BEGINNING_LINE"})
+#: anchors an empty match at the end of the text always satisfies (``$``, ``\\Z``, ``$`` under MULTILINE)
+_HELD_AT_END = frozenset({"AT_END", "AT_END_STRING", "AT_END_LINE"})
 
 
 def always_found(regex: re.Pattern[str]) -> bool:
     """Whether ``regex.search`` succeeds on every text: its shortest match is empty and nothing in it
     looks at the text around a position but start anchors, so the empty match is there at position 0
-    of any string (``x*``, ``^``, ``(?:)``, ``(a|)``). Why: such a ``regex_format`` rewards every completion alike. Read
-    from the parsed pattern, exact rather than probed; False where the parser is unavailable."""
+    of any string (``x*``, ``^``, ``(?:)``, ``(a|)``), or but end anchors, so it is there at the end
+    (``$``, ``\\Z``, ``a?$``; ``^$`` mixes both and can fail). Why: such a ``regex_format`` rewards
+    every completion alike. Read from the parsed pattern, exact rather than probed; False where the
+    parser is unavailable."""
     try:
         from re import _parser  # type: ignore[attr-defined]  # the compiler's own parse (3.11+)
     except ImportError:  # pragma: no cover - older or other Pythons
@@ -956,18 +975,23 @@ def always_found(regex: re.Pattern[str]) -> bool:
         return False
     if parsed.getwidth()[0] != 0:
         return False
-    return not _holds_context_op(parsed)
+    ops = _context_ops(parsed)
+    return ops <= _HELD_AT_START or ops <= _HELD_AT_END
 
 
-def _holds_context_op(node: object) -> bool:
-    """Walk a parsed pattern (SubPatterns, their (opcode, argument) items, nested tuples and lists)."""
+def _context_ops(node: object) -> set[str]:
+    """The context opcodes of a parsed pattern (an anchor by its kind, ``AT_END``...), walking its
+    SubPatterns, their (opcode, argument) items, nested tuples and lists."""
     if isinstance(node, (tuple, list)):
-        return any(_holds_context_op(item) for item in node)
+        return set().union(*map(_context_ops, node)) if node else set()
     data = getattr(node, "data", None)
+    found: set[str] = set()
     if isinstance(data, list):
-        return any((str(op) in _CONTEXT_OPS and str(arg) not in _HELD_AT_START) or _holds_context_op(arg)
-                   for op, arg in data)
-    return False
+        for op, arg in data:
+            if str(op) in _CONTEXT_OPS:
+                found.add(str(arg) if str(op) == "AT" else str(op))
+            found |= _context_ops(arg)
+    return found
 
 
 def _written_chars(completion: Completion | str) -> int:
@@ -981,8 +1005,10 @@ def _written_chars(completion: Completion | str) -> int:
 def length_penalty(completions: Sequence[Completion | str], context: RewardContext) -> Scores:
     opts = _options("length_penalty", context, {"target": None, "unit": "tokens", "scale": 1.0})
     target = _required("length_penalty", opts, "target", "128")
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or target <= 0:
-        raise RewardError(f"length_penalty: target must be a number > 0, got {target!r}. Fix: e.g. target = 128")
+    # nan (every score nan) and inf (nothing ever penalised), which TOML writes, are no target either
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < math.inf:
+        raise RewardError(f"length_penalty: target must be a finite number > 0, got {target!r}. "
+                          "Fix: e.g. target = 128")
     if opts["unit"] not in ("tokens", "chars"):
         raise RewardError(f"length_penalty: unknown unit {opts['unit']!r}. Fix: use tokens or chars")
     scale = opts["scale"]
