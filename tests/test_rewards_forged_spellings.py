@@ -8,22 +8,8 @@ import time
 
 import pytest
 
-from polyrl.rewards.builtin import boxed_answers, exact_match, numeric_match
-from polyrl.types import RewardContext
-
-
-def _scored(reward, name: str, text: str, answer: object) -> float | None:
-    """One completion scored by a built-in reward against one row's answer, default options."""
-    context = RewardContext(rows=[{"prompt": "q", "answer": answer}], wanted=(name,), options={name: {}})
-    return reward([text], context)[0]
-
-
-def exact(text: str, answer: object) -> float | None:
-    return _scored(exact_match, "exact_match", text, answer)
-
-
-def numeric(text: str, answer: object) -> float | None:
-    return _scored(numeric_match, "numeric_match", text, answer)
+from polyrl.rewards.builtin import boxed_answers
+from test_rewards_spellings import exact, numeric
 
 
 @pytest.mark.parametrize("text", [
