@@ -602,3 +602,28 @@ def test_a_forked_reward_child_is_no_sandbox_closing_its_descriptors_hides_nothi
     finally:
         held.close()
     assert not own and trainers, "closing the child's copies hid the trainer's file: say so in the README"
+
+
+def test_two_rewards_logging_one_extra_column_are_said_once_and_the_later_ones_values_kept():
+    """Two reward functions calling ``log_extra("parsed", ...)``: the later one's values silently
+    replaced the earlier one's (TRL appends both lists, misaligning its table); now a warning names
+    the column and both rewards, once however many steps, and the table keeps the later values."""
+    from structlog.testing import capture_logs
+
+    def first(completions, log_extra, **kwargs):
+        log_extra("parsed", ["a"] * len(completions))
+        return [1.0] * len(completions)
+
+    def second(completions, log_extra, **kwargs):
+        log_extra("parsed", ["b"] * len(completions))
+        log_extra("own", ["c"] * len(completions))
+        return [0.0] * len(completions)
+
+    plugins = [function_reward_plugin(fn, name=fn.__name__, isolation="thread") for fn in (first, second)]
+    computer = computer_for(plugins)
+    with capture_logs() as logs:
+        results = [score(computer, ["4", "5"]) for _ in range(2)]
+    assert all(r.extra == {"parsed": ["b", "b"], "own": ["c", "c"]} for r in results)
+    said = [e for e in logs if e.get("column") == "parsed" and "same log_extra column" in e["event"]]
+    assert len(said) == 1 and said[0]["rewards"] == ["first", "second"], logs
+    assert not [e for e in logs if e.get("column") == "own"]

@@ -222,6 +222,7 @@ class RewardComputer:
         self._raised_limits: set[str] = set()  # rewards whose call limit a batch raised, or would (logged once)
         self._warned_mixed: set[str] = set()  # rewards that returned bools among numbers (logged once)
         self._warned_nan: set[str] = set()  # rewards that returned NaN, read as None (logged once)
+        self._warned_extra: set[str] = set()  # log_extra columns two rewards both logged (logged once)
         #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         #: scores an evaluation's completions (its log lines say ``after_steps``), not a training step's
@@ -577,6 +578,17 @@ class RewardComputer:
                                  f"expected {n}", "pass log_extra one value per completion")
         return {str(k): list(v) for k, v in extra.items()}
 
+    def _warn_shared_column(self, column: str, earlier: str | None, label: str) -> None:
+        """Say once that two rewards logged one ``log_extra`` column: the table keeps the later
+        reward's values. Why: one silently replaced the other's; TRL appends both lists, which
+        misaligns its table with the completions, so neither way is a record of both."""
+        if earlier is None or earlier == label or column in self._warned_extra:
+            return
+        self._warned_extra.add(column)
+        log.warning("two rewards logged the same log_extra column; the completions table keeps the later one's "
+                    "values (said once per column)", column=column, rewards=[earlier, label],
+                    fix="give each reward's log_extra column a name of its own")
+
     def _when(self, context: RewardContext) -> dict[str, int]:
         """Which step a log line is about, in the numbering of metrics.jsonl and every other log
         line: ``step`` N+1 while training step N+1 (``context.step`` counts the steps before it, as
@@ -624,6 +636,7 @@ class RewardComputer:
         metrics: dict[str, dict[str, float]] = {}
         counts: dict[str, dict[str, int]] = {}
         extra: dict[str, list[Any]] = {}
+        extra_from: dict[str, str] = {}  # each extra column's reward, by label
         for provider in self._providers:
             answer, latency = answers[id(provider)]
             for name, label in zip(provider.names, provider.labels):
@@ -642,7 +655,9 @@ class RewardComputer:
                 counted = getattr(answer[name], "metric_counts", None)
                 if isinstance(counted, Mapping) and counted:
                     counts[label] = {k: int(v) for k, v in counted.items() if k in own}
-                extra.update(self._extra_columns(provider, name, answer, n))
+                for column, values in self._extra_columns(provider, name, answer, n).items():
+                    self._warn_shared_column(column, extra_from.get(column), label)
+                    extra[column], extra_from[column] = values, label
                 if skipped:
                     log.info("reward skipped samples", reward=label, skipped=skipped, of=n, **self._when(context))
         total = np.zeros(n, dtype=np.float64)
