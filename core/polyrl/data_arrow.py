@@ -159,7 +159,7 @@ def check_prompt_column(table: Any, column: str, name: str,
         raise ConfigError(
             f"column {column!r} of {name} holds {data.type}, not text or chat messages", field="data.prompt_column",
             fix='store plain text, or a list of {"role": ..., "content": ...} messages, in the prompt column')
-    offset, final_assistant = 0, []
+    offset, first_assistant, assistants = 0, -1, 0  # chats ending with an assistant message: the first, how many
     for chunk in data.chunks:
         bad, why = _bad_rows(chunk)
         if len(bad):
@@ -168,15 +168,17 @@ def check_prompt_column(table: Any, column: str, name: str,
                 why, fix = (missing if missing is not None and _is_text(chunk.type) else null_prompt)(row, column)
             raise ConfigError(f"row {row} of {name}: the prompt in column {column!r} {why}", field="data", fix=fix)
         if not _is_text(chunk.type):
-            final_assistant += _check_roles(chunk, offset, name, column)
+            first, count = _check_roles(chunk, offset, name, column)
+            first_assistant = first if first_assistant < 0 else first_assistant
+            assistants += count
         offset += len(chunk)
-    if final_assistant:
-        warn_final_assistant(f"row {final_assistant[0]} of {name}", column, len(final_assistant))
+    if assistants:
+        warn_final_assistant(f"row {first_assistant} of {name}", column, assistants)
 
 
-def _check_roles(chunk: Any, offset: int, name: str, column: str) -> list[int]:
+def _check_roles(chunk: Any, offset: int, name: str, column: str) -> tuple[int, int]:
     """Every message's role is one of ``CHAT_ROLES`` (checked with one Arrow kernel per chunk);
-    the rows whose prompt ends with an assistant message."""
+    the first row whose prompt ends with an assistant message (-1: none) and how many do."""
     pa, pc = _pa()
     roles = pc.struct_field(pc.list_flatten(chunk), "role")
     parents = pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)
@@ -187,8 +189,9 @@ def _check_roles(chunk: Any, offset: int, name: str, column: str) -> list[int]:
     if len(parents):  # each row's last message: where the next message belongs to another row
         last = np.append(parents[1:] != parents[:-1], True)
         assistant = pc.fill_null(pc.equal(roles, "assistant"), False).to_numpy(zero_copy_only=False) & last
-        return [offset + int(parents[i]) for i in np.flatnonzero(assistant)]
-    return []
+        ends = np.flatnonzero(assistant)
+        return (offset + int(parents[ends[0]]) if len(ends) else -1), len(ends)
+    return -1, 0
 
 
 def check_text_columns(table: Any, name: str) -> None:
