@@ -16,6 +16,7 @@ from polyrl.errors import ConfigError, PluginError
 from polyrl.hookspecs import hookimpl
 from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
+from polyrl.remote_replies import StaleWeights
 from polyrl.trainer import Trainer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, SamplingParams, TokenPrompt,
                           TokenSequence)
@@ -678,6 +679,39 @@ def test_a_server_that_keeps_restarting_is_pushed_to_once_per_attempt_then_the_r
     message = str(err.value)
     assert "failed after 2 attempts" in message and "the server restarted on its initial weights" in message
     assert "find out why the server restarted" in message and "--resume" in message
+
+
+@pytest.mark.faults
+def test_a_reply_from_the_weights_another_thread_just_pushed_again_is_used_not_asked_again(hostile):
+    """Requests meet one restart at once: one pushes the weights again while another, answered by
+    the restarted server after that push loaded, read its reply as a restart and waits for the push
+    lock. Its reply comes from the weights pushed again, so it is used (was asked again: one request
+    too many, which a slow test counted)."""
+    engine = hostile_engine(hostile, weight_push=True, retries=0)
+    raw = engine.raw
+    reply = {"weights_id": "new-1", "choices": []}
+    sent: list[str] = []
+
+    class PushedByAnotherThreadMeanwhile:
+        def __enter__(self):
+            raw._pushed[0] = "new-1"  # what the other thread's push answer recorded
+
+        def __exit__(self, *exc):
+            return False
+
+    def exchange(url, body, headers=None):
+        sent.append(url)
+        return 200, json.dumps(reply).encode(), 0.0
+
+    raw._exchange, raw._push_lock = exchange, PushedByAnotherThreadMeanwhile()
+    raw._pushed[0] = "old-1"  # the process the last push reached, before the restart
+    status, _, data = raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1]})
+    assert status == 200 and data == reply and sent == [f"{hostile.url}/completions"]
+    # a reply from the restarted process's initial weights is still not used: asked again
+    raw._pushed[0], reply["weights_id"] = "old-1", "new-0"
+    with pytest.raises(StaleWeights, match="not 'new-1'"):
+        raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1]})
+    assert len(sent) == 3
 
 
 @pytest.mark.faults

@@ -350,7 +350,8 @@ class RemoteEngine:
         except ServerRestarted as exc:
             if not heal:
                 raise
-            self._push_again(index, exc)
+            if self._push_again(index, exc):
+                return status, raw, data  # sent while the push ran, answered from the weights it pushed
             return self._attempt(index, url, body, heal=False)
         return status, raw, data
 
@@ -375,15 +376,19 @@ class RemoteEngine:
             f"backends.options.served_model = {json.dumps(got[:200])}; behind a proxy that renames models, set "
             "backends.options.check_reply_model = false")
 
-    def _push_again(self, index: int, restart: ServerRestarted) -> None:
+    def _push_again(self, index: int, restart: ServerRestarted) -> bool:
         """Push the last weights file again to server ``index``, which answered from another
         process (``restart``): once per restart, as requests on other threads that met the same
-        restart find it pushed already. Failing to: ``ServerRestarted`` or ``_AttemptFailed``."""
+        restart find it pushed already. True when the reply already came from the weights pushed
+        again (a request answered while another thread's push was recorded): no need to ask again.
+        Failing to: ``ServerRestarted`` or ``_AttemptFailed``."""
         server = self.options.servers[index]
         with self._push_lock:
             pushed, path = self._pushed.get(index), self._weights_file
+            if pushed is not None and restart.got == pushed:
+                return True
             if pushed is None or not restarted(restart.got, pushed):
-                return  # pushed to this process already (another request's restart): just ask again
+                return False  # pushed to this process already (another request's restart): just ask again
             if path is None or not os.path.exists(path):
                 raise ServerRestarted(f"{restart}, and the weights file last pushed ({path}) is gone, so it cannot "
                                       "be pushed again", restart.got)
@@ -394,6 +399,7 @@ class RemoteEngine:
             except PluginError as exc:
                 raise _AttemptFailed(f"{restart}; pushing the last weights to it again failed: {exc}") from None
             self._record_push(index, answer)
+            return False
 
     def _record_push(self, index: int, answer: dict[str, Any]) -> None:
         """Remember which weights a push answer says server ``index`` now serves (polyrl serve names
