@@ -8,7 +8,8 @@ characters a tokenizer misreads is asked of the tokenizer itself, once per chara
 controls (tab, line ends, form feed, U+001C...) encode as themselves there and are kept as text.
 (NUL has its own rule, ``polyrl.nul_bytes``; tab, LF and CR are never asked.) The same probe
 asks of the text an episode inserts (an environment's messages, a tool's result:
-``polyrl.agents.episodes``), which no startup check sees.
+``polyrl.agents.episodes``), which no startup check sees, and, once at startup, of the text the
+run adds to every prompt (tool schemas, ``data.system_prompt``: ``polyrl.control_setup``).
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from polyrl.algorithms.shaping import kl_penalized_rewards
 from polyrl.backend_kit.gap_metrics import RANK_KEYS
 from polyrl.config import RUN_REWARDS, RunConfig, check_world_size
 from polyrl.control_chars import ControlProbe, engines_probe
+from polyrl.control_setup import check_setup_text
 from polyrl.data import Dataset, PromptSampler, check_prompt_lengths, dataset_changed_error, load_train_and_eval
 from polyrl.backend_features import check_router_aux
 from polyrl.engines import RunEngines, check_engines, choose_generate_backend, load_engines, run_optimizer
@@ -146,6 +147,8 @@ def check_run(config: RunConfig, world_size: int = 1, *, warn_context: bool = Tr
 
     folder = FolderChat(model, trainer.config.model.chat_template_kwargs)  # its tokenizer loaded once, for all three
     trainer._check_template(folder)
+    # the tools' schemas and the config's text in every prompt, before the rows (a system_prompt is in each)
+    check_setup_text(folder.control_probe(), trainer.config, trainer._env_plan)
     check_dataset_roles(trainer.config, trainer._env_plan, trainer._source_data, folder)  # the tokenizer alone
     if warn_context and trainer._env_plan is not None:  # warned of as the run warns once its models load
         from polyrl.agents.setup import check_reasoning_context
@@ -529,6 +532,7 @@ class Trainer:
         # the control characters the tokenizer misreads (the train engine first, as for the lengths):
         # asked of the prompts here and of what the episodes insert; none to ask is said once
         probe = engines_probe([self.train_engine, self.gen_engine], say=self.rank == 0)
+        check_setup_text(probe, config, self._env_plan)  # the tools' schemas and the config's text, once
         self.episodes = self._episode_runner(probe)
         if self.episodes is not None:
             self.episodes.think_suffix = self._think_suffix

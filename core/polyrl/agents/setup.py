@@ -41,6 +41,9 @@ class EnvironmentPlan:
 
     toolbox: ToolBox | None
     make_environment: Callable[[], Any] | None
+    #: the schemas of the tools the setup check's environment offers (its ``tools``), asked of the
+    #: model's tokenizer once its models load (``polyrl.control_setup``)
+    own_schemas: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan | None:
@@ -71,12 +74,12 @@ def check_environment(config: RunConfig, registry: Registry) -> EnvironmentPlan 
     # built now: a tool's schema (a missing docstring or hint) is an error before models load
     toolbox = ToolBox(tools, timeout_s=env.tool_timeout_s, max_concurrency=env.max_concurrent_tools) \
         if tools else None
-    make_environment = None
+    make_environment, own_schemas = None, []
     if env.name is not None:
         spec = resolve_environment(env.name, registry)
         make_environment = functools.partial(spec.create, dict(env.options))
-        check_factory(make_environment, env.name, env.env_timeout_s, toolbox)  # its options and tools too
-    return EnvironmentPlan(toolbox=toolbox, make_environment=make_environment)
+        own_schemas = check_factory(make_environment, env.name, env.env_timeout_s, toolbox)  # its options and tools too
+    return EnvironmentPlan(toolbox=toolbox, make_environment=make_environment, own_schemas=own_schemas)
 
 
 def _check_python_tool(tools: Sequence[Callable[..., Any]], isolation: str) -> None:
@@ -101,14 +104,16 @@ def _check_python_tool(tools: Sequence[Callable[..., Any]], isolation: str) -> N
         raise ConfigError(problem, field=field, fix=fix) from None
 
 
-def check_factory(make: Callable[[], Any], name: str, timeout_s: float, toolbox: ToolBox | None = None) -> None:
+def check_factory(make: Callable[[], Any], name: str, timeout_s: float,
+                  toolbox: ToolBox | None = None) -> list[dict[str, Any]]:
     """Call the environment factory twice as the episodes will (on a worker thread, within
     ``env_timeout_s``): what it raises, a slow factory, a result that is no environment instance
     or the same object twice is one ``ConfigError`` now, as are its own ``tools`` whose schemas
     cannot be built or whose names clash with ``toolbox``'s ([environment] tools). Why: otherwise
     every episode ends in an environment error after the models load (or the check blocks for as
     long as the factory does), one object shared by concurrent episodes mixes their games without
-    any error, and a bad tool stopped the run after the models loaded, naming environment.tools."""
+    any error, and a bad tool stopped the run after the models loaded, naming environment.tools.
+    Returns the schemas of the environment's own tools (none: [])."""
     worker = Worker(name="polyrl-env-check")
     try:
         first, second = (_create(worker, make, name, timeout_s) for _ in range(2))
@@ -119,16 +124,17 @@ def check_factory(make: Callable[[], Any], name: str, timeout_s: float, toolbox:
                           "episodes run concurrently, one environment each", field=ENVIRONMENT_FIELD,
                           fix="return a new instance per call (e.g. return MyEnv(options)); keep an "
                               "episode's state on it, not in module globals or class attributes")
-    _check_own_tools(first, name, toolbox)
+    return _check_own_tools(first, name, toolbox)
 
 
-def _check_own_tools(env: Any, name: str, toolbox: ToolBox | None) -> None:
-    """The tools a new environment offers (its ``tools`` attribute) as an episode would add them."""
+def _check_own_tools(env: Any, name: str, toolbox: ToolBox | None) -> list[dict[str, Any]]:
+    """The schemas of the tools a new environment offers (its ``tools`` attribute), checked as an
+    episode would add them."""
     what = f"the factory {name!r} made a {type(env).__name__} whose"
     try:
         own = environment_tools(env)
-        if own:
-            (toolbox or ToolBox(())).extended(own)
+        base = toolbox or ToolBox(())
+        return base.extended(own).schemas[len(base.schemas):] if own else []
     except TypeError as exc:
         raise ConfigError(f"{what} tools are unusable: {exc}", field=ENVIRONMENT_FIELD,
                           fix="set tools to a list of the environment's methods (or leave it unset)") from None
