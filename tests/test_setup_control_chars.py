@@ -12,6 +12,7 @@ is not (it is never encoded: see the last test).
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -236,6 +237,18 @@ def test_the_dry_run_refuses_them_from_the_model_folders_tokenizer(misreading_mo
     with pytest.raises(ConfigError) as caught:
         check_run(_config(misreading_model, tmp_path, data={"system_prompt": "Answer\x04 briefly."}))
     assert caught.value.field == "data.system_prompt", caught.value
+
+
+def test_polyrl_generate_refuses_a_template_variable_holding_a_misread_control(misreading_model):
+    from bad_text_util import ENV, POLYRL
+
+    result = subprocess.run([*POLYRL, "generate", "--model", misreading_model, "--max-new-tokens", "2",
+                             "--threads", "1", "--chat-template-kwargs", '{"persona": "calm\\u0004"}', "What is 2 + 3?"],
+                            capture_output=True, text=True, env=ENV, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(errors) == 1 and errors[0].startswith(
+        "error: --chat-template-kwargs: variable 'persona' holds the control character U+0004"), errors
 
 
 def test_a_clean_run_with_tools_and_a_system_prompt_trains(misreading_model, tmp_path):

@@ -471,6 +471,7 @@ def _check_flags(args: argparse.Namespace, rules: dict[str, str]) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from polyrl.control_chars import engines_probe
+    from polyrl.control_setup import check_config_text
     from polyrl.engine import Engine
     from polyrl.errors import ConfigError
     from polyrl.text_validity import blank, blank_problem, check_prompt
@@ -495,6 +496,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     probe = engines_probe([engine])  # a control character this model's tokenizer reads as another token
     if probe is not None:
         probe.check(args.prompt, "the command line", "the prompt", field="prompt")
+        check_config_text(probe, None, template_kwargs, kwargs_field="--chat-template-kwargs")
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                               top_p=args.top_p, top_k=args.top_k, seed=args.seed, n=args.n)
     completions = engine.generate([prompt], sampling)

@@ -42,10 +42,11 @@ def check_tool_schemas(probe: ControlProbe | None, schemas: Sequence[Mapping[str
                               found, field=field, fix=TOOL_FIX)
 
 
-def check_config_text(probe: ControlProbe | None, system_prompt: str | None,
-                      template_kwargs: Mapping[str, Any]) -> None:
-    """A ConfigError naming ``data.system_prompt`` or the ``model.chat_template_kwargs`` variable
-    holding a character ``probe`` says the tokenizer misreads (either is in every prompt)."""
+def check_config_text(probe: ControlProbe | None, system_prompt: str | None, template_kwargs: Mapping[str, Any],
+                      kwargs_field: str = "model.chat_template_kwargs") -> None:
+    """A ConfigError naming ``data.system_prompt`` or the chat template variable (given as
+    ``kwargs_field``) holding a character ``probe`` says the tokenizer misreads (either is in
+    every prompt)."""
     if probe is None:
         return
     if system_prompt is not None and (found := probe.find(system_prompt)) is not None:
@@ -53,9 +54,8 @@ def check_config_text(probe: ControlProbe | None, system_prompt: str | None,
                           field="data.system_prompt", fix="remove it from data.system_prompt")
     for name, value in template_kwargs.items():
         if (found := probe.find(value)) is not None:
-            raise probe.error("model.chat_template_kwargs", f"variable {name!r}", found,
-                              field="model.chat_template_kwargs",
-                              fix=f"remove it from model.chat_template_kwargs.{name}")
+            raise probe.error(kwargs_field, f"variable {name!r}", found, field=kwargs_field,
+                              fix=f"remove it from variable {name!r} of {kwargs_field}")
 
 
 def check_setup_text(probe: ControlProbe | None, config: RunConfig, plan: EnvironmentPlan | None) -> None:
