@@ -21,8 +21,8 @@ from test_rewards_spellings import exact, numeric
     "The answer is 5. It could also be 6.", "answer: 5\nor 6",
     # ... after a box, which won over everything after it
     "\\boxed{5}, though 6 is possible", "\\boxed{5} (or 6)", "\\boxed{5}. Or 6.", "\\boxed{5} or maybe 6",
-    # ... or spelled in words beside the digits
-    "answer: 5 (or six)", "\\boxed{5}, or perhaps six",
+    # ... or spelled in words beside the digits, or opening an expression
+    "answer: 5 (or six)", "\\boxed{5}, or perhaps six", "answer: 5. Or 6!", "\\boxed{5}. Or maybe 2x.",
 ])
 @pytest.mark.parametrize("answer", ["5", "6"])
 def test_a_second_candidate_after_the_answer_pays_neither(reward, text, answer):
@@ -36,6 +36,7 @@ def test_a_second_candidate_after_the_answer_pays_neither(reward, text, answer):
     ("\\boxed{5}\n\nThis could also be checked: 2 + 3 = 5.", True),
     ("Therefore, the final answer is $\\boxed{5}$. I hope it is correct.", True),
     ("The answer is 5. Perhaps one could double-check by adding.", False), ("The answer is 5. Either way, 10/2 = 5.", False),
+    ("\\boxed{5}, or equivalently 10/2", True), ("\\boxed{5} is correct.", True),
 ])
 def test_the_right_single_answer_beside_a_check_or_an_explanation_still_pays(text, exact_too):
     assert numeric(text, "5") == 1.0
@@ -45,10 +46,16 @@ def test_the_right_single_answer_beside_a_check_or_an_explanation_still_pays(tex
 @pytest.mark.parametrize("text", [
     "the answer cannot be 5", "The answer can't be 5.", "x is not equal to 5", "it won't be 5",
     "5 is wrong", "5 is incorrect.", "5 is not the answer", "5 isn't right", "5 would be the wrong answer",
-    "answer: 5 is wrong",
+    "answer: 5 is wrong", "answer: \\(5\\) is wrong",
 ])
 def test_numeric_match_reads_no_number_the_completion_rejects(text):
     assert numeric(text, "5") == 0.0
+
+
+@pytest.mark.parametrize("reward", [exact, numeric])
+@pytest.mark.parametrize("text", ["\\boxed{5} is wrong", "$\\boxed{5}$ is incorrect", "\\boxed{5} is not the answer"])
+def test_a_box_the_completion_rejects_pays_nothing(reward, text):
+    assert reward(text, "5") == 0.0
 
 
 @pytest.mark.parametrize(("text", "answer"), [

@@ -53,7 +53,8 @@ silently ignored). Options:
     "x = - 5" and a typeset minus ("\u22125") are -5, and a spaced minus in a text answer is glued
     ("y = - 2x" is "y = -2x"); a "- 5" that opens the line it is read from is a list's dash: 5.
     A number answer given by a box or a marker that a hedge follows ("\\boxed{5}, though 6 is
-    possible", "answer: 5\\nor 6") scores 0, as in ``numeric_match``.
+    possible", "answer: 5\\nor 6") or a verdict rejects ("\\boxed{5} is wrong") scores 0, as in
+    ``numeric_match``.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
     0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9),
     ``last_number`` (true: rule 3 below; false: a completion with neither a box nor a marker scores 0).
@@ -65,7 +66,8 @@ silently ignored). Options:
        math-verify reads them; 12 factorial is ``\\boxed{12!}``), but a sentence after it that
        hedges (a word such as "or", "maybe", "though": ``_HEDGE``) and offers another number
        standing alone or spelled ("\\boxed{5}, though 6 is possible", "\\boxed{5} (or six)") makes
-       it no one answer: 0 (a check, "\\boxed{5}. Check: 2+3=5", still reads);
+       it no one answer: 0, as does a verdict rejecting the box ("\\boxed{5} is wrong"); a check,
+       "\\boxed{5}. Check: 2+3=5", still reads;
     2. the number after the last "####", "answer:" or "answer is", in the first sentence of that
        line that holds a number (a sentence ends at ".", "?" or "!" before a space, not at a
        factorial's "!"): its first number, which every other number standing alone there must
@@ -542,7 +544,7 @@ _NEGATION_BEFORE = re.compile(r"(?:(?:(?<![A-Za-z])(?i:not|never|cannot)|(?i:n['
 #: "5 isn't right", "5 would be the wrong answer". Why: "5 is wrong" and "the answer cannot be 5"
 #: were read as the answer 5, paying a completion that rejects it.
 _NEGATION_AFTER = re.compile(
-    r"[^\S\n]*(?i:(?:is|was|would\s+be|seems|looks)\s+(?:(?:the\s+|an?\s+)?(?:wrong|incorrect|false|invalid|impossible)"
+    r"(?:[^\S\n]*(?:\\[)\]]|[$*_}]))*[^\S\n]*(?i:(?:is|was|would\s+be|seems|looks)\s+(?:(?:the\s+|an?\s+)?(?:wrong|incorrect|false|invalid|impossible)"
     r"|(?:not|never)\s+(?:the\s+(?:\w+\s+)?answer|correct|right|valid|possible|it))"
     r"|(?:isn|wasn)['\u2019]t\s+(?:the\s+(?:\w+\s+)?answer|correct|right|valid|possible|it))(?![A-Za-z])")
 
@@ -691,7 +693,7 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
                 return None
             values.add(found[0].value)
         value = values.pop() if len(values) == 1 else None
-        return None if value is None or _hedged(after_last_box(part), value) else value
+        return None if value is None or _uncommitted(after_last_box(part), True, value) else value
     markers = list(_MARKER.finditer(part))
     if markers:
         after = joined_display(part[markers[-1].end():])
@@ -703,7 +705,7 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
             numbers = _numbers(sentence, line_start=False)
             if numbers:
                 value = _answered(numbers)
-                return None if value is None or _hedged(after, value) else value
+                return None if value is None or _uncommitted(after, False, value) else value
     if not last_number:
         return None
     part = _LATEX_THOUSANDS.sub(",", part.translate(_MINUS_SIGNS))  # as _numbers reads it: its positions
@@ -724,14 +726,21 @@ def after_last_box(text: str) -> str:
     return text[max(end for _, end in closes.values()) + 1:] if closes else ""
 
 
-def _after_marked(text: str) -> str:
+def _after_marked(text: str) -> tuple[str, bool]:
     """What follows ``exact_match``'s answer where a box or a marker gives it: the text after the
-    last box, or after the last marker (its answer included), else ""."""
+    last box, or after the last marker (its answer included), else ""; and whether a box gave it."""
     if boxed_answers(text):
-        return after_last_box(text)
+        return after_last_box(text), True
     text = joined_display(text)
     markers = list(_MARKER.finditer(text))
-    return text[markers[-1].end():] if markers else ""
+    return (text[markers[-1].end():] if markers else ""), False
+
+
+def _uncommitted(after: str, boxed: bool, value: Fraction) -> bool:
+    """Whether the text ``after`` a box (``boxed``) or an answer marker withdraws the answer ``value``:
+    it hedges (``_hedged``), or it rejects the box ("\\boxed{5} is wrong", "$\\boxed{5}$ is not the
+    answer": ``_NEGATION_AFTER``, which ``_numbers`` applies to a number after a marker)."""
+    return _hedged(after, value) or (boxed and _NEGATION_AFTER.match(after) is not None)
 
 
 #: Words that weigh candidates: a number standing alone in a sentence holding one, after the answer,
@@ -772,7 +781,7 @@ def _hedged(text: str, value: Fraction) -> bool:
             continue
         if any(_word_value(m) != value for m in _NUMBER_WORD.finditer(sentence)):
             return True
-        if any(n.alone and n.value != value
+        if any((n.alone or n.opens) and n.value != value
                and _EQUATION_BEFORE.search(sentence[max(0, n.start - 16):n.start]) is None
                for n in _numbers(sentence, line_start=False)):
             return True
@@ -914,7 +923,7 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
             opens_line = _MATH_OPEN.match(extracted) is None
         got = answer_key(normalize_answer(extracted, opts["case_sensitive"]), opens_line)
         if got == answer_key(gold) and isinstance(got, Fraction) and opts["extract"] == "auto" \
-                and _hedged(_after_marked(text), got):  # "\\boxed{5}, though 6 is possible"
+                and _uncommitted(*_after_marked(text), value=got):  # "\\boxed{5}, though 6 is possible"
             got = ""
         out.append(1.0 if got == answer_key(gold) else 0.0)
     return out
