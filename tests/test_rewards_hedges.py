@@ -105,3 +105,25 @@ def test_a_regex_format_whose_branches_can_all_fail_is_kept(pattern, scores):
     """A lookaround that looks at the text, or a branch that needs it, can fail: kept as a format
     (``\\b`` is one already: a text without a letter or digit fails it)."""
     assert _format_scores(pattern, ["x", "y", ""]) == scores
+
+
+@pytest.mark.parametrize(("text", "answer", "not_answer"), [
+    ("So x = 5. Check: 5+1=6.", "5", "6"), ("Total is 8 - 4 = 4.\nCheck: 4 + 4 = 8 ✓", "4", "8"),
+    ("x + 3 = 5, so x = 2. **Verification:** 2 + 3 = 5.", "2", "5"),
+])
+def test_numeric_match_reads_the_answer_before_a_check_ending_the_text(text, answer, not_answer):
+    """With no marker the last number was read: the check's result, not the answer it checks."""
+    assert numeric(text, answer) == 1.0
+    assert numeric(text, not_answer) == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("Checking: 5 + 1 = 6, so x = 5.", "5"), ("Check: 2+3=5", "5"), ("Check the units. She has 5 apples.", "5"),
+])
+def test_numeric_match_still_reads_an_answer_a_check_sentence_gives(text, answer):
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize("answer", ["5", "6"])
+def test_a_check_after_a_list_of_candidates_pays_neither(answer):
+    assert numeric("5 or 6. Check: 1+1=2", answer) == 0.0

@@ -84,7 +84,8 @@ silently ignored). Options:
        default ``parse`` and verl's "flexible" GSM8K score pay it; ``last_number = false`` reads
        none here, the side verl's "strict" score and TRL's ``accuracy_reward`` take. A last number
        joined to another one as a list of candidates ("5 6", "5, 6", "5 or 6", "between 5 and 6",
-       "six or 5") or hedged after it ("5, or perhaps six") is no one answer: 0.
+       "six or 5") or hedged after it ("5, or perhaps six") is no one answer: 0. A check ending the
+       text whose equation gives the last number ("So x = 5. Check: 5+1=6.") is not read: 5.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "+5", "3e8"); a
     "-" or "+" directly after a digit, letter, decimal point or closing bracket ("3-5", "x+5", "(3)-5",
     "1.-5"), or a "+" after another sign ("-+5"), is an operator, not a sign, as a spaced "-" after
@@ -710,12 +711,37 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
         return None
     part = _LATEX_THOUSANDS.sub(",", part.translate(_MINUS_SIGNS))  # as _numbers reads it: its positions
     numbers = _numbers(part)
+    check = _trailing_check(part, numbers)
+    if check is not None:
+        part, numbers = part[:check], [n for n in numbers if n.end <= check]
     if not numbers or not numbers[-1].alone:
         return None
     last = numbers[-1]
     if last.value is None or _hedged(part[last.start:], last.value) or _joined_to_another(part, numbers, last):
         return None
     return last.value
+
+
+#: A sentence opening the last line that checks the answer: "Check: 5+1=6", "**Verification:** ...".
+_CHECK_OPENING = re.compile(r"(?:^|(?<=[.?!\u3002])[^\S\n]+)(?:[*_#>]+[^\S\n]*)?"
+                            r"(?i:check(?:ing)?|verif(?:y|ying|ication)|sanity\s+check)(?![A-Za-z])", re.MULTILINE)
+
+
+def _trailing_check(text: str, numbers: list[_Number]) -> int | None:
+    """Where a check that ends ``text`` starts, when the text's last number is the result of that
+    check's equation ("So x = 5. Check: 5+1=6."; not "Checking: 5+1=6, so x = 5") and a number
+    precedes it; else None. Why: with no marker, the last number was read, so the check's 6 was
+    the answer and a right "x = 5" scored 0. Cutting the check pays nothing the text without it
+    would not pay."""
+    if not numbers:
+        return None
+    stripped = text.rstrip()
+    m = _CHECK_OPENING.search(stripped, stripped.rfind("\n") + 1)
+    last = numbers[-1]
+    if (m is None or last.start < m.end() or numbers[0].end > m.start()
+            or _EQUATION_BEFORE.search(text[max(0, last.start - 16):last.start]) is None):
+        return None
+    return m.start()
 
 
 def after_last_box(text: str) -> str:
