@@ -16,17 +16,37 @@ from test_rewards_spellings import exact, numeric
 
 @pytest.mark.parametrize("reward", [exact, numeric])
 @pytest.mark.parametrize("text", [
-    # a hedge in a later sentence, or on the next line, after the marked answer
-    "The answer: 5. Or 6.", "The answer is 5. Maybe 6 though.", "answer: 5. Alternatively 6.",
-    "The answer is 5. It could also be 6.", "answer: 5\nor 6",
-    # ... after a box, which won over everything after it
-    "\\boxed{5}, though 6 is possible", "\\boxed{5} (or 6)", "\\boxed{5}. Or 6.", "\\boxed{5} or maybe 6",
-    # ... or spelled in words beside the digits, or opening an expression
-    "answer: 5 (or six)", "\\boxed{5}, or perhaps six", "answer: 5. Or 6!", "\\boxed{5}. Or maybe 2x.",
+    # a hedge in the sentence that gives the answer, after a box, which won over everything after it
+    "\\boxed{5}, though 6 is possible", "\\boxed{5} (or 6)", "\\boxed{5} or maybe 6",
+    # ... or spelled in words beside the digits
+    "answer: 5 (or six)", "\\boxed{5}, or perhaps six",
 ])
 @pytest.mark.parametrize("answer", ["5", "6"])
-def test_a_second_candidate_after_the_answer_pays_neither(reward, text, answer):
+def test_a_second_candidate_in_the_answers_sentence_pays_neither(reward, text, answer):
     assert reward(text, answer) == 0.0
+
+
+@pytest.mark.parametrize("text", [
+    "The answer: 5. Or 6.", "The answer is 5. Maybe 6 though.", "answer: 5. Alternatively 6.",
+    "The answer is 5. It could also be 6.", "answer: 5\nor 6", "\\boxed{5}. Or 6.", "answer: 5. Or 6!",
+    "\\boxed{5}. Or maybe 2x.",
+])
+def test_a_hedge_in_a_later_sentence_pays_the_first_answer_only(text):
+    """What follows the answer's sentence is its explanation, where hedge words sit beside other
+    numbers in right answers too; the answer read is the first, so "Or 6." gains a policy nothing
+    (exact_match reads a marker's whole line: "5. Or 6." is no 5)."""
+    assert numeric(text, "5") == 1.0 and numeric(text, "6") == 0.0 and exact(text, "6") == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("The answer is 12. You could also split it into 2 groups of 6.", "12"),
+    ("#### 18\nShe either eats 3 or bakes 4, leaving 9 to sell.", "18"),
+    ("The answer is 5 apples. Alternatively, count the 2 red and the 3 green ones.", "5"),
+    ("answer: 40\nThis is likely because each of the 4 boxes holds 10.", "40"),
+    ("\\boxed{7}. Note that 3 or 4 alone would be too small.", "7"),
+])
+def test_an_explanation_after_the_answer_with_hedge_words_and_numbers_still_pays(text, answer):
+    assert numeric(text, answer) == 1.0
 
 
 @pytest.mark.parametrize(("text", "exact_too"), [

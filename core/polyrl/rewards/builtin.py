@@ -63,7 +63,7 @@ silently ignored). Options:
     1. the number in the last ``\\boxed{...}``, which must hold one ("\\boxed{42 \\text{ cm}}" is 42,
        "\\boxed{2, 3}" none); several boxes with different numbers score 0, as in ``exact_match``;
        what follows a box is not part of its answer ("\\boxed{12}!", "\\boxed{12}^2": 12, as
-       math-verify reads them; 12 factorial is ``\\boxed{12!}``), but a sentence after it that
+       math-verify reads them; 12 factorial is ``\\boxed{12!}``), but the rest of its sentence, if it
        hedges (a word such as "or", "maybe", "though": ``_HEDGE``) and offers another number
        standing alone or spelled ("\\boxed{5}, though 6 is possible", "\\boxed{5} (or six)") makes
        it no one answer: 0, as does a verdict rejecting the box ("\\boxed{5} is wrong"); a check,
@@ -75,8 +75,8 @@ silently ignored). Options:
        answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3", "4 or 5!", "2 or 3x") scores 0,
        while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
-       a hedge after it, in a later sentence or line ("The answer: 5. Or 6.", "answer: 5\\nor 6") or
-       in words ("answer: 5 (or six)"), scores 0 as after a box;
+       a hedge in that sentence in words ("answer: 5 (or six)") scores 0 as after a box (a later
+       sentence or line is explanation: "The answer: 5. Or 6." reads 5, the first answer);
     3. the last number of the text, even one the prompt also writes: arithmetic answers are often
        one of the question's numbers ("8 - 4 = 4", "0 * 3 = 0", "4" then more text), and not paying
        those was a false zero that cost the demo 12 points of held-out accuracy. The price: "You
@@ -764,15 +764,19 @@ def _after_marked(text: str) -> tuple[str, bool]:
 
 def _uncommitted(after: str, boxed: bool, value: Fraction) -> bool:
     """Whether the text ``after`` a box (``boxed``) or an answer marker withdraws the answer ``value``:
-    it hedges (``_hedged``), or it rejects the box ("\\boxed{5} is wrong", "$\\boxed{5}$ is not the
-    answer": ``_NEGATION_AFTER``, which ``_numbers`` applies to a number after a marker)."""
-    return _hedged(after, value) or (boxed and _NEGATION_AFTER.match(after) is not None)
+    the sentence that gives it hedges (``_hedged``), or a verdict rejects the box ("\\boxed{5} is
+    wrong", "$\\boxed{5}$ is not the answer": ``_NEGATION_AFTER``, which ``_numbers`` applies to a
+    number after a marker). Only that sentence: the explanation after it ("The answer is 12. You
+    could also split it into 2 groups of 6.") mentions other numbers beside hedge words, and the
+    answer read is the first one anyway, so a later "Or 6." pays nothing a policy could gain."""
+    first = _SENTENCE_END.split(after.split("\n", 1)[0], maxsplit=1)[0]
+    return _hedged(first, value) or (boxed and _NEGATION_AFTER.match(after) is not None)
 
 
-#: Words that weigh candidates: a number standing alone in a sentence holding one, after the answer,
-#: is a second candidate ("The answer: 5. Or 6.", "\\boxed{5}, though 6 is possible", "answer: 5
-#: (or six)"), not a check or an explanation ("\\boxed{5}. Check: 2+3=5", "The answer is 5. She had
-#: 2 apples and got 3 more."), nor a rejected one ("It could not be 6, since 6 > 5").
+#: Words that weigh candidates: a number standing alone in a sentence holding one, the answer's own,
+#: is a second candidate ("\\boxed{5}, though 6 is possible", "answer: 5 (or six)"), not a check
+#: or an explanation ("\\boxed{5}. Check: 2+3=5", "The answer is 5. She had 2 apples and got 3
+#: more."), nor a rejected one ("It could not be 6, since 6 > 5").
 _HEDGE = re.compile(r"(?<![A-Za-z])(?i:or|maybe|perhaps|possibly|possible|alternatively|might|could|probably"
                     r"|likely|either|unsure|otherwise|though|although|unless)(?![A-Za-z])(?!\s+not(?![A-Za-z]))")
 _SMALL_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -799,9 +803,9 @@ def _word_value(m: re.Match[str]) -> int:
 def _hedged(text: str, value: Fraction) -> bool:
     """Whether ``text``, what holds or follows the answer ``value``, offers another number beside it:
     in a sentence holding a hedge word (``_HEDGE``), a number standing alone, or spelled in words,
-    that is not ``value`` and no side of an equation ("6" in "5+1=6", not in "x = 6"). Why: "The
-    answer: 5. Or 6." and "\\boxed{5}, though 6 is possible" paid 5 (a hedge read as its first
-    candidate), as "answer: 5 (or six)" did, while "answer: 5 or 6" scored 0."""
+    that is not ``value`` and no side of an equation ("6" in "5+1=6", not in "x = 6"). Why: "answer: 5
+    (or six)" and "\\boxed{5}, though 6 is possible" paid 5 (a hedge read as its first candidate),
+    while "answer: 5 or 6" scored 0."""
     for sentence in _SENTENCE_END.split(text):
         if _HEDGE.search(sentence) is None:
             continue
