@@ -52,6 +52,9 @@ silently ignored). Options:
     ``numeric_match``. Its sign is read as ``numeric_match`` reads it: ``\\boxed{- 5}``, "answer: - 5",
     "x = - 5" and a typeset minus ("\u22125") are -5, and a spaced minus in a text answer is glued
     ("y = - 2x" is "y = -2x"); a "- 5" that opens the line it is read from is a list's dash: 5.
+    A number answer given by a box or a marker that a hedge follows ("\\boxed{5}, though 6 is
+    possible", "answer: 5\\nor 6") or a verdict rejects ("\\boxed{5} is wrong") scores 0, as in
+    ``numeric_match``.
 ``numeric_match``    1.0 when the completion's final number equals the number in ``row[column]``, else
     0.0. ``column`` ("answer"), ``tolerance`` (absolute, default 0), ``rel_tolerance`` (1e-9),
     ``last_number`` (true: rule 3 below; false: a completion with neither a box nor a marker scores 0).
@@ -60,7 +63,11 @@ silently ignored). Options:
     1. the number in the last ``\\boxed{...}``, which must hold one ("\\boxed{42 \\text{ cm}}" is 42,
        "\\boxed{2, 3}" none); several boxes with different numbers score 0, as in ``exact_match``;
        what follows a box is not part of its answer ("\\boxed{12}!", "\\boxed{12}^2": 12, as
-       math-verify reads them; 12 factorial is ``\\boxed{12!}``);
+       math-verify reads them; 12 factorial is ``\\boxed{12!}``), but the rest of its sentence, if it
+       hedges (a word such as "or", "maybe", "though": ``_HEDGE``) and offers another number
+       standing alone or spelled ("\\boxed{5}, though 6 is possible", "\\boxed{5} (or six)") makes
+       it no one answer: 0, as does a verdict rejecting the box ("\\boxed{5} is wrong"); a check,
+       "\\boxed{5}. Check: 2+3=5", still reads;
     2. the number after the last "####", "answer:" or "answer is", in the first sentence of that
        line that holds a number (a sentence ends at ".", "?" or "!" before a space, not at a
        factorial's "!"): its first number, which every other number standing alone there must
@@ -68,12 +75,17 @@ silently ignored). Options:
        answer that hedges ("answer: 2 or 3", "42 and 43", "2, 3", "4 or 5!", "2 or 3x") scores 0,
        while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
+       a hedge in that sentence in words ("answer: 5 (or six)") scores 0 as after a box (a later
+       sentence or line is explanation: "The answer: 5. Or 6." reads 5, the first answer);
     3. the last number of the text, even one the prompt also writes: arithmetic answers are often
        one of the question's numbers ("8 - 4 = 4", "0 * 3 = 0", "4" then more text), and not paying
        those was a false zero that cost the demo 12 points of held-out accuracy. The price: "You
        asked about 12 apples." (a quote of the question) is paid against 12, as math-verify's
        default ``parse`` and verl's "flexible" GSM8K score pay it; ``last_number = false`` reads
-       none here, the side verl's "strict" score and TRL's ``accuracy_reward`` take.
+       none here, the side verl's "strict" score and TRL's ``accuracy_reward`` take. A last number
+       joined to another one as a list of candidates ("5 6", "5, 6", "5 or 6", "between 5 and 6",
+       "six or 5") or hedged after it ("5, or perhaps six") is no one answer: 0. A check ending the
+       text whose equation gives the last number ("So x = 5. Check: 5+1=6.") is not read: 5.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "+5", "3e8"); a
     "-" or "+" directly after a digit, letter, decimal point or closing bracket ("3-5", "x+5", "(3)-5",
     "1.-5"), or a "+" after another sign ("-+5"), is an operator, not a sign, as a spaced "-" after
@@ -102,7 +114,8 @@ silently ignored). Options:
     answer, and a candidate besides it: "x > 4", ``\\boxed{\\neq 4}`` and "4 < 5" score 0 against 4
     (an arrow "=> 4", a tag's "<answer>4" and "≈ 4" still read). A number struck out or hidden
     (``\\sout{4}``, ``\\cancel{4}``, "~~4~~", "<del>4</del>", ``\\phantom{4}``) or negated ("not 4",
-    "isn't 4", "never 4", "cannot 4", ``\\neg 4``, "¬4", "!4", "-(4)"; LaTeX's thin space ``\\!`` is no negation: ``5\\!6`` draws 56) is not
+    "isn't 4", "never 4", "cannot 4", "cannot be 4", "is not equal to 4", ``\\neg 4``, "¬4", "!4", "-(4)", or
+    rejected after it: "4 is wrong", "4 is not the answer", "4 isn't right"; LaTeX's thin space ``\\!`` is no negation: ``5\\!6`` draws 56) is not
     read, and an answer that gives a number and negates it ("4, not 4") gives none ("4, not 5"
     reads 4). A number glued to
     a lone letter is a product with a variable ("2x", "4a", "2i", "2pi", "2x2"; "2 x 3" too), except
@@ -124,8 +137,9 @@ silently ignored). Options:
 ``regex_format``     1.0 when ``pattern`` matches the completion, else 0.0.
     ``pattern`` (required), ``match`` ("search" | "fullmatch", default "search"),
     ``flags`` (letters from "imsx", default "s" so that ``.`` spans lines). A pattern search finds in
-    any text (``x*``, ``^``, ``(a|)``, ``$``, ``x*$``: an empty match needing nothing of the text but
-    an anchor at its start or its end) is refused.
+    any text (``x*``, ``^``, ``(a|)``, ``$``, ``x*$``, ``$|^``, ``(?!x)``, ``(?<!x)``: an empty match
+    needing nothing of the text but, in one branch, an anchor or a negative lookaround at its start
+    or its end) is refused.
     The pattern is the user's, and ``.*`` patterns are easy to satisfy: ``<think>.*</think>`` is
     found in "junk <think></think> junk", and with the "s" flag ``<think>.*</think><answer>.*</answer>``
     spans several tag pairs. To check a reasoning format, anchor the pattern, keep the tag out of
@@ -524,8 +538,16 @@ _RELATION_BEFORE = re.compile(rf"(?:{_RELATION})\s*$")
 #: subfactorial, or "not"): that number is what the answer is not, so it is not read, and an
 #: answer that also gives it ("12, not 12") gives nothing. Not "\\!", LaTeX's negative thin space:
 #: "\\boxed{5\\!6}" draws 56 and was read as "5, not 6", paying 5.
-_NEGATION_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?i:not|never|cannot)(?![A-Za-z])\s*\}?|(?i:n['\u2019]t)(?![A-Za-z])"
+_NEGATION_BEFORE = re.compile(r"(?:(?:(?<![A-Za-z])(?i:not|never|cannot)|(?i:n['\u2019]t))(?![A-Za-z])"
+                              r"(?:\s+(?i:be|been|equal(?:s)?(?:\s+to)?)(?![A-Za-z]))?\s*\}?"
                               r"|\\(?:not|neg|lnot)\s*\{?|\u00ac|(?<![\w)\]}!\\])!)\s*$")
+#: A verdict after a number that rejects it: "5 is wrong", "5 is incorrect", "5 is not the answer",
+#: "5 isn't right", "5 would be the wrong answer". Why: "5 is wrong" and "the answer cannot be 5"
+#: were read as the answer 5, paying a completion that rejects it.
+_NEGATION_AFTER = re.compile(
+    r"(?:[^\S\n]*(?:\\[)\]]|[$*_}]))*[^\S\n]*(?i:(?:is|was|would\s+be|seems|looks)\s+(?:(?:the\s+|an?\s+)?(?:wrong|incorrect|false|invalid|impossible)"
+    r"|(?:not|never)\s+(?:the\s+(?:\w+\s+)?answer|correct|right|valid|possible|it))"
+    r"|(?:isn|wasn)['\u2019]t\s+(?:the\s+(?:\w+\s+)?answer|correct|right|valid|possible|it))(?![A-Za-z])")
 
 
 #: The dashes that typeset a minus sign: the minus (U+2212), the hyphens (U+2010, U+2011), the figure
@@ -583,7 +605,8 @@ def _numbers(text: str, line_start: bool = True) -> list[_Number]:
             opens = not (text.startswith("=", rest_end)
                          or _EQUATION_BEFORE.search(text[max(0, start - 16):start]) is not None)
         opens = opens or (known and _RELATION_BEFORE.search(text[max(0, start - 16):start]) is not None)
-        negated = known and _NEGATION_BEFORE.search(text[max(0, start - 16):start]) is not None
+        negated = known and (_NEGATION_BEFORE.search(text[max(0, start - 24):start]) is not None
+                             or _NEGATION_AFTER.match(text, end) is not None)
         alone = known and not (after or before or negated)
         fraction = m.group("number") is None
         if (previous is not None and (fraction or previous[1])
@@ -670,7 +693,8 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
                     or any(n.opens for n in found[1:])):
                 return None
             values.add(found[0].value)
-        return values.pop() if len(values) == 1 else None
+        value = values.pop() if len(values) == 1 else None
+        return None if value is None or _uncommitted(after_last_box(part), True, value) else value
     markers = list(_MARKER.finditer(part))
     if markers:
         after = joined_display(part[markers[-1].end():])
@@ -681,13 +705,139 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
         for sentence in _SENTENCE_END.split(first_line):
             numbers = _numbers(sentence, line_start=False)
             if numbers:
-                return _answered(numbers)
+                value = _answered(numbers)
+                return None if value is None or _uncommitted(after, False, value) else value
     if not last_number:
         return None
+    part = _LATEX_THOUSANDS.sub(",", part.translate(_MINUS_SIGNS))  # as _numbers reads it: its positions
     numbers = _numbers(part)
+    check = _trailing_check(part, numbers)
+    if check is not None:
+        part, numbers = part[:check], [n for n in numbers if n.end <= check]
     if not numbers or not numbers[-1].alone:
         return None
-    return numbers[-1].value
+    last = numbers[-1]
+    if last.value is None or _hedged(part[last.start:], last.value) or _joined_to_another(part, numbers, last):
+        return None
+    return last.value
+
+
+#: A sentence opening the last line that checks the answer: "Check: 5+1=6", "**Verification:** ...".
+_CHECK_OPENING = re.compile(r"(?:^|(?<=[.?!\u3002])[^\S\n]+)(?:[*_#>]+[^\S\n]*)?"
+                            r"(?i:check(?:ing)?|verif(?:y|ying|ication)|sanity\s+check)(?![A-Za-z])", re.MULTILINE)
+
+
+def _trailing_check(text: str, numbers: list[_Number]) -> int | None:
+    """Where a check that ends ``text`` starts, when the text's last number is the result of that
+    check's equation ("So x = 5. Check: 5+1=6."; not "Checking: 5+1=6, so x = 5") and a number
+    precedes it; else None. Why: with no marker, the last number was read, so the check's 6 was
+    the answer and a right "x = 5" scored 0. Cutting the check pays nothing the text without it
+    would not pay."""
+    if not numbers:
+        return None
+    stripped = text.rstrip()
+    m = _CHECK_OPENING.search(stripped, stripped.rfind("\n") + 1)
+    last = numbers[-1]
+    if (m is None or last.start < m.end() or numbers[0].end > m.start()
+            or _EQUATION_BEFORE.search(text[max(0, last.start - 16):last.start]) is None):
+        return None
+    return m.start()
+
+
+def after_last_box(text: str) -> str:
+    """What follows the last closed box of ``text`` (``boxed_answers``' boxes), or "" without one."""
+    if "box" in text:
+        text = _BARE_BOX.sub(lambda m: "\\boxed{" + (m.group(1) or m.group(2)) + "}", text)
+    closes = _box_closes(text)
+    return text[max(end for _, end in closes.values()) + 1:] if closes else ""
+
+
+def _after_marked(text: str) -> tuple[str, bool]:
+    """What follows ``exact_match``'s answer where a box or a marker gives it: the text after the
+    last box, or after the last marker (its answer included), else ""; and whether a box gave it."""
+    if boxed_answers(text):
+        return after_last_box(text), True
+    text = joined_display(text)
+    markers = list(_MARKER.finditer(text))
+    return (text[markers[-1].end():] if markers else ""), False
+
+
+def _uncommitted(after: str, boxed: bool, value: Fraction) -> bool:
+    """Whether the text ``after`` a box (``boxed``) or an answer marker withdraws the answer ``value``:
+    the sentence that gives it hedges (``_hedged``), or a verdict rejects the box ("\\boxed{5} is
+    wrong", "$\\boxed{5}$ is not the answer": ``_NEGATION_AFTER``, which ``_numbers`` applies to a
+    number after a marker). Only that sentence: the explanation after it ("The answer is 12. You
+    could also split it into 2 groups of 6.") mentions other numbers beside hedge words, and the
+    answer read is the first one anyway, so a later "Or 6." pays nothing a policy could gain."""
+    first = _SENTENCE_END.split(after.split("\n", 1)[0], maxsplit=1)[0]
+    return _hedged(first, value) or (boxed and _NEGATION_AFTER.match(after) is not None)
+
+
+#: Words that weigh candidates: a number standing alone in a sentence holding one, the answer's own,
+#: is a second candidate ("\\boxed{5}, though 6 is possible", "answer: 5 (or six)"), not a check
+#: or an explanation ("\\boxed{5}. Check: 2+3=5", "The answer is 5. She had 2 apples and got 3
+#: more."), nor a rejected one ("It could not be 6, since 6 > 5").
+_HEDGE = re.compile(r"(?<![A-Za-z])(?i:or|maybe|perhaps|possibly|possible|alternatively|might|could|probably"
+                    r"|likely|either|unsure|otherwise|though|although|unless)(?![A-Za-z])(?!\s+not(?![A-Za-z]))")
+_SMALL_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                "sixteen seventeen eighteen nineteen").split()
+_TENS_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+#: A number spelled in words, up to ninety-nine ("six", "twenty-five"; not "five hundred", whose
+#: value this does not read, and "one" only after "or", as it is a pronoun elsewhere: "perhaps one
+#: could check").
+_NUMBER_WORD = re.compile(
+    rf"(?<![\w-])(?i:(?P<tens>{'|'.join(_TENS_WORDS)})(?:[-\s](?P<unit>{'|'.join(_SMALL_WORDS[1:10])})(?![\w-]))?"
+    rf"|(?P<small>{'|'.join(w for w in _SMALL_WORDS if w != 'one')})|(?<=[oO][rR]\s)(?P<one>one))"
+    r"(?![\w-])(?!\s+(?i:hundred|thousand|million|billion))")
+
+
+def _word_value(m: re.Match[str]) -> int:
+    """The value of a ``_NUMBER_WORD`` match."""
+    if m.group("tens"):
+        unit = m.group("unit")
+        return 10 * (2 + _TENS_WORDS.index(m.group("tens").lower())) + (
+            _SMALL_WORDS.index(unit.lower()) if unit else 0)
+    return 1 if m.group("one") else _SMALL_WORDS.index(m.group("small").lower())
+
+
+def _hedged(text: str, value: Fraction) -> bool:
+    """Whether ``text``, what holds or follows the answer ``value``, offers another number beside it:
+    in a sentence holding a hedge word (``_HEDGE``), a number standing alone, or spelled in words,
+    that is not ``value`` and no side of an equation ("6" in "5+1=6", not in "x = 6"). Why: "answer: 5
+    (or six)" and "\\boxed{5}, though 6 is possible" paid 5 (a hedge read as its first candidate),
+    while "answer: 5 or 6" scored 0."""
+    for sentence in _SENTENCE_END.split(text):
+        if _HEDGE.search(sentence) is None:
+            continue
+        if any(_word_value(m) != value for m in _NUMBER_WORD.finditer(sentence)):
+            return True
+        if any((n.alone or n.opens) and n.value != value
+               and _EQUATION_BEFORE.search(sentence[max(0, n.start - 16):n.start]) is None
+               for n in _numbers(sentence, line_start=False)):
+            return True
+    return False
+
+
+#: What joins two numbers into a list of candidates: a space, a comma, a semicolon or a slash on
+#: one line ("5 6", "5, 6"), or "or", "and", "nor", "to" ("5. Or 6", "between 5 and 6", "5 to 6"),
+#: maybe before a letter given the value ("x = 5 or x = 6").
+_CANDIDATES_JOINED = re.compile(r"(?:[^\S\n]*(?:[,;/][^\S\n]*)?|[\s,;.(]*(?i:or|and|nor|to)[\s,:]*)"
+                                r"(?:[A-Za-z]\s*=\s*)?")
+
+
+def _joined_to_another(text: str, numbers: list[_Number], last: _Number) -> bool:
+    """Whether the number or the number word just before ``last`` (the text's last number) is
+    another value joined to it as a candidate (``_CANDIDATES_JOINED``). Why: with no answer marker
+    the last number is read, and "5 or 6", "between 5 and 6", "5 6" and "six or 5" paid their last
+    number, while "answer: 5 or 6" scored 0. A number before it joined by other words or an operator
+    ("8 - 4 = 4", "She had 3 apples and ate 2, so 1 is left") is the working."""
+    previous = numbers[-2] if len(numbers) > 1 else None
+    end: int
+    value: Fraction | None
+    end, value = (previous.end, previous.value) if previous is not None and previous.alone else (-1, None)
+    for m in _NUMBER_WORD.finditer(text, previous.end if previous is not None else 0, last.start):
+        end, value = m.end(), Fraction(_word_value(m))
+    return end >= 0 and value != last.value and _CANDIDATES_JOINED.fullmatch(text, end, last.start) is not None
 
 
 #: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
@@ -801,8 +951,11 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
             extracted = _LIST_DASH.sub("", extracted.lstrip(), count=1)
             # math holds no list: "$- 5$" and "\\(- 5\\)" are -5, as numeric_match reads them
             opens_line = _MATH_OPEN.match(extracted) is None
-        got = normalize_answer(extracted, opts["case_sensitive"])
-        out.append(1.0 if answer_key(got, opens_line) == answer_key(gold) else 0.0)
+        got = answer_key(normalize_answer(extracted, opts["case_sensitive"]), opens_line)
+        if got == answer_key(gold) and isinstance(got, Fraction) and opts["extract"] == "auto" \
+                and _uncommitted(*_after_marked(text), value=got):  # "\\boxed{5}, though 6 is possible"
+            got = ""
+        out.append(1.0 if got == answer_key(gold) else 0.0)
     return out
 
 
@@ -946,25 +1099,21 @@ def regex_format(completions: Sequence[Completion | str], context: RewardContext
     return [1.0 if test(completion_text(c)) else 0.0 for c in completions]
 
 
-#: opcodes whose match depends on the text around a position: a zero-width pattern holding one
-#: can still fail (``^$``, ``(?!.*bad)``, a back-reference)
-_CONTEXT_OPS = frozenset({"AT", "ASSERT", "ASSERT_NOT", "GROUPREF", "GROUPREF_EXISTS", "GROUPREF_IGNORE",
-                          "GROUPREF_LOC_IGNORE", "GROUPREF_UNI_IGNORE"})
-
-
 #: anchors an empty match at position 0 always satisfies (``^``, ``\\A``, ``^`` under MULTILINE)
 _HELD_AT_START = frozenset({"AT_BEGINNING", "AT_BEGINNING_STRING", "AT_BEGINNING_LINE"})
 #: anchors an empty match at the end of the text always satisfies (``$``, ``\\Z``, ``$`` under MULTILINE)
 _HELD_AT_END = frozenset({"AT_END", "AT_END_STRING", "AT_END_LINE"})
+_REPEATS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"})
 
 
 def always_found(regex: re.Pattern[str]) -> bool:
-    """Whether ``regex.search`` succeeds on every text: its shortest match is empty and nothing in it
-    looks at the text around a position but start anchors, so the empty match is there at position 0
-    of any string (``x*``, ``^``, ``(?:)``, ``(a|)``), or but end anchors, so it is there at the end
-    (``$``, ``\\Z``, ``a?$``; ``^$`` mixes both and can fail). Why: such a ``regex_format`` rewards
-    every completion alike. Read from the parsed pattern, exact rather than probed; False where the
-    parser is unavailable."""
+    """Whether ``regex.search`` succeeds on every text: it can match an empty text at position 0 of
+    any string (``x*``, ``^``, ``(?:)``, ``(a|)``, a lookbehind that must not match, ``(?<!x)``) or at
+    its end (``$``, ``\\Z``, ``a?$``, a lookahead that must not match, ``(?!x)``), in any one
+    branch (``$|^``: ``^$`` mixes both and can fail). Why: such a ``regex_format`` rewards every
+    completion alike; ``(?!x)`` and ``$|^`` were kept. Read from the parsed pattern, exact rather
+    than probed (a positive lookaround, a back-reference or a conditional counts as able to fail);
+    False where the parser is unavailable."""
     try:
         from re import _parser  # type: ignore[attr-defined]  # the compiler's own parse (3.11+)
     except ImportError:  # pragma: no cover - older or other Pythons
@@ -973,25 +1122,34 @@ def always_found(regex: re.Pattern[str]) -> bool:
         parsed = _parser.parse(regex.pattern, regex.flags)
     except Exception:  # noqa: BLE001 - compiled already; a parser change must not fail the reward
         return False
-    if parsed.getwidth()[0] != 0:
-        return False
-    ops = _context_ops(parsed)
-    return ops <= _HELD_AT_START or ops <= _HELD_AT_END
+    return _empty_held(parsed, _HELD_AT_START, -1) or _empty_held(parsed, _HELD_AT_END, 1)
 
 
-def _context_ops(node: object) -> set[str]:
-    """The context opcodes of a parsed pattern (an anchor by its kind, ``AT_END``...), walking its
-    SubPatterns, their (opcode, argument) items, nested tuples and lists."""
-    if isinstance(node, (tuple, list)):
-        return set().union(*map(_context_ops, node)) if node else set()
-    data = getattr(node, "data", None)
-    found: set[str] = set()
-    if isinstance(data, list):
-        for op, arg in data:
-            if str(op) in _CONTEXT_OPS:
-                found.add(str(arg) if str(op) == "AT" else str(op))
-            found |= _context_ops(arg)
-    return found
+def _empty_held(node: Any, anchors: frozenset[str], side: int) -> bool:
+    """Whether the parsed pattern ``node`` (a SubPattern or its item list) matches an empty text at
+    the start (``side`` -1, ``anchors`` those held there) or the end (``side`` 1) of every text:
+    each item can be passed there without a character (an anchor held there, a repeat of at least
+    0, a branch of which one can, a negative lookaround towards the outside of the text, which sees
+    nothing there, around a pattern needing a character)."""
+    for op, arg in getattr(node, "data", node):
+        name = str(op)
+        if name == "AT":
+            held = str(arg) in anchors
+        elif name == "BRANCH":
+            held = any(_empty_held(branch, anchors, side) for branch in arg[1])
+        elif name == "SUBPATTERN":
+            held = _empty_held(arg[-1], anchors, side)
+        elif name == "ATOMIC_GROUP":
+            held = _empty_held(arg, anchors, side)
+        elif name in _REPEATS:
+            held = arg[0] == 0 or _empty_held(arg[2], anchors, side)
+        elif name == "ASSERT_NOT":  # (?!x) at the end, (?<!x) at the start: nothing there to match x
+            held = arg[0] == side and arg[1].getwidth()[0] > 0
+        else:  # a character, a class, a positive lookaround, a back-reference: can fail
+            held = False
+        if not held:
+            return False
+    return True
 
 
 def _written_chars(completion: Completion | str) -> int:
