@@ -590,7 +590,9 @@ def _tests_frame(frame: types.FrameType | None, limit: int) -> types.FrameType |
 def counted_vacuously_above(limit: int = 12) -> bool:
     """Whether the nearest frame above this call that is the tests' own code (at most ``limit``
     up) stands at a site: ``len(r) >= 0`` reaches ``__len__`` through the tests' ``len``."""
-    return _SITES.above(limit) or _hashable_at(_tests_frame(sys._getframe(1), limit))
+    if _SITES.above(limit):
+        return True
+    return bool(_conditional_places()) and _hashable_at(_tests_frame(sys._getframe(1), limit))
 
 
 def counted_vacuously_here(depth: int = 2) -> bool:
@@ -598,6 +600,8 @@ def counted_vacuously_here(depth: int = 2) -> bool:
     ``len(b.log) >= 0``) is the tests' own code at a site."""
     if _SITES.here(depth):
         return True
+    if not _conditional_places():
+        return False
     try:
         frame = sys._getframe(depth)
     except ValueError:
