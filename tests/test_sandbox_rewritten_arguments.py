@@ -132,3 +132,21 @@ def test_answered_paths_are_the_reads_compared_with_an_answer_in_their_function(
                            "nums = [1, 1, 2]\nk = dedupe(nums)\nassert k == len(nums)"])
     assert found is not None
     assert found.answered == {("xs", "<module>", 1), ("xs", "test_answer", 1)}
+
+
+def test_a_comprehensions_variable_is_answered_in_the_code_that_binds_it():
+    """A generator expression runs in a code object of its own; a list comprehension did too before
+    Python 3.12 and is inlined into the code around it since (PEP 709), where the frame binds its
+    variable. What a whole-item variable loops over is answered in the code around too (not ``pairs``
+    of ``a, b``: its items are no argument whole)."""
+    import sys
+
+    from polyrl.sandbox.vacuous_reads import vacuous_paths
+
+    found = vacuous_paths(["cases = [[3, 1, 2]]\nassert all([my_sort(x) == sorted(x) for x in cases])\n"
+                           "assert all(my_sort(y) == sorted(y) for y in cases)\n"
+                           "assert all([f(a) == sorted(b) for a, b in pairs])"])
+    assert found is not None
+    listed = ("x", "<listcomp>", 2) if sys.version_info < (3, 12) else ("x", "<module>", 1)
+    in_pairs = ("b", "<listcomp>", 4) if sys.version_info < (3, 12) else ("b", "<module>", 1)
+    assert found.answered == {listed, ("y", "<genexpr>", 3), ("cases", "<module>", 1), in_pairs}
