@@ -438,6 +438,10 @@ def test_a_set_of_a_name_whose_value_is_hashable_is_bounded_by_the_count():
     right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT_INDEXED for n in names]
     assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
     assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    # at module level, ``len({y for _ in r}) <= 1`` of ``y = r[0]`` too: the loop, the third test, fails
+    module = IS_PRIME + "r = primes(3)\nassert len(r) == 3\ny = r[0]\nr.reset()\nassert len({y for _ in r}) <= 1\n" \
+        "assert all(is_prime(x) for x in r)\n"
+    assert _scored([module, module], [FORGED_INDEXED, RIGHT_INDEXED]) == [pytest.approx(2 / 3), 1.0]
 
 
 def test_a_count_of_a_set_that_some_count_fails_or_that_may_raise_sees_a_value_empty():
