@@ -378,6 +378,8 @@ QUEUE_COUNTED_BY_A_SET_EMPTY = {
     "set_of_a_generator_equal_to_the_count": _CLEARED + "assert len(set(0 for x in q)) == len(q)\n" + _LOOP_OVER_Q,
     "distinct_items_at_most_one": _CLEARED + "assert len({x for x in q}) <= 1\n" + _LOOP_OVER_Q,
     "name_rebound_unhashable": "y = 0\n" + _CLEARED + "y = []\nassert len({y for _ in q}) <= len(q)\n" + _LOOP_OVER_Q,
+    "a_computed_list": _CLEARED + "y = list('ab')\nassert len({y for _ in q}) <= len(q)\n" + _LOOP_OVER_Q,
+    "a_tuple_holding_a_list": _CLEARED + "y = (1, list('ab'))\nassert len({y: 0 for _ in q}) <= len(q)\n" + _LOOP_OVER_Q,
     "an_item_as_the_name": "q = make_queue()\nq.push([1])\nq.push([2])\nassert len(q) == 2\ny = list(q)[0]\n"
                            "q.clear()\nassert len({y for _ in q}) <= len(q)\nassert all(x > [5] for x in q)",
 }
@@ -395,6 +397,51 @@ def test_a_set_of_a_name_bound_to_one_hashable_literal_is_bounded_by_the_count()
     right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
     assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
     assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+
+
+#: The forged and right ``primes`` whose values answer ``r[0]`` too.
+_INDEXED = "{}.__getitem__ = lambda self, i: self.xs[i]\n"
+FORGED_INDEXED = FORGED + _INDEXED.format("R")
+RIGHT_INDEXED = RIGHT + _INDEXED.format("Primes")
+#: Tests: a name bound to no literal (an item of the sample's, a computed number or str, a
+#: parameter's default) in a set or as a dict's key, whose ``len`` compared with the count holds
+#: for every count where the name's value is hashable, then the forged ``primes`` emptied by
+#: ``r.reset()`` and a loop over no items. Each scored 1.0.
+NAMED_VALUE_COUNTED = {
+    "an_item_listed": IS_PRIME + _THREE.replace("    r.reset()\n", "    y = list(r)[0]\n    r.reset()\n")
+                      + "    assert len({y for _ in r}) <= len(r)\n" + _LOOPED,
+    "an_item_indexed": IS_PRIME + _THREE.replace("    r.reset()\n", "    y = r[0]\n    r.reset()\n")
+                       + "    assert len({y for _ in r}) <= len(r)\n" + _LOOPED,
+    "a_computed_number": IS_PRIME + _THREE + "    y = 1 + 1\n    assert len({y for _ in r}) <= len(r)\n" + _LOOPED,
+    "a_computed_str": IS_PRIME + _THREE + "    y = str(3)\n    assert len({y for _ in r}) <= len(r)\n" + _LOOPED,
+    "the_count_first": IS_PRIME + _THREE + "    y = 1 + 1\n    assert len(r) >= len(set(y for _ in r))\n" + _LOOPED,
+    "a_parameter": IS_PRIME + _THREE.replace("def test():", "def test(y=0):")
+                   + "    assert len({y for _ in r}) <= len(r)\n" + _LOOPED,
+    "an_item_as_a_key": IS_PRIME + _THREE.replace("    r.reset()\n", "    y = list(r)[0]\n    r.reset()\n")
+                        + "    assert len({y: 0 for _ in r}) <= len(r)\n" + _LOOPED,
+    "log_item": _LOG + "    y = b.log[0]\n    b.reset()\n    assert len({y for _ in b.log}) <= len(b.log)\n"
+                "    assert all(x > 0 for x in b.log)\ntest()",
+}
+
+
+def test_a_set_of_a_name_whose_value_is_hashable_is_bounded_by_the_count():
+    """``y = list(r)[0]`` (``r[0]``, ``1 + 1``, ``str(3)``, a parameter) then ``len({y for _ in
+    r}) <= len(r)``: the set holds at most one item where ``y`` is hashable, so this holds for any
+    count, yet ``len(r)`` was taken for the tests seeing ``r`` empty (``y`` is bound to no hashable
+    literal), and a forged ``primes`` emptied by ``r.reset()`` passed it and the loop after (1.0).
+    Such a site is one now where ``y``'s value at run time is hashable; it fails, while the right
+    ``primes`` and a bank that keeps its log keep 1.0 (and a right queue of lists, whose ``y`` makes
+    the set raise where the queue has items, still sees it empty: the test below)."""
+    names = list(NAMED_VALUE_COUNTED)
+    tests = [NAMED_VALUE_COUNTED[n] for n in names]
+    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED_INDEXED for n in names]
+    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT_INDEXED for n in names]
+    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    # at module level, ``len({y for _ in r}) <= 1`` of ``y = r[0]`` too: the loop, the third test, fails
+    module = IS_PRIME + "r = primes(3)\nassert len(r) == 3\ny = r[0]\nr.reset()\nassert len({y for _ in r}) <= 1\n" \
+        "assert all(is_prime(x) for x in r)\n"
+    assert _scored([module, module], [FORGED_INDEXED, RIGHT_INDEXED]) == [pytest.approx(2 / 3), 1.0]
 
 
 def test_a_count_of_a_set_that_some_count_fails_or_that_may_raise_sees_a_value_empty():

@@ -111,3 +111,39 @@ def test_a_long_cell_is_laid_out_within_a_window_of_lines_not_n_squared_blank_li
     assert first_lines[WINDOW:WINDOW + 3] == [1, 2, 3]  # from the top again
     assert max(first_lines) <= WINDOW
     assert sum(len(source) for source, _ in steps) < count * (WINDOW + 40)
+
+
+def _past_the_window(body: str) -> str:
+    """``IS_PRIME`` and ``body`` at the top of a cell, then one long step to the window's end, then
+    ``assert len(r) >= 0`` laid out (from the top again) at the line and columns of ``body``'s
+    ``assert len(r) == 3``."""
+    from polyrl.sandbox.step_lines import WINDOW
+
+    head = IS_PRIME + body
+    at = head.splitlines().index("assert len(r) == 3")
+    filler = "def _filler():\n" + "    pass\n" * (WINDOW - head.count("\n") - 1)
+    return head + filler + "x = 0\n" * at + "assert len(r) >= 0\n"
+
+
+def test_steps_past_the_window_share_no_place_with_the_steps_before():
+    """Past ``WINDOW`` lines the steps start again from the top: a vacuous ``assert len(r) >= 0``
+    there stood at the place of the cell's ``assert len(r) == 3``, which was then no reading of the
+    tests', and a forged ``primes`` emptied by ``r.reset()`` passed the loop over no items (1.0).
+    Each window is a file of its own now (``tests_guard.WINDOW_FILES``): the loop fails (two of the
+    three tests pass, as with no step past the window), the right one keeps 1.0."""
+    tests = _past_the_window("r = primes(3)\nassert len(r) == 3\nr.reset()\nassert all(is_prime(x) for x in r)\n")
+    assert _scored([tests], [FORGED]) == [pytest.approx(2 / 3)]
+    assert _scored([tests], [RIGHT]) == [1.0]
+
+
+def test_each_window_of_steps_is_a_file_of_its_own():
+    from polyrl.sandbox.step_lines import WINDOW, laid_out_in_files
+    from polyrl.sandbox.tests_guard import TESTS_FILES, WINDOW_FILES
+
+    placed = laid_out_in_files(parse_tests("".join(f"assert f({i}) == {i}\n" for i in range(3 * WINDOW))))
+    files = [file for _, _, file in placed]
+    assert files == [WINDOW_FILES[0]] * WINDOW + [WINDOW_FILES[1]] * WINDOW + [WINDOW_FILES[2]] * WINDOW
+    assert WINDOW_FILES[0] == "<test>" and len(set(WINDOW_FILES)) == len(WINDOW_FILES)
+    assert set(WINDOW_FILES) <= TESTS_FILES
+    places = {(file, len(source) - len(source.lstrip("\n"))) for source, _, file in placed}
+    assert len(places) == len(placed)  # no two steps at one line of one file

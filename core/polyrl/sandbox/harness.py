@@ -79,7 +79,7 @@ from polyrl.sandbox.remote_exceptions import (
 from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
-from polyrl.sandbox.step_lines import laid_out
+from polyrl.sandbox.step_lines import laid_out_in_files
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.self_compared import register as register_self_compared
 from polyrl.sandbox.subset_reads import register as register_subset_sites
@@ -456,9 +456,11 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     (a check shadowed by a builtin's name, ``try: add except NameError: ...``), so such a pass
     must not count. Each step is compiled at its own lines (``step_lines``), so no two steps' code
     shares a place."""
-    steps = laid_out(steps)
+    placed = laid_out_in_files(steps)
+    steps = [(source, is_test) for source, is_test, _ in placed]
+    files = [file for _, _, file in placed]
     sources = [setup, *(source for source, _ in steps)]
-    named = [("<setup>", setup), *(("<test>", source) for source, _ in steps)]
+    named = [("<setup>", setup), *zip(files, (source for source, _ in steps))]
     paired = tests_pairing(named)
     register_subset_sites(named)
     register_view_sites(named)
@@ -528,7 +530,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sys.settrace(_stop_at(session.channel))
     try:
         with registered(tests_module):
-            _run_steps(session, steps, namespace, sync, passed, future_flags(source for source, _ in steps))
+            _run_steps(session, steps, namespace, sync, passed, future_flags(source for source, _ in steps), files)
     finally:
         sys.settrace(previous)
     consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
@@ -582,7 +584,8 @@ def _stop_at(channel: Channel) -> Callable[..., Any]:
 
 
 def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: dict[str, Any],
-               sync: Callable[[Any], None], passed: list[bool], flags: int = 0) -> None:
+               sync: Callable[[Any], None], passed: list[bool], flags: int = 0,
+               files: Sequence[str] = ()) -> None:
     """Run the steps in order, one verdict per test. A step that is not a test and raises is a
     failed check itself, and every test after it fails unrun, as a script run of the cell stops
     there; so does a failed test that leaves state a later step reads (``step_state``). Why:
@@ -595,7 +598,7 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
     __future__`` imports (``tests_namespace.future_flags``), which apply to every step."""
     stopped = False
     stateful = leaves_state([source for source, _ in steps])
-    for (source, is_test), leaves in zip(steps, stateful):
+    for index, ((source, is_test), leaves) in enumerate(zip(steps, stateful)):
         if stopped:
             if is_test:
                 passed.append(False)
@@ -607,7 +610,8 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         # optimize=0: under ``python -O`` (or PYTHONOPTIMIZE) compile would drop every assert;
         # dont_inherit: this module's ``from __future__ import annotations`` is not the tests'
         try:
-            exec(compile(source, "<test>", "exec", flags=flags, dont_inherit=True, optimize=0), namespace)
+            file = files[index] if index < len(files) else "<test>"  # its window's (``step_lines``)
+            exec(compile(source, file, "exec", flags=flags, dont_inherit=True, optimize=0), namespace)
             ok = True
         except SampleStopped:
             raise

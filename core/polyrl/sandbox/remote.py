@@ -76,6 +76,8 @@ _NUMBER_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": ope
 #: The built-in containers a class of the sample's may derive from, whose items then stand for it
 #: against the tests' container of a type (``Remote._container_data``).
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+#: The container types whose items ``Remote._items_of`` reads one by one, by type name.
+_BUILT: dict[str, type] = {kind.__name__: kind for kind in _CONTAINERS}
 #: The tests' values ``+`` joins with a sample's value whose data is of the same type (``Remote._arith``).
 _CONCATENATED = (str, list, tuple)
 #: Built-in data with items, whose readings as an attribute are kept (``Remote._plain_attribute``).
@@ -686,6 +688,8 @@ class Remote:
         ``looped``: a loop of the tests' goes over them (``shrinking.view_looped_here``), a reading
         ``_snapshot`` reads as that loop's."""
         items = self._session.ask("data", False, ref=self._ref)
+        if isinstance(items, Remote) and items._type in _BUILT:
+            items = self._items_of(items)
         object.__setattr__(self, "_base", type(items))
         if type(items) in (dict, list, tuple):
             self._snapshot(list(items), looped=looped)
@@ -697,6 +701,27 @@ class Remote:
             if seen is None:
                 self._shrunk_softly(list(items))
         return items if type(items) in _CONTAINERS or type(items) is str else None
+
+    def _items_of(self, copy: Remote) -> Any:
+        """``copy``, the sample's ``dict``/``list``/``tuple``/``set``/``frozenset`` of its items that
+        came back as no plain data (``[np.int64(2), Fraction(3)]``, ``{'a': np.int64(2)}``, items
+        of an ``int`` subclass), built here of its items as a reading gives them (a number, a rebuilt
+        ``Fraction``, a value of the sample's; a dict's values asked by its keys); None where they
+        come in no list, or as fewer distinct keys or members here than there. Why: such right
+        answers failed ``== [2, 3, 5, 7]`` or ``== {'a': 2}``, which Python holds (and ``r[i] == x``
+        passed). Sound: each item is compared here as ``r[i] == x`` is (``_equals_plain``: its own
+        ``__eq__`` never runs), and two of its keys equal here make no one."""
+        s = self._session
+        read = s.ask("iter", self._data, root=self._root, ref=copy._ref, kin=self._kin)
+        if type(read) is not list:
+            return None
+        kind = _BUILT[copy._type]
+        if kind is dict:
+            built: Any = {key: s.ask("getitem", self._data, root=self._root, ref=copy._ref, kin=self._kin,
+                                     key=s.arg(key)) for key in read}
+        else:
+            built = kind(read)
+        return built if len(built) == len(read) else None
 
     def _plain_answer(self, text: bool = False) -> dict[str, Any]:
         """The sample's plain values of it, from one request kept until the next (``server._plain``):

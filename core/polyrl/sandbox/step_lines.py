@@ -11,7 +11,11 @@ are one file: each starts on its line of the cell where ``test_cells.parse_tests
 lines before it) and after the step before it ends, so a traceback points at the cell's line.
 Only within the first ``WINDOW`` lines: moved down without end, a cell of n one-line asserts would be
 n^2 / 2 blank lines (200 million characters at 20,000 asserts); past it the steps start again from
-the top, each after the one before, so only steps ``WINDOW`` lines apart may share a place.
+the top, each after the one before, in a file of another name (``tests_guard.WINDOW_FILES``), so
+no two steps share a place. Why: in one file, a module-level forgery's ``assert len(r) == 3`` at
+line 2 was taken for a vacuous ``assert len(r) >= 0`` a thousand lines down, laid out at line 2 too,
+and the loop after ``r.reset()`` passed (1.0). Only past ``len(WINDOW_FILES)`` windows (a million
+lines) do steps of the last file share places.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Sequence
 
+from polyrl.sandbox.tests_guard import WINDOW_FILES
 
 #: The lines steps are laid out within before they start again from the top (``laid_out``).
 WINDOW = 1000
@@ -31,23 +36,30 @@ def at_line(source: str, line: int) -> str:
 
 
 def laid_out(steps: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """``steps`` as ``laid_out_in_files`` lays them out, without their files."""
+    return [(source, is_test) for source, is_test, _ in laid_out_in_files(steps)]
+
+
+def laid_out_in_files(steps: Sequence[tuple[str, bool]]) -> list[tuple[str, bool, str]]:
     """``steps`` each at its line (the blank lines before it), moved down where its code would start
-    on or above a line of the step before it, or from the top once past ``WINDOW`` lines; a step that
-    does not parse (it fails when run) is left as it is."""
-    out: list[tuple[str, bool]] = []
-    end, wrapped = 0, False  # the last line of the steps so far; whether past the window once
+    on or above a line of the step before it, or from the top of the next file (``WINDOW_FILES``)
+    once past ``WINDOW`` lines; each with the file it runs as. A step that does not parse (it fails
+    when run) is left as it is."""
+    out: list[tuple[str, bool, str]] = []
+    end, window, wrapped = 0, 0, False  # the last line of the steps so far; their window (file); past one yet
     for source, is_test in steps:
         body = source.lstrip("\n")
         span = _span(body)
         if span is None:
-            out.append((source, is_test))
+            out.append((source, is_test, WINDOW_FILES[window]))
             continue
         first, last = span
         wanted = len(source) - len(body)  # the blank lines before it: its line of the cell, less one
         top = max(0, end + 1 - first) if wrapped else max(wanted, end + 1 - first)
-        if top + last > WINDOW:  # from the top again: only steps the window apart may share places
+        if top + last > WINDOW:  # from the top, of the next file where this one holds code: no place shared
+            window = min(window + 1, len(WINDOW_FILES) - 1) if end > 0 else window
             wrapped, top = True, 0
-        out.append(("\n" * top + body, is_test))
+        out.append(("\n" * top + body, is_test, WINDOW_FILES[window]))
         end = top + last
     return out
 

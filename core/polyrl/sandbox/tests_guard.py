@@ -29,8 +29,10 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+#: Filenames of the tests' steps, one per window of lines they are laid out in (``step_lines``).
+WINDOW_FILES = ("<test>", *(f"<test {n}>" for n in range(2, 1001)))
 #: Filenames of the tests' own code (``harness.run_tests`` compiles steps and setup under them).
-TESTS_FILES = frozenset({"<test>", "<setup>"})
+TESTS_FILES = frozenset({"<setup>", *WINDOW_FILES})
 #: Globals a pickle may name: plain data types, whose construction runs no code of the pickle's.
 SAFE_GLOBALS = {
     "builtins": frozenset({"complex", "set", "frozenset", "bytearray", "bytes", "int", "float", "str", "list",

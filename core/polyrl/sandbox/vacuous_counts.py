@@ -28,7 +28,10 @@ for _ in r}) < 2``) and then the loop over no items (1.0): each holds for any co
 binding of it in the tests is one hashable literal (``_bound_names``). ``len({x: 0 for x in r})``
 reads whether the items repeat, ``{y for _ in r}`` raises where ``y`` is unhashable (``y = []``,
 or ``y = r[0]`` of a sample whose items are lists) and ``for a, b in r`` where an item is no
-pair, so each of those is a count of its own. A comparison of such counts of one value that some
+pair, so each of those is a count of its own. Yet a ``y`` bound otherwise may be hashable: a
+forged ``primes`` passed ``y = r[0]`` (or ``y = 1 + 1``), ``r.reset()``, then ``len({y for _ in
+r}) <= len(r)`` and the loop (1.0). Such a place is a site where each such name's value, when
+the count is read there, is not surely unhashable (``_count_vacuous``, ``_hashable_at``). A comparison of such counts of one value that some
 count changes (``len({0 for x in q}) == len(q)``: 0 or 1 items only) is no two readings alike to
 ``self_compared`` either (``changes_with_the_count``).
 """
@@ -39,11 +42,15 @@ import ast
 import builtins
 import math
 import operator
+import sys
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.self_compared import literal, read_chain
-from polyrl.sandbox.source_sites import Sites, parsed
+from polyrl.sandbox.source_sites import Place, Sites, parsed, place_of
+from polyrl.sandbox.tests_guard import TESTS_FILES
 
 #: A comparison's operator -> what it answers of (left, right), as Python does for a count and a literal.
 _ANSWERS: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
@@ -66,12 +73,29 @@ _BUILTINS: dict[str, Callable[..., Any]] = {
 _LARGEST = 1 << 512
 #: Literals within a literal looked into for the counts where an answer may change (``_counts_to_try``).
 _NESTED = (tuple, list, set, frozenset)
-#: Per ``len`` call (by ``id``, the call kept): whether it is a site, for each place along its argument.
-_DECIDED: dict[int, tuple[ast.AST, bool]] = {}
+#: Per ``len`` call (by ``id``, the call kept): whether it is a site (``_count_vacuous``: True, False,
+#: or the names it is one where each is hashable at run time), for each place along its argument.
+_DECIDED: dict[int, tuple[ast.AST, bool | frozenset[str]]] = {}
 #: The names the tests bind, each with whether every binding of it is one hashable literal (``_bound_names``).
 Bound = Mapping[str, bool]
 #: Those of the tests now running, in all their sources (``register``); they shadow ``_BUILTINS``.
 _bound: Callable[[], Bound] = dict
+
+
+class _Assumed(dict[str, bool]):
+    """``Bound`` where every name the tests bind is taken for one hashable value, recording
+    those of them asked so (``_hashable_value``) that are not: what ``{y for _ in r}`` holds
+    at most one item of only where ``y``'s value at run time is hashable (``_count_vacuous``)."""
+
+    def __init__(self, bound: Bound) -> None:
+        super().__init__(dict.fromkeys(bound, True))
+        self.real = bound
+        self.asked: set[str] = set()
+
+    def hashable(self, name: str) -> bool:
+        if name in self and not self.real.get(name, False):
+            self.asked.add(name)
+        return name in self
 
 
 #: Builtins that keep each item of a comprehension (``len(list(0 for _ in r))`` is ``len(r)``) and
@@ -103,8 +127,9 @@ def _hashable_value(node: ast.expr, target: str, bound: Bound) -> bool:
     """Whether ``node`` is one value a set or dict may hold for every item: a hashable literal, or a
     name other than ``target`` that the tests bind only to such literals (``y = 0``; not ``y = []``,
     ``y = r[0]``: an item of the sample's may be unhashable, and ``{y for _ in r}`` raises then)."""
-    return _hashable_literal(node) or (isinstance(node, ast.Name) and node.id != target
-                                       and bound.get(node.id, False))
+    if not isinstance(node, ast.Name) or node.id == target:
+        return _hashable_literal(node)
+    return bound.hashable(node.id) if isinstance(bound, _Assumed) else bound.get(node.id, False)
 
 
 def _plain_loop(node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> str | None:
@@ -375,6 +400,29 @@ def _same_for_every_count(top: ast.expr, count: _Count) -> bool:
 
 def _vacuous_count_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr | None:
     """``node`` itself where it is one of a site's places (module doc)."""
+    call = _len_call_above(node, parents)
+    if call is None:
+        return None
+    decision = _decision(call, parents)
+    if decision is True and _along(node, call, _bound()):
+        return node
+    return None
+
+
+def _conditional_site(node: ast.expr, parents: dict[int, ast.AST]) -> frozenset[str] | None:
+    """The names a site at ``node`` is one where each is hashable at run time (``_count_vacuous``),
+    or None where ``node`` is no such place."""
+    call = _len_call_above(node, parents)
+    if call is None:
+        return None
+    decision = _decision(call, parents)
+    if isinstance(decision, frozenset) and _along(node, call, _Assumed(_bound())):
+        return decision
+    return None
+
+
+def _len_call_above(node: ast.expr, parents: dict[int, ast.AST]) -> ast.Call | None:
+    """The ``len`` call of one argument at or above ``node``, below any comparison or statement."""
     call: ast.AST = node
     while not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "len"):
         above = parents.get(id(call))
@@ -383,23 +431,47 @@ def _vacuous_count_site(node: ast.expr, parents: dict[int, ast.AST]) -> ast.expr
         call = above
     if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
         return None
-    if node is not call:
-        chain = measured(call.args[0], _bound())[0]
-        if not any(node is n for n in (*chain[:-1], *read_chain(chain[-1])[1])):
-            return None
+    return call
+
+
+def _along(node: ast.expr, call: ast.Call, bound: Bound) -> bool:
+    """Whether ``node`` is ``call`` or a node from its argument down to the value it reads."""
+    if node is call:
+        return True
+    chain = measured(call.args[0], bound)[0]
+    return any(node is n for n in (*chain[:-1], *read_chain(chain[-1])[1]))
+
+
+def _decision(call: ast.Call, parents: dict[int, ast.AST]) -> bool | frozenset[str]:
+    """``_count_vacuous`` of ``call``, kept per call."""
     decided = _DECIDED.get(id(call))
     if decided is None or decided[0] is not call:
         if len(_DECIDED) > 4096:  # trees of earlier runs: let them go
             _DECIDED.clear()
         decided = _DECIDED[id(call)] = (call, _count_vacuous(call, parents))
-    return node if decided[1] else None
+    return decided[1]
 
 
-def _count_vacuous(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
+def _count_vacuous(call: ast.Call, parents: dict[int, ast.AST]) -> bool | frozenset[str]:
     """Whether an expression around ``call`` (``len`` of one argument) made of its count and
     constants alone answers alike for every count (module doc): ``len(r) >= 0`` of ``len(r) >= 0
-    and len(r) == 3`` does, though the whole ``and`` does not."""
+    and len(r) == 3`` does, though the whole ``and`` does not. Where it does only if names of the
+    tests' that a set holds are hashable (``y = list(r)[0]`` then ``len({y for _ in r}) <=
+    len(r)``: one item at most, or it raises), those names: the site is one where each of them
+    is hashable at run time (``_hashable_at``). Why: such a ``y`` counted the set's ``r`` for
+    itself, so a forged ``primes`` emptied by ``r.reset()`` passed it and the loop after (1.0),
+    while a ``y`` that is a list makes it read ``r`` (empty, or it raises)."""
     bound = _bound()
+    if _vacuous_with(call, parents, bound):
+        return True
+    assumed = _Assumed(bound)
+    if _vacuous_with(call, parents, assumed) and assumed.asked:
+        return frozenset(assumed.asked)
+    return False
+
+
+def _vacuous_with(call: ast.Call, parents: dict[int, ast.AST], bound: Bound) -> bool:
+    """``_count_vacuous`` where the tests bind the names of ``bound``."""
     count = _Count(ast.dump(measured(call.args[0], bound)[0][-1]), bound)
     if not count.counts(call):
         return False
@@ -428,15 +500,20 @@ def changes_with_the_count(compare: ast.Compare) -> bool:
     return count.takes(compare) and not _same_for_every_count(compare, count)
 
 
-_SITES = Sites(_vacuous_count_site, kinds=(ast.Attribute, ast.Call, ast.Name, ast.ListComp, ast.SetComp,
-                                           ast.GeneratorExp, ast.DictComp))
+_SITE_KINDS = (ast.Attribute, ast.Call, ast.Name, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_SITES = Sites(_vacuous_count_site, kinds=_SITE_KINDS)
+
+
+#: The places of sites that are sites where some names are hashable at run time, with those names
+#: (``_conditional_site``), of the tests now running (``register``); parsed when first asked.
+_conditional_places: Callable[[], dict[Place, frozenset[str]]] = dict
 
 
 def register(sources: Iterable[tuple[str, str]]) -> None:
     """Take the tests' sources for ``counted_vacuously_above`` and ``counted_vacuously_here``
     (``Sites.register``); the names they bind are read from all of them, once, when first asked
     (a ``def abs`` of one step's is the ``abs`` another step calls)."""
-    global _bound
+    global _bound, _conditional_places
     listed = list(sources)
     found: list[Bound] = []
 
@@ -451,15 +528,84 @@ def register(sources: Iterable[tuple[str, str]]) -> None:
 
     _bound = bound
     _SITES.register(listed)
+    conditional: list[dict[Place, frozenset[str]]] = []
+
+    def places() -> dict[Place, frozenset[str]]:
+        if not conditional:
+            found_places: dict[Place, frozenset[str]] = {}
+            for filename, tree, parents in parsed(listed):
+                for node in ast.walk(tree):
+                    if isinstance(node, _SITE_KINDS) and node.end_lineno is not None \
+                            and node.end_col_offset is not None:
+                        names = _conditional_site(node, parents)
+                        if names is not None:
+                            found_places[(filename, node.lineno, node.end_lineno, node.col_offset,
+                                          node.end_col_offset)] = names
+            conditional.append(found_places)
+        return conditional[0]
+
+    _conditional_places = places
+
+
+
+def _hashable_at(frame: types.FrameType | None) -> bool:
+    """Whether ``frame``, the tests' own code, stands at a site that is one where names are hashable
+    at run time, and each is, as far as the trainer tells without asking the sample: a name whose
+    value here is a list, dict, set or bytearray, a tuple holding one, or of a class whose
+    ``__hash__`` is None, makes the set raise where it has items, so the count is a reading."""
+    if frame is None:
+        return False
+    place = place_of(frame.f_code, frame.f_lasti)
+    names = None if place is None else _conditional_places().get(place)
+    if names is None:
+        return False
+    for name in names:
+        for scope in (frame.f_locals, frame.f_globals):
+            if name in scope:
+                if _surely_unhashable(scope[name]):
+                    return False
+                break
+    return True
+
+
+def _surely_unhashable(value: Any, depth: int = 0) -> bool:
+    """Whether hashing ``value`` raises, told without running anything of the sample's: a value
+    of the sample's (``LIVES_IN_SAMPLE``) is taken for hashable (the count is then no reading)."""
+    if getattr(type(value), "LIVES_IN_SAMPLE", False):
+        return False
+    if type(value) is tuple:
+        return depth < 8 and any(_surely_unhashable(item, depth + 1) for item in value)
+    return getattr(type(value), "__hash__", None) is None
+
+
+def _tests_frame(frame: types.FrameType | None, limit: int) -> types.FrameType | None:
+    """The nearest frame from ``frame`` up (at most ``limit``) that is the tests' own code."""
+    for _ in range(limit):
+        if frame is None or frame.f_code.co_filename in TESTS_FILES:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def counted_vacuously_above(limit: int = 12) -> bool:
     """Whether the nearest frame above this call that is the tests' own code (at most ``limit``
     up) stands at a site: ``len(r) >= 0`` reaches ``__len__`` through the tests' ``len``."""
-    return _SITES.above(limit)
+    if _SITES.above(limit):
+        return True
+    return bool(_conditional_places()) and _hashable_at(_tests_frame(sys._getframe(1), limit))
 
 
 def counted_vacuously_here(depth: int = 2) -> bool:
     """Whether the frame ``depth`` levels up (the caller of the ``__getattr__`` asking:
     ``len(b.log) >= 0``) is the tests' own code at a site."""
-    return _SITES.here(depth)
+    if _SITES.here(depth):
+        return True
+    if not _conditional_places():
+        return False
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    if frame.f_code in BOUND_CODE and frame.f_back is not None:
+        frame = frame.f_back
+    return frame.f_code.co_filename in TESTS_FILES and _hashable_at(frame)

@@ -152,7 +152,7 @@ def _answered(trees: list[ast.Module], parents: dict[int, ast.AST], theirs: froz
               answers: frozenset[str]) -> frozenset[tuple[str, str, int]]:
     """The paths read in one side of an ``==``/``is`` (or an ``_EQUAL_CALLS`` call) whose other
     side is an answer of the solution's (``_answer_value``), where that side is some function of
-    the path, not the path itself or its ``len`` (module doc); each with the function that reads it (``_scope``)."""
+    the path, not the path itself or its ``len`` (module doc); each with the code that binds it (``_scoped``)."""
     found: set[tuple[str, str, int]] = set()
     for node in (node for tree in trees for node in ast.walk(tree)):
         if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load) \
@@ -174,7 +174,7 @@ def _answered(trees: list[ast.Module], parents: dict[int, ast.AST], theirs: froz
         others = [side for side in sides if side is not current]
         if len(others) == 1 and current in sides and _answer_value(others[0], theirs, answers) \
                 and not _answer_value(current, theirs, answers) and _bare(current) is not node:
-            found.add((path, *_scope(node, parents)))
+            found |= _scoped(path, node, parents)
     return frozenset(found)
 
 
@@ -217,17 +217,46 @@ def _answer_value(node: ast.AST, theirs: frozenset[str], answers: frozenset[str]
     return _answer(node, theirs, answers)
 
 
-def _scope(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[str, int]:
-    """The name and first line of the code object that runs ``node``: its innermost function or
-    class (its first decorator's line, as Python counts it), else the module."""
-    above = parents.get(id(node))
+#: Comprehensions that run in a code object of their own, by that code's name: a generator
+#: expression always, a list, set or dict comprehension before Python 3.12 (inlined since: PEP 709).
+_OWN_CODE: dict[type[ast.AST], str] = {ast.GeneratorExp: "<genexpr>"} | ({
+    ast.ListComp: "<listcomp>", ast.SetComp: "<setcomp>", ast.DictComp: "<dictcomp>"}
+    if sys.version_info < (3, 12) else {})
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _scoped(path: str, node: ast.AST, parents: dict[int, ast.AST]) -> set[tuple[str, str, int]]:
+    """``path`` read at ``node`` as (path, name and first line of the code object that binds it):
+    its innermost function or class (its first decorator's line, as Python counts it), else the
+    module. Where ``path`` is a comprehension's loop variable (``[f(x) == sorted(x) for x in
+    cases]``), the comprehension's own code binds it (``_OWN_CODE``; else the code around it), and
+    where it is the item whole, what it loops over (``cases``, whose items the arguments are) is
+    read so too, in the code around (``res = [f(x) for x in cases]`` runs in another comprehension).
+    Why: only functions were scopes here, so the tests' ``x`` of such a comprehension was never
+    found, and ``xs[:] = [0] * len(xs); return list(xs)`` passed ``assert all([my_sort(x) ==
+    sorted(x) for x in cases])`` (1.0)."""
+    found: set[tuple[str, str, int]] = set()
+    paths = {path}
+    child, above = node, parents.get(id(node))
     while above is not None:
         if isinstance(above, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return above.name, min([above.lineno, *(d.lineno for d in above.decorator_list)])
+            first = min([above.lineno, *(d.lineno for d in above.decorator_list)])
+            return found | {(p, above.name, first) for p in paths}
         if isinstance(above, ast.Lambda):
-            return "<lambda>", above.lineno
-        above = parents.get(id(above))
-    return "<module>", 1
+            return found | {(p, "<lambda>", above.lineno) for p in paths}
+        if isinstance(above, _COMPREHENSIONS) and child is not above.generators[0].iter:
+            own = _OWN_CODE.get(type(above))
+            for loop in reversed(above.generators):  # a later loop may go over an earlier one's variable
+                names = {p.split(".")[0] for p in _outer_paths(loop.target)}
+                looped = {p for p in paths if p.split(".")[0] in names}
+                if looped:
+                    if own is not None:
+                        found |= {(p, own, above.lineno) for p in looped}
+                        paths -= looped
+                    if isinstance(loop.target, ast.Name):  # the item whole: ``want`` of ``nums, want`` is not
+                        paths |= _looped_paths(loop.iter)
+        child, above = above, parents.get(id(above))
+    return found | {(p, "<module>", 1) for p in paths}
 
 
 def compared_with_answer(value: Any, vacuous: Vacuous) -> bool:
@@ -246,6 +275,14 @@ def compared_with_answer(value: Any, vacuous: Vacuous) -> bool:
                         return True
         frame = frame.f_back
     return False
+
+
+def _looped_paths(node: ast.expr) -> set[str]:
+    """The paths whose items a loop over ``node`` takes: those of ``d.values()`` are ``d``'s."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _VIEWS \
+            and not node.args and not node.keywords:
+        node = node.func.value
+    return _outer_paths(node)
 
 
 def _outer_paths(node: ast.AST) -> set[str]:
