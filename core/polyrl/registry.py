@@ -25,6 +25,7 @@ from polyrl.folder_links import refuse_outside_links
 from polyrl.model_config import model_type_of
 from polyrl.path_text import check_path_text
 from polyrl.plugin_calls import call_limited, probe_reason
+from polyrl.plugin_specs import spec_problem
 from polyrl.plugins import (FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager,
                             install_hint)
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
@@ -118,6 +119,13 @@ class Registry:
                             f"{_dist or 'a plugin'} registered {type(spec).__name__}, "
                             f"expected {_kind.__name__}"
                         )
+                    problem = spec_problem(spec)
+                    if problem is not None:  # kept, it took every listing down with a traceback
+                        what = _kind.__name__
+                        raise PluginError(
+                            f"{_dist or 'a plugin'} registered {'an' if what[0] in 'AEIOU' else 'a'} {what} "
+                            f"whose {problem}; nothing of this hook is registered. Fix: correct the {what} "
+                            f"(see polyrl.hookspecs), or report it to the plugin's authors")
                     _pending.append(spec)
 
                 try:
