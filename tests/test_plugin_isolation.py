@@ -262,6 +262,35 @@ def test_a_backend_whose_plugin_did_not_import_is_named_as_broken_not_as_missing
         check_backend_names(unknown, reg)
 
 
+def test_generate_naming_a_backend_whose_plugin_did_not_import_says_so_not_install_it(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """`polyrl generate --backend broken` (and ``Registry.spec``/``load``) said "unknown backend
+    'broken' ... Fix: install its plugin" of an installed distribution whose import failed; only
+    ``polyrl train``'s config check named the failure."""
+    from polyrl import registry
+    from polyrl.cli import main
+
+    from toy_dist import activate, install_toy_dists
+
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    deactivate = activate(install_toy_dists(tmp_path))
+    try:
+        registry.get_registry(refresh=True)
+        code = main(["generate", "--backend", "broken", "--model", "tiny-llama", "hi"])
+        with pytest.raises(BackendUnavailable) as info:
+            Registry().spec("broken")
+    finally:
+        deactivate()
+        registry.get_registry(refresh=True)
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err
+    assert ("error: backend 'broken' is installed (polyrl-broken) but its plugin did not load: ImportError: "
+            "libfoo.so: cannot open shared object") in err
+    assert "pip install" not in err
+    assert str(info.value).startswith("backend 'broken' is installed (polyrl-broken) but its plugin did not load")
+
+
 class _RegistersThenRaises:
     """A backend plugin whose register hook raised (a driver check at registration)."""
 

@@ -263,6 +263,13 @@ class Registry:
         try:
             return self._backends[name]
         except KeyError:
+            broken = next((e for e in self.load_errors_of("backends") if e.name == name), None)
+            if broken is not None:  # installed, but its plugin did not load: "install it" would mislead
+                fix = "" if "Fix:" in broken.error else (". Fix: repair or reinstall that distribution "
+                                                         "(`polyrl backends` shows the error), or pick another backend")
+                raise BackendUnavailable(
+                    f"backend {name!r} is installed ({broken.distribution or 'unknown distribution'}) but its "
+                    f"plugin did not load: {broken.error}{fix}") from None
             known = ", ".join(self.names()) or "none installed"
             raise BackendUnavailable(
                 f"unknown backend {name!r} (known: {known}). Fix: install its plugin ({install_hint(name)}), "
