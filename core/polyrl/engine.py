@@ -261,6 +261,9 @@ class Engine:
         if out is None and world_size > 1:
             raise self._fail("all_gather", f"returned None under WORLD_SIZE={world_size}: each rank would "
                                            "train on its own shard with per-rank advantages")
+        if out is not None and not isinstance(out, (list, tuple)):  # list(5) raised; list("ab") split a value
+            raise self._fail("all_gather", f"returned {_describe(out)}, expected a list of every rank's value in rank "
+                                           "order (or None when running alone)")
         result = [value] if out is None else list(out)
         if world_size > 1 and len(result) != world_size:
             raise self._fail("all_gather", f"returned {len(result)} values for WORLD_SIZE={world_size}")
