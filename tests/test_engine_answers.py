@@ -142,6 +142,30 @@ def test_train_step_missing_or_with_metrics_that_are_no_numbers_is_the_plugins_f
     assert type(got.loss) is float and type(got.grad_norm) is float and got.grad_norm == 2.0
 
 
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"skipped": "no"}, r"StepMetrics.skipped is str 'no', expected a bool"),  # truthy: an applied update read as refused
+    ({"skipped": None}, r"StepMetrics.skipped is NoneType None, expected a bool"),
+    ({"tokens": "many"}, r"StepMetrics.tokens is str 'many', expected the int count"),
+    ({"tokens": -3}, r"StepMetrics.tokens is int -3, expected the int count"),
+    ({"tokens": 2.5}, r"StepMetrics.tokens is float 2.5, expected the int count"),
+    ({"extra": None}, r"StepMetrics.extra is NoneType, expected a dict"),  # was a TypeError traceback in as_dict
+    ({"extra": [1, 2]}, r"StepMetrics.extra is list, expected a dict"),
+    ({"extra": {3: 1.0}}, r"StepMetrics.extra is dict, expected a dict of metric names \(str\)"),
+])
+def test_train_step_skipped_tokens_or_extra_of_the_wrong_type_is_the_plugins_fault(fields, problem):
+    answer = StepMetrics(loss=0.5, grad_norm=1.0, tokens=3)
+    for key, value in fields.items():
+        setattr(answer, key, value)
+    with pytest.raises(PluginError, match=PREFIX + "train_step: " + problem):
+        _engine(f"step-{sorted(fields.items())!r}", train_step=answer).train_step(TrainBatch(SEQS, np.ones(1)), Objective())
+
+
+def test_train_step_numpy_flags_and_whole_float_token_counts_are_read_as_python_values():
+    answer = StepMetrics(loss=0.5, grad_norm=1.0, tokens=np.float64(3.0), skipped=np.bool_(False))  # type: ignore[arg-type]
+    got = _engine("np-fields", train_step=answer).train_step(TrainBatch(SEQS, np.ones(1)), Objective())
+    assert type(got.skipped) is bool and got.skipped is False and type(got.tokens) is int and got.tokens == 3
+
+
 def test_export_weights_that_are_no_mapping_is_the_plugins_fault():
     with pytest.raises(PluginError, match=PREFIX + "export_weights: returned list, expected a dict"):
         _engine("weights", export_weights=[np.zeros(2)]).export_weights()

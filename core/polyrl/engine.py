@@ -249,11 +249,32 @@ class Engine:
             if number is None:
                 raise self._fail("train_step", f"StepMetrics.{name} is {_describe(value)}, expected a float")
             setattr(out, name, number)
+        self._check_step_fields(out)
         if not out.skipped and not (np.isfinite(out.loss) and np.isfinite(out.grad_norm)):
             raise self._fail("train_step", f"reported loss {out.loss} and grad_norm {out.grad_norm} with "
                                            "skipped=False; a non-finite step must leave the weights untouched "
                                            "and return skipped=True")
         return out
+
+    def _check_step_fields(self, out: StepMetrics) -> None:
+        """``skipped``, ``tokens`` and ``extra`` of a ``train_step`` answer, as the trainer reads them.
+        Why: ``skipped="no"`` (a truthy str) made the trainer count an applied update as refused,
+        ``tokens="many"`` was logged as the step's token count, and ``extra=None`` (or a list)
+        ended the run in a ``TypeError`` traceback from ``StepMetrics.as_dict``."""
+        if not isinstance(out.skipped, (bool, np.bool_)):
+            raise self._fail("train_step", f"StepMetrics.skipped is {_describe(out.skipped)} {out.skipped!r:.40}, "
+                                           "expected a bool (True only when the step left the weights untouched)")
+        out.skipped = bool(out.skipped)
+        whole = isinstance(out.tokens, (int, np.integer)) or (isinstance(out.tokens, (float, np.floating))
+                                                              and float(out.tokens).is_integer())
+        if isinstance(out.tokens, (bool, np.bool_)) or not whole or out.tokens < 0:
+            raise self._fail("train_step", f"StepMetrics.tokens is {_describe(out.tokens)} {out.tokens!r:.40}, "
+                                           "expected the int count of completion tokens the loss saw (>= 0)")
+        out.tokens = int(out.tokens)
+        if not isinstance(out.extra, Mapping) or not all(isinstance(k, str) for k in out.extra):
+            raise self._fail("train_step", f"StepMetrics.extra is {_describe(out.extra)}, expected a dict of "
+                                           "metric names (str) to values")
+        out.extra = dict(out.extra)
 
     def all_gather(self, value: Any, world_size: int = 1) -> list[Any]:
         """``value`` from every rank of a data-parallel run (``[value]`` when running alone)."""
