@@ -1,5 +1,6 @@
 """A plugin registering a spec with a wrong field (a name that is no string, ``capabilities``
-as a dict) is listed as that plugin's load error; every listing and the other plugins go on.
+as a dict), or returning its specs instead of registering them, is listed as that plugin's load
+error; every listing and the other plugins go on.
 
 Why: such a spec was kept, and ``polyrl backends``, ``doctor``, ``rewards``, ``trackers`` and
 ``environments`` ended in a ``TypeError: '<' not supported between instances of 'int' and 'str'``
@@ -105,3 +106,27 @@ def test_a_hook_registering_a_good_and_a_bad_spec_registers_neither(installed, t
         assert "torch" in reg.names()
     finally:
         sys.modules.pop("polyrl_badfield_half", None)
+
+
+@pytest.mark.parametrize("kind", ["backends", "rewards", "trackers", "environments"])
+def test_a_register_hook_returning_its_specs_instead_of_registering_them_is_a_load_error(installed, tmp_path,
+                                                                                         kind, capsys):
+    """``return [BackendSpec(...)]`` (specs returned, ``register`` never called) was read as "this
+    plugin registers nothing": the plugin vanished from every listing without a word."""
+    spec = {"backends": "BackendSpec(name='returned', load=lambda c: object())",
+            "rewards": "RewardSpec(name='returned')",
+            "trackers": "TrackerSpec(name='returned', create=print)",
+            "environments": "EnvironmentSpec(name='returned', create=print)"}[kind]
+    module = f"polyrl_badfield_ret_{kind}"
+    (tmp_path / f"{module}.py").write_text(f"{_HEAD}def polyrl_register_{kind}(register):\n    return [{spec}]\n")
+    write_dist(tmp_path, f"polyrl-returns-{kind}", "1.0", {f"polyrl.{kind}": {f"ret{kind}": module}})
+    try:
+        assert cli.main([kind, "--json"]) == 0
+        listing = json.loads(capsys.readouterr().out)
+    finally:
+        sys.modules.pop(module, None)
+    assert "returned" not in {e["name"] for e in listing[kind]}
+    mine = {e["name"]: e for e in listing["load_errors"]}[f"ret{kind}"]
+    assert mine["distribution"] == f"polyrl-returns-{kind}"
+    assert f"polyrl_register_{kind} returned a list instead of None" in mine["error"]
+    assert "Fix: call register(spec) once for each spec" in mine["error"]

@@ -129,7 +129,13 @@ class Registry:
                     _pending.append(spec)
 
                 try:
-                    call_limited(partial(impl.function, register=register), f"{impl.plugin_name}'s {hook_name}")
+                    returned = call_limited(partial(impl.function, register=register),
+                                            f"{impl.plugin_name}'s {hook_name}")
+                    if returned is not None:  # specs returned, not registered: the plugin added nothing, silently
+                        raise PluginError(
+                            f"{hook_name} returned a {type(returned).__name__} instead of None; what it returns is "
+                            f"not read, so nothing of this hook is registered. Fix: call register(spec) once for "
+                            f"each spec and return None")
                 except Exception as exc:  # noqa: BLE001 - a timeout too (PluginCallTimedOut)
                     self.hook_errors.append(PluginLoadError.caught(impl.plugin_name, hook_name, dist, exc))
                 else:
