@@ -261,12 +261,8 @@ def _doctor_report() -> dict[str, Any]:
         status = reg.status(name)
         entry: dict[str, Any] = {"available": status.available, "reason": status.reason,
                                  "version": status.version, "distribution": status.distribution}
-        spec = reg.spec(name)
-        if status.available and spec.diagnostics is not None:
-            try:
-                entry["diagnostics"] = dict(spec.diagnostics())
-            except Exception as exc:  # noqa: BLE001
-                entry["diagnostics"] = {"error": f"{type(exc).__name__}: {exc}"}
+        if status.available and reg.spec(name).diagnostics is not None:
+            entry["diagnostics"] = reg.diagnostics(name)
         report["backends"][name] = entry
     return report
 

@@ -12,6 +12,7 @@ The same data backs ``polyrl backends [--json]`` and ``polyrl doctor``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlEr
 from polyrl.folder_links import refuse_outside_links
 from polyrl.model_config import model_type_of
 from polyrl.path_text import check_path_text
-from polyrl.plugin_calls import call_limited, probe_reason
+from polyrl.plugin_calls import PluginCallTimedOut, call_limited, probe_reason, shown
 from polyrl.plugin_specs import spec_problem
 from polyrl.plugins import (FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager,
                             install_hint)
@@ -302,6 +303,25 @@ class Registry:
             install_hint=spec.install_hint,
             capabilities=spec.capabilities.as_dict(),
         )
+
+    def diagnostics(self, name: str) -> dict[str, Any]:
+        """Backend ``name``'s extra facts for ``polyrl doctor`` ({} when it declares none). Ones
+        that raise, exit, outlast ``POLYRL_PLUGIN_TIMEOUT_S`` or answer no mapping are one
+        ``"error"`` entry. Why the limit and the thread: ``diagnostics`` calling ``sys.exit(3)``
+        ended ``polyrl doctor`` with exit code 3 and no output at all, and one that hung made it
+        wait forever (probes, asked just before, were already limited)."""
+        facts = self.spec(name).diagnostics
+        if facts is None:
+            return {}
+        try:
+            out = call_limited(facts, f"the diagnostics of backend {name!r}")
+        except PluginCallTimedOut as exc:
+            return {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a broken diagnostics must not break doctor
+            return {"error": f"{type(shown(exc)).__name__}: {exc}"}
+        if not isinstance(out, Mapping):
+            return {"error": f"diagnostics returned {type(out).__name__}, expected a mapping of name to text"}
+        return {str(key): value for key, value in out.items()}
 
     def statuses(self) -> list[BackendStatus]:
         return [self.status(n) for n in self.names()]
