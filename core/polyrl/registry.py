@@ -323,6 +323,25 @@ class Registry:
             return {"error": f"diagnostics returned {type(out).__name__}, expected a mapping of name to text"}
         return {str(key): value for key, value in out.items()}
 
+    def run_check(self, name: str, which: str, *args: Any) -> None:
+        """Call backend ``name``'s ``check_model`` or ``check_checkpoint`` (``which``) with ``args``;
+        nothing when it declares none. A ``PolyrlError`` (the user's ``ConfigError``) is raised as
+        is; anything else is the plugin's fault, one ``PluginError`` naming backend, distribution
+        and check. Why: a ``KeyError`` from ``check_model`` ended ``polyrl train`` in a traceback."""
+        spec = self.spec(name)
+        check = getattr(spec, which)
+        if check is None:
+            return
+        try:
+            check(*args)
+        except PolyrlError:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit() in a check too: the plugin's doing
+            raise PluginError(
+                f"backend {name!r} ({spec.distribution or 'unknown distribution'}) hook {which}: raised "
+                f"{type(exc).__name__}: {exc}. Fix: report it to the plugin's authors (a setting the user can "
+                f"fix is a ConfigError naming it)") from exc
+
     def statuses(self) -> list[BackendStatus]:
         return [self.status(n) for n in self.names()]
 
