@@ -1,5 +1,5 @@
 """A plugin registering a spec with a wrong field (a name that is no string, ``capabilities``
-as a dict), or returning its specs instead of registering them, is listed as that plugin's load
+as a dict, ``Capabilities(dtypes=("bfloat16"))``: a str, not a tuple), or returning its specs instead of registering them, is listed as that plugin's load
 error; every listing and the other plugins go on.
 
 Why: such a spec was kept, and ``polyrl backends``, ``doctor``, ``rewards``, ``trackers`` and
@@ -23,7 +23,7 @@ from toy_dist import write_dist
 pytestmark = pytest.mark.faults
 
 _HEAD = ("from polyrl.hookspecs import hookimpl\n"
-         "from polyrl.types import BackendSpec, RewardSpec\n"
+         "from polyrl.types import BackendSpec, Capabilities, RewardSpec\n"
          "from polyrl.tracking.spec import TrackerSpec\n"
          "from polyrl.agents.spec import EnvironmentSpec\n"
          "@hookimpl\n")
@@ -35,6 +35,16 @@ CASES = {
     "backendcaps": ("polyrl.backends",
                     "register(BackendSpec(name='capsdict', load=lambda c: object(), capabilities={'generate': True}))",
                     "backends", "backends", "capabilities is dict {'generate': True}, expected polyrl.types.Capabilities"),
+    # ("bfloat16") is a str: "float16" in "bfloat16" let an undeclared dtype pass the dtype check
+    "backenddtype": ("polyrl.backends",
+                     "register(BackendSpec(name='onedtype', load=lambda c: object(), "
+                     "capabilities=Capabilities(dtypes=('bfloat16'))))",
+                     "backends", "backends", "got the string 'bfloat16' where a tuple of names belongs. "
+                                             "Fix: write ('bfloat16',)"),
+    "backendsampling": ("polyrl.backends",
+                        "register(BackendSpec(name='onefeature', load=lambda c: object(), "
+                        "capabilities=Capabilities(sampling=('min_p'))))",
+                        "backends", "backends", "got the string 'min_p' where a tuple of names belongs"),
     "rewardint": ("polyrl.rewards", "register(RewardSpec(name=7))", "rewards", "rewards",
                   "name is int 7, expected a non-empty str"),
     "trackernone": ("polyrl.trackers", "register(TrackerSpec(name=None, create=print))", "trackers", "trackers",
