@@ -45,6 +45,10 @@ CASES = {
                         "register(BackendSpec(name='onefeature', load=lambda c: object(), "
                         "capabilities=Capabilities(sampling=('min_p'))))",
                         "backends", "backends", "got the string 'min_p' where a tuple of names belongs"),
+    # ("scale") split into one-letter keys: the user's `scale` was then refused as a typo
+    "backendoptions": ("polyrl.backends",
+                       "register(BackendSpec(name='oneoption', load=lambda c: object(), options=('scale')))",
+                       "backends", "backends", "got the string 'scale' where a tuple of names belongs"),
     "rewardint": ("polyrl.rewards", "register(RewardSpec(name=7))", "rewards", "rewards",
                   "name is int 7, expected a non-empty str"),
     "trackernone": ("polyrl.trackers", "register(TrackerSpec(name=None, create=print))", "trackers", "trackers",

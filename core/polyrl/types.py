@@ -22,7 +22,7 @@ from polyrl.validators import RULES, shown
 
 
 def _optional_keys(value: Iterable[str] | None) -> tuple[str, ...] | None:
-    return None if value is None else tuple(value)
+    return None if value is None else _as_names(value)
 
 
 def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -31,18 +31,19 @@ def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
 
 
 def _as_names(value: Iterable[str]) -> tuple[str, ...]:
-    """The tuple of names a ``Capabilities`` field declares (its attrs converter), refusing one
-    string. Why: ``dtypes=("bfloat16")`` (a one-name tuple without its comma) is the str
-    ``"bfloat16"``, which ``in`` searched as text (``"float16" in "bfloat16"``: an undeclared dtype
-    passed the check) and ``tuple()`` split into eight one-letter names. The ``ValueError`` is the
-    plugin's register hook's, listed as its load error."""
+    """The tuple of names a ``Capabilities`` field or ``BackendSpec.options`` declares (their attrs
+    converter), refusing one string. Why: ``dtypes=("bfloat16")`` (a one-name tuple without its
+    comma) is the str ``"bfloat16"``, which ``in`` searched as text (``"float16" in "bfloat16"``:
+    an undeclared dtype passed the check) and ``tuple()`` split into one-letter names (an
+    ``options`` key then refused as the user's typo). The ``ValueError`` is the plugin's register
+    hook's, listed as its load error."""
     if isinstance(value, str):
-        raise ValueError(f"Capabilities: got the string {value!r} where a tuple of names belongs. Fix: write "
+        raise ValueError(f"got the string {value!r} where a tuple of names belongs. Fix: write "
                          f"({value!r},) (a one-name tuple needs its comma)")
     names = tuple(value)
     wrong = next((name for name in names if not isinstance(name, str)), None)
     if wrong is not None:
-        raise ValueError(f"Capabilities: a tuple of names holds {type(wrong).__name__} {wrong!r}. Fix: give "
+        raise ValueError(f"a tuple of names holds {type(wrong).__name__} {wrong!r}. Fix: give "
                          f"each name as a str")
     return names
 
