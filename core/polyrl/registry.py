@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from polyrl.folder_links import refuse_outside_links
 from polyrl.model_config import model_type_of
 from polyrl.path_text import check_path_text
 from polyrl.plugin_calls import PluginCallTimedOut, call_limited, probe_reason, shown
-from polyrl.plugin_specs import spec_problem
+from polyrl.plugin_specs import registered_by
 from polyrl.plugins import (FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager,
                             install_hint)
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
@@ -107,43 +106,13 @@ class Registry:
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
                 dist = self.pm.distribution_of(impl.plugin)
-
-                pending: list[Any] = []  # committed only when the hook returns
-                listening = [True]  # a register hook past its time limit registers nothing later
-
-                def register(spec: Any, _dist: str = dist, _kind=kind, _pending: list[Any] = pending,
-                             _listening: list[bool] = listening) -> None:
-                    if not _listening[0]:
-                        return
-                    if not isinstance(spec, _kind):
-                        raise PluginError(
-                            f"{_dist or 'a plugin'} registered {type(spec).__name__}, "
-                            f"expected {_kind.__name__}"
-                        )
-                    problem = spec_problem(spec)
-                    if problem is not None:  # kept, it took every listing down with a traceback
-                        what = _kind.__name__
-                        raise PluginError(
-                            f"{_dist or 'a plugin'} registered {'an' if what[0] in 'AEIOU' else 'a'} {what} "
-                            f"whose {problem}; nothing of this hook is registered. Fix: correct the {what} "
-                            f"(see polyrl.hookspecs), or report it to the plugin's authors")
-                    _pending.append(spec)
-
                 try:
-                    returned = call_limited(partial(impl.function, register=register),
-                                            f"{impl.plugin_name}'s {hook_name}")
-                    if returned is not None:  # specs returned, not registered: the plugin added nothing, silently
-                        raise PluginError(
-                            f"{hook_name} returned a {type(returned).__name__} instead of None; what it returns is "
-                            f"not read, so nothing of this hook is registered. Fix: call register(spec) once for "
-                            f"each spec and return None")
+                    specs = registered_by(impl, hook_name, kind, dist)
                 except Exception as exc:  # noqa: BLE001 - a timeout too (PluginCallTimedOut)
                     self.hook_errors.append(PluginLoadError.caught(impl.plugin_name, hook_name, dist, exc))
-                else:
-                    for spec in pending:
-                        self._add(spec, sink, kind, impl.plugin, dist)
-                finally:
-                    listening[0] = False
+                    continue
+                for spec in specs:
+                    self._add(spec, sink, kind, impl.plugin, dist)
 
     def _add(self, spec: Any, sink: dict[str, Any], kind: type, plugin: Any, dist: str) -> None:
         """Register one spec of a hook that returned (all or nothing: a hook that raises part-way
