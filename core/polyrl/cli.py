@@ -565,9 +565,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     check_path_text(args.dst, "dst")  # the backend's exists()/mkdir raised on a name past 255 bytes
     reg = _registry()
-    converted = reg.pm.hook.polyrl_convert_model(
-        src=reg.resolve_model(args.src, field="src"), dst=args.dst, to=args.to, quantize_bits=args.quantize_bits
-    ) if hasattr(reg.pm.hook, "polyrl_convert_model") else None
+    converted = reg.convert_model(reg.resolve_model(args.src, field="src"), args.dst, args.to, args.quantize_bits)
     if not converted:  # "Fix: pip install polyrl[HF]" named an extra that does not exist
         from polyrl.errors import ConfigError
 

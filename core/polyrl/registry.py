@@ -398,7 +398,7 @@ class Registry:
                 out = impl.function(name=name)
             except PolyrlError:
                 raise  # the plugin's own actionable error (e.g. a ConfigError naming the model)
-            except Exception as exc:  # noqa: BLE001 - one plugin must not break model lookup
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit(2) there ended every run without a word
                 raise PluginError(f"{who} hook polyrl_resolve_model raised {type(exc).__name__}: {exc}. {fix}") from exc
             if out is None:
                 continue
@@ -409,6 +409,26 @@ class Registry:
                 raise PluginError(f"{who} hook polyrl_resolve_model resolved {name!r} to {str(out)!r}, "
                                   f"which does not exist. {fix}")
             return str(out)
+        return None
+
+
+    def convert_model(self, src: str, dst: str, to: str, quantize_bits: int | None) -> str | None:
+        """The path the first plugin handling format ``to`` wrote (``polyrl convert``), or None when
+        none does. Asked one plugin at a time, as ``_resolve_alias`` asks: one raising for a format
+        it does not handle (instead of returning None), or calling ``sys.exit``, ended ``polyrl
+        convert`` in a traceback or with its exit code, whichever backend the user converted for."""
+        for impl in reversed(self.pm.hook.polyrl_convert_model.get_hookimpls()):
+            try:
+                out = impl.function(src=src, dst=dst, to=to, quantize_bits=quantize_bits)
+            except PolyrlError:
+                raise  # the plugin's own actionable error (a ConfigError naming the model or the format)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - named, never a traceback
+                who = f"plugin {impl.plugin_name!r} ({self.pm.distribution_of(impl.plugin) or 'unknown distribution'})"
+                raise PluginError(f"{who} hook polyrl_convert_model raised {type(exc).__name__}: {exc}. Fix: report "
+                                  f"it to the plugin's authors (a format it does not handle must return None), or "
+                                  f"disable it with POLYRL_DISABLE_PLUGINS={impl.plugin_name}") from exc
+            if out is not None:
+                return str(out)
         return None
 
 
