@@ -4,6 +4,8 @@ hook (one ``error:`` line in a run), never a numpy traceback far away or a silen
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,8 @@ ANSWERS: dict[str, dict[str, object]] = {}
 def _load(config: EngineConfig) -> str:
     if config.model == "load-raises":
         raise RuntimeError("libfoo.so: cannot open shared object file")
+    if config.model == "load-exits":
+        sys.exit(3)
     if config.model == "load-config-error":
         raise ConfigError("no such model", field="model.path", fix="point it at a model folder")
     return config.model
@@ -78,6 +82,13 @@ def test_a_load_that_raises_names_the_plugin_and_a_config_error_stays_the_users(
         _engine("load-raises")
     with pytest.raises(ConfigError, match="model.path: no such model"):
         _engine("load-config-error")
+
+
+def test_a_load_calling_sys_exit_names_the_plugin_instead_of_ending_the_run():
+    """``SystemExit`` is no ``Exception``: a load calling ``sys.exit(3)`` ended the run with code 3
+    and no word (the compute hooks already reported it)."""
+    with pytest.raises(PluginError, match=PREFIX + r"load: called sys.exit\(3\); load must raise an exception"):
+        _engine("load-exits")
 
 
 @pytest.mark.parametrize("answer, shown", [

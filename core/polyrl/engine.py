@@ -48,6 +48,9 @@ class Engine:
             raise  # unusable here, or the user's setting at fault: already one clear line
         except Exception as exc:  # the plugin's load failed: name it, never a bare traceback
             raise self._fail("load", f"raised {type(exc).__name__}: {exc}") from exc
+        except SystemExit as exc:  # sys.exit() in load ended the run with its code and no word
+            raise self._fail("load", f"called sys.exit({exc.code!r}); load must raise an exception, never exit "
+                                     "the process") from exc
 
     @property
     def capabilities(self) -> Capabilities:
