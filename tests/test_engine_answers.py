@@ -4,6 +4,8 @@ hook (one ``error:`` line in a run), never a numpy traceback far away or a silen
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,8 @@ ANSWERS: dict[str, dict[str, object]] = {}
 def _load(config: EngineConfig) -> str:
     if config.model == "load-raises":
         raise RuntimeError("libfoo.so: cannot open shared object file")
+    if config.model == "load-exits":
+        sys.exit(3)
     if config.model == "load-config-error":
         raise ConfigError("no such model", field="model.path", fix="point it at a model folder")
     return config.model
@@ -78,6 +82,13 @@ def test_a_load_that_raises_names_the_plugin_and_a_config_error_stays_the_users(
         _engine("load-raises")
     with pytest.raises(ConfigError, match="model.path: no such model"):
         _engine("load-config-error")
+
+
+def test_a_load_calling_sys_exit_names_the_plugin_instead_of_ending_the_run():
+    """``SystemExit`` is no ``Exception``: a load calling ``sys.exit(3)`` ended the run with code 3
+    and no word (the compute hooks already reported it)."""
+    with pytest.raises(PluginError, match=PREFIX + r"load: called sys.exit\(3\); load must raise an exception"):
+        _engine("load-exits")
 
 
 @pytest.mark.parametrize("answer, shown", [
@@ -140,6 +151,30 @@ def test_train_step_missing_or_with_metrics_that_are_no_numbers_is_the_plugins_f
     scalar = _engine("scalar", train_step=StepMetrics(loss=np.float32(0.5), grad_norm=np.array(2.0)))  # type: ignore[arg-type]
     got = scalar.train_step(batch, Objective())
     assert type(got.loss) is float and type(got.grad_norm) is float and got.grad_norm == 2.0
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"skipped": "no"}, r"StepMetrics.skipped is str 'no', expected a bool"),  # truthy: an applied update read as refused
+    ({"skipped": None}, r"StepMetrics.skipped is NoneType None, expected a bool"),
+    ({"tokens": "many"}, r"StepMetrics.tokens is str 'many', expected the int count"),
+    ({"tokens": -3}, r"StepMetrics.tokens is int -3, expected the int count"),
+    ({"tokens": 2.5}, r"StepMetrics.tokens is float 2.5, expected the int count"),
+    ({"extra": None}, r"StepMetrics.extra is NoneType, expected a dict"),  # was a TypeError traceback in as_dict
+    ({"extra": [1, 2]}, r"StepMetrics.extra is list, expected a dict"),
+    ({"extra": {3: 1.0}}, r"StepMetrics.extra is dict, expected a dict of metric names \(str\)"),
+])
+def test_train_step_skipped_tokens_or_extra_of_the_wrong_type_is_the_plugins_fault(fields, problem):
+    answer = StepMetrics(loss=0.5, grad_norm=1.0, tokens=3)
+    for key, value in fields.items():
+        setattr(answer, key, value)
+    with pytest.raises(PluginError, match=PREFIX + "train_step: " + problem):
+        _engine(f"step-{sorted(fields.items())!r}", train_step=answer).train_step(TrainBatch(SEQS, np.ones(1)), Objective())
+
+
+def test_train_step_numpy_flags_and_whole_float_token_counts_are_read_as_python_values():
+    answer = StepMetrics(loss=0.5, grad_norm=1.0, tokens=np.float64(3.0), skipped=np.bool_(False))  # type: ignore[arg-type]
+    got = _engine("np-fields", train_step=answer).train_step(TrainBatch(SEQS, np.ones(1)), Objective())
+    assert type(got.skipped) is bool and got.skipped is False and type(got.tokens) is int and got.tokens == 3
 
 
 def test_export_weights_that_are_no_mapping_is_the_plugins_fault():

@@ -247,6 +247,43 @@ def test_a_probe_or_register_hook_that_hangs_costs_its_plugin_not_the_command(si
     assert "torch" in {b["name"] for b in data["backends"]}  # the others answered
 
 
+@pytest.mark.parametrize(("body", "said"), [  # one module name each: the fixture's refresh imports it again
+    ("sys.exit(3)", "error: SystemExit: 3"),
+    ("_forever.wait(120)", "error: the diagnostics of backend 'diag' did not return within 1 s"),
+    # two-character strings: dict() read them as the pairs {'g': 'p', 'o': 'k'} without a word
+    ("['gp', 'ok']", "error: diagnostics returned list, expected a mapping of name to text"),
+])
+def test_backend_diagnostics_that_exit_hang_or_answer_no_mapping_cost_their_line_not_doctor(site, monkeypatch,
+                                                                                             capsys, body, said):
+    """``polyrl doctor`` called ``BackendSpec.diagnostics`` on its own thread, with no limit and
+    catching ``Exception`` alone: ``sys.exit(3)`` there ended doctor with exit code 3 and no output,
+    one that hung made doctor wait forever (probes were already limited), and a list of
+    two-character strings was shown as made-up facts."""
+    from polyrl.plugin_calls import LIMIT_ENV
+
+    monkeypatch.setenv(LIMIT_ENV, "1")
+    module = f"contract_diag_{abs(hash(body))}"
+    (site / f"{module}.py").write_text(
+        "import sys, threading\n"
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec\n"
+        "_forever = threading.Event()\n"
+        "def _facts():\n"
+        f"    return {body}\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(register):\n"
+        "    register(BackendSpec(name='diag', load=lambda config: None, diagnostics=_facts))\n")
+    write_dist(site, "polyrl-diag", "1.0", {"polyrl.backends": {"diag": module}})
+    code, out, _ = cli(["doctor"], capsys, monkeypatch)
+    assert code == 0, out
+    lines = out.splitlines()
+    at = lines.index("[ok ] diag 1.0 (polyrl-diag)")
+    assert lines[at + 1].strip().startswith(said), lines[at + 1]
+    assert any(line.startswith("[ok ] torch") for line in lines)  # the backends after it are still reported
+    code, out, _ = cli(["doctor", "--json"], capsys, monkeypatch)
+    assert json.loads(out)["backends"]["diag"]["diagnostics"]["error"].startswith(said.removeprefix("error: "))
+
+
 def _installed_entry_point_names() -> list[str]:
     """The entry-point names the installed distributions (polyrl-torch, polyrl-max, ...) really have."""
     from importlib import metadata

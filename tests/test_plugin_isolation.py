@@ -137,6 +137,34 @@ def test_all_gather_answering_none_under_several_ranks_is_the_backends_fault(hos
         engine.all_gather(5, world_size=2)
 
 
+class _GathersWrong:
+    """A data-parallel backend whose all_gather answers ``answer`` (not a list of the ranks' values)."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.__name__ = f"gathers-{type(answer).__name__}"
+
+    @hookimpl
+    def polyrl_register_backends(self, register):
+        register(BackendSpec(name="gatherer", load=lambda config: object(),
+                             capabilities=Capabilities(data_parallel=True)))
+
+    @hookimpl
+    def all_gather(self, engine, value):
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", [5, "ab", {0: "a", 1: "b"}, np.array([1.0, 2.0])])
+def test_all_gather_answering_no_list_is_the_backends_fault(answer):
+    """An int raised TypeError out of ``list(out)`` (a traceback); a 2-character str or a 2-key
+    dict under WORLD_SIZE=2 was read as the two ranks' values (its characters, its keys)."""
+    reg = Registry(get_plugin_manager(entry_points=False, extra=[_GathersWrong(answer)]))
+    engine = Engine(reg, "gatherer", EngineConfig(model="x"))
+    with pytest.raises(PluginError, match=rf"'gatherer' .* hook all_gather: returned {type(answer).__name__}"
+                                          r".*expected a list of every rank's value"):
+        engine.all_gather("mine", world_size=2)
+
+
 class _AliasReturns:
     def __init__(self, value) -> None:
         self.value = value
@@ -260,6 +288,35 @@ def test_a_backend_whose_plugin_did_not_import_is_named_as_broken_not_as_missing
     with pytest.raises(ConfigError, match=r"unknown backend 'jax' \(installed: .*; plugins that did not load: "
                                           r".*broken"):
         check_backend_names(unknown, reg)
+
+
+def test_generate_naming_a_backend_whose_plugin_did_not_import_says_so_not_install_it(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """`polyrl generate --backend broken` (and ``Registry.spec``/``load``) said "unknown backend
+    'broken' ... Fix: install its plugin" of an installed distribution whose import failed; only
+    ``polyrl train``'s config check named the failure."""
+    from polyrl import registry
+    from polyrl.cli import main
+
+    from toy_dist import activate, install_toy_dists
+
+    monkeypatch.delenv("POLYRL_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("POLYRL_DISABLE_PLUGINS", raising=False)
+    deactivate = activate(install_toy_dists(tmp_path))
+    try:
+        registry.get_registry(refresh=True)
+        code = main(["generate", "--backend", "broken", "--model", "tiny-llama", "hi"])
+        with pytest.raises(BackendUnavailable) as info:
+            Registry().spec("broken")
+    finally:
+        deactivate()
+        registry.get_registry(refresh=True)
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err
+    assert ("error: backend 'broken' is installed (polyrl-broken) but its plugin did not load: ImportError: "
+            "libfoo.so: cannot open shared object") in err
+    assert "pip install" not in err
+    assert str(info.value).startswith("backend 'broken' is installed (polyrl-broken) but its plugin did not load")
 
 
 class _RegistersThenRaises:

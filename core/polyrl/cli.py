@@ -261,12 +261,8 @@ def _doctor_report() -> dict[str, Any]:
         status = reg.status(name)
         entry: dict[str, Any] = {"available": status.available, "reason": status.reason,
                                  "version": status.version, "distribution": status.distribution}
-        spec = reg.spec(name)
-        if status.available and spec.diagnostics is not None:
-            try:
-                entry["diagnostics"] = dict(spec.diagnostics())
-            except Exception as exc:  # noqa: BLE001
-                entry["diagnostics"] = {"error": f"{type(exc).__name__}: {exc}"}
+        if status.available and reg.spec(name).diagnostics is not None:
+            entry["diagnostics"] = reg.diagnostics(name)
         report["backends"][name] = entry
     return report
 
@@ -571,9 +567,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     check_path_text(args.dst, "dst")  # the backend's exists()/mkdir raised on a name past 255 bytes
     reg = _registry()
-    converted = reg.pm.hook.polyrl_convert_model(
-        src=reg.resolve_model(args.src, field="src"), dst=args.dst, to=args.to, quantize_bits=args.quantize_bits
-    ) if hasattr(reg.pm.hook, "polyrl_convert_model") else None
+    converted = reg.convert_model(reg.resolve_model(args.src, field="src"), args.dst, args.to, args.quantize_bits)
     if not converted:  # "Fix: pip install polyrl[HF]" named an extra that does not exist
         from polyrl.errors import ConfigError
 

@@ -48,6 +48,9 @@ class Engine:
             raise  # unusable here, or the user's setting at fault: already one clear line
         except Exception as exc:  # the plugin's load failed: name it, never a bare traceback
             raise self._fail("load", f"raised {type(exc).__name__}: {exc}") from exc
+        except SystemExit as exc:  # sys.exit() in load ended the run with its code and no word
+            raise self._fail("load", f"called sys.exit({exc.code!r}); load must raise an exception, never exit "
+                                     "the process") from exc
 
     @property
     def capabilities(self) -> Capabilities:
@@ -249,11 +252,32 @@ class Engine:
             if number is None:
                 raise self._fail("train_step", f"StepMetrics.{name} is {_describe(value)}, expected a float")
             setattr(out, name, number)
+        self._check_step_fields(out)
         if not out.skipped and not (np.isfinite(out.loss) and np.isfinite(out.grad_norm)):
             raise self._fail("train_step", f"reported loss {out.loss} and grad_norm {out.grad_norm} with "
                                            "skipped=False; a non-finite step must leave the weights untouched "
                                            "and return skipped=True")
         return out
+
+    def _check_step_fields(self, out: StepMetrics) -> None:
+        """``skipped``, ``tokens`` and ``extra`` of a ``train_step`` answer, as the trainer reads them.
+        Why: ``skipped="no"`` (a truthy str) made the trainer count an applied update as refused,
+        ``tokens="many"`` was logged as the step's token count, and ``extra=None`` (or a list)
+        ended the run in a ``TypeError`` traceback from ``StepMetrics.as_dict``."""
+        if not isinstance(out.skipped, (bool, np.bool_)):
+            raise self._fail("train_step", f"StepMetrics.skipped is {_describe(out.skipped)} {out.skipped!r:.40}, "
+                                           "expected a bool (True only when the step left the weights untouched)")
+        out.skipped = bool(out.skipped)
+        whole = isinstance(out.tokens, (int, np.integer)) or (isinstance(out.tokens, (float, np.floating))
+                                                              and float(out.tokens).is_integer())
+        if isinstance(out.tokens, (bool, np.bool_)) or not whole or out.tokens < 0:
+            raise self._fail("train_step", f"StepMetrics.tokens is {_describe(out.tokens)} {out.tokens!r:.40}, "
+                                           "expected the int count of completion tokens the loss saw (>= 0)")
+        out.tokens = int(out.tokens)
+        if not isinstance(out.extra, Mapping) or not all(isinstance(k, str) for k in out.extra):
+            raise self._fail("train_step", f"StepMetrics.extra is {_describe(out.extra)}, expected a dict of "
+                                           "metric names (str) to values")
+        out.extra = dict(out.extra)
 
     def all_gather(self, value: Any, world_size: int = 1) -> list[Any]:
         """``value`` from every rank of a data-parallel run (``[value]`` when running alone)."""
@@ -261,6 +285,9 @@ class Engine:
         if out is None and world_size > 1:
             raise self._fail("all_gather", f"returned None under WORLD_SIZE={world_size}: each rank would "
                                            "train on its own shard with per-rank advantages")
+        if out is not None and not isinstance(out, (list, tuple)):  # list(5) raised; list("ab") split a value
+            raise self._fail("all_gather", f"returned {_describe(out)}, expected a list of every rank's value in rank "
+                                           "order (or None when running alone)")
         result = [value] if out is None else list(out)
         if world_size > 1 and len(result) != world_size:
             raise self._fail("all_gather", f"returned {len(result)} values for WORLD_SIZE={world_size}")

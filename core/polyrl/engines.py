@@ -241,9 +241,8 @@ def check_engines(config: RunConfig, registry: Registry, launched: bool | None =
     refuse_prequantized(model, c.backends.train, reg.spec(c.backends.train).capabilities.quant_methods, "train",
                         shown_as=c.model.path)
     check_router_aux(c, reg, model, launched)
-    check_model = reg.spec(c.backends.train).check_model
-    if check_model is not None:  # what the train engine's load would refuse (LoRA targets...), no weights read
-        check_model(engine_config(c, "train", model))
+    # what the train engine's load would refuse (LoRA targets...), no weights read
+    reg.run_check(c.backends.train, "check_model", engine_config(c, "train", model))
     gen_model = _generate_model(c, reg, model)  # both roles' models checked before either loads
     gen_field = "generation.max_model_path" if gen_model != model else "model.path"
     reg.check_architecture(c.backends.generate_backend, gen_model, "generate", device=c.model.device,

@@ -79,7 +79,13 @@ What the core does with a faulty plugin
       naming the plugin, its distribution and what it raised, in ``polyrl backends``, ``rewards``,
       ``trackers`` and ``environments`` (text and ``--json``); the other plugins keep working.
       A hook that raises registers nothing, not even what it passed to ``register`` before
-      raising: no half-installed plugin.
+      raising: no half-installed plugin. So does one handing ``register`` a spec with a wrong
+      field (a ``name`` that is no non-empty string, ``capabilities`` that is no
+      ``Capabilities``, a ``summary`` that is no string, a ``load``/``create``/``probe`` that is
+      not callable): a load error naming the field. And so does one returning anything but None
+      (``return [BackendSpec(...)]``: what a register hook returns is not read).
+    * An entry point whose object implements no hook (the package ``mypkg`` where the hooks are
+      in ``mypkg.plugin``, or ``None``) is a load error saying so, not a plugin adding nothing.
     * A ``probe`` (of a backend, tracker, environment or tool) returns None when usable here or a
       non-empty reason string when not. One that raises, outlasts ``POLYRL_PLUGIN_TIMEOUT_S``,
       or answers anything else (``42``, ``False``, ``""``) makes that entry unusable, with the

@@ -27,6 +27,7 @@ import os
 import traceback
 from collections.abc import Iterable
 from importlib import metadata
+from types import ModuleType
 from typing import Any
 
 import attrs
@@ -119,6 +120,16 @@ def _dist_of(ep: metadata.EntryPoint) -> tuple[str, str]:
     return dist.metadata["Name"] or "", dist.version or ""
 
 
+def _no_hooks(ep: metadata.EntryPoint, plugin: Any) -> str:
+    """Why an entry point whose object implements no hook is not loaded. Why say it: one naming the
+    package (``mypkg``) instead of the module holding the hooks (``mypkg.plugin``) was loaded and
+    silently added nothing, and a run naming its backend was told to install what is installed."""
+    what = f"module {plugin.__name__!r}" if isinstance(plugin, ModuleType) else f"{type(plugin).__name__} {plugin!r:.40}"
+    return (f"entry point {ep.name} = {ep.value} loads {what}, which implements no polyrl hook, so it adds "
+            f"nothing. Fix: point the entry point at the module or object holding the @hookimpl functions "
+            f"(e.g. {ep.value.split(':')[0]}.plugin), or report it to the plugin's authors")
+
+
 class PolyrlPluginManager(pluggy.PluginManager):
     """A pluggy manager that also remembers where each plugin came from and what failed."""
 
@@ -163,11 +174,18 @@ class PolyrlPluginManager(pluggy.PluginManager):
                     continue
                 try:
                     plugin = call_limited(ep.load, f"importing plugin {ep.name!r} ({dist or group})")
-                    if self.is_registered(plugin):  # one module listed under two groups: its hooks are in
+                    if plugin is not None and self.is_registered(plugin):  # one module under two groups
                         continue
-                    self.register(plugin, name=key)
+                    if plugin is not None:  # pluggy reads None as "block this name", without a word
+                        self.register(plugin, name=key)
                 except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break us
                     self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc))
+                    continue
+                if plugin is None or not self.get_hookcallers(plugin):
+                    if plugin is not None:
+                        self.unregister(plugin)
+                    self.load_errors.append(PluginLoadError(name=ep.name, group=group, distribution=dist,
+                                                            error=_no_hooks(ep, plugin)))
                     continue
                 self.plugin_info[key] = PluginInfo(key, group, dist, version)
 

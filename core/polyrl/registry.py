@@ -12,7 +12,7 @@ The same data backs ``polyrl backends [--json]`` and ``polyrl doctor``.
 from __future__ import annotations
 
 import threading
-from functools import partial
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from polyrl.errors import BackendUnavailable, ConfigError, PluginError, PolyrlEr
 from polyrl.folder_links import refuse_outside_links
 from polyrl.model_config import model_type_of
 from polyrl.path_text import check_path_text
-from polyrl.plugin_calls import call_limited, probe_reason
+from polyrl.plugin_calls import PluginCallTimedOut, call_limited, probe_reason, shown
+from polyrl.plugin_specs import registered_by
 from polyrl.plugins import (FIRST_PARTY_DISTRIBUTIONS, PluginLoadError, PolyrlPluginManager, get_plugin_manager,
                             install_hint)
 from polyrl.tracking.spec import TrackerSpec, TrackerStatus
@@ -105,30 +106,13 @@ class Registry:
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
                 dist = self.pm.distribution_of(impl.plugin)
-
-                pending: list[Any] = []  # committed only when the hook returns
-                listening = [True]  # a register hook past its time limit registers nothing later
-
-                def register(spec: Any, _dist: str = dist, _kind=kind, _pending: list[Any] = pending,
-                             _listening: list[bool] = listening) -> None:
-                    if not _listening[0]:
-                        return
-                    if not isinstance(spec, _kind):
-                        raise PluginError(
-                            f"{_dist or 'a plugin'} registered {type(spec).__name__}, "
-                            f"expected {_kind.__name__}"
-                        )
-                    _pending.append(spec)
-
                 try:
-                    call_limited(partial(impl.function, register=register), f"{impl.plugin_name}'s {hook_name}")
+                    specs = registered_by(impl, hook_name, kind, dist)
                 except Exception as exc:  # noqa: BLE001 - a timeout too (PluginCallTimedOut)
                     self.hook_errors.append(PluginLoadError.caught(impl.plugin_name, hook_name, dist, exc))
-                else:
-                    for spec in pending:
-                        self._add(spec, sink, kind, impl.plugin, dist)
-                finally:
-                    listening[0] = False
+                    continue
+                for spec in specs:
+                    self._add(spec, sink, kind, impl.plugin, dist)
 
     def _add(self, spec: Any, sink: dict[str, Any], kind: type, plugin: Any, dist: str) -> None:
         """Register one spec of a hook that returned (all or nothing: a hook that raises part-way
@@ -255,6 +239,13 @@ class Registry:
         try:
             return self._backends[name]
         except KeyError:
+            broken = next((e for e in self.load_errors_of("backends") if e.name == name), None)
+            if broken is not None:  # installed, but its plugin did not load: "install it" would mislead
+                fix = "" if "Fix:" in broken.error else (". Fix: repair or reinstall that distribution "
+                                                         "(`polyrl backends` shows the error), or pick another backend")
+                raise BackendUnavailable(
+                    f"backend {name!r} is installed ({broken.distribution or 'unknown distribution'}) but its "
+                    f"plugin did not load: {broken.error}{fix}") from None
             known = ", ".join(self.names()) or "none installed"
             raise BackendUnavailable(
                 f"unknown backend {name!r} (known: {known}). Fix: install its plugin ({install_hint(name)}), "
@@ -281,6 +272,44 @@ class Registry:
             install_hint=spec.install_hint,
             capabilities=spec.capabilities.as_dict(),
         )
+
+    def diagnostics(self, name: str) -> dict[str, Any]:
+        """Backend ``name``'s extra facts for ``polyrl doctor`` ({} when it declares none). Ones
+        that raise, exit, outlast ``POLYRL_PLUGIN_TIMEOUT_S`` or answer no mapping are one
+        ``"error"`` entry. Why the limit and the thread: ``diagnostics`` calling ``sys.exit(3)``
+        ended ``polyrl doctor`` with exit code 3 and no output at all, and one that hung made it
+        wait forever (probes, asked just before, were already limited)."""
+        facts = self.spec(name).diagnostics
+        if facts is None:
+            return {}
+        try:
+            out = call_limited(facts, f"the diagnostics of backend {name!r}")
+        except PluginCallTimedOut as exc:
+            return {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a broken diagnostics must not break doctor
+            return {"error": f"{type(shown(exc)).__name__}: {exc}"}
+        if not isinstance(out, Mapping):
+            return {"error": f"diagnostics returned {type(out).__name__}, expected a mapping of name to text"}
+        return {str(key): value for key, value in out.items()}
+
+    def run_check(self, name: str, which: str, *args: Any) -> None:
+        """Call backend ``name``'s ``check_model`` or ``check_checkpoint`` (``which``) with ``args``;
+        nothing when it declares none. A ``PolyrlError`` (the user's ``ConfigError``) is raised as
+        is; anything else is the plugin's fault, one ``PluginError`` naming backend, distribution
+        and check. Why: a ``KeyError`` from ``check_model`` ended ``polyrl train`` in a traceback."""
+        spec = self.spec(name)
+        check = getattr(spec, which)
+        if check is None:
+            return
+        try:
+            check(*args)
+        except PolyrlError:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit() in a check too: the plugin's doing
+            raise PluginError(
+                f"backend {name!r} ({spec.distribution or 'unknown distribution'}) hook {which}: raised "
+                f"{type(exc).__name__}: {exc}. Fix: report it to the plugin's authors (a setting the user can "
+                f"fix is a ConfigError naming it)") from exc
 
     def statuses(self) -> list[BackendStatus]:
         return [self.status(n) for n in self.names()]
@@ -369,7 +398,7 @@ class Registry:
                 out = impl.function(name=name)
             except PolyrlError:
                 raise  # the plugin's own actionable error (e.g. a ConfigError naming the model)
-            except Exception as exc:  # noqa: BLE001 - one plugin must not break model lookup
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit(2) there ended every run without a word
                 raise PluginError(f"{who} hook polyrl_resolve_model raised {type(exc).__name__}: {exc}. {fix}") from exc
             if out is None:
                 continue
@@ -380,6 +409,26 @@ class Registry:
                 raise PluginError(f"{who} hook polyrl_resolve_model resolved {name!r} to {str(out)!r}, "
                                   f"which does not exist. {fix}")
             return str(out)
+        return None
+
+
+    def convert_model(self, src: str, dst: str, to: str, quantize_bits: int | None) -> str | None:
+        """The path the first plugin handling format ``to`` wrote (``polyrl convert``), or None when
+        none does. Asked one plugin at a time, as ``_resolve_alias`` asks: one raising for a format
+        it does not handle (instead of returning None), or calling ``sys.exit``, ended ``polyrl
+        convert`` in a traceback or with its exit code, whichever backend the user converted for."""
+        for impl in reversed(self.pm.hook.polyrl_convert_model.get_hookimpls()):
+            try:
+                out = impl.function(src=src, dst=dst, to=to, quantize_bits=quantize_bits)
+            except PolyrlError:
+                raise  # the plugin's own actionable error (a ConfigError naming the model or the format)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - named, never a traceback
+                who = f"plugin {impl.plugin_name!r} ({self.pm.distribution_of(impl.plugin) or 'unknown distribution'})"
+                raise PluginError(f"{who} hook polyrl_convert_model raised {type(exc).__name__}: {exc}. Fix: report "
+                                  f"it to the plugin's authors (a format it does not handle must return None), or "
+                                  f"disable it with POLYRL_DISABLE_PLUGINS={impl.plugin_name}") from exc
+            if out is not None:
+                return str(out)
         return None
 
 

@@ -85,9 +85,9 @@ def check_backend_files(registry: Registry, config: RunConfig, point: tuple[Path
     """The train backend's files in ``point`` (engine state, optimizer, weights: presence, sizes,
     headers) through its optional ``BackendSpec.check_checkpoint``, which needs no engine: a
     damaged one is one ``--resume`` error before any model loads or any rank starts."""
-    check = registry.spec(config.backends.train).check_checkpoint if point else None
-    if point is not None and check is not None:
-        check(str(point[0] / ckpt.MODEL_DIR), str(point[0] / ckpt.ENGINE_STATE_DIR), weights_only)
+    if point is not None:
+        registry.run_check(config.backends.train, "check_checkpoint", str(point[0] / ckpt.MODEL_DIR),
+                           str(point[0] / ckpt.ENGINE_STATE_DIR), weights_only)
 
 
 def resume_fix(weights_only: bool, damaged: list[Path]) -> str:

@@ -22,12 +22,30 @@ from polyrl.validators import RULES, shown
 
 
 def _optional_keys(value: Iterable[str] | None) -> tuple[str, ...] | None:
-    return None if value is None else tuple(value)
+    return None if value is None else _as_names(value)
 
 
 def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
     """``tuple`` as an attrs converter that mypy can type (the builtin's type variable stays unsolved)."""
     return tuple(value)
+
+
+def _as_names(value: Iterable[str]) -> tuple[str, ...]:
+    """The tuple of names a ``Capabilities`` field or ``BackendSpec.options`` declares (their attrs
+    converter), refusing one string. Why: ``dtypes=("bfloat16")`` (a one-name tuple without its
+    comma) is the str ``"bfloat16"``, which ``in`` searched as text (``"float16" in "bfloat16"``:
+    an undeclared dtype passed the check) and ``tuple()`` split into one-letter names (an
+    ``options`` key then refused as the user's typo). The ``ValueError`` is the plugin's register
+    hook's, listed as its load error."""
+    if isinstance(value, str):
+        raise ValueError(f"got the string {value!r} where a tuple of names belongs. Fix: write "
+                         f"({value!r},) (a one-name tuple needs its comma)")
+    names = tuple(value)
+    wrong = next((name for name in names if not isinstance(name, str)), None)
+    if wrong is not None:
+        raise ValueError(f"a tuple of names holds {type(wrong).__name__} {wrong!r}. Fix: give "
+                         f"each name as a str")
+    return names
 
 
 def token_ids_array(value: Any, name: str) -> np.ndarray:
@@ -600,7 +618,7 @@ class ArchSupport:
     #: measured max |log-prob - torch float32 log-prob| on a tiny random model; None = unmeasured
     logprob_deviation: float | None = None
     #: devices this architecture runs on with this backend; empty = every device the backend has
-    devices: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
+    devices: tuple[str, ...] = attrs.field(default=(), converter=_as_names)
     notes: str = ""
 
 
@@ -620,11 +638,11 @@ class Capabilities:
     #: trains under a multi-process launcher (WORLD_SIZE > 1): implements ``all_gather`` and
     #: normalises its loss by the global batch; without it the core refuses a multi-rank run
     data_parallel: bool = False
-    dtypes: tuple[str, ...] = ("float32",)
+    dtypes: tuple[str, ...] = attrs.field(default=("float32",), converter=_as_names)
     #: ``EngineConfig.compute_dtype`` values honoured (mixed precision over ``dtype`` weights);
     #: a run asking for one its backends lack is refused up front
-    compute_dtypes: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
-    devices: tuple[str, ...] = ("cpu",)
+    compute_dtypes: tuple[str, ...] = attrs.field(default=(), converter=_as_names)
+    devices: tuple[str, ...] = attrs.field(default=("cpu",), converter=_as_names)
     #: the ``model.device`` names the engine reads (whether this machine has them is ``devices``):
     #: ``"npu"`` for the name alone, ``"npu:N"`` for ``npu:0``, ``npu:1``...; ``auto`` is always read.
     #: A run naming another is refused before any engine loads; None (not declared): not checked,
@@ -632,7 +650,7 @@ class Capabilities:
     device_names: tuple[str, ...] | None = attrs.field(default=None, converter=declared_names)
     #: optional ``SamplingParams`` features honoured by ``generate`` ("min_p", "repetition_penalty",
     #: "ignore_eos"); a run asking for one the generate backend lacks is refused up front
-    sampling: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
+    sampling: tuple[str, ...] = attrs.field(default=(), converter=_as_names)
     #: ``EngineConfig.gradient_checkpointing`` is honoured by ``train_step``
     gradient_checkpointing: bool = False
     #: ``generate`` accepts ``TokenPrompt`` (ids verbatim) and ``encode_chat`` answers (or, for a
@@ -644,12 +662,12 @@ class Capabilities:
     #: the Mixture-of-Experts model types whose router load-balancing loss ``train_step`` adds
     #: (``algorithm.router_aux_loss_coef``); another MoE model with a coefficient not 0 is refused
     #: before any model loads. None (not declared): ``train_step`` decides (torch: every MoE model)
-    router_aux_types: tuple[str, ...] | None = attrs.field(default=None,
-                                                          converter=attrs.converters.optional(_as_tuple))
+    router_aux_types: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_as_names))
     #: the ``quant_method``s of a pre-quantized transformers folder (config.json's
     #: ``quantization_config``: GPTQ, AWQ, bitsandbytes, fp8...) the backend loads itself; a model
     #: folder quantized another way is refused before any model loads (``polyrl.prequantized``)
-    quant_methods: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
+    quant_methods: tuple[str, ...] = attrs.field(default=(), converter=_as_names)
     #: ``model_type`` -> ArchSupport. Empty means "not declared": the core then checks nothing
     #: and the backend's own loader decides. A declared table is exhaustive: a model_type
     #: missing from it is refused before any weights load; a ``"*"`` entry covers every

@@ -53,6 +53,8 @@ import numpy as np
 
 from polyrl.errors import ConfigError, PolyrlError, RewardError
 from polyrl.logs import get_logger
+from polyrl.plugin_calls import shown
+from polyrl.plugin_specs import registered_by
 from polyrl.plugins import FIRST_PARTY_DISTRIBUTIONS, PolyrlPluginManager
 from polyrl.rewards import forked, guard
 from polyrl.safe_stats import mean_std
@@ -268,17 +270,13 @@ class RewardComputer:
         self._claims: dict[str, list[str]] = {}
         for impl in self.pm.hook.polyrl_register_rewards.get_hookimpls():
             dist = self.pm.distribution_of(impl.plugin)
-            found: list[RewardSpec] = []
-            try:
-                impl.function(register=found.append)
+            try:  # as the registry asks it: on a thread, time-limited, its specs checked
+                found: list[RewardSpec] = registered_by(impl, "polyrl_register_rewards", RewardSpec, dist)
             except Exception as exc:  # noqa: BLE001 - reported if one of its names is needed
                 errors.append(f"{impl.plugin_name} ({dist}) failed to register rewards: "
-                              f"{type(exc).__name__}: {exc}")
+                              f"{type(shown(exc)).__name__}: {exc}")
                 continue
             for spec in found:
-                if not isinstance(spec, RewardSpec):
-                    errors.append(f"{impl.plugin_name} registered {type(spec).__name__}, expected RewardSpec")
-                    continue
                 if not spec.distribution:
                     spec.distribution = dist
                 if spec.name in owner and owner[spec.name] is not impl.plugin:
