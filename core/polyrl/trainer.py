@@ -78,7 +78,7 @@ from polyrl.rewards.guard import RewardCancelled
 from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code, reward_files
 from polyrl.reasoning import closes_reasoning, opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
-from polyrl.rewards.trl_compat import TrainerState
+from polyrl.rewards.trl_compat import TrainerState, shadowed_log_metrics
 from polyrl.sandbox_hidden import hide_from_samples
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_observer import CANCEL_EVALUATION, RunObserver, StepAsk, checkpoint_due
@@ -487,6 +487,7 @@ class Trainer:
         self._prune_pending = False
         self._set_aside: Path | None = None
         self._env_reward_warned = False  # _warn_unused_env_reward: once a run
+        self._shadowed_told: set[str] = set()  # _warn_shadowed_log_metrics: each name once a run
         #: the generation prompt's ids when the chat template opens <think> there (set once the models load)
         self._think_suffix: np.ndarray | None = None
         self.history: list[dict[str, Any]] = []
@@ -863,6 +864,7 @@ class Trainer:
             self._trained_step(batch, rollout.completions, lag, metrics, times)
         self._push_weights(metrics, times)
         self._step_tail_metrics(batch, metrics, times, t_step)
+        self._warn_shadowed_log_metrics(metrics)
         return metrics
 
     def _step_rollout(self, times: dict[str, float]) -> Rollout:
@@ -1302,6 +1304,24 @@ class Trainer:
         log.warning("the environment gives per-turn rewards, but no [[rewards]] entry reads them: they are "
                     "logged (episode/env_reward_mean), not trained on", step=self.step + 1,
                     fix='add [[rewards]] name = "environment" (with a weight) to train on them')
+
+    def _warn_shadowed_log_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Once a run for each name: a reward's ``log_metric(name, ...)`` whose name is a key the
+        run logs itself (``trl_compat.shadowed_log_metrics``). ``log_history`` keeps the run's own
+        value there; the reward's is under ``log_metric/<name>``. Why a warning: a script reading
+        ``log_history[-1][name]`` (TRL replaces or averages that key with the reward's value) got
+        another number than it logged, without a word."""
+        if self.rank != 0:
+            return
+        for name, rewards in shadowed_log_metrics(metrics, self.trl_names).items():
+            if name in self._shadowed_told:
+                continue
+            self._shadowed_told.add(name)
+            by = "reward " + ", ".join(repr(r) for r in rewards) if rewards else "a reward"
+            log.warning(f"{by} called log_metric({name!r}, ...), a name the run logs itself: log_history's {name!r} "
+                        f"keeps the run's own value, the reward's is under {step_gather.LOG_METRIC_PREFIX + name!r} "
+                        "(TRL would replace or average the run's value with it)", step=self.step + 1,
+                        fix=f"give the metric a name of its own, e.g. log_metric({(rewards[0] if rewards else 'my') + '/' + name!r}, ...)")
 
     def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
                             scored: Any) -> list[tuple[int, int, dict[str, Any]]]:
