@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import functools
+import math
 import random
 import re
 import shutil
@@ -1388,12 +1389,14 @@ class Trainer:
         reward go to ``eval_completions.jsonl`` under ``phase`` (before / during / after).
 
         Under a launcher every rank calls it and scores its share of the rows (rows[rank::world]);
-        the scores are gathered, so every rank returns the same numbers for the whole set.
+        the scores are gathered, so every rank returns the same numbers for the whole set
+        (``eval/seconds``: the slowest rank's time, TRL's ``eval_runtime``, ``step_metrics.eval_speed``).
         """
         self._phase = f"the evaluation {phase} training (after {self.step} steps)"
         if self.eval_dataset is None:
             return {}
         self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
+        started = time.perf_counter()  # the evaluation's own time, TRL's eval_runtime
         self.engines.sync_weights(self.step)
         ev, c = self.config.eval, self.config
         everything = list(self.eval_dataset)
@@ -1427,8 +1430,10 @@ class Trainer:
         loss_metrics = self._eval_loss(completions, sampled, parts) if ev.loss and sampled is not None else {}
         cut = np.array([x.finish_reason == "length" for x in completions], dtype=bool)  # the sampled pass's
         everyones_logged = [logged]
+        seconds = time.perf_counter() - started
         if self.world_size > 1:
-            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths, cut, logged))
+            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths, cut, logged, seconds))
+            seconds = max(g[7] for g in gathered)  # the slowest rank's: one number on every rank
             greedy = np.concatenate([g[0] for g in gathered]) if ev.greedy else None
             sampled = np.concatenate([g[1] for g in gathered]) if ev.samples else None
             records = [r for g in gathered for r in g[2]]
@@ -1450,6 +1455,9 @@ class Trainer:
         episodes = [r for r in records if (r["greedy"] or not ev.greedy) and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
             out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
+        out["eval/seconds"] = round(seconds, 4)
+        if ev.loss_batch:  # TRL's eval batches, counted as transformers counts its speed's steps
+            out["eval/batches"] = math.ceil(len(everything) / ev.loss_batch)
         return {**out, **loss_metrics}
 
     def _eval_batch_metrics(self, scores: np.ndarray, parts: Mapping[str, np.ndarray], lengths: np.ndarray,
