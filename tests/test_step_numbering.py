@@ -25,7 +25,7 @@ from polyrl.rewards.functions import function_reward_plugin
 from polyrl.tracking import completions as clog
 from polyrl.trainer import Trainer
 
-TIMING = ("time/", "perf/", "tokens_per_s", "generate_seconds", "step_time")
+TIMING = ("time/", "perf/", "tokens_per_s", "generate_seconds", "step_time", "eval/seconds")
 
 
 def toy_run(tmp_path: Path, steps: int = 4, checkpoint_every: int = 2, every: int = 3, **logging) -> dict:
