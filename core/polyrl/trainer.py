@@ -1321,7 +1321,7 @@ class Trainer:
             by = "reward " + ", ".join(repr(r) for r in rewards) if rewards else "a reward"
             log.warning(f"{by} called log_metric({name!r}, ...), a name the run logs itself: log_history's {name!r} "
                         f"keeps the run's own value, the reward's is under {step_gather.LOG_METRIC_PREFIX + name!r} "
-                        "(TRL would replace or average the run's value with it)", step=self.step + 1,
+                        "(TRL's log may replace the run's value with it or average the two)", step=self.step + 1,
                         fix=f"give the metric a name of its own, e.g. log_metric({(rewards[0] if rewards else 'my') + '/' + name!r}, ...)")
 
     def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
