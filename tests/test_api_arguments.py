@@ -62,3 +62,45 @@ def test_the_python_apis_generation_defaults_are_the_toml_configs():
     assert len(shared) >= 10, shared
     assert {k: api_defaults[k] for k in shared if k != "stop"} == {k: toml_defaults[k] for k in shared if k != "stop"}
     assert list(api_defaults["stop"]) == toml_defaults["stop"] == []
+
+
+def test_api_run_returns_the_summary_polyrl_train_prints(tiny_model_dir, tmp_path, capsys):
+    """``polyrl train`` prints the run's summary (JSON on stdout) when it ends; ``api.run`` prints
+    none and returns that same summary (one ``Trainer.run`` answer, not a second copy of it) with
+    the steps' metrics under ``history`` besides, the evaluations before and after included."""
+    import json
+
+    from polyrl.cli import main
+
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(4)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "run.toml").write_text(f"""
+[model]
+path = "{tiny_model_dir}"
+[generation]
+group_size = 2
+max_new_tokens = 4
+[data]
+path = "{tmp_path / 'rows.jsonl'}"
+[[rewards]]
+name = "numeric_match"
+[eval]
+count = 2
+[train]
+steps = 1
+prompts_per_step = 2
+output_dir = "{tmp_path / 'cli'}"
+""")
+    capsys.readouterr()
+    assert main(["train", str(tmp_path / "run.toml"), "--no-progress"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    summary = api.run(api.grpo, policy=api.Agent(tiny_model_dir, backend="torch"), prompts=rows[2:],
+                      eval_prompts=rows[:2], rewards=["numeric_match"],
+                      generation_config=api.GenerationConfig(max_new_tokens=4, group_size=2),
+                      grpo_config=api.GRPOConfig(steps=1, prompts_per_step=2, output_dir=str(tmp_path / "api")),
+                      progress=False)
+    assert capsys.readouterr().out == ""
+    assert set(summary) == set(printed) | {"history"} and summary["steps"] == printed["steps"] == 1
+    assert set(summary["eval_after"]) == set(printed["eval_after"]) and len(summary["history"]) == 1
+    assert {k: v.replace(str(tmp_path / "api"), "X") for k, v in summary.items() if isinstance(v, str)} \
+        == {k: v.replace(str(tmp_path / "cli"), "X") for k, v in printed.items() if isinstance(v, str)}

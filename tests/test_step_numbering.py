@@ -25,7 +25,7 @@ from polyrl.rewards.functions import function_reward_plugin
 from polyrl.tracking import completions as clog
 from polyrl.trainer import Trainer
 
-TIMING = ("time/", "perf/", "tokens_per_s", "generate_seconds", "step_time")
+TIMING = ("time/", "perf/", "tokens_per_s", "generate_seconds", "step_time", "eval/seconds")
 
 
 def toy_run(tmp_path: Path, steps: int = 4, checkpoint_every: int = 2, every: int = 3, **logging) -> dict:
@@ -73,7 +73,7 @@ def test_every_file_and_tracker_of_a_run_numbers_its_steps_alike(toy, tmp_path, 
     assert summary["steps"] == 4 and [m["step"] for m in summary["history"]] == [1, 2, 3, 4]
     # one set of names: the summary's evaluations are the lines' own keys
     assert summary["eval_before"] == _evals(lines[0]) and summary["eval_after"] == _evals(lines[-1])
-    assert {"eval/accuracy", "eval/count", "eval/pass@1", "eval/pass@2", "eval/sampled_reward_mean"} \
+    assert {"eval/accuracy", "eval/count", "eval/pass@1", "eval/pass@2", "eval/sampled_reward_mean", "eval/seconds"} \
         == set(_evals(lines[0])) == set(_evals(lines[3]))
 
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]

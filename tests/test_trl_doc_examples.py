@@ -197,3 +197,36 @@ def test_an_evaluation_logs_a_rewards_metric_as_trls_eval_name_over_its_batches(
     evaluation = [h for h in trainer.state.log_history if "eval_reward" in h]
     assert len(evaluation) == 1 and evaluation[0]["eval_seen"] == 3.0
     assert trainer.evaluate()["eval_seen"] == 3.0 and calls[3:] == [4, 2]
+
+
+def logs_over_builtin_keys(completions, log_metric, **kwargs):
+    """Logs under names the run logs itself (transformers' ``loss``, GRPOTrainer's ``reward`` and
+    ``completions/mean_length``, polyrl's per-reward ``mean``) and one of its own."""
+    for name in ("loss", "reward", "completions/mean_length", "mean", "mine"):
+        log_metric(name, 1000.0)
+    return [float(len(c)) for c in completions]
+
+
+def test_a_log_metric_named_as_a_builtin_key_keeps_the_runs_value_and_is_said_once(tiny_model_dir, tmp_path):
+    """TRL 1.16 replaces ``loss`` with a reward's ``log_metric("loss", ...)`` and averages its own
+    ``reward`` with the reward's value; polyrl kept its own values without a word (and dropped a
+    ``log_metric("mean", ...)``, its per-reward mean's name). Now the run's numbers stay, the
+    reward's are under ``log_metric/<name>``, and a warning per name, once a run, says so and how
+    to rename it."""
+    from structlog.testing import capture_logs
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=logs_over_builtin_keys, train_dataset=_dataset(),
+                          args=_args(tmp_path, max_steps=2))
+    with capture_logs() as logs:
+        trainer.train()
+    for step in trainer.state.log_history[:2]:
+        assert step["loss"] != 1000.0 and step["reward"] == step["rewards/logs_over_builtin_keys/mean"] != 1000.0
+        assert step["completions/mean_length"] != 1000.0 and step["mine"] == 1000.0
+        assert step["log_metric/loss"] == step["log_metric/reward"] == 1000.0
+    said = [e["event"] for e in logs if "log_metric(" in e["event"] and e.get("log_level") == "warning"]
+    for name in ("loss", "reward", "completions/mean_length", "mean"):
+        told = [line for line in said if f"log_metric({name!r}, ...)" in line]
+        assert len(told) == 1 and "'logs_over_builtin_keys'" in told[0], said
+    assert not [line for line in said if "'mine'" in line]
+    fixes = [e.get("fix", "") for e in logs if "log_metric(" in e["event"]]
+    assert "log_metric('logs_over_builtin_keys/loss', ...)" in " ".join(fixes)

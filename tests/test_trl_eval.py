@@ -662,3 +662,44 @@ def test_include_for_metrics_inputs_is_refused_where_trl_s_evaluation_fails_with
         trainer.evaluate()
     assert err.value.field.endswith("include_for_metrics")
     assert trainer.state.log_history == []
+
+
+def test_each_evaluation_in_log_history_has_transformers_runtime_and_rates_as_trl_logs_them(tiny_model_dir, tmp_path):
+    """transformers' ``evaluate()`` logs ``eval_runtime``, ``eval_samples_per_second`` and
+    ``eval_steps_per_second`` with each evaluation, so every eval entry of TRL's ``log_history``
+    (and TensorBoard's ``eval/runtime``...) has them; polyrl's run left them out (only its
+    ``evaluate()`` returned them). 3 eval rows in batches of 2 (``per_device_eval_batch_size``):
+    transformers counts 2 steps."""
+    import json
+    import math
+
+    from polyrl.trl_tags import trl_tags
+
+    args = dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=2, report_to="none")
+    trainer = _trainer(tiny_model_dir, tmp_path, args=args)
+    trainer.train()
+    entries = [h for h in trainer.state.log_history if "eval_reward" in h]
+    assert len(entries) == 2
+    for entry in entries:
+        seconds = entry["eval_runtime"]
+        assert 0 < seconds < 600
+        assert entry["eval_samples_per_second"] == pytest.approx(3 / seconds, rel=1e-2)
+        assert entry["eval_steps_per_second"] == pytest.approx(math.ceil(3 / 2) / seconds, rel=1e-2)
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert trl_tags(line)["eval/runtime"] == line["eval/seconds"] == entries[0]["eval_runtime"]
+    # the keys of evaluate(), which test_evaluate_returns_trls_keys_with_trls_values_where_exact checks against TRL's
+    assert set(entries[-1]) == set(trainer.evaluate()) | {"step"}
+
+
+def test_an_evaluation_at_a_step_logging_steps_skips_has_eval_num_tokens_as_trl_logs_it(tiny_model_dir, tmp_path):
+    """TRL logs ``eval_num_tokens`` (the training tokens seen so far) in every evaluation's entry;
+    polyrl's ``log_history`` left it out of the evaluations of steps ``logging_steps`` (TRL's
+    default 10) does not log, though ``on_log`` had it there."""
+    import json
+
+    trainer = _trainer(tiny_model_dir, tmp_path, args=dict(eval_strategy="steps", eval_steps=1))
+    trainer.train()
+    entries = [h for h in trainer.state.log_history if "eval_reward" in h]
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in entries] == [1, 2] and not [h for h in trainer.state.log_history if "loss" in h]
+    assert [e["eval_num_tokens"] for e in entries] == [x["num_tokens"] for x in lines] and lines[0]["num_tokens"] > 0

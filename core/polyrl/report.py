@@ -46,7 +46,7 @@ class Panel:
 
 PANELS: tuple[Panel, ...] = (
     Panel("reward", lambda k: k in ("reward_mean",) or (k.startswith("reward/") and k.endswith("/mean"))),
-    Panel("evaluation", lambda k: k.startswith("eval/") and k != "eval/count"),
+    Panel("evaluation", lambda k: k.startswith("eval/") and k not in ("eval/count", "eval/seconds", "eval/batches")),
     Panel("loss", lambda k: k in ("loss", "grad_norm")),
     Panel("KL to reference", lambda k: k == "kl" or k.startswith("kl/") or k.endswith("/kl")),
     Panel("entropy", lambda k: "entropy" in k),

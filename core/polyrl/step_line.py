@@ -30,5 +30,5 @@ def step_line_fields(metrics: Mapping[str, Any], step_line: str = "short") -> di
     fields = {k: metrics[k] for k in SHORT_KEYS if k in metrics}
     if metrics.get("skipped"):
         fields["skipped"] = metrics["skipped"]
-    fields.update({k: v for k, v in metrics.items() if k.startswith("eval/")})
+    fields.update({k: v for k, v in metrics.items() if k.startswith("eval/") and k != "eval/batches"})  # a count of batches
     return fields

@@ -284,6 +284,23 @@ def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
             out.setdefault(f"eval_{key[len(PREFIX):]}", value)
     if "num_tokens" in metrics:
         out["eval_num_tokens"] = metrics["num_tokens"]
+    if "eval/seconds" in metrics:  # transformers' speed metrics of the evaluation
+        out.update(eval_speed("eval", metrics["eval/seconds"], metrics.get("eval/count"), metrics.get("eval/batches")))
+    return out
+
+
+def eval_speed(prefix: str, seconds: float, rows: Any, steps: Any) -> dict[str, float]:
+    """transformers' ``speed_metrics`` of an evaluation of ``rows`` eval rows in ``steps``
+    batches that took ``seconds``: ``<prefix>_runtime`` and, but for a zero runtime (which
+    transformers leaves them out of), ``_samples_per_second`` and ``_steps_per_second``. Why: each
+    eval entry of TRL's ``log_history`` (and TensorBoard's ``eval/runtime``) has them; polyrl's
+    run logged them from ``evaluate()`` only (``trl_evaluate.trl_metrics``)."""
+    out = {f"{prefix}_runtime": round(float(seconds), 4)}
+    if seconds > 0:
+        if isinstance(rows, (int, float)) and not isinstance(rows, bool):
+            out[f"{prefix}_samples_per_second"] = round(rows / seconds, 3)
+        if isinstance(steps, (int, float)) and not isinstance(steps, bool):
+            out[f"{prefix}_steps_per_second"] = round(steps / seconds, 3)
     return out
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import functools
+import math
 import random
 import re
 import shutil
@@ -79,7 +80,7 @@ from polyrl.rewards.guard import RewardCancelled
 from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code, reward_files
 from polyrl.reasoning import closes_reasoning, opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
-from polyrl.rewards.trl_compat import TrainerState
+from polyrl.rewards.trl_compat import TrainerState, shadowed_log_metrics
 from polyrl.sandbox_hidden import hide_from_samples
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_observer import CANCEL_EVALUATION, RunObserver, StepAsk, checkpoint_due
@@ -490,6 +491,7 @@ class Trainer:
         self._prune_pending = False
         self._set_aside: Path | None = None
         self._env_reward_warned = False  # _warn_unused_env_reward: once a run
+        self._shadowed_told: set[str] = set()  # _warn_shadowed_log_metrics: each name once a run
         #: the generation prompt's ids when the chat template opens <think> there (set once the models load)
         self._think_suffix: np.ndarray | None = None
         self.history: list[dict[str, Any]] = []
@@ -867,6 +869,7 @@ class Trainer:
             self._trained_step(batch, rollout.completions, lag, metrics, times)
         self._push_weights(metrics, times)
         self._step_tail_metrics(batch, metrics, times, t_step)
+        self._warn_shadowed_log_metrics(metrics)
         return metrics
 
     def _step_rollout(self, times: dict[str, float]) -> Rollout:
@@ -1307,6 +1310,24 @@ class Trainer:
                     "logged (episode/env_reward_mean), not trained on", step=self.step + 1,
                     fix='add [[rewards]] name = "environment" (with a weight) to train on them')
 
+    def _warn_shadowed_log_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Once a run for each name: a reward's ``log_metric(name, ...)`` whose name is a key the
+        run logs itself (``trl_compat.shadowed_log_metrics``). ``log_history`` keeps the run's own
+        value there; the reward's is under ``log_metric/<name>``. Why a warning: a script reading
+        ``log_history[-1][name]`` (TRL replaces or averages that key with the reward's value) got
+        another number than it logged, without a word."""
+        if self.rank != 0:
+            return
+        for name, rewards in shadowed_log_metrics(metrics, self.trl_names).items():
+            if name in self._shadowed_told:
+                continue
+            self._shadowed_told.add(name)
+            by = "reward " + ", ".join(repr(r) for r in rewards) if rewards else "a reward"
+            log.warning(f"{by} called log_metric({name!r}, ...), a name the run logs itself: log_history's {name!r} "
+                        f"keeps the run's own value, the reward's is under {step_gather.LOG_METRIC_PREFIX + name!r} "
+                        "(TRL's log may replace the run's value with it or average the two)", step=self.step + 1,
+                        fix=f"give the metric a name of its own, e.g. log_metric({(rewards[0] if rewards else 'my') + '/' + name!r}, ...)")
+
     def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
                             scored: Any) -> list[tuple[int, int, dict[str, Any]]]:
         """This rank's part of the step's completions log: (one-process position, index here,
@@ -1372,12 +1393,14 @@ class Trainer:
         reward go to ``eval_completions.jsonl`` under ``phase`` (before / during / after).
 
         Under a launcher every rank calls it and scores its share of the rows (rows[rank::world]);
-        the scores are gathered, so every rank returns the same numbers for the whole set.
+        the scores are gathered, so every rank returns the same numbers for the whole set
+        (``eval/seconds``: the slowest rank's time, TRL's ``eval_runtime``, ``step_metrics.eval_speed``).
         """
         self._phase = f"the evaluation {phase} training (after {self.step} steps)"
         if self.eval_dataset is None:
             return {}
         self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
+        started = time.perf_counter()  # the evaluation's own time, TRL's eval_runtime
         self.engines.sync_weights(self.step)
         ev, c = self.config.eval, self.config
         everything = list(self.eval_dataset)
@@ -1411,8 +1434,10 @@ class Trainer:
         loss_metrics = self._eval_loss(completions, sampled, parts) if ev.loss and sampled is not None else {}
         cut = np.array([x.finish_reason == "length" for x in completions], dtype=bool)  # the sampled pass's
         everyones_logged = [logged]
+        seconds = time.perf_counter() - started
         if self.world_size > 1:
-            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths, cut, logged))
+            gathered = self.train_engine.all_gather((greedy, sampled, records, parts, lengths, cut, logged, seconds))
+            seconds = max(g[7] for g in gathered)  # the slowest rank's: one number on every rank
             greedy = np.concatenate([g[0] for g in gathered]) if ev.greedy else None
             sampled = np.concatenate([g[1] for g in gathered]) if ev.samples else None
             records = [r for g in gathered for r in g[2]]
@@ -1434,6 +1459,9 @@ class Trainer:
         episodes = [r for r in records if (r["greedy"] or not ev.greedy) and "tool_calls" in r]
         if episodes:  # share of held-out episodes with a well-formed tool call
             out["eval/tool_call_share"] = sum(1 for r in episodes if r["tool_calls"] > 0) / len(episodes)
+        out["eval/seconds"] = round(seconds, 4)
+        if ev.loss_batch:  # TRL's eval batches, counted as transformers counts its speed's steps
+            out["eval/batches"] = math.ceil(len(everything) / ev.loss_batch)
         return {**out, **loss_metrics}
 
     def _eval_batch_metrics(self, scores: np.ndarray, parts: Mapping[str, np.ndarray], lengths: np.ndarray,

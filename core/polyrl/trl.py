@@ -1058,12 +1058,15 @@ def _as_logged(history: Sequence[Mapping[str, Any]],
     """``history``'s step lines as the run logged them (``logged``: each log by the step it ended
     at, ``TrlCallbacks.logged_lines``): a logged step's line is its log, with the step's own
     evaluation; any other keeps its evaluation only, marked ``_UNLOGGED`` (its ``eval_`` entry is
-    TRL's, the step's numbers are not). ``logged`` None: every line, as logged each."""
+    TRL's, the step's numbers are not), with its ``num_tokens``, TRL's ``eval_num_tokens`` there
+    (left out, that entry lacked it where ``on_log`` had it). ``logged`` None: every line, as logged each."""
     if logged is None:
         return [dict(m) for m in history]
     out = []
     for line in history:
         evaluation = {k: v for k, v in line.items() if k.startswith("eval/")}
+        if evaluation and "num_tokens" in line:
+            evaluation["num_tokens"] = line["num_tokens"]
         step = line.get("step")
         if isinstance(step, int) and step in logged:
             out.append({**logged[step], **evaluation})

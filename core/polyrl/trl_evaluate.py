@@ -126,14 +126,12 @@ def trl_metrics(ours: Mapping[str, Any], prefix: str, rows: int, seconds: float,
     (``step_metrics.trl_eval_names``, ``names`` the rewards' TRL names) under ``prefix`` (TRL's
     ``metric_key_prefix``), transformers' ``speed_metrics`` (``rows`` samples, in steps of
     ``batch_size`` rows, as it counts them) and the ``epoch`` when one is known."""
-    from polyrl.step_metrics import trl_eval_names
+    from polyrl.step_metrics import eval_speed, trl_eval_names
 
+    timed = {k: v for k, v in ours.items() if k not in ("eval/seconds", "eval/batches")}  # this call's own time
     out: dict[str, Any] = {f"{prefix}_{key.removeprefix('eval_')}": value
-                           for key, value in trl_eval_names(ours, names).items()}
-    out[f"{prefix}_runtime"] = round(seconds, 4)
-    if seconds > 0:  # transformers leaves the rates out of a zero runtime
-        out[f"{prefix}_samples_per_second"] = round(rows / seconds, 3)
-        out[f"{prefix}_steps_per_second"] = round(math.ceil(rows / max(batch_size, 1)) / seconds, 3)
+                           for key, value in trl_eval_names(timed, names).items()}
+    out.update(eval_speed(prefix, seconds, rows, math.ceil(rows / max(batch_size, 1))))
     if epoch is not None:
         out["epoch"] = epoch
     return out

@@ -225,6 +225,7 @@ class RewardComputer:
         self._warned_mixed: set[str] = set()  # rewards that returned bools among numbers (logged once)
         self._warned_nan: set[str] = set()  # rewards that returned NaN, read as None (logged once)
         self._warned_extra: set[str] = set()  # log_extra columns two rewards both logged (logged once)
+        self._warned_core: set[tuple[str, str]] = set()  # (reward, metric) named as a CORE_METRICS one
         #: Polled while a reward runs; True abandons the call (the trainer's SIGINT/SIGTERM flag).
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         #: scores an evaluation's completions (its log lines say ``after_steps``), not a training step's
@@ -557,8 +558,11 @@ class RewardComputer:
         if not isinstance(extra, Mapping):
             return {}
         out: dict[str, float] = {}
+        logged = getattr(answer[name], "metric_counts", None) or {}  # a function's log_metric names
         for key, value in extra.items():
             if key in CORE_METRICS:
+                if key in logged:  # a plugin's own latency_s is meant (the built-ins time theirs)
+                    self._warn_core_metric(str(key), name)
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise self._fail(provider, name, f"reported metric {key!r} = {value!r}",
@@ -575,6 +579,17 @@ class RewardComputer:
                 raise self._fail(provider, name, f"logged {len(values)} values for the extra column {column!r}, "
                                  f"expected {n}", "pass log_extra one value per completion")
         return {str(k): list(v) for k, v in extra.items()}
+
+    def _warn_core_metric(self, key: str, reward: str) -> None:
+        """Say once per reward and name that a metric it logged with ``log_metric`` is named as one
+        the core computes for every reward (``CORE_METRICS``): ``reward/<reward>/<key>`` keeps the core's value and the reward's is
+        dropped. Why: it vanished without a word (TRL logs ``log_metric("mean", ...)`` as ``mean``)."""
+        if (reward, key) in self._warned_core:
+            return
+        self._warned_core.add((reward, key))
+        log.warning(f"reward {reward!r} called log_metric({key!r}, ...), a name polyrl computes itself for every "
+                    f"reward (reward/{reward}/{key}): the reward's value is dropped (said once)",
+                    fix=f"give the metric a name of its own, e.g. log_metric({reward + '_' + key!r}, ...)")
 
     def _warn_shared_column(self, column: str, earlier: str | None, label: str) -> None:
         """Say once that two rewards logged one ``log_extra`` column: the table keeps the later

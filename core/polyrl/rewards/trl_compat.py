@@ -212,10 +212,7 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     leaves a NaN float, and an evaluation's (``step_metrics.trl_logged``)."""
     from polyrl.rewards.combine import CORE_METRICS  # here: combine imports this module's users
 
-    aliases = trl_aliases(metrics, names)
-    out = {k: v for k, v in metrics.items() if not _renamed(k, names or {})}
-    for name, value in aliases.items():
-        out.setdefault(name, value)
+    out = _run_keys(metrics, names)
     for key, value in metrics.items():  # every reward's values of a name (step_gather)
         if key.startswith(LOG_METRIC_PREFIX):
             out.setdefault(key[len(LOG_METRIC_PREFIX):], value)
@@ -223,9 +220,36 @@ def with_trl_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
         parts = key.split("/")
         if len(parts) == 3 and parts[0] == "reward" and parts[2] not in ("mean", "std", *CORE_METRICS):
             out.setdefault(parts[2], value)  # polyrl's own per-reward stats are not; a log_metric(name, value) is
+    return trl_logged(out)
+
+
+def _run_keys(metrics: Mapping[str, Any], names: Mapping[str, str] | None) -> dict[str, Any]:
+    """The keys of a ``log_history`` entry the run logs itself (polyrl's names and TRL's for the
+    same values), before any reward's ``log_metric`` name: those keep the run's value."""
+    out = {k: v for k, v in metrics.items() if not _renamed(k, names or {})}
+    for name, value in trl_aliases(metrics, names).items():
+        out.setdefault(name, value)
     if "completion_len_mean" in metrics:
         out.setdefault("completions/mean_length", metrics["completion_len_mean"])
-    return trl_logged(out)
+    return out
+
+
+def shadowed_log_metrics(metrics: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """Each ``log_metric(name, ...)`` name of a step's ``metrics`` that is also a key the run logs
+    itself (``loss``, ``reward``, ``kl``, ``completions/mean_length``, ``rewards/<f>/mean``...),
+    with the rewards that logged it. ``with_trl_names`` keeps the run's own value under that key,
+    so the reward's is only under ``log_metric/<name>``. Why: TRL 1.16 has no such guard (a
+    transformers key such as ``loss`` is replaced by the reward's value, one of GRPOTrainer's own
+    is averaged with it), so a script that reads ``log_history[-1][name]`` reads another number
+    than it logged, with no word: the trainer warns once per name (``Trainer``)."""
+    own = _run_keys({k: v for k, v in metrics.items() if not k.startswith(LOG_METRIC_PREFIX)}, names)
+    logged_by: dict[str, list[str]] = {}
+    for key in metrics:
+        parts = key.split("/", 2)
+        if len(parts) == 3 and parts[0] == "reward":
+            logged_by.setdefault(parts[2], []).append(parts[1])
+    return {name: logged_by.get(name, []) for name in (k[len(LOG_METRIC_PREFIX):] for k in metrics
+                                                       if k.startswith(LOG_METRIC_PREFIX)) if name in own}
 
 
 def _renamed(key: str, names: Mapping[str, str]) -> bool:
