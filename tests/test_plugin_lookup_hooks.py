@@ -73,3 +73,52 @@ def test_a_convert_hook_failing_is_one_error_naming_the_plugin(site, tmp_path, c
     err = capsys.readouterr().err
     assert code != 0 and "Traceback" not in err
     assert f"error: plugin 'polyrl_convert_fails' (polyrl-convert-fails) hook polyrl_convert_model {said}" in err
+
+
+# --- the reward_model reward's options.path ------------------------------------------------------
+
+
+def _score_with_reward_model(path: str):
+    """A reward step as a run takes it: the reward computer calling polyrl-torch's reward_model."""
+    from polyrl.plugins import get_plugin_manager
+    from polyrl.rewards.combine import RewardComputer
+    from polyrl.types import Completion, RewardContext
+
+    computer = RewardComputer(get_plugin_manager(), [("reward_model", 1.0, {"path": path})])
+    return computer(["Name a colour."], [Completion(0, [1], [2], [0.0], text="red")],
+                    RewardContext(rows=[{"prompt": "Name a colour."}], wanted=("reward_model",)))
+
+
+@pytest.fixture(scope="module")
+def rm_path(tmp_path_factory) -> str:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
+
+    return build_tiny_reward_model(tmp_path_factory.mktemp("models") / "tiny-rm")
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("raise RuntimeError('alias table unreadable')", "raised RuntimeError: alias table unreadable"),
+    ("sys.exit(2)", "raised SystemExit: 2"),
+])
+def test_a_reward_models_alias_hook_failing_is_one_error_naming_the_plugin(site, rm_path, body, said):
+    """The reward model asked the alias hooks bare: a plugin's sys.exit read as the reward's own
+    ("reward_model raised SystemExit(2) ... return scores"), a raise as "cannot load a
+    sequence-classification model from 'my-reward-model'"; neither named the plugin."""
+    from polyrl.errors import RewardError
+
+    site("polyrl_rm_alias_fails", "polyrl_resolve_model", body)
+    with pytest.raises(RewardError) as err:
+        _score_with_reward_model("my-reward-model")
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text
+    assert f"options.path: plugin 'polyrl_rm_alias_fails' (polyrl-rm-alias-fails) hook polyrl_resolve_model {said}" \
+        in text, text
+    assert "POLYRL_DISABLE_PLUGINS=polyrl_rm_alias_fails" in text
+
+
+def test_a_reward_model_alias_a_plugin_resolves_is_scored(site, rm_path):
+    site("polyrl_rm_alias", "polyrl_resolve_model", f"return {rm_path!r} if name == 'my-reward-model' else None")
+    by_alias = _score_with_reward_model("my-reward-model").total
+    assert by_alias.shape == (1,) and by_alias[0] == _score_with_reward_model(rm_path).total[0]

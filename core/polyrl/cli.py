@@ -563,14 +563,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from polyrl.backend_kit.convert_paths import check_destination
+    from polyrl.errors import ConfigError
     from polyrl.path_text import check_path_text
 
     check_path_text(args.dst, "dst")  # the backend's exists()/mkdir raised on a name past 255 bytes
+    check_destination(args.dst)  # every converter's: a file in the way was its crash, a full folder lost
     reg = _registry()
-    converted = reg.convert_model(reg.resolve_model(args.src, field="src"), args.dst, args.to, args.quantize_bits)
+    src = reg.resolve_model(args.src, field="src")
+    if not os.path.exists(os.path.expanduser(src)):  # each converter read it its own way (a hub URL built from it)
+        raise ConfigError(f"{args.src!r} does not exist", field="src",
+                          fix="give a model folder (config.json, tokenizer files, *.safetensors), a .gguf file "
+                              "or a model alias")
+    converted = reg.convert_model(src, args.dst, args.to, args.quantize_bits)
     if not converted:  # "Fix: pip install polyrl[HF]" named an extra that does not exist
-        from polyrl.errors import ConfigError
-
         raise ConfigError(f"no installed backend converts {args.src!r} to {args.to!r}", field="--to",
                           fix=CONVERT_FIX)
     print(converted)

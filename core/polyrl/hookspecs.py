@@ -350,6 +350,10 @@ def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None)
     """Convert the model at ``src`` into format ``to`` (e.g. "mlx", "hf") under ``dst``.
 
     Return the written path when this plugin handles ``to``, else None (``polyrl convert``).
+    A source it cannot read is a ``ConfigError`` on ``src`` saying what it must be, a destination
+    it cannot write one on ``dst`` (``polyrl.backend_kit.convert_paths``): anything else raised is
+    reported as this plugin's fault. The core has refused a missing ``src`` and a ``dst`` that
+    exists and is not an empty folder before asking.
     """
 
 

@@ -381,16 +381,18 @@ class Registry:
         and so is a folder with a link leading out of it (``polyrl.folder_links``), and a name no
         file system holds (``polyrl.path_text``: ``polyrl generate --model``'s was a traceback)."""
         check_path_text(name, field)
-        resolved = self._resolve_alias(name)
+        resolved = self.resolve_alias(name)
         if not resolved:
             resolved = hub.resolve_cached(name, field=field) if hub.looks_like_hub_id(name) else name
         refuse_outside_links(resolved, field)
         return resolved
 
 
-    def _resolve_alias(self, name: str) -> str | None:
+    def resolve_alias(self, name: str) -> str | None:
         """Ask each plugin in turn (as pluggy would), naming the plugin that raises or returns
-        something that is not a path: such a fault is the plugin's, not the user's ``model.path``."""
+        something that is not a path: such a fault is the plugin's, not the user's ``model.path``.
+        Every alias lookup goes through here (the ``reward_model`` reward's ``options.path`` too):
+        a bare hook call let a plugin's ``sys.exit`` end the run, or its error read as another's."""
         for impl in reversed(self.pm.hook.polyrl_resolve_model.get_hookimpls()):
             who = f"plugin {impl.plugin_name!r} ({self.pm.distribution_of(impl.plugin) or 'unknown distribution'})"
             fix = f"Fix: report it to the plugin's authors, or disable it with POLYRL_DISABLE_PLUGINS={impl.plugin_name}"
@@ -414,7 +416,7 @@ class Registry:
 
     def convert_model(self, src: str, dst: str, to: str, quantize_bits: int | None) -> str | None:
         """The path the first plugin handling format ``to`` wrote (``polyrl convert``), or None when
-        none does. Asked one plugin at a time, as ``_resolve_alias`` asks: one raising for a format
+        none does. Asked one plugin at a time, as ``resolve_alias`` asks: one raising for a format
         it does not handle (instead of returning None), or calling ``sys.exit``, ended ``polyrl
         convert`` in a traceback or with its exit code, whichever backend the user converted for."""
         for impl in reversed(self.pm.hook.polyrl_convert_model.get_hookimpls()):

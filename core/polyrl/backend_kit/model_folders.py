@@ -147,6 +147,23 @@ def pickled_only_error(folder: Path, backend: str, field: str = "model.path",
             f".save_pretrained(OUT)) and point {field} at OUT")
 
 
+def no_weights_error(folder: Path, backend: str, field: str = "model.path",
+                     weights: str = "*.safetensors") -> ConfigError | None:
+    """The refusal of a folder that holds none of the weight files ``backend`` reads (``weights``):
+    a config.json copied without its weights, or weights saved under another name. mlx-lm ended in
+    "No safetensors found", shown as the backend's crash; it is the folder the user gave. Call it
+    after ``pickled_only_error`` (a ``.bin``-only folder has its own fix); None when a file matches."""
+    if any(folder.glob(weights)):
+        return None
+    others = sorted(p.name for p in folder.glob("*.safetensors"))
+    held = f"weights named {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}" if others else "no weights"
+    return ConfigError(
+        f"{str(folder)!r} holds {held}, and the {backend} backend reads only {weights} files", field=field,
+        fix=f"point {field} at a complete model folder: config.json, the tokenizer files and the weights as "
+            "model.safetensors (or model-00001-of-0000N.safetensors shards), as save_pretrained writes them"
+            + ("; or rename the weight files to those names" if others else ""))
+
+
 #: torch's ``weights_only`` refusal names the global it met: ``Unsupported global: GLOBAL builtins.print``
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 

@@ -23,11 +23,16 @@ import io
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from polyrl.backend_kit.model_folders import adapter_folder_error, foreign_code_error, pickled_only_error
+from polyrl.backend_kit.convert_paths import check_destination, staging_folder
+from polyrl.backend_kit.model_folders import (
+    adapter_folder_error,
+    foreign_code_error,
+    no_weights_error,
+    pickled_only_error,
+)
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError
 
@@ -42,20 +47,23 @@ def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path
     if to not in FORMATS:
         raise ConfigError(f"unknown target format {to!r}", field="to", fix=f"use one of {', '.join(FORMATS)}")
     source = Path(src).expanduser()
-    if source.suffix == ".gguf" or (source.is_dir() and not (source / "config.json").exists()
+    if source.suffix == ".gguf" or (source.is_dir() and not (source / "config.json").is_file()
                                     and any(source.glob("*.gguf"))):
         raise ConfigError(f"{src!r} is a GGUF model, which mlx-lm cannot read", field="src",
                           fix="convert it to HF first "
                               "(`polyrl convert MODEL.gguf OUT --to hf`, torch backend)")
-    if not (source / "config.json").exists():
+    if not (source / "config.json").is_file():  # a folder named config.json was mlx-lm's IsADirectoryError
         adapter = adapter_folder_error(source, "src", backend="mlx") if source.is_dir() else None
         if adapter is not None:
             raise adapter
-        raise ConfigError(f"{src!r} is not a model folder (no config.json)", field="src",
+        raise ConfigError(f"{src!r} is not a model folder (no config.json file)", field="src",
                           fix="give a local HF or MLX model folder")
     pickled = pickled_only_error(source, "mlx", "src", weights=MLX_WEIGHTS)
     if pickled is not None:
         raise pickled
+    missing = no_weights_error(source, "mlx", "src", weights=MLX_WEIGHTS)
+    if missing is not None:  # mlx-lm's "No safetensors found" was the mlx plugin's crash
+        raise missing
     if quantize_bits is not None:
         if to != "mlx":
             raise ConfigError("quantization is only written in MLX format", field="quantize_bits",
@@ -63,11 +71,7 @@ def _check(src: str, dst: str, to: str, quantize_bits: int | None) -> tuple[Path
         if quantize_bits not in BITS:
             raise ConfigError(f"unsupported quantize_bits={quantize_bits}", field="quantize_bits",
                               fix=f"use one of {', '.join(map(str, BITS))}")
-    target = Path(dst).expanduser()
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise ConfigError(f"destination {dst!r} exists and is not empty", field="dst",
-                          fix="choose a new folder or delete the old one")
-    return source.resolve(), target.resolve()
+    return source.resolve(), check_destination(dst).resolve()
 
 
 def _load(source: Path) -> tuple[Any, Any, dict[str, Any]]:
@@ -172,8 +176,7 @@ def convert(src: str, dst: str, to: str = "mlx", quantize_bits: int | None = Non
     from polyrl_mlx._mx import mx
 
     source, target = _check(src, dst, to, quantize_bits)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    tmp = staging_folder(target)
     try:
         out = tmp / "model"
         with mx.stream(mx.cpu):

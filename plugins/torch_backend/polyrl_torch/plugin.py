@@ -195,10 +195,14 @@ def polyrl_convert_model(src: str, dst: str, to: str, quantize_bits: int | None)
 
         raise ConfigError("the torch backend writes float HF folders only", field="quantize_bits",
                           fix="drop --quantize-bits for --to hf")
-    from polyrl_torch.models import gguf_to_hf
+    from polyrl.backend_kit.convert_paths import check_destination
+    from polyrl_torch.models import check_gguf_source, gguf_to_hf
 
-    src_path = Path(src)
-    return gguf_to_hf(str(src_path.parent), src_path.name, dst)
+    src_path = check_gguf_source(src)
+    # gguf_to_hf reuses a converted cache folder and deletes an unfinished one: a user's dst is
+    # neither (it deleted the files of a non-empty folder given as dst, and returned another model's
+    # conversion as this one's)
+    return gguf_to_hf(str(src_path.parent), src_path.name, str(check_destination(dst)))
 
 
 # --- compute -------------------------------------------------------------------------------------

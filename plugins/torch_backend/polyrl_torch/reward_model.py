@@ -95,6 +95,20 @@ def torch_device(name: str) -> Any:
                           "\"cuda:N\" where torch sees a GPU)") from exc
 
 
+def _alias(path: str) -> str:
+    """``path`` resolved as the engines resolve ``model.path`` (``Registry.resolve_alias``), or
+    ``path`` itself. A plugin's alias hook raising or calling ``sys.exit`` is a RewardError naming
+    that plugin: the bare hook call blamed this reward for the exit ("return scores ... or raise")
+    and read a raise as "cannot load a sequence-classification model from 'alias'"."""
+    from polyrl.errors import PolyrlError
+    from polyrl.registry import get_registry
+
+    try:
+        return get_registry().resolve_alias(path) or path
+    except PolyrlError as exc:  # the failing plugin's name and fix, as options.path's cause
+        raise RewardError(f"{NAME}: options.path: {exc}") from None
+
+
 def load_reward_model(path: str, device: str = "auto", dtype: str = "float32",
                       tokenizer_path: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for ``path``, loaded once per process (eval mode, right padding); the
@@ -111,14 +125,7 @@ def load_reward_model(path: str, device: str = "auto", dtype: str = "float32",
             from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
         except ImportError as exc:
             raise RewardError(f"{NAME} needs torch and transformers ({exc}). Fix: pip install 'polyrl[torch]'") from exc
-        resolved = path
-        if not os.path.isdir(path):  # maybe an alias a backend plugin knows
-            try:
-                from polyrl.plugins import get_plugin_manager
-
-                resolved = get_plugin_manager().hook.polyrl_resolve_model(name=path) or path
-            except Exception:  # noqa: BLE001 - reported as "cannot load" below
-                resolved = path
+        resolved = path if os.path.isdir(path) else _alias(path)  # maybe an alias a plugin knows
         torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype, None)
         if torch_dtype != "auto" and not isinstance(torch_dtype, torch.dtype):
             raise RewardError(f"{NAME}: unknown dtype {dtype!r}. Fix: float32, bfloat16, float16 or \"auto\" "
