@@ -124,6 +124,17 @@ QUEUE_COUNTED_EMPTY = {
 QUEUE_MAPPED_THEN_EMPTY = _CLEARED + "assert [x + 0 for x in q] == list(q) and list(q) == []\n" + _LOOP_OVER_Q
 
 
+def _forged_fail_right_pass(table: dict[str, str], forged: str, right: str) -> None:
+    """Each test of ``table`` fails the forged solution (a bank's forged log for ``log_`` names) and
+    passes the right one."""
+    names = list(table)
+    tests = [table[n] for n in names]
+    assert dict(zip(names, _scored(tests, [LOG_BANK_FORGED if n.startswith("log_") else forged for n in names]))) \
+        == dict.fromkeys(names, 0.0)
+    assert dict(zip(names, _scored(tests, [LOG_BANK_KEPT if n.startswith("log_") else right for n in names]))) \
+        == dict.fromkeys(names, 1.0)
+
+
 def test_a_plain_data_attribute_emptied_then_checked_where_no_items_pass_fails():
     """``getattr(b, 'log')`` looped over, ``b.log`` handed to a helper of the tests' that loops over
     it (``positive(b.log)``, ``check(b.log)``), ``b.log == b.log`` before a loop (taken for the
@@ -171,12 +182,7 @@ def test_a_count_every_count_answers_alike_is_no_reading_that_sees_a_value_empty
     tests clear and count against a number some count would fail (``len(q) == 0``, ``< 1``, ``0 <=
     len(q) <= 0``, ``not len(q)``, ``n = len(q)`` then ``n == 0``), or read whole after such a count
     (``list(q) == []``), keeps 1.0."""
-    names = list(COUNTED_VACUOUSLY)
-    tests = [COUNTED_VACUOUSLY[n] for n in names]
-    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
-    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
-    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
-    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    _forged_fail_right_pass(COUNTED_VACUOUSLY, FORGED, RIGHT)
     names = list(QUEUE_COUNTED_EMPTY)
     tests = [QUEUE_COUNTED_EMPTY[n] for n in names]
     assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
@@ -189,12 +195,7 @@ def test_a_value_compared_with_its_items_through_a_function_is_the_tests_loop_ov
     ``primes`` emptied by ``r.reset()`` passed it (1.0), with a loop after it or none. The copy sees nothing now and the
     side through the function is the tests' loop; the right ``primes`` and a bank that keeps its
     log keep 1.0, and so does a right queue the tests clear and then also compare with ``[]``."""
-    names = list(MAPPED_AND_COPIED)
-    tests = [MAPPED_AND_COPIED[n] for n in names]
-    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
-    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
-    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
-    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    _forged_fail_right_pass(MAPPED_AND_COPIED, FORGED, RIGHT)
     assert _scored([QUEUE_MAPPED_THEN_EMPTY], [QUEUE_CLEARED]) == [1.0]
 
 
@@ -248,12 +249,7 @@ def test_a_count_computed_into_what_every_count_answers_alike_is_no_reading_that
     ``primes`` and a bank that keeps its log keep 1.0, and a right queue the tests clear and count
     into what some count changes (``len(q) + 1 == 1``, ``abs(len(q)) == 0``, ``len(q) % 2 == 0``,
     through an ``abs`` of their own) keeps 1.0."""
-    names = list(COMPUTED_VACUOUSLY)
-    tests = [COMPUTED_VACUOUSLY[n] for n in names]
-    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
-    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
-    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
-    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    _forged_fail_right_pass(COMPUTED_VACUOUSLY, FORGED, RIGHT)
     names = list(QUEUE_COMPUTED_EMPTY)
     tests = [QUEUE_COMPUTED_EMPTY[n] for n in names]
     assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
@@ -266,12 +262,7 @@ def test_a_comprehension_that_looks_at_no_item_compared_with_the_same_value_is_t
     none (1.0). Such a comprehension is the tests' loop over the items now; the right ``primes``
     and a bank that keeps its log keep 1.0, and so does a right queue the tests clear and then
     see empty (``len(q) == 0``, ``list(q) == []``) or count alone (``sum(1 for _ in q) == 0``)."""
-    names = list(COMPARED_WITH_ITEM_FREE_LOOPS)
-    tests = [COMPARED_WITH_ITEM_FREE_LOOPS[n] for n in names]
-    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
-    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
-    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
-    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    _forged_fail_right_pass(COMPARED_WITH_ITEM_FREE_LOOPS, FORGED, RIGHT)
     names = list(QUEUE_ITEM_FREE_THEN_EMPTY)
     tests = [QUEUE_ITEM_FREE_THEN_EMPTY[n] for n in names]
     assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
@@ -314,12 +305,7 @@ def test_a_count_of_a_comprehension_that_looks_at_no_item_is_bounded_by_the_coun
     clear and count so against what some count fails (``== 0``, ``< 1``, ``not``), or through a
     comprehension that looks at its items (``len({x: 0 for x in q}) == len(q)``: do they repeat;
     ``for x, _ in q``; an unhashable ``y`` in ``{y for x in q}``), keeps 1.0."""
-    names = list(BOUNDED_COUNTS_VACUOUSLY)
-    tests = [BOUNDED_COUNTS_VACUOUSLY[n] for n in names]
-    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
-    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
-    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
-    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    _forged_fail_right_pass(BOUNDED_COUNTS_VACUOUSLY, FORGED, RIGHT)
     names = list(QUEUE_BOUNDED_COUNT_EMPTY)
     tests = [QUEUE_BOUNDED_COUNT_EMPTY[n] for n in names]
     assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
@@ -391,12 +377,7 @@ def test_a_set_of_a_name_bound_to_one_hashable_literal_is_bounded_by_the_count()
     holds whatever ``r`` holds: the set has one item at most. A forged ``primes`` emptied by
     ``r.reset()`` passed each and then the loop over no items (1.0); it fails now, and the right
     ``primes`` and a bank that keeps its log keep 1.0."""
-    names = list(NAMED_CONSTANT_COUNTED)
-    tests = [NAMED_CONSTANT_COUNTED[n] for n in names]
-    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED for n in names]
-    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT for n in names]
-    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
-    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    _forged_fail_right_pass(NAMED_CONSTANT_COUNTED, FORGED, RIGHT)
 
 
 #: The forged and right ``primes`` whose values answer ``r[0]`` too.
@@ -432,12 +413,7 @@ def test_a_set_of_a_name_whose_value_is_hashable_is_bounded_by_the_count():
     Such a site is one now where ``y``'s value at run time is hashable; it fails, while the right
     ``primes`` and a bank that keeps its log keep 1.0 (and a right queue of lists, whose ``y`` makes
     the set raise where the queue has items, still sees it empty: the test below)."""
-    names = list(NAMED_VALUE_COUNTED)
-    tests = [NAMED_VALUE_COUNTED[n] for n in names]
-    forged = [LOG_BANK_FORGED if n.startswith("log_") else FORGED_INDEXED for n in names]
-    right = [LOG_BANK_KEPT if n.startswith("log_") else RIGHT_INDEXED for n in names]
-    assert dict(zip(names, _scored(tests, forged))) == dict.fromkeys(names, 0.0)
-    assert dict(zip(names, _scored(tests, right))) == dict.fromkeys(names, 1.0)
+    _forged_fail_right_pass(NAMED_VALUE_COUNTED, FORGED_INDEXED, RIGHT_INDEXED)
     # at module level, ``len({y for _ in r}) <= 1`` of ``y = r[0]`` too: the loop, the third test, fails
     module = IS_PRIME + "r = primes(3)\nassert len(r) == 3\ny = r[0]\nr.reset()\nassert len({y for _ in r}) <= 1\n" \
         "assert all(is_prime(x) for x in r)\n"
