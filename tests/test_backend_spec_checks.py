@@ -8,7 +8,6 @@ plugin is a real distribution with an entry point (the toy backend plus a varian
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from polyrl.errors import ConfigError, PluginError
 from polyrl.registry import Registry
 from polyrl.resume_point import check_backend_files
 
-from toy_dist import activate, install_toy_dists, write_dist
+from toy_dist import toy_site, write_dist
 
 pytestmark = pytest.mark.faults
 
@@ -52,22 +51,14 @@ plugin = Checks("checks")
 @pytest.fixture()
 def checks(tmp_path, monkeypatch):
     """Installs the toy backend and backend "checks" whose checks act as told (call with how)."""
-    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
-    site = tmp_path / "site"
-    deactivate = activate(install_toy_dists(site))
-    monkeypatch.setattr("polyrl.registry._registry", None)
-    names: list[str] = []
+    with toy_site(tmp_path, monkeypatch) as (site, names):
+        def install(how: str) -> None:
+            module = f"polyrl_checks_{how}"
+            (site / f"{module}.py").write_text(_VARIANT.format(how=how))
+            write_dist(site, f"polyrl-checks-{how}", "1.0", {"polyrl.backends": {"checks": f"{module}:plugin"}})
+            names.append(module)
 
-    def install(how: str) -> None:
-        module = f"polyrl_checks_{how}"
-        (site / f"{module}.py").write_text(_VARIANT.format(how=how))
-        write_dist(site, f"polyrl-checks-{how}", "1.0", {"polyrl.backends": {"checks": f"{module}:plugin"}})
-        names.append(module)
-
-    yield install
-    deactivate()
-    for module in names:
-        sys.modules.pop(module, None)
+        yield install
 
 
 def _config_file(tmp_path: Path) -> Path:

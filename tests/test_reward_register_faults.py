@@ -9,14 +9,13 @@ and one registering ``RewardSpec(name=7)`` was kept. Real distributions with ent
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from polyrl.cli import main
 
-from toy_dist import activate, install_toy_dists, write_dist
+from toy_dist import toy_site, write_dist
 
 pytestmark = pytest.mark.faults
 
@@ -29,24 +28,16 @@ BODIES = {
 
 @pytest.fixture()
 def installed(tmp_path, monkeypatch):
-    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
-    site = tmp_path / "site"
-    deactivate = activate(install_toy_dists(site))
-    monkeypatch.setattr("polyrl.registry._registry", None)
-    modules: list[str] = []
+    with toy_site(tmp_path, monkeypatch) as (site, modules):
+        def install(how: str) -> None:
+            module = f"polyrl_regfault_{how}"
+            body = "\n".join(f"    {line}" for line in BODIES[how].splitlines())
+            (site / f"{module}.py").write_text(
+                f"from polyrl.hookspecs import hookimpl\n@hookimpl\ndef polyrl_register_rewards(register):\n{body}\n")
+            write_dist(site, f"polyrl-regfault-{how}", "1.0", {"polyrl.rewards": {f"regfault{how}": module}})
+            modules.append(module)
 
-    def install(how: str) -> None:
-        module = f"polyrl_regfault_{how}"
-        body = "\n".join(f"    {line}" for line in BODIES[how].splitlines())
-        (site / f"{module}.py").write_text(
-            f"from polyrl.hookspecs import hookimpl\n@hookimpl\ndef polyrl_register_rewards(register):\n{body}\n")
-        write_dist(site, f"polyrl-regfault-{how}", "1.0", {"polyrl.rewards": {f"regfault{how}": module}})
-        modules.append(module)
-
-    yield install
-    deactivate()
-    for module in modules:
-        sys.modules.pop(module, None)
+        yield install
 
 
 def _config_file(tmp_path: Path, reward: str) -> Path:

@@ -6,8 +6,10 @@ A ``*.dist-info`` folder on ``sys.path`` is exactly what ``pip install`` leaves 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -72,6 +74,24 @@ def activate(root: Path):
             sys.modules.pop(mod, None)
 
     return deactivate
+
+
+@contextlib.contextmanager
+def toy_site(tmp_path: Path, monkeypatch) -> Iterator[tuple[Path, list[str]]]:
+    """The toy distributions active under ``tmp_path / "site"`` (the two broken ones disabled) and
+    the registry to be built anew; yields the site and a list the caller adds the modules it writes
+    there to, dropped from ``sys.modules`` on exit."""
+    monkeypatch.setenv("POLYRL_DISABLE_PLUGINS", "broken,badreg")
+    site = tmp_path / "site"
+    deactivate = activate(install_toy_dists(site))
+    monkeypatch.setattr("polyrl.registry._registry", None)
+    modules: list[str] = []
+    try:
+        yield site, modules
+    finally:
+        deactivate()
+        for module in modules:
+            sys.modules.pop(module, None)
 
 
 HOSTILE_MODULES = ("polyrl_typo", "polyrl_toy_fork", "polyrl_bad_alias")
