@@ -321,6 +321,25 @@ def test_a_rewards_skipped_samples_are_logged_at_the_step_metrics_jsonl_gives_th
         assert sorted({int(n) for k, n in said if k == "after_steps"}) == [0, 3, 4], (event, said)  # greedy and sampled
 
 
+def test_an_evaluations_unscored_samples_are_not_said_to_be_left_out_of_training(toy, tmp_path, capsys):
+    """An evaluation whose reward returned None for some samples warned "they are left out of
+    training" (the training step's text) under its ``after_steps``: an evaluation trains nothing,
+    and the warning did not say what they do to its numbers (left out of its means, not correct
+    for pass@k)."""
+    def halfnone(completions, **kw):
+        return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+    data = toy_run(tmp_path, steps=1, every=0)
+    data["rewards"] = [{"name": "toy_sevens"}]
+    data["eval"]["reward"] = "halfnone"
+    capsys.readouterr()
+    Trainer(RunConfig.from_dict(data), extra_plugins=(function_reward_plugin(halfnone),)).run(progress=False)
+    said = [line for line in capsys.readouterr().err.splitlines() if "no reward scored some samples" in line]
+    assert said and all("after_steps=" in line for line in said)  # the training rewards scored every sample
+    assert not [line for line in said if "left out of training" in line], said[0]
+    assert all("count as not correct for pass@k" in line and "eval.reward" in line for line in said), said[0]
+
+
 # --- the rules, on their own ---------------------------------------------------------------------
 
 
