@@ -206,7 +206,8 @@ def test_a_stopped_runs_evaluation_after_training_leaves_tensorboard_with_its_re
     and its resume drops that line from metrics.jsonl (an unbroken run has none there); TensorBoard
     kept it: eval curves read [0, 2, 3, 4, 5] beside metrics.jsonl's [0, 2, 4, 5]. Now the resume
     hides the stopped run's step 3 and logs that step's kept line and completions again, so every
-    tag reads as metrics.jsonl, step for step. Read back by TensorBoard's own reader."""
+    tag reads as metrics.jsonl, step for step; a finished run resumed drew its evaluation after
+    training twice at its last step. Read back by TensorBoard's own readers."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     holder: dict = {"stop_at": 3}
@@ -231,6 +232,15 @@ def test_a_stopped_runs_evaluation_after_training_leaves_tensorboard_with_its_re
             (line["step"], pytest.approx(line[key], rel=1e-6)) for line in lines if key in line], key
     assert _dashboard_steps(out / "tensorboard", "completions") == [1, 2, 3, 4, 5]
     assert _dashboard_steps(out / "tensorboard", "eval/accuracy") == [0, 2, 4, 5]
+
+    # resumed once more, finished: its evaluation after training again, drawn once (it was twice)
+    time.sleep(1.1)
+    again = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    assert again.resume() and again.step == 5
+    again.run(progress=False)
+    assert _shape(_lines(out / "metrics.jsonl")) == _shape(lines)
+    assert _dashboard_steps(out / "tensorboard", "eval/accuracy") == [0, 2, 4, 5]
+    assert _dashboard_steps(out / "tensorboard", "loss") == [1, 2, 3, 4, 5]
 
 
 def _as_written_by_zero_based_polyrl(out: Path) -> None:
