@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -71,6 +72,23 @@ def numeric_metrics(metrics: Mapping[str, Any], said: set[str] | None = None) ->
         elif math.isfinite(number):
             out[valid_text(str(key))] = number
     return out
+
+
+def start_fix(name: str, failed: CallRaised | CallTimedOut) -> str:
+    """The fix for a tracker that failed to start: a file it could not write (a read-only folder,
+    a full disk, a file where its folder goes) names that path. Why: every start failure advised
+    raising ``tracker_timeout_s``, no help for a folder the tracker cannot write."""
+    cause = failed.cause if isinstance(failed, CallRaised) else None
+    path = getattr(cause, "filename", None) if isinstance(cause, OSError) else None
+    if path is not None:
+        where = Path(os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path))
+        if not os.path.lexists(where):  # a file it could not make: the folder it goes in
+            where = where.parent
+        return (f"make {valid_text(str(where))!r} a folder the run can write (not a file, not read-only, with free "
+                f"space), point the tracker at another store, or remove {name!r} from report_to")
+    if isinstance(failed, CallTimedOut):
+        return f"raise logging.tracker_timeout_s if it is only slow, or remove {name!r} from report_to"
+    return f"fix the cause named, or remove {name!r} from report_to"
 
 
 def resolve_specs(registry: Any, names: Sequence[str]) -> list[TrackerSpec]:
@@ -191,8 +209,7 @@ class RunTracking:
                 why = (f"did not start within {self.timeout_s:g} s" if isinstance(exc, CallTimedOut)
                        else f"failed to start: {describe(exc.cause).removesuffix(' (the run goes on)')}")
                 raise ConfigError(f"tracker {spec.name!r} {why}", field="logging.report_to",
-                                  fix=f"fix the cause above, raise logging.tracker_timeout_s if it is only slow, "
-                                      f"or remove {spec.name!r} from report_to") from None
+                                  fix=start_fix(spec.name, exc)) from None
             self._threads[spec.name] = thread
             missing = [m for m in TRACKER_METHODS if not callable(getattr(self.trackers[spec.name], m, None))]
             if missing:  # a factory that forgot its ``return``: found now, not as a traceback at step 0

@@ -102,8 +102,11 @@ def check_writable(store: Path) -> None:
     its folder goes) started the run as tracked and lost every metric with one warning of
     trackio's own at the end; TensorBoard, W&B and MLflow refuse such a folder at start."""
     store.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=store, prefix=".polyrl-write-check-"):
-        pass
+    try:
+        with tempfile.NamedTemporaryFile(dir=store, prefix=".polyrl-write-check-"):
+            pass
+    except OSError as exc:  # named by the store, not by the check's own file
+        raise OSError(exc.errno, exc.strerror, str(store)) from None
 
 
 def run_identity(context: TrackerContext) -> tuple[str, str | None, dict[str, Any]]:
