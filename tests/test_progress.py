@@ -9,11 +9,24 @@ import pytest
 from polyrl.progress import step_progress
 
 
-def test_the_bar_shows_time_left_and_short_steps_in_milliseconds(capsys):
+def _terminal(monkeypatch) -> None:
+    """stderr taken for a terminal by rich (its own ``TTY_COMPATIBLE`` switch), as in a shell."""
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+
+def _no_terminal(monkeypatch) -> None:
+    """stderr a file or a pipe, as under ``nohup`` or a batch job (rich's switches unset)."""
+    for name in ("TTY_COMPATIBLE", "FORCE_COLOR", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_bar_shows_time_left_and_short_steps_in_milliseconds(capsys, monkeypatch):
+    _terminal(monkeypatch)
     with step_progress(total=4, start=1) as advance:
         for _ in range(3):
             advance({"reward_mean": 0.5, "time/step": 0.0042})
-    err = capsys.readouterr().err
+    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", capsys.readouterr().err)
     assert "4/4" in err and "s/step=0.0042" in err  # it read "s/step=0.0"
     assert re.search(r"left\s+\d+:\d\d:\d\d", err), err  # the estimated time left beside the elapsed time
 
@@ -21,6 +34,15 @@ def test_the_bar_shows_time_left_and_short_steps_in_milliseconds(capsys):
 def test_no_bar_when_not_wanted(capsys):
     with step_progress(total=2, enabled=False) as advance:
         advance({"reward_mean": 1.0})
+    assert capsys.readouterr().err == ""
+
+
+def test_no_bar_in_a_log_file(capsys, monkeypatch):
+    """stderr a file (nohup, a batch job's log): rich drew nothing while the run went and the whole
+    bar once at its end, a line the log's reader had no use for; the step lines say it instead."""
+    _no_terminal(monkeypatch)
+    with step_progress(total=2) as advance:
+        advance({"reward_mean": 1.0, "time/step": 0.5})
     assert capsys.readouterr().err == ""
 
 
@@ -36,11 +58,14 @@ def test_the_clock_says_steps_of_the_run_and_seconds_left_at_this_processs_pace(
     assert clock.fields(10) == {"of": 10, "eta_s": 0}
 
 
-@pytest.mark.parametrize(("progress", "json_logs", "told"), [(False, False, True), (True, True, True),
-                                                              (True, False, False)])
-def test_step_lines_without_the_bar_say_how_far_the_run_is(toy, tmp_path, monkeypatch, progress, json_logs, told):
+@pytest.mark.parametrize(("progress", "json_logs", "terminal", "told"), [
+    (False, False, True, True), (True, True, True, True), (True, False, True, False), (True, False, False, True)])
+def test_step_lines_without_the_bar_say_how_far_the_run_is(toy, tmp_path, monkeypatch, progress, json_logs,
+                                                           terminal, told):
     """--no-progress and --log-json print no bar: their step lines said neither the steps in all
-    nor the time left. With the bar they say nothing more (the bar shows both)."""
+    nor the time left. With the bar they say nothing more (the bar shows both). stderr no terminal
+    (a log file under nohup or a batch job) shows no bar while the run goes (rich draws it once,
+    at the end), and its step lines said neither either."""
     from structlog.testing import capture_logs
 
     from polyrl import progress as progress_module
@@ -49,6 +74,7 @@ def test_step_lines_without_the_bar_say_how_far_the_run_is(toy, tmp_path, monkey
     from test_trainer_toy import toy_config
 
     monkeypatch.setattr(progress_module, "json_mode", lambda: json_logs)
+    (_terminal if terminal else _no_terminal)(monkeypatch)
     trainer = Trainer(RunConfig.from_dict(toy_config(tmp_path, steps=3)))
     with capture_logs() as logs:
         trainer.run(progress=progress)

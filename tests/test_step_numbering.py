@@ -61,6 +61,17 @@ def _evals(line: dict) -> dict:
     return {k: v for k, v in line.items() if k.startswith("eval/")}
 
 
+def _dashboard_steps(folder: Path, tag: str) -> list[int]:
+    """The steps TensorBoard's dashboards show for ``tag`` (its plugins' reader, which hides an
+    earlier session's points from a session start on for every kind of data, the Text tab's too:
+    the older ``event_accumulator`` does so for scalars alone)."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [t.step for t in acc.Tensors(tag)]
+
+
 def test_every_file_and_tracker_of_a_run_numbers_its_steps_alike(toy, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -187,8 +198,50 @@ def test_a_run_killed_in_its_evaluation_after_training_keeps_its_last_steps_curv
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [
         (line["step"], pytest.approx(line["loss"])) for line in lines if "phase" not in line]
     assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3, 4]
-    assert [t.step for t in acc.Tensors("completions")] == [1, 2, 3, 4]
+    assert _dashboard_steps(out / "tensorboard", "completions") == [1, 2, 3, 4]
     assert [e.step for e in acc.Scalars("eval/accuracy")] == [0, 4]
+
+def test_a_stopped_runs_evaluation_after_training_leaves_tensorboard_with_its_resume_as_metrics_jsonl(toy, tmp_path):
+    """Stopped on request after step 3 (SIGTERM's flag), the run evaluated "after training" at step 3,
+    and its resume drops that line from metrics.jsonl (an unbroken run has none there); TensorBoard
+    kept it: eval curves read [0, 2, 3, 4, 5] beside metrics.jsonl's [0, 2, 4, 5]. Now the resume
+    hides the stopped run's step 3 and logs that step's kept line and completions again, so every
+    tag reads as metrics.jsonl, step for step; a finished run resumed drew its evaluation after
+    training twice at its last step. Read back by TensorBoard's own readers."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    holder: dict = {"stop_at": 3}
+    data = toy_run(tmp_path, steps=5, every=2, report_to=["tensorboard"])
+    data["rewards"] = [{"name": "stopper"}]
+    holder["trainer"] = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    assert holder["trainer"].run(progress=False)["steps"] == 3
+    out = tmp_path / "run"
+    assert _shape(_lines(out / "metrics.jsonl"))[-1] == (3, "after")
+    holder.pop("stop_at")
+    time.sleep(1.1)  # event file names carry the second they were opened: the resume's must sort after
+    resumed = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    assert resumed.resume() and resumed.step == 3
+    resumed.run(progress=False)
+    lines = _lines(out / "metrics.jsonl")
+    assert _shape(lines) == [(0, "before"), *((s, None) for s in range(1, 6)), (5, "after")]
+
+    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    for key in ("eval/accuracy", "eval/pass@2", "loss", "reward_mean"):
+        assert [(e.step, e.value) for e in acc.Scalars(key)] == [
+            (line["step"], pytest.approx(line[key], rel=1e-6)) for line in lines if key in line], key
+    assert _dashboard_steps(out / "tensorboard", "completions") == [1, 2, 3, 4, 5]
+    assert _dashboard_steps(out / "tensorboard", "eval/accuracy") == [0, 2, 4, 5]
+
+    # resumed once more, finished: its evaluation after training again, drawn once (it was twice)
+    time.sleep(1.1)
+    again = Trainer(RunConfig.from_dict(data), extra_plugins=(_stopper(holder),))
+    assert again.resume() and again.step == 5
+    again.run(progress=False)
+    assert _shape(_lines(out / "metrics.jsonl")) == _shape(lines)
+    assert _dashboard_steps(out / "tensorboard", "eval/accuracy") == [0, 2, 4, 5]
+    assert _dashboard_steps(out / "tensorboard", "loss") == [1, 2, 3, 4, 5]
+
 
 def _as_written_by_zero_based_polyrl(out: Path) -> None:
     """Rewrite a run's files as polyrl before this numbering wrote them: training lines counted
@@ -276,6 +329,25 @@ def test_a_rewards_skipped_samples_are_logged_at_the_step_metrics_jsonl_gives_th
         said = re.findall(rf"{event}\b.*?\b(step|after_steps)=(\d+)", err)
         assert [int(n) for k, n in said if k == "step"] == counted, (event, said)
         assert sorted({int(n) for k, n in said if k == "after_steps"}) == [0, 3, 4], (event, said)  # greedy and sampled
+
+
+def test_an_evaluations_unscored_samples_are_not_said_to_be_left_out_of_training(toy, tmp_path, capsys):
+    """An evaluation whose reward returned None for some samples warned "they are left out of
+    training" (the training step's text) under its ``after_steps``: an evaluation trains nothing,
+    and the warning did not say what they do to its numbers (left out of its means, not correct
+    for pass@k)."""
+    def halfnone(completions, **kw):
+        return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+    data = toy_run(tmp_path, steps=1, every=0)
+    data["rewards"] = [{"name": "toy_sevens"}]
+    data["eval"]["reward"] = "halfnone"
+    capsys.readouterr()
+    Trainer(RunConfig.from_dict(data), extra_plugins=(function_reward_plugin(halfnone),)).run(progress=False)
+    said = [line for line in capsys.readouterr().err.splitlines() if "no reward scored some samples" in line]
+    assert said and all("after_steps=" in line for line in said)  # the training rewards scored every sample
+    assert not [line for line in said if "left out of training" in line], said[0]
+    assert all("count as not correct for pass@k" in line and "eval.reward" in line for line in said), said[0]
 
 
 # --- the rules, on their own ---------------------------------------------------------------------

@@ -210,6 +210,25 @@ def test_a_tracker_that_cannot_start_stops_the_run_start_and_closes_the_others(t
     assert opened.closed and tracking.trackers == {}
 
 
+def test_a_tracker_folder_that_cannot_be_written_is_one_error_whose_fix_names_it(tmp_path):
+    """A folder the tracker cannot write (here a file where TensorBoard's goes; a read-only folder
+    or a full disk alike) stopped the run with "fix: ... raise logging.tracker_timeout_s if it is
+    only slow": no help. The fix now names the path to make writable."""
+    pytest.importorskip("tensorboard")
+    from polyrl.registry import get_registry
+
+    (tmp_path / "tensorboard").write_text("a file where the folder goes")
+    spec = get_registry().trackers_by_name()["tensorboard"]
+    tracking = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=0, run_name="r", project="p",
+                           config={})
+    with pytest.raises(ConfigError) as raised:
+        tracking.open()
+    text = str(raised.value)
+    assert text.startswith("logging.report_to: tracker 'tensorboard' failed to start: FileExistsError"), text
+    assert f"make {str(tmp_path / 'tensorboard')!r} a folder the run can write" in text, text
+    assert "tracker_timeout_s" not in text, text
+
+
 def test_hyperparameters_mask_credentials(tmp_path):
     data = config_dict(tmp_path, "m")
     data["rewards"].append({"name": "llm_judge", "options": {"api_key": "hunter2hunter2", "model": "judge",

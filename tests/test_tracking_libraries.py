@@ -399,6 +399,33 @@ def test_trackio_and_tensorboard_say_where_they_write_and_how_to_look(tmp_path, 
     assert f"tensorboard --logdir {out / 'tensorboard'}" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("blocked", ["a file in its place", "a read-only folder"])
+def test_a_trackio_store_that_cannot_be_written_is_one_error_at_start(tmp_path, blocked):
+    """trackio writes from a thread of its own: a store it could not write (a file where its folder
+    goes, a read-only folder) started the run as tracked, and each step's metrics were lost with
+    one UserWarning of trackio's own at the end, the run ending 0 as if tracked, where TensorBoard,
+    W&B and MLflow refuse such a folder at start. Now it is the same one error at start."""
+    store = tmp_path / "store"
+    if blocked == "a file in its place":
+        store.write_text("not a folder")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        store.mkdir()
+        store.chmod(0o555)
+    code = ("import sys\nfrom pathlib import Path\nfrom polyrl.errors import ConfigError\n"
+            "from polyrl.registry import get_registry\nfrom polyrl.tracking.session import RunTracking\n"
+            "spec = get_registry().trackers_by_name()['trackio']\n"
+            "t = RunTracking(specs=[spec], output_dir=Path(sys.argv[1]), completions_per_step=0, run_name='r',\n"
+            "                project='p', config={})\n"
+            "try:\n    t.open()\nexcept ConfigError as exc:\n    print('refused:', exc)\n"
+            "else:\n    t.publish({'step': 1, 'loss': 0.5})\n    t.close()\n    print('opened')\n")
+    proc = fresh_python(code, str(tmp_path / "run"), env={**environ_without(TRACKIO_CHOICES), "TRACKIO_DIR": str(store)})
+    out = proc.stdout.strip().splitlines()[-1]
+    assert out.startswith("refused: logging.report_to: tracker 'trackio' failed to start"), proc.stdout + proc.stderr
+    assert str(store) in out and "Traceback" not in proc.stderr
+
+
 def test_a_trl_runs_wandb_offline_run_has_transformers_step_axis_and_summary(tmp_path, monkeypatch):
     """The real wandb library under a TRL script's run (``TrackerContext.trl``): the run file holds
     transformers' step axis (train/global_step, every metric's step_metric with step_sync), each

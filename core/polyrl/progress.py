@@ -23,7 +23,7 @@ def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[
     """Yield ``advance(metrics)``; shows the time left (from the steps of this process), reward and
     seconds per step beside the bar. Why the time left: a long run's elapsed time alone did not
     say when it ends."""
-    if not enabled or json_mode():
+    if not bar_shown(enabled):
         yield lambda _metrics: None
         return
     console = Console(stderr=True)  # whatever sys.stderr is when it writes: one set back after plugin code too
@@ -61,8 +61,15 @@ def _streams_told(old: tuple[Any, Any]) -> Iterator[None]:
 
 
 def bar_shown(enabled: bool) -> bool:
-    """Whether ``step_progress(enabled=enabled)`` draws a bar (never under ``--log-json``)."""
-    return enabled and not json_mode()
+    """Whether ``step_progress(enabled=enabled)`` draws a bar: never under ``--log-json``, nor where
+    stderr is no terminal rich draws in (a log file, a pipe: ``nohup``, a batch job's log). Why:
+    rich draws the bar there once, when the run ends, and the step lines, taking the bar for
+    shown, said neither the run's steps nor the time left while it ran. Rich's own switches
+    (``TTY_COMPATIBLE=1``, ``FORCE_COLOR``) still draw it anywhere."""
+    if not enabled or json_mode():
+        return False
+    console = Console(stderr=True)
+    return console.is_jupyter or (console.is_terminal and not console.is_dumb_terminal)
 
 
 @attrs.define

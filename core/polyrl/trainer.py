@@ -2175,7 +2175,8 @@ class Trainer:
             self.tracking.name_resumed(self.step)
         try:
             self.tracking.started_by = self.started_by  # a TRL script's run: its trackers' resume advice
-            self.tracking.open(self.step)
+            # a resume's kept line of its step: TensorBoard logs it again past the stopped run's points
+            self.tracking.open(self.step, self.history[-1] if self._resumed and self.history else None)
             self._run(summary, progress)
             if self.end_metrics is not None:  # before the trackers close (the finally below), as a TRL log
                 self.tracking.publish_log(self.end_metrics(self), step=self.step)

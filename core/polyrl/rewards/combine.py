@@ -609,19 +609,26 @@ class RewardComputer:
         said ``step=0`` in the first step, whose metrics line and step log line are step 1."""
         return {"after_steps": context.step} if self.evaluation else {"step": context.step + 1}
 
-    @staticmethod
-    def _warn_unscored(scored: np.ndarray, prompts: Sequence[Prompt], when: Mapping[str, int]) -> None:
+    def _warn_unscored(self, scored: np.ndarray, prompts: Sequence[Prompt], when: Mapping[str, int]) -> None:
         """TRL warns when every reward function returned None for a sample; so does polyrl, since
         such a sample has no advantage: it is left out of training (trained at advantage 0 where
-        the loss holds a KL term, an entropy bonus or a MoE model's router term, as TRL trains it)."""
+        the loss holds a KL term, an entropy bonus or a MoE model's router term, as TRL trains it).
+        An evaluation's warning says what such a sample does there instead: it trains nothing, and
+        "left out of training" under an evaluation's ``after_steps`` misread what its numbers mean."""
         missing = np.flatnonzero(~scored)
         if missing.size:
             first = repr(prompts[int(missing[0])])
-            log.warning("no reward scored some samples (every reward returned None for them); they are left "
-                        "out of training, or trained at advantage 0 for a KL term, entropy bonus or MoE router term in the loss",
-                        samples=int(missing.size), of=int(scored.size), **when,
-                        first_prompt=first if len(first) <= 120 else first[:117] + "...",
-                        fix="make at least one reward return a number for every sample")
+            if self.evaluation:
+                what = ("no reward scored some samples of the evaluation (every reward returned None for them); "
+                        "they are left out of its reward means (eval/accuracy, eval/sampled_reward_mean: null when "
+                        "none is scored) and count as not correct for pass@k")
+                fix = "make the evaluation's reward (eval.reward) return a number for every sample"
+            else:
+                what = ("no reward scored some samples (every reward returned None for them); they are left out of "
+                        "training, or trained at advantage 0 for a KL term, entropy bonus or MoE router term in the loss")
+                fix = "make at least one reward return a number for every sample"
+            log.warning(what, samples=int(missing.size), of=int(scored.size), **when,
+                        first_prompt=first if len(first) <= 120 else first[:117] + "...", fix=fix)
 
     def __call__(
         self, prompts: Sequence[Prompt], completions: Sequence[Completion], context: RewardContext

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -27,6 +28,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyrl import strict_json
 from polyrl.agents.threads import CallRaised, CallTimedOut, Worker, describe
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
@@ -34,7 +36,7 @@ from polyrl.plugin_calls import probe_reason
 from polyrl.redact import MASK, Redactor, is_secret_key
 from polyrl.strict_json import valid_text
 from polyrl.tracking import completions as clog
-from polyrl.tracking.spec import TRACKER_METHODS, Tracker, TrackerContext, TrackerSpec, TrlRun
+from polyrl.tracking.spec import TRACKER_METHODS, ResumedStep, Tracker, TrackerContext, TrackerSpec, TrlRun
 
 log = get_logger("polyrl.tracking")
 #: Failed steps whose completions records wait in memory for the next write; older ones are dropped,
@@ -70,6 +72,23 @@ def numeric_metrics(metrics: Mapping[str, Any], said: set[str] | None = None) ->
         elif math.isfinite(number):
             out[valid_text(str(key))] = number
     return out
+
+
+def start_fix(name: str, failed: CallRaised | CallTimedOut) -> str:
+    """The fix for a tracker that failed to start: a file it could not write (a read-only folder,
+    a full disk, a file where its folder goes) names that path. Why: every start failure advised
+    raising ``tracker_timeout_s``, no help for a folder the tracker cannot write."""
+    cause = failed.cause if isinstance(failed, CallRaised) else None
+    path = getattr(cause, "filename", None) if isinstance(cause, OSError) else None
+    if path is not None:
+        where = Path(os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path))
+        if not os.path.lexists(where):  # a file it could not make: the folder it goes in
+            where = where.parent
+        return (f"make {valid_text(str(where))!r} a folder the run can write (not a file, not read-only, with free "
+                f"space), point the tracker at another store, or remove {name!r} from report_to")
+    if isinstance(failed, CallTimedOut):
+        return f"raise logging.tracker_timeout_s if it is only slow, or remove {name!r} from report_to"
+    return f"fix the cause named, or remove {name!r} from report_to"
 
 
 def resolve_specs(registry: Any, names: Sequence[str]) -> list[TrackerSpec]:
@@ -169,15 +188,17 @@ class RunTracking:
         if self.trl_run is not None and self.trl_run.run_name:
             self.trl_run = attrs.evolve(self.trl_run, run_name=f"{self.trl_run.run_name}-resumed-at-step-{step}")
 
-    def open(self, steps_taken: int = 0) -> None:
+    def open(self, steps_taken: int = 0, kept: Mapping[str, Any] | None = None) -> None:
         """Open every tracker, each on its own thread; one that fails to open is an error (the user
         asked for it). ``steps_taken``: the steps the run resumed after (0: a run from scratch),
-        told to the trackers as ``TrackerContext.resumed_at``."""
+        told to the trackers as ``TrackerContext.resumed_at``; ``kept``: that step's line of the
+        rewound metrics.jsonl, told with its completions as ``TrackerContext.resumed_step``."""
         if not self.writer or self.trackers:
             return
         context = TrackerContext(output_dir=self.output_dir, run_name=self.run_name, project=self.project,
                                  config=self.config, trl=self.trl, trl_run=self.trl_run, started_by=self.started_by,
-                                 start_dir=self.start_dir, resumed_at=steps_taken * self.step_scale)
+                                 start_dir=self.start_dir, resumed_at=steps_taken * self.step_scale,
+                                 resumed_step=self._resumed_step(steps_taken, kept))
         for spec in self.specs:
             thread = Worker(name=f"polyrl-tracker-{spec.name}")
             try:
@@ -188,8 +209,7 @@ class RunTracking:
                 why = (f"did not start within {self.timeout_s:g} s" if isinstance(exc, CallTimedOut)
                        else f"failed to start: {describe(exc.cause).removesuffix(' (the run goes on)')}")
                 raise ConfigError(f"tracker {spec.name!r} {why}", field="logging.report_to",
-                                  fix=f"fix the cause above, raise logging.tracker_timeout_s if it is only slow, "
-                                      f"or remove {spec.name!r} from report_to") from None
+                                  fix=start_fix(spec.name, exc)) from None
             self._threads[spec.name] = thread
             missing = [m for m in TRACKER_METHODS if not callable(getattr(self.trackers[spec.name], m, None))]
             if missing:  # a factory that forgot its ``return``: found now, not as a traceback at step 0
@@ -199,6 +219,23 @@ class RunTracking:
                                   f"a {made} without {', '.join(missing)}", field="logging.report_to",
                                   fix=f"create must return the tracker object (with {', '.join(TRACKER_METHODS)}); "
                                       f"report it to the plugin's authors, or remove {spec.name!r} from report_to")
+
+    def _resumed_step(self, steps_taken: int, kept: Mapping[str, Any] | None) -> ResumedStep | None:
+        """What the trackers were given at the resumed step and the resume keeps: ``kept``'s numbers
+        and, where each step's table went with its step, that step's records of completions.jsonl.
+        None where a step's line is not what the trackers got at it (a TRL script's run, which
+        logs at ``logging_steps``) or there is no such line."""
+        if steps_taken <= 0 or kept is None or kept.get("step") != steps_taken or self.window_logs \
+                or self.table_at is not None:
+            return None
+        records: list[dict[str, Any]] = []
+        if self.log_completions and self.completions_per_step > 0 and self.completions_path.exists():
+            try:
+                records = [r for _, r in strict_json.read_lines(self.completions_path)
+                           if isinstance(r, dict) and r.get("step") == steps_taken]
+            except (OSError, ValueError):  # unreadable: the step's numbers still go back
+                records = []
+        return ResumedStep(metrics=self._numeric(kept), records=records)
 
     def collect(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
                 advantages: Sequence[float] | Any, seed: int) -> None:

@@ -74,6 +74,21 @@ class TrackerContext:
     #: it, not those from whatever step this run happens to log first (its evaluation after
     #: training, at the resumed step itself, hid that step's training curves)
     resumed_at: int = 0
+    #: what the trackers were given at ``resumed_at`` and the resumed run keeps (the step's kept
+    #: metrics.jsonl line, as the trackers take it, and its sampled completions); None where this
+    #: run cannot say (a fresh start, a TRL script's run whose logs follow ``logging_steps``). Why:
+    #: a run stopped on request evaluates "after training" at that step, an evaluation the resume
+    #: drops from metrics.jsonl (an unbroken run has none there), so TensorBoard hides the stopped
+    #: run's points from ``resumed_at`` on and logs these again, reading as metrics.jsonl does
+    resumed_step: ResumedStep | None = None
+
+
+@attrs.define(frozen=True)
+class ResumedStep:
+    """The step a run resumed at, as its trackers had it (``TrackerContext.resumed_step``)."""
+
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+    records: Sequence[Mapping[str, Any]] = ()
 
 
 class Tracker(Protocol):

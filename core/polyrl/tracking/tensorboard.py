@@ -8,7 +8,11 @@ for a run from scratch): TensorBoard then hides what the folder's earlier files 
 on, so after a ``--resume`` (or a fresh start in the same output_dir) the curves show this run's
 steps once, not also the lineage that crashed, and keep the steps the resume kept. Why not at the
 first step logged: a run resumed at its last step (killed in its evaluation after training) logs
-that evaluation first, at the resumed step, and the start there hid that step's training curves."""
+that evaluation first, at the resumed step, and the start there hid that step's training curves.
+Where the run says what it keeps of the resumed step (``TrackerContext.resumed_step``: polyrl's own
+runs), the start is at that step and its kept numbers and completions are logged again after it:
+a run stopped on request had also logged its evaluation after training there, which the resume's
+metrics.jsonl drops, and TensorBoard showed it beside the resumed run's points."""
 
 from __future__ import annotations
 
@@ -78,8 +82,13 @@ class TensorBoardTracker:
         self._event, self._summary, self._text_pb = event_pb2.Event, summary_pb2.Summary, text_pb
         self._session_log = event_pb2.SessionLog
         self._started = False
-        #: where this run's session starts (``_add``): past the steps the resume kept
-        self._start_step = context.resumed_at + 1 if context.resumed_at > 0 else 0
+        #: the resumed step as the trackers had it, logged again just after the session start
+        self._resumed = context.resumed_step if context.resumed_at > 0 else None
+        self._resumed_at = context.resumed_at
+        #: where this run's session starts (``_add``): past the steps the resume kept, or at the
+        #: resumed step itself when its kept numbers are logged there again (``_resumed``)
+        self._start_step = (context.resumed_at if self._resumed is not None else context.resumed_at + 1) \
+            if context.resumed_at > 0 else 0
         self.log_dir = trl_log_dir(context.output_dir) if context.trl else context.output_dir / LOG_DIR
         _quiet_writer_threads()
         self._writer = EventFileWriter(str(self.log_dir))
@@ -94,6 +103,7 @@ class TensorBoardTracker:
             self._writer.add_event(self._event(wall_time=time.time(), step=self._start_step, session_log=start))
             self._started = True
             self._write_texts()  # after the start: it hides what came before it from its step on
+            self._write_resumed()
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
@@ -104,6 +114,20 @@ class TensorBoardTracker:
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
         self._add(self._text_pb("completions", markdown_table(records)), step)
         self._writer.flush()
+
+    def _write_resumed(self) -> None:
+        """The resumed step's kept numbers and completions, at that step, after the session start
+        that hid what the folder's earlier files hold there (a stopped run's evaluation after
+        training, which the resume's metrics.jsonl dropped, among them)."""
+        if self._resumed is None:
+            return
+        at, resumed, self._resumed = self._resumed_at, self._resumed, None
+        if resumed.metrics:
+            values = [self._summary.Value(tag=k, simple_value=v) for k, v in resumed.metrics.items()]
+            self._writer.add_event(self._event(wall_time=time.time(), step=at, summary=self._summary(value=values)))
+        if resumed.records:
+            self._writer.add_event(self._event(wall_time=time.time(), step=at,
+                                               summary=self._text_pb("completions", markdown_table(resumed.records))))
 
     def _write_texts(self) -> None:
         """The text summaries, at step 0 as transformers' ``add_text`` without a step writes them."""

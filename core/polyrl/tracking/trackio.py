@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 from collections.abc import Mapping, Sequence
@@ -56,6 +57,8 @@ class TrackioTracker:
         elif self.store != Path(wanted):  # trackio reads TRACKIO_DIR once, when first imported
             log.warning("trackio was imported before this run chose its folder; it writes to its own",
                         store=str(self.store), fix="set TRACKIO_DIR before starting Python to choose it")
+        if not (os.environ.get("TRACKIO_SPACE_ID") or os.environ.get("TRACKIO_SERVER_URL")):
+            check_writable(self.store)
         self._alert_text = alert_text(context.started_by)
         project, name, config = run_identity(context)
         self.run = trackio.init(project=project, name=name, config=config,
@@ -91,6 +94,19 @@ class TrackioTracker:
             self.run.alert(title=title, text=self._alert_text, level=AlertLevel(level))
         finally:  # an alert that fails still ends the run
             self.run.finish()
+
+
+def check_writable(store: Path) -> None:
+    """Make the local store folder and write a file in it, raising the OSError if that fails. Why:
+    trackio writes from a thread of its own, so a store it cannot write (read-only, a file where
+    its folder goes) started the run as tracked and lost every metric with one warning of
+    trackio's own at the end; TensorBoard, W&B and MLflow refuse such a folder at start."""
+    store.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.NamedTemporaryFile(dir=store, prefix=".polyrl-write-check-"):
+            pass
+    except OSError as exc:  # named by the store, not by the check's own file
+        raise OSError(exc.errno, exc.strerror, str(store)) from None
 
 
 def run_identity(context: TrackerContext) -> tuple[str, str | None, dict[str, Any]]:
