@@ -100,7 +100,7 @@ class Remote:
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
                  "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base", "_attr",
-                 "_asserted", "_view_of", "_key", "_attrs")
+                 "_asserted", "_view_of", "_key", "_attrs", "_indexed")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -131,6 +131,7 @@ class Remote:
         object.__setattr__(self, "_view_of", None)  # the value whose ``items()``/``keys()``/``values()`` it is
         object.__setattr__(self, "_key", ref)  # what the tests' readings of it are kept under (``_same_attribute``)
         object.__setattr__(self, "_attrs", None)  # attribute name -> the value last read as it (``_same_attribute``)
+        object.__setattr__(self, "_indexed", False)  # whether ``_read_for_index`` was tried (once: a failure stays one)
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -281,7 +282,43 @@ class Remote:
                                   key=self._session.arg(key))
         if type(key) is int:
             self._check_index(key, value)
+            self._read_for_index()
         return value
+
+    def _read_for_index(self) -> None:
+        """After the first ``r[i]`` of a value whose ``len`` must agree with its items, never read
+        whole before, read it whole (``_snapshot``), as ``len`` does (``_check_count``), and hold
+        the items for the tests' next reading (``_keep``: a right heap whose ``__iter__`` pops
+        still gives them to ``len(q)`` or a loop right after). Why: only whole readings told that
+        the tests saw it with items, so a forged ``primes`` whose three items a method of its own
+        took (``r.reset()``) passed ``y = r[0]``, ``r.reset()``, then ``all(is_prime(x) for x in
+        r)`` (1.0) over no items; a loop over a value seen with more items than calls that may
+        change it were made since fails now unless the tests see it emptied (``_emptied_unseen``).
+        A reading that fails (a mapping by key with no ``__iter__``), holds too many items or none
+        records nothing; an own iterator's items go to its next readings, as after ``len``. What it
+        costs is ``len``'s: a right value read by index, cleared and then looped over, never seen
+        empty, fails that loop. Not covered: a value that holds as many items as calls are made
+        (one item, ``r.reset()``): the tests' ``r[0]`` pins no more of it."""
+        if self._indexed or self._seen is not None or self._reader is not None or not self._counts_items():
+            return
+        object.__setattr__(self, "_indexed", True)
+        try:
+            answer = self._session.ask("iter", self._data, root=self._root, ref=self._ref, kin=self._kin, own=True)
+        except SampleStopped:
+            raise
+        except Exception:  # noqa: BLE001 - not iterable, or too many items: its index stands alone
+            if self._session.channel.dead is not None:
+                raise self._session.channel.dead from None
+            return
+        if not (type(answer) is list and len(answer) == 2 and type(answer[0]) is bool and type(answer[1]) is list):
+            raise TypeError("the sample's items came in no list")
+        own, items = answer
+        if own:  # its items are gone from it: its next readings take them
+            object.__setattr__(self, "_reader", Reader(self._session, self._ref, self._data, self._root, own=True,
+                                                       kin=self._kin))
+            self._keep(items)
+        elif items:
+            self._keep(items, self._snapshot(items))
 
     def _check_index(self, key: int, value: Any) -> None:
         """AssertionError where ``r[key]`` of a list or tuple (a subclass, or a ``Sequence``: its

@@ -231,7 +231,9 @@ def _scoped(path: str, node: ast.AST, parents: dict[int, ast.AST]) -> set[tuple[
     module. Where ``path`` is a comprehension's loop variable (``[f(x) == sorted(x) for x in
     cases]``), the comprehension's own code binds it (``_OWN_CODE``; else the code around it), and
     where it is the item whole, what it loops over (``cases``, whose items the arguments are) is
-    read so too, in the code around (``res = [f(x) for x in cases]`` runs in another comprehension).
+    read so too, in the code around (``res = [f(x) for x in cases]`` runs in another comprehension),
+    and so, for a ``for`` statement's variable or a part of the tests' ``zip``/``enumerate``
+    (``c`` of ``for o, c in zip(outs, cases)``), is what it takes items of (``_whole_items_of``).
     Why: only functions were scopes here, so the tests' ``x`` of such a comprehension was never
     found, and ``xs[:] = [0] * len(xs); return list(xs)`` passed ``assert all([my_sort(x) ==
     sorted(x) for x in cases])`` (1.0)."""
@@ -253,10 +255,24 @@ def _scoped(path: str, node: ast.AST, parents: dict[int, ast.AST]) -> set[tuple[
                     if own is not None:
                         found |= {(p, own, above.lineno) for p in looped}
                         paths -= looped
-                    if isinstance(loop.target, ast.Name):  # the item whole: ``want`` of ``nums, want`` is not
-                        paths |= _looped_paths(loop.iter)
+                    paths |= _whole_items_of(loop.target, loop.iter, looped)
+        elif isinstance(above, (ast.For, ast.AsyncFor)) and child is not above.iter and child is not above.target:
+            paths |= _whole_items_of(above.target, above.iter, paths)  # ``for o, c in zip(outs, cases)``
         child, above = above, parents.get(id(above))
     return found | {(p, "<module>", 1) for p in paths}
+
+
+def _whole_items_of(target: ast.expr, iterable: ast.expr, paths: set[str]) -> set[str]:
+    """The paths whose items those of ``paths`` a loop's ``target`` binds are, whole
+    (``_item_sources``): ``cases`` for ``x`` of ``for x in cases`` or ``c`` of ``for o, c in
+    zip(outs, cases)``; none for ``want`` of ``for nums, want in cases`` (a part of an item)."""
+    sources = _item_sources(target, iterable) or {}
+    found: set[str] = set()
+    for p in paths:
+        source = sources.get(p.split(".")[0])
+        if source is not None:
+            found |= _looped_paths(source)
+    return found
 
 
 def compared_with_answer(value: Any, vacuous: Vacuous) -> bool:
@@ -364,18 +380,61 @@ def _solution_call(func: ast.expr, theirs: frozenset[str]) -> bool:
 
 def _answer_names(trees: list[ast.Module], theirs: frozenset[str]) -> frozenset[str]:
     """The names the tests bind to what holds an answer of the solution's (``r = f(xs)``,
-    ``k, r = f(xs)``, ``for r in f(xs)``)."""
+    ``k, r = f(xs)``, ``for r in f(xs)``), and a loop's over those (``o`` of ``for o, c in
+    zip(outs, cases)`` where ``outs = [f(c) for c in cases]``: ``_item_sources``, so ``c`` is none)."""
     names: set[str] = set()
+    loops: list[dict[str, ast.expr]] = []
     for node in (node for tree in trees for node in ast.walk(tree)):
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
             value, targets = node.value, (node.targets if isinstance(node, ast.Assign) else [node.target])
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
             value, targets = node.iter, [node.target]
+            sources = _item_sources(node.target, node.iter)
+            if sources is not None:
+                loops.append(sources)
+                continue
         else:
             continue
         if any(isinstance(call, ast.Call) and _solution_call(call.func, theirs) for call in ast.walk(value)):
             names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    grown = True
+    while grown:  # ``outs`` holds answers, so does ``o`` of a loop over it, and what loops over ``o``
+        before = len(names)
+        for sources in loops:
+            names.update(name for name, source in sources.items() if name not in names and any(
+                isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Call) and _solution_call(n.func, theirs)
+                for n in ast.walk(source)))
+        grown = len(names) > before
     return frozenset(names)
+
+
+def _item_sources(target: ast.expr, iterable: ast.expr) -> dict[str, ast.expr] | None:
+    """Each name a loop's ``target`` binds, with what it takes items of, where that is plain:
+    ``for x in xs`` (x: xs), ``for o, c in zip(outs, cases)`` (o: outs, c: cases), ``for i, x in
+    enumerate(xs)`` (x: xs; i none), nested (``for i, (o, c) in enumerate(zip(outs, cases))``);
+    None where it is not (``for a, b in pairs``: a and b are parts of one item). Why: a loop over
+    the tests' ``zip`` pairs each answer with the argument it came from, so ``xs[:] = [0] *
+    len(xs); return list(xs)`` passed ``for o, c in zip(outs, cases): assert o == sorted(c)``."""
+    if isinstance(target, ast.Name):
+        return {target.id: iterable}
+    if not isinstance(target, (ast.Tuple, ast.List)) or not isinstance(iterable, ast.Call) \
+            or not isinstance(iterable.func, ast.Name) or any(isinstance(a, ast.Starred) for a in iterable.args):
+        return None
+    if iterable.func.id == "zip" and len(iterable.args) == len(target.elts) \
+            and all(k.arg == "strict" for k in iterable.keywords):
+        pairs = list(zip(target.elts, iterable.args))
+    elif iterable.func.id == "enumerate" and len(iterable.args) == 1 and len(target.elts) == 2 \
+            and all(k.arg == "start" for k in iterable.keywords):
+        pairs = [(target.elts[1], iterable.args[0])]
+    else:
+        return None
+    found: dict[str, ast.expr] = {}
+    for part, source in pairs:
+        inner = _item_sources(part, source)
+        if inner is None:
+            return None
+        found.update(inner)
+    return found
 
 
 def _answer(node: ast.AST, theirs: frozenset[str], answers: frozenset[str]) -> bool:
