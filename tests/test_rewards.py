@@ -1251,3 +1251,31 @@ def test_a_box_answers_what_it_holds_whatever_follows_it(reward, text):
     these. An exclamation after the box is common; "12 factorial" is written ``\\boxed{12!}``."""
     rows = [{"prompt": "q", "answer": "12"}, {"prompt": "q", "answer": "479001600"}]
     assert list(score([(reward, 1.0, {})], [text, text], rows=rows).per_reward[reward]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("source", ["dataset", "parquet"])
+def test_a_float32_answer_column_matches_the_completion_that_writes_its_value(tmp_path, source):
+    """🤗 datasets gives a float32 column (Value("float32"), a Parquet float32) as the Python float
+    TRL passes a reward, 0.1 as 0.10000000149011612: exact_match and numeric_match read that and
+    scored every correct "0.1" 0. Rows come from a real 🤗 Dataset, or a Parquet file through
+    polyrl's [data] loader, with a float64 column beside it read as before."""
+    datasets = pytest.importorskip("datasets")
+    from polyrl import data
+
+    values = [0.1, 2.675, 0.001, -3.3]
+    features = datasets.Features({"prompt": datasets.Value("string"), "answer": datasets.Value("float32"),
+                                  "wide": datasets.Value("float64")})
+    table = datasets.Dataset.from_dict({"prompt": ["q"] * 4, "answer": values, "wide": values}, features=features)
+    if source == "parquet":
+        table.to_parquet(tmp_path / "rows.parquet")
+        found = data.load_dataset(path=str(tmp_path / "rows.parquet"))
+        rows = found.take(list(range(len(found))))
+    else:
+        rows = [dict(row) for row in table]
+    assert rows[0]["answer"] != 0.1 and rows[0]["wide"] == 0.1  # float32's value, as TRL's reward gets it
+    said = [f"The answer is {v}" for v in values]
+    for column in ("answer", "wide"):
+        for reward in ("exact_match", "numeric_match"):
+            context = RewardContext(rows=rows, wanted=(reward,), options={reward: {"column": column}})
+            assert getattr(builtin, reward)(said, context) == [1.0] * 4, (reward, column)
+            assert getattr(builtin, reward)([f"The answer is {v + 0.01}" for v in values], context) == [0.0] * 4

@@ -598,6 +598,41 @@ def test_api_prompts_that_would_iterate_as_other_prompts_are_refused(toy, tmp_pa
     assert info.value.field == "prompts"
 
 
+
+def _endless_stream(read: list[int]):
+    """A 🤗 IterableDataset that never ends, as ``load_dataset(..., streaming=True)`` over a large
+    source is in effect; past 1000 rows it raises, so code reading it whole fails instead of hanging."""
+    import datasets
+
+    def rows():
+        i = 0
+        while True:
+            if i >= 1000:
+                raise RuntimeError("read the stream past 1000 rows: it never ends")
+            read.append(i)
+            yield {"prompt": f"What is {i} + 1?", "answer": str(i + 1)}
+            i += 1
+
+    return datasets.IterableDataset.from_generator(rows)
+
+
+@pytest.mark.parametrize("argument", ["prompts", "eval_prompts"])
+def test_api_an_iterable_dataset_is_one_error_not_a_run_that_never_starts(toy, tmp_path, argument):
+    """polyrl.api.run reads its prompts whole: an IterableDataset was iterated to its end, so an
+    endless one hung the run before it started, with nothing said. It is refused, as
+    polyrl.trl.GRPOTrainer refuses one under polyrl's own GRPOConfig, naming TRL's streaming route."""
+    from polyrl import api
+
+    read: list[int] = []
+    given = {"prompts": _endless_stream(read), "eval_prompts": None} if argument == "prompts" else \
+        {"prompts": [f"p{i}" for i in range(2)], "eval_prompts": _endless_stream(read)}
+    with pytest.raises(ConfigError, match=rf"{argument} is an IterableDataset, which may never end") as info:
+        api.run(api.grpo, policy=api.Agent("toy-model", backend="toy"), rewards=[HalfScorer()], progress=False,
+                generation_config=api.GenerationConfig(max_new_tokens=4, group_size=2),
+                grpo_config=api.GRPOConfig(steps=1, prompts_per_step=2, output_dir=str(tmp_path / "api")), **given)
+    assert info.value.field == argument and "stream.take(N)" in info.value.fix and "max_steps" in info.value.fix
+    assert "\n" not in str(info.value) and len(read) <= 1  # refused before reading its rows
+
 def _formatted(kind):
     import datasets
 

@@ -465,6 +465,23 @@ def test_get_reward_is_the_reward_when_reward_funcs_and_the_dataset_are_omitted(
     assert err.value.field == "reward_funcs"
 
 
+def test_an_environments_iterable_eval_dataset_keeps_the_order_trls_eval_loader_streams(tiny_model_dir, tmp_path):
+    """An eval IterableDataset whose rows have no prompt (reset writes it) under an
+    environment_factory: its rows got TRL's empty prompt as a plain list in the stream's unshuffled
+    order, which evaluation then permuted as a map-style set; TRL streams it shuffled with its
+    seed (``trl_evaluate.stream_eval_rows``), as polyrl does for a stream without an environment."""
+    from polyrl.trl_evaluate import StreamOrder
+
+    stream = datasets.Dataset.from_list([{"level": i} for i in range(8)]).to_iterable_dataset(num_shards=2)
+    args = _args(tmp_path, max_steps=1)
+    trainer = GRPOTrainer(model=tiny_model_dir, args=args, environment_factory=_Scored, eval_dataset=stream)
+    trl_order = [row["level"] for row in stream.shuffle(seed=args.seed)]
+    assert trl_order != list(range(8))  # the check below can tell the two orders apart
+    assert isinstance(trainer.eval_dataset, StreamOrder)
+    assert [row["level"] for row in trainer.eval_dataset] == trl_order
+    assert all(row["prompt"] == [{"role": "user", "content": ""}] for row in trainer.eval_dataset)  # TRL's empty one
+
+
 class _Ledger:
     """A TRL environment keeping its state in an sqlite connection its ``reset`` opens (sqlite refuses
     a connection's use from any thread but the one that made it), read by ``get_reward``."""

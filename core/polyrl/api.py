@@ -392,12 +392,19 @@ def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
     """``prompts`` as dataset rows. Why the checks: a ``DatasetDict`` (``load_dataset(...)``
     without ``split``) iterates as its split names, a string as its characters and a data frame as
     its column names, so each would train on prompts such as "train" instead of the data (a pandas
-    DataFrame is read as its rows instead); a 🤗 Dataset is read as TRL reads it (``_hf_dataset_rows``)."""
+    DataFrame is read as its rows instead); a 🤗 Dataset is read as TRL reads it (``_hf_dataset_rows``);
+    a 🤗 IterableDataset is refused: read whole, an endless one never returned (``polyrl.trl`` streams
+    one as TRL does, ``polyrl.trl_streams``)."""
     library = _data_frame_library(prompts)
     if library is not None:
         return _frame_rows(prompts, library)
     if _is_hf_dataset(prompts):
         return _hf_dataset_rows(prompts)
+    if type(prompts).__name__ == "IterableDataset":  # read whole, an endless stream hung the run unsaid
+        raise ConfigError("prompts is an IterableDataset, which may never end; polyrl reads the prompts whole",
+                          field="prompts", fix="pass a datasets.Dataset (e.g. prompts=Dataset.from_list("
+                                               "list(stream.take(N)))), or train through polyrl.trl.GRPOTrainer "
+                                               "with trl.GRPOConfig(max_steps=N), which streams it as TRL does")
     if isinstance(prompts, Mapping):
         splits = list(prompts)
         raise ConfigError(f"prompts is a {type(prompts).__name__} of splits ({', '.join(map(repr, splits))}), "

@@ -290,7 +290,7 @@ class GRPOTrainer:
             self.trl_environments.check_rows(rows)
             if any(self.trl_environments.prompt_column not in row for row in rows):  # TRL's empty one, reset writes it
                 train_dataset = self.trl_environments.default_prompts(rows)
-            eval_dataset = _default_eval_prompts(self.trl_environments, eval_dataset)
+            eval_dataset = _default_eval_prompts(self.trl_environments, eval_dataset, self.args)
             if env_rewards and self.grpo_config.reward_weights is not None:  # TRL adds weight 1 for each
                 self.grpo_config = attrs.evolve(self.grpo_config, reward_weights=[
                     *self.grpo_config.reward_weights, *[1.0] * len(env_rewards)])
@@ -1247,14 +1247,19 @@ def _environments(environment_factory: Any, tools: GivenTools | None) -> TrlEnvi
     return trl_environments(environment_factory, tools.names if tools is not None else ())
 
 
-def _default_eval_prompts(environments: TrlEnvironments, eval_dataset: Any) -> Any:
+def _default_eval_prompts(environments: TrlEnvironments, eval_dataset: Any, args: Any) -> Any:
     """``eval_dataset`` with TRL's empty prompt in rows without one (as the training rows get);
-    one polyrl cannot read as rows is left as it is, for its own check to name."""
-    from polyrl import api
+    one polyrl cannot read as rows is left as it is, for its own check to name. An
+    ``IterableDataset`` is read as TRL's eval loader reads it (to its end, in its order under
+    ``args``: ``trl_evaluate.stream_eval_rows``), which ``api.prompt_rows`` refuses."""
+    from polyrl import api, trl_evaluate, trl_streams
 
     if eval_dataset is None or isinstance(eval_dataset, Mapping):
         return eval_dataset
     try:
+        if trl_streams.is_stream(eval_dataset):
+            streamed = trl_evaluate.stream_eval_rows(eval_dataset, args, "eval_dataset")
+            return trl_evaluate.StreamOrder(environments.default_prompts(streamed))
         rows = api.prompt_rows(eval_dataset)
     except ConfigError:
         return eval_dataset

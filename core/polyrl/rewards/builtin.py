@@ -172,6 +172,8 @@ from fractions import Fraction
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from polyrl.errors import RewardError
 from polyrl.reasoning import final_part
 from polyrl.rewards.inputs import answer_part, completion_text, reasoning_open
@@ -912,7 +914,7 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
         if answer is None:
             out.append(None)
             continue
-        gold = normalize_answer(str(answer), opts["case_sensitive"])
+        gold = normalize_answer(answer_text(answer), opts["case_sensitive"])
         if not gold:
             out.append(None)
             continue
@@ -971,12 +973,25 @@ _ASSIGNED = re.compile(r"[^\W\d_]\s*=\s*([^=]+)")
 _PERCENT = re.compile(r"(?<=[\d.])\s?%$")
 
 
+def answer_text(value: Any) -> str:
+    """The row's answer as written. Why: 🤗 datasets gives a float32 column (``Value("float32")``,
+    a Parquet float32) to the rewards as the Python float TRL passes, 0.1 as 0.10000000149011612,
+    which matched no completion's "0.1" in exact_match or numeric_match (every correct one scored
+    0); a float that float32 holds exactly is read as float32's shortest digits, which are the
+    ones written, and any other float as its own (``repr``)."""
+    if not isinstance(value, float):
+        return str(value)
+    with np.errstate(over="ignore"):
+        single = np.float32(value)
+    return str(single) if math.isfinite(value) and float(single) == value else repr(float(value))
+
+
 def _as_number(value: Any, column: str, index: int) -> Fraction:
     """The row's answer, exactly as written ("0.1" is 1/10, a 20-digit integer keeps its digits, "1/2"
     and "\\frac{1}{2}" are 1/2), its currency sign or percent sign dropped as a completion's are
     ("$5.00", "\\$18.90", "50%", "50\\%": 5, 18.9, 50)."""
     if isinstance(value, float):
-        text = repr(float(value))
+        text = answer_text(value)
     elif isinstance(value, int):  # bool too: 1 or 0, as float(True) read it
         text = str(int(value))
     else:
