@@ -296,3 +296,35 @@ def test_a_sample_cannot_enlarge_its_pipes(isolation):
         pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
     tests = "assert pipe_held_kb(False) > 0\nassert pipe_held_kb(True) <= pipe_held_kb(False) * 1.25 + 64\n"
     assert score(PIPE_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
+
+
+#: Opens a pty of its own past the audit hook and asks for line disciplines on it: N_NULL (27, built
+#: into most kernels) and N_HDLC (13, a module); (return value, errno) of each TIOCSETD.
+LINE_DISCIPLINES = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def disciplines():\n"
+    "    master = libc.open(b'/dev/ptmx', os.O_RDWR | os.O_NOCTTY)\n"
+    "    assert master >= 0, ctypes.get_errno()\n"
+    "    answers = []\n"
+    "    for disc in (27, 13):\n"
+    "        ctypes.set_errno(0)\n"
+    "        answers.append((libc.ioctl(master, 0x5423, ctypes.byref(ctypes.c_int(disc))), ctypes.get_errno()))\n"
+    "    libc.close(master)\n"
+    "    return answers\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_sets_no_line_discipline_on_its_pty(isolation):
+    """A sample opens a pty of its own (``/dev/ptmx``, its private devpts). TIOCSETD on it set
+    N_NULL, and asking for a line discipline the kernel lacks makes the kernel load its module
+    (``tty-ldisc-N`` with ``dev.tty.ldisc_autoload`` on, the default: n_hdlc and n_gsm were local
+    root exploits); the filter refuses TIOCSETD with EPERM, whatever the discipline."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    import errno
+
+    tests = f"assert disciplines() == [(-1, {errno.EPERM})] * 2\n"
+    assert score(LINE_DISCIPLINES, tests, isolation=isolation, audit_hook=False) == 1.0
