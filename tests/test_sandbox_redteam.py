@@ -13,7 +13,14 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
-from sandbox_attacks import NOTIFY_GROUPS, ORPHANS, PIPE_BUFFERS, SOCKET_BUFFERS, TCP_BUFFERS
+from sandbox_attacks import (
+    NOTIFY_GROUPS,
+    ORPHANS,
+    PIPE_BUFFERS,
+    SOCKET_BUFFERS,
+    SOCKET_BUFFERS_WIDE,
+    TCP_BUFFERS,
+)
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -226,6 +233,21 @@ def test_a_sample_cannot_enlarge_its_socket_buffers(isolation):
         pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
     tests = "assert held_kb(False) > 0\nassert held_kb(True) <= held_kb(False) * 1.25 + 64\n"
     assert score(SOCKET_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_cannot_enlarge_its_socket_buffers_with_bits_above_an_int(isolation):
+    """``setsockopt`` reads its level and option as ints, so SOL_SOCKET | 1 << 32 is SOL_SOCKET to
+    the kernel; the filter's rule compared the whole 64-bit register, let that call through, and
+    the pairs got 8 MB send buffers (twice ``wmem_max``) again. The rule now compares the low 32 bits."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    nr = _syscall_numbers("setsockopt").get("setsockopt")
+    if nr is None:
+        pytest.skip("no setsockopt call on this architecture (socketcall)")
+    tests = f"assert held_kb(False) > 0\nassert held_kb_wide({nr}) <= held_kb(False) * 1.25 + 64\n"
+    assert score(SOCKET_BUFFERS_WIDE, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
 
 
 @needs_bwrap

@@ -77,6 +77,9 @@ TIOCSETD = 0x5423
 #: to a pipe and not read is kernel memory no rlimit counts; a sample growing its pipes to 1 MB held
 #: 29 MB in them at ``memory_mb = 128`` (``max_open_files = 64``), 1.8 MB with the default 64 KB ones.
 F_SETPIPE_SZ = 1031
+#: The bits of an ``int`` argument: the kernel drops the rest of the register, so a rule on one compares
+#: these only (SOL_SOCKET | 1 << 32 is SOL_SOCKET to ``setsockopt``: an ``EQ`` rule let it through).
+INT_BITS = 0xFFFFFFFF
 #: ``setsockopt`` options answered 0 without effect (module docstring): (level, option name).
 BUFFER_OPTIONS = tuple((socket.SOL_SOCKET, getattr(socket, name)) for name in ("SO_SNDBUF", "SO_RCVBUF")
                        if hasattr(socket, name)) if hasattr(socket, "SOL_SOCKET") else ()
@@ -119,15 +122,16 @@ def _build() -> tuple[bytes | None, str]:
             if CLONE_NEWNS_ANY & flag:
                 rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(flags, sc.MASKED_EQ, flag, flag))
         for request in (TIOCSTI, TIOCSETD):
-            rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+            rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, INT_BITS, request))
         for call in ("fcntl", "fcntl64"):  # fcntl64: 32-bit ABIs only
             try:
-                rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, F_SETPIPE_SZ))
+                rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(1, sc.MASKED_EQ, INT_BITS, F_SETPIPE_SZ))
             except (ValueError, RuntimeError, OSError):
                 pass  # not a call on this architecture
         _refuse_families(sc, rules)
         for level, option in BUFFER_OPTIONS:
-            rules.add_rule(sc.ERRNO(0), "setsockopt", sc.Arg(1, sc.EQ, level), sc.Arg(2, sc.EQ, option))
+            rules.add_rule(sc.ERRNO(0), "setsockopt", sc.Arg(1, sc.MASKED_EQ, INT_BITS, level),
+                           sc.Arg(2, sc.MASKED_EQ, INT_BITS, option))
         with tempfile.TemporaryFile() as out:  # libseccomp writes to a real descriptor
             rules.export_bpf(out)
             out.seek(0)
