@@ -350,3 +350,63 @@ def test_a_sample_sets_no_line_discipline_on_its_pty(isolation):
 
     tests = f"assert disciplines() == [(-1, {errno.EPERM})] * 2\n"
     assert score(LINE_DISCIPLINES, tests, isolation=isolation, audit_hook=False) == 1.0
+
+
+#: Makes POSIX message queues past the audit hook (libc's ``mq_open``, default sizes) and holds them
+#: 4 s; returns how many it made.
+MESSAGE_QUEUES = (
+    "import ctypes, os, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def hold():\n"
+    "    made = 0\n"
+    "    for i in range(64):\n"
+    "        if libc.mq_open(f'/q{i}'.encode(), os.O_CREAT | os.O_RDWR, 0o600, None) < 0:\n"
+    "            break\n"
+    "        made += 1\n"
+    "    time.sleep(4)\n"
+    "    return made\n"
+)
+
+
+def _trainer_mq_open() -> int:
+    """0 when this process (the trainer's uid) can make a message queue of default size, else errno."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    name = f"/polyrl_test_{os.getpid()}".encode()
+    fd = libc.mq_open(name, os.O_CREAT | os.O_RDWR, 0o600, None)
+    if fd < 0:
+        return ctypes.get_errno()
+    libc.mq_close(fd)
+    libc.mq_unlink(name)
+    return 0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_takes_no_posix_message_queue_bytes_from_the_trainers_uid(isolation):
+    """A queue's bytes count against RLIMIT_MSGQUEUE (800 KB) of its uid and of the uid that made
+    each user namespace above it, up to the trainer's on the host: a sample holding queues made the
+    trainer's own ``mq_open`` fail with EMFILE while it ran and seconds after (its IPC namespace is
+    freed late). The sample's RLIMIT_MSGQUEUE is 0, so it makes none and the trainer's keep working."""
+    import ctypes
+    import threading
+    import time
+
+    if not hasattr(ctypes.CDLL(None), "mq_open"):
+        pytest.skip("this libc has no mq_open (glibc before 2.34 keeps it in librt)")
+    deadline = time.monotonic() + 15  # another test's sample may still hold some (freed late)
+    while _trainer_mq_open() != 0:
+        if time.monotonic() > deadline:
+            pytest.skip("this process cannot make a POSIX message queue here")
+        time.sleep(0.5)
+    scores: list[float | None] = []
+    sample = threading.Thread(target=lambda: scores.append(
+        score(MESSAGE_QUEUES, "assert hold() == 0\n", isolation=isolation, audit_hook=False)))
+    sample.start()
+    refused = set()
+    while sample.is_alive():
+        refused.add(_trainer_mq_open())
+        time.sleep(0.2)
+    sample.join()
+    assert scores == [1.0] and refused == {0}, (scores, refused)

@@ -121,7 +121,11 @@ def _limits(lim):
                              ("RLIMIT_FSIZE", lim["file_size_bytes"], lim["file_size_bytes"]),
                              ("RLIMIT_NOFILE", lim["max_open_files"], lim["max_open_files"]),
                              ("RLIMIT_NPROC", lim["max_processes"], lim["max_processes"]),
-                             ("RLIMIT_CORE", 0, 0)):
+                             ("RLIMIT_CORE", 0, 0),
+                             # POSIX message queues: their bytes are counted against this limit of the
+                             # uid that made each user namespace up to the host's, the trainer's uid
+                             # (a sample's queues made the trainer's own mq_open fail with EMFILE)
+                             ("RLIMIT_MSGQUEUE", 0, 0)):
         try:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError, AttributeError):
