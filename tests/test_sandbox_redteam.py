@@ -410,3 +410,57 @@ def test_a_sample_takes_no_posix_message_queue_bytes_from_the_trainers_uid(isola
         time.sleep(0.2)
     sample.join()
     assert scores == [1.0] and refused == {0}, (scores, refused)
+
+
+#: Blocks SIGRTMIN and queues it to itself past the audit hook (libc's ``sigqueue``) until refused,
+#: then holds them 4 s; returns how many it queued.
+QUEUED_SIGNALS = (
+    "import ctypes, os, signal, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def hold():\n"
+    "    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\n"
+    "    queued = 0\n"
+    "    while queued < 200000 and libc.sigqueue(os.getpid(), int(signal.SIGRTMIN), ctypes.c_void_p(0)) == 0:\n"
+    "        queued += 1\n"
+    "    time.sleep(4)\n"
+    "    return queued\n"
+)
+
+
+def _trainer_timer_create() -> int:
+    """0 when this process (the trainer's uid) can make a POSIX timer (one queued signal), else errno."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    timer = ctypes.c_void_p()
+    if libc.timer_create(1, None, ctypes.byref(timer)) != 0:  # CLOCK_MONOTONIC, SIGALRM on expiry
+        return ctypes.get_errno()
+    libc.timer_delete(timer)
+    return 0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_takes_no_queued_signals_from_the_trainers_uid(isolation):
+    """Queued real-time signals count against RLIMIT_SIGPENDING of their uid and of the uid that
+    made each user namespace above it, up to the trainer's on the host: a sample queueing as many
+    as its inherited limit (96 555 on the machine it was found on) made every ``timer_create`` of
+    the trainer's uid fail with EAGAIN while it ran. The sample's limit is 64
+    (``server.SIGNALS_QUEUED``; that module runs its server when imported)."""
+    import ctypes
+    import threading
+    import time
+
+    if not hasattr(ctypes.CDLL(None), "timer_create"):
+        pytest.skip("this libc has no timer_create (glibc before 2.34 keeps it in librt)")
+    assert _trainer_timer_create() == 0
+    scores: list[float | None] = []
+    sample = threading.Thread(target=lambda: scores.append(
+        score(QUEUED_SIGNALS, "assert 0 < hold() <= 64\n", isolation=isolation, audit_hook=False)))
+    sample.start()
+    refused = set()
+    while sample.is_alive():
+        refused.add(_trainer_timer_create())
+        time.sleep(0.2)
+    sample.join()
+    assert scores == [1.0] and refused == {0}, (scores, refused)
