@@ -75,6 +75,24 @@ def held_kb(big):
     return held_kb_until_out_of_fds(open_one)
 """
 
+#: ``SOCKET_BUFFERS``' pairs asking for a 64 MB send buffer through the raw ``setsockopt`` call
+#: (number ``nr``) with bits above the 32nd set in its level and option: the kernel reads both as
+#: ints (SOL_SOCKET, SO_SNDBUF), a filter comparing whole registers saw other values.
+SOCKET_BUFFERS_WIDE = SOCKET_BUFFERS + """
+import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
+def held_kb_wide(nr):
+    def open_one(closers):
+        sender, receiver = socket.socketpair()
+        closers += [sender.close, receiver.close]
+        size = ctypes.c_int(64 << 20)
+        _libc.syscall(ctypes.c_long(nr), ctypes.c_long(sender.fileno()), ctypes.c_long(socket.SOL_SOCKET | 1 << 32),
+                      ctypes.c_long(socket.SO_SNDBUF | 1 << 32), ctypes.byref(size), ctypes.c_long(4))
+        sender.setblocking(False)
+        return sender.send
+    return held_kb_until_out_of_fds(open_one)
+"""
+
 
 #: Fills loopback TCP connections it never reads until it runs out of descriptors; returns the KB
 #: sent and not read (held in kernel memory: TCP grows each send buffer up to ``tcp_wmem``'s max).

@@ -13,7 +13,14 @@ import shutil
 
 import pytest
 from bwrap_util import needs_bwrap
-from sandbox_attacks import NOTIFY_GROUPS, ORPHANS, PIPE_BUFFERS, SOCKET_BUFFERS, TCP_BUFFERS
+from sandbox_attacks import (
+    NOTIFY_GROUPS,
+    ORPHANS,
+    PIPE_BUFFERS,
+    SOCKET_BUFFERS,
+    SOCKET_BUFFERS_WIDE,
+    TCP_BUFFERS,
+)
 
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.code import isolation_report
@@ -230,6 +237,21 @@ def test_a_sample_cannot_enlarge_its_socket_buffers(isolation):
 
 @needs_bwrap
 @pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_cannot_enlarge_its_socket_buffers_with_bits_above_an_int(isolation):
+    """``setsockopt`` reads its level and option as ints, so SOL_SOCKET | 1 << 32 is SOL_SOCKET to
+    the kernel; the filter's rule compared the whole 64-bit register, let that call through, and
+    the pairs got 8 MB send buffers (twice ``wmem_max``) again. The rule now compares the low 32 bits."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    nr = _syscall_numbers("setsockopt").get("setsockopt")
+    if nr is None:
+        pytest.skip("no setsockopt call on this architecture (socketcall)")
+    tests = f"assert held_kb(False) > 0\nassert held_kb_wide({nr}) <= held_kb(False) * 1.25 + 64\n"
+    assert score(SOCKET_BUFFERS_WIDE, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
 def test_tcp_autotuning_holds_no_more_than_the_capped_buffers(isolation):
     """TCP grows a loopback connection's send buffer by itself up to ``net.ipv4.tcp_wmem``'s
     maximum (4 MB by default), whatever the filter does to ``SO_SNDBUF``: a sample filling the
@@ -296,3 +318,149 @@ def test_a_sample_cannot_enlarge_its_pipes(isolation):
         pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
     tests = "assert pipe_held_kb(False) > 0\nassert pipe_held_kb(True) <= pipe_held_kb(False) * 1.25 + 64\n"
     assert score(PIPE_BUFFERS, tests, isolation=isolation, memory_mb=128, audit_hook=False) == 1.0
+
+
+#: Opens a pty of its own past the audit hook and asks for line disciplines on it: N_NULL (27, built
+#: into most kernels) and N_HDLC (13, a module); (return value, errno) of each TIOCSETD.
+LINE_DISCIPLINES = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def disciplines():\n"
+    "    master = libc.open(b'/dev/ptmx', os.O_RDWR | os.O_NOCTTY)\n"
+    "    assert master >= 0, ctypes.get_errno()\n"
+    "    answers = []\n"
+    "    for disc in (27, 13):\n"
+    "        ctypes.set_errno(0)\n"
+    "        answers.append((libc.ioctl(master, 0x5423, ctypes.byref(ctypes.c_int(disc))), ctypes.get_errno()))\n"
+    "    libc.close(master)\n"
+    "    return answers\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_sets_no_line_discipline_on_its_pty(isolation):
+    """A sample opens a pty of its own (``/dev/ptmx``, its private devpts). TIOCSETD on it set
+    N_NULL, and asking for a line discipline the kernel lacks makes the kernel load its module
+    (``tty-ldisc-N`` with ``dev.tty.ldisc_autoload`` on, the default: n_hdlc and n_gsm were local
+    root exploits); the filter refuses TIOCSETD with EPERM, whatever the discipline."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    import errno
+
+    tests = f"assert disciplines() == [(-1, {errno.EPERM})] * 2\n"
+    assert score(LINE_DISCIPLINES, tests, isolation=isolation, audit_hook=False) == 1.0
+
+
+#: Makes POSIX message queues past the audit hook (libc's ``mq_open``, default sizes) and holds them
+#: 4 s; returns how many it made.
+MESSAGE_QUEUES = (
+    "import ctypes, os, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def hold():\n"
+    "    made = 0\n"
+    "    for i in range(64):\n"
+    "        if libc.mq_open(f'/q{i}'.encode(), os.O_CREAT | os.O_RDWR, 0o600, None) < 0:\n"
+    "            break\n"
+    "        made += 1\n"
+    "    time.sleep(4)\n"
+    "    return made\n"
+)
+
+
+def _trainer_mq_open() -> int:
+    """0 when this process (the trainer's uid) can make a message queue of default size, else errno."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    name = f"/polyrl_test_{os.getpid()}".encode()
+    fd = libc.mq_open(name, os.O_CREAT | os.O_RDWR, 0o600, None)
+    if fd < 0:
+        return ctypes.get_errno()
+    libc.mq_close(fd)
+    libc.mq_unlink(name)
+    return 0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_takes_no_posix_message_queue_bytes_from_the_trainers_uid(isolation):
+    """A queue's bytes count against RLIMIT_MSGQUEUE (800 KB) of its uid and of the uid that made
+    each user namespace above it, up to the trainer's on the host: a sample holding queues made the
+    trainer's own ``mq_open`` fail with EMFILE while it ran and seconds after (its IPC namespace is
+    freed late). The sample's RLIMIT_MSGQUEUE is 0, so it makes none and the trainer's keep working."""
+    import ctypes
+    import threading
+    import time
+
+    if not hasattr(ctypes.CDLL(None), "mq_open"):
+        pytest.skip("this libc has no mq_open (glibc before 2.34 keeps it in librt)")
+    deadline = time.monotonic() + 15  # another test's sample may still hold some (freed late)
+    while _trainer_mq_open() != 0:
+        if time.monotonic() > deadline:
+            pytest.skip("this process cannot make a POSIX message queue here")
+        time.sleep(0.5)
+    scores: list[float | None] = []
+    sample = threading.Thread(target=lambda: scores.append(
+        score(MESSAGE_QUEUES, "assert hold() == 0\n", isolation=isolation, audit_hook=False)))
+    sample.start()
+    refused = set()
+    while sample.is_alive():
+        refused.add(_trainer_mq_open())
+        time.sleep(0.2)
+    sample.join()
+    assert scores == [1.0] and refused == {0}, (scores, refused)
+
+
+#: Blocks SIGRTMIN and queues it to itself past the audit hook (libc's ``sigqueue``) until refused,
+#: then holds them 4 s; returns how many it queued.
+QUEUED_SIGNALS = (
+    "import ctypes, os, signal, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def hold():\n"
+    "    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\n"
+    "    queued = 0\n"
+    "    while queued < 200000 and libc.sigqueue(os.getpid(), int(signal.SIGRTMIN), ctypes.c_void_p(0)) == 0:\n"
+    "        queued += 1\n"
+    "    time.sleep(4)\n"
+    "    return queued\n"
+)
+
+
+def _trainer_timer_create() -> int:
+    """0 when this process (the trainer's uid) can make a POSIX timer (one queued signal), else errno."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    timer = ctypes.c_void_p()
+    if libc.timer_create(1, None, ctypes.byref(timer)) != 0:  # CLOCK_MONOTONIC, SIGALRM on expiry
+        return ctypes.get_errno()
+    libc.timer_delete(timer)
+    return 0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_sample_takes_no_queued_signals_from_the_trainers_uid(isolation):
+    """Queued real-time signals count against RLIMIT_SIGPENDING of their uid and of the uid that
+    made each user namespace above it, up to the trainer's on the host: a sample queueing as many
+    as its inherited limit (96 555 on the machine it was found on) made every ``timer_create`` of
+    the trainer's uid fail with EAGAIN while it ran. The sample's limit is 64
+    (``server.SIGNALS_QUEUED``; that module runs its server when imported)."""
+    import ctypes
+    import threading
+    import time
+
+    if not hasattr(ctypes.CDLL(None), "timer_create"):
+        pytest.skip("this libc has no timer_create (glibc before 2.34 keeps it in librt)")
+    assert _trainer_timer_create() == 0
+    scores: list[float | None] = []
+    sample = threading.Thread(target=lambda: scores.append(
+        score(QUEUED_SIGNALS, "assert 0 < hold() <= 64\n", isolation=isolation, audit_hook=False)))
+    sample.start()
+    refused = set()
+    while sample.is_alive():
+        refused.add(_trainer_timer_create())
+        time.sleep(0.2)
+    sample.join()
+    assert scores == [1.0] and refused == {0}, (scores, refused)

@@ -117,7 +117,7 @@ class Sandbox:
         #: what ``launch`` was chosen for, and the run's folders to hide then (``_hide_new_folders``)
         self._choice = (isolation, user, self.python, self.limits.disk_mb)
         self._hidden = sandbox_hidden.state()
-        rlimits = "on: CPU, address space, file size, open files, core; processes " + (
+        rlimits = "on: CPU, address space, file size, open files, core, POSIX message queues, queued signals; processes " + (
             "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on") + (
             "; out of memory, samples die first (oom_score_adj 1000)" if self.launch.oom
             else "; oom_score_adj: off (no choom), the trainer may be the OOM killer's choice")

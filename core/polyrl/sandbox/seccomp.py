@@ -4,7 +4,9 @@ Why: namespaces and a dropped uid already stop most escapes, but the kernel call
 create namespaces, mount, trace other processes, load kernel objects or set up io_uring (a large
 kernel attack surface, refused by Docker's default profile too) are the usual first step of a
 kernel exploit; a sample never needs them, so they fail with EPERM. TIOCSTI (typing into the
-parent's terminal) is refused.
+parent's terminal) is refused, and so is TIOCSETD on the pty a sample opens (``/dev/ptmx``): a line
+discipline the kernel lacks is loaded as a module (``tty-ldisc-N``, with ``dev.tty.ldisc_autoload``
+on, its default) by the sample's request, and n_hdlc and n_gsm were local root exploits.
 
 One process per sample: rlimits (``memory_mb`` above all) are per process, so a sample forking
 through ctypes (libc's ``fork`` passes the audit hook, which refuses process creation for every
@@ -68,11 +70,16 @@ AF_VSOCK = 40
 CLONE_THREAD = 0x00010000
 CLONE_NEWNS_ANY = 0x7E020000  # every CLONE_NEW* flag (ns, cgroup, uts, ipc, user, pid, net)
 TIOCSTI = 0x5412
+#: ``ioctl`` setting a terminal's line discipline, refused with EPERM (module docstring).
+TIOCSETD = 0x5423
 #: ``fcntl`` command growing a pipe's buffer, refused with EPERM (the kernel's own answer to an
 #: unprivileged process past ``fs.pipe-max-size`` or its per-user pipe pages). Why: what is written
 #: to a pipe and not read is kernel memory no rlimit counts; a sample growing its pipes to 1 MB held
 #: 29 MB in them at ``memory_mb = 128`` (``max_open_files = 64``), 1.8 MB with the default 64 KB ones.
 F_SETPIPE_SZ = 1031
+#: The bits of an ``int`` argument: the kernel drops the rest of the register, so a rule on one compares
+#: these only (SOL_SOCKET | 1 << 32 is SOL_SOCKET to ``setsockopt``: an ``EQ`` rule let it through).
+INT_BITS = 0xFFFFFFFF
 #: ``setsockopt`` options answered 0 without effect (module docstring): (level, option name).
 BUFFER_OPTIONS = tuple((socket.SOL_SOCKET, getattr(socket, name)) for name in ("SO_SNDBUF", "SO_RCVBUF")
                        if hasattr(socket, name)) if hasattr(socket, "SOL_SOCKET") else ()
@@ -114,15 +121,17 @@ def _build() -> tuple[bytes | None, str]:
             flag = 1 << bit
             if CLONE_NEWNS_ANY & flag:
                 rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(flags, sc.MASKED_EQ, flag, flag))
-        rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
+        for request in (TIOCSTI, TIOCSETD):
+            rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, INT_BITS, request))
         for call in ("fcntl", "fcntl64"):  # fcntl64: 32-bit ABIs only
             try:
-                rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, F_SETPIPE_SZ))
+                rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(1, sc.MASKED_EQ, INT_BITS, F_SETPIPE_SZ))
             except (ValueError, RuntimeError, OSError):
                 pass  # not a call on this architecture
         _refuse_families(sc, rules)
         for level, option in BUFFER_OPTIONS:
-            rules.add_rule(sc.ERRNO(0), "setsockopt", sc.Arg(1, sc.EQ, level), sc.Arg(2, sc.EQ, option))
+            rules.add_rule(sc.ERRNO(0), "setsockopt", sc.Arg(1, sc.MASKED_EQ, INT_BITS, level),
+                           sc.Arg(2, sc.MASKED_EQ, INT_BITS, option))
         with tempfile.TemporaryFile() as out:  # libseccomp writes to a real descriptor
             rules.export_bpf(out)
             out.seek(0)
@@ -131,7 +140,7 @@ def _build() -> tuple[bytes | None, str]:
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
     return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, "
-                     "...), clone with namespace flags, TIOCSTI, socket families beyond unix/inet/inet6 "
+                     "...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), socket families beyond unix/inet/inet6 "
                      "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
                      "pipe buffer sizes (F_SETPIPE_SZ); new processes refused (fork, vfork, clone "
                      "without CLONE_THREAD; clone3 ENOSYS): one process, threads only, memory_mb in all")

@@ -115,13 +115,25 @@ def _plain(obj, text=False):
     return found
 
 
+#: Most signals a sample may have queued (RLIMIT_SIGPENDING); the kernel's own (a timer's SIGALRM, a
+#: child's SIGCHLD) and plain ``kill`` of a standard signal are not counted.
+SIGNALS_QUEUED = 64
+
+
 def _limits(lim):
     for name, soft, hard in (("RLIMIT_CPU", lim["cpu_s"], lim["cpu_s"] + 1),
                              ("RLIMIT_AS", lim["memory_bytes"], lim["memory_bytes"]),
                              ("RLIMIT_FSIZE", lim["file_size_bytes"], lim["file_size_bytes"]),
                              ("RLIMIT_NOFILE", lim["max_open_files"], lim["max_open_files"]),
                              ("RLIMIT_NPROC", lim["max_processes"], lim["max_processes"]),
-                             ("RLIMIT_CORE", 0, 0)):
+                             ("RLIMIT_CORE", 0, 0),
+                             # POSIX message queues: their bytes are counted against this limit of the
+                             # uid that made each user namespace up to the host's, the trainer's uid
+                             # (a sample's queues made the trainer's own mq_open fail with EMFILE)
+                             ("RLIMIT_MSGQUEUE", 0, 0),
+                             # queued real-time signals, counted the same way: a sample queueing its
+                             # trainer's limit (96 555 here) made every timer_create of that uid fail
+                             ("RLIMIT_SIGPENDING", SIGNALS_QUEUED, SIGNALS_QUEUED)):
         try:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError, AttributeError):
