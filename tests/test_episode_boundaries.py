@@ -36,9 +36,10 @@ class _Env:
 def _turn_two(tok, reply: str) -> tuple[np.ndarray, np.ndarray]:
     """(turn 2's prompt as the episode sampled it, the same conversation rendered whole)."""
     encode = encoder(tok)
-    model = Scripted(tok, lambda text, j: reply, tok.convert_tokens_to_ids("<|im_end|>"))
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    model = Scripted(tok, lambda text, j: reply, end)
     runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=200),
-                           make_environment=_Env, model_name="SmolLM2")
+                           make_environment=_Env, model_name="SmolLM2", eos_ids=[end])
     [episode] = runner.run([{"prompt": [{"role": "user", "content": "guess a number"}]}],
                            SamplingParams(n=1, max_new_tokens=32))
     assert check(model, [episode]) == [] and episode.info["turns"] == 2
