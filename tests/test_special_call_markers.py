@@ -16,7 +16,7 @@ import itertools
 
 import numpy as np
 import pytest
-from family_chat import check, dressed, encoder, runs
+from family_chat import check, dressed, encoder, inserted_runs, runs
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.parsing import parse_tool_calls
@@ -85,7 +85,7 @@ class _Marked:
 
     def __init__(self, tok, markers: list[str]) -> None:
         self.tok, self.markers = tok, markers
-        self.eos = tok.convert_tokens_to_ids("<|im_end|>")
+        self.eos = tok.convert_tokens_to_ids(tok.eos_token)  # what the template ends a turn with
         self.decode = completion_decoder(tok)
         self.calls: list[tuple[np.ndarray, Completion]] = []
         self._logprob = itertools.count(1)
@@ -118,3 +118,6 @@ def test_a_mistral_call_sampled_with_its_special_marker_is_run_and_the_episode_s
     assert check(model, [episode]) == []
     first = next(episode.completion_ids[a:b] for sampled, a, b in runs(episode.mask) if sampled)
     assert first[0] == tok.convert_tokens_to_ids("[TOOL_CALLS]")  # trained as sampled: the marker's one id
+    # the sampled EOS closed the call's turn; the glue is the result as the template writes it
+    assert [tok.decode(ids.tolist(), skip_special_tokens=False) for ids in inserted_runs(episode)] == [
+        '[TOOL_RESULTS]{"content": "42", "call_id": "call00000"}[/TOOL_RESULTS]']
