@@ -1090,3 +1090,10 @@ def test_out_of_memory_during_an_update_saves_nothing_and_says_so(tiny_model_dir
             "no checkpoint was written, so a run again starts from the start") in str(raised.value)
     assert "continues from its last checkpoint" not in str(raised.value)
     assert ckpt.latest_checkpoint(out / "checkpoints") is None
+
+
+def test_a_runs_episodes_know_the_generators_end_of_sequence_ids(tiny_model_dir, tmp_path):
+    """The glue keeps a sampled EOS as the turn's end (``ChatGlue._rest_of``) only when the runner
+    knows which ids end a sequence: the generating engine's, wired in by the setup."""
+    trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run"))
+    assert trainer.episodes.eos_ids and trainer.episodes.eos_ids == trainer.gen_engine.raw.eos_ids

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from family_chat import Scripted, check, encoder
+from family_chat import Scripted, check, dressed, encoder, inserted_runs
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.spec import Observation
@@ -36,9 +36,10 @@ class _Env:
 def _turn_two(tok, reply: str) -> tuple[np.ndarray, np.ndarray]:
     """(turn 2's prompt as the episode sampled it, the same conversation rendered whole)."""
     encode = encoder(tok)
-    model = Scripted(tok, lambda text, j: reply, tok.convert_tokens_to_ids("<|im_end|>"))
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    model = Scripted(tok, lambda text, j: reply, end)
     runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=200),
-                           make_environment=_Env, model_name="SmolLM2")
+                           make_environment=_Env, model_name="SmolLM2", eos_ids=[end])
     [episode] = runner.run([{"prompt": [{"role": "user", "content": "guess a number"}]}],
                            SamplingParams(n=1, max_new_tokens=32))
     assert check(model, [episode]) == [] and episode.info["turns"] == 2
@@ -63,3 +64,29 @@ def test_a_reply_opening_with_a_blank_line_merges_with_the_prompt_when_rendered_
     assert tok.convert_ids_to_tokens(second[cut:cut + 4].tolist()) == ["\u010a"] * 3 + ["7"]
     assert tok.convert_ids_to_tokens(whole[cut:cut + 3].tolist()) == ["\u010a\u010a", "\u010a", "7"]
     assert np.array_equal(second[cut + 4:], whole[cut + 3:])  # the rest, the glue's join included, agrees
+
+
+#: Llama 2's habit (polyrl's own template): an assistant turn is written `` text </s>``, its
+#: end marker a space and then the EOS the model stops on
+SPACED_EOS = ("{{- bos_token -}}{%- for m in messages -%}"
+              "{%- if m.role == 'user' -%}{{- '[INST] ' + m.content | trim + ' [/INST]' -}}"
+              "{%- elif m.role == 'assistant' -%}{{- ' ' + m.content | trim + ' ' + eos_token -}}{%- endif -%}"
+              "{%- endfor -%}")
+
+
+def test_a_turn_closed_by_its_eos_is_not_closed_again_where_the_marker_opens_with_text(smollm2_tokenizer):
+    """The marker `` </s>`` was inserted whole after the sampled ``</s>``: turn 2 was sampled (and
+    trained) after ``7</s> </s>[INST]``, an end of turn written twice. Now the sampled EOS closes
+    the turn and the glue goes on after it."""
+    tok = dressed(smollm2_tokenizer, SPACED_EOS, ["[INST]", "[/INST]"])
+    eos = tok.convert_tokens_to_ids(tok.eos_token)
+    model = Scripted(tok, lambda text, j: "7", eos)
+    runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=2, max_episode_tokens=200),
+                           make_environment=_Env, eos_ids=[eos])
+    [episode] = runner.run([{"prompt": "unused"}], SamplingParams(n=1, max_new_tokens=16))
+    assert check(model, [episode]) == [] and episode.info["turns"] == 2
+    after_prompt = model.calls[1][0][len(episode.prompt_ids):]
+    assert tok.convert_ids_to_tokens(after_prompt.tolist())[:2] == ["7", tok.eos_token]
+    assert int((after_prompt == eos).sum()) == 1  # the one the model sampled
+    glue = tok.decode(inserted_runs(episode)[0].tolist(), skip_special_tokens=False)
+    assert glue == "[INST] higher [/INST]", glue

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -252,8 +252,12 @@ class EpisodeRunner:
                  tools_prompt_format: str = "hermes", env_timeout_s: float = 60.0,
                  environment_name: str | None = None, tool_timeout_s: float = 10.0,
                  max_concurrent_tools: int = 8, tool_format: str = "auto", model_name: str | None = None,
-                 max_abandoned: int = MAX_ABANDONED, probe: ControlProbe | None = None) -> None:
+                 max_abandoned: int = MAX_ABANDONED, probe: ControlProbe | None = None,
+                 eos_ids: Collection[int] | None = None) -> None:
         self.generate = generate
+        #: the generator's end-of-sequence ids: a turn that stopped on one holds its end-of-turn
+        #: token already, whatever text the template writes before it (``ChatGlue._rest_of``)
+        self.eos_ids = frozenset(int(i) for i in eos_ids or ())
         self.probe = probe
         self.limits = limits
         self.make_environment = make_environment
@@ -761,7 +765,9 @@ class EpisodeRunner:
             return
         schemas = ep.toolbox.schemas if ep.toolbox is not None else None
         try:
-            inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas)
+            closed = turn.finish_reason == "stop" and len(turn.completion_ids) > 0 \
+                and int(turn.completion_ids[-1]) in self.eos_ids
+            inserted = self.glue.after_turn(ep.context()[:-1], assistant, turn.completion_ids, new, schemas, closed)
         except RenderError as exc:  # this conversation's content, not the run: the episode ends here
             # the template raised on the model's calls, or (a plain answer) on what the model wrote
             refused = self._calls_refused(ep, new, schemas, exc) if calls or errors else self._text_refused(ep, schemas)

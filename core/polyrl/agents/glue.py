@@ -268,11 +268,12 @@ class ChatGlue:
 
     def after_turn(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any], sampled: np.ndarray,
                    new_messages: Sequence[Mapping[str, Any]],
-                   tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
+                   tools: Sequence[Mapping[str, Any]] | None = None, closed: bool = False) -> np.ndarray:
         """The ids inserted after a sampled turn (``assistant``, whose text the model sampled as
         ``sampled``, in ``context``): the rest of its end marker (the sampled ids already hold its
         first tokens when the model stopped on the end-of-turn token), ``new_messages`` and the
-        next generation prompt, as the template renders them."""
+        next generation prompt, as the template renders them. ``closed``: the turn's last id is the
+        generator's end-of-sequence token it stopped on (``_rest_of``)."""
         end = self.turn_end(context, tools)
         self._check_roles(context, assistant, new_messages, tools)
         follows = self._follows(context, assistant, new_messages, tools)
@@ -282,7 +283,7 @@ class ChatGlue:
         if not np.array_equal(follows[at:at + len(end)], end):
             raise RenderError("the model's chat template ends this assistant turn differently from its plain "
                               "turns, so the episode's turns cannot be joined", field="environment", fix=_FIX)
-        return np.concatenate([self._rest_of(end, sampled), follows[at + len(end):]])
+        return np.concatenate([self._rest_of(end, sampled, closed), follows[at + len(end):]])
 
     def _end_after_calls(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
                          new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
@@ -301,8 +302,18 @@ class ChatGlue:
         return len(follows) - len(common) + at if at >= 0 else _find(follows, end)
 
     @staticmethod
-    def _rest_of(end: np.ndarray, sampled: np.ndarray) -> np.ndarray:
+    def _rest_of(end: np.ndarray, sampled: np.ndarray, closed: bool = False) -> np.ndarray:
+        """What of the end marker ``end`` the turn ``sampled`` still lacks: the part after the
+        marker's first tokens that the turn ends with; for a turn ``closed`` by the end-of-sequence
+        token the marker holds past text (Llama 2's `` </s>``: a space, then the EOS), the part
+        after that token. Why: the marker was inserted whole after the sampled EOS, so every later
+        turn was sampled and trained after ``7</s> </s>``, an end written twice that the template
+        never writes and the model never sampled."""
         for k in range(min(len(end), len(sampled)), 0, -1):
             if np.array_equal(sampled[len(sampled) - k:], end[:k]):
                 return end[k:]
+        if closed and len(sampled):
+            hits = np.flatnonzero(end == sampled[-1])
+            if len(hits):
+                return end[int(hits[0]) + 1:]
         return end

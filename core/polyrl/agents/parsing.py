@@ -44,10 +44,11 @@ call the model only drafted while thinking is not run, and a turn whose ``<think
 ``<think>`` (``reasoning_open``: the chat template's generation prompt ends with it). Its
 ``content`` keeps the reasoning.
 
-``fmt="auto"`` recognises each form by its markers. Markers that are special tokens
-(``<|python_tag|>``, ``[TOOL_CALLS]``, ``[ARGS]``) only appear in text decoded with special
-tokens kept. Nothing here raises on model output: a malformed call (bad JSON, no name, arguments
-that are not an object) is an entry of ``errors`` that the episode shows to the model.
+``fmt="auto"`` recognises each form by its markers (``polyrl.call_markers``). Markers that are
+special tokens (``<|python_tag|>``, ``[TOOL_CALLS]``, ``[ARGS]``, Phi-4-mini's ``<|tool_call|>``)
+stay in a completion's text: the backends' decoder keeps them (``completion_decoder``). Nothing
+here raises on model output: a malformed call (bad JSON, no name, arguments that are not an object)
+is an entry of ``errors`` that the episode shows to the model.
 """
 
 from __future__ import annotations
@@ -60,14 +61,15 @@ from typing import Any
 import attrs
 
 from polyrl.agents.tools import ToolCall, clean_text, quoted
+from polyrl.call_markers import MISTRAL_ARGS, MISTRAL_CALLS, PYTHON_TAG
 from polyrl.reasoning import final_part
 
 FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4", "json")
 
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_PYTHON_TAG = "<|python_tag|>"
-_MISTRAL = "[TOOL_CALLS]"
-_MISTRAL_ARGS = "[ARGS]"
+_PYTHON_TAG = PYTHON_TAG
+_MISTRAL = MISTRAL_CALLS
+_MISTRAL_ARGS = MISTRAL_ARGS
 _PHI4_TAG = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|\Z)", re.DOTALL)
 _FUNCTOOLS = "functools["
 _MAX_SHOWN = 120  # characters of a malformed call quoted back to the model

@@ -239,7 +239,8 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                            tools_prompt_format="json" if env.tool_format == "json" else "hermes",
                            env_timeout_s=env.env_timeout_s, environment_name=env.name,
                            tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
-                           tool_format=env.tool_format, model_name=config.model.path, probe=probe)
+                           tool_format=env.tool_format, model_name=config.model.path, probe=probe,
+                           eos_ids=_eos_ids([gen_engine, train_engine]))
     # how the template shows a tool's result (an environment's tool messages too): decided (or refused) now
     runner.check_tool_results(plan.toolbox.schemas if plan.toolbox is not None else [])
     if runner.tool_results_role == "user":
@@ -247,6 +248,16 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                  "'tool' messages) go back to the model as one 'user' message per turn, each between "
                  "<tool_response> tags", reason=runner.tool_results_reason, model=config.model.path)
     return runner
+
+
+def _eos_ids(engines: Sequence[Engine]) -> frozenset[int]:
+    """The end-of-sequence ids of the first engine that names them (the generator's; the remote
+    backend names none, and the train engine's tokenizer renders its episodes)."""
+    for engine in engines:
+        ids = getattr(getattr(engine, "raw", None), "eos_ids", None)
+        if ids:
+            return frozenset(int(i) for i in ids)
+    return frozenset()
 
 
 def untrainable(completions: Sequence[Any]) -> np.ndarray:

@@ -6,7 +6,13 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from polyrl.call_markers import CALL_MARKERS
 from polyrl.reasoning import THINK_CLOSE, THINK_OPEN
+
+#: tags a completion's text keeps when they are special tokens: the reasoning's (the rewards and the
+#: tool-call parser read the answer after ``</think>``) and the tool-call markers (the parser finds
+#: calls by them: Mistral's ``[TOOL_CALLS]``, Phi-4-mini's ``<|tool_call|>`` are special tokens)
+KEPT_TAGS = (THINK_OPEN, THINK_CLOSE, *CALL_MARKERS)
 
 
 def pad_token_id(tokenizer: Any) -> int:
@@ -37,12 +43,12 @@ def given_a_start(tokenizer: Any, ids: Any) -> list[int]:
 
 
 def special_tag_ids(tokenizer: Any) -> frozenset[int]:
-    """The ids of ``<think>`` / ``</think>`` that are special tokens of this (Hugging Face) tokenizer,
-    which ``decode(..., skip_special_tokens=True)`` would drop; empty when they are plain tokens,
-    are not one token, or the tokenizer says nothing about them."""
+    """The ids of ``KEPT_TAGS`` (``<think>`` / ``</think>``, the tool-call markers) that are special
+    tokens of this (Hugging Face) tokenizer, which ``decode(..., skip_special_tokens=True)`` would
+    drop; empty when they are plain tokens, are not one token, or the tokenizer says nothing of them."""
     skipped = _skipped_ids(tokenizer)
     found: set[int] = set()
-    for tag in (THINK_OPEN, THINK_CLOSE):
+    for tag in KEPT_TAGS:
         try:
             tag_id = tokenizer.convert_tokens_to_ids(tag)
         except Exception:  # noqa: BLE001 - a tokenizer without the lookup: nothing to keep
@@ -64,8 +70,9 @@ def _skipped_ids(tokenizer: Any) -> frozenset[int]:
 
 def completion_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
     """``decode(ids)`` for completion text: the tokenizer's ``skip_special_tokens`` decode, except
-    that special ``<think>`` / ``</think>`` tokens stay in the text (``final_part`` reads them). The
-    other special tokens are dropped before a plain decode, as ``skip_special_tokens`` drops them."""
+    that special ``KEPT_TAGS`` tokens stay in the text (``final_part`` reads the reasoning's, the
+    tool-call parser the calls'). The other special tokens are dropped before a plain decode, as
+    ``skip_special_tokens`` drops them."""
     tags = special_tag_ids(tokenizer)
     if not tags:
         return lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=True))
@@ -80,7 +87,8 @@ class CompletionDecoding:
     tokenizer: Any
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` kept."""
+        """Completion text: special tokens dropped, a special ``<think>`` / ``</think>`` or tool-call
+        marker kept."""
         return self._decode(ids)
 
     @functools.cached_property
