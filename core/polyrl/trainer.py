@@ -80,7 +80,7 @@ from polyrl.rewards.guard import RewardCancelled
 from polyrl.rank_fingerprint import check_same, fingerprint, model_files, reward_code, reward_files
 from polyrl.reasoning import closes_reasoning, opens_reasoning, think_suffix
 from polyrl.reward_agreement import agreed_reward_failure, reward_outcome
-from polyrl.rewards.trl_compat import TrainerState, shadowed_log_metrics
+from polyrl.rewards.trl_compat import TrainerState, shadowed_eval_log_metrics, shadowed_log_metrics
 from polyrl.sandbox_hidden import hide_from_samples
 from polyrl.rollouts import Rollout, RolloutAhead
 from polyrl.run_observer import CANCEL_EVALUATION, RunObserver, StepAsk, checkpoint_due
@@ -1328,6 +1328,19 @@ class Trainer:
                         "(TRL's log may replace the run's value with it or average the two)", step=self.step + 1,
                         fix=f"give the metric a name of its own, e.g. log_metric({(rewards[0] if rewards else 'my') + '/' + name!r}, ...)")
 
+    def _warn_shadowed_eval_log_metrics(self, evaluated: Mapping[str, Any]) -> None:
+        """``_warn_shadowed_log_metrics`` for an evaluation's names (``shadowed_eval_log_metrics``):
+        once a run for each ``eval_<name>`` whose entry keeps the run's own value (``eval_runtime``)."""
+        for name in shadowed_eval_log_metrics(evaluated, self.trl_names):
+            key = f"eval_{name}"
+            if key in self._shadowed_told:
+                continue
+            self._shadowed_told.add(key)
+            log.warning(f"a reward called log_metric({name!r}, ...) in an evaluation, where {key!r} is a key the "
+                        f"evaluation logs itself: its log_history entry keeps the run's own value, the reward's is "
+                        f"under {eval_log_metrics.PREFIX + name!r} in polyrl's metrics", step=self.step,
+                        fix=f"give the metric a name of its own, e.g. log_metric({'my/' + name!r}, ...)")
+
     def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
                             scored: Any) -> list[tuple[int, int, dict[str, Any]]]:
         """This rank's part of the step's completions log: (one-process position, index here,
@@ -1462,7 +1475,11 @@ class Trainer:
         out["eval/seconds"] = round(seconds, 4)
         if ev.loss_batch:  # TRL's eval batches, counted as transformers counts its speed's steps
             out["eval/batches"] = math.ceil(len(everything) / ev.loss_batch)
-        return {**out, **loss_metrics}
+        out.update(loss_metrics)
+        if self.rank == 0:
+            self._warn_shadowed_eval_log_metrics(out)
+            self.tracking.hold_evaluation([r for r in records if not r["greedy"]] or records, self.step)
+        return out
 
     def _eval_batch_metrics(self, scores: np.ndarray, parts: Mapping[str, np.ndarray], lengths: np.ndarray,
                             cut: np.ndarray) -> dict[str, float]:

@@ -676,7 +676,7 @@ class GRPOTrainer:
                 started = time.monotonic()
                 ours = trainer.evaluate("after" if self.summary is not None else "before")
                 seconds = time.monotonic() - started
-                names = trainer.trl_names
+                names, tracking = trainer.trl_names, trainer.tracking
                 del trainer
                 gc.collect()  # the rest of it (its engines are kept for the next set and call)
             metrics = trl_metrics({**ours, "num_tokens": self.state.num_input_tokens_seen}, prefix, len(rows),
@@ -686,6 +686,7 @@ class GRPOTrainer:
                 self._callbacks.evaluate_called(metrics)
             else:
                 self.state.log_history.append({**metrics, "step": self.state.global_step})
+            tracking.show_evaluation()  # its completions after its entry, as TRL's log prints them
             out.update(metrics)
         return out
 

@@ -820,7 +820,11 @@ class TrlCallbacks:
             raise failed
 
     def _evaluation(self, metrics: dict[str, Any]) -> None:
+        """An evaluation's entry logged, then its completions printed where ``log_completions``
+        asks (``RunTracking.show_evaluation``), as TRL's ``log`` prints them after that entry."""
         self._log(metrics)
+        if self._tracking is not None:
+            self._tracking.show_evaluation()
         self.event("on_evaluate", metrics={**metrics, "epoch": self.state.epoch})
 
     def _asked(self, epoch: bool = False) -> StepAsk:

@@ -40,6 +40,26 @@ def follow(tracking: Any, args: Any, *, logs_at: Callable[[Mapping[str, Any]], b
             show(records, step)
 
     tracking.show_completions = show_all if shows else None
+    tracking.show_eval_completions = eval_printer(args)
+
+
+def eval_printer(args: Any) -> Printer | None:
+    """The console table TRL prints after an evaluation (``printer``), or None: TRL's ``log`` then
+    draws its ``_logs``, which the evaluation's batches filled, its latest ``generation_batch_size``
+    completions (a deque of that length), ``num_completions_to_print`` of them. polyrl prints the
+    evaluation's records (``eval_completions.jsonl``'s), the latest ``generation_batch_size``; TRL's
+    Advantage column (each eval group's normalized rewards, which TRL computes in eval too) is left
+    out, as polyrl's evaluation computes none (``print_records``)."""
+    show = printer(args)
+    if show is None:
+        return None
+    size = getattr(args, "generation_batch_size", None)
+    latest = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+    def show_latest(records: Sequence[Mapping[str, Any]], global_step: int) -> None:
+        show(records[-latest:] if latest is not None else records, global_step)
+
+    return show_latest
 
 
 def parquet_writer(args: Any, tracking: Any, file_scale: int = 1) -> Printer | None:
@@ -133,13 +153,15 @@ def print_records(records: Sequence[Mapping[str, Any]], global_step: int, count:
     """``records`` (``polyrl.tracking.completions``) as TRL's console table: prompt, completion, each
     reward's score, the advantage and the ``log_extra`` columns; ``count`` of them drawn as TRL draws.
     A chat prompt's completion goes as TRL's one assistant message (``_as_trl_completion``), which TRL
-    draws under an ASSISTANT heading, as the parquet table holds it."""
+    draws under an ASSISTANT heading, as the parquet table holds it. Records without an advantage
+    (an evaluation's: ``eval_printer``) draw no Advantage column, as TRL draws none given None."""
     from trl.trainer.utils import print_prompt_completions_sample
 
     rewards, extra, advantages = _columns(records)
     print_prompt_completions_sample([r["prompt"] for r in records],
                                     [_as_trl_completion(r["prompt"], r["completion"]) for r in records], rewards,
-                                    advantages, global_step, count, extra=extra)
+                                    advantages if any("advantage" in r for r in records) else None,
+                                    global_step, count, extra=extra)
 
 
 def _score(value: Any) -> float:

@@ -252,6 +252,18 @@ def shadowed_log_metrics(metrics: Mapping[str, Any], names: Mapping[str, str] | 
                                                        if k.startswith(LOG_METRIC_PREFIX)) if name in own}
 
 
+def shadowed_eval_log_metrics(metrics: Mapping[str, Any], names: Mapping[str, str] | None = None) -> list[str]:
+    """Each ``log_metric(name, ...)`` name of an evaluation's ``metrics`` (``eval/log_metric/<name>``)
+    whose ``eval_<name>`` is a key the evaluation logs itself (``eval_runtime``, ``eval_reward``,
+    ``eval_loss``...: ``step_metrics.trl_eval_names``), which keeps the run's value there. Why: a name
+    clashing only there (``runtime``) lost the reward's value with no word, where a training clash warns."""
+    from polyrl.eval_log_metrics import PREFIX
+    from polyrl.step_metrics import trl_eval_names
+
+    own = trl_eval_names({k: v for k, v in metrics.items() if not k.startswith(PREFIX)}, names)
+    return [key[len(PREFIX):] for key in metrics if key.startswith(PREFIX) and f"eval_{key[len(PREFIX):]}" in own]
+
+
 def _renamed(key: str, names: Mapping[str, str]) -> bool:
     """Whether ``key`` is ``rewards/<label>/...`` for a label TRL names otherwise (a line written
     without ``names``): left out, as TRL logs no such key."""

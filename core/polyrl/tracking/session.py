@@ -143,6 +143,9 @@ class RunTracking:
     #: called with the records and the trackers' step with each log's table too: a TRL run's console
     #: table and parquet file (``polyrl.trl_completions``), as TRL prints and writes one with each log
     show_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
+    #: called with an evaluation's records and the trackers' step (``show_evaluation``): a TRL run's
+    #: console table, as TRL's ``log`` prints its latest completions after an evaluation too
+    show_eval_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
     #: TRL's ``log_unique_prompts``: a log's table keeps each prompt's first record only (the console's
     #: all of them, as TRL prints them)
     unique_prompts: bool = False
@@ -162,6 +165,8 @@ class RunTracking:
     _pending: list[dict[str, Any]] = attrs.field(factory=list)
     #: the last step's records, for the trackers' next log (``window_logs``: ``publish_log``; ``table_at``)
     _latest: list[dict[str, Any]] = attrs.field(factory=list)
+    #: the latest evaluation's records and step, until its log prints them (``hold_evaluation``)
+    _evaluated: tuple[list[dict[str, Any]], int] | None = None
     #: records whose write to completions.jsonl failed, by step, written before the next step's
     _unwritten: dict[int, list[dict[str, Any]]] = attrs.field(factory=dict)
     _not_numbers: set[str] = attrs.field(factory=set)  # metric keys already warned about
@@ -322,6 +327,23 @@ class RunTracking:
         records = clog.first_per_prompt(self._latest) if self.unique_prompts else self._latest
         for name in list(self.trackers):
             self._call(name, "log_completions", records, step * self.step_scale)
+
+    def hold_evaluation(self, records: Sequence[dict[str, Any]], step: int) -> None:
+        """An evaluation's ``records`` (on the writing rank) for ``show_evaluation``, at ``step``: a
+        TRL script's run (``window_logs``) prints them after the evaluation's log, as TRL's ``log``
+        prints its table after an evaluation's entry, the training log before it at the same step;
+        any other run at once. Why: polyrl kept them in ``eval_completions.jsonl`` only."""
+        if not self.writer or not records or self.show_eval_completions is None:
+            return
+        self._evaluated = (list(records), step)
+        if not self.window_logs:
+            self.show_evaluation()
+
+    def show_evaluation(self) -> None:
+        """The evaluation records held (``hold_evaluation``) to ``show_eval_completions``, once."""
+        if self._evaluated is not None and self.show_eval_completions is not None:
+            (records, step), self._evaluated = self._evaluated, None
+            self.show_eval_completions(records, step * self.step_scale)
 
     def publish_at(self, metrics: Mapping[str, Any], step: int) -> None:
         """Numbers outside a step's line to the trackers, at ``step``: an evaluation before or
