@@ -61,6 +61,15 @@ def _queued(scheduler, count):
         time.sleep(0.005)
 
 
+def _loads_waiting(scheduler, count):
+    """Wait until ``count`` weight loads are in line (a starved loader thread may take a while to
+    hand its load in; a fixed sleep then let the next request in ahead of it)."""
+    deadline = time.monotonic() + BOUND_S
+    while scheduler.loads_waiting() < count and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert scheduler.loads_waiting() >= count, "the weight load never got in line"
+
+
 def _running(key: str, sampling: SamplingParams, max_batch_size: int = 4,
              max_queue: int = 8) -> tuple[RecordingEngine, FairScheduler, dict[str, object], list[threading.Thread]]:
     """A scheduler whose held engine is generating the first unit of request ``key`` (its one
@@ -138,7 +147,7 @@ def test_a_failing_batch_fails_only_its_requests_and_weight_loads_go_first():
     loaded = []
     loader = threading.Thread(target=lambda: loaded.append(scheduler.run_exclusive(lambda: len(engine.calls))))
     loader.start()
-    time.sleep(0.05)
+    _loads_waiting(scheduler, 1)
     engine.release.set()
     for t in [*threads, loader]:
         t.join(BOUND_S)
@@ -168,7 +177,7 @@ def test_a_weight_load_never_lands_inside_a_request():
     loader = threading.Thread(target=lambda: out.update(load=scheduler.run_exclusive(
         lambda: [p for p, _ in engine.calls])))
     loader.start()
-    time.sleep(0.05)
+    _loads_waiting(scheduler, 1)
     threads.append(_submit(scheduler, ["later"], SamplingParams(), out, "later"))
     _queued(scheduler, 2)
     engine.release.set()
@@ -192,7 +201,7 @@ def test_each_request_is_tagged_with_the_weights_all_its_units_ran_on():
     assert engine.entered.wait(BOUND_S)
     loader = threading.Thread(target=lambda: scheduler.run_exclusive(lambda: version.update(now=1)))
     loader.start()
-    time.sleep(0.05)
+    _loads_waiting(scheduler, 1)
     threads.append(submit("later", "later", 1))
     _queued(scheduler, 2)
     engine.release.set()
@@ -216,7 +225,7 @@ def test_closing_finishes_the_running_batch_and_refuses_the_rest_at_once():
 
     loader = threading.Thread(target=load)
     loader.start()
-    time.sleep(0.05)
+    _loads_waiting(scheduler, 1)
     scheduler.close()
     for waiting in (threads[1], threads[2], loader):
         waiting.join(BOUND_S)

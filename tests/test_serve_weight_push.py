@@ -113,6 +113,7 @@ def test_every_reply_names_the_weights_that_generated_it_while_pushes_race_with_
     """8 clients generate while weights A and B are pushed in turn: every reply's weights_version is
     the push whose weights generated all of its completions (the greedy ids of A or of B)."""
     import threading
+    import time
 
     rng = np.random.default_rng(1)
     save_file(original, str(tmp_path / "A.safetensors"))
@@ -144,7 +145,13 @@ def test_every_reply_names_the_weights_that_generated_it_while_pushes_race_with_
         t.start()
     for i in range(6):
         name = "AB"[i % 2]
-        which[push(server, tmp_path / f"{name}.safetensors").json()["version"]] = name
+        version = push(server, tmp_path / f"{name}.safetensors").json()["version"]
+        which[version] = name
+        # the next push once a client was answered from this one: pushed back to back, the six
+        # could all land before a starved client's first reply (every reply then on one version)
+        deadline = time.monotonic() + 60
+        while all(v != version for v, _ in list(replies)) and time.monotonic() < deadline:
+            time.sleep(0.01)
     stop.set()
     for t in threads:
         t.join()

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 SCRIPT = textwrap.dedent("""
-    import os, signal, sys, time, types
+    import os, signal, sys, threading, time, types
 
     import structlog
     from structlog._output import _get_lock_for_file
@@ -32,7 +32,11 @@ SCRIPT = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)  # the handler runs here
             print("handler returned", fake.stop_requested, flush=True)
-        time.sleep(0.5)  # the deferred line is written once the lock is free
+    # the deferred line is written once the lock is free, by a short thread: wait for it to end (a
+    # fixed 0.5 s was outlived by a starved thread, and the process exited without the line)
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread():
+            thread.join(30)
 """)
 
 

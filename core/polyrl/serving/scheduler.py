@@ -110,6 +110,12 @@ class FairScheduler:
         with self._cond:
             return self._pending
 
+    def loads_waiting(self) -> int:
+        """Weight loads (``run_exclusive``) handed in and not yet run: lets a caller know that a
+        load is in line before it sends what must come after it."""
+        with self._cond:
+            return len(self._actions)
+
     def submit(self, prompts: list[Prompt], sampling: SamplingParams) -> list[Completion]:
         """The completions (``sampling.n`` per prompt, in prompt order); 503 when the queue is full."""
         return self.submit_tagged(prompts, sampling)[0]
