@@ -61,16 +61,13 @@ from typing import Any
 import attrs
 
 from polyrl.agents.tools import ToolCall, clean_text, quoted
-from polyrl.call_markers import MISTRAL_ARGS, MISTRAL_CALLS, PYTHON_TAG
+from polyrl.call_markers import HERMES_CLOSE, HERMES_OPEN, MISTRAL_ARGS, MISTRAL_CALLS, PHI4_CLOSE, PHI4_OPEN, PYTHON_TAG
 from polyrl.reasoning import final_part
 
 FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4", "json")
 
-_HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_PYTHON_TAG = PYTHON_TAG
-_MISTRAL = MISTRAL_CALLS
-_MISTRAL_ARGS = MISTRAL_ARGS
-_PHI4_TAG = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|\Z)", re.DOTALL)
+_HERMES = re.compile(rf"{re.escape(HERMES_OPEN)}(.*?)(?:{re.escape(HERMES_CLOSE)}|\Z)", re.DOTALL)
+_PHI4_TAG = re.compile(rf"{re.escape(PHI4_OPEN)}(.*?)(?:{re.escape(PHI4_CLOSE)}|\Z)", re.DOTALL)
 _FUNCTOOLS = "functools["
 _MAX_SHOWN = 120  # characters of a malformed call quoted back to the model
 MAX_DEPTH = 32  # nesting of a call's JSON; deeper is malformed (templates and checks recurse on it)
@@ -229,7 +226,7 @@ def _hermes(text: str) -> ParsedTurn:
     unterminated = False
     for i, match in enumerate(_HERMES.finditer(text)):
         body = match.group(1)
-        closed = match.group(0).endswith("</tool_call>")
+        closed = match.group(0).endswith(HERMES_CLOSE)
         unterminated = unterminated or not closed  # only the last can be: the pattern ends it at \Z
         obj, error = _decode_object(body)
         if error:
@@ -243,8 +240,8 @@ def _hermes(text: str) -> ParsedTurn:
 
 def _llama3(text: str) -> ParsedTurn:
     stripped = text.strip()
-    tagged = stripped.startswith(_PYTHON_TAG)
-    body = stripped[len(_PYTHON_TAG):].strip() if tagged else stripped
+    tagged = stripped.startswith(PYTHON_TAG)
+    body = stripped[len(PYTHON_TAG):].strip() if tagged else stripped
     if not tagged and not body.startswith("{"):
         return ParsedTurn(text.strip())
     obj, error = _decode_object(body)
@@ -281,10 +278,10 @@ def _json_call(text: str) -> ParsedTurn:
 
 
 def _mistral(text: str) -> ParsedTurn:
-    head, _, rest = text.partition(_MISTRAL)
+    head, _, rest = text.partition(MISTRAL_CALLS)
     calls: list[ToolCall] = []
     errors: list[str] = []
-    chunks = [c for c in rest.split(_MISTRAL) if c.strip()]
+    chunks = [c for c in rest.split(MISTRAL_CALLS) if c.strip()]
     for chunk in chunks:
         chunk = chunk.strip()
         if chunk.startswith("["):  # [TOOL_CALLS][{...}, {...}]
@@ -297,8 +294,8 @@ def _mistral(text: str) -> ParsedTurn:
             for item in obj:
                 call, error = _to_call(item, len(calls) + len(errors), json.dumps(item), ("arguments", "parameters"))
                 _collect(call, error, calls, errors)
-        elif _MISTRAL_ARGS in chunk:  # [TOOL_CALLS]name[ARGS]{...}
-            name, _, raw = chunk.partition(_MISTRAL_ARGS)
+        elif MISTRAL_ARGS in chunk:  # [TOOL_CALLS]name[ARGS]{...}
+            name, _, raw = chunk.partition(MISTRAL_ARGS)
             args, error = _decode_object(raw)
             if error:
                 errors.append(f"arguments of tool call {quoted(name.strip())}: {error}")
@@ -310,7 +307,7 @@ def _mistral(text: str) -> ParsedTurn:
             call, error2 = (None, error) if error else _to_call(obj, len(calls) + len(errors), chunk, ("arguments", "parameters"))
             (calls.append(call) if call else errors.append(error2 or "malformed tool call"))
     if not chunks:
-        errors.append(f"{_MISTRAL} is followed by no call")
+        errors.append(f"{MISTRAL_CALLS} is followed by no call")
     return ParsedTurn(head.strip(), calls, errors)
 
 
@@ -364,11 +361,11 @@ def parse_tool_calls(text: str, fmt: str = "auto", reasoning_open: bool = False)
 
 def _parse_answer(text: str, fmt: str) -> ParsedTurn:
     """``parse_tool_calls`` on a turn's answer (no reasoning left in it)."""
-    if fmt == "hermes" or (fmt == "auto" and "<tool_call>" in text):
+    if fmt == "hermes" or (fmt == "auto" and HERMES_OPEN in text):
         return _hermes(text)
-    if fmt == "mistral" or (fmt == "auto" and _MISTRAL in text):
-        return _mistral(text) if _MISTRAL in text else ParsedTurn(text.strip())
-    if fmt == "phi4" or (fmt == "auto" and ("<|tool_call|>" in text or _FUNCTOOLS in text)):
+    if fmt == "mistral" or (fmt == "auto" and MISTRAL_CALLS in text):
+        return _mistral(text) if MISTRAL_CALLS in text else ParsedTurn(text.strip())
+    if fmt == "phi4" or (fmt == "auto" and (PHI4_OPEN in text or _FUNCTOOLS in text)):
         return _phi4(text)
     if fmt == "json":
         return _json_call(text)
