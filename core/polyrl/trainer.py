@@ -1319,27 +1319,30 @@ class Trainer:
         if self.rank != 0:
             return
         for name, rewards in shadowed_log_metrics(metrics, self.trl_names).items():
-            if name in self._shadowed_told:
-                continue
-            self._shadowed_told.add(name)
             by = "reward " + ", ".join(repr(r) for r in rewards) if rewards else "a reward"
-            log.warning(f"{by} called log_metric({name!r}, ...), a name the run logs itself: log_history's {name!r} "
-                        f"keeps the run's own value, the reward's is under {step_gather.LOG_METRIC_PREFIX + name!r} "
-                        "(TRL's log may replace the run's value with it or average the two)", step=self.step + 1,
-                        fix=f"give the metric a name of its own, e.g. log_metric({(rewards[0] if rewards else 'my') + '/' + name!r}, ...)")
+            self._warn_shadowed_once(
+                name, f"{by} called log_metric({name!r}, ...), a name the run logs itself: log_history's {name!r} "
+                f"keeps the run's own value, the reward's is under {step_gather.LOG_METRIC_PREFIX + name!r} "
+                "(TRL's log may replace the run's value with it or average the two)", step=self.step + 1,
+                fix=f"give the metric a name of its own, e.g. log_metric({(rewards[0] if rewards else 'my') + '/' + name!r}, ...)")
 
     def _warn_shadowed_eval_log_metrics(self, evaluated: Mapping[str, Any]) -> None:
         """``_warn_shadowed_log_metrics`` for an evaluation's names (``shadowed_eval_log_metrics``):
         once a run for each ``eval_<name>`` whose entry keeps the run's own value (``eval_runtime``)."""
         for name in shadowed_eval_log_metrics(evaluated, self.trl_names):
             key = f"eval_{name}"
-            if key in self._shadowed_told:
-                continue
-            self._shadowed_told.add(key)
-            log.warning(f"a reward called log_metric({name!r}, ...) in an evaluation, where {key!r} is a key the "
-                        f"evaluation logs itself: its log_history entry keeps the run's own value, the reward's is "
-                        f"under {eval_log_metrics.PREFIX + name!r} in polyrl's metrics", step=self.step,
-                        fix=f"give the metric a name of its own, e.g. log_metric({'my/' + name!r}, ...)")
+            self._warn_shadowed_once(
+                key, f"a reward called log_metric({name!r}, ...) in an evaluation, where {key!r} is a key the "
+                f"evaluation logs itself: its log_history entry keeps the run's own value, the reward's is "
+                f"under {eval_log_metrics.PREFIX + name!r} in polyrl's metrics", step=self.step,
+                fix=f"give the metric a name of its own, e.g. log_metric({'my/' + name!r}, ...)")
+
+    def _warn_shadowed_once(self, key: str, message: str, *, step: int, fix: str) -> None:
+        """The shadowed-name warning, once a run for each log_history key: a reward logs every step."""
+        if key in self._shadowed_told:
+            return
+        self._shadowed_told.add(key)
+        log.warning(message, step=step, fix=fix)
 
     def _sample_completions(self, rows: list[dict[str, Any]], completions: list[Completion],
                             scored: Any) -> list[tuple[int, int, dict[str, Any]]]:
