@@ -464,3 +464,47 @@ def test_a_sample_takes_no_queued_signals_from_the_trainers_uid(isolation):
         time.sleep(0.2)
     sample.join()
     assert scores == [1.0] and refused == {0}, (scores, refused)
+
+
+#: Tries to make its real uid root again past the audit hook (raw setuid calls, each asking for
+#: uid 0), then starts up to ``cap`` threads with small stacks, each waiting on one event; returns
+#: how many started.
+ROOT_THREADS = (
+    "import ctypes, threading\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def back_to_root(numbers):\n"
+    "    out = {}\n"
+    "    for name, nr in numbers.items():\n"
+    "        out[name] = (libc.syscall(nr, 0, 0, 0), ctypes.get_errno())\n"
+    "    return out\n"
+    "def threads(cap):\n"
+    "    threading.stack_size(32768)\n"
+    "    stop, started = threading.Event(), 0\n"
+    "    try:\n"
+    "        for _ in range(cap):\n"
+    "            threading.Thread(target=stop.wait, daemon=True).start()\n"
+    "            started += 1\n"
+    "    except RuntimeError:\n"
+    "        pass\n"
+    "    stop.set()\n"
+    "    return started\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sample keeps uid 0 only when the trainer is root")
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_root_samples_threads_are_capped_by_max_processes(isolation):
+    """With ``user = "none"`` the sample is uid 0, which RLIMIT_NPROC never binds: a sample started
+    200 threads with 32 KB stacks at ``max_processes = 16`` (600-800 in 512 MB), each a host pid
+    (32768 in all on the machine it was found on) and kernel memory no rlimit counts. Its real uid is now one of the pool's (still euid 0: root's
+    files as before), which the kernel counts, and the filter refuses a setuid call back to 0."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    import errno
+
+    numbers = _syscall_numbers("setuid", "setreuid", "setresuid")
+    refused = {name: (-1, errno.EPERM) for name in numbers}
+    tests = f"assert back_to_root({numbers!r}) == {refused!r}\nassert 0 < threads(200) <= 16\n"
+    assert score(ROOT_THREADS, tests, isolation=isolation, user="none", max_processes=16) == 1.0
+    assert "not enforced" not in isolation_report(isolation=isolation, user="none")["rlimits"]
