@@ -17,6 +17,7 @@ from sandbox_attacks import (
     NOTIFY_GROUPS,
     ORPHANS,
     PIPE_BUFFERS,
+    ROOT_THREADS,
     SOCKET_BUFFERS,
     SOCKET_BUFFERS_WIDE,
     TCP_BUFFERS,
@@ -464,31 +465,6 @@ def test_a_sample_takes_no_queued_signals_from_the_trainers_uid(isolation):
         time.sleep(0.2)
     sample.join()
     assert scores == [1.0] and refused == {0}, (scores, refused)
-
-
-#: Tries to make its real uid root again past the audit hook (raw setuid calls, each asking for
-#: uid 0), then starts up to ``cap`` threads with small stacks, each waiting on one event; returns
-#: how many started.
-ROOT_THREADS = (
-    "import ctypes, threading\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "def back_to_root(numbers):\n"
-    "    out = {}\n"
-    "    for name, nr in numbers.items():\n"
-    "        out[name] = (libc.syscall(nr, 0, 0, 0), ctypes.get_errno())\n"
-    "    return out\n"
-    "def threads(cap):\n"
-    "    threading.stack_size(32768)\n"
-    "    stop, started = threading.Event(), 0\n"
-    "    try:\n"
-    "        for _ in range(cap):\n"
-    "            threading.Thread(target=stop.wait, daemon=True).start()\n"
-    "            started += 1\n"
-    "    except RuntimeError:\n"
-    "        pass\n"
-    "    stop.set()\n"
-    "    return started\n"
-)
 
 
 @needs_bwrap

@@ -836,6 +836,22 @@ def _pooled(cmd: Sequence[str], ids: tuple[int, int] | None, explicit: bool, pyt
     return pool if probe([*cmd, *drop_privileges(pool), python, "-I", "-c", _IDENTITY], expected) is None else None
 
 
+def _real_pooled(prefix: Sequence[str], drop: list[str], explicit: bool, filtered: bool, python: str,
+                 expected: str) -> tuple[list[str], bool]:
+    """(the privilege drop, whether it sets the pool's first uid as the real uid) for a root sample
+    (``ids`` None) at the ``unshare`` level: as ``no_capabilities`` says, only where the seccomp
+    filter is loaded (``filtered``) and the interpreter starts so under ``prefix``."""
+    real = no_capabilities(uids.FIRST)
+    if explicit or not filtered or not real or probe([*prefix, *real, python, "-I", "-c", _IDENTITY], expected):
+        return drop, False
+    return real, True
+
+
+_REAL_REPORT = ("; its real uid is one of its own (from {first}), so max_processes counts its threads (the kernel "
+                "exempts real uid 0), and the seccomp filter keeps it there")
+_UNCOUNTED_REPORT = "; max_processes does not bind it (real uid 0: its threads are bounded by memory_mb only; {why})"
+
+
 def _userns_report(launch: Launch, notes: dict[str, str]) -> str:
     """What the isolation line says of the sample's user namespace."""
     if launch.userns or "--disable-userns" in launch.prefix:
@@ -849,15 +865,13 @@ def _pool_report(launch: Launch, notes: dict[str, str], user: str) -> str:
     if launch.uid_pool and launch.ids is not None:
         return _POOL_REPORT.format(first=uids.FIRST)
     if launch.uid_pool:
-        return user + (f"; its real uid is one of its own (from {uids.FIRST}), so max_processes counts its "
-                       "threads (the kernel exempts real uid 0), and the seccomp filter keeps it there")
+        return user + _REAL_REPORT.format(first=uids.FIRST)
     if launch.ids is not None and os.geteuid() == 0:
         why = f" ({notes['uid']})" if "uid" in notes else ""
         return user + f"; samples at once share this uid's max_processes{why}"
     if launch.ids is None and os.geteuid() == 0:
-        why = notes.get("uid", "no seccomp filter to keep a real uid of the pool's" if launch.seccomp_program is None
-                        else "no setpriv")
-        return user + f"; max_processes does not bind it (real uid 0: its threads are bounded by memory_mb only; {why})"
+        return user + _UNCOUNTED_REPORT.format(why=notes.get("uid", "no seccomp filter to keep a real uid of the "
+                                                             "pool's" if launch.seccomp_program is None else "no setpriv"))
     return user
 
 
@@ -931,9 +945,16 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 base["user"] = user_report
                 why = None
             if why is None:
+                real = False
                 if pool := _pooled(prefix, ids, explicit, python, expected):
                     ids, drop = pool, drop_privileges(pool)
                     base["user"] = _POOL_REPORT.format(first=uids.FIRST)
+                elif os.geteuid() == 0 and ids is None:  # a root sample: its real uid from the pool, with the filter
+                    drop, real = _real_pooled(prefix, drop, explicit, kind != "" and program is not None, python,
+                                              expected)
+                    base["user"] += _REAL_REPORT.format(first=uids.FIRST) if real else _UNCOUNTED_REPORT.format(
+                        why="no seccomp filter to keep a real uid of the pool's" if not kind or program is None
+                        else f"{python} cannot run with such a real uid here")
                 own = ": the sample is the trainer's own uid" if ids is None and os.geteuid() != 0 else ""
                 if kind == "root":
                     filesystem = ("a root of its own (as bubblewrap's): read-only /usr"
@@ -965,7 +986,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "seccomp": seccomp_report if filtered is not None else (
                         f"off: {seccomp_report.removeprefix('off: ') if program is None else f'no setup program ran ({view_note})'}"),
                     "descriptors": "only stdin/stdout/stderr (close_fds)"},
-                    uid_pool=pool is not None)
+                    uid_pool=pool is not None or real)
             reasons.append(f"unshare does not work here ({why})")
         else:
             reasons.append("unshare not found")
