@@ -204,3 +204,28 @@ def run_lingering(box, tests: str) -> tuple:
         for pid in marked():
             os.kill(pid, 9)
     return result, survivors
+
+
+#: Tries to make its real uid root again past the audit hook (raw setuid calls, each asking for
+#: uid 0), then starts up to ``cap`` threads with small stacks, each waiting on one event; returns
+#: how many started.
+ROOT_THREADS = (
+    "import ctypes, threading\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def back_to_root(numbers):\n"
+    "    out = {}\n"
+    "    for name, nr in numbers.items():\n"
+    "        out[name] = (libc.syscall(nr, 0, 0, 0), ctypes.get_errno())\n"
+    "    return out\n"
+    "def threads(cap):\n"
+    "    threading.stack_size(32768)\n"
+    "    stop, started = threading.Event(), 0\n"
+    "    try:\n"
+    "        for _ in range(cap):\n"
+    "            threading.Thread(target=stop.wait, daemon=True).start()\n"
+    "            started += 1\n"
+    "    except RuntimeError:\n"
+    "        pass\n"
+    "    stop.set()\n"
+    "    return started\n"
+)

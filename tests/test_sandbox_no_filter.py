@@ -557,3 +557,25 @@ def test_where_the_kernel_refuses_the_filter_the_unshare_report_says_off_and_why
     assert got["level"] == "unshare", got
     assert got["seccomp"].startswith("off: no setup program ran (") and "seccomp filter: Invalid argument" in \
         got["seccomp"], got
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="a root trainer's bubblewrap level")
+def test_a_root_sample_whose_threads_nothing_caps_is_reported_and_warned_of(monkeypatch):
+    """Without the filter a root sample (``user = "none"``) could set its real uid back to 0, so it
+    keeps real uid 0, which RLIMIT_NPROC never binds: only ``memory_mb`` bounds its threads. The
+    report and a warning say so, never silence (libseccomp's absence stood in for by a filter
+    that is not built)."""
+    from structlog.testing import capture_logs
+
+    from polyrl.sandbox import Sandbox, SandboxLimits, runner, seccomp
+
+    monkeypatch.setattr(seccomp, "compiled_filter", lambda: (None, "off: test: no libseccomp"))
+    monkeypatch.setattr(runner, "_launches", {})
+    with capture_logs() as logs:
+        box = Sandbox(SandboxLimits(timeout_s=20), user="none")
+    if box.level != "bwrap":
+        pytest.skip(f"bubblewrap does not work here: {box.report['isolation']}")
+    assert not box.launch.uid_pool and "(not enforced: root)" in box.report["rlimits"], box.report
+    assert "max_processes does not bind it (real uid 0: its threads are bounded by memory_mb only; no seccomp " \
+           "filter" in box.report["user"], box.report
+    assert any("real uid 0" in entry["event"] and entry["log_level"] == "warning" for entry in logs), logs

@@ -17,6 +17,7 @@ from sandbox_attacks import (
     NOTIFY_GROUPS,
     ORPHANS,
     PIPE_BUFFERS,
+    ROOT_THREADS,
     SOCKET_BUFFERS,
     SOCKET_BUFFERS_WIDE,
     TCP_BUFFERS,
@@ -464,3 +465,22 @@ def test_a_sample_takes_no_queued_signals_from_the_trainers_uid(isolation):
         time.sleep(0.2)
     sample.join()
     assert scores == [1.0] and refused == {0}, (scores, refused)
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sample keeps uid 0 only when the trainer is root")
+@pytest.mark.parametrize("isolation", ["auto", "require"])
+def test_a_root_samples_threads_are_capped_by_max_processes(isolation):
+    """With ``user = "none"`` the sample is uid 0, which RLIMIT_NPROC never binds: a sample started
+    200 threads with 32 KB stacks at ``max_processes = 16`` (600-800 in 512 MB), each a host pid
+    (32768 in all on the machine it was found on) and kernel memory no rlimit counts. Its real uid is now one of the pool's (still euid 0: root's
+    files as before), which the kernel counts, and the filter refuses a setuid call back to 0."""
+    if not _seccomp_on(isolation):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    import errno
+
+    numbers = _syscall_numbers("setuid", "setreuid", "setresuid")
+    refused = {name: (-1, errno.EPERM) for name in numbers}
+    tests = f"assert back_to_root({numbers!r}) == {refused!r}\nassert 0 < threads(200) <= 16\n"
+    assert score(ROOT_THREADS, tests, isolation=isolation, user="none", max_processes=16) == 1.0
+    assert "not enforced" not in isolation_report(isolation=isolation, user="none")["rlimits"]

@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from sandbox_attacks import SOCKET_BUFFERS, SYSV_ATTACK, run_lingering
+from sandbox_attacks import ROOT_THREADS, SOCKET_BUFFERS, SYSV_ATTACK, run_lingering
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -526,6 +526,29 @@ def test_unshare_level_loads_the_seccomp_filter(no_bwrap, fallback, monkeypatch)
         assert line in result.output, result.output
     assert box.launch.seccomp_program is not None and box.report["seccomp"].startswith("on:"), box.report
 
+
+
+@needs_unshare
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sample keeps uid 0 only when the trainer is root")
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_root_samples_threads_are_capped_by_max_processes(no_bwrap, fallback, monkeypatch):
+    """As under bubblewrap (``test_sandbox_redteam``): a root sample (``user = "none"``) has real uid 0,
+    which RLIMIT_NPROC never binds, and started 200 threads at ``max_processes = 16``. With the
+    filter its real uid is one of the pool's (euid 0 still), and it cannot set it back to 0.
+    ``fallback``: the read-only host view."""
+    pyseccomp = pytest.importorskip("pyseccomp")
+    import errno
+
+    if fallback:
+        _no_new_root(monkeypatch)
+    box = _weak_box("none")
+    numbers = {name: pyseccomp.resolve_syscall(pyseccomp.system_arch(), name)
+               for name in ("setuid", "setreuid", "setresuid")}
+    refused = {name: (-1, errno.EPERM) for name in numbers}
+    tests = f"assert back_to_root({numbers!r}) == {refused!r}\nassert 0 < threads(200) <= 16\n"
+    result = box.run(ROOT_THREADS, parse_tests(tests))
+    assert result.status == "ok" and result.passed == [True, True], (result, box.report)
+    assert box.launch.uid_pool and "not enforced" not in box.report["rlimits"], box.report
 
 
 @needs_unshare

@@ -175,7 +175,9 @@ What is NOT isolated, or only partly:
       Without the seccomp filter (off level, or no libseccomp) a sample can fork (the
       audit hook is Python inside it), its processes together hold up to ``max_processes`` x
       ``memory_mb``, and with uid 0 (``user = "none"``, or no pooled uid nor user ``nobody``) RLIMIT_NPROC does
-      not apply, so only the timeout bounds its process count. The OOM killer takes samples
+      not apply, so only the timeout bounds its process count. With the seccomp filter a
+      root sample's real uid is one of the pool's (its euid stays 0), so ``max_processes`` caps its
+      threads; elsewhere only ``memory_mb`` does, and the report and a warning say so. The OOM killer takes samples
       first (without ``choom`` installed the report says so and the trainer may be its choice).
       No option lets a sample start processes (``audit_hook = false`` lifts the Python guard,
       not the filter).

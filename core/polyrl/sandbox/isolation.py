@@ -109,7 +109,8 @@ class Launch:
     #: tmpfs (``tmpfs_wrapper``), or () where it cannot (the tmpfs is then bwrap's own).
     wrapper: tuple[str, ...] = ()
     #: Each sample running at once gets its own uid from ``polyrl.sandbox.uids``, and the gid of the
-    #: same number (``ids`` is the pool's first: ``(uids.FIRST, uids.FIRST)``).
+    #: same number (``ids`` is the pool's first: ``(uids.FIRST, uids.FIRST)``); with ``ids`` None (a
+    #: root sample, ``user = "none"``) the uid is its real uid only (``no_capabilities``).
     uid_pool: bool = False
     #: Between ``oom`` and ``wrapper``: the sample's own user namespace, where no other nests
     #: (``userns_wrapper``: a root trainer's under bubblewrap, every trainer's at ``off``), or ().
@@ -121,8 +122,10 @@ class Launch:
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         suffix = list(self.suffix)
-        if uid is not None and self.ids is not None:
-            swap = {f"--reuid={self.ids[0]}": f"--reuid={uid}", f"--regid={self.ids[1]}": f"--regid={uid}"}
+        if uid is not None:  # ``--ruid``: a root sample's real uid only (``no_capabilities``)
+            swap = {f"--ruid={uids.FIRST}": f"--ruid={uid}"}
+            if self.ids is not None:
+                swap.update({f"--reuid={self.ids[0]}": f"--reuid={uid}", f"--regid={self.ids[1]}": f"--regid={uid}"})
             suffix = [swap.get(arg, arg) for arg in suffix]
         return cmd + suffix + [self.python, *python_args]
 
@@ -432,14 +435,16 @@ def ensure_mount_dir(path: str) -> None:
 
 
 def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_dir: str | None = None,
-                 whole_prefix: bool = False, hide: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+                 whole_prefix: bool = False, hide: Sequence[str] = (),
+                 real_uid: int | None = None) -> tuple[list[str], list[str]]:
     """(bwrap command up to the program, privilege drop to run before the interpreter). With
     ``tmpfs_dir`` (under ``tmpfs_wrapper``) the sample's /tmp is the inode-capped tmpfs mounted
     there, else bwrap's own (size-capped only). The interpreter's folders are bound as
     ``interpreter_binds`` says, or whole with ``whole_prefix`` (where that alone starts it).
     ``hide``: the trainer's folders inside /usr (``host_view.usr_hidden``), under an empty
     read-only tmpfs (the interpreter's folders in them bound back), and the run's dataset files
-    no such folder holds, under /dev/null (bound without devices: it cannot be opened)."""
+    no such folder holds, under /dev/null (bound without devices: it cannot be opened).
+    ``real_uid``: a root sample's (``ids`` None) real uid, as ``no_capabilities`` says."""
     bwrap = shutil.which("bwrap") or "bwrap"
     root = os.geteuid() == 0
     # under the wrapper: its IPC and network namespaces, limits set
@@ -480,6 +485,8 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     if root and ids is not None:
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
         drop = drop_privileges(ids)
+    elif root and real_uid is not None and (drop := no_capabilities(real_uid)):  # setreuid needs CAP_SETUID
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETPCAP"]
     elif root and (drop := no_capabilities()):
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETPCAP"]
     else:
@@ -545,14 +552,22 @@ def drop_privileges(ids: tuple[int, int]) -> list[str]:
             "--bounding-set=-all", "--no-new-privs"]
 
 
-def no_capabilities() -> list[str]:
+def no_capabilities(real_uid: int | None = None) -> list[str]:
     """As root without a user to drop to (user = "none"): exec the sample with an empty bounding
     set, so root's file capabilities give it none (the report says "without capabilities"; at the
-    unshare and off levels it kept every one). Nothing to do for an unprivileged trainer."""
+    unshare and off levels it kept every one). Nothing to do for an unprivileged trainer.
+
+    ``real_uid`` (a pool uid, ``uids``): the sample's real uid, its effective and saved uids staying
+    0 (root's files, as asked). Why: the kernel never applies RLIMIT_NPROC to real uid 0, so
+    ``max_processes`` did not bound a root sample's threads: it started hundreds (each a host pid
+    and kernel memory) and samples at once could empty the host's pids. Only with the seccomp
+    filter, which refuses a setuid call back to uid 0 (the sample holds 0 as its euid, so the
+    kernel would let it)."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:  # without util-linux's setpriv: as before (the report says so)
         return []
-    return [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    ruid = [] if real_uid is None else [f"--ruid={real_uid}"]
+    return [setpriv, *ruid, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
 
 
 def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
@@ -690,6 +705,9 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     if (cannot := bwrap_starts()) is not None:
         return None, cannot, {}
     pool = (uids.FIRST, uids.FIRST) if ids is not None and poolable and os.geteuid() == 0 else None
+    # a root sample's real uid from the pool (``no_capabilities``), only with the filter that keeps it there
+    real = uids.FIRST if ids is None and poolable and os.geteuid() == 0 and program is not None \
+        and no_capabilities() else None
     mount_dir = _mount_dir()
     wrapper = tmpfs_wrapper(disk_mb, mount_dir)
     notes: dict[str, str] = {}
@@ -702,15 +720,17 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
     true = shutil.which("true", path="/usr/bin:/bin") or "true"
     if nest and (refused := probe([*nest, *_start_command(shutil.which("bwrap") or "bwrap"), true])) is not None:
         nest, notes["userns"] = (), refused
-    order = [(i, w, n) for i in ([pool, ids] if pool else [ids]) for n in ((nest, ()) if nest else ((),))
+    users = [(pool, None), (ids, None)] if pool else [(None, real), (None, None)] if real else [(ids, None)]
+    order = [(i, w, n) for i in users for n in ((nest, ()) if nest else ((),))
              for w in ((tuple(wrapper), ()) if wrapper else ((),))]
-    failed: dict[tuple[tuple[int, int] | None, tuple[str, ...]], str] = {}
+    failed: dict[tuple[tuple[tuple[int, int] | None, int | None], tuple[str, ...]], str] = {}
     why: str | None = None
     # each layout binds only the interpreter's bin and lib (``interpreter_binds``) first, its whole folders only where that
     # alone starts it (an unusual layout: then ``notes`` says the sample reads all of them)
-    for try_ids, try_wrapper, try_nest, whole in [(i, w, n, whole) for whole in (False, True) for i, w, n in order]:
+    for try_user, try_wrapper, try_nest, whole in [(i, w, n, whole) for whole in (False, True) for i, w, n in order]:
+        try_ids, try_real = try_user
         prefix, drop = bwrap_prefix(python, try_ids, disk_mb, mount_dir if try_wrapper else None, whole_prefix=whole,
-                                    hide=hide)
+                                    hide=hide, real_uid=try_real)
         fd_args: list[str] = []
         fds: tuple[int, ...] = ()
         r = -1
@@ -726,21 +746,21 @@ def _bwrap_launch(python: str, ids: tuple[int, int] | None, poolable: bool, disk
             if r >= 0:
                 os.close(r)
         if why is not None:
-            failed.setdefault((try_ids, try_wrapper), why)
+            failed.setdefault((try_user, try_wrapper), why)
             continue
         if whole:
             notes["interpreter"] = (f"{', '.join(interpreter_paths(python, hide))} bound whole (with their bin and lib "
-                                    f"only: {failed.get((try_ids, try_wrapper), 'refused')}): samples read all of it")
+                                    f"only: {failed.get((try_user, try_wrapper), 'refused')}): samples read all of it")
         if wrapper and not try_wrapper:
-            notes["inodes"] = failed.get((try_ids, tuple(wrapper)), "the mount was refused")
-        if pool and try_ids != pool:
+            notes["inodes"] = failed.get((try_user, tuple(wrapper)), "the mount was refused")
+        if (pool and try_ids != pool) or (real and try_real is None):
             notes["uid"] = next(iter(failed.values()), "refused")
         if nest and not try_nest:
             notes["userns"] = next(iter(failed.values()), "refused")
         if hide:
             notes["hidden"] = host_view.hidden_text(hide)
-        return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {},
-                      wrapper=try_wrapper, uid_pool=pool is not None and try_ids == pool, userns=try_nest), None, notes
+        return Launch("bwrap", tuple(prefix), tuple(drop), python, True, try_ids, program, {}, wrapper=try_wrapper,
+                      uid_pool=(pool is not None and try_ids == pool) or try_real is not None, userns=try_nest), None, notes
     return None, why, notes
 
 
@@ -816,6 +836,22 @@ def _pooled(cmd: Sequence[str], ids: tuple[int, int] | None, explicit: bool, pyt
     return pool if probe([*cmd, *drop_privileges(pool), python, "-I", "-c", _IDENTITY], expected) is None else None
 
 
+def _real_pooled(prefix: Sequence[str], drop: list[str], explicit: bool, filtered: bool, python: str,
+                 expected: str) -> tuple[list[str], bool]:
+    """(the privilege drop, whether it sets the pool's first uid as the real uid) for a root sample
+    (``ids`` None) at the ``unshare`` level: as ``no_capabilities`` says, only where the seccomp
+    filter is loaded (``filtered``) and the interpreter starts so under ``prefix``."""
+    real = no_capabilities(uids.FIRST)
+    if explicit or not filtered or not real or probe([*prefix, *real, python, "-I", "-c", _IDENTITY], expected):
+        return drop, False
+    return real, True
+
+
+_REAL_REPORT = ("; its real uid is one of its own (from {first}), so max_processes counts its threads (the kernel "
+                "exempts real uid 0), and the seccomp filter keeps it there")
+_UNCOUNTED_REPORT = "; max_processes does not bind it (real uid 0: its threads are bounded by memory_mb only; {why})"
+
+
 def _userns_report(launch: Launch, notes: dict[str, str]) -> str:
     """What the isolation line says of the sample's user namespace."""
     if launch.userns or "--disable-userns" in launch.prefix:
@@ -828,9 +864,14 @@ def _userns_report(launch: Launch, notes: dict[str, str]) -> str:
 def _pool_report(launch: Launch, notes: dict[str, str], user: str) -> str:
     if launch.uid_pool and launch.ids is not None:
         return _POOL_REPORT.format(first=uids.FIRST)
+    if launch.uid_pool:
+        return user + _REAL_REPORT.format(first=uids.FIRST)
     if launch.ids is not None and os.geteuid() == 0:
         why = f" ({notes['uid']})" if "uid" in notes else ""
         return user + f"; samples at once share this uid's max_processes{why}"
+    if launch.ids is None and os.geteuid() == 0:
+        return user + _UNCOUNTED_REPORT.format(why=notes.get("uid", "no seccomp filter to keep a real uid of the "
+                                                             "pool's" if launch.seccomp_program is None else "no setpriv"))
     return user
 
 
@@ -904,9 +945,16 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                 base["user"] = user_report
                 why = None
             if why is None:
+                real = False
                 if pool := _pooled(prefix, ids, explicit, python, expected):
                     ids, drop = pool, drop_privileges(pool)
                     base["user"] = _POOL_REPORT.format(first=uids.FIRST)
+                elif os.geteuid() == 0 and ids is None:  # a root sample: its real uid from the pool, with the filter
+                    drop, real = _real_pooled(prefix, drop, explicit, kind != "" and program is not None, python,
+                                              expected)
+                    base["user"] += _REAL_REPORT.format(first=uids.FIRST) if real else _UNCOUNTED_REPORT.format(
+                        why="no seccomp filter to keep a real uid of the pool's" if not kind or program is None
+                        else f"{python} cannot run with such a real uid here")
                 own = ": the sample is the trainer's own uid" if ids is None and os.geteuid() != 0 else ""
                 if kind == "root":
                     filesystem = ("a root of its own (as bubblewrap's): read-only /usr"
@@ -938,7 +986,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "seccomp": seccomp_report if filtered is not None else (
                         f"off: {seccomp_report.removeprefix('off: ') if program is None else f'no setup program ran ({view_note})'}"),
                     "descriptors": "only stdin/stdout/stderr (close_fds)"},
-                    uid_pool=pool is not None)
+                    uid_pool=pool is not None or real)
             reasons.append(f"unshare does not work here ({why})")
         else:
             reasons.append("unshare not found")

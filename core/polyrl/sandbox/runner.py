@@ -117,8 +117,9 @@ class Sandbox:
         #: what ``launch`` was chosen for, and the run's folders to hide then (``_hide_new_folders``)
         self._choice = (isolation, user, self.python, self.limits.disk_mb)
         self._hidden = sandbox_hidden.state()
+        uncounted = os.geteuid() == 0 and self.launch.ids is None and not self.launch.uid_pool  # real uid 0
         rlimits = "on: CPU, address space, file size, open files, core, POSIX message queues, queued signals; processes " + (
-            "(not enforced: root)" if os.geteuid() == 0 and self.launch.ids is None else "on") + (
+            "(not enforced: root)" if uncounted else "on") + (
             "; out of memory, samples die first (oom_score_adj 1000)" if self.launch.oom
             else "; oom_score_adj: off (no choom), the trainer may be the OOM killer's choice")
         self.report = {**self.launch.report,
@@ -139,6 +140,11 @@ class Sandbox:
             else:
                 self.report["seccomp"] += (f"; memfd filter OFF ({memfd_off}): memfd_create is open, a sample holds "
                                            "up to max_open_files x file_size_mb in memfds, memory no rlimit counts")
+        if uncounted:
+            log.warning("code sandbox: samples run with real uid 0, which max_processes (RLIMIT_NPROC) never binds: "
+                        "a sample's threads are bounded by memory_mb only", user=self.report["user"],
+                        fix="user = \"auto\", or bubblewrap with the seccomp filter (then a root sample's real uid "
+                            "is one of the pool's)")
         if self.launch.level not in STRONG_LEVELS and isolation == "weak":
             log.warning("code sandbox runs without full OS isolation (isolation = \"weak\"): samples may read the "
                         "trainer's files" + ("" if self.launch.private_tmp else " and write its run folder"),

@@ -39,6 +39,13 @@ in 29 loopback TCP connections (``max_open_files = 64``, a host whose ``wmem_max
 send buffer up to ``net.ipv4.tcp_wmem`` (108 MB in those connections) is capped apart, in the
 sample's network namespace (``isolation.TCP_BUFFER_MAX``: 6 MB in them). Pipes alike: ``F_SETPIPE_SZ``
 is refused (``F_SETPIPE_SZ`` below).
+
+Real uid 0: ``setuid``, ``setreuid`` and ``setresuid`` asking for uid 0 fail with EPERM. Why: a root
+trainer's sample with ``user = "none"`` runs with euid 0 (root's files) but a real uid of the pool's
+(``isolation.no_capabilities``), since RLIMIT_NPROC never binds real uid 0 and only that bounds its
+threads; without this rule the sample set its real uid back to 0 (a value it already holds as
+euid) and started threads bounded by ``memory_mb`` alone. No sandboxed process asks for uid 0
+(``setpriv``'s drops, loaded after this filter, ask for the pool's uids).
 """
 
 from __future__ import annotations
@@ -64,6 +71,9 @@ DENIED = (
 )
 #: Kernel calls that start a process, refused with EPERM (``clone`` is refused unless it makes a thread).
 NEW_PROCESS = ("fork", "vfork")
+#: Kernel calls that set the real uid from their first argument, refused when it is 0 (module
+#: docstring); the ``32`` ones exist on 32-bit ABIs only.
+SET_UID = ("setuid", "setreuid", "setresuid", "setuid32", "setreuid32", "setresuid32")
 #: Socket families a sample may create: AF_UNIX, AF_INET, AF_INET6 (per network namespace; not AF_NETLINK).
 ALLOWED_FAMILIES = (1, 2, 10)
 AF_VSOCK = 40
@@ -128,6 +138,11 @@ def _build() -> tuple[bytes | None, str]:
                 rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(1, sc.MASKED_EQ, INT_BITS, F_SETPIPE_SZ))
             except (ValueError, RuntimeError, OSError):
                 pass  # not a call on this architecture
+        for call in SET_UID:
+            try:
+                rules.add_rule(sc.ERRNO(errno.EPERM), call, sc.Arg(0, sc.MASKED_EQ, INT_BITS, 0))
+            except (ValueError, RuntimeError, OSError):
+                pass  # not a call on this architecture
         _refuse_families(sc, rules)
         for level, option in BUFFER_OPTIONS:
             rules.add_rule(sc.ERRNO(0), "setsockopt", sc.Arg(1, sc.MASKED_EQ, INT_BITS, level),
@@ -142,7 +157,7 @@ def _build() -> tuple[bytes | None, str]:
     return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, "
                      "...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), socket families beyond unix/inet/inet6 "
                      "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
-                     "pipe buffer sizes (F_SETPIPE_SZ); new processes refused (fork, vfork, clone "
+                     "pipe buffer sizes (F_SETPIPE_SZ), setuid calls to uid 0; new processes refused (fork, vfork, clone "
                      "without CLONE_THREAD; clone3 ENOSYS): one process, threads only, memory_mb in all")
 
 
