@@ -726,6 +726,19 @@ def test_read_only_output_dir_is_one_error(tiny_model_dir, tmp_path, capfd):
         one_clear_error(result, "Read-only file system", "train.output_dir")
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_lock_path_that_is_no_file_is_one_error_naming_it(tiny_model_dir, tmp_path, capfd, kind):
+    """A folder where ``.polyrl.lock`` goes was "cannot write to output_dir ...: Is a directory. Fix:
+    free space or make it writable": neither the entry nor the cure; a FIFO there took the lock."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".polyrl.lock").mkdir() if kind == "folder" else os.mkfifo(out / ".polyrl.lock")
+    result = train_here(capfd, write_config(tmp_path, tiny_model_dir, out, steps=1))
+    one_clear_error(result, "train.output_dir", f"holds .polyrl.lock, {'a folder' if kind == 'folder' else 'not a regular file'}",
+                    f"Fix: remove '{out / '.polyrl.lock'}'")
+    assert sorted(p.name for p in out.iterdir()) == [".polyrl.lock"]  # nothing else made or moved
+
+
 # --- strict JSON ----------------------------------------------------------------------------------
 
 

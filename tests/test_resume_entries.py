@@ -4,6 +4,7 @@ gloo on the CPU). Each refuses before any engine loads, as one error; a matching
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -88,6 +89,27 @@ def test_the_api_resumes_when_given_resume_and_run(run_copy):
     assert summary["steps"] == 2 and [m["step"] for m in summary["history"]] == [1, 2]
     assert not (out / "previous").exists()  # nothing set aside: it continued
     assert (out / "checkpoints" / "step-00000002").is_dir()
+
+
+def test_what_a_run_shows_may_change_at_resume_and_is_said(run_copy):
+    """The [logging] keys change what is shown, never what is trained (the completions log draws
+    with a seed of its own, a resumed tracker run is a new one): they were refused as "config changed
+    at resume in a way that breaks exact resumption". Now each is applied and said."""
+    from structlog.testing import capture_logs
+
+    config_path, out = run_copy
+    changes = ['logging.step_line="full"', "logging.completions_per_step=1", "logging.tracker_timeout_s=30.0",
+               'logging.run_name="renamed"']
+    config = RunConfig.from_toml(config_path, overrides=["train.steps=2", *changes])
+    with capture_logs() as logs:
+        summary = Trainer(config, resume="").run(progress=False)
+    assert [m["step"] for m in summary["history"]] == [1, 2]
+    said = " ".join(e["event"] for e in logs if "config changed at resume" in e["event"])
+    for change in ["logging.step_line 'short' -> 'full'", "logging.completions_per_step 4 -> 1",
+                   "logging.tracker_timeout_s 60.0 -> 30.0", "logging.run_name None -> 'renamed'"]:
+        assert change in said, said
+    logged = [json.loads(line)["step"] for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert logged.count(1) == 4 and logged.count(2) == 1  # the new count from the resumed step on
 
 
 def _launch(config: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -6,6 +6,8 @@ import asyncio
 import functools
 import math
 import sys
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -624,6 +626,36 @@ def test_the_mixed_bools_warning_is_said_once_per_reward_not_per_step():
             res = computer(["q", "q"], [completion("a"), completion("b")], RewardContext(rows=[{}, {}], wanted=("mixed",), step=step))
             np.testing.assert_array_equal(res.per_reward["mixed"], [1.0, 0.5])
     assert sum("mix of bools" in e["event"] for e in logs) == 1
+
+
+@pytest.mark.parametrize("scores", [
+    [Decimal("0.25"), Decimal("1.5"), Decimal("-2")],
+    [Fraction(1, 3), Fraction(2, 1), Fraction(-1, 4)],
+    [Decimal("0.5"), Decimal("NaN"), Fraction(1, 2)],
+], ids=["decimal", "fraction", "decimal-nan"])
+def test_exact_numbers_are_scores_as_trl_reads_them(scores):
+    """A reward computing exactly (``Decimal``, ``Fraction``) trains under TRL, whose
+    ``torch.tensor(scores, dtype=float32)`` reads them through ``float()`` (a Decimal NaN as its
+    None); polyrl refused them as "(a Decimal, not a number)" and stopped the run."""
+    torch = pytest.importorskip("torch")
+
+    def exact(prompts, completions, **kw):
+        return scores
+
+    got = score([("exact", 1.0, {})], ["a", "b", "c"], extra=[function_reward_plugin(exact)]).per_reward["exact"]
+    trl = torch.tensor(scores, dtype=torch.float32).double().numpy()
+    np.testing.assert_allclose(got, trl, rtol=1e-7)  # float32 there, float64 here
+    assert np.isnan(got).tolist() == np.isnan(trl).tolist()
+
+
+@pytest.mark.parametrize(("bad", "said"), [(Decimal("Infinity"), r"Decimal\('Infinity'\) for sample 1\. Fix"),
+                                           (1 + 2j, r"\(1\+2j\) for sample 1 \(a complex, not a real number\)")])
+def test_an_infinite_decimal_or_a_complex_score_is_still_refused(bad, said):
+    def odd(prompts, completions, **kw):
+        return [1.0, bad]
+
+    with pytest.raises(RewardError, match=rf"reward 'odd' .*returned {said}"):
+        score([("odd", 1.0, {})], ["a", "b"], extra=[function_reward_plugin(odd)])
 
 
 @pytest.mark.parametrize(("bad", "shown"), [("3x", "'3x'"), (b"1", "b'1'"), ([0.5], r"\[0.5\]")])

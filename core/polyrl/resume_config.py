@@ -35,6 +35,10 @@ APPLIED = (
     # calls, TRL's eval batches: a reward scoring each completion on its own scores them the same)
     "eval.loss", "eval.loss_batch",
     "generation.overlap",  # a pending rollout is trained on (overlap) or drawn again on-policy
+    # what is shown and where, never what is trained: the step line, the completions log (drawn with a
+    # seed of its own), the trackers (a resumed run's tracker run is a new one, named apart). Refused
+    # as "breaks exact resumption", a tracker forgotten at the start could not be added at resume.
+    "logging",
 )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,7 @@ class OutputDirLock:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _refuse_other_kind(self.path)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise unwritable(self.path.parent, exc) from None
@@ -84,6 +86,22 @@ class OutputDirLock:
             fcntl.flock(held[0], fcntl.LOCK_UN)
             os.close(held[0])
         self._key = None
+
+
+def _refuse_other_kind(path: Path) -> None:
+    """A lock path that is no regular file (a folder, a FIFO, a socket) is one error naming it. Why:
+    a folder there was "cannot write to output_dir ...: Is a directory. Fix: free space or make it
+    writable", naming neither the entry nor what to do; a FIFO took the lock without a word."""
+    try:
+        kind = os.stat(path).st_mode
+    except FileNotFoundError:  # no lock file yet (or a link to nowhere: open makes its file)
+        return
+    if not stat.S_ISREG(kind):
+        what = "a folder" if stat.S_ISDIR(kind) else "not a regular file"
+        raise ConfigError(f"output_dir {path.parent} holds {path.name}, {what}, where the run keeps its lock file",
+                          field="train.output_dir",
+                          fix=f"remove {str(path)!r} (polyrl makes it as a file), or point train.output_dir "
+                              "(--output-dir) elsewhere")
 
 
 @contextlib.contextmanager

@@ -41,9 +41,11 @@ completions log. A sample no reward scored is a warning, as in TRL.
 from __future__ import annotations
 
 import asyncio
+import decimal
 import functools
 import inspect
 import math
+import numbers
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -97,11 +99,17 @@ class _Provider:
     labels: list[str] = attrs.field(factory=list)  # what the config calls each (scores' keys)
 
 
+#: What a score may be besides None and bools: any real number TRL's ``torch.tensor(scores,
+#: dtype=float32)`` reads through ``float()`` (a ``Decimal`` or ``Fraction`` of a reward computing
+#: exactly trains under TRL; here it was refused as "not a number"). numpy registers its own.
+_NUMBERS = (numbers.Real, decimal.Decimal, np.integer, np.floating)
+
+
 def _is_nan(value: Any) -> bool:
-    """A float NaN (Python's or numpy's; a 0-d or 1-d tensor's items arrive as Python floats). Why
+    """A NaN of a real number (Python's, numpy's, a ``Decimal``'s; a 0-d or 1-d tensor's items arrive as Python floats). Why
     apart: TRL turns None into NaN and sums the functions with ``nansum``, so a function returning
     NaN for "not applicable" trains under TRL as if it had returned None."""
-    if not isinstance(value, (float, np.floating)):
+    if not isinstance(value, _NUMBERS) or isinstance(value, numbers.Integral):
         return False
     try:
         return math.isnan(float(value))
@@ -114,7 +122,7 @@ def _is_score(value: Any) -> bool:
         return True
     if isinstance(value, (bool, np.bool_)):
         return True
-    if not isinstance(value, (int, float, np.integer, np.floating)):
+    if not isinstance(value, _NUMBERS):
         return False
     try:
         return math.isfinite(float(value))
@@ -126,7 +134,9 @@ def _is_score(value: Any) -> bool:
 
 def _kind(value: Any) -> str:
     """What an error line adds after a value that is no score: its type where that is the problem."""
-    if not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, numbers.Number) and not isinstance(value, _NUMBERS):
+        return f" (a {type(value).__name__}, not a real number)"
+    if not isinstance(value, _NUMBERS):
         return f" (a {type(value).__name__}, not a number)"
     try:
         float(value)
