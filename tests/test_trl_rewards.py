@@ -189,6 +189,20 @@ def test_a_column_named_like_a_trl_argument_is_refused():
         _check(length_reward, columns=["prompt", "trainer_state"])
 
 
+def test_a_column_named_environments_is_refused_in_a_run_that_passes_environments():
+    """With an environment_factory the call gets ``environments=`` (the episodes' instances), which
+    replaced a dataset column of that name without a word: a reward reading the column got the
+    instances. Refused as the other argument names are; without environments the column is passed."""
+    def reads(completions, environments, **kw):
+        return [0.0] * len(completions)
+
+    plugin = function_reward_plugin(reads)
+    plugin.check_binding(["prompt", "environments"])  # no environment_factory: the column fills it
+    plugin.environments = True
+    with pytest.raises(ConfigError, match=r"column 'environments'.*Fix: rename the 'environments' column"):
+        plugin.check_binding(["prompt", "environments"])
+
+
 def test_keyword_arguments_arrive_in_trls_order():
     """TRL 1.16 calls ``fn(prompts=, completions=, completion_ids=, **{<columns in dataset order>,
     trainer_state, log_extra, log_metric})``: a reward iterating ``kwargs`` (logging each column with

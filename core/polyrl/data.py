@@ -576,10 +576,25 @@ def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any] | None,
                 _check_roles(roles, render, prompt, dataset, i)
 
 
+def _block_counts(count_many: Callable[[list[Prompt]], Sequence[int | None]] | None,
+                  prompts: list[Prompt]) -> Sequence[int | None] | None:
+    """``count_many(prompts)``; None (no batch counter, or it failed: a chat template refusing one
+    row, a row the engine refuses) to count the block one row at a time, where the error names it."""
+    if count_many is None:
+        return None
+    try:
+        counts = count_many(prompts)
+    except Exception:  # noqa: BLE001 - counted again row by row, which names the row and the cause
+        return None
+    return counts if len(counts) == len(prompts) else None
+
+
 def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int | None], max_length: int,
                          *, drop: bool = False, counted: str = "chat template included",
                          render: Callable[[Prompt], Any] | None = None,
-                         max_new_tokens: int | None = None, probe: ControlProbe | None = None) -> tuple[Dataset, int]:
+                         max_new_tokens: int | None = None, probe: ControlProbe | None = None,
+                         count_many: Callable[[list[Prompt]], Sequence[int | None]] | None = None,
+                         ) -> tuple[Dataset, int]:
     """(dataset, rows dropped): every prompt must be shorter than ``max_length`` tokens as
     ``count_tokens`` measures it (the generate engine's own encoding, chat template included;
     ``counted`` says what else it adds, e.g. an episode's tool instructions). ``render`` (the
@@ -594,7 +609,9 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int 
     drawn, possibly hours in, and names it by its place in the batch. Here the first one is an
     error naming its file and line (and how many there are); with ``drop`` they are left out.
     ``probe``: a prompt holding a control character the tokenizer cannot encode as itself is an
-    error naming its row, in the same pass (``polyrl.control_chars``).
+    error naming its row, in the same pass (``polyrl.control_chars``). ``count_many``: the same
+    counts for a block of prompts in one call (one tokenizer call per row was most of the check's
+    time at 100k rows); a block it fails on is counted row by row, so an error names its row.
     """
     t0 = time.perf_counter()
     over: list[int] = []
@@ -603,10 +620,12 @@ def check_prompt_lengths(dataset: Dataset, count_tokens: Callable[[Prompt], int 
     roles = TemplateRoles()
     for start in range(0, len(dataset), ITER_BLOCK):
         block = dataset.take(range(start, min(start + ITER_BLOCK, len(dataset))))
+        counts = _block_counts(count_many, [row[dataset.prompt_column] for row in block])
         for i, row in enumerate(block, start):
             if probe is not None:
                 probe.check(row[dataset.prompt_column], dataset.where(i), f"column {dataset.prompt_column!r}")
-            tokens = _counted(count_tokens, row[dataset.prompt_column], dataset, i)
+            tokens = counts[i - start] if counts is not None else \
+                _counted(count_tokens, row[dataset.prompt_column], dataset, i)
             if tokens is None:
                 uncounted += 1
                 continue

@@ -221,6 +221,11 @@ def _length_of(encode: Callable[[Prompt], Any], prompt: Prompt) -> int | None:
     return None if ids is None else len(ids)
 
 
+def _lengths_of(encode_many: Callable[[list[Prompt]], Sequence[Any]], prompts: list[Prompt]) -> list[int | None]:
+    """``_length_of`` of each prompt, encoded in one call (an engine's ``encode_prompts``)."""
+    return [None if ids is None else len(ids) for ids in encode_many(prompts)]
+
+
 def _rendered(engine: Engine, messages: list[dict[str, Any]], add_generation_prompt: bool) -> np.ndarray:
     """``engine.encode_chat`` without tools, from an engine that answered it once."""
     ids = engine.encode_chat(messages, None, add_generation_prompt)
@@ -607,13 +612,18 @@ class Trainer:
         their first prompt with the tool instructions (``first_prompt_encoder``); an environment
         writes its own first messages, so its prompts are left to the episode runner. ``probe``:
         the control characters the tokenizer misreads (``polyrl.control_chars``; None: unasked)."""
-        encoders = (getattr(e.raw, "encode_prompt", None) for e in (self.train_engine, self.gen_engine))
-        encode: Callable[[Prompt], Any] | None = next((f for f in encoders if callable(f)), None)
+        raw = next((e.raw for e in (self.train_engine, self.gen_engine)
+                    if callable(getattr(e.raw, "encode_prompt", None))), None)
+        encode: Callable[[Prompt], Any] | None = raw.encode_prompt if raw is not None else None
         if encode is None:
             encode = HookPromptEncoder([self.gen_engine, self.train_engine])
+        # the same engine's batch encoding (one tokenizer call per block of rows), where it has one
+        many = getattr(raw, "encode_prompts", None)
+        count_many = functools.partial(_lengths_of, many) if callable(many) else None
         counted = "chat template included"
         if self.episodes is not None:  # tools alone: with their instructions; an environment: None
             encode, counted = first_prompt_encoder(self.episodes), "chat template and tool instructions included"
+            count_many = None
         source, source_eval = self._source_data
         if encode is None:
             return source, source_eval
@@ -622,12 +632,13 @@ class Trainer:
         # an episode's budget is max_episode_tokens over its turns, not one completion's
         new_tokens = self.config.generation.max_new_tokens if self.episodes is None else None
         train, _ = check_prompt_lengths(source, count, limit, drop=drop, counted=counted, render=encode,
-                                        max_new_tokens=new_tokens, probe=probe)
+                                        max_new_tokens=new_tokens, probe=probe, count_many=count_many)
         if source_eval is None:
             return train, None
         return train, check_prompt_lengths(source_eval, count, limit, drop=drop, counted=counted, render=encode,
                                            max_new_tokens=self.config.eval.max_new_tokens or new_tokens
-                                           if self.episodes is None else None, probe=probe)[0]
+                                           if self.episodes is None else None, probe=probe,
+                                           count_many=count_many)[0]
 
     def _check_environment(self) -> EnvironmentPlan | None:
         if not self.config.environment.enabled:

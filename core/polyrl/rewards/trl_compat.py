@@ -305,9 +305,10 @@ def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str],
     """Raise ConfigError unless every parameter of ``fn`` is filled by a TRL argument (those of
     ``arguments``), a dataset column or its default: a parameter left over would be a TypeError at
     the first step, and a positional call would bind the wrong values silently, so both are
-    refused at load."""
+    refused at load. A column named like one of ``arguments`` is refused too: the argument would
+    replace its values in the call (``environments`` in a run with an environment_factory)."""
     passed = [c for c in columns if c not in NOT_PASSED_COLUMNS]
-    clash = sorted(set(passed) & COLLIDING_COLUMNS)
+    clash = sorted(set(passed) & (COLLIDING_COLUMNS | (set(arguments) - NOT_PASSED_COLUMNS)))
     if clash:
         raise ConfigError(
             f"the dataset has a column {clash[0]!r}, which is also the name of an argument TRL passes to "

@@ -25,6 +25,7 @@ import attrs
 from polyrl.backend_kit.batching import BUCKET_CALL_TOKENS
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.literal_chat import encode_chat_literal
+from polyrl.backend_kit.prompt_batch import encode_prompts
 from polyrl.backend_kit.model_folders import (
     adapter_folder_error,
     no_weights_error,
@@ -354,6 +355,12 @@ class MLXEngine(CompletionDecoding):
         if isinstance(prompt, str):
             return text_prompt_ids(self.tokenizer, prompt)
         return given_a_start(self.tokenizer, self.encode_chat(prompt, None, add_generation_prompt=True))
+
+    def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        """``encode_prompt`` of each, the texts tokenized in one call (``backend_kit.prompt_batch``):
+        the startup length check counts every dataset prompt."""
+        return encode_prompts(self.tokenizer, prompts, self.encode_prompt, self.config.model,
+                              self.config.chat_template_kwargs)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     add_generation_prompt: bool) -> list[int]:

@@ -20,6 +20,7 @@ import torch
 from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.options import text_option
 from polyrl.backend_kit.literal_chat import encode_chat_literal
+from polyrl.backend_kit.prompt_batch import encode_prompts
 from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_code_error, remote_code_error
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
@@ -358,6 +359,12 @@ class TorchEngine(CompletionDecoding):
         if isinstance(prompt, str):
             return text_prompt_ids(tok, prompt)
         return given_a_start(self.tokenizer, self.encode_chat(prompt, None, add_generation_prompt=True))
+
+    def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        """``encode_prompt`` of each, the texts tokenized in one call (``backend_kit.prompt_batch``):
+        the startup length check counts every dataset prompt."""
+        return encode_prompts(self.tokenizer, prompts, self.encode_prompt, self.config.model,
+                              self.config.chat_template_kwargs)
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     add_generation_prompt: bool) -> list[int]:
