@@ -414,6 +414,49 @@ def test_log_metric_takes_what_trl_s_log_metric_takes():
     assert (metrics["mean_score"], metrics["numpy_mean"], metrics["any_solved"]) == (0.5, 0.5, 1.0)
 
 
+def _trl_scores(returned):
+    """The scores TRL 1.16's ``_calculate_rewards`` makes of what a reward function returned
+    (its own two lines: None to NaN, then ``torch.tensor(..., dtype=float32)`` into one column)."""
+    torch = pytest.importorskip("torch")
+    column = torch.zeros(len(returned))
+    column[:] = torch.tensor([r if r is not None else torch.nan for r in returned], dtype=torch.float32)
+    return column.tolist()
+
+
+def _one_element_tensors():
+    torch = pytest.importorskip("torch")
+    return [torch.tensor([0.5]), torch.tensor([[2.0]])]  # a reward model's logits[i], shape [1]
+
+
+def _logits_column():
+    torch = pytest.importorskip("torch")
+    return torch.tensor([[0.5], [2.0]])  # reward_model(**inputs).logits returned as is, shape (n, 1)
+
+
+def _exact_numbers():
+    from decimal import Decimal
+    from fractions import Fraction
+
+    return [Fraction(1, 2), Decimal("2")]
+
+
+def _sympy_numbers():
+    sympy = pytest.importorskip("sympy")
+    return [sympy.Rational(1, 2), sympy.Integer(2)]  # what a sympy-based checker computes
+
+
+@pytest.mark.parametrize("make", [_one_element_tensors, _logits_column, _exact_numbers, _sympy_numbers],
+                         ids=["one-element-tensors", "logits-column", "fraction-decimal", "sympy"])
+def test_scores_torch_reads_as_numbers_train_as_in_trl(make):
+    """Everything TRL's ``torch.tensor(scores, dtype=float32)`` reads as numbers is those numbers
+    here: these were refused as "not a number", stopping a run that trains under TRL."""
+    def scorer(completions, **kwargs):
+        return make()
+
+    res = scored([scorer], ["a", "b"], [{"prompt": "p"}] * 2)
+    assert res.total.tolist() == _trl_scores(list(make())) == [0.5, 2.0]
+
+
 def _api_run(tmp_path, rewards, prompts=None, **config):
     """polyrl.api.run on the toy backend, one step of 2 prompts x 2 samples."""
     from polyrl import api

@@ -19,9 +19,11 @@ TRL adds a column to its completions table; in a run with TRL's ``environment_fa
 it (``FunctionReward.environments``). A function that does not take ``**kwargs`` receives
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL, and
 so does NaN (TRL's reading: it turns None into NaN and sums with ``nansum``; one warning per function).
-The return value may be a list, tuple, numpy array, 1-d torch tensor or generator of numbers,
-bools or None (what TRL accepts), but not bools mixed with numbers (``[1, True, 0.5]``: refused,
-naming the sample, where TRL casts the bool silently). Each call gets its own copies of the prompts and columns, so a
+The return value may be a list, tuple, numpy array, 1-d torch tensor (or one of shape (n, 1), a
+reward model's logits) or generator of numbers, bools or None (what TRL accepts; one-element
+tensors, ``Fraction``, ``Decimal`` and sympy numbers are numbers, as ``torch.tensor`` reads them);
+bools mixed with numbers (``[1, True, 0.5]``) read as TRL casts them, True = 1.0, with one warning
+naming the sample. Each call gets its own copies of the prompts and columns, so a
 function that edits them in place changes nothing outside its call. A callable object is named
 after its class, a ``functools.partial`` after the function it wraps (TRL's names).
 
