@@ -490,6 +490,27 @@ def test_api_names_partials_and_callable_objects_as_trl_names_them(toy, tmp_path
     assert history[0]["reward/_scaled/mean"] == 1.0 and history[0]["reward/HalfScorer/mean"] == 0.5
 
 
+class GroupedScorer:
+    """A callable object with a ``__name__`` holding a "/", which TRL logs as it is."""
+
+    __name__ = "math/accuracy"
+
+    def __call__(self, completions, **kwargs):
+        return [0.75] * len(completions)
+
+
+def test_a_reward_name_with_a_slash_keeps_trl_s_key_in_log_history(toy, tmp_path):
+    """TRL logs ``rewards/math/accuracy/mean``; polyrl labelled the reward ``math/accuracy``, so its
+    own keys were split at the wrong "/" and TRL's key was missing from log_history, with no word."""
+    from trl.trainer.utils import get_callable_name
+
+    reward = GroupedScorer()
+    history = _api_run(tmp_path, [reward])["history"]
+    assert get_callable_name(reward) == "math/accuracy"
+    assert history[0]["rewards/math/accuracy/mean"] == 0.75 and history[0]["rewards/math/accuracy/std"] == 0.0
+    assert history[0]["reward/math_accuracy/mean"] == 0.75  # polyrl's own key, one "/"-free label
+
+
 def test_trainer_state_is_one_object_moving_on_as_trl_s(toy, tmp_path):
     """TRL passes every call its trainer's own ``TrainerState``: a reward keeping it (or its
     ``log_history``) sees the run advance. polyrl made a fresh object per call, so a kept state
