@@ -457,6 +457,35 @@ def test_scores_torch_reads_as_numbers_train_as_in_trl(make):
     assert res.total.tolist() == _trl_scores(list(make())) == [0.5, 2.0]
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_log_extra_values_json_cannot_hold_are_logged_as_on_a_thread(isolation):
+    """A math-verify reward (run in a forked child by default) that logs math-verify's parsed
+    answers as they are, sympy objects, as TRL's completions table takes them: the child's answer
+    could not be sent back, so the reward failed there while the same reward ran on a thread."""
+    math_verify = pytest.importorskip("math_verify")
+
+    def parsed_accuracy(completions, solution, log_extra, **kwargs):
+        gold = [math_verify.parse(f"${s}$", parsing_timeout=None) for s in solution]  # None: also on a thread
+        answers = [math_verify.parse(c, parsing_timeout=None) for c in completions]
+        log_extra("answer_parsed", answers)
+        return [float(math_verify.verify(g, a, timeout_seconds=None)) for g, a in zip(gold, answers)]
+
+    plugin = function_reward_plugin(parsed_accuracy, isolation=isolation)
+    computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [(plugin.name, 1.0, {})],
+                              columns=["prompt", "solution"])
+    comps = [Completion(0, [1], [7], [0.0], text=t) for t in ("$\\frac{1}{2}$", "$3$")]
+    rows = [{"prompt": "p", "solution": "\\frac{1}{2}"}] * 2
+    res = computer(["p", "p"], comps, RewardContext(rows=rows, wanted=(plugin.name,)))
+    assert res.total.tolist() == [1.0, 0.0]
+    from polyrl.tracking.completions import sample_records
+
+    logged = [r["extra"]["answer_parsed"] for r in sample_records(
+        1, ["p", "p"], comps, res.per_reward, res.total, [0.0, 0.0], 2, 0, extra=res.extra)]
+    assert logged == [[x if isinstance(x, str) else repr(x)  # sympy's repr, as the table shows any object
+                       for x in math_verify.parse(c.text, parsing_timeout=None)] for c in comps]
+    assert logged[0][0] == "1/2"  # sympy.Rational(1, 2)
+
+
 def _api_run(tmp_path, rewards, prompts=None, **config):
     """polyrl.api.run on the toy backend, one step of 2 prompts x 2 samples."""
     from polyrl import api
