@@ -94,6 +94,27 @@ def test_async_reward_is_awaited():
     np.testing.assert_array_equal(scored([judge], ["a"], [{"prompt": "p"}]).total, [0.5])
 
 
+async def _judge_one(completion):
+    await asyncio.sleep(0)  # the request to a judge
+    return float(completion == "4")
+
+
+def test_a_sync_reward_batching_requests_on_get_event_loop_runs_as_on_trl_s_main_thread():
+    """TRL calls a sync reward on its main thread, where ``asyncio.get_event_loop()`` gives one loop
+    for the whole run (Python < 3.14): a judge batching its requests on it trains there, and failed
+    here with "There is no current event loop in thread 'polyrl-reward-...'"."""
+    loops = []
+
+    def batched_judge(completions, **kwargs):
+        loop = asyncio.get_event_loop()
+        loops.append(loop)
+        return loop.run_until_complete(asyncio.gather(*(_judge_one(c) for c in completions)))
+
+    for _ in range(2):
+        assert scored([batched_judge], ["4", "5"], [{"prompt": "p"}] * 2).total.tolist() == [1.0, 0.0]
+    assert loops[0] is loops[1] and not loops[0].is_closed()  # one loop across calls, as the main thread's
+
+
 # --- the regressions the old positional call had -----------------------------------------------
 
 

@@ -102,6 +102,42 @@ def run_coroutine(coro: Any) -> Any:
     return box["value"]
 
 
+_main_loop: asyncio.AbstractEventLoop | None = None
+_main_loop_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def main_thread_loop() -> Any:
+    """Give a sync reward's thread a current event loop, one kept for the whole process, so that
+    ``asyncio.get_event_loop()`` answers as on TRL's main thread, where TRL calls sync rewards.
+    Why: a judge that batches its requests with ``asyncio.get_event_loop().run_until_complete(...)``
+    trains under TRL (Python < 3.14 makes the main thread a loop on first use and keeps it) and
+    failed here with "There is no current event loop in thread 'polyrl-reward-...'". A loop still
+    running (an abandoned call's) is not shared: that call gets a new one, kept from then on."""
+    global _main_loop
+    if threading.current_thread() is threading.main_thread() or _has_loop():
+        yield
+        return
+    with _main_loop_lock:
+        if _main_loop is None or _main_loop.is_closed() or _main_loop.is_running():
+            _main_loop = asyncio.new_event_loop()
+        loop = _main_loop
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+
+
+def _has_loop() -> bool:
+    """Whether this (non-main) thread has a current event loop, running or set: it keeps it."""
+    try:
+        asyncio.get_event_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -265,7 +301,8 @@ class FunctionReward:
         if self.is_async:
             return run_coroutine(self.await_reward(prompts, completions, context))
         call_log = _CallLog(self.name)
-        result = self.fn(**self._arguments(prompts, completions, context, call_log))
+        with main_thread_loop():
+            result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):  # a callable that hides its async (a wrapper without async def)
             result = run_coroutine(_awaited(result))
         return self._answer(result, call_log)
