@@ -8,9 +8,12 @@ The end-to-end runs (tiny model, torch backend) are at the bottom.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import math
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -113,6 +116,46 @@ def test_a_sync_reward_batching_requests_on_get_event_loop_runs_as_on_trl_s_main
     for _ in range(2):
         assert scored([batched_judge], ["4", "5"], [{"prompt": "p"}] * 2).total.tolist() == [1.0, 0.0]
     assert loops[0] is loops[1] and not loops[0].is_closed()  # one loop across calls, as the main thread's
+
+
+class _TimeLimit(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """The usual signal-based time limit around a completion's code (open-r1's code rewards')."""
+    def expire(signum, frame):
+        raise _TimeLimit()
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+
+
+def timed_eval_reward(completions, **kwargs):
+    scores = []
+    for completion in completions:
+        try:
+            with _time_limit(5):
+                scores.append(float(eval(completion) == 4))  # noqa: S307 - the test's own strings
+        except _TimeLimit:
+            scores.append(0.0)
+    return scores
+
+
+def test_a_reward_timing_its_work_with_signal_alarm_runs_as_on_trl_s_main_thread():
+    """TRL calls rewards on the main thread, where signal handlers work; on a reward thread
+    ``signal.signal`` raised "signal only works in main thread", and the error's fix (a TOML
+    ``isolation = "process"``) has no spelling for a reward passed to polyrl.trl in Python."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork (the forked child's main thread runs the signals)")
+    assert function_reward_plugin(timed_eval_reward).isolation == "process"
+    assert scored([timed_eval_reward], ["2 + 2", "2 + 3"], [{"prompt": "p"}] * 2).total.tolist() == [1.0, 0.0]
+    assert function_reward_plugin(_scaled).isolation == "thread"  # no signals: stays on the thread
 
 
 # --- the regressions the old positional call had -----------------------------------------------
