@@ -8,9 +8,12 @@ The end-to-end runs (tiny model, torch backend) are at the bottom.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import math
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -92,6 +95,67 @@ def test_async_reward_is_awaited():
         return [0.5] * len(completions)
 
     np.testing.assert_array_equal(scored([judge], ["a"], [{"prompt": "p"}]).total, [0.5])
+
+
+async def _judge_one(completion):
+    await asyncio.sleep(0)  # the request to a judge
+    return float(completion == "4")
+
+
+def test_a_sync_reward_batching_requests_on_get_event_loop_runs_as_on_trl_s_main_thread():
+    """TRL calls a sync reward on its main thread, where ``asyncio.get_event_loop()`` gives one loop
+    for the whole run (Python < 3.14): a judge batching its requests on it trains there, and failed
+    here with "There is no current event loop in thread 'polyrl-reward-...'"."""
+    loops = []
+
+    def batched_judge(completions, **kwargs):
+        loop = asyncio.get_event_loop()
+        loops.append(loop)
+        return loop.run_until_complete(asyncio.gather(*(_judge_one(c) for c in completions)))
+
+    for _ in range(2):
+        assert scored([batched_judge], ["4", "5"], [{"prompt": "p"}] * 2).total.tolist() == [1.0, 0.0]
+    assert loops[0] is loops[1] and not loops[0].is_closed()  # one loop across calls, as the main thread's
+
+
+class _TimeLimit(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """The usual signal-based time limit around a completion's code (open-r1's code rewards')."""
+    def expire(signum, frame):
+        raise _TimeLimit()
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+
+
+def timed_eval_reward(completions, **kwargs):
+    scores = []
+    for completion in completions:
+        try:
+            with _time_limit(5):
+                scores.append(float(eval(completion) == 4))  # noqa: S307 - the test's own strings
+        except _TimeLimit:
+            scores.append(0.0)
+    return scores
+
+
+def test_a_reward_timing_its_work_with_signal_alarm_runs_as_on_trl_s_main_thread():
+    """TRL calls rewards on the main thread, where signal handlers work; on a reward thread
+    ``signal.signal`` raised "signal only works in main thread", and the error's fix (a TOML
+    ``isolation = "process"``) has no spelling for a reward passed to polyrl.trl in Python."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork (the forked child's main thread runs the signals)")
+    assert function_reward_plugin(timed_eval_reward).isolation == "process"
+    assert scored([timed_eval_reward], ["2 + 2", "2 + 3"], [{"prompt": "p"}] * 2).total.tolist() == [1.0, 0.0]
+    assert function_reward_plugin(_scaled).isolation == "thread"  # no signals: stays on the thread
 
 
 # --- the regressions the old positional call had -----------------------------------------------
@@ -428,6 +492,78 @@ def test_log_metric_takes_what_trl_s_log_metric_takes():
     assert (metrics["mean_score"], metrics["numpy_mean"], metrics["any_solved"]) == (0.5, 0.5, 1.0)
 
 
+def _trl_scores(returned):
+    """The scores TRL 1.16's ``_calculate_rewards`` makes of what a reward function returned
+    (its own two lines: None to NaN, then ``torch.tensor(..., dtype=float32)`` into one column)."""
+    torch = pytest.importorskip("torch")
+    column = torch.zeros(len(returned))
+    column[:] = torch.tensor([r if r is not None else torch.nan for r in returned], dtype=torch.float32)
+    return column.tolist()
+
+
+def _one_element_tensors():
+    torch = pytest.importorskip("torch")
+    return [torch.tensor([0.5]), torch.tensor([[2.0]])]  # a reward model's logits[i], shape [1]
+
+
+def _logits_column():
+    torch = pytest.importorskip("torch")
+    return torch.tensor([[0.5], [2.0]])  # reward_model(**inputs).logits returned as is, shape (n, 1)
+
+
+def _exact_numbers():
+    from decimal import Decimal
+    from fractions import Fraction
+
+    return [Fraction(1, 2), Decimal("2")]
+
+
+def _sympy_numbers():
+    sympy = pytest.importorskip("sympy")
+    return [sympy.Rational(1, 2), sympy.Integer(2)]  # what a sympy-based checker computes
+
+
+@pytest.mark.parametrize("make", [_one_element_tensors, _logits_column, _exact_numbers, _sympy_numbers],
+                         ids=["one-element-tensors", "logits-column", "fraction-decimal", "sympy"])
+def test_scores_torch_reads_as_numbers_train_as_in_trl(make):
+    """Everything TRL's ``torch.tensor(scores, dtype=float32)`` reads as numbers is those numbers
+    here: these were refused as "not a number", stopping a run that trains under TRL."""
+    def scorer(completions, **kwargs):
+        return make()
+
+    res = scored([scorer], ["a", "b"], [{"prompt": "p"}] * 2)
+    assert res.total.tolist() == _trl_scores(list(make())) == [0.5, 2.0]
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_log_extra_values_json_cannot_hold_are_logged_as_on_a_thread(isolation):
+    """A math-verify reward (run in a forked child by default) that logs math-verify's parsed
+    answers as they are, sympy objects, as TRL's completions table takes them: the child's answer
+    could not be sent back, so the reward failed there while the same reward ran on a thread."""
+    math_verify = pytest.importorskip("math_verify")
+
+    def parsed_accuracy(completions, solution, log_extra, **kwargs):
+        gold = [math_verify.parse(f"${s}$", parsing_timeout=None) for s in solution]  # None: also on a thread
+        answers = [math_verify.parse(c, parsing_timeout=None) for c in completions]
+        log_extra("answer_parsed", answers)
+        return [float(math_verify.verify(g, a, timeout_seconds=None)) for g, a in zip(gold, answers)]
+
+    plugin = function_reward_plugin(parsed_accuracy, isolation=isolation)
+    computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [(plugin.name, 1.0, {})],
+                              columns=["prompt", "solution"])
+    comps = [Completion(0, [1], [7], [0.0], text=t) for t in ("$\\frac{1}{2}$", "$3$")]
+    rows = [{"prompt": "p", "solution": "\\frac{1}{2}"}] * 2
+    res = computer(["p", "p"], comps, RewardContext(rows=rows, wanted=(plugin.name,)))
+    assert res.total.tolist() == [1.0, 0.0]
+    from polyrl.tracking.completions import sample_records
+
+    logged = [r["extra"]["answer_parsed"] for r in sample_records(
+        1, ["p", "p"], comps, res.per_reward, res.total, [0.0, 0.0], 2, 0, extra=res.extra)]
+    assert logged == [[x if isinstance(x, str) else repr(x)  # sympy's repr, as the table shows any object
+                       for x in math_verify.parse(c.text, parsing_timeout=None)] for c in comps]
+    assert logged[0][0] == "1/2"  # sympy.Rational(1, 2)
+
+
 def _api_run(tmp_path, rewards, prompts=None, **config):
     """polyrl.api.run on the toy backend, one step of 2 prompts x 2 samples."""
     from polyrl import api
@@ -459,6 +595,27 @@ def test_api_names_partials_and_callable_objects_as_trl_names_them(toy, tmp_path
     history = _api_run(tmp_path, rewards)["history"]
     assert [get_callable_name(r) for r in rewards] == ["_scaled", "HalfScorer"]
     assert history[0]["reward/_scaled/mean"] == 1.0 and history[0]["reward/HalfScorer/mean"] == 0.5
+
+
+class GroupedScorer:
+    """A callable object with a ``__name__`` holding a "/", which TRL logs as it is."""
+
+    __name__ = "math/accuracy"
+
+    def __call__(self, completions, **kwargs):
+        return [0.75] * len(completions)
+
+
+def test_a_reward_name_with_a_slash_keeps_trl_s_key_in_log_history(toy, tmp_path):
+    """TRL logs ``rewards/math/accuracy/mean``; polyrl labelled the reward ``math/accuracy``, so its
+    own keys were split at the wrong "/" and TRL's key was missing from log_history, with no word."""
+    from trl.trainer.utils import get_callable_name
+
+    reward = GroupedScorer()
+    history = _api_run(tmp_path, [reward])["history"]
+    assert get_callable_name(reward) == "math/accuracy"
+    assert history[0]["rewards/math/accuracy/mean"] == 0.75 and history[0]["rewards/math/accuracy/std"] == 0.0
+    assert history[0]["reward/math_accuracy/mean"] == 0.75  # polyrl's own key, one "/"-free label
 
 
 def test_trainer_state_is_one_object_moving_on_as_trl_s(toy, tmp_path):

@@ -447,6 +447,15 @@ def is_reward_model_folder(reward: Any) -> bool:
     return isinstance(reward, str) and (Path(reward) / "config.json").is_file()
 
 
+def _plain_label(name: str) -> str:
+    """A callable's TRL name as a polyrl label: a ``/`` (``__name__ = "math/accuracy"``, which TRL
+    logs as ``rewards/math/accuracy/mean``) becomes ``_`` and surrounding spaces go. Why: the label
+    names polyrl's ``reward/<label>/<metric>`` keys, which are split at ``/``; such a label left the
+    reward's ``rewards/<name>/mean`` out of ``log_history`` without a word. TRL's keys keep the name
+    (``FunctionReward.trl_name``)."""
+    return name.replace("/", "_").strip() or "reward"
+
+
 def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
                    tokenizers: Sequence[str | None] | None = None,
                    dtypes: Sequence[str | None] | None = None) -> tuple[list[RewardSection], list[Any]]:
@@ -515,7 +524,7 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
                               fix="save it and its tokenizer with save_pretrained(DIR) and pass DIR in rewards")
         elif callable(reward):
             plugin = function_reward_plugin(reward)
-            name = unused(plugin.name)
+            name = unused(_plain_label(plugin.name))
             if name != plugin.name:  # its own label; its logs under TRL's name for it (TRL names both alike)
                 trl_name, plugin = plugin.name, function_reward_plugin(reward, name=name)
                 plugin.trl_name = trl_name

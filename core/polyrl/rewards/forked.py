@@ -50,6 +50,7 @@ from typing import Any, NoReturn
 
 from polyrl.errors import RewardError
 from polyrl.rewards import guard
+from polyrl.tracking.completions import plain_extra
 from polyrl.types import RewardScores
 
 FORK_AVAILABLE = hasattr(os, "fork")
@@ -178,9 +179,18 @@ def _to_wire(answer: Any) -> Any:
         raise TypeError(f"{type(value).__name__} is not JSON data")
 
     if isinstance(answer, dict):
-        answer = {name: {"scores": list(v), "metrics": v.metrics, "extra": v.extra, "metric_counts": v.metric_counts}
+        answer = {name: {"scores": list(v), "metrics": v.metrics, "extra": _extra_to_wire(v.extra),
+                         "metric_counts": v.metric_counts}
                   if isinstance(v, RewardScores) else v for name, v in answer.items()}
     return json.loads(json.dumps({"answer": answer}, default=plain))["answer"]
+
+
+def _extra_to_wire(extra: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The ``log_extra`` columns as the completions log holds them (``tracking.completions``: an
+    object JSON cannot hold is its repr there). Why: a math-verify reward, run here by default,
+    that logged math-verify's parsed answers (sympy objects) as they are, as TRL's table takes
+    them, failed with "its answer could not be sent back", where the same reward on a thread ran."""
+    return {column: [plain_extra(value) for value in values] for column, values in extra.items()}
 
 
 def _from_wire(answer: Any) -> Any:

@@ -19,9 +19,11 @@ TRL adds a column to its completions table; in a run with TRL's ``environment_fa
 it (``FunctionReward.environments``). A function that does not take ``**kwargs`` receives
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL, and
 so does NaN (TRL's reading: it turns None into NaN and sums with ``nansum``; one warning per function).
-The return value may be a list, tuple, numpy array, 1-d torch tensor or generator of numbers,
-bools or None (what TRL accepts), but not bools mixed with numbers (``[1, True, 0.5]``: refused,
-naming the sample, where TRL casts the bool silently). Each call gets its own copies of the prompts and columns, so a
+The return value may be a list, tuple, numpy array, 1-d torch tensor (or one of shape (n, 1), a
+reward model's logits) or generator of numbers, bools or None (what TRL accepts; one-element
+tensors, ``Fraction``, ``Decimal`` and sympy numbers are numbers, as ``torch.tensor`` reads them);
+bools mixed with numbers (``[1, True, 0.5]``) read as TRL casts them, True = 1.0, with one warning
+naming the sample. Each call gets its own copies of the prompts and columns, so a
 function that edits them in place changes nothing outside its call. A callable object is named
 after its class, a ``functools.partial`` after the function it wraps (TRL's names).
 
@@ -98,6 +100,42 @@ def run_coroutine(coro: Any) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+_main_loop: asyncio.AbstractEventLoop | None = None
+_main_loop_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def main_thread_loop() -> Any:
+    """Give a sync reward's thread a current event loop, one kept for the whole process, so that
+    ``asyncio.get_event_loop()`` answers as on TRL's main thread, where TRL calls sync rewards.
+    Why: a judge that batches its requests with ``asyncio.get_event_loop().run_until_complete(...)``
+    trains under TRL (Python < 3.14 makes the main thread a loop on first use and keeps it) and
+    failed here with "There is no current event loop in thread 'polyrl-reward-...'". A loop still
+    running (an abandoned call's) is not shared: that call gets a new one, kept from then on."""
+    global _main_loop
+    if threading.current_thread() is threading.main_thread() or _has_loop():
+        yield
+        return
+    with _main_loop_lock:
+        if _main_loop is None or _main_loop.is_closed() or _main_loop.is_running():
+            _main_loop = asyncio.new_event_loop()
+        loop = _main_loop
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+
+
+def _has_loop() -> bool:
+    """Whether this (non-main) thread has a current event loop, running or set: it keeps it."""
+    try:
+        asyncio.get_event_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _short(value: Any) -> str:
@@ -263,7 +301,8 @@ class FunctionReward:
         if self.is_async:
             return run_coroutine(self.await_reward(prompts, completions, context))
         call_log = _CallLog(self.name)
-        result = self.fn(**self._arguments(prompts, completions, context, call_log))
+        with main_thread_loop():
+            result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):  # a callable that hides its async (a wrapper without async def)
             result = run_coroutine(_awaited(result))
         return self._answer(result, call_log)

@@ -4,7 +4,8 @@
 time limit cannot be killed and is abandoned. ``"process"``: each call in a forked child
 (``polyrl.rewards.forked``), killed at the time limit; POSIX only. ``"auto"`` (the default):
 ``"process"`` for math-verify rewards (TRL's, and a user's function that calls math-verify, as
-the usual open-r1 accuracy reward does), ``"thread"`` for everything else.
+the usual open-r1 accuracy reward does) and for a function whose code uses ``signal`` (a
+``signal.alarm`` time limit: ``sets_signals``), ``"thread"`` for everything else.
 
 Why math-verify rewards: math-verify bounds its sympy work with ``signal.alarm``, which Python
 allows only on the main thread, so TRL's ``accuracy_reward`` turns the limits off on a reward
@@ -28,6 +29,7 @@ import functools
 import inspect
 import sys
 from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
 from polyrl.errors import ConfigError
@@ -52,7 +54,7 @@ def resolve(fn: Any, value: str, field: str = FIELD) -> str:
     """``"thread"`` or ``"process"``: how ``fn``'s calls run under the configured ``value``."""
     check(value, field)
     if value == "auto":
-        return "process" if FORK_AVAILABLE and is_math_verify_reward(fn) else "thread"
+        return "process" if FORK_AVAILABLE and (is_math_verify_reward(fn) or sets_signals(fn)) else "thread"
     return value
 
 
@@ -135,6 +137,34 @@ def _calls_math_verify(fn: Any) -> bool:
     an import inside the function, a closure over them), directly or through the functions of its
     own module it names. A function wrapping TRL's ``accuracy_reward`` is not: TRL's turns its
     limits off on a thread instead of failing, so its author decides."""
+    return _code_reaches(fn, _from_math_verify,
+                         lambda names, _: any(_in_package(name, "math_verify") for name in names))
+
+
+#: what a time limit made of signals names: Python runs signal handlers on the main thread only
+_ALARM_NAMES = frozenset({"alarm", "setitimer", "SIGALRM", "ITIMER_REAL"})
+
+
+def _from_signal(value: Any) -> bool:
+    name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+    return name in ("signal", "_signal")
+
+
+def sets_signals(fn: Any) -> bool:
+    """Whether ``fn``'s code uses the ``signal`` module (a ``signal.alarm`` time limit around a
+    completion's code or a sympy call, as reward code often bounds its work), directly or through
+    the functions of its own module it names (a ``time_limit`` context manager). Why: TRL calls a
+    reward on the main thread, where signals work; on a reward thread ``signal.signal`` raises
+    "signal only works in main thread", and the fix the error gave, ``isolation = "process"``,
+    has no spelling for a reward passed in Python (``polyrl.trl.GRPOTrainer``)."""
+    return _code_reaches(fn, _from_signal, lambda names, scope: "signal" in names and "signal" not in scope
+                         and bool(names & _ALARM_NAMES))  # an `import signal` inside the function
+
+
+def _code_reaches(fn: Any, found: Callable[[Any], bool], names_say: Callable[[set[str], dict[str, Any]], bool]) -> bool:
+    """Whether ``fn``'s code, or a function of its own module it names (unwrapped: a
+    ``@contextmanager`` helper), names a value ``found`` says yes to (a global or closed-over one),
+    or has names ``names_say`` says yes to (given the function's globals)."""
     start = _python_function(fn)
     pending, seen = ([start] if start is not None else []), set()
     while pending:
@@ -143,11 +173,13 @@ def _calls_math_verify(fn: Any) -> bool:
             continue
         seen.add(function)
         names = _names(function.__code__)
-        if any(_in_package(name, "math_verify") for name in names):  # import math_verify(.x) inside
+        if names_say(names, function.__globals__):
             return True
         for value in [function.__globals__.get(name) for name in names] + _cell_values(function):
-            if _from_math_verify(value):
+            if found(value):
                 return True
+            if inspect.isfunction(value):
+                value = inspect.unwrap(value)
             if inspect.isfunction(value) and value.__globals__ is function.__globals__:
                 pending.append(value)  # a helper of the same module
     return False

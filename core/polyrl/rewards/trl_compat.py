@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 
 from polyrl.errors import ConfigError
 from polyrl.step_gather import LOG_METRIC_PREFIX
@@ -90,22 +91,50 @@ def private_copy(value: Any) -> Any:
 def as_score_list(result: Any) -> Any:
     """A reward's return value read as TRL reads it (it iterates the value and converts the items
     with ``torch.tensor``): a numpy array or a torch tensor becomes a list, a generator is drawn,
-    and 0-d tensors/arrays inside a list become numbers. Anything else is returned unchanged for
-    the scores check to name."""
+    and the items ``torch.tensor`` takes as numbers become numbers (``as_number``). Anything else
+    is returned unchanged for the scores check to name."""
     if isinstance(result, (list, tuple)):
         return [as_number(x) for x in result]
-    if callable(getattr(result, "tolist", None)) and getattr(result, "ndim", None) == 1:
-        return result.tolist()  # numpy arrays and torch tensors (on any device) alike
+    ndim = getattr(result, "ndim", None)
+    if callable(getattr(result, "tolist", None)) and isinstance(ndim, int) and ndim >= 1:
+        if ndim == 1:
+            return result.tolist()  # numpy arrays and torch tensors (on any device) alike
+        return [as_number(x) for x in result]  # TRL iterates the rows: a reward model's logits, shape (n, 1)
     if isinstance(result, Iterator):
         return [as_number(x) for x in result]
     return result
 
 
 def as_number(value: Any) -> Any:
-    """A 0-d array or tensor (``torch.tensor(1.0)``) as the Python number it holds."""
-    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-        return value.item()
-    return value
+    """A score item as the Python number ``torch.tensor`` reads it as, in TRL's
+    ``torch.tensor(scores, dtype=float32)``: a tensor or array of one element (``torch.tensor(1.0)``,
+    a reward model's ``logits[i]`` of shape ``[1]``) is the number it holds, and a number of
+    another type (``fractions.Fraction``, ``decimal.Decimal``, a sympy ``Integer`` or ``Rational``
+    from a math checker) its ``float()``. Why: both train under TRL, and polyrl refused them as
+    "not a number". Anything else (a str, a bool, a longer array) is returned unchanged: the scores
+    check names it, or reads it as TRL does."""
+    if callable(getattr(value, "item", None)) and _one_element(value):
+        try:
+            return value.item()
+        except Exception:  # noqa: BLE001 - an item() that raises: left for the scores check to name
+            return value
+    if (value is None or isinstance(value, (str, bytes, bool, int, float, np.generic))
+            or not callable(getattr(type(value), "__float__", None))):
+        return value
+    try:
+        return float(value)
+    except Exception:  # noqa: BLE001 - a __float__ that raises (sympy's zoo): the scores check names the value
+        return value
+
+
+def _one_element(value: Any) -> bool:
+    """Whether ``value`` is a tensor or array holding exactly one element (any number of dims)."""
+    if getattr(value, "ndim", None) == 0:
+        return True
+    size = getattr(value, "size", None)  # numpy: an int; torch: a method (numel() is the count)
+    numel = getattr(value, "numel", None)
+    count = numel() if callable(numel) else size
+    return isinstance(count, int) and count == 1 and getattr(value, "ndim", None) is not None
 
 
 @attrs.define

@@ -66,15 +66,15 @@ def pick(count: int, total: int, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(total, size=count, replace=False).tolist())
 
 
-def _plain(value: Any) -> Any:
+def plain_extra(value: Any) -> Any:
     """A reward's extra value as JSON holds it: numbers, text, lists and tables stay (numpy's made
     plain by ``strict_json.sanitize``), any other object becomes its repr."""
     if value is None or isinstance(value, (str, int, float, bool, np.generic)):
         return value
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_extra(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_extra(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.tolist()
     return repr(value)
@@ -102,7 +102,7 @@ def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any]
             "finish_reason": completions[i].finish_reason,
         })
         if extra:
-            records[-1]["extra"] = {str(k): shown_value(_plain(v[i]), redact) for k, v in extra.items()}
+            records[-1]["extra"] = {str(k): shown_value(plain_extra(v[i]), redact) for k, v in extra.items()}
     return strict_json.sanitize(records)  # trackers get exactly what the file holds
 
 
