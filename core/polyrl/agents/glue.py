@@ -26,7 +26,7 @@ the episode keeps it before each turn, the template never shows it there (``open
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,8 +123,11 @@ def content_left_out(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 class ChatGlue:
     """Computes inserted segments for one model's chat template (and one tool list)."""
 
-    def __init__(self, encode_chat: EncodeChat) -> None:
+    def __init__(self, encode_chat: EncodeChat, eos_ids: Collection[int] = ()) -> None:
         self._encode = encode_chat
+        #: the generator's end-of-sequence ids: one the model stopped on stands for the template's
+        #: own end token in the turn's end marker (``_rest_of``)
+        self._eos_ids = frozenset(int(i) for i in eos_ids)
         self._turn_end: np.ndarray | None = None
         self._renders_role: dict[str, bool] = {}
 
@@ -283,7 +286,7 @@ class ChatGlue:
         if not np.array_equal(follows[at:at + len(end)], end):
             raise RenderError("the model's chat template ends this assistant turn differently from its plain "
                               "turns, so the episode's turns cannot be joined", field="environment", fix=_FIX)
-        return np.concatenate([self._rest_of(end, sampled, closed), follows[at + len(end):]])
+        return np.concatenate([self._rest_of(end, sampled, closed, self._eos_ids), follows[at + len(end):]])
 
     def _end_after_calls(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
                          new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
@@ -302,18 +305,28 @@ class ChatGlue:
         return len(follows) - len(common) + at if at >= 0 else _find(follows, end)
 
     @staticmethod
-    def _rest_of(end: np.ndarray, sampled: np.ndarray, closed: bool = False) -> np.ndarray:
+    def _rest_of(end: np.ndarray, sampled: np.ndarray, closed: bool = False,
+                 eos_ids: Collection[int] = ()) -> np.ndarray:
         """What of the end marker ``end`` the turn ``sampled`` still lacks: the part after the
         marker's first tokens that the turn ends with; for a turn ``closed`` by the end-of-sequence
         token the marker holds past text (Llama 2's `` </s>``: a space, then the EOS), the part
         after that token. Why: the marker was inserted whole after the sampled EOS, so every later
         turn was sampled and trained after ``7</s> </s>``, an end written twice that the template
-        never writes and the model never sampled."""
+        never writes and the model never sampled.
+
+        A turn closed by another of the generator's ``eos_ids`` than the one the marker holds
+        (Llama 3.1 stops on ``<|eom_id|>`` after a tool call, its template writing ``<|eot_id|>``
+        there unless builtin tools are on) ends where the marker's end token would: the part after
+        that token. Why: the whole marker went after it, ``<|eom_id|><|eot_id|>``, which no
+        rendering holds; the template's own ipython mode writes ``<|eom_id|>`` and then the tool's
+        message, as the episode now does."""
         for k in range(min(len(end), len(sampled)), 0, -1):
             if np.array_equal(sampled[len(sampled) - k:], end[:k]):
                 return end[k:]
         if closed and len(sampled):
             hits = np.flatnonzero(end == sampled[-1])
+            if not len(hits):  # another end-of-sequence token: it takes the place of the marker's
+                hits = np.flatnonzero(np.isin(end, np.fromiter(eos_ids, dtype=np.int64, count=len(eos_ids))))
             if len(hits):
                 return end[int(hits[0]) + 1:]
         return end
