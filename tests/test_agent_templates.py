@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 from family_chat import Scripted, check, dressed, encoder, family, inserted_runs, runs
 
@@ -210,6 +211,34 @@ def test_a_llama3_call_ended_by_eom_is_followed_as_the_template_writes_it(smollm
     assert mode.count(eom) == 1 and mode[mode.index(eom) + 1:] == glue.tolist()
     sampled = [c.completion_ids[a:b].tolist() for s, a, b in runs(c.mask) if s]
     assert sampled[0][-1] == eom and int((c.completion_ids == eot).sum()) == 2  # the result's and the answer's
+
+
+@pytest.mark.parametrize("stop", ["<|eom_id|>", "<|eot_id|>"])
+def test_a_llama3_call_in_ipython_mode_is_followed_by_its_result(smollm2, stop):
+    """With ``builtin_tools`` given (``model.chat_template_kwargs``), Llama 3.1's template ends a
+    call with ``<|eom_id|>`` and a plain turn with ``<|eot_id|>``. The glue was taken after the
+    first ``<|eot_id|>`` past the call, the one closing the tool's message: the model never read
+    the result (turn 2's context held the next header alone) and called again, every turn. Now the
+    call's turn ends at the ``<|eom_id|>`` the template writes, and the result follows it."""
+    tok, eot, head = family(smollm2, "llama3")
+    eom = tok.convert_tokens_to_ids("<|eom_id|>")
+    call = '{"name": "calc", "parameters": {"a": 6, "b": 7}}'
+    model = Scripted(tok, lambda text, j: call if "ipython<|end_header_id|>" not in text else "42",
+                     lambda text: tok.convert_tokens_to_ids(stop) if text == call else eot)
+    ipython = {"builtin_tools": ["brave_search"]}
+
+    def encode_chat(messages, tools, add_generation_prompt):
+        return np.asarray(encode_chat_literal(tok, messages, tools, add_generation_prompt, template_kwargs=ipython))
+
+    runner = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(max_turns=3, max_episode_tokens=300),
+                           toolbox=ToolBox([calc]), parse=functools.partial(parse_tool_calls, fmt="llama3"),
+                           tool_format="llama3", eos_ids=[eot, eom])
+    [c] = runner.run([{"prompt": "What is 6 * 7?"}], SamplingParams(max_new_tokens=60, n=1))
+    assert not check(model, [c]) and c.info["turns"] == 2 and c.info["tool_calls"] == 1
+    [glue] = inserted_runs(c)
+    assert tok.decode(glue) == f"<|start_header_id|>ipython<|end_header_id|>\n\n42<|eot_id|>{head}<|end_header_id|>\n\n"
+    whole = encode_chat([{"role": "user", "content": "What is 6 * 7?"}, *c.messages[:2]], None, True).tolist()
+    assert whole[whole.index(eom) + 1:] == glue.tolist()  # what the template writes after the call's end
 
 
 # --- Gemma 3 / Phi-3: no tool role -------------------------------------------------------------------
