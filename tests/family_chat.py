@@ -7,7 +7,9 @@ messages an episode renders:
 
 * ``llama3``: Llama 3.1-3.3 -- an assistant message with ``tool_calls`` is written from its call
   alone (``{"name": ..., "parameters": ...}``), never its content; ``tool`` is rendered as
-  ``ipython``; headers ``<|start_header_id|>role<|end_header_id|>`` and ``<|eot_id|>``.
+  ``ipython``; headers ``<|start_header_id|>role<|end_header_id|>`` and ``<|eot_id|>``, except that
+  a call ends with ``<|eom_id|>`` when ``builtin_tools`` is given (Llama 3.1's "ipython mode"; its
+  generation config stops on both).
 * ``gemma3``: Gemma 3 -- a system message is folded into the first user turn, roles must alternate
   user/assistant (it raises on anything else, ``tool`` included), ``assistant`` is ``model``.
 * ``phi3``: Phi-3 -- system/user/assistant only; any other role is dropped without a word.
@@ -43,7 +45,7 @@ LLAMA3 = (
     "{%- set call = message.tool_calls[0].function %}"
     "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
     "{{- '{\"name\": \"' + call.name + '\", \"parameters\": ' + (call.arguments | tojson) + '}' }}"
-    "{{- '<|eot_id|>' }}"
+    "{{- '<|eom_id|>' if builtin_tools is defined else '<|eot_id|>' }}"
     "{%- elif message.role == 'tool' %}"
     "{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}"
     "{%- else %}"
@@ -51,7 +53,7 @@ LLAMA3 = (
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}")
-LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>"]
 
 GEMMA3 = (
     "{{ bos_token }}"
@@ -108,9 +110,10 @@ def encoder(tok) -> Callable:
 
 class Scripted:
     """A model over a real tokenizer: ``policy(prompt_text, j)`` gives each turn's text, sampled as
-    its plain encoding and then ``eos`` (unless cut at ``max_new_tokens``)."""
+    its plain encoding and then ``eos`` (unless cut at ``max_new_tokens``); ``eos`` may be a
+    function of the turn's text (a model stopping on another end token after a call)."""
 
-    def __init__(self, tok, policy: Callable[[str, int], str], eos: int) -> None:
+    def __init__(self, tok, policy: Callable[[str, int], str], eos: int | Callable[[str], int]) -> None:
         self.tok, self.policy, self.eos = tok, policy, eos
         self.calls: list[tuple[np.ndarray, Completion]] = []
         self._logprob = itertools.count(1)
@@ -121,12 +124,13 @@ class Scripted:
             assert isinstance(prompt, TokenPrompt)
             so_far = self.tok.decode(list(prompt.ids), skip_special_tokens=False)
             for j in range(sampling.n):
-                ids = plain_ids(self.tok, self.policy(so_far, j))
+                text = self.policy(so_far, j)
+                ids = plain_ids(self.tok, text)
                 reason = "stop"
                 if len(ids) >= sampling.max_new_tokens:
                     ids, reason = ids[: sampling.max_new_tokens], "length"
                 else:
-                    ids = ids + [self.eos]
+                    ids = ids + [self.eos(text) if callable(self.eos) else self.eos]
                 logprobs = [-next(self._logprob) / 1000.0 for _ in ids]
                 c = Completion(i, np.asarray(prompt.ids), np.asarray(ids), np.asarray(logprobs, dtype=np.float32),
                                self.tok.decode(ids, skip_special_tokens=True), reason)

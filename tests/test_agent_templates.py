@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 from family_chat import Scripted, check, dressed, encoder, family, inserted_runs, runs
 
@@ -19,6 +20,7 @@ from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.parsing import parse_tool_calls
 from polyrl.agents.spec import Observation
 from polyrl.agents.tools import ToolBox
+from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.episode_scoring import env_failed
 from polyrl.errors import ConfigError
 from polyrl.types import SamplingParams
@@ -183,6 +185,60 @@ def test_llama3_tool_calls_are_answered_and_joined_exactly(smollm2):
         assert sampled == [f'{{"name": "calc", "parameters": {{"a": {6 + j}, "b": 7}}}}<|eot_id|>',
                            '{"name": "calc", "parameters": {"a": 7, "b": 7}}<|eot_id|>',
                            "The answer is 42.<|eot_id|>"]
+
+
+def test_a_llama3_call_ended_by_eom_is_followed_as_the_template_writes_it(smollm2):
+    """Llama 3.1 stops on ``<|eom_id|>`` as on ``<|eot_id|>`` (its generation config names both)
+    and writes it after a call in its "ipython mode"; the template's ``<|eot_id|>`` went after it
+    whole: turn 2 was sampled and trained after ``...}<|eom_id|><|eot_id|><|start_header_id|>``,
+    which no rendering holds. Now the sampled ``<|eom_id|>`` ends the call, and what follows it is
+    exactly what the template writes after ``<|eom_id|>`` in that mode."""
+    tok, eot, head = family(smollm2, "llama3")
+    eom = tok.convert_tokens_to_ids("<|eom_id|>")
+    call = '{"name": "calc", "parameters": {"a": 6, "b": 7}}'
+    model = Scripted(tok, lambda text, j: call if "ipython<|end_header_id|>" not in text else "42",
+                     lambda text: eom if text == call else eot)
+    runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=3, max_episode_tokens=300),
+                           toolbox=ToolBox([calc]), parse=functools.partial(parse_tool_calls, fmt="llama3"),
+                           tool_format="llama3", eos_ids=[eot, eom])
+    [c] = runner.run([{"prompt": "What is 6 * 7?"}], SamplingParams(max_new_tokens=60, n=1))
+    assert not check(model, [c]) and c.info["turns"] == 2 and "env_error" not in c.info
+    [glue] = inserted_runs(c)
+    assert tok.decode(glue) == f"<|start_header_id|>ipython<|end_header_id|>\n\n42<|eot_id|>{head}<|end_header_id|>\n\n"
+    # the template in ipython mode: after the call's <|eom_id|>, the very ids the episode inserted
+    conversation = [{"role": "user", "content": "What is 6 * 7?"}, *c.messages[:2]]
+    mode = encode_chat_literal(tok, conversation, None, True, template_kwargs={"builtin_tools": ["brave_search"]})
+    assert mode.count(eom) == 1 and mode[mode.index(eom) + 1:] == glue.tolist()
+    sampled = [c.completion_ids[a:b].tolist() for s, a, b in runs(c.mask) if s]
+    assert sampled[0][-1] == eom and int((c.completion_ids == eot).sum()) == 2  # the result's and the answer's
+
+
+@pytest.mark.parametrize("stop", ["<|eom_id|>", "<|eot_id|>"])
+def test_a_llama3_call_in_ipython_mode_is_followed_by_its_result(smollm2, stop):
+    """With ``builtin_tools`` given (``model.chat_template_kwargs``), Llama 3.1's template ends a
+    call with ``<|eom_id|>`` and a plain turn with ``<|eot_id|>``. The glue was taken after the
+    first ``<|eot_id|>`` past the call, the one closing the tool's message: the model never read
+    the result (turn 2's context held the next header alone) and called again, every turn. Now the
+    call's turn ends at the ``<|eom_id|>`` the template writes, and the result follows it."""
+    tok, eot, head = family(smollm2, "llama3")
+    eom = tok.convert_tokens_to_ids("<|eom_id|>")
+    call = '{"name": "calc", "parameters": {"a": 6, "b": 7}}'
+    model = Scripted(tok, lambda text, j: call if "ipython<|end_header_id|>" not in text else "42",
+                     lambda text: tok.convert_tokens_to_ids(stop) if text == call else eot)
+    ipython = {"builtin_tools": ["brave_search"]}
+
+    def encode_chat(messages, tools, add_generation_prompt):
+        return np.asarray(encode_chat_literal(tok, messages, tools, add_generation_prompt, template_kwargs=ipython))
+
+    runner = EpisodeRunner(model.generate, encode_chat, EpisodeLimits(max_turns=3, max_episode_tokens=300),
+                           toolbox=ToolBox([calc]), parse=functools.partial(parse_tool_calls, fmt="llama3"),
+                           tool_format="llama3", eos_ids=[eot, eom])
+    [c] = runner.run([{"prompt": "What is 6 * 7?"}], SamplingParams(max_new_tokens=60, n=1))
+    assert not check(model, [c]) and c.info["turns"] == 2 and c.info["tool_calls"] == 1
+    [glue] = inserted_runs(c)
+    assert tok.decode(glue) == f"<|start_header_id|>ipython<|end_header_id|>\n\n42<|eot_id|>{head}<|end_header_id|>\n\n"
+    whole = encode_chat([{"role": "user", "content": "What is 6 * 7?"}, *c.messages[:2]], None, True).tolist()
+    assert whole[whole.index(eom) + 1:] == glue.tolist()  # what the template writes after the call's end
 
 
 # --- Gemma 3 / Phi-3: no tool role -------------------------------------------------------------------

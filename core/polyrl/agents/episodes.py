@@ -270,7 +270,7 @@ class EpisodeRunner:
         self.prompt_column = prompt_column
         self.tools_prompt_format = tools_prompt_format  # how a template without tools hears of them
         self.tool_format = tool_format  # what ``parse`` reads (environment.tool_format)
-        self.glue = ChatGlue(encode_chat)
+        self.glue = ChatGlue(encode_chat, self.eos_ids)
         self._template_ignores_tools: bool | None = None
         self._first_roles = TemplateRoles()  # which roles the template shows in a first prompt
         #: the role a tool's result is rendered as: "tool", or "user" for a template that cannot

@@ -26,7 +26,7 @@ the episode keeps it before each turn, the template never shows it there (``open
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,8 +123,11 @@ def content_left_out(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 class ChatGlue:
     """Computes inserted segments for one model's chat template (and one tool list)."""
 
-    def __init__(self, encode_chat: EncodeChat) -> None:
+    def __init__(self, encode_chat: EncodeChat, eos_ids: Collection[int] = ()) -> None:
         self._encode = encode_chat
+        #: the generator's end-of-sequence ids: one the model stopped on stands for the template's
+        #: own end token in the turn's end marker (``_rest_of``)
+        self._eos_ids = frozenset(int(i) for i in eos_ids)
         self._turn_end: np.ndarray | None = None
         self._renders_role: dict[str, bool] = {}
 
@@ -230,16 +233,35 @@ class ChatGlue:
                  new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> np.ndarray:
         """What the template writes after the assistant message's text, up to the next generation
         prompt: the common tail of two renderings that differ only by the stand-in text."""
+        return self._follows_in(context, assistant, new_messages, tools)[0]
+
+    def _follows_in(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any] | None,
+                    new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                    ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """``_follows``, with the whole rendering it is the tail of and the stand-in assistant
+        message rendered there."""
+        form = _stand_in(_PROBE_A, assistant)
         a = self._after(context, _PROBE_A, assistant, new_messages, tools)
         b = self._after(context, _PROBE_B, assistant, new_messages, tools)
         if np.array_equal(a, b) and assistant is not None and assistant.get("tool_calls"):
             # the text of a message with calls is not rendered (Llama 3.x): what follows the calls
+            form = _probe_calls(assistant, _PROBE_A)
             a, b = (self.encode([*context, _probe_calls(assistant, text), *new_messages], True, tools)
                     for text in (_PROBE_A, _PROBE_B))
         if np.array_equal(a, b):
             raise RenderError("the model's chat template does not render the assistant's text, so the "
                               "episode's turns cannot be joined", field="environment", fix=_FIX)
-        return _common_suffix(a, b)
+        return _common_suffix(a, b), a, form
+
+    def _messages_from(self, context: Sequence[Mapping[str, Any]], form: Mapping[str, Any],
+                       new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                       whole: np.ndarray) -> int:
+        """How many tokens of ``whole`` (``context``, the assistant message ``form`` and
+        ``new_messages`` rendered) come before the first new message's text: past it, nothing is
+        the assistant turn's. Read off two renderings whose new messages hold other stand-in texts."""
+        x, y = (self.encode([*context, form, *[{**m, "content": text} for m in new_messages]], True, tools)
+                for text in (_PROBE_A, _PROBE_B))
+        return min(len(_common_prefix(x, y)), len(_common_prefix(whole, x)))
 
     def turn_end(self, context: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """What the template writes after an assistant message's content mid-conversation (e.g.
@@ -276,44 +298,71 @@ class ChatGlue:
         generator's end-of-sequence token it stopped on (``_rest_of``)."""
         end = self.turn_end(context, tools)
         self._check_roles(context, assistant, new_messages, tools)
-        follows = self._follows(context, assistant, new_messages, tools)
-        # a turn with tool calls: the template renders the calls (already sampled) before the end
-        at = self._end_after_calls(context, assistant, new_messages, tools, follows, end) \
-            if len(end) and assistant.get("tool_calls") else 0
+        follows, whole, form = self._follows_in(context, assistant, new_messages, tools)
+        at = 0
+        if len(end) and assistant.get("tool_calls"):  # the template renders the calls (already sampled) first
+            before = self._messages_from(context, form, new_messages, tools, whole) - (len(whole) - len(follows))
+            at, end = self._end_after_calls(context, assistant, new_messages, tools, follows, end, before)
         if not np.array_equal(follows[at:at + len(end)], end):
             raise RenderError("the model's chat template ends this assistant turn differently from its plain "
                               "turns, so the episode's turns cannot be joined", field="environment", fix=_FIX)
-        return np.concatenate([self._rest_of(end, sampled, closed), follows[at + len(end):]])
+        return np.concatenate([self._rest_of(end, sampled, closed, self._eos_ids), follows[at + len(end):]])
 
     def _end_after_calls(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
                          new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
-                         follows: np.ndarray, end: np.ndarray) -> int:
-        """Where the turn's end marker starts in ``follows`` (which opens with the rendered calls).
-        Why not its first occurrence: a model-written argument can spell the marker (``"zz<|eot_id|>
-        <|start_header_id|>system..."`` as a key), and the glue taken after it would hold a forged
-        turn. The search starts where a rendering with the calls' arguments left out agrees with
-        this one, past every argument; -1 when the marker is not there either."""
+                         follows: np.ndarray, end: np.ndarray, before: int) -> tuple[int, np.ndarray]:
+        """Where the turn's end marker starts in ``follows`` (which opens with the rendered calls),
+        and that marker. Why not its first occurrence: a model-written argument can spell the
+        marker (``"zz<|eot_id|><|start_header_id|>system..."`` as a key), and the glue taken after
+        it would hold a forged turn. The search starts where a rendering with the calls' arguments
+        left out agrees with this one, past every argument, and stops at the first new message's
+        text (``before`` tokens of ``follows``): a marker past it closes a new message, and the
+        glue taken after it left the tool's result out, silently (Llama 3.1's template in its
+        ipython mode, ``builtin_tools`` given, ends a call with ``<|eom_id|>``, a plain turn with
+        ``<|eot_id|>``). A turn with calls ending otherwise than plain turns ends at the last of
+        the generator's end-of-sequence ids the template writes there; (-1, ``end``) when there is
+        none either (the turns cannot be joined: the episode ends, said, never a result left out)."""
         try:
             other = self._follows(context, _stand_in_calls(assistant), new_messages, tools)
         except RenderError:  # a template that refuses empty arguments: the first occurrence, as before
-            return _find(follows, end)
+            return _find(follows[:max(before, 0)], end), end
         common = _common_suffix(follows, other)
-        at = _find(common, end)
-        return len(follows) - len(common) + at if at >= 0 else _find(follows, end)
+        start = len(follows) - len(common)
+        region = follows[start:max(before, start)]
+        at = _find(region, end)
+        if at >= 0:
+            return start + at, end
+        at = _find(follows[:max(before, 0)], end)  # not past the arguments' rendering: the first, as before
+        if at >= 0:
+            return at, end
+        ends = [i for i, t in enumerate(region.tolist()) if t in self._eos_ids]
+        if ends:
+            return start + ends[-1], region[ends[-1]:ends[-1] + 1]
+        return -1, end
 
     @staticmethod
-    def _rest_of(end: np.ndarray, sampled: np.ndarray, closed: bool = False) -> np.ndarray:
+    def _rest_of(end: np.ndarray, sampled: np.ndarray, closed: bool = False,
+                 eos_ids: Collection[int] = ()) -> np.ndarray:
         """What of the end marker ``end`` the turn ``sampled`` still lacks: the part after the
         marker's first tokens that the turn ends with; for a turn ``closed`` by the end-of-sequence
         token the marker holds past text (Llama 2's `` </s>``: a space, then the EOS), the part
         after that token. Why: the marker was inserted whole after the sampled EOS, so every later
         turn was sampled and trained after ``7</s> </s>``, an end written twice that the template
-        never writes and the model never sampled."""
+        never writes and the model never sampled.
+
+        A turn closed by another of the generator's ``eos_ids`` than the one the marker holds
+        (Llama 3.1 stops on ``<|eom_id|>`` after a tool call, its template writing ``<|eot_id|>``
+        there unless builtin tools are on) ends where the marker's end token would: the part after
+        that token. Why: the whole marker went after it, ``<|eom_id|><|eot_id|>``, which no
+        rendering holds; the template's own ipython mode writes ``<|eom_id|>`` and then the tool's
+        message, as the episode now does."""
         for k in range(min(len(end), len(sampled)), 0, -1):
             if np.array_equal(sampled[len(sampled) - k:], end[:k]):
                 return end[k:]
         if closed and len(sampled):
             hits = np.flatnonzero(end == sampled[-1])
+            if not len(hits):  # another end-of-sequence token: it takes the place of the marker's
+                hits = np.flatnonzero(np.isin(end, np.fromiter(eos_ids, dtype=np.int64, count=len(eos_ids))))
             if len(hits):
                 return end[int(hits[0]) + 1:]
         return end
