@@ -1164,3 +1164,49 @@ def test_a_tracking_servers_store_is_what_its_server_info_says(answer, kind):
         server.shutdown()
         server.server_close()
     assert server_store("http://127.0.0.1:9", timeout_s=1) == "file"  # nothing listens there
+
+
+# --- an evaluation's completions in the trackers --------------------------------------------------
+
+
+def _tensorboard_texts(root: Path, tag: str) -> list[tuple[int, str]]:
+    """(step, text) of each text summary ``tag`` under ``root``, read with TensorBoard's own loader."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    return [(event.step, tensor_util.make_ndarray(value.tensor).item().decode("utf-8"))
+            for path in sorted(root.glob("**/events.out*")) for event in EventFileLoader(str(path)).Load()
+            for value in event.summary.value if value.tag == tag]
+
+
+def test_an_evaluations_completions_reach_the_trackers_as_their_own_table(tmp_path):
+    """Once: an evaluation's completions went to ``eval_completions.jsonl`` only, never to a tracker,
+    where the training ones go. Now TensorBoard gets them as text ``eval_completions`` at the step
+    evaluated (0: before training), beside the training ``completions``: a NaN reward as an empty
+    cell, a lone surrogate as U+FFFD, a huge text cut as in completions.jsonl. With the completions
+    log off (``completions_per_step = 0``) neither table goes."""
+    import numpy as np
+
+    pytest.importorskip("tensorboard")
+    from polyrl.evaluation import completion_records
+    from polyrl.registry import get_registry
+
+    records = completion_records("before", 0, ["Held 1 + 1?", "Held 2 + 2?"], ["2 \ud800", "x" * 200_000],
+                                 np.array([1.0, float("nan")]), 1, True, 1.0)
+    for per_step, folder in ((2, tmp_path / "on"), (0, tmp_path / "off")):
+        tracking = RunTracking(specs=[get_registry().trackers_by_name()["tensorboard"]], output_dir=folder,
+                               completions_per_step=per_step, run_name="r", project="p", config={})
+        tracking.open()
+        tracking.hold_evaluation(records, 0)
+        tracking.publish({"step": 1, "loss": 0.5})
+        tracking.close()
+    assert _tensorboard_texts(tmp_path / "off", "eval_completions") == []
+    texts = _tensorboard_texts(tmp_path / "on", "eval_completions")
+    assert [step for step, _ in texts] == [0]
+    rows = texts[0][1].splitlines()
+    columns = "phase | after_steps | prompt_index | sample | greedy | prompt | completion | rewards | reward | correct"
+    assert rows[0] == f"| {columns} |" and len(rows) == 4, rows[:3]
+    assert "Held 1 \\+ 1?" in rows[2] and "2 \ufffd" in rows[2] and "| True |" in rows[2]
+    assert "| nan |" not in rows[3] and "| False |" in rows[3]  # the unscored sample: no reward, not correct
+    assert f"{200_000 - clog.MAX_TEXT_CHARS} more characters cut by polyrl" in rows[3]
+    assert len(rows[3]) < clog.MAX_TEXT_CHARS + 1000

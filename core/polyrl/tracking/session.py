@@ -144,8 +144,12 @@ class RunTracking:
     #: table and parquet file (``polyrl.trl_completions``), as TRL prints and writes one with each log
     show_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
     #: called with an evaluation's records and the trackers' step (``show_evaluation``): a TRL run's
-    #: console table, as TRL's ``log`` prints its latest completions after an evaluation too
+    #: console table and parquet file, as TRL's ``log`` prints and writes its latest completions
+    #: after an evaluation too
     show_eval_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
+    #: an evaluation's latest records shown (TRL's ``generation_batch_size``: its table's deque holds
+    #: that many); None: all of them
+    eval_latest: int | None = None
     #: TRL's ``log_unique_prompts``: a log's table keeps each prompt's first record only (the console's
     #: all of them, as TRL prints them)
     unique_prompts: bool = False
@@ -330,20 +334,41 @@ class RunTracking:
 
     def hold_evaluation(self, records: Sequence[dict[str, Any]], step: int) -> None:
         """An evaluation's ``records`` (on the writing rank) for ``show_evaluation``, at ``step``: a
-        TRL script's run (``window_logs``) prints them after the evaluation's log, as TRL's ``log``
-        prints its table after an evaluation's entry, the training log before it at the same step;
-        any other run at once. Why: polyrl kept them in ``eval_completions.jsonl`` only."""
-        if not self.writer or not records or self.show_eval_completions is None:
+        TRL script's run (``window_logs``) shows them after the evaluation's log, as TRL's ``log``
+        prints, writes and sends its table after an evaluation's entry, the training log before it at
+        the same step; any other run at once. Why: polyrl kept them in ``eval_completions.jsonl`` only."""
+        if not self.writer or not records or (self.show_eval_completions is None and not self._eval_tables()):
             return
-        self._evaluated = (list(records), step)
+        self._evaluated = (strict_json.sanitize(list(records)), step)  # what eval_completions.jsonl holds
         if not self.window_logs:
             self.show_evaluation()
 
+    def _eval_tables(self) -> bool:
+        """Whether the trackers get an evaluation's table: where they get the training one
+        (``log_completions``, ``completions_per_step`` > 0) and one of them takes it."""
+        return self.log_completions and self.completions_per_step > 0 and any(
+            callable(getattr(t, "log_eval_completions", None)) for t in self.trackers.values())
+
     def show_evaluation(self) -> None:
-        """The evaluation records held (``hold_evaluation``) to ``show_eval_completions``, once."""
-        if self._evaluated is not None and self.show_eval_completions is not None:
-            (records, step), self._evaluated = self._evaluated, None
-            self.show_eval_completions(records, step * self.step_scale)
+        """The evaluation records held (``hold_evaluation``), once: to ``show_eval_completions`` (a
+        TRL run's console table and parquet file) and as the trackers' ``eval_completions`` table,
+        the latest ``eval_latest`` of them, each prompt once where ``unique_prompts`` asks. Why: TRL
+        sends an evaluation's completions where it sends the training ones; polyrl kept them in
+        ``eval_completions.jsonl`` only, so no dashboard showed what the held-out prompts got."""
+        if self._evaluated is None:
+            return
+        (records, step), self._evaluated = self._evaluated, None
+        if self.eval_latest is not None:
+            records = records[-self.eval_latest:]
+        at = step * self.step_scale
+        if self.show_eval_completions is not None:
+            self.show_eval_completions(records, at)
+        if not self._eval_tables():
+            return
+        table = clog.first_per_prompt(records) if self.unique_prompts else records
+        for name in list(self.trackers):
+            if callable(getattr(self.trackers[name], "log_eval_completions", None)):
+                self._call(name, "log_eval_completions", table, at)
 
     def publish_at(self, metrics: Mapping[str, Any], step: int) -> None:
         """Numbers outside a step's line to the trackers, at ``step``: an evaluation before or

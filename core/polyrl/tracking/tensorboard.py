@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.logs import get_logger
-from polyrl.tracking.completions import markdown_table
+from polyrl.tracking.completions import EVAL_COLUMNS, EVAL_TABLE, markdown_table
 from polyrl.tracking.spec import TrackerContext
 
 log = get_logger("polyrl.tracking")
@@ -113,6 +113,11 @@ class TensorBoardTracker:
 
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
         self._add(self._text_pb("completions", markdown_table(records)), step)
+        self._writer.flush()
+
+    def log_eval_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
+        """An evaluation's completions, as text ``eval_completions`` beside the training table."""
+        self._add(self._text_pb(EVAL_TABLE, markdown_table(records, EVAL_COLUMNS)), step)
         self._writer.flush()
 
     def _write_resumed(self) -> None:
