@@ -1210,3 +1210,46 @@ def test_an_evaluations_completions_reach_the_trackers_as_their_own_table(tmp_pa
     assert "| nan |" not in rows[3] and "| False |" in rows[3]  # the unscored sample: no reward, not correct
     assert f"{200_000 - clog.MAX_TEXT_CHARS} more characters cut by polyrl" in rows[3]
     assert len(rows[3]) < clog.MAX_TEXT_CHARS + 1000
+
+
+def test_a_resume_at_an_evaluated_step_keeps_that_evaluations_table_in_tensorboard(tmp_path):
+    """A run evaluated at step 2, killed after step 3 and resumed from its step-2 checkpoint: the
+    session start at step 2 hides what the dead run logged there, so the evaluation's table at step
+    2 (which the resume does not run again) is logged again from the rewound ``eval_completions.jsonl``,
+    once, as the step's kept completions are. Read back with TensorBoard's own reader."""
+    pytest.importorskip("tensorboard")
+    import time
+
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl import evaluation
+    from polyrl.registry import get_registry
+
+    spec = get_registry().trackers_by_name()["tensorboard"]
+    records = evaluation.completion_records("during", 2, ["Held 1"], ["two"], np.array([1.0]), 1, True, 1.0)
+    crashed = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=2, run_name="r", project="p",
+                          config={})
+    crashed.open(0)
+    for step in (1, 2, 3):
+        if step == 2:
+            evaluation.append_records(tmp_path, records)
+            crashed.hold_evaluation(records, 2)
+        crashed.publish({"step": step, "loss": float(step)})
+    crashed.close()
+    time.sleep(1.1)  # event file names carry the second they were opened
+    resumed = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=2, run_name="r", project="p",
+                          config={})
+    resumed.open(2, kept={"step": 2, "loss": 2.0})
+    resumed.publish({"step": 3, "loss": 30.0})
+    resumed.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+    # the text plugin's reader, which purges a dead lineage's text too (the scalars' reader keeps all text)
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    texts = plugin_event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    texts.Reload()
+    tables = texts.Tensors("eval_completions")
+    assert [t.step for t in tables] == [2] and "Held 1" in tables[0].tensor_proto.string_val[0].decode()

@@ -244,7 +244,24 @@ class RunTracking:
                            if isinstance(r, dict) and r.get("step") == steps_taken]
             except (OSError, ValueError):  # unreadable: the step's numbers still go back
                 records = []
-        return ResumedStep(metrics=self._numeric(kept), records=records)
+        return ResumedStep(metrics=self._numeric(kept), records=records, eval_records=self._evaluated_at(steps_taken))
+
+    def _evaluated_at(self, step: int) -> list[dict[str, Any]]:
+        """The completions table of the evaluation during training at ``step`` (``eval_completions.jsonl``
+        rewound to it), which its trackers were given there; [] without one, or where they get no tables.
+        Why: TensorBoard's session start at a resumed step hides what was logged at it, the
+        evaluation's table too, which was not logged again."""
+        from polyrl.evaluation import COMPLETIONS_FILE, shown_records
+
+        path = self.output_dir / COMPLETIONS_FILE
+        if not (self.log_completions and self.completions_per_step > 0 and path.exists()):
+            return []
+        try:
+            records = [r for _, r in strict_json.read_lines(path) if isinstance(r, dict)
+                       and r.get("phase") == "during" and r.get("after_steps") == step]
+        except (OSError, ValueError):  # unreadable: the step's numbers still go back
+            return []
+        return shown_records(records)
 
     def collect(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
                 advantages: Sequence[float] | Any, seed: int) -> None:

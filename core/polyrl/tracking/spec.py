@@ -89,6 +89,8 @@ class ResumedStep:
 
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     records: Sequence[Mapping[str, Any]] = ()
+    #: the evaluation's completions table of that step (``eval_completions``), where one ran there
+    eval_records: Sequence[Mapping[str, Any]] = ()
 
 
 class Tracker(Protocol):

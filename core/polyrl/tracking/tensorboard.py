@@ -133,6 +133,9 @@ class TensorBoardTracker:
         if resumed.records:
             self._writer.add_event(self._event(wall_time=time.time(), step=at,
                                                summary=self._text_pb("completions", markdown_table(resumed.records))))
+        if resumed.eval_records:
+            self._writer.add_event(self._event(wall_time=time.time(), step=at, summary=self._text_pb(
+                EVAL_TABLE, markdown_table(resumed.eval_records, EVAL_COLUMNS))))
 
     def _write_texts(self) -> None:
         """The text summaries, at step 0 as transformers' ``add_text`` without a step writes them."""
