@@ -1253,3 +1253,24 @@ def test_a_resume_at_an_evaluated_step_keeps_that_evaluations_table_in_tensorboa
     texts.Reload()
     tables = texts.Tensors("eval_completions")
     assert [t.step for t in tables] == [2] and "Held 1" in tables[0].tensor_proto.string_val[0].decode()
+
+
+def test_an_evaluations_table_holds_its_first_256_records_not_every_one(tmp_path):
+    """An evaluation of 100 prompts x 3 samples: the trackers' table holds the first 256 records
+    (every tracker gets a copy at every evaluation; ``eval_completions.jsonl`` keeps all 300)."""
+    import numpy as np
+
+    pytest.importorskip("tensorboard")
+    from polyrl.evaluation import completion_records
+    from polyrl.registry import get_registry
+
+    prompts = [f"Held {i}" for i in range(100)]
+    records = completion_records("during", 1, prompts, ["c"] * 300, np.ones(300), 3, False, 1.0)
+    tracking = RunTracking(specs=[get_registry().trackers_by_name()["tensorboard"]], output_dir=tmp_path,
+                           completions_per_step=4, run_name="r", project="p", config={})
+    tracking.open()
+    tracking.hold_evaluation(records, 1)
+    tracking.close()
+    [(step, text)] = _tensorboard_texts(tmp_path, "eval_completions")
+    rows = text.splitlines()[2:]
+    assert step == 1 and len(rows) == 256 and "Held 0 |" in rows[0] and "Held 85 |" in rows[-1], rows[-1][:80]

@@ -34,6 +34,10 @@ EVAL_COLUMNS = ("phase", "after_steps", "prompt_index", "sample", "greedy", "pro
 #: The table name of an evaluation's completions in every tracker (W&B and trackio key, TensorBoard text
 #: tag, MLflow artifact folder): apart from the training ``completions``, so neither hides the other at a step.
 EVAL_TABLE = "eval_completions"
+#: The most records of one evaluation its table holds (the first, in prompt order): an evaluation of
+#: ``eval.count`` x ``eval.samples`` completions can be hundreds of thousands, each tracker's copy of
+#: them at every evaluation; ``eval_completions.jsonl`` keeps them all.
+EVAL_TABLE_ROWS = 256
 #: Characters of one text (a prompt, a completion, a message's content) kept in a record.
 MAX_TEXT_CHARS = 65_536
 

@@ -148,7 +148,7 @@ class RunTracking:
     #: after an evaluation too
     show_eval_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
     #: an evaluation's latest records shown (TRL's ``generation_batch_size``: its table's deque holds
-    #: that many); None: all of them
+    #: that many); None: its first ``completions.EVAL_TABLE_ROWS``
     eval_latest: int | None = None
     #: TRL's ``log_unique_prompts``: a log's table keeps each prompt's first record only (the console's
     #: all of them, as TRL prints them)
@@ -261,7 +261,7 @@ class RunTracking:
                        and r.get("phase") == "during" and r.get("after_steps") == step]
         except (OSError, ValueError):  # unreadable: the step's numbers still go back
             return []
-        return shown_records(records)
+        return shown_records(records)[:clog.EVAL_TABLE_ROWS]
 
     def collect(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
                 advantages: Sequence[float] | Any, seed: int) -> None:
@@ -375,8 +375,8 @@ class RunTracking:
         if self._evaluated is None:
             return
         (records, step), self._evaluated = self._evaluated, None
-        if self.eval_latest is not None:
-            records = records[-self.eval_latest:]
+        # TRL's latest ``generation_batch_size``, else the first ``EVAL_TABLE_ROWS``
+        records = records[-self.eval_latest:] if self.eval_latest is not None else records[:clog.EVAL_TABLE_ROWS]
         at = step * self.step_scale
         if self.show_eval_completions is not None:
             self.show_eval_completions(records, at)
