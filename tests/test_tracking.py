@@ -1184,7 +1184,7 @@ def test_an_evaluations_completions_reach_the_trackers_as_their_own_table(tmp_pa
     where the training ones go. Now TensorBoard gets them as text ``eval_completions`` at the step
     evaluated (0: before training), beside the training ``completions``: a NaN reward as an empty
     cell, a lone surrogate as U+FFFD, a huge text cut as in completions.jsonl. With the completions
-    log off (``completions_per_step = 0``) neither table goes."""
+    log off (``completions_per_step = 0``, or TRL's ``log_completions=False``) neither table goes."""
     import numpy as np
 
     pytest.importorskip("tensorboard")
@@ -1193,14 +1193,16 @@ def test_an_evaluations_completions_reach_the_trackers_as_their_own_table(tmp_pa
 
     records = completion_records("before", 0, ["Held 1 + 1?", "Held 2 + 2?"], ["2 \ud800", "x" * 200_000],
                                  np.array([1.0, float("nan")]), 1, True, 1.0)
-    for per_step, folder in ((2, tmp_path / "on"), (0, tmp_path / "off")):
+    for per_step, folder in ((2, tmp_path / "on"), (0, tmp_path / "off"), (2, tmp_path / "trl_off")):
         tracking = RunTracking(specs=[get_registry().trackers_by_name()["tensorboard"]], output_dir=folder,
                                completions_per_step=per_step, run_name="r", project="p", config={})
+        tracking.log_completions = folder.name != "trl_off"  # TRL's log_completions=False: no table either
         tracking.open()
         tracking.hold_evaluation(records, 0)
         tracking.publish({"step": 1, "loss": 0.5})
         tracking.close()
     assert _tensorboard_texts(tmp_path / "off", "eval_completions") == []
+    assert _tensorboard_texts(tmp_path / "trl_off", "eval_completions") == []
     texts = _tensorboard_texts(tmp_path / "on", "eval_completions")
     assert [step for step, _ in texts] == [0]
     rows = texts[0][1].splitlines()
