@@ -91,6 +91,9 @@ def test_an_evaluations_completions_reach_the_parquet_files_and_trackers_beside_
     (folder / "eval_completions_00001.parquet").unlink()
     trainer.evaluate()  # a script's own evaluation: its file in the run's folder too
     assert len(pd.read_parquet(folder / "eval_completions_00001.parquet")) == 4
+    # named sets: a file each, named as their metrics (TRL wrote one name, the last set's rows)
+    trainer.evaluate(eval_dataset={"a": _held_out(1), "b": _held_out(2)}, metric_key_prefix="test")
+    assert [len(pd.read_parquet(folder / f"test_{name}_completions_00001.parquet")) for name in "ab"] == [2, 4]
 
 
 def _texts(root, tag: str) -> list[str]:

@@ -41,22 +41,26 @@ def follow(tracking: Any, args: Any, *, logs_at: Callable[[Mapping[str, Any]], b
 
     tracking.show_completions = show_all if shows else None
     tracking.eval_latest = eval_latest(args)
-    # an evaluation's: into the script's output_dir (``trainer.evaluate()``'s trainer writes to a scratch one)
-    eval_shows = [show for show in (printer(args), parquet_writer(args, tracking, file_scale, EVAL_FILE_PREFIX,
-                                                                  getattr(args, "output_dir", None)))
-                  if show is not None]
+    follow_evaluation(tracking, args, file_scale=file_scale)
+
+
+def follow_evaluation(tracking: Any, args: Any, metric_key_prefix: str = "eval", file_scale: int = 1) -> None:
+    """Set ``tracking`` to print an evaluation's completions and write them to parquet as
+    ``{metric_key_prefix}_completions_{global_step:05d}.parquet`` in the script's ``output_dir``
+    (``trainer.evaluate()``'s trainer has a scratch one). Why a name of its own: TRL writes it to the
+    training file's name, ``completions_{global_step:05d}``, so at a step that logs and evaluates the
+    evaluation's rows replaced the training ones; and with the metrics' prefix, as ``evaluate()`` of
+    several named sets (``eval_a_...``, ``eval_b_...``) wrote one name each time, the last set's only."""
+    shows = [show for show in (printer(args), parquet_writer(args, tracking, file_scale,
+                                                             f"{metric_key_prefix}_completions",
+                                                             getattr(args, "output_dir", None)))
+             if show is not None]
 
     def show_eval(records: Sequence[Mapping[str, Any]], step: int) -> None:
-        for show in eval_shows:
+        for show in shows:
             show(records, step)
 
-    tracking.show_eval_completions = show_eval if eval_shows else None
-
-
-#: The name an evaluation's parquet file starts with, beside the training ``completions_{global_step:05d}``:
-#: TRL writes both to that one name, so at a step that logs and evaluates its evaluation's file replaced
-#: the training one.
-EVAL_FILE_PREFIX = "eval_completions"
+    tracking.show_eval_completions = show_eval if shows else None
 
 
 def eval_latest(args: Any) -> int | None:
