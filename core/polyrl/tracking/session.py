@@ -356,7 +356,7 @@ class RunTracking:
         the same step; any other run at once. Why: polyrl kept them in ``eval_completions.jsonl`` only."""
         if not self.writer or not records or (self.show_eval_completions is None and not self._eval_tables()):
             return
-        self._evaluated = (strict_json.sanitize(list(records)), step)  # what eval_completions.jsonl holds
+        self._evaluated = (list(records), step)
         if not self.window_logs:
             self.show_evaluation()
 
@@ -377,6 +377,7 @@ class RunTracking:
         (records, step), self._evaluated = self._evaluated, None
         # TRL's latest ``generation_batch_size``, else the first ``EVAL_TABLE_ROWS``
         records = records[-self.eval_latest:] if self.eval_latest is not None else records[:clog.EVAL_TABLE_ROWS]
+        records = strict_json.sanitize(records)  # as eval_completions.jsonl holds them (a NaN reward: null)
         at = step * self.step_scale
         if self.show_eval_completions is not None:
             self.show_eval_completions(records, at)
