@@ -1164,3 +1164,115 @@ def test_a_tracking_servers_store_is_what_its_server_info_says(answer, kind):
         server.shutdown()
         server.server_close()
     assert server_store("http://127.0.0.1:9", timeout_s=1) == "file"  # nothing listens there
+
+
+# --- an evaluation's completions in the trackers --------------------------------------------------
+
+
+def _tensorboard_texts(root: Path, tag: str) -> list[tuple[int, str]]:
+    """(step, text) of each text summary ``tag`` under ``root``, read with TensorBoard's own loader."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    return [(event.step, tensor_util.make_ndarray(value.tensor).item().decode("utf-8"))
+            for path in sorted(root.glob("**/events.out*")) for event in EventFileLoader(str(path)).Load()
+            for value in event.summary.value if value.tag == tag]
+
+
+def test_an_evaluations_completions_reach_the_trackers_as_their_own_table(tmp_path):
+    """Once: an evaluation's completions went to ``eval_completions.jsonl`` only, never to a tracker,
+    where the training ones go. Now TensorBoard gets them as text ``eval_completions`` at the step
+    evaluated (0: before training), beside the training ``completions``: a NaN reward as an empty
+    cell, a lone surrogate as U+FFFD, a huge text cut as in completions.jsonl. With the completions
+    log off (``completions_per_step = 0``, or TRL's ``log_completions=False``) neither table goes."""
+    import numpy as np
+
+    pytest.importorskip("tensorboard")
+    from polyrl.evaluation import completion_records
+    from polyrl.registry import get_registry
+
+    records = completion_records("before", 0, ["Held 1 + 1?", "Held 2 + 2?"], ["2 \ud800", "x" * 200_000],
+                                 np.array([1.0, float("nan")]), 1, True, 1.0)
+    for per_step, folder in ((2, tmp_path / "on"), (0, tmp_path / "off"), (2, tmp_path / "trl_off")):
+        tracking = RunTracking(specs=[get_registry().trackers_by_name()["tensorboard"]], output_dir=folder,
+                               completions_per_step=per_step, run_name="r", project="p", config={})
+        tracking.log_completions = folder.name != "trl_off"  # TRL's log_completions=False: no table either
+        tracking.open()
+        tracking.hold_evaluation(records, 0)
+        tracking.publish({"step": 1, "loss": 0.5})
+        tracking.close()
+    assert _tensorboard_texts(tmp_path / "off", "eval_completions") == []
+    assert _tensorboard_texts(tmp_path / "trl_off", "eval_completions") == []
+    texts = _tensorboard_texts(tmp_path / "on", "eval_completions")
+    assert [step for step, _ in texts] == [0]
+    rows = texts[0][1].splitlines()
+    columns = "phase | after_steps | prompt_index | sample | greedy | prompt | completion | rewards | reward | correct"
+    assert rows[0] == f"| {columns} |" and len(rows) == 4, rows[:3]
+    assert "Held 1 \\+ 1?" in rows[2] and "2 \ufffd" in rows[2] and "| True |" in rows[2]
+    assert "| nan |" not in rows[3] and "| False |" in rows[3]  # the unscored sample: no reward, not correct
+    assert f"{200_000 - clog.MAX_TEXT_CHARS} more characters cut by polyrl" in rows[3]
+    assert len(rows[3]) < clog.MAX_TEXT_CHARS + 1000
+
+
+def test_a_resume_at_an_evaluated_step_keeps_that_evaluations_table_in_tensorboard(tmp_path):
+    """A run evaluated at step 2, killed after step 3 and resumed from its step-2 checkpoint: the
+    session start at step 2 hides what the dead run logged there, so the evaluation's table at step
+    2 (which the resume does not run again) is logged again from the rewound ``eval_completions.jsonl``,
+    once, as the step's kept completions are. Read back with TensorBoard's own reader."""
+    pytest.importorskip("tensorboard")
+    import time
+
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl import evaluation
+    from polyrl.registry import get_registry
+
+    spec = get_registry().trackers_by_name()["tensorboard"]
+    records = evaluation.completion_records("during", 2, ["Held 1"], ["two"], np.array([1.0]), 1, True, 1.0)
+    crashed = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=2, run_name="r", project="p",
+                          config={})
+    crashed.open(0)
+    for step in (1, 2, 3):
+        if step == 2:
+            evaluation.append_records(tmp_path, records)
+            crashed.hold_evaluation(records, 2)
+        crashed.publish({"step": step, "loss": float(step)})
+    crashed.close()
+    time.sleep(1.1)  # event file names carry the second they were opened
+    resumed = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=2, run_name="r", project="p",
+                          config={})
+    resumed.open(2, kept={"step": 2, "loss": 2.0})
+    resumed.publish({"step": 3, "loss": 30.0})
+    resumed.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+    # the text plugin's reader, which purges a dead lineage's text too (the scalars' reader keeps all text)
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    texts = plugin_event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    texts.Reload()
+    tables = texts.Tensors("eval_completions")
+    assert [t.step for t in tables] == [2] and "Held 1" in tables[0].tensor_proto.string_val[0].decode()
+
+
+def test_an_evaluations_table_holds_its_first_256_records_not_every_one(tmp_path):
+    """An evaluation of 100 prompts x 3 samples: the trackers' table holds the first 256 records
+    (every tracker gets a copy at every evaluation; ``eval_completions.jsonl`` keeps all 300)."""
+    import numpy as np
+
+    pytest.importorskip("tensorboard")
+    from polyrl.evaluation import completion_records
+    from polyrl.registry import get_registry
+
+    prompts = [f"Held {i}" for i in range(100)]
+    records = completion_records("during", 1, prompts, ["c"] * 300, np.ones(300), 3, False, 1.0)
+    tracking = RunTracking(specs=[get_registry().trackers_by_name()["tensorboard"]], output_dir=tmp_path,
+                           completions_per_step=4, run_name="r", project="p", config={})
+    tracking.open()
+    tracking.hold_evaluation(records, 1)
+    tracking.close()
+    [(step, text)] = _tensorboard_texts(tmp_path, "eval_completions")
+    rows = text.splitlines()[2:]
+    assert step == 1 and len(rows) == 256 and "Held 0 |" in rows[0] and "Held 85 |" in rows[-1], rows[-1][:80]

@@ -140,6 +140,15 @@ def table_rows(records: list[dict]) -> list[list]:
     return [[cell(r[c]) for c in COLUMNS] for r in records]
 
 
+def eval_rows(out: Path, phase: str) -> list[list]:
+    """The sampled records of the ``phase`` evaluation in ``eval_completions.jsonl`` as the trackers'
+    ``eval_completions`` table rows."""
+    from polyrl.tracking.completions import EVAL_COLUMNS, table_rows as rows
+
+    records = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
+    return rows([r for r in records if r["phase"] == phase and not r["greedy"]], EVAL_COLUMNS)
+
+
 def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -163,6 +172,11 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     assert [e.step for e in accuracy] == [0, STEPS]
     assert [e.value for e in accuracy] == pytest.approx([line["eval/accuracy"] for line in evals])
     assert not any(tag.startswith("eval_") for tag in acc.Tags()["scalars"])
+    # each evaluation's sampled completions, a table of their own at its step
+    tables = acc.Tensors("eval_completions")
+    assert [t.step for t in tables] == [0, STEPS]
+    before = tables[0].tensor_proto.string_val[0].decode().strip().splitlines()
+    assert before[0].startswith("| phase | after_steps |") and len(before) == 2 + len(eval_rows(out, "before")) == 6
 
 
 def test_wandb_offline_run_holds_history_and_completion_tables(run):
@@ -178,6 +192,11 @@ def test_wandb_offline_run_holds_history_and_completion_tables(run):
     assert "eval/accuracy" in steps[-1]  # the evaluation after training, at the last step
     table = json.loads((run_dir / "files" / steps[0]["completions/path"]).read_text())
     assert table["data"] == table_rows(records[:2])
+    # each evaluation's sampled completions, a table of their own at its step
+    assert [h["_step"] for h in history if "eval_completions/path" in h] == [0, STEPS]
+    for phase, entry in (("before", history[0]), ("after", history[-1])):
+        evaluated = json.loads((run_dir / "files" / entry["eval_completions/path"]).read_text())
+        assert evaluated["data"] == eval_rows(out, phase) and len(evaluated["data"]) == 4
 
 
 def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
@@ -204,6 +223,10 @@ def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
     local = client.download_artifacts(found.info.run_id, "completions/step_000002.json", str(out / "dl"))
     table = json.loads(Path(local).read_text())
     assert table["data"] == table_rows(records[2:])
+    names = sorted(a.path for a in client.list_artifacts(found.info.run_id, "eval_completions"))
+    assert names == ["eval_completions/step_000000.json", f"eval_completions/step_{STEPS:06d}.json"]
+    local = client.download_artifacts(found.info.run_id, names[0], str(out / "dl"))
+    assert json.loads(Path(local).read_text())["data"] == eval_rows(out, "before")
 
 
 def test_trackio_store_holds_metrics_and_completion_tables(run):
@@ -223,6 +246,8 @@ def test_trackio_store_holds_metrics_and_completion_tables(run):
     tables = [entry for entry in logs if "completions" in entry]
     assert [e["step"] for e in tables] == [1, 2]
     assert "_type" in json.dumps(tables[0]["completions"]) and records[0]["finish_reason"] in json.dumps(tables[0])
+    evaluated = [entry for entry in logs if "eval_completions" in entry]
+    assert [e["step"] for e in evaluated] == [0, STEPS] and "_type" in json.dumps(evaluated[0]["eval_completions"])
 
 
 def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_path, monkeypatch):

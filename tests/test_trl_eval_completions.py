@@ -57,6 +57,57 @@ def test_log_completions_prints_the_evaluations_completions_after_its_log(tiny_m
     assert trained and all("Advantage" in text for text in trained)  # the training tables keep theirs
 
 
+def test_an_evaluations_completions_reach_the_parquet_files_and_trackers_beside_the_training_ones(tiny_model_dir,
+                                                                                                 tmp_path):
+    """TRL's ``log`` after an evaluation writes its completions where it writes the training ones (the
+    parquet file, the W&B and trackio table); polyrl kept them in ``eval_completions.jsonl`` only. Now
+    ``completions/eval_completions_00001.parquet`` holds them with TRL's columns (its Advantage NaN:
+    polyrl's evaluation computes none), beside the training file, which TRL overwrites with them at
+    a step that logs and evaluates; TensorBoard has them as text ``eval_completions`` at that step.
+    Read back with pandas (pyarrow) and TensorBoard's own loader."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("tensorboard")
+    from test_trl_log_completions import _steps_by_tag
+
+    args = grpo_args(tmp_path, log_completions=True, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4,
+                     max_completion_length=4, report_to="tensorboard")
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=prompts_dataset(),
+                          eval_dataset=_held_out(2))
+    trainer.train()
+    folder = tmp_path / "run" / "completions"
+    assert sorted(p.name for p in folder.iterdir()) == ["completions_00001.parquet", "eval_completions_00001.parquet"]
+    trained = pd.read_parquet(folder / "completions_00001.parquet")
+    evaluated = pd.read_parquet(folder / "eval_completions_00001.parquet")
+    assert list(evaluated.columns) == list(trained.columns) == ["step", "prompt", "completion", "short", "advantage"]
+    assert all(p.startswith("What is") for p in trained["prompt"])  # not replaced by the evaluation's
+    assert sorted(evaluated["prompt"]) == ["Held0", "Held0", "Held1", "Held1"] and evaluated["step"].tolist() == [1] * 4
+    assert evaluated["advantage"].isna().all() and str(evaluated["short"].dtype) == "float64"
+    assert all(abs(s + len(c) / 10) < 1e-6 for s, c in zip(evaluated["short"], evaluated["completion"]))
+    tags = _steps_by_tag(tmp_path / "run")
+    assert tags.get("eval_completions") == [1] and tags.get("completions") == [1, 1], sorted(tags)
+    text = _texts(tmp_path / "run", "eval_completions")[0]
+    assert text.count("Held0") == 2 and "What is" not in text
+    (folder / "eval_completions_00001.parquet").unlink()
+    trainer.evaluate()  # a script's own evaluation: its file in the run's folder too
+    assert len(pd.read_parquet(folder / "eval_completions_00001.parquet")) == 4
+    # named sets: a file each, named as their metrics (TRL wrote one name, the last set's rows)
+    trainer.evaluate(eval_dataset={"a": _held_out(1), "b": _held_out(2)}, metric_key_prefix="test")
+    assert [len(pd.read_parquet(folder / f"test_{name}_completions_00001.parquet")) for name in "ab"] == [2, 4]
+
+
+def _texts(root, tag: str) -> list[str]:
+    """The text summaries of ``tag`` under ``root``, read with TensorBoard's own loader."""
+    import glob
+
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    return [tensor_util.make_ndarray(value.tensor).item().decode("utf-8")
+            for path in sorted(glob.glob(str(root / "**" / "events.out*"), recursive=True))
+            for event in EventFileLoader(path).Load() for value in event.summary.value if value.tag == tag]
+
+
 def logs_runtime(completions, log_metric, **kwargs):
     """Logs ``runtime``, a name only an evaluation's entry has (``eval_runtime``)."""
     log_metric("runtime", 1000.0)
@@ -82,17 +133,18 @@ def test_a_log_metric_named_as_an_eval_only_key_keeps_the_runs_value_and_is_said
     assert "'eval_runtime'" in said[0]["event"] and "log_metric('my/runtime', ...)" in said[0]["fix"]
 
 
-def test_the_evaluation_table_keeps_the_latest_generation_batch_size_rows_as_trls_deque(capsys):
+def test_the_evaluation_table_keeps_the_latest_generation_batch_size_rows_as_trls_deque(tmp_path, capsys):
     """TRL's ``_logs`` are deques of ``generation_batch_size``: after an evaluation of more completions
     its table holds the latest of them; ``num_completions_to_print=None`` prints them all."""
     pytest.importorskip("rich")
     from types import SimpleNamespace
 
-    from polyrl.trl_completions import eval_printer
+    from polyrl.tracking.session import RunTracking
+    from polyrl.trl_completions import follow
 
-    show = eval_printer(SimpleNamespace(log_completions=True, num_completions_to_print=None, generation_batch_size=2))
-    assert show is not None
-    show([{"prompt": f"P{i}x", "completion": "c", "rewards": {"short": 0.5}} for i in range(4)], 7)
+    tracking = RunTracking(specs=[], output_dir=tmp_path, completions_per_step=4, run_name="r", project="p", config={})
+    follow(tracking, SimpleNamespace(log_completions=True, num_completions_to_print=None, generation_batch_size=2))
+    tracking.hold_evaluation([{"prompt": f"P{i}x", "completion": "c", "rewards": {"short": 0.5}} for i in range(4)], 7)
     out = capsys.readouterr().out
     assert "─ Step 7 ─" in out and [p for p in ("P0x", "P1x", "P2x", "P3x") if p in out] == ["P2x", "P3x"]
     assert "Advantage" not in out and "short" in out

@@ -82,6 +82,12 @@ def completion_records(phase: str, after_steps: int, prompts: Sequence[Any], tex
             for i, (text, score) in enumerate(zip(texts, scores))]
 
 
+def shown_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of one evaluation its completions table shows: the sampled ones, as TRL's table
+    holds its evaluation's sampled completions; the greedy ones where none were sampled."""
+    return [r for r in records if not r.get("greedy")] or list(records)
+
+
 def append_records(output_dir: Path, records: Sequence[dict[str, Any]]) -> None:
     """Append strict-JSON lines to ``eval_completions.jsonl`` (flushed: a crash loses no finished eval)."""
     strict_json.append_lines(output_dir / COMPLETIONS_FILE, records)

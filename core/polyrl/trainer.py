@@ -1492,7 +1492,7 @@ class Trainer:
         out.update(loss_metrics)
         if self.rank == 0:
             self._warn_shadowed_eval_log_metrics(out)
-            self.tracking.hold_evaluation([r for r in records if not r["greedy"]] or records, self.step)
+            self.tracking.hold_evaluation(evaluation.shown_records(records), self.step)
         return out
 
     def _eval_batch_metrics(self, scores: np.ndarray, parts: Mapping[str, np.ndarray], lengths: np.ndarray,

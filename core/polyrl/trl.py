@@ -645,6 +645,7 @@ class GRPOTrainer:
         import tempfile
 
         from polyrl.trl_callbacks import updates_per_step
+        from polyrl.trl_completions import follow_evaluation
         from polyrl.trl_config import refuse_inputs_for_metrics
         from polyrl.trl_evaluate import eval_sets, eval_settings, trl_metrics
 
@@ -669,6 +670,8 @@ class GRPOTrainer:
                                       settings=eval_settings(self.grpo_config.settings, self.args))
                 engines = self._eval_engines[1] if self._eval_engines and self._eval_engines[0] == folder else None
                 trainer = self._polyrl_trainer(policy, config, rows, engines=engines)
+                if prefix != "eval" and hasattr(trainer, "tracking"):  # its own parquet file name
+                    follow_evaluation(trainer.tracking, self.args, prefix)
                 self._eval_engines = (folder, trainer.engines)
                 # the seed and trainer_state the run's evaluation has here (its step, not TRL's updates)
                 trainer.step = self.state.global_step // updates_per_step(trainer)

@@ -40,36 +40,49 @@ def follow(tracking: Any, args: Any, *, logs_at: Callable[[Mapping[str, Any]], b
             show(records, step)
 
     tracking.show_completions = show_all if shows else None
-    tracking.show_eval_completions = eval_printer(args)
+    tracking.eval_latest = eval_latest(args)
+    follow_evaluation(tracking, args, file_scale=file_scale)
 
 
-def eval_printer(args: Any) -> Printer | None:
-    """The console table TRL prints after an evaluation (``printer``), or None: TRL's ``log`` then
-    draws its ``_logs``, which the evaluation's batches filled, its latest ``generation_batch_size``
-    completions (a deque of that length), ``num_completions_to_print`` of them. polyrl prints the
-    evaluation's records (``eval_completions.jsonl``'s), the latest ``generation_batch_size``; TRL's
-    Advantage column (each eval group's normalized rewards, which TRL computes in eval too) is left
-    out, as polyrl's evaluation computes none (``print_records``)."""
-    show = printer(args)
-    if show is None:
-        return None
+def follow_evaluation(tracking: Any, args: Any, metric_key_prefix: str = "eval", file_scale: int = 1) -> None:
+    """Set ``tracking`` to print an evaluation's completions and write them to parquet as
+    ``{metric_key_prefix}_completions_{global_step:05d}.parquet`` in the script's ``output_dir``
+    (``trainer.evaluate()``'s trainer has a scratch one). Why a name of its own: TRL writes it to the
+    training file's name, ``completions_{global_step:05d}``, so at a step that logs and evaluates the
+    evaluation's rows replaced the training ones; and with the metrics' prefix, as ``evaluate()`` of
+    several named sets (``eval_a_...``, ``eval_b_...``) wrote one name each time, the last set's only."""
+    shows = [show for show in (printer(args), parquet_writer(args, tracking, file_scale,
+                                                             f"{metric_key_prefix}_completions",
+                                                             getattr(args, "output_dir", None)))
+             if show is not None]
+
+    def show_eval(records: Sequence[Mapping[str, Any]], step: int) -> None:
+        for show in shows:
+            show(records, step)
+
+    tracking.show_eval_completions = show_eval if shows else None
+
+
+def eval_latest(args: Any) -> int | None:
+    """How many of an evaluation's latest records TRL's ``log`` shows after it: its ``_logs``, which
+    the evaluation's batches filled, hold the latest ``generation_batch_size`` completions (a deque
+    of that length); None (all) where that is unset. The console draws ``num_completions_to_print``
+    of them (``printer``); TRL's Advantage column (each eval group's normalized rewards) is left out
+    there and NaN in the parquet file, as polyrl's evaluation computes none (``print_records``)."""
     size = getattr(args, "generation_batch_size", None)
-    latest = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
-
-    def show_latest(records: Sequence[Mapping[str, Any]], global_step: int) -> None:
-        show(records[-latest:] if latest is not None else records, global_step)
-
-    return show_latest
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
-def parquet_writer(args: Any, tracking: Any, file_scale: int = 1) -> Printer | None:
-    """What writes each log's table to ``output_dir/completions`` as TRL does (``frame``), or None:
-    not asked (``log_completions``), or not the writing rank, or no folder for it (a warning: a copy
-    of the table must never cost the run). The folder is made now, as TRL's ``GRPOTrainer`` makes it
-    when built."""
+def parquet_writer(args: Any, tracking: Any, file_scale: int = 1, prefix: str = "completions",
+                   output_dir: str | None = None) -> Printer | None:
+    """What writes each log's table to ``output_dir/completions`` as TRL does (``frame``), as
+    ``{prefix}_{global_step:05d}.parquet``, or None: not asked (``log_completions``), or not the
+    writing rank, or no folder for it (a warning: a copy of the table must never cost the run). The
+    folder is made now, as TRL's ``GRPOTrainer`` makes it when built. ``output_dir``: the folder's
+    parent where not the run's (``tracking.output_dir``)."""
     if not getattr(args, "log_completions", False) or not tracking.writer:
         return None
-    folder = Path(tracking.output_dir) / "completions"
+    folder = Path(output_dir or tracking.output_dir) / "completions"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -81,7 +94,7 @@ def parquet_writer(args: Any, tracking: Any, file_scale: int = 1) -> Printer | N
     def write(records: Sequence[Mapping[str, Any]], step: int) -> None:
         global_step = step * file_scale
         try:
-            frame(records, global_step).to_parquet(folder / f"completions_{global_step:05d}.parquet")
+            frame(records, global_step).to_parquet(folder / f"{prefix}_{global_step:05d}.parquet")
         except Exception as exc:  # noqa: BLE001 - a copy of the table must never cost the run
             if not said:
                 said.append(True)

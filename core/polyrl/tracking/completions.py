@@ -27,6 +27,17 @@ from polyrl.redact import Redactor
 FILE_NAME = "completions.jsonl"
 #: The keys of every record, in table-column order.
 COLUMNS = ("step", "prompt", "completion", "rewards", "reward", "advantage", "finish_reason")
+#: The columns of an evaluation's table (``eval_completions.jsonl``'s keys, in table-column order);
+#: ``rewards`` is empty unless the evaluation scores with the run's own rewards (``eval.reward = "run"``).
+EVAL_COLUMNS = ("phase", "after_steps", "prompt_index", "sample", "greedy", "prompt", "completion", "rewards",
+                "reward", "correct")
+#: The table name of an evaluation's completions in every tracker (W&B and trackio key, TensorBoard text
+#: tag, MLflow artifact folder): apart from the training ``completions``, so neither hides the other at a step.
+EVAL_TABLE = "eval_completions"
+#: The most records of one evaluation its table holds (the first, in prompt order): an evaluation of
+#: ``eval.count`` x ``eval.samples`` completions can be hundreds of thousands, each tracker's copy of
+#: them at every evaluation; ``eval_completions.jsonl`` keeps them all.
+EVAL_TABLE_ROWS = 256
 #: Characters of one text (a prompt, a completion, a message's content) kept in a record.
 MAX_TEXT_CHARS = 65_536
 
@@ -136,7 +147,13 @@ def _control_picture(match: re.Match[str]) -> str:
     return chr(0x2421 if code == 0x7F else 0x2400 + code)
 
 
-def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
+def table_rows(records: Sequence[Mapping[str, Any]], columns: Sequence[str] = COLUMNS) -> list[list[Any]]:
+    """``records`` as a tracker table's rows of ``columns`` (``cell`` values; a key a record lacks,
+    an evaluation's ``rewards`` with a single eval reward, is None)."""
+    return [[cell(r.get(c)) for c in columns] for r in records]
+
+
+def markdown_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     r"""The records as a Markdown table (TensorBoard's Text dashboard renders it), every character
     of the texts shown as written: ``2*3*4`` rendered as 2<em>3</em>4 and ``**24**`` in bold, so a
     format reward's markup could not be checked there. Why line endings, ``&`` and control
@@ -148,8 +165,8 @@ def markdown_table(records: Sequence[Mapping[str, Any]]) -> str:
         text = _CONTROL.sub(_control_picture, _MARKDOWN_PUNCTUATION.sub(r"\\\1", text).replace("&", "&amp;"))
         return _LINE_END.sub("<br>", text)
 
-    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
-    return head + "".join("| " + " | ".join(escape(r[c]) for c in COLUMNS) + " |\n" for r in records)
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    return head + "".join("| " + " | ".join(escape(r.get(c)) for c in columns) + " |\n" for r in records)
 
 
 def append(path: Path, records: Sequence[Mapping[str, Any]]) -> None:

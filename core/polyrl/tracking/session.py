@@ -144,8 +144,12 @@ class RunTracking:
     #: table and parquet file (``polyrl.trl_completions``), as TRL prints and writes one with each log
     show_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
     #: called with an evaluation's records and the trackers' step (``show_evaluation``): a TRL run's
-    #: console table, as TRL's ``log`` prints its latest completions after an evaluation too
+    #: console table and parquet file, as TRL's ``log`` prints and writes its latest completions
+    #: after an evaluation too
     show_eval_completions: Callable[[Sequence[dict[str, Any]], int], None] | None = None
+    #: an evaluation's latest records shown (TRL's ``generation_batch_size``: its table's deque holds
+    #: that many); None: its first ``completions.EVAL_TABLE_ROWS``
+    eval_latest: int | None = None
     #: TRL's ``log_unique_prompts``: a log's table keeps each prompt's first record only (the console's
     #: all of them, as TRL prints them)
     unique_prompts: bool = False
@@ -240,7 +244,24 @@ class RunTracking:
                            if isinstance(r, dict) and r.get("step") == steps_taken]
             except (OSError, ValueError):  # unreadable: the step's numbers still go back
                 records = []
-        return ResumedStep(metrics=self._numeric(kept), records=records)
+        return ResumedStep(metrics=self._numeric(kept), records=records, eval_records=self._evaluated_at(steps_taken))
+
+    def _evaluated_at(self, step: int) -> list[dict[str, Any]]:
+        """The completions table of the evaluation during training at ``step`` (``eval_completions.jsonl``
+        rewound to it), which its trackers were given there; [] without one, or where they get no tables.
+        Why: TensorBoard's session start at a resumed step hides what was logged at it, the
+        evaluation's table too, which was not logged again."""
+        from polyrl.evaluation import COMPLETIONS_FILE, shown_records
+
+        path = self.output_dir / COMPLETIONS_FILE
+        if not (self.log_completions and self.completions_per_step > 0 and path.exists()):
+            return []
+        try:
+            records = [r for _, r in strict_json.read_lines(path) if isinstance(r, dict)
+                       and r.get("phase") == "during" and r.get("after_steps") == step]
+        except (OSError, ValueError):  # unreadable: the step's numbers still go back
+            return []
+        return shown_records(records)[:clog.EVAL_TABLE_ROWS]
 
     def collect(self, step: int, prompts: Sequence[Any], completions: Sequence[Any], scored: Any,
                 advantages: Sequence[float] | Any, seed: int) -> None:
@@ -330,20 +351,42 @@ class RunTracking:
 
     def hold_evaluation(self, records: Sequence[dict[str, Any]], step: int) -> None:
         """An evaluation's ``records`` (on the writing rank) for ``show_evaluation``, at ``step``: a
-        TRL script's run (``window_logs``) prints them after the evaluation's log, as TRL's ``log``
-        prints its table after an evaluation's entry, the training log before it at the same step;
-        any other run at once. Why: polyrl kept them in ``eval_completions.jsonl`` only."""
-        if not self.writer or not records or self.show_eval_completions is None:
+        TRL script's run (``window_logs``) shows them after the evaluation's log, as TRL's ``log``
+        prints, writes and sends its table after an evaluation's entry, the training log before it at
+        the same step; any other run at once. Why: polyrl kept them in ``eval_completions.jsonl`` only."""
+        if not self.writer or not records or (self.show_eval_completions is None and not self._eval_tables()):
             return
         self._evaluated = (list(records), step)
         if not self.window_logs:
             self.show_evaluation()
 
+    def _eval_tables(self) -> bool:
+        """Whether the trackers get an evaluation's table: where they get the training one
+        (``log_completions``, ``completions_per_step`` > 0) and one of them takes it."""
+        return self.log_completions and self.completions_per_step > 0 and any(
+            callable(getattr(t, "log_eval_completions", None)) for t in self.trackers.values())
+
     def show_evaluation(self) -> None:
-        """The evaluation records held (``hold_evaluation``) to ``show_eval_completions``, once."""
-        if self._evaluated is not None and self.show_eval_completions is not None:
-            (records, step), self._evaluated = self._evaluated, None
-            self.show_eval_completions(records, step * self.step_scale)
+        """The evaluation records held (``hold_evaluation``), once: to ``show_eval_completions`` (a
+        TRL run's console table and parquet file) and as the trackers' ``eval_completions`` table,
+        the latest ``eval_latest`` of them, each prompt once where ``unique_prompts`` asks. Why: TRL
+        sends an evaluation's completions where it sends the training ones; polyrl kept them in
+        ``eval_completions.jsonl`` only, so no dashboard showed what the held-out prompts got."""
+        if self._evaluated is None:
+            return
+        (records, step), self._evaluated = self._evaluated, None
+        # TRL's latest ``generation_batch_size``, else the first ``EVAL_TABLE_ROWS``
+        records = records[-self.eval_latest:] if self.eval_latest is not None else records[:clog.EVAL_TABLE_ROWS]
+        records = strict_json.sanitize(records)  # as eval_completions.jsonl holds them (a NaN reward: null)
+        at = step * self.step_scale
+        if self.show_eval_completions is not None:
+            self.show_eval_completions(records, at)
+        if not self._eval_tables():
+            return
+        table = clog.first_per_prompt(records) if self.unique_prompts else records
+        for name in list(self.trackers):
+            if callable(getattr(self.trackers[name], "log_eval_completions", None)):
+                self._call(name, "log_eval_completions", table, at)
 
     def publish_at(self, metrics: Mapping[str, Any], step: int) -> None:
         """Numbers outside a step's line to the trackers, at ``step``: an evaluation before or

@@ -89,6 +89,8 @@ class ResumedStep:
 
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     records: Sequence[Mapping[str, Any]] = ()
+    #: the evaluation's completions table of that step (``eval_completions``), where one ran there
+    eval_records: Sequence[Mapping[str, Any]] = ()
 
 
 class Tracker(Protocol):
@@ -104,6 +106,9 @@ class Tracker(Protocol):
     def close(self) -> None:
         """Flush and finish the run."""
 
+    # Optional: ``log_eval_completions(self, records, step) -> None``, an evaluation's completions
+    # (``polyrl.tracking.completions.EVAL_COLUMNS`` keys) at the step it evaluated, a table apart from
+    # the training one (``EVAL_TABLE``); without it a tracker shows no evaluation completions.
     # Optional: ``close_failed(self) -> None``, called instead of ``close`` when the training run
     # ends with an error, to finish the tracker's run as failed (MLflow FAILED, W&B exit code 1);
     # without it a crashed run shows as a clean finish.

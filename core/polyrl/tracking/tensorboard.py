@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.logs import get_logger
-from polyrl.tracking.completions import markdown_table
+from polyrl.tracking.completions import EVAL_COLUMNS, EVAL_TABLE, markdown_table
 from polyrl.tracking.spec import TrackerContext
 
 log = get_logger("polyrl.tracking")
@@ -115,6 +115,11 @@ class TensorBoardTracker:
         self._add(self._text_pb("completions", markdown_table(records)), step)
         self._writer.flush()
 
+    def log_eval_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
+        """An evaluation's completions, as text ``eval_completions`` beside the training table."""
+        self._add(self._text_pb(EVAL_TABLE, markdown_table(records, EVAL_COLUMNS)), step)
+        self._writer.flush()
+
     def _write_resumed(self) -> None:
         """The resumed step's kept numbers and completions, at that step, after the session start
         that hid what the folder's earlier files hold there (a stopped run's evaluation after
@@ -128,6 +133,9 @@ class TensorBoardTracker:
         if resumed.records:
             self._writer.add_event(self._event(wall_time=time.time(), step=at,
                                                summary=self._text_pb("completions", markdown_table(resumed.records))))
+        if resumed.eval_records:
+            self._writer.add_event(self._event(wall_time=time.time(), step=at, summary=self._text_pb(
+                EVAL_TABLE, markdown_table(resumed.eval_records, EVAL_COLUMNS))))
 
     def _write_texts(self) -> None:
         """The text summaries, at step 0 as transformers' ``add_text`` without a step writes them."""

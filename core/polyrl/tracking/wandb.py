@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.logs import get_logger
-from polyrl.tracking.completions import COLUMNS, cell
+from polyrl.tracking.completions import COLUMNS, EVAL_COLUMNS, EVAL_TABLE, table_rows
 from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 from polyrl.trl_tags import WANDB_STEP_METRIC, WANDB_SUMMARY_KEYS
 
@@ -57,8 +57,13 @@ class WandbTracker:
         self.run.log({**history, WANDB_STEP_METRIC: step}, step=step)
 
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
-        table = self._wandb.Table(columns=list(COLUMNS), data=[[cell(r[c]) for c in COLUMNS] for r in records])
+        table = self._wandb.Table(columns=list(COLUMNS), data=table_rows(records))
         self.run.log({"completions": table}, step=step)
+
+    def log_eval_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
+        """An evaluation's completions, a ``wandb.Table`` under ``eval_completions``."""
+        table = self._wandb.Table(columns=list(EVAL_COLUMNS), data=table_rows(records, EVAL_COLUMNS))
+        self.run.log({EVAL_TABLE: table}, step=step)
 
     def close(self) -> None:
         self._finish(0)
