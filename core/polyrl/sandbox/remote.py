@@ -171,6 +171,8 @@ class Remote:
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
+        if value is None and all(isinstance(given, Remote) for given in (*args, *kwargs.values())):
+            s.silent.add(at)  # ``r.reset()``, ``show(r)``: took no item it gave back (``Session.changes``)
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
@@ -262,7 +264,7 @@ class Remote:
         last = s.plain_reads.get(key)
         if looped and last is not None:
             before, at = last
-            calls = s.changes(key, self._kin, at)
+            calls = s.changes(key, self._kin, at, taking=True)
             if len(before) - len(items) > calls and (not items or gained(before, items, s.handed_since(at))):
                 returned = [item for given in s.returned_since(key, at) for item in returned_items(given)]
                 if len(before) - len(items) > taken_back(before, items, returned, calls) \
@@ -505,7 +507,7 @@ class Remote:
         if seen is None or seen[2] is None or self._kin is None:
             return
         s = self._session
-        lost, calls = seen[2] - len(items), s.changes(self._key, self._kin, seen[1]) - view
+        lost, calls = seen[2] - len(items), s.changes(self._key, self._kin, seen[1], taking=True) - view
         if lost <= calls:  # first, as it is cheap: a loop after each ``q.push(i)`` comes here each time
             return
         if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
