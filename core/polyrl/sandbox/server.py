@@ -31,6 +31,15 @@ _STANDARD = {
     ("collections", "UserDict"): ("collections", "UserDict", dict),
     ("collections", "UserList"): ("collections", "UserList", list),
     ("collections", "UserString"): ("collections", "UserString", str),
+    ("builtins", "bytearray"): ("builtins", "bytearray", bytes),
+    # positional ints (``standard_values.POSITIONAL``); an aware datetime or time stays a handle
+    ("builtins", "range"): ("builtins", "range", lambda v: (v.start, v.stop, v.step)),
+    ("datetime", "date"): ("datetime", "date", lambda v: (v.year, v.month, v.day)),
+    ("datetime", "datetime"): ("datetime", "datetime", lambda v: v if v.tzinfo is not None else (
+        v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)),
+    ("datetime", "time"): ("datetime", "time", lambda v: v if v.tzinfo is not None else (
+        v.hour, v.minute, v.second, v.microsecond)),
+    ("datetime", "timedelta"): ("datetime", "timedelta", lambda v: (v.days, v.seconds, v.microseconds)),
 }
 
 #: Standard dict types a test may pass (rebuilt here from its data), whose contents go back as a dict after a call
