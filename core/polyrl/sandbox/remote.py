@@ -701,6 +701,9 @@ class Remote:
             return True
         if isinstance(other, Remote):
             return self._compare("==", other)
+        array = self._elementwise(other)
+        if array is not None:
+            return array == other
         if type(other) in _NUMBERS or type(other) is str:
             return self._equals_plain(other)  # type: ignore[arg-type]
         if type(other) in _CONTAINERS:
@@ -838,9 +841,33 @@ class Remote:
             return _ORDER[how](self._number_for(how, other), other)
         return NotImplemented
 
+    def _elementwise(self, other: object) -> Any:
+        """A numpy array of this value's items, read here, where it is a numpy ``ndarray`` of the
+        sample's and ``other`` a number, list or tuple of the tests' (``==``/``!=`` give an array
+        then, as numpy's do); else None. Why: ``(f(3) == [1, 2, 3]).all()``, ``np.all(f(3) == 1)``
+        of a right ``f`` returning an array got one bool (its items never equal a list's as a
+        container's are), and ``.all()`` of it raised: 0.0. Sound: the array is the trainer's, built
+        from the items the sample sent (``np.array`` of it, as ``f(3) - expected`` reads it), and
+        an empty one compared with items fails as ``numpy_checks.empty_array`` says."""
+        if self._type != "ndarray" or not (type(other) in _NUMBERS or type(other) in (list, tuple)):
+            return None
+        try:
+            import numpy
+        except ImportError:
+            return None
+        from polyrl.sandbox.numpy_checks import empty_array
+
+        local = numpy.array(self)
+        if local.dtype == object:  # items numpy could not read as numbers or text: none of this
+            return None
+        return empty_array(local)
+
     def __ne__(self, other: object) -> Any:
         if isinstance(other, Remote) and self is not other:
             return self._compare("!=", other)
+        array = self._elementwise(other)
+        if array is not None:
+            return array != other
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
