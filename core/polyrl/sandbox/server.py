@@ -94,7 +94,8 @@ def _plain(obj, text=False):
     found = {}
     for name, kind in (_PLAIN + (("str", str),) if text else _PLAIN):  # a str only for a str of the tests'
         try:
-            value = kind(obj)
+            # a str subclass's own text, not its __str__ ('C.A' of a (str, Enum) member equal to 'a')
+            value = str.__str__(obj) if kind is str and isinstance(obj, str) else kind(obj)
             if type(value) is kind:
                 if _truth(obj == value):
                     found[name] = value
@@ -387,6 +388,8 @@ class _Session:
             for base in (dict, list, tuple, set, frozenset):
                 if isinstance(obj, base):
                     return self.out(base(obj))
+            if isinstance(obj, str):  # a str subclass's text, whatever its __str__ says
+                return self.out(str.__str__(obj))
             return self.out(_like_data(obj))
         if op == "next":
             return self.out(next(obj))
