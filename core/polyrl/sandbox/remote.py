@@ -64,6 +64,9 @@ EMPTINESS = frozenset({"is_empty", "isEmpty", "isempty", "empty"})
 #: data (``Remote._container_data``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len`` and
 #: none to its own ``values()`` after passed ``len(d) == 3`` and a loop over ``d.values()``.
 _MAPPING_VIEWS = frozenset({"keys", "values", "items"})
+#: Names a value of the sample's answers from the sample, as its own (``add.__name__ == 'add'`` raised
+#: AttributeError: dunder lookups stay local); ``__doc__`` is ``_SampleDoc``'s.
+_NAMING = frozenset({"__name__", "__qualname__"})
 #: The tests' numbers an object of the sample's equals, orders against and combines with through
 #: its own number (``Remote._plain_answer``); bool is a number, as in Python (``Num(1) == True``).
 _NUMBERS = frozenset({int, float, bool})
@@ -189,6 +192,8 @@ class Remote:
         return value
 
     def __getattr__(self, name: str) -> Any:
+        if name in _NAMING:
+            return self._session.ask("getattr", False, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
         if name in DATA_PREDICATES:
@@ -1101,6 +1106,23 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+class _SampleDoc:
+    """``Remote.__doc__``: the class's docstring read on the class, the sample's own ``__doc__``
+    read on one of its values. Why: every value had the harness's class docstring, so ``assert
+    add.__doc__`` held for a solution without one (1.0 where the tests ask for a docstring)."""
+
+    def __init__(self, doc: str | None) -> None:
+        self.doc = doc
+
+    def __get__(self, value: Remote | None, owner: type | None = None) -> Any:
+        if value is None:
+            return self.doc
+        return value._session.ask("getattr", False, root=value._root, ref=value._ref, kin=value._kin, name="__doc__")
+
+
+Remote.__doc__ = _SampleDoc(Remote.__doc__)  # type: ignore[assignment]
 
 
 def _number_of(value: Any) -> Any:
