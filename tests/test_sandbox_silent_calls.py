@@ -3,9 +3,9 @@
 A call the tests make that may change a value (``r.reset()``, ``show(r)``) was allowed one item
 of it, as a right ``pop`` takes one, so a forged ``primes`` holding ONE wrong item (its ``r[0]``
 right, its items ``[4]``) that ``r.reset()`` emptied passed the loop over it that came next: the
-loop checked nothing. A call that returned None and was handed nothing of the tests' own now
-takes no item unseen (``Session.changes``' ``taking``); right values keep 1.0, popped (the item
-comes back), removed by an argument of the tests', or seen empty by the tests.
+loop checked nothing (whatever ``reset`` returned). A call handed nothing of the tests' own now
+takes only the items it returns (``Session.changes``' ``taking``); right values keep 1.0, popped
+(the item comes back), removed by an argument of the tests', or seen empty by the tests.
 Scored through the real reward path (``code_tests``: sandbox, harness, the forked trainer copy).
 """
 
@@ -22,6 +22,9 @@ FORGED = ("class R:\n    def __init__(self):\n        self.xs = [4]\n    def __i
           "    def __len__(self):\n        return len(self.xs)\n"
           "    def __getitem__(self, i):\n        return [2, 3, 5][i]\n    def reset(self):\n        self.xs = []\n"
           "def primes(n):\n    return R()\ndef show(r):\n    r.xs = []\n")
+#: The same, its ``reset`` and ``show`` returning something (not the item): it passed just as well.
+FORGED_RETURNING = FORGED.replace("        self.xs = []\n", "        self.xs = []\n        return True\n").replace(
+    "    r.xs = []\n", "    r.xs = []\n    return 'shown'\n")
 #: The right one: ``reset`` keeps its items, ``show`` prints them.
 RIGHT = ("class P(list):\n    def reset(self):\n        pass\ndef primes(n):\n    return P([2, 3, 5, 7, 11][:n])\n"
          "def show(r):\n    print(list(r))\n")
@@ -45,6 +48,11 @@ EMPTIED_RIGHTLY = {
                                   _STACK),
     "cleared_and_seen_empty": ("s = make_stack([7])\nassert s[0] == 7\ns.clear()\n"
                                "assert all(x > 0 for x in s) and len(s) == 0\n", _STACK),
+    "undone_attribute": ("b = make_bank()\nb.deposit(5)\nassert b.history[0] == 5\nb.undo()\n"
+                         "assert all(x > 0 for x in b.history)\n",
+                         "class Bank:\n    def __init__(self):\n        self.history = []\n    def deposit(self, x):\n"
+                         "        self.history.append(x)\n    def undo(self):\n        return self.history.pop()\n"
+                         "def make_bank():\n    return Bank()\n"),
 }
 
 
@@ -53,6 +61,8 @@ def test_a_one_item_value_emptied_by_a_silent_call_fails_the_loop_over_it():
     that holds); the right ``primes`` keeps 1.0."""
     assert _each_scored_against(ONE_ITEM, FORGED) == {"indexed_then_reset": 0.5, "indexed_in_a_function": 0.0,
                                                       "counted_then_shown": 0.0}
+    assert _each_scored_against(ONE_ITEM, FORGED_RETURNING) == {"indexed_then_reset": 0.5, "indexed_in_a_function": 0.0,
+                                                                "counted_then_shown": 0.0}
     assert _each_scored_against(ONE_ITEM, RIGHT) == dict.fromkeys(ONE_ITEM, 1.0)
 
 

@@ -174,8 +174,8 @@ class Remote:
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
-        if value is None and all(isinstance(given, Remote) for given in (*args, *kwargs.values())):
-            s.silent.add(at)  # ``r.reset()``, ``show(r)``: took no item it gave back (``Session.changes``)
+        if all(isinstance(given, Remote) for given in (*args, *kwargs.values())):
+            s.silent.add(at)  # ``r.reset()``, ``show(r)``: may take only what it returns (``Session.changes``)
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
@@ -187,7 +187,7 @@ class Remote:
         if owner is not None and isinstance(value, Remote) and self._attr in _MAPPING_VIEWS and not args \
                 and not kwargs:
             object.__setattr__(value, "_view_of", owner)  # ``d.items()`` of a class of the sample's (``_emptied_unseen``)
-        if owner is not None and (owner._seen is not None or owner._from):
+        if owner is not None:
             s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
 
