@@ -94,7 +94,7 @@ def vacuous_paths(sources: Iterable[str]) -> Vacuous | None:
 def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
     trees = [tree for tree in map(_parse, sources) if tree is not None]
     parents = {id(child): node for tree in trees for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    theirs = _bound([tree for tree in trees])
+    theirs = _with_instances(trees, _bound([tree for tree in trees]))
     answers = _answer_names(trees, theirs)
     unsafe: set[str] = set()
     items: set[str] = set()
@@ -444,13 +444,37 @@ def _compared_safely(side: ast.AST, compare: ast.Compare, path: str) -> bool:
     return op in (ast.Eq, ast.Is) or (op is ast.In and mine == 1) or (is_len and op in larger)
 
 
+class _Theirs(frozenset[str]):
+    """The names the tests bind (``_bound``), with ``instances``: the paths they bind to what a
+    call of the solution's made (``s`` of ``s = Solution()``, ``self.sol`` in ``setUp``)."""
+
+    instances: frozenset[str] = frozenset()
+
+
+def _with_instances(trees: list[ast.Module], theirs: frozenset[str]) -> _Theirs:
+    """``theirs`` with the paths the tests bind to an object a call of the solution's made. Why:
+    only ``Solution().f(nums)`` was a call of the solution's, so ``s = Solution()`` then ``assert
+    s.sortArray(nums) == sorted(nums)`` (LeetCode's shape) compared no answer, and ``nums[:] = [0] *
+    len(nums); return list(nums)`` passed it (1.0)."""
+    found = _Theirs(theirs)
+    paths: set[str] = set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _solution_call(node.value.func, found):
+            paths.update(p for p in (attribute_path(t) for t in node.targets) if p is not None)
+    found.instances = frozenset(paths)
+    return found
+
+
 def _solution_call(func: ast.expr, theirs: frozenset[str]) -> bool:
     """Whether ``func`` is a function of the solution's: a name the tests never bind, or a method
-    of an object one of its classes makes (``Solution().f``)."""
+    of an object one of its classes makes (``Solution().f``), also through a name the tests bind
+    it to (``s.f`` of ``s = Solution()``: ``_Theirs.instances``)."""
     if isinstance(func, ast.Name):
         return func.id not in theirs
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
         return _solution_call(func.value.func, theirs)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute)):
+        return attribute_path(func.value) in getattr(theirs, "instances", ())
     return False
 
 
