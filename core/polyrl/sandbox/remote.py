@@ -487,8 +487,9 @@ class Remote:
     def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = (), view: bool = False) -> None:
         """Where a loop of the tests' reads this value as ``items``, empty or holding an item
         neither its last whole reading nor the tests' calls since handed it (``shrinking.gained``),
-        while that reading gave more items than calls were made since that may change it in any way (``Session.changes``:
-        one reaching its family, ``r.reset()`` or ``show(r)``, counts too), the test running (or
+        while that reading gave more items than calls were made since that may take one (``Session.changes``
+        with ``taking``: one handed something of the tests'; ``r.reset()`` or ``show(r)`` take only what
+        they return, ``_may_lose``), the test running (or
         the next one, after a step that is no test) fails unless a whole reading of the tests'
         sees it so, before or after (``len(q) == 0``, ``list(q) == []``, ``not q``, ``len(r) == 1``:
         ``Session.unconfirmed``, ``harness._run_steps``). Why: ``_snapshot`` lets such calls
