@@ -142,6 +142,9 @@ class Session:
         self.truthy: dict[int, int] = {}
         self.effect_calls: frozenset[str] = frozenset()  # the solution's functions the tests call as statements
         self.all_changed: list[int] = []  # the requests that called one (``touch_all``)
+        #: calls handed nothing of the tests' own (``r.reset()``, ``s.pop()``, ``show(r)``): each may take
+        #: only the items it returns (``changes``' ``taking``)
+        self.silent: set[int] = set()
         self.named: dict[str, int] = {}  # a global name of the sample's -> its object's family, every step's
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
@@ -265,11 +268,18 @@ class Session:
         return any(same_items([given], [item]) for at, args in self.handed if at in mine
                    for arg in args for given in (arg, *returned_items(arg)))
 
-    def changes(self, ref: int, member: int, since: int) -> int:
+    def changes(self, ref: int, member: int, since: int, taking: bool = False) -> int:
         """How many requests after request ``since`` may have changed value ``ref`` (of ``member``'s
-        family) in any way: a call that reaches its family (``touch``), or one ``soft_changes`` counts."""
+        family) in any way: a call that reaches its family (``touch``), or one ``soft_changes`` counts.
+        ``taking``: only those that may have taken an item of it unseen, one each, as a right
+        ``remove(x)`` does: a call handed something of the tests' (not a ``silent`` one; a ``pop()``
+        takes what it returns: ``shrinking.taken_back``). Why: a forged ``primes`` holding one wrong
+        item, read by ``r[0]`` (or ``len``) and emptied by ``r.reset()`` (returning None, or True),
+        passed the tests' loop over it next (1.0): one call, one item, as a pop's. What it costs: a
+        right ``pop()`` that returns nothing, emptying a value the tests loop over and never see
+        empty, fails that loop."""
         at = {*self.touches.get(self.family(member), ()), *self.called_on.get(ref, ()), *self.all_changed}
-        return sum(request > since for request in at)
+        return sum(request > since and not (taking and request in self.silent) for request in at)
 
     def reads_vacuously(self, value: Remote) -> bool:
         """Whether a check of the tests' may read ``value``, a sample's value, vacuously once it

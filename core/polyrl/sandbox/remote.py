@@ -64,6 +64,9 @@ EMPTINESS = frozenset({"is_empty", "isEmpty", "isempty", "empty"})
 #: data (``Remote._container_data``): a ``Mapping`` whose ``__iter__`` gave 3 keys to ``len`` and
 #: none to its own ``values()`` after passed ``len(d) == 3`` and a loop over ``d.values()``.
 _MAPPING_VIEWS = frozenset({"keys", "values", "items"})
+#: Names a value of the sample's answers from the sample, as its own (``add.__name__ == 'add'`` raised
+#: AttributeError: dunder lookups stay local); ``__doc__`` is ``_SampleDoc``'s.
+_NAMING = frozenset({"__name__", "__qualname__"})
 #: The tests' numbers an object of the sample's equals, orders against and combines with through
 #: its own number (``Remote._plain_answer``); bool is a number, as in Python (``Num(1) == True``).
 _NUMBERS = frozenset({int, float, bool})
@@ -171,6 +174,8 @@ class Remote:
         value = s.ask("call", self._gives_data(), root=self._root, passed=(args, kwargs), ref=self._ref,
                       kin=s.join(passed + [self._kin]),
                       args=[s.arg(a) for a in args], kwargs={str(k): s.arg(v) for k, v in kwargs.items()})
+        if all(isinstance(given, Remote) for given in (*args, *kwargs.values())):
+            s.silent.add(at)  # ``r.reset()``, ``show(r)``: may take only what it returns (``Session.changes``)
         if isinstance(value, Remote) and not self._gives_data() and value._type == self._origin:
             object.__setattr__(value, "_made", True)  # ``Words('a b a')``: an instance of the class named
         if isinstance(value, Remote):
@@ -182,11 +187,13 @@ class Remote:
         if owner is not None and isinstance(value, Remote) and self._attr in _MAPPING_VIEWS and not args \
                 and not kwargs:
             object.__setattr__(value, "_view_of", owner)  # ``d.items()`` of a class of the sample's (``_emptied_unseen``)
-        if owner is not None and (owner._seen is not None or owner._from):
+        if owner is not None:
             s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
 
     def __getattr__(self, name: str) -> Any:
+        if name in _NAMING:
+            return self._session.ask("getattr", False, root=self._root, ref=self._ref, kin=self._kin, name=name)
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol lookups (``__array__``, ...) stay local
         if name in DATA_PREDICATES:
@@ -262,7 +269,7 @@ class Remote:
         last = s.plain_reads.get(key)
         if looped and last is not None:
             before, at = last
-            calls = s.changes(key, self._kin, at)
+            calls = s.changes(key, self._kin, at, taking=True)
             if len(before) - len(items) > calls and (not items or gained(before, items, s.handed_since(at))):
                 returned = [item for given in s.returned_since(key, at) for item in returned_items(given)]
                 if len(before) - len(items) > taken_back(before, items, returned, calls) \
@@ -480,8 +487,9 @@ class Remote:
     def _emptied_unseen(self, items: list[Any], asked: tuple[Any, ...] = (), view: bool = False) -> None:
         """Where a loop of the tests' reads this value as ``items``, empty or holding an item
         neither its last whole reading nor the tests' calls since handed it (``shrinking.gained``),
-        while that reading gave more items than calls were made since that may change it in any way (``Session.changes``:
-        one reaching its family, ``r.reset()`` or ``show(r)``, counts too), the test running (or
+        while that reading gave more items than calls were made since that may take one (``Session.changes``
+        with ``taking``: one handed something of the tests'; ``r.reset()`` or ``show(r)`` take only what
+        they return, ``_may_lose``), the test running (or
         the next one, after a step that is no test) fails unless a whole reading of the tests'
         sees it so, before or after (``len(q) == 0``, ``list(q) == []``, ``not q``, ``len(r) == 1``:
         ``Session.unconfirmed``, ``harness._run_steps``). Why: ``_snapshot`` lets such calls
@@ -505,7 +513,7 @@ class Remote:
         if seen is None or seen[2] is None or self._kin is None:
             return
         s = self._session
-        lost, calls = seen[2] - len(items), s.changes(self._key, self._kin, seen[1]) - view
+        lost, calls = seen[2] - len(items), s.changes(self._key, self._kin, seen[1], taking=True) - view
         if lost <= calls:  # first, as it is cheap: a loop after each ``q.push(i)`` comes here each time
             return
         if items and (not isinstance(seen[0], list) or not gained(seen[0], items, s.handed_since(seen[1]))):
@@ -699,6 +707,9 @@ class Remote:
             return True
         if isinstance(other, Remote):
             return self._compare("==", other)
+        array = self._elementwise(other)
+        if array is not None:
+            return array == other
         if type(other) in _NUMBERS or type(other) is str:
             return self._equals_plain(other)  # type: ignore[arg-type]
         if type(other) in _CONTAINERS:
@@ -836,9 +847,33 @@ class Remote:
             return _ORDER[how](self._number_for(how, other), other)
         return NotImplemented
 
+    def _elementwise(self, other: object) -> Any:
+        """A numpy array of this value's items, read here, where it is a numpy ``ndarray`` of the
+        sample's and ``other`` a number, list or tuple of the tests' (``==``/``!=`` give an array
+        then, as numpy's do); else None. Why: ``(f(3) == [1, 2, 3]).all()``, ``np.all(f(3) == 1)``
+        of a right ``f`` returning an array got one bool (its items never equal a list's as a
+        container's are), and ``.all()`` of it raised: 0.0. Sound: the array is the trainer's, built
+        from the items the sample sent (``np.array`` of it, as ``f(3) - expected`` reads it), and
+        an empty one compared with items fails as ``numpy_checks.empty_array`` says."""
+        if self._type != "ndarray" or not (type(other) in _NUMBERS or type(other) in (list, tuple)):
+            return None
+        try:
+            import numpy
+        except ImportError:
+            return None
+        from polyrl.sandbox.numpy_checks import empty_array
+
+        local = numpy.array(self)
+        if local.dtype == object:  # items numpy could not read as numbers or text: none of this
+            return None
+        return empty_array(local)
+
     def __ne__(self, other: object) -> Any:
         if isinstance(other, Remote) and self is not other:
             return self._compare("!=", other)
+        array = self._elementwise(other)
+        if array is not None:
+            return array != other
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
@@ -1072,6 +1107,23 @@ class Remote:
 
     def __reduce__(self) -> Any:
         raise TypeError("a sample's value cannot be pickled")
+
+
+class _SampleDoc:
+    """``Remote.__doc__``: the class's docstring read on the class, the sample's own ``__doc__``
+    read on one of its values. Why: every value had the harness's class docstring, so ``assert
+    add.__doc__`` held for a solution without one (1.0 where the tests ask for a docstring)."""
+
+    def __init__(self, doc: str | None) -> None:
+        self.doc = doc
+
+    def __get__(self, value: Remote | None, owner: type | None = None) -> Any:
+        if value is None:
+            return self.doc
+        return value._session.ask("getattr", False, root=value._root, ref=value._ref, kin=value._kin, name="__doc__")
+
+
+Remote.__doc__ = _SampleDoc(Remote.__doc__)  # type: ignore[assignment]
 
 
 def _number_of(value: Any) -> Any:

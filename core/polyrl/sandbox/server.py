@@ -31,6 +31,15 @@ _STANDARD = {
     ("collections", "UserDict"): ("collections", "UserDict", dict),
     ("collections", "UserList"): ("collections", "UserList", list),
     ("collections", "UserString"): ("collections", "UserString", str),
+    ("builtins", "bytearray"): ("builtins", "bytearray", bytes),
+    # positional ints (``standard_values.POSITIONAL``); an aware datetime or time stays a handle
+    ("builtins", "range"): ("builtins", "range", lambda v: (v.start, v.stop, v.step)),
+    ("datetime", "date"): ("datetime", "date", lambda v: (v.year, v.month, v.day)),
+    ("datetime", "datetime"): ("datetime", "datetime", lambda v: v if v.tzinfo is not None else (
+        v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)),
+    ("datetime", "time"): ("datetime", "time", lambda v: v if v.tzinfo is not None else (
+        v.hour, v.minute, v.second, v.microsecond)),
+    ("datetime", "timedelta"): ("datetime", "timedelta", lambda v: (v.days, v.seconds, v.microseconds)),
 }
 
 #: Standard dict types a test may pass (rebuilt here from its data), whose contents go back as a dict after a call
@@ -85,7 +94,8 @@ def _plain(obj, text=False):
     found = {}
     for name, kind in (_PLAIN + (("str", str),) if text else _PLAIN):  # a str only for a str of the tests'
         try:
-            value = kind(obj)
+            # a str subclass's own text, not its __str__ ('C.A' of a (str, Enum) member equal to 'a')
+            value = str.__str__(obj) if kind is str and isinstance(obj, str) else kind(obj)
             if type(value) is kind:
                 if _truth(obj == value):
                     found[name] = value
@@ -378,6 +388,8 @@ class _Session:
             for base in (dict, list, tuple, set, frozenset):
                 if isinstance(obj, base):
                     return self.out(base(obj))
+            if isinstance(obj, str):  # a str subclass's text, whatever its __str__ says
+                return self.out(str.__str__(obj))
             return self.out(_like_data(obj))
         if op == "next":
             return self.out(next(obj))

@@ -16,8 +16,9 @@ the tests' rather than a call changing it as Python would:
   (``r.reset()``) passed ``len(r) == 3`` and the loop ``all(is_prime(x) for x in r)`` (1.0). A
   right value the tests empty they expect empty and check so (``len(q) == 0``, ``list(q) == []``,
   ``not q``), before or after such a loop; the rule leaves alone a value that keeps an item
-  (``g.remove(2)`` then a loop over the edges left) or lost no more items than calls were made
-  (``s.pop()`` of a one-item stack).
+  (``g.remove(2)`` then a loop over the edges left) or lost no more items than calls handed
+  something of the tests' were made, or than the calls returned (``s.pop()`` of a one-item stack;
+  ``Session.changes``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ the way back (``rebuilt``, ``named_tuple``), is independent of how the tests are
 from __future__ import annotations
 
 import collections
+import datetime
 import decimal
 import fractions
 import functools
@@ -30,6 +31,7 @@ REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
     collections.UserDict: ("collections", "UserDict", dict),
     collections.UserList: ("collections", "UserList", list),
     collections.UserString: ("collections", "UserString", str),
+    bytearray: ("builtins", "bytearray", bytes),
 }
 #: Built-in types a test may pass that the sample makes from positional arguments: type ->
 #: (module, name, the arguments). Why: ``total(range(5))`` and ``f(x)[:2]`` (a slice, on a numpy
@@ -37,14 +39,35 @@ REBUILT: dict[type, tuple[str, str, Callable[[Any], Any]]] = {
 CONSTRUCTED: dict[type, tuple[str, str, Callable[[Any], list[Any]]]] = {
     range: ("builtins", "range", lambda r: [r.start, r.stop, r.step]),
     slice: ("builtins", "slice", lambda s: [s.start, s.stop, s.step]),
+    datetime.date: ("datetime", "date", lambda d: [d.year, d.month, d.day]),
+    datetime.datetime: ("datetime", "datetime", lambda d: [d.year, d.month, d.day, d.hour, d.minute, d.second,
+                                                           d.microsecond, *([d.tzinfo] if d.tzinfo else [])]),
+    datetime.time: ("datetime", "time", lambda t: [t.hour, t.minute, t.second, t.microsecond,
+                                                   *([t.tzinfo] if t.tzinfo else [])]),
+    datetime.timedelta: ("datetime", "timedelta", lambda t: [t.days, t.seconds, t.microseconds]),
+    datetime.timezone: ("datetime", "timezone", lambda z: [z.utcoffset(None), z.tzname(None)]),  # a fixed offset
+}
+#: Standard values the sample returns as a tuple of ints, its constructor's positional arguments
+#: (``server._STANDARD``): (module, name) -> (the constructor, how many ints it takes). Why: a right
+#: ``parse_date(s)`` returning ``datetime.date(2020, 1, 2)``, ``r(3)`` returning ``range(3)`` or
+#: a ``timedelta`` stayed in the sample, equal to nothing, and failed ``== date(2020, 1, 2)``. Sound
+#: as the others: the value here is the trainer's own, built from ints (an aware datetime or time,
+#: whose zone is an object, stays a handle).
+POSITIONAL: dict[tuple[str, str], tuple[Callable[..., Any], tuple[int, ...]]] = {
+    ("datetime", "date"): (datetime.date, (3,)),
+    ("datetime", "datetime"): (datetime.datetime, (7,)),
+    ("datetime", "time"): (datetime.time, (4,)),
+    ("datetime", "timedelta"): (datetime.timedelta, (3,)),
+    ("builtins", "range"): (range, (3,)),
 }
 #: The same standard types coming back from the sample: (module, name) -> the constructor that
 #: rebuilds one here from exact plain data (a defaultdict comes as a dict). Why: a Counter, deque,
 #: Fraction the solution returned stayed in the sample, comparing equal to nothing, so a right
 #: ``count(s)`` returning ``Counter(s)`` failed ``assert count(s) == Counter(s)``. Sound: the
 #: value here is the trainer's own type, built from data (no method of the sample's answers).
-REBUILDERS: dict[tuple[str, str], Callable[[Any], Any]] = {
-    (module, name): getattr(importlib.import_module(module), name) for module, name, _ in REBUILT.values()}
+REBUILDERS: dict[tuple[str, str], Callable[..., Any]] = {
+    (module, name): getattr(importlib.import_module(module), name) for module, name, _ in REBUILT.values()} | {
+    where: made for where, (made, _) in POSITIONAL.items()}
 
 
 def rebuilt(module: str, name: str, plain: Any) -> Any:
@@ -52,8 +75,18 @@ def rebuilt(module: str, name: str, plain: Any) -> Any:
     its constructor is sent (``server._STANDARD``), else ``ProtocolError``. Why the shape: an
     ``OrderedDict`` (or dict) built from a list of pairs hashes keys no ``spread`` has seen, and
     30k colliding keys held the trainer for seconds, as a set of them did (``values.MAX_SAME_HASH``)."""
+    positional = POSITIONAL.get((module, name))
+    if positional is not None:  # ints, as many as its constructor takes here
+        if not (type(plain) is tuple and len(plain) in positional[1] and all(type(p) is int for p in plain)):
+            raise ProtocolError(f"a {name} sent as {type(plain).__name__}")
+        try:
+            return positional[0](*plain)
+        except (ValueError, OverflowError) as exc:
+            raise ProtocolError(f"a {name} out of range") from exc
     if name in ("Fraction", "Decimal", "UserString"):
         ok = type(plain) is str
+    elif name == "bytearray":
+        ok = type(plain) is bytes
     elif name == "OrderedDict":
         ok = type(plain) is list and all(type(p) is tuple and len(p) == 2 for p in plain)
         if ok:

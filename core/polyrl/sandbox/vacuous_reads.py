@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 
 from polyrl.sandbox.object_use import attribute_path
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote
+from polyrl.sandbox.source_sites import place_of
 from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.tests_modules import TEST_MODULES
 from polyrl.sandbox.zip_sites import defined_names
@@ -72,6 +73,10 @@ class Vacuous(NamedTuple):
     own: frozenset[str] = frozenset()
     #: (path, function name, its first line): read in a comparison with an answer of the solution's
     answered: frozenset[tuple[str, str, int]] = frozenset()
+    #: (lineno, end_lineno, col_offset, end_col_offset) of the tests' calls that name no function whose
+    #: answer ``answered``'s comparisons read (``_free_calls``: ``sort_it(cases[1])`` beside
+    #: ``my_sort(x) == sorted(x)``): an argument's change there is written back as Python makes it
+    free_calls: frozenset[tuple[int, int, int, int]] = frozenset()
 
 
 def vacuous_paths(sources: Iterable[str]) -> Vacuous | None:
@@ -89,7 +94,7 @@ def vacuous_paths(sources: Iterable[str]) -> Vacuous | None:
 def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
     trees = [tree for tree in map(_parse, sources) if tree is not None]
     parents = {id(child): node for tree in trees for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    theirs = _bound([tree for tree in trees])
+    theirs = _with_instances(trees, _bound([tree for tree in trees]))
     answers = _answer_names(trees, theirs)
     unsafe: set[str] = set()
     items: set[str] = set()
@@ -138,7 +143,9 @@ def _vacuous_paths(sources: Iterable[str]) -> Vacuous:
             if name in items:
                 items.add(path)
         grown = len(items) > before
-    return Vacuous(frozenset(unsafe), frozenset(items), frozenset(own), _answered(trees, parents, theirs, answers))
+    answered, functions = _answered(trees, parents, theirs, answers)
+    return Vacuous(frozenset(unsafe), frozenset(items), frozenset(own), answered,
+                   _free_calls(trees, functions) if answered else frozenset())
 
 
 #: Calls of two arguments that check them equal, as ``==`` of the two does.
@@ -149,11 +156,14 @@ _SAME = frozenset({"list", "tuple", "len"})
 
 
 def _answered(trees: list[ast.Module], parents: dict[int, ast.AST], theirs: frozenset[str],
-              answers: frozenset[str]) -> frozenset[tuple[str, str, int]]:
+              answers: frozenset[str]) -> tuple[frozenset[tuple[str, str, int]], frozenset[str]]:
     """The paths read in one side of an ``==``/``is`` (or an ``_EQUAL_CALLS`` call) whose other
     side is an answer of the solution's (``_answer_value``), where that side is some function of
-    the path, not the path itself or its ``len`` (module doc); each with the code that binds it (``_scoped``)."""
+    the path, not the path itself or its ``len`` (module doc); each with the code that binds it
+    (``_scoped``); and the solution's functions whose answers those other sides are (``_answer_functions``)."""
     found: set[tuple[str, str, int]] = set()
+    functions: set[str] = set()
+    bindings = _bindings(trees)
     for node in (node for tree in trees for node in ast.walk(tree)):
         if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load) \
                 or isinstance(parents.get(id(node)), ast.Attribute) or _called(node, parents):
@@ -175,7 +185,65 @@ def _answered(trees: list[ast.Module], parents: dict[int, ast.AST], theirs: froz
         if len(others) == 1 and current in sides and _answer_value(others[0], theirs, answers) \
                 and not _answer_value(current, theirs, answers) and _bare(current) is not node:
             found |= _scoped(path, node, parents)
-    return frozenset(found)
+            functions |= _answer_functions(others[0], theirs, bindings)
+    return frozenset(found), frozenset(functions)
+
+
+def _bindings(trees: list[ast.Module]) -> dict[str, list[ast.expr]]:
+    """Each name the tests bind -> the expressions bound to it (an assignment's value, what a loop
+    or comprehension goes over), scopes merged."""
+    found: dict[str, list[ast.expr]] = {}
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+            value, targets = node.value, (node.targets if isinstance(node, ast.Assign) else [node.target])
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            value, targets = node.iter, [node.target]
+        else:
+            continue
+        for name in {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}:
+            found.setdefault(name, []).append(value)
+    return found
+
+
+def _answer_functions(side: ast.expr, theirs: frozenset[str], bindings: dict[str, list[ast.expr]]) -> set[str]:
+    """The names of the solution's functions called (or named: ``map(my_sort, cases)``) in ``side``
+    or in what the names it reads are bound to, at any remove (``o`` of ``zip(outs, cases)``,
+    ``outs = [my_sort(c) for c in cases]``)."""
+    functions: set[str] = set()
+    pending, seen = [side], set()
+    while pending:
+        for node in ast.walk(pending.pop()):
+            if isinstance(node, ast.Call) and _solution_call(node.func, theirs):
+                func = node.func
+                functions.add(func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute)
+                              else "")
+            elif isinstance(node, ast.Name) and node.id not in theirs:
+                functions.add(node.id)  # ``map(my_sort, cases)``: handed to a call of the tests'
+            elif isinstance(node, ast.Name) and node.id not in seen:
+                seen.add(node.id)
+                pending.extend(bindings.get(node.id, ()))
+    return functions
+
+
+def _free_calls(trees: list[ast.Module], functions: frozenset[str]) -> frozenset[tuple[int, int, int, int]]:
+    """The places of the tests' calls that name none of ``functions``, anywhere inside them (a call
+    of another function of the solution's, ``sort_it(cases[1])``; not ``list(map(my_sort, cases))``),
+    less any place a call naming one has in another source. Why: ``compared_with_answer`` kept the
+    tests' value of every argument held in ``cases`` wherever called in that scope, so a right
+    in-place ``sort_it(cases[1])`` beside ``all([my_sort(x) == sorted(x) for x in cases])`` left
+    ``cases[1]`` unsorted and failed ``cases[1] == [1, 2]``; what made that rule is a call whose
+    answer is compared with a function of its own argument, and a warm-up ``my_sort(x)`` before
+    such a comparison names one too, so it keeps the tests' ``x`` as before."""
+    free: set[tuple[int, int, int, int]] = set()
+    named: set[tuple[int, int, int, int]] = set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if not isinstance(node, ast.Call) or node.end_lineno is None or node.end_col_offset is None:
+            continue
+        place = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
+        names = any(isinstance(n, ast.Name) and n.id in functions or isinstance(n, ast.Attribute) and n.attr in functions
+                    for n in ast.walk(node))
+        (named if names or "" in functions else free).add(place)
+    return frozenset(free - named)
 
 
 def _called(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
@@ -277,9 +345,17 @@ def _whole_items_of(target: ast.expr, iterable: ast.expr, paths: set[str]) -> se
 
 def compared_with_answer(value: Any, vacuous: Vacuous) -> bool:
     """Whether a path of ``vacuous.answered``, as the tests' frame of its function binds it now,
-    is ``value``, holds it or is held in it (module doc)."""
+    is ``value``, holds it or is held in it (module doc); never where the tests' call passing it
+    names no function whose answer such a comparison reads (``Vacuous.free_calls``)."""
     inside = {id(v) for v in _containers(value)}
     frame: types.FrameType | None = sys._getframe(1)
+    caller = frame
+    while caller is not None and caller.f_code.co_filename not in TESTS_FILES:
+        caller = caller.f_back
+    if caller is not None and vacuous.free_calls:
+        place = place_of(caller.f_code, caller.f_lasti)
+        if place is not None and place[1:] in vacuous.free_calls:
+            return False
     while frame is not None:
         code = frame.f_code
         if code.co_filename in TESTS_FILES:
@@ -368,14 +444,47 @@ def _compared_safely(side: ast.AST, compare: ast.Compare, path: str) -> bool:
     return op in (ast.Eq, ast.Is) or (op is ast.In and mine == 1) or (is_len and op in larger)
 
 
+class _Theirs(frozenset[str]):
+    """The names the tests bind (``_bound``), with ``instances``: the paths they bind to what a
+    call of the solution's made (``s`` of ``s = Solution()``, ``self.sol`` in ``setUp``)."""
+
+    instances: frozenset[str] = frozenset()
+
+
+def _with_instances(trees: list[ast.Module], theirs: frozenset[str]) -> _Theirs:
+    """``theirs`` with the paths the tests bind to an object a call of the solution's made. Why:
+    only ``Solution().f(nums)`` was a call of the solution's, so ``s = Solution()`` then ``assert
+    s.sortArray(nums) == sorted(nums)`` (LeetCode's shape) compared no answer, and ``nums[:] = [0] *
+    len(nums); return list(nums)`` passed it (1.0)."""
+    found = _Theirs(theirs)
+    paths: set[str] = set()
+    for node in (node for tree in trees for node in ast.walk(tree)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _solution_call(node.value.func, found):
+            paths.update(p for p in (attribute_path(t) for t in node.targets) if p is not None)
+    found.instances = frozenset(paths)
+    return found
+
+
 def _solution_call(func: ast.expr, theirs: frozenset[str]) -> bool:
     """Whether ``func`` is a function of the solution's: a name the tests never bind, or a method
-    of an object one of its classes makes (``Solution().f``)."""
+    of an object one of its classes makes (``Solution().f``), also through a name the tests bind
+    it to (``s.f`` of ``s = Solution()``: ``_Theirs.instances``)."""
     if isinstance(func, ast.Name):
         return func.id not in theirs
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
         return _solution_call(func.value.func, theirs)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute)):
+        return attribute_path(func.value) in getattr(theirs, "instances", ())
     return False
+
+
+def _calls_solution(call: ast.Call, theirs: frozenset[str]) -> bool:
+    """Whether ``call`` calls a function of the solution's, itself or handed as an argument
+    (``map(my_sort, cases)``). Why the latter: ``outs = list(map(my_sort, cases))`` bound no
+    answer, so ``xs[:] = [0] * len(xs); return list(xs)`` passed ``for o, c in zip(outs, cases):
+    assert o == sorted(c)`` (1.0), as it did through a comprehension before."""
+    return _solution_call(call.func, theirs) or any(
+        isinstance(arg, ast.Name) and arg.id not in theirs for arg in (*call.args, *(k.value for k in call.keywords)))
 
 
 def _answer_names(trees: list[ast.Module], theirs: frozenset[str]) -> frozenset[str]:
@@ -395,14 +504,14 @@ def _answer_names(trees: list[ast.Module], theirs: frozenset[str]) -> frozenset[
                 continue
         else:
             continue
-        if any(isinstance(call, ast.Call) and _solution_call(call.func, theirs) for call in ast.walk(value)):
+        if any(isinstance(call, ast.Call) and _calls_solution(call, theirs) for call in ast.walk(value)):
             names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
     grown = True
     while grown:  # ``outs`` holds answers, so does ``o`` of a loop over it, and what loops over ``o``
         before = len(names)
         for sources in loops:
             names.update(name for name, source in sources.items() if name not in names and any(
-                isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Call) and _solution_call(n.func, theirs)
+                isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Call) and _calls_solution(n, theirs)
                 for n in ast.walk(source)))
         grown = len(names) > before
     return frozenset(names)
