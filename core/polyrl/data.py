@@ -39,6 +39,7 @@ from polyrl.nul_bytes import TEXT_NUL_FIX, nul_error, row_nul
 from polyrl.one_conversation import message_row_fix
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
+from polyrl.stored_rows import with_asked
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
 from polyrl.template_roles import MODEL_FIX, ROLE_FIX, TemplateRoles
 from polyrl.text_validity import blank, blank_problem, row_surrogate, surrogate_error
@@ -101,7 +102,10 @@ class Dataset:
     ``rows`` is a list of dicts (JSON, tasks, the Python API) or ``ArrowRows`` (memory-mapped).
     ``columns`` maps the names rows are seen under to source columns (``{"prompt": "question"}``;
     source columns stay visible too); ``system_prompt`` is prepended to every chat prompt (a
-    text prompt becomes the user turn) unless the chat already starts with a system message.
+    text prompt becomes the user turn) unless the chat already starts with a system message. That
+    chat is what the model is asked (and what an environment's ``reset`` builds from); rewards get
+    the row's own value of the prompt column (``polyrl.stored_rows``), as TRL passes the original
+    row's columns.
     """
 
     def __init__(self, rows: Sequence[Mapping[str, Any]] | ArrowRows, prompt_column: str = "prompt", name: str = "",
@@ -212,7 +216,7 @@ class Dataset:
             chat = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
             if not (chat and chat[0].get("role") == "system"):
                 chat = [{"role": "system", "content": self.system_prompt}, *chat]
-            out[self.prompt_column] = chat
+            with_asked(out, self.prompt_column, chat)  # rewards still read the column's own value
         return out
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
