@@ -142,11 +142,18 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "split": "split of `name` or of a saved DatasetDict (unset = `train`); refused beside `task` (a task has its own splits)",
         "cache_dir": "🤗 datasets cache to read `name` from and to keep Arrow copies of files in, keyed by "
                      "their content (unset = `HF_DATASETS_CACHE`)",
-        "prompt_column": "column holding the prompt (string or chat messages)",
+        "prompt_column": ("column holding the prompt (string or chat messages; an assistant message may be tool "
+                          'calls alone, `{"role": "assistant", "content": null, "tool_calls": [...]}`, where the '
+                          "model's chat template renders them: one that does not, or that raises on the null "
+                          "content, is an error naming the row)"),
         "columns": "row name -> source column, e.g. `{prompt = \"question\", answer = \"solution\"}`",
-        "system_prompt": ("system message prepended to each chat prompt (a text prompt becomes the user turn, so "
-                          "the prompt is a chat: reward functions then get chat-shaped `prompts` and `completions`, "
-                          '`[{"role": "assistant", "content": text}]`, as TRL gives them for chat prompts)'),
+        "system_prompt": ("system message prepended to each chat prompt that does not already start with a system "
+                          "message (such a row keeps its own); a text prompt becomes the user turn, so the prompt is "
+                          "a chat: reward functions then get chat-shaped `prompts` and `completions`, "
+                          '`[{"role": "assistant", "content": text}]`, as TRL gives them for chat prompts. Only what '
+                          'the model is asked changes: a reward declaring the prompt column (`question` with '
+                          '`prompt_column = "question"`) gets the row\'s own value, as TRL passes every column of '
+                          "the original row"),
         "eval_path": "evaluation rows from separate file(s) (same formats as `path`); nothing is held out",
         "eval_split": "evaluation rows from another split of `name` or a saved DatasetDict (e.g. `test`), or "
                       "a slice of `name`'s split disjoint from `split` (`train[:90%]` / `train[90%:]`; "

@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, check_prompt_column,
+from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, bare_tool_call, check_prompt_column,
                                check_text_columns, image_column_error, unknown_role, warn_final_assistant)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
 from polyrl.control_chars import ControlProbe
@@ -39,6 +39,7 @@ from polyrl.nul_bytes import TEXT_NUL_FIX, nul_error, row_nul
 from polyrl.one_conversation import message_row_fix
 from polyrl.logs import get_logger
 from polyrl.split_overlap import check_disjoint
+from polyrl.stored_rows import with_asked
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
 from polyrl.template_roles import MODEL_FIX, ROLE_FIX, TemplateRoles
 from polyrl.text_validity import blank, blank_problem, row_surrogate, surrogate_error
@@ -90,6 +91,8 @@ def _chat_problem(value: Any) -> tuple[str, str] | None:
             return (f"; message {i}'s content is a list of parts (a multimodal message), not a string",
                     'write each message\'s content as one string: join the text of its {"type": "text", '
                     '"text": ...} parts (image parts are not supported)')
+        if m.get("content") is None and bare_tool_call(m):
+            continue  # the template writes it from its calls, or the start-up check names the row
         if not isinstance(m.get("content"), str):
             return f"; message {i} has no string \"content\"", generic
     return None
@@ -101,7 +104,10 @@ class Dataset:
     ``rows`` is a list of dicts (JSON, tasks, the Python API) or ``ArrowRows`` (memory-mapped).
     ``columns`` maps the names rows are seen under to source columns (``{"prompt": "question"}``;
     source columns stay visible too); ``system_prompt`` is prepended to every chat prompt (a
-    text prompt becomes the user turn) unless the chat already starts with a system message.
+    text prompt becomes the user turn) unless the chat already starts with a system message. That
+    chat is what the model is asked (and what an environment's ``reset`` builds from); rewards get
+    the row's own value of the prompt column (``polyrl.stored_rows``), as TRL passes the original
+    row's columns.
     """
 
     def __init__(self, rows: Sequence[Mapping[str, Any]] | ArrowRows, prompt_column: str = "prompt", name: str = "",
@@ -212,7 +218,7 @@ class Dataset:
             chat = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
             if not (chat and chat[0].get("role") == "system"):
                 chat = [{"role": "system", "content": self.system_prompt}, *chat]
-            out[self.prompt_column] = chat
+            with_asked(out, self.prompt_column, chat)  # rewards still read the column's own value
         return out
 
     def take(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
@@ -539,11 +545,15 @@ def _counted(count_tokens: Callable[[Prompt], int | None], prompt: Prompt, datas
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the template is the model folder's code
+        calls = isinstance(prompt, list) and any(m.get("content") is None and bare_tool_call(m) for m in prompt)
         raise ConfigError(f"{dataset.where(i)}: the model's chat template refused the prompt: "
                           f"{type(exc).__name__}: {str(exc)[:300]}", field="data",
-                          fix="make the row's messages what the template accepts (some templates take no "
-                              "system message, or need user and assistant turns to alternate; "
-                              "data.system_prompt adds a system message to every row)") from None
+                          fix=("the prompt holds an assistant tool call with null content, which this template "
+                               "cannot render: use a model whose chat template renders tool calls, or write the "
+                               "call as text in the message's content") if calls else
+                              ("make the row's messages what the template accepts (some templates take no "
+                               "system message, or need user and assistant turns to alternate; "
+                               "data.system_prompt adds a system message to every row)")) from None
 
 
 def _check_roles(roles: TemplateRoles, render: Callable[[Prompt], Any], prompt: Prompt, dataset: Dataset,
@@ -557,6 +567,13 @@ def _check_roles(roles: TemplateRoles, render: Callable[[Prompt], Any], prompt: 
         j, what = found
         raise ConfigError(f"{dataset.where(i)}: message {j} of column {dataset.prompt_column!r} {what}", field="data",
                           fix=ROLE_FIX + MODEL_FIX)
+    call = roles.dropped_call(prompt, render)  # type: ignore[arg-type]
+    if call is not None:
+        raise ConfigError(f"{dataset.where(i)}: message {call} of column {dataset.prompt_column!r} is an assistant "
+                          "tool call that the model's chat template does not render (it writes no tool_calls): the "
+                          "model would never read that call", field="data",
+                          fix="use a model whose chat template renders tool calls, or write the call as text in "
+                              "the message's content")
 
 
 def check_prompt_roles(dataset: Dataset, render: Callable[[Prompt], Any] | None,

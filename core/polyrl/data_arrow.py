@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +85,7 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     bad = lengths == 0
     messages = pc.list_flatten(chunk)
     parents = pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)
-    broken = pc.or_kleene(pc.is_null(pc.struct_field(messages, "role")),
-                          pc.is_null(pc.struct_field(messages, "content")))
+    broken = pc.or_kleene(pc.is_null(pc.struct_field(messages, "role")), _null_content(messages))
     broken = pc.or_kleene(broken, pc.is_null(messages))
     broken_np = pc.fill_null(broken, True).to_numpy(zero_copy_only=False)
     if broken_np.any():
@@ -95,6 +94,28 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     # rows without a train_dataset are one empty user message each)
     rows = np.flatnonzero(bad)
     return rows, _chat_problem(chunk, int(rows[0]), lengths) if len(rows) else ""
+
+
+def bare_tool_call(m: Mapping[str, Any]) -> bool:
+    """An assistant message that is tool calls alone (``content`` null or absent, calls given: OpenAI's
+    and TRL's shape), which a chat template writes from its calls (``template_roles.dropped_call``
+    checks that the model's does)."""
+    calls = m.get("tool_calls")
+    return m.get("role") == "assistant" and isinstance(calls, list) and len(calls) > 0
+
+
+def _null_content(messages: Any) -> Any:
+    """Whether each message's content is null, where that is not an assistant's bare tool call
+    (``template_roles.bare_tool_call``: content null, calls given, as OpenAI and TRL write it)."""
+    pa, pc = _pa()
+    null = pc.is_null(pc.struct_field(messages, "content"))
+    fields = {messages.type.field(i).name: messages.type.field(i).type for i in range(messages.type.num_fields)}
+    calls_type = fields.get("tool_calls")
+    if calls_type is None or not (pa.types.is_list(calls_type) or pa.types.is_large_list(calls_type)):
+        return null
+    calls = pc.fill_null(pc.greater(pc.list_value_length(pc.struct_field(messages, "tool_calls")), 0), False)
+    assistant = pc.fill_null(pc.equal(pc.struct_field(messages, "role"), "assistant"), False)
+    return pc.and_kleene(null, pc.invert(pc.and_(calls, assistant)))
 
 
 def _chat_problem(chunk: Any, row: int, lengths: np.ndarray) -> str:
@@ -106,7 +127,8 @@ def _chat_problem(chunk: Any, row: int, lengths: np.ndarray) -> str:
     for j, message in enumerate(chunk[row].as_py()):
         if message is None:
             return f"holds a null where message {j} belongs, not a {{role, content}} message"
-        missing = [key for key in ("role", "content") if message.get(key) is None]
+        missing = [key for key in ("role", "content") if message.get(key) is None
+                   and not (key == "content" and bare_tool_call(message))]
         if missing:
             return f"has message {j} without a {' or '.join(missing)} (null)"
     return "has a message without role/content"

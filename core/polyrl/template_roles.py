@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.data_arrow import CHAT_ROLES
+from polyrl.data_arrow import CHAT_ROLES, bare_tool_call
 
 #: ``render(messages) -> ids``: the conversation as the model would see it (generation prompt included)
 Render = Callable[[list[dict[str, Any]]], Any]
@@ -45,6 +45,20 @@ def _has_text(m: Mapping[str, Any]) -> bool:
     """A message with no text to lose (an assistant's bare tool call) is not probed."""
     content = m.get("content")
     return not (content is None or content == "")
+
+
+def _named_calls(m: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``m`` with every call's function named ``name`` (its arguments kept), in either call shape
+    (``{"function": {"name", "arguments"}}``, or the name at the top)."""
+    calls = []
+    for call in m.get("tool_calls") or []:
+        if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+            calls.append({**call, "function": {**call["function"], "name": name}})
+        elif isinstance(call, Mapping):
+            calls.append({**call, "name": name})
+        else:
+            calls.append(call)
+    return {**m, "tool_calls": calls}
 
 
 def _shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
@@ -70,6 +84,7 @@ class TemplateRoles:
 
     def __init__(self) -> None:
         self._dropped: dict[tuple[Hashable, Shape], int | None] = {}
+        self._calls: dict[tuple[Hashable, Shape], int | None] = {}
         self._in_place: dict[tuple[Hashable, Shape, int], tuple[str, ...]] = {}
 
     def dropped(self, messages: Sequence[Mapping[str, Any]], render: Render, context: Hashable = None) -> int | None:
@@ -94,6 +109,31 @@ class TemplateRoles:
                 continue
             other = _rendered(render, [*base[:i], {**m, "content": _MARKS[1]}, *base[i + 1:]])
             if other is not None and np.array_equal(first, other):
+                return i
+        return None
+
+    def dropped_call(self, messages: Sequence[Mapping[str, Any]], render: Render,
+                     context: Hashable = None) -> int | None:
+        """The index of the first assistant message of tool calls alone (content null) whose calls
+        the template does not render (renaming them leaves the rendering as it was), or None. Why:
+        a template without tool support writes an assistant message's content alone, so such a
+        message would reach the model as an empty turn, its calls gone. A template refusing the
+        probe is the caller's error to report (refusing is not dropping)."""
+        key = (context, _shape(messages))
+        if key not in self._calls:
+            self._calls[key] = self._probe_calls(messages, render)
+        return self._calls[key]
+
+    @staticmethod
+    def _probe_calls(messages: Sequence[Mapping[str, Any]], render: Render) -> int | None:
+        base = _marked(messages)
+        for i, m in enumerate(base):
+            if m.get("content") is not None or not bare_tool_call(m):
+                continue
+            named = [*base[:i], _named_calls(m, "probe_a"), *base[i + 1:]]
+            first = _rendered(render, named)
+            other = _rendered(render, [*named[:i], _named_calls(m, "probe_b"), *named[i + 1:]])
+            if first is not None and other is not None and np.array_equal(first, other):
                 return i
         return None
 

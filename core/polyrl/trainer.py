@@ -89,6 +89,7 @@ from polyrl import run_paths, run_plan
 from polyrl.run_lock import OUTPUT_DIR_BUSY_FIX, OutputDirBusy, OutputDirLock, check_output_dir
 from polyrl import evaluation, metrics_file
 from polyrl import minibatches, router_rows, step_gather
+from polyrl.stored_rows import as_stored
 from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, eval_batch_metrics, joined_gaps,
                                  no_loss_token_metrics, nothing_scored_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
                                  trl_gathered_sampling, trl_process_sampling, trl_reward_names, trl_step_time,
@@ -832,7 +833,7 @@ class Trainer:
     def _call_rewards(self, prompts: list[Any], per_completion: list[Any], completions: list[Completion]) -> Any:
         state = self._trainer_state()
         context = RewardContext(
-            rows=per_completion, wanted=tuple(r.label for r in self.config.rewards),
+            rows=[as_stored(row) for row in per_completion], wanted=tuple(r.label for r in self.config.rewards),
             options={r.label: dict(r.options) for r in self.config.rewards},
             completion_ids=[c.completion_ids for c in completions], step=self.step, trainer_state=state,
             columns=self._columns[0],
@@ -1590,7 +1591,8 @@ class Trainer:
             {ev.reward: {}}
 
         def score(asked: list[Any], scored_rows: list[Any], scored: list[Completion]) -> Any:
-            return computer(asked, scored, RewardContext(rows=scored_rows, wanted=tuple(labels), options=options,
+            return computer(asked, scored, RewardContext(rows=[as_stored(row) for row in scored_rows],
+                                                         wanted=tuple(labels), options=options,
                                                          completion_ids=[x.completion_ids for x in scored],
                                                          step=self.step, trainer_state=self._trainer_state(),
                                                          columns=self._columns[1]))
