@@ -132,6 +132,27 @@ def test_a_folder_given_as_the_config_is_named_as_a_folder(tmp_path, capsys):
     assert len(err) == 1 and f"config file '{tmp_path}' is a directory" in err[0], err
 
 
+@pytest.mark.parametrize(("given", "words"), [
+    ("self.toml", "it leads into a symlink loop"),  # self.toml -> self.toml
+    ("via.toml", "it leads into a symlink loop"),  # via.toml -> a/run.toml, a -> b -> a
+    ("a/run.toml", "a folder on its path is a symlink loop"),
+])
+def test_a_config_path_in_a_symlink_loop_is_named_as_one(tmp_path, capsys, given, words):
+    """``Path.exists`` reads a symlink loop as no file, so the config was "not found" while ``ls``
+    lists it; a missing file is still "not found"."""
+    (tmp_path / "self.toml").symlink_to("self.toml")
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    (tmp_path / "via.toml").symlink_to("a/run.toml")
+    assert main(["train", str(tmp_path / given)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: config file '{tmp_path / given}' cannot be followed: {words}")
+    assert "remove or repoint the looping symlink" in err[0], err
+    assert main(["train", str(tmp_path / "nope.toml")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: config file '{tmp_path / 'nope.toml'}' not found. "
+                                               "Fix: pass the path of an existing TOML file")
+
+
 def test_ctrl_c_before_a_command_handles_signals_is_one_line_and_exit_130(monkeypatch, capsys):
     import polyrl.cli as cli
 

@@ -464,3 +464,54 @@ def test_a_reward_model_object_keeps_its_own_dtype_under_polyrls_own_config(tiny
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_object, bf16_rm_path], train_dataset=_dataset(),
                           args=api.GRPOConfig(output_dir=str(tmp_path / "own"), steps=1))
     assert _polyrl_reward_dtypes(trainer, monkeypatch) == [torch.bfloat16, torch.float32]
+
+
+def test_log_history_names_each_reward_model_as_trl_does(tiny_model_dir, rm_path, tmp_path, capfd):
+    """TRL logs a reward model under the basename of its model id (``config._name_or_path``: the
+    folder given, or the object's): ``rewards/tiny-rm/mean``, ``rewards/judge-rm/mean``. polyrl
+    logged ``rewards/reward_model/mean`` and ``rewards/reward_model_2/mean``, so a script reading
+    ``log_history[-1]["rewards/judge-rm/mean"]`` got a KeyError. Two reward models TRL names alike
+    (two folders ``tiny-rm``) share TRL's key, the mean of both, as TRL's ``log`` averages what was
+    appended to one name, and a warning says so; each keeps its own polyrl key."""
+    from polyrl_torch.testing.tiny_reward_model import build_tiny_reward_model
+    from transformers import AutoModelForSequenceClassification
+    from trl.trainer.utils import get_config_model_id
+
+    judge = AutoModelForSequenceClassification.from_pretrained(
+        build_tiny_reward_model(tmp_path / "models" / "judge-rm", seed=1))
+    twin = build_tiny_reward_model(tmp_path / "other" / "tiny-rm", seed=2)  # TRL's name as rm_path's
+    assert [get_config_model_id(judge.config).split("/")[-1], twin.split("/")[-1]] == ["judge-rm", "tiny-rm"]
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_path, judge, twin], args=_args(tmp_path),
+                          train_dataset=_dataset())
+    trainer.train()
+    [entry] = [e for e in trainer.state.log_history if "reward" in e and "train_runtime" not in e]
+    [step] = trainer.summary["history"]
+    assert entry["rewards/judge-rm/mean"] == pytest.approx(step["reward/reward_model_2/mean"])
+    assert entry["rewards/judge-rm/std"] == pytest.approx(step["reward/reward_model_2/std"])
+    assert step["reward/reward_model/mean"] != pytest.approx(step["reward/reward_model_3/mean"])  # two models
+    assert entry["rewards/tiny-rm/mean"] == pytest.approx((step["reward/reward_model/mean"]
+                                                           + step["reward/reward_model_3/mean"]) / 2)
+    assert {k for k in entry if k.startswith("rewards/")} == {
+        f"rewards/{name}/{stat}" for name in ("tiny-rm", "judge-rm") for stat in ("mean", "std")}
+    said = capfd.readouterr().err
+    assert "share TRL's name 'tiny-rm'" in said and "reward/reward_model_3/mean" in said, said
+    assert said.count("share TRL's name") == 1  # told once; judge-rm shares no name
+
+
+def test_reward_entries_name_reward_models_as_trl(rm_path, capfd):
+    """``api.reward_entries`` gives each reward model's TRL name to the run (``trl_reward_names``):
+    a folder's basename as given (a trailing "/": TRL's empty name), or the name passed in for it
+    (``polyrl.trl``: an object's); a function's own name is left as it was. Two folders of one
+    name are told (``warn_shared_trl_names``)."""
+    from polyrl import api
+    from polyrl.step_metrics import trl_reward_names
+
+    sections, plugins = api.reward_entries([rm_path, short, rm_path + "/", rm_path])
+    assert [s.label for s in sections] == ["reward_model", "short", "reward_model_2", "reward_model_3"]
+    assert trl_reward_names(plugins) == {"reward_model": "tiny-rm", "reward_model_2": "", "reward_model_3": "tiny-rm"}
+    capfd.readouterr()
+    api.warn_shared_trl_names(sections, plugins)
+    said = capfd.readouterr().err
+    assert "rewards reward_model, reward_model_3 share TRL's name 'tiny-rm'" in said, said
+    _, plugins = api.reward_entries([rm_path, short, rm_path + "/", rm_path], model_names=[None, None, None, "x"])
+    assert trl_reward_names(plugins) == {"reward_model": "tiny-rm", "reward_model_2": "", "reward_model_3": "x"}

@@ -447,6 +447,37 @@ def is_reward_model_folder(reward: Any) -> bool:
     return isinstance(reward, str) and (Path(reward) / "config.json").is_file()
 
 
+def trl_model_name(model_id: str) -> str:
+    """The name TRL 1.16 logs a reward model under (``rewards/<name>/mean``): the last "/"-part
+    of its model id (``config._name_or_path``: for a folder, the string given, so a trailing "/"
+    is TRL's empty name)."""
+    return model_id.split("/")[-1]
+
+
+def warn_shared_trl_names(sections: Sequence[RewardSection], plugins: Sequence[Any]) -> None:
+    """Warn for each TRL name that two or more of ``sections`` share where one is a reward model
+    (two folders both named ``final``; ``plugins``: ``reward_entries``' own): TRL logs one
+    ``rewards/<name>/mean``, the mean of theirs, and so does polyrl, which keeps each under its own
+    label too. Why: two reward models' numbers merged in one key with no word read as one model's.
+    Functions sharing a name are not told: passing one function twice is a choice, and TRL merges
+    those alike."""
+    from polyrl.step_metrics import trl_reward_names
+
+    names = trl_reward_names(plugins)
+    by_name: dict[str, list[RewardSection]] = {}
+    for section in sections:
+        by_name.setdefault(names.get(section.label, section.label), []).append(section)
+    for name, shared in by_name.items():
+        if len(shared) > 1 and any(s.name == "reward_model" for s in shared):
+            from polyrl.logs import get_logger
+
+            get_logger("polyrl.api").warning(
+                f"rewards {', '.join(s.label for s in shared)} share TRL's name {name!r}, so TRL's "
+                f"rewards/{name}/mean and /std hold the mean of their numbers, as TRL logs them; each one's own is "
+                f"under {', '.join(f'reward/{s.label}/mean' for s in shared)}",
+                fix="give the reward model folders different names to tell them apart in TRL's keys")
+
+
 def _plain_label(name: str) -> str:
     """A callable's TRL name as a polyrl label: a ``/`` (``__name__ = "math/accuracy"``, which TRL
     logs as ``rewards/math/accuracy/mean``) becomes ``_`` and surrounding spaces go. Why: the label
@@ -458,7 +489,8 @@ def _plain_label(name: str) -> str:
 
 def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
                    tokenizers: Sequence[str | None] | None = None,
-                   dtypes: Sequence[str | None] | None = None) -> tuple[list[RewardSection], list[Any]]:
+                   dtypes: Sequence[str | None] | None = None,
+                   model_names: Sequence[str | None] | None = None) -> tuple[list[RewardSection], list[Any]]:
     """The ``[[rewards]]`` entries and function plugins for ``rewards``, read as TRL reads
     ``reward_funcs``: one reward or a list; a function is named as TRL names it (a partial after
     the function it wraps, a callable object after its class; a repeated name gets ``_2``, ``_3``,
@@ -470,8 +502,12 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
     scores with (its ``tokenizer`` option: TRL's ``reward_processing_classes``, which
     ``polyrl.trl`` saves); None, or an entry for another reward, leaves the model folder's own.
     ``dtypes``, aligned the same way: the ``dtype`` option each reward model loads in (TRL's,
-    from ``polyrl.trl``); None leaves the reward_model's default."""
+    from ``polyrl.trl``); None leaves the reward_model's default. ``model_names``, aligned the same
+    way: the name TRL logs each reward model under (``polyrl.trl``: a model object's, saved to a
+    folder named otherwise); None, a folder's own (``trl_model_name``). A reward model's TRL name
+    is returned among the plugins (``TrlRewardName``), as a function's is its plugin's ``trl_name``."""
     from polyrl.rewards.functions import function_reward_plugin
+    from polyrl.step_metrics import TrlRewardName
 
     if isinstance(rewards, (str, bytes)) or callable(rewards):
         rewards = [rewards]
@@ -492,6 +528,7 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
     sections: list[RewardSection] = []
     plugins: list[Any] = []
     names: set[str] = set()
+    models: dict[str, str] = {}  # a reward model's label -> its TRL name
 
     def unused(base: str) -> str:
         name, k = base, 1
@@ -511,6 +548,8 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
                 options["dtype"] = dtype
             sections.append(RewardSection(name="reward_model", weight=weight, options=options,
                                           label=unused("reward_model")))
+            given = model_names[i] if model_names is not None and i < len(model_names) else None
+            models[sections[-1].label] = trl_model_name(reward) if given is None else given
         elif isinstance(reward, str) and "/" in reward:
             raise ConfigError(f"rewards[{i}] = {reward!r} is neither a reward name nor a model folder with a "
                               "config.json (TRL would download it as a reward model)", field=f"rewards[{i}]",
@@ -534,6 +573,7 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
             raise ConfigError(f"rewards[{i}] is {type(reward).__name__}", field=f"rewards[{i}]",
                               fix="pass a reward name, a reward model folder or a callable")
         names.add(sections[-1].label)
+    plugins.extend(TrlRewardName(label, name) for label, name in models.items() if name != label)
     return sections, plugins
 
 
@@ -613,6 +653,7 @@ def run(
     config, plugins = run_config(algorithm, policy=policy, prompts=prompts, rewards=rewards, ref_policy=ref_policy,
                                  generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
                                  eval_prompts=eval_prompts)
+    warn_shared_trl_names(config.rewards, plugins)
     trainer = make_trainer(config, plugins)
     if isinstance(grpo_config, GRPOConfig) and grpo_config._trl_steps is not None:
         trainer.trl_steps = dict(grpo_config._trl_steps)
@@ -695,10 +736,11 @@ def run_config(
     eval_prompts: Sequence[Any] | None = None,
     reward_tokenizers: Sequence[str | None] | None = None,
     reward_dtypes: Sequence[str | None] | None = None,
+    reward_names: Sequence[str | None] | None = None,
 ) -> tuple[RunConfig, list[Any]]:
     """``run``'s ``RunConfig`` and reward function plugins, built without running
-    (``reward_tokenizers``, ``reward_dtypes``: ``reward_entries``' ``tokenizers`` and ``dtypes``,
-    from ``polyrl.trl``). An error on a
+    (``reward_tokenizers``, ``reward_dtypes``, ``reward_names``: ``reward_entries``' ``tokenizers``,
+    ``dtypes`` and ``model_names``, from ``polyrl.trl``). An error on a
     polyrl key one ``trl.GRPOConfig`` field set names that field (``grpo_config.max_completion_length``,
     not ``generation.max_new_tokens``: the script never wrote polyrl's key), as ``polyrl.trl`` does."""
     if _is_trl_config(grpo_config):
@@ -707,7 +749,7 @@ def run_config(
         return _run_config(algorithm, policy=policy, prompts=prompts, rewards=rewards, ref_policy=ref_policy,
                            generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
                            eval_prompts=eval_prompts, reward_tokenizers=reward_tokenizers,
-                           reward_dtypes=reward_dtypes)
+                           reward_dtypes=reward_dtypes, reward_names=reward_names)
     except ConfigError as exc:
         explain_no_room(exc, grpo_config, policy)  # MAX, MLX: a fix a TRL script can apply
         key = exc.field
@@ -736,6 +778,7 @@ def _run_config(
     eval_prompts: Sequence[Any] | None,
     reward_tokenizers: Sequence[str | None] | None,
     reward_dtypes: Sequence[str | None] | None = None,
+    reward_names: Sequence[str | None] | None = None,
 ) -> tuple[RunConfig, list[Any]]:
     """``run_config``'s work (a ``trl.GRPOConfig`` already converted), its errors named by polyrl's keys."""
     gen = generation_config or GenerationConfig()
@@ -770,7 +813,8 @@ def _run_config(
     overrides.update({k.partition(".")[2]: settings.pop(k) for k in list(settings) if k.startswith("algorithm.")})
     if cfg._from_trl and algorithm != (trl_preset or grpo):
         _refuse_preset_over_trl(algorithm, overrides)
-    reward_sections, plugins = reward_entries(rewards, cfg.reward_weights, reward_tokenizers, reward_dtypes)
+    reward_sections, plugins = reward_entries(rewards, cfg.reward_weights, reward_tokenizers, reward_dtypes,
+                                              reward_names)
     if cfg._from_trl:  # TRL loads a reward-model folder with from_pretrained's dtype "auto" by default
         reward_sections = [attrs.evolve(s, options={"dtype": "auto", **s.options})
                            if s.name == "reward_model" and "path" in s.options else s for s in reward_sections]

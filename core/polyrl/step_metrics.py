@@ -163,10 +163,28 @@ def _mean_of(values: Sequence[Any]) -> Any:
     return sum(valid) / len(valid) if valid else None
 
 
+class TrlRewardName:
+    """A reward's TRL name where no plugin carries it: a reward model entry of ``reward_funcs`` is
+    a ``[[rewards]]`` section of polyrl's ``reward_model`` (labelled ``reward_model``,
+    ``reward_model_2``...), which TRL logs under the basename of its folder or of its model
+    object's ``config._name_or_path``. ``api.reward_entries`` returns it among the reward function
+    plugins; the Trainer reads it with ``trl_reward_names`` and registers it as no plugin."""
+
+    __slots__ = ("name", "trl_name")
+
+    def __init__(self, name: str, trl_name: str) -> None:
+        self.name = name  # the reward's label
+        self.trl_name = trl_name
+
+    def __repr__(self) -> str:
+        return f"TrlRewardName({self.name!r}, {self.trl_name!r})"
+
+
 def trl_reward_names(plugins: Sequence[Any]) -> dict[str, str]:
     """Reward label -> the name TRL logs it under, where they differ: a function given twice
     through the Python API is labelled ``f`` and ``f_2`` (polyrl's labels must differ) and TRL
-    names both ``f`` (``FunctionReward.trl_name``)."""
+    names both ``f`` (``FunctionReward.trl_name``); a reward model is labelled ``reward_model``
+    and TRL names it after its folder (``TrlRewardName``)."""
     out: dict[str, str] = {}
     for plugin in plugins:
         label, trl_name = getattr(plugin, "name", None), getattr(plugin, "trl_name", None)

@@ -92,7 +92,7 @@ from polyrl import minibatches, router_rows, step_gather
 from polyrl.stored_rows import as_stored
 from polyrl.step_metrics import (clip_region_metrics, epoch_stop_skips, eval_batch_metrics, joined_gaps,
                                  no_loss_token_metrics, nothing_scored_metrics, peak_rss_mb, sampling_metrics, step_tokens, trl_aliases, trl_epoch,
-                                 trl_gathered_sampling, trl_process_sampling, trl_reward_names, trl_step_time,
+                                 trl_gathered_sampling, trl_process_sampling, TrlRewardName, trl_reward_names, trl_step_time,
                                  untrained_gap)
 from polyrl.step_metrics import step_metrics as common_step_metrics
 from polyrl.step_line import step_line_fields
@@ -362,7 +362,8 @@ class Trainer:
             load_function_reward(r.function, name=r.label, isolation=r.isolation) for r in config.rewards if r.function
         ]
         self._reward_codes = [reward_code(p.fn) for p in function_plugins]  # as loaded: compared across ranks
-        self.registry = Registry(get_plugin_manager(extra=(*extra_plugins, *function_plugins)))
+        plugins = tuple(p for p in extra_plugins if not isinstance(p, TrlRewardName))  # names, not plugins
+        self.registry = Registry(get_plugin_manager(extra=(*plugins, *function_plugins)))
         #: reward label -> the name TRL logs it under, where they differ (``trl_reward_names``)
         self.trl_names = trl_reward_names(extra_plugins)
         self.config = config = choose_generate_backend(config, self.registry)

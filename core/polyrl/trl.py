@@ -269,6 +269,8 @@ class GRPOTrainer:
         # a reward model object scores in its own dtype under either config (TRL scores it as given)
         reward_dtypes = trl_reward_models.reward_model_dtypes(user_rewards, getattr(self.args, "model_init_kwargs", None),
                                                               folders=not isinstance(self.args, api.GRPOConfig))
+        # the names TRL logs the reward models under, read before a model object is saved as reward_funcs_<i>
+        reward_names = trl_reward_models.reward_model_names(user_rewards)
         agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
@@ -330,6 +332,10 @@ class GRPOTrainer:
         #: model_init_kwargs reach TRL's reward models too); None: the reward_model's own default, as for
         #: a folder under polyrl's own GRPOConfig, which has no model_init_kwargs (an object: its own dtype)
         self._reward_dtypes: list[str | None] = [*reward_dtypes, *[None] * len(env_rewards)]
+        #: the name TRL logs each reward model under (``trl_reward_models.reward_model_names``), None elsewhere
+        self._reward_names: list[str | None] = [*reward_names, *[None] * len(env_rewards)]
+        #: whether reward models sharing one TRL name were told (``api.warn_shared_trl_names``): once a trainer
+        self._shared_names_told = False
         self.summary: dict[str, Any] | None = None
         #: what this trainer saved in output_dir before its run (save_metrics/save_state before
         #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
@@ -590,7 +596,11 @@ class GRPOTrainer:
                                                               if k not in asked})
         config, plugins = api.run_config(api.grpo, policy=policy, prompts=self.train_dataset,
                                          rewards=self._reward_entries, grpo_config=grpo_config, eval_prompts=eval_prompts,
-                                         reward_tokenizers=self._reward_tokenizers, reward_dtypes=self._reward_dtypes)
+                                         reward_tokenizers=self._reward_tokenizers, reward_dtypes=self._reward_dtypes,
+                                         reward_names=self._reward_names)
+        if not self._shared_names_told:  # train() and each evaluate() build a run: told once
+            self._shared_names_told = True
+            api.warn_shared_trl_names(config.rewards, plugins)
         if self.environment is not None:
             config = attrs.evolve(config, environment=self.environment)
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]

@@ -89,6 +89,25 @@ def reward_tokenizers(value: Any, rewards: Sequence[Any]) -> list[Any]:
     return aligned
 
 
+def reward_model_names(rewards: Sequence[Any]) -> list[str | None]:
+    """The name TRL 1.16 logs each reward model of ``rewards`` (the script's ``reward_funcs``)
+    under, ``rewards/<name>/mean``: the last "/"-part of its ``config._name_or_path``, which for a
+    folder is the string given (``api.trl_model_name``); None for a function. Read before a model
+    object is saved: polyrl scores it from ``reward_models/reward_funcs_<i>``, a name TRL never
+    logs, and its polyrl label is ``reward_model`` (``api.reward_entries``)."""
+    from polyrl.api import is_reward_model_folder, trl_model_name
+
+    names: list[str | None] = []
+    for reward in rewards:
+        if is_model_object(reward):
+            names.append(trl_model_name(str(getattr(getattr(reward, "config", None), "_name_or_path", "") or "")))
+        elif is_reward_model_folder(reward):
+            names.append(trl_model_name(reward))
+        else:
+            names.append(None)
+    return names
+
+
 #: the dtypes ``reward_model_dtypes`` hands polyrl's ``reward_model`` (its ``dtype`` option)
 REWARD_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -264,4 +283,4 @@ def saved_reward_models(rewards: Sequence[Any], tokenizers: Sequence[Any],
 
 
 __all__ = ["MODELS", "REWARD_DTYPES", "TOKENIZERS", "is_model_object", "remove_stale_staging", "reward_model_dtypes",
-           "reward_tokenizers", "saved_reward_models"]
+           "reward_model_names", "reward_tokenizers", "saved_reward_models"]
