@@ -167,6 +167,28 @@ def test_replies_from_other_weights_than_the_pushed_ones_are_refused_not_trained
     assert len(engine.generate(prompt, sampling)) == 2
 
 
+@pytest.mark.faults
+def test_one_server_under_two_urls_is_refused_at_the_push_not_read_as_another_client(servers, tiny_model_dir,
+                                                                                    push_token_file):
+    """One `polyrl serve` listed twice (127.0.0.1 and localhost) took each push twice: every reply to
+    the first URL named the second push's weights, failed its attempt as "another client pushed
+    others to it", and with retries = 0 stopped the run blaming another trainer."""
+    from safetensors.numpy import load_file
+
+    weights = {k: v.astype(np.float32) for k, v in load_file(str(Path(tiny_model_dir) / "model.safetensors")).items()}
+    url = f"{servers[0].url}/v1"
+    engine = Engine(Registry(), "remote", EngineConfig(model=tiny_model_dir, role="generate", options={
+        "servers": [url, url.replace("127.0.0.1", "localhost")], "weight_push_token_file": push_token_file,
+        "retries": 0}))
+    with pytest.raises(PluginError) as err:
+        engine.import_weights(weights)
+        engine.generate([TokenPrompt([5, 6, 7])], SamplingParams(max_new_tokens=4, n=2, temperature=0.0))
+    assert "are one server process" in str(err.value), str(err.value)
+    assert "Fix: list each server once in backends.options.servers" in str(err.value)
+    with pytest.raises(ConfigError, match=r"backends\.options\.servers: servers\[1\] is servers\[0\] again"):
+        Engine(Registry(), "remote", EngineConfig(model="x", options={"servers": [url, url + "/"]}))
+
+
 def test_polyrl_serve_names_the_model_asked_for_and_refuses_another_with_the_fix(servers):
     """polyrl serve's replies name its served model, which the remote backend compares with the one
     it asked for (passes); asked for a model it does not serve, it answers 404, and the error names

@@ -92,7 +92,7 @@ from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, ref
 from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
-                                   reply_choices, reply_model, restarted)
+                                   reply_choices, reply_model, restarted, weights_instance)
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
@@ -150,6 +150,13 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
             isinstance(s, str) and s.startswith(("http://", "https://")) for s in servers):
         raise ConfigError("the remote backend needs a list of server URLs", field="backends.options.servers",
                           fix='e.g. servers = ["http://127.0.0.1:8001/v1"] (OpenAI-compatible base URLs)')
+    urls = [s.rstrip("/") for s in servers]
+    twice = [i for i, url in enumerate(urls) if url in urls[:i]]
+    if twice:  # positions, not the URL: it may hold credentials
+        raise ConfigError(f"servers[{twice[0]}] is servers[{urls.index(urls[twice[0]])}] again",
+                          field="backends.options.servers",
+                          fix="list each server once (a server listed twice takes every weight push twice, "
+                          "and its replies to one of the URLs then read as another client's weights)")
     known = {f.name for f in attrs.fields(RemoteOptions)}
     values = {k: options[k] for k in known if k in options and k != "servers"}
     for key in ("timeout_s", "backoff_s"):
@@ -401,6 +408,26 @@ class RemoteEngine:
             self._record_push(index, answer)
             return False
 
+    def _refuse_one_process_twice(self) -> None:
+        """Two URLs of ``servers`` reaching one ``polyrl serve`` process (the same URL twice, or
+        ``localhost`` beside ``127.0.0.1``) stop the run at the push, naming both: the second push
+        loaded the weights there again under a newer ``weights_id``, so every reply to the first URL
+        read as another client's weights and failed its attempt (with ``retries = 0`` the run
+        stopped, blaming another trainer)."""
+        first: dict[str, int] = {}
+        for index, weights_id in sorted(self._pushed.items()):
+            instance = weights_instance(weights_id)
+            if instance is None:
+                continue
+            if instance in first:
+                servers = self.options.servers
+                raise PluginError(self.redact(
+                    f"{servers[first[instance]]} and {servers[index]} in backends.options.servers are one server "
+                    f"process (their weight pushes were answered by the same instance, {instance!r}): each push "
+                    "loads the weights there once per URL, and its replies to one URL read as another client's "
+                    "weights. Fix: list each server once in backends.options.servers"))
+            first[instance] = index
+
     def _record_push(self, index: int, answer: dict[str, Any]) -> None:
         """Remember which weights a push answer says server ``index`` now serves (polyrl serve names
         them; a server that does not is never compared)."""
@@ -495,6 +522,7 @@ class RemoteEngine:
             self._weights_file = path
             for i in range(len(self.options.servers)):
                 self._record_push(i, self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers))
+            self._refuse_one_process_twice()
         previous = os.path.join(folder, f"policy-{self.weight_version - 1:08d}.safetensors")
         if os.path.exists(previous):
             os.remove(previous)
