@@ -328,6 +328,12 @@ class Hostile:
             return self.drip_headers(handler)
         if self.mode == "echo":  # an error body quoting the request's headers, credentials and all
             return handler.send(500, json.dumps({"error": {"message": f"bad request with {handler.headers['Authorization']}"}}))
+        if self.mode.startswith("redirect="):  # to another host, which must never see the request
+            handler.send_response(307)
+            handler.send_header("Location", self.mode[len("redirect="):])
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
         if self.mode.startswith("raw="):
             return handler.send(200, self.mode[4:], "text/html")
         if self.mode == "deep":
@@ -463,6 +469,27 @@ def test_a_bad_value_in_a_reply_is_an_error_naming_the_server_and_the_field(host
         engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
     assert f"last: {hostile.url}: " in str(err.value) and says in str(err.value), str(err.value)
     assert "Fix: use `polyrl serve`" in str(err.value)
+
+
+@pytest.mark.faults
+def test_a_redirect_is_not_followed_and_the_error_says_to_list_its_target(hostile):
+    """A 307 to another host is not followed (the prompts and the API key stay here); the error
+    said "check that the servers are up" of a server that answered."""
+    target = Hostile()
+    try:
+        hostile.mode = f"redirect={target.url}/completions"
+        engine = hostile_engine(hostile, retries=2)
+        with pytest.raises(PluginError) as err:
+            engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+        assert "HTTP 307" in str(err.value) and "polyrl follows no redirects" in str(err.value), str(err.value)
+        assert len(hostile.requests) == 1 and target.requests == []  # not retried, not followed
+        hostile.weight_replies = [(307, "")]  # a weight push: it said to start polyrl serve --allow-weight-push
+        with pytest.raises(PluginError) as err:
+            hostile_engine(hostile, weight_push=True).import_weights({"w": np.zeros(2, np.float32)})
+        assert "redirected /polyrl/weights" in str(err.value) and "polyrl follows no redirects" in str(err.value)
+        assert "allow-weight-push" not in str(err.value)
+    finally:
+        target.stop()
 
 
 @pytest.mark.faults

@@ -130,6 +130,10 @@ class RemoteOptions:
     check_reply_model: bool = True
 
 
+#: a 3xx is never followed (httpx's default, kept): it could take the prompts, the API key and the
+#: weight-push token to another host; said so, instead of "check that the servers are up"
+REDIRECT_FIX = ("set backends.options.servers to the URL the server redirects to (polyrl follows no redirects: "
+                "one could send the prompts and the credentials to another host)")
 WEIGHT_TOKEN_HEADER = "X-Polyrl-Weight-Token"  # what polyrl serve checks (polyrl.serving.weight_push)
 
 
@@ -582,6 +586,8 @@ class RemoteEngine:
                                   f"{_shown(raw)}. Fix: set backends.options.weight_push_token_env (or "
                                   "weight_push_token_file) to the token polyrl serve was started with")
             last = f"HTTP {status}: {_shown(raw)}"
+            if 300 <= status < 400:
+                raise PluginError(f"{server} redirected {path}: {last}. Fix: {REDIRECT_FIX}")
             if status not in RETRY_STATUS:
                 raise PluginError(f"{server} refused {path}: {last}. "
                                   "Fix: start `polyrl serve` with --allow-weight-push and a token "
@@ -599,6 +605,8 @@ class _AttemptFailed(Exception):
 def _fix_for(failure: Exception | None, status: int = 0) -> str:
     """The fix a generation request that failed every attempt names, by what failed the last one
     (``status``: the HTTP status of its reply, 0 for none)."""
+    if 300 <= status < 400:
+        return REDIRECT_FIX
     if status == 404:  # vLLM and polyrl serve answer a model they do not serve so
         return ("set backends.options.served_model to the model every server in backends.options.servers "
                 "serves (GET /v1/models lists it), or point them at servers of that model")
