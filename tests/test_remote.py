@@ -167,6 +167,28 @@ def test_replies_from_other_weights_than_the_pushed_ones_are_refused_not_trained
     assert len(engine.generate(prompt, sampling)) == 2
 
 
+@pytest.mark.faults
+def test_one_server_under_two_urls_is_refused_at_the_push_not_read_as_another_client(servers, tiny_model_dir,
+                                                                                    push_token_file):
+    """One `polyrl serve` listed twice (127.0.0.1 and localhost) took each push twice: every reply to
+    the first URL named the second push's weights, failed its attempt as "another client pushed
+    others to it", and with retries = 0 stopped the run blaming another trainer."""
+    from safetensors.numpy import load_file
+
+    weights = {k: v.astype(np.float32) for k, v in load_file(str(Path(tiny_model_dir) / "model.safetensors")).items()}
+    url = f"{servers[0].url}/v1"
+    engine = Engine(Registry(), "remote", EngineConfig(model=tiny_model_dir, role="generate", options={
+        "servers": [url, url.replace("127.0.0.1", "localhost")], "weight_push_token_file": push_token_file,
+        "retries": 0}))
+    with pytest.raises(PluginError) as err:
+        engine.import_weights(weights)
+        engine.generate([TokenPrompt([5, 6, 7])], SamplingParams(max_new_tokens=4, n=2, temperature=0.0))
+    assert "are one server process" in str(err.value), str(err.value)
+    assert "Fix: list each server once in backends.options.servers" in str(err.value)
+    with pytest.raises(ConfigError, match=r"backends\.options\.servers: servers\[1\] is servers\[0\] again"):
+        Engine(Registry(), "remote", EngineConfig(model="x", options={"servers": [url, url + "/"]}))
+
+
 def test_polyrl_serve_names_the_model_asked_for_and_refuses_another_with_the_fix(servers):
     """polyrl serve's replies name its served model, which the remote backend compares with the one
     it asked for (passes); asked for a model it does not serve, it answers 404, and the error names
@@ -306,6 +328,12 @@ class Hostile:
             return self.drip_headers(handler)
         if self.mode == "echo":  # an error body quoting the request's headers, credentials and all
             return handler.send(500, json.dumps({"error": {"message": f"bad request with {handler.headers['Authorization']}"}}))
+        if self.mode.startswith("redirect="):  # to another host, which must never see the request
+            handler.send_response(307)
+            handler.send_header("Location", self.mode[len("redirect="):])
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
         if self.mode.startswith("raw="):
             return handler.send(200, self.mode[4:], "text/html")
         if self.mode == "deep":
@@ -410,7 +438,12 @@ BAD_VALUES = [
     ("logprob=NaN", "`logprobs.token_logprobs`[1] is float nan"),
     ("logprob=Infinity", "is float inf"),
     ("logprob=-Infinity", "is float -inf"),
-    ("logprob=0.5", "is float 0.5, not a finite log-prob <= 0"),
+    ("logprob=0.5", "is float 0.5, not a finite (float32) log-prob <= 0"),
+    # finite floats, but -inf as the float32 they are kept as: blamed on the model's weights, no failover
+    ("logprob=-1e300", "is float -1e+300, not a finite (float32) log-prob"),
+    ("logprob=-" + "9" * 300, "is int -999999"),
+    # no float at all: math.isfinite raised an OverflowError naming no field, not a refused reply
+    ("logprob=-1" + "0" * 400, "is int -1000000"),
     ("logprob=null", "is null"),
     ('logprob="-0.5"', "is str '-0.5'"),
     ('finish_reason="garbage"', "`finish_reason` is str 'garbage', not one of stop, length"),
@@ -427,7 +460,7 @@ BAD_VALUES = [
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize(("mode", "says"), BAD_VALUES, ids=[m for m, _ in BAD_VALUES])
+@pytest.mark.parametrize(("mode", "says"), BAD_VALUES, ids=[m[:40] for m, _ in BAD_VALUES])
 def test_a_bad_value_in_a_reply_is_an_error_naming_the_server_and_the_field(hostile, tiny_model_dir, mode, says):
     hostile.mode = mode
     engine = hostile_engine(hostile, model=tiny_model_dir)
@@ -436,6 +469,27 @@ def test_a_bad_value_in_a_reply_is_an_error_naming_the_server_and_the_field(host
         engine.generate(TOKEN_PROMPTS, SamplingParams(max_new_tokens=4, n=2))
     assert f"last: {hostile.url}: " in str(err.value) and says in str(err.value), str(err.value)
     assert "Fix: use `polyrl serve`" in str(err.value)
+
+
+@pytest.mark.faults
+def test_a_redirect_is_not_followed_and_the_error_says_to_list_its_target(hostile):
+    """A 307 to another host is not followed (the prompts and the API key stay here); the error
+    said "check that the servers are up" of a server that answered."""
+    target = Hostile()
+    try:
+        hostile.mode = f"redirect={target.url}/completions"
+        engine = hostile_engine(hostile, retries=2)
+        with pytest.raises(PluginError) as err:
+            engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
+        assert "HTTP 307" in str(err.value) and "polyrl follows no redirects" in str(err.value), str(err.value)
+        assert len(hostile.requests) == 1 and target.requests == []  # not retried, not followed
+        hostile.weight_replies = [(307, "")]  # a weight push: it said to start polyrl serve --allow-weight-push
+        with pytest.raises(PluginError) as err:
+            hostile_engine(hostile, weight_push=True).import_weights({"w": np.zeros(2, np.float32)})
+        assert "redirected /polyrl/weights" in str(err.value) and "polyrl follows no redirects" in str(err.value)
+        assert "allow-weight-push" not in str(err.value)
+    finally:
+        target.stop()
 
 
 @pytest.mark.faults

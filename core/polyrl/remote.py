@@ -92,7 +92,7 @@ from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, ref
 from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
-                                   reply_choices, reply_model, restarted)
+                                   reply_choices, reply_model, restarted, weights_instance)
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
@@ -130,6 +130,10 @@ class RemoteOptions:
     check_reply_model: bool = True
 
 
+#: a 3xx is never followed (httpx's default, kept): it could take the prompts, the API key and the
+#: weight-push token to another host; said so, instead of "check that the servers are up"
+REDIRECT_FIX = ("set backends.options.servers to the URL the server redirects to (polyrl follows no redirects: "
+                "one could send the prompts and the credentials to another host)")
 WEIGHT_TOKEN_HEADER = "X-Polyrl-Weight-Token"  # what polyrl serve checks (polyrl.serving.weight_push)
 
 
@@ -150,6 +154,13 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
             isinstance(s, str) and s.startswith(("http://", "https://")) for s in servers):
         raise ConfigError("the remote backend needs a list of server URLs", field="backends.options.servers",
                           fix='e.g. servers = ["http://127.0.0.1:8001/v1"] (OpenAI-compatible base URLs)')
+    urls = [s.rstrip("/") for s in servers]
+    twice = [i for i, url in enumerate(urls) if url in urls[:i]]
+    if twice:  # positions, not the URL: it may hold credentials
+        raise ConfigError(f"servers[{twice[0]}] is servers[{urls.index(urls[twice[0]])}] again",
+                          field="backends.options.servers",
+                          fix="list each server once (a server listed twice takes every weight push twice, "
+                          "and its replies to one of the URLs then read as another client's weights)")
     known = {f.name for f in attrs.fields(RemoteOptions)}
     values = {k: options[k] for k in known if k in options and k != "servers"}
     for key in ("timeout_s", "backoff_s"):
@@ -401,6 +412,26 @@ class RemoteEngine:
             self._record_push(index, answer)
             return False
 
+    def _refuse_one_process_twice(self) -> None:
+        """Two URLs of ``servers`` reaching one ``polyrl serve`` process (the same URL twice, or
+        ``localhost`` beside ``127.0.0.1``) stop the run at the push, naming both: the second push
+        loaded the weights there again under a newer ``weights_id``, so every reply to the first URL
+        read as another client's weights and failed its attempt (with ``retries = 0`` the run
+        stopped, blaming another trainer)."""
+        first: dict[str, int] = {}
+        for index, weights_id in sorted(self._pushed.items()):
+            instance = weights_instance(weights_id)
+            if instance is None:
+                continue
+            if instance in first:
+                servers = self.options.servers
+                raise PluginError(self.redact(
+                    f"{servers[first[instance]]} and {servers[index]} in backends.options.servers are one server "
+                    f"process (their weight pushes were answered by the same instance, {instance!r}): each push "
+                    "loads the weights there once per URL, and its replies to one URL read as another client's "
+                    "weights. Fix: list each server once in backends.options.servers"))
+            first[instance] = index
+
     def _record_push(self, index: int, answer: dict[str, Any]) -> None:
         """Remember which weights a push answer says server ``index`` now serves (polyrl serve names
         them; a server that does not is never compared)."""
@@ -495,6 +526,7 @@ class RemoteEngine:
             self._weights_file = path
             for i in range(len(self.options.servers)):
                 self._record_push(i, self.post_to(i, "/polyrl/weights", {"path": path}, headers=self._push_headers))
+            self._refuse_one_process_twice()
         previous = os.path.join(folder, f"policy-{self.weight_version - 1:08d}.safetensors")
         if os.path.exists(previous):
             os.remove(previous)
@@ -554,6 +586,8 @@ class RemoteEngine:
                                   f"{_shown(raw)}. Fix: set backends.options.weight_push_token_env (or "
                                   "weight_push_token_file) to the token polyrl serve was started with")
             last = f"HTTP {status}: {_shown(raw)}"
+            if 300 <= status < 400:
+                raise PluginError(f"{server} redirected {path}: {last}. Fix: {REDIRECT_FIX}")
             if status not in RETRY_STATUS:
                 raise PluginError(f"{server} refused {path}: {last}. "
                                   "Fix: start `polyrl serve` with --allow-weight-push and a token "
@@ -571,6 +605,8 @@ class _AttemptFailed(Exception):
 def _fix_for(failure: Exception | None, status: int = 0) -> str:
     """The fix a generation request that failed every attempt names, by what failed the last one
     (``status``: the HTTP status of its reply, 0 for none)."""
+    if 300 <= status < 400:
+        return REDIRECT_FIX
     if status == 404:  # vLLM and polyrl serve answer a model they do not serve so
         return ("set backends.options.served_model to the model every server in backends.options.servers "
                 "serves (GET /v1/models lists it), or point them at servers of that model")

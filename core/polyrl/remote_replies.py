@@ -23,6 +23,8 @@ LOGPROB_TOLERANCE = 1e-4
 FINISH_REASONS = ("stop", "length")
 #: without the model's vocabulary size, the largest id that is at least a token id polyrl can hold
 MAX_TOKEN_ID = 2**63 - 1
+#: the largest finite float32, the type log-probs are kept as
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class BadReply(Exception):
@@ -138,15 +140,27 @@ def token_ids(value: Any, field: str, vocab: int | None) -> np.ndarray:
 
 
 def logprobs(values: Any, field: str, count: int) -> np.ndarray:
-    """``count`` finite numbers <= 0 (``LOGPROB_TOLERANCE`` above 0 is float rounding, clipped to 0)."""
+    """``count`` numbers <= 0, finite as the float32 they are kept as (``LOGPROB_TOLERANCE`` above 0
+    is float rounding, clipped to 0). Why float32: -1e300 is a finite float but -inf in float32,
+    which the engine then blamed on the model's weights (stop, lower the lr) instead of failing over
+    from the server that sent it; an int of 400 digits is no float at all (``math.isfinite`` raised
+    an OverflowError naming no field, and the attempt was not retried)."""
     if not isinstance(values, list):
         raise BadReply(f"`{field}` is {_kind(values)}, not a list of log-probs")
     if len(values) != count:
         raise BadReply(f"{len(values)} log-probs in `{field}` for {count} tokens")
     for i, v in enumerate(values):
-        if type(v) not in (int, float) or not math.isfinite(v) or v > LOGPROB_TOLERANCE:
-            raise BadReply(f"`{field}`[{i}] is {_kind(v)}, not a finite log-prob <= 0")
+        if type(v) not in (int, float) or not _float32_finite(v) or v > LOGPROB_TOLERANCE:
+            raise BadReply(f"`{field}`[{i}] is {_kind(v)}, not a finite (float32) log-prob <= 0")
     return np.minimum(np.asarray(values, dtype=np.float32), 0.0)
+
+
+def _float32_finite(value: int | float) -> bool:
+    """Whether ``value`` is a finite float32 (a huge int or float is not)."""
+    try:
+        return math.isfinite(value) and abs(float(value)) <= FLOAT32_MAX
+    except OverflowError:
+        return False
 
 
 def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None,
