@@ -149,6 +149,19 @@ class Session:
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
         self.vacuous: Vacuous | None = None  # what a check may read vacuously (``vacuous_reads``), once known
+        #: the streams as the tests start: the sample's printing reaches only streams they put in their place
+        self.streams = {"out": sys.stdout, "err": sys.stderr}
+
+    def printed(self, answer: dict[str, Any]) -> None:
+        """Write what the sample printed while answering (``out``/``err``: text, ``server._Printed``)
+        to the tests' ``sys.stdout``/``sys.stderr``, where they replaced it (``redirect_stdout``, a
+        ``StringIO``, ``capsys``), as if the call had run here: a right ``hello()`` that prints failed
+        ``buf.getvalue() == 'hi\\n'``. Never to the trainer's own streams: the text is the sample's."""
+        for key, name in (("out", "stdout"), ("err", "stderr")):
+            text = answer.get(key)
+            stream = getattr(sys, name)
+            if type(text) is str and text and stream is not self.streams[key] and stream is not None:
+                stream.write(text)
 
     def arg(self, value: Any) -> Any:
         if isinstance(value, Remote):
@@ -189,6 +202,7 @@ class Session:
         self.dirty = True
         self.asks += 1
         answer = self.channel.ask({"op": op, **fields})
+        self.printed(answer)
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
         if passed is not None and written(answer.get("v")):

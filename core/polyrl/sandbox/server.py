@@ -411,6 +411,50 @@ class _Session:
         raise ValueError("unknown request %r" % (op,))
 
 
+#: Most characters of one request's printing sent with its answer (``_Printed``); its stream gets it all.
+MAX_PRINTED = 1 << 20
+
+
+class _Printed:
+    """What the sample prints to ``sys.stdout``/``sys.stderr`` while one request runs, sent with its
+    answer (``out``/``err``), so the harness can write it where the tests' streams point then
+    (``redirect_stdout``, ``capsys``). Each stream still gets every character, so the output limit
+    counts it as before; only the text ``write`` is handed is seen (``sys.stdout.buffer`` writes,
+    ``os.write(1, ...)`` are not). A stream the sample replaced itself is left as it set it."""
+
+    def __init__(self):
+        self.tees = [(name, _Tee(getattr(sys, name))) for name in ("stdout", "stderr")]
+        for name, tee in self.tees:
+            setattr(sys, name, tee)
+
+    def end(self, answer):
+        for name, tee in self.tees:
+            if getattr(sys, name) is tee:
+                setattr(sys, name, tee.stream)
+            if tee.parts:
+                answer["out" if name == "stdout" else "err"] = "".join(tee.parts)
+
+
+class _Tee:
+    """A text stream writing to ``stream`` and keeping what it was given (up to ``MAX_PRINTED``)."""
+
+    def __init__(self, stream):
+        self.stream, self.parts, self.kept = stream, [], 0
+
+    def write(self, text):
+        if type(text) is str and self.kept < MAX_PRINTED:
+            self.parts.append(text[:MAX_PRINTED - self.kept])
+            self.kept += len(self.parts[-1])
+        return self.stream.write(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):  # flush, encoding, buffer, fileno...: the stream's own
+        return getattr(self.stream, name)
+
+
 def _like_data(obj):
     """A container of no built-in base as the built-in data it stands for (``data``): a mapping
     (``UserDict``, a ``collections.abc.Mapping``) as a dict, a ``UserList`` or other sequence as a
@@ -514,10 +558,12 @@ def _main():
                 except BaseException:
                     pass
             os._exit(0)
+        printed = _Printed()
         try:
             answer = {"ok": True, "v": session.handle(req)}
         except BaseException as exc:
             answer = {"ok": False, "exc": _describe(exc)}
+        printed.end(answer)
         chan.send(answer)
 
 
