@@ -391,6 +391,12 @@ class _Session:
             if isinstance(obj, str):  # a str subclass's text, whatever its __str__ says
                 return self.out(str.__str__(obj))
             return self.out(_like_data(obj))
+        if op == "isinstance":  # the tests' isinstance(value, cls) of two of its values
+            return self.out(_subtype(type(obj), self.refs[req["cls"]]))
+        if op == "issubclass":
+            if not isinstance(obj, type):
+                raise TypeError("issubclass() arg 1 must be a class")
+            return self.out(_subtype(obj, self.refs[req["cls"]]))
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
@@ -410,6 +416,17 @@ class _Session:
             return ["L", items]
         raise ValueError("unknown request %r" % (op,))
 
+
+def _subtype(kind, cls):
+    """Whether ``cls`` is in ``kind``'s MRO, read from ``type`` itself: a metaclass's
+    ``__instancecheck__``, ``__subclasscheck__`` or ``__mro__`` property and an instance's
+    ``__class__`` never answer (``remote.Remote.__instancecheck__``)."""
+    if not isinstance(cls, type):
+        raise TypeError("isinstance() arg 2 must be a type, a tuple of types, or a union")
+    return any(c is cls for c in _MRO(kind))
+
+
+_MRO = type.__dict__["__mro__"].__get__
 
 #: Most characters of one request's printing sent with its answer (``_Printed``); its stream gets it all.
 MAX_PRINTED = 1 << 20
