@@ -439,10 +439,15 @@ class _Printed:
     counts it as before; only the text ``write`` is handed is seen (``sys.stdout.buffer`` writes,
     ``os.write(1, ...)`` are not). A stream the sample replaced itself is left as it set it."""
 
-    def __init__(self):
+    def __init__(self, stdin=None):
         self.tees = [(name, _Tee(getattr(sys, name))) for name in ("stdout", "stderr")]
         for name, tee in self.tees:
             setattr(sys, name, tee)
+        self.stdin = None
+        if type(stdin) is str:  # the rest of the tests' ``sys.stdin = io.StringIO(...)``, for ``input()``
+            import io
+            self.stdin, self.old_stdin = io.StringIO(stdin), sys.stdin
+            sys.stdin = self.stdin
 
     def end(self, answer):
         for name, tee in self.tees:
@@ -450,6 +455,10 @@ class _Printed:
                 setattr(sys, name, tee.stream)
             if tee.parts:
                 answer["out" if name == "stdout" else "err"] = "".join(tee.parts)
+        if self.stdin is not None:  # how much of it the call read: the tests' stream moves on as far
+            answer["in"] = self.stdin.tell()
+            if sys.stdin is self.stdin:
+                sys.stdin = self.old_stdin
 
 
 class _Tee:
@@ -575,7 +584,7 @@ def _main():
                 except BaseException:
                     pass
             os._exit(0)
-        printed = _Printed()
+        printed = _Printed(req.get("stdin"))
         try:
             answer = {"ok": True, "v": session.handle(req)}
         except BaseException as exc:
