@@ -50,6 +50,7 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
+import io
 import symtable
 import sys
 import time
@@ -149,6 +150,20 @@ class Session:
         self.stand_ins: dict[tuple[tuple[str, str], ...], type[BaseException]] = {}  # ``exception_class``
         self.class_refs: dict[type, int] = {}  # a stand-in of one of the sample's names -> its class there
         self.vacuous: Vacuous | None = None  # what a check may read vacuously (``vacuous_reads``), once known
+        #: the streams as the tests start: the sample's printing reaches only streams they put in their place
+        self.streams = {"out": sys.stdout, "err": sys.stderr}
+        self.stdin = sys.stdin
+
+    def printed(self, answer: dict[str, Any]) -> None:
+        """Write what the sample printed while answering (``out``/``err``: text, ``server._Printed``)
+        to the tests' ``sys.stdout``/``sys.stderr``, where they replaced it (``redirect_stdout``, a
+        ``StringIO``, ``capsys``), as if the call had run here: a right ``hello()`` that prints failed
+        ``buf.getvalue() == 'hi\\n'``. Never to the trainer's own streams: the text is the sample's."""
+        for key, name in (("out", "stdout"), ("err", "stderr")):
+            text = answer.get(key)
+            stream = getattr(sys, name)
+            if type(text) is str and text and stream is not self.streams[key] and stream is not None:
+                stream.write(text)
 
     def arg(self, value: Any) -> Any:
         if isinstance(value, Remote):
@@ -188,7 +203,16 @@ class Session:
         (``in_place``)."""
         self.dirty = True
         self.asks += 1
+        stdin = sys.stdin if op == "call" and type(sys.stdin) is io.StringIO and sys.stdin is not self.stdin else None
+        if stdin is not None:  # the tests' ``sys.stdin = io.StringIO('1 2\\n')``: the call's ``input()`` reads it
+            start = stdin.tell()
+            fields["stdin"] = stdin.read()
+            stdin.seek(start)
         answer = self.channel.ask({"op": op, **fields})
+        if stdin is not None:
+            read = answer.get("in")
+            stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
+        self.printed(answer)
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
         if passed is not None and written(answer.get("v")):

@@ -191,6 +191,21 @@ class Remote:
             s.gave[at] = value  # what ``s.pop()`` or ``q.drain()`` took (``shrinking.taken_back``) from what was read
         return value
 
+    def __instancecheck__(self, instance: Any) -> bool:
+        """``isinstance(s, Stack)`` of the sample's value and class, as the sample's types say
+        (``server._subtype``: the class in the value's type's MRO, never a metaclass's own
+        ``__instancecheck__`` or a ``__class__`` it claims); it raised TypeError here, so a right
+        solution failed. The tests' own values are never the sample's instances."""
+        if not isinstance(instance, Remote) or instance._session is not self._session:
+            return False
+        return self._session.ask("isinstance", False, ref=instance._ref, cls=self._ref) is True
+
+    def __subclasscheck__(self, subclass: Any) -> bool:
+        """``issubclass(Child, Base)`` of two of the sample's classes, as ``__instancecheck__``."""
+        if not isinstance(subclass, Remote) or subclass._session is not self._session:
+            return False
+        return self._session.ask("issubclass", False, ref=subclass._ref, cls=self._ref) is True
+
     def __getattr__(self, name: str) -> Any:
         if name in _NAMING:
             return self._session.ask("getattr", False, root=self._root, ref=self._ref, kin=self._kin, name=name)

@@ -391,6 +391,12 @@ class _Session:
             if isinstance(obj, str):  # a str subclass's text, whatever its __str__ says
                 return self.out(str.__str__(obj))
             return self.out(_like_data(obj))
+        if op == "isinstance":  # the tests' isinstance(value, cls) of two of its values
+            return self.out(_subtype(type(obj), self.refs[req["cls"]]))
+        if op == "issubclass":
+            if not isinstance(obj, type):
+                raise TypeError("issubclass() arg 1 must be a class")
+            return self.out(_subtype(obj, self.refs[req["cls"]]))
         if op == "next":
             return self.out(next(obj))
         if op == "take":  # up to n items of an iterator; what ends them early waits for the next take
@@ -409,6 +415,70 @@ class _Session:
                 return ["L", [self.out(it is obj), ["L", items]]]
             return ["L", items]
         raise ValueError("unknown request %r" % (op,))
+
+
+def _subtype(kind, cls):
+    """Whether ``cls`` is in ``kind``'s MRO, read from ``type`` itself: a metaclass's
+    ``__instancecheck__``, ``__subclasscheck__`` or ``__mro__`` property and an instance's
+    ``__class__`` never answer (``remote.Remote.__instancecheck__``)."""
+    if not isinstance(cls, type):
+        raise TypeError("isinstance() arg 2 must be a type, a tuple of types, or a union")
+    return any(c is cls for c in _MRO(kind))
+
+
+_MRO = type.__dict__["__mro__"].__get__
+
+#: Most characters of one request's printing sent with its answer (``_Printed``); its stream gets it all.
+MAX_PRINTED = 1 << 20
+
+
+class _Printed:
+    """What the sample prints to ``sys.stdout``/``sys.stderr`` while one request runs, sent with its
+    answer (``out``/``err``), so the harness can write it where the tests' streams point then
+    (``redirect_stdout``, ``capsys``). Each stream still gets every character, so the output limit
+    counts it as before; only the text ``write`` is handed is seen (``sys.stdout.buffer`` writes,
+    ``os.write(1, ...)`` are not). A stream the sample replaced itself is left as it set it."""
+
+    def __init__(self, stdin=None):
+        self.tees = [(name, _Tee(getattr(sys, name))) for name in ("stdout", "stderr")]
+        for name, tee in self.tees:
+            setattr(sys, name, tee)
+        self.stdin = None
+        if type(stdin) is str:  # the rest of the tests' ``sys.stdin = io.StringIO(...)``, for ``input()``
+            import io
+            self.stdin, self.old_stdin = io.StringIO(stdin), sys.stdin
+            sys.stdin = self.stdin
+
+    def end(self, answer):
+        for name, tee in self.tees:
+            if getattr(sys, name) is tee:
+                setattr(sys, name, tee.stream)
+            if tee.parts:
+                answer["out" if name == "stdout" else "err"] = "".join(tee.parts)
+        if self.stdin is not None:  # how much of it the call read: the tests' stream moves on as far
+            answer["in"] = self.stdin.tell()
+            if sys.stdin is self.stdin:
+                sys.stdin = self.old_stdin
+
+
+class _Tee:
+    """A text stream writing to ``stream`` and keeping what it was given (up to ``MAX_PRINTED``)."""
+
+    def __init__(self, stream):
+        self.stream, self.parts, self.kept = stream, [], 0
+
+    def write(self, text):
+        if type(text) is str and self.kept < MAX_PRINTED:
+            self.parts.append(text[:MAX_PRINTED - self.kept])
+            self.kept += len(self.parts[-1])
+        return self.stream.write(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):  # flush, encoding, buffer, fileno...: the stream's own
+        return getattr(self.stream, name)
 
 
 def _like_data(obj):
@@ -514,10 +584,12 @@ def _main():
                 except BaseException:
                     pass
             os._exit(0)
+        printed = _Printed(req.get("stdin"))
         try:
             answer = {"ok": True, "v": session.handle(req)}
         except BaseException as exc:
             answer = {"ok": False, "exc": _describe(exc)}
+        printed.end(answer)
         chan.send(answer)
 
 
