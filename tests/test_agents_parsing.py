@@ -228,9 +228,10 @@ def test_a_call_keeps_only_an_id_its_template_can_render_and_ids_stay_unique():
 
 
 class _CountingDecoder:
-    """The parser's own JSON decoder, counting its decodes and the characters each read (to where
-    it ended or failed; a failure without a position counts the rest of the text): the work a
-    reply costs, measured without a clock."""
+    """The parser's own JSON decoder, counting its decodes and the characters each read: to where it
+    ended, or for a failure from the text's start to where it failed (its error counts the lines
+    before it; one without a position counts the whole text): the work a reply costs, measured
+    without a clock."""
 
     def __init__(self, decoder):
         self.decoder, self.calls, self.read = decoder, 0, 0
@@ -239,8 +240,8 @@ class _CountingDecoder:
         self.calls += 1
         try:
             obj, end = self.decoder.raw_decode(text, start)
-        except json.JSONDecodeError as exc:
-            self.read += exc.pos - start + 1
+        except json.JSONDecodeError as exc:  # which counts the lines of the text up to its position
+            self.read += exc.pos + 1
             raise
         except (ValueError, RecursionError):
             self.read += len(text) - start
@@ -255,6 +256,7 @@ class _CountingDecoder:
     ('{"a": ' * 2000 + "1" + "}" * 2000, 32),  # valid, nested far past what a call may be
     ('{"' + '\\"{' * 4000, 0),  # every "{" inside a string as read from the ones before it
     ('{"x": "{\\"y\\": ' * 1000, 0),
+    ('{"a": 1, } ' * 2000, 2000),  # each a short object that fails: its error counted every line before it
 ])
 def test_the_json_format_decodes_a_degenerate_reply_in_linear_work(monkeypatch, text, decodes):
     """fmt="json" decoded from every "{", each decode reading on to where it failed: quadratic (a

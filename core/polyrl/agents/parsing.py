@@ -272,7 +272,9 @@ def _json_call(text: str) -> ParsedTurn:
     A call object starts ``{"``; it is decoded only from a ``{`` whose balancing ``}`` is within
     ``MAX_DEPTH`` (``json_spans``: one pass), since no decode from another can succeed. Why: each
     decode reads on to where it fails, so decoding at every ``{`` was quadratic in a degenerate
-    reply. The first ``{"name"`` that does not decode is decoded once all the same, for its error."""
+    reply; and each failed decode counted the text's lines up to it (``json.JSONDecodeError``), so
+    one is given only the text up to its span's end. The first ``{"name"`` that does not decode is
+    decoded once all the same, for its error."""
     candidates = [m.start() for m in _OBJECT_START.finditer(text)]
     ends = object_ends(text, set(candidates), MAX_DEPTH)
     broken: str | None = None
@@ -280,8 +282,12 @@ def _json_call(text: str) -> ParsedTurn:
         named = broken is None and _NAMED_START.match(text, start) is not None
         if start not in ends and not named:
             continue
-        try:
-            obj, end = _raw_decode(text, start)
+        try:  # the span alone but for the error shown: a JSONDecodeError counts the lines before it
+            if named:
+                obj, end = _raw_decode(text, start)
+            else:
+                obj, end = _raw_decode(text[start:ends[start] + 1])
+                end += start
         except json.JSONDecodeError as exc:
             if named:
                 broken = f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(text[start:])}"
