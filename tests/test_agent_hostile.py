@@ -21,6 +21,7 @@ from polyrl.agents.parsing import parse_tool_calls
 from polyrl.agents.spec import Observation
 from polyrl.agents.tools import ToolBox
 from polyrl.episode_scoring import env_failed
+from polyrl.errors import ConfigError
 from polyrl.types import SamplingParams
 from tool_util import calc
 
@@ -1022,3 +1023,29 @@ class _Plain:
 
     def step(self, message):
         return Observation(reward=1.0, done=True)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("prompt", [7, None, ["a", "b"], {"role": "user", "content": "hi"}])
+def test_a_reset_that_raises_on_a_row_whose_prompt_is_not_chat_ends_its_episode(smollm2, prompt):
+    """With an environment, a row's prompt is the environment's input, any value; a reset that
+    raised on a row whose prompt was not chat-like (an int, None, a list of strings) raised a
+    TypeError out of ``EpisodeRunner.run`` while recording the failed episode. It ends as the
+    reset's error; without an environment such a prompt is one ConfigError naming the column."""
+
+    class Broken:
+        def reset(self, row):
+            raise RuntimeError("no board for this row")
+
+        def step(self, message):
+            return Observation(done=True)
+
+    model = Scripted(smollm2, lambda text, j: "5", smollm2.convert_tokens_to_ids("<|im_end|>"))
+    runner = two_turns(smollm2, model, make_environment=Broken)
+    [c] = runner.run([{"prompt": prompt}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+    assert env_failed(c) and "no board for this row" in c.info["env_error"] and model.calls == []
+    with pytest.raises(ConfigError, match=r"data\.prompt_column: a row's prompt must be text or a list of chat "
+                                          r"messages, got .*Fix: give each row's prompt as a string"):
+        two_turns(smollm2, model).run([{"prompt": prompt}], SamplingParams(max_new_tokens=10, n=1, seed=0))
+    with pytest.raises(ConfigError, match=r"data\.prompt_column: a row has no column 'prompt'"):
+        two_turns(smollm2, model).run([{"question": "hi"}], SamplingParams(max_new_tokens=10, n=1, seed=0))

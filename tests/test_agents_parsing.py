@@ -225,3 +225,77 @@ def test_a_call_keeps_only_an_id_its_template_can_render_and_ids_stay_unique():
     ids = [c.id for c in turn.calls]
     assert ids[:3] == ["call00000", "call00001", "abc123XYZ"] and len(set(ids)) == 4
     assert all(len(i) == 9 and i.isalnum() for i in ids)
+
+
+class _CountingDecoder:
+    """The parser's own JSON decoder, counting its decodes and the characters each read: to where it
+    ended, or for a failure from the text's start to where it failed (its error counts the lines
+    before it; one without a position counts the whole text): the work a reply costs, measured
+    without a clock."""
+
+    def __init__(self, decoder):
+        self.decoder, self.calls, self.read = decoder, 0, 0
+
+    def raw_decode(self, text, start=0):
+        self.calls += 1
+        try:
+            obj, end = self.decoder.raw_decode(text, start)
+        except json.JSONDecodeError as exc:  # which counts the lines of the text up to its position
+            self.read += exc.pos + 1
+            raise
+        except (ValueError, RecursionError):
+            self.read += len(text) - start
+            raise
+        self.read += end - start
+        return obj, end
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("text, decodes", [
+    ('{"name": "calc", "arguments": ' * 400, 1),  # each "{" opens an object that never ends
+    ('{"a": ' * 2000 + "1" + "}" * 2000, 32),  # valid, nested far past what a call may be
+    ('{"' + '\\"{' * 4000, 0),  # every "{" inside a string as read from the ones before it
+    ('{"x": "{\\"y\\": ' * 1000, 0),
+    ('{"a": 1, } ' * 2000, 2000),  # each a short object that fails: its error counted every line before it
+])
+def test_the_json_format_decodes_a_degenerate_reply_in_linear_work(monkeypatch, text, decodes):
+    """fmt="json" decoded from every "{", each decode reading on to where it failed: quadratic (a
+    60k-character reply repeating '{"name": "calc", "arguments": ' took seconds per turn on the
+    trainer's thread). Now only from a "{" whose balancing "}" is near enough, plus once for the
+    first broken '{"name"' (its error); what is parsed is unchanged."""
+    import polyrl.agents.parsing as parsing
+
+    counting = _CountingDecoder(parsing._DECODER)
+    monkeypatch.setattr(parsing, "_DECODER", counting)
+    turn = parse_tool_calls(text, fmt="json")
+    assert turn.calls == [] and counting.calls <= decodes + 1 and counting.read <= 2 * len(text)
+    good = text + ' then {"name": "f", "arguments": {"a": [1, {"b": 2}]}}'
+    assert parse_tool_calls(good, fmt="json").calls == [ToolCall("f", {"a": [1, {"b": 2}]}, "call00000")]
+
+
+def test_the_json_format_still_reads_the_first_call_among_braces_and_strings():
+    """What the one-pass span finder must not change: a "{" quoted in prose, objects that are
+    not calls, a call whose strings hold braces and escaped quotes, and the first broken call's
+    error when no call is readable."""
+    text = ('Use "{" like {"a": 1} or {}; {"name": "f", "arguments": {"s": "}{\\"}", "t": "\\\\"}} '
+            'and {"name": "g", "arguments": {}}')
+    turn = parse_tool_calls(text, fmt="json")
+    assert turn.calls == [ToolCall("f", {"s": '}{"}', "t": "\\"}, "call00000")]
+    assert turn.content == 'Use "{" like {"a": 1} or {};  and {"name": "g", "arguments": {}}'
+    turn = parse_tool_calls('x {"name": "f", "arguments": {"a": } y {"name": "g", "arguments": [', fmt="json")
+    assert turn.calls == [] and len(turn.errors) == 1
+    assert turn.errors[0].startswith("tool call is not valid JSON (Expecting value at column 36)")
+
+
+@pytest.mark.faults
+def test_many_calls_with_one_id_are_renamed_in_linear_work(monkeypatch):
+    """Each repeated id asked every call of the turn about every candidate id: quadratic in the
+    calls of a turn (1000 calls with one id took seconds)."""
+    import polyrl.agents.parsing as parsing
+
+    made: list[int] = []
+    call_id = parsing._call_id
+    monkeypatch.setattr(parsing, "_call_id", lambda n: made.append(n) or call_id(n))
+    text = '<tool_call>{"name": "f", "arguments": {}, "id": "abcdefghi"}</tool_call>' * 300
+    ids = [c.id for c in parse_tool_calls(text).calls]
+    assert ids == ["abcdefghi"] + [call_id(n) for n in range(1, 300)] and len(made) <= 4 * 300

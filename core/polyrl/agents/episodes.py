@@ -229,10 +229,23 @@ def _past(messages: Sequence[Mapping[str, Any]], budget: int | None) -> bool:
 
 
 def as_messages(prompt: Any) -> list[dict[str, Any]]:
-    """A dataset prompt as chat messages (a text prompt becomes one user message)."""
+    """A dataset prompt as chat messages (a text prompt becomes one user message); any other value
+    is a ConfigError naming the column (it was a TypeError from deep in a rollout)."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": plain_text(prompt)}]
+    if not isinstance(prompt, (list, tuple)) or not all(isinstance(m, Mapping) for m in prompt):
+        raise ConfigError(f"a row's prompt must be text or a list of chat messages, got {_kind(prompt)}",
+                          field="data.prompt_column",
+                          fix='give each row\'s prompt as a string or as [{"role": "user", "content": "..."}, ...]')
     return [plain_text(dict(m)) for m in prompt]
+
+
+def _kind(value: Any) -> str:
+    """What a prompt value is, for an error (its type, and the first element's for a list)."""
+    if isinstance(value, (list, tuple)):
+        odd = next((m for m in value if not isinstance(m, Mapping)), None)
+        return f"a {type(value).__name__} holding a {type(odd).__name__}"
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 class EpisodeRunner:
@@ -389,6 +402,10 @@ class EpisodeRunner:
                     return self._failed_at_reset(index, row, box)
                 toolbox = box
         else:
+            if self.prompt_column not in row:
+                raise ConfigError(f"a row has no column {self.prompt_column!r} (it has {sorted(map(str, row))[:8]})",
+                                  field="data.prompt_column",
+                                  fix="set data.prompt_column (prompt_column=) to the column that holds the prompt")
             first = as_messages(row[self.prompt_column])
         if env is not None and worker is not None and (oversize := self._oversize_first(first)) is not None:
             log.warning("an episode's first prompt does not fit; episode ended", environment=self._env_name,
@@ -511,9 +528,15 @@ class EpisodeRunner:
             return f"its own tools cannot be offered: {exc.message}"
 
     def _failed_at_reset(self, index: int, row: Mapping[str, Any], error: str) -> _Episode:
-        first = as_messages(row.get(self.prompt_column, ""))
+        """The episode ended before its first turn, with ``error``. The row's prompt is kept as its
+        prompt where it is chat-like; with an environment it is the environment's input, any value
+        (an int, None), so one that is not leaves the prompt empty: the error is the environment's,
+        not a TypeError of the row's."""
         try:
+            first = as_messages(row.get(self.prompt_column, ""))
             prompt_ids = self.glue.prompt(first)
+        except ConfigError:
+            first, prompt_ids = [], np.zeros(0, dtype=np.int64)
         except RenderError:
             prompt_ids = np.zeros(0, dtype=np.int64)
         return _Episode(index=index, row=row, env=None, first_messages=first, prompt_ids=prompt_ids,

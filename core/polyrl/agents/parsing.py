@@ -60,6 +60,7 @@ from typing import Any
 
 import attrs
 
+from polyrl.agents.json_spans import object_ends
 from polyrl.agents.tools import ToolCall, clean_text, quoted
 from polyrl.call_markers import HERMES_CLOSE, HERMES_OPEN, MISTRAL_ARGS, MISTRAL_CALLS, PHI4_CLOSE, PHI4_OPEN, PYTHON_TAG
 from polyrl.reasoning import final_part
@@ -69,6 +70,8 @@ FORMATS = ("auto", "hermes", "llama3", "mistral", "phi4", "json")
 _HERMES = re.compile(rf"{re.escape(HERMES_OPEN)}(.*?)(?:{re.escape(HERMES_CLOSE)}|\Z)", re.DOTALL)
 _PHI4_TAG = re.compile(rf"{re.escape(PHI4_OPEN)}(.*?)(?:{re.escape(PHI4_CLOSE)}|\Z)", re.DOTALL)
 _FUNCTOOLS = "functools["
+_OBJECT_START = re.compile(r'\{\s*"')  # a call object has a key first
+_NAMED_START = re.compile(r'\{\s*"name"')
 _MAX_SHOWN = 120  # characters of a malformed call quoted back to the model
 MAX_DEPTH = 32  # nesting of a call's JSON; deeper is malformed (templates and checks recurse on it)
 
@@ -110,14 +113,20 @@ _MODEL_ID = re.compile(r"[A-Za-z0-9]{9}")
 
 
 def _unique_ids(turn: ParsedTurn) -> ParsedTurn:
-    """``turn`` with each repeated call id replaced (a template pairs results with calls by id)."""
+    """``turn`` with each repeated call id replaced (a template pairs results with calls by id): by
+    ``_call_id(n)``, the first ``n`` from the call's index on that no call of the turn has. Why a set
+    and a cursor: asking every call for every ``n`` was quadratic in a turn of many repeated ids."""
     seen: set[str] = set()
+    taken = {call.id for call in turn.calls}
+    cursor = 0  # every n below it, from the last replaced call's index on, is taken
     for i, call in enumerate(turn.calls):
         if call.id in seen:
-            n = i
-            while _call_id(n) in seen or any(c.id == _call_id(n) for c in turn.calls):
+            n = max(i, cursor)
+            while _call_id(n) in taken:
                 n += 1
             turn.calls[i] = attrs.evolve(call, id=_call_id(n))
+            taken.add(_call_id(n))
+            cursor = n + 1
         seen.add(turn.calls[i].id)
     return turn
 
@@ -258,14 +267,29 @@ def _llama3(text: str) -> ParsedTurn:
 
 
 def _json_call(text: str) -> ParsedTurn:
-    """The first call object in the reply (prose or a ```json fence around it is kept as content)."""
+    """The first call object in the reply (prose or a ```json fence around it is kept as content).
+
+    A call object starts ``{"``; it is decoded only from a ``{`` whose balancing ``}`` is within
+    ``MAX_DEPTH`` (``json_spans``: one pass), since no decode from another can succeed. Why: each
+    decode reads on to where it fails, so decoding at every ``{`` was quadratic in a degenerate
+    reply; and each failed decode counted the text's lines up to it (``json.JSONDecodeError``), so
+    one is given only the text up to its span's end. The first ``{"name"`` that does not decode is
+    decoded once all the same, for its error."""
+    candidates = [m.start() for m in _OBJECT_START.finditer(text)]
+    ends = object_ends(text, set(candidates), MAX_DEPTH)
     broken: str | None = None
-    for match in re.finditer(r"\{", text):
-        start = match.start()
-        try:
-            obj, end = _raw_decode(text, start)
+    for start in candidates:
+        named = broken is None and _NAMED_START.match(text, start) is not None
+        if start not in ends and not named:
+            continue
+        try:  # the span alone but for the error shown: a JSONDecodeError counts the lines before it
+            if named:
+                obj, end = _raw_decode(text, start)
+            else:
+                obj, end = _raw_decode(text[start:ends[start] + 1])
+                end += start
         except json.JSONDecodeError as exc:
-            if broken is None and re.match(r'\{\s*"name"', text[start:]):
+            if named:
                 broken = f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(text[start:])}"
             continue
         if isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj):

@@ -143,7 +143,7 @@ class _Episode:
             raise _stop(f"{kind}.reset (of {where}) raised {describe(exc, run_goes_on=False)}") from None
         try:
             messages = with_observation(as_messages(prompt if prompt is not None else ""), observation, kind)
-        except TypeError as exc:
+        except (TypeError, ConfigError) as exc:  # a row's prompt that is not chat-like: as_messages says so
             raise _stop(str(exc)) from None
         self.tools = [pooled.forwarded(method) for method in tool_methods(instance)]
         return messages
