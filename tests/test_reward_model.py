@@ -245,3 +245,21 @@ def test_compute_dtype_runs_the_forward_under_autocast_and_names_a_bad_value(rm_
     np.testing.assert_allclose(autocast, plain, atol=2e-2, rtol=0)  # the same model, in bfloat16
     with pytest.raises(RewardError, match=r"compute_dtype must be 'bfloat16' or 'float16', got 'int8'.*Fix: "):
         score(rm_path, compute_dtype="int8")
+
+
+def test_a_pair_past_max_length_is_scored_on_its_end_and_a_warning_says_so(rm_path):
+    """A completion the policy makes longer than ``max_length`` is scored on its last tokens only:
+    the model never sees the prompt (nor the completion's start). That used to happen silently; the
+    warning now counts the cut pairs and names the option."""
+    from structlog.testing import capture_logs
+
+    long_completion = "filler " * 200 + "the end"
+    with capture_logs() as logs:
+        cut = score(rm_path, ["What is 2 + 3?", "What is 2 + 3?"], [long_completion, "5"], max_length=32).total
+        other_prompt = score(rm_path, ["Name a colour."], [long_completion], max_length=32).total
+    assert cut[0] == pytest.approx(other_prompt[0], abs=1e-5)  # the prompt was not seen at all
+    said = [e for e in logs if "options.max_length = 32" in e["event"]]
+    assert [(e["cut"], e["of"]) for e in said] == [(1, 2), (1, 1)], logs
+    with capture_logs() as logs:
+        score(rm_path, ["What is 2 + 3?"], ["5"], max_length=32)
+    assert not [e for e in logs if "max_length" in e["event"]]

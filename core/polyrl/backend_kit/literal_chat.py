@@ -79,15 +79,24 @@ def plain_sequence(tokenizer: Any, text: str, max_length: int) -> list[int]:
     """``text`` as one model input: the tokenizer's own special tokens around it (BERT's ``[CLS]``
     ... ``[SEP]``), the special-token strings in it read as text, cut to ``max_length`` tokens on
     the tokenizer's ``truncation_side`` (the wrapping tokens kept, as transformers cuts)."""
+    return plain_sequence_cut(tokenizer, text, max_length)[0]
+
+
+def plain_sequence_cut(tokenizer: Any, text: str, max_length: int) -> tuple[list[int], bool]:
+    """``plain_sequence``'s ids and whether ``text`` was cut to fit ``max_length``: a caller
+    scoring the ids must be able to say that the model did not see all of it."""
     plain = _rust_plain(tokenizer)
     if plain is None:
-        return [int(i) for i in tokenizer(text, add_special_tokens=True, split_special_tokens=True, truncation=True,
-                                          max_length=max_length)["input_ids"]]
+        full = tokenizer(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]
+        ids = tokenizer(text, add_special_tokens=True, split_special_tokens=True, truncation=True,
+                        max_length=max_length)["input_ids"]
+        return [int(i) for i in ids], len(full) > len(ids)
     encoding = plain.encode(text, add_special_tokens=False)
     room = max(1, max_length - int(tokenizer.num_special_tokens_to_add(pair=False)))
-    if len(encoding.ids) > room:
+    cut = len(encoding.ids) > room
+    if cut:
         encoding.truncate(room, direction=getattr(tokenizer, "truncation_side", "right"))
-    return [int(i) for i in plain.post_process(encoding).ids]
+    return [int(i) for i in plain.post_process(encoding).ids], cut
 
 
 def _strings(value: Any) -> list[str]:

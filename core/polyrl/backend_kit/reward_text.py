@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence
+from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence_cut
 from polyrl.backend_kit.template_limits import render_chat
 from polyrl.errors import RewardError
+from polyrl.logs import get_logger
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores
 
 
@@ -45,11 +46,31 @@ def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: 
     tokenizer's own, BERT's ``[CLS]``/``[SEP]``) are special: a completion or prompt spelling
     ``<|im_end|>`` gets those characters as text, so it cannot end its turn and write a forged one
     for the model to score (``polyrl.backend_kit.literal_chat``). ``template_kwargs``: as ``render_pair``'s."""
+    return encode_pair_cut(tokenizer, prompt, completion, chat_template, max_length, field, template_kwargs)[0]
+
+
+def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str, max_length: int,
+                    field: str = "options.path",
+                    template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], bool]:
+    """``encode_pair``'s ids and whether the pair was cut to ``max_length`` (``warn_cut`` says so)."""
     if templated(tokenizer, chat_template, prompt):
         ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field,
                                   template_kwargs=template_kwargs)
-        return ids[len(ids) - max_length:] if len(ids) > max_length else ids
-    return plain_sequence(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
+        return (ids[len(ids) - max_length:], True) if len(ids) > max_length else (ids, False)
+    return plain_sequence_cut(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
+
+
+def warn_cut(name: str, cut: int, of: int, max_length: int) -> None:
+    """Log that ``cut`` of ``of`` pairs were scored on their last ``max_length`` tokens: the model
+    did not see the prompt's start (nor a completion's own start when it alone is longer), so a
+    long completion is graded on its end, which the run must be told of rather than find out."""
+    if cut:
+        get_logger("polyrl.rewards").warning(
+            f"{name}: {cut} of {of} (prompt, completion) pairs were longer than options.max_length = "
+            f"{max_length} tokens and were scored on their last {max_length} tokens only (the prompt's start, "
+            "and a completion's own start when it alone is longer, were not seen). Fix: raise "
+            "options.max_length up to what the reward model reads, or shorten the completions",
+            reward=name, cut=cut, of=of, max_length=max_length)
 
 
 def score_label(name: str, path: str, label: Any, labels: int) -> int:

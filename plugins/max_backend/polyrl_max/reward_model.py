@@ -11,7 +11,7 @@ Options (``[[rewards]] name = "max_reward_model"``); unknown options are an erro
                    ``DistilBertForSequenceClassification``, safetensors, tokenizer)
 ``batch_size``     sequences per forward (default 8)
 ``max_length``     tokens per sequence, at most the model's positions; longer texts keep their end
-                   (default 512)
+                   (default 512); a warning says how many were cut
 ``label``          which logit is the score (default 0 for one-label models; required otherwise)
 ``chat_template``  "auto" (default, TRL's rule): a chat prompt is rendered with the tokenizer's chat
                    template when it has one, a text prompt as its text followed by the completion;
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from polyrl.backend_kit.reward_text import encode_pair, reward_answer, score_label
+from polyrl.backend_kit.reward_text import encode_pair_cut, reward_answer, score_label, warn_cut
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.rewards.options import chat_template_choice, merged, required_text, template_kwargs, whole_number
@@ -103,8 +103,10 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
     label = score_label(NAME, opts["path"], opts["label"], classifier.shape.labels)
     max_length = min(opts["max_length"], classifier.max_positions)
     # special-token strings in the text are text: only the template's (or [CLS]/[SEP]) are special
-    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], max_length,
-                       template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
+    encoded = [encode_pair_cut(tokenizer, p, c, opts["chat_template"], max_length,
+                               template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
+    ids = [row for row, _ in encoded]
+    warn_cut(NAME, sum(cut for _, cut in encoded), len(encoded), max_length)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     tokenizer.padding_side = "right"

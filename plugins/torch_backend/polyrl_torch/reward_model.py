@@ -10,8 +10,8 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 ``tokenizer``      a folder holding the tokenizer to score with (default: the one in ``path``), e.g.
                    TRL's ``reward_processing_classes`` saved by the TRL route (``polyrl.trl``)
 ``batch_size``     sequences per forward pass (default 8)
-``max_length``     tokens per sequence; longer ones are cut from the left, keeping the completion
-                   (default 1024)
+``max_length``     tokens per sequence; longer ones are cut from the left, keeping the completion's
+                   end (default 1024), and a warning says how many were cut
 ``chat_template``  "auto" (default, TRL's rule): a chat prompt is rendered as ``prompt + [assistant:
                    completion]`` with the tokenizer's chat template when it has one, a text prompt is its
                    text followed by the completion; true: every prompt through the template (a text
@@ -47,7 +47,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from polyrl.backend_kit.reward_text import encode_pair, reward_answer, score_label
+from polyrl.backend_kit.reward_text import encode_pair_cut, reward_answer, score_label, warn_cut
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.folder_links import refuse_outside_links
@@ -199,8 +199,10 @@ def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: 
     import torch
 
     label = score_label(NAME, opts["path"], opts["label"], int(getattr(model.config, "num_labels", 1)))
-    ids = [encode_pair(tokenizer, p, c, opts["chat_template"], opts["max_length"],
-                       template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
+    encoded = [encode_pair_cut(tokenizer, p, c, opts["chat_template"], opts["max_length"],
+                               template_kwargs=opts["chat_template_kwargs"]) for p, c in zip(prompts, completions)]
+    ids = [row for row, _ in encoded]
+    warn_cut(NAME, sum(cut for _, cut in encoded), len(encoded), opts["max_length"])
     _refuse_ids_beyond_embeddings(model, ids, opts)
     scores: list[float] = []
     autocast = torch.autocast(model.device.type, dtype=getattr(torch, opts["compute_dtype"])) \
