@@ -67,7 +67,8 @@ silently ignored). Options:
        hedges (a word such as "or", "maybe", "though": ``_HEDGE``) and offers another number
        standing alone or spelled ("\\boxed{5}, though 6 is possible", "\\boxed{5} (or six)") makes
        it no one answer: 0, as does a verdict rejecting the box ("\\boxed{5} is wrong"); a check,
-       "\\boxed{5}. Check: 2+3=5", still reads;
+       "\\boxed{5}. Check: 2+3=5", still reads; a box holding an equation of arithmetic holds the
+       number it states, as an answer sentence does (rule 2: ``\\boxed{6 \\times 7 = 42}`` is 42);
     2. the number after the last "####", "answer:" or "answer is", in the first sentence of that
        line that holds a number (a sentence ends at ".", "?" or "!" before a space, not at a
        factorial's "!"): its first number, which every other number standing alone there must
@@ -76,7 +77,11 @@ silently ignored). Options:
        while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
        a hedge in that sentence in words ("answer: 5 (or six)") scores 0 as after a box (a later
-       sentence or line is explanation: "The answer: 5. Or 6." reads 5, the first answer);
+       sentence or line is explanation: "The answer: 5. Or 6." reads 5, the first answer); a
+       sentence whose first number opens an expression is read as an equation: the number after its
+       last "=", as read here, where the left side has no unknown, word or number standing alone
+       ("The answer is: 3 + 4 = 7" and "answer: x = 6 \\times 7 = 42" read 7 and 42; "answer: x^2 = 4",
+       "answer: 5, 3 + 4 = 7" and "answer: 3 + 4 = 7 or 8" none: ``_equation_result``);
     3. the last number of the text, even one the prompt also writes: arithmetic answers are often
        one of the question's numbers ("8 - 4 = 4", "0 * 3 = 0", "4" then more text), and not paying
        those was a false zero that cost the demo 12 points of held-out accuracy. The price: "You
@@ -687,10 +692,15 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
         return None
     boxes = boxed_answers(part)
     if boxes:
-        values = set()
+        values: set[Fraction | None] = set()
         for box in boxes:
             # one number, first in its box: "42 \\text{ cm}^2" holds 42; "2+2", "4 or 5!" none
             found = _numbers(box, line_start=False)
+            if found and not found[0].alone:  # an equation ("6 \\times 7 = 42"): the number it states
+                if (stated := _equation_result(box, found)) is None:
+                    return None
+                values.add(stated)
+                continue
             if (not found or not found[0].alone or sum(n.alone for n in found) != 1
                     or any(n.opens for n in found[1:])):
                 return None
@@ -707,7 +717,7 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
         for sentence in _SENTENCE_END.split(first_line):
             numbers = _numbers(sentence, line_start=False)
             if numbers:
-                value = _answered(numbers)
+                value = _answered(numbers, sentence)
                 return None if value is None or _uncommitted(after, False, value) else value
     if not last_number:
         return None
@@ -825,18 +835,52 @@ def _hedged(text: str, value: Fraction) -> bool:
 _SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]\\])!)(?=\s|$)|\u3002")
 
 
-def _answered(numbers: list[_Number]) -> Fraction | None:
+def _answered(numbers: list[_Number], text: str = "") -> Fraction | None:
     """The number an answer sentence gives: its first, which must stand alone, and which every
     other number standing alone there must equal, with no expression opened by a number after it.
     Why: "answer: 2 or 3" hedges, and reading its first number paid a policy that lists candidates;
     so does "answer: 4 or 5!" (an exclaimed 5 or 5 factorial: not 4 either way) or "2 or 3x".
     "answer: 2 (two)", "answer: 1/2 = 0.5", a check ("4, since 2*2 = 4") and a unit's power
-    ("answer: 42 cm^2") still read."""
+    ("answer: 42 cm^2") still read. With the ``text`` the numbers were read from, an answer whose
+    first number opens an expression is read as an equation (``_equation_result``)."""
     first = numbers[0]
+    if not first.alone and text:
+        return _equation_result(text, numbers)
     if not first.alone or any(n.opens or (n.alone and n.value != first.value) or (n.negated and n.value == first.value)
                               for n in numbers[1:]):
         return None
     return first.value
+
+
+#: A plain "=" (not "<=", ">=", "!=", "==", "=>", "=/=", ":="): the end of an equation's left side.
+_EQUALS = re.compile(r"(?<![<>!=/:\\])=(?![=>/])")
+
+
+#: What a left side of arithmetic may spell in letters: a LaTeX command (``\\times``, ``\\frac``), an
+#: "x" between numbers ("5 x 3"), and "x =" opening it (the letter the answer is given to).
+_ARITHMETIC_SPELLING = re.compile(r"\\[A-Za-z]+|(?<=[\d\s)])x(?=\s*[\d(])|^\s*[A-Za-z]\s*=")
+#: A letter left of the "=" besides those: an unknown ("x^2 = 4" states no answer 4) or a word.
+_VARIABLE = re.compile(r"[A-Za-z]")
+
+
+def _equation_result(text: str, numbers: list[_Number]) -> Fraction | None:
+    """The number an answer written as an equation states after its last "=" ("3 + 4 = 7",
+    "6 \\times 7 = 42": 7, 42), read as ``_answered`` reads that side, where the left side is arithmetic
+    (no unknown nor word: "x^2 = 4" is no answer 4) whose every number is part of the expression
+    (none stands alone, none is negated); else None. Why: "The answer
+    is: 3 + 4 = 7" and ``\\boxed{6 \\times 7 = 42}`` scored 0 (their first number opens an expression),
+    though "3 + 4 = 7" without a marker paid 7. A candidate beside the equation still gives none
+    ("5, 3 + 4 = 7", "3 + 4 = 7 or 8"), and no number left of the "=" is ever read."""
+    text = _LATEX_THOUSANDS.sub(",", text)  # as _numbers reads it: its positions
+    equals = list(_EQUALS.finditer(text))
+    last = equals[-1] if equals else None
+    if last is None or _VARIABLE.search(_ARITHMETIC_SPELLING.sub(" ", text[:last.start()])):
+        return None
+    left = [n for n in numbers if n.end <= last.start()]
+    right = [n for n in numbers if n.start >= last.end()]
+    if not left or not right or any(n.alone or n.negated for n in left):
+        return None
+    return _answered(right)
 
 
 def last_number(text: str) -> float | None:
