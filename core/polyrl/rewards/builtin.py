@@ -97,10 +97,13 @@ silently ignored). Options:
     an operand is ("3 - 5", "5! - 3", "50% - 5"); a spaced "-" after no operand is a sign ("x = - 5",
     "answer: - 5", ``\\boxed{- 5}``: -5, as math-verify reads them) except where it opens a line, a
     markdown list's dash ("- 5", "Total:\\n- 5", "Steps\\n- 5": 5, no difference across the line
-    break); a spaced "+" is no sign ("+ 5" is an
+    break), and so is a minus markup keeps from its digits ("-$5", "-\\$5", "-{5}", "{-}5", ``\\text{-}5``,
+    "-\\,5", "-**5**": -5; ``_SPACED_MINUS``), while a "-" glued before a signed number ("--5") makes
+    it no number; a spaced "+" is no sign ("+ 5" is an
     expression), and "3 +5" and "3 -5" are 3, an expression's first number,
     then a signed 5; a minus typeset as U+2212, an en
-    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). LaTeX's
+    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-", and the Arabic decimal and
+    thousands separators ("\u0665\u066b\u0665") are "." and "," (``_MINUS_SIGNS``). LaTeX's
     thousands separators ``{,}`` and ``\\,`` ("1{,}000") are commas; a comma glued between digits
     that groups no thousands ("1,5", a decimal comma, or "(1,2)") joins numbers that are not read,
     neither 1 nor 5 (the row's answer may not be written so: an error). A fraction of two integers is one
@@ -110,7 +113,7 @@ silently ignored). Options:
     product) is an expression. A number that is part of an expression is not read, and that
     answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
-    and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
+    and "x*2" hold no 2; LaTeX's spacing ``\\,`` is a space there) or before π ("5π", "5 \\pi"), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
     root's index (``\\sqrt[3]{x}``), a number after a second sign ("5 - -6" is 5 + 6, not 5),
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
     ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
@@ -486,10 +489,15 @@ _COMBINING = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 #: one: "answer:\n> 4"); "≈ 4" and "~4" approximate the answer and read.
 _RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f\u2262\u2249\u2247\u2209])=?"
              r"|!=|=/=|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])(?:\s*=)?")
+#: Space between a number and an operator, as text or LaTeX draws it: whitespace, LaTeX's spacing
+#: commands (``\\,``, ``\\;``, ``\\:``, ``\\!``, ``\\>``, a backslash-space) and its tie "~". Why: "5\\,\\pi",
+#: "2\\,\\sqrt{3}" and "5 \\pi" were read as 5 and 2, paying 5\u03c0 against 5.
+_LATEX_GAP = r"(?:\s|\\[,;:!> ]|~)*"
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
 #: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
 #: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
-#: it ("**42**" is markdown, "42 - that is all" a dash), a spaced "**" ("2 ** 3") or "x" between
+#: it ("**42**" is markdown, "42 - that is all" a dash), π or \\pi ("5 \\pi"; LaTeX spacing counts as
+#: spaces: ``_LATEX_GAP``), a spaced "**" ("2 ** 3") or "x" between
 #: numbers ("2 x 3"), a spaced lone letter that is no unit before an operator ("2 x + 1", "2 x^2":
 #: "5 a day" and "9.8 m/s^2" read), "}{" / "}^" (\\frac{1}{2}, {2}^3), or a decimal point glued to
 #: an operator with an operand after it ("1.-5", "1.+5": 1. minus 5)
@@ -497,7 +505,8 @@ _EXPRESSION_AFTER = re.compile(
     rf"[{_SUPERSCRIPTS}{_SUBSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|_(?=[{{\dA-Za-z])|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
     rf"|,(?=\d)|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])|\.(?=[-*{_OPERATORS}]\s*[\d(.\\])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
-    rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*(?:[-+]\s*)?[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
+    rf"|{_LATEX_GAP}(?:[{_OPERATORS}{_VULGAR}\u03c0]|\*(?=\s*[\d(])|-(?=\s*(?:[-+]\s*)?[\d(.\\])|{_COMMANDS}|\\pi(?![a-zA-Z])"
+    rf"|\}}\s*[{{^])")
 #: Markup that strikes out or hides what it encloses: a number in it is retracted or invisible, not
 #: given (``\\sout{4}``, ``\\cancel{4}``, ``\\phantom{4}``, "~~4~~", "<del>4</del>"), as a digit
 #: struck through with a combining mark is.
@@ -510,10 +519,11 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: "!" ("50% - 5", "5! - 3") or a decimal point glued to it ("1.-5") (a sign, "-" or "+"
 #: (``_SIGN``), is part of the number), a
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
-#: second argument "}{", or an "x" between numbers ("2 x 3")
+#: second argument "}{", or an "x" between numbers ("2 x 3"); or a "-" glued before a signed number
+#: ("--5" is 5 negated twice: neither -5 nor, as written, 5)
 _EXPRESSION_BEFORE = re.compile(
     rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|-\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
-    rf"|{_COMMANDS}|\\sqrt\s*\[|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
+    rf"|{_COMMANDS}|\\sqrt\s*\[|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK}){_LATEX_GAP}$|\d,$|-$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
 #: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
@@ -561,7 +571,10 @@ _NEGATION_AFTER = re.compile(
 #: and en dashes (U+2012, U+2013) and the small and fullwidth hyphen-minus (U+FE63, U+FF0D), each read
 #: as "-". Why: "answer: \u201312" (an en dash, as typesetting writes minus twelve) was read as 12,
 #: paid against 12 and never against -12. The em dash is punctuation ("12 \u2014 no, 14") and stays.
-_MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\ufe63\uff0d", "-"))
+#: Also the Arabic decimal and thousands separators (U+066B, U+066C), read as "." and ",": "\u0665\u066b\u0665"
+#: (5.5 in Arabic-Indic digits) was read as the numbers 5 and 5, paying 5.5 against 5.
+_MINUS_SIGNS = str.maketrans({**dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\ufe63\uff0d", "-"),
+                              "\u066b": ".", "\u066c": ","})
 
 
 class _Number(NamedTuple):
@@ -577,8 +590,16 @@ class _Number(NamedTuple):
 
 #: A "-" spaced from the number it negates ("x = - 5", "answer: - 5", ``\\boxed{- 5}``, "(- 5)"): after
 #: no operand (a digit, letter, "." or "%", bracket, "!": "3 - 5" is a difference) on its own line
-#: (after a line break it is a markdown list's dash: "Total:\n- 5" lists 5).
-_SPACED_MINUS = re.compile(r"(?:(?<=[^\w.%!)\]}\s])|^)([ \t]*)-([ \t]+)(?=\.?\d|\\[dt]?frac)")
+#: (after a line break it is a markdown list's dash: "Total:\n- 5" lists 5). Also a minus that markup
+#: keeps from its digits though it draws them signed: a currency sign ("-$5", ``-\\$5``, "-\u20ac5"), LaTeX
+#: spacing or braces ("-\\,5", "-~5", "-{5}", "{-}5", ``\\text{-}5``), markdown emphasis ("-**5**",
+#: "**-**5") or a zero-width character. Why: each was read as 5, so "-\\$5" paid against 5 and never -5.
+_SPACED_MINUS = re.compile(
+    r"(?:(?<=[^\w.%!)\]}\s])|(?<=\n)|^)([ \t]*)"
+    r"(?:-|(?:\\(?:text|textrm|textbf|mathrm|mathbf|mbox)\s*)?\{[ \t]*-[ \t]*\}|(?P<emphasis>\*{1,3})-(?P=emphasis))"
+    r"(?:[ \t~{\u200b-\u200d\u2060\ufeff]|\\[,;:! ]|\\?[$\u20ac\u00a3\u00a5]|\*)*(?=\.?\d|\\[dt]?frac)")
+#: A plain "-" then a space: where it opens a line, a markdown list's dash ("- 5", "- $5"), no sign.
+_LIST_DASH_OPENING = re.compile(r"[ \t]*-[ \t]")
 
 
 def _glued_minus(text: str, line_start: bool) -> str:
@@ -588,7 +609,10 @@ def _glued_minus(text: str, line_start: bool) -> str:
     is a list's dash ("- 5" alone lists 5, as markdown renders it), as it is not in a box or after
     "answer:"."""
     def glued(m: re.Match[str]) -> str:
-        return m.group() if line_start and m.start() == 0 else " " * (len(m.group()) - 1) + "-"
+        opens_line = (line_start and m.start() == 0) or m.string[m.start() - 1:m.start()] == "\n"
+        if opens_line and _LIST_DASH_OPENING.match(m.group()):
+            return m.group()
+        return " " * (len(m.group()) - 1) + "-"
     return _SPACED_MINUS.sub(glued, text) if "-" in text else text
 
 
