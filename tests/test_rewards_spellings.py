@@ -275,3 +275,23 @@ def test_numeric_match_reads_the_number_an_answered_equation_states(text, answer
 def test_numeric_match_pays_no_side_of_an_equation_that_states_no_one_number(text, answers):
     for answer in answers:
         assert numeric(text, answer) == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    # MATH's (Minerva's) closing line, and a marker's sentence that an explanation follows
+    ("Final Answer: The final answer is $42$. I hope it is correct.", "42"),
+    ("The final answer is $\\frac{1}{2}$. I hope it is correct.", "0.5"), ("The answer is 42. It is 6 times 7.", "42"),
+    ("answer: 3.5. Done.", "3.5"),
+])
+def test_exact_match_reads_the_number_a_markers_first_sentence_gives(text, answer):
+    assert exact(text, answer) == 1.0
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    # the first sentence must be the one number: a hedge, a rejection or a text answer stays the whole line
+    ("answer: 5 or 6. Done.", "5"), ("answer: 5 or 6. Done.", "6"), ("answer: 5, though 6 is possible. Done.", "5"),
+    ("answer: 5 is wrong. 6", "5"), ("answer: 5. 6", "6"), ("answer: 3.5. Done", "3"), ("answer: Paris. It is big.", "Paris"),
+])
+def test_exact_match_reads_no_other_first_sentence_of_a_marker(text, answer):
+    assert exact(text, answer) == 0.0

@@ -18,7 +18,9 @@ silently ignored). Options:
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
        ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line
-       (several such markers: the last, a correction, is the answer; a box before them still wins);
+       (several such markers: the last, a correction, is the answer; a box before them still wins),
+       or its first sentence where that is one number, as ``numeric_match`` reads it ("The final
+       answer is $42$. I hope it is correct.", MATH's closing line, answers 42);
     3. the last non-empty line.
     A LaTeX display block over several lines (``\\[``, the answer and ``\\]``, or ``$$``, on lines of
     their own, as models write it after "The final answer is:") is one line there (``joined_display``).
@@ -113,7 +115,8 @@ silently ignored). Options:
     product) is an expression. A number that is part of an expression is not read, and that
     answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
-    and "x*2" hold no 2; LaTeX's spacing ``\\,`` is a space there) or before π ("5π", "5 \\pi"), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
+    and "x*2" hold no 2; LaTeX's spacing ``\\,`` is a space there) or before π ("5π", "5 \\pi"),
+    inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
     root's index (``\\sqrt[3]{x}``), a number after a second sign ("5 - -6" is 5 + 6, not 5),
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
     ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
@@ -1000,11 +1003,32 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
             # math holds no list: "$- 5$" and "\\(- 5\\)" are -5, as numeric_match reads them
             opens_line = _MATH_OPEN.match(extracted) is None
         got = answer_key(normalize_answer(extracted, opts["case_sensitive"]), opens_line)
+        if not isinstance(got, Fraction) and opts["extract"] == "auto" and _marked(text):
+            got = _first_sentence_number(extracted, opens_line, opts["case_sensitive"], got)
         if got == answer_key(gold) and isinstance(got, Fraction) and opts["extract"] == "auto" \
                 and _uncommitted(*_after_marked(text), value=got):  # "\\boxed{5}, though 6 is possible"
             got = ""
         out.append(1.0 if got == answer_key(gold) else 0.0)
     return out
+
+
+def _marked(text: str) -> bool:
+    """Whether ``exact_match``'s "auto" reads ``text``'s answer after a marker: no box, a marker."""
+    return not boxed_answers(text) and _MARKER.search(joined_display(text)) is not None
+
+
+def _first_sentence_number(extracted: str, opens_line: bool, case_sensitive: bool,
+                           whole: str | Fraction) -> str | Fraction:
+    """The answer a marker's line gives when the first sentence of that line is one number
+    ("The final answer is $42$. I hope it is correct.": 42), as ``numeric_match`` reads that
+    sentence; else ``whole``, the line's text. Why: the MATH (Minerva) format's closing line was
+    the text "$42$. i hope it is correct.", so every right answer in that format scored 0. Only a
+    number: a text answer's "." may be an abbreviation's ("answer: Dr. Smith")."""
+    first = _SENTENCE_END.split(extracted, maxsplit=1)[0]
+    if first == extracted:
+        return whole
+    key = answer_key(normalize_answer(first, case_sensitive), opens_line)
+    return key if isinstance(key, Fraction) else whole
 
 
 def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
