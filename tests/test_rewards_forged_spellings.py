@@ -91,3 +91,64 @@ def test_numeric_match_reads_no_number_the_answer_is_said_not_to_be(text):
 ])
 def test_numeric_match_still_reads_the_answer_beside_a_negated_number(text, answer):
     assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize("text", [
+    # a currency sign, LaTeX spacing or braces, markdown emphasis or a zero-width space between the
+    # minus and the digits: the number drawn is -5, never 5
+    "answer: -$5", "\\boxed{-\\$5}", "The answer is $-\\$5$.", "answer: - $5", "Total:\n-$5", "answer: -\u20ac5",
+    "\\boxed{-\\,5}", "\\boxed{-~5}", "\\boxed{{-}5}", "\\boxed{-{5}}", "\\boxed{\\text{-}5}", "\\boxed{\\mathrm{-}5}",
+    "answer: -**5**", "answer: **-**5", "answer: -\u200b5", "\\boxed{\\text{\u2212}5}",
+])
+def test_a_minus_kept_from_its_digits_by_markup_is_still_a_sign(text):
+    assert numeric(text, "5") == 0.0
+    assert numeric(text, "-5") == 1.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    # a list's dash before a currency is still a bullet, and a spaced minus after an operand a difference
+    ("- $5", "5"), ("Total:\n- $5.00", "5"), ("Total:\n  - $5", "5"), ("answer: $5", "5"), ("$10 - $5 = $5", "5"),
+])
+def test_a_bullet_or_a_difference_before_a_currency_sign_is_no_sign(text, answer):
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize("reward", [exact, numeric])
+@pytest.mark.parametrize("text", ["\\boxed{-\\$5}", "answer: -$5", "\\boxed{{-}5}", "\\boxed{-\\,5}"])
+def test_exact_match_reads_a_minus_kept_from_its_digits_as_numeric_match_does(reward, text):
+    assert reward(text, "-5") == 1.0
+    assert reward(text, "5") == 0.0
+
+
+@pytest.mark.parametrize("text", [
+    # pi after a space or LaTeX's spacing is a product, as "5\\pi" glued is: 5 pi, not 5
+    "\\boxed{5 \\pi}", "\\boxed{5\\,\\pi}", "\\boxed{5~\\pi}", "The answer is 5 \\pi.", "answer: 5 \u03c0", "\\boxed{5 \u03c0}",
+    # ... and so is a root after LaTeX's spacing: 5 times the square root of 3
+    "\\boxed{5\\,\\sqrt{3}}", "answer: 5\\;\\sqrt{3}",
+])
+def test_numeric_match_reads_no_number_a_spaced_pi_or_root_multiplies(text):
+    assert numeric(text, "5") == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("The circumference is 10 pi, or about 31.4 cm. The answer is 31.4", "31.4"), ("\\boxed{5} \\pi", "5"),
+    ("answer: 5\\,\\text{cm}", "5"), ("\\boxed{5 \\text{ cm}}", "5"),
+])
+def test_numeric_match_still_reads_a_number_beside_pi_or_spacing(text, answer):
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize("text", ["\\boxed{--5}", "answer: --5"])
+def test_numeric_match_reads_no_number_a_second_minus_negates(text):
+    """"--5" is -(-5): reading it as -5 paid a sign error."""
+    assert numeric(text, "-5") == 0.0
+    assert numeric(text, "5") == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer", "expected"), [
+    # U+066B and U+066C are the Arabic decimal and thousands separators: "٥٫٥" is 5.5, "٥٬٠٠٠" 5000
+    ("answer: \u0665\u066b\u0665", "5", 0.0), ("answer: \u0665\u066b\u0665", "5.5", 1.0), ("answer: 5\u066b5", "5", 0.0),
+    ("answer: \u0665\u066c\u0660\u0660\u0660", "5000", 1.0), ("answer: 5\u066c5", "5", 0.0),
+])
+def test_numeric_match_reads_the_arabic_decimal_and_thousands_separators(text, answer, expected):
+    assert numeric(text, answer) == expected

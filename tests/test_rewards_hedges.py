@@ -33,8 +33,7 @@ def test_a_second_candidate_in_the_answers_sentence_pays_neither(reward, text, a
 ])
 def test_a_hedge_in_a_later_sentence_pays_the_first_answer_only(text):
     """What follows the answer's sentence is its explanation, where hedge words sit beside other
-    numbers in right answers too; the answer read is the first, so "Or 6." gains a policy nothing
-    (exact_match reads a marker's whole line: "5. Or 6." is no 5)."""
+    numbers in right answers too; the answer read is the first, so "Or 6." gains a policy nothing."""
     assert numeric(text, "5") == 1.0 and numeric(text, "6") == 0.0 and exact(text, "6") == 0.0
 
 
@@ -50,12 +49,12 @@ def test_an_explanation_after_the_answer_with_hedge_words_and_numbers_still_pays
 
 
 @pytest.mark.parametrize(("text", "exact_too"), [
-    ("The answer is 5.", True), ("5 is the answer because 2+3=5", False), ("The answer is 5. Check: 5+1=6.", False),
+    ("The answer is 5.", True), ("5 is the answer because 2+3=5", False), ("The answer is 5. Check: 5+1=6.", True),
     ("\\boxed{5}. Check: 2+3=5", True), ("The answer is 5 (five).", False), ("answer: 5 or five", False),
     ("The answer is 5 apples. She had 2 and got 3 more.", False), ("The answer is 5.\nIt could not be 6, as 6 > 5.", True),
     ("\\boxed{5}\n\nThis could also be checked: 2 + 3 = 5.", True),
     ("Therefore, the final answer is $\\boxed{5}$. I hope it is correct.", True),
-    ("The answer is 5. Perhaps one could double-check by adding.", False), ("The answer is 5. Either way, 10/2 = 5.", False),
+    ("The answer is 5. Perhaps one could double-check by adding.", True), ("The answer is 5. Either way, 10/2 = 5.", True),
     ("\\boxed{5}, or equivalently 10/2", True), ("\\boxed{5} is correct.", True),
 ])
 def test_the_right_single_answer_beside_a_check_or_an_explanation_still_pays(text, exact_too):

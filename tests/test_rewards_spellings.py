@@ -251,3 +251,47 @@ def test_numeric_match_last_number_must_be_a_bool(value):
     with pytest.raises(RewardError, match=r"numeric_match: last_number must be true or false, got .*Fix: write "
                                           r"last_number = false"):
         numeric_match(["12"], context)
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    # an answer written as the arithmetic that gives it states the number after its last "="
+    ("The answer is: 3 + 4 = 7", "7"), ("The answer is 7 \u00d7 6 = 42.", "42"), ("The answer is 5 x 3 = 15.", "15"),
+    ("answer: x = 3 + 4 = 7", "7"), ("#### 9 - 4 = 5", "5"), ("\\boxed{6 \\times 7 = 42}", "42"),
+    ("The answer is: 3 + 4 = 7 apples.", "7"), ("answer: 2 + 2 = 4, not 5", "4"), ("answer: 1{,}000 + 1 = 1{,}001", "1001"),
+])
+def test_numeric_match_reads_the_number_an_answered_equation_states(text, answer):
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize(("text", "answers"), [
+    # no number left of the "=" is read, and a candidate beside the equation still gives none
+    ("answer: 3 + 4 = 7", ("3", "4")), ("answer: 5, 3 + 4 = 7", ("5", "7")), ("answer: 3 + 4 = 7 or 8", ("7", "8")),
+    ("answer: 2 + 2 = 4 (or 5)", ("4", "5")), ("answer: 3 + 4 = 7 = 8", ("7", "8")), ("answer: 3 + 4 = 5 + 2", ("2", "5", "7")),
+    ("\\boxed{3 + 4 = 7} or \\boxed{8}", ("7", "8")), ("\\boxed{5 = 6}", ("5", "6")), ("answer: 3+4 <= 7", ("7",)),
+    ("\\boxed{3 + 4 \\neq 7}", ("7",)), ("answer: 3 + 4 = 7!", ("7",)),
+    # an unknown or a word left of the "=": no arithmetic, so no answer ("x^2 = 4" is x = 2 or -2)
+    ("answer: x^2 = 4", ("4",)), ("answer: 2x = 8", ("8",)), ("The answer is: 3 apples + 4 apples = 7", ("7",)),
+])
+def test_numeric_match_pays_no_side_of_an_equation_that_states_no_one_number(text, answers):
+    for answer in answers:
+        assert numeric(text, answer) == 0.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    # MATH's (Minerva's) closing line, and a marker's sentence that an explanation follows
+    ("Final Answer: The final answer is $42$. I hope it is correct.", "42"),
+    ("The final answer is $\\frac{1}{2}$. I hope it is correct.", "0.5"), ("The answer is 42. It is 6 times 7.", "42"),
+    ("answer: 3.5. Done.", "3.5"),
+])
+def test_exact_match_reads_the_number_a_markers_first_sentence_gives(text, answer):
+    assert exact(text, answer) == 1.0
+    assert numeric(text, answer) == 1.0
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    # the first sentence must be the one number: a hedge, a rejection or a text answer stays the whole line
+    ("answer: 5 or 6. Done.", "5"), ("answer: 5 or 6. Done.", "6"), ("answer: 5, though 6 is possible. Done.", "5"),
+    ("answer: 5 is wrong. 6", "5"), ("answer: 5. 6", "6"), ("answer: 3.5. Done", "3"), ("answer: Paris. It is big.", "Paris"),
+])
+def test_exact_match_reads_no_other_first_sentence_of_a_marker(text, answer):
+    assert exact(text, answer) == 0.0

@@ -18,7 +18,9 @@ silently ignored). Options:
        holding different answers ("\\boxed{3} or \\boxed{4}") scores 0, as math-verify (TRL's
        ``accuracy_reward``) scores it: listing candidates must not pay;
     2. the text after the last "####" (GSM8K), "answer:" or "answer is", up to the end of that line
-       (several such markers: the last, a correction, is the answer; a box before them still wins);
+       (several such markers: the last, a correction, is the answer; a box before them still wins),
+       or its first sentence where that is one number, as ``numeric_match`` reads it ("The final
+       answer is $42$. I hope it is correct.", MATH's closing line, answers 42);
     3. the last non-empty line.
     A LaTeX display block over several lines (``\\[``, the answer and ``\\]``, or ``$$``, on lines of
     their own, as models write it after "The final answer is:") is one line there (``joined_display``).
@@ -67,7 +69,8 @@ silently ignored). Options:
        hedges (a word such as "or", "maybe", "though": ``_HEDGE``) and offers another number
        standing alone or spelled ("\\boxed{5}, though 6 is possible", "\\boxed{5} (or six)") makes
        it no one answer: 0, as does a verdict rejecting the box ("\\boxed{5} is wrong"); a check,
-       "\\boxed{5}. Check: 2+3=5", still reads;
+       "\\boxed{5}. Check: 2+3=5", still reads; a box holding an equation of arithmetic holds the
+       number it states, as an answer sentence does (rule 2: ``\\boxed{6 \\times 7 = 42}`` is 42);
     2. the number after the last "####", "answer:" or "answer is", in the first sentence of that
        line that holds a number (a sentence ends at ".", "?" or "!" before a space, not at a
        factorial's "!"): its first number, which every other number standing alone there must
@@ -76,7 +79,11 @@ silently ignored). Options:
        while "answer: 2 (two)", "2, 2", "1/2 = 0.5", "4, since 2*2 = 4", "8 = 2^3" (an expression
        either side of an "="), "42 cm^2" and "The answer is 2. Check: 2+0=2" read 2, 1/2, 4, 8 or 42;
        a hedge in that sentence in words ("answer: 5 (or six)") scores 0 as after a box (a later
-       sentence or line is explanation: "The answer: 5. Or 6." reads 5, the first answer);
+       sentence or line is explanation: "The answer: 5. Or 6." reads 5, the first answer); a
+       sentence whose first number opens an expression is read as an equation: the number after its
+       last "=", as read here, where the left side has no unknown, word or number standing alone
+       ("The answer is: 3 + 4 = 7" and "answer: x = 6 \\times 7 = 42" read 7 and 42; "answer: x^2 = 4",
+       "answer: 5, 3 + 4 = 7" and "answer: 3 + 4 = 7 or 8" none: ``_equation_result``);
     3. the last number of the text, even one the prompt also writes: arithmetic answers are often
        one of the question's numbers ("8 - 4 = 4", "0 * 3 = 0", "4" then more text), and not paying
        those was a false zero that cost the demo 12 points of held-out accuracy. The price: "You
@@ -92,10 +99,13 @@ silently ignored). Options:
     an operand is ("3 - 5", "5! - 3", "50% - 5"); a spaced "-" after no operand is a sign ("x = - 5",
     "answer: - 5", ``\\boxed{- 5}``: -5, as math-verify reads them) except where it opens a line, a
     markdown list's dash ("- 5", "Total:\\n- 5", "Steps\\n- 5": 5, no difference across the line
-    break); a spaced "+" is no sign ("+ 5" is an
+    break), and so is a minus markup keeps from its digits ("-$5", "-\\$5", "-{5}", "{-}5", ``\\text{-}5``,
+    "-\\,5", "-**5**": -5; ``_SPACED_MINUS``), while a "-" glued before a signed number ("--5") makes
+    it no number; a spaced "+" is no sign ("+ 5" is an
     expression), and "3 +5" and "3 -5" are 3, an expression's first number,
     then a signed 5; a minus typeset as U+2212, an en
-    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-" (``_MINUS_SIGNS``). LaTeX's
+    dash, a hyphen or a fullwidth hyphen-minus ("\u201312") is a "-", and the Arabic decimal and
+    thousands separators ("\u0665\u066b\u0665") are "." and "," (``_MINUS_SIGNS``). LaTeX's
     thousands separators ``{,}`` and ``\\,`` ("1{,}000") are commas; a comma glued between digits
     that groups no thousands ("1,5", a decimal comma, or "(1,2)") joins numbers that are not read,
     neither 1 nor 5 (the row's answer may not be written so: an error). A fraction of two integers is one
@@ -105,7 +115,8 @@ silently ignored). Options:
     product) is an expression. A number that is part of an expression is not read, and that
     answer scores 0 (never the expression's first or last number, nor its value: "2+2" is not 4):
     one next to an operator (``+ - * / ^ ** × ÷ ·``, ``\\cdot``, ``\\times``, ``\\pm``; "x^2", "x**2"
-    and "x*2" hold no 2), inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
+    and "x*2" hold no 2; LaTeX's spacing ``\\,`` is a space there) or before π ("5π", "5 \\pi"),
+    inside any other ``\\frac{}{}`` (``\\frac{a+1}{2}``) or ``\\sqrt{}``, a
     root's index (``\\sqrt[3]{x}``), a number after a second sign ("5 - -6" is 5 + 6, not 5),
     before a superscript ("2⁴"), ``(``, ``π``, a vulgar fraction ("4½", "4 ½": 4.5), a combining mark
     ("4\u0336", a struck-through 4), a subscript ("100₂", "100_2": a base or an index) or a factorial: "The answer is 42!" scores 0 against
@@ -481,10 +492,15 @@ _COMBINING = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 #: one: "answer:\n> 4"); "≈ 4" and "~4" approximate the answer and read.
 _RELATION = (r"(?:(?<![\w\"'/=\n-])(?<!\n )(?<!\n  )(?<!\n   )>|(?<![\w\"'/=-])[<\u2260\u2264\u2265\u226e\u226f\u2262\u2249\u2247\u2209])=?"
              r"|!=|=/=|\\(?:neq?|not|[lg]eq?(?:slant)?|[lg]t|nless|ngtr)(?![a-zA-Z])(?:\s*=)?")
+#: Space between a number and an operator, as text or LaTeX draws it: whitespace, LaTeX's spacing
+#: commands (``\\,``, ``\\;``, ``\\:``, ``\\!``, ``\\>``, a backslash-space) and its tie "~". Why: "5\\,\\pi",
+#: "2\\,\\sqrt{3}" and "5 \\pi" were read as 5 and 2, paying 5\u03c0 against 5.
+_LATEX_GAP = r"(?:\s|\\[,;:!> ]|~)*"
 #: what after a number makes it part of an expression: right after it a superscript, "!", "(", "^",
 #: π, √, \\pi, "pi", a lone Latin letter that is no unit ("2x"), or a "*"/"**" glued to an operand
 #: ("2**3", "2*x"); or, spaces allowed, an operator or a command, a "*" or "-" with an operand after
-#: it ("**42**" is markdown, "42 - that is all" a dash), a spaced "**" ("2 ** 3") or "x" between
+#: it ("**42**" is markdown, "42 - that is all" a dash), π or \\pi ("5 \\pi"; LaTeX spacing counts as
+#: spaces: ``_LATEX_GAP``), a spaced "**" ("2 ** 3") or "x" between
 #: numbers ("2 x 3"), a spaced lone letter that is no unit before an operator ("2 x + 1", "2 x^2":
 #: "5 a day" and "9.8 m/s^2" read), "}{" / "}^" (\\frac{1}{2}, {2}^3), or a decimal point glued to
 #: an operator with an operand after it ("1.-5", "1.+5": 1. minus 5)
@@ -492,7 +508,8 @@ _EXPRESSION_AFTER = re.compile(
     rf"[{_SUPERSCRIPTS}{_SUBSCRIPTS}{_COMBINING}!(^\u03c0\u221a]|_(?=[{{\dA-Za-z])|\\pi(?![a-zA-Z])|pi(?![A-Za-z])|(?![{_UNIT_LETTERS}])[A-Za-z](?![A-Za-z])"
     rf"|,(?=\d)|\*\*?(?=[A-Za-z\d(])|\s+\*\*\s+(?=[\d(])|\s+x\s+(?=[\d(])|\.(?=[-*{_OPERATORS}]\s*[\d(.\\])"
     rf"|\s+(?![{_UNIT_LETTERS}])[A-Za-z](?=\s*(?:[{_OPERATORS}]|(?:\*\*?|-)\s*(?:[\d(.\\]|[A-Za-z](?![A-Za-z]))))"
-    rf"|\s*(?:[{_OPERATORS}{_VULGAR}]|\*(?=\s*[\d(])|-(?=\s*(?:[-+]\s*)?[\d(.\\])|{_COMMANDS}|\}}\s*[{{^])")
+    rf"|{_LATEX_GAP}(?:[{_OPERATORS}{_VULGAR}\u03c0]|\*(?=\s*[\d(])|-(?=\s*(?:[-+]\s*)?[\d(.\\])|{_COMMANDS}|\\pi(?![a-zA-Z])"
+    rf"|\}}\s*[{{^])")
 #: Markup that strikes out or hides what it encloses: a number in it is retracted or invisible, not
 #: given (``\\sout{4}``, ``\\cancel{4}``, ``\\phantom{4}``, "~~4~~", "<del>4</del>"), as a digit
 #: struck through with a combining mark is.
@@ -505,10 +522,11 @@ _STRUCK = (r"\\(?:sout|st|strike|cancel|bcancel|xcancel|phantom|hphantom|vphanto
 #: "!" ("50% - 5", "5! - 3") or a decimal point glued to it ("1.-5") (a sign, "-" or "+"
 #: (``_SIGN``), is part of the number), a
 #: command, "^" or an index "x_" (with or without "{"), the "{" of \\frac{ / \\sqrt{ or of a
-#: second argument "}{", or an "x" between numbers ("2 x 3")
+#: second argument "}{", or an "x" between numbers ("2 x 3"); or a "-" glued before a signed number
+#: ("--5" is 5 negated twice: neither -5 nor, as written, 5)
 _EXPRESSION_BEFORE = re.compile(
     rf"(?:[{_OPERATORS}\u221a\u207b\u208b]|[\d)]\(|-\(|[\d)}}\]]\s*\*\*?|[A-Za-z]\*\*?|[A-Za-z]\s+\*\*?\s|[\w)}}\]%][^\S\n]*-|[\d)}}\]]!\s*-|\d\.-|\d\s+x\s+"
-    rf"|{_COMMANDS}|\\sqrt\s*\[|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK})\s*$|\d,$")
+    rf"|{_COMMANDS}|\\sqrt\s*\[|\^\s*\{{?|[\w}}]_\s*\{{?|(?:{_COMMANDS}|\}})\s*\{{|{_RELATION}|{_STRUCK}){_LATEX_GAP}$|\d,$|-$")
 _LONGEST_NUMBER = 1000  # characters: a longer "number" is a decompression bomb for exact arithmetic, not an answer
 #: A fraction of two integers, read as its exact value: "1/2" (no spaces, nothing glued on: "1/2/3" and
 #: "1/2.5" are no fraction), or LaTeX's ``\\frac``/``\\dfrac``/``\\tfrac`` with integer arguments
@@ -556,7 +574,10 @@ _NEGATION_AFTER = re.compile(
 #: and en dashes (U+2012, U+2013) and the small and fullwidth hyphen-minus (U+FE63, U+FF0D), each read
 #: as "-". Why: "answer: \u201312" (an en dash, as typesetting writes minus twelve) was read as 12,
 #: paid against 12 and never against -12. The em dash is punctuation ("12 \u2014 no, 14") and stays.
-_MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\ufe63\uff0d", "-"))
+#: Also the Arabic decimal and thousands separators (U+066B, U+066C), read as "." and ",": "\u0665\u066b\u0665"
+#: (5.5 in Arabic-Indic digits) was read as the numbers 5 and 5, paying 5.5 against 5.
+_MINUS_SIGNS = str.maketrans({**dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\ufe63\uff0d", "-"),
+                              "\u066b": ".", "\u066c": ","})
 
 
 class _Number(NamedTuple):
@@ -572,8 +593,16 @@ class _Number(NamedTuple):
 
 #: A "-" spaced from the number it negates ("x = - 5", "answer: - 5", ``\\boxed{- 5}``, "(- 5)"): after
 #: no operand (a digit, letter, "." or "%", bracket, "!": "3 - 5" is a difference) on its own line
-#: (after a line break it is a markdown list's dash: "Total:\n- 5" lists 5).
-_SPACED_MINUS = re.compile(r"(?:(?<=[^\w.%!)\]}\s])|^)([ \t]*)-([ \t]+)(?=\.?\d|\\[dt]?frac)")
+#: (after a line break it is a markdown list's dash: "Total:\n- 5" lists 5). Also a minus that markup
+#: keeps from its digits though it draws them signed: a currency sign ("-$5", ``-\\$5``, "-\u20ac5"), LaTeX
+#: spacing or braces ("-\\,5", "-~5", "-{5}", "{-}5", ``\\text{-}5``), markdown emphasis ("-**5**",
+#: "**-**5") or a zero-width character. Why: each was read as 5, so "-\\$5" paid against 5 and never -5.
+_SPACED_MINUS = re.compile(
+    r"(?:(?<=[^\w.%!)\]}\s])|(?<=\n)|^)([ \t]*)"
+    r"(?:-|(?:\\(?:text|textrm|textbf|mathrm|mathbf|mbox)\s*)?\{[ \t]*-[ \t]*\}|(?P<emphasis>\*{1,3})-(?P=emphasis))"
+    r"(?:[ \t~{\u200b-\u200d\u2060\ufeff]|\\[,;:! ]|\\?[$\u20ac\u00a3\u00a5]|\*)*(?=\.?\d|\\[dt]?frac)")
+#: A plain "-" then a space: where it opens a line, a markdown list's dash ("- 5", "- $5"), no sign.
+_LIST_DASH_OPENING = re.compile(r"[ \t]*-[ \t]")
 
 
 def _glued_minus(text: str, line_start: bool) -> str:
@@ -583,7 +612,10 @@ def _glued_minus(text: str, line_start: bool) -> str:
     is a list's dash ("- 5" alone lists 5, as markdown renders it), as it is not in a box or after
     "answer:"."""
     def glued(m: re.Match[str]) -> str:
-        return m.group() if line_start and m.start() == 0 else " " * (len(m.group()) - 1) + "-"
+        opens_line = (line_start and m.start() == 0) or m.string[m.start() - 1:m.start()] == "\n"
+        if opens_line and _LIST_DASH_OPENING.match(m.group()):
+            return m.group()
+        return " " * (len(m.group()) - 1) + "-"
     return _SPACED_MINUS.sub(glued, text) if "-" in text else text
 
 
@@ -687,10 +719,15 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
         return None
     boxes = boxed_answers(part)
     if boxes:
-        values = set()
+        values: set[Fraction | None] = set()
         for box in boxes:
             # one number, first in its box: "42 \\text{ cm}^2" holds 42; "2+2", "4 or 5!" none
             found = _numbers(box, line_start=False)
+            if found and not found[0].alone:  # an equation ("6 \\times 7 = 42"): the number it states
+                if (stated := _equation_result(box, found)) is None:
+                    return None
+                values.add(stated)
+                continue
             if (not found or not found[0].alone or sum(n.alone for n in found) != 1
                     or any(n.opens for n in found[1:])):
                 return None
@@ -707,7 +744,7 @@ def final_number(text: str, opened: bool = False, last_number: bool = True) -> F
         for sentence in _SENTENCE_END.split(first_line):
             numbers = _numbers(sentence, line_start=False)
             if numbers:
-                value = _answered(numbers)
+                value = _answered(numbers, sentence)
                 return None if value is None or _uncommitted(after, False, value) else value
     if not last_number:
         return None
@@ -825,18 +862,52 @@ def _hedged(text: str, value: Fraction) -> bool:
 _SENTENCE_END = re.compile(r"(?:[.?]|(?<![\d)}\]\\])!)(?=\s|$)|\u3002")
 
 
-def _answered(numbers: list[_Number]) -> Fraction | None:
+def _answered(numbers: list[_Number], text: str = "") -> Fraction | None:
     """The number an answer sentence gives: its first, which must stand alone, and which every
     other number standing alone there must equal, with no expression opened by a number after it.
     Why: "answer: 2 or 3" hedges, and reading its first number paid a policy that lists candidates;
     so does "answer: 4 or 5!" (an exclaimed 5 or 5 factorial: not 4 either way) or "2 or 3x".
     "answer: 2 (two)", "answer: 1/2 = 0.5", a check ("4, since 2*2 = 4") and a unit's power
-    ("answer: 42 cm^2") still read."""
+    ("answer: 42 cm^2") still read. With the ``text`` the numbers were read from, an answer whose
+    first number opens an expression is read as an equation (``_equation_result``)."""
     first = numbers[0]
+    if not first.alone and text:
+        return _equation_result(text, numbers)
     if not first.alone or any(n.opens or (n.alone and n.value != first.value) or (n.negated and n.value == first.value)
                               for n in numbers[1:]):
         return None
     return first.value
+
+
+#: A plain "=" (not "<=", ">=", "!=", "==", "=>", "=/=", ":="): the end of an equation's left side.
+_EQUALS = re.compile(r"(?<![<>!=/:\\])=(?![=>/])")
+
+
+#: What a left side of arithmetic may spell in letters: a LaTeX command (``\\times``, ``\\frac``), an
+#: "x" between numbers ("5 x 3"), and "x =" opening it (the letter the answer is given to).
+_ARITHMETIC_SPELLING = re.compile(r"\\[A-Za-z]+|(?<=[\d\s)])x(?=\s*[\d(])|^\s*[A-Za-z]\s*=")
+#: A letter left of the "=" besides those: an unknown ("x^2 = 4" states no answer 4) or a word.
+_VARIABLE = re.compile(r"[A-Za-z]")
+
+
+def _equation_result(text: str, numbers: list[_Number]) -> Fraction | None:
+    """The number an answer written as an equation states after its last "=" ("3 + 4 = 7",
+    "6 \\times 7 = 42": 7, 42), read as ``_answered`` reads that side, where the left side is arithmetic
+    (no unknown nor word: "x^2 = 4" is no answer 4) whose every number is part of the expression
+    (none stands alone, none is negated); else None. Why: "The answer
+    is: 3 + 4 = 7" and ``\\boxed{6 \\times 7 = 42}`` scored 0 (their first number opens an expression),
+    though "3 + 4 = 7" without a marker paid 7. A candidate beside the equation still gives none
+    ("5, 3 + 4 = 7", "3 + 4 = 7 or 8"), and no number left of the "=" is ever read."""
+    text = _LATEX_THOUSANDS.sub(",", text)  # as _numbers reads it: its positions
+    equals = list(_EQUALS.finditer(text))
+    last = equals[-1] if equals else None
+    if last is None or _VARIABLE.search(_ARITHMETIC_SPELLING.sub(" ", text[:last.start()])):
+        return None
+    left = [n for n in numbers if n.end <= last.start()]
+    right = [n for n in numbers if n.start >= last.end()]
+    if not left or not right or any(n.alone or n.negated for n in left):
+        return None
+    return _answered(right)
 
 
 def last_number(text: str) -> float | None:
@@ -932,11 +1003,32 @@ def exact_match(completions: Sequence[Completion | str], context: RewardContext)
             # math holds no list: "$- 5$" and "\\(- 5\\)" are -5, as numeric_match reads them
             opens_line = _MATH_OPEN.match(extracted) is None
         got = answer_key(normalize_answer(extracted, opts["case_sensitive"]), opens_line)
+        if not isinstance(got, Fraction) and opts["extract"] == "auto" and _marked(text):
+            got = _first_sentence_number(extracted, opens_line, opts["case_sensitive"], got)
         if got == answer_key(gold) and isinstance(got, Fraction) and opts["extract"] == "auto" \
                 and _uncommitted(*_after_marked(text), value=got):  # "\\boxed{5}, though 6 is possible"
             got = ""
         out.append(1.0 if got == answer_key(gold) else 0.0)
     return out
+
+
+def _marked(text: str) -> bool:
+    """Whether ``exact_match``'s "auto" reads ``text``'s answer after a marker: no box, a marker."""
+    return not boxed_answers(text) and _MARKER.search(joined_display(text)) is not None
+
+
+def _first_sentence_number(extracted: str, opens_line: bool, case_sensitive: bool,
+                           whole: str | Fraction) -> str | Fraction:
+    """The answer a marker's line gives when the first sentence of that line is one number
+    ("The final answer is $42$. I hope it is correct.": 42), as ``numeric_match`` reads that
+    sentence; else ``whole``, the line's text. Why: the MATH (Minerva) format's closing line was
+    the text "$42$. i hope it is correct.", so every right answer in that format scored 0. Only a
+    number: a text answer's "." may be an abbreviation's ("answer: Dr. Smith")."""
+    first = _SENTENCE_END.split(extracted, maxsplit=1)[0]
+    if first == extracted:
+        return whole
+    key = answer_key(normalize_answer(first, case_sensitive), opens_line)
+    return key if isinstance(key, Fraction) else whole
 
 
 def answer_key(normalized: str, opens_line: bool = False) -> str | Fraction:
