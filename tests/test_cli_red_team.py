@@ -80,3 +80,23 @@ def test_an_output_that_cannot_be_written_is_one_error_line(argv):
     assert "Traceback" not in done.stderr and done.returncode == 2, done.stderr[-2000:]
     assert lines[-1].startswith("error: standard output: writing the command's output failed: No space left"), lines
     assert "Fix: " in lines[-1]
+
+
+def test_bench_backends_with_no_names_is_refused_not_every_backend():
+    """`polyrl bench --backends $NAMES` with NAMES unset gave an empty list, read as the default:
+    every usable backend was benched (minutes each) instead of the ones meant."""
+    from polyrl.bench.args import bench_backends
+    from polyrl.registry import get_registry
+
+    with pytest.raises(ConfigError) as info:
+        bench_backends(get_registry(), [])
+    assert info.value.field == "--backends" and "leave --backends out" in info.value.fix
+    assert bench_backends(get_registry(), None)  # left out: every usable one, as before
+
+
+def test_bench_backends_with_no_names_is_one_error_line_and_nothing_is_written(tmp_path, capsys):
+    out = tmp_path / "results.json"
+    assert main(["bench", "--backends", "--steps", "1", "--output", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --backends: names no backend. Fix: "), line
+    assert not out.exists()
