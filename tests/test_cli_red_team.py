@@ -100,3 +100,13 @@ def test_bench_backends_with_no_names_is_one_error_line_and_nothing_is_written(t
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: --backends: names no backend. Fix: "), line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["trackers", "rewards"])
+def test_a_listing_under_columns_zero_is_drawn_not_empty(command):
+    """COLUMNS=0 (a CI runner's or a script's) made Rich draw every listing zero wide: nothing was
+    printed and the command exited 0."""
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", command], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "0", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"polyrl {command}" in done.stdout and done.stdout.count("\n") > 5, done.stdout

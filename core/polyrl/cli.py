@@ -86,7 +86,16 @@ def _listing_console() -> Any:
             self.quiet = True  # nothing more is written; main says why the command ended
             raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
 
-    return ListingConsole()
+    console = ListingConsole()
+    if console.width < LISTING_MIN_WIDTH:  # COLUMNS=0 (a CI runner's, a script's) printed nothing, exit 0
+        console.width = LISTING_FALLBACK_WIDTH
+    return console
+
+
+#: A listing drawn narrower than this is unreadable (COLUMNS=0 drew nothing): it is drawn
+#: ``LISTING_FALLBACK_WIDTH`` wide instead, and the terminal wraps it.
+LISTING_MIN_WIDTH = 20
+LISTING_FALLBACK_WIDTH = 80
 
 
 def _why_not(status: Any) -> str:
