@@ -112,7 +112,7 @@ def test_a_score_whose_float_raises_anything_is_a_reward_error_naming_it():
     (["report", "{long}"], "RUN_DIR"),
     (["train", "{config}", "--set", 'rewards.0={{function = "{long}.py:score"}}'], "rewards[0].function"),
     (["train", "{config}", "--set", 'environment.tools=["{long}.py:lookup"]'], "environment.tools"),
-    (["generate", "hi", "--model", "{long}"], "model.path"),
+    (["generate", "hi", "--model", "{long}"], "--model"),
     (["convert", "{long}", "{config}.out", "--to", "hf"], "src"),
     (["convert", "{model}", "{long}", "--to", "hf"], "dst"),
     (["bench", "--backends", "torch", "--output", "{long}.json"], "--output"),  # before any benchmark ran

@@ -86,7 +86,16 @@ def _listing_console() -> Any:
             self.quiet = True  # nothing more is written; main says why the command ended
             raise BrokenPipeError(errno.EPIPE, "standard output's reader left")
 
-    return ListingConsole()
+    console = ListingConsole()
+    if console.width < LISTING_MIN_WIDTH:  # COLUMNS=0 (a CI runner's, a script's) printed nothing, exit 0
+        console.width = LISTING_FALLBACK_WIDTH
+    return console
+
+
+#: A listing drawn narrower than this is unreadable (COLUMNS=0 drew nothing): it is drawn
+#: ``LISTING_FALLBACK_WIDTH`` wide instead, and the terminal wraps it.
+LISTING_MIN_WIDTH = 20
+LISTING_FALLBACK_WIDTH = 80
 
 
 def _why_not(status: Any) -> str:
@@ -485,7 +494,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                           fix='pass the text to sample from, e.g. polyrl generate "What is 2 + 3?"')
     template_kwargs = _chat_template_kwargs(args.chat_template_kwargs, args.raw)
     reg = _registry()
-    model = reg.resolve_model(args.model)
+    model = reg.resolve_model(args.model, field="--model")
     engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
                                                     chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
@@ -907,7 +916,10 @@ def _main(argv: list[str] | None) -> int:
         args = build_parser().parse_args(argv)
         if args.log_json:
             logs.configure(json=True)
-        return int(args.func(args) or 0)
+        from polyrl.output_stream import checked_stdout
+
+        with checked_stdout():  # a failed write (a full disk) is the error line below, not a traceback
+            return int(args.func(args) or 0)
     except PolyrlError as exc:
         from polyrl.errors import one_line
         from polyrl.launch_errors import report

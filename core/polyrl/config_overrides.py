@@ -8,6 +8,8 @@ type and range checks as the same line in the file, and an unknown key is named 
 from __future__ import annotations
 
 import copy
+import json
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -55,6 +57,7 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     except ConfigError as exc:  # named by the key it sets
         raise exc.renamed(where) from None
     _refuse_other_literal(raw.strip(), value, where)
+    _refuse_broken_literal(raw.strip(), value, where)
     return [p.strip() for p in parts], value
 
 
@@ -76,6 +79,29 @@ def _refuse_other_literal(raw: str, value: Any, where: str) -> None:
            else "leave the key out of the file to unset it (TOML has no null)")
     raise ConfigError(f"{raw!r} is not a TOML value (it would be read as the text {raw!r})", field=where,
                       fix=f"{fix}; for the text itself, quote it: --set '{where}=\"{raw}\"'")
+
+
+#: How a TOML string, array or inline table starts: a value opening so that is not TOML is a typo in it.
+_LITERAL_OPENERS = ("[", "{", '"', "'")
+
+
+def _refuse_broken_literal(raw: str, value: Any, where: str) -> None:
+    """``--set train.output_dir=[1,2`` or ``--set logging.run_name="exp 1`` (a bracket or quote
+    left open) is an error naming TOML's complaint, not the text itself. Why: "else a string" took
+    them as is: a run went to a folder named ``[1,2``, a run name kept its stray quote, and a
+    broken ``stop = [...]`` array was blamed on its type with a fix quoting the whole text."""
+    if value != raw or not raw.startswith(_LITERAL_OPENERS):
+        return
+    try:
+        tomllib.loads(f"value = {raw}")
+    except tomllib.TOMLDecodeError as exc:  # its place in VALUE, not in the "value = VALUE" parsed
+        why = re.sub(r"\(at line 1, column (\d+)\)", lambda m: f"(at character {int(m[1]) - 8})", str(exc))
+    else:  # pragma: no cover - parse_value read it as TOML then
+        return
+    text = f"'{raw}'" if "'" not in raw and "\n" not in raw else json.dumps(raw)
+    raise ConfigError(f"{raw!r} opens a TOML string, array or table but is not valid TOML: {why}", field=where,
+                      fix=f"close its brackets and quotes; for this text itself, give it as a TOML string: "
+                          f"{where}={text}")
 
 
 def _bare_key_fix(name: str, raw: str) -> str:

@@ -380,6 +380,10 @@ class Registry:
         cache, or ``name`` itself (a path). An uncached Hub id is a ``ConfigError`` on ``field``,
         and so is a folder with a link leading out of it (``polyrl.folder_links``), and a name no
         file system holds (``polyrl.path_text``: ``polyrl generate --model``'s was a traceback)."""
+        if not name.strip():  # "" was the current folder: `bench --model ""` ran and failed on every side
+            raise ConfigError(f"no model given ({name!r})", field=field,
+                              fix="give a local HF model folder, a .gguf file, a cached Hub id (\"org/name\") or an "
+                                  "alias like smollm2-135m-instruct")
         check_path_text(name, field)
         resolved = self.resolve_alias(name)
         if not resolved:

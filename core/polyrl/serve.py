@@ -751,7 +751,7 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
         raise ConfigError(f"must be between 1 and 4096, got {args.threads}", field="--threads",
                           fix="the CPU threads to compute with, e.g. --threads 4; leave it out for all cores")
     reg = get_registry()
-    path = reg.resolve_model(args.model)
+    path = reg.resolve_model(args.model, field="--model")
     args.max_length = fitted_max_length(args.max_length, model_positions(path))
     limits = limits_from(args)
     engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,

@@ -52,7 +52,11 @@ def bench_backends(reg: Registry, backends: Sequence[str] | None) -> list[str]:
     """The backends to bench: the named ones, each known and benchable, or by default every usable
     one but ``remote`` (it generates on servers named in ``backends.options.servers``, which
     ``polyrl bench`` has no flag for: it would only ever fail)."""
-    if not backends:
+    if backends is not None and not backends:  # `--backends $NAMES` with NAMES unset benched every backend
+        raise ConfigError("names no backend", field="--backends",
+                          fix="name one or more (e.g. --backends torch; `polyrl backends` lists them), or leave "
+                              "--backends out to bench every usable one")
+    if backends is None:
         return [name for name in reg.available() if name != REMOTE]
     for name in backends:
         try:
