@@ -20,6 +20,16 @@ from typing import Any
 RawReply = Callable[[BaseHTTPRequestHandler], None]
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+    """Write ``payload`` as a JSON response with ``status`` (what a scripted reply sends)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class ScriptedJudge:
     """Answers each ``POST .../chat/completions`` with the next scripted reply.
 
@@ -51,12 +61,7 @@ class ScriptedJudge:
                     return
                 status, payload = (reply if isinstance(reply, tuple) else
                                    (200, {"choices": [{"message": {"role": "assistant", "content": reply}}]}))
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload)
 
             def log_message(self, *args: Any) -> None:  # keep the test output clean
                 pass

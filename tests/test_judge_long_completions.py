@@ -19,7 +19,7 @@ from polyrl.rewards.combine import RewardComputer
 from polyrl.rewards.judge import DEFAULTS, judge_options
 from polyrl.types import Completion, RewardContext
 
-from judge_stub import ScriptedJudge, chat_body
+from judge_stub import ScriptedJudge, chat_body, send_json
 
 pytestmark = pytest.mark.faults
 
@@ -40,12 +40,7 @@ class ContextLimitedJudge(ScriptedJudge):
         status, body = ((400, {"error": {"message": f"the prompt is {len(user) // 4} tokens, over the model's "
                                                     "context of 10000 tokens", "param": "messages"}})
                         if len(user) > CONTEXT_CHARS else (200, chat_body("Score: 3/10")))
-        data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+        send_json(handler, status, body)
 
 
 @pytest.fixture()
