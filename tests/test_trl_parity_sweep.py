@@ -56,13 +56,16 @@ def test_a_generator_is_drawn_like_trl_does():
     np.testing.assert_array_equal(res.total, [0.0, 1.0])
 
 
-def test_a_2d_tensor_is_still_an_error_naming_the_reward():
+def test_a_2d_tensor_of_several_values_a_sample_is_still_an_error_naming_the_reward():
+    """(n, 1), a reward model's logits, is n scores (TRL's ``torch.tensor`` reads it so); (n, 2)
+    is no list of scores there either."""
     torch = pytest.importorskip("torch")
 
     def grid(completions, **kwargs):
-        return torch.zeros(2, 1)
+        return torch.zeros(2, 2)
 
-    with pytest.raises(RewardError, match=r"reward 'grid' .*returned Tensor, not a list of scores"):
+    with pytest.raises(RewardError, match=r"reward 'grid' .*returned tensor\(\[0\., 0\.\]\) for sample 0 "
+                                          r"\(a Tensor, not a number\)"):
         scored([grid], ["x", "y"], ROWS)
 
 
