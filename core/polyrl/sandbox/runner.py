@@ -118,7 +118,8 @@ class Sandbox:
         self._choice = (isolation, user, self.python, self.limits.disk_mb)
         self._hidden = sandbox_hidden.state()
         uncounted = os.geteuid() == 0 and self.launch.ids is None and not self.launch.uid_pool  # real uid 0
-        rlimits = "on: CPU, address space, file size, open files, core, POSIX message queues, queued signals; processes " + (
+        rlimits = ("on: CPU, address space, file size, open files, core, POSIX message queues, queued signals, "
+                   "real-time and nice priority (0: no raising its own); processes ") + (
             "(not enforced: root)" if uncounted else "on") + (
             "; out of memory, samples die first (oom_score_adj 1000)" if self.launch.oom
             else "; oom_score_adj: off (no choom), the trainer may be the OOM killer's choice")

@@ -143,7 +143,13 @@ def _limits(lim):
                              ("RLIMIT_MSGQUEUE", 0, 0),
                              # queued real-time signals, counted the same way: a sample queueing its
                              # trainer's limit (96 555 here) made every timer_create of that uid fail
-                             ("RLIMIT_SIGPENDING", SIGNALS_QUEUED, SIGNALS_QUEUED)):
+                             ("RLIMIT_SIGPENDING", SIGNALS_QUEUED, SIGNALS_QUEUED),
+                             # scheduling: inherited from the trainer, where a raised RLIMIT_RTPRIO
+                             # (``ulimit -r``, LimitRTPRIO=) let a sample take SCHED_FIFO and a raised
+                             # RLIMIT_NICE let it go below nice 0, starving the trainer on its cores;
+                             # at 0 it can only lower its priority (absent on macOS: skipped)
+                             ("RLIMIT_RTPRIO", 0, 0),
+                             ("RLIMIT_NICE", 0, 0)):
         try:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError, AttributeError):
