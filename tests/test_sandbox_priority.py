@@ -1,14 +1,20 @@
-"""A sample cannot raise its scheduling priority over the trainer's, whatever limits the trainer has.
+"""A sample cannot run above normal priority, whatever the trainer's priority and limits are.
 
 RLIMIT_RTPRIO and RLIMIT_NICE are inherited: a trainer started with them raised (``ulimit -r 99``,
 systemd's ``LimitRTPRIO=``, an audio or HPC profile) let its samples take ``SCHED_FIFO`` or
-``nice -5`` and starve it on its cores. The server sets both to 0 before the solution runs.
+``nice -5`` and starve it on its cores. So were its scheduling policy and nice value (``chrt -f``,
+``nice -n -10``). The server sets both limits to 0 and goes back to SCHED_OTHER at nice 0 or above
+before the solution runs.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import resource
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,18 +37,26 @@ class _Recording:
         self.set[which] = limits
 
 
-def test_the_servers_limits_zero_real_time_and_nice_priority():
-    """The server's own ``_limits`` (read from its source: the sample runs it as a script) asks for
-    RLIMIT_RTPRIO and RLIMIT_NICE of 0, soft and hard, as it does for the core size."""
+def _server_limits() -> str:
+    """The server's ``_limits`` and what it uses at module level, from its source (the sample runs
+    the server as a script, so it cannot be imported)."""
     source = (Path(runner.__file__).parent / "server.py").read_text()
-    tree = ast.parse(source)
-    wanted = {"_limits", "SIGNALS_QUEUED"}
-    parts = [ast.get_source_segment(source, node) for node in tree.body
-             if isinstance(node, ast.FunctionDef) and node.name in wanted
-             or isinstance(node, ast.Assign) and any(getattr(t, "id", None) in wanted for t in node.targets)]
+    parts = []
+    for node in ast.parse(source).body:
+        names = {node.name} if isinstance(node, ast.FunctionDef) else {
+            getattr(t, "id", None) for t in node.targets} if isinstance(node, ast.Assign) else set()
+        if names & {"_limits", "_normal_priority", "SIGNALS_QUEUED", "_SHARED_POLICIES"}:
+            parts.append(str(ast.get_source_segment(source, node)))
+    return "\n".join(parts)
+
+
+def test_the_servers_limits_zero_real_time_and_nice_priority():
+    """The server's own ``_limits`` asks for RLIMIT_RTPRIO and RLIMIT_NICE of 0, soft and hard, as
+    it does for the core size."""
     recorder = _Recording()
-    namespace: dict[str, object] = {"resource": recorder}
-    exec("\n".join(str(part) for part in parts), namespace)
+    namespace: dict[str, object] = {"resource": recorder, "os": os}
+    exec(_server_limits(), namespace)
+    namespace["_normal_priority"] = lambda: None  # this process's own priority stays as it is
     limits = SandboxLimits().for_server()
     namespace["_limits"](limits)  # type: ignore[operator]
     assert recorder.set.get("RLIMIT_CORE") == (0, 0), recorder.set  # the recorder sees the calls at all
@@ -96,3 +110,26 @@ def test_a_sample_takes_no_real_time_or_higher_priority_from_a_trainer_allowed_t
     box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512))
     result = box.run(PRIORITY, parse_tests("assert raise_priority() == ([], (0, 0), (0, 0))\n"))
     assert (result.status, result.passed) == ("ok", [True]), result
+
+
+#: Runs the server's ``_limits`` and prints the scheduling policy and nice value it leaves.
+AFTER_LIMITS = "import os, resource, sys\n{limits}\n_limits({args!r})\nprint(os.sched_getscheduler(0), os.nice(0))\n"
+
+
+def test_a_sample_started_at_real_time_priority_goes_back_to_normal():
+    """A trainer under ``chrt --fifo 1`` and ``nice -n -5`` (root may) passed both to the sample,
+    which then held a core at real-time priority; the server's ``_limits`` now leaves it SCHED_OTHER
+    at nice 0. A short process of its own runs at that priority here, never the test's."""
+    chrt, nice = shutil.which("chrt"), shutil.which("nice")
+    if chrt is None or nice is None or not hasattr(os, "SCHED_FIFO"):
+        pytest.skip("needs util-linux chrt, coreutils nice and SCHED_FIFO")
+    code = AFTER_LIMITS.format(limits=_server_limits(), args=SandboxLimits().for_server())
+    start = [chrt, "--fifo", "1", nice, "-n", "-5", sys.executable, "-I", "-c"]
+    refused = subprocess.run([*start, "import os; print(os.sched_getscheduler(0), os.nice(0))"],
+                             capture_output=True, text=True, timeout=60)
+    if refused.returncode != 0 or refused.stdout.split() != [str(os.SCHED_FIFO), "-5"]:
+        pytest.skip(f"this process cannot start one at SCHED_FIFO and nice -5 (needs CAP_SYS_NICE): "
+                    f"{(refused.stderr or refused.stdout).strip()[-200:]}")
+    done = subprocess.run([*start, code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(os.SCHED_OTHER), "0"], done.stdout

@@ -154,6 +154,26 @@ def _limits(lim):
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError, AttributeError):
             pass
+    _normal_priority()
+
+
+#: Scheduling policies a sample may keep: the time-sharing ones (a real-time one goes back to SCHED_OTHER).
+_SHARED_POLICIES = ("SCHED_OTHER", "SCHED_BATCH", "SCHED_IDLE")
+
+
+def _normal_priority():
+    """Run the sample at no more than normal priority: time-shared (SCHED_OTHER where it inherited
+    SCHED_FIFO or SCHED_RR) and at nice 0 or above. Why: a trainer started under ``chrt -f`` or
+    ``nice -n -10`` passed that on to every sample, whose busy loop at real-time priority kept the
+    trainer off its core. Lowering one's own priority needs no privilege; a refusal ends the sample
+    (it must never run above the trainer unnoticed). Skipped where ``os`` has no such calls (macOS)."""
+    if not hasattr(os, "sched_getscheduler"):
+        return
+    shared = [getattr(os, name) for name in _SHARED_POLICIES if hasattr(os, name)]
+    if os.sched_getscheduler(0) not in shared:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    if os.getpriority(os.PRIO_PROCESS, 0) < 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
 def _own_keyring(number):
