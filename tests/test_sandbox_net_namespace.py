@@ -212,6 +212,30 @@ def test_the_mount_table_names_no_host_path_beyond_the_samples_own_tree():
         assert host_path not in rest, (host_path, output)
 
 
+#: Every command line its /proc shows (bubblewrap's PID 1 and its own), NUL-separated.
+COMMAND_LINES = r"""
+import os
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        print("CMDLINE", pid, repr(open("/proc/%s/cmdline" % pid, "rb").read()))
+"""
+
+
+@needs_bwrap
+def test_bubblewraps_command_line_names_no_host_path_or_trainer_pid():
+    """Bubblewrap's PID 1 keeps bubblewrap's command line, and the sample read it in
+    ``/proc/1/cmdline``: the tmpfs's mount folder on the host (``/run/polyrl-sandbox-tmpfs``),
+    the trainer's pid, every bind and hidden path. Its options now come from a descriptor
+    (``--args``); the command line is bubblewrap, that, and the sample's own command."""
+    sandbox = box()
+    output = run(sandbox, COMMAND_LINES)
+    lines = [line for line in output.splitlines() if line.startswith("CMDLINE ")]
+    assert any(line.startswith("CMDLINE 1 ") and "bwrap" in line for line in lines), output
+    for line in lines:
+        for leak in ("--ro-bind", "--setenv", f"\\x00{os.getpid()}\\x00", *sandbox.launch.wrapper[-1:]):
+            assert leak not in line, (leak, line[:2000])
+
+
 @needs_bwrap
 def test_a_sample_with_the_hosts_tcp_settings_is_warned_of(monkeypatch):
     """Where no wrapper can make the sample's network namespace (the mount refused, its folder not

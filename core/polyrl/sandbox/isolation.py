@@ -535,6 +535,29 @@ def _usr_binds() -> list[str]:
     return cmd
 
 
+def options_fd(options: Sequence[str]) -> int:
+    """A descriptor (close-on-exec: pass it) of an in-memory file holding ``options`` NUL-separated,
+    read from its start: bubblewrap's ``--args FD``; -1 where no such file can be made (the options
+    then stay on the command line). Why: bubblewrap's PID 1 in the sample's PID namespace keeps
+    bubblewrap's command line, and a sample read it in ``/proc/1/cmdline``: the host folder its
+    tmpfs is mounted from (``tmpfs_wrapper``), the trainer's pid, every bind, the names of what is
+    hidden: host paths its mount table (``/proc/self/mountinfo``) no longer names."""
+    data = b"".join(os.fsencode(option) + b"\0" for option in options)
+    try:
+        fd = os.memfd_create("polyrl-bwrap-args")
+    except (AttributeError, OSError):  # not Linux, or a kernel before 3.17
+        return -1
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
+
+
 def sandbox_env(home: str) -> dict[str, str]:
     """The sample's whole environment: nothing of the trainer's (no keys, no PYTHON* variables)."""
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "TMP": home, "TEMP": home,

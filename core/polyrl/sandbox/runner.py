@@ -190,7 +190,7 @@ class Sandbox:
         t0 = time.monotonic()
         self._hide_new_folders()
         folder = home = None  # the trainer's folder holding the sample's home, where /tmp is not its own
-        seccomp_r = -1
+        seccomp_r = args_fd = -1
         uid = None
         try:
             uid = uids.acquire() if self.launch.uid_pool else None
@@ -207,10 +207,16 @@ class Sandbox:
                 os.write(w, self.launch.seccomp_program)  # a few hundred bytes: fits the pipe
                 os.close(w)
                 pass_fds = (seccomp_r,)
-            argv = self.launch.argv(["-I", "-S", "-B", "-c", SERVER_SOURCE], seccomp_r if pass_fds else None, uid)
+            python_args = ["-I", "-S", "-B", "-c", SERVER_SOURCE]
+            argv = self.launch.argv(python_args, seccomp_r if pass_fds else None, uid)
             if self.launch.level == "bwrap":  # right after bwrap itself
                 at = len(self.launch.oom) + len(self.launch.userns) + len(self.launch.wrapper) + 1
                 argv[at:at] = ["--setenv", MARKER_ENV, env[MARKER_ENV]]
+                end = len(argv) - len(self.launch.suffix) - 1 - len(python_args)  # bubblewrap's options end
+                args_fd = isolation.options_fd(argv[at:end])
+                if args_fd >= 0:
+                    argv[at:end] = ["--args", str(args_fd)]
+                    pass_fds += (args_fd,)
             try:
                 proc = subprocess.Popen(argv, cwd=home or tempfile.gettempdir(), env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -221,6 +227,8 @@ class Sandbox:
             finally:
                 if seccomp_r >= 0:
                     os.close(seccomp_r)
+                if args_fd >= 0:
+                    os.close(args_fd)
             channel = Channel(proc, t0 + self.limits.timeout_s, self.limits.max_output_bytes)
             below = self.launch.level != "bwrap"  # bubblewrap's PID 1 dies with the group (_kill)
             result = None
