@@ -166,13 +166,18 @@ def _normal_priority():
     SCHED_FIFO or SCHED_RR) and at nice 0 or above. Why: a trainer started under ``chrt -f`` or
     ``nice -n -10`` passed that on to every sample, whose busy loop at real-time priority kept the
     trainer off its core. Lowering one's own priority needs no privilege; a refusal ends the sample
-    (it must never run above the trainer unnoticed). Skipped where ``os`` has no such calls (macOS)."""
+    (it must never run above the trainer unnoticed). Skipped where ``os`` has no such calls (macOS)
+    or the kernel does not say (an emulated one answering ENOSYS)."""
     if not hasattr(os, "sched_getscheduler"):
         return
     shared = [getattr(os, name) for name in _SHARED_POLICIES if hasattr(os, name)]
-    if os.sched_getscheduler(0) not in shared:
+    try:
+        policy, nice = os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:
+        return
+    if policy not in shared:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    if os.getpriority(os.PRIO_PROCESS, 0) < 0:
+    if nice < 0:
         os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
