@@ -289,9 +289,14 @@ def test_the_samples_capability_bounding_set_is_empty(user):
 
 @pytest.mark.faults
 def test_trainer_environment_never_reaches_the_sample(tmp_path, monkeypatch):
-    """At every level the sample starts with a fixed environment (no keys, tokens, PYTHON*)."""
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-TRAINER-SECRET")
-    probe = "import os\nSECRETS = [k for k, v in os.environ.items() if 'SECRET' in v or k == 'OPENAI_API_KEY']\n"
+    """At every level the sample starts with a fixed environment (no keys, tokens, PYTHON*), and
+    no process it may read the environment of (bubblewrap's PID 1 for a root sample) holds one."""
+    for key in ("OPENAI_API_KEY", "HF_TOKEN", "WANDB_API_KEY"):
+        monkeypatch.setenv(key, f"{key}-TRAINER-SECRET")
+    probe = ("import glob, os\nSECRETS = [k for k, v in os.environ.items() if 'SECRET' in v or k.endswith(('_KEY', "
+             "'_TOKEN'))]\nfor path in glob.glob('/proc/[0-9]*/environ'):\n    try:\n"
+             "        if b'SECRET' in open(path, 'rb').read():\n            SECRETS.append(path)\n"
+             "    except OSError:\n        pass\n")
     tests = parse_tests("assert SECRETS == []\n")
     boxes = []
     if shutil.which("bwrap"):
