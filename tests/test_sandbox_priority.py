@@ -105,8 +105,9 @@ PRIORITY = (
 
 @needs_bwrap
 def test_a_sample_takes_no_real_time_or_higher_priority_from_a_trainer_allowed_them(raised_priority_limits):
-    """With the trainer's RLIMIT_RTPRIO at 50 and RLIMIT_NICE at 30, a sample called
-    ``sched_setscheduler(SCHED_FIFO)`` and ``os.nice(-5)`` and both worked; now both fail."""
+    """With the trainer's RLIMIT_RTPRIO at 50 and RLIMIT_NICE at 30, a sample inherited them, and
+    the kernel lets an unprivileged process ``sched_setscheduler(SCHED_FIFO)`` and ``os.nice(-5)``
+    within them; now both fail. (Skipped where the test cannot raise its own limits.)"""
     box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512))
     result = box.run(PRIORITY, parse_tests("assert raise_priority() == ([], (0, 0), (0, 0))\n"))
     assert (result.status, result.passed) == ("ok", [True]), result
@@ -118,7 +119,7 @@ AFTER_LIMITS = "import os, resource, sys\n{limits}\n_limits({args!r})\nprint(os.
 
 def test_a_sample_started_at_real_time_priority_goes_back_to_normal():
     """A trainer under ``chrt --fifo 1`` and ``nice -n -5`` (root may) passed both to the sample,
-    which then held a core at real-time priority; the server's ``_limits`` now leaves it SCHED_OTHER
+    which then ran at real-time priority; the server's ``_limits`` now leaves it SCHED_OTHER
     at nice 0. A short process of its own runs at that priority here, never the test's."""
     chrt, nice = shutil.which("chrt"), shutil.which("nice")
     if chrt is None or nice is None or not hasattr(os, "SCHED_FIFO"):

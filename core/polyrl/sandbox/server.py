@@ -164,8 +164,8 @@ _SHARED_POLICIES = ("SCHED_OTHER", "SCHED_BATCH", "SCHED_IDLE")
 def _normal_priority():
     """Run the sample at no more than normal priority: time-shared (SCHED_OTHER where it inherited
     SCHED_FIFO or SCHED_RR) and at nice 0 or above. Why: a trainer started under ``chrt -f`` or
-    ``nice -n -10`` passed that on to every sample, whose busy loop at real-time priority kept the
-    trainer off its core. Lowering one's own priority needs no privilege; a refusal ends the sample
+    ``nice -n -10`` passed that on to every sample (a busy loop at real-time priority keeps the
+    trainer off its core). Lowering one's own priority needs no privilege; a refusal ends the sample
     (it must never run above the trainer unnoticed). Skipped where ``os`` has no such calls (macOS)
     or the kernel does not say (an emulated one answering ENOSYS)."""
     if not hasattr(os, "sched_getscheduler"):
