@@ -29,7 +29,7 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
                      HTTP 408/409/429/5xx; other HTTP errors (401, 404...) are not retried
 ``backoff_s``        first retry waits ``backoff_s * 2**k`` (k = retry index) plus up to 100% jitter,
                      or as long as a 429/503's ``Retry-After`` asks, if longer (at most ``timeout_s``)
-``cache_path``       sqlite file of judged (model, rubric, prompt, completion) -> judge text, for answers
+``cache_path``       sqlite file of judged (endpoint, model, rubric, prompt, completion) -> judge text, for answers
                      with a readable score only (default ``$POLYRL_CACHE/judge_cache.sqlite3``; ``""``
                      or false disables it)
 ``on_error``         ``"fail"`` (default): raise ``RewardError`` naming the endpoint and the fix;
@@ -56,7 +56,8 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
 Behaviour worth knowing:
     * Identical (prompt, completion) pairs in one call are judged once; they and the samples found
       in the cache count as cache hits (``reward/llm_judge/cache_hit_rate``).
-    * The cache stores the judge's raw text, keyed by a hash of the model, the rendered rubric
+    * The cache stores the judge's raw text, keyed by a hash of the endpoint (user-info and query
+      values masked) and the model, the rendered rubric
       (which contains prompt, completion and any columns used; fenced with a fixed nonce), the system message and the
       sampling settings; the score is parsed again on read, so a parser fix applies to old entries.
     * Connection errors (refused, reset, closed mid-answer) count across the whole call: after
@@ -423,7 +424,13 @@ def _messages(opts: JudgeOptions, user: str) -> list[dict[str, str]]:
 
 
 def cache_key(opts: JudgeOptions, messages: list[dict[str, str]]) -> str:
-    payload = json.dumps([opts.model, messages, opts.temperature, opts.max_tokens], sort_keys=True)
+    """The cache's key for ``messages`` sent to this judge: its endpoint, model, and sampling
+    settings. The endpoint is part of it because a model name names nothing across servers (two
+    servers' "judge", or a local "gpt-4o-mini" proxy and OpenAI's, read each other's scores
+    otherwise); it is the endpoint as shown (user-info and query values masked), so no credential
+    is hashed into a file that outlives the run."""
+    payload = json.dumps([opts.shown_endpoint, opts.model, messages, opts.temperature, opts.max_tokens],
+                         sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
