@@ -44,3 +44,16 @@ def test_two_servers_serving_the_same_model_name_do_not_share_cached_scores(tmp_
     finally:
         strict.close()
         lenient.close()
+
+
+@pytest.mark.parametrize("reply", ["Score: 7, 8", "Score: 7 or 8", "Score: 7-8", "Score: 7 to 8/10", "Score: 7 8",
+                                   "Score 0-10: 7"])
+def test_a_verdict_naming_two_scores_is_ambiguous_not_its_first(reply):
+    assert parse_score(reply) is None
+
+
+@pytest.mark.parametrize(("reply", "expected"), [("Score: 7, 7", 0.7), ("Score: 8/10 - 2 minor issues", 0.8),
+                                                 ("Score: 7. 3 issues remain.", 0.7), ("Score: 7 (10 is best)", 0.7),
+                                                 ("Score: 7\n2. Clarity: fine", 0.7), ("Rating (0-10): 6", 0.6)])
+def test_a_verdict_followed_by_other_text_still_reads(reply, expected):
+    assert parse_score(reply) == pytest.approx(expected)

@@ -101,6 +101,10 @@ Score parsing (``parse_score``): the reply must hold exactly one verdict. The ca
     2. only when there is none, a reply that is nothing but a number ("7", "7.5.", "7/10").
     A fraction in prose is never a verdict on its own: "the response says it deserves 10/10 but I
     disagree" (or a reply cut off before its verdict) would hand the policy the score it wrote.
+    A labelled score followed on its line by a second number, as a list or a range ("Score: 7, 8",
+    "7 8", "7-8", "7 or 8", "7 to 8"), counts both: it names two scores, and reading the first was a
+    guess. A sentence's end or a bracket stops it ("Score: 7. 3 issues", "Score: 7 (10 is best)"
+    read 7), and so does a denominator ("Score: 8/10 - 2 issues" reads 8).
     The candidates must all give the same score (the verdict repeated, or written as JSON and as a
     label, is fine). Otherwise the reply is unreadable (``on_parse_error``, logged with the
     reason), never a guess: a judge quoting the graded response's "Score: 10/10" next to its own

@@ -41,6 +41,8 @@ _OUT_OF = re.compile(r"out\s+of", re.IGNORECASE)
 _WORD = re.compile(r"\w")
 _WHOLE = re.compile(r"[-+]?\d+", re.ASCII)
 _TRAILER = re.compile(r"[\s.!*`]*")
+#: what joins two scores into a list or a range: "7, 8", "7; 8", "7|8", "7-8", "7–8", "7 or 8", "7 to 8"
+_LIST_SEPARATOR = re.compile(r"[,;|~\-\u2010-\u2015\u2212]|(?:or|and|to)(?=[ \t])", re.IGNORECASE)
 #: A JSON score value is a number or a short string ("6/10"); a longer one is not a score.
 JSON_WINDOW = 64
 _BRACKET_SPAN = 20  # "Rating (0-10): 6": an echoed range after the label is skipped
@@ -57,6 +59,14 @@ def _skip(text: str, i: int, stars: bool = True) -> int:
     """Index of the first character at or after ``i`` that is not whitespace (nor ``*``)."""
     n = len(text)
     while i < n and (text[i].isspace() or (stars and text[i] == "*")):
+        i += 1
+    return i
+
+
+def _skip_blanks(text: str, i: int) -> int:
+    """Index of the first character at or after ``i`` that is not a space or a tab (same line)."""
+    n = len(text)
+    while i < n and text[i] in " \t":
         i += 1
     return i
 
@@ -131,9 +141,10 @@ def json_scores(text: str) -> Candidates:
     return found
 
 
-def _labelled_at(text: str, i: int) -> Found | None | Literal[False]:
-    """"Score: 7/10", "**Rating:** 4 out of 5", "Rating (0-10): 6" with the label ending at ``i``;
-    False when no number follows the label, None when the number is not plain decimal."""
+def _labelled_at(text: str, i: int) -> tuple[Found | None | Literal[False], int]:
+    """"Score: 7/10", "**Rating:** 4 out of 5", "Rating (0-10): 6" with the label ending at ``i``,
+    and where it ends; False when no number follows the label, None when the number is not plain
+    decimal."""
     i = _skip(text, i)
     if i < len(text) and text[i] in "([":
         window = text[i + 1:i + 2 + _BRACKET_SPAN]
@@ -151,24 +162,51 @@ def _labelled_at(text: str, i: int) -> Found | None | Literal[False]:
         separated = False
     number = _number_at(text, _skip(text, i))
     if number is None:
-        return False
+        return False, i
     value, end = number
     denominator = _denominator_at(text, _skip(text, end))
     if denominator is not None:
         end = denominator[1]
     elif not separated and text.startswith(":", _skip(text, end)):
-        return False  # "Score 2: 4": the number names the label (a criterion's index), it is no score
+        return False, end  # "Score 2: 4": the number names the label (a criterion's index), it is no score
+    if not _plain_end(text, end):
+        return None, end
+    return (value, (denominator[0] if denominator else None)), end
+
+
+def _listed_after(text: str, i: int) -> Found | None | Literal[False]:
+    """A second number right after a labelled score ending at ``i``, on its line: "Score: 7, 8",
+    "7 8", "7-8", "7 or 8", "7 to 8" name two scores (a list or a range), so the verdict is not
+    one; False when none follows. A sentence's end ("7. 3 issues") or a bracket ("7 (10 is best)")
+    is not such a list."""
+    i = _skip_blanks(text, i)
+    sep = _LIST_SEPARATOR.match(text, i)
+    if sep is not None:
+        i = _skip_blanks(text, sep.end())
+    number = _number_at(text, i) if i < len(text) and text[i] not in "+-" else None
+    if number is None:
+        return False
+    value, end = number
+    denominator = _denominator_at(text, end)
+    if denominator is not None:
+        end = denominator[1]
     if not _plain_end(text, end):
         return None
     return value, (denominator[0] if denominator else None)
 
 
 def labelled_scores(text: str) -> Candidates:
+    """Every labelled score; one followed by a second number ("Score: 7, 8") counts both, so the
+    two disagree unless they are the same: reading the first would be a guess."""
     found: Candidates = []
     for m in _LABEL.finditer(text):
-        candidate = _labelled_at(text, m.end())
+        candidate, end = _labelled_at(text, m.end())
         if candidate is not False:
             found.append(candidate)
+            if candidate is not None and candidate[1] is None:  # "7/10, 8/10" is two fractions already
+                listed = _listed_after(text, end)
+                if listed is not False:
+                    found.append(listed)
     return found
 
 
