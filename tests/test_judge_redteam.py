@@ -27,7 +27,9 @@ def stub() -> Iterator[ScriptedJudge]:
 
 
 def scores(base_url: str, texts: list[str], rows: list[dict[str, Any]] | None = None, **options: Any) -> list:
-    opts = {"base_url": base_url, "model": "judge", "backoff_s": 0.01, "retries": 0, "cache_path": "", **options}
+    # one request at a time: the scripted replies reach the samples in order
+    opts = {"base_url": base_url, "model": "judge", "backoff_s": 0.01, "retries": 0, "cache_path": "",
+            "max_concurrency": 1, **options}
     return asyncio.run(judge([f"question {i}" for i in range(len(texts))], texts,
                              rows if rows is not None else [{} for _ in texts], opts))
 
@@ -57,3 +59,42 @@ def test_a_verdict_naming_two_scores_is_ambiguous_not_its_first(reply):
                                                  ("Score: 7\n2. Clarity: fine", 0.7), ("Rating (0-10): 6", 0.6)])
 def test_a_verdict_followed_by_other_text_still_reads(reply, expected):
     assert parse_score(reply) == pytest.approx(expected)
+
+
+AZURE_FILTERED = (400, {"error": {
+    "message": "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.",
+    "type": None, "param": "prompt", "code": "content_filter", "status": 400,
+    "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": {"hate": {"filtered": True}}}}})
+OPENAI_FILTERED = (400, {"error": {"message": "Your request was rejected by the safety system.",
+                                   "type": "invalid_request_error", "code": "content_policy_violation"}})
+
+
+@pytest.mark.parametrize("refusal", [AZURE_FILTERED, OPENAI_FILTERED], ids=["azure", "openai"])
+def test_a_content_filter_refusing_one_sample_scores_it_the_minimum_not_a_stopped_run(stub, refusal, capsys):
+    stub.reply(refusal, "Score: 6/10")
+    result = scores(stub.base_url, ["what the filter refuses", "a fine answer"])  # on_error = "fail"
+    assert list(result) == [0.0, pytest.approx(0.6)]
+    assert result.metrics["content_filtered"] == 1.0 and result.metrics["parse_failures"] == 1.0
+    assert "content filter" in capsys.readouterr().err
+
+
+def test_a_content_filter_refusal_follows_on_parse_error_and_other_400s_still_fail(stub):
+    stub.reply(AZURE_FILTERED, "Score: 6/10")
+    assert list(scores(stub.base_url, ["x", "y"], on_parse_error="skip")) == [None, pytest.approx(0.6)]
+    stub.reply(AZURE_FILTERED, "Score: 6/10")
+    with pytest.raises(RewardError, match=r"content filter.*Fix: set options.on_parse_error = \"min\""):
+        scores(stub.base_url, ["x", "y"], on_parse_error="fail")
+    stub.reply((400, {"error": {"message": "model 'judge' not found", "code": "model_not_found"}}), "Score: 6/10")
+    with pytest.raises(RewardError, match="HTTP 400: model 'judge' not found"):
+        scores(stub.base_url, ["x", "y"])
+
+
+def test_a_reply_cut_by_the_content_filter_is_not_read_as_a_verdict(stub, tmp_path):
+    cache = str(tmp_path / "judge.sqlite3")
+    cut = (200, {"choices": [{"message": {"role": "assistant", "content": "Score: 1"},
+                              "finish_reason": "content_filter"}]})  # "Score: 1" of "Score: 10/10"...
+    stub.reply(cut, "Score: 6/10")
+    result = scores(stub.base_url, ["x", "y"], cache_path=cache)
+    assert list(result) == [0.0, pytest.approx(0.6)] and result.metrics["content_filtered"] == 1.0
+    stub.reply("Score: 4/10")
+    assert list(scores(stub.base_url, ["x", "y"], cache_path=cache)) == [pytest.approx(0.4), pytest.approx(0.6)]

@@ -34,7 +34,11 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
                      or false disables it)
 ``on_error``         ``"fail"`` (default): raise ``RewardError`` naming the endpoint and the fix;
                      ``"skip"``: score None for the samples that failed (logged), train on the rest
-``on_parse_error``   for answers without a readable score (or cut off at ``max_tokens``):
+``on_parse_error``   for answers without a readable score (or cut off at ``max_tokens``), and for
+                     samples the server's content filter refused (HTTP 400 ``content_filter`` /
+                     ``ResponsibleAIPolicyViolation``) or cut (``finish_reason`` "content_filter"),
+                     which are about one sample's text, not the endpoint (counted in
+                     ``content_filtered``, logged; never cached):
                      ``"min"`` (default) scores them the scale's minimum, since what the judge writes
                      is partly the policy's doing through what it quotes, and a sample that makes the
                      judge unreadable must not escape a low score; when no answer of the call is
@@ -76,7 +80,8 @@ Behaviour worth knowing:
       cannot stall training or fill memory. A body that is not JSON (or nested too deep to parse),
       or whose ``content`` is not a string, is a failed request (``on_error``).
     * Metrics: ``cache_hit_rate``, ``failures`` (samples without a score, any reason),
-      ``parse_failures``, ``requests`` (HTTP attempts), ``retries``, ``cut_completions``.
+      ``parse_failures`` (content-filtered samples included), ``requests`` (HTTP attempts),
+      ``retries``, ``cut_completions``, ``content_filtered``.
 
 Fences: what the policy or the dataset wrote is quoted between ``<data-N>`` and ``</data-N>``,
     N a random nonce drawn per request (64 bits) that no completion can know, and ``{fence_rule}``
@@ -505,7 +510,9 @@ class JudgeCache:
 class _Outcome:
     text: str | None = None
     error: str | None = None  # why there is no text (endpoint failure)
-    truncated: bool = False  # the reply stopped at max_tokens: its verdict may be missing
+    #: why the reply is not read as a verdict though the request went through: cut off at
+    #: max_tokens (its verdict may be missing), or refused or cut by the server's content filter
+    unread: str | None = None
     fix: str | None = None  # what to do about ``error``, when the usual advice does not apply
 
 
@@ -564,6 +571,36 @@ async def _exchange(client: Any, opts: JudgeOptions, body: dict[str, Any],
         return response.status_code, reply.body(), wait
 
 
+#: why a reply stopped at ``max_tokens`` is not read
+CUT_OFF = "the reply was cut off at options.max_tokens (finish_reason \"length\")"
+#: how the reason for a sample the server's content filter refused or cut starts
+FILTERED = "the judge server's content filter refused"
+FILTERED_REPLY = f"{FILTERED} the reply (finish_reason \"content_filter\"): it may be cut anywhere"
+#: the ``error.code`` (or Azure's ``error.innererror.code``) of an HTTP 400 that refuses one
+#: request's content, not the endpoint: OpenAI's and Azure's ``content_filter``, Azure's
+#: ``ResponsibleAIPolicyViolation``, OpenAI's ``content_policy_violation``
+CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation"})
+
+
+def _content_filtered(status: int, raw: bytes) -> bool:
+    """Whether an error reply is a content filter refusing this request's text (what the policy or
+    the dataset wrote), as OpenAI and Azure answer it: HTTP 400 with ``error.code`` (or
+    ``error.innererror.code``) one of ``CONTENT_FILTER_CODES``. Why apart from other errors: it is
+    about one sample, not the endpoint, so it must neither stop the run (``on_error = "fail"``: a
+    policy could end training by writing what the filter refuses) nor leave the sample unscored
+    (``"skip"``: escaping a low score by it); it follows ``on_parse_error`` like an unreadable
+    reply, the minimum by default."""
+    if status != 400:
+        return False
+    data = _json_body(raw)
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return False
+    inner = error.get("innererror")
+    codes = [error.get("code"), inner.get("code") if isinstance(inner, dict) else None]
+    return any(isinstance(c, str) and c in CONTENT_FILTER_CODES for c in codes)
+
+
 class _Compressed(Exception):
     """A reply compressed though none was asked for: refused unread (see ``refused_encoding``)."""
 
@@ -614,6 +651,8 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
         state.connection_errors = 0
         if status != 200:
             last = f"HTTP {status}: {_server_message(raw, state.redact)}"
+            if _content_filtered(status, raw):  # this sample's text, not the endpoint: on_parse_error
+                return _Outcome(unread=f"{FILTERED} the request ({last})")
             if status in RETRY_STATUS:
                 continue
             return _Outcome(error=last)
@@ -628,7 +667,9 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
         if not isinstance(content, str):  # a number here is not a score the judge wrote as text
             return _Outcome(error=f"not an OpenAI chat completion response: message content is "
                                   f"{type(content).__name__}, not a string")
-        return _Outcome(text=content, truncated=isinstance(choice, dict) and choice.get("finish_reason") == "length")
+        finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+        return _Outcome(text=content, unread=(CUT_OFF if finish == "length" else
+                                              FILTERED_REPLY if finish == "content_filter" else None))
     return _Outcome(error=f"{last} (after {opts.retries + 1} attempts)")
 
 
@@ -647,7 +688,7 @@ async def _judge_all(opts: JudgeOptions, requests: list[tuple[str, list[dict[str
 
         async def one(key_: str, messages: list[dict[str, str]]) -> tuple[str, _Outcome]:
             outcome = await _request_one(client, opts, messages, headers, state, sem)
-            if outcome.text is not None and not outcome.truncated:
+            if outcome.text is not None and outcome.unread is None:
                 on_answer(key_, messages, outcome.text)
             return key_, outcome
 
@@ -708,6 +749,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     endpoint_failures: Counter[str] = Counter()
     fixes: dict[str, str] = {}
     parse_failures: list[tuple[str, str]] = []  # (answer, why it has no score)
+    filtered = 0  # of them, refused or cut by the server's content filter
     unreadable: list[int] = []  # their positions
     for key in keys:
         if key in answers:
@@ -716,9 +758,10 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
                 parse_failures.append((answers[key], reading.why))
                 unreadable.append(len(scores))
             scores.append(reading.score)
-        elif outcomes[key].truncated:  # what it quoted may be all it wrote: never read as a verdict
-            parse_failures.append((outcomes[key].text or "", "the reply was cut off at options.max_tokens "
-                                                                "(finish_reason \"length\")"))
+        elif outcomes[key].unread is not None:  # what it quoted may be all it wrote: never read as a verdict
+            why = outcomes[key].unread or ""
+            parse_failures.append((outcomes[key].text or "", why))
+            filtered += why.startswith(FILTERED)
             unreadable.append(len(scores))
             scores.append(None)
         else:
@@ -741,11 +784,15 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
         ))
     if parse_failures and opts.on_parse_error == "fail":
         example, why = parse_failures[0]
+        fix = ("make the rubric ask for exactly one verdict, \"Score: N/10\", check options.scale, use a stronger "
+               "judge model, or set options.on_parse_error = \"skip\"")
+        if filtered:
+            example, why = next((a, w) for a, w in parse_failures if w.startswith(FILTERED))
+            fix = ("set options.on_parse_error = \"min\" to score what the content filter refuses the minimum "
+                   "(or \"skip\" to leave it unscored), or use a judge endpoint without that filter")
         raise RewardError(redact(
             f"{NAME}: the judge {opts.model!r} at {opts.shown_endpoint} answered {len(parse_failures)} of {n} "
-            f"samples without a readable score (e.g. {redact(example)[:120]!r}: {why}). Fix: make the rubric ask "
-            "for exactly one verdict, \"Score: N/10\", check options.scale, use a stronger judge model, or set "
-            "options.on_parse_error = \"skip\""
+            f"samples without a readable score (e.g. {redact(example)[:120]!r}: {why}). Fix: {fix}"
         ))
     if cut:
         log.warning("completions longer than options.max_completion_chars were shown to the judge cut to "
@@ -772,6 +819,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
         "requests": float(state.requests),
         "retries": float(state.retries),
         "cut_completions": float(cut),
+        "content_filtered": float(filtered),
     }
     return RewardScores(scores, metrics=metrics)
 
