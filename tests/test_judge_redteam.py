@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from polyrl.errors import RewardError
+from polyrl.http_limits import retry_after_s
 from polyrl.rewards.judge import judge, parse_score
 
-from judge_stub import ScriptedJudge
+from judge_stub import ScriptedJudge, raw_reply
 
 pytestmark = pytest.mark.faults
 
@@ -98,3 +99,13 @@ def test_a_reply_cut_by_the_content_filter_is_not_read_as_a_verdict(stub, tmp_pa
     assert list(result) == [0.0, pytest.approx(0.6)] and result.metrics["content_filtered"] == 1.0
     stub.reply("Score: 4/10")
     assert list(scores(stub.base_url, ["x", "y"], cache_path=cache)) == [pytest.approx(0.4), pytest.approx(0.6)]
+
+
+def test_a_retry_after_that_is_no_ascii_number_is_ignored_not_a_traceback(stub):
+    assert retry_after_s({"retry-after": "\u00b2"}, 5.0) == 0.0  # isdigit() but not float()
+    assert retry_after_s({"retry-after": "\u0661"}, 5.0) == 0.0  # an Arabic-Indic 1: no HTTP delta-seconds
+    assert retry_after_s({"retry-after": "3"}, 5.0) == 3.0
+    busy = raw_reply(429, b'{"error": {"message": "slow down"}}', headers={"Retry-After": "\u00b2"})
+    stub.reply(busy)  # latin-1 on the wire, as http.server writes a header
+    assert list(scores(stub.base_url, ["x"], retries=1)) == [pytest.approx(0.7)]
+    assert stub.count() == 2
