@@ -109,3 +109,12 @@ def test_a_retry_after_that_is_no_ascii_number_is_ignored_not_a_traceback(stub):
     stub.reply(busy)  # latin-1 on the wire, as http.server writes a header
     assert list(scores(stub.base_url, ["x"], retries=1)) == [pytest.approx(0.7)]
     assert stub.count() == 2
+
+
+def test_a_row_without_the_value_its_rubric_quotes_is_not_judged_against_the_placeholder(stub, capsys):
+    rubric = "Reference answer: {answer}\nResponse: {completion}\nReply \"Score: N/10\"."
+    result = scores(stub.base_url, ["4", "5"], rows=[{"answer": None}, {"answer": "5"}], rubric=rubric)
+    assert list(result) == [None, pytest.approx(0.7)] and result.metrics["failures"] == 1.0
+    assert stub.count() == 1  # only the row with an answer reached the judge
+    assert "{answer}" not in stub.requests[0]["body"]["messages"][-1]["content"]
+    assert "{answer}" in capsys.readouterr().err

@@ -58,6 +58,9 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
                      (its answer format). Cut samples are counted in ``cut_completions`` and logged
 
 Behaviour worth knowing:
+    * A row without a value (None, or no such key) for a column the rubric quotes is not sent: its
+      sample is unscored, and a warning names the column. Sent, the judge read the placeholder as
+      written ("Reference: {answer}") and graded without the reference.
     * Identical (prompt, completion) pairs in one call are judged once; they and the samples found
       in the cache count as cache hits (``reward/llm_judge/cache_hit_rate``).
     * The cache stores the judge's raw text, keyed by a hash of the endpoint (user-info and query
@@ -408,6 +411,12 @@ def render_rubric(rubric: str, prompt: Prompt, completion: str, row: Mapping[str
     return text if placed else f"{fence_rule(nonce)}\n\n{text}"
 
 
+def rubric_columns(rubric: str) -> list[str]:
+    """The dataset columns ``rubric`` quotes: its ``{name}`` placeholders that are not built in."""
+    names = (m.group(2) for m in _PLACEHOLDER.finditer(rubric))
+    return list(dict.fromkeys(n for n in names if n is not None and n not in BUILTIN_PLACEHOLDERS))
+
+
 def check_rubric_columns(rubric: str, columns: Collection[str]) -> None:
     """Refuse a ``{name}`` placeholder that is neither built in nor a dataset column: rendering
     would leave it as written, so the judge would grade without the value it was meant to see."""
@@ -704,11 +713,18 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     """Score ``completions`` with the judge; returns scores (None = no score) and metrics."""
     opts = judge_options(options)
     n = len(completions)
-    keys: list[str] = []
+    keys: list[str | None] = []  # None: a row without a value its rubric quotes, never sent
     messages_of: dict[str, list[dict[str, str]]] = {}
     cut = 0  # completions shown cut to options.max_completion_chars
+    columns = rubric_columns(opts.rubric)
+    no_value: Counter[str] = Counter()  # column -> rows without a value for it
     for i in range(n):
         row = rows[i] if i < len(rows) else {}
+        absent = [c for c in columns if row.get(c) is None]
+        if absent:
+            no_value.update(absent)
+            keys.append(None)
+            continue
         text = completion_text(completions[i])
         cut += len(text) > opts.max_completion_chars
         messages = _messages(opts, render_rubric(opts.rubric, prompts[i], text, row, opts.scale,
@@ -719,16 +735,17 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
                                                             max_completion_chars=opts.max_completion_chars)))
         keys.append(key)
         messages_of.setdefault(key, messages)
+    unsent = keys.count(None)
     cache = JudgeCache(opts.cache_path) if opts.cache_path else None
     state = _CallState()
     redact = Redactor.of(url_secrets(opts.base_url))
     try:
         # an entry without a readable score (written before failures stopped being cached, or
         # readable only by an older parser) is asked again rather than replayed as a failure
-        cached = cache.get_many(keys) if cache is not None else {}
+        cached = cache.get_many(list(messages_of)) if cache is not None else {}
         answers = {k: v for k, v in cached.items() if parse_score(v, opts.scale) is not None}
         missing = [k for k in messages_of if k not in answers]
-        hits = n - len(missing)  # cache hits and in-call duplicates never reach the server
+        hits = n - unsent - len(missing)  # cache hits and in-call duplicates never reach the server
 
         def remember(key: str, messages: list[dict[str, str]], text: str) -> None:
             answers[key] = text
@@ -752,7 +769,9 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     filtered = 0  # of them, refused or cut by the server's content filter
     unreadable: list[int] = []  # their positions
     for key in keys:
-        if key in answers:
+        if key is None:
+            scores.append(None)
+        elif key in answers:
             reading = judge_score.read_score(answers[key], opts.scale)
             if reading.score is None:
                 parse_failures.append((answers[key], reading.why))
@@ -794,6 +813,10 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
             f"{NAME}: the judge {opts.model!r} at {opts.shown_endpoint} answered {len(parse_failures)} of {n} "
             f"samples without a readable score (e.g. {redact(example)[:120]!r}: {why}). Fix: {fix}"
         ))
+    if no_value:
+        log.warning("rows without a value for a column the rubric quotes were not judged; samples skipped "
+                    "(the judge would have read the placeholder as written)", reward=NAME, skipped=unsent, of=n,
+                    columns={f"{{{c}}}": k for c, k in no_value.most_common(3)})
     if cut:
         log.warning("completions longer than options.max_completion_chars were shown to the judge cut to "
                     "their start", reward=NAME, cut=cut, of=n, max_completion_chars=opts.max_completion_chars)
@@ -814,7 +837,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
                     example=redact(parse_failures[0][0])[:80], reasons=dict(whys.most_common(3)))
     metrics = {
         "cache_hit_rate": hits / n if n else 0.0,
-        "failures": float(n_endpoint + len(parse_failures)),
+        "failures": float(n_endpoint + len(parse_failures) + unsent),
         "parse_failures": float(len(parse_failures)),
         "requests": float(state.requests),
         "retries": float(state.retries),
