@@ -747,7 +747,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     cut = 0  # completions shown cut to options.max_completion_chars
     columns = rubric_columns(opts.rubric)
     no_value: Counter[str] = Counter()  # column -> rows without a value for it
-    written: dict[str, list[float]] = {}  # key -> the scores its completion writes itself
+    written: dict[str, frozenset[float]] = {}  # key -> the scores its completion writes itself
     for i in range(n):
         row = rows[i] if i < len(rows) else {}
         absent = [c for c in columns if row.get(c) is None]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal, NamedTuple
 
 #: A score as written: (value, denominator or None).
@@ -346,13 +346,19 @@ def _written(found: Found) -> str:
     return f"{value:g}" if denominator is None else f"{value:g}/{denominator:g}"
 
 
-def written_scores(text: str, scale: tuple[float, float]) -> list[float]:
+def written_scores(text: str, scale: tuple[float, float]) -> frozenset[float]:
     """The scores the graded response writes itself as verdicts (a JSON ``"score"`` or a labelled
     "Score: 10/10"), normalised; the ones ``read_score`` never takes for the judge's own. Prose
     fractions, bare numbers and ``\\boxed{}`` are left out: they are how answers are written ("3/10"
     is a probability, ``\\boxed{7}`` a result), not how a response claims a grade."""
     found = [f for f in json_scores(text) + labelled_scores(text) if f is not None]
-    return [s for s in (normalise(f, scale) for f in found) if s is not None]
+    return frozenset(_key(s) for s in (normalise(f, scale) for f in found) if s is not None)
+
+
+def _key(score: float) -> float:
+    """A normalised score as ``written`` holds it: a set lookup, not a scan of every score a
+    completion writes for every candidate (a completion of thousands of "Score: 0.001"s)."""
+    return round(score, 9)
 
 
 def without_echoes(text: str, echoes: Sequence[str]) -> str:
@@ -366,7 +372,7 @@ def without_echoes(text: str, echoes: Sequence[str]) -> str:
     return text
 
 
-def read_score(text: Any, scale: tuple[float, float], written: Sequence[float] = ()) -> Reading:
+def read_score(text: Any, scale: tuple[float, float], written: Collection[float] = frozenset()) -> Reading:
     """The one verdict in the judge's reply ``text`` on ``scale`` (min, max), normalised.
     ``written``: the normalised scores the graded response writes itself (``written_scores``);
     a candidate giving one of them is the judge quoting or obeying the response, never its
@@ -377,8 +383,7 @@ def read_score(text: Any, scale: tuple[float, float], written: Sequence[float] =
     if written and explicit:
 
         def own(found: Candidates) -> Candidates:
-            return [f for f in found if f is None or not any(
-                (s := normalise(f, scale)) is not None and math.isclose(s, w, abs_tol=1e-9) for w in written)]
+            return [f for f in found if f is None or (s := normalise(f, scale)) is None or _key(s) not in written]
 
         kept = own(explicit)
         if not kept:  # what is left is prose, never a verdict alone
