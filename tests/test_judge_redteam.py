@@ -152,3 +152,11 @@ def test_a_judge_echoing_the_rubrics_example_score_is_not_read_as_that_score(stu
     stub.reply(echo, f"{echo}\nScore: 3/10", "Score: 8/10")
     assert list(scores(stub.base_url, ["a", "b", "c"], rubric=rubric)) == [0.0, pytest.approx(0.3),
                                                                           pytest.approx(0.8)]
+
+
+def test_prompts_or_rows_not_one_per_completion_are_one_error_not_an_index_error(stub):
+    opts = {"base_url": stub.base_url, "model": "judge", "cache_path": ""}
+    for prompts, rows in ((["q"], [{}, {}]), (["q", "q"], [{"answer": "4"}])):
+        with pytest.raises(RewardError, match=r"2 completions but .* Fix: pass one prompt and one dataset row"):
+            asyncio.run(judge(prompts, ["a", "b"], rows, opts))
+    assert stub.count() == 0

@@ -742,6 +742,9 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     """Score ``completions`` with the judge; returns scores (None = no score) and metrics."""
     opts = judge_options(options)
     n = len(completions)
+    if len(prompts) != n or len(rows) != n:  # a short list judged samples against another's row
+        raise RewardError(f"{NAME}: {n} completions but {len(prompts)} prompts and {len(rows)} dataset rows. "
+                          "Fix: pass one prompt and one dataset row per completion, in the same order")
     keys: list[str | None] = []  # None: a row without a value its rubric quotes, never sent
     messages_of: dict[str, list[dict[str, str]]] = {}
     cut = 0  # completions shown cut to options.max_completion_chars
@@ -749,7 +752,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     no_value: Counter[str] = Counter()  # column -> rows without a value for it
     written: dict[str, frozenset[float]] = {}  # key -> the scores its completion writes itself
     for i in range(n):
-        row = rows[i] if i < len(rows) else {}
+        row = rows[i]
         absent = [c for c in columns if row.get(c) is None]
         if absent:
             no_value.update(absent)
