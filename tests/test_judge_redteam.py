@@ -160,3 +160,18 @@ def test_prompts_or_rows_not_one_per_completion_are_one_error_not_an_index_error
         with pytest.raises(RewardError, match=r"2 completions but .* Fix: pass one prompt and one dataset row"):
             asyncio.run(judge(prompts, ["a", "b"], rows, opts))
     assert stub.count() == 0
+
+
+def test_several_choices_or_a_streamed_reply_fail_the_request_with_their_own_fix(stub):
+    from judge_stub import chat_body
+
+    two = chat_body("Score: 9/10")
+    two["choices"].append({"message": {"role": "assistant", "content": "Score: 2/10"}})  # another request's?
+    stub.reply((200, two))
+    with pytest.raises(RewardError, match="2 answers .* to one request"):
+        scores(stub.base_url, ["x"])
+    sse = (b'data: {"choices": [{"delta": {"content": "Score: 7/10"}}]}\n\n'
+           b'data: {"choices": [{"delta": {"content": "0"}}]}\n\ndata: [DONE]\n\n')  # "Score: 7/100"
+    stub.reply(raw_reply(200, sse))
+    with pytest.raises(RewardError, match="streamed its reply.*Fix: point options.base_url at the server itself"):
+        scores(stub.base_url, ["x"])

@@ -81,7 +81,9 @@ Behaviour worth knowing:
     * Score parsing is linear in the reply's length (``polyrl.rewards.judge_score``), and a
       reply is read up to ``max_reply_bytes`` within ``timeout_s``: a hostile or runaway reply
       cannot stall training or fill memory. A body that is not JSON (or nested too deep to parse),
-      or whose ``content`` is not a string, is a failed request (``on_error``).
+      or whose ``content`` is not a string, is a failed request (``on_error``); so is one with
+      several ``choices`` (the first was read: it may answer another request) and a streamed
+      (server-sent events) body, each with its own fix.
     * Metrics: ``cache_hit_rate``, ``failures`` (samples without a score, any reason),
       ``parse_failures`` (content-filtered samples included), ``requests`` (HTTP attempts),
       ``retries``, ``cut_completions``, ``content_filtered``, ``forged_scores``.
@@ -694,12 +696,21 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
             if status in RETRY_STATUS:
                 continue
             return _Outcome(error=last)
+        if raw.lstrip().startswith((b"data:", b"event:")):
+            return _Outcome(error="the server streamed its reply (server-sent events) though polyrl asked for one "
+                                  "JSON body", fix="point options.base_url at the server itself (or at a proxy that does "
+                                                   "not turn replies into streams)")
         try:
-            choice = _json_body(raw)["choices"][0]
+            choices = _json_body(raw)["choices"]
+            choice = choices[0]
             content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError):
             shown = state.redact(raw.decode("utf-8", "replace"))[:120]
             return _Outcome(error=f"not an OpenAI chat completion response: {shown!r}")
+        if len(choices) != 1:  # the first of several may answer another request (a batching proxy)
+            return _Outcome(error=f"the server sent {len(choices)} answers (choices) to one request for one",
+                            fix="point options.base_url at an endpoint that sends one choice, as the OpenAI "
+                                "API does by default (n = 1)")
         if content is None:  # no answer (a refusal, a tool call): nothing to read a score from
             content = ""
         if not isinstance(content, str):  # a number here is not a score the judge wrote as text
