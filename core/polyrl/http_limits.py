@@ -75,7 +75,7 @@ def retry_after_s(headers: Mapping[str, str], cap_s: float) -> float:
     value = (headers.get("retry-after") or "").strip()
     if not value:
         return 0.0
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # str.isdigit takes "²" (float() does not) and "١"
         seconds = float(value)
     else:
         try:
