@@ -362,6 +362,8 @@ class Hostile:
             return
         if self.mode == "dup_token_ids":  # a second token_ids key: a reader keeping the first trains on others
             data = data.replace(b'"token_ids": ', b'"token_ids": [1, 2, 3, 4], "token_ids": ')
+        if self.mode == "tiny_objects":  # 3 bytes per value: 60 KB, but a dict of 64 bytes each once parsed
+            data = b'{"pad": [' + b"{}," * 20_000 + b'{}], ' + data[1:]
         if self.mode == "huge":
             data = b'{"pad": "' + b"a" * (4 << 20) + b'", ' + data[1:]
         if self.mode == "gzip":  # compressed though identity was asked for: a few KB that inflate past the cap
@@ -633,6 +635,19 @@ def test_a_reply_over_max_reply_bytes_is_refused(hostile):
     assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))) == 2
     with pytest.raises(ConfigError, match="backends.options.max_reply_bytes"):
         hostile_engine(hostile, max_reply_bytes=0)
+
+
+@pytest.mark.faults
+def test_a_reply_holding_more_json_values_than_the_request_can_need_is_refused_before_parsing(hostile):
+    """64 MiB of ``{},`` (under max_reply_bytes) parsed into 1.5 GB of dicts, per request in flight,
+    and was then trained on (the padding ignored); its values are now counted on its bytes first."""
+    hostile.mode = "tiny_objects"
+    with pytest.raises(PluginError) as err:
+        hostile_engine(hostile, retries=0).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))
+    assert ("JSON values, more than the 4614 that a reply of n = 1 completions of at most max_tokens = 4 tokens "
+            "can hold" in str(err.value)), str(err.value)
+    hostile.mode = "ok"
+    assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))) == 1
 
 
 def test_chats_are_rendered_with_the_models_template_and_the_text_is_the_decode_of_the_ids(hostile, tiny_model_dir):

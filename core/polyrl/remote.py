@@ -91,8 +91,9 @@ from polyrl.hookspecs import hookimpl
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
+from polyrl.json_budget import over_budget
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
-                                   reply_choices, reply_model, restarted, weights_instance)
+                                   reply_choices, reply_model, reply_value_budget, restarted, weights_instance)
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
@@ -104,6 +105,10 @@ NAME = "remote"
 SAMPLING = ("ignore_eos",)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _T = TypeVar("_T")
+#: JSON values a reply other than a generation's may hold (``polyrl.json_budget``): a weight push's
+#: answer or an error body is a few keys, a model list one small object per model
+SMALL_REPLY_VALUES = 4096
+MODEL_LIST_VALUES = 1 << 16
 #: the one-time warning for each kind of prompt the servers tokenize because this side cannot
 _UNENCODED = {
     "text": "no tokenizer at the model path: the servers tokenize text prompts and their prompt ids are "
@@ -231,7 +236,7 @@ class RemoteEngine:
             status, raw, _ = self._exchange(f"{server}/models", None, method="GET")
             if status != 200:
                 raise _AttemptFailed(f"HTTP {status}: {_shown(raw)}")
-            return str(json.loads(raw)["data"][0]["id"])
+            return str(json_body(raw, MODEL_LIST_VALUES, "a model list")["data"][0]["id"])
         except Exception as exc:  # noqa: BLE001 - any failure means the same thing to the user
             raise ConfigError(self.redact(f"cannot list the models of {server}: {type(exc).__name__}: {exc}"),
                               field="backends.options.servers",
@@ -354,7 +359,9 @@ class RemoteEngine:
         if status != 200:
             self._note_retry_after(index, wait)
             return status, raw, None
-        data = json_body(raw)
+        n, max_tokens = body["n"], body["max_tokens"]
+        data = json_body(raw, reply_value_budget(n, max_tokens, body.get("prompt", body.get("messages"))),
+                         f"a reply of n = {n} completions of at most max_tokens = {max_tokens} tokens")
         self._check_model(index, data)
         try:
             check_weights(data, self._pushed.get(index))
@@ -573,7 +580,7 @@ class RemoteEngine:
             self._note_retry_after(server_index, wait)
             if status == 200:
                 try:
-                    data = json_body(raw)
+                    data = json_body(raw, SMALL_REPLY_VALUES, "an answer to a weight push")
                 except BadReply:
                     data = None
                 if not isinstance(data, dict):
@@ -632,6 +639,8 @@ def _shown(raw: bytes) -> str:
 
 
 def _error_code(raw: bytes) -> str | None:
+    if over_budget(raw, SMALL_REPLY_VALUES) is not None:  # no OpenAI error body: not parsed into GBs
+        return None
     try:
         code = json.loads(raw)["error"]["code"]
     except Exception:  # noqa: BLE001 - not the OpenAI error shape

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.json_budget import BYTES_PER_VALUE, over_budget
 from polyrl.types import Completion
 
 #: a sampler's log-prob is <= 0; float32 rounding of a near-certain token may land a hair above
@@ -25,17 +26,41 @@ FINISH_REASONS = ("stop", "length")
 MAX_TOKEN_ID = 2**63 - 1
 #: the largest finite float32, the type log-probs are kept as
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: JSON values an honest reply spends per token it may hold: a chat ``logprobs.content`` entry is
+#: an object of four keys with a ``bytes`` list of the token's bytes (about 13 values and one per
+#: byte), a completion's five parallel lists about 8
+VALUES_PER_TOKEN = 64
+#: the rest of a reply (id, usage, model, message, ...) whatever its length
+REPLY_SLACK_VALUES = 4096
 
 
 class BadReply(Exception):
     """A 200 reply that is not a usable completion response; the message names what was wrong."""
 
 
-def json_body(raw: bytes) -> Any:
+def reply_value_budget(n: int, max_tokens: int, prompt: Any) -> int:
+    """The JSON values a reply to a request for ``n`` completions of at most ``max_tokens`` tokens
+    of ``prompt`` (token ids, text or messages) can hold: each token's id, log-prob and logprobs
+    entry, the prompt's ids once per choice and once more at the top (vLLM's chat reply puts them
+    there), and the rest. A prompt the server tokenizes has at most one token per byte of its JSON."""
+    if isinstance(prompt, list) and all(type(t) is int for t in prompt):
+        prompt_ids = len(prompt)
+    else:
+        prompt_ids = len(json.dumps(prompt))
+    return (n + 1) * (max_tokens * VALUES_PER_TOKEN + prompt_ids) + REPLY_SLACK_VALUES
+
+
+def json_body(raw: bytes, max_values: int | None = None, asked: str = "") -> Any:
     """The reply's JSON (a proxy's HTML page, or ``[[[[...`` past the parser's depth, is a BadReply).
     A key given twice in one object is a BadReply too: JSON leaves it undefined, Python keeps the
     last, and a proxy or another reader may keep the first, so two readers would train on
-    different ``token_ids``."""
+    different ``token_ids``. More than ``max_values`` values (``polyrl.json_budget``; ``asked``
+    says what set that bound) is a BadReply before parsing: 64 MiB of ``{},`` parsed into 1.5 GB."""
+    if max_values is not None:
+        count = over_budget(raw, max_values)
+        if count is not None:
+            raise BadReply(f"the reply holds about {count} JSON values, more than the {max_values} that {asked or 'it'} "
+                           f"can hold (parsed, it would take up to {count * BYTES_PER_VALUE >> 20} MiB)")
     try:
         return json.loads(raw, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as exc:
