@@ -343,6 +343,13 @@ class Hostile:
             self.skewed = not getattr(self, "skewed", False)
             choices = choices + [self.choice(n, body)] if self.skewed else choices[:-1]
         reply: dict = {"choices": choices}
+        if self.mode in ("top_prompt_ids", "top_prompt_ids_other"):  # vLLM's chat reply: beside choices, not in them
+            reply["prompt_token_ids"] = choices[0]["prompt_token_ids"]
+            for c in choices:
+                if self.mode == "top_prompt_ids":
+                    del c["prompt_token_ids"]
+                else:  # both, disagreeing
+                    c["prompt_token_ids"] = [7] + c["prompt_token_ids"]
         if self.served is not None:
             reply["model"] = self.served
         if self.process is not None:
@@ -648,6 +655,20 @@ def test_a_reply_holding_more_json_values_than_the_request_can_need_is_refused_b
             "can hold" in str(err.value)), str(err.value)
     hostile.mode = "ok"
     assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))) == 1
+
+
+@pytest.mark.faults
+def test_the_prompt_ids_vllm_puts_beside_the_choices_of_a_chat_reply_are_read_and_checked(hostile):
+    """vLLM's chat reply gives ``prompt_token_ids`` once, at the top (its completions reply, and
+    polyrl serve's, in each choice): every chat from vLLM failed "`prompt_token_ids` is missing"."""
+    chat = [[{"role": "user", "content": "hi"}]]
+    hostile.mode = "top_prompt_ids"
+    out = hostile_engine(hostile, retries=0).generate(chat, SamplingParams(max_new_tokens=4, n=2))
+    assert [c.prompt_ids.tolist() for c in out] == [[1, 2, 3]] * 2
+    hostile.mode = "top_prompt_ids_other"  # given both ways, differing: which prompt was generated from?
+    with pytest.raises(PluginError, match=r"`prompt_token_ids` of choice 0 \(4 ids\) differ from the reply's "
+                                          r"\(3 ids\)"):
+        hostile_engine(hostile, retries=0).generate(chat, SamplingParams(max_new_tokens=4, n=2))
 
 
 def test_chats_are_rendered_with_the_models_template_and_the_text_is_the_decode_of_the_ids(hostile, tiny_model_dir):

@@ -93,7 +93,8 @@ from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
 from polyrl.json_budget import over_budget
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
-                                   reply_choices, reply_model, reply_value_budget, restarted, weights_instance)
+                                   prompt_ids_of, reply_choices, reply_model, reply_value_budget, restarted,
+                                   weights_instance)
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
@@ -483,8 +484,8 @@ class RemoteEngine:
         tok = self.tokenizer
 
         def parse(data: Any) -> list[Completion]:
-            out = [completion(index, c, chat, tok.vocab, tok.decode if tok.can_decode else None)
-                   for c in reply_choices(data, sampling.n)]
+            out = [completion(index, c, chat, tok.vocab, tok.decode if tok.can_decode else None, prompt_ids_of(c, data, i))
+                   for i, c in enumerate(reply_choices(data, sampling.n))]
             longest = max((len(c.completion_ids) for c in out), default=0)
             if longest > sampling.max_new_tokens:  # it was trained on (5000 tokens for max_tokens = 4)
                 raise BadReply(f"a completion of {longest} tokens answers max_tokens = {sampling.max_new_tokens}")

@@ -188,11 +188,30 @@ def _float32_finite(value: int | float) -> bool:
         return False
 
 
+def prompt_ids_of(choice: dict[str, Any], reply: dict[str, Any], position: int) -> Any:
+    """The choice's ``prompt_token_ids``, else the reply's: vLLM's completions reply (and polyrl
+    serve's) puts them in each choice, its chat reply once beside ``choices``. Given both ways they
+    must agree, or which prompt the completion continues is unknown."""
+    own, top = choice.get("prompt_token_ids"), reply.get("prompt_token_ids")
+    if own is None:
+        return top
+    if top is not None and top != own:
+        raise BadReply(f"`prompt_token_ids` of choice {position} ({_ids(own)}) differ from the reply's ({_ids(top)})")
+    return own
+
+
+def _ids(value: Any) -> str:
+    return f"{len(value)} ids" if isinstance(value, list) else _kind(value)
+
+
 def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None,
-               decode: Callable[[Sequence[int]], str] | None) -> Completion:
+               decode: Callable[[Sequence[int]], str] | None, prompt_ids_given: Any = None) -> Completion:
     """One checked choice; its text is ``decode(ids)`` when the model's tokenizer is at hand, so a
-    reward never scores text other than the ids the policy trains on."""
-    prompt_ids = token_ids(choice.get("prompt_token_ids"), "prompt_token_ids", vocab)
+    reward never scores text other than the ids the policy trains on. ``prompt_ids_given``: its
+    ``prompt_token_ids`` as ``prompt_ids_of`` finds them (default: the choice's own)."""
+    if prompt_ids_given is None:
+        prompt_ids_given = choice.get("prompt_token_ids")
+    prompt_ids = token_ids(prompt_ids_given, "prompt_token_ids", vocab)
     ids = token_ids(choice.get("token_ids"), "token_ids", vocab)
     raw_lp = choice.get("logprobs")
     if not isinstance(raw_lp, dict):
