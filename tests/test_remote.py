@@ -607,6 +607,22 @@ def test_timeout_s_bounds_a_server_dripping_its_headers(hostile):
 
 
 @pytest.mark.faults
+def test_a_server_dripping_its_headers_does_not_take_the_other_servers_connections(hostile):
+    """An exchange given up on holds its connection while the server drips; with one pool for all
+    servers, two such exchanges took every connection (max_concurrency x servers) and the good
+    server's requests failed with PoolTimeout: the run stopped on one bad server of two."""
+    good = Hostile()
+    try:
+        engine = hostile_engine(hostile, good, retries=3, timeout_s=1.5, max_concurrency=1)
+        hostile.mode = "header_drip"  # ~20 s of headers for each request it gets
+        for _ in range(3):  # requests start on the dripping server, the good one, the dripping one
+            assert len(engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))) == 1
+        assert len(good.requests) == 3 and len(hostile.requests) == 2
+    finally:
+        good.stop()
+
+
+@pytest.mark.faults
 def test_a_compressed_reply_is_refused_before_it_is_inflated(hostile):
     """polyrl asks for identity encoding, but a reply compressed anyway was inflated before its
     size was counted: 6.5 KB of brotli held 10 GB against a 64 MiB max_reply_bytes."""

@@ -79,7 +79,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import numpy as np
@@ -98,6 +98,9 @@ from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, chec
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
+
+if TYPE_CHECKING:
+    import httpx
 
 log = get_logger("polyrl.remote")
 NAME = "remote"
@@ -214,7 +217,11 @@ class RemoteEngine:
             headers["Authorization"] = f"Bearer {key}"
         headers.update(IDENTITY_ENCODING)  # the bytes max_reply_bytes counts are the bytes held
         limits = httpx.Limits(max_connections=self.options.max_concurrency * len(self.options.servers))
-        self.client = httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
+        #: one connection pool per server: an exchange given up on (a server dripping its headers) holds
+        #: its connection until the server lets go, and in one shared pool a single such server took every
+        #: connection, so the good servers' requests failed with PoolTimeout and the run stopped
+        self.clients = [httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
+                        for _ in self.options.servers]
         token = weight_push_token(self.options)
         #: what every error quoting a server masks: the API key, the push token, URL credentials
         self.redact = Redactor.of([headers.get("Authorization", "").removeprefix("Bearer "), token or "",
@@ -234,7 +241,7 @@ class RemoteEngine:
 
     def _served_model(self, server: str) -> str:
         try:  # bounded as a generation reply is: a server dripping its headers hung the start
-            status, raw, _ = self._exchange(f"{server}/models", None, method="GET")
+            status, raw, _ = self._exchange(self.options.servers.index(server), f"{server}/models", None, method="GET")
             if status != 200:
                 raise _AttemptFailed(f"HTTP {status}: {_shown(raw)}")
             return str(json_body(raw, MODEL_LIST_VALUES, "a model list")["data"][0]["id"])
@@ -246,7 +253,7 @@ class RemoteEngine:
 
     # --- requests ------------------------------------------------------------------------------
 
-    def _exchange(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None = None,
+    def _exchange(self, index: int, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None = None,
                   method: str = "POST") -> tuple[int, bytes, float]:
         """Send ``body``: the status, the reply body (all of it within ``timeout_s`` and
         ``max_reply_bytes`` or the attempt fails) and the seconds a busy server's ``Retry-After``
@@ -259,7 +266,8 @@ class RemoteEngine:
 
         def run() -> None:
             try:
-                done["reply"] = self._read_reply(url, body, headers, method, time.monotonic() + opts.timeout_s)
+                done["reply"] = self._read_reply(self.clients[index], url, body, headers, method,
+                                                 time.monotonic() + opts.timeout_s)
             except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
                 done["error"] = exc
 
@@ -272,11 +280,11 @@ class RemoteEngine:
             raise done["error"]
         return done["reply"]
 
-    def _read_reply(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, method: str,
+    def _read_reply(self, client: httpx.Client, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, method: str,
                     deadline: float) -> tuple[int, bytes, float]:
         opts = self.options
         try:
-            with self.client.stream(method, url, json=body, headers=headers) as response:
+            with client.stream(method, url, json=body, headers=headers) as response:
                 refused = refused_encoding(response.headers)
                 if refused:
                     raise _AttemptFailed(refused)
@@ -356,7 +364,7 @@ class RemoteEngine:
         weights last pushed to it. A reply from a restarted server gets those weights pushed to it
         again and the request sent once more (``heal``), so a long run outlives an OOM kill or a
         reboot of a server; only once, so one that keeps restarting fails the attempt instead."""
-        status, raw, wait = self._exchange(url, body)
+        status, raw, wait = self._exchange(index, url, body)
         if status != 200:
             self._note_retry_after(index, wait)
             return status, raw, None
@@ -574,7 +582,7 @@ class RemoteEngine:
         for attempt in range(self.options.retries + 1):
             self._backoff(attempt, server_index)
             try:
-                status, raw, wait = self._exchange(f"{root}{path}", body, headers)
+                status, raw, wait = self._exchange(server_index, f"{root}{path}", body, headers)
             except _AttemptFailed as exc:
                 last = str(exc)
                 continue
