@@ -660,6 +660,16 @@ def test_a_reply_over_max_reply_bytes_is_refused(hostile):
         hostile_engine(hostile, max_reply_bytes=0)
 
 
+def test_max_concurrency_0_is_refused_at_the_start_not_a_pool_timeout_blaming_the_servers():
+    """``max_concurrency = 0`` passed as an "integer >= 0", made pools of no connection, and the
+    run stopped with "cannot list the models ... PoolTimeout. Fix: start the server first"."""
+    from polyrl.remote import remote_options
+
+    with pytest.raises(ConfigError, match=r"backends\.options\.max_concurrency: must be an integer >= 1, got 0"):
+        remote_options({"servers": ["http://127.0.0.1:9/v1"], "max_concurrency": 0})
+    assert remote_options({"servers": ["http://127.0.0.1:9/v1"], "max_concurrency": 1, "retries": 0}).retries == 0
+
+
 @pytest.mark.faults
 def test_a_reply_holding_more_json_values_than_the_request_can_need_is_refused_before_parsing(hostile):
     """64 MiB of ``{},`` (under max_reply_bytes) parsed into 1.5 GB of dicts, per request in flight,

@@ -190,9 +190,9 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
         raise ConfigError(f"must be a non-empty string, got {values['served_model']!r}",
                           field="backends.options.served_model",
                           fix="the model name the servers list under GET /v1/models")
-    for key in ("retries", "max_concurrency"):
-        if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 0):
-            raise ConfigError("must be an integer >= 0", field=f"backends.options.{key}")
+    for key, least in (("retries", 0), ("max_concurrency", 1)):  # 0 connections: every request a PoolTimeout
+        if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < least):
+            raise ConfigError(f"must be an integer >= {least}, got {values[key]!r}", field=f"backends.options.{key}")
     size = values.get("max_reply_bytes", 1)
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ConfigError("must be an integer > 0 (bytes)", field="backends.options.max_reply_bytes",
