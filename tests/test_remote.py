@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import time
 from pathlib import Path
 
@@ -305,6 +306,14 @@ class Hostile:
             c["logprobs"]["token_logprobs"][1] = json.loads(value)
         elif field in ("token_ids", "finish_reason", "prompt_token_ids"):
             c[field] = json.loads(value)
+        elif field == "named_tokens":  # vLLM's return_tokens_as_token_ids, the names rotated by `value`
+            k = int(value)
+            named = [f"token_id:{t}" for t in c["token_ids"][k:] + c["token_ids"][:k]]
+            if "content" in c["logprobs"]:
+                for entry, token in zip(c["logprobs"]["content"], named):
+                    entry["token"] = token
+            else:
+                c["logprobs"]["tokens"] = named
         elif field == "no_finish_reason":
             del c["finish_reason"]
         elif field == "length":  # more tokens (with their log-probs) than asked for
@@ -695,6 +704,21 @@ def test_the_prompt_ids_vllm_puts_beside_the_choices_of_a_chat_reply_are_read_an
     with pytest.raises(PluginError, match=r"`prompt_token_ids` of choice 0 \(4 ids\) differ from the reply's "
                                           r"\(3 ids\)"):
         hostile_engine(hostile, retries=0).generate(chat, SamplingParams(max_new_tokens=4, n=2))
+
+
+@pytest.mark.faults
+def test_log_probs_the_server_names_for_other_tokens_than_the_ids_are_refused(hostile):
+    """vLLM names each log-prob's token by id when asked (``return_tokens_as_token_ids``); log-probs
+    shifted by one token, or another sample's, were trained on as the sampled tokens' own."""
+    chat = [[{"role": "user", "content": "hi"}]]
+    for prompts, field in ((TOKEN_PROMPTS[:1], "logprobs.tokens"), (chat, "logprobs.content[].token")):
+        hostile.mode = "named_tokens=1"
+        with pytest.raises(PluginError, match=rf"`{re.escape(field)}`\[0\] is the log-prob of 'token_id:11', but "
+                                              r"`token_ids`\[0\] is 10: the log-probs are not the sampled tokens'"):
+            hostile_engine(hostile, retries=0).generate(prompts, SamplingParams(max_new_tokens=4, n=2))
+        hostile.mode = "named_tokens=0"
+        assert len(hostile_engine(hostile).generate(prompts, SamplingParams(max_new_tokens=4, n=2))) == 2
+        assert hostile.requests[-1][1]["return_tokens_as_token_ids"] is True  # asked for
 
 
 def test_chats_are_rendered_with_the_models_template_and_the_text_is_the_decode_of_the_ids(hostile, tiny_model_dir):

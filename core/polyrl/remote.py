@@ -469,6 +469,8 @@ class RemoteEngine:
         body: dict[str, Any] = {
             "model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "return_token_ids": True,
+            # vLLM then names each log-prob's token by id, which polyrl.remote_replies checks against the ids
+            "return_tokens_as_token_ids": True,
         }
         if sampling.top_k:
             body["top_k"] = sampling.top_k

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 VALUES_PER_TOKEN = 64
 #: the rest of a reply (id, usage, model, message, ...) whatever its length
 REPLY_SLACK_VALUES = 4096
+#: a logprobs entry's token as vLLM names it under ``return_tokens_as_token_ids``
+_TOKEN_ID = re.compile(r"token_id:(\d{1,19})")
 
 
 class BadReply(Exception):
@@ -221,10 +224,14 @@ def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise BadReply(f"`logprobs.content` is {_kind(entries)}, not a list of objects")
         lps = logprobs([e.get("logprob") for e in entries], "logprobs.content[].logprob", len(ids))
+        check_logprob_tokens([e.get("token") for e in entries], "logprobs.content[].token", ids)
         message = choice.get("message")
         text = message.get("content") if isinstance(message, dict) else None
     else:
         lps = logprobs(raw_lp.get("token_logprobs"), "logprobs.token_logprobs", len(ids))
+        tokens = raw_lp.get("tokens")
+        if isinstance(tokens, list):
+            check_logprob_tokens(tokens, "logprobs.tokens", ids)
         text = choice.get("text")
     reason = choice.get("finish_reason")
     if not isinstance(reason, str) or reason not in FINISH_REASONS:
@@ -236,6 +243,20 @@ def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None
     elif not isinstance(text, str):
         raise BadReply(f"the completion text is {_kind(text)}, not a string")
     return Completion(index, prompt_ids, ids, lps, text=text, finish_reason="stop" if reason == "stop" else "length")
+
+
+def check_logprob_tokens(tokens: list[Any], field: str, ids: np.ndarray) -> None:
+    """Each log-prob must be the sampled token's: where the server names the token of a log-prob
+    by id (vLLM's ``token_id:N`` under ``return_tokens_as_token_ids``), it is ``token_ids``' at that
+    position. A server whose log-probs are shifted by one, or are another sample's, fed the
+    loss's ratio numbers that belong to no token trained on. A token named as text (a server
+    without that option) is not compared: its text is no exact id."""
+    for i, token in enumerate(tokens):
+        named = _TOKEN_ID.fullmatch(token) if isinstance(token, str) else None
+        if named is not None and (i >= len(ids) or int(named.group(1)) != ids[i]):
+            said = f"`token_ids`[{i}] is {ids[i]}" if i < len(ids) else f"`token_ids` has only {len(ids)}"
+            raise BadReply(f"`{field}`[{i}] is the log-prob of {token!r}, but {said}: the log-probs are not the "
+                           "sampled tokens'")
 
 
 def _kind(value: Any) -> str:
