@@ -345,7 +345,9 @@ class Hostile:
             return
         if self.mode.startswith("raw="):
             return handler.send(200, self.mode[4:], "text/html")
-        if self.mode == "deep":
+        if self.mode == "deep":  # past the parser's depth, within the values n=2 x 4 tokens may hold
+            return handler.send(200, "[" * 2_000 + "]" * 2_000)
+        if self.mode == "deeper":  # refused on its count of values before the parser sees it
             return handler.send(200, "[" * 100_000 + "]" * 100_000)
         choices = [self.choice(i, body) for i in range(n)]
         if self.mode == "skew":  # n+1 choices, then n-1
@@ -473,6 +475,7 @@ BAD_VALUES = [
     ('raw={"choices": null}', "`choices` is null"),
     ("raw=[1, 2, 3]", "the reply is a JSON list"),
     ("deep", "the reply is not JSON (RecursionError)"),
+    ("deeper", "the reply holds about 200001 JSON values, more than the 4873 that a reply of n = 2"),
     ("dup_token_ids", "the reply gives the key 'token_ids' twice in one object"),
 ]
 
@@ -636,7 +639,8 @@ def test_a_compressed_reply_is_refused_before_it_is_inflated(hostile):
     """polyrl asks for identity encoding, but a reply compressed anyway was inflated before its
     size was counted: 6.5 KB of brotli held 10 GB against a 64 MiB max_reply_bytes."""
     hostile.mode = "gzip"  # refused on its header: not one byte inflated
-    with pytest.raises(PluginError, match=r"compressed its reply \(Content-Encoding: gzip\)"):
+    with pytest.raises(PluginError, match=r"compressed its reply \(Content-Encoding: gzip\).*Fix: have the server "
+                                          r"\(or the proxy before it\) send replies uncompressed"):
         hostile_engine(hostile, max_reply_bytes=1 << 20).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
 
 
@@ -662,7 +666,8 @@ def test_a_server_echoing_the_request_headers_does_not_print_the_credentials(hos
 @pytest.mark.faults
 def test_a_reply_over_max_reply_bytes_is_refused(hostile):
     hostile.mode = "huge"
-    with pytest.raises(PluginError, match=r"over backends.options.max_reply_bytes = 1048576"):
+    with pytest.raises(PluginError, match=r"over backends.options.max_reply_bytes = 1048576.*"
+                                          r"Fix: raise backends.options.max_reply_bytes if n completions"):
         hostile_engine(hostile, max_reply_bytes=1 << 20).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
     assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))) == 2
     with pytest.raises(ConfigError, match="backends.options.max_reply_bytes"):
@@ -839,18 +844,18 @@ def test_a_reply_from_the_weights_another_thread_just_pushed_again_is_used_not_a
         def __exit__(self, *exc):
             return False
 
-    def exchange(url, body, headers=None):
+    def exchange(index, url, body, headers=None):
         sent.append(url)
         return 200, json.dumps(reply).encode(), 0.0
 
     raw._exchange, raw._push_lock = exchange, PushedByAnotherThreadMeanwhile()
     raw._pushed[0] = "old-1"  # the process the last push reached, before the restart
-    status, _, data = raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1]})
+    status, _, data = raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1], "n": 1, "max_tokens": 4})
     assert status == 200 and data == reply and sent == [f"{hostile.url}/completions"]
     # a reply from the restarted process's initial weights is still not used: asked again
     raw._pushed[0], reply["weights_id"] = "old-1", "new-0"
     with pytest.raises(StaleWeights, match="not 'new-1'"):
-        raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1]})
+        raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1], "n": 1, "max_tokens": 4})
     assert len(sent) == 3
 
 

@@ -287,7 +287,7 @@ class RemoteEngine:
             with client.stream(method, url, json=body, headers=headers) as response:
                 refused = refused_encoding(response.headers)
                 if refused:
-                    raise _AttemptFailed(refused)
+                    raise _AttemptFailed(refused, COMPRESSED_FIX)
                 reply = CappedBody(opts.max_reply_bytes, response.headers.get("content-length"))
                 for chunk in response.iter_raw():  # the bytes as sent: nothing httpx would decode
                     reply.feed(chunk)
@@ -296,7 +296,7 @@ class RemoteEngine:
                 wait = retry_after_s(response.headers, opts.timeout_s) if response.status_code in RETRY_STATUS else 0.0
                 return response.status_code, reply.body(), wait
         except ReplyTooLarge as exc:
-            raise _AttemptFailed(exc.describe("backends.options.max_reply_bytes")) from None
+            raise _AttemptFailed(exc.describe("backends.options.max_reply_bytes"), TOO_LARGE_FIX) from None
         except _AttemptFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - httpx transport errors and timeouts
@@ -617,7 +617,19 @@ class RemoteEngine:
 
 
 class _AttemptFailed(Exception):
-    """One request failed in a way the next attempt may not: a timeout, a connection error, too big a reply."""
+    """One request failed in a way the next attempt may not: a timeout, a connection error, too big a reply.
+    ``fix``: what to do when it failed every attempt, where "check that the servers are up" is no help."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+#: the fixes of a reply refused for its size or its encoding (the servers answered: they are up)
+TOO_LARGE_FIX = ("raise backends.options.max_reply_bytes if n completions of max_new_tokens tokens with their "
+                 "log-probs are that large, else check what the server (or a proxy before it) sends")
+COMPRESSED_FIX = ("have the server (or the proxy before it) send replies uncompressed: it ignored "
+                  "Accept-Encoding: identity")
 
 
 def _fix_for(failure: Exception | None, status: int = 0) -> str:
@@ -637,6 +649,8 @@ def _fix_for(failure: Exception | None, status: int = 0) -> str:
     if isinstance(failure, BadReply):
         return ("use `polyrl serve`, or a server whose replies follow OpenAI's completions format with "
                 "return_token_ids (vLLM)")
+    if isinstance(failure, _AttemptFailed) and failure.fix:
+        return failure.fix
     return "check that the servers in backends.options.servers are up"
 
 
