@@ -18,9 +18,11 @@ its last turn. A completion's text is the decode of its ids (the server's text i
 Only without a tokenizer at the model path (an engine built by hand) does text go as text and a
 chat to ``/v1/chat/completions``, for the server to tokenize, with a warning for each kind. Every
 reply is checked (``polyrl.remote_replies``): its ``model``, where it names one, is the model asked
-for (else the run stops: another model's ids and log-probs are no policy samples), exactly ``n``
-choices, ids ints in the vocabulary,
-log-probs finite and <= 0, ``finish_reason`` stop or length, and, once weights were pushed to a
+for (else the run stops: another model's ids and log-probs are no policy samples), no more JSON values
+than ``n`` completions of ``max_tokens`` can need (counted before parsing), exactly ``n`` choices,
+ids ints in the vocabulary, ``prompt_token_ids`` per choice or beside them (vLLM's chat reply),
+log-probs finite and <= 0 and, where vLLM names their tokens by id (``return_tokens_as_token_ids``),
+the ids', ``finish_reason`` stop or length, and, once weights were pushed to a
 server that names them (``polyrl serve``'s ``weights_id``), from exactly those weights: a server
 pushed to by another client fails the attempt instead of feeding the trainer off-policy samples; one
 that restarted on its initial weights (another process id in ``weights_id``) is given the last
@@ -57,7 +59,7 @@ servers serve; default: whatever the first server's ``/v1/models`` lists first),
 proxy that renames models), ``timeout_s`` (120: a whole reply,
 checked as its bytes arrive), ``max_reply_bytes`` (64 MiB: n completions with ids and log-probs fit
 many times over; a larger reply fails the attempt), ``retries`` (3, generation and weight pushes),
-``backoff_s`` (0.5), ``max_concurrency`` (4 per server), ``weight_push`` (true), ``weights_dir``
+``backoff_s`` (0.5), ``max_concurrency`` (4 per server, >= 1; each server has its own connection pool), ``weight_push`` (true), ``weights_dir``
 (default: a temporary folder, made at the first push and removed with the engine or at exit, so runs
 do not fill /tmp with their last weights; a given folder is left in place), ``api_key_env``, and the weight-push shared secret that ``polyrl
 serve --weight-push-token-file/--weight-push-token-env`` expects: ``weight_push_token_env`` (the
