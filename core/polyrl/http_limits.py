@@ -43,7 +43,7 @@ class CappedBody:
         self.size = 0
         self._chunks: list[bytes] = []
         declared = content_length or ""
-        if declared.isdigit() and int(declared) > limit:
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise ReplyTooLarge(limit, int(declared))
 
     def feed(self, chunk: bytes) -> None:
@@ -75,7 +75,7 @@ def retry_after_s(headers: Mapping[str, str], cap_s: float) -> float:
     value = (headers.get("retry-after") or "").strip()
     if not value:
         return 0.0
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²" is a digit to str.isdigit, and float() refused it
         seconds = float(value)
     else:
         try:
