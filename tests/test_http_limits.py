@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from polyrl.http_limits import CappedBody, ReplyTooLarge
+from polyrl.http_limits import CappedBody, ReplyTooLarge, retry_after_s
 
 
 def test_a_declared_length_over_the_cap_fails_before_any_byte_is_read():
@@ -26,3 +26,12 @@ def test_the_bytes_read_are_kept_up_to_the_cap_and_refused_one_past_it():
     assert err.value.declared is None
     assert err.value.describe("backends.options.max_reply_bytes") == "the reply passed backends.options.max_reply_bytes = 10"
     assert body.body() == b"abcdefghij"  # the chunk past the cap is not held
+
+
+def test_a_retry_after_of_other_than_ascii_digits_is_unreadable_not_an_error():
+    """``"²"`` passed ``str.isdigit`` and ``float()`` raised: a busy server's 503 with it failed the
+    attempt with a ValueError instead of being retried; ``"١"`` (Arabic-Indic one) read as 1 s."""
+    for header in ("\u00b2", "\u0661", "\uff11\uff12"):
+        assert retry_after_s({"retry-after": header}, 10.0) == 0.0
+        CappedBody(1, header)  # an unreadable Content-Length: the bytes are counted instead
+    assert retry_after_s({"retry-after": "3"}, 10.0) == 3.0 and retry_after_s({"retry-after": "99"}, 10.0) == 10.0

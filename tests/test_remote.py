@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import time
 from pathlib import Path
 
@@ -305,6 +306,14 @@ class Hostile:
             c["logprobs"]["token_logprobs"][1] = json.loads(value)
         elif field in ("token_ids", "finish_reason", "prompt_token_ids"):
             c[field] = json.loads(value)
+        elif field == "named_tokens":  # vLLM's return_tokens_as_token_ids, the names rotated by `value`
+            k = int(value)
+            named = [f"token_id:{t}" for t in c["token_ids"][k:] + c["token_ids"][:k]]
+            if "content" in c["logprobs"]:
+                for entry, token in zip(c["logprobs"]["content"], named):
+                    entry["token"] = token
+            else:
+                c["logprobs"]["tokens"] = named
         elif field == "no_finish_reason":
             del c["finish_reason"]
         elif field == "length":  # more tokens (with their log-probs) than asked for
@@ -336,13 +345,22 @@ class Hostile:
             return
         if self.mode.startswith("raw="):
             return handler.send(200, self.mode[4:], "text/html")
-        if self.mode == "deep":
+        if self.mode == "deep":  # past the parser's depth, within the values n=2 x 4 tokens may hold
+            return handler.send(200, "[" * 2_000 + "]" * 2_000)
+        if self.mode == "deeper":  # refused on its count of values before the parser sees it
             return handler.send(200, "[" * 100_000 + "]" * 100_000)
         choices = [self.choice(i, body) for i in range(n)]
         if self.mode == "skew":  # n+1 choices, then n-1
             self.skewed = not getattr(self, "skewed", False)
             choices = choices + [self.choice(n, body)] if self.skewed else choices[:-1]
         reply: dict = {"choices": choices}
+        if self.mode in ("top_prompt_ids", "top_prompt_ids_other"):  # vLLM's chat reply: beside choices, not in them
+            reply["prompt_token_ids"] = choices[0]["prompt_token_ids"]
+            for c in choices:
+                if self.mode == "top_prompt_ids":
+                    del c["prompt_token_ids"]
+                else:  # both, disagreeing
+                    c["prompt_token_ids"] = [7] + c["prompt_token_ids"]
         if self.served is not None:
             reply["model"] = self.served
         if self.process is not None:
@@ -362,6 +380,8 @@ class Hostile:
             return
         if self.mode == "dup_token_ids":  # a second token_ids key: a reader keeping the first trains on others
             data = data.replace(b'"token_ids": ', b'"token_ids": [1, 2, 3, 4], "token_ids": ')
+        if self.mode == "tiny_objects":  # 3 bytes per value: 60 KB, but a dict of 64 bytes each once parsed
+            data = b'{"pad": [' + b"{}," * 20_000 + b'{}], ' + data[1:]
         if self.mode == "huge":
             data = b'{"pad": "' + b"a" * (4 << 20) + b'", ' + data[1:]
         if self.mode == "gzip":  # compressed though identity was asked for: a few KB that inflate past the cap
@@ -455,6 +475,7 @@ BAD_VALUES = [
     ('raw={"choices": null}', "`choices` is null"),
     ("raw=[1, 2, 3]", "the reply is a JSON list"),
     ("deep", "the reply is not JSON (RecursionError)"),
+    ("deeper", "the reply holds about 200001 JSON values, more than the 4873 that a reply of n = 2"),
     ("dup_token_ids", "the reply gives the key 'token_ids' twice in one object"),
 ]
 
@@ -598,11 +619,28 @@ def test_timeout_s_bounds_a_server_dripping_its_headers(hostile):
 
 
 @pytest.mark.faults
+def test_a_server_dripping_its_headers_does_not_take_the_other_servers_connections(hostile):
+    """An exchange given up on holds its connection while the server drips; with one pool for all
+    servers, two such exchanges took every connection (max_concurrency x servers) and the good
+    server's requests failed with PoolTimeout: the run stopped on one bad server of two."""
+    good = Hostile()
+    try:
+        engine = hostile_engine(hostile, good, retries=3, timeout_s=1.5, max_concurrency=1)
+        hostile.mode = "header_drip"  # ~20 s of headers for each request it gets
+        for _ in range(3):  # requests start on the dripping server, the good one, the dripping one
+            assert len(engine.generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))) == 1
+        assert len(good.requests) == 3 and len(hostile.requests) == 2
+    finally:
+        good.stop()
+
+
+@pytest.mark.faults
 def test_a_compressed_reply_is_refused_before_it_is_inflated(hostile):
     """polyrl asks for identity encoding, but a reply compressed anyway was inflated before its
     size was counted: 6.5 KB of brotli held 10 GB against a 64 MiB max_reply_bytes."""
     hostile.mode = "gzip"  # refused on its header: not one byte inflated
-    with pytest.raises(PluginError, match=r"compressed its reply \(Content-Encoding: gzip\)"):
+    with pytest.raises(PluginError, match=r"compressed its reply \(Content-Encoding: gzip\).*Fix: have the server "
+                                          r"\(or the proxy before it\) send replies uncompressed"):
         hostile_engine(hostile, max_reply_bytes=1 << 20).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
 
 
@@ -628,11 +666,64 @@ def test_a_server_echoing_the_request_headers_does_not_print_the_credentials(hos
 @pytest.mark.faults
 def test_a_reply_over_max_reply_bytes_is_refused(hostile):
     hostile.mode = "huge"
-    with pytest.raises(PluginError, match=r"over backends.options.max_reply_bytes = 1048576"):
+    with pytest.raises(PluginError, match=r"over backends.options.max_reply_bytes = 1048576.*"
+                                          r"Fix: raise backends.options.max_reply_bytes if n completions"):
         hostile_engine(hostile, max_reply_bytes=1 << 20).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))
     assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=2))) == 2
     with pytest.raises(ConfigError, match="backends.options.max_reply_bytes"):
         hostile_engine(hostile, max_reply_bytes=0)
+
+
+def test_max_concurrency_0_is_refused_at_the_start_not_a_pool_timeout_blaming_the_servers():
+    """``max_concurrency = 0`` passed as an "integer >= 0", made pools of no connection, and the
+    run stopped with "cannot list the models ... PoolTimeout. Fix: start the server first"."""
+    from polyrl.remote import remote_options
+
+    with pytest.raises(ConfigError, match=r"backends\.options\.max_concurrency: must be an integer >= 1, got 0"):
+        remote_options({"servers": ["http://127.0.0.1:9/v1"], "max_concurrency": 0})
+    assert remote_options({"servers": ["http://127.0.0.1:9/v1"], "max_concurrency": 1, "retries": 0}).retries == 0
+
+
+@pytest.mark.faults
+def test_a_reply_holding_more_json_values_than_the_request_can_need_is_refused_before_parsing(hostile):
+    """64 MiB of ``{},`` (under max_reply_bytes) parsed into 1.5 GB of dicts, per request in flight,
+    and was then trained on (the padding ignored); its values are now counted on its bytes first."""
+    hostile.mode = "tiny_objects"
+    with pytest.raises(PluginError) as err:
+        hostile_engine(hostile, retries=0).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))
+    assert ("JSON values, more than the 4614 that a reply of n = 1 completions of at most max_tokens = 4 tokens "
+            "can hold" in str(err.value)), str(err.value)
+    hostile.mode = "ok"
+    assert len(hostile_engine(hostile).generate(TOKEN_PROMPTS[:1], SamplingParams(max_new_tokens=4, n=1))) == 1
+
+
+@pytest.mark.faults
+def test_the_prompt_ids_vllm_puts_beside_the_choices_of_a_chat_reply_are_read_and_checked(hostile):
+    """vLLM's chat reply gives ``prompt_token_ids`` once, at the top (its completions reply, and
+    polyrl serve's, in each choice): every chat from vLLM failed "`prompt_token_ids` is missing"."""
+    chat = [[{"role": "user", "content": "hi"}]]
+    hostile.mode = "top_prompt_ids"
+    out = hostile_engine(hostile, retries=0).generate(chat, SamplingParams(max_new_tokens=4, n=2))
+    assert [c.prompt_ids.tolist() for c in out] == [[1, 2, 3]] * 2
+    hostile.mode = "top_prompt_ids_other"  # given both ways, differing: which prompt was generated from?
+    with pytest.raises(PluginError, match=r"`prompt_token_ids` of choice 0 \(4 ids\) differ from the reply's "
+                                          r"\(3 ids\)"):
+        hostile_engine(hostile, retries=0).generate(chat, SamplingParams(max_new_tokens=4, n=2))
+
+
+@pytest.mark.faults
+def test_log_probs_the_server_names_for_other_tokens_than_the_ids_are_refused(hostile):
+    """vLLM names each log-prob's token by id when asked (``return_tokens_as_token_ids``); log-probs
+    shifted by one token, or another sample's, were trained on as the sampled tokens' own."""
+    chat = [[{"role": "user", "content": "hi"}]]
+    for prompts, field in ((TOKEN_PROMPTS[:1], "logprobs.tokens"), (chat, "logprobs.content[].token")):
+        hostile.mode = "named_tokens=1"
+        with pytest.raises(PluginError, match=rf"`{re.escape(field)}`\[0\] is the log-prob of 'token_id:11', but "
+                                              r"`token_ids`\[0\] is 10: the log-probs are not the sampled tokens'"):
+            hostile_engine(hostile, retries=0).generate(prompts, SamplingParams(max_new_tokens=4, n=2))
+        hostile.mode = "named_tokens=0"
+        assert len(hostile_engine(hostile).generate(prompts, SamplingParams(max_new_tokens=4, n=2))) == 2
+        assert hostile.requests[-1][1]["return_tokens_as_token_ids"] is True  # asked for
 
 
 def test_chats_are_rendered_with_the_models_template_and_the_text_is_the_decode_of_the_ids(hostile, tiny_model_dir):
@@ -753,18 +844,18 @@ def test_a_reply_from_the_weights_another_thread_just_pushed_again_is_used_not_a
         def __exit__(self, *exc):
             return False
 
-    def exchange(url, body, headers=None):
+    def exchange(index, url, body, headers=None):
         sent.append(url)
         return 200, json.dumps(reply).encode(), 0.0
 
     raw._exchange, raw._push_lock = exchange, PushedByAnotherThreadMeanwhile()
     raw._pushed[0] = "old-1"  # the process the last push reached, before the restart
-    status, _, data = raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1]})
+    status, _, data = raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1], "n": 1, "max_tokens": 4})
     assert status == 200 and data == reply and sent == [f"{hostile.url}/completions"]
     # a reply from the restarted process's initial weights is still not used: asked again
     raw._pushed[0], reply["weights_id"] = "old-1", "new-0"
     with pytest.raises(StaleWeights, match="not 'new-1'"):
-        raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1]})
+        raw._attempt(0, f"{hostile.url}/completions", {"prompt": [1], "n": 1, "max_tokens": 4})
     assert len(sent) == 3
 
 

@@ -78,8 +78,8 @@ def test_a_restarted_server_gets_the_last_weights_again_and_serves_from_them(tin
     exchanges: list[tuple[str, int, dict]] = []  # what the client sent and got back, in order
     exchange = engine.raw._exchange
 
-    def recorded(url, body, headers=None):
-        status, raw, wait = exchange(url, body, headers)
+    def recorded(index, url, body, headers=None):
+        status, raw, wait = exchange(index, url, body, headers)
         exchanges.append((url, status, json.loads(raw) if status == 200 else {}))
         return status, raw, wait
 

@@ -43,7 +43,7 @@ class CappedBody:
         self.size = 0
         self._chunks: list[bytes] = []
         declared = content_length or ""
-        if declared.isdigit() and int(declared) > limit:
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise ReplyTooLarge(limit, int(declared))
 
     def feed(self, chunk: bytes) -> None:

@@ -18,9 +18,11 @@ its last turn. A completion's text is the decode of its ids (the server's text i
 Only without a tokenizer at the model path (an engine built by hand) does text go as text and a
 chat to ``/v1/chat/completions``, for the server to tokenize, with a warning for each kind. Every
 reply is checked (``polyrl.remote_replies``): its ``model``, where it names one, is the model asked
-for (else the run stops: another model's ids and log-probs are no policy samples), exactly ``n``
-choices, ids ints in the vocabulary,
-log-probs finite and <= 0, ``finish_reason`` stop or length, and, once weights were pushed to a
+for (else the run stops: another model's ids and log-probs are no policy samples), no more JSON values
+than ``n`` completions of ``max_tokens`` can need (counted before parsing), exactly ``n`` choices,
+ids ints in the vocabulary, ``prompt_token_ids`` per choice or beside them (vLLM's chat reply),
+log-probs finite and <= 0 and, where vLLM names their tokens by id (``return_tokens_as_token_ids``),
+the ids', ``finish_reason`` stop or length, and, once weights were pushed to a
 server that names them (``polyrl serve``'s ``weights_id``), from exactly those weights: a server
 pushed to by another client fails the attempt instead of feeding the trainer off-policy samples; one
 that restarted on its initial weights (another process id in ``weights_id``) is given the last
@@ -57,7 +59,7 @@ servers serve; default: whatever the first server's ``/v1/models`` lists first),
 proxy that renames models), ``timeout_s`` (120: a whole reply,
 checked as its bytes arrive), ``max_reply_bytes`` (64 MiB: n completions with ids and log-probs fit
 many times over; a larger reply fails the attempt), ``retries`` (3, generation and weight pushes),
-``backoff_s`` (0.5), ``max_concurrency`` (4 per server), ``weight_push`` (true), ``weights_dir``
+``backoff_s`` (0.5), ``max_concurrency`` (4 per server, >= 1; each server has its own connection pool), ``weight_push`` (true), ``weights_dir``
 (default: a temporary folder, made at the first push and removed with the engine or at exit, so runs
 do not fill /tmp with their last weights; a given folder is left in place), ``api_key_env``, and the weight-push shared secret that ``polyrl
 serve --weight-push-token-file/--weight-push-token-env`` expects: ``weight_push_token_env`` (the
@@ -79,7 +81,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import numpy as np
@@ -91,11 +93,16 @@ from polyrl.hookspecs import hookimpl
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
+from polyrl.json_budget import over_budget
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
-                                   reply_choices, reply_model, restarted, weights_instance)
+                                   prompt_ids_of, reply_choices, reply_model, reply_value_budget, restarted,
+                                   weights_instance)
 from polyrl.remote_tokenizer import ModelTokenizer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, NamedWeights, Prompt,
                           SamplingParams, TokenPrompt)
+
+if TYPE_CHECKING:
+    import httpx
 
 log = get_logger("polyrl.remote")
 NAME = "remote"
@@ -104,6 +111,10 @@ NAME = "remote"
 SAMPLING = ("ignore_eos",)
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _T = TypeVar("_T")
+#: JSON values a reply other than a generation's may hold (``polyrl.json_budget``): a weight push's
+#: answer or an error body is a few keys, a model list one small object per model
+SMALL_REPLY_VALUES = 4096
+MODEL_LIST_VALUES = 1 << 16
 #: the one-time warning for each kind of prompt the servers tokenize because this side cannot
 _UNENCODED = {
     "text": "no tokenizer at the model path: the servers tokenize text prompts and their prompt ids are "
@@ -181,9 +192,9 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
         raise ConfigError(f"must be a non-empty string, got {values['served_model']!r}",
                           field="backends.options.served_model",
                           fix="the model name the servers list under GET /v1/models")
-    for key in ("retries", "max_concurrency"):
-        if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 0):
-            raise ConfigError("must be an integer >= 0", field=f"backends.options.{key}")
+    for key, least in (("retries", 0), ("max_concurrency", 1)):  # 0 connections: every request a PoolTimeout
+        if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < least):
+            raise ConfigError(f"must be an integer >= {least}, got {values[key]!r}", field=f"backends.options.{key}")
     size = values.get("max_reply_bytes", 1)
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ConfigError("must be an integer > 0 (bytes)", field="backends.options.max_reply_bytes",
@@ -208,7 +219,11 @@ class RemoteEngine:
             headers["Authorization"] = f"Bearer {key}"
         headers.update(IDENTITY_ENCODING)  # the bytes max_reply_bytes counts are the bytes held
         limits = httpx.Limits(max_connections=self.options.max_concurrency * len(self.options.servers))
-        self.client = httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
+        #: one connection pool per server: an exchange given up on (a server dripping its headers) holds
+        #: its connection until the server lets go, and in one shared pool a single such server took every
+        #: connection, so the good servers' requests failed with PoolTimeout and the run stopped
+        self.clients = [httpx.Client(timeout=self.options.timeout_s, headers=headers, limits=limits, trust_env=False)
+                        for _ in self.options.servers]
         token = weight_push_token(self.options)
         #: what every error quoting a server masks: the API key, the push token, URL credentials
         self.redact = Redactor.of([headers.get("Authorization", "").removeprefix("Bearer "), token or "",
@@ -228,10 +243,10 @@ class RemoteEngine:
 
     def _served_model(self, server: str) -> str:
         try:  # bounded as a generation reply is: a server dripping its headers hung the start
-            status, raw, _ = self._exchange(f"{server}/models", None, method="GET")
+            status, raw, _ = self._exchange(self.options.servers.index(server), f"{server}/models", None, method="GET")
             if status != 200:
                 raise _AttemptFailed(f"HTTP {status}: {_shown(raw)}")
-            return str(json.loads(raw)["data"][0]["id"])
+            return str(json_body(raw, MODEL_LIST_VALUES, "a model list")["data"][0]["id"])
         except Exception as exc:  # noqa: BLE001 - any failure means the same thing to the user
             raise ConfigError(self.redact(f"cannot list the models of {server}: {type(exc).__name__}: {exc}"),
                               field="backends.options.servers",
@@ -240,7 +255,7 @@ class RemoteEngine:
 
     # --- requests ------------------------------------------------------------------------------
 
-    def _exchange(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None = None,
+    def _exchange(self, index: int, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None = None,
                   method: str = "POST") -> tuple[int, bytes, float]:
         """Send ``body``: the status, the reply body (all of it within ``timeout_s`` and
         ``max_reply_bytes`` or the attempt fails) and the seconds a busy server's ``Retry-After``
@@ -253,7 +268,8 @@ class RemoteEngine:
 
         def run() -> None:
             try:
-                done["reply"] = self._read_reply(url, body, headers, method, time.monotonic() + opts.timeout_s)
+                done["reply"] = self._read_reply(self.clients[index], url, body, headers, method,
+                                                 time.monotonic() + opts.timeout_s)
             except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
                 done["error"] = exc
 
@@ -266,14 +282,14 @@ class RemoteEngine:
             raise done["error"]
         return done["reply"]
 
-    def _read_reply(self, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, method: str,
+    def _read_reply(self, client: httpx.Client, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, method: str,
                     deadline: float) -> tuple[int, bytes, float]:
         opts = self.options
         try:
-            with self.client.stream(method, url, json=body, headers=headers) as response:
+            with client.stream(method, url, json=body, headers=headers) as response:
                 refused = refused_encoding(response.headers)
                 if refused:
-                    raise _AttemptFailed(refused)
+                    raise _AttemptFailed(refused, COMPRESSED_FIX)
                 reply = CappedBody(opts.max_reply_bytes, response.headers.get("content-length"))
                 for chunk in response.iter_raw():  # the bytes as sent: nothing httpx would decode
                     reply.feed(chunk)
@@ -282,7 +298,7 @@ class RemoteEngine:
                 wait = retry_after_s(response.headers, opts.timeout_s) if response.status_code in RETRY_STATUS else 0.0
                 return response.status_code, reply.body(), wait
         except ReplyTooLarge as exc:
-            raise _AttemptFailed(exc.describe("backends.options.max_reply_bytes")) from None
+            raise _AttemptFailed(exc.describe("backends.options.max_reply_bytes"), TOO_LARGE_FIX) from None
         except _AttemptFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - httpx transport errors and timeouts
@@ -350,11 +366,13 @@ class RemoteEngine:
         weights last pushed to it. A reply from a restarted server gets those weights pushed to it
         again and the request sent once more (``heal``), so a long run outlives an OOM kill or a
         reboot of a server; only once, so one that keeps restarting fails the attempt instead."""
-        status, raw, wait = self._exchange(url, body)
+        status, raw, wait = self._exchange(index, url, body)
         if status != 200:
             self._note_retry_after(index, wait)
             return status, raw, None
-        data = json_body(raw)
+        n, max_tokens = body["n"], body["max_tokens"]
+        data = json_body(raw, reply_value_budget(n, max_tokens, body.get("prompt", body.get("messages"))),
+                         f"a reply of n = {n} completions of at most max_tokens = {max_tokens} tokens")
         self._check_model(index, data)
         try:
             check_weights(data, self._pushed.get(index))
@@ -453,6 +471,8 @@ class RemoteEngine:
         body: dict[str, Any] = {
             "model": self.model, "n": sampling.n, "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "return_token_ids": True,
+            # vLLM then names each log-prob's token by id, which polyrl.remote_replies checks against the ids
+            "return_tokens_as_token_ids": True,
         }
         if sampling.top_k:
             body["top_k"] = sampling.top_k
@@ -476,8 +496,8 @@ class RemoteEngine:
         tok = self.tokenizer
 
         def parse(data: Any) -> list[Completion]:
-            out = [completion(index, c, chat, tok.vocab, tok.decode if tok.can_decode else None)
-                   for c in reply_choices(data, sampling.n)]
+            out = [completion(index, c, chat, tok.vocab, tok.decode if tok.can_decode else None, prompt_ids_of(c, data, i))
+                   for i, c in enumerate(reply_choices(data, sampling.n))]
             longest = max((len(c.completion_ids) for c in out), default=0)
             if longest > sampling.max_new_tokens:  # it was trained on (5000 tokens for max_tokens = 4)
                 raise BadReply(f"a completion of {longest} tokens answers max_tokens = {sampling.max_new_tokens}")
@@ -566,14 +586,14 @@ class RemoteEngine:
         for attempt in range(self.options.retries + 1):
             self._backoff(attempt, server_index)
             try:
-                status, raw, wait = self._exchange(f"{root}{path}", body, headers)
+                status, raw, wait = self._exchange(server_index, f"{root}{path}", body, headers)
             except _AttemptFailed as exc:
                 last = str(exc)
                 continue
             self._note_retry_after(server_index, wait)
             if status == 200:
                 try:
-                    data = json_body(raw)
+                    data = json_body(raw, SMALL_REPLY_VALUES, "an answer to a weight push")
                 except BadReply:
                     data = None
                 if not isinstance(data, dict):
@@ -599,7 +619,19 @@ class RemoteEngine:
 
 
 class _AttemptFailed(Exception):
-    """One request failed in a way the next attempt may not: a timeout, a connection error, too big a reply."""
+    """One request failed in a way the next attempt may not: a timeout, a connection error, too big a reply.
+    ``fix``: what to do when it failed every attempt, where "check that the servers are up" is no help."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+#: the fixes of a reply refused for its size or its encoding (the servers answered: they are up)
+TOO_LARGE_FIX = ("raise backends.options.max_reply_bytes if n completions of max_new_tokens tokens with their "
+                 "log-probs are that large, else check what the server (or a proxy before it) sends")
+COMPRESSED_FIX = ("have the server (or the proxy before it) send replies uncompressed: it ignored "
+                  "Accept-Encoding: identity")
 
 
 def _fix_for(failure: Exception | None, status: int = 0) -> str:
@@ -619,6 +651,8 @@ def _fix_for(failure: Exception | None, status: int = 0) -> str:
     if isinstance(failure, BadReply):
         return ("use `polyrl serve`, or a server whose replies follow OpenAI's completions format with "
                 "return_token_ids (vLLM)")
+    if isinstance(failure, _AttemptFailed) and failure.fix:
+        return failure.fix
     return "check that the servers in backends.options.servers are up"
 
 
@@ -632,6 +666,8 @@ def _shown(raw: bytes) -> str:
 
 
 def _error_code(raw: bytes) -> str | None:
+    if over_budget(raw, SMALL_REPLY_VALUES) is not None:  # no OpenAI error body: not parsed into GBs
+        return None
     try:
         code = json.loads(raw)["error"]["code"]
     except Exception:  # noqa: BLE001 - not the OpenAI error shape

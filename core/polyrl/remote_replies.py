@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from polyrl.json_budget import BYTES_PER_VALUE, over_budget
 from polyrl.types import Completion
 
 #: a sampler's log-prob is <= 0; float32 rounding of a near-certain token may land a hair above
@@ -25,17 +27,43 @@ FINISH_REASONS = ("stop", "length")
 MAX_TOKEN_ID = 2**63 - 1
 #: the largest finite float32, the type log-probs are kept as
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: JSON values an honest reply spends per token it may hold: a chat ``logprobs.content`` entry is
+#: an object of four keys with a ``bytes`` list of the token's bytes (about 13 values and one per
+#: byte), a completion's five parallel lists about 8
+VALUES_PER_TOKEN = 64
+#: the rest of a reply (id, usage, model, message, ...) whatever its length
+REPLY_SLACK_VALUES = 4096
+#: a logprobs entry's token as vLLM names it under ``return_tokens_as_token_ids``
+_TOKEN_ID = re.compile(r"token_id:(\d{1,19})")
 
 
 class BadReply(Exception):
     """A 200 reply that is not a usable completion response; the message names what was wrong."""
 
 
-def json_body(raw: bytes) -> Any:
+def reply_value_budget(n: int, max_tokens: int, prompt: Any) -> int:
+    """The JSON values a reply to a request for ``n`` completions of at most ``max_tokens`` tokens
+    of ``prompt`` (token ids, text or messages) can hold: each token's id, log-prob and logprobs
+    entry, the prompt's ids once per choice and once more at the top (vLLM's chat reply puts them
+    there), and the rest. A prompt the server tokenizes has at most one token per byte of its JSON."""
+    if isinstance(prompt, list) and all(type(t) is int for t in prompt):
+        prompt_ids = len(prompt)
+    else:
+        prompt_ids = len(json.dumps(prompt))
+    return (n + 1) * (max_tokens * VALUES_PER_TOKEN + prompt_ids) + REPLY_SLACK_VALUES
+
+
+def json_body(raw: bytes, max_values: int | None = None, asked: str = "") -> Any:
     """The reply's JSON (a proxy's HTML page, or ``[[[[...`` past the parser's depth, is a BadReply).
     A key given twice in one object is a BadReply too: JSON leaves it undefined, Python keeps the
     last, and a proxy or another reader may keep the first, so two readers would train on
-    different ``token_ids``."""
+    different ``token_ids``. More than ``max_values`` values (``polyrl.json_budget``; ``asked``
+    says what set that bound) is a BadReply before parsing: 64 MiB of ``{},`` parsed into 1.5 GB."""
+    if max_values is not None:
+        count = over_budget(raw, max_values)
+        if count is not None:
+            raise BadReply(f"the reply holds about {count} JSON values, more than the {max_values} that {asked or 'it'} "
+                           f"can hold (parsed, it would take up to {count * BYTES_PER_VALUE >> 20} MiB)")
     try:
         return json.loads(raw, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as exc:
@@ -163,11 +191,30 @@ def _float32_finite(value: int | float) -> bool:
         return False
 
 
+def prompt_ids_of(choice: dict[str, Any], reply: dict[str, Any], position: int) -> Any:
+    """The choice's ``prompt_token_ids``, else the reply's: vLLM's completions reply (and polyrl
+    serve's) puts them in each choice, its chat reply once beside ``choices``. Given both ways they
+    must agree, or which prompt the completion continues is unknown."""
+    own, top = choice.get("prompt_token_ids"), reply.get("prompt_token_ids")
+    if own is None:
+        return top
+    if top is not None and top != own:
+        raise BadReply(f"`prompt_token_ids` of choice {position} ({_ids(own)}) differ from the reply's ({_ids(top)})")
+    return own
+
+
+def _ids(value: Any) -> str:
+    return f"{len(value)} ids" if isinstance(value, list) else _kind(value)
+
+
 def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None,
-               decode: Callable[[Sequence[int]], str] | None) -> Completion:
+               decode: Callable[[Sequence[int]], str] | None, prompt_ids_given: Any = None) -> Completion:
     """One checked choice; its text is ``decode(ids)`` when the model's tokenizer is at hand, so a
-    reward never scores text other than the ids the policy trains on."""
-    prompt_ids = token_ids(choice.get("prompt_token_ids"), "prompt_token_ids", vocab)
+    reward never scores text other than the ids the policy trains on. ``prompt_ids_given``: its
+    ``prompt_token_ids`` as ``prompt_ids_of`` finds them (default: the choice's own)."""
+    if prompt_ids_given is None:
+        prompt_ids_given = choice.get("prompt_token_ids")
+    prompt_ids = token_ids(prompt_ids_given, "prompt_token_ids", vocab)
     ids = token_ids(choice.get("token_ids"), "token_ids", vocab)
     raw_lp = choice.get("logprobs")
     if not isinstance(raw_lp, dict):
@@ -177,10 +224,14 @@ def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise BadReply(f"`logprobs.content` is {_kind(entries)}, not a list of objects")
         lps = logprobs([e.get("logprob") for e in entries], "logprobs.content[].logprob", len(ids))
+        check_logprob_tokens([e.get("token") for e in entries], "logprobs.content[].token", ids)
         message = choice.get("message")
         text = message.get("content") if isinstance(message, dict) else None
     else:
         lps = logprobs(raw_lp.get("token_logprobs"), "logprobs.token_logprobs", len(ids))
+        tokens = raw_lp.get("tokens")
+        if isinstance(tokens, list):
+            check_logprob_tokens(tokens, "logprobs.tokens", ids)
         text = choice.get("text")
     reason = choice.get("finish_reason")
     if not isinstance(reason, str) or reason not in FINISH_REASONS:
@@ -192,6 +243,20 @@ def completion(index: int, choice: dict[str, Any], chat: bool, vocab: int | None
     elif not isinstance(text, str):
         raise BadReply(f"the completion text is {_kind(text)}, not a string")
     return Completion(index, prompt_ids, ids, lps, text=text, finish_reason="stop" if reason == "stop" else "length")
+
+
+def check_logprob_tokens(tokens: list[Any], field: str, ids: np.ndarray) -> None:
+    """Each log-prob must be the sampled token's: where the server names the token of a log-prob
+    by id (vLLM's ``token_id:N`` under ``return_tokens_as_token_ids``), it is ``token_ids``' at that
+    position. A server whose log-probs are shifted by one, or are another sample's, fed the
+    loss's ratio numbers that belong to no token trained on. A token named as text (a server
+    without that option) is not compared: its text is no exact id."""
+    for i, token in enumerate(tokens):
+        named = _TOKEN_ID.fullmatch(token) if isinstance(token, str) else None
+        if named is not None and (i >= len(ids) or int(named.group(1)) != ids[i]):
+            said = f"`token_ids`[{i}] is {ids[i]}" if i < len(ids) else f"`token_ids` has only {len(ids)}"
+            raise BadReply(f"`{field}`[{i}] is the log-prob of {token!r}, but {said}: the log-probs are not the "
+                           "sampled tokens'")
 
 
 def _kind(value: Any) -> str:
