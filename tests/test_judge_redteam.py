@@ -175,3 +175,17 @@ def test_several_choices_or_a_streamed_reply_fail_the_request_with_their_own_fix
     stub.reply(raw_reply(200, sse))
     with pytest.raises(RewardError, match="streamed its reply.*Fix: point options.base_url at the server itself"):
         scores(stub.base_url, ["x"])
+
+
+def test_a_reply_padded_with_more_json_values_than_a_verdict_needs_is_refused_unparsed(stub):
+    """``[{}, {}, ...]`` beside the verdict: under ``max_reply_bytes`` (1 MiB), it parsed into tens
+    of MB of objects per request in flight (GBs where the cap was raised); now refused unread."""
+    from judge_stub import chat_body
+
+    padded = chat_body("Score: 9/10")
+    padded["pad"] = [{} for _ in range(100_000)]  # about 400 kB
+    stub.reply((200, padded))
+    with pytest.raises(RewardError, match="not an OpenAI chat completion response"):
+        scores(stub.base_url, ["x"])
+    stub.reply((200, chat_body("Score: 9/10")))
+    assert scores(stub.base_url, ["x"]) == [pytest.approx(0.9)]

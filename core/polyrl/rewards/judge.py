@@ -168,6 +168,7 @@ from polyrl.rewards import judge_score
 from polyrl.rewards.inputs import completion_text
 from polyrl.rewards.options import merged, positive_number, required_text
 from polyrl.hookspecs import hookimpl
+from polyrl.json_budget import over_budget
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.logs import get_logger
 from polyrl.rewards.async_hook import await_scores, sync_reward
@@ -577,9 +578,18 @@ def _api_key(opts: JudgeOptions) -> str | None:
     return key
 
 
+#: JSON values a judge's reply may hold (``polyrl.json_budget``): one choice's message and usage are
+#: tens of values (its text is one, however long); ``max_reply_bytes`` alone let a reply of ``[{},...]``
+#: padding parse into about 45 MB of objects at the default cap (GBs where the cap was raised), per request
+JUDGE_REPLY_VALUES = 1 << 16
+
+
 def _json_body(raw: bytes) -> Any:
-    """The JSON in a reply body, or None: not JSON, not UTF-8, or nested deeper than the parser
-    goes (a hostile server's ``[[[[...`` must fail the request, not raise out of the reward)."""
+    """The JSON in a reply body, or None: not JSON, not UTF-8, nested deeper than the parser goes
+    (a hostile server's ``[[[[...`` must fail the request, not raise out of the reward), or holding
+    more values than ``JUDGE_REPLY_VALUES`` (refused before it is parsed)."""
+    if over_budget(raw, JUDGE_REPLY_VALUES) is not None:
+        return None
     try:
         return json.loads(raw)
     except (ValueError, RecursionError):
