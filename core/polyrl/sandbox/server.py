@@ -436,13 +436,19 @@ class _Printed:
     """What the sample prints to ``sys.stdout``/``sys.stderr`` while one request runs, sent with its
     answer (``out``/``err``), so the harness can write it where the tests' streams point then
     (``redirect_stdout``, ``capsys``). Each stream still gets every character, so the output limit
-    counts it as before; only the text ``write`` is handed is seen (``sys.stdout.buffer`` writes,
-    ``os.write(1, ...)`` are not). A stream the sample replaced itself is left as it set it."""
+    counts it as before. Bytes count too, decoded as UTF-8: written to ``sys.stdout.buffer`` (fast
+    output in contest code) or to descriptor 1 or 2 (``os.write``, ``_os_write``), which never
+    reached the tests' capture (a right solution scored 0). A stream the sample replaced itself is
+    left as it set it."""
+
+    #: the request's printing now, for ``_os_write``
+    current = None
 
     def __init__(self, stdin=None):
         self.tees = [(name, _Tee(getattr(sys, name))) for name in ("stdout", "stderr")]
         for name, tee in self.tees:
             setattr(sys, name, tee)
+        _Printed.current = self
         self.stdin = None
         if type(stdin) is str:  # the rest of the tests' ``sys.stdin = io.StringIO(...)``, for ``input()``
             import io
@@ -450,9 +456,11 @@ class _Printed:
             sys.stdin = self.stdin
 
     def end(self, answer):
+        _Printed.current = None
         for name, tee in self.tees:
             if getattr(sys, name) is tee:
                 setattr(sys, name, tee.stream)
+            tee.keep_bytes(b"", True)
             if tee.parts:
                 answer["out" if name == "stdout" else "err"] = "".join(tee.parts)
         if self.stdin is not None:  # how much of it the call read: the tests' stream moves on as far
@@ -501,13 +509,31 @@ class _Tee:
     """A text stream writing to ``stream`` and keeping what it was given (up to ``MAX_PRINTED``)."""
 
     def __init__(self, stream):
-        self.stream, self.parts, self.kept = stream, [], 0
+        self.stream, self.parts, self.kept, self.decoder = stream, [], 0, None
 
     def write(self, text):
-        if type(text) is str and self.kept < MAX_PRINTED:
+        if type(text) is str:
+            self.keep(text)
+        return self.stream.write(text)
+
+    def keep(self, text):
+        if self.kept < MAX_PRINTED and text:
             self.parts.append(text[:MAX_PRINTED - self.kept])
             self.kept += len(self.parts[-1])
-        return self.stream.write(text)
+
+    def keep_bytes(self, data, final=False):
+        """Bytes written below the text stream, kept as the text they decode to (a character split
+        across two writes is whole in the second; an invalid byte is U+FFFD)."""
+        if self.decoder is None:
+            if final:
+                return
+            import codecs
+            self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.keep(self.decoder.decode(data, final))
+
+    @property
+    def buffer(self):
+        return _BytesTee(self, self.stream.buffer)
 
     def writelines(self, lines):
         for line in lines:
@@ -515,6 +541,36 @@ class _Tee:
 
     def __getattr__(self, name):  # flush, encoding, buffer, fileno...: the stream's own
         return getattr(self.stream, name)
+
+
+class _BytesTee:
+    """``sys.stdout.buffer`` while a request runs: the stream's own, its bytes also kept by its ``_Tee``."""
+
+    def __init__(self, tee, raw):
+        self.tee, self.raw = tee, raw
+
+    def write(self, data):
+        written = self.raw.write(data)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self.tee.keep_bytes(bytes(data))
+        return written
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):  # flush, fileno, raw...: the buffer's own
+        return getattr(self.raw, name)
+
+
+def _os_write(fd, data, _write=os.write):
+    """``os.write`` in the sample: what it writes to descriptor 1 or 2 while a request runs is also
+    kept as printed there (``_Printed``); the channel keeps the real ``os.write`` (``_Channel``)."""
+    written = _write(fd, data)
+    printed = _Printed.current
+    if printed is not None and fd in (1, 2) and isinstance(data, (bytes, bytearray, memoryview)):
+        printed.tees[fd - 1][1].keep_bytes(bytes(data)[:written])
+    return written
 
 
 def _like_data(obj):
@@ -598,6 +654,7 @@ def _main():
         return
     if job["audit"]:
         _install_audit_hook(root, bool(job.get("native")))
+    os.write = _os_write  # after the channel took the real one
     module = type(sys)("solution")  # in sys.modules as ``__main__`` is for a script: what dataclasses, pickle look up
     namespace = module.__dict__
     namespace["__builtins__"] = __builtins__
