@@ -60,6 +60,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
+from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.compared_copies import register as register_compared_copies
 from polyrl.sandbox.defaulted_reads import register as register_defaulted_sites
@@ -227,6 +228,14 @@ class Session:
         self.printed(answer)
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
+        awaited = op == "call" and is_awaited(answer.get("v"))
+        if awaited:  # an ``async def``'s answer, run to its end there: the tests get a coroutine giving it
+            answer["v"] = answer["v"][1]
+        value = self._answered(answer, data, root, passed, kin)
+        return finished(value) if awaited else value
+
+    def _answered(self, answer: dict[str, Any], data: bool, root: str | None,
+                  passed: tuple[tuple[Any, ...], dict[str, Any]] | None, kin: int | None) -> Any:
         if passed is not None and written(answer.get("v")):
             self._decoded(lambda v: write_back(v, *passed, may_shrink=self._may_shrink, may_change=self._may_change),
                           answer.get("v"))
