@@ -36,6 +36,8 @@ _TESTS = {
     "monkeypatch_builtins_module": ("import builtins\ndef test_square(monkeypatch):\n"
                                     "    monkeypatch.setattr(builtins, 'input', lambda prompt: '5')\n"
                                     "    assert square() == 25\n"),
+    "monkeypatch_sys_stdin": ("import io\ndef test_square(monkeypatch):\n"
+                              "    monkeypatch.setattr('sys.stdin', io.StringIO('6\\n'))\n    assert square() == 36\n"),
     "monkeypatch_undone_after_its_test": (
         "import builtins\ndef test_square(monkeypatch):\n    monkeypatch.setattr('builtins.input', lambda p: '2')\n"
         "    assert square() == 4\ndef test_restored():\n    assert builtins.input is __builtins__['input']\n"
