@@ -42,9 +42,11 @@ def reply(tests_input: Callable[..., Any], prompt: list[str]) -> dict[str, Any]:
     ``{"e": [name, text]}``, raised there as the builtin exception of that name."""
     try:
         value = tests_input(*prompt)
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # noqa: BLE001 - the tests' input raising (a side_effect list run out)
+    except BaseException as exc:  # noqa: BLE001 - the tests' input raising (a side_effect list run out),
+        # ``SystemExit`` too: raised in the sample, it ends the call as it would have here, and the
+        # sample, waiting for this reply, never reads the next request as one
         return {"e": [type(exc).__name__, str(exc)[:300]]}
     data = encode(value)
     if data is None:
