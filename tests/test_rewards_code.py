@@ -300,7 +300,7 @@ def test_module_answers_never_run_code_in_the_trainer(tmp_path, monkeypatch):
 MALICIOUS = {
     "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", "error", "os.fork"),
     "shell_fork_bomb": ("import os\nos.system(':(){ :|:& };:')\n", "error", "os.system"),
-    "subprocess": ("import subprocess\nsubprocess.Popen(['sleep', '60'])\n", "error", "_posixsubprocess"),
+    "subprocess": ("import subprocess\nsubprocess.Popen(['sleep', '60'])\n", "error", "subprocess.Popen"),
     "infinite_loop": (GOOD + "while True:\n    pass\n", "timeout", None),
     "huge_output": (GOOD + "while True:\n    print('x' * 100000)\n", "output_limit", None),
     "memory_bomb": (GOOD + "hog = []\nwhile True:\n    hog.append(bytearray(10**7))\n", "error", "MemoryError"),

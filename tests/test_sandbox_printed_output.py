@@ -64,3 +64,39 @@ def test_what_a_sample_prints_never_reaches_the_trainers_stdout(capfd):
     assert _each_scored({"uncaptured": ("assert add(1, 2) == 3\n", code)}) == {"uncaptured": 1.0}
     seen = capfd.readouterr()
     assert marker not in seen.out and marker not in seen.err
+
+
+#: Right ``hello``s writing bytes below ``print`` (contest-style fast output, a raw descriptor write,
+#: one byte at a time): what they write reached no capture on main, so each scored 0.
+_BYTES = {
+    "stdout_buffer": ("import sys\ndef hello(n=1):\n    sys.stdout.buffer.write(b'hi' * n + b'\\n')\n"
+                      "    sys.stdout.flush()\n"),
+    "os_write_stdout": "import os\ndef hello(n=1):\n    os.write(1, b'hi' * n + b'\\n')\n",
+    "split_character": ("import sys\ndef hello(n=1):\n    data = ('hi' * n + '\\n').encode()\n"
+                        "    for i in range(len(data)):\n        sys.stdout.buffer.write(data[i:i + 1])\n"),
+    "os_write_stderr_too": ("import os\ndef hello(n=1):\n    os.write(2, b'note\\n')\n"
+                            "    os.write(1, 'hi'.encode() * n + b'\\n')\n"),
+}
+_BYTES_TESTS = {
+    "capsys": _TESTS["capsys"],
+    "capfd_twice": ("def test_hello(capfd):\n    hello(2)\n    out, err = capfd.readouterr()\n"
+                    "    assert out == 'hihi\\n'\n    hello()\n    assert capfd.readouterr().out == 'hi\\n'\n"),
+}
+#: Wrong ones through the same paths: before any call, the wrong bytes, bytes that are no UTF-8.
+_BYTES_FORGED = {
+    "os_write_at_import": "import os\nos.write(1, b'hi\\n')\ndef hello(n=1):\n    pass\n",
+    "buffer_at_import": "import sys\nsys.stdout.buffer.write(b'hi\\n')\nsys.stdout.flush()\ndef hello(n=1):\n    pass\n",
+    "not_utf8": "import os\ndef hello(n=1):\n    os.write(1, b'h\\xffi\\n')\n",
+    "other_descriptor": "import os\ndef hello(n=1):\n    os.write(3, b'hi\\n')\n",
+}
+
+
+def test_bytes_a_right_solution_writes_reach_the_tests_capture():
+    """Each scored 0 on main (only ``sys.stdout.write``'s text was forwarded)."""
+    cases = {f"{name}/{test}": (tests, code) for name, code in _BYTES.items() for test, tests in _BYTES_TESTS.items()}
+    assert _each_scored(cases) == dict.fromkeys(cases, 1.0)
+
+
+def test_forged_bytes_score_zero():
+    cases = {name: (_BYTES_TESTS["capsys"], code) for name, code in _BYTES_FORGED.items()}
+    assert _each_scored(cases) == dict.fromkeys(cases, 0.0)

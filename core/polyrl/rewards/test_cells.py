@@ -30,7 +30,7 @@ from typing import Any
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards.test_runs import drive, expects_failure, yields
-from polyrl.sandbox.fixtures import OUTPUT_FIXTURES
+from polyrl.sandbox.fixtures import FIXTURES
 from polyrl.sandbox.step_lines import at_line
 
 NAME = "code_tests"
@@ -355,29 +355,30 @@ def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str
              if isinstance(d, ast.Call) and _name_of(d.func) == "parametrize"]
     combos = itertools.product(*grids) if grids else [()]
     calls = [[arg for case in combo for arg in case] for combo in combos]
-    fixtures = _output_fixtures(node, calls)
-    return [_captured(_call(node, f"{target}({', '.join(args + [f'{f}={_CAPTURED}' for f in fixtures])})"),
-                      bool(fixtures)) for args in calls]
+    fixtures = _fixtures(node, calls)
+    given = [f"{f}={_FIXTURE_NAME}{FIXTURES[f]}" for f in fixtures]
+    return [_with_fixtures(_call(node, f"{target}({', '.join(args + given)})"), fixtures) for args in calls]
 
 
-#: The name a test's output fixture is bound to while it runs (``_captured``).
-_CAPTURED = "_polyrl_captured"
+#: The prefix of the name a test's fixture is bound to while it runs, its maker's name after it (``_with_fixtures``).
+_FIXTURE_NAME = "_polyrl_"
 
 
-def _output_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]]) -> list[str]:
-    """The parameters of a test function that name pytest's ``capsys``/``capfd`` and that no
-    ``parametrize`` case fills (``polyrl.sandbox.fixtures``)."""
+def _fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]]) -> list[str]:
+    """The parameters of a test function that name a pytest fixture given here (``capsys``,
+    ``capfd``, ``monkeypatch``) and that no ``parametrize`` case fills (``polyrl.sandbox.fixtures``)."""
     given = {arg.split("=", 1)[0] for args in calls for arg in args}
     params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
-    return [p.arg for p in params if p.arg in OUTPUT_FIXTURES and p.arg not in given]
+    return [p.arg for p in params if p.arg in FIXTURES and p.arg not in given]
 
 
-def _captured(call: str, fixture: bool) -> str:
-    """``call`` run with the output it prints captured for its fixture (``fixtures.capture``)."""
-    if not fixture:
-        return call
-    return (f"with __import__('polyrl.sandbox.fixtures', fromlist=['capture']).capture() as {_CAPTURED}:\n"
-            + textwrap.indent(call, "    "))
+def _with_fixtures(call: str, fixtures: list[str]) -> str:
+    """``call`` run inside each of its fixtures' makers (``fixtures.capture``, ``fixtures.patching``),
+    which undo what they did when it ends, however it ends."""
+    for maker in sorted({FIXTURES[f] for f in fixtures}):
+        call = (f"with __import__('polyrl.sandbox.fixtures', fromlist=[{maker!r}]).{maker}() as {_FIXTURE_NAME}{maker}:\n"
+                + textwrap.indent(call, "    "))
+    return call
 
 
 def _cases(decorator: ast.Call, target: str, where: str, literals: dict[str, ast.expr]) -> list[list[str]]:

@@ -1,20 +1,25 @@
-"""pytest's output fixtures (``capsys``, ``capfd``) for the tests' own ``test_*`` functions.
+"""pytest's fixtures ``capsys``, ``capfd`` and ``monkeypatch`` for the tests' own ``test_*`` functions.
 
 Why: KodCode-style pytest cells check a solution that prints with ``def test_x(capsys): ...
 capsys.readouterr().out``; called with no argument, the test raised TypeError, so a right solution
 scored 0. A test naming one gets a ``Captured`` whose streams are ``sys.stdout``/``sys.stderr``
 while it runs (``test_cells``); what the sample prints during its calls reaches them through the
-harness (``harness.Session.printed``), so ``capfd`` (file descriptors, in pytest) is the same here."""
+harness (``harness.Session.printed``), so ``capfd`` (file descriptors, in pytest) is the same here.
+``monkeypatch`` (``Patches``) was not given either: KodCode's ``monkeypatch.setattr('builtins.input',
+lambda _: '5')`` raised TypeError; what it patches is undone when the test ends, and a patched
+``input`` answers the sample's ``input()`` (``tests_input``)."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
-from collections.abc import Iterator
-from typing import NamedTuple
+import os
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, NamedTuple
 
-#: The fixtures a test function's parameter may name (``test_cells``).
-OUTPUT_FIXTURES = frozenset({"capsys", "capfd"})
+#: The fixtures a test function's parameter may name (``test_cells``) -> the function here that makes one.
+FIXTURES = {"capsys": "capture", "capfd": "capture", "monkeypatch": "patching"}
 
 
 class CaptureResult(NamedTuple):
@@ -45,3 +50,95 @@ def capture() -> Iterator[Captured]:
     captured = Captured()
     with contextlib.redirect_stdout(captured.out), contextlib.redirect_stderr(captured.err):
         yield captured
+
+
+_UNSET: Any = object()
+
+
+class Patches:
+    """pytest's ``monkeypatch`` as tests use it: ``setattr`` (of an object, or of a dotted
+    ``'module.name'``), ``delattr``, ``setitem``, ``delitem``, ``setenv``, ``delenv``; ``undo``
+    restores each in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def setattr(self, target: Any, name: Any, value: Any = _UNSET, raising: bool = True) -> None:
+        """``setattr(obj, 'name', value)`` or ``setattr('module.name', value)``."""
+        if value is _UNSET:
+            if not isinstance(target, str):
+                raise TypeError("use setattr(target, name, value) or setattr('module.name', value)")
+            target, name, value = *_resolved(target), name
+        old = getattr(target, name, _UNSET)
+        if old is _UNSET and raising:
+            raise AttributeError(f"{target!r} has no attribute {name!r}")
+        if isinstance(target, type):  # a class's own entry (a staticmethod stays one when restored)
+            old = target.__dict__.get(name, _UNSET)
+        setattr(target, name, value)
+        self._undo.append(lambda: delattr(target, name) if old is _UNSET else setattr(target, name, old))
+
+    def delattr(self, target: Any, name: Any = _UNSET, raising: bool = True) -> None:
+        if name is _UNSET:
+            if not isinstance(target, str):
+                raise TypeError("use delattr(target, name) or delattr('module.name')")
+            target, name = _resolved(target)
+        if not hasattr(target, name):
+            if raising:
+                raise AttributeError(name)
+            return
+        old = getattr(target, name)
+        delattr(target, name)
+        self._undo.append(lambda: setattr(target, name, old))
+
+    def setitem(self, mapping: MutableMapping[Any, Any], key: Any, value: Any) -> None:
+        old = mapping.get(key, _UNSET)
+        mapping[key] = value
+        self._undo.append(lambda: mapping.pop(key, None) if old is _UNSET else mapping.__setitem__(key, old))
+
+    def delitem(self, mapping: MutableMapping[Any, Any], key: Any, raising: bool = True) -> None:
+        if key not in mapping:
+            if raising:
+                raise KeyError(key)
+            return
+        old = mapping.pop(key)
+        self._undo.append(lambda: mapping.__setitem__(key, old))
+
+    def setenv(self, name: str, value: Any, prepend: str | None = None) -> None:
+        value = str(value)
+        if prepend and name in os.environ:
+            value = value + prepend + os.environ[name]
+        self.setitem(os.environ, name, value)
+
+    def delenv(self, name: str, raising: bool = True) -> None:
+        self.delitem(os.environ, name, raising=raising)
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+def _resolved(dotted: str) -> tuple[Any, str]:
+    """``'pkg.mod.attr'`` as (the object holding ``attr``, ``'attr'``): the longest importable module
+    prefix, then attributes, as pytest resolves it."""
+    parts = dotted.split(".")
+    if len(parts) < 2:
+        raise ValueError(f"must be absolute import path string, not {dotted!r}")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            target: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:-1]:
+            target = getattr(target, part)
+        return target, parts[-1]
+    raise ImportError(f"no module to patch in {dotted!r}")
+
+
+@contextlib.contextmanager
+def patching() -> Iterator[Patches]:
+    """A ``Patches`` for one test, undone when it ends, however it ends."""
+    patches = Patches()
+    try:
+        yield patches
+    finally:
+        patches.undo()

@@ -60,6 +60,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
+from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.compared_copies import register as register_compared_copies
 from polyrl.sandbox.defaulted_reads import register as register_defaulted_sites
@@ -85,6 +86,8 @@ from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.self_compared import register as register_self_compared
 from polyrl.sandbox.subset_reads import register as register_subset_sites
 from polyrl.sandbox.truth_loops import tests_all, tests_any, tests_sum
+from polyrl.sandbox.tests_input import patched_input, well_formed
+from polyrl.sandbox.tests_input import reply as tests_input_reply
 from polyrl.sandbox.tests_namespace import future_flags, registered
 from polyrl.sandbox.tests_modules import (
     SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, helper_objects, local_module, tests_view, unbound_modules)
@@ -153,6 +156,9 @@ class Session:
         #: the streams as the tests start: the sample's printing reaches only streams they put in their place
         self.streams = {"out": sys.stdout, "err": sys.stderr}
         self.stdin = sys.stdin
+        #: what the tests wrote in their ``builtins`` (``BuiltinsLayer._written``): a patched ``input`` there
+        self.written_builtins: dict[str, Any] = {}
+        self.in_input = False  # the tests' ``input`` is answering the sample (``tests_input``)
 
     def printed(self, answer: dict[str, Any]) -> None:
         """Write what the sample printed while answering (``out``/``err``: text, ``server._Printed``)
@@ -201,20 +207,35 @@ class Session:
         ``Remote._root`` and ``Remote._kin`` of a ``Remote`` in it; ``passed``: a call's arguments
         as the tests gave them, whose lists take what an in-place function did to its copies
         (``in_place``)."""
+        if self.in_input:
+            raise RuntimeError("the tests' input used the solution while the solution waited for it")
         self.dirty = True
         self.asks += 1
+        asked = patched_input(self.written_builtins) if op == "call" else None
+        if asked is not None:  # the tests' ``mock.patch('builtins.input', ...)``: the call's ``input()`` asks it
+            fields["input"] = True
         stdin = sys.stdin if op == "call" and type(sys.stdin) is io.StringIO and sys.stdin is not self.stdin else None
         if stdin is not None:  # the tests' ``sys.stdin = io.StringIO('1 2\\n')``: the call's ``input()`` reads it
             start = stdin.tell()
             fields["stdin"] = stdin.read()
             stdin.seek(start)
         answer = self.channel.ask({"op": op, **fields})
+        while "ok" not in answer and "input" in answer:
+            answer = self.channel.ask(self._tests_input(asked, answer["input"]))
         if stdin is not None:
             read = answer.get("in")
             stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
         self.printed(answer)
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
+        awaited = op == "call" and is_awaited(answer.get("v"))
+        if awaited:  # an ``async def``'s answer, run to its end there: the tests get a coroutine giving it
+            answer["v"] = answer["v"][1]
+        value = self._answered(answer, data, root, passed, kin)
+        return finished(value) if awaited else value
+
+    def _answered(self, answer: dict[str, Any], data: bool, root: str | None,
+                  passed: tuple[tuple[Any, ...], dict[str, Any]] | None, kin: int | None) -> Any:
         if passed is not None and written(answer.get("v")):
             self._decoded(lambda v: write_back(v, *passed, may_shrink=self._may_shrink, may_change=self._may_change),
                           answer.get("v"))
@@ -222,6 +243,19 @@ class Session:
                 return None
             return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer["v"][3])
         return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer.get("v"))
+
+    def _tests_input(self, asked: Callable[..., Any] | None, prompt: Any) -> dict[str, Any]:
+        """The reply to the sample's ``input()`` in a call: the tests' patched ``input`` called
+        (``tests_input``). Asking when the tests patched none, or with anything but a str prompt, is
+        no answer of the protocol: the sample is stopped as crashed."""
+        if asked is None or not well_formed(prompt):
+            self.channel.dead = SampleStopped("crashed", "the sample asked for input the tests did not give")
+            raise self.channel.dead
+        self.in_input = True
+        try:
+            return tests_input_reply(asked, prompt)
+        finally:
+            self.in_input = False
 
     def family(self, member: int) -> int:
         """The head of ``member``'s family (``join``)."""
@@ -516,6 +550,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     real_builtins.update(wrapped)
     object.__getattribute__(builtins_view, "_own").update(wrapped)
     layer = BuiltinsLayer(builtins_view)  # looked up after the tests' globals (module doc)
+    session.written_builtins = object.__getattribute__(layer, "_written")  # a patched ``input`` (``tests_input``)
     layer.refill(real_builtins)
     tests_module = types.ModuleType("tests")  # in sys.modules while they run (``tests_namespace``)
     namespace: dict[str, Any] = tests_module.__dict__

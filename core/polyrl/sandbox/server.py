@@ -344,6 +344,20 @@ class _Session:
             return items if tag == "l" else tuple(items)
         return decode(data)
 
+    def answer_call(self, req, args, kwargs, result):
+        # its list, dict and set arguments as they are now (``in_place``): every one after a
+        # call returning None, the ones it changed after any other (LeetCode 26 returns k)
+        sent = list(req["args"]) + [req["kwargs"][k] for k in kwargs]
+        got = list(args) + [kwargs[k] for k in kwargs]
+        now = [encode(a) if type(a) in (list, dict, set) else encode(dict(a)) if _standard_dict(a) else None
+               for a in got]
+        if result is not None:
+            now = [a if a is not None and a != d else None for a, d in zip(now, sent)]
+        if any(a is not None for a in now):
+            after_kw = {k: v for k, v in zip(kwargs, now[len(args):]) if v is not None}
+            return ["I", now[:len(args)], after_kw] + ([] if result is None else [self.out(result)])
+        return self.out(result)
+
     def take(self, ref, obj, n):
         failed = self.failed.pop(ref, None)
         if failed is not None:
@@ -375,18 +389,9 @@ class _Session:
             args = [self.arg(a) for a in req["args"]]
             kwargs = {k: self.arg(v) for k, v in req["kwargs"].items()}
             result = obj(*args, **kwargs)
-            # its list, dict and set arguments as they are now (``in_place``): every one after a
-            # call returning None, the ones it changed after any other (LeetCode 26 returns k)
-            sent = list(req["args"]) + [req["kwargs"][k] for k in kwargs]
-            got = list(args) + [kwargs[k] for k in kwargs]
-            now = [encode(a) if type(a) in (list, dict, set) else encode(dict(a)) if _standard_dict(a) else None
-                   for a in got]
-            if result is not None:
-                now = [a if a is not None and a != d else None for a, d in zip(now, sent)]
-            if any(a is not None for a in now):
-                after_kw = {k: v for k, v in zip(kwargs, now[len(args):]) if v is not None}
-                return ["I", now[:len(args)], after_kw] + ([] if result is None else [self.out(result)])
-            return self.out(result)
+            if type(result) is _COROUTINE:  # an ``async def``'s: run to its end here (``_awaited``)
+                return ["a", self.answer_call(req, args, kwargs, _awaited(result))]
+            return self.answer_call(req, args, kwargs, result)
         if op == "getattr":
             return self.out(getattr(obj, req["name"]))
         if op == "getitem":
@@ -448,6 +453,62 @@ class _Session:
         raise ValueError("unknown request %r" % (op,))
 
 
+async def _coroutine_kind():
+    pass
+
+
+_made = _coroutine_kind()  # its type, without importing ``types``
+_COROUTINE = type(_made)
+_made.close()
+del _made
+
+
+def _awaited(coroutine):
+    """What a coroutine a call returned gives when run to its end, as the tests' ``asyncio.run(f(x))``
+    or ``await f(x)`` would run it (``["a", answer]``: the harness hands the tests a coroutine
+    giving that answer). Why: the coroutine stayed a handle here, so ``asyncio.run`` refused it and
+    a right ``async def`` solution scored 0. It runs at the call, in an event loop of its own."""
+    import asyncio
+    runner = getattr(asyncio, "Runner", None)  # Python 3.11+
+    if runner is None:  # the loop's self-pipe is made inside ``run``: unix sockets allowed all along
+        _MAKING_LOOP[0] = True
+        try:
+            return asyncio.run(coroutine)
+        finally:
+            _MAKING_LOOP[0] = False
+    with runner(loop_factory=_new_loop) as run:
+        return run.run(coroutine)
+
+
+#: Whether the audit hook lets a unix socket be made now: only while ``_awaited`` makes its loop.
+_MAKING_LOOP = [False]
+
+
+def _new_loop():
+    """An event loop, whose self-pipe is a unix socket pair the audit hook lets be made here only."""
+    import asyncio
+    _MAKING_LOOP[0] = True
+    try:
+        return asyncio.new_event_loop()
+    finally:
+        _MAKING_LOOP[0] = False
+
+
+def _no_process_start():
+    """``_posixsubprocess`` loaded before the audit hook, its ``fork_exec`` refusing: ``asyncio``
+    and ``subprocess`` import it, and the hook refused that import, so a right solution importing
+    asyncio scored 0. A fresh load of the real one is still refused (``_install_audit_hook``), and
+    ``subprocess.Popen`` and ``os.fork`` are refused events of their own."""
+    try:
+        import _posixsubprocess
+    except ImportError:
+        return
+
+    def fork_exec(*args, **kwargs):
+        raise PermissionError("sandbox: starting processes is not allowed")
+    _posixsubprocess.fork_exec = fork_exec
+
+
 def _subtype(kind, cls):
     """Whether ``cls`` is in ``kind``'s MRO, read from ``type`` itself: a metaclass's
     ``__instancecheck__``, ``__subclasscheck__`` or ``__mro__`` property and an instance's
@@ -459,6 +520,9 @@ def _subtype(kind, cls):
 
 _MRO = type.__dict__["__mro__"].__get__
 
+#: ``socket.AF_UNIX`` on Linux, without importing ``socket`` (``_install_audit_hook``).
+AF_UNIX = 1
+
 #: Most characters of one request's printing sent with its answer (``_Printed``); its stream gets it all.
 MAX_PRINTED = 1 << 20
 
@@ -467,13 +531,19 @@ class _Printed:
     """What the sample prints to ``sys.stdout``/``sys.stderr`` while one request runs, sent with its
     answer (``out``/``err``), so the harness can write it where the tests' streams point then
     (``redirect_stdout``, ``capsys``). Each stream still gets every character, so the output limit
-    counts it as before; only the text ``write`` is handed is seen (``sys.stdout.buffer`` writes,
-    ``os.write(1, ...)`` are not). A stream the sample replaced itself is left as it set it."""
+    counts it as before. Bytes count too, decoded as UTF-8: written to ``sys.stdout.buffer`` (fast
+    output in contest code) or to descriptor 1 or 2 (``os.write``, ``_os_write``), which never
+    reached the tests' capture (a right solution scored 0). A stream the sample replaced itself is
+    left as it set it."""
+
+    #: the request's printing now, for ``_os_write``
+    current = None
 
     def __init__(self, stdin=None):
         self.tees = [(name, _Tee(getattr(sys, name))) for name in ("stdout", "stderr")]
         for name, tee in self.tees:
             setattr(sys, name, tee)
+        _Printed.current = self
         self.stdin = None
         if type(stdin) is str:  # the rest of the tests' ``sys.stdin = io.StringIO(...)``, for ``input()``
             import io
@@ -481,9 +551,11 @@ class _Printed:
             sys.stdin = self.stdin
 
     def end(self, answer):
+        _Printed.current = None
         for name, tee in self.tees:
             if getattr(sys, name) is tee:
                 setattr(sys, name, tee.stream)
+            tee.keep_bytes(b"", True)
             if tee.parts:
                 answer["out" if name == "stdout" else "err"] = "".join(tee.parts)
         if self.stdin is not None:  # how much of it the call read: the tests' stream moves on as far
@@ -492,17 +564,71 @@ class _Printed:
                 sys.stdin = self.old_stdin
 
 
+#: Most characters of a prompt sent to the tests' ``input`` (``_TestsInput``).
+MAX_PROMPT = 4096
+
+
+class _TestsInput:
+    """The tests' own ``input`` while one call runs, where they patched it (``mock.patch('builtins.input',
+    ...)``, ``monkeypatch.setattr('builtins.input', ...)``): each ``input(prompt)`` of the sample's sends
+    the prompt to the harness (``{"input": [prompt]}``, ``[]`` without one), which calls theirs and
+    answers ``{"v": value}`` or ``{"e": [exception name, text]}``. Why: the sample's own ``input``
+    read its empty stdin, so a right solution scored 0. Only plain data comes back, as from any call."""
+
+    def __init__(self, chan):
+        import builtins
+        self.chan, self.builtins, self.old = chan, builtins, builtins.input
+        builtins.input = self.input
+
+    def input(self, *prompt):
+        if len(prompt) > 1:
+            raise TypeError("input expected at most 1 argument, got %d" % len(prompt))
+        self.chan.send({"input": [str(p)[:MAX_PROMPT] for p in prompt]})
+        reply = self.chan.recv()
+        if type(reply) is not dict:
+            raise EOFError("EOF when reading a line")
+        if "e" in reply:
+            name, text = reply["e"]
+            kind = getattr(self.builtins, name, None) if type(name) is str else None
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                kind = RuntimeError
+            raise kind(text)
+        return decode(reply["v"])
+
+    def end(self):
+        if self.builtins.input == self.input:
+            self.builtins.input = self.old
+
+
 class _Tee:
     """A text stream writing to ``stream`` and keeping what it was given (up to ``MAX_PRINTED``)."""
 
     def __init__(self, stream):
-        self.stream, self.parts, self.kept = stream, [], 0
+        self.stream, self.parts, self.kept, self.decoder = stream, [], 0, None
 
     def write(self, text):
-        if type(text) is str and self.kept < MAX_PRINTED:
+        if type(text) is str:
+            self.keep(text)
+        return self.stream.write(text)
+
+    def keep(self, text):
+        if self.kept < MAX_PRINTED and text:
             self.parts.append(text[:MAX_PRINTED - self.kept])
             self.kept += len(self.parts[-1])
-        return self.stream.write(text)
+
+    def keep_bytes(self, data, final=False):
+        """Bytes written below the text stream, kept as the text they decode to (a character split
+        across two writes is whole in the second; an invalid byte is U+FFFD)."""
+        if self.decoder is None:
+            if final:
+                return
+            import codecs
+            self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.keep(self.decoder.decode(data, final))
+
+    @property
+    def buffer(self):
+        return _BytesTee(self, self.stream.buffer)
 
     def writelines(self, lines):
         for line in lines:
@@ -510,6 +636,36 @@ class _Tee:
 
     def __getattr__(self, name):  # flush, encoding, buffer, fileno...: the stream's own
         return getattr(self.stream, name)
+
+
+class _BytesTee:
+    """``sys.stdout.buffer`` while a request runs: the stream's own, its bytes also kept by its ``_Tee``."""
+
+    def __init__(self, tee, raw):
+        self.tee, self.raw = tee, raw
+
+    def write(self, data):
+        written = self.raw.write(data)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self.tee.keep_bytes(bytes(data))
+        return written
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):  # flush, fileno, raw...: the buffer's own
+        return getattr(self.raw, name)
+
+
+def _os_write(fd, data, _write=os.write):
+    """``os.write`` in the sample: what it writes to descriptor 1 or 2 while a request runs is also
+    kept as printed there (``_Printed``); the channel keeps the real ``os.write`` (``_Channel``)."""
+    written = _write(fd, data)
+    printed = _Printed.current
+    if printed is not None and fd in (1, 2) and isinstance(data, (bytes, bytearray, memoryview)):
+        printed.tees[fd - 1][1].keep_bytes(bytes(data)[:written])
+    return written
 
 
 def _like_data(obj):
@@ -592,7 +748,9 @@ def _main():
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return
     if job["audit"]:
+        _no_process_start()
         _install_audit_hook(root, bool(job.get("native")))
+    os.write = _os_write  # after the channel took the real one
     module = type(sys)("solution")  # in sys.modules as ``__main__`` is for a script: what dataclasses, pickle look up
     namespace = module.__dict__
     namespace["__builtins__"] = __builtins__
@@ -616,10 +774,13 @@ def _main():
                     pass
             os._exit(0)
         printed = _Printed(req.get("stdin"))
+        asked = _TestsInput(chan) if req.get("input") is True else None
         try:
             answer = {"ok": True, "v": session.handle(req)}
         except BaseException as exc:
             answer = {"ok": False, "exc": _describe(exc)}
+        if asked is not None:
+            asked.end()
         printed.end(answer)
         chan.send(answer)
 
@@ -694,6 +855,9 @@ def _install_audit_hook(root, native):
             if args and args[0] != getpid():
                 deny("signalling other processes")
             return
+        if event == "socket.__new__" and _MAKING_LOOP[0] and len(args) > 1 and args[1] == AF_UNIX:
+            return  # the self-pipe of ``_awaited``'s loop: a sample's own sockets stay refused (their
+            # buffers are kernel memory no rlimit counts, where no seccomp filter caps them)
         if event in denied or event.startswith(denied_prefixes):
             deny(event)
 
