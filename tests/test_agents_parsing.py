@@ -253,7 +253,7 @@ class _CountingDecoder:
 @pytest.mark.faults
 @pytest.mark.parametrize("text, decodes", [
     ('{"name": "calc", "arguments": ' * 400, 1),  # each "{" opens an object that never ends
-    ('{"a": ' * 2000 + "1" + "}" * 2000, 32),  # valid, nested far past what a call may be
+    ('{"a": ' * 2000 + "1" + "}" * 2000, 1),  # valid, nested far past what a call may be: its last 32 levels, once
     ('{"' + '\\"{' * 4000, 0),  # every "{" inside a string as read from the ones before it
     ('{"x": "{\\"y\\": ' * 1000, 0),
     ('{"a": 1, } ' * 2000, 2000),  # each a short object that fails: its error counted every line before it
@@ -271,6 +271,32 @@ def test_the_json_format_decodes_a_degenerate_reply_in_linear_work(monkeypatch, 
     assert turn.calls == [] and counting.calls <= decodes + 1 and counting.read <= 2 * len(text)
     good = text + ' then {"name": "f", "arguments": {"a": [1, {"b": 2}]}}'
     assert parse_tool_calls(good, fmt="json").calls == [ToolCall("f", {"a": [1, {"b": 2}]}, "call00000")]
+
+
+_LONG = "x" * 3000
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("inner, calls", [
+    (f'"{_LONG}"', []),  # valid objects nested 30 deep, none a call
+    (f'{{"name": "f", "arguments": {{"s": "{_LONG}"}}}}', [ToolCall("f", {"s": _LONG}, "call00000")]),  # the innermost is
+    (f'"{_LONG}", ', []),  # each level fails where the innermost does (a trailing comma)
+    (f'[{{"b": "{_LONG}"}}, {{"c": 1e400}}]', []),  # each level fails at a number that is no tool's
+])
+def test_the_json_format_decodes_objects_nested_30_deep_once(monkeypatch, inner, calls):
+    """Each ``{"`` of 30 nested objects was decoded anew, every decode reading the levels inside
+    it: the text read 30 times (a call at the bottom was found after reading it 31 times). Now the
+    objects one decode built are taken from it, and one open where a decode failed is not decoded
+    again; what is parsed is unchanged."""
+    import polyrl.agents.parsing as parsing
+
+    text = '{"a": ' * 30 + inner + "}" * 30
+    counting = _CountingDecoder(parsing._DECODER)
+    monkeypatch.setattr(parsing, "_DECODER", counting)
+    turn = parse_tool_calls(text, fmt="json")
+    assert turn.calls == calls and turn.errors == []
+    assert turn.content == ('{"a": ' * 30 + "}" * 30 if calls else text)
+    assert counting.calls <= 2 and counting.read <= 2 * len(text), (counting.calls, counting.read, len(text))
 
 
 def test_the_json_format_still_reads_the_first_call_among_braces_and_strings():
