@@ -690,3 +690,31 @@ def test_a_trl_environment_whose_get_reward_is_a_generator_is_one_config_error(i
     assert err.value.field == "environment_factory['yielding']"
     assert "Yielding.get_reward is a generator function (its body has a yield)" in err.value.message
     assert "without yield" in (err.value.fix or "")
+
+
+@pytest.mark.parametrize("column", ["question", "prompt"])
+def test_a_trl_environments_reset_gets_the_rows_own_prompt_under_a_system_prompt(column):
+    """TRL's rollout calls ``reset(**row)`` with the dataset's row. With ``data.system_prompt``
+    set, polyrl's row holds the system + user chat in its prompt column (what the model is asked),
+    and ``reset`` got that chat for ``question``/``prompt`` instead of the row's own text. Now it
+    gets the text, as the rewards do (``stored_rows``); the model is still asked the chat."""
+    from polyrl.agents.episodes import EpisodeRunner
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.stored_rows import with_asked
+
+    class Quiz:
+        def reset(self, **kwargs):
+            self.got = kwargs
+            return " Think."
+
+    plugin = trl_environments(Quiz, prompt_column=column)
+    specs = []
+    plugin.polyrl_register_environments(specs.append)
+    episode = specs[0].create({})
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    row = with_asked({column: "What is 2+2?", "answer": "4"}, column, chat)  # as data.system_prompt writes it
+    first, tools = EpisodeRunner._first_messages(episode, row)
+    assert episode.rewarded.got == {column: "What is 2+2?", "answer": "4"}
+    assert first == [chat[0], {"role": "user", "content": "What is 2+2? Think."}] and tools == []
+    episode.episode_over()
+    plugin.pool.close()
