@@ -136,6 +136,20 @@ def test_phi4_mini_functools_and_tag_forms():
     assert turn.calls == [] and "not valid JSON" in turn.errors[0]
 
 
+
+@pytest.mark.parametrize("fmt", ["phi4", "auto"])
+def test_a_phi4_tag_without_its_close_is_unterminated_as_a_hermes_one_is(fmt):
+    """A turn cut at its budget inside ``<|tool_call|>`` (its JSON whole, ``<|/tool_call|>`` not
+    written) read as a finished call: the runner answered it and inserted the end-of-turn marker
+    the model never wrote, where a Hermes call so cut is none. Now it is ``unterminated`` too."""
+    body = '[{"name": "f", "arguments": {"a": 1}}]'
+    turn = parse_tool_calls(f"<|tool_call|>{body}", fmt=fmt)
+    assert turn.calls == [ToolCall("f", {"a": 1}, "call00000")] and turn.unterminated
+    closed = parse_tool_calls(f"<|tool_call|>{body}<|/tool_call|> <|tool_call|>{body}<|/tool_call|>", fmt=fmt)
+    assert len(closed.calls) == 2 and not closed.unterminated
+    assert parse_tool_calls(f"<|tool_call|>{body}<|/tool_call|> <|tool_call|>{body}", fmt=fmt).unterminated
+    assert not parse_tool_calls(f"functools{body}", fmt=fmt).unterminated  # no tag to close
+
 # --- hostile call bodies: deep nesting, huge integers, lone surrogates ------------------------------
 
 #: How each format wraps one call object (the JSON form also as a bare reply).

@@ -399,18 +399,23 @@ def _calls_from_json(raw: str, calls: list[ToolCall], errors: list[str]) -> None
 
 
 def _phi4(text: str) -> ParsedTurn:
+    """Phi-4-mini's calls. A ``<|tool_call|>`` block with no ``<|/tool_call|>`` is read all the
+    same but ``unterminated``, as a Hermes one is: a turn cut at its budget inside it holds no call
+    (its call was answered, the end marker the model never wrote inserted after it)."""
     calls: list[ToolCall] = []
     errors: list[str] = []
     content = text
+    unterminated = False
     if _PHI4_TAG.search(text):
         for match in _PHI4_TAG.finditer(text):
             _calls_from_json(match.group(1), calls, errors)
+            unterminated = not match.group(0).endswith(PHI4_CLOSE)  # only the last can be: \Z ends it
         content = _PHI4_TAG.sub("", text)
     elif _FUNCTOOLS in text:
         start = text.index(_FUNCTOOLS)
         content = text[:start]
         _calls_from_json(text[start + len(_FUNCTOOLS) - 1:], calls, errors)
-    return ParsedTurn(content.strip(), calls, errors)
+    return ParsedTurn(content.strip(), calls, errors, unterminated)
 
 
 def parse_tool_calls(text: str, fmt: str = "auto", reasoning_open: bool = False) -> ParsedTurn:
