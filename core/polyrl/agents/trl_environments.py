@@ -79,7 +79,8 @@ def _defines(instance: Any, name: str) -> bool:
 def with_observation(messages: list[Message], observation: Any, where: str) -> list[Message]:
     """The prompt's messages with ``reset``'s answer appended to the last one's content (TRL's
     rule); None leaves them as they are. TRL's list of content parts is appended as its text
-    when every part is text; another part (an image) is refused: polyrl's episodes render text."""
+    when every part is text, and a last message of text parts is its text; another part (an
+    image) is refused: polyrl's episodes render text."""
     if observation is None:
         return messages
     if isinstance(observation, list):
@@ -93,7 +94,21 @@ def with_observation(messages: list[Message], observation: Any, where: str) -> l
         raise TypeError(f"{where}.reset returned {type(observation).__name__}; expected None, a str or a list "
                         "of text parts, which is appended to the prompt's last message")
     last = messages[-1]
-    return [*messages[:-1], {**last, "content": f"{last.get('content', '')}{observation}"}]
+    return [*messages[:-1], {**last, "content": _text_of(last.get("content", ""), where) + observation}]
+
+
+def _text_of(content: Any, where: str) -> str:
+    """The text of the prompt's last message, which ``reset``'s answer is appended to: a str, or
+    TRL's list of content parts when every part is text. Why: the answer was appended to the
+    list's Python repr (``"[{'type': 'text', 'text': 'Hi'}] Think."``), which the model read."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, Mapping) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    what = "content parts that are not all text" if isinstance(content, list) else type(content).__name__
+    raise TypeError(f"the prompt's last message holds {what}, which {where}.reset's answer cannot be appended to; "
+                    "polyrl's episodes render text: write the row's prompt as text or text parts")
 
 
 def _stop(text: str, fix: str = "call it by hand with this row to see why") -> EnvironmentFailed:
