@@ -136,6 +136,20 @@ def test_phi4_mini_functools_and_tag_forms():
     assert turn.calls == [] and "not valid JSON" in turn.errors[0]
 
 
+
+@pytest.mark.parametrize("fmt", ["phi4", "auto"])
+def test_a_phi4_tag_without_its_close_is_unterminated_as_a_hermes_one_is(fmt):
+    """A turn cut at its budget inside ``<|tool_call|>`` (its JSON whole, ``<|/tool_call|>`` not
+    written) read as a finished call: the runner answered it and inserted the end-of-turn marker
+    the model never wrote, where a Hermes call so cut is none. Now it is ``unterminated`` too."""
+    body = '[{"name": "f", "arguments": {"a": 1}}]'
+    turn = parse_tool_calls(f"<|tool_call|>{body}", fmt=fmt)
+    assert turn.calls == [ToolCall("f", {"a": 1}, "call00000")] and turn.unterminated
+    closed = parse_tool_calls(f"<|tool_call|>{body}<|/tool_call|> <|tool_call|>{body}<|/tool_call|>", fmt=fmt)
+    assert len(closed.calls) == 2 and not closed.unterminated
+    assert parse_tool_calls(f"<|tool_call|>{body}<|/tool_call|> <|tool_call|>{body}", fmt=fmt).unterminated
+    assert not parse_tool_calls(f"functools{body}", fmt=fmt).unterminated  # no tag to close
+
 # --- hostile call bodies: deep nesting, huge integers, lone surrogates ------------------------------
 
 #: How each format wraps one call object (the JSON form also as a bare reply).
@@ -253,7 +267,7 @@ class _CountingDecoder:
 @pytest.mark.faults
 @pytest.mark.parametrize("text, decodes", [
     ('{"name": "calc", "arguments": ' * 400, 1),  # each "{" opens an object that never ends
-    ('{"a": ' * 2000 + "1" + "}" * 2000, 32),  # valid, nested far past what a call may be
+    ('{"a": ' * 2000 + "1" + "}" * 2000, 1),  # valid, nested far past what a call may be: its last 32 levels, once
     ('{"' + '\\"{' * 4000, 0),  # every "{" inside a string as read from the ones before it
     ('{"x": "{\\"y\\": ' * 1000, 0),
     ('{"a": 1, } ' * 2000, 2000),  # each a short object that fails: its error counted every line before it
@@ -271,6 +285,32 @@ def test_the_json_format_decodes_a_degenerate_reply_in_linear_work(monkeypatch, 
     assert turn.calls == [] and counting.calls <= decodes + 1 and counting.read <= 2 * len(text)
     good = text + ' then {"name": "f", "arguments": {"a": [1, {"b": 2}]}}'
     assert parse_tool_calls(good, fmt="json").calls == [ToolCall("f", {"a": [1, {"b": 2}]}, "call00000")]
+
+
+_LONG = "x" * 3000
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("inner, calls", [
+    (f'"{_LONG}"', []),  # valid objects nested 30 deep, none a call
+    (f'{{"name": "f", "arguments": {{"s": "{_LONG}"}}}}', [ToolCall("f", {"s": _LONG}, "call00000")]),  # the innermost is
+    (f'"{_LONG}", ', []),  # each level fails where the innermost does (a trailing comma)
+    (f'[{{"b": "{_LONG}"}}, {{"c": 1e400}}]', []),  # each level fails at a number that is no tool's
+])
+def test_the_json_format_decodes_objects_nested_30_deep_once(monkeypatch, inner, calls):
+    """Each ``{"`` of 30 nested objects was decoded anew, every decode reading the levels inside
+    it: the text read 30 times (a call at the bottom was found after reading it 31 times). Now the
+    objects one decode built are taken from it, and one open where a decode failed is not decoded
+    again; what is parsed is unchanged."""
+    import polyrl.agents.parsing as parsing
+
+    text = '{"a": ' * 30 + inner + "}" * 30
+    counting = _CountingDecoder(parsing._DECODER)
+    monkeypatch.setattr(parsing, "_DECODER", counting)
+    turn = parse_tool_calls(text, fmt="json")
+    assert turn.calls == calls and turn.errors == []
+    assert turn.content == ('{"a": ' * 30 + "}" * 30 if calls else text)
+    assert counting.calls <= 2 and counting.read <= 2 * len(text), (counting.calls, counting.read, len(text))
 
 
 def test_the_json_format_still_reads_the_first_call_among_braces_and_strings():

@@ -690,3 +690,58 @@ def test_a_trl_environment_whose_get_reward_is_a_generator_is_one_config_error(i
     assert err.value.field == "environment_factory['yielding']"
     assert "Yielding.get_reward is a generator function (its body has a yield)" in err.value.message
     assert "without yield" in (err.value.fix or "")
+
+
+@pytest.mark.parametrize("column", ["question", "prompt"])
+def test_a_trl_environments_reset_gets_the_rows_own_prompt_under_a_system_prompt(column):
+    """TRL's rollout calls ``reset(**row)`` with the dataset's row. With ``data.system_prompt``
+    set, polyrl's row holds the system + user chat in its prompt column (what the model is asked),
+    and ``reset`` got that chat for ``question``/``prompt`` instead of the row's own text. Now it
+    gets the text, as the rewards do (``stored_rows``); the model is still asked the chat."""
+    from polyrl.agents.episodes import EpisodeRunner
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.stored_rows import with_asked
+
+    class Quiz:
+        def reset(self, **kwargs):
+            self.got = kwargs
+            return " Think."
+
+    plugin = trl_environments(Quiz, prompt_column=column)
+    specs = []
+    plugin.polyrl_register_environments(specs.append)
+    episode = specs[0].create({})
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    row = with_asked({column: "What is 2+2?", "answer": "4"}, column, chat)  # as data.system_prompt writes it
+    first, tools = EpisodeRunner._first_messages(episode, row)
+    assert episode.rewarded.got == {column: "What is 2+2?", "answer": "4"}
+    assert first == [chat[0], {"role": "user", "content": "What is 2+2? Think."}] and tools == []
+    episode.episode_over()
+    plugin.pool.close()
+
+
+@pytest.mark.parametrize("observation", [" Think.", [{"type": "text", "text": " Think."}]])
+def test_a_trl_reset_answer_is_appended_to_the_text_of_a_prompt_of_text_parts(observation):
+    """A row whose prompt's last message holds TRL's content parts: ``reset``'s answer was appended
+    to the list's Python repr, and the model read ``[{'type': 'text', 'text': 'Hi'}] Think.``. Now
+    it is appended to the parts' text; a part that is not text stops the run, named."""
+    from polyrl.agents.episodes import EpisodeRunner
+    from polyrl.agents.trl_environments import trl_environments
+    from polyrl.errors import EnvironmentFailed
+
+    class Quiz:
+        def reset(self, **kwargs):
+            return observation
+
+    plugin = trl_environments(Quiz)
+    specs = []
+    plugin.polyrl_register_environments(specs.append)
+    parts = [{"type": "text", "text": "Hi,"}, {"type": "text", "text": " you."}]
+    episode = specs[0].create({})
+    first, _ = EpisodeRunner._first_messages(episode, {"prompt": [{"role": "user", "content": parts}]})
+    assert first == [{"role": "user", "content": "Hi, you. Think."}]
+    episode.episode_over()
+    episode = specs[0].create({})
+    with pytest.raises(EnvironmentFailed, match="content parts that are not all text"):
+        EpisodeRunner._first_messages(episode, {"prompt": [{"role": "user", "content": [{"type": "image"}]}]})
+    plugin.pool.close()

@@ -57,7 +57,7 @@ from polyrl.errors import ConfigError, EnvironmentFailed
 from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
-from polyrl.stored_rows import as_asked
+from polyrl.stored_rows import for_reset
 from polyrl.template_roles import MODEL_FIX, ROLE_FIX, TemplateRoles
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
@@ -511,7 +511,7 @@ class EpisodeRunner:
         (as each step's are), made there: an environment editing what it answered later (a nested
         value it keeps) changes nothing the episode recorded. Messages past ``budget`` characters
         are neither JSON-checked nor copied (``_past``): they are refused by size."""
-        first = checked_reset(env, finished(env.reset(private_copy(as_asked(row)))), budget)
+        first = checked_reset(env, finished(env.reset(private_copy(for_reset(env, row)))), budget)
         if _past(first, budget):
             return first, environment_tools(env)
         return copy.deepcopy(as_messages(first)), environment_tools(env)

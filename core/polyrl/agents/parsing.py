@@ -60,6 +60,7 @@ from typing import Any
 
 import attrs
 
+from polyrl.agents.json_nested import Memo, record_object
 from polyrl.agents.json_spans import object_ends
 from polyrl.agents.tools import ToolCall, clean_text, quoted
 from polyrl.call_markers import HERMES_CLOSE, HERMES_OPEN, MISTRAL_ARGS, MISTRAL_CALLS, PHI4_CLOSE, PHI4_OPEN, PYTHON_TAG
@@ -87,10 +88,27 @@ def _finite(text: str) -> float:
     return value
 
 
+def _unreadable(token: str) -> bool:
+    """Whether ``_DECODER`` refuses a number token (a ValueError: ``_no_constant``, ``_finite``,
+    or an integer past Python's digit limit)."""
+    try:
+        if token in ("NaN", "Infinity", "-Infinity"):
+            _no_constant(token)
+        elif any(c in token for c in ".eE"):
+            _finite(token)
+        else:
+            int(token)
+    except ValueError:
+        return True
+    return False
+
+
 #: Python's decoder reads ``NaN``/``Infinity`` (not JSON) and ``1e400`` (JSON, but infinite as a
 #: float): either would reach the tool as a non-finite "number" and the call's record, which
 #: files write as ``null``; such a call is malformed instead.
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+#: Its objects are built by ``record_object`` (the dicts the decoder builds by default), so that a
+#: ``Memo`` learns each nested object of a decode (``_json_call``).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=record_object)
 
 
 @attrs.define
@@ -149,9 +167,13 @@ def _checked(obj: Any, text: str, start: int) -> Any:
         value, depth = stack.pop()
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
-                raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", text, start)
+                raise _too_deep(text, start)
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
     return _cleaned(obj)
+
+
+def _too_deep(text: str, start: int) -> json.JSONDecodeError:
+    return json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", text, start)
 
 
 def _cleaned(value: Any) -> Any:
@@ -164,12 +186,16 @@ def _cleaned(value: Any) -> Any:
     return value
 
 
-def _raw_decode(text: str, start: int = 0) -> tuple[Any, int]:
+def _raw_decode(text: str, start: int = 0, memo: Memo | None = None, offset: int = 0) -> tuple[Any, int]:
     """``json.JSONDecoder.raw_decode`` for model output: anything it cannot read, an integer past
     Python's digit limit (ValueError) or nesting past the recursion limit included, is a
-    ``JSONDecodeError``, which every caller turns into an error the model reads."""
+    ``JSONDecodeError``, which every caller turns into an error the model reads. ``memo`` learns
+    the decode's objects (``text`` lies at ``offset`` in its text)."""
     try:
-        obj, end = _DECODER.raw_decode(text, start)
+        if memo is None:
+            obj, end = _DECODER.raw_decode(text, start)
+        else:
+            obj, end = memo.decode(_DECODER.raw_decode, text, start, offset)
     except json.JSONDecodeError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -274,24 +300,39 @@ def _json_call(text: str) -> ParsedTurn:
     decode reads on to where it fails, so decoding at every ``{`` was quadratic in a degenerate
     reply; and each failed decode counted the text's lines up to it (``json.JSONDecodeError``), so
     one is given only the text up to its span's end. The first ``{"name"`` that does not decode is
-    decoded once all the same, for its error."""
+    decoded once all the same, for its error. An object inside one already decoded is taken from
+    that decode, and one open where a decode failed is not decoded again (``json_nested``): each
+    level of a valid object nested 30 deep was decoded anew, reading the text 30 times."""
     candidates = [m.start() for m in _OBJECT_START.finditer(text)]
     ends = object_ends(text, set(candidates), MAX_DEPTH)
+    memo = Memo(text, _unreadable)
     broken: str | None = None
     for start in candidates:
         named = broken is None and _NAMED_START.match(text, start) is not None
         if start not in ends and not named:
             continue
-        try:  # the span alone but for the error shown: a JSONDecodeError counts the lines before it
-            if named:
-                obj, end = _raw_decode(text, start)
-            else:
-                obj, end = _raw_decode(text[start:ends[start] + 1])
-                end += start
-        except json.JSONDecodeError as exc:
-            if named:
-                broken = f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(text[start:])}"
+        nested = memo.objects.get(start)
+        if nested is not None:  # decoded already, inside an earlier candidate's object
+            if nested.height > MAX_DEPTH:
+                if named:
+                    broken = _not_json(_too_deep(text, start), text[start:])
+                continue
+            if not _call_shaped(nested.value):
+                continue
+            obj, end = _cleaned(nested.value), nested.end
+        elif start in memo.failing and not named:
             continue
+        else:
+            try:  # the span alone but for the error shown: a JSONDecodeError counts the lines before it
+                if named:
+                    obj, end = _raw_decode(text, start, memo)
+                else:
+                    obj, end = _raw_decode(text[start:ends[start] + 1], 0, memo, offset=start)
+                    end += start
+            except json.JSONDecodeError as exc:
+                if named:
+                    broken = _not_json(exc, text[start:])
+                continue
         if isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj):
             call, error = _to_call(obj, 0, text[start:end], ("arguments", "parameters"))
             content = (text[:start] + text[end:]).replace("```json", "").replace("```", "").strip()
@@ -299,6 +340,16 @@ def _json_call(text: str) -> ParsedTurn:
     if broken is not None:
         return ParsedTurn(text.strip(), [], [broken])
     return ParsedTurn(text.strip())
+
+
+def _not_json(exc: json.JSONDecodeError, raw: str) -> str:
+    return f"tool call is not valid JSON ({exc.msg} at column {exc.colno}): {_short(raw)}"
+
+
+def _call_shaped(value: dict[str, Any]) -> bool:
+    """Whether ``value`` read as a call object (its keys as ``_cleaned`` writes them)."""
+    keys = {clean_text(k) for k in value}
+    return "name" in keys and ("arguments" in keys or "parameters" in keys)
 
 
 def _mistral(text: str) -> ParsedTurn:
@@ -348,18 +399,23 @@ def _calls_from_json(raw: str, calls: list[ToolCall], errors: list[str]) -> None
 
 
 def _phi4(text: str) -> ParsedTurn:
+    """Phi-4-mini's calls. A ``<|tool_call|>`` block with no ``<|/tool_call|>`` is read all the
+    same but ``unterminated``, as a Hermes one is: a turn cut at its budget inside it holds no call
+    (its call was answered, the end marker the model never wrote inserted after it)."""
     calls: list[ToolCall] = []
     errors: list[str] = []
     content = text
+    unterminated = False
     if _PHI4_TAG.search(text):
         for match in _PHI4_TAG.finditer(text):
             _calls_from_json(match.group(1), calls, errors)
+            unterminated = not match.group(0).endswith(PHI4_CLOSE)  # only the last can be: \Z ends it
         content = _PHI4_TAG.sub("", text)
     elif _FUNCTOOLS in text:
         start = text.index(_FUNCTOOLS)
         content = text[:start]
         _calls_from_json(text[start + len(_FUNCTOOLS) - 1:], calls, errors)
-    return ParsedTurn(content.strip(), calls, errors)
+    return ParsedTurn(content.strip(), calls, errors, unterminated)
 
 
 def parse_tool_calls(text: str, fmt: str = "auto", reasoning_open: bool = False) -> ParsedTurn:

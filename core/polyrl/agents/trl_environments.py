@@ -11,7 +11,9 @@ What TRL 1.16 does, and how each part is done here:
   (``episode_over``, called by the runner after the rollout): an instance serves one rollout at a
   time, and each lives on a thread of its own (``polyrl.agents.trl_pool``);
 * ``reset(**row)`` before every rollout (the row without ``environment`` when routed by it, and
-  without ``prompt`` where polyrl.trl wrote the empty one TRL defaults); what it returns is
+  without ``prompt`` where polyrl.trl wrote the empty one TRL defaults), the row's own values as
+  TRL passes the dataset's row: its prompt column as the dataset holds it, not the chat
+  ``data.system_prompt`` builds from it for the model (``polyrl.stored_rows``); what it returns is
   appended to the prompt's last message before generation: a str, or TRL's list of content
   parts, of text only (polyrl's episodes render text);
 * the instance's public methods (those its class defines, but ``reset`` and ``get_reward``) are
@@ -50,6 +52,7 @@ from polyrl.agents.tools import tool_schema
 from polyrl.agents.trl_pool import Pool, Pooled, make
 from polyrl.errors import ConfigError
 from polyrl.hookspecs import hookimpl
+from polyrl.stored_rows import as_asked, as_stored
 
 #: the registered environment name a run with an ``environment_factory`` sets as ``[environment] name``
 ENVIRONMENT_NAME = "trl-environment-factory"
@@ -76,7 +79,8 @@ def _defines(instance: Any, name: str) -> bool:
 def with_observation(messages: list[Message], observation: Any, where: str) -> list[Message]:
     """The prompt's messages with ``reset``'s answer appended to the last one's content (TRL's
     rule); None leaves them as they are. TRL's list of content parts is appended as its text
-    when every part is text; another part (an image) is refused: polyrl's episodes render text."""
+    when every part is text, and a last message of text parts is its text; another part (an
+    image) is refused: polyrl's episodes render text."""
     if observation is None:
         return messages
     if isinstance(observation, list):
@@ -90,7 +94,21 @@ def with_observation(messages: list[Message], observation: Any, where: str) -> l
         raise TypeError(f"{where}.reset returned {type(observation).__name__}; expected None, a str or a list "
                         "of text parts, which is appended to the prompt's last message")
     last = messages[-1]
-    return [*messages[:-1], {**last, "content": f"{last.get('content', '')}{observation}"}]
+    return [*messages[:-1], {**last, "content": _text_of(last.get("content", ""), where) + observation}]
+
+
+def _text_of(content: Any, where: str) -> str:
+    """The text of the prompt's last message, which ``reset``'s answer is appended to: a str, or
+    TRL's list of content parts when every part is text. Why: the answer was appended to the
+    list's Python repr (``"[{'type': 'text', 'text': 'Hi'}] Think."``), which the model read."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, Mapping) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    what = "content parts that are not all text" if isinstance(content, list) else type(content).__name__
+    raise TypeError(f"the prompt's last message holds {what}, which {where}.reset's answer cannot be appended to; "
+                    "polyrl's episodes render text: write the row's prompt as text or text parts")
 
 
 def _stop(text: str, fix: str = "call it by hand with this row to see why") -> EnvironmentFailed:
@@ -102,7 +120,10 @@ class _Episode:
     """One rollout's polyrl environment: takes a pooled TRL instance in ``reset`` (the row picks
     its factory) and resets it, offers its methods as ``tools`` and ends the episode at the first
     answer without a tool call. ``rewarded`` is the instance the reward functions get;
-    ``episode_over`` hands it back to the pool."""
+    ``episode_over`` hands it back to the pool. It gets the row as stored and as asked
+    (``READS_STORED``): ``reset`` gets the row's own values, the model the chat asked."""
+
+    polyrl_reads_stored_row = True  # stored_rows.READS_STORED
 
     def __init__(self, plugin: TrlEnvironments, prompt_column: str) -> None:
         self._plugin = plugin
@@ -111,8 +132,9 @@ class _Episode:
         self.rewarded: Any = None
         self.tools: list[Callable[..., Any]] | None = None
 
-    def reset(self, row: Mapping[str, Any]) -> list[Message]:
+    def reset(self, given: Mapping[str, Any]) -> list[Message]:
         plugin = self._plugin
+        row = as_stored(given)
         name = row.get(ROUTE_COLUMN) if plugin.routed else None
         factory = plugin.factories.get(name)
         if factory is None:
@@ -132,7 +154,7 @@ class _Episode:
                         fix=f"make {where} return a new environment instance on every call")
         self.rewarded = instance
         kind = type(instance).__name__
-        prompt = row.get(self._prompt_column)
+        prompt = as_asked(given).get(self._prompt_column)
         kwargs = {k: v for k, v in row.items() if not (plugin.routed and k == ROUTE_COLUMN)
                   and not (k == self._prompt_column and plugin.prompt_defaulted and isinstance(v, list)
                            and v == EMPTY_PROMPT)}
