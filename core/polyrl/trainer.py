@@ -2002,6 +2002,10 @@ class Trainer:
         # train() stay (``own_run_files``)
         results = trl_saves.leftover_run_files(self.output_dir, self.own_run_files)
         earlier = trl_saves.run_key(self.output_dir)  # before it moves: which run the displaced results are of
+        # a TRL run's completions parquet files: left here, the earlier run's mixed with this run's (and
+        # deleted as steps after 0 when the run rewinds below); the folder is made again for this run's
+        tables = self.tracking.parquet_folder
+        parquet = [tables] if tables is not None and tables.is_dir() and any(tables.iterdir()) else []
         if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
@@ -2010,8 +2014,13 @@ class Trainer:
                                   # report of the run set aside fell back to its checkpoint's steps alone
                                   self.output_dir / run_plan.FILE_NAME,
                                   # its curves: left here, this run's session start hid them in TensorBoard
-                                  self.output_dir / TENSORBOARD_DIR, *results],
+                                  self.output_dir / TENSORBOARD_DIR, *results, *parquet],
                 keep=keep)
+            for folder in parquet:  # where this run writes its own (one it cannot: its writer says so once)
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    pass
             trl_saves.rejoin(aside, self.displaced_results, earlier)
         elif results:  # a trainer that saved results but never trained: no run to count, but not ours
             previous_runs.set_aside_results(self.output_dir, results)
