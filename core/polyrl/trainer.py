@@ -2324,7 +2324,7 @@ class Trainer:
         return False
 
     def _run(self, summary: dict[str, Any], progress: bool) -> None:
-        from polyrl.progress import StepClock, bar_shown, step_progress
+        from polyrl.progress import StepClock, bar_shown, step_heartbeat, step_progress
 
         c = self.config
         for observer in self.observers:  # the run's step and history are set: fresh, or as resumed
@@ -2346,10 +2346,14 @@ class Trainer:
 
         # without the bar, the step lines say how far the run is and how long it has left
         clock = None if bar_shown(progress) else StepClock(c.train.steps, self.step)
+        # and a step running long says so, where no bar's clock ticks
         with self._graceful_signals(at_once=True), \
+                step_heartbeat(c.train.steps, clock is not None and self.rank == 0) as heartbeat, \
                 step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not stopping():
                 self._phase = f"step {self.step + 1}"
+                if heartbeat is not None:
+                    heartbeat.begin(self.step + 1)
                 for observer in self.observers:
                     observer.step_begin(self.step + 1)
                 metrics = self._take_step()
@@ -2366,6 +2370,8 @@ class Trainer:
                     self.tracking.publish(metrics)
                 asked = self._observe_step(metrics)
                 self._log_step_line(metrics, clock)
+                if heartbeat is not None:
+                    heartbeat.end()
                 advance(metrics)
                 if self._sync_failed is not None:  # the step trained; the generator missed its weights
                     push_failed, self._sync_failed = self._sync_failed, None
