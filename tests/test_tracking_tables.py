@@ -161,3 +161,18 @@ def test_a_resume_removes_the_parquet_files_a_stopped_run_wrote_after_its_checkp
         (folder / name).write_bytes(b"PAR1")
     tracking.rewind(2)  # the checkpoint of step 2: global_step 4
     assert sorted(p.name for p in folder.iterdir()) == sorted(names[:3] + ["notes.txt"])
+
+
+def test_a_column_of_text_and_numbers_is_text_that_wandb_takes():
+    """A ``log_extra`` column holding ``"42"`` in one row and ``42`` in another made ``wandb.Table``
+    raise (a column is one type), which dropped the W&B tracker for the rest of the run."""
+    wandb = pytest.importorskip("wandb")
+    records = [{**_record(1, "a"), "extra": {"parsed": "42", "ok": True}},
+               {**_record(1, "b"), "extra": {"parsed": 42, "ok": 1.0}},
+               {**_record(1, "c"), "extra": {"parsed": None, "ok": None}}]
+    columns, rows = clog.table(records)
+    assert [row[columns.index("parsed")] for row in rows] == ["42", "42", None]
+    assert [row[columns.index("ok")] for row in rows] == ["True", "1.0", None]
+    assert [row[columns.index("found")] for row in rows] == [1.0, 1.0, 1.0]  # one kind: as it was
+    table = wandb.Table(columns=columns, data=rows)
+    assert table.data == rows

@@ -220,7 +220,22 @@ def table(records: Sequence[Mapping[str, Any]],
         taken.add(names[-1])
     rows = [[cell((r.get(key) or {}).get(inner) if inner is not None else r.get(key)) for key, inner in reads]
             for r in records]
+    for i in range(len(names)):  # a column of text and numbers alike is text: W&B refuses the mix
+        if len({_kind(row[i]) for row in rows} - {None}) > 1:
+            for row in rows:
+                row[i] = None if row[i] is None else str(row[i])
     return names, rows
+
+
+def _kind(value: Any) -> str | None:
+    """What a table column's type checker (W&B's) takes ``value`` for: numbers go together, a bool
+    and a text are kinds of their own. Why: a ``log_extra`` column holding ``"42"`` in one row and
+    ``42`` in another made ``wandb.Table`` raise, which dropped the W&B tracker for the run."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
 
 
 def markdown_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
