@@ -69,13 +69,13 @@ def test_a_long_episode_is_one_cut_cell_in_every_tracker_table(tmp_path):
     tracking.collect_records([_record(1, episode), _record(1, "short answer")])
     tracking.publish({"step": 1, "loss": 0.5})
     tracking.close()
-    (_, (long, short)), = recorder.completions
     whole = len(clog.cell(episode))
+    (_, text), = _tensorboard_texts(tmp_path / "tensorboard", "completions")
+    assert len(text) < 2 * limit and f"{whole - limit} more characters cut by polyrl" in text
+    (_, (long, short)), = recorder.completions
     assert long["completion"] == clog.cell(episode)[:limit] + clog.cell_cut_marker(whole - limit)
     assert "logging.table_cell_chars; completions.jsonl keeps them" in long["completion"]
     assert short["completion"] == "short answer" and long["rewards"] == {"found": 1.0}
-    (_, text), = _tensorboard_texts(tmp_path / "tensorboard", "completions")
-    assert len(text) < 2 * limit and f"{whole - limit} more characters cut by polyrl" in text
     kept = [json.loads(line) for line in (tmp_path / clog.FILE_NAME).read_text().splitlines()]
     assert kept[0]["completion"] == episode  # the file keeps the whole conversation
 
@@ -98,6 +98,7 @@ def test_an_extra_columns_long_value_is_cut_as_a_cell_of_its_own(tmp_path):
     tracking.publish({"step": 1})
     tracking.close()
     extra = recorder.completions[0][1][0]["extra"]
+    assert len(extra["judge_notes"]) < 17_000
     assert extra["judge_notes"] == "n" * 16_384 + clog.cell_cut_marker(20_000 - 16_384)
     assert extra["score"] == 3
 
@@ -108,13 +109,13 @@ def test_the_tables_columns_are_trls_one_per_reward_then_polyrls_own():
     of JSON text and no extra columns, so a notebook reading ``table["accuracy"]`` failed."""
     records = [{**_record(4, "42", accuracy=1.0, format=0.0), "extra": {"parsed": "42"}},
                {**_record(4, "x", accuracy=0.0), "extra": {"parsed": None}}]
-    columns, rows = clog.table(records)
+    assert clog.markdown_table(records).splitlines()[0] == (  # TensorBoard's text table
+        "| step | prompt | completion | accuracy | format | parsed | advantage | reward | finish\\_reason |")
+    columns, rows = clog.table(records)  # W&B's, trackio's and MLflow's
     assert columns == ["step", "prompt", "completion", "accuracy", "format", "parsed", "advantage", "reward",
                        "finish_reason"]
     assert rows == [[4, "Find it", "42", 1.0, 0.0, "42", 0.5, 1.0, "stop"],
                     [4, "Find it", "x", 0.0, None, None, 0.5, 1.0, "stop"]]
-    assert clog.markdown_table(records).splitlines()[0] == (
-        "| step | prompt | completion | accuracy | format | parsed | advantage | reward | finish\\_reason |")
 
 
 def test_a_reward_named_as_a_column_keeps_trls_name_and_moves_polyrls():
