@@ -153,3 +153,73 @@ def test_a_plugin_call_across_the_bars_end_leaves_the_streams_the_trainer_uses(m
         release.set()
         terminal.close()
         os.close(reader)
+
+
+def test_a_long_step_is_said_to_be_still_running_each_heartbeat_of_it(capsys):
+    """Without the bar a log got a line only as a step ended: a step of many minutes read as a hung
+    run. Each ``every`` seconds of one step now says it still runs; nothing once its line is out."""
+    from structlog.testing import capture_logs
+
+    from polyrl.progress import StepHeartbeat
+
+    now = [0.0]
+    heartbeat = StepHeartbeat(total=50, every=60.0, now=lambda: now[0])
+    with capture_logs() as logs:
+        assert not heartbeat.beat()  # no step yet
+        heartbeat.begin(3)
+        now[0] = 59.0
+        assert not heartbeat.beat()
+        now[0] = 60.0
+        assert heartbeat.beat()
+        now[0] = 119.0
+        assert not heartbeat.beat()  # said at 60: next at 120
+        now[0] = 125.0
+        assert heartbeat.beat()
+        heartbeat.end()
+        now[0] = 1000.0
+        assert not heartbeat.beat()
+    assert [(e["event"], e["step"], e["of"], e["running_s"]) for e in logs] == [
+        ("step still running", 3, 50, 60), ("step still running", 3, 50, 125)]
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_run_without_the_bar_says_a_slow_step_still_runs_before_its_line(toy, tmp_path, monkeypatch, terminal):
+    """The run's heartbeat (its interval shortened here) says step 1 still runs while it does, before
+    step 1's line; with the bar (a terminal), whose clock ticks, it says nothing. The step waits for
+    the heartbeat (up to a minute), not for a time: no assert on how long anything took."""
+    import threading
+
+    from structlog.testing import capture_logs
+
+    from polyrl import progress as progress_module
+    from polyrl.config import RunConfig
+    from polyrl.trainer import Trainer
+    from test_trainer_toy import toy_config
+
+    (_terminal if terminal else _no_terminal)(monkeypatch)
+    monkeypatch.setattr(progress_module, "HEARTBEAT_S", 0.05)
+    beat, said = progress_module.StepHeartbeat.beat, threading.Event()
+
+    def beat_told(self):
+        told = beat(self)
+        if told:
+            said.set()
+        return told
+
+    monkeypatch.setattr(progress_module.StepHeartbeat, "beat", beat_told)
+    trainer = Trainer(RunConfig.from_dict(toy_config(tmp_path, steps=1)))
+    step = trainer.train_one_step
+
+    def slow_step():
+        out = step()
+        said.wait(60 if not terminal else 0.5)
+        return out
+
+    monkeypatch.setattr(trainer, "train_one_step", slow_step)
+    with capture_logs() as logs:
+        trainer.run(progress=True)
+    events = [(e["event"], e.get("step")) for e in logs if e["event"] in ("step", "step still running")]
+    if terminal:
+        assert events == [("step", 1)]
+        return
+    assert events[0] == ("step still running", 1) and events[-1] == ("step", 1), events

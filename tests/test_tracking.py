@@ -165,6 +165,8 @@ def test_unknown_or_uninstalled_tracker_is_one_error_line_before_models_load(tmp
     ({"completions_per_stpe": 2}, "logging.completions_per_stpe"),
     ({"tracker_timeout_s": 0}, "logging.tracker_timeout_s"),
     ({"tracker_timeout_s": "slow"}, "logging.tracker_timeout_s"),
+    ({"table_cell_chars": -1}, "logging.table_cell_chars"),
+    ({"table_cell_chars": "16k"}, "logging.table_cell_chars"),
 ])
 def test_bad_logging_settings_name_the_field(tmp_path, logging, field):
     with pytest.raises(ConfigError) as err:
@@ -1062,7 +1064,7 @@ def test_tensorboards_completions_table_keeps_its_rows_through_carriage_returns_
     assert len(rows) == len(records), rendered
     for i, (row, shown) in enumerate(zip(rows, samples.values())):
         cells = [html.unescape(c.strip()) for c in re.findall(r"<td>(.*?)</td>", row, flags=re.S)]
-        assert cells[:2] == ["3", f"p{i}"] and cells[3:] == [f'{{"f": {float(i)}}}', str(float(i)), "-1.5", "stop"], row
+        assert cells[:2] == ["3", f"p{i}"] and cells[3:] == [str(float(i)), "-1.5", str(float(i)), "stop"], row
         assert re.sub(r"<br\s*/?>\n?", "\n", cells[2]) == shown, row
     assert "<b>" not in rendered and "<i>" not in rendered, rendered  # markup shown as text, not drawn as HTML
 
@@ -1206,12 +1208,14 @@ def test_an_evaluations_completions_reach_the_trackers_as_their_own_table(tmp_pa
     texts = _tensorboard_texts(tmp_path / "on", "eval_completions")
     assert [step for step, _ in texts] == [0]
     rows = texts[0][1].splitlines()
-    columns = "phase | after_steps | prompt_index | sample | greedy | prompt | completion | rewards | reward | correct"
-    assert rows[0] == f"| {columns} |" and len(rows) == 4, rows[:3]
+    columns = "phase | after_steps | prompt_index | sample | greedy | prompt | completion | reward | correct"
+    assert rows[0].replace("\\_", "_") == f"| {columns} |" and len(rows) == 4, rows[:3]
     assert "Held 1 \\+ 1?" in rows[2] and "2 \ufffd" in rows[2] and "| True |" in rows[2]
     assert "| nan |" not in rows[3] and "| False |" in rows[3]  # the unscored sample: no reward, not correct
-    assert f"{200_000 - clog.MAX_TEXT_CHARS} more characters cut by polyrl" in rows[3]
-    assert len(rows[3]) < clog.MAX_TEXT_CHARS + 1000
+    # cut as in completions.jsonl, then to the table's cell size (``logging.table_cell_chars``)
+    dropped = clog.MAX_TEXT_CHARS + len(clog.cut_marker(200_000 - clog.MAX_TEXT_CHARS)) - clog.TABLE_CELL_CHARS
+    assert f"{dropped} more characters cut by polyrl: logging\\.table\\_cell\\_chars" in rows[3]
+    assert len(rows[3]) < clog.TABLE_CELL_CHARS + 1000
 
 
 def test_a_resume_at_an_evaluated_step_keeps_that_evaluations_table_in_tensorboard(tmp_path):

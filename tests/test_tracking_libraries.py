@@ -133,20 +133,25 @@ def fresh_python(code: str, *argv: str, env: dict[str, str], timeout: int = 300)
     return proc
 
 
+#: The columns of the run's completions tables: TRL's (its reward function's name, ``digits``), then polyrl's
+TABLE_COLUMNS = ["step", "prompt", "completion", "digits", "advantage", "reward", "finish_reason"]
+
+
 def table_rows(records: list[dict]) -> list[list]:
     """The records as the trackers' table rows (structures as JSON text, like ``cell``)."""
-    from polyrl.tracking.completions import COLUMNS, cell
+    from polyrl.tracking.completions import cell
 
-    return [[cell(r[c]) for c in COLUMNS] for r in records]
+    return [[cell(r[c]) for c in ("step", "prompt", "completion")] + [r["rewards"]["digits"]]
+            + [cell(r[c]) for c in ("advantage", "reward", "finish_reason")] for r in records]
 
 
 def eval_rows(out: Path, phase: str) -> list[list]:
     """The sampled records of the ``phase`` evaluation in ``eval_completions.jsonl`` as the trackers'
     ``eval_completions`` table rows."""
-    from polyrl.tracking.completions import EVAL_COLUMNS, table_rows as rows
+    from polyrl.tracking.completions import EVAL_COLUMNS, table
 
     records = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
-    return rows([r for r in records if r["phase"] == phase and not r["greedy"]], EVAL_COLUMNS)
+    return table([r for r in records if r["phase"] == phase and not r["greedy"]], EVAL_COLUMNS)[1]
 
 
 def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
@@ -161,7 +166,7 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     text = acc.Tensors("completions")
     assert [t.step for t in text] == [1, 2]
     first = text[0].tensor_proto.string_val[0].decode()
-    assert first.startswith("| step | prompt | completion |")
+    assert first.startswith("| step | prompt | completion | digits | advantage | reward | finish\\_reason |")
     assert len(first.strip().splitlines()) == 2 + 2  # header, rule, two records
     assert records[0]["finish_reason"] in first
     # evaluations outside a step's line reach the tracker too, at their metrics.jsonl lines' steps
@@ -176,7 +181,7 @@ def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     tables = acc.Tensors("eval_completions")
     assert [t.step for t in tables] == [0, STEPS]
     before = tables[0].tensor_proto.string_val[0].decode().strip().splitlines()
-    assert before[0].startswith("| phase | after_steps |") and len(before) == 2 + len(eval_rows(out, "before")) == 6
+    assert before[0].replace("\\_", "_").startswith("| phase | after_steps |") and len(before) == 2 + len(eval_rows(out, "before")) == 6
 
 
 def test_wandb_offline_run_holds_history_and_completion_tables(run):
@@ -191,6 +196,7 @@ def test_wandb_offline_run_holds_history_and_completion_tables(run):
     assert all(h["completions/_type"] == "table-file" and h["completions/nrows"] == 2 for h in steps)
     assert "eval/accuracy" in steps[-1]  # the evaluation after training, at the last step
     table = json.loads((run_dir / "files" / steps[0]["completions/path"]).read_text())
+    assert table["columns"] == TABLE_COLUMNS  # TRL's names: its reward function's column, not polyrl's "rewards"
     assert table["data"] == table_rows(records[:2])
     # each evaluation's sampled completions, a table of their own at its step
     assert [h["_step"] for h in history if "eval_completions/path" in h] == [0, STEPS]
@@ -222,7 +228,7 @@ def test_mlflow_store_holds_metrics_params_and_completion_artifacts(run):
     assert names == ["completions/step_000001.json", "completions/step_000002.json"]
     local = client.download_artifacts(found.info.run_id, "completions/step_000002.json", str(out / "dl"))
     table = json.loads(Path(local).read_text())
-    assert table["data"] == table_rows(records[2:])
+    assert table["columns"] == TABLE_COLUMNS and table["data"] == table_rows(records[2:])
     names = sorted(a.path for a in client.list_artifacts(found.info.run_id, "eval_completions"))
     assert names == ["eval_completions/step_000000.json", f"eval_completions/step_{STEPS:06d}.json"]
     local = client.download_artifacts(found.info.run_id, names[0], str(out / "dl"))

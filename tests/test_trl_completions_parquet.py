@@ -118,3 +118,16 @@ def test_api_run_sends_the_table_at_trls_logging_steps_only(tiny_model_dir, tmp_
     tags = _api_run(tiny_model_dir, tmp_path, log_completions=True)
     assert tags.get(TABLE) == [2], sorted(tags)
     assert _files(tmp_path / "run") == ["completions_00002.parquet"]
+
+
+def test_a_run_that_starts_over_moves_the_earlier_runs_files_aside(tiny_model_dir, tmp_path):
+    """A second ``train()`` in the same ``output_dir`` moves the earlier run aside, its parquet files too:
+    they were left here, the earlier run's ``completions_00002`` beside this run's ``completions_00001``."""
+    for steps in (2, 1):
+        args = grpo_args(tmp_path, max_steps=steps, max_completion_length=4, log_completions=True)
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=prompts_dataset(4)).train()
+    run = tmp_path / "run"
+    assert _files(run) == ["completions_00001.parquet"]
+    (aside,) = [p for p in (run / "previous").iterdir() if p.is_dir()]
+    assert sorted(p.name for p in (aside / "completions").iterdir()) == ["completions_00001.parquet",
+                                                                         "completions_00002.parquet"]

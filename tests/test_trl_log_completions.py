@@ -109,7 +109,7 @@ def test_a_log_sends_the_latest_steps_records_once_per_log_and_log_unique_prompt
     _step(tracking, 2, ["c", "c", "d", "d"])
     assert table.tables == []  # no log yet: nothing sent with the steps
     tracking.publish_log({"step": 2, "loss": 0.5}, step=2)
-    assert table.tables == [(4, [(2, "c"), (2, "d")])]
+    assert table.tables == [(4, [(4, "c"), (4, "d")])]  # TRL's table: global_step in its step column
     off = Table()
     tracking = _tracking(tmp_path / "off", off, window_logs=True, log_completions=False)
     _step(tracking, 1, ["a", "b"])

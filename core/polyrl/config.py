@@ -386,6 +386,9 @@ class LoggingSection:
     run_name: str | None = None  # default: the output_dir's folder name
     tracker_timeout_s: float = 60.0  # per tracker call; past it the tracker is dropped, the run goes on
     step_line: str = "short"  # the terminal's step line: "short" (the watched numbers) or "full" (every metric)
+    #: characters of one completions table cell sent to the trackers (0: uncut); a multi-turn
+    #: episode's whole conversation is one cell
+    table_cell_chars: int = 16_384
 
     def __attrs_post_init__(self) -> None:
         # project "": trackio logged into its "default" store without a word, MLflow failed after the model loaded

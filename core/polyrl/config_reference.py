@@ -246,6 +246,10 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                              "run, one that is logging is dropped and the run goes on, and one still closing "
                              "at the end loses what it had not written (a warning says so); a call over a "
                              "quarter of it (5 s at most) is said once, as the run waits for it",
+        "table_cell_chars": "characters of one cell of the trackers' completions tables (a text, a multi-turn "
+                            "episode's whole conversation as JSON, a `log_extra` value); a longer one is cut, "
+                            "ending `[... N more characters cut by polyrl: logging.table_cell_chars; "
+                            "completions.jsonl keeps them]` (0 = uncut)",
         "step_line": 'the terminal\'s line per step: "short" (step, loss, reward, kl, grad norm, lr, entropy, '
                      'lengths, time, eval/...) or "full" (every metric); the files always get every metric',
     },

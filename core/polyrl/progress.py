@@ -4,6 +4,7 @@ lines (``--log-json``: a bar is no event a log shipper can read, and the step li
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from polyrl import plugin_state
-from polyrl.logs import json_mode
+from polyrl.logs import get_logger, json_mode
+
+log = get_logger("polyrl.trainer")
+#: Seconds a step runs, without the bar, before a log line says it still runs, and between such lines.
+HEARTBEAT_S = 60.0
 
 
 @contextmanager
@@ -91,3 +96,74 @@ class StepClock:
         if taken > 0:
             out["eta_s"] = round((self.now() - self.began) / taken * max(self.total - done, 0))
         return out
+
+
+@attrs.define
+class StepHeartbeat:
+    """Says, where no bar is drawn, that a long step is still running: ``step still running step=3
+    of=50 running_s=120`` each ``every`` seconds of one step. Why: a log without the bar (a batch
+    job's, ``nohup``'s) got a line only as each step ended, so a step of many minutes (a big
+    model's sampling, a slow judge) read as a hung run, with nothing to tell it from one.
+    ``start`` runs ``beat`` on a thread of its own; ``begin``/``end`` bound each step."""
+
+    total: int
+    every: float = HEARTBEAT_S
+    now: Callable[[], float] = time.monotonic
+    _step: int | None = None
+    _began: float = 0.0
+    _due: float = 0.0
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+    _stopped: threading.Event = attrs.field(factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def begin(self, step: int) -> None:
+        """Step ``step`` starts now."""
+        with self._lock:
+            self._step, self._began = step, self.now()
+            self._due = self._began + self.every
+
+    def end(self) -> None:
+        """The running step's line is written: nothing more to say of it."""
+        with self._lock:
+            self._step = None
+
+    def beat(self) -> bool:
+        """Say the running step still runs if ``every`` seconds passed since it began or was last
+        said; whether it was said."""
+        with self._lock:
+            now = self.now()
+            if self._step is None or now < self._due:
+                return False
+            step, running = self._step, now - self._began
+            self._due = now + self.every
+        log.info("step still running", step=step, of=self.total, running_s=round(running))
+        return True
+
+    def start(self) -> None:
+        """Beat on a daemon thread (checked a few times per ``every``) until ``stop``."""
+        def run() -> None:
+            while not self._stopped.wait(min(self.every / 4, 5.0)):
+                self.beat()
+
+        self._thread = threading.Thread(target=run, name="polyrl-step-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+@contextmanager
+def step_heartbeat(total: int, enabled: bool) -> Iterator[StepHeartbeat | None]:
+    """A started ``StepHeartbeat`` of a run of ``total`` steps, stopped on leaving; None when not
+    ``enabled`` (a bar is drawn, whose clock ticks; not the logging rank)."""
+    if not enabled:
+        yield None
+        return
+    heartbeat = StepHeartbeat(total, every=HEARTBEAT_S)
+    heartbeat.start()
+    try:
+        yield heartbeat
+    finally:
+        heartbeat.stop()

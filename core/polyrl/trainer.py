@@ -2002,6 +2002,10 @@ class Trainer:
         # train() stay (``own_run_files``)
         results = trl_saves.leftover_run_files(self.output_dir, self.own_run_files)
         earlier = trl_saves.run_key(self.output_dir)  # before it moves: which run the displaced results are of
+        # a TRL run's completions parquet files: left here, the earlier run's mixed with this run's (and
+        # deleted as steps after 0 when the run rewinds below); the folder is made again for this run's
+        tables = self.tracking.parquet_folder
+        parquet = [tables] if tables is not None and tables.is_dir() and any(tables.iterdir()) else []
         if previous_runs.earlier_run(self.checkpoint_root, self.final_model_dir, self._loaded_model_paths()):
             aside = previous_runs.set_aside(
                 self.output_dir, [self.checkpoint_root, self.final_model_dir, self.output_dir / metrics_file.FILE_NAME,
@@ -2010,8 +2014,13 @@ class Trainer:
                                   # report of the run set aside fell back to its checkpoint's steps alone
                                   self.output_dir / run_plan.FILE_NAME,
                                   # its curves: left here, this run's session start hid them in TensorBoard
-                                  self.output_dir / TENSORBOARD_DIR, *results],
+                                  self.output_dir / TENSORBOARD_DIR, *results, *parquet],
                 keep=keep)
+            for folder in parquet:  # where this run writes its own (one it cannot: its writer says so once)
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    pass
             trl_saves.rejoin(aside, self.displaced_results, earlier)
         elif results:  # a trainer that saved results but never trained: no run to count, but not ours
             previous_runs.set_aside_results(self.output_dir, results)
@@ -2315,7 +2324,7 @@ class Trainer:
         return False
 
     def _run(self, summary: dict[str, Any], progress: bool) -> None:
-        from polyrl.progress import StepClock, bar_shown, step_progress
+        from polyrl.progress import StepClock, bar_shown, step_heartbeat, step_progress
 
         c = self.config
         for observer in self.observers:  # the run's step and history are set: fresh, or as resumed
@@ -2337,10 +2346,14 @@ class Trainer:
 
         # without the bar, the step lines say how far the run is and how long it has left
         clock = None if bar_shown(progress) else StepClock(c.train.steps, self.step)
+        # and a step running long says so, where no bar's clock ticks
         with self._graceful_signals(at_once=True), \
+                step_heartbeat(c.train.steps, clock is not None and self.rank == 0) as heartbeat, \
                 step_progress(c.train.steps, self.step, enabled=progress) as advance:
             while self.step < c.train.steps and not stopping():
                 self._phase = f"step {self.step + 1}"
+                if heartbeat is not None:
+                    heartbeat.begin(self.step + 1)
                 for observer in self.observers:
                     observer.step_begin(self.step + 1)
                 metrics = self._take_step()
@@ -2357,6 +2370,8 @@ class Trainer:
                     self.tracking.publish(metrics)
                 asked = self._observe_step(metrics)
                 self._log_step_line(metrics, clock)
+                if heartbeat is not None:
+                    heartbeat.end()
                 advance(metrics)
                 if self._sync_failed is not None:  # the step trained; the generator missed its weights
                     push_failed, self._sync_failed = self._sync_failed, None

@@ -34,6 +34,8 @@ def follow(tracking: Any, args: Any, *, logs_at: Callable[[Mapping[str, Any]], b
     tracking.unique_prompts = bool(getattr(args, "log_unique_prompts", False))
     tracking.table_at = logs_at
     shows = [show for show in (printer(args), parquet_writer(args, tracking, file_scale)) if show is not None]
+    if getattr(args, "log_completions", False) and tracking.writer:  # rewound with completions.jsonl on a resume
+        tracking.parquet_folder, tracking.parquet_scale = Path(tracking.output_dir) / "completions", file_scale
 
     def show_all(records: Sequence[Mapping[str, Any]], step: int) -> None:
         for show in shows:

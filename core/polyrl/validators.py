@@ -228,6 +228,7 @@ RULES: dict[str, Rule] = {
     "eval.pass_threshold": _float(fix="the eval reward at or above which a sample is correct, e.g. 1.0"),
     "logging.completions_per_step": _int(0, 4096, fix="e.g. 4; 0 turns the completions log off"),
     "logging.tracker_timeout_s": _float(0, low_open=True, fix="seconds one tracker call may take, e.g. 60"),
+    "logging.table_cell_chars": _int(0, fix="characters of one completions table cell, e.g. 16384; 0 leaves cells uncut"),
     "environment.max_turns": _int(1, 1024, fix="assistant turns per episode, e.g. 4"),
     "environment.max_episode_tokens": _int(1, MAX_TOKENS, fix="tokens after the first prompt, e.g. 512"),
     "environment.tool_timeout_s": _float(0, low_open=True, fix="seconds per tool call, e.g. 10"),

@@ -40,11 +40,60 @@ EVAL_TABLE = "eval_completions"
 EVAL_TABLE_ROWS = 256
 #: Characters of one text (a prompt, a completion, a message's content) kept in a record.
 MAX_TEXT_CHARS = 65_536
+#: Characters of one table cell the trackers get by default (``[logging] table_cell_chars``): a
+#: multi-turn episode is one cell holding the whole conversation, each message's text cut only to
+#: ``MAX_TEXT_CHARS``, so a 100,000-character episode went whole into every row of every dashboard.
+TABLE_CELL_CHARS = 16_384
+#: The columns TRL's ``GRPOTrainer`` gives its completions table, which polyrl's tracker tables keep
+#: under these names (a TRL user's notebook reads them): ``rewards`` and ``extra`` stand for one
+#: column per reward function and per ``log_extra`` column, named as TRL names them.
+TRL_COLUMNS = ("step", "prompt", "completion", "rewards", "extra", "advantage")
+#: The tracker table's columns of a training record: TRL's, then polyrl's own (the weighted total
+#: and why the completion ended).
+TABLE_COLUMNS = (*TRL_COLUMNS, "reward", "finish_reason")
+#: Record keys a table spreads over one column per name they hold.
+_SPREAD = ("rewards", "extra")
 
 
 def cut_marker(dropped: int) -> str:
     """What ends a text cut to ``MAX_TEXT_CHARS`` (``dropped``: the characters left out)."""
     return f" [... {dropped} more characters cut by polyrl]"
+
+
+def cell_cut_marker(dropped: int) -> str:
+    """What ends a tracker table's cell cut to ``[logging] table_cell_chars``: says where the rest is."""
+    return f" [... {dropped} more characters cut by polyrl: logging.table_cell_chars; completions.jsonl keeps them]"
+
+
+def _capped_cell(value: Any, limit: int) -> Any:
+    """``value`` as is where its cell holds at most ``limit`` characters, else that cell's text cut
+    to ``limit`` and marked (a conversation's JSON text then, no longer its messages)."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, (Mapping, list, tuple)):
+        text = cell(value)
+    else:
+        return value
+    return value if len(text) <= limit else text[:limit] + cell_cut_marker(len(text) - limit)
+
+
+def capped(records: Sequence[Mapping[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """``records`` with each table cell cut to ``limit`` characters (0: uncut), as the trackers get
+    them. Why: a multi-turn agent's record holds its whole conversation, tool results included, and
+    went unbounded into every tracker's table (TensorBoard event files, W&B tables) each step.
+    ``rewards`` stays a table of numbers; each ``extra`` column is a cell of its own."""
+    if limit <= 0:
+        return [dict(r) for r in records]
+    out = []
+    for record in records:
+        kept: dict[str, Any] = {}
+        for key, value in record.items():
+            if key == "extra" and isinstance(value, Mapping):
+                kept[key] = {c: _capped_cell(v, limit) for c, v in value.items()}
+            else:
+                kept[key] = value if key == "rewards" else _capped_cell(value, limit)
+        out.append(kept)
+    return out
 
 
 def _shown_text(text: str, redact: Redactor) -> str:
@@ -147,13 +196,49 @@ def _control_picture(match: re.Match[str]) -> str:
     return chr(0x2421 if code == 0x7F else 0x2400 + code)
 
 
-def table_rows(records: Sequence[Mapping[str, Any]], columns: Sequence[str] = COLUMNS) -> list[list[Any]]:
-    """``records`` as a tracker table's rows of ``columns`` (``cell`` values; a key a record lacks,
-    an evaluation's ``rewards`` with a single eval reward, is None)."""
-    return [[cell(r.get(c)) for c in columns] for r in records]
+def table(records: Sequence[Mapping[str, Any]],
+          columns: Sequence[str] = TABLE_COLUMNS) -> tuple[list[str], list[list[Any]]]:
+    """``records`` as a tracker table: its column names and rows (``cell`` values; a key a record
+    lacks is None). ``rewards`` and ``extra`` spread over one column per reward and per ``log_extra``
+    column, named as TRL's ``GRPOTrainer`` names its table's (the function's name), so a TRL user's
+    notebook reading the W&B or trackio table finds ``step``, ``prompt``, ``completion``, each
+    reward's name and ``advantage`` where it looks; polyrl kept every score in one ``rewards`` cell
+    of JSON text. A name taken already (a reward named ``prompt``) reads ``rewards/<name>``
+    (``extra/<name>``), and a polyrl column whose name a reward took ``polyrl/<name>``."""
+    taken = {c for c in columns if c in TRL_COLUMNS and c not in _SPREAD}
+    names: list[str] = []
+    reads: list[tuple[str, Any]] = []  # (record key, the key within it of a spread column)
+    for column in columns:
+        if column in _SPREAD:
+            for key in dict.fromkeys(k for r in records for k in (r.get(column) or {})):
+                names.append(str(key) if str(key) not in taken else f"{column}/{key}")
+                reads.append((column, key))
+                taken.add(names[-1])
+            continue
+        names.append(column if column in TRL_COLUMNS or column not in taken else f"polyrl/{column}")
+        reads.append((column, None))
+        taken.add(names[-1])
+    rows = [[cell((r.get(key) or {}).get(inner) if inner is not None else r.get(key)) for key, inner in reads]
+            for r in records]
+    for i in range(len(names)):  # a column of text and numbers alike is text: W&B refuses the mix
+        if len({_kind(row[i]) for row in rows} - {None}) > 1:
+            for row in rows:
+                row[i] = None if row[i] is None else str(row[i])
+    return names, rows
 
 
-def markdown_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
+def _kind(value: Any) -> str | None:
+    """What a table column's type checker (W&B's) takes ``value`` for: numbers go together, a bool
+    and a text are kinds of their own. Why: a ``log_extra`` column holding ``"42"`` in one row and
+    ``42`` in another made ``wandb.Table`` raise, which dropped the W&B tracker for the run."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+def markdown_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
     r"""The records as a Markdown table (TensorBoard's Text dashboard renders it), every character
     of the texts shown as written: ``2*3*4`` rendered as 2<em>3</em>4 and ``**24**`` in bold, so a
     format reward's markup could not be checked there. Why line endings, ``&`` and control
@@ -165,8 +250,9 @@ def markdown_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] 
         text = _CONTROL.sub(_control_picture, _MARKDOWN_PUNCTUATION.sub(r"\\\1", text).replace("&", "&amp;"))
         return _LINE_END.sub("<br>", text)
 
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    return head + "".join("| " + " | ".join(escape(r.get(c)) for c in columns) + " |\n" for r in records)
+    names, rows = table(records, columns)
+    head = "| " + " | ".join(escape(n) for n in names) + " |\n|" + "---|" * len(names) + "\n"
+    return head + "".join("| " + " | ".join(escape(v) for v in row) + " |\n" for row in rows)
 
 
 def append(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
@@ -206,6 +292,28 @@ def rewind(path: Path, last_step: int, from_zero: bool = False) -> int:
     kept = [line for step in sorted(by_step) for line in by_step[step]]
     strict_json.rewrite_lines(path, kept)
     return len(kept)
+
+
+#: A completions parquet file polyrl writes for a TRL run (``polyrl.trl_completions``), as TRL names
+#: it: ``completions_00012.parquet``, an evaluation's ``eval_completions_00012.parquet`` (any prefix).
+_PARQUET_NAME = re.compile(r"^(?:\w+_)?completions_(\d{5,})\.parquet$")
+
+
+def rewind_parquet(folder: Path, global_step: int) -> list[str]:
+    """Delete the completions parquet files in ``folder`` of TRL steps after ``global_step``; returns
+    their names. Why: a run resumed at a checkpoint left the files its crashed run wrote after it
+    beside the ones it writes again (a notebook reading the folder read those steps twice, or the
+    dead run's rows for steps the resume had not reached), where ``completions.jsonl`` and
+    ``metrics.jsonl`` are rewound to the checkpoint."""
+    if not folder.is_dir():
+        return []
+    gone = []
+    for path in sorted(folder.iterdir()):
+        match = _PARQUET_NAME.match(path.name)
+        if match and int(match.group(1)) > global_step and path.is_file():
+            path.unlink()
+            gone.append(path.name)
+    return gone
 
 
 def first_per_prompt(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

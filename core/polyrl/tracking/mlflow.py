@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from polyrl import run_paths
 from polyrl.logs import get_logger
 from polyrl.strict_json import dumps
-from polyrl.tracking.completions import COLUMNS, EVAL_COLUMNS, EVAL_TABLE, table_rows
+from polyrl.tracking.completions import EVAL_COLUMNS, EVAL_TABLE, table
 from polyrl.tracking.spec import TrackerContext
 
 log = get_logger("polyrl.tracking")
@@ -295,13 +295,13 @@ class MlflowTracker:
         self.client.log_batch(self.run_id, metrics=[self._metric(k, v, now, step) for k, v in named if k])
 
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
-        table = {"columns": list(COLUMNS), "data": table_rows(records)}
-        self.client.log_text(self.run_id, dumps(table), f"completions/step_{step:06d}.json")
+        columns, rows = table(records)
+        self.client.log_text(self.run_id, dumps({"columns": columns, "data": rows}), f"completions/step_{step:06d}.json")
 
     def log_eval_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
         """An evaluation's completions, artifact ``eval_completions/step_<n>.json`` (the step in six digits)."""
-        table = {"columns": list(EVAL_COLUMNS), "data": table_rows(records, EVAL_COLUMNS)}
-        self.client.log_text(self.run_id, dumps(table), f"{EVAL_TABLE}/step_{step:06d}.json")
+        columns, rows = table(records, EVAL_COLUMNS)
+        self.client.log_text(self.run_id, dumps({"columns": columns, "data": rows}), f"{EVAL_TABLE}/step_{step:06d}.json")
 
     def close(self) -> None:
         self._end("FINISHED")

@@ -124,6 +124,8 @@ class RunTracking:
     writer: bool = True  # rank 0
     redact: Redactor = attrs.field(factory=Redactor)
     timeout_s: float = 60.0  # per tracker call ([logging] tracker_timeout_s)
+    #: characters of one completions table cell the trackers get ([logging] table_cell_chars; 0: uncut)
+    cell_chars: int = clog.TABLE_CELL_CHARS
     #: the tags the trackers show for a line's keys; None: the keys as metrics.jsonl has them.
     #: ``polyrl.trl`` sets transformers' (``polyrl.trl_tags``), so a TRL user's dashboards keep theirs
     rename: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
@@ -159,6 +161,10 @@ class RunTracking:
     table_at: Callable[[Mapping[str, Any]], bool] | None = None
     #: what transformers' integrations read from the TRL script's trainer (``polyrl.trl`` sets it)
     trl_run: TrlRun | None = None
+    #: a TRL run's folder of completions parquet files (``polyrl.trl_completions.follow``), rewound
+    #: with completions.jsonl, and TRL's ``global_step`` per trackers' step in their names
+    parquet_folder: Path | None = None
+    parquet_scale: int = 1
     #: who started the run where not ``polyrl train`` (the trainer's ``started_by``), for the
     #: trackers' resume advice (``TrackerContext.started_by``)
     started_by: dict[str, str] | None = None
@@ -188,6 +194,20 @@ class RunTracking:
         start at 0); ``from_zero``: the run's files were numbered from 0 (``clog.rewind``)."""
         if self.writer:
             clog.rewind(self.completions_path, step, from_zero)
+        if self.writer and self.parquet_folder is not None:
+            at = step * self.step_scale * self.parquet_scale
+            try:
+                gone = clog.rewind_parquet(self.parquet_folder, at)
+            except OSError as exc:  # a copy of the table must never cost the run: said, left there
+                gone = []
+                log.warning("the completions parquet files of steps after the one this run starts from could not "
+                            "all be removed; a script reading the folder may read those steps twice",
+                            folder=str(self.parquet_folder), global_step=at, error=f"{type(exc).__name__}: {exc}",
+                            fix="delete the files named after a later step by hand")
+            if gone:
+                log.info(f"removed {len(gone)} completions parquet file(s) of steps after the one this run starts "
+                         "from (written before the run was stopped; this run writes those steps again)",
+                         folder=str(self.parquet_folder), global_step=at, first=gone[0], last=gone[-1])
 
     def name_resumed(self, step: int) -> None:
         """Name the tracker runs of a run resumed at ``step`` apart from the one it continues:
@@ -244,7 +264,8 @@ class RunTracking:
                            if isinstance(r, dict) and r.get("step") == steps_taken]
             except (OSError, ValueError):  # unreadable: the step's numbers still go back
                 records = []
-        return ResumedStep(metrics=self._numeric(kept), records=records, eval_records=self._evaluated_at(steps_taken))
+        return ResumedStep(metrics=self._numeric(kept), records=clog.capped(records, self.cell_chars),
+                           eval_records=clog.capped(self._evaluated_at(steps_taken), self.cell_chars))
 
     def _evaluated_at(self, step: int) -> list[dict[str, Any]]:
         """The completions table of the evaluation during training at ``step`` (``eval_completions.jsonl``
@@ -446,9 +467,19 @@ class RunTracking:
                         error=f"{type(exc).__name__}: {exc}")
         self._unwritten.clear()
 
+    def _table(self, method: str, payload: Any, step: int) -> Any:
+        """A completions table as the trackers get it: each cell cut to ``cell_chars``, and a training
+        record's ``step`` the trackers' (TRL's ``global_step`` in a TRL script's run, as TRL's table
+        holds it; the step metrics.jsonl counts in polyrl's own)."""
+        if method == "log_completions":
+            payload = clog.capped([{**r, "step": step} if "step" in r else r for r in payload], self.cell_chars)
+        elif method == "log_eval_completions":
+            payload = clog.capped(payload, self.cell_chars)
+        return copy.deepcopy(payload)  # its own: one that edits what it got must not change the next's
+
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         tracker = self.trackers[name]
-        payload = copy.deepcopy(payload)  # its own: one that edits what it got must not change the next's
+        payload = self._table(method, payload, step)
         began = time.monotonic()
         try:
             self._threads[name].call_blocking(lambda: getattr(tracker, method)(payload, step), self.timeout_s)
@@ -518,6 +549,7 @@ def for_run(config: Any, registry: Any, rank: int, start_dir: str | None = None)
     return RunTracking(
         specs=resolve_specs(registry, section.report_to), output_dir=output_dir,
         completions_per_step=section.completions_per_step, timeout_s=section.tracker_timeout_s,
+        cell_chars=section.table_cell_chars,
         run_name=section.run_name or output_dir.resolve().name, project=section.project,
         config=hyperparameters(config), writer=rank == 0, start_dir=start_dir)
 

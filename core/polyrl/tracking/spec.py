@@ -101,7 +101,9 @@ class Tracker(Protocol):
         """Numeric metrics of ``step`` (already finite floats)."""
 
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
-        """The step's sampled completions (``polyrl.tracking.completions.COLUMNS`` keys)."""
+        """The step's sampled completions (``polyrl.tracking.completions.COLUMNS`` keys, ``extra`` too
+        where a reward logged columns; ``completions.table`` lays them out as TRL's table), each
+        text already cut to ``[logging] table_cell_chars``, ``step`` the one given here."""
 
     def close(self) -> None:
         """Flush and finish the run."""

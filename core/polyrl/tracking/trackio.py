@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from polyrl.tracking.completions import COLUMNS, EVAL_COLUMNS, EVAL_TABLE, table_rows
+from polyrl.tracking.completions import EVAL_COLUMNS, EVAL_TABLE, table
 from polyrl import run_paths
 from polyrl.logs import get_logger
 from polyrl.run_plan import resume_command
@@ -71,14 +71,16 @@ class TrackioTracker:
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
         import pandas as pd
 
-        frame = pd.DataFrame(table_rows(records), columns=list(COLUMNS))
+        columns, rows = table(records)
+        frame = pd.DataFrame(rows, columns=columns)
         self.run.log({"completions": self._trackio.Table(dataframe=frame)}, step=step)
 
     def log_eval_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
         """An evaluation's completions, a ``trackio.Table`` under ``eval_completions``."""
         import pandas as pd
 
-        frame = pd.DataFrame(table_rows(records, EVAL_COLUMNS), columns=list(EVAL_COLUMNS))
+        columns, rows = table(records, EVAL_COLUMNS)
+        frame = pd.DataFrame(rows, columns=columns)
         self.run.log({EVAL_TABLE: self._trackio.Table(dataframe=frame)}, step=step)
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.logs import get_logger
-from polyrl.tracking.completions import COLUMNS, EVAL_COLUMNS, EVAL_TABLE, table_rows
+from polyrl.tracking.completions import EVAL_COLUMNS, EVAL_TABLE, table
 from polyrl.tracking.spec import POLYRL_CONFIG_KEY, TrackerContext
 from polyrl.trl_tags import WANDB_STEP_METRIC, WANDB_SUMMARY_KEYS
 
@@ -57,13 +57,15 @@ class WandbTracker:
         self.run.log({**history, WANDB_STEP_METRIC: step}, step=step)
 
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
-        table = self._wandb.Table(columns=list(COLUMNS), data=table_rows(records))
-        self.run.log({"completions": table}, step=step)
+        columns, rows = table(records)
+        names: list[str | int] = [*columns]  # wandb's type for a column's name
+        self.run.log({"completions": self._wandb.Table(columns=names, data=rows)}, step=step)
 
     def log_eval_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:
         """An evaluation's completions, a ``wandb.Table`` under ``eval_completions``."""
-        table = self._wandb.Table(columns=list(EVAL_COLUMNS), data=table_rows(records, EVAL_COLUMNS))
-        self.run.log({EVAL_TABLE: table}, step=step)
+        columns, rows = table(records, EVAL_COLUMNS)
+        names: list[str | int] = [*columns]
+        self.run.log({EVAL_TABLE: self._wandb.Table(columns=names, data=rows)}, step=step)
 
     def close(self) -> None:
         self._finish(0)
