@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 
 import pytest
 
@@ -99,6 +100,18 @@ def test_cli_prints_one_error_line_for_an_unknown_key(config_file, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "algorithm.bta" in err[0]
     assert "beta" in err[0]  # the fix suggests the close match
+
+
+@pytest.mark.parametrize(("assignment", "field"), [
+    (b"logging.run_name=\xff", "logging.run_name"),  # a shell's $'\xff': taken as is, it broke file names later
+    (b"train.output_dir=runs/\xe9t\xe9", "train.output_dir"),  # Latin-1 text
+    (b"train.out\xffput_dir=x", "--set"),  # in the key: no key to name
+])
+def test_a_set_with_bytes_that_are_not_utf8_is_one_error_line(config_file, capsys, assignment, field):
+    assert main(["train", str(config_file), "--set", os.fsdecode(assignment)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {field}: "), err
+    assert "which is not UTF-8" in err[0] and "Fix: pass the setting as UTF-8 text" in err[0], err
 
 
 def test_launch_forwards_every_set(config_file, capsys):

@@ -16,6 +16,7 @@ from typing import Any
 
 from polyrl import long_numbers
 from polyrl.errors import ConfigError
+from polyrl.text_validity import surrogate_at
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,6 +41,7 @@ def parse_value(raw: str) -> Any:
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:
     """``"algorithm.beta=0.04"`` -> ``(["algorithm", "beta"], 0.04)``."""
+    _refuse_undecodable(text)
     key, sep, raw = text.partition("=")
     parts = key.strip().split(".")
     if not sep or any(not p.strip() for p in parts):
@@ -59,6 +61,22 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     _refuse_other_literal(raw.strip(), value, where)
     _refuse_broken_literal(raw.strip(), value, where)
     return [p.strip() for p in parts], value
+
+
+def _refuse_undecodable(text: str) -> None:
+    """``--set logging.run_name=$'\\xff'`` (bytes that are not UTF-8, which reach Python as lone
+    surrogates) is an error naming the byte. Why: the value was taken as is and broke later, far
+    from the command line: a folder or file name, a tracker's run name, a JSON summary or log line."""
+    at = surrogate_at(text)
+    if at is None:
+        return
+    key = text.partition("=")[0].strip()
+    field = key if surrogate_at(key) is None and key else "--set"
+    char = ord(text[at])
+    what = f"byte {char - 0xDC00:#04x}, which is not UTF-8" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}, a lone surrogate"
+    raise ConfigError(f"{text!r} holds {what}", field=field,
+                      fix="pass the setting as UTF-8 text (check the encoding of the terminal or script "
+                          "that gave it)")
 
 
 #: Python's, JSON's and YAML's spellings of true, false and null that TOML does not read, and what
