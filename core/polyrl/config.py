@@ -9,7 +9,6 @@ See README.md ("Config reference") for every key.
 from __future__ import annotations
 
 import difflib
-import errno
 import os
 import sys
 import typing
@@ -24,6 +23,7 @@ from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig
 from polyrl.configtools import build, check_type, key_typo, trl_typo, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
+from polyrl.path_loops import LOOP_FIX, symlink_loop
 from polyrl.path_text import OUTPUT_ROOM, check_path_text
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
@@ -715,11 +715,10 @@ class RunConfig:
         # (a script's variable, no shell to expand it) was "not found"
         path = Path(path).expanduser()
         if not path.is_file():
-            loop = _symlink_loop(path)
+            loop = symlink_loop(path)
             if loop:
                 raise ConfigError(f"config file {str(path)!r} cannot be followed: {loop}", field="config",
-                                  fix="remove or repoint the looping symlink (ls -l shows where each link points), "
-                                      "or pass the path of an existing TOML file")
+                                  fix=f"{LOOP_FIX}, or pass the path of an existing TOML file")
             what = ("is a directory" if path.is_dir() else "is not a regular file (a FIFO, a device)"
                     if path.exists() else "not found")
             raise ConfigError(f"config file {str(path)!r} {what}", field="config",
@@ -758,23 +757,6 @@ class RunConfig:
 
             data = apply_overrides(data, overrides)
         return cls.from_dict(data)
-
-
-def _symlink_loop(path: Path) -> str:
-    """Which symlink loop keeps ``path`` from being followed ("" for none): the path itself (a
-    link leading back to itself, through other links or not) or a folder on its way. Why:
-    ``Path.exists`` reads a loop as no file, so the config was "not found" while ``ls`` lists it."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            return ""
-        try:
-            os.lstat(path)
-        except OSError:
-            return "a folder on its path is a symlink loop"
-        return "it leads into a symlink loop (links pointing back at each other, never at a file)"
-    return ""
 
 
 #: Tables a TRL or peft user may name for polyrl's (``[peft]`` for ``[lora]``).
