@@ -148,3 +148,15 @@ def test_the_quoted_text_and_tomls_own_false_still_pass_through_set():
     assert parse_assignment('logging.run_name="False"') == (["logging", "run_name"], "False")
     assert parse_assignment("model.chat_template_kwargs.enable_thinking=false")[1] is False
     assert parse_assignment("logging.run_name=Falsey")[1] == "Falsey"
+
+
+def test_a_config_file_past_the_cap_is_refused_without_reading_it_whole(tmp_path, capsys):
+    """A 1 GB file passed as the config (a data file, an image) was read and decoded whole: 2 GB of
+    memory and 20 s before "not valid TOML". Sparse: the test writes no such file to disk."""
+    path = tmp_path / "huge.toml"
+    with path.open("wb") as file:
+        file.truncate((16 << 20) + 1)  # polyrl.config.MAX_CONFIG_BYTES + 1
+    assert main(["train", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: config file ") and "larger than 16 MiB" in err[0], err
+    assert "data.path" in err[0]

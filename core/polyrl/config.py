@@ -724,10 +724,15 @@ class RunConfig:
             raise ConfigError(f"config file {str(path)!r} {what}", field="config",
                               fix="pass the path of an existing TOML file")
         try:
-            raw = path.read_bytes()
+            with path.open("rb") as file:  # no more than the cap: a 1 GB file took 2 GB and 20 s to refuse
+                raw = file.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}", field="config",
                               fix="check the file's permissions") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(path)!r} is larger than {MAX_CONFIG_BYTES >> 20} MiB, where a run "
+                              "config is a few KB of settings", field="config",
+                              fix="pass the run's TOML config; rows go in a data file named by data.path")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -757,6 +762,12 @@ class RunConfig:
 
             data = apply_overrides(data, overrides)
         return cls.from_dict(data)
+
+
+#: Bytes of a config file read at most. Why: a run config is a few KB; a data file or an image passed
+#: by mistake (1 GB) was read and decoded whole, 2 GB of memory and 20 s before "not valid TOML", and
+#: TOML's parser takes about 16 s per 100 MB of comments.
+MAX_CONFIG_BYTES = 16 << 20
 
 
 #: Tables a TRL or peft user may name for polyrl's (``[peft]`` for ``[lora]``).
