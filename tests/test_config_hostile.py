@@ -160,3 +160,29 @@ def test_a_config_file_past_the_cap_is_refused_without_reading_it_whole(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: config file ") and "larger than 16 MiB" in err[0], err
     assert "data.path" in err[0]
+
+
+@pytest.mark.parametrize(("config", "sets", "field", "variable"), [
+    ('[model]\npath = "$HOME/models/x"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n', (),
+     "model.path", "$HOME"),
+    ('[model]\npath = "tiny-llama"\n[data]\npath = "${DATA_DIR}/train.jsonl"\n[[rewards]]\nname = "numeric_match"\n',
+     (), "data.path", "${DATA_DIR}"),
+    (BASE, ("train.output_dir=$HOME/runs/x",), "train.output_dir", "$HOME"),  # a single-quoted --set: a folder "$HOME"
+])
+def test_a_shell_variable_in_a_path_setting_is_refused_not_read_as_part_of_the_name(tmp_path, capsys, monkeypatch,
+                                                                                   config, sets, field, variable):
+    monkeypatch.chdir(tmp_path)  # where the run without the check made its folder "$HOME"
+    path = tmp_path / "run.toml"
+    path.write_text(config)
+    assert main(["train", str(path), *(f"--set={s}" for s in sets)]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: {field}: ") and f"holds {variable}, which nothing expands" in line, line
+    assert "Fix: write the path itself" in line and "double quotes" in line
+
+
+def test_a_path_that_exists_with_a_dollar_in_its_name_is_taken_as_it_is(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "$HOME").mkdir()
+    path = tmp_path / "run.toml"
+    path.write_text(BASE + '[train]\noutput_dir = "$HOME/x"\n')
+    assert RunConfig.from_toml(path).train.output_dir == "$HOME/x"
