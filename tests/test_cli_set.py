@@ -114,6 +114,19 @@ def test_a_set_with_bytes_that_are_not_utf8_is_one_error_line(config_file, capsy
     assert "which is not UTF-8" in err[0] and "Fix: pass the setting as UTF-8 text" in err[0], err
 
 
+@pytest.mark.parametrize(("assignment", "fix"), [
+    ("genration.group_size=4", "did you mean --set generation.group_size=4?"),  # a typo
+    ("peft.rank=8", "did you mean --set lora.rank=8?"),  # peft's name for the table
+    ("reward.weight=2", "did you mean --set rewards.0.weight=2?"),  # an array: its entry's index too
+])
+def test_an_unknown_section_in_a_set_gets_the_set_to_write_not_a_table_to_rename(config_file, assignment, fix):
+    """The file's fix ("rename the table to [generation]") sent the user to a table the file lacks."""
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_toml(config_file, (assignment,))
+    assert info.value.field == assignment.split(".")[0] and "unknown section" in str(info.value)
+    assert info.value.fix == fix and "rename the table" not in str(info.value)
+
+
 def test_launch_forwards_every_set(config_file, capsys):
     """Through ``main`` in this process: what is checked is the torchrun command it prints."""
     pytest.importorskip("torch", reason="polyrl launch runs torchrun, which comes with torch")

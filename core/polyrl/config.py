@@ -785,8 +785,7 @@ def _top_level_fix(key: str, value: Any, known: set[str]) -> str:
     if fix is not None:
         return fix
     if isinstance(value, (Mapping, list)):
-        section = _SECTION_ALIASES.get(key.lower()) or next(iter(difflib.get_close_matches(key, sorted(known), n=1)),
-                                                             None)
+        section = close_section(key, known)
         if section == "rewards":
             return "did you mean [[rewards]]? write each reward as a [[rewards]] table (two brackets)"
         if section is not None:
@@ -802,6 +801,13 @@ def _top_level_fix(key: str, value: Any, known: set[str]) -> str:
     if close is not None:
         return f"did you mean TRL's {close!r}? " + _top_level_fix(close, value, known)
     return f"valid sections: {', '.join(sorted(known))}"
+
+
+def close_section(name: str, known: typing.Iterable[str] | None = None) -> str | None:
+    """The section an unknown table name stands for: TRL's or peft's name for it (``[peft]``), else
+    a close spelling (``[genration]``); None when neither."""
+    names = sorted(section_classes() if known is None else known)
+    return _SECTION_ALIASES.get(name.lower()) or next(iter(difflib.get_close_matches(name, names, n=1)), None)
 
 
 def section_classes() -> dict[str, type]:

@@ -167,6 +167,7 @@ def apply_overrides(data: Mapping[str, Any], assignments: Iterable[str]) -> dict
     out = copy.deepcopy(dict(data))
     for text in assignments:
         parts, value = parse_assignment(text)
+        _refuse_unknown_section(parts, text, out)
         node: Any = out
         for depth, part in enumerate(parts[:-1]):
             where = ".".join(parts[: depth + 1])
@@ -184,6 +185,25 @@ def apply_overrides(data: Mapping[str, Any], assignments: Iterable[str]) -> dict
         else:
             raise ConfigError(f"{'.'.join(parts[:-1])} is a value, not a table", field=where, fix=FIX)
     return out
+
+
+def _refuse_unknown_section(parts: list[str], text: str, data: Mapping[str, Any]) -> None:
+    """``--set genration.group_size=4`` names the ``--set`` to write instead. Why: the file's
+    message for an unknown table ("rename the table to [generation]") sent the user looking for a
+    table the file does not have. A table the file has too is left to the file's message."""
+    from polyrl.config import close_section, section_classes
+
+    head = parts[0]
+    known = section_classes()
+    if head in known or head in data:
+        return
+    section = close_section(head)
+    if section is None:
+        fix = f"valid sections: {', '.join(sorted(known))}"
+    else:
+        rest = parts[1:] if section != "rewards" or parts[1].isdigit() else ["0", *parts[1:]]  # an entry's index
+        fix = f"did you mean --set {'.'.join([section, *rest])}={text.partition('=')[2].strip()}?"
+    raise ConfigError(f"unknown section [{head}] (from --set {text.strip()})", field=head, fix=fix)
 
 
 def _index(items: list[Any], part: str, where: str) -> int:
