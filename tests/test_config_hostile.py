@@ -186,3 +186,25 @@ def test_a_path_that_exists_with_a_dollar_in_its_name_is_taken_as_it_is(tmp_path
     path = tmp_path / "run.toml"
     path.write_text(BASE + '[train]\noutput_dir = "$HOME/x"\n')
     assert RunConfig.from_toml(path).train.output_dir == "$HOME/x"
+
+
+@pytest.mark.parametrize(("table", "field", "char"), [
+    ('[train]\noutput_dir = "runs\\new"\n', "train.output_dir", "U+000A"),  # Windows-style: "runs", a line break, "ew"
+    ('[logging]\nrun_name = "exp\\t1"\n', "logging.run_name", "U+0009"),
+    ('[logging]\nproject = "p\\u001b[31m"\n', "logging.project", "U+001B"),  # a terminal escape
+])
+def test_a_control_character_in_a_name_the_run_makes_is_refused(tmp_path, monkeypatch, table, field, char):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "run.toml"
+    path.write_text(BASE + table)
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_toml(path)
+    assert info.value.field == field and f"holds a control character ({char})" in str(info.value)
+    assert "single quotes" in info.value.fix
+
+
+def test_a_single_quoted_backslash_and_other_text_stay_a_name(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(BASE + "[train]\noutput_dir = 'runs\\new'\n[logging]\nrun_name = \"été 1\"\n")
+    config = RunConfig.from_toml(path)
+    assert config.train.output_dir == "runs\\new" and config.logging.run_name == "été 1"

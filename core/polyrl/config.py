@@ -24,7 +24,7 @@ from polyrl.configtools import build, check_type, key_typo, trl_typo, unknown_ke
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
 from polyrl.path_loops import LOOP_FIX, symlink_loop
-from polyrl.path_text import OUTPUT_ROOM, check_path_text
+from polyrl.path_text import OUTPUT_ROOM, check_path_text, refuse_control_chars
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
 from polyrl.trl_names import trl_fix
@@ -324,6 +324,7 @@ class TrainSection:
             raise ConfigError("must be >= 1", field="train.threads")
         # a NUL, a too-long name or a path with no room for the run's files below it: was a traceback
         check_path_text(self.output_dir, "train.output_dir", room=OUTPUT_ROOM)
+        refuse_control_chars(self.output_dir, "train.output_dir")
         if not self.output_dir.strip():  # "" would be the current directory, moved aside by a fresh start
             raise ConfigError(f"must name a folder, got {self.output_dir!r}", field="train.output_dir",
                               fix='e.g. output_dir = "runs/my-run"')
@@ -390,6 +391,8 @@ class LoggingSection:
     def __attrs_post_init__(self) -> None:
         # project "": trackio logged into its "default" store without a word, MLflow failed after the model loaded
         _refuse_blank(self, ("project", "run_name"), "logging")
+        for key in ("project", "run_name"):  # a tracker's folder or run name (run_name's default: output_dir's)
+            refuse_control_chars(getattr(self, key), f"logging.{key}")
         if self.step_line not in STEP_LINE_CHOICES:
             raise ConfigError(f"must be one of {', '.join(STEP_LINE_CHOICES)}, got {self.step_line!r}",
                               field="logging.step_line", fix='step_line = "short" (default) or "full"')

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from typing import Any
 
 from polyrl.errors import ConfigError
@@ -79,3 +80,18 @@ def _refuse_unexpanded(item: str, field: str) -> None:
            if "." in field and not field.startswith("-") else "the path in double quotes, which the shell expands")
     raise ConfigError(f"{item!r} holds {found[0]}, which nothing expands: polyrl reads it as part of the name",
                       field=field, fix=f"write the path itself (a leading ~ is the home folder), or give {how}")
+
+
+def refuse_control_chars(value: Any, field: str) -> None:
+    """A control character (a line break, a tab, ESC) in a name polyrl makes a folder or a tracker's
+    run of (``train.output_dir``, ``logging.run_name``): one ConfigError naming it. Why: a Windows-style
+    ``"runs\\new"`` in a double-quoted TOML string is "runs", a line break and "ew": the run wrote
+    to that folder without a word, and the name broke every log line and shell command it was in."""
+    if not isinstance(value, str):
+        return
+    for at, char in enumerate(value):
+        if unicodedata.category(char) == "Cc":
+            raise ConfigError(f"{value!r} holds a control character (U+{ord(char):04X}) at character {at + 1}",
+                              field=field, fix="remove it; in a double-quoted TOML string a backslash starts an "
+                                               "escape (\\n is a line break, \\t a tab): write / between folders, "
+                                               "or single quotes for the text as it is")
