@@ -137,8 +137,9 @@ def test_launch_forwards_every_set(config_file, capsys):
     assert "--set algorithm.beta=0.04 --set 'train.output_dir=x y'" in out.out  # shell-quoted
 
 
-def test_a_flag_and_a_set_for_the_same_key_is_one_error_line(config_file, capsys):
-    assert main(["train", str(config_file), "--set", "train.steps=5", "--steps", "8"]) == 2
+@pytest.mark.parametrize("assignment", ["train.steps=5", "train . steps = 5"])  # spaces: the same key to --set
+def test_a_flag_and_a_set_for_the_same_key_is_one_error_line(config_file, capsys, assignment):
+    assert main(["train", str(config_file), "--set", assignment, "--steps", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --steps and --set train.steps=... both set it. "
                    "Fix: give it once: drop one of --steps and --set train.steps"]
