@@ -371,3 +371,24 @@ def test_few_shot_prompts_reach_every_side(tiny_model_dir):
     assert trl_long["shapes"]["prompt_lens"] == ours_long["shapes"]["prompt_lens"]
     assert min(ours_long["shapes"]["prompt_lens"]) > max(ours_short["shapes"]["prompt_lens"]) + 20
     assert trl_short["shapes"]["prompt_lens"] == ours_short["shapes"]["prompt_lens"]
+
+
+@pytest.mark.parametrize(("output", "words"), [
+    (".", "is a directory"),  # was a ValueError traceback: "." has no name to give a .png suffix
+    ("/", "is a directory"),
+    ("/dev/full", "is not a regular file"),  # the report failed after the whole bench
+])
+def test_an_output_that_is_a_folder_without_a_name_or_a_device_is_one_error(output, words):
+    from polyrl.bench.args import check_output
+
+    with pytest.raises(ConfigError) as info:
+        check_output(output)
+    assert info.value.field == "--output" and words in str(info.value)
+
+
+def test_max_new_tokens_past_generations_bound_is_refused_before_the_bench():
+    """Every side failed on it after the matmul peak was measured, and a report of failures was written."""
+    from polyrl.bench.args import check_workload
+
+    with pytest.raises(ConfigError, match=r"--max-new-tokens: must be an integer in \[1, 1048576\]"):
+        check_workload(prompts=1, group_size=2, max_new_tokens=10**11, threads=1, steps=1, generate_only=False)

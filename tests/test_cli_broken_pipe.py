@@ -36,3 +36,12 @@ def test_a_listing_whose_reader_left_ends_like_every_other_command():
     done = _run_with_reader_gone(["trackers"])
     assert b"Traceback" not in done.stderr, done.stderr.decode()[-800:]
     assert done.returncode == 141, done.stderr.decode()[-800:]
+
+
+def test_a_standard_output_closed_before_the_start_is_one_error_line_not_a_success():
+    """`polyrl config-reference >&-`: the output went nowhere and the command ended with 0."""
+    done = subprocess.run([sys.executable, "-m", "polyrl.cli", "config-reference"], stderr=subprocess.PIPE,
+                          preexec_fn=lambda: os.close(1), timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 2, done.stderr.decode()[-800:]
+    assert len(lines) == 1 and lines[0].startswith("error: standard output is closed") and "> /dev/null" in lines[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 
 import pytest
 
@@ -101,6 +102,31 @@ def test_cli_prints_one_error_line_for_an_unknown_key(config_file, capsys):
     assert "beta" in err[0]  # the fix suggests the close match
 
 
+@pytest.mark.parametrize(("assignment", "field"), [
+    (b"logging.run_name=\xff", "logging.run_name"),  # a shell's $'\xff': taken as is, it broke file names later
+    (b"train.output_dir=runs/\xe9t\xe9", "train.output_dir"),  # Latin-1 text
+    (b"train.out\xffput_dir=x", "--set"),  # in the key: no key to name
+])
+def test_a_set_with_bytes_that_are_not_utf8_is_one_error_line(config_file, capsys, assignment, field):
+    assert main(["train", str(config_file), "--set", os.fsdecode(assignment)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {field}: "), err
+    assert "which is not UTF-8" in err[0] and "Fix: pass the setting as UTF-8 text" in err[0], err
+
+
+@pytest.mark.parametrize(("assignment", "fix"), [
+    ("genration.group_size=4", "did you mean --set generation.group_size=4?"),  # a typo
+    ("peft.rank=8", "did you mean --set lora.rank=8?"),  # peft's name for the table
+    ("reward.weight=2", "did you mean --set rewards.0.weight=2?"),  # an array: its entry's index too
+])
+def test_an_unknown_section_in_a_set_gets_the_set_to_write_not_a_table_to_rename(config_file, assignment, fix):
+    """The file's fix ("rename the table to [generation]") sent the user to a table the file lacks."""
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_toml(config_file, (assignment,))
+    assert info.value.field == assignment.split(".")[0] and "unknown section" in str(info.value)
+    assert info.value.fix == fix and "rename the table" not in str(info.value)
+
+
 def test_launch_forwards_every_set(config_file, capsys):
     """Through ``main`` in this process: what is checked is the torchrun command it prints."""
     pytest.importorskip("torch", reason="polyrl launch runs torchrun, which comes with torch")
@@ -111,8 +137,9 @@ def test_launch_forwards_every_set(config_file, capsys):
     assert "--set algorithm.beta=0.04 --set 'train.output_dir=x y'" in out.out  # shell-quoted
 
 
-def test_a_flag_and_a_set_for_the_same_key_is_one_error_line(config_file, capsys):
-    assert main(["train", str(config_file), "--set", "train.steps=5", "--steps", "8"]) == 2
+@pytest.mark.parametrize("assignment", ["train.steps=5", "train . steps = 5"])  # spaces: the same key to --set
+def test_a_flag_and_a_set_for_the_same_key_is_one_error_line(config_file, capsys, assignment):
+    assert main(["train", str(config_file), "--set", assignment, "--steps", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --steps and --set train.steps=... both set it. "
                    "Fix: give it once: drop one of --steps and --set train.steps"]

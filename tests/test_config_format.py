@@ -53,3 +53,16 @@ def test_a_toml_typo_gets_a_fix_naming_tomls_line_and_column_not_a_json_or_yaml_
     assert main(["train", str(path)]) == 2
     line = _error_line(capsys)
     assert fix in line and "looks like" not in line, line
+
+
+@pytest.mark.parametrize(("text", "line_text"), [
+    ('[train]\nsteps = 3\nsteps = 4\n', "line 3 of run.toml ('steps = 4')"),  # a key set twice
+    ('[train]\nsteps = 3\n[model]\npath = "x"\n[train]\nseed = 1\n', "line 5 of run.toml ('[train]')"),  # a table copied
+])
+def test_a_key_or_table_given_twice_is_named_as_given_twice_not_as_a_syntax_typo(tmp_path, capsys, text, line_text):
+    """Each line is well formed: "TOML writes settings as key = value lines" sent the user to its syntax."""
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    assert main(["train", str(path)]) == 2
+    line = _error_line(capsys)
+    assert f"Fix: {line_text} sets again a key or table set above it" in line and "remove one of the two" in line, line

@@ -148,3 +148,63 @@ def test_the_quoted_text_and_tomls_own_false_still_pass_through_set():
     assert parse_assignment('logging.run_name="False"') == (["logging", "run_name"], "False")
     assert parse_assignment("model.chat_template_kwargs.enable_thinking=false")[1] is False
     assert parse_assignment("logging.run_name=Falsey")[1] == "Falsey"
+
+
+def test_a_config_file_past_the_cap_is_refused_without_reading_it_whole(tmp_path, capsys):
+    """A 1 GB file passed as the config (a data file, an image) was read and decoded whole: 2 GB of
+    memory and 20 s before "not valid TOML". Sparse: the test writes no such file to disk."""
+    path = tmp_path / "huge.toml"
+    with path.open("wb") as file:
+        file.truncate((16 << 20) + 1)  # polyrl.config.MAX_CONFIG_BYTES + 1
+    assert main(["train", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: config file ") and "larger than 16 MiB" in err[0], err
+    assert "data.path" in err[0]
+
+
+@pytest.mark.parametrize(("config", "sets", "field", "variable"), [
+    ('[model]\npath = "$HOME/models/x"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n', (),
+     "model.path", "$HOME"),
+    ('[model]\npath = "tiny-llama"\n[data]\npath = "${DATA_DIR}/train.jsonl"\n[[rewards]]\nname = "numeric_match"\n',
+     (), "data.path", "${DATA_DIR}"),
+    (BASE, ("train.output_dir=$HOME/runs/x",), "train.output_dir", "$HOME"),  # a single-quoted --set: a folder "$HOME"
+])
+def test_a_shell_variable_in_a_path_setting_is_refused_not_read_as_part_of_the_name(tmp_path, capsys, monkeypatch,
+                                                                                   config, sets, field, variable):
+    monkeypatch.chdir(tmp_path)  # where the run without the check made its folder "$HOME"
+    path = tmp_path / "run.toml"
+    path.write_text(config)
+    assert main(["train", str(path), *(f"--set={s}" for s in sets)]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: {field}: ") and f"holds {variable}, which nothing expands" in line, line
+    assert "Fix: write the path itself" in line and "double quotes" in line
+
+
+def test_a_path_that_exists_with_a_dollar_in_its_name_is_taken_as_it_is(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "$HOME").mkdir()
+    path = tmp_path / "run.toml"
+    path.write_text(BASE + '[train]\noutput_dir = "$HOME/x"\n')
+    assert RunConfig.from_toml(path).train.output_dir == "$HOME/x"
+
+
+@pytest.mark.parametrize(("table", "field", "char"), [
+    ('[train]\noutput_dir = "runs\\new"\n', "train.output_dir", "U+000A"),  # Windows-style: "runs", a line break, "ew"
+    ('[logging]\nrun_name = "exp\\t1"\n', "logging.run_name", "U+0009"),
+    ('[logging]\nproject = "p\\u001b[31m"\n', "logging.project", "U+001B"),  # a terminal escape
+])
+def test_a_control_character_in_a_name_the_run_makes_is_refused(tmp_path, monkeypatch, table, field, char):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "run.toml"
+    path.write_text(BASE + table)
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_toml(path)
+    assert info.value.field == field and f"holds a control character ({char})" in str(info.value)
+    assert "single quotes" in info.value.fix
+
+
+def test_a_single_quoted_backslash_and_other_text_stay_a_name(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(BASE + "[train]\noutput_dir = 'runs\\new'\n[logging]\nrun_name = \"été 1\"\n")
+    config = RunConfig.from_toml(path)
+    assert config.train.output_dir == "runs\\new" and config.logging.run_name == "été 1"

@@ -321,7 +321,8 @@ def train_config(args: argparse.Namespace) -> RunConfig:
         overrides["steps"] = args.steps
     if args.output_dir is not None:
         overrides["output_dir"] = args.output_dir
-    set_keys = {item.partition("=")[0].strip() for item in args.set}
+    # the key as --set reads it: "train . steps=5" set train.steps too, and --steps took over without a word
+    set_keys = {".".join(part.strip() for part in item.partition("=")[0].split(".")) for item in args.set}
     for key in sorted(set_keys & {f"train.{name}" for name in overrides}):
         flag = "--" + key.removeprefix("train.").replace("_", "-")
         raise ConfigError(f"{flag} and --set {key}=... both set it", field=flag,

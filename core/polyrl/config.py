@@ -9,7 +9,6 @@ See README.md ("Config reference") for every key.
 from __future__ import annotations
 
 import difflib
-import errno
 import os
 import sys
 import typing
@@ -24,7 +23,8 @@ from polyrl.algorithms.presets import GROUP_RELATIVE_ADVANTAGES, AlgorithmConfig
 from polyrl.configtools import build, check_type, key_typo, trl_typo, unknown_key_fix
 from polyrl.device_names import check_builtin_devices, check_device_type, normalized as normalized_device
 from polyrl.errors import ConfigError
-from polyrl.path_text import OUTPUT_ROOM, check_path_text
+from polyrl.path_loops import LOOP_FIX, symlink_loop
+from polyrl.path_text import OUTPUT_ROOM, check_path_text, refuse_control_chars
 from polyrl.rewards import isolation as reward_isolation
 from polyrl.step_line import STEP_LINE_CHOICES
 from polyrl.trl_names import trl_fix
@@ -324,6 +324,7 @@ class TrainSection:
             raise ConfigError("must be >= 1", field="train.threads")
         # a NUL, a too-long name or a path with no room for the run's files below it: was a traceback
         check_path_text(self.output_dir, "train.output_dir", room=OUTPUT_ROOM)
+        refuse_control_chars(self.output_dir, "train.output_dir")
         if not self.output_dir.strip():  # "" would be the current directory, moved aside by a fresh start
             raise ConfigError(f"must name a folder, got {self.output_dir!r}", field="train.output_dir",
                               fix='e.g. output_dir = "runs/my-run"')
@@ -393,6 +394,8 @@ class LoggingSection:
     def __attrs_post_init__(self) -> None:
         # project "": trackio logged into its "default" store without a word, MLflow failed after the model loaded
         _refuse_blank(self, ("project", "run_name"), "logging")
+        for key in ("project", "run_name"):  # a tracker's folder or run name (run_name's default: output_dir's)
+            refuse_control_chars(getattr(self, key), f"logging.{key}")
         if self.step_line not in STEP_LINE_CHOICES:
             raise ConfigError(f"must be one of {', '.join(STEP_LINE_CHOICES)}, got {self.step_line!r}",
                               field="logging.step_line", fix='step_line = "short" (default) or "full"')
@@ -718,20 +721,24 @@ class RunConfig:
         # (a script's variable, no shell to expand it) was "not found"
         path = Path(path).expanduser()
         if not path.is_file():
-            loop = _symlink_loop(path)
+            loop = symlink_loop(path)
             if loop:
                 raise ConfigError(f"config file {str(path)!r} cannot be followed: {loop}", field="config",
-                                  fix="remove or repoint the looping symlink (ls -l shows where each link points), "
-                                      "or pass the path of an existing TOML file")
+                                  fix=f"{LOOP_FIX}, or pass the path of an existing TOML file")
             what = ("is a directory" if path.is_dir() else "is not a regular file (a FIFO, a device)"
                     if path.exists() else "not found")
             raise ConfigError(f"config file {str(path)!r} {what}", field="config",
                               fix="pass the path of an existing TOML file")
         try:
-            raw = path.read_bytes()
+            with path.open("rb") as file:  # no more than the cap: a 1 GB file took 2 GB and 20 s to refuse
+                raw = file.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}", field="config",
                               fix="check the file's permissions") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(path)!r} is larger than {MAX_CONFIG_BYTES >> 20} MiB, where a run "
+                              "config is a few KB of settings", field="config",
+                              fix="pass the run's TOML config; rows go in a data file named by data.path")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -763,21 +770,10 @@ class RunConfig:
         return cls.from_dict(data)
 
 
-def _symlink_loop(path: Path) -> str:
-    """Which symlink loop keeps ``path`` from being followed ("" for none): the path itself (a
-    link leading back to itself, through other links or not) or a folder on its way. Why:
-    ``Path.exists`` reads a loop as no file, so the config was "not found" while ``ls`` lists it."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            return ""
-        try:
-            os.lstat(path)
-        except OSError:
-            return "a folder on its path is a symlink loop"
-        return "it leads into a symlink loop (links pointing back at each other, never at a file)"
-    return ""
+#: Bytes of a config file read at most. Why: a run config is a few KB; a data file or an image passed
+#: by mistake (1 GB) was read and decoded whole, 2 GB of memory and 20 s before "not valid TOML", and
+#: TOML's parser takes about 16 s per 100 MB of comments.
+MAX_CONFIG_BYTES = 16 << 20
 
 
 #: Tables a TRL or peft user may name for polyrl's (``[peft]`` for ``[lora]``).
@@ -795,8 +791,7 @@ def _top_level_fix(key: str, value: Any, known: set[str]) -> str:
     if fix is not None:
         return fix
     if isinstance(value, (Mapping, list)):
-        section = _SECTION_ALIASES.get(key.lower()) or next(iter(difflib.get_close_matches(key, sorted(known), n=1)),
-                                                             None)
+        section = close_section(key, known)
         if section == "rewards":
             return "did you mean [[rewards]]? write each reward as a [[rewards]] table (two brackets)"
         if section is not None:
@@ -812,6 +807,13 @@ def _top_level_fix(key: str, value: Any, known: set[str]) -> str:
     if close is not None:
         return f"did you mean TRL's {close!r}? " + _top_level_fix(close, value, known)
     return f"valid sections: {', '.join(sorted(known))}"
+
+
+def close_section(name: str, known: typing.Iterable[str] | None = None) -> str | None:
+    """The section an unknown table name stands for: TRL's or peft's name for it (``[peft]``), else
+    a close spelling (``[genration]``); None when neither."""
+    names = sorted(section_classes() if known is None else known)
+    return _SECTION_ALIASES.get(name.lower()) or next(iter(difflib.get_close_matches(name, names, n=1)), None)
 
 
 def section_classes() -> dict[str, type]:

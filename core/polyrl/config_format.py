@@ -46,6 +46,8 @@ def looks_like(text: str) -> str | None:
 
 #: where tomllib says the error is, at the end of its message: ``(at line 3, column 5)`` or ``(at end of document)``
 _WHERE = re.compile(r"\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
+#: how tomllib begins its error for a key set twice or a table declared twice (a table copied in whole)
+_TWICE = ("Cannot overwrite a value", "Cannot declare")
 #: the longest piece of the faulty line the fix quotes
 _QUOTED = 60
 
@@ -66,6 +68,9 @@ def typo_fix(message: str, text: str, name: str) -> str:
     if len(shown) > _QUOTED:
         shown = shown[:_QUOTED] + "..."
     quoted = f" ({shown!r})" if shown else ""
+    if message.startswith(_TWICE):  # the line is well formed: "key = value lines" sent the user to its syntax
+        return (f"line {line} of {name}{quoted} sets again a key or table set above it, and TOML takes each once: "
+                "remove one of the two, or move its settings under the table's first [table] line")
     return (f"correct line {line}, column {column} of {name}{quoted}: TOML writes settings as key = value "
             "lines under [table] lines, strings in quotes")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from polyrl import long_numbers
 from polyrl.errors import ConfigError
+from polyrl.text_validity import surrogate_at
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,6 +41,7 @@ def parse_value(raw: str) -> Any:
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:
     """``"algorithm.beta=0.04"`` -> ``(["algorithm", "beta"], 0.04)``."""
+    _refuse_undecodable(text)
     key, sep, raw = text.partition("=")
     parts = key.strip().split(".")
     if not sep or any(not p.strip() for p in parts):
@@ -59,6 +61,22 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     _refuse_other_literal(raw.strip(), value, where)
     _refuse_broken_literal(raw.strip(), value, where)
     return [p.strip() for p in parts], value
+
+
+def _refuse_undecodable(text: str) -> None:
+    """``--set logging.run_name=$'\\xff'`` (bytes that are not UTF-8, which reach Python as lone
+    surrogates) is an error naming the byte. Why: the value was taken as is and broke later, far
+    from the command line: a folder or file name, a tracker's run name, a JSON summary or log line."""
+    at = surrogate_at(text)
+    if at is None:
+        return
+    key = text.partition("=")[0].strip()
+    field = key if surrogate_at(key) is None and key else "--set"
+    char = ord(text[at])
+    what = f"byte {char - 0xDC00:#04x}, which is not UTF-8" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}, a lone surrogate"
+    raise ConfigError(f"{text!r} holds {what}", field=field,
+                      fix="pass the setting as UTF-8 text (check the encoding of the terminal or script "
+                          "that gave it)")
 
 
 #: Python's, JSON's and YAML's spellings of true, false and null that TOML does not read, and what
@@ -149,6 +167,7 @@ def apply_overrides(data: Mapping[str, Any], assignments: Iterable[str]) -> dict
     out = copy.deepcopy(dict(data))
     for text in assignments:
         parts, value = parse_assignment(text)
+        _refuse_unknown_section(parts, text, out)
         node: Any = out
         for depth, part in enumerate(parts[:-1]):
             where = ".".join(parts[: depth + 1])
@@ -166,6 +185,25 @@ def apply_overrides(data: Mapping[str, Any], assignments: Iterable[str]) -> dict
         else:
             raise ConfigError(f"{'.'.join(parts[:-1])} is a value, not a table", field=where, fix=FIX)
     return out
+
+
+def _refuse_unknown_section(parts: list[str], text: str, data: Mapping[str, Any]) -> None:
+    """``--set genration.group_size=4`` names the ``--set`` to write instead. Why: the file's
+    message for an unknown table ("rename the table to [generation]") sent the user looking for a
+    table the file does not have. A table the file has too is left to the file's message."""
+    from polyrl.config import close_section, section_classes
+
+    head = parts[0]
+    known = section_classes()
+    if head in known or head in data:
+        return
+    section = close_section(head)
+    if section is None:
+        fix = f"valid sections: {', '.join(sorted(known))}"
+    else:
+        rest = parts[1:] if section != "rewards" or parts[1].isdigit() else ["0", *parts[1:]]  # an entry's index
+        fix = f"did you mean --set {'.'.join([section, *rest])}={text.partition('=')[2].strip()}?"
+    raise ConfigError(f"unknown section [{head}] (from --set {text.strip()})", field=head, fix=fix)
 
 
 def _index(items: list[Any], part: str, where: str) -> int:

@@ -38,6 +38,7 @@ from polyrl.late_columns import refuse_needed
 from polyrl.nul_bytes import TEXT_NUL_FIX, nul_error, row_nul
 from polyrl.one_conversation import message_row_fix
 from polyrl.logs import get_logger
+from polyrl.path_loops import missing_problem
 from polyrl.split_overlap import check_disjoint
 from polyrl.stored_rows import with_asked
 from polyrl.tasks import SPLITS, TASK_CHECKS, TASK_OPTIONS, TASKS
@@ -337,7 +338,7 @@ def load_jsonl(path: str | os.PathLike[str], prompt_column: str = "prompt") -> D
     🤗 datasets types it (``polyrl.data_sources.typed_as_datasets``)."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"data file {str(p)!r} not found", field="data.path",
+        raise ConfigError(f"data file {str(p)!r} {missing_problem(p)}", field="data.path",
                           fix="give the path of an existing .jsonl file")
     rows, origins = read_json_files([p])
     return Dataset(rows, prompt_column, p.name, origins=origins)

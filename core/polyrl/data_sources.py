@@ -34,6 +34,7 @@ from polyrl.late_columns import first_rows
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.logs import get_logger
+from polyrl.path_loops import LOOP_FIX, symlink_loop
 from polyrl.text_validity import row_surrogate, surrogate_error
 from polyrl.nul_bytes import json_nul_fix, nul_error, refuse_nul_bytes, row_nul
 from polyrl.wide_text import HEAD_BYTES, refuse_wide_text
@@ -125,6 +126,10 @@ def expand_paths(path: str | Sequence[str], field: str) -> list[Path]:
         except OSError as exc:  # a folder on the way without execute permission
             raise ConfigError(f"data file {text!r} cannot be reached: {exc.strerror or exc}", field=field,
                               fix="make its folders searchable by this user (chmod +x), or copy it") from None
+        loop = "" if found else symlink_loop(p)
+        if loop:  # Path.exists reads a loop as no file: it was "not found" while ls lists it
+            raise ConfigError(f"data file {text!r} cannot be followed: {loop}", field=field,
+                              fix=f"{LOOP_FIX}, or give an existing file ({SUPPORTED}), a glob, or a save_to_disk folder")
         if not found:
             raise ConfigError(f"data file {text!r} not found", field=field,
                               fix=f"give an existing file ({SUPPORTED}), a glob, or a save_to_disk folder")

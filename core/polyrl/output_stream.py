@@ -3,7 +3,9 @@
 Why: `polyrl config-reference > /dev/full`, `polyrl train run.toml > summary.json` on a full
 disk, or any listing whose output's device failed ended in an ``OSError`` traceback (and the
 interpreter's last flush then printed a second one). A reader that left (``BrokenPipeError``) is
-no error of the command's and is left to ``polyrl.cli.main``, as before.
+no error of the command's and is left to ``polyrl.cli.main``, as before. A standard output closed
+before the command started (`polyrl backends >&-`) is an error too, as for the Unix tools: the
+output went nowhere and the command said it succeeded (exit 0).
 """
 
 from __future__ import annotations
@@ -61,14 +63,19 @@ def _failed(stream: Any, exc: OSError) -> OutputFailed:
                         "space where the output goes (a redirect's file system), or send it elsewhere")
 
 
+#: The error for a command started with its standard output closed (`>&-`), before it does any work.
+CLOSED = ("standard output is closed (the command was started with `>&-` or its parent closed descriptor 1), so "
+          "the command's output would be lost. Fix: send it somewhere instead, e.g. `> out.txt`, or `> /dev/null` "
+          "to drop it")
+
+
 @contextlib.contextmanager
 def checked_stdout() -> Iterator[None]:
     """Within: ``sys.stdout`` raises ``OutputFailed`` for a failed write, and what it holds is
     flushed at the end (a failure there is raised too, not left to the interpreter's exit)."""
     original = sys.stdout
-    if original is None:  # no standard output at all (its descriptor closed): nothing to check
-        yield
-        return
+    if original is None:  # its descriptor was closed when Python started: every print went nowhere
+        raise OutputFailed(CLOSED)
     sys.stdout = _CheckedOutput(original)
     try:
         yield

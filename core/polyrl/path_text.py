@@ -11,6 +11,8 @@ deep inside the model lookup or the run lock instead of one ``error:`` line.
 from __future__ import annotations
 
 import os
+import re
+import unicodedata
 from typing import Any
 
 from polyrl.errors import ConfigError
@@ -56,3 +58,40 @@ def check_path_text(value: Any, field: str, room: int = 0) -> None:
                 raise ConfigError(f"has a name of {size} bytes ({part[:20]!r}...), longer than the {NAME_MAX} a "
                                   "file system allows in one file or folder name", field=field,
                                   fix=f"shorten that name to at most {NAME_MAX} bytes between slashes")
+        _refuse_unexpanded(item, field)
+
+
+#: A shell variable as written in a path: ``$HOME`` or ``${DATA_DIR}``.
+_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _refuse_unexpanded(item: str, field: str) -> None:
+    """``"$HOME/runs"`` in a path setting that names nothing as written: one ConfigError. Why: TOML
+    (and a single-quoted ``--set``) has no variables, so the run wrote to a folder literally named
+    ``$HOME`` in the working directory, or its data was "not found" with the variable still in it.
+    A path whose name holding the ``$`` exists (a folder "$HOME" made on purpose) is taken as it is."""
+    found = _VARIABLE.search(item)
+    if found is None:
+        return
+    end = item.find(os.sep, found.end())
+    if os.path.lexists(os.path.expanduser(item if end < 0 else item[:end])):  # the name holding it exists
+        return
+    how = (f'--set {field}="{item}" in double quotes on the command line, which the shell expands'
+           if "." in field and not field.startswith("-") else "the path in double quotes, which the shell expands")
+    raise ConfigError(f"{item!r} holds {found[0]}, which nothing expands: polyrl reads it as part of the name",
+                      field=field, fix=f"write the path itself (a leading ~ is the home folder), or give {how}")
+
+
+def refuse_control_chars(value: Any, field: str) -> None:
+    """A control character (a line break, a tab, ESC) in a name polyrl makes a folder or a tracker's
+    run of (``train.output_dir``, ``logging.run_name``): one ConfigError naming it. Why: a Windows-style
+    ``"runs\\new"`` in a double-quoted TOML string is "runs", a line break and "ew": the run wrote
+    to that folder without a word, and the name broke every log line and shell command it was in."""
+    if not isinstance(value, str):
+        return
+    for at, char in enumerate(value):
+        if unicodedata.category(char) == "Cc":
+            raise ConfigError(f"{value!r} holds a control character (U+{ord(char):04X}) at character {at + 1}",
+                              field=field, fix="remove it; in a double-quoted TOML string a backslash starts an "
+                                               "escape (\\n is a line break, \\t a tab): write / between folders, "
+                                               "or single quotes for the text as it is")

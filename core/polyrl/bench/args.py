@@ -17,7 +17,8 @@ from polyrl.validators import Rule
 #: Each workload flag's range; the group's lower bound depends on what is timed (``check_workload``).
 _RULES = {
     "--prompts": Rule(integer=True, low=1, fix="e.g. --prompts 8"),
-    "--max-new-tokens": Rule(integer=True, low=1, fix="e.g. --max-new-tokens 32"),
+    # generation.max_new_tokens' bound: past it every side failed after the matmul peak was measured
+    "--max-new-tokens": Rule(integer=True, low=1, high=1048576, fix="e.g. --max-new-tokens 32"),
     "--threads": Rule(integer=True, low=1, high=4096, fix="e.g. --threads 1 (CPU threads per side)"),
     "--steps": Rule(integer=True, low=1, fix="e.g. --steps 3 (the first is left out of the medians when there are more)"),
     "--few-shot": Rule(integer=True, low=0, high=10000, fix="e.g. --few-shot 20 (~340-token prompts with SmolLM2's tokenizer; 0: the short ones)"),
@@ -82,10 +83,14 @@ def check_output(output: str | os.PathLike[str] | None) -> None:
 
     check_path_text(os.fspath(output), "--output")  # is_dir() raises on a name past 255 bytes or a path past PATH_MAX
     path = Path(output)
-    for target in (path, path.with_suffix(".png")):
+    # the path itself first: "." or "/" has no name to change the suffix of (a ValueError traceback)
+    for target in (path, *([] if path.is_dir() else [path.with_suffix(".png")])):
         if target.is_dir():
             raise ConfigError(f"{str(target)!r} is a directory", field="--output",
                               fix=f"give a file path, e.g. --output {path / 'results.json'}")
+        if target.exists() and not target.is_file():  # /dev/full, a FIFO: the report failed after the whole bench
+            raise ConfigError(f"{str(target)!r} is not a regular file (a device, a FIFO)", field="--output",
+                              fix="give a file path, e.g. --output bench/results.json")
     folder = next(p for p in path.absolute().parents if p.exists())
     if not folder.is_dir():
         raise ConfigError(f"{str(folder)!r} is a file, not a folder", field="--output",

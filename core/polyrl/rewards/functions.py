@@ -65,6 +65,7 @@ import numpy as np
 from polyrl.errors import ConfigError, RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
+from polyrl.path_loops import LOOP_FIX, missing_problem
 from polyrl.rewards import guard
 from polyrl.rewards.isolation import resolve as resolve_isolation
 from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TRL_ARGUMENTS, TrainerState, accepted_arguments, as_number,
@@ -320,8 +321,15 @@ def function_reward_plugin(fn: Callable[..., Any], name: str | None = None,
 
 def _import_file(path: Path, spec: str, field: str = "rewards.function") -> Any:
     if not path.is_file():
-        raise ConfigError(f"file {str(path)!r} not found (from {spec!r})", field=field,
-                          fix="give an existing .py file, relative to the working directory or absolute")
+        problem = missing_problem(path)
+        if problem == "is a folder":  # "not found" sent the user looking for a file that is there
+            raise ConfigError(f"{str(path)!r} is a folder, not a Python file (from {spec!r})", field=field,
+                              fix=f'name a .py file in it, e.g. "{path.as_posix().rstrip("/")}/rewards.py:{spec.rsplit(":", 1)[-1]}", '
+                                  'or a module of a package: "package.module:function" with the folder above it '
+                                  "on PYTHONPATH")
+        raise ConfigError(f"file {str(path)!r} {problem} (from {spec!r})", field=field,
+                          fix=(f"{LOOP_FIX}, or " if "symlink loop" in problem else "")
+                          + "give an existing .py file, relative to the working directory or absolute")
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
     module_name = f"polyrl_user_reward_{path.stem}_{digest}"
     if module_name in sys.modules:
