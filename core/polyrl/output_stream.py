@@ -32,16 +32,14 @@ class _CheckedOutput:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        try:
-            return int(self._stream.write(text))
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _failed(self._stream, exc) from None
+        return int(self._checked(self._stream.write, text))
 
     def flush(self) -> None:
+        self._checked(self._stream.flush)
+
+    def _checked(self, call: Any, *args: Any) -> Any:
         try:
-            self._stream.flush()
+            return call(*args)
         except BrokenPipeError:
             raise
         except OSError as exc:
