@@ -213,6 +213,7 @@ def test_every_preset_and_lora_train_a_step_of_episodes(tiny_model_dir, tmp_path
 # --- 3. overlap, checkpoint and resume ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_overlap_resume_with_a_pending_rollout_of_episodes_continues_exactly(tiny_model_dir, tmp_path):
     """Saved while step 2's episodes are being sampled: the checkpoint holds them (masks, messages,
     episode info), and the resumed run trains on them and ends on the clean run's weights."""
@@ -419,6 +420,7 @@ def push_server(tiny_model_dir, tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.slow
 def test_remote_generation_runs_episodes_from_the_train_engines_token_prompts(tiny_model_dir, tmp_path,
                                                                             push_server):
     """``backends.generate = "remote"``: the server has no chat encoder for the trainer, so every
@@ -504,6 +506,7 @@ def test_polyrl_launch_trains_episodes_on_two_ranks(tiny_model_dir, tmp_path):
 # --- the rest of a run: KL, several iterations, micro-batches, evaluation, logs, plain resume ----------
 
 
+@pytest.mark.slow
 def test_episodes_with_kl_iterations_micro_batches_eval_and_an_exact_resume(tiny_model_dir, tmp_path):
     """KL to the reference and ``num_iterations = 2`` (old log-probs re-scored on masked
     sequences), micro-batches of 2: every ``train_step`` call's loss is the masked reference's.
@@ -866,6 +869,7 @@ def test_environment_code_that_exits_or_hangs_ends_its_episodes_and_the_cli_run_
 
 
 @pytest.mark.faults
+@pytest.mark.slow
 def test_a_thread_an_environment_leaves_running_does_not_keep_the_finished_cli_run_from_exiting(tiny_model_dir,
                                                                                                  tmp_path):
     """An environment whose ``reset`` starts a non-daemon thread that never ends: the run trained,
@@ -964,6 +968,7 @@ def test_evaluation_episodes_leave_the_training_failure_streak_alone(tiny_model_
 
 @pytest.mark.faults
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+@pytest.mark.slow
 def test_a_real_stop_signal_while_an_environment_step_hangs_stops_the_run_gracefully(tiny_model_dir, tmp_path,
                                                                                     signame):
     """A real SIGTERM / Ctrl-C is the trainer's, never mistaken for the environment's: the stuck

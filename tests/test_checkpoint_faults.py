@@ -160,6 +160,7 @@ def _copy_run(src: Path, dst: Path, upto: int) -> None:
     shutil.rmtree(dst / "model")
 
 
+@pytest.mark.slow
 def test_truncated_newest_model_falls_back_to_the_previous_checkpoint(tiny_model_dir, tmp_path, clean_run, capfd):
     config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=6)
@@ -364,6 +365,7 @@ def test_a_deleted_or_edited_manifest_does_not_pass_and_old_checkpoints_still_lo
     assert ckpt.newest_verified(root)[0] == legacy
 
 
+@pytest.mark.slow
 def test_missing_optimizer_state_is_an_error_unless_weights_only(tiny_model_dir, tmp_path, clean_run):
     config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=3)
@@ -945,6 +947,7 @@ def test_files_polyrl_did_not_write_are_never_moved_aside(tiny_model_dir, tmp_pa
     assert (out / "checkpoints" / "best").is_dir() and not (out / "previous").exists()
 
 
+@pytest.mark.slow
 def test_a_fresh_start_does_not_move_aside_the_model_it_trains(tiny_model_dir, tmp_path):
     import shutil
 

@@ -181,6 +181,7 @@ FAIL_CLOSED = {
 
 
 @pytest.mark.parametrize("tests_in", ["process", "trainer"])
+@pytest.mark.slow
 def test_a_statement_that_raises_fails_the_tests_after_it(tests_in):
     names = sorted(FAIL_CLOSED)
     got = {}

@@ -115,6 +115,7 @@ def test_the_samples_object_orders_against_the_tests_numbers_by_one_number():
     assert forged_scores(tests, "def f():\n    return Liar()\n") == {}
 
 
+@pytest.mark.slow
 def test_the_samples_object_combines_with_and_equals_the_tests_numbers_by_its_own_number():
     """``Frac(1, 2) + 1``, ``1 + Frac(1, 2)``, ``sum(fracs)`` (which starts at the int 0) and
     ``Num(1) == True`` raised TypeError or were False, so right solutions scored 0. The tests'

@@ -135,6 +135,7 @@ anything = st.one_of(
 
 @settings(max_examples=400, deadline=None)
 @given(field=st.sampled_from(sorted(RULES) + sorted(PAIR_RULES)), value=anything)
+@pytest.mark.slow
 def test_any_value_in_a_numeric_field_loads_in_range_or_names_the_field(field, value):
     try:
         config = RunConfig.from_dict(config_with(field, value))
@@ -165,6 +166,7 @@ def _every_key() -> list[str]:
             for f in attrs.fields(cls) if f.init]
 
 
+@pytest.mark.slow
 def test_a_value_of_the_wrong_type_in_any_key_names_the_field_and_the_fix():
     """``algorithm.name = 3`` was "must be a string" with no Fix part: every key's type is checked
     by one rule, which names the key and gives the fix."""
@@ -311,6 +313,7 @@ def test_a_setting_that_would_have_no_effect_is_refused(settings, field, words):
         RunConfig.from_dict({**MINIMAL, **settings, "algorithm": {**settings.get("algorithm", {}), "beta": 0.04}})
 
 
+@pytest.mark.slow
 def test_generate_says_when_the_models_context_cut_the_completion_short(tiny_model_dir):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "core"), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1"}

@@ -336,6 +336,7 @@ def test_a_bad_launch_is_one_error_line_before_any_rank_starts(launch_toml, tmp_
     assert not out.stdout and not (tmp_path / "run").exists()  # no rank started, no command printed
 
 
+@pytest.mark.slow
 def test_dry_run_prints_a_command_that_pastes_into_a_shell_as_these_arguments(launch_toml, tmp_path):
     import shlex
 

@@ -58,6 +58,7 @@ def test_incomplete_or_corrupt_checkpoints_are_never_chosen(tmp_path):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_signal_finishes_the_step_checkpoints_and_exits_zero(tiny_model_dir, tmp_path, signum):
     out = tmp_path / "other run"  # the config names another output_dir: the hint must carry the flags
     config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=10, checkpoint_every=0)
@@ -126,6 +127,7 @@ def test_too_many_non_finite_steps_in_a_row_stop_with_a_fix(toy, tmp_path):
     assert ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints") is not None  # nothing lost
 
 
+@pytest.mark.slow
 def test_exploding_gradients_on_torch_stop_with_a_clear_message(tiny_model_dir, tmp_path):
     """A real fault: a reward weight of 1e38, unscaled, overflows the gradient's norm; the backend
     skips non-finite steps, the run stops. (An lr of 1e30 did it once; the config now refuses an lr

@@ -129,6 +129,7 @@ def test_polyrl_generate_refuses_a_blank_prompt_before_looking_for_the_model(tmp
     ], result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_polyrl_generate_still_samples_from_a_prompt(tiny_model_dir):
     result = subprocess.run([*POLYRL, "generate", "--model", tiny_model_dir, "--max-new-tokens", "2", "hi"],
                             capture_output=True, text=True, timeout=120, env=ENV)

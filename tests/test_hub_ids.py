@@ -53,6 +53,7 @@ def test_hub_id_shapes():
 
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
+@pytest.mark.slow
 def test_a_cached_hub_id_generates_offline(tiny_model_dir, tmp_path, backend):
     reg = get_registry()
     if backend not in reg.names() or not reg.status(backend).available:

@@ -59,6 +59,7 @@ def test_registered_with_honest_capabilities():
     assert not caps.train_step and not caps.lora
 
 
+@pytest.mark.slow
 def test_child_pythons_still_start_in_this_environment(gen):
     """MAX's Mojo runtime setenv()s PYTHONEXECUTABLE/PYTHONPATH; after an engine loads, a child
     ``sys.executable`` must still be this virtualenv's Python with its packages."""

@@ -55,6 +55,7 @@ def remote_config(servers, **options) -> EngineConfig:
                         options={"servers": [f"{s.url}/v1" for s in servers], **options})
 
 
+@pytest.mark.slow
 def test_rollouts_are_spread_over_servers_with_exact_ids_and_logprobs(servers, tiny_model_dir):
     for s in servers:
         s.reset()

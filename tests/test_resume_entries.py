@@ -152,6 +152,7 @@ def test_launch_logs_each_applied_change_once(run_copy):
     assert (out / "checkpoints" / "step-00000002").is_dir()
 
 
+@pytest.mark.slow
 def test_launch_passes_resume_weights_only_to_every_rank(run_copy):
     """The refusal's fix names --resume-weights-only, which `polyrl launch` did not take: it is
     checked by the launcher as a weights-only resume (a change a full resume refuses is applied)

@@ -192,6 +192,7 @@ def assert_resumes_to_the_end(tmp_path: Path, config: Path, out: Path, capfd) ->
 
 
 @pytest.mark.parametrize("failure", ["os_exit", "sys_exit", "stuck"])
+@pytest.mark.slow
 def test_a_failing_reward_stops_the_run_with_one_error_and_a_resumable_checkpoint(tiny_model_dir, tmp_path, failure,
                                                                                    capfd):
     """os._exit (which would end the process) and a reward that never returns (its thread never

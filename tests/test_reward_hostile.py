@@ -65,6 +65,7 @@ def run_with(tmp_path: Path, model: str, body: str) -> subprocess.CompletedProce
 
 
 @pytest.mark.parametrize("how", sorted(HOSTILE))
+@pytest.mark.slow
 def test_a_reward_changing_the_process_leaves_the_run_whole(tiny_model_dir, tmp_path, how):
     proc = run_with(tmp_path, tiny_model_dir, HOSTILE[how])
     assert proc.returncode == 0, proc.stderr[-3000:]

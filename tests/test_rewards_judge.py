@@ -256,6 +256,7 @@ def test_second_call_is_served_from_the_cache(tmp_path):
         stub.close()
 
 
+@pytest.mark.slow
 def test_concurrency_bound_is_respected_server_side(server, tmp_path):
     server.reset(delay_s=0.3)
     texts = [f"answer number {i}" for i in range(6)]
@@ -310,6 +311,7 @@ def test_slow_server_times_out_then_follows_the_policy():
         slow.close()
 
 
+@pytest.mark.slow
 def test_garbage_answers_follow_the_parse_policy_and_the_key_stays_secret(fault_servers, monkeypatch, capsys):
     garbage = fault_servers["garbage"]
     monkeypatch.setenv("MY_JUDGE_KEY", SECRET)

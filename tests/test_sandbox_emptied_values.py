@@ -256,6 +256,7 @@ EMPTIED_THEN_CHECKED = {
 }
 
 
+@pytest.mark.slow
 def test_a_right_value_emptied_then_read_by_a_loop_that_checks_no_item_keeps_its_score():
     """A right queue or stack cleared (a cache compacted to nothing) in one call and then counted
     (``for _ in q: n += 1``, ``sum(1 for _ in q)``), copied (``[x for x in s] == []``) or looped

@@ -135,6 +135,7 @@ def _forged_fail_right_pass(table: dict[str, str], forged: str, right: str) -> N
         == dict.fromkeys(names, 1.0)
 
 
+@pytest.mark.slow
 def test_a_plain_data_attribute_emptied_then_checked_where_no_items_pass_fails():
     """``getattr(b, 'log')`` looped over, ``b.log`` handed to a helper of the tests' that loops over
     it (``positive(b.log)``, ``check(b.log)``), ``b.log == b.log`` before a loop (taken for the
@@ -173,6 +174,7 @@ def test_a_sample_value_emptied_then_read_through_a_default_or_compared_with_its
     assert dict(zip(names, _scored(tests, [QUEUE_CLEARED] * len(tests)))) == dict.fromkeys(names, 1.0)
 
 
+@pytest.mark.slow
 def test_a_count_every_count_answers_alike_is_no_reading_that_sees_a_value_empty():
     """``len(r) >= 0`` (``0 <= len(r)``, ``> -1``, ``is not None``, ``if len(r) < 0: raise``,
     ``len(list(r)) >= 0``, ``len(b.log) >= 0``) and ``len(r) == len(list(r))`` hold whatever ``r``
@@ -241,6 +243,7 @@ QUEUE_ITEM_FREE_THEN_EMPTY = {
 }
 
 
+@pytest.mark.slow
 def test_a_count_computed_into_what_every_count_answers_alike_is_no_reading_that_sees_a_value_empty():
     """``len(r) + 1 > 0``, ``abs(len(r)) >= 0``, ``-len(r) <= 0``, ``len(r) * 0 == 0``, ``len(r) ==
     0 or True``, ``min(len(r), 0) == 0`` (and of ``list(r)``, ``b.log``) hold whatever ``r`` holds,
@@ -295,6 +298,7 @@ QUEUE_BOUNDED_COUNT_EMPTY = {
 }
 
 
+@pytest.mark.slow
 def test_a_count_of_a_comprehension_that_looks_at_no_item_is_bounded_by_the_count():
     """``len({0 for x in r}) <= len(r)``, ``len({1 for _ in r}) < 2``, ``len(set(0 for x in r)) <=
     1`` (``frozenset``, ``tuple`` of it, ``len([0 for x in r]) <= len(r)``, a name of the tests' as
@@ -371,6 +375,7 @@ QUEUE_COUNTED_BY_A_SET_EMPTY = {
 }
 
 
+@pytest.mark.slow
 def test_a_set_of_a_name_bound_to_one_hashable_literal_is_bounded_by_the_count():
     """``y = 0`` then ``len({y for _ in r}) <= len(r)`` (``len({Y for _ in r}) < 2`` of a module's
     ``Y = 0``, ``{y: 0 for _ in r}`` of ``y = (1, 2)``, ``frozenset(Y for _ in r)``, of ``b.log``)
@@ -405,6 +410,7 @@ NAMED_VALUE_COUNTED = {
 }
 
 
+@pytest.mark.slow
 def test_a_set_of_a_name_whose_value_is_hashable_is_bounded_by_the_count():
     """``y = list(r)[0]`` (``r[0]``, ``1 + 1``, ``str(3)``, a parameter) then ``len({y for _ in
     r}) <= len(r)``: the set holds at most one item where ``y`` is hashable, so this holds for any

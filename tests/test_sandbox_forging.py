@@ -332,6 +332,7 @@ READ_ONCE = {
 }
 
 
+@pytest.mark.slow
 def test_a_numpy_check_reads_the_answer_once_and_measures_keyword_operands():
     """A numpy check read an answer of the sample's twice (once for the emptiness rule above, once
     in numpy), so an object giving an element (or a ragged list numpy cannot read) to the first
@@ -420,6 +421,7 @@ ONE_ITEM = {
 NOTHING = "class Nothing:\n    def __iter__(self):\n        return iter(())\n"
 
 
+@pytest.mark.slow
 def test_zip_and_map_never_hold_vacuously_beside_one_expected_item_or_a_sample_that_yields_nothing():
     """``zip(f(2), [1.0])`` with one expected item was let through (the pairwise idiom ``zip(r,
     r[1:])`` is empty for a one-item answer), ``map(operator.eq, f(2), [2, 4])`` stops at the
@@ -501,6 +503,7 @@ WRAPPED = {
 }
 
 
+@pytest.mark.slow
 def test_an_iterator_over_the_answer_or_builtins_zip_never_holds_vacuously():
     """``zip(iter(f(2)), [1.0, 2.0])``, ``zip(reversed(f(2)), expected)``, ``zip(map(float, f(2)),
     expected)``, ``filter`` likewise, and ``builtins.zip``/``from builtins import map`` (Python's
@@ -572,6 +575,7 @@ REACHED = {
 }
 
 
+@pytest.mark.slow
 def test_an_iterator_the_tests_make_or_zip_reached_another_way_never_holds_vacuously():
     """``zip((round(x, 2) for x in f(2)), [1.0, 2.0])``, ``itertools.islice``/``chain`` of the
     answer, ``z = zip`` or ``builtins.zip`` beside one expected item, and Python's own zip reached

@@ -85,6 +85,7 @@ def _rows(cases: dict[str, tuple[str, str, str]]) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("isolation,audit_hook", MODES)
+@pytest.mark.slow
 def test_a_standard_helper_the_tests_use_unimported_is_the_trainers(isolation, audit_hook):
     """A helper the tests use unimported (``permutations``, ``reduce``, ``accumulate``,
     ``ascii_lowercase``, ``bisect_left``, ``heapify``, ``gcd``, ``randint``) beside the task's

@@ -37,6 +37,7 @@ RIGHT = "def f(n):\n    return list(range(1, n + 1))\n"
 METHOD = "class Solution:\n    def f(self, n):\n        return f(n)\n"
 
 
+@pytest.mark.slow
 def test_a_correct_prefix_of_the_answer_never_passes_zip_or_map():
     """An answer missing its last item, as a list, a generator or an object of the sample's
     yielding its items, scored 1.0 on every one of these; it scores 0 now, and the right

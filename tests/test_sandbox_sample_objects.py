@@ -436,6 +436,7 @@ FORGED_NUMBERS = {
 YES = "class Yes:\n    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
 
 
+@pytest.mark.slow
 def test_an_object_of_the_samples_equals_the_tests_number_only_by_its_own_conversion():
     """``add(Num(1), Num(2)) == 3`` (``operator.add``, the sample's ``Num.__add__``) of a ``Num``
     whose ``__eq__`` compares with an int scored 0: an object of the sample's never equalled a

@@ -67,6 +67,7 @@ def test_a_right_solution_that_shortens_its_argument_in_place_passes():
     assert dict(zip(names, scored.total)) == dict.fromkeys(names, 1.0)
 
 
+@pytest.mark.slow
 def test_an_argument_emptied_or_shortened_before_the_tests_loop_over_it_still_fails():
     """Where the tests loop over the argument (``zip``, ``range(len(xs))``, an alias, a helper of
     theirs, a row of a grid, ``while``, ``np.all``, a dict's values) or check a property of it

@@ -37,6 +37,7 @@ SUMMED_OR_SUBSET = {
 SUM_ZERO = "def test():\n    r = hidden(3)\n    assert len(r) == 3\n    show(r)\n    assert sum(r) == 0\ntest()"
 
 
+@pytest.mark.slow
 def test_a_sum_or_subset_check_of_a_value_emptied_under_it_fails():
     """``sum(r) <= 10``, ``sum(r) == 0``, ``set(r) <= allowed``, ``set(r).issubset(...)`` and
     their kin hold over no items; Python's ``sum`` and ``set`` asked ``__iter__`` from the tests'

@@ -94,6 +94,7 @@ def score(texts, rows=None, isolation="auto", audit_hook=False):
 
 
 @pytest.mark.parametrize("isolation,audit_hook", MODES)
+@pytest.mark.slow
 def test_forgeries_score_zero(isolation, audit_hook):
     names = sorted(FORGERIES)
     controls = ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a + b if a > 0 else 5\n"]

@@ -257,6 +257,7 @@ def test_a_lone_surrogate_is_a_400_naming_the_field_and_asking_for_utf8(server, 
     assert server.post(path, json={**ok, "max_tokens": 2}).status_code == 200
 
 
+@pytest.mark.slow
 def test_fifty_parallel_clients_get_an_answer_or_a_retry_after_never_a_reset(server):
     server.reset()
     clients = 60
@@ -373,6 +374,7 @@ def test_a_port_in_use_is_one_error_line_before_the_model_loads():
     assert "--port 0 picks a free one" in lines[-1] and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_while_generating_answers_every_client_and_exits_cleanly(tiny_model_dir):
     """Stopping mid-batch: the batch running finishes, every waiting client gets a 503 with
     Retry-After (none a reset connection), and the process exits 0 instead of aborting while

@@ -239,6 +239,7 @@ def test_the_dry_run_refuses_them_from_the_model_folders_tokenizer(misreading_mo
     assert caught.value.field == "data.system_prompt", caught.value
 
 
+@pytest.mark.slow
 def test_polyrl_generate_refuses_a_template_variable_holding_a_misread_control(misreading_model):
     from bad_text_util import ENV, POLYRL
 

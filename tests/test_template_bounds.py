@@ -193,6 +193,7 @@ def test_the_reward_models_and_the_remote_tokenizer_name_their_own_field(tiny_mo
     _refused_quickly(lambda: remote.render([{"role": "user", "content": LONG}]), "model.path")
 
 
+@pytest.mark.slow
 def test_polyrl_generate_on_a_folder_with_a_hostile_template_prints_one_error_line(tiny_model_dir, tmp_path):
     pytest.importorskip("torch")
     folder = with_chat_template(tiny_model_dir, tmp_path / "hub", HOSTILE["nested loops"])
@@ -214,6 +215,7 @@ def test_real_templates_render_exactly_as_transformers_renders_them(tiny_model_d
     _assert_as_transformers(tok)
 
 
+@pytest.mark.slow
 def test_smollm2s_own_template_renders_exactly_as_transformers_renders_it(smollm2_tokenizer):
     _assert_as_transformers(smollm2_tokenizer)
 

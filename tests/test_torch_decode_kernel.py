@@ -140,6 +140,7 @@ def test_decode_kernel_option_is_checked_at_load(tiny_model_dir, monkeypatch):
         decode_kernel.unavailable_reason.cache_clear()
 
 
+@pytest.mark.slow
 def test_kernel_is_built_once_into_the_users_cache(tmp_path, monkeypatch):
     """Built under $XDG_CACHE_HOME/polyrl/kernels by name of its source and flags, renamed into
     place whole (no partial file left), and found there by the next process."""

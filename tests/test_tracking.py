@@ -772,6 +772,7 @@ def polyrl_register_trackers(register):
 
 
 @pytest.mark.faults
+@pytest.mark.slow
 def test_cli_run_survives_trackers_that_exit_raise_base_exceptions_or_hang(tmp_path, tiny_model_dir):
     """Once: sys.exit in a tracker ended `polyrl train` with its code and nothing saved, and a
     tracker stuck in log_metrics hung the run even through SIGTERM. Now each is dropped with one

@@ -154,6 +154,7 @@ def eval_rows(out: Path, phase: str) -> list[list]:
     return table([r for r in records if r["phase"] == phase and not r["greedy"]], EVAL_COLUMNS)[1]
 
 
+@pytest.mark.slow
 def test_tensorboard_event_files_hold_scalars_and_completion_text(run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -357,6 +358,7 @@ def test_a_database_store_keeps_trls_reward_beside_the_per_reward_metrics(tmp_pa
     assert [(m.step, m.value) for m in client.get_metric_history(tracker.run_id, "reward")] == [(1, 1.0), (2, 2.0)]
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_finishes_its_mlflow_run_as_failed(tmp_path, tiny_model_dir):
     """Trackers were always closed as a success: a run stopped by its reward's error showed in
     MLflow as FINISHED (and in W&B with exit code 0), so a sweep's "finished" filter kept it."""
@@ -925,6 +927,7 @@ def test_a_logged_checkpoint_leaves_out_the_start_folders_it_keeps(tmp_path, mon
         assert [a.path for a in client.list_artifacts(tracker.run_id, "checkpoint-6")] == wanted
 
 
+@pytest.mark.slow
 def test_mlflow_says_the_command_that_opens_its_file_store(tmp_path):
     """The README's ``mlflow ui --backend-store-uri output_dir/mlruns`` failed on the store a run
     wrote: MLflow 3 refuses a file store without ``MLFLOW_ALLOW_FILE_STORE=true``, which the tracker
@@ -1037,6 +1040,7 @@ def test_trackio_alerts_of_a_trl_script_run_advise_that_scripts_resume(tmp_path)
                                  "(python /work/train.py) continues it"]}
 
 
+@pytest.mark.slow
 def test_relative_stores_named_by_the_environment_stay_where_the_run_started(tmp_path, tiny_model_dir):
     """MLFLOW_TRACKING_URI=mlstore and TRACKIO_DIR=trackstore, relative as a shell sets them: MLflow
     keeps its file store's root as given and trackio its folder, so a working folder moved by plugin
