@@ -222,3 +222,26 @@ def test_the_dry_run_refuses_a_prompt_role_the_template_drops(tiny_model_dir, tm
     rows.write_text(json.dumps(good))
     assert main(args) == 0, capsys.readouterr().err
     assert "torch.distributed.run" in capsys.readouterr().out
+
+
+class CallsFirst(Instructs):
+    """An environment whose first messages hold an assistant tool call written as ``content: ""``."""
+
+    def reset(self, row):
+        return SYSTEM_THEN_TOOL[1:]
+
+
+def test_an_environments_first_tool_call_the_template_drops_ends_its_episode(smollm2_tokenizer):
+    """SmolLM2's template writes an assistant message's content alone: the reset's call reached the
+    model as an empty turn, unsaid (only the roles were probed). Now it ends the episode and stops
+    the run, as a role the template drops does."""
+    end = smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model = Scripted(smollm2_tokenizer, lambda text, j: "5", end)
+    run = EpisodeRunner(model.generate, encoder(smollm2_tokenizer), EpisodeLimits(2, 64, max_length=512),
+                        make_environment=CallsFirst, parse=parse_tool_calls, environment_name="calls")
+    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=16, n=2))
+    assert all(c.info["turns"] == 0 and not np.any(c.mask) for c in out)
+    assert all(c.info["env_error"].startswith(
+        "CallsFirst.reset message 1 is an assistant tool call that the model's chat template does not render")
+        for c in out), out[0].info["env_error"]
+    assert "write the call as text" in out[0].info["env_error"]

@@ -34,6 +34,8 @@ Render = Callable[[list[dict[str, Any]]], Any]
 ROLE_FIX = ("give that text a role the template renders in that place (its instructions as 'system', or "
             "'user'), or move it where the template shows it")
 MODEL_FIX = ", or use a model whose chat template renders that role"
+#: what to do about an assistant tool call the template writes without its calls
+CALL_FIX = "write the call as text in the message's content"
 
 _MARKS = ("a", "b c d")  # two stand-in texts: a template that shows a message renders them apart
 
@@ -170,4 +172,4 @@ class TemplateRoles:
                    f"(in that place it renders {there}): the model would never read that message")
 
 
-__all__ = ["MODEL_FIX", "ROLE_FIX", "Render", "Shape", "TemplateRoles"]
+__all__ = ["CALL_FIX", "MODEL_FIX", "ROLE_FIX", "Render", "Shape", "TemplateRoles"]
