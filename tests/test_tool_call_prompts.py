@@ -147,3 +147,23 @@ def test_a_null_content_call_does_not_vouch_for_an_empty_one(tiny_model_dir, tmp
     ds = from_rows([{"prompt": CHAT}, {"prompt": [CHAT[0], {**CHAT[1], "content": ""}, CHAT[2]]}], name="calls")
     with pytest.raises(ConfigError, match="row 1 of calls: message 1 of column 'prompt' is an assistant tool call"):
         check_prompt_lengths(ds, lambda prompt: len(render(prompt)), 1024, render=render)
+
+
+def test_a_reward_models_template_that_drops_a_prompts_tool_call_is_one_error(tiny_model_dir, tmp_path):
+    """The policy's template may write the call (checked at startup) while a reward model's writes
+    the content alone, as SmolLM2's (the tiny model's ChatML) does: the reward model scored the
+    conversation without the call, unsaid, as TRL's does. A template that writes it scores it."""
+    from transformers import AutoTokenizer
+
+    from polyrl.backend_kit.reward_text import encode_pair_cut
+
+    chat = [CHAT[0], {**CHAT[1], "content": ""}, CHAT[2]]
+    content_only = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with pytest.raises(ConfigError, match="message 1 of the prompt is an assistant tool call that the reward "
+                                          "model's chat template does not render") as info:
+        encode_pair_cut(content_only, chat, "It is sunny.", "auto", 1024)
+    assert info.value.field == "options.path" and "renders tool calls" in info.value.fix
+    assert encode_pair_cut(content_only, [CHAT[0]], "It is sunny.", "auto", 1024)[0]  # no call: scored as before
+    qwen = AutoTokenizer.from_pretrained(with_chat_template(tiny_model_dir, tmp_path / "qwen", QWEN_STYLE))
+    ids, cut = encode_pair_cut(qwen, chat, "It is sunny.", "auto", 1024)
+    assert "get_weather" in qwen.decode(ids) and not cut

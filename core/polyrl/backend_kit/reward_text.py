@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence_cut
 from polyrl.backend_kit.template_limits import render_chat
-from polyrl.errors import RewardError
+from polyrl.data_arrow import bare_tool_call
+from polyrl.errors import ConfigError, RewardError
 from polyrl.logs import get_logger
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores
 
@@ -54,10 +56,40 @@ def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: str, chat_templa
                     template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], bool]:
     """``encode_pair``'s ids and whether the pair was cut to ``max_length`` (``warn_cut`` says so)."""
     if templated(tokenizer, chat_template, prompt):
+        _check_calls_shown(tokenizer, _conversation(prompt, completion), field, template_kwargs)
         ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field,
                                   template_kwargs=template_kwargs)
         return (ids[len(ids) - max_length:], True) if len(ids) > max_length else (ids, False)
     return plain_sequence_cut(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
+
+
+#: what each reward tokenizer's chat template shows (``polyrl.template_roles``), asked once per shape
+_ROLES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _check_calls_shown(tokenizer: Any, conversation: list[dict[str, Any]], field: str,
+                       template_kwargs: Mapping[str, Any] | None) -> None:
+    """A ConfigError on ``field`` where the reward model's chat template writes a prompt's assistant
+    tool call without the call (SmolLM2's writes the content alone). Why: the reward model then
+    scored the conversation without that call, unsaid (TRL's too), where the policy's template,
+    checked at startup, showed it to the policy. Asked once per conversation shape."""
+    if not any(bare_tool_call(m) for m in conversation):
+        return
+    from polyrl.template_roles import TemplateRoles
+
+    try:
+        roles = _ROLES.setdefault(tokenizer, TemplateRoles())
+    except TypeError:  # a tokenizer that takes no weak reference: asked afresh
+        roles = TemplateRoles()
+    context = repr(sorted((template_kwargs or {}).items()))
+    i = roles.dropped_call(conversation, lambda messages: render_chat(tokenizer, messages, None, False, field,
+                                                                      template_kwargs), context=context)
+    if i is not None:
+        raise ConfigError(f"message {i} of the prompt is an assistant tool call that the reward model's chat template "
+                          "does not render (it writes no tool_calls): the reward model would score the conversation "
+                          "without that call", field=field,
+                          fix="use a reward model whose chat template renders tool calls, or write the call as text "
+                              "in the message's content")
 
 
 def warn_cut(name: str, cut: int, of: int, max_length: int) -> None:
