@@ -159,8 +159,9 @@ def test_a_reward_models_template_that_drops_a_prompts_tool_call_is_one_error(ti
 
     chat = [CHAT[0], {**CHAT[1], "content": ""}, CHAT[2]]
     content_only = AutoTokenizer.from_pretrained(tiny_model_dir)
-    with pytest.raises(ConfigError, match="message 1 of the prompt is an assistant tool call that the reward "
-                                          "model's chat template does not render") as info:
+    with pytest.raises(ConfigError, match=r"message 1 of the conversation it scores \(prompt, then completion\) is "
+                                          "an assistant tool call that the reward model's chat template does not "
+                                          "render") as info:
         encode_pair_cut(content_only, chat, "It is sunny.", "auto", 1024)
     assert info.value.field == "options.path" and "renders tool calls" in info.value.fix
     assert encode_pair_cut(content_only, [CHAT[0]], "It is sunny.", "auto", 1024)[0]  # no call: scored as before
