@@ -263,3 +263,21 @@ def test_a_pair_past_max_length_is_scored_on_its_end_and_a_warning_says_so(rm_pa
     with capture_logs() as logs:
         score(rm_path, ["What is 2 + 3?"], ["5"], max_length=32)
     assert not [e for e in logs if "max_length" in e["event"]]
+
+
+def test_an_episodes_whole_conversation_is_scored_as_trls_reward_model_scores_it(rm_path):
+    """TRL's reward model scores ``prompt + completion`` messages, an episode's completion being its
+    whole conversation after the prompt (turns, tool results, observations). polyrl scored the
+    prompt and the last answer alone, the turns the model answered from left out, unsaid."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(rm_path)
+    chat = [{"role": "user", "content": "Guess my number."}]
+    episode = [{"role": "assistant", "content": "Is it 3?"}, {"role": "user", "content": "Higher."},
+               {"role": "assistant", "content": "5"}]
+    computer = RewardComputer(get_plugin_manager(), [("reward_model", 1.0, {"path": rm_path})])
+    done = Completion(0, [1], [2], [0.0], text="5", messages=episode)
+    got = computer([chat], [done], RewardContext(rows=[{"prompt": chat}], wanted=("reward_model",))).total
+    rendered = tokenizer.apply_chat_template([*chat, *episode], tokenize=False)
+    np.testing.assert_allclose(got, trl_scores(rm_path, tokenizer, [rendered]), atol=1e-5, rtol=0)
+    assert not np.allclose(got, score(rm_path, [chat], ["5"]).total)  # the last answer alone scores otherwise

@@ -126,10 +126,14 @@ def test_a_message_shown_only_in_some_conversations_is_judged_in_each(smollm2_to
            "render" in str(info.value), str(info.value)
     assert "move it where the template shows it" in info.value.fix
     # the templates that show these messages wherever they are: no false alarm in either shape
-    for tok in (smollm2_tokenizer, qwen_style):
-        shows = renderer(tok)
-        both = from_rows([{"prompt": SYSTEM_FIRST}, {"prompt": SYSTEM_THEN_TOOL}], name="mine")
-        assert check_prompt_lengths(both, lambda prompt, r=shows: len(r(prompt)), 1024, render=shows) == (both, 0)
+    shows = renderer(qwen_style)
+    both = from_rows([{"prompt": SYSTEM_FIRST}, {"prompt": SYSTEM_THEN_TOOL}], name="mine")
+    assert check_prompt_lengths(both, lambda prompt: len(shows(prompt)), 1024, render=shows) == (both, 0)
+    # SmolLM2's shows the system message too, but writes the assistant's content ("") alone: its call
+    # is what the model never reads (this once passed unsaid, as TRL renders it)
+    own = renderer(smollm2_tokenizer)
+    with pytest.raises(ConfigError, match="row 1 of mine: message 2 of column 'prompt' is an assistant tool call"):
+        check_prompt_lengths(both, lambda prompt: len(own(prompt)), 1024, render=own)
 
 
 FIRST_SYSTEM_WITHOUT_TOOLS = QWEN_STYLE.replace(
@@ -218,3 +222,26 @@ def test_the_dry_run_refuses_a_prompt_role_the_template_drops(tiny_model_dir, tm
     rows.write_text(json.dumps(good))
     assert main(args) == 0, capsys.readouterr().err
     assert "torch.distributed.run" in capsys.readouterr().out
+
+
+class CallsFirst(Instructs):
+    """An environment whose first messages hold an assistant tool call written as ``content: ""``."""
+
+    def reset(self, row):
+        return SYSTEM_THEN_TOOL[1:]
+
+
+def test_an_environments_first_tool_call_the_template_drops_ends_its_episode(smollm2_tokenizer):
+    """SmolLM2's template writes an assistant message's content alone: the reset's call reached the
+    model as an empty turn, unsaid (only the roles were probed). Now it ends the episode and stops
+    the run, as a role the template drops does."""
+    end = smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model = Scripted(smollm2_tokenizer, lambda text, j: "5", end)
+    run = EpisodeRunner(model.generate, encoder(smollm2_tokenizer), EpisodeLimits(2, 64, max_length=512),
+                        make_environment=CallsFirst, parse=parse_tool_calls, environment_name="calls")
+    out = run.run([{"prompt": "x"}], SamplingParams(max_new_tokens=16, n=2))
+    assert all(c.info["turns"] == 0 and not np.any(c.mask) for c in out)
+    assert all(c.info["env_error"].startswith(
+        "CallsFirst.reset message 1 is an assistant tool call that the model's chat template does not render")
+        for c in out), out[0].info["env_error"]
+    assert "write the call as text" in out[0].info["env_error"]

@@ -117,3 +117,54 @@ def test_the_trainer_trains_on_a_prompt_holding_a_bare_tool_call(tiny_model_dir,
     assert summary["steps"] == 1
     seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
     assert seen.count(CHAT) == 2  # the group of 2 asked the conversation with its call
+
+
+@pytest.mark.parametrize("content", ["", "Let me check."])
+def test_a_tool_call_with_text_content_is_not_dropped_unsaid(tiny_model_dir, tmp_path, content):
+    """``content: ""`` (how many datasets write a call) or text before the call: SmolLM2's template,
+    as the tiny model's ChatML, writes the content alone, so the model read an empty turn, the call
+    gone, and polyrl (only probing a null content) said nothing, as TRL says nothing. One error now;
+    a template that writes calls still takes it."""
+    chat = [CHAT[0], {**CHAT[1], "content": content}, CHAT[2]]
+    ds = from_rows([{"prompt": chat}], name="calls")
+    render = _render(tiny_model_dir)
+    with pytest.raises(ConfigError, match="message 1 of column 'prompt' is an assistant tool call that the model's "
+                                          "chat template does not render") as info:
+        check_prompt_lengths(ds, lambda prompt: len(render(prompt)), 1024, render=render)
+    assert "renders tool calls" in info.value.fix, info.value.fix
+    qwen = _render(with_chat_template(tiny_model_dir, tmp_path / "qwen", QWEN_STYLE))
+    assert check_prompt_lengths(ds, lambda prompt: len(qwen(prompt)), 1024, render=qwen) == (ds, 0)
+
+
+def test_a_null_content_call_does_not_vouch_for_an_empty_one(tiny_model_dir, tmp_path):
+    """A template writing the call for a null content and the content alone for ``""``: the verdict
+    kept for the first row's shape was taken for the second's, its call dropped unsaid."""
+    template = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}{% if m['content'] is none %}"
+                "{% for c in m['tool_calls'] %}{{ c['function']['name'] }}{% endfor %}{% else %}{{ m['content'] }}"
+                "{% endif %}{{ '<|im_end|>\\n' }}{% endfor %}"
+                "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    render = _render(with_chat_template(tiny_model_dir, tmp_path / "t", template))
+    ds = from_rows([{"prompt": CHAT}, {"prompt": [CHAT[0], {**CHAT[1], "content": ""}, CHAT[2]]}], name="calls")
+    with pytest.raises(ConfigError, match="row 1 of calls: message 1 of column 'prompt' is an assistant tool call"):
+        check_prompt_lengths(ds, lambda prompt: len(render(prompt)), 1024, render=render)
+
+
+def test_a_reward_models_template_that_drops_a_prompts_tool_call_is_one_error(tiny_model_dir, tmp_path):
+    """The policy's template may write the call (checked at startup) while a reward model's writes
+    the content alone, as SmolLM2's (the tiny model's ChatML) does: the reward model scored the
+    conversation without the call, unsaid, as TRL's does. A template that writes it scores it."""
+    from transformers import AutoTokenizer
+
+    from polyrl.backend_kit.reward_text import encode_pair_cut
+
+    chat = [CHAT[0], {**CHAT[1], "content": ""}, CHAT[2]]
+    content_only = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with pytest.raises(ConfigError, match=r"message 1 of the conversation it scores \(prompt, then completion\) is "
+                                          "an assistant tool call that the reward model's chat template does not "
+                                          "render") as info:
+        encode_pair_cut(content_only, chat, "It is sunny.", "auto", 1024)
+    assert info.value.field == "options.path" and "renders tool calls" in info.value.fix
+    assert encode_pair_cut(content_only, [CHAT[0]], "It is sunny.", "auto", 1024)[0]  # no call: scored as before
+    qwen = AutoTokenizer.from_pretrained(with_chat_template(tiny_model_dir, tmp_path / "qwen", QWEN_STYLE))
+    ids, cut = encode_pair_cut(qwen, chat, "It is sunny.", "auto", 1024)
+    assert "get_weather" in qwen.decode(ids) and not cut

@@ -90,3 +90,18 @@ def test_renaming_leaves_a_longer_name_in_the_fix_alone():
     assert err.renamed("args.project", in_fix=True).fix == "set args.project or logging.project_dir"
     assert ConfigError("x", field="temperature", fix="set generation.temperature").renamed(
         "generation.temperature", in_fix=True).fix == "set generation.temperature"  # a dotted prefix is no match
+
+
+@pytest.mark.parametrize("weights, words", [
+    ([1.0, 2.0], "reward_weights has 2 weights for 1 reward_funcs"),  # built, then refused only in train()
+    ([float("nan")], "holds a weight that is not finite"),  # named rewards[0].weight, a key the script never wrote
+])
+def test_bad_reward_weights_are_refused_as_the_trainer_is_built_naming_args_reward_weights(tiny_model_dir, tmp_path,
+                                                                                          weights, words):
+    """TRL's constructor raises on reward_weights of another length than reward_funcs; polyrl built
+    the trainer and refused them only in ``train()``. A NaN weight (TRL's nansum trains as if that
+    reward were absent) is refused naming the script's field."""
+    with pytest.raises(ConfigError) as info:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=grpo_args(tmp_path, reward_weights=weights),
+                    train_dataset=prompts_dataset())
+    assert info.value.field == "args.reward_weights" and words in info.value.message, info.value

@@ -142,10 +142,11 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "split": "split of `name` or of a saved DatasetDict (unset = `train`); refused beside `task` (a task has its own splits)",
         "cache_dir": "🤗 datasets cache to read `name` from and to keep Arrow copies of files in, keyed by "
                      "their content (unset = `HF_DATASETS_CACHE`)",
-        "prompt_column": ("column holding the prompt (string or chat messages; an assistant message may be tool "
-                          'calls alone, `{"role": "assistant", "content": null, "tool_calls": [...]}`, where the '
-                          "model's chat template renders them: one that does not, or that raises on the null "
-                          "content, is an error naming the row)"),
+        "prompt_column": ("column holding the prompt (string or chat messages; an assistant message may call "
+                          'tools, `{"role": "assistant", "content": null, "tool_calls": [...]}` (or content `""` or '
+                          "text), where the model's chat template renders the calls: one that does not (SmolLM2's "
+                          "writes the content alone, and TRL trains on that turn without its calls), or that raises "
+                          "on the null content, is an error naming the row)"),
         "columns": "row name -> source column, e.g. `{prompt = \"question\", answer = \"solution\"}`",
         "system_prompt": ("system message prepended to each chat prompt that does not already start with a system "
                           "message (such a row keeps its own); a text prompt becomes the user turn, so the prompt is "

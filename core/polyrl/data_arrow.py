@@ -97,9 +97,9 @@ def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
 
 
 def bare_tool_call(m: Mapping[str, Any]) -> bool:
-    """An assistant message that is tool calls alone (``content`` null or absent, calls given: OpenAI's
-    and TRL's shape), which a chat template writes from its calls (``template_roles.dropped_call``
-    checks that the model's does)."""
+    """An assistant message with tool calls; with ``content`` null or absent it is tool calls alone
+    (OpenAI's and TRL's shape), which a chat template writes from its calls (``template_roles.dropped_call``
+    checks that the model's does, whatever the content)."""
     calls = m.get("tool_calls")
     return m.get("role") == "assistant" and isinstance(calls, list) and len(calls) > 0
 

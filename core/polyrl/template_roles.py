@@ -34,11 +34,14 @@ Render = Callable[[list[dict[str, Any]]], Any]
 ROLE_FIX = ("give that text a role the template renders in that place (its instructions as 'system', or "
             "'user'), or move it where the template shows it")
 MODEL_FIX = ", or use a model whose chat template renders that role"
+#: what to do about an assistant tool call the template writes without its calls
+CALL_FIX = "write the call as text in the message's content"
 
 _MARKS = ("a", "b c d")  # two stand-in texts: a template that shows a message renders them apart
 
-#: what a message's place in the conversation is judged by: (role, calls tools, has text) per message
-Shape = tuple[tuple[str, bool, bool], ...]
+#: what a message's place in the conversation is judged by: (role, calls tools, has text, content null)
+#: per message (a template may write a call for a null content and the content alone for ``""``)
+Shape = tuple[tuple[str, bool, bool, bool], ...]
 
 
 def _has_text(m: Mapping[str, Any]) -> bool:
@@ -62,7 +65,8 @@ def _named_calls(m: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 def _shape(messages: Sequence[Mapping[str, Any]]) -> Shape:
-    return tuple((str(m.get("role")), bool(m.get("tool_calls")), _has_text(m)) for m in messages)
+    return tuple((str(m.get("role")), bool(m.get("tool_calls")), _has_text(m), m.get("content") is None)
+                 for m in messages)
 
 
 def _rendered(render: Render, messages: list[dict[str, Any]]) -> np.ndarray | None:
@@ -114,11 +118,12 @@ class TemplateRoles:
 
     def dropped_call(self, messages: Sequence[Mapping[str, Any]], render: Render,
                      context: Hashable = None) -> int | None:
-        """The index of the first assistant message of tool calls alone (content null) whose calls
-        the template does not render (renaming them leaves the rendering as it was), or None. Why:
-        a template without tool support writes an assistant message's content alone, so such a
-        message would reach the model as an empty turn, its calls gone. A template refusing the
-        probe is the caller's error to report (refusing is not dropping)."""
+        """The index of the first assistant message with tool calls whose calls the template does
+        not render (renaming them leaves the rendering as it was), or None. Why: a template without
+        tool support writes an assistant message's content alone, so the model would read an empty
+        turn (content null or ``""``, as many datasets write a call) or the text before the call,
+        its calls gone; TRL renders it so without a word. A template refusing the probe is the
+        caller's error to report (refusing is not dropping)."""
         key = (context, _shape(messages))
         if key not in self._calls:
             self._calls[key] = self._probe_calls(messages, render)
@@ -128,7 +133,7 @@ class TemplateRoles:
     def _probe_calls(messages: Sequence[Mapping[str, Any]], render: Render) -> int | None:
         base = _marked(messages)
         for i, m in enumerate(base):
-            if m.get("content") is not None or not bare_tool_call(m):
+            if not bare_tool_call(m):  # any content: "" or text before the call loses the call alike
                 continue
             named = [*base[:i], _named_calls(m, "probe_a"), *base[i + 1:]]
             first = _rendered(render, named)
@@ -167,4 +172,4 @@ class TemplateRoles:
                    f"(in that place it renders {there}): the model would never read that message")
 
 
-__all__ = ["MODEL_FIX", "ROLE_FIX", "Render", "Shape", "TemplateRoles"]
+__all__ = ["CALL_FIX", "MODEL_FIX", "ROLE_FIX", "Render", "Shape", "TemplateRoles"]

@@ -278,6 +278,7 @@ class GRPOTrainer:
         # (``run_paths``): the working folder is the process's, and code that moves it (a callback, a
         # reward's helper thread, one abandoned past its time limit) moved this trainer's own writes
         # (save_model, save_state, the objects saved here) away from the run's files
+        _check_weight_count(self.grpo_config.reward_weights, user_rewards)
         self.grpo_config = attrs.evolve(self.grpo_config, output_dir=run_paths.anchored(
             self.grpo_config.output_dir, run_paths.start_folder()))
         if trl_streams.is_stream(train_dataset):  # the prompts TRL streams, in its order, trained unshuffled
@@ -995,6 +996,19 @@ _TRL_ONLY = {
     "hub_model_id": "polyrl does not upload to the Hub",
     "create_model_card": "polyrl writes no model card",
 }
+
+
+def _check_weight_count(weights: Any, rewards: list[Any]) -> None:
+    """``reward_weights`` of another length than ``reward_funcs`` refused as the trainer is built,
+    as TRL's constructor refuses it (a ValueError); polyrl's run refused it only in ``train()``, so
+    a script's ``evaluate()`` or saves before it ran on. An environment's ``get_reward`` weights
+    are appended after this check, as in TRL."""
+    if weights is None or isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        return  # from_trl names a weights value that is no list
+    if len(weights) != len(rewards):
+        raise ConfigError(f"reward_weights has {len(weights)} weights for {len(rewards)} reward_funcs",
+                          field="grpo_config.reward_weights",
+                          fix=f"give {len(rewards)} weights, one per entry of reward_funcs and in the same order")
 
 
 def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:

@@ -745,6 +745,11 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
             raise ConfigError(f"TRL's reward_weights = {shown(weights)} is not a list of numbers, one per reward "
                               "function", field="grpo_config.reward_weights",
                               fix="write a list, e.g. reward_weights=[1.0, 0.5], or remove it (weight 1 each)")
+        if not all(math.isfinite(w) for w in weights):  # TRL's nansum drops a NaN-weighted reward unsaid
+            raise ConfigError(f"TRL's reward_weights = {shown(weights)} holds a weight that is not finite (TRL "
+                              "trains as if a NaN-weighted reward were absent, and an infinite one makes the rewards "
+                              "inf or NaN)", field="grpo_config.reward_weights",
+                              fix="give each reward function a finite weight (0 keeps a reward for logging only)")
         out["rewards[].weight"] = list(weights)
     if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)

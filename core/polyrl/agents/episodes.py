@@ -29,8 +29,8 @@ ended so is not trained (``untrainable``); ``MAX_FAILED_ROLLOUTS`` of them in a 
 environment call that raises ``EnvironmentFailed`` itself (TRL's environments do where TRL's run
 stops: ``polyrl.agents.trl_environments``) ends its episode so too, no turn of that rollout is
 sampled, and the trainer stops the run before the rollout is scored or trained (``raised``). So does
-a first message in a role the chat template drops (``_dropped_role``): the environment's code writes
-it every time, so waiting for ``MAX_FAILED_ROLLOUTS`` would only spend rollouts.
+a first message in a role the chat template drops, or an assistant tool call it writes without the
+call (``_dropped_role``): the environment's code writes it every time, so waiting for ``MAX_FAILED_ROLLOUTS`` would only spend rollouts.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from polyrl.reasoning import opens_reasoning
 from polyrl.logs import get_logger
 from polyrl.rewards.trl_compat import private_copy
 from polyrl.stored_rows import for_reset
-from polyrl.template_roles import MODEL_FIX, ROLE_FIX, TemplateRoles
+from polyrl.template_roles import CALL_FIX, MODEL_FIX, ROLE_FIX, TemplateRoles
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
 
 log = get_logger(__name__)
@@ -451,16 +451,26 @@ class EpisodeRunner:
         for ``MAX_FAILED_ROLLOUTS`` rollouts. A dataset prompt's is the run's setup at fault (a
         ConfigError; the startup check finds it first in a run)."""
         schemas = toolbox.schemas if toolbox is not None else None
-        found = self._first_roles.problem(
-            first, lambda messages: self.glue.prompt(self._with_tool_instructions(messages, toolbox), schemas),
-            context=bool(schemas))
+
+        def render(messages: list[dict[str, Any]]) -> Any:
+            return self.glue.prompt(self._with_tool_instructions(messages, toolbox), schemas)
+
+        found = self._first_roles.problem(first, render, context=bool(schemas))
+        fix, model_fix = ROLE_FIX, MODEL_FIX
         if found is None:
-            return None
+            # an assistant tool call the template writes without its calls (SmolLM2's writes the content
+            # alone): the model would read an empty turn, as a dataset prompt's is refused at startup
+            call = self._first_roles.dropped_call(first, render, context=bool(schemas))
+            if call is None:
+                return None
+            found = (call, "is an assistant tool call that the model's chat template does not render (it writes no "
+                           "tool_calls): the model would never read that call")
+            fix, model_fix = CALL_FIX, ", or use a model whose chat template renders tool calls"
         i, what = found
         if env is None:
             raise ConfigError(f"message {i} of the prompt in column {self.prompt_column!r} {what}", field="data",
-                              fix=ROLE_FIX + MODEL_FIX)
-        return f"{type(env).__name__}.reset message {i} {what}. Fix: {ROLE_FIX}"
+                              fix=fix + model_fix)
+        return f"{type(env).__name__}.reset message {i} {what}. Fix: {fix}"
 
     def _check_unshared(self, env: Any, made: Sequence[_Made]) -> None:
         """``_EnvError`` when the factory returned an instance another episode of this rollout has.

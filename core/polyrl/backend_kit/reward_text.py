@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from polyrl.backend_kit.literal_chat import encode_chat_literal, plain_sequence_cut
 from polyrl.backend_kit.template_limits import render_chat
-from polyrl.errors import RewardError
+from polyrl.data_arrow import bare_tool_call
+from polyrl.errors import ConfigError, RewardError
 from polyrl.logs import get_logger
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores
 
 
-def _conversation(prompt: Prompt, completion: str) -> list[dict[str, Any]]:
+#: what a reward model scores after the prompt: a completion's text, or an episode's conversation
+#: after the prompt (assistant turns with their tool calls, tool results), as TRL's ``p + c``
+Scored = str | list[dict[str, Any]]
+
+
+def _conversation(prompt: Prompt, completion: Scored) -> list[dict[str, Any]]:
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]  # type: ignore[union-attr]  # FIXME: TokenPrompt
+    if not isinstance(completion, str):
+        return [*messages, *[dict(m) for m in completion]]
     return [*messages, {"role": "assistant", "content": completion}]
+
+
+def _text(completion: Scored) -> str:
+    """A completion's text where no chat template renders it: an episode's messages' texts, in order."""
+    if isinstance(completion, str):
+        return completion
+    return "\n".join(str(m.get("content") or "") for m in completion)
 
 
 def templated(tokenizer: Any, chat_template: bool | str, prompt: Prompt | None = None) -> bool:
@@ -26,7 +42,7 @@ def templated(tokenizer: Any, chat_template: bool | str, prompt: Prompt | None =
     return bool(chat_template) and bool(getattr(tokenizer, "chat_template", None))
 
 
-def render_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str,
+def render_pair(tokenizer: Any, prompt: Prompt, completion: Scored, chat_template: bool | str,
                 field: str = "options.path", template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The conversation rendered by the reward model's chat template (when asked and it has one,
     within ``template_limits``' bounds: past one, a ConfigError on ``field``; ``template_kwargs``
@@ -35,11 +51,11 @@ def render_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: 
     if templated(tokenizer, chat_template, prompt):
         return render_chat(tokenizer, _conversation(prompt, completion), None, False, field, template_kwargs)
     if isinstance(prompt, str):
-        return prompt + completion
-    return "\n".join(str(m.get("content", "")) for m in prompt) + completion  # type: ignore[union-attr]  # FIXME: TokenPrompt
+        return prompt + _text(completion)
+    return "\n".join(str(m.get("content", "")) for m in prompt) + _text(completion)  # type: ignore[union-attr]  # FIXME: TokenPrompt
 
 
-def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str, max_length: int,
+def encode_pair(tokenizer: Any, prompt: Prompt, completion: Scored, chat_template: bool | str, max_length: int,
                 field: str = "options.path", template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
     """The ids a reward model scores: ``render_pair``'s text, at most ``max_length`` tokens (cut from
     the left, keeping the completion). Only the template's special tokens (or, without one, the
@@ -49,15 +65,45 @@ def encode_pair(tokenizer: Any, prompt: Prompt, completion: str, chat_template: 
     return encode_pair_cut(tokenizer, prompt, completion, chat_template, max_length, field, template_kwargs)[0]
 
 
-def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: str, chat_template: bool | str, max_length: int,
+def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: Scored, chat_template: bool | str, max_length: int,
                     field: str = "options.path",
                     template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], bool]:
     """``encode_pair``'s ids and whether the pair was cut to ``max_length`` (``warn_cut`` says so)."""
     if templated(tokenizer, chat_template, prompt):
+        _check_calls_shown(tokenizer, _conversation(prompt, completion), field, template_kwargs)
         ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field,
                                   template_kwargs=template_kwargs)
         return (ids[len(ids) - max_length:], True) if len(ids) > max_length else (ids, False)
     return plain_sequence_cut(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
+
+
+#: what each reward tokenizer's chat template shows (``polyrl.template_roles``), asked once per shape
+_ROLES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _check_calls_shown(tokenizer: Any, conversation: list[dict[str, Any]], field: str,
+                       template_kwargs: Mapping[str, Any] | None) -> None:
+    """A ConfigError on ``field`` where the reward model's chat template writes an assistant tool call
+    (a prompt's, or an episode's) without the call (SmolLM2's writes the content alone). Why: the
+    reward model then scored the conversation without that call, unsaid (TRL's too), where the
+    policy's template showed it to the policy. Asked once per conversation shape."""
+    if not any(bare_tool_call(m) for m in conversation):
+        return
+    from polyrl.template_roles import TemplateRoles
+
+    try:
+        roles = _ROLES.setdefault(tokenizer, TemplateRoles())
+    except TypeError:  # a tokenizer that takes no weak reference: asked afresh
+        roles = TemplateRoles()
+    context = repr(sorted((template_kwargs or {}).items()))
+    i = roles.dropped_call(conversation, lambda messages: render_chat(tokenizer, messages, None, False, field,
+                                                                      template_kwargs), context=context)
+    if i is not None:
+        raise ConfigError(f"message {i} of the conversation it scores (prompt, then completion) is an assistant tool "
+                          "call that the reward model's chat template does not render (it writes no tool_calls): the "
+                          "reward model would score the conversation without that call", field=field,
+                          fix="use a reward model whose chat template renders tool calls, or write the call as text "
+                              "in the message's content")
 
 
 def warn_cut(name: str, cut: int, of: int, max_length: int) -> None:
@@ -86,12 +132,16 @@ def score_label(name: str, path: str, label: Any, labels: int) -> int:
     return label
 
 
-def reward_answer(name: str, score_texts: Callable[[Sequence[Prompt], list[str], Any], list[float]],
+def reward_answer(name: str, score_texts: Callable[[Sequence[Prompt], list[Scored], Any], list[float]],
                   prompts: Sequence[Prompt], completions: Sequence[Completion],
                   context: RewardContext) -> dict[str, RewardScores] | None:
     """A reward model plugin's ``reward`` hook: ``score_texts(prompts, texts, options)`` when the run
-    wants ``name`` (the completions' texts, that reward's options), None otherwise."""
+    wants ``name`` (the completions' texts, that reward's options), None otherwise. An episode's
+    completion is its conversation after the prompt (``Completion.messages``), as TRL's reward model
+    scores ``prompt + completion`` messages: its text alone (the last answer) left out the tool
+    calls and results the model answered from, unsaid."""
     if name not in context.wanted:
         return None
-    texts = [c if isinstance(c, str) else c.text for c in completions]
+    texts: list[Scored] = [c if isinstance(c, str) else c.messages if c.messages is not None else c.text
+                           for c in completions]
     return {name: RewardScores(score_texts(prompts, texts, context.options.get(name)))}

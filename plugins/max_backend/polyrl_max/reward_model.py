@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from polyrl.backend_kit.reward_text import encode_pair_cut, reward_answer, score_label, warn_cut
+from polyrl.backend_kit.reward_text import Scored, encode_pair_cut, reward_answer, score_label, warn_cut
 from polyrl.backend_kit.weight_headers import refuse_config_json_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.rewards.options import chat_template_choice, merged, required_text, template_kwargs, whole_number
@@ -96,7 +96,7 @@ def missing_weight_error(path: str, exc: MissingWeight) -> str:
             "DistilBertForSequenceClassification saved by transformers)")
 
 
-def score_texts(prompts: Sequence[Prompt], completions: Sequence[str],
+def score_texts(prompts: Sequence[Prompt], completions: Sequence[Scored],
                 options: Mapping[str, Any] | None) -> list[float]:
     opts = _options(options)
     classifier, tokenizer = load(opts["path"])

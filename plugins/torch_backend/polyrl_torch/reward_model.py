@@ -47,7 +47,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from polyrl.backend_kit.reward_text import encode_pair_cut, reward_answer, score_label, warn_cut
+from polyrl.backend_kit.reward_text import Scored, encode_pair_cut, reward_answer, score_label, warn_cut
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError, RewardError
 from polyrl.folder_links import refuse_outside_links
@@ -192,7 +192,7 @@ def _refuse_ids_beyond_embeddings(model: Any, ids: Sequence[Sequence[int]], opts
                           "(or one made for its vocabulary)")
 
 
-def score_texts(prompts: Sequence[Prompt], completions: Sequence[str], options: Mapping[str, Any] | None) -> list[float]:
+def score_texts(prompts: Sequence[Prompt], completions: Sequence[Scored], options: Mapping[str, Any] | None) -> list[float]:
     """Reward-model scores of (prompt, completion) pairs, in batches of ``batch_size``."""
     opts = _options(options)
     model, tokenizer = load_reward_model(opts["path"], opts["device"], opts["dtype"], opts["tokenizer"])
