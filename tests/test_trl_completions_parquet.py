@@ -31,12 +31,19 @@ def _files(run: Path) -> list[str]:
 
 def test_log_completions_writes_trls_parquet_file_at_each_log(tiny_model_dir, tmp_path):
     """3 steps, ``logging_steps=2``: TRL writes completions_00002 (the log) and completions_00003 (the
-    end-of-training summary), each with TRL's columns and types; its default writes none."""
+    end-of-training summary), each with TRL's columns and types; its default writes none. Step 2
+    ends an epoch (4 prompts, 2 a step), whose log comes before the step's line is recorded: its
+    table held step 1's records."""
+    import json
+
     args = grpo_args(tmp_path, max_steps=3, max_completion_length=4, logging_steps=2, log_completions=True)
-    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=prompts_dataset(8)).train()
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=prompts_dataset(4)).train()
     run = tmp_path / "run"
     assert _files(run) == ["completions_00002.parquet", "completions_00003.parquet"]
     table = pd.read_parquet(run / "completions" / "completions_00002.parquet")
+    recorded = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert list(zip(table["prompt"], table["completion"])) == [(r["prompt"], r["completion"]) for r in recorded
+                                                                if r["step"] == 2]
     assert list(table.columns) == ["step", "prompt", "completion", "short", "advantage"]
     assert table["step"].tolist() == [2] * len(table) and len(table) > 0
     assert str(table["step"].dtype) == "int64"

@@ -122,6 +122,34 @@ def test_a_log_sends_the_latest_steps_records_once_per_log_and_log_unique_prompt
     assert native.tables == [(1, [(1, "a"), (1, "a")]), (2, [(2, "b")])]
 
 
+def test_a_log_before_its_step_is_recorded_sends_that_steps_records_not_the_step_befores(tmp_path):
+    """At a step that ends an epoch (or the run) the trainer logs (transformers' ``on_log`` before
+    ``on_epoch_end``) before the step's line is recorded: TRL's table then holds that step's batch.
+    It held the step before's (and a resumed run's first such log none), so a crashed run's table
+    and its resume's differed."""
+    table = Table()
+    tracking = _tracking(tmp_path, table, window_logs=True)
+    _step(tracking, 1, ["a", "b"])
+    tracking.collect_records([{"step": 2, "prompt": p, "completion": "c", "rewards": {"f": 1.0}, "reward": 1.0,
+                               "advantage": 0.0, "finish_reason": "stop"} for p in ["c", "d"]])
+    tracking.publish_log({"step": 2, "loss": 0.5}, step=2)  # the epoch's end: logged first
+    tracking.publish({"step": 2, "loss": 0.5})
+    tracking.publish_log({"step": 2, "loss": 0.5}, step=2)  # the end-of-training log: the same records
+    assert table.tables == [(2, [(2, "c"), (2, "d")])] * 2
+    resumed = Table()  # resumed after step 1: its first step's log has records to show
+    tracking = _tracking(tmp_path / "resumed", resumed, window_logs=True)
+    tracking.collect_records([{"step": 2, "prompt": "c", "completion": "c", "rewards": {"f": 1.0}, "reward": 1.0,
+                               "advantage": 0.0, "finish_reason": "stop"}])
+    tracking.publish_log({"step": 2, "loss": 0.5}, step=2)
+    assert resumed.tables == [(2, [(2, "c")])]
+    off = Table()
+    tracking = _tracking(tmp_path / "off", off, window_logs=True, log_completions=False)
+    tracking.collect_records([{"step": 1, "prompt": "a", "completion": "c", "rewards": {"f": 1.0}, "reward": 1.0,
+                               "advantage": 0.0, "finish_reason": "stop"}])
+    tracking.publish_log({"step": 1, "loss": 0.5}, step=1)
+    assert off.tables == []
+
+
 def test_the_console_table_draws_a_chat_prompts_completion_as_trls_assistant_message(capsys):
     """TRL keeps a chat prompt's completion as one assistant message and its console table draws it
     under an ASSISTANT heading; polyrl's record holds the text, which was drawn bare. A text prompt's

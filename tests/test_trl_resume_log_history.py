@@ -7,6 +7,7 @@ too. polyrl rebuilt ``log_history`` from metrics.jsonl, which never held the scr
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import pytest
@@ -32,7 +33,12 @@ def _dataset(n: int = 4):
     return datasets.Dataset.from_list([{"prompt": f"What is {i} + 1?"} for i in range(n)])
 
 
-def short(completions, **kwargs):
+#: what each scoring saw: (global_step, prompts, completion ids, a draw from Python's ``random``)
+SCORED: list[tuple[int, list, list, float]] = []
+
+
+def short(completions, prompts, completion_ids, trainer_state, **kwargs):
+    SCORED.append((trainer_state.global_step, list(prompts), [list(ids) for ids in completion_ids], random.random()))
     return [-len(c) / 10 for c in completions]
 
 
@@ -68,13 +74,23 @@ def test_a_resumed_run_keeps_the_scripts_own_log_entries_before_its_checkpoint_a
     """The run stopped at step 3 is resumed from its step-2 checkpoint (written before step 3's
     entry): its log_history is the uninterrupted run's, the script's step-1 and step-2 entries
     restored and step 3's logged once, by the resumed step 3; with evaluations their entries too."""
+    SCORED.clear()
     whole = _trainer(tiny_model_dir, tmp_path / "whole", OwnLogs(), **fields)
+    assert random.getstate() == random.Random(whole.args.seed).getstate()  # set_seed(args.seed), as transformers
     whole.train()
+    scored_whole = SCORED[:]
     stopped = _trainer(tiny_model_dir, tmp_path / "cut", OwnLogs(stop_at=3), **fields)
     stopped.train()
     kept = checkpoint_dir(tmp_path / "cut" / "run" / "checkpoints", 2)
+    SCORED.clear()
     resumed = _trainer(tiny_model_dir, tmp_path / "cut", OwnLogs(), **fields)
     resumed.train(resume_from_checkpoint=str(kept))
+    # the steps after the checkpoint scored the same prompts (shuffled epochs of 2 steps), completion
+    # ids and draws from ``random`` (seeded from args.seed as transformers' Trainer seeds it, and
+    # restored from the checkpoint): the draws differed, the trainer left Python's RNG unseeded
+    # (the evaluation at step 2, before the checkpoint, is not run again)
+    assert SCORED[0][0] == 2 and len(SCORED) >= 2
+    assert SCORED == scored_whole[len(scored_whole) - len(SCORED):]
     own = [(e["step"], e["own/step_squared"]) for e in resumed.state.log_history if "own/step_squared" in e]
     assert own == [(1, 1.0), (2, 4.0), (3, 9.0), (4, 16.0)]
     if fields:

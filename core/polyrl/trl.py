@@ -205,6 +205,20 @@ def _script_names(method: _Method) -> _Method:
     return wrapped  # type: ignore[return-value]
 
 
+def seed_global_rngs(seed: int) -> None:
+    """Seed Python's and numpy's global RNGs with the run's ``seed``, as transformers' ``Trainer``
+    does when built (``set_seed(args.seed)``). Why: a reward or callback drawing from ``random`` or
+    ``np.random`` (and TRL's completions table, whose rows ``random.sample`` picks) drew differently
+    in every run, so an uninterrupted run and its crash-and-resume twin (which restores the states a
+    checkpoint saved) differed, where TRL's agree. numpy takes the seed modulo 2**32 (its range)."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
 class GRPOTrainer:
     """``trl.GRPOTrainer``'s constructor, ``train()`` and ``evaluate()``, run by polyrl on ``backend`` (a
     polyrl keyword TRL lacks: "torch", "mlx", ...). The arguments are checked here, before any
@@ -281,6 +295,7 @@ class GRPOTrainer:
         _check_weight_count(self.grpo_config.reward_weights, user_rewards)
         self.grpo_config = attrs.evolve(self.grpo_config, output_dir=run_paths.anchored(
             self.grpo_config.output_dir, run_paths.start_folder()))
+        seed_global_rngs(self.grpo_config.seed)
         if trl_streams.is_stream(train_dataset):  # the prompts TRL streams, in its order, trained unshuffled
             train_dataset = trl_streams.stream_rows(train_dataset, self.args, self.grpo_config.steps,
                                                     self.grpo_config.prompts_per_step)

@@ -361,12 +361,18 @@ class RunTracking:
     def _send_table(self, step: int) -> None:
         """A TRL log's completions table, the latest step's records, at ``step``: to
         ``show_completions`` (TRL's console table and parquet file) and the trackers, each prompt
-        once where ``unique_prompts`` asks; nothing before a step has records."""
-        if not self._latest:
+        once where ``unique_prompts`` asks; nothing before a step has records. A step sampled and
+        not yet recorded (``publish``) is the latest: the log at an epoch's end (or the run's last
+        step) comes before its line is recorded, as transformers' ``on_log`` precedes the step's
+        evaluation, and TRL's table then holds that step's batch. Why: it showed the step before's,
+        and none at all at a resumed run's first such log, so a crashed run's table and its resume's
+        differed (and so did a reward's draws from ``random`` after it, as TRL's table draws its rows)."""
+        latest = self._pending if self._pending and self.log_completions else self._latest
+        if not latest:
             return
         if self.show_completions is not None:
-            self.show_completions(self._latest, step * self.step_scale)
-        records = clog.first_per_prompt(self._latest) if self.unique_prompts else self._latest
+            self.show_completions(latest, step * self.step_scale)
+        records = clog.first_per_prompt(latest) if self.unique_prompts else latest
         for name in list(self.trackers):
             self._call(name, "log_completions", records, step * self.step_scale)
 
