@@ -53,7 +53,7 @@ TEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest -q -rs -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=30
 
-# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), the kill -9 loop, launched-rank fault runs; and tests of tens of seconds each (multi-rank runs, kill -9 and SIGTERM runs); CI runs it
+# minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), the kill -9 loop, launched-rank fault runs; and tests of tens of seconds each (multi-rank runs, kill -9 and SIGTERM runs, full CLI runs, multi-server and sandbox-batch tests); CI runs it
 test-slow: install
 	$(BIN)/python -m pytest -q -m "slow and not bench" --durations=20
 
