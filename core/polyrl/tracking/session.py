@@ -339,11 +339,12 @@ class RunTracking:
         elif self.table_at is not None:
             self._latest, records, logs = records, [], self.table_at(metrics)
         numeric, at = self._numeric(metrics), step * self.step_scale
+        table = self._table(records, at) if records else []
         for name in list(self.trackers):
             if numeric:
                 self._call(name, "log_metrics", numeric, at)
-            if records and name in self.trackers:
-                self._call(name, "log_completions", records, at)
+            if table and name in self.trackers:
+                self._call(name, "log_completions", table, at)
         if logs:
             self._send_table(step)
 
@@ -373,8 +374,9 @@ class RunTracking:
         if self.show_completions is not None:
             self.show_completions(latest, step * self.step_scale)
         records = clog.first_per_prompt(latest) if self.unique_prompts else latest
+        table = self._table(records, step * self.step_scale)
         for name in list(self.trackers):
-            self._call(name, "log_completions", records, step * self.step_scale)
+            self._call(name, "log_completions", table, step * self.step_scale)
 
     def hold_evaluation(self, records: Sequence[dict[str, Any]], step: int) -> None:
         """An evaluation's ``records`` (on the writing rank) for ``show_evaluation``, at ``step``: a
@@ -410,7 +412,7 @@ class RunTracking:
             self.show_eval_completions(records, at)
         if not self._eval_tables():
             return
-        table = clog.first_per_prompt(records) if self.unique_prompts else records
+        table = clog.capped(clog.first_per_prompt(records) if self.unique_prompts else records, self.cell_chars)
         for name in list(self.trackers):
             if callable(getattr(self.trackers[name], "log_eval_completions", None)):
                 self._call(name, "log_eval_completions", table, at)
@@ -473,19 +475,15 @@ class RunTracking:
                         error=f"{type(exc).__name__}: {exc}")
         self._unwritten.clear()
 
-    def _table(self, method: str, payload: Any, step: int) -> Any:
-        """A completions table as the trackers get it: each cell cut to ``cell_chars``, and a training
-        record's ``step`` the trackers' (TRL's ``global_step`` in a TRL script's run, as TRL's table
-        holds it; the step metrics.jsonl counts in polyrl's own)."""
-        if method == "log_completions":
-            payload = clog.capped([{**r, "step": step} if "step" in r else r for r in payload], self.cell_chars)
-        elif method == "log_eval_completions":
-            payload = clog.capped(payload, self.cell_chars)
-        return copy.deepcopy(payload)  # its own: one that edits what it got must not change the next's
+    def _table(self, records: Sequence[Mapping[str, Any]], step: int) -> list[dict[str, Any]]:
+        """A training completions table as the trackers get it, built once for all of them: each cell
+        cut to ``cell_chars``, and a record's ``step`` the trackers' (TRL's ``global_step`` in a TRL
+        script's run, as TRL's table holds it; the step metrics.jsonl counts in polyrl's own)."""
+        return clog.capped([{**r, "step": step} if "step" in r else r for r in records], self.cell_chars)
 
     def _call(self, name: str, method: str, payload: Any, step: int) -> None:
         tracker = self.trackers[name]
-        payload = self._table(method, payload, step)
+        payload = copy.deepcopy(payload)  # its own: one that edits what it got must not change the next's
         began = time.monotonic()
         try:
             self._threads[name].call_blocking(lambda: getattr(tracker, method)(payload, step), self.timeout_s)
