@@ -64,7 +64,9 @@ def test_a_completion_past_the_judges_context_is_graded_on_its_start_with_the_ru
     result = score(server.base_url, [long, "short answer"])
     assert result.per_reward["llm_judge"].tolist() == pytest.approx([0.3, 0.3])
     assert result.metrics["llm_judge"]["cut_completions"] == 1.0
-    user = server.requests[0]["body"]["messages"][-1]["content"]
+    # the two samples are judged concurrently: find the long one's request by its text, not its position
+    long_request = next(r for r in server.requests if "word word" in r["body"]["messages"][-1]["content"])
+    user = long_request["body"]["messages"][-1]["content"]
     limit = DEFAULTS["max_completion_chars"]
     assert user.endswith("End of the answer. Reply with one line Score: N/10.")  # the rubric kept whole
     assert tail not in user  # the completion is what was cut
