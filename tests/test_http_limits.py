@@ -12,7 +12,7 @@ def test_a_declared_length_over_the_cap_fails_before_any_byte_is_read():
         CappedBody(100, "101")
     assert err.value.declared == 101
     assert err.value.describe("options.max_reply_bytes") == "a reply of 101 bytes is over options.max_reply_bytes = 100"
-    for header in ("100", None, "", "not-a-number", "-5"):  # at the cap, absent or unreadable: count the bytes
+    for header in ("100", None, "", "not-a-number", "-5", "\u00b2", "\u0661\u0660\u0660\u0660"):  # at the cap, absent or unreadable: count the bytes
         CappedBody(100, header)
 
 
@@ -35,3 +35,10 @@ def test_a_retry_after_of_other_than_ascii_digits_is_unreadable_not_an_error():
         assert retry_after_s({"retry-after": header}, 10.0) == 0.0
         CappedBody(1, header)  # an unreadable Content-Length: the bytes are counted instead
     assert retry_after_s({"retry-after": "3"}, 10.0) == 3.0 and retry_after_s({"retry-after": "99"}, 10.0) == 10.0
+
+
+def test_header_integers_are_ascii_digits_only():
+    from polyrl.http_limits import header_integer
+
+    assert [header_integer(v) for v in ("120", "0", "", " 5", "-5", "1.5", "\u00b2", "\u0661")] == [
+        120, 0, None, None, None, None, None, None]

@@ -34,6 +34,12 @@ class ReplyTooLarge(Exception):
         return f"the reply passed {option} = {self.limit}"
 
 
+def header_integer(value: str) -> int | None:
+    """``value`` read as the plain decimal digits HTTP headers use, or None. Why not ``str.isdigit``
+    alone: it takes "²" and "١", which ``int()`` then refuses or reads as another number."""
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
 class CappedBody:
     """The bytes of one reply body, refused (``ReplyTooLarge``) past ``limit`` bytes."""
 
@@ -42,9 +48,9 @@ class CappedBody:
         self.limit = limit
         self.size = 0
         self._chunks: list[bytes] = []
-        declared = content_length or ""
-        if declared.isascii() and declared.isdigit() and int(declared) > limit:
-            raise ReplyTooLarge(limit, int(declared))
+        declared = header_integer(content_length or "")
+        if declared is not None and declared > limit:
+            raise ReplyTooLarge(limit, declared)
 
     def feed(self, chunk: bytes) -> None:
         """Keep ``chunk``, unless it takes the body past the cap."""
@@ -75,8 +81,9 @@ def retry_after_s(headers: Mapping[str, str], cap_s: float) -> float:
     value = (headers.get("retry-after") or "").strip()
     if not value:
         return 0.0
-    if value.isascii() and value.isdigit():  # str.isdigit takes "²" (float() does not) and "١"
-        seconds = float(value)
+    delta = header_integer(value)
+    if delta is not None:
+        seconds = float(delta)
     else:
         try:
             when = email.utils.parsedate_to_datetime(value)
