@@ -60,6 +60,8 @@ together can hold ``max_processes`` x ``memory_mb``, and samples run ``max_worke
 when that exhausts the machine the kernel's OOM killer must take a sample, never the trainer (with
 the largest memory it is the first choice otherwise). Set by root, the value is also the floor
 the sample cannot go under; behind bubblewrap ``/proc`` is read-only, so it cannot write it at all.
+After ``choom`` comes ``ionice -c 2 -n 7`` (``io_last``): the lowest best-effort I/O priority, not
+the trainer's inherited class.
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ class Launch:
     report: dict[str, str]
     site_dirs: tuple[str, ...] = ()
     oom: tuple[str, ...] = ()  # ``choom -n 1000 --`` before everything (module docstring), or ()
+    #: After ``oom``: ``ionice -c 2 -n 7 --``, the lowest best-effort I/O priority (``io_last``), or ().
+    io: tuple[str, ...] = ()
     #: Between ``oom`` and ``prefix``: the private mount namespace that mounts the inode-capped
     #: tmpfs (``tmpfs_wrapper``), or () where it cannot (the tmpfs is then bwrap's own).
     wrapper: tuple[str, ...] = ()
@@ -118,7 +122,7 @@ class Launch:
 
     def argv(self, python_args: Sequence[str], seccomp_fd: int | None, uid: int | None = None) -> list[str]:
         """The command line; ``uid`` (from the pool) replaces ``ids``' uid and gid in the privilege drop."""
-        cmd = list(self.oom) + list(self.userns) + list(self.wrapper) + list(self.prefix)
+        cmd = list(self.oom) + list(self.io) + list(self.userns) + list(self.wrapper) + list(self.prefix)
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         suffix = list(self.suffix)
@@ -625,7 +629,7 @@ def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
 def choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     """The strongest level that works here for these options (see the module docstring)."""
     launch = _choose(isolation, user, python, disk_mb)
-    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)), oom=oom_first())
+    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)), oom=oom_first(), io=io_last())
 
 
 #: The OOM killer's score adjustment of every sample process: the highest, "kill this first".
@@ -639,6 +643,24 @@ def oom_first() -> tuple[str, ...]:
     if choom is None:
         return ()
     prefix = (choom, "-n", str(OOM_SCORE_ADJ), "--")
+    return prefix if probe([*prefix, "true"]) is None else ()
+
+
+#: The sample's I/O scheduling class and level: best-effort (2), its lowest level (7).
+IO_CLASS, IO_LEVEL = 2, 7
+
+
+def io_last() -> tuple[str, ...]:
+    """The command prefix that starts a sample at the lowest best-effort I/O priority (util-linux
+    ``ionice``), or () where it is missing or refused. Why: the I/O class is inherited, so a trainer
+    started under ``ionice -c 1`` (real-time) or ``-c 2 -n 0`` passed it to every sample, whose
+    reads and writes then went before the trainer's own (checkpoints, the dataset). Lowering one's
+    own I/O priority needs no privilege; the seccomp filter refuses ``ioprio_set``, so the sample
+    cannot raise it back (without the filter it may take best-effort 0, as any process may)."""
+    ionice = shutil.which("ionice")
+    if ionice is None:
+        return ()
+    prefix = (ionice, "-c", str(IO_CLASS), "-n", str(IO_LEVEL), "--")
     return prefix if probe([*prefix, "true"]) is None else ()
 
 
