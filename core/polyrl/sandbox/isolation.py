@@ -127,7 +127,7 @@ class Launch:
             cmd += ["--seccomp", str(seccomp_fd)]
         suffix = list(self.suffix)
         if uid is not None:  # ``--ruid``: a root sample's real uid only (``no_capabilities``)
-            swap = {f"--ruid={uids.FIRST}": f"--ruid={uid}"}
+            swap = {f"--ruid={uids.FIRST}": f"--ruid={uid}", f"--regid={uids.FIRST}": f"--regid={uid}"}
             if self.ids is not None:
                 swap.update({f"--reuid={self.ids[0]}": f"--reuid={uid}", f"--regid={self.ids[1]}": f"--regid={uid}"})
             suffix = [swap.get(arg, arg) for arg in suffix]
@@ -489,10 +489,10 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     if root and ids is not None:
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
         drop = drop_privileges(ids)
-    elif root and real_uid is not None and (drop := no_capabilities(real_uid)):  # setreuid needs CAP_SETUID
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETPCAP"]
-    elif root and (drop := no_capabilities()):
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETPCAP"]
+    elif root and real_uid is not None and (drop := no_capabilities(real_uid, real_uid)):  # setreuid: CAP_SETUID
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    elif root and (drop := no_capabilities(group=uids.FIRST)):  # a group not bubblewrap's PID 1's
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         cmd += ["--cap-drop", "ALL"]
     return cmd, drop
@@ -579,7 +579,7 @@ def drop_privileges(ids: tuple[int, int]) -> list[str]:
             "--bounding-set=-all", "--no-new-privs"]
 
 
-def no_capabilities(real_uid: int | None = None) -> list[str]:
+def no_capabilities(real_uid: int | None = None, group: int | None = None) -> list[str]:
     """As root without a user to drop to (user = "none"): exec the sample with an empty bounding
     set, so root's file capabilities give it none (the report says "without capabilities"; at the
     unshare and off levels it kept every one). Nothing to do for an unprivileged trainer.
@@ -589,12 +589,22 @@ def no_capabilities(real_uid: int | None = None) -> list[str]:
     ``max_processes`` did not bound a root sample's threads: it started hundreds (each a host pid
     and kernel memory) and samples at once could empty the host's pids. Only with the seccomp
     filter, which refuses a setuid call back to uid 0 (the sample holds 0 as its euid, so the
-    kernel would let it)."""
+    kernel would let it).
+
+    ``group`` (bubblewrap's layouts: the pool uid's number, else the pool's first): the sample's
+    real, effective and saved gid, no supplementary groups. Why: bubblewrap's PID 1 in the sample's
+    PID namespace is uid and gid 0 without capabilities and dumpable, so a root sample (fsuid and
+    fsgid 0, no capabilities either) passed the kernel's same-ids check and read its
+    ``/proc/1/mem`` (bubblewrap's options: the host paths ``options_fd`` keeps from its command
+    line), ``environ``, ``maps`` and open descriptors, and could write its memory: code run there
+    holds the trainer's rlimits (no ``memory_mb``) with real uid 0. A gid of its own fails that
+    check; with no capability to set its gid back, the sample keeps it."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:  # without util-linux's setpriv: as before (the report says so)
         return []
     ruid = [] if real_uid is None else [f"--ruid={real_uid}"]
-    return [setpriv, *ruid, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    gid = [] if group is None else [f"--regid={group}", "--clear-groups"]
+    return [setpriv, *ruid, *gid, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
 
 
 def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
