@@ -134,3 +134,72 @@ def test_a_sample_started_at_real_time_priority_goes_back_to_normal():
     done = subprocess.run([*start, code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [str(os.SCHED_OTHER), "0"], done.stdout
+
+
+#: ``ioprio_get`` and ``ioprio_set`` by architecture (no Python binding; libc has no wrapper).
+IOPRIO_NR = {"x86_64": (252, 251), "aarch64": (31, 30)}
+IOPRIO_CLASS_SHIFT = 13
+
+
+def _ioprio(value: int | None = None) -> int:
+    """This thread's I/O priority (``ioprio_get``), after setting it to ``value`` when given."""
+    import ctypes
+    import platform
+
+    get, put = IOPRIO_NR[platform.machine()]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if value is not None and libc.syscall(put, 1, 0, value) != 0:  # IOPRIO_WHO_PROCESS, this thread
+        raise OSError(ctypes.get_errno(), "ioprio_set")
+    return int(libc.syscall(get, 1, 0))
+
+
+@pytest.fixture
+def raised_io_priority():
+    """This thread (the one that starts the sample) at real-time I/O priority where it may (root),
+    else best-effort level 0 (any process may take it); restored after. Yields the class set."""
+    import platform
+
+    if platform.machine() not in IOPRIO_NR or not sys.platform.startswith("linux"):
+        pytest.skip(f"ioprio_get/ioprio_set numbers are known here for {sorted(IOPRIO_NR)} on Linux only")
+    before = _ioprio()
+    for klass in (1, 2):  # real-time, best-effort; level 0, the highest
+        try:
+            _ioprio(klass << IOPRIO_CLASS_SHIFT)
+        except OSError:
+            continue
+        break
+    else:
+        pytest.skip("this process cannot raise its own I/O priority")
+    try:
+        yield klass
+    finally:
+        _ioprio(before)
+
+
+#: The sample's I/O priority (class, level) as it starts, and whether it can raise it to best-effort 0
+#: past the audit hook (``ioprio_set``: the result and errno).
+IO_PRIORITY = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def io_priority(get, put):\n"
+    "    got = libc.syscall(get, 1, 0)\n"
+    "    raised = libc.syscall(put, 1, 0, 2 << 13)\n"
+    "    return got >> 13, got & 0xff, raised, ctypes.get_errno()\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("ionice") is None, reason="util-linux ionice is not installed")
+def test_a_sample_runs_at_the_lowest_best_effort_io_priority_whatever_the_trainers(raised_io_priority):
+    """The I/O class is inherited: a trainer under ``ionice -c 1`` (or ``-c 2 -n 0``) passed it to
+    every sample, whose reads and writes went before the trainer's. The sample now starts under
+    ``ionice -c 2 -n 7`` and the seccomp filter refuses ``ioprio_set``, so it cannot raise it."""
+    import errno
+    import platform
+
+    get, put = IOPRIO_NR[platform.machine()]
+    box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512), isolation="require", audit_hook=False)
+    tests = f"assert io_priority({get}, {put}) == (2, 7, -1, {errno.EPERM})\n"
+    result = box.run(IO_PRIORITY, parse_tests(tests))
+    assert (result.status, result.passed) == ("ok", [True]), result
+    assert "ionice -c 2 -n 7" in box.report["rlimits"]

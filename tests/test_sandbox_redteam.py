@@ -484,3 +484,49 @@ def test_a_root_samples_threads_are_capped_by_max_processes(isolation):
     tests = f"assert back_to_root({numbers!r}) == {refused!r}\nassert 0 < threads(200) <= 16\n"
     assert score(ROOT_THREADS, tests, isolation=isolation, user="none", max_processes=16) == 1.0
     assert "not enforced" not in isolation_report(isolation=isolation, user="none")["rlimits"]
+
+
+#: What a sample reaches of bubblewrap's PID 1 past the audit hook: whether it sees it at all (its
+#: status, world-readable), and which of its private files it could open (memory for writing too).
+PID_ONE = (
+    "import os\n"
+    "def pid_one():\n"
+    "    seen = 'bwrap' in open('/proc/1/status').read()\n"
+    "    opened = []\n"
+    "    for name, mode in (('environ', 'rb'), ('maps', 'rb'), ('auxv', 'rb'), ('mem', 'rb'), ('mem', 'r+b')):\n"
+    "        try:\n"
+    "            open('/proc/1/' + name, mode).close()\n"
+    "            opened.append(name + ' ' + mode)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    for link in ('cwd', 'root', 'exe', 'fd/0'):\n"
+    "        try:\n"
+    "            os.readlink('/proc/1/' + link)\n"
+    "            opened.append(link)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    return seen, opened\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sample keeps uid 0 only when the trainer is root")
+@pytest.mark.parametrize("filtered", [True, False], ids=["filter", "no-filter"])
+def test_a_root_sample_cannot_read_or_write_bubblewraps_pid_1(filtered, monkeypatch):
+    """bubblewrap's PID 1 in the sample's PID namespace is uid and gid 0, holds no capability and
+    makes itself dumpable, so a ``user = "none"`` sample (euid 0, no capabilities) passed the
+    kernel's ptrace check on it: it opened ``/proc/1/mem`` for writing (code run there has the
+    trainer's rlimits, no ``memory_mb``) and read its environment, memory map and links. Its gid
+    is now one of its own (``isolation.no_capabilities``), with the filter and without it."""
+    from polyrl.rewards.code import parse_tests
+    from polyrl.sandbox import Sandbox, SandboxLimits, runner, seccomp
+
+    if filtered and not _seccomp_on("require"):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    if not filtered:  # as without libseccomp: bubblewrap runs, the filter does not
+        monkeypatch.setattr(seccomp, "_cache", [(None, "off: no libseccomp bindings (test)")])
+        monkeypatch.setattr(runner, "_launches", {})
+    box = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512), isolation="auto", user="none", audit_hook=False)
+    assert (box.level, box.report["seccomp"].startswith("on")) == ("bwrap", filtered), box.report
+    result = box.run(PID_ONE, parse_tests("assert pid_one() == (True, [])\n"))
+    assert (result.status, result.passed) == ("ok", [True]), result

@@ -60,6 +60,8 @@ together can hold ``max_processes`` x ``memory_mb``, and samples run ``max_worke
 when that exhausts the machine the kernel's OOM killer must take a sample, never the trainer (with
 the largest memory it is the first choice otherwise). Set by root, the value is also the floor
 the sample cannot go under; behind bubblewrap ``/proc`` is read-only, so it cannot write it at all.
+After ``choom`` comes ``ionice -c 2 -n 7`` (``io_last``): the lowest best-effort I/O priority, not
+the trainer's inherited class.
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ class Launch:
     report: dict[str, str]
     site_dirs: tuple[str, ...] = ()
     oom: tuple[str, ...] = ()  # ``choom -n 1000 --`` before everything (module docstring), or ()
+    #: After ``oom``: ``ionice -c 2 -n 7 --``, the lowest best-effort I/O priority (``io_last``), or ().
+    io: tuple[str, ...] = ()
     #: Between ``oom`` and ``prefix``: the private mount namespace that mounts the inode-capped
     #: tmpfs (``tmpfs_wrapper``), or () where it cannot (the tmpfs is then bwrap's own).
     wrapper: tuple[str, ...] = ()
@@ -118,12 +122,12 @@ class Launch:
 
     def argv(self, python_args: Sequence[str], seccomp_fd: int | None, uid: int | None = None) -> list[str]:
         """The command line; ``uid`` (from the pool) replaces ``ids``' uid and gid in the privilege drop."""
-        cmd = list(self.oom) + list(self.userns) + list(self.wrapper) + list(self.prefix)
+        cmd = list(self.oom) + list(self.io) + list(self.userns) + list(self.wrapper) + list(self.prefix)
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         suffix = list(self.suffix)
         if uid is not None:  # ``--ruid``: a root sample's real uid only (``no_capabilities``)
-            swap = {f"--ruid={uids.FIRST}": f"--ruid={uid}"}
+            swap = {f"--ruid={uids.FIRST}": f"--ruid={uid}", f"--regid={uids.FIRST}": f"--regid={uid}"}
             if self.ids is not None:
                 swap.update({f"--reuid={self.ids[0]}": f"--reuid={uid}", f"--regid={self.ids[1]}": f"--regid={uid}"})
             suffix = [swap.get(arg, arg) for arg in suffix]
@@ -485,10 +489,10 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     if root and ids is not None:
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
         drop = drop_privileges(ids)
-    elif root and real_uid is not None and (drop := no_capabilities(real_uid)):  # setreuid needs CAP_SETUID
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETPCAP"]
-    elif root and (drop := no_capabilities()):
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETPCAP"]
+    elif root and real_uid is not None and (drop := no_capabilities(real_uid, real_uid)):  # setreuid: CAP_SETUID
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    elif root and (drop := no_capabilities(group=uids.FIRST)):  # a group not bubblewrap's PID 1's
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         cmd += ["--cap-drop", "ALL"]
     return cmd, drop
@@ -575,7 +579,7 @@ def drop_privileges(ids: tuple[int, int]) -> list[str]:
             "--bounding-set=-all", "--no-new-privs"]
 
 
-def no_capabilities(real_uid: int | None = None) -> list[str]:
+def no_capabilities(real_uid: int | None = None, group: int | None = None) -> list[str]:
     """As root without a user to drop to (user = "none"): exec the sample with an empty bounding
     set, so root's file capabilities give it none (the report says "without capabilities"; at the
     unshare and off levels it kept every one). Nothing to do for an unprivileged trainer.
@@ -585,12 +589,22 @@ def no_capabilities(real_uid: int | None = None) -> list[str]:
     ``max_processes`` did not bound a root sample's threads: it started hundreds (each a host pid
     and kernel memory) and samples at once could empty the host's pids. Only with the seccomp
     filter, which refuses a setuid call back to uid 0 (the sample holds 0 as its euid, so the
-    kernel would let it)."""
+    kernel would let it).
+
+    ``group`` (bubblewrap's layouts: the pool uid's number, else the pool's first): the sample's
+    real, effective and saved gid, no supplementary groups. Why: bubblewrap's PID 1 in the sample's
+    PID namespace is uid and gid 0 without capabilities and dumpable, so a root sample (fsuid and
+    fsgid 0, no capabilities either) passed the kernel's same-ids check and read its
+    ``/proc/1/mem`` (bubblewrap's options: the host paths ``options_fd`` keeps from its command
+    line), ``environ``, ``maps`` and open descriptors, and could write its memory: code run there
+    holds the trainer's rlimits (no ``memory_mb``) with real uid 0. A gid of its own fails that
+    check; with no capability to set its gid back, the sample keeps it."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:  # without util-linux's setpriv: as before (the report says so)
         return []
     ruid = [] if real_uid is None else [f"--ruid={real_uid}"]
-    return [setpriv, *ruid, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    gid = [] if group is None else [f"--regid={group}", "--clear-groups"]
+    return [setpriv, *ruid, *gid, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
 
 
 def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
@@ -625,7 +639,7 @@ def resolve_user(user: Any) -> tuple[tuple[int, int] | None, str, bool]:
 def choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
     """The strongest level that works here for these options (see the module docstring)."""
     launch = _choose(isolation, user, python, disk_mb)
-    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)), oom=oom_first())
+    return attrs.evolve(launch, site_dirs=tuple(site_dirs(python)), oom=oom_first(), io=io_last())
 
 
 #: The OOM killer's score adjustment of every sample process: the highest, "kill this first".
@@ -639,6 +653,24 @@ def oom_first() -> tuple[str, ...]:
     if choom is None:
         return ()
     prefix = (choom, "-n", str(OOM_SCORE_ADJ), "--")
+    return prefix if probe([*prefix, "true"]) is None else ()
+
+
+#: The sample's I/O scheduling class and level: best-effort (2), its lowest level (7).
+IO_CLASS, IO_LEVEL = 2, 7
+
+
+def io_last() -> tuple[str, ...]:
+    """The command prefix that starts a sample at the lowest best-effort I/O priority (util-linux
+    ``ionice``), or () where it is missing or refused. Why: the I/O class is inherited, so a trainer
+    started under ``ionice -c 1`` (real-time) or ``-c 2 -n 0`` passed it to every sample, whose
+    reads and writes then went before the trainer's own (checkpoints, the dataset). Lowering one's
+    own I/O priority needs no privilege; the seccomp filter refuses ``ioprio_set``, so the sample
+    cannot raise it back (without the filter it may take best-effort 0, as any process may)."""
+    ionice = shutil.which("ionice")
+    if ionice is None:
+        return ()
+    prefix = (ionice, "-c", str(IO_CLASS), "-n", str(IO_LEVEL), "--")
     return prefix if probe([*prefix, "true"]) is None else ()
 
 

@@ -122,7 +122,9 @@ class Sandbox:
                    "real-time and nice priority (0: no raising its own); processes ") + (
             "(not enforced: root)" if uncounted else "on") + (
             "; out of memory, samples die first (oom_score_adj 1000)" if self.launch.oom
-            else "; oom_score_adj: off (no choom), the trainer may be the OOM killer's choice")
+            else "; oom_score_adj: off (no choom), the trainer may be the OOM killer's choice") + (
+            "; I/O priority: best-effort, lowest level (ionice -c 2 -n 7)" if self.launch.io
+            else "; I/O priority: the trainer's (no ionice)")
         self.report = {**self.launch.report,
                        "audit_hook": "on" if self.audit_hook else "off (audit_hook = false)",
                        "tests": (f"in a forked copy of the trainer: killed {TESTS_KILL_GRACE_S:g} s past the sample's "
@@ -210,7 +212,7 @@ class Sandbox:
             python_args = ["-I", "-S", "-B", "-c", SERVER_SOURCE]
             argv = self.launch.argv(python_args, seccomp_r if pass_fds else None, uid)
             if self.launch.level == "bwrap":  # right after bwrap itself
-                at = len(self.launch.oom) + len(self.launch.userns) + len(self.launch.wrapper) + 1
+                at = len(self.launch.oom) + len(self.launch.io) + len(self.launch.userns) + len(self.launch.wrapper) + 1
                 argv[at:at] = ["--setenv", MARKER_ENV, env[MARKER_ENV]]
                 end = len(argv) - len(self.launch.suffix) - 1 - len(python_args)  # bubblewrap's options end
                 args_fd = isolation.options_fd(argv[at:end])

@@ -64,6 +64,8 @@ DENIED = (
     "open_by_handle_at", "name_to_handle_at", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "syslog", "acct", "swapon", "swapoff", "reboot", "quotactl",
     "iopl", "ioperm", "personality", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    # the sample starts at the lowest best-effort I/O priority (``isolation.io_last``) and keeps it
+    "ioprio_set",
     # memory that RLIMIT_AS does not count: SysV shared memory and message queues outlive shmdt /
     # msgsnd in the sample's IPC namespace (shmmax/shmall are unlimited there), and a memfd's pages
     # are written with write(2), never mapped; each would let a sample hold far more than memory_mb
@@ -154,7 +156,7 @@ def _build() -> tuple[bytes | None, str]:
     except Exception as exc:  # noqa: BLE001 - any libseccomp failure means "no filter", reported
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
-    return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, "
+    return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, ioprio_set, "
                      "...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), socket families beyond unix/inet/inet6 "
                      "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
                      "pipe buffer sizes (F_SETPIPE_SZ), setuid calls to uid 0; new processes refused (fork, vfork, clone "
