@@ -63,8 +63,9 @@ Behaviour worth knowing:
       written ("Reference: {answer}") and graded without the reference.
     * Identical (prompt, completion) pairs in one call are judged once; they and the samples found
       in the cache count as cache hits (``reward/llm_judge/cache_hit_rate``).
-    * The cache stores the judge's raw text, keyed by a hash of the endpoint (user-info and query
-      values masked) and the model, the rendered rubric
+    * The cache stores the judge's raw text, keyed by a hash of the endpoint (user-info and the
+      values of credential-named query parameters such as ``api-key``/``sig``/``token`` masked;
+      others, like Azure's ``api-version``, kept: they pick the model) and the model, the rendered rubric
       (which contains prompt, completion and any columns used; fenced with a fixed nonce), the system message and the
       sampling settings; the score is parsed again on read, so a parser fix applies to old entries.
     * Connection errors (refused, reset, closed mid-answer) count across the whole call: after
@@ -159,7 +160,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
@@ -172,7 +173,7 @@ from polyrl.json_budget import over_budget
 from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, refused_encoding, retry_after_s
 from polyrl.logs import get_logger
 from polyrl.rewards.async_hook import await_scores, sync_reward
-from polyrl.redact import Redactor, display_url, url_secrets
+from polyrl.redact import MASK, Redactor, display_url, url_secrets
 from polyrl.types import Completion, Prompt, RewardScores, RewardSpec
 
 NAME = "llm_judge"
@@ -271,6 +272,12 @@ class JudgeOptions:
         """``{base_url}/chat/completions``, keeping a query string (``?api-version=...``) at the end."""
         parts = urlsplit(self.base_url)
         return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+
+    @property
+    def keyed_endpoint(self) -> str:
+        """The endpoint as the cache key holds it (``keyed_url``): a query that picks the model
+        (Azure's ``?api-version=``) kept, credentials masked."""
+        return keyed_url(self.endpoint)
 
     @property
     def shown_endpoint(self) -> str:
@@ -473,13 +480,31 @@ def _messages(opts: JudgeOptions, user: str) -> list[dict[str, str]]:
     return out + [{"role": "user", "content": user}]
 
 
+#: a query parameter whose name says it holds a credential (``api-key``, ``sig``, ``token``,
+#: ``subscription-key``, ``code``...): masked in the cache key like user-info
+_CREDENTIAL_PARAM = re.compile(r"key|token|secret|pass|pwd|sig|auth|cred|session|cookie|code", re.IGNORECASE)
+
+
+def keyed_url(url: str) -> str:
+    """``url`` as the cache key holds it: user-info and the values of credential-named query
+    parameters masked, every other parameter (``api-version``, ``deployment``) kept as written,
+    since it may pick the model that answers."""
+    parts = urlsplit(url)
+    netloc = parts.netloc if "@" not in parts.netloc else MASK + "@" + parts.netloc.rpartition("@")[2]
+    query = urlencode([(k, MASK if _CREDENTIAL_PARAM.search(k) else v)
+                       for k, v in parse_qsl(parts.query, keep_blank_values=True)])
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
 def cache_key(opts: JudgeOptions, messages: list[dict[str, str]]) -> str:
     """The cache's key for ``messages`` sent to this judge: its endpoint, model, and sampling
     settings. The endpoint is part of it because a model name names nothing across servers (two
     servers' "judge", or a local "gpt-4o-mini" proxy and OpenAI's, read each other's scores
-    otherwise); it is the endpoint as shown (user-info and query values masked), so no credential
-    is hashed into a file that outlives the run."""
-    payload = json.dumps([opts.shown_endpoint, opts.model, messages, opts.temperature, opts.max_tokens],
+    otherwise); it is ``keyed_url``'s endpoint (user-info and credential-named query values
+    masked), so no credential is hashed into a file that outlives the run, while a query that
+    picks the model is kept: two Azure deployments differing by ``?api-version=`` read each
+    other's cached grades when every query value was masked."""
+    payload = json.dumps([opts.keyed_endpoint, opts.model, messages, opts.temperature, opts.max_tokens],
                          sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
