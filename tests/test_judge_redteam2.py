@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from polyrl.errors import RewardError
 from polyrl.rewards.judge import judge
 
 from judge_stub import ScriptedJudge
@@ -126,3 +127,36 @@ def test_verdicts_real_judges_write_are_read(reply, expected):
     from polyrl.rewards.judge import parse_score
 
     assert parse_score(reply) == (pytest.approx(expected) if expected is not None else None)
+
+
+#: a request past the judge's context, as servers refuse it: polyrl serve and OpenAI (error.code),
+#: vLLM (the message only, its older body the error itself), llama.cpp (error.type), TGI (422), a
+#: proxy's body limit (413)
+OVER_CONTEXT = [
+    (400, {"error": {"message": "the prompt has 9000 tokens; this model's context is 8192 tokens",
+                     "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+    (400, {"object": "error", "message": "This model's maximum context length is 8192 tokens. However, you "
+           "requested 9000 tokens (8936 in the messages, 64 in the completion).", "type": "BadRequestError",
+           "param": None, "code": 400}),
+    (400, {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
+                     "type": "exceed_context_size_error"}}),
+    (422, {"error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 8192. Given: 9000 "
+                    "`inputs` tokens and 64 `max_new_tokens`", "error_type": "validation"}),
+    (413, {"error": {"message": "request body too large"}}),
+]
+
+
+def test_a_completion_past_the_judges_context_scores_the_minimum_not_a_stopped_run(stub, capsys):
+    # 32000 emoji are within max_completion_chars and about 64000 tokens: a policy can write them
+    # (the scripted server refuses as each server does)
+    stub.reply(*OVER_CONTEXT, "Score: 6/10")
+    texts = [f"{i} " + "\U0001f600" * 100 for i in range(len(OVER_CONTEXT))] + ["fine"]
+    result = scores(stub.base_url, texts)  # on_error = "fail"
+    assert list(result) == [0.0] * len(OVER_CONTEXT) + [pytest.approx(0.6)]
+    assert result.metrics["over_context"] == len(OVER_CONTEXT)
+    assert "cannot take this sample's request" in capsys.readouterr().err
+    stub.reply(OVER_CONTEXT[0], "Score: 6/10")
+    assert list(scores(stub.base_url, ["long", "fine"], on_parse_error="skip")) == [None, pytest.approx(0.6)]
+    stub.reply(OVER_CONTEXT[0], "Score: 6/10")
+    with pytest.raises(RewardError, match=r"cannot take this sample's request.*Fix: lower options.max_completion_chars"):
+        scores(stub.base_url, ["long", "fine"], on_parse_error="fail")

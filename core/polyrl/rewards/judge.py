@@ -38,7 +38,10 @@ Options (``[[rewards]] name = "llm_judge"``, ``options = {...}``); unknown optio
                      samples the server's content filter refused (HTTP 400 ``content_filter`` /
                      ``ResponsibleAIPolicyViolation``) or cut (``finish_reason`` "content_filter"),
                      which are about one sample's text, not the endpoint (counted in
-                     ``content_filtered``, logged; never cached):
+                     ``content_filtered``, logged; never cached), and for samples whose request
+                     the server refuses for its size (HTTP 413, or a 400/422 past the model's
+                     context: ``max_completion_chars`` counts characters, and emoji or CJK take
+                     several tokens each; counted in ``over_context``):
                      ``"min"`` (default) scores them the scale's minimum, since what the judge writes
                      is partly the policy's doing through what it quotes, and a sample that makes the
                      judge unreadable must not escape a low score; when no answer of the call is
@@ -87,7 +90,7 @@ Behaviour worth knowing:
       (server-sent events) body, each with its own fix.
     * Metrics: ``cache_hit_rate``, ``failures`` (samples without a score, any reason),
       ``parse_failures`` (content-filtered samples included), ``requests`` (HTTP attempts),
-      ``retries``, ``cut_completions``, ``content_filtered``, ``forged_scores``.
+      ``retries``, ``cut_completions``, ``content_filtered``, ``over_context``, ``forged_scores``.
 
 Fences: what the policy or the dataset wrote is quoted between ``<data-N>`` and ``</data-N>``,
     N a random nonce drawn per request (64 bits) that no completion can know, and ``{fence_rule}``
@@ -679,6 +682,42 @@ def _content_filtered(status: int, raw: bytes) -> bool:
     return any(isinstance(c, str) and c in CONTENT_FILTER_CODES for c in codes)
 
 
+#: how the reason for a sample whose request the judge's context (or body limit) cannot hold starts
+OVER_CONTEXT = "the judge server cannot take this sample's request"
+#: the ``error.code``/``error.type`` of a request past the model's context: OpenAI's and ``polyrl
+#: serve``'s ``context_length_exceeded``, llama.cpp's ``exceed_context_size_error``
+CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+#: the same said in words (vLLM: "This model's maximum context length is 4096 tokens", TGI's 422
+#: "`inputs` tokens + `max_new_tokens` must be <= 4096", "prompt is too long")
+_CONTEXT_WORDS = re.compile(r"context (?:length|size|window)|max_new_tokens` must be <=|(?:prompt|input) is too long",
+                            re.IGNORECASE)
+
+
+def _over_context(status: int, raw: bytes) -> bool:
+    """Whether an error reply refuses this request for its size: HTTP 413, or a 400/422 saying
+    the prompt is past the model's context. Why apart from other errors: ``max_completion_chars``
+    bounds characters, not tokens, so a completion of emoji, CJK or rare symbols (several tokens
+    a character) fills a context English text of that length fits, and the policy decides which
+    it writes. Under ``on_error = "fail"`` it stopped the run, under ``"skip"`` it escaped its
+    grade; it follows ``on_parse_error`` like a content filter's refusal, the minimum by default."""
+    if status == 413:
+        return True
+    if status not in (400, 422):
+        return False
+    data = _json_body(raw)
+    if not isinstance(data, dict):
+        return False
+    error = data.get("error", data)  # vLLM's older bodies are the error itself, TGI's "error" a string
+    if isinstance(error, str):
+        error = {"message": error}
+    if not isinstance(error, dict):
+        return False
+    if any(isinstance(error.get(k), str) and error[k] in CONTEXT_CODES for k in ("code", "type")):
+        return True
+    message = error.get("message")
+    return isinstance(message, str) and _CONTEXT_WORDS.search(message) is not None
+
+
 class _Compressed(Exception):
     """A reply compressed though none was asked for: refused unread (see ``refused_encoding``)."""
 
@@ -731,6 +770,8 @@ async def _request_one(client: Any, opts: JudgeOptions, messages: list[dict[str,
             last = f"HTTP {status}: {_server_message(raw, state.redact)}"
             if _content_filtered(status, raw):  # this sample's text, not the endpoint: on_parse_error
                 return _Outcome(unread=f"{FILTERED} the request ({last})")
+            if _over_context(status, raw):  # this sample's length in tokens, not the endpoint: on_parse_error
+                return _Outcome(unread=f"{OVER_CONTEXT} ({last})")
             if status in RETRY_STATUS:
                 continue
             return _Outcome(error=last)
@@ -856,6 +897,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
     fixes: dict[str, str] = {}
     parse_failures: list[tuple[str, str]] = []  # (answer, why it has no score)
     filtered = 0  # of them, refused or cut by the server's content filter
+    over_context = 0  # of them, refused for their size (past the judge's context)
     forged: list[tuple[str, str]] = []  # (answer, why): replies whose only score the completion wrote
     unreadable: list[int] = []  # their positions
     for key in keys:
@@ -877,6 +919,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
             why = outcomes[key].unread or ""
             parse_failures.append((outcomes[key].text or "", why))
             filtered += why.startswith(FILTERED)
+            over_context += why.startswith(OVER_CONTEXT)
             unreadable.append(len(scores))
             scores.append(None)
         else:
@@ -905,6 +948,11 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
             example, why = next((a, w) for a, w in parse_failures if w.startswith(FILTERED))
             fix = ("set options.on_parse_error = \"min\" to score what the content filter refuses the minimum "
                    "(or \"skip\" to leave it unscored), or use a judge endpoint without that filter")
+        elif over_context:
+            example, why = next((a, w) for a, w in parse_failures if w.startswith(OVER_CONTEXT))
+            fix = ("lower options.max_completion_chars (emoji or CJK text takes several tokens a character), "
+                   "serve the judge with a longer context, or set options.on_parse_error = \"min\" to score "
+                   "such samples the minimum")
         raise RewardError(redact(
             f"{NAME}: the judge {opts.model!r} at {opts.shown_endpoint} answered {len(parse_failures)} of {n} "
             f"samples without a readable score (e.g. {redact(example)[:120]!r}: {why}). Fix: {fix}"
@@ -943,6 +991,7 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
         "retries": float(state.retries),
         "cut_completions": float(cut),
         "content_filtered": float(filtered),
+        "over_context": float(over_context),
         "forged_scores": float(len(forged)),
     }
     return RewardScores(scores, metrics=metrics)
