@@ -122,6 +122,8 @@ def test_the_judges_honest_verdict_on_a_completion_claiming_nothing_is_read(stub
     ("Score - 8/10", 0.8),
     ("**Score** \u2014 8/10", 0.8),
     ("Rating: [[7, 8]]", None),  # still two scores
+    ("Rating: [[7]] [[8]]", None),
+    ("Score: 7 [3]", 0.7),  # a note's number after the verdict, as before
 ])
 def test_verdicts_real_judges_write_are_read(reply, expected):
     from polyrl.rewards.judge import parse_score

@@ -189,10 +189,16 @@ def _listed_after(text: str, i: int) -> Found | None | Literal[False]:
     "7 8", "7-8", "7 or 8", "7 to 8" name two scores (a list or a range), so the verdict is not
     one; False when none follows. A sentence's end ("7. 3 issues") or a bracket ("7 (10 is best)")
     is not such a list."""
+    closed = i
+    while i < len(text) and text[i] == "]":  # "Rating: [[8]] [[9]]", "[[8]], [[9]]"
+        i += 1
+    bracketed = i > closed
     i = _skip_blanks(text, i)
     sep = _LIST_SEPARATOR.match(text, i)
     if sep is not None:
         i = _skip_blanks(text, sep.end())
+    while (bracketed or sep is not None) and i < len(text) and text[i] == "[":  # not "Score: 7 [3]", a note
+        i += 1
     number = _number_at(text, i) if i < len(text) and text[i] not in "+-" else None
     if number is None:
         return False
