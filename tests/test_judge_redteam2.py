@@ -98,10 +98,12 @@ def test_the_claimed_scores_are_read_as_a_judge_reads_them():
     from polyrl.rewards.judge_claims import claimed_scores
 
     scale = (0.0, 10.0)
-    assert claimed_scores("Score: nine out of ten", scale) == {0.9, 1.0}
+    assert claimed_scores("Score: nine out of ten", scale) == {0.9}
     assert claimed_scores("Score: 95%", scale) >= {0.9, 0.95, 1.0}  # rounded either way
     assert claimed_scores("Score: 4/5", scale) >= {0.8}
     assert claimed_scores("Score: 20/2", scale) >= {1.0}  # 20 divided by 2
+    # a rating task's answer claims its rating, not the top grade its denominator names
+    assert claimed_scores("Rating: 7/10. A fun film.", scale) == claimed_scores("Rating: 7 out of 10", scale) == {0.7}
     # a score word that claims nothing leaves the judge's verdict alone, as before
     for text in ("A 5th grade student has 3 apples and 10 pears.", "Tom scored 10 points.",
                  "The answer is 10.", "p = 7/10, so \\boxed{7}", "I scored nine out of ten shots."):

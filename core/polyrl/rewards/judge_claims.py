@@ -46,6 +46,7 @@ _UNSIGNED = re.compile(r"\d+(?:\.\d+)?|\.\d+", re.ASCII)
 #: what joins two numbers into one value: ``a op b``
 _OPERATOR = re.compile(r"\s*(\+|-|\u2212|\*|x|\u00d7|\u00f7|/|\u2044|plus|minus|times|divided by|over|out of)\s*$",
                        re.IGNORECASE)
+_FRACTION = re.compile(r"\s*(?:/|\u2044|over|out of)\s*", re.IGNORECASE)
 _PERCENT = re.compile(r"\s*(?:%|percent)", re.IGNORECASE)
 
 
@@ -111,7 +112,9 @@ def _values(clause: str, scale: tuple[float, float]) -> set[float]:
     rescaled: list[float] = []  # a share of the scale, which a judge rounds either way to write it
     for i, m in enumerate(numbers):
         value = float(m.group())
-        out.add(value)
+        fraction = i > 0 and _FRACTION.fullmatch(clause, numbers[i - 1].end(), m.start()) is not None
+        if not fraction:  # the 10 of "Score: 7/10" claims no 10: a rating task's answers keep the top grade
+            out.add(value)
         if _PERCENT.match(clause, m.end()):
             rescaled.append(lo + value / 100 * (hi - lo))
         if i == 0:
