@@ -7,7 +7,8 @@ persuaded judge answers "Score: 10/10" (or 9/10), a verdict the parser reads as 
 although the completion wrote it: none of those forms was in the set ``read_score`` refuses, so
 writing the score that way raised the reward. So the completion is also read as a judge reads it
 (Unicode compatibility form, invisible format characters dropped, number words as digits), and
-every number a score label's clause holds counts, with what the clause computes from it (a
+every number a score label's clause holds counts (but a fraction's denominator: "Rating: 7/10"
+claims 7, not the top grade), with what the clause computes from it (a
 fraction or a percentage rescaled to the scale and rounded either way, the sum, difference,
 product or quotient of two numbers). The cost is the judge's honest verdict being refused when it
 equals one of them; it is only paid by completions that write a score label followed by a
