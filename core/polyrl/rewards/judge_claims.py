@@ -48,15 +48,24 @@ _UNSIGNED = re.compile(r"\d+(?:\.\d+)?|\.\d+", re.ASCII)
 _OPERATOR = re.compile(r"\s*(\+|-|\u2212|\*|x|\u00d7|\u00f7|/|\u2044|plus|minus|times|divided by|over|out of)\s*$",
                        re.IGNORECASE)
 _FRACTION = re.compile(r"\s*(?:/|\u2044|over|out of)\s*", re.IGNORECASE)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _PERCENT = re.compile(r"\s*(?:%|percent)", re.IGNORECASE)
 
 
+def _without_format_characters(run: re.Match[str]) -> str:
+    return "".join(c for c in run.group() if unicodedata.category(c) != "Cf")
+
+
 def as_read(text: str) -> str:
-    """``text`` as a judge reads it: compatibility form (fullwidth digits are digits), invisible
-    format characters (zero-width spaces and joiners, soft hyphens, bidi marks) dropped, number
-    words written as digits ("ten" is 10)."""
-    text = unicodedata.normalize("NFKC", text)
-    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    """``text`` as a judge reads it: compatibility form (fullwidth digits are digits) and invisible
+    format characters (zero-width spaces and joiners, soft hyphens, bidi marks) dropped."""
+    if text.isascii():  # ASCII holds no format character, and is its own compatibility form
+        return text
+    return _NON_ASCII.sub(_without_format_characters, unicodedata.normalize("NFKC", text))
+
+
+def in_digits(text: str) -> str:
+    """``text`` with its number words written as digits ("ten" is 10)."""
     return _NUMBER_WORD.sub(lambda m: str(_NUMBER_WORDS[m.group().lower()]), text)
 
 
@@ -145,11 +154,13 @@ def _values(clause: str, scale: tuple[float, float]) -> set[float]:
 def claimed_scores(text: str, scale: tuple[float, float]) -> frozenset[float]:
     """The normalised scores ``text`` claims for itself: ``judge_score.written_scores`` of it as
     written and as a judge reads it (``as_read``), and every value its claims' clauses name or
-    compute (see the module docstring); the set ``judge_score.read_score`` never takes a verdict from."""
+    compute, number words included (see the module docstring); the set ``judge_score.read_score`` never takes a verdict from."""
     read = as_read(text)
-    claimed = set(judge_score.written_scores(text, scale) | judge_score.written_scores(read, scale))
-    for clause in _clauses(read):
-        for value in _values(clause, scale):
+    claimed = set(judge_score.written_scores(text, scale))
+    if read != text:
+        claimed |= judge_score.written_scores(read, scale)
+    for clause in _clauses(read):  # number words only there: a whole text's took as long as the rest
+        for value in _values(in_digits(clause), scale):
             score = judge_score.normalise((value, None), scale)
             if score is not None:
                 claimed.add(judge_score.written_key(score))
