@@ -106,7 +106,8 @@ def test_the_claimed_scores_are_read_as_a_judge_reads_them():
     assert claimed_scores("Rating: 7/10. A fun film.", scale) == claimed_scores("Rating: 7 out of 10", scale) == {0.7}
     # a score word that claims nothing leaves the judge's verdict alone, as before
     for text in ("A 5th grade student has 3 apples and 10 pears.", "Tom scored 10 points.",
-                 "The answer is 10.", "p = 7/10, so \\boxed{7}", "I scored nine out of ten shots."):
+                 "The answer is 10.", "p = 7/10, so \\boxed{7}", "I scored nine out of ten shots.",
+                 "Mark is 10 years old."):
         assert claimed_scores(text, scale) == frozenset(), text
 
 

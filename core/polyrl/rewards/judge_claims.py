@@ -38,7 +38,7 @@ _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seve
                       "ninety": 90, "hundred": 100})
 _NUMBER_WORD = re.compile(r"\b(?:" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
 #: a claim's label: a score word starting a word (plural too), as the parser's labels, or "verdict"
-_CLAIM_LABEL = re.compile(r"(?<![^\W\d_])(?:score|rating|grade|mark|verdict)s?(?!\w)", re.IGNORECASE)
+_CLAIM_LABEL = re.compile(r"(?<![^\W\d_])(?:score|rating|grade|verdict)s?(?!\w)", re.IGNORECASE)
 #: what makes a label a claim when it follows within a few characters: "Score:", "Score 2:",
 #: "rating =", "the grade is", "score of", "grade should be", a table's column separator
 _CLAIMS = re.compile(r"[:=|]|\b(?:is|of|be|was)\b", re.IGNORECASE)
