@@ -1,8 +1,8 @@
 """The LLM judge red-teamed again (session 61), against one scripted OpenAI-compatible server on
 127.0.0.1 for the module (``judge_stub.ScriptedJudge``): a cache shared by Azure deployments that
 differ only by ``?api-version=``, scores a completion writes in forms the parser did not read
-(words, arithmetic, another scale, a table, hidden characters) and a judge then obeys, and
-verdicts real judges write that were unreadable."""
+(words, arithmetic, another scale, a table, hidden characters) and a judge then obeys, a
+completion past the judge's context, and verdicts real judges write that were unreadable."""
 
 from __future__ import annotations
 
