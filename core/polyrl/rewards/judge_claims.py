@@ -48,6 +48,11 @@ _UNSIGNED = re.compile(r"\d+(?:\.\d+)?|\.\d+", re.ASCII)
 _OPERATOR = re.compile(r"\s*(\+|-|\u2212|\*|x|\u00d7|\u00f7|/|\u2044|plus|minus|times|divided by|over|out of)\s*$",
                        re.IGNORECASE)
 _FRACTION = re.compile(r"\s*(?:/|\u2044|over|out of)\s*", re.IGNORECASE)
+#: Cyrillic and Greek capitals and small letters drawn like Latin ones
+_LOOK_ALIKES = str.maketrans("\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0405\u0406"
+                             "\u0430\u0435\u043e\u0440\u0441\u0445\u0443\u0455\u0456\u0458"
+                             "\u0391\u0392\u0395\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a7\u03bf\u03c1",
+                             "ABEKMHOPCTXSI" "aeopcxysij" "ABEKMNOPTXop")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _PERCENT = re.compile(r"\s*(?:%|percent)", re.IGNORECASE)
 
@@ -57,11 +62,13 @@ def _without_format_characters(run: re.Match[str]) -> str:
 
 
 def as_read(text: str) -> str:
-    """``text`` as a judge reads it: compatibility form (fullwidth digits are digits) and invisible
-    format characters (zero-width spaces and joiners, soft hyphens, bidi marks) dropped."""
+    """``text`` as a judge reads it: compatibility form (fullwidth digits are digits), invisible
+    format characters (zero-width spaces and joiners, soft hyphens, bidi marks) dropped, and
+    Cyrillic and Greek letters that look Latin written Latin ("Ѕсоrе" is "Score")."""
     if text.isascii():  # ASCII holds no format character, and is its own compatibility form
         return text
-    return _NON_ASCII.sub(_without_format_characters, unicodedata.normalize("NFKC", text))
+    text = _NON_ASCII.sub(_without_format_characters, unicodedata.normalize("NFKC", text))
+    return text.translate(_LOOK_ALIKES)
 
 
 def in_digits(text: str) -> str:
