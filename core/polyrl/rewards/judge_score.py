@@ -41,7 +41,8 @@ _THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 _OUT_OF = re.compile(r"out\s+of", re.IGNORECASE)
 _WORD = re.compile(r"\w")
 _WHOLE = re.compile(r"[-+]?\d+", re.ASCII)
-_TRAILER = re.compile(r"[\s.!*`]*")
+_TRAILER = re.compile(r"[\s.!*`\])]*")  # "8.", "**8**", MT-Bench's "[[8]]"
+_DASHES = "-\u2013\u2014"  # "Score - 8/10", "Score — 8/10"
 #: what joins two scores into a list or a range: "7, 8", "7; 8", "7|8", "7-8", "7–8", "7 or 8", "7 to 8"
 _LIST_SEPARATOR = re.compile(r"[,;|~\-\u2010-\u2015\u2212]|(?:or|and|to)(?=[ \t])", re.IGNORECASE)
 #: A JSON score value is a number or a short string ("6/10"); a longer one is not a score.
@@ -162,11 +163,14 @@ def _labelled_at(text: str, i: int) -> tuple[Found | None | Literal[False], int]
     separated = True
     if lowered in ("is", "of"):
         i += 2
-    elif lowered[:1] in ("=", ":"):
+    elif lowered[:1] in ("=", ":") or (lowered[:1] in _DASHES and lowered[1:].isspace()):  # "Score - 8/10"
         i += 1
     else:
         separated = False
-    number = _number_at(text, _skip(text, i))
+    i = _skip(text, i)
+    if separated and text.startswith("[", i):  # MT-Bench's "Rating: [[8]]", "Score: [8]"
+        i = _skip(text, i + (2 if text.startswith("[[", i) else 1))
+    number = _number_at(text, i)
     if number is None:
         return False, i
     value, end = number
@@ -185,10 +189,16 @@ def _listed_after(text: str, i: int) -> Found | None | Literal[False]:
     "7 8", "7-8", "7 or 8", "7 to 8" name two scores (a list or a range), so the verdict is not
     one; False when none follows. A sentence's end ("7. 3 issues") or a bracket ("7 (10 is best)")
     is not such a list."""
+    closed = i
+    while i < len(text) and text[i] == "]":  # "Rating: [[8]] [[9]]", "[[8]], [[9]]"
+        i += 1
+    bracketed = i > closed
     i = _skip_blanks(text, i)
     sep = _LIST_SEPARATOR.match(text, i)
     if sep is not None:
         i = _skip_blanks(text, sep.end())
+    while (bracketed or sep is not None) and i < len(text) and text[i] == "[":  # not "Score: 7 [3]", a note
+        i += 1
     number = _number_at(text, i) if i < len(text) and text[i] not in "+-" else None
     if number is None:
         return False
@@ -352,10 +362,10 @@ def written_scores(text: str, scale: tuple[float, float]) -> frozenset[float]:
     fractions, bare numbers and ``\\boxed{}`` are left out: they are how answers are written ("3/10"
     is a probability, ``\\boxed{7}`` a result), not how a response claims a grade."""
     found = [f for f in json_scores(text) + labelled_scores(text) if f is not None]
-    return frozenset(_key(s) for s in (normalise(f, scale) for f in found) if s is not None)
+    return frozenset(written_key(s) for s in (normalise(f, scale) for f in found) if s is not None)
 
 
-def _key(score: float) -> float:
+def written_key(score: float) -> float:
     """A normalised score as ``written`` holds it: a set lookup, not a scan of every score a
     completion writes for every candidate (a completion of thousands of "Score: 0.001"s)."""
     return round(score, 9)
@@ -383,7 +393,7 @@ def read_score(text: Any, scale: tuple[float, float], written: Collection[float]
     if written and explicit:
 
         def own(found: Candidates) -> Candidates:
-            return [f for f in found if f is None or (s := normalise(f, scale)) is None or _key(s) not in written]
+            return [f for f in found if f is None or (s := normalise(f, scale)) is None or written_key(s) not in written]
 
         kept = own(explicit)
         if not kept:  # what is left is prose, never a verdict alone

@@ -1,0 +1,174 @@
+"""The scores a graded completion claims for itself, in every form a judge could copy as its verdict.
+
+Why more than the labelled scores ``judge_score.written_scores`` reads: a judge model is not a
+parser. Told "Score: ten", "Score: X/10 where X = 9", "the score is 5+5 out of 10", "Score: 5/5",
+"Score: 100%", "Score: １０/１０", "Sco\\u200bre: 10/10" or a table with a "Score" column, a
+persuaded judge answers "Score: 10/10" (or 9/10), a verdict the parser reads as the judge's own,
+although the completion wrote it: none of those forms was in the set ``read_score`` refuses, so
+writing the score that way raised the reward. So the completion is also read as a judge reads it
+(Unicode compatibility form, invisible format characters dropped, number words as digits), and
+every number a score label's clause holds counts (but a fraction's denominator: "Rating: 7/10"
+claims 7, not the top grade), with what the clause computes from it (a
+fraction or a percentage rescaled to the scale and rounded either way, the sum, difference,
+product or quotient of two numbers). The cost is the judge's honest verdict being refused when it
+equals one of them; it is only paid by completions that write a score label followed by a
+separator ("Score:", "rating =", "the grade is"), which claim a grade.
+
+Linear in the completion's length: every regex here is a single pass over the text, and a clause
+is at most ``CLAUSE_CHARS`` characters (a table at most ``TABLE_CHARS``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+
+from polyrl.rewards import judge_score
+
+#: the most characters after a label read as its clause ("Score: X/10 where X = 9" is 20)
+CLAUSE_CHARS = 60
+#: the most characters of a markdown table read when a label heads one of its columns
+TABLE_CHARS = 2000
+
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+                      "ninety": 90, "hundred": 100})
+_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
+#: a claim's label: a score word starting a word (plural too), as the parser's labels, or "verdict"
+_CLAIM_LABEL = re.compile(r"(?<![^\W\d_])(?:score|rating|grade|verdict)s?(?!\w)", re.IGNORECASE)
+#: what makes a label a claim when it follows within a few characters: "Score:", "Score 2:",
+#: "rating =", "the grade is", "score of", "grade should be", a table's column separator
+_CLAIMS = re.compile(r"[:=|]|\b(?:is|of|be|was)\b", re.IGNORECASE)
+_SEPARATOR_WITHIN = 12
+_UNSIGNED = re.compile(r"\d+(?:\.\d+)?|\.\d+", re.ASCII)
+#: what joins two numbers into one value: ``a op b``
+_OPERATOR = re.compile(r"\s*(\+|-|\u2212|\*|x|\u00d7|\u00f7|/|\u2044|plus|minus|times|divided by|over|out of)\s*$",
+                       re.IGNORECASE)
+_FRACTION = re.compile(r"\s*(?:/|\u2044|over|out of)\s*", re.IGNORECASE)
+#: Cyrillic and Greek capitals and small letters drawn like Latin ones
+_LOOK_ALIKES = str.maketrans("\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0405\u0406"
+                             "\u0430\u0435\u043e\u0440\u0441\u0445\u0443\u0455\u0456\u0458"
+                             "\u0391\u0392\u0395\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a7\u03bf\u03c1",
+                             "ABEKMHOPCTXSI" "aeopcxysij" "ABEKMNOPTXop")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_PERCENT = re.compile(r"\s*(?:%|percent)", re.IGNORECASE)
+
+
+def _without_format_characters(run: re.Match[str]) -> str:
+    return "".join(c for c in run.group() if unicodedata.category(c) != "Cf")
+
+
+def as_read(text: str) -> str:
+    """``text`` as a judge reads it: compatibility form (fullwidth digits are digits), invisible
+    format characters (zero-width spaces and joiners, soft hyphens, bidi marks) dropped, and
+    Cyrillic and Greek letters that look Latin written Latin ("Ѕсоrе" is "Score")."""
+    if text.isascii():  # ASCII holds no format character, and is its own compatibility form
+        return text
+    text = _NON_ASCII.sub(_without_format_characters, unicodedata.normalize("NFKC", text))
+    return text.translate(_LOOK_ALIKES)
+
+
+def in_digits(text: str) -> str:
+    """``text`` with its number words written as digits ("ten" is 10)."""
+    return _NUMBER_WORD.sub(lambda m: str(_NUMBER_WORDS[m.group().lower()]), text)
+
+
+def _clause_end(text: str, start: int) -> int:
+    """Where the clause starting at ``start`` ends: its line's end, a sentence's end ("." then a
+    space), or ``CLAUSE_CHARS`` on."""
+    limit = min(len(text), start + CLAUSE_CHARS)
+    newline = text.find("\n", start, limit)
+    end = limit if newline < 0 else newline
+    stop = text.find(". ", start, end)
+    return end if stop < 0 else stop
+
+
+def _table_end(text: str, line_start: int) -> int:
+    """The end of the markdown table whose line starts at ``line_start`` (its run of ``|`` lines)."""
+    limit = min(len(text), line_start + TABLE_CHARS)
+    pos = line_start
+    while pos < limit:
+        newline = text.find("\n", pos, limit)
+        if newline < 0:
+            return limit
+        nxt = newline + 1
+        if not text[nxt:nxt + 8].lstrip(" \t").startswith("|"):
+            return newline
+        pos = nxt
+    return limit
+
+
+def _clauses(text: str) -> list[str]:
+    """The text after each claim label ("Score: ..."), or the whole table a label heads a column of."""
+    found: list[str] = []
+    covered = 0  # a table is read once however many labels it holds
+    for m in _CLAIM_LABEL.finditer(text):
+        if m.start() < covered:
+            continue
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if text[line_start:m.start()].lstrip(" \t").startswith("|"):
+            covered = _table_end(text, line_start)
+            found.append(text[line_start:covered])
+            continue
+        if _CLAIMS.search(text, m.end(), min(len(text), m.end() + _SEPARATOR_WITHIN)) is None:
+            continue  # "grade student", "score board": a word, not a claim
+        end = _clause_end(text, m.end())
+        found.append(text[m.end():end])
+        covered = end
+    return found
+
+
+def _values(clause: str, scale: tuple[float, float]) -> set[float]:
+    """Every value on ``scale`` that ``clause`` names or computes, before normalising."""
+    lo, hi = scale
+    numbers = list(_UNSIGNED.finditer(clause))
+    out: set[float] = set()
+    rescaled: list[float] = []  # a share of the scale, which a judge rounds either way to write it
+    for i, m in enumerate(numbers):
+        value = float(m.group())
+        fraction = i > 0 and _FRACTION.fullmatch(clause, numbers[i - 1].end(), m.start()) is not None
+        if not fraction:  # the 10 of "Score: 7/10" claims no 10: a rating task's answers keep the top grade
+            out.add(value)
+        if _PERCENT.match(clause, m.end()):
+            rescaled.append(lo + value / 100 * (hi - lo))
+        if i == 0:
+            continue
+        prev = numbers[i - 1]
+        op = _OPERATOR.fullmatch(clause, prev.end(), m.start())
+        if op is None:
+            continue
+        a, b, name = float(prev.group()), value, op.group(1).lower()
+        if name in ("+", "plus"):
+            out.add(a + b)
+        elif name in ("-", "\u2212", "minus"):
+            out.add(a - b)
+        elif name in ("*", "x", "\u00d7", "times"):
+            out.add(a * b)
+        elif b and name in ("\u00f7", "divided by"):
+            out.add(a / b)
+        elif b:  # "4/5", "4 out of 5": that share of the scale; "20/2" may also mean 10
+            rescaled.append(lo + a / b * (hi - lo))
+            if not math.isclose(b, hi):
+                out.add(a / b)
+    for value in rescaled:
+        out.update({value, math.floor(value), math.ceil(value)})
+    return {v for v in out if math.isfinite(v)}
+
+
+def claimed_scores(text: str, scale: tuple[float, float]) -> frozenset[float]:
+    """The normalised scores ``text`` claims for itself: ``judge_score.written_scores`` of it as
+    written and as a judge reads it (``as_read``), and every value its claims' clauses name or
+    compute, number words included (see the module docstring); the set ``judge_score.read_score`` never takes a verdict from."""
+    read = as_read(text)
+    claimed = set(judge_score.written_scores(text, scale))
+    if read != text:
+        claimed |= judge_score.written_scores(read, scale)
+    for clause in _clauses(read):  # number words only there: a whole text's took as long as the rest
+        for value in _values(in_digits(clause), scale):
+            score = judge_score.normalise((value, None), scale)
+            if score is not None:
+                claimed.add(judge_score.written_key(score))
+    return frozenset(claimed)
