@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_sandbox_verdict import MODES, score
+from test_sandbox_verdict import MODES, SLOW_MODES, score
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox.harness import bound_names, global_names, unbound_modules
@@ -84,7 +84,7 @@ def _rows(cases: dict[str, tuple[str, str, str]]) -> list[dict[str, str]]:
     return [{"prompt": "p", "tests": tests, "entry_point": "perm_strings"} for tests, _, _ in cases.values()]
 
 
-@pytest.mark.parametrize("isolation,audit_hook", MODES)
+@pytest.mark.parametrize("isolation,audit_hook", SLOW_MODES)
 @pytest.mark.slow
 def test_a_standard_helper_the_tests_use_unimported_is_the_trainers(isolation, audit_hook):
     """A helper the tests use unimported (``permutations``, ``reduce``, ``accumulate``,

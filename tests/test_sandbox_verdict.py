@@ -75,7 +75,13 @@ KILLERS = {
     "kill_everything": "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n" + WRONG,
 }
 
-MODES = [("auto", False), ("off", False)]
+#: The isolation levels the verdict tests score under. Only "auto": the verdict is the trainer's
+#: harness reading the sample's typed values, whatever started the sample, so each table run again
+#: at the "off" level (no namespaces, the sample's own user) took the suite's time on the same
+#: code (~100 worker-seconds). ``test_the_tables_score_alike_at_the_off_level`` keeps a row of each
+#: table at "off"; the slow forgery sweeps keep both levels in full (``SLOW_MODES``).
+MODES = [("auto", False)]
+SLOW_MODES = [("auto", False), ("off", False)]
 
 
 def user_for(isolation: str) -> str:
@@ -93,7 +99,7 @@ def score(texts, rows=None, isolation="auto", audit_hook=False):
     return computer([r["prompt"] for r in rows], comps, RewardContext(rows=rows, wanted=("code_tests",)))
 
 
-@pytest.mark.parametrize("isolation,audit_hook", MODES)
+@pytest.mark.parametrize("isolation,audit_hook", SLOW_MODES)
 @pytest.mark.slow
 def test_forgeries_score_zero(isolation, audit_hook):
     names = sorted(FORGERIES)
@@ -430,3 +436,31 @@ def test_asserts_count_under_python_dash_o():
     done = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "1 [0.0, 1.0]"
+
+
+def test_the_tables_score_alike_at_the_off_level():
+    """One row of each table the verdict tests score at "auto" (``MODES``), scored at the "off"
+    level in one batch: each forged or wrong solution 0, each right one 1.0, as there."""
+    import test_sandbox_forging as forging
+    import test_sandbox_helpers as helpers
+    import test_sandbox_sample_objects as objects
+
+    cases = {  # name: (tests, solution, its score)
+        "liar_value": (forging.OBJECTS["solution_value"][0], forging.OBJECTS["solution_value"][1], 0.0),
+        "right_value": (forging.OBJECTS["solution_value"][0], forging.OBJECTS["solution_value"][2], 1.0),
+        "hand_called_eq": (forging.HAND_CALLED["str_eq"][0], "def pair(c):\n    return None\n", 0.0),
+        "right_eq": (*forging.HAND_CALLED["str_eq"], 1.0),
+        "own_exception": (*forging.RAISES["assert_raises"][:2], 1.0),
+        "other_exception": (forging.RAISES["assert_raises"][0], forging.RAISES["assert_raises"][2], 0.0),
+        "liar_query": (helpers.QUERIES["count_once"][0], helpers.LIAR + helpers.QUERIES["count_once"][1], 0.0),
+        "right_query": (helpers.QUERIES["count_once"][0], helpers.QUERIES["count_once"][2], 1.0),
+        "own_eq": (*objects.OBJECTS["eq"][:2], 1.0),
+        "wrong_eq": (objects.OBJECTS["eq"][0], objects.OBJECTS["eq"][2], 0.0),
+        "endless": (*objects.ENDLESS["islice"][:2], 1.0),
+        "wrong_endless": (objects.ENDLESS["islice"][0], objects.ENDLESS["islice"][2], 0.0),
+        "patched_builtins": (TESTS, FORGERIES["patch_builtins"], 0.0),
+        "right_add": (TESTS, "def add(a, b):\n    return a + b\n", 1.0),
+    }
+    rows = [{"prompt": "p", "tests": tests} for tests, _, _ in cases.values()]
+    got = score([solution for _, solution, _ in cases.values()], rows=rows, isolation="off")
+    assert dict(zip(cases, got.total)) == {name: want for name, (_, _, want) in cases.items()}

@@ -74,7 +74,13 @@ class Channel:
         if self.dead:
             raise self.dead
         body = marshal.dumps(message)
-        pending = memoryview(len(body).to_bytes(8, "big") + body)
+        self.send_bytes(len(body).to_bytes(8, "big") + body)
+
+    def send_bytes(self, data: bytes) -> None:
+        """Write ``data`` as it is, bounded by the deadline like every request."""
+        if self.dead:
+            raise self.dead
+        pending = memoryview(data)
         self.selector.register(self.to_fd, selectors.EVENT_WRITE)
         try:
             while pending:

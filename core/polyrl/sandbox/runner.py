@@ -21,7 +21,7 @@ from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, memfd_filter, process_tree, scratch, tests_guard, uids
+from polyrl.sandbox import isolation, leftovers, memfd_filter, process_tree, scratch, server_code, tests_guard, uids
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
@@ -209,7 +209,8 @@ class Sandbox:
                 os.write(w, self.launch.seccomp_program)  # a few hundred bytes: fits the pipe
                 os.close(w)
                 pass_fds = (seccomp_r,)
-            python_args = ["-I", "-S", "-B", "-c", SERVER_SOURCE]
+            framed = server_code.framed(self.python, SERVER_SOURCE) is not None  # sent ahead of the job (``_talk``)
+            python_args = ["-I", "-S", "-B", "-c", server_code.BOOTSTRAP if framed else SERVER_SOURCE]
             argv = self.launch.argv(python_args, seccomp_r if pass_fds else None, uid)
             if self.launch.level == "bwrap":  # right after bwrap itself
                 at = len(self.launch.oom) + len(self.launch.io) + len(self.launch.userns) + len(self.launch.wrapper) + 1
@@ -273,6 +274,8 @@ class Sandbox:
     def _talk(self, channel: Channel, code: str, steps: Sequence[tuple[str, bool]], setup: str) -> SandboxResult:
         session = Session(channel)
         try:
+            if (framed := server_code.framed(self.python, SERVER_SOURCE)) is not None:
+                channel.send_bytes(framed)  # the compiled server its ``BOOTSTRAP`` waits for
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap",

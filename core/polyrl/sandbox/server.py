@@ -1,6 +1,7 @@
 # The sample's side of the sandbox. It runs alone inside the sandbox as
-#     python -I -B -c <values.py + this file>
-# (no polyrl there), reads the job from stdin, runs setup + solution, then answers the harness's
+#     python -I -S -B -c <values.py + this file>
+# (compiled once by the trainer and sent ahead of the job on stdin: ``polyrl.sandbox.server_code``;
+# no polyrl there), reads the job from stdin, runs setup + solution, then answers the harness's
 # requests (call a function, read an attribute, ...) until stdin closes. Its answers are only ever
 # data the harness compares itself: nothing here decides whether a test passed, so a sample that
 # rewrites this file's functions at run time gains nothing it could not get by returning values.
