@@ -696,8 +696,10 @@ def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None =
     """The ``Trainer`` for ``run_config``'s answer (``resume``: as ``Trainer``'s, "" for the newest
     checkpoint; ``engines``: loaded ones it uses, as ``Trainer``'s); a prompt column error is told
     as a fix to the ``prompts`` passed in."""
+    from polyrl.global_rngs import seed_global_rngs
     from polyrl.trainer import Trainer
 
+    seed_global_rngs(config.train.seed)  # a resume restores its checkpoint's states over these
     given: dict[str, Any] = {}  # (a Trainer stand-in in the tests takes neither)
     if resume is not None:
         given["resume"] = resume

@@ -374,11 +374,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train(config: RunConfig, args: argparse.Namespace, resuming: bool, where: Path,
            existed: bool) -> tuple[dict[str, Any], Any]:
     """Build the trainer, resume it when asked, and run it: (its summary, the trainer)."""
+    from polyrl.global_rngs import seed_global_rngs
     from polyrl.trainer import Trainer
 
     # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
     # (trackio's banner) or a reward prints during the run goes to stderr
     with contextlib.redirect_stdout(sys.stderr):
+        seed_global_rngs(config.train.seed)  # a resume restores its checkpoint's states over these
         # the checkpoint is chosen and its saved config checked before any model loads
         trainer = Trainer(config, resume=(args.resume or "") if resuming else None,
                           weights_only=args.resume_weights_only)
