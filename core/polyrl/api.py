@@ -55,7 +55,7 @@ from polyrl.trl_config import (
 )
 from polyrl.trl_window import explain_no_room, with_model_window
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
-from polyrl.validators import MAX_LR, fits_float, intended_lr, shown
+from polyrl.validators import MAX_LR, MAX_REWARD_WEIGHT, fits_float, intended_lr, shown
 
 grpo, dapo, dr_grpo, rloo, reinforce = "grpo", "dapo", "dr_grpo", "rloo", "reinforce"
 
@@ -521,6 +521,12 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
         raise ConfigError(f"reward_weights has {count} weights for {len(rewards)} rewards",
                           field="grpo_config.reward_weights",
                           fix=f"give {len(rewards)} weights, one per entry of rewards and in the same order")
+    elif any(isinstance(w, numbers.Real) and not isinstance(w, bool) and fits_float(w)
+             and abs(w) > MAX_REWARD_WEIGHT for w in weights):  # RunConfig says so too, naming the TOML field
+        raise ConfigError(f"reward_weights = {shown(list(weights))} holds a weight past {MAX_REWARD_WEIGHT:g} in size, "
+                          "which overflows float64 when it multiplies a score (the rewards inf or NaN)",
+                          field="grpo_config.reward_weights",
+                          fix=f"give each reward a weight within ±{MAX_REWARD_WEIGHT:g} (scale its scores instead)")
     elif rewards and all(w == 0 for w in weights):  # RunConfig says so too, naming the TOML field
         raise ConfigError("every reward weight is 0, so the combined reward is 0 for every sample and nothing "
                           "would train", field="grpo_config.reward_weights",
