@@ -70,9 +70,9 @@ def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: Scored, chat_tem
                     template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], bool]:
     """``encode_pair``'s ids and whether the pair was cut to ``max_length`` (``warn_cut`` says so)."""
     if templated(tokenizer, chat_template, prompt):
-        _check_shown(tokenizer, _conversation(prompt, completion), field, template_kwargs)
         ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field,
-                                  template_kwargs=template_kwargs)
+                                  template_kwargs=template_kwargs)  # first: a template past its bounds says so
+        _check_shown(tokenizer, _conversation(prompt, completion), field, template_kwargs)
         return (ids[len(ids) - max_length:], True) if len(ids) > max_length else (ids, False)
     return plain_sequence_cut(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
 
