@@ -77,6 +77,7 @@ NAMED_CASES = [
     ("eval.max_new_tokens", 0), ("model.max_length", 10**12), ("algorithm.beta", math.nan),
     ("algorithm.epsilon_high", math.inf), ("algorithm.dual_clip", math.nan), ("algorithm.overlong_penalty", math.nan),
     ("rewards.weight", math.nan), ("rewards.weight", -math.inf), ("rewards.weight", 0.0),  # the only reward
+    ("rewards.weight", 1e308), ("rewards.weight", -1e101),  # finite, but weight x score overflows float64
     ("train.threads", 0), ("eval.count", -1),
     ("train.prompts_per_step", 10**7),  # one step that fills memory for hours, deaf to a stop request
 ]
@@ -98,6 +99,24 @@ def test_every_reward_at_weight_zero_is_refused_and_one_logged_only_reward_is_no
         RunConfig.from_dict(two)
     two["rewards"][1]["weight"] = -0.5  # a penalty alone still trains
     assert [r.weight for r in RunConfig.from_dict(two).rewards] == [0, -0.5]
+
+
+def test_a_reward_weight_that_overflows_a_weighted_total_is_refused_in_toml_and_python():
+    """Weights of 1e308 loaded, and the weighted total of two rewards scoring 2 was inf, or NaN
+    where a -1e308 met a 1e308 (a sample then read as unscored), once the models had loaded."""
+    from polyrl import api
+
+    both = {**MINIMAL, "rewards": [{"name": "numeric_match", "weight": 1e100},
+                                   {"name": "length_penalty", "weight": -1e100}]}
+    assert [r.weight for r in RunConfig.from_dict(both).rewards] == [1e100, -1e100]  # the bound itself loads
+    both["rewards"][1]["weight"] = -1e308
+    with pytest.raises(ConfigError, match=r"rewards\[1\]\.weight: must be a finite number in \[-1e\+100, 1e\+100\], "
+                                          r"got -1e\+308\. Fix: "):
+        RunConfig.from_dict(both)
+    with pytest.raises(ConfigError) as info:
+        api.run_config(api.grpo, policy=api.Agent("x"), prompts=["hi"] * 4, rewards=["numeric_match", "exact_match"],
+                       grpo_config=api.GRPOConfig(reward_weights=[1.0, 1e308]))
+    assert info.value.field == "grpo_config.reward_weights" and "past 1e+100" in info.value.message, info.value
 
 
 def test_free_tables_reject_non_finite_numbers_and_deep_nesting():

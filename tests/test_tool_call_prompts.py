@@ -168,3 +168,34 @@ def test_a_reward_models_template_that_drops_a_prompts_tool_call_is_one_error(ti
     qwen = AutoTokenizer.from_pretrained(with_chat_template(tiny_model_dir, tmp_path / "qwen", QWEN_STYLE))
     ids, cut = encode_pair_cut(qwen, chat, "It is sunny.", "auto", 1024)
     assert "get_weather" in qwen.decode(ids) and not cut
+
+
+#: ChatML that writes no system and no tool message (as some reward models' templates do), silently
+NO_SYSTEM_NO_TOOL = ("{% for m in messages %}{% if m['role'] not in ('system', 'tool') %}{{ '<|im_start|>' + "
+                     "m['role'] + '\\n' + (m['content'] or '') + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+                     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_a_reward_models_template_that_drops_a_whole_role_is_one_error(tiny_model_dir, tmp_path):
+    """A reward model's template that writes no system (or tool) message scored the conversation
+    without it, unsaid: the policy read the system prompt, or an episode's tool result, and the
+    reward model did not. One error names the message and its role; plain text scoring still works."""
+    from transformers import AutoTokenizer
+
+    from polyrl.backend_kit.reward_text import encode_pair_cut
+
+    dropping = AutoTokenizer.from_pretrained(with_chat_template(tiny_model_dir, tmp_path / "t", NO_SYSTEM_NO_TOOL))
+    system = [{"role": "system", "content": "Answer in French."}, CHAT[0]]
+    with pytest.raises(ConfigError, match=r"message 0 of the conversation it scores \(prompt, then completion\) has "
+                                          r"role 'system', which the model's chat template does not render.*the "
+                                          "reward model would score the conversation without that message") as info:
+        encode_pair_cut(dropping, system, "Il fait beau.", "auto", 1024)
+    assert info.value.field == "options.path" and "chat_template = false" in info.value.fix
+    episode = [{"role": "assistant", "content": "Let me look.", "tool_calls": [CALL]},
+               {"role": "tool", "name": "get_weather", "content": "sunny, 21C"},
+               {"role": "assistant", "content": "It is sunny."}]
+    with pytest.raises(ConfigError, match=r"message 2 of the conversation .* has role 'tool'"):
+        encode_pair_cut(dropping, [CHAT[0]], episode, "auto", 1024)
+    assert encode_pair_cut(dropping, [CHAT[0]], "It is sunny.", "auto", 1024)[0]  # every message shown: scored
+    ids, _ = encode_pair_cut(dropping, system, "Il fait beau.", False, 1024)  # plain text: every message's text
+    assert "Answer in French." in dropping.decode(ids)

@@ -95,6 +95,7 @@ def test_renaming_leaves_a_longer_name_in_the_fix_alone():
 @pytest.mark.parametrize("weights, words", [
     ([1.0, 2.0], "reward_weights has 2 weights for 1 reward_funcs"),  # built, then refused only in train()
     ([float("nan")], "holds a weight that is not finite"),  # named rewards[0].weight, a key the script never wrote
+    ([1e308], "holds a weight past 1e+100"),  # finite, and the weighted rewards were inf or NaN
 ])
 def test_bad_reward_weights_are_refused_as_the_trainer_is_built_naming_args_reward_weights(tiny_model_dir, tmp_path,
                                                                                           weights, words):

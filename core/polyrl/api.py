@@ -55,7 +55,7 @@ from polyrl.trl_config import (
 )
 from polyrl.trl_window import explain_no_room, with_model_window
 from polyrl.types import LoraConfig, OptimizerConfig, as_lora_config
-from polyrl.validators import MAX_LR, fits_float, intended_lr, shown
+from polyrl.validators import MAX_LR, MAX_REWARD_WEIGHT, fits_float, intended_lr, shown
 
 grpo, dapo, dr_grpo, rloo, reinforce = "grpo", "dapo", "dr_grpo", "rloo", "reinforce"
 
@@ -521,6 +521,12 @@ def reward_entries(rewards: Any, weights: Sequence[float] | None = None,
         raise ConfigError(f"reward_weights has {count} weights for {len(rewards)} rewards",
                           field="grpo_config.reward_weights",
                           fix=f"give {len(rewards)} weights, one per entry of rewards and in the same order")
+    elif any(isinstance(w, numbers.Real) and not isinstance(w, bool) and fits_float(w)
+             and abs(w) > MAX_REWARD_WEIGHT for w in weights):  # RunConfig says so too, naming the TOML field
+        raise ConfigError(f"reward_weights = {shown(list(weights))} holds a weight past {MAX_REWARD_WEIGHT:g} in size, "
+                          "which overflows float64 when it multiplies a score (the rewards inf or NaN)",
+                          field="grpo_config.reward_weights",
+                          fix=f"give each reward a weight within ±{MAX_REWARD_WEIGHT:g} (scale its scores instead)")
     elif rewards and all(w == 0 for w in weights):  # RunConfig says so too, naming the TOML field
         raise ConfigError("every reward weight is 0, so the combined reward is 0 for every sample and nothing "
                           "would train", field="grpo_config.reward_weights",
@@ -696,8 +702,10 @@ def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None =
     """The ``Trainer`` for ``run_config``'s answer (``resume``: as ``Trainer``'s, "" for the newest
     checkpoint; ``engines``: loaded ones it uses, as ``Trainer``'s); a prompt column error is told
     as a fix to the ``prompts`` passed in."""
+    from polyrl.global_rngs import seed_global_rngs
     from polyrl.trainer import Trainer
 
+    seed_global_rngs(config.train.seed)  # a resume restores its checkpoint's states over these
     given: dict[str, Any] = {}  # (a Trainer stand-in in the tests takes neither)
     if resume is not None:
         given["resume"] = resume

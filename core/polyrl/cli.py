@@ -374,11 +374,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train(config: RunConfig, args: argparse.Namespace, resuming: bool, where: Path,
            existed: bool) -> tuple[dict[str, Any], Any]:
     """Build the trainer, resume it when asked, and run it: (its summary, the trainer)."""
+    from polyrl.global_rngs import seed_global_rngs
     from polyrl.trainer import Trainer
 
     # stdout holds the summary alone (`polyrl train x.toml > summary.json`): what a tracker library
     # (trackio's banner) or a reward prints during the run goes to stderr
     with contextlib.redirect_stdout(sys.stderr):
+        seed_global_rngs(config.train.seed)  # a resume restores its checkpoint's states over these
         # the checkpoint is chosen and its saved config checked before any model loads
         trainer = Trainer(config, resume=(args.resume or "") if resuming else None,
                           weights_only=args.resume_weights_only)
@@ -603,8 +605,21 @@ def _json_command(sub: Any, name: str, summary: str, func: Callable[[argparse.Na
     p.set_defaults(func=func)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too) whose ``--help`` and ``--version`` text goes to
+    standard output unguarded. Why: argparse drops a failed write there (a full disk, a reader
+    that left) and exits 0, so the text went nowhere and the command said it succeeded; here the
+    failure reaches ``checked_stdout`` and ``main`` as every other command's does."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message and file is not None and file is sys.stdout:
+            file.write(message)
+        else:  # the usage and error lines on stderr: argparse's own way
+            super()._print_message(message, file)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="polyrl", description=__doc__)
+    parser = _Parser(prog="polyrl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"polyrl {__version__}")
     parser.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -914,12 +929,14 @@ def _main(argv: list[str] | None) -> int:
         from polyrl import logs
 
         logs.configure()  # first: a bad POLYRL_LOG_* is the one error line, before an import logs with it
-        args = build_parser().parse_args(argv)
-        if args.log_json:
-            logs.configure(json=True)
         from polyrl.output_stream import checked_stdout
 
-        with checked_stdout():  # a failed write (a full disk) is the error line below, not a traceback
+        # a failed write (a full disk, a closed standard output) is the error line below, not a
+        # traceback; --help and --version's too (argparse's own writes drop a failure and exit 0)
+        with checked_stdout():
+            args = build_parser().parse_args(argv)
+            if args.log_json:
+                logs.configure(json=True)
             return int(args.func(args) or 0)
     except PolyrlError as exc:
         from polyrl.errors import one_line

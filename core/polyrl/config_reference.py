@@ -176,7 +176,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "name": "a registered reward (`polyrl rewards` lists them)",
         "function": "`module:function` or `file.py:function` (loaded by path: a module beside the file needs its "
                     "folder on `PYTHONPATH`)",
-        "weight": "weight in the weighted sum of rewards",
+        "weight": "weight in the weighted sum of rewards; within ±1e100 (past it, weight × score overflows float64: "
+                  "scale the scores instead)",
         "options": "reward options (e.g. the judge's `base_url`, `model`, `rubric`)",
         "timeout_s": "seconds one call may take; longer is an error naming the reward. Unset: 600, raised to what "
                      "the batch needs when a reward declares it (`code_tests`: every sample running to its own "
@@ -192,7 +193,9 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
     "train": {
         "steps": "training steps: one rollout batch each, trained with algorithm.num_iterations x algorithm.minibatches optimizer updates (TRL's max_steps counts updates: steps = max_steps / (num_iterations x minibatches))",
         "prompts_per_step": "prompts per rollout batch (each sampled group_size times)",
-        "seed": "seed of data order, sampling and init; a resumed run continues it exactly",
+        "seed": "seed of data order, sampling and init, and of Python's and numpy's global RNGs (a reward drawing "
+                "from `random` draws the same in two runs of one seed; `polyrl train`, `polyrl.api.run` and "
+                "`polyrl.trl.GRPOTrainer` alike); a resumed run continues it exactly",
         "threads": "CPU threads for the backends (unset = backend default)",
         "output_dir": "metrics.jsonl, checkpoints/ and the final model go here",
         "checkpoint_every": "steps between checkpoints (0 = only at the end)",

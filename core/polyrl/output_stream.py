@@ -70,7 +70,8 @@ CLOSED = ("standard output is closed (the command was started with `>&-` or its 
 @contextlib.contextmanager
 def checked_stdout() -> Iterator[None]:
     """Within: ``sys.stdout`` raises ``OutputFailed`` for a failed write, and what it holds is
-    flushed at the end (a failure there is raised too, not left to the interpreter's exit)."""
+    flushed at the end (a failure there is raised too, not left to the interpreter's exit), also
+    at a ``sys.exit`` that says success (argparse's ``--help``/``--version`` end with one)."""
     original = sys.stdout
     if original is None:  # its descriptor was closed when Python started: every print went nowhere
         raise OutputFailed(CLOSED)
@@ -78,5 +79,9 @@ def checked_stdout() -> Iterator[None]:
     try:
         yield
         sys.stdout.flush()
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            sys.stdout.flush()
+        raise
     finally:
         sys.stdout = original

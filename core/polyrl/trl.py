@@ -42,6 +42,7 @@ import attrs
 
 from polyrl import run_paths, strict_json, trl_saves
 from polyrl.errors import ConfigError
+from polyrl.global_rngs import seed_global_rngs
 from polyrl.logs import get_logger
 from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
@@ -203,20 +204,6 @@ def _script_names(method: _Method) -> _Method:
                 raise
             raise named from None
     return wrapped  # type: ignore[return-value]
-
-
-def seed_global_rngs(seed: int) -> None:
-    """Seed Python's and numpy's global RNGs with the run's ``seed``, as transformers' ``Trainer``
-    does when built (``set_seed(args.seed)``). Why: a reward or callback drawing from ``random`` or
-    ``np.random`` (and TRL's completions table, whose rows ``random.sample`` picks) drew differently
-    in every run, so an uninterrupted run and its crash-and-resume twin (which restores the states a
-    checkpoint saved) differed, where TRL's agree. numpy takes the seed modulo 2**32 (its range)."""
-    import random
-
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
 
 
 class GRPOTrainer:

@@ -21,7 +21,7 @@ from polyrl.config import RUN_REWARDS
 from polyrl.errors import ConfigError
 from polyrl.schedules import SCHEDULES
 from polyrl.trl_names import TOML_HINTS, TRL_NAMES, Preset, trl_value
-from polyrl.validators import fits_float, shown
+from polyrl.validators import MAX_REWARD_WEIGHT, fits_float, shown
 
 #: TrainingArguments fields that change how a run is logged, saved, shown or placed, not what it
 #: trains; polyrl has its own ways (metrics.jsonl, checkpoints, ``Agent(dtype=...)``). ``bf16`` is
@@ -750,6 +750,12 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
                               "trains as if a NaN-weighted reward were absent, and an infinite one makes the rewards "
                               "inf or NaN)", field="grpo_config.reward_weights",
                               fix="give each reward function a finite weight (0 keeps a reward for logging only)")
+        if any(abs(w) > MAX_REWARD_WEIGHT for w in weights):
+            raise ConfigError(f"TRL's reward_weights = {shown(weights)} holds a weight past {MAX_REWARD_WEIGHT:g} in "
+                              "size, which overflows float64 when it multiplies a score (the rewards inf or NaN)",
+                              field="grpo_config.reward_weights",
+                              fix=f"give each reward function a weight within ±{MAX_REWARD_WEIGHT:g} (scale its "
+                                  "scores instead)")
         out["rewards[].weight"] = list(weights)
     if trl_config.beta > 0:  # read by the KL term only (TRL's default True weights it by the ratio)
         out["algorithm.kl_bias_correction"] = bool(trl_config.use_bias_correction_kl)

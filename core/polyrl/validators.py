@@ -43,6 +43,11 @@ MAX_SEED = 2**32 - 1
 #: (``5e6`` for ``5e-6``). Values from 1 to 10 stay open: tiny test models and the toy backend's
 #: table of logits train there on purpose.
 MAX_LR = 10.0
+#: A reward weight scales its reward against the others; one past 1e100 overflows float64 (the
+#: weighted total inf, or NaN where two such weights of opposite sign meet) for scores of ordinary
+#: size (1e308 x 2), and then the run stopped, or a sample read as unscored, after the models loaded.
+#: Within it, scores up to 1e100 (``safe_stats.SAFE_MAGNITUDE``) times their weights sum finite.
+MAX_REWARD_WEIGHT = 1e100
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -73,7 +78,7 @@ def fits_float(value: Any) -> bool:
 
 
 def _show(bound: float) -> str:
-    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e16 else f"{bound:g}"
 
 
 @attrs.frozen
@@ -235,7 +240,9 @@ RULES: dict[str, Rule] = {
     "environment.env_timeout_s": _float(0, low_open=True, fix="seconds per environment call (reset, step), e.g. 60"),
     "environment.max_concurrent_tools": _int(1, 4096, fix="tool calls at once across a step, e.g. 8"),
     "environment.max_tool_calls_per_turn": _int(1, 1024, fix="tool calls run per assistant turn, e.g. 8"),
-    "rewards.weight": _float(fix="e.g. 1.0; a negative weight penalises"),
+    "rewards.weight": _float(-MAX_REWARD_WEIGHT, MAX_REWARD_WEIGHT,
+                             fix="e.g. 1.0; a negative weight penalises; scale the reward's scores instead of "
+                                 "a weight past 1e100"),
     "rewards.timeout_s": _float(0, low_open=True, optional=True,
                                 fix="seconds one reward call may take, e.g. timeout_s = 600; unset lets polyrl size it"),
 }

@@ -145,12 +145,14 @@ def encode_chat_literal(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
                         add_generation_prompt: bool = False, field: str = "model.path",
                         template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
     """``messages`` through the tokenizer's chat template, tokenized with no special tokens added
-    beyond the template's; special-token strings spelled inside the messages are read as text.
+    beyond the template's; special-token strings spelled inside the messages, or inside the
+    ``tools``' schemas (a tool's description, a parameter's name: the tool author's text, which
+    the template writes into the prompt), are read as text.
     The template renders within ``template_limits``' bounds; past one, a ConfigError on ``field``.
     ``template_kwargs``: extra template variables (``EngineConfig.chat_template_kwargs``)."""
     conversation = [dict(m) for m in messages]
     specials = special_tokens(tokenizer)
-    texts = _strings(conversation)
+    texts = [*_strings(conversation), *_strings(list(tools or []))]
     if not any(s in t for t in texts for s in specials):  # nothing to read differently: as always
         rendered = render_chat(tokenizer, conversation, tools, add_generation_prompt, field, template_kwargs)
         # verbose=False: a conversation past the tokenizer's model_max_length is for the caller to
@@ -158,8 +160,8 @@ def encode_chat_literal(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
         # would only print over the run's own output
         return [int(i) for i in tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"]]
     hidden = _Hidden(sorted(specials, key=len, reverse=True), texts)
-    rendered = render_chat(tokenizer, hidden.hide(conversation), tools, add_generation_prompt, field,
-                           template_kwargs)
+    rendered = render_chat(tokenizer, hidden.hide(conversation), hidden.hide(list(tools)) if tools else tools,
+                           add_generation_prompt, field, template_kwargs)
     return _encode_rendered(tokenizer, rendered, specials, hidden)
 
 

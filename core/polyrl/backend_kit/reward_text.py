@@ -70,9 +70,9 @@ def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: Scored, chat_tem
                     template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], bool]:
     """``encode_pair``'s ids and whether the pair was cut to ``max_length`` (``warn_cut`` says so)."""
     if templated(tokenizer, chat_template, prompt):
-        _check_calls_shown(tokenizer, _conversation(prompt, completion), field, template_kwargs)
         ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field,
-                                  template_kwargs=template_kwargs)
+                                  template_kwargs=template_kwargs)  # first: a template past its bounds says so
+        _check_shown(tokenizer, _conversation(prompt, completion), field, template_kwargs)
         return (ids[len(ids) - max_length:], True) if len(ids) > max_length else (ids, False)
     return plain_sequence_cut(tokenizer, render_pair(tokenizer, prompt, completion, False), max_length)
 
@@ -81,14 +81,14 @@ def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: Scored, chat_tem
 _ROLES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-def _check_calls_shown(tokenizer: Any, conversation: list[dict[str, Any]], field: str,
-                       template_kwargs: Mapping[str, Any] | None) -> None:
-    """A ConfigError on ``field`` where the reward model's chat template writes an assistant tool call
-    (a prompt's, or an episode's) without the call (SmolLM2's writes the content alone). Why: the
-    reward model then scored the conversation without that call, unsaid (TRL's too), where the
-    policy's template showed it to the policy. Asked once per conversation shape."""
-    if not any(bare_tool_call(m) for m in conversation):
-        return
+def _check_shown(tokenizer: Any, conversation: list[dict[str, Any]], field: str,
+                 template_kwargs: Mapping[str, Any] | None) -> None:
+    """A ConfigError on ``field`` where the reward model's chat template leaves out a message of the
+    conversation it scores (a role it does not write: a system or tool message, a ``developer``
+    one; or one it drops in that place) or an assistant tool call (it writes the content alone, as
+    SmolLM2's). Why: the reward model then scored the conversation without that part, unsaid
+    (TRL's too), where the policy's template showed it to the policy. Asked once per
+    conversation shape (``polyrl.template_roles``)."""
     from polyrl.template_roles import TemplateRoles
 
     try:
@@ -96,8 +96,22 @@ def _check_calls_shown(tokenizer: Any, conversation: list[dict[str, Any]], field
     except TypeError:  # a tokenizer that takes no weak reference: asked afresh
         roles = TemplateRoles()
     context = repr(sorted((template_kwargs or {}).items()))
-    i = roles.dropped_call(conversation, lambda messages: render_chat(tokenizer, messages, None, False, field,
-                                                                      template_kwargs), context=context)
+
+    def render(messages: list[dict[str, Any]]) -> str:
+        return render_chat(tokenizer, messages, None, False, field, template_kwargs)
+
+    found = roles.problem(conversation, render, context=context)
+    if found is not None:
+        i, what = found
+        what = what.replace("the model would never read that message",
+                            "the reward model would score the conversation without that message")
+        raise ConfigError(f"message {i} of the conversation it scores (prompt, then completion) {what}", field=field,
+                          fix="use a reward model whose chat template renders that role there, or give that text a "
+                              "role it renders ('system' or 'user'), or set the reward's options.chat_template = "
+                              "false (the messages' texts scored as plain text)")
+    if not any(bare_tool_call(m) for m in conversation):
+        return
+    i = roles.dropped_call(conversation, render, context=context)
     if i is not None:
         raise ConfigError(f"message {i} of the conversation it scores (prompt, then completion) is an assistant tool "
                           "call that the reward model's chat template does not render (it writes no tool_calls): the "

@@ -62,6 +62,8 @@ from polyrl.rewards import forked, guard
 from polyrl.safe_stats import mean_std
 from polyrl.rewards.functions import FunctionReward, run_coroutine
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
+from polyrl.validators import MAX_REWARD_WEIGHT, fits_float
+from polyrl.validators import shown as shown_value
 
 RewardRequest = tuple[str, float, Mapping[str, Any]] | tuple[str, float, Mapping[str, Any], str]
 
@@ -215,9 +217,10 @@ class RewardComputer:
                 raise ConfigError(f"reward {label!r} is configured twice", field=f"rewards[{i}]",
                                   fix="merge the entries, give function rewards distinct names, or give one "
                                       'entry a distinct label (label = "...")')
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-                raise ConfigError(f"weight of reward {label!r} must be a finite number, got {weight!r}",
-                                  field=f"rewards[{i}].weight")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not fits_float(weight) or \
+                    abs(weight) > MAX_REWARD_WEIGHT:  # past it, weight x score overflows float64 (validators)
+                raise ConfigError(f"weight of reward {label!r} must be a finite number within "
+                                  f"±{MAX_REWARD_WEIGHT:g}, got {shown_value(weight)}", field=f"rewards[{i}].weight")
             seen.add(label)
             self._registered[label] = name
             self.rewards.append((label, float(weight), dict(options or {})))
