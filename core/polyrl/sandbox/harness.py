@@ -74,6 +74,7 @@ from polyrl.sandbox.numpy_checks import (
 from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.reader import same_items
+from polyrl.sandbox.sample_types import tests_repr, tests_type
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
@@ -159,6 +160,8 @@ class Session:
         #: what the tests wrote in their ``builtins`` (``BuiltinsLayer._written``): a patched ``input`` there
         self.written_builtins: dict[str, Any] = {}
         self.in_input = False  # the tests' ``input`` is answering the sample (``tests_input``)
+        #: the tests' ``type(value)`` of a sample's value (``_type_of``), once the tests' names are set
+        self.type_of: Callable[[Remote], Any] | None = None
 
     def printed(self, answer: dict[str, Any]) -> None:
         """Write what the sample printed while answering (``out``/``err``: text, ``server._Printed``)
@@ -569,6 +572,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     session.vacuous = vacuous_paths(sources)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
+    session.type_of = lambda value: _type_of(session, value, sample)
+    real_builtins["type"] = tests_type(session.type_of)
+    real_builtins["repr"] = tests_repr
     real_import = builtins.__import__
 
     def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
@@ -604,6 +610,21 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         sys.settrace(previous)
     consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
     return passed, consulted
+
+
+def _type_of(session: Session, value: Remote, sample: dict[str, Any]) -> Any:
+    """``type(value)`` of a sample's value for the tests (``sample_types.tests_type``): the
+    stand-in of the solution's name the tests now see bound to its real type, so ``type(s) is
+    Stack`` holds as in Python; else a stand-in of that type of its own."""
+    if value._session is not session:
+        raise TypeError("a value from another sample")
+    held = [v for v in sample.values() if isinstance(v, Remote) and v._kind == "callable"]
+    answer = session.ask("type", False, ref=value._ref, names=[v._ref for v in held])
+    if type(answer) is int:
+        if not 0 <= answer < len(held):
+            raise ProtocolError("the sample named a class the tests do not hold")
+        return held[answer]
+    return answer
 
 
 def not_implemented_is_no_truth() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.asserted_truths import asserted_here
@@ -23,6 +24,7 @@ from polyrl.sandbox.shrinking import (
     gained, looped_here, not_in_here, returned_items, taken_back, view_looped_here)
 from polyrl.sandbox.self_compared import self_compared_above, self_compared_here
 from polyrl.sandbox.subset_reads import subset_here
+from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.vacuous_counts import counted_vacuously_above, counted_vacuously_here
 from polyrl.sandbox.values import MAX_ITEMS
 from polyrl.sandbox.zipped_views import zipped_view_here
@@ -205,6 +207,19 @@ class Remote:
         if not isinstance(subclass, Remote) or subclass._session is not self._session:
             return False
         return self._session.ask("issubclass", False, ref=subclass._ref, cls=self._ref) is True
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> Any:
+        """``s.__class__`` written in the tests: the sample's real class of it, as the tests' ``type(s)``
+        gives (``sample_types``), so ``s.__class__ is Stack`` and ``s.__class__.__name__ == 'Stack'``
+        hold for a right solution (they were ``Remote``). Anywhere else (the harness's own
+        ``isinstance`` checks, a library's), and in tests code that never names ``__class__``,
+        ``Remote``: only a read the tests wrote asks the sample."""
+        caller = sys._getframe(1).f_code
+        type_of = self._session.type_of
+        if type_of is None or "__class__" not in caller.co_names or caller.co_filename not in TESTS_FILES:
+            return Remote
+        return type_of(self)
 
     def __getattr__(self, name: str) -> Any:
         if name in _NAMING:
