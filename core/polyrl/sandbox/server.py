@@ -437,6 +437,8 @@ class _Session:
             return self.out(kind)
         if op == "repr":
             return self.out(repr(obj))
+        if op == "dir":  # a class's names, for a tests' class deriving from it (``subclassed``)
+            return self.out([name for name in dir(obj) if type(name) is str])
         if op == "isinstance":  # the tests' isinstance(value, cls) of two of its values
             return self.out(_subtype(type(obj), self.refs[req["cls"]]))
         if op == "issubclass":
