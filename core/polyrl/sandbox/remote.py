@@ -16,6 +16,7 @@ from polyrl.sandbox.asserted_truths import asserted_here
 from polyrl.sandbox.attribute_reads import attribute_looped_here, not_in_item_here
 from polyrl.sandbox.channel import SampleStopped
 from polyrl.sandbox.defaulted_reads import defaulted_here
+from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.number_results import round_agrees, unary_agrees
 from polyrl.sandbox.object_use import ANY_ROOT
 from polyrl.sandbox.reader import Reader, same_items
@@ -320,7 +321,26 @@ class Remote:
         s.plain_reads[key] = (items, s.asks)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise TypeError("values that live in the sample cannot be changed from the tests")
+        """``c.radius = 1``, ``a.next = b`` written in the tests: the sample's own ``__setattr__``
+        called with it, as a method of the value called as a statement (``c.__setattr__('radius',
+        1)``), so what may change with it is counted as for such a call (a value emptied by it is
+        one call's change: ``Remote._emptied_unseen``). It raised TypeError, so a right linked list
+        or class whose attribute the tests set scored 0. Only the tests' own code sets one: anywhere
+        else (a library's, the harness's) it still raises."""
+        caller = sys._getframe(1)
+        if caller.f_code in BOUND_CODE and caller.f_back is not None:  # the tests' ``setattr(a, 'x', 1)``
+            caller = caller.f_back
+        if caller.f_code.co_filename not in TESTS_FILES or type(name) is not str:
+            raise TypeError("values that live in the sample cannot be changed from the tests")
+        s = self._session
+        s.touch([self._kin])
+        s.call_on(self._key)
+        method = s.ask("getattr", False, root=self._root, ref=self._ref, kin=self._kin, name="__setattr__")
+        if not isinstance(method, Remote):
+            raise TypeError("the sample's __setattr__ is not callable")
+        object.__setattr__(method, "_owner", self)
+        object.__setattr__(method, "_attr", "__setattr__")
+        method(name, value)
 
     def __getitem__(self, key: Any) -> Any:
         if type(key) is int and isinstance(self._fresh_seen(), list) and self._counts_items() and self._base is None:
