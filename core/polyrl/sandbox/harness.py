@@ -81,7 +81,7 @@ from polyrl.sandbox.remote_exceptions import (
     exception_text, remote_exception)
 from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
-from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
+from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, numpy_constructed, rebuilt
 from polyrl.sandbox.step_lines import laid_out_in_files
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.self_compared import register as register_self_compared
@@ -194,6 +194,9 @@ class Session:
         if constructed is not None:
             module, name, args = constructed
             return ["X", module, name, [self.arg(a) for a in args(value)]]
+        made = numpy_constructed(value)
+        if made is not None:  # the tests' numpy array or scalar: the sample's numpy makes its own
+            return ["X", made[0], made[1], [self.arg(a) for a in made[2]]]
         if isinstance(value, types.FunctionType) and value.__code__ in BOUND_CODE:
             # the tests' ``print``, ``abs``...: the builtin it calls (``module_views.bound_builtins``)
             value = value.__wrapped__  # type: ignore[attr-defined]
