@@ -129,7 +129,7 @@ def numpy_constructed(value: Any) -> tuple[str, str, list[Any]] | None:
     kind = type(value)
     if kind.__module__ != "numpy":
         return None
-    dtype = getattr(value, "dtype", None)
+    dtype: Any = getattr(value, "dtype", None)
     if getattr(dtype, "kind", None) not in _NUMPY_KINDS:
         return None
     if kind.__name__ == "ndarray":
