@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from polyrl.sandbox.asserted_truths import asserted_here
 from polyrl.sandbox.attribute_reads import attribute_looped_here, not_in_item_here
@@ -320,6 +320,31 @@ class Remote:
             s.unconfirmed.pop(key, None)  # the tests read it empty: they expect it so
         s.plain_reads[key] = (items, s.asks)
 
+    def _own_method(self, name: str) -> Remote:
+        """The sample's bound ``name`` (a protocol method: ``__setattr__``, ``__enter__``) of this
+        value, as ``getattr`` reads a method the tests call: a call of it is counted as one of a
+        method of this value (``__call__``: its owner)."""
+        method = self._session.ask("getattr", False, root=self._root, ref=self._ref, kin=self._kin, name=name)
+        if not isinstance(method, Remote):
+            raise TypeError(f"the sample's {name} is not callable")
+        object.__setattr__(method, "_owner", self)
+        object.__setattr__(method, "_attr", name)
+        return method
+
+    def __enter__(self) -> Any:
+        """``with Timer() as t:`` of a sample's object: its own ``__enter__``'s answer (it raised
+        TypeError: "does not support the context manager protocol", so a right one scored 0)."""
+        return self._own_method("__enter__")()
+
+    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> Literal[False]:
+        """Its own ``__exit__``, for its effects, given the exception's class where one is sent as
+        a standard name (a built-in exception), else None, and never the exception or traceback
+        (the tests' objects). Never suppresses: an ``__exit__`` saying True swallowed the tests'
+        failed assert or the solution's error inside the block."""
+        sent = kind if kind is None or getattr(kind, "__module__", None) == "builtins" else None
+        self._own_method("__exit__")(sent, None, None)
+        return False
+
     def __setattr__(self, name: str, value: Any) -> None:
         """``c.radius = 1``, ``a.next = b`` written in the tests: the sample's own ``__setattr__``
         called with it, as a method of the value called as a statement (``c.__setattr__('radius',
@@ -332,15 +357,9 @@ class Remote:
             caller = caller.f_back
         if caller.f_code.co_filename not in TESTS_FILES or type(name) is not str:
             raise TypeError("values that live in the sample cannot be changed from the tests")
-        s = self._session
-        s.touch([self._kin])
-        s.call_on(self._key)
-        method = s.ask("getattr", False, root=self._root, ref=self._ref, kin=self._kin, name="__setattr__")
-        if not isinstance(method, Remote):
-            raise TypeError("the sample's __setattr__ is not callable")
-        object.__setattr__(method, "_owner", self)
-        object.__setattr__(method, "_attr", "__setattr__")
-        method(name, value)
+        self._session.touch([self._kin])
+        self._session.call_on(self._key)
+        self._own_method("__setattr__")(name, value)
 
     def __getitem__(self, key: Any) -> Any:
         if type(key) is int and isinstance(self._fresh_seen(), list) and self._counts_items() and self._base is None:
