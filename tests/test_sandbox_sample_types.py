@@ -27,6 +27,9 @@ _RIGHT = {
     "class_name": "assert make().__class__.__name__ == 'MinStack'\n",
     "unittest": ("import unittest\nclass T(unittest.TestCase):\n    def test_it(self):\n"
                  "        self.assertIs(type(make()), MinStack)\n        self.assertEqual(type(Stack()), Stack)\n"),
+    "imported_then_called": "from solution import Stack\ns = Stack()\ns.push(1)\nassert type(s) is Stack\n",
+    "imported_in_a_test": ("def test_it():\n    from solution import MinStack\n    s = make()\n    s.push(1)\n"
+                           "    assert type(s) is MinStack and s.__class__ is MinStack\ntest_it()\n"),
     "repr": "assert repr(P(1)) == 'P(1)' and repr([1]) == '[1]'\n",
     #: the tests' own uses of ``type`` stay Python's
     "pythons_type": ("class M(type):\n    pass\nclass C(metaclass=M):\n    pass\nK = type('K', (), {'a': 1})\n"

@@ -160,8 +160,8 @@ class Session:
         #: what the tests wrote in their ``builtins`` (``BuiltinsLayer._written``): a patched ``input`` there
         self.written_builtins: dict[str, Any] = {}
         self.in_input = False  # the tests' ``input`` is answering the sample (``tests_input``)
-        #: the tests' ``type(value)`` of a sample's value (``_type_of``), once the tests' names are set
-        self.type_of: Callable[[Remote], Any] | None = None
+        #: the tests' ``type(value)`` of a sample's value, asked in a frame (``_type_of``), once their names are set
+        self.type_of: Callable[[Remote, Any], Any] | None = None
 
     def printed(self, answer: dict[str, Any]) -> None:
         """Write what the sample printed while answering (``out``/``err``: text, ``server._Printed``)
@@ -575,7 +575,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     session.vacuous = vacuous_paths(sources)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
-    session.type_of = lambda value: _type_of(session, value, sample)
+    session.type_of = lambda value, frame: _type_of(session, value, sample, frame)
     real_builtins["type"] = tests_type(session.type_of)
     real_builtins["repr"] = tests_repr
     real_import = builtins.__import__
@@ -615,18 +615,30 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     return passed, consulted
 
 
-def _type_of(session: Session, value: Remote, sample: dict[str, Any]) -> Any:
+#: At most this many stand-ins the tests hold are offered to the sample as a value's class (``_type_of``).
+MAX_TYPE_CANDIDATES = 4096
+
+
+def _type_of(session: Session, value: Remote, sample: dict[str, Any], frame: Any) -> Any:
     """``type(value)`` of a sample's value for the tests (``sample_types.tests_type``): the
-    stand-in of the solution's name the tests now see bound to its real type, so ``type(s) is
-    Stack`` holds as in Python; else a stand-in of that type of its own."""
+    stand-in the tests hold for its real type, looked for among the names of the tests' ``frame``
+    (its locals, then its globals: ``from solution import Stack`` binds one of their own) and then
+    the solution's names, so ``type(s) is Stack`` holds as in Python; else a stand-in of that type
+    of its own."""
     if value._session is not session:
         raise TypeError("a value from another sample")
-    held = [v for v in sample.values() if isinstance(v, Remote) and v._kind == "callable"]
-    answer = session.ask("type", False, ref=value._ref, names=[v._ref for v in held])
+    held: dict[int, Remote] = {}
+    scopes = [] if frame is None else [frame.f_locals, frame.f_globals]
+    for scope in (*scopes, sample):
+        for candidate in list(scope.values()):
+            if isinstance(candidate, Remote) and candidate._session is session and candidate._kind == "callable":
+                held.setdefault(id(candidate), candidate)
+    candidates = list(held.values())[:MAX_TYPE_CANDIDATES]
+    answer = session.ask("type", False, ref=value._ref, names=[v._ref for v in candidates])
     if type(answer) is int:
-        if not 0 <= answer < len(held):
+        if not 0 <= answer < len(candidates):
             raise ProtocolError("the sample named a class the tests do not hold")
-        return held[answer]
+        return candidates[answer]
     return answer
 
 

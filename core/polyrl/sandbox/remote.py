@@ -226,11 +226,11 @@ class Remote:
         hold for a right solution (they were ``Remote``). Anywhere else (the harness's own
         ``isinstance`` checks, a library's), and in tests code that never names ``__class__``,
         ``Remote``: only a read the tests wrote asks the sample."""
-        caller = sys._getframe(1).f_code
+        caller = sys._getframe(1)
         type_of = self._session.type_of
-        if type_of is None or "__class__" not in caller.co_names or caller.co_filename not in TESTS_FILES:
+        if type_of is None or "__class__" not in caller.f_code.co_names or caller.f_code.co_filename not in TESTS_FILES:
             return Remote
-        return type_of(self)
+        return type_of(self, caller)
 
     def __getattr__(self, name: str) -> Any:
         if name in _NAMING:

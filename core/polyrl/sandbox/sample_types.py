@@ -14,15 +14,16 @@ M(type)``, ``isinstance(C, type)``.
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from polyrl.sandbox.remote import Remote
 
 
-def tests_type(type_of: Callable[[Remote], Any]) -> type:
-    """A ``type`` for the tests' builtins: ``type_of(value)`` answers ``type(value)`` of a
-    sample's value; every other use is Python's own ``type``. A subclass of ``type`` (not a
+def tests_type(type_of: Callable[[Remote, Any], Any]) -> type:
+    """A ``type`` for the tests' builtins: ``type_of(value, frame)`` answers ``type(value)`` of a
+    sample's value asked in the tests' ``frame``; every other use is Python's own ``type``. A subclass of ``type`` (not a
     function), so ``isinstance(C, type)``, ``issubclass(M, type)`` and ``class M(type)`` still
     work in the tests."""
 
@@ -32,7 +33,7 @@ def tests_type(type_of: Callable[[Remote], Any]) -> type:
                 return super().__call__(*args, **kwargs)
             if len(args) == 1 and not kwargs:
                 value = args[0]
-                return type_of(value) if isinstance(value, Remote) else builtins.type(value)
+                return type_of(value, sys._getframe(1)) if isinstance(value, Remote) else builtins.type(value)
             return builtins.type(*args, **kwargs)
 
         def __instancecheck__(cls, instance: Any) -> bool:
