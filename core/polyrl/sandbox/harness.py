@@ -74,13 +74,14 @@ from polyrl.sandbox.numpy_checks import (
 from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.reader import same_items
+from polyrl.sandbox.sample_types import tests_repr, tests_type
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
     exception_text, remote_exception)
 from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
-from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, rebuilt
+from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, numpy_constructed, rebuilt
 from polyrl.sandbox.step_lines import laid_out_in_files
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.self_compared import register as register_self_compared
@@ -159,6 +160,8 @@ class Session:
         #: what the tests wrote in their ``builtins`` (``BuiltinsLayer._written``): a patched ``input`` there
         self.written_builtins: dict[str, Any] = {}
         self.in_input = False  # the tests' ``input`` is answering the sample (``tests_input``)
+        #: the tests' ``type(value)`` of a sample's value, asked in a frame (``_type_of``), once their names are set
+        self.type_of: Callable[[Remote, Any], Any] | None = None
 
     def printed(self, answer: dict[str, Any]) -> None:
         """Write what the sample printed while answering (``out``/``err``: text, ``server._Printed``)
@@ -191,6 +194,9 @@ class Session:
         if constructed is not None:
             module, name, args = constructed
             return ["X", module, name, [self.arg(a) for a in args(value)]]
+        made = numpy_constructed(value)
+        if made is not None:  # the tests' numpy array or scalar: the sample's numpy makes its own
+            return ["X", made[0], made[1], [self.arg(a) for a in made[2]]]
         if isinstance(value, types.FunctionType) and value.__code__ in BOUND_CODE:
             # the tests' ``print``, ``abs``...: the builtin it calls (``module_views.bound_builtins``)
             value = value.__wrapped__  # type: ignore[attr-defined]
@@ -569,6 +575,9 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     session.vacuous = vacuous_paths(sources)
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
+    session.type_of = lambda value, frame: _type_of(session, value, sample, frame)
+    real_builtins["type"] = tests_type(session.type_of)
+    real_builtins["repr"] = tests_repr
     real_import = builtins.__import__
 
     def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
@@ -604,6 +613,33 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         sys.settrace(previous)
     consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
     return passed, consulted
+
+
+#: At most this many stand-ins the tests hold are offered to the sample as a value's class (``_type_of``).
+MAX_TYPE_CANDIDATES = 4096
+
+
+def _type_of(session: Session, value: Remote, sample: dict[str, Any], frame: Any) -> Any:
+    """``type(value)`` of a sample's value for the tests (``sample_types.tests_type``): the
+    stand-in the tests hold for its real type, looked for among the names of the tests' ``frame``
+    (its locals, then its globals: ``from solution import Stack`` binds one of their own) and then
+    the solution's names, so ``type(s) is Stack`` holds as in Python; else a stand-in of that type
+    of its own."""
+    if value._session is not session:
+        raise TypeError("a value from another sample")
+    held: dict[int, Remote] = {}
+    scopes = [] if frame is None else [frame.f_locals, frame.f_globals]
+    for scope in (*scopes, sample):
+        for candidate in list(scope.values()):
+            if isinstance(candidate, Remote) and candidate._session is session and candidate._kind == "callable":
+                held.setdefault(id(candidate), candidate)
+    candidates = list(held.values())[:MAX_TYPE_CANDIDATES]
+    answer = session.ask("type", False, ref=value._ref, names=[v._ref for v in candidates])
+    if type(answer) is int:
+        if not 0 <= answer < len(candidates):
+            raise ProtocolError("the sample named a class the tests do not hold")
+        return candidates[answer]
+    return answer
 
 
 def not_implemented_is_no_truth() -> None:

@@ -410,6 +410,8 @@ class _Session:
             return self.out(_ARITH[req["how"]](obj, other))
         if op == "compare":  # two of its values, as Python compares them; a bool or nothing
             other, how = self.refs[req["other"]], req["how"]
+            if isinstance(obj, type) and isinstance(other, type) and how in ("==", "!="):
+                return self.out((obj is other) is (how == "=="))  # two classes: never a metaclass's __eq__
             result = (obj == other if how == "==" else obj != other if how == "!=" else obj < other if how == "<"
                       else obj <= other if how == "<=" else obj > other if how == ">" else obj >= other)
             return self.out(_truth(result))
@@ -428,6 +430,16 @@ class _Session:
             if isinstance(obj, str):  # a str subclass's text, whatever its __str__ says
                 return self.out(str.__str__(obj))
             return self.out(_like_data(obj))
+        if op == "type":  # the tests' type(value): which of the names they hold is its real class, or that class
+            kind = type(obj)
+            for index, ref in enumerate(req["names"]):
+                if self.refs[ref] is kind:
+                    return self.out(index)
+            return self.out(kind)
+        if op == "repr":
+            return self.out(repr(obj))
+        if op == "dir":  # a class's names, for a tests' class deriving from it (``subclassed``)
+            return self.out([name for name in dir(obj) if type(name) is str])
         if op == "isinstance":  # the tests' isinstance(value, cls) of two of its values
             return self.out(_subtype(type(obj), self.refs[req["cls"]]))
         if op == "issubclass":

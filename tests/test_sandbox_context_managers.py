@@ -1,0 +1,50 @@
+"""A solution's object used as a context manager (``with Timer() as t:``): a false zero on main.
+
+A value of the sample's is a stand-in in the tests, with no ``__enter__``/``__exit__``, so the
+``with`` raised TypeError ("does not support the context manager protocol") and a right class or
+``@contextmanager`` function scored 0. The stand-in now calls the sample's own ``__enter__`` and
+``__exit__`` (given a built-in exception's class, never the tests' exception object), and never
+lets ``__exit__`` swallow what the block raised (``remote.Remote.__exit__``). Scored through the
+real reward path (``code_tests``)."""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_emptied_values import _each_scored
+
+pytestmark = pytest.mark.faults
+
+_RIGHT = ("import time\nfrom contextlib import contextmanager\nclass Timer:\n    def __enter__(self):\n"
+          "        self.t = time.perf_counter()\n        return self\n    def __exit__(self, kind, exc, tb):\n"
+          "        self.elapsed = time.perf_counter() - self.t\n        self.kind = kind.__name__ if kind else None\n"
+          "        return False\nlog = []\n@contextmanager\ndef opened(name):\n    log.append('enter')\n"
+          "    yield name + '!'\n    log.append('exit')\ndef f():\n    return 3\n")
+_TESTS = {
+    "class": "with Timer() as t:\n    pass\nassert t.elapsed >= 0 and t.kind is None\n",
+    "raised_inside": ("import pytest\nwith pytest.raises(ValueError):\n    with Timer() as t:\n        raise ValueError('x')\n"
+                      "assert t.kind == 'ValueError'\n"),
+    "generator_function": "with opened('x') as v:\n    assert v == 'x!'\nassert log == ['enter', 'exit']\n",
+}
+_CHECK = "with CM() as v:\n    assert f() == 3\n"
+#: Wrong ``f``s inside a context manager of the sample's that would swallow the failure, or end
+#: the sample with success, or an entered value equal to anything. Each scores 0.
+_FORGED = {
+    "exit_says_true": ("class CM:\n    def __enter__(self):\n        return self\n    def __exit__(self, *a):\n"
+                       "        return True\ndef f():\n    return 4\n", _CHECK),
+    "generator_swallows": ("from contextlib import contextmanager\n@contextmanager\ndef CM():\n    try:\n        yield\n"
+                           "    except BaseException:\n        pass\ndef f():\n    return 4\n", _CHECK),
+    "exit_zero": ("import sys\nclass CM:\n    def __enter__(self):\n        return self\n    def __exit__(self, *a):\n"
+                  "        sys.exit(0)\ndef f():\n    return 4\n", _CHECK),
+    "entered_equal_to_anything": ("class CM:\n    def __enter__(self):\n        return self\n    def __exit__(self, *a):\n"
+                                  "        return False\n    def __eq__(self, other):\n        return True\n",
+                                  "with CM() as v:\n    assert v == 3\n"),
+}
+
+
+def test_a_solutions_context_manager_works_in_the_tests_with():
+    """Each scored 0 on main (TypeError: the stand-in does not support the context manager protocol)."""
+    assert _each_scored({name: (tests, _RIGHT) for name, tests in _TESTS.items()}) == dict.fromkeys(_TESTS, 1.0)
+
+
+def test_a_context_manager_never_swallows_a_wrong_solutions_failure():
+    assert _each_scored({name: (tests, code) for name, (code, tests) in _FORGED.items()}) == dict.fromkeys(_FORGED, 0.0)
