@@ -46,12 +46,17 @@ class ScriptedJudge:
         judge = self
 
         class Handler(BaseHTTPRequestHandler):
+            record: dict[str, Any]
+
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                # this request's own record, for a RawReply to read: requests[-1] may be another
+                # one's by then (the server answers each request on its own thread)
+                self.record = {"path": self.path, "headers": dict(self.headers), "body": body,
+                                "at": time.monotonic()}
                 with judge.lock:
-                    judge.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
-                                           "at": time.monotonic()})
+                    judge.requests.append(self.record)
                     reply = judge.script.popleft() if judge.script else judge.default
                 if callable(reply):
                     try:
