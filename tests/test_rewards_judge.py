@@ -269,8 +269,10 @@ def test_concurrency_bound_is_respected_server_side(server, tmp_path):
 
 
 def test_timeout_then_retry_succeeds(server, tmp_path):
-    server.reset(delay_s=1.5, delay_first=1)  # only the first request is slow
-    result = judge(server.base_url, ["Paris"], cache_path=str(tmp_path / "c.sqlite3"), timeout_s=0.5, retries=2)
+    # only the first request is slow: held 3 s, it always outlasts the 2 s timeout, and the retry,
+    # a real generation, has 2 s (it had 0.5 s, a starved worker's server can take that)
+    server.reset(delay_s=3.0, delay_first=1)
+    result = judge(server.base_url, ["Paris"], cache_path=str(tmp_path / "c.sqlite3"), timeout_s=2.0, retries=2)
     m = metrics(result)
     assert m["retries"] == 1 and m["requests"] == 2 and m["failures"] == m["parse_failures"]
     assert server.stats()["requests"] == 2
