@@ -85,6 +85,15 @@ class ScriptedJudge:
         with self.lock:
             return len(self.requests)
 
+    def count_at_least(self, n: int, bound_s: float = 30.0) -> int:
+        """``count()`` once it is ``n`` or more (or ``bound_s`` passed). After a client gave up on a
+        request, the server's thread may not have logged it yet (a loaded machine): ``count()``
+        right away can miss it. Answered requests need no wait (logged before their reply)."""
+        deadline = time.monotonic() + bound_s
+        while self.count() < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.count()
+
     def close(self) -> None:
         """Stop answering (the port then refuses connections); safe to call twice."""
         if self.thread.is_alive():
