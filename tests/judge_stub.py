@@ -46,12 +46,17 @@ class ScriptedJudge:
         judge = self
 
         class Handler(BaseHTTPRequestHandler):
+            record: dict[str, Any]
+
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                # this request's own record, for a RawReply to read: requests[-1] may be another
+                # one's by then (the server answers each request on its own thread)
+                self.record = {"path": self.path, "headers": dict(self.headers), "body": body,
+                                "at": time.monotonic()}
                 with judge.lock:
-                    judge.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
-                                           "at": time.monotonic()})
+                    judge.requests.append(self.record)
                     reply = judge.script.popleft() if judge.script else judge.default
                 if callable(reply):
                     try:
@@ -79,6 +84,15 @@ class ScriptedJudge:
     def count(self) -> int:
         with self.lock:
             return len(self.requests)
+
+    def count_at_least(self, n: int, bound_s: float = 30.0) -> int:
+        """``count()`` once it is ``n`` or more (or ``bound_s`` passed). After a client gave up on a
+        request, the server's thread may not have logged it yet (a loaded machine): ``count()``
+        right away can miss it. Answered requests need no wait (logged before their reply)."""
+        deadline = time.monotonic() + bound_s
+        while self.count() < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.count()
 
     def close(self) -> None:
         """Stop answering (the port then refuses connections); safe to call twice."""

@@ -35,8 +35,9 @@ class ContextLimitedJudge(ScriptedJudge):
         super().__init__(default=self.answer)
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
-        with self.lock:
-            user = self.requests[-1]["body"]["messages"][-1]["content"]
+        # this request's own message: requests[-1] is another's when the two samples' requests
+        # arrive together (each is answered on its own thread)
+        user = handler.record["body"]["messages"][-1]["content"]  # type: ignore[attr-defined]
         status, body = ((400, {"error": {"message": f"the prompt is {len(user) // 4} tokens, over the model's "
                                                     "context of 10000 tokens", "param": "messages"}})
                         if len(user) > CONTEXT_CHARS else (200, chat_body("Score: 3/10")))

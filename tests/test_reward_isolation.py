@@ -188,7 +188,11 @@ SLEEPER_ANSWERS_AFTER_S = 60
 
 def sleeper(pid_file: Path):
     def sleeps_forever(completions, **kwargs):
-        pid_file.write_text(str(os.getpid()))
+        # whole or not at all: the stop test stops it once the file exists, and a child killed
+        # between write_text's open and its write left an empty file (int('') in the test)
+        tmp = pid_file.with_suffix(".tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.replace(pid_file)
         for _ in range(SLEEPER_ANSWERS_AFTER_S):
             time.sleep(1)
         return [1.0] * len(completions)

@@ -25,7 +25,11 @@ from work_meter import measured
 
 TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(-1, 1) == 0\n"
 GOOD = "def add(a, b):\n    return a + b\n"
-FAST = {"timeout_s": 1.5, "memory_mb": 256, "max_output_bytes": 4096}
+#: Samples meant to end get a generous wall clock (a starved CI worker took over 1.5 s for a memory
+#: bomb to reach its MemoryError); a test of the timeout itself uses a sample that never ends
+FAST = {"timeout_s": 20, "memory_mb": 256, "max_output_bytes": 4096}
+#: The timeout for samples that loop forever: any value works for them
+LOOP_TIMEOUT_S = 1.5
 
 
 def sandbox_processes() -> int:
@@ -315,7 +319,8 @@ def test_malicious_sample_is_contained(name):
     if name == "ctypes" and LEVEL.level == "bwrap":  # allowed behind bubblewrap (numpy needs it): contained
         status, detail = "ok", None
     before = my_children()
-    result = Sandbox(SandboxLimits(timeout_s=1.5, memory_mb=256, max_output_bytes=4096)).run(code, parse_tests(TESTS))
+    timeout_s = LOOP_TIMEOUT_S if status == "timeout" else FAST["timeout_s"]  # the others end by themselves
+    result = Sandbox(SandboxLimits(timeout_s=timeout_s, memory_mb=256, max_output_bytes=4096)).run(code, parse_tests(TESTS))
     assert result.status == status, (result.status, result.error, result.output[:200])
     assert result.fraction == 0.0
     if detail:
@@ -481,8 +486,8 @@ def test_malicious_batch_costs_zero_and_good_samples_still_score():
     before = my_children()
     texts = [fenced(code) for code, _, _ in MALICIOUS.values()] + [fenced(GOOD)]
     t0 = time.perf_counter()
-    res = score(texts, max_workers=2)
-    assert time.perf_counter() - t0 < 15
+    res = score(texts, max_workers=2, timeout_s=5)  # one timeout for the loop and the samples that end
+    assert time.perf_counter() - t0 < 50  # far below the 60 s the subprocess sample's sleep would hold
     np.testing.assert_array_equal(res.total, [0.0] * len(MALICIOUS) + [1.0])
     m = res.metrics["code_tests"]
     assert m["timeouts"] == 1 and m["violations"] >= 1 and m["pass_rate"] == pytest.approx(1 / len(texts))

@@ -542,8 +542,8 @@ class SlowFlush:
     def log_completions(self, records, step):
         pass
 
-    def close(self):  # an upload of what it kept: longer than tracker_timeout_s
-        time.sleep(1.5)
+    def close(self):  # an upload of what it kept: longer than the process lives (a 1.5 s one could
+        time.sleep(60)  # end before a loaded machine's interpreter exit, and write its file)
         (out / "flushed").write_text(str(self.last))
 
 
