@@ -33,10 +33,15 @@ def _added(tok):
     tok.add_special_tokens({"additional_special_tokens": ["<think>"]})
 
 
+def _bos(tok):
+    tok.add_bos_token = True  # TRL tokenizes a plain-text prompt with the object: a BOS first
+
+
 @pytest.mark.parametrize(("edit", "words"), [
     (_eos, "eos_token '<|endoftext|>' is not the folder's '<|im_end|>'"),
     (_added, "tokens the folder's tokenizer lacks ('<think>')"),
-], ids=["eos_token", "added_token"])
+    (_bos, "encodes text to other ids than the folder's"),
+], ids=["eos_token", "added_token", "add_bos_token"])
 def test_an_edited_tokenizer_is_refused_naming_the_edit(tiny_model_dir, tmp_path, edit, words):
     tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
     edit(tok)
