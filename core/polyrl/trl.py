@@ -239,9 +239,11 @@ class GRPOTrainer:
                                   fix=_REFUSED[name])
         _refuse_optimizers(optimizers)
         from polyrl import trl_peft_model
+        from polyrl.trl_frozen import refuse_frozen_parameters
         from polyrl.trl_quantized import refuse_quantized_model
 
         refuse_quantized_model(model)  # QLoRA's base: before anything is read from or saved of it
+        refuse_frozen_parameters(model, peft_config)
 
         #: with a PeftModel as model: its adapter's name (TRL trains that adapter), else None
         self._adapter_name: str | None = None
