@@ -76,3 +76,4 @@ def test_padding_edits_and_the_fix_are_taken(tiny_model_dir, tmp_path):
     tok.save_pretrained(copy)
     _build(copy, None, tmp_path / "b")
     assert transformers.AutoTokenizer.from_pretrained(copy).eos_token == "<|endoftext|>"
+

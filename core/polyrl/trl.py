@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import attrs
 
-from polyrl import run_paths, strict_json, trl_saves
+from polyrl import run_paths, strict_json, trl_args_seen, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.one_conversation import refuse_one_conversation
@@ -383,6 +383,8 @@ class GRPOTrainer:
         self.state = self._new_state()
         #: transformers' callbacks (``polyrl.trl_callbacks``); None until a script gives one
         self._callbacks: TrlCallbacks | None = None
+        #: ``args`` as read into ``grpo_config``: a change a script makes before ``train()`` is refused there
+        self._args_seen = trl_args_seen.snapshot(self.args)
         if callbacks:
             self._callbacks = self._callback_handler(list(callbacks) if isinstance(callbacks, (list, tuple))
                                                      else [callbacks])
@@ -445,6 +447,7 @@ class GRPOTrainer:
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
+        trl_args_seen.refuse_changes(self._args_seen, self.args)
         self._check_own_saves()
         resume: str | None = None
         if resume_from_checkpoint:
@@ -527,6 +530,7 @@ class GRPOTrainer:
             observer.train_end(log_history, self.state.global_step, summary=metrics)
         else:
             log_history.append({**metrics, "step": self.state.global_step})
+        self._args_seen = trl_args_seen.snapshot(self.args)  # a callback's own changes in this run stand
         return _train_output(self.state.global_step, training_loss, metrics)
 
     def _end_metrics(self, trainer: Any, started: float) -> dict[str, float]:
