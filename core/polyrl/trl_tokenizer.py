@@ -28,8 +28,8 @@ def differences(theirs: Any, folders: Any) -> list[str]:
         out.append(f"its eos_token {getattr(theirs, 'eos_token', None)!r} is not the folder's "
                    f"{getattr(folders, 'eos_token', None)!r} (TRL ends completions at it)")
     added = _added(theirs).keys() - _added(folders).keys()
-    if added or len(theirs) != len(folders):
-        shown = ", ".join(repr(t) for t in sorted(added)[:3]) or f"{len(theirs)} tokens, not {len(folders)}"
+    if added or _length(theirs) != _length(folders):
+        shown = ", ".join(repr(t) for t in sorted(added)[:3]) or f"{_length(theirs)} tokens, not {_length(folders)}"
         out.append(f"it has tokens the folder's tokenizer lacks ({shown})")
     elif _ids(theirs) != _ids(folders):
         out.append(f"it encodes text to other ids than the folder's ({_PROBE!r}: {_ids(theirs)} against "
@@ -43,6 +43,14 @@ def _added(tokenizer: Any) -> dict[str, int]:
         return dict(tokenizer.get_added_vocab())
     except Exception:  # noqa: BLE001 - a tokenizer class without the method: compared by length alone
         return {}
+
+
+def _length(tokenizer: Any) -> int | None:
+    """The tokenizer's vocabulary size, added tokens included (None where it cannot say: a processor)."""
+    try:
+        return len(tokenizer)
+    except Exception:  # noqa: BLE001 - compared as equal: nothing to tell
+        return None
 
 
 def _ids(tokenizer: Any) -> list[int] | None:
