@@ -219,3 +219,24 @@ def test_a_loss_type_trl_has_not_is_refused_listing_trls_names():
     with pytest.raises(ConfigError) as info:
         api.GRPOConfig.from_trl(trl_config(loss_type="dapo2"))
     assert info.value.field == "grpo_config.loss_type" and "'dr_grpo'" in str(info.value), info.value
+
+
+@dataclasses.dataclass
+class _ScriptConfig(trl.GRPOConfig):
+    """A script's own GRPOConfig subclass carrying its settings beside TRL's."""
+
+    dataset_name: str = "gsm8k"
+    max_samples: int = 100
+
+
+def test_a_scripts_own_fields_on_a_grpoconfig_subclass_are_left_to_it_and_trls_still_read():
+    """TRL's trainer never reads fields a subclass adds; they were refused as untranslated, which
+    stopped a script TRL runs. TRL's own fields on the subclass are still read and refused alike."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = _ScriptConfig(output_dir="out", use_cpu=True, report_to="none", dataset_name="math",
+                               max_samples=5, learning_rate=3e-6)
+        assert api.GRPOConfig.from_trl(config).learning_rate == 3e-6
+        with pytest.raises(ConfigError, match="use_liger_kernel"):
+            api.GRPOConfig.from_trl(_ScriptConfig(output_dir="out", use_cpu=True, report_to="none",
+                                                  dataset_name="math", use_liger_kernel=True))

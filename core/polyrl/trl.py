@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import attrs
 
-from polyrl import run_paths, strict_json, trl_saves
+from polyrl import run_paths, strict_json, trl_args_seen, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
 from polyrl.logs import get_logger
@@ -226,9 +226,11 @@ class GRPOTrainer:
                                   fix=_REFUSED[name])
         _refuse_optimizers(optimizers)
         from polyrl import trl_peft_model
+        from polyrl.trl_frozen import refuse_frozen_parameters
         from polyrl.trl_quantized import refuse_quantized_model
 
         refuse_quantized_model(model)  # QLoRA's base: before anything is read from or saved of it
+        refuse_frozen_parameters(model, peft_config)
 
         #: with a PeftModel as model: its adapter's name (TRL trains that adapter), else None
         self._adapter_name: str | None = None
@@ -368,6 +370,8 @@ class GRPOTrainer:
         self.state = self._new_state()
         #: transformers' callbacks (``polyrl.trl_callbacks``); None until a script gives one
         self._callbacks: TrlCallbacks | None = None
+        #: ``args`` as read into ``grpo_config``: a change a script makes before ``train()`` is refused there
+        self._args_seen = trl_args_seen.snapshot(self.args)
         if callbacks:
             self._callbacks = self._callback_handler(list(callbacks) if isinstance(callbacks, (list, tuple))
                                                      else [callbacks])
@@ -430,6 +434,7 @@ class GRPOTrainer:
 
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
+        trl_args_seen.refuse_changes(self._args_seen, self.args)
         self._check_own_saves()
         resume: str | None = None
         if resume_from_checkpoint:
@@ -512,6 +517,7 @@ class GRPOTrainer:
             observer.train_end(log_history, self.state.global_step, summary=metrics)
         else:
             log_history.append({**metrics, "step": self.state.global_step})
+        self._args_seen = trl_args_seen.snapshot(self.args)  # a callback's own changes in this run stand
         return _train_output(self.state.global_step, training_loss, metrics)
 
     def _end_metrics(self, trainer: Any, started: float) -> dict[str, float]:
@@ -1449,40 +1455,49 @@ def _folder_tokenizer(model: Any) -> Any:
 
 
 def _check_tokenizer(processing_class: Any, folder: str) -> None:
-    """A ``processing_class`` must be the model folder's own tokenizer: polyrl tokenizes with the
-    folder's files, so another tokenizer or an edited chat template would be ignored silently."""
+    """A ``processing_class`` must be the model folder's own tokenizer as the folder holds it:
+    polyrl tokenizes with the folder's files, so another tokenizer, or one the script edited in
+    memory (its chat template, eos_token, added tokens: ``polyrl.trl_tokenizer``), would be
+    ignored silently."""
     if processing_class is None:
         return
     from polyrl.hub import looks_like_hub_id, resolve_cached
 
     local = folder if Path(folder).is_dir() else resolve_cached(folder) if looks_like_hub_id(folder) else None
-    theirs = getattr(processing_class, "chat_template", None)
-    ours = _saved_chat_template(Path(local)) if local else None
     same_source = str(getattr(processing_class, "name_or_path", "")) in {folder, local}
-    if not same_source or (theirs is not None and ours is not None and theirs != ours):
-        what = "its chat template differs from the folder's" if same_source else \
-            f"it was loaded from {getattr(processing_class, 'name_or_path', '?')!r}, not {folder!r}"
-        raise ConfigError(f"processing_class is not the model folder's own tokenizer: {what}",
-                          field="processing_class",
-                          fix="polyrl tokenizes with the model folder's files: save yours into a copy of the folder "
-                              "(processing_class.save_pretrained(DIR), model files beside it) and pass DIR as model, "
-                              "or remove processing_class")
+    if not same_source:
+        _refuse_tokenizer(f"it was loaded from {getattr(processing_class, 'name_or_path', '?')!r}, not {folder!r}")
+    own = _local_tokenizer(local) if local else None
+    if own is None:
+        return
+    from polyrl.trl_tokenizer import differences
+
+    found = differences(processing_class, own)
+    if found:
+        _refuse_tokenizer("; ".join(found))
 
 
-def _saved_chat_template(folder: Path) -> str | None:
-    """The chat template a folder's tokenizer files hold (``chat_template.jinja`` or
-    ``tokenizer_config.json``), None when neither says."""
-    jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
-    config = folder / "tokenizer_config.json"
-    if config.is_file():
-        try:
-            template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return template if isinstance(template, str) else None
-    return None
+def _refuse_tokenizer(what: str) -> None:
+    """The one error for a ``processing_class`` that is not the folder's tokenizer (``what``)."""
+    raise ConfigError(f"processing_class is not the model folder's own tokenizer: {what}", field="processing_class",
+                      fix="polyrl tokenizes with the model folder's files: save yours into a copy of the folder "
+                          "(processing_class.save_pretrained(DIR), model files beside it) and pass model=DIR without "
+                          "processing_class, or remove processing_class")
+
+
+def _local_tokenizer(folder: str) -> Any:
+    """The tokenizer ``folder`` holds, loaded afresh from its files; None where it cannot be loaded
+    here (the run's own load names why)."""
+    from polyrl import trl_folder_code
+
+    try:
+        from transformers import AutoTokenizer
+
+        return trl_folder_code.load(AutoTokenizer, folder, "processing_class", local_files_only=True)
+    except ConfigError:  # the folder's own code, refused
+        raise
+    except Exception:  # noqa: BLE001 - nothing to compare against
+        return None
 
 
 def __getattr__(name: str) -> Any:

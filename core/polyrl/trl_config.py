@@ -169,7 +169,7 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     handled = {name for name, entry in TRL_NAMES.items() if entry.key is not None} | IGNORED | COMBINED | MODEL_FIELDS
     if agent:
         handled |= AGENT_FIELDS
-    fields = [f for f in dataclasses.fields(trl_config) if f.init]
+    fields = [f for f in dataclasses.fields(trl_config) if f.init and f.name in _library_fields(trl_config)]
     if not getattr(trl_config, "use_vllm", False):  # TRL reads them only with vLLM
         handled |= {f.name for f in fields if f.name.startswith(VLLM_PREFIX)}
     if not getattr(trl_config, "use_adaptive_entropy", False):  # TRL reads them only in adaptive mode
@@ -208,6 +208,16 @@ def _refuse_unsupported(trl_config: Any, agent: bool = False) -> None:
     if optim not in ADAMW:
         raise ConfigError(f"TRL's optim = {shown(optim)} is not the AdamW polyrl trains with",
                           field="grpo_config.optim", fix="remove it (polyrl uses torch's AdamW)")
+
+
+def _library_fields(trl_config: Any) -> frozenset[str]:
+    """The fields TRL and transformers declare on ``trl_config``'s class. Why: a script may subclass
+    ``GRPOConfig`` to carry its own settings (``dataset_name``, ``max_samples``...), which TRL's
+    trainer never reads; refused as untranslated, they stopped a script that TRL runs."""
+    for cls in type(trl_config).__mro__:
+        if cls.__module__.split(".")[0] in ("trl", "transformers") and dataclasses.is_dataclass(cls):
+            return frozenset(f.name for f in dataclasses.fields(cls))
+    return frozenset(f.name for f in dataclasses.fields(trl_config))
 
 
 def processes(trl_config: Any) -> int:

@@ -1,0 +1,79 @@
+"""A TRL script's ``processing_class`` edited in memory, beside a model folder: TRL tokenizes and
+stops with the object it is handed, polyrl with the folder's files. An edit that changes TRL's run
+(eos_token, which TRL's sampling stops at; added tokens; a chat template given to a template-less
+base model's tokenizer) was dropped without a word; now each is one error naming it, while the
+padding edits TRL scripts make (pad_token = eos_token, padding_side) change nothing and pass."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+pytest.importorskip("polyrl_torch")
+pytest.importorskip("trl")
+transformers = pytest.importorskip("transformers")
+
+from polyrl.errors import ConfigError  # noqa: E402
+from polyrl.trl import GRPOTrainer  # noqa: E402
+from trl_util import grpo_args, prompts_dataset, short  # noqa: E402
+
+
+def _build(model, tokenizer, tmp_path):
+    return GRPOTrainer(model=str(model), reward_funcs=[short], args=grpo_args(tmp_path), train_dataset=prompts_dataset(),
+                       processing_class=tokenizer)
+
+
+def _eos(tok):
+    tok.eos_token = "<|endoftext|>"
+
+
+def _added(tok):
+    tok.add_special_tokens({"additional_special_tokens": ["<think>"]})
+
+
+def _bos(tok):
+    tok.add_bos_token = True  # TRL tokenizes a plain-text prompt with the object: a BOS first
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (_eos, "eos_token '<|endoftext|>' is not the folder's '<|im_end|>'"),
+    (_added, "tokens the folder's tokenizer lacks ('<think>')"),
+    (_bos, "encodes text to other ids than the folder's"),
+], ids=["eos_token", "added_token", "add_bos_token"])
+def test_an_edited_tokenizer_is_refused_naming_the_edit(tiny_model_dir, tmp_path, edit, words):
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    edit(tok)
+    with pytest.raises(ConfigError) as err:
+        _build(tiny_model_dir, tok, tmp_path)
+    assert err.value.field == "processing_class" and words in str(err.value)
+    assert "model=DIR without processing_class" in err.value.fix
+
+
+def test_a_chat_template_given_to_a_base_models_tokenizer_is_refused(tiny_model_dir, tmp_path):
+    bare = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, bare)
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    template = config.pop("chat_template")
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = transformers.AutoTokenizer.from_pretrained(bare)
+    assert tok.chat_template is None
+    tok.chat_template = template
+    with pytest.raises(ConfigError, match="a chat template the folder's tokenizer lacks") as err:
+        _build(bare, tok, tmp_path)
+    assert err.value.field == "processing_class"
+
+
+def test_padding_edits_and_the_fix_are_taken(tiny_model_dir, tmp_path):
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"  # TRL's own fallback pad; no sampled token changes
+    _build(tiny_model_dir, tok, tmp_path / "a")
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    _eos(tok)
+    copy = tmp_path / "copy"  # the fix: the edited tokenizer saved beside a copy of the model files
+    shutil.copytree(tiny_model_dir, copy, ignore=lambda _, names: [n for n in names if "token" in n])
+    tok.save_pretrained(copy)
+    _build(copy, None, tmp_path / "b")
+    assert transformers.AutoTokenizer.from_pretrained(copy).eos_token == "<|endoftext|>"
+
