@@ -1480,9 +1480,10 @@ def _check_tokenizer(processing_class: Any, folder: str) -> None:
 def _refuse_tokenizer(what: str) -> None:
     """The one error for a ``processing_class`` that is not the folder's tokenizer (``what``)."""
     raise ConfigError(f"processing_class is not the model folder's own tokenizer: {what}", field="processing_class",
-                      fix="polyrl tokenizes with the model folder's files: save yours into a copy of the folder "
-                          "(processing_class.save_pretrained(DIR), model files beside it) and pass model=DIR without "
-                          "processing_class, or remove processing_class")
+                      fix="polyrl tokenizes with the model folder's files: save the model and yours into a new, "
+                          "empty folder (model.save_pretrained(DIR); processing_class.save_pretrained(DIR): over a "
+                          "copy of the old folder, its stale special_tokens_map.json would win) and pass model=DIR "
+                          "without processing_class, or remove processing_class")
 
 
 def _local_tokenizer(folder: str) -> Any:
