@@ -3,8 +3,11 @@
 # (compiled once by the trainer and sent ahead of the job on stdin: ``polyrl.sandbox.server_code``;
 # no polyrl there), reads the job from stdin, runs setup + solution, then answers the harness's
 # requests (call a function, read an attribute, ...) until stdin closes. Its answers are only ever
-# data the harness compares itself: nothing here decides whether a test passed, so a sample that
-# rewrites this file's functions at run time gains nothing it could not get by returning values.
+# data the harness compares itself: nothing here decides whether a test passed. A sample can rewrite
+# this file's functions at run time (it is ``__main__``) or answer the channel's descriptors itself,
+# so every answer, class facts read from ``type`` here (``_subtype``) included, is the sample's word;
+# soundness rests on no request carrying a value the tests expect
+# (``tests/test_sandbox_server_takeover.py``).
 #
 # Channel: requests arrive on the original stdin (marshal, length-prefixed: the trainer writes them,
 # and marshal costs no import), answers leave on the original stdout as one JSON line each (the
