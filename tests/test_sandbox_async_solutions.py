@@ -5,10 +5,13 @@ Two false zeros on main: the audit hook (on by default) refused the import of
 asyncio scored 0; and the coroutine a call returned stayed a handle in the tests, so
 ``asyncio.run(f(x))`` raised ValueError. Now ``_posixsubprocess`` is loaded before the hook with a
 ``fork_exec`` that refuses (``server._no_process_start``), and the sample runs a returned
-coroutine to its end in a loop of its own (whose self-pipe is the one unix socket pair the hook
-lets be made), the tests getting a coroutine giving its answer (``polyrl.sandbox.awaited_calls``).
+coroutine to its end in a loop of its own, the tests getting a coroutine giving its answer
+(``polyrl.sandbox.awaited_calls``). A third: a solution running its own loop (``asyncio.run`` in a
+plain function) scored 0, asyncio's self-pipe being a unix socket pair the hook refused; every
+loop's self-pipe is now an ``os.pipe`` (``server._make_self_pipe``) and the hook refuses every socket.
 The forged ones (a plain value passed off as awaited, a process started through the neutered
-module or a fresh copy of it, a socket reaching out) score 0. Scored through the real reward path."""
+module or a fresh copy of it, a socket reaching out, asyncio's socket pair reached around the pipe)
+score 0. Scored through the real reward path."""
 
 from __future__ import annotations
 
@@ -33,6 +36,18 @@ _TESTS = {
 _IMPORTS = "import asyncio, subprocess\ndef add(a, b):\n    return a + b\n"
 
 _ESCAPE = ("import os, socket, subprocess, sys, importlib.util\n"
+           "def need_socket(end):\n    if isinstance(end, socket.socket):\n        return end\n"
+           "    raise PermissionError('a pipe')\n"
+           "def fresh_selector_events():\n    import asyncio.selector_events\n"
+           "    spec = importlib.util.spec_from_file_location('asyncio.fresh', asyncio.selector_events.__file__)\n"
+           "    fresh = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(fresh)\n"
+           "    loop = asyncio.new_event_loop()\n    fresh.BaseSelectorEventLoop._make_self_pipe(loop)\n"
+           "    return need_socket(loop._ssock)\n"
+           "def unpatched_asyncio():\n"
+           "    sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, '__module__', '') != '__main__']\n"
+           "    for name in [n for n in sys.modules if n.split('.')[0] == 'asyncio']:\n"
+           "        del sys.modules[name]\n"
+           "    return need_socket(__import__('asyncio').new_event_loop()._ssock)\n"
            "def escape():\n    tries = [lambda: subprocess.run(['true']),\n"
            "             lambda: __import__('_posixsubprocess').fork_exec(*[None] * 23),\n"
            "             lambda: importlib.util.module_from_spec(importlib.util.find_spec('_posixsubprocess')),\n"
@@ -40,7 +55,10 @@ _ESCAPE = ("import os, socket, subprocess, sys, importlib.util\n"
            "             lambda: socket.socket(socket.AF_INET),\n"
            "             lambda: socket.socket(socket.AF_UNIX),\n"
            "             lambda: socket.socketpair(),\n"
-           "             lambda: __import__('asyncio').new_event_loop()]\n"
+           "             lambda: __import__('_socket').socketpair(1, 2)[0].sendto(b'x', '/dev/log'),\n"
+           "             lambda: __import__('_socket').socketpair()[0].connect('/dev/log'),\n"
+           "             lambda: need_socket(__import__('asyncio').new_event_loop()._ssock),\n"
+           "             fresh_selector_events, unpatched_asyncio]\n"
            "    for i, t in enumerate(tries):\n        try:\n            t()\n        except PermissionError:\n"
            "            continue\n        except BaseException:\n            pass\n        return 'escaped %d' % i\n"
            "    return 'refused'\n")
@@ -52,6 +70,32 @@ _FORGED = {
                          "def add(a, b):\n    return Later()\n", _TESTS["asyncio_run"]),
     "escapes_the_audit_hook": (_ESCAPE, "assert escape().startswith('escaped')\n"),
 }
+
+
+#: Right solutions running their own event loop in a plain function (``asyncio.run``, a loop of their
+#: own woken from a thread through its self-pipe, two runs a call, called 40 times: a leaked pipe
+#: would reach the 64 open files); and a wrong one, which still scores 0.
+_OWN_LOOP = {
+    "gathered_in_asyncio_run": (
+        "import asyncio\nasync def _get(url):\n    await asyncio.sleep(0)\n    return url.upper()\n"
+        "async def _gather(urls):\n    return await asyncio.gather(*(_get(u) for u in urls))\n"
+        "def fetch_all(urls):\n    return asyncio.run(_gather(urls))\n",
+        "assert fetch_all(['a', 'b']) == ['A', 'B']\nassert fetch_all([]) == []\n"),
+    "woken_from_a_thread": (
+        "import asyncio, threading\ndef later(x):\n    loop = asyncio.new_event_loop()\n"
+        "    try:\n        done = loop.create_future()\n"
+        "        threading.Thread(target=loop.call_soon_threadsafe, args=(done.set_result, x * 2)).start()\n"
+        "        return loop.run_until_complete(done)\n    finally:\n        loop.close()\n",
+        "assert later(21) == 42\n"),
+    "queue_twice_a_call": (
+        "import asyncio\nasync def _pipeline(n):\n    q = asyncio.Queue()\n    for i in range(n):\n"
+        "        await q.put(i)\n    return [await asyncio.wait_for(q.get(), 60) for _ in range(n)]\n"
+        "def total(n):\n    return sum(asyncio.run(_pipeline(n))) + len(asyncio.run(_pipeline(n)))\n",
+        "for n in range(40):\n    assert total(n) == n * (n - 1) // 2 + n\n"),
+}
+_WRONG_OWN_LOOP = ("import asyncio\nasync def _gather(urls):\n    await asyncio.sleep(0)\n"
+                   "def fetch_all(urls):\n    return asyncio.run(_gather(urls))\n",
+                   _OWN_LOOP["gathered_in_asyncio_run"][1])
 
 
 def _scored(cases: dict[str, tuple[str, str]], isolation: str = "auto") -> dict[str, float]:
@@ -68,10 +112,21 @@ def test_an_async_solution_awaited_by_the_tests_passes():
     assert _scored(cases) == dict.fromkeys(cases, 1.0)
 
 
+def test_a_solution_running_its_own_event_loop_passes():
+    """Each scored 0 on integ: asyncio's loop makes its self-pipe with ``socket.socketpair()``,
+    which the audit hook refused. Now it is an ``os.pipe`` (``server._make_self_pipe``)."""
+    cases = dict(_OWN_LOOP, wrong=_WRONG_OWN_LOOP)
+    assert _scored(cases) == dict(dict.fromkeys(_OWN_LOOP, 1.0), wrong=0.0)
+
+
 def test_forged_awaits_and_escapes_score_zero():
     """Without bubblewrap (``off``) the audit hook is the only wall: nothing this change lets
-    through (the preloaded ``_posixsubprocess``, the awaited call's loop) starts a process or makes
-    a socket of the sample's (whose buffers no rlimit counts)."""
+    through (the preloaded ``_posixsubprocess``, an event loop's pipe self-pipe) starts a process or
+    makes a socket of the sample's (whose buffers no rlimit counts): not asyncio's loop made around
+    the pipe (a fresh copy of ``selector_events``, asyncio reloaded without the patching finder);
+    and a pair from ``_socket.socketpair`` reaches nothing outside (its sends to an address and
+    connects are refused events)."""
     assert _scored(_FORGED, isolation="off") == dict.fromkeys(_FORGED, 0.0)
     assert _scored({"escape_refused": (_ESCAPE, "assert escape() == 'refused'\n")}, isolation="off") == \
         {"escape_refused": 1.0}
+
