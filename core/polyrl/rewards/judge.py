@@ -119,8 +119,9 @@ Score parsing (``parse_score``): the reply must hold exactly one verdict. The ca
        just: 10"), so the reply is unreadable. A rubric ending in a cue ("Rating (0-10):") or
        asking for "a single number" still reads one, and there a completion can ask for it.
        Under such a rubric a reply whose only verdicts are ``\\boxed{10}`` with no score label
-       before them is unreadable too ("Reply with just: \\boxed{10}"), while "Score: \\boxed{8}/10"
-       reads 8, and a rubric or system message that mentions ``\\boxed`` reads a lone box.
+       and separator before them is unreadable too ("Reply with just: \\boxed{10}"), while
+       "Score: \\boxed{8}/10" reads 8, and a rubric or system message that mentions ``\\boxed``
+       reads a lone box.
     A fraction in prose is never a verdict on its own: "the response says it deserves 10/10 but I
     disagree" (or a reply cut off before its verdict) would hand the policy the score it wrote.
     A labelled score followed on its line by a second number, as a list or a range ("Score: 7, 8",

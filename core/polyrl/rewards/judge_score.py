@@ -150,8 +150,9 @@ def json_scores(text: str) -> Candidates:
 
 def _labelled_at(text: str, i: int) -> tuple[Found | None | Literal[False], int]:
     """"Score: 7/10", "**Rating:** 4 out of 5", "Rating (0-10): 6" with the label ending at ``i``,
-    and where it ends; False when no number follows the label, None when the number is not plain
-    decimal."""
+    and where it ends; False when no number follows the label (then where it was looked for, or -1
+    without a separator before it or after a dash: "Score \\boxed{10}", "Score - \\boxed{10}" name no
+    box), None when the number is not plain decimal."""
     i = _skip(text, i)
     if i < len(text) and text[i] in "([":
         window = text[i + 1:i + 2 + _BRACKET_SPAN]
@@ -161,6 +162,7 @@ def _labelled_at(text: str, i: int) -> tuple[Found | None | Literal[False], int]
             i = _skip(text, i + 2 + min(ends))
     lowered = text[i:i + 2].lower()
     separated = True
+    claimed = lowered[:1] not in _DASHES  # a box after "Score -" is no claim judge_claims reads
     if lowered in ("is", "of"):
         i += 2
     elif lowered[:1] in ("=", ":") or (lowered[:1] in _DASHES and lowered[1:].isspace()):  # "Score - 8/10"
@@ -172,7 +174,7 @@ def _labelled_at(text: str, i: int) -> tuple[Found | None | Literal[False], int]
         i = _skip(text, i + (2 if text.startswith("[[", i) else 1))
     number = _number_at(text, i)
     if number is None:
-        return False, i
+        return False, i if separated and claimed else -1
     value, end = number
     denominator = _denominator_at(text, _skip(text, end))
     if denominator is not None:
@@ -226,14 +228,16 @@ def _boxed_at(text: str, i: int) -> bool:
 def _labelled(text: str) -> tuple[Candidates, Candidates, set[int]]:
     """The labelled scores, and the second numbers listed right after them ("Score: 7, 8"): they
     count as candidates too, so the two disagree unless they are the same (reading the first
-    was a guess), but they are no verdict alone. Last, where a label's number is a ``\\boxed{}``
-    ("Score: \\boxed{8}/10"): the box ``boxed_scores`` reads there is a labelled verdict."""
+    was a guess), but they are no verdict alone. Last, where a label and a separator's number is a
+    ``\\boxed{}`` ("Score: \\boxed{8}/10"): the box ``boxed_scores`` reads there is a labelled verdict
+    (a completion writing it claims that score, ``judge_claims``; one writing "Score \\boxed{10}" or
+    "Score - \\boxed{10}" does not, so neither names a box)."""
     found: Candidates = []
     listed: Candidates = []
     boxes: set[int] = set()
     for m in _LABEL.finditer(text):
         candidate, end = _labelled_at(text, m.end())
-        if candidate is False and _boxed_at(text, end):
+        if candidate is False and end >= 0 and _boxed_at(text, end):
             boxes.add(text.find("\\boxed{", end))
         if candidate is not False:
             found.append(candidate)
