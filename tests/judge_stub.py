@@ -8,6 +8,7 @@ through httpx exactly as it talks to any endpoint.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -173,3 +174,22 @@ class HeldReply:
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
+
+
+def emptied(server: ScriptedJudge, default: str = "Score: 7/10") -> ScriptedJudge:
+    """``server`` (one per test module) with an empty script, ``default`` as its reply and no requests recorded."""
+    with server.lock:
+        server.script.clear()
+        server.requests.clear()
+        server.default = default
+    return server
+
+
+def scores_in_order(base_url: str, texts: list[str], **options: Any) -> Any:
+    """The judge reward's scores of ``texts`` (prompts "question i"), one request at a time, so
+    the scripted replies reach the samples in order."""
+    from polyrl.rewards.judge import judge
+
+    opts = {"base_url": base_url, "model": "judge", "backoff_s": 0.01, "retries": 0, "cache_path": "",
+            "max_concurrency": 1, **options}
+    return asyncio.run(judge([f"question {i}" for i in range(len(texts))], texts, [{} for _ in texts], opts))

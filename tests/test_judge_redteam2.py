@@ -6,16 +6,13 @@ completion past the judge's context, and verdicts real judges write that were un
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from polyrl.errors import RewardError
-from polyrl.rewards.judge import judge
 
-from judge_stub import ScriptedJudge
+from judge_stub import ScriptedJudge, emptied, scores_in_order
 
 pytestmark = pytest.mark.faults
 
@@ -30,18 +27,10 @@ def server() -> Iterator[ScriptedJudge]:
 @pytest.fixture()
 def stub(server: ScriptedJudge) -> ScriptedJudge:
     """The module's server with an empty script, its default reply and no requests recorded."""
-    with server.lock:
-        server.script.clear()
-        server.requests.clear()
-        server.default = "Score: 7/10"
-    return server
+    return emptied(server)
 
 
-def scores(base_url: str, texts: list[str], **options: Any) -> Any:
-    # one request at a time: the scripted replies reach the samples in order
-    opts = {"base_url": base_url, "model": "judge", "backoff_s": 0.01, "retries": 0, "cache_path": "",
-            "max_concurrency": 1, **options}
-    return asyncio.run(judge([f"question {i}" for i in range(len(texts))], texts, [{} for _ in texts], opts))
+scores = scores_in_order
 
 
 def test_azure_deployments_differing_by_api_version_do_not_share_cached_grades(stub, tmp_path):
