@@ -43,6 +43,7 @@ from polyrl.config import (
     TrainSection,
 )
 from polyrl.errors import ConfigError
+from polyrl.global_rngs import seed_global_rngs
 from polyrl.one_conversation import MESSAGE_ROWS_FIX, refuse_one_conversation
 from polyrl.trl_config import (
     BEST_KEPT,
@@ -660,6 +661,9 @@ def run(
                                  generation_config=generation_config, grpo_config=grpo_config, eval_count=eval_count,
                                  eval_prompts=eval_prompts)
     warn_shared_trl_names(config.rewards, plugins)
+    # here, not in ``make_trainer``: ``polyrl.trl.GRPOTrainer`` seeds when it is built, as transformers'
+    # Trainer does, and builds its trainer in ``train()``, which must not seed a second time
+    seed_global_rngs(config.train.seed)
     trainer = make_trainer(config, plugins)
     if isinstance(grpo_config, GRPOConfig) and grpo_config._trl_steps is not None:
         trainer.trl_steps = dict(grpo_config._trl_steps)
@@ -702,10 +706,8 @@ def make_trainer(config: RunConfig, plugins: Sequence[Any], resume: str | None =
     """The ``Trainer`` for ``run_config``'s answer (``resume``: as ``Trainer``'s, "" for the newest
     checkpoint; ``engines``: loaded ones it uses, as ``Trainer``'s); a prompt column error is told
     as a fix to the ``prompts`` passed in."""
-    from polyrl.global_rngs import seed_global_rngs
     from polyrl.trainer import Trainer
 
-    seed_global_rngs(config.train.seed)  # a resume restores its checkpoint's states over these
     given: dict[str, Any] = {}  # (a Trainer stand-in in the tests takes neither)
     if resume is not None:
         given["resume"] = resume
