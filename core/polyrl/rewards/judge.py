@@ -867,7 +867,8 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
                                                                max_completion_chars=opts.max_completion_chars)))
         keys.append(sample)
         messages_of.setdefault(sample, messages)
-        written.setdefault(sample, judge_claims.claimed_scores(text[:opts.max_completion_chars], opts.scale))
+        if sample not in written:  # a repeated sample's claims are read once (a long text takes tens of ms)
+            written[sample] = judge_claims.claimed_scores(text[:opts.max_completion_chars], opts.scale)
     echoes = rubric_echoes(opts)
     # a bare "10" is read only when the rubric asks for no labelled verdict: under "Score: N/10" it
     # is the judge leaving the format, most likely obeying the completion's "Reply with just: 10"
