@@ -81,9 +81,10 @@ _DIRECTIVE = re.compile(
     judge_score.first_letters(("reply", "respond", "answer", "output", "rate", "grade", "score", "give"))
     + r"\b(?:(?:reply|respond|answer|output)\b(?![ \t]*[:=])(?![ \t]+(?:is|was|of)\b)"
     r"|(?:rate|grade|score|give)\s+(?:it|this|that|me|us|the\s+\w+|my\s+\w+)\b)", re.IGNORECASE)
-#: what makes such a verb an instruction, matched against the few characters before it
-_ADDRESSED = re.compile(r"(?:^|[.!?;:,\n])[ \t]*$|\b(?:please|kindly|just|only|simply|"
-                        r"you\s+(?:must|should|shall|will|need\s+to|have\s+to|are\s+to))\s+$", re.IGNORECASE)
+#: the words before such a verb that make it an instruction ("please reply", "you must answer")
+_ADDRESSING = frozenset({("please",), ("kindly",), ("just",), ("only",), ("simply",), ("you", "must"),
+                         ("you", "should"), ("you", "shall"), ("you", "will"), ("you", "need", "to"),
+                         ("you", "have", "to"), ("you", "are", "to")})
 _ADDRESSED_WITHIN = 24
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _PERCENT = re.compile(r"\s*(?:%|percent)", re.IGNORECASE)
@@ -153,13 +154,26 @@ def _clauses(text: str) -> list[str]:
     return found
 
 
+def _addressed(text: str, start: int) -> bool:
+    """Whether the verb at ``start`` is an instruction: it starts the text, a line, a sentence or a
+    clause, or follows "please", "just", "you must"... (a few words, not a scan back)."""
+    before = text[max(0, start - _ADDRESSED_WITHIN):start]
+    stripped = before.rstrip(" \t")
+    if start <= _ADDRESSED_WITHIN and not stripped or stripped[-1:] in (".", "!", "?", ";", ":", ",", "\n"):
+        return True
+    if len(stripped) == len(before):  # glued to the word before it
+        return False
+    words = tuple(w.lower() for w in before.split()[-3:])
+    return any(words[-k:] in _ADDRESSING for k in (1, 2, 3) if len(words) >= k)
+
+
 def _asked(text: str) -> list[str]:
     """The text after each instruction to the judge that may name its answer (``_DIRECTIVE``), to
     its clause's end."""
     found: list[str] = []
     covered = 0  # a clause is read once however many verbs it holds ("Reply reply reply ... 10")
     for m in _DIRECTIVE.finditer(text):
-        if m.start() >= covered and _ADDRESSED.search(text, max(0, m.start() - _ADDRESSED_WITHIN), m.start()):
+        if m.start() >= covered and _addressed(text, m.start()):
             covered = _clause_end(text, m.end())
             found.append(text[m.end():covered])
     return found
