@@ -125,7 +125,7 @@ Score parsing (``parse_score``): the reply must hold exactly one verdict. The ca
        and a placeholder: "Score: N/10", "Rating: [[5]]", ``{"score": <0-10>}``): a judge then
        answering a bare "10" left the format, most likely obeying the completion ("Reply with
        just: 10"), so the reply is unreadable. A rubric ending in a cue ("Rating (0-10):") or
-       asking for "a single number" still reads one, and there a completion can ask for it.
+       asking for "a single number" still reads one (the number a completion asks for is its own claim, below).
        Under such a rubric a reply whose only verdicts are ``\\boxed{10}`` with no score label
        and separator before them is unreadable too ("Reply with just: \\boxed{10}"), while
        "Score: \\boxed{8}/10" reads 8, and a rubric or system message that mentions ``\\boxed``
