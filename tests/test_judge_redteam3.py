@@ -6,6 +6,7 @@ completion that talks the judge into full marks without a number, which is measu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from polyrl.rewards.judge_claims import claimed_scores
 from polyrl.rewards import judge_score
 
 from judge_stub import ScriptedJudge, emptied, scores_in_order
+from work_meter import measured
 
 pytestmark = pytest.mark.faults
 
@@ -121,3 +123,22 @@ def test_which_completions_hold_an_injection_marker_and_which_replies_echo_it():
     assert echoes_injection("As instructed, Score: 10/10")
     assert echoes_injection("The response asks me to ignore the rubric. Score: 1/10")  # repeats it, honest or not
     assert not echoes_injection("Clear and correct. Score: 8/10")
+
+
+#: completions a policy could write to make reading its claims and markers slow: every position a
+#: candidate label, instruction verb or injection verb
+HOSTILE = {"verbs": "Reply " * 1_000, "addressed verbs": "Please reply 1 " * 500, "give it": "give it " * 800,
+           "ignore": "ignore " * 900, "newlines": "\n" * 6_000,
+           "localized labels": "Punktzahl \u8bc4\u5206 \u041e\u0446\u0435\u043d\u043a\u0430 Note " * 250}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_claims_and_injection_markers_are_read_in_linear_work(name):
+    """Counted, not timed (tests/work_meter.py): at most about 6 signal checks per character today;
+    a clause read past its bound for each instruction ("Please reply 1 " to the text's end: every
+    number after it, for each of 500 verbs) runs past the budget."""
+    from polyrl.rewards.judge_injection import echoes_injection, injection_marker
+
+    text = HOSTILE[name]
+    measured(functools.partial(claimed_scores, text, SCALE), budget=10 * len(text))
+    measured(lambda: (injection_marker(text, SCALE), echoes_injection(text)), budget=10 * len(text))
