@@ -392,7 +392,7 @@ def test_a_sample_without_the_filter_holds_no_memfd_memory(tmp_path, level):
     got = _run_trainer(tmp_path, MEMFD, level, MEMFD_ATTACK)
     assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
     assert "MEMFD 1\n" in got["output"] and "MEMFD_HELD_MB 0" in got["output"], got["output"]
-    assert "memfd_create and memfd_secret refused" in got["seccomp"], got
+    assert "memfd_create, memfd_secret and socketpair refused" in got["seccomp"], got
 
 
 MEMFD = """
@@ -464,7 +464,8 @@ def test_where_the_kernel_refuses_the_samples_user_namespace_bubblewrap_runs_and
 
 def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
     """``memfd_filter``'s program, loaded in a process of its own by the server's own loader:
-    memfd_create fails with EPERM, so does an x32 call (on x86_64), and ordinary calls still work."""
+    memfd_create and socketpair fail with EPERM, so does an x32 call (on x86_64), and ordinary calls
+    (a unix socket, a pipe) still work."""
     import ast
     import platform
     from pathlib import Path
@@ -479,12 +480,14 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
                   if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
     code = ("import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
             "try:\n    os.memfd_create('x')\n    print('MEMFD made')\nexcept OSError as e:\n    print('MEMFD', e.errno)\n"
+            "import _socket\ntry:\n    _socket.socketpair()\n    print('PAIR made')\nexcept OSError as e:\n    print('PAIR', e.errno)\n"
+            "_socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM).close()\nos.close(os.pipe()[0])\n"
             "libc = ctypes.CDLL(None, use_errno=True)\n"
             f"print('X32', libc.syscall({0x40000000 | 319}), ctypes.get_errno())\n"
             "print('PID', os.getpid() > 0, open(os.devnull).read() == '')\n")
     done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "MEMFD 1" in done.stdout and "PID True True" in done.stdout, done.stdout
+    assert "MEMFD 1" in done.stdout and "PAIR 1" in done.stdout and "PID True True" in done.stdout, done.stdout
     if platform.machine() == "x86_64":
         assert "X32 -1 1" in done.stdout, done.stdout
 
