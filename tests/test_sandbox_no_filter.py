@@ -392,7 +392,7 @@ def test_a_sample_without_the_filter_holds_no_memfd_memory(tmp_path, level):
     got = _run_trainer(tmp_path, MEMFD, level, MEMFD_ATTACK)
     assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
     assert "MEMFD 1\n" in got["output"] and "MEMFD_HELD_MB 0" in got["output"], got["output"]
-    assert "memfd_create, memfd_secret and socketpair refused" in got["seccomp"], got
+    assert "memfd_create, memfd_secret, socketpair and pidfd_send_signal refused" in got["seccomp"], got
 
 
 MEMFD = """
@@ -464,8 +464,8 @@ def test_where_the_kernel_refuses_the_samples_user_namespace_bubblewrap_runs_and
 
 def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
     """``memfd_filter``'s program, loaded in a process of its own by the server's own loader:
-    memfd_create and socketpair fail with EPERM, so does an x32 call (on x86_64), and ordinary calls
-    (a unix socket, a pipe) still work."""
+    memfd_create, socketpair and pidfd_send_signal (to its own parent) fail with EPERM, so does an
+    x32 call (on x86_64), and ordinary calls (a unix socket, a pipe) still work."""
     import ast
     import platform
     from pathlib import Path
@@ -482,12 +482,15 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
             "try:\n    os.memfd_create('x')\n    print('MEMFD made')\nexcept OSError as e:\n    print('MEMFD', e.errno)\n"
             "import _socket\ntry:\n    _socket.socketpair()\n    print('PAIR made')\nexcept OSError as e:\n    print('PAIR', e.errno)\n"
             "_socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM).close()\nos.close(os.pipe()[0])\n"
+            "import signal\ntry:\n    signal.pidfd_send_signal(os.pidfd_open(os.getppid()), 0)\n    print('SIGNAL sent')\n"
+            "except OSError as e:\n    print('SIGNAL', e.errno)\n"
             "libc = ctypes.CDLL(None, use_errno=True)\n"
             f"print('X32', libc.syscall({0x40000000 | 319}), ctypes.get_errno())\n"
             "print('PID', os.getpid() > 0, open(os.devnull).read() == '')\n")
     done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "MEMFD 1" in done.stdout and "PAIR 1" in done.stdout and "PID True True" in done.stdout, done.stdout
+    assert "MEMFD 1" in done.stdout and "PAIR 1" in done.stdout and "SIGNAL 1" in done.stdout, done.stdout
+    assert "PID True True" in done.stdout, done.stdout
     if platform.machine() == "x86_64":
         assert "X32 -1 1" in done.stdout, done.stdout
 
@@ -582,3 +585,36 @@ def test_a_root_sample_whose_threads_nothing_caps_is_reported_and_warned_of(monk
     assert "max_processes does not bind it (real uid 0: its threads are bounded by memory_mb only; no seccomp " \
            "filter" in box.report["user"], box.report
     assert any("real uid 0" in entry["event"] and entry["log_level"] == "warning" for entry in logs), logs
+
+
+SIGNAL_TRAINER = """
+import os, signal
+def signal_trainer(pid):
+    out = []
+    for send in (lambda: os.kill(pid, 0), lambda: signal.pidfd_send_signal(os.pidfd_open(pid), 0)):
+        try:
+            send()
+            out.append("sent")
+        except PermissionError:
+            out.append("refused")
+    return out
+"""
+
+
+def test_a_sample_at_off_cannot_signal_the_trainer():
+    """At ``off`` (no PID namespace) a sample of the trainer's uid (``user = "none"`` as root, or a
+    non-root trainer's) found the trainer's pid and signalled it: the audit hook refuses ``os.kill``
+    of another process, but ``signal.pidfd_send_signal`` raises no audit event, so SIGSTOP or SIGKILL
+    reached the trainer. Now the server's small filter refuses the call (``memfd_filter``). Signal
+    0 here (asks only whether it may), to this test's own process as the trainer, through the
+    reward path with the audit hook on."""
+    from test_sandbox_verdict import score
+
+    from polyrl.sandbox import memfd_filter
+
+    if memfd_filter.program() is None:
+        pytest.skip("pidfd_send_signal's number is known to the small filter for x86_64 and aarch64 only")
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("no os.pidfd_open in this Python")
+    rows = [{"prompt": "p", "tests": f"assert signal_trainer({os.getpid()}) == ['refused', 'refused']\n"}]
+    assert list(score([SIGNAL_TRAINER], rows=rows, isolation="off", audit_hook=True).total) == [1.0]

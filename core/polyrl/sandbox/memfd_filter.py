@@ -1,4 +1,5 @@
-"""A seccomp program refusing ``memfd_create``, ``memfd_secret`` and ``socketpair``, built without libseccomp.
+"""A seccomp program refusing ``memfd_create``, ``memfd_secret``, ``socketpair`` and ``pidfd_send_signal``,
+built without libseccomp (the module's name is its first job's).
 
 Why: where the sample runs without the full filter (``polyrl.sandbox.seccomp``: no libseccomp,
 the ``off`` level, ``unshare`` without its setup program), a sample held up to ``max_open_files``
@@ -7,12 +8,17 @@ mapped, so RLIMIT_AS does not count them, and a memfd lives on the kernel's inte
 size no mount option or namespace reaches. The server loads this program before the sample's code
 runs (``prctl``, after ``no_new_privs``), so both calls fail with EPERM as under the full filter.
 
+``pidfd_send_signal`` too (EPERM, as under the full filter): the audit hook refuses ``os.kill`` of
+another process, but ``signal.pidfd_send_signal`` raises no audit event, so at the ``off`` level
+(no PID namespace) a sample of the trainer's uid (a non-root trainer's, or ``user = "none"`` as
+root) could stop or kill the trainer through ``os.pidfd_open`` of its pid.
+
 ``socketpair`` too (EPERM, as under the full filter): it is the one socket the audit hook never
 hears of (``_socket.socketpair`` raises no event, and a fresh copy of the ``_socket`` module
 brings it back whatever the server patches), so at the ``off`` level, where that hook is the only
 wall, a sample made unix pairs whose buffers are kernel memory no rlimit counts.
 
-Ten classic-BPF instructions with the system call numbers of x86_64 and aarch64 (None
+Eleven classic-BPF instructions with the system call numbers of x86_64 and aarch64 (None
 elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
 
@@ -32,8 +38,8 @@ from pathlib import Path
 from polyrl.sandbox import isolation
 
 #: Per machine: the audit architecture (``seccomp_data.arch``) and the numbers of memfd_create,
-#: memfd_secret and socketpair.
-CALLS = {"x86_64": (0xC000003E, (319, 447, 53)), "aarch64": (0xC00000B7, (279, 447, 199))}
+#: memfd_secret, socketpair and pidfd_send_signal.
+CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424)), "aarch64": (0xC00000B7, (279, 447, 199, 424))}
 #: x32 system calls on x86_64 have this bit set in their number.
 X32_BIT = 0x40000000
 
@@ -51,16 +57,14 @@ def program(machine: str | None = None) -> bytes | None:
     found = CALLS.get(machine or platform.machine())
     if found is None:
         return None
-    arch, (create, secret, pair) = found
+    arch, refused = found
     return b"".join([
         _op(_LD_W_ABS, 4),                # A = seccomp_data.arch
         _op(_JEQ_K, arch, jt=1),          # this ABI: on; another: refused
         _op(_RET_K, _EPERM),
         _op(_LD_W_ABS, 0),                # A = seccomp_data.nr
-        _op(_JGE_K, X32_BIT, jt=4),       # x32: refused
-        _op(_JEQ_K, create, jt=3),
-        _op(_JEQ_K, secret, jt=2),
-        _op(_JEQ_K, pair, jt=1),
+        _op(_JGE_K, X32_BIT, jt=len(refused) + 1),  # x32: refused
+        *(_op(_JEQ_K, nr, jt=len(refused) - i) for i, nr in enumerate(refused)),  # each jumps to the EPERM below
         _op(_RET_K, _ALLOW),
         _op(_RET_K, _EPERM),
     ])

@@ -77,8 +77,10 @@ DENIED = (
     # msgsnd in the sample's IPC namespace (shmmax/shmall are unlimited there), and a memfd's pages
     # are written with write(2), never mapped; each would let a sample hold far more than memory_mb
     "shmget", "msgget", "memfd_create", "memfd_secret",
-    # the socket the audit hook never hears of (module docstring)
-    "socketpair",
+    # the socket the audit hook never hears of (module docstring); and the signal it never hears
+    # of (``signal.pidfd_send_signal``; the PID namespace hides the trainer, the small filter at
+    # ``off`` refuses it too: ``memfd_filter``)
+    "socketpair", "pidfd_send_signal",
 )
 #: Kernel calls that start a process, refused with EPERM (``clone`` is refused unless it makes a thread).
 NEW_PROCESS = ("fork", "vfork")
@@ -166,7 +168,8 @@ def _build() -> tuple[bytes | None, str]:
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
     return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, ioprio_set, "
-                     "socketpair, ...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), socket families beyond unix/inet/inet6 "
+                     "socketpair, pidfd_send_signal, ...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), "
+                     "socket families beyond unix/inet/inet6 "
                      "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
                      "pipe buffer sizes (F_SETPIPE_SZ), setuid calls to uid 0; new processes refused (fork, vfork, clone "
                      "without CLONE_THREAD; clone3 ENOSYS): one process, threads only, memory_mb in all")

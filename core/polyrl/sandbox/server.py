@@ -199,8 +199,8 @@ def _own_keyring(number):
 
 
 def _memfd_filter(hexed):
-    """Load ``polyrl.sandbox.memfd_filter``'s program (hex): memfd_create, memfd_secret and
-    socketpair then fail with EPERM. Sent only where the full seccomp filter is off: a sample held up to
+    """Load ``polyrl.sandbox.memfd_filter``'s program (hex): memfd_create, memfd_secret,
+    socketpair and pidfd_send_signal then fail with EPERM. Sent only where the full seccomp filter is off: a sample held up to
     max_open_files x file_size_mb in memfds, memory RLIMIT_AS does not count. A kernel without
     seccomp filters (EINVAL) runs the sample as before, and this returns why (the trainer's probe of
     the same function, ``memfd_filter.refused``, puts it in the report); any other refusal ends it."""
