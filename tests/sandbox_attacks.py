@@ -62,11 +62,22 @@ def held_kb_until_out_of_fds(open_one):
 
 #: Fills unix socket pairs (as many as ``max_open_files`` allows) with bytes it never reads, each
 #: pair first asked for a 64 MB send buffer when ``big``; returns the KB the kernel held for it.
+#: A pair is a connection to a listener of its own (``socketpair`` is refused by the filters).
 SOCKET_BUFFERS = _FILL_UNREAD + """
 import socket
+def unix_pair():
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind("")  # an abstract name the kernel picks, in the sample's network namespace
+        listener.listen(1)
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sender.connect(listener.getsockname())
+        return sender, listener.accept()[0]
+    finally:
+        listener.close()
 def held_kb(big):
     def open_one(closers):
-        sender, receiver = socket.socketpair()
+        sender, receiver = unix_pair()
         closers += [sender.close, receiver.close]
         if big:
             sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
@@ -83,7 +94,7 @@ import ctypes
 _libc = ctypes.CDLL(None, use_errno=True)
 def held_kb_wide(nr):
     def open_one(closers):
-        sender, receiver = socket.socketpair()
+        sender, receiver = unix_pair()
         closers += [sender.close, receiver.close]
         size = ctypes.c_int(64 << 20)
         _libc.syscall(ctypes.c_long(nr), ctypes.c_long(sender.fileno()), ctypes.c_long(socket.SOL_SOCKET | 1 << 32),

@@ -131,16 +131,24 @@ def test_forged_awaits_and_escapes_score_zero():
         {"escape_refused": 1.0}
 
 
-@pytest.mark.xfail(strict=True, reason="_socket.socketpair raises no audit event, and the real one "
-                   "comes back with any fresh copy of the single-phase _socket module (importlib.reload, "
-                   "_imp.create_dynamic): no in-process refusal holds; a kernel filter on socketpair would")
-def test_a_raw_socket_pair_is_refused():
-    """A sample's own unix pair, made without ``socket.socket``: its two ends reach only each other
-    (connect, bind, sendto, sendmsg are refused events), at most ``max_open_files`` of them; without
-    the seccomp filter (``isolation = "off"``, where the hook is the only Python-level wall) its
-    ``setsockopt(SO_SNDBUF)`` raises each buffer to twice ``net.core.wmem_max`` (8 MiB on a 4 MiB
-    host), kernel memory ``memory_mb`` does not count (``seccomp``'s docstring: the filter keeps
-    the default size)."""
-    pair = ("import _socket\ndef pair():\n    a, b = _socket.socketpair()\n    a.send(b'x')\n"
-            "    return b.recv(1)\n", "assert pair() == b'x'\n")
-    assert _scored({"raw_pair": pair}, isolation="off") == {"raw_pair": 0.0}
+@pytest.mark.parametrize("isolation", ["off", "auto"])
+def test_a_raw_socket_pair_is_refused(isolation):
+    """A sample's own unix pair, made without ``socket.socket``: ``_socket.socketpair`` raises no
+    audit event (and a fresh copy of the single-phase ``_socket`` module brings the real one back),
+    so the hook let it through and the pair scored 1: its ends reached only each other, but
+    without the seccomp filter (``off``) its ``setsockopt(SO_SNDBUF)`` raised each buffer to twice
+    ``net.core.wmem_max``, kernel memory ``memory_mb`` does not count. Now the kernel refuses
+    ``socketpair`` at every level: the full filter (bubblewrap, ``unshare``'s setup) and, where it
+    is off, the server's own small one (``memfd_filter``); the sample's own fresh ``_socket`` too."""
+    from polyrl.sandbox import memfd_filter
+
+    if isolation == "off" and memfd_filter.program() is None:
+        pytest.skip("socketpair's number is known to the small filter for x86_64 and aarch64 only")
+    pair = ("import _socket\ndef pair():\n    a, b = _socket.socketpair()\n    a.send(b'x')\n    return b.recv(1)\n"
+            "def fresh_pair():\n    import _imp, importlib.util\n"
+            "    fresh = _imp.create_dynamic(importlib.util.find_spec('_socket'))\n    return fresh.socketpair()\n",
+            "import pytest\nwith pytest.raises(PermissionError):\n    pair()\n")
+    fresh = (pair[0], "import pytest\nwith pytest.raises(PermissionError):\n    fresh_pair()\n")
+    right = (pair[0], "assert pair() == b'x'\n")
+    got = _scored({"refused": pair, "fresh_refused": fresh, "raw_pair": right}, isolation=isolation)
+    assert got == {"refused": 1.0, "fresh_refused": 1.0, "raw_pair": 0.0}

@@ -392,7 +392,7 @@ def test_a_sample_without_the_filter_holds_no_memfd_memory(tmp_path, level):
     got = _run_trainer(tmp_path, MEMFD, level, MEMFD_ATTACK)
     assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
     assert "MEMFD 1\n" in got["output"] and "MEMFD_HELD_MB 0" in got["output"], got["output"]
-    assert "memfd_create and memfd_secret refused" in got["seccomp"], got
+    assert "memfd_create, memfd_secret, socketpair and pidfd_send_signal refused" in got["seccomp"], got
 
 
 MEMFD = """
@@ -462,9 +462,11 @@ def test_where_the_kernel_refuses_the_samples_user_namespace_bubblewrap_runs_and
     assert result.status == "ok" and result.passed == [True], result
 
 
-def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
+def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else(tmp_path):
     """``memfd_filter``'s program, loaded in a process of its own by the server's own loader:
-    memfd_create fails with EPERM, so does an x32 call (on x86_64), and ordinary calls still work."""
+    memfd_create, socketpair, pidfd_send_signal (to its own parent) and openat for writing relative
+    to a folder's descriptor fail with EPERM, so does an x32 call (on x86_64), and ordinary calls (a
+    unix socket, a pipe, a plain open for writing, reading relative to a folder's descriptor) still work."""
     import ast
     import platform
     from pathlib import Path
@@ -479,12 +481,25 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else():
                   if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
     code = ("import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
             "try:\n    os.memfd_create('x')\n    print('MEMFD made')\nexcept OSError as e:\n    print('MEMFD', e.errno)\n"
+            "import _socket\ntry:\n    _socket.socketpair()\n    print('PAIR made')\nexcept OSError as e:\n    print('PAIR', e.errno)\n"
+            "_socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM).close()\nos.close(os.pipe()[0])\n"
+            "import signal\ntry:\n    signal.pidfd_send_signal(os.pidfd_open(os.getppid()), 0)\n    print('SIGNAL sent')\n"
+            "except OSError as e:\n    print('SIGNAL', e.errno)\n"
+            "here = os.open('.', os.O_RDONLY | os.O_DIRECTORY)\n"
+            "for flags in (os.O_WRONLY | os.O_CREAT, os.O_RDWR, os.O_RDONLY | os.O_TRUNC):\n"
+            "    try:\n        os.close(os.open('w.txt', flags, dir_fd=here))\n        print('AT_WRITE done')\n"
+            "    except OSError as e:\n        print('AT_WRITE', e.errno)\n"
+            "os.close(os.open('w.txt', os.O_WRONLY | os.O_CREAT))\n"
+            "print('AT_READ', len(os.read(os.open('w.txt', os.O_RDONLY, dir_fd=here), 9)))\n"
             "libc = ctypes.CDLL(None, use_errno=True)\n"
             f"print('X32', libc.syscall({0x40000000 | 319}), ctypes.get_errno())\n"
             "print('PID', os.getpid() > 0, open(os.devnull).read() == '')\n")
-    done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60,
+                          cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "MEMFD 1" in done.stdout and "PID True True" in done.stdout, done.stdout
+    assert "MEMFD 1" in done.stdout and "PAIR 1" in done.stdout and "SIGNAL 1" in done.stdout, done.stdout
+    assert done.stdout.count("AT_WRITE 1") == 3 and "AT_READ 0" in done.stdout, done.stdout
+    assert "PID True True" in done.stdout, done.stdout
     if platform.machine() == "x86_64":
         assert "X32 -1 1" in done.stdout, done.stdout
 
@@ -579,3 +594,56 @@ def test_a_root_sample_whose_threads_nothing_caps_is_reported_and_warned_of(monk
     assert "max_processes does not bind it (real uid 0: its threads are bounded by memory_mb only; no seccomp " \
            "filter" in box.report["user"], box.report
     assert any("real uid 0" in entry["event"] and entry["log_level"] == "warning" for entry in logs), logs
+
+
+REACH_AROUND = """
+import os, signal
+def signal_trainer(pid):
+    out = []
+    for send in (lambda: os.kill(pid, 0), lambda: signal.pidfd_send_signal(os.pidfd_open(pid), 0)):
+        try:
+            send()
+            out.append("sent")
+        except PermissionError:
+            out.append("refused")
+    return out
+def write_at(folder):
+    at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    out = []
+    for name, write in (("os.open", lambda: os.close(os.open("planted", os.O_WRONLY | os.O_CREAT, dir_fd=at))),
+                        ("opener", lambda: open("planted", "w", opener=lambda p, f: os.open(p, f, dir_fd=at)).close()),
+                        ("plain", lambda: open(os.path.join(folder, "planted"), "w").close())):
+        try:
+            write()
+            out.append("wrote")
+        except PermissionError:
+            out.append("refused")
+    return out
+"""
+
+
+def test_a_sample_at_off_cannot_reach_around_the_audit_hook(tmp_path):
+    """Two calls the audit hook never judged, at ``off`` (no PID or mount namespace), as a sample of
+    the trainer's uid (``user = "none"`` as root, or a non-root trainer's), with the hook on:
+
+    - ``signal.pidfd_send_signal`` raises no audit event (``os.kill`` of another process is refused):
+      the sample found the trainer's pid and could SIGSTOP or SIGKILL it (signal 0 here, to this
+      test's own process as the trainer);
+    - the hook's ``open`` event carries no ``dir_fd``: ``os.open("planted", O_WRONLY | O_CREAT,
+      dir_fd=d)`` was judged against the sample's folder and wrote in a folder of the trainer's.
+
+    Now the server's small filter refuses both (``memfd_filter``). Through the reward path."""
+    from test_sandbox_verdict import score
+
+    from polyrl.sandbox import memfd_filter
+
+    if memfd_filter.program() is None:
+        pytest.skip("the small filter's numbers are known for x86_64 and aarch64 only")
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("no os.pidfd_open in this Python")
+    folder = tmp_path / "trainer-files"
+    folder.mkdir()
+    rows = [{"prompt": "p", "tests": f"assert signal_trainer({os.getpid()}) == ['refused', 'refused']\n"
+                                     f"assert write_at({str(folder)!r}) == ['refused'] * 3\n"}]
+    assert list(score([REACH_AROUND], rows=rows, isolation="off", audit_hook=True).total) == [1.0]
+    assert list(folder.iterdir()) == []

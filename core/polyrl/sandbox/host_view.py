@@ -39,7 +39,7 @@ import subprocess
 from collections.abc import Sequence
 
 from polyrl import sandbox_hidden
-from polyrl.sandbox.new_root import DEVICES, LOAD_FILTER, NO_SYSV_IPC
+from polyrl.sandbox.new_root import DEVICES, LOAD_FILTER, MASK_PROC, NO_SYSV_IPC
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
@@ -63,6 +63,8 @@ def mount(src, dst, fstype, flags, data=None):
 
 def read_only(path, flags):
     mount(None, path, None, REMOUNT | BIND | RDONLY | (flags & KEPT))
+
+@MASK_PROC@
 
 def all_read_only():
     attr = (ctypes.c_uint64 * 4)(1, 0, 0, 0)  # struct mount_attr: attr_set = MOUNT_ATTR_RDONLY
@@ -126,6 +128,7 @@ try:
         if under(folder, "/dev"):
             os.makedirs(folder, 0o755, exist_ok=True)
     read_only("/dev", NOSUID | NOEXEC)
+    mask_proc("", "/dev/null")  # the sample's own /proc (``unshare --mount-proc``)
     for folder in spec["hide"]:
         st = modes[folder]
         owner = f",uid={st.st_uid},gid={st.st_gid}" if spec["root"] else ""
@@ -157,7 +160,8 @@ except OSError as exc:
     print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC).replace("@DEVICES@", repr(DEVICES))
+'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC).replace("@DEVICES@", repr(DEVICES)).replace(
+    "@MASK_PROC@", MASK_PROC)
 
 #: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,
 #: ``/dev/shm``) and world-writable folders (``/var/tmp``, ``/run/lock``, ``/dev/mqueue``) live,

@@ -1,4 +1,6 @@
-"""A seccomp program refusing ``memfd_create`` and ``memfd_secret``, built without libseccomp.
+"""A seccomp program refusing ``memfd_create``, ``memfd_secret``, ``socketpair``, ``pidfd_send_signal``,
+``openat2`` and writes through ``openat`` relative to a folder's descriptor, built without
+libseccomp (the module's name is its first job's).
 
 Why: where the sample runs without the full filter (``polyrl.sandbox.seccomp``: no libseccomp,
 the ``off`` level, ``unshare`` without its setup program), a sample held up to ``max_open_files``
@@ -7,7 +9,25 @@ mapped, so RLIMIT_AS does not count them, and a memfd lives on the kernel's inte
 size no mount option or namespace reaches. The server loads this program before the sample's code
 runs (``prctl``, after ``no_new_privs``), so both calls fail with EPERM as under the full filter.
 
-Nine classic-BPF instructions with the system call numbers of x86_64 and aarch64 (None
+``pidfd_send_signal`` too (EPERM, as under the full filter): the audit hook refuses ``os.kill`` of
+another process, but ``signal.pidfd_send_signal`` raises no audit event, so at the ``off`` level
+(no PID namespace) a sample of the trainer's uid (a non-root trainer's, or ``user = "none"`` as
+root) could stop or kill the trainer through ``os.pidfd_open`` of its pid.
+
+``socketpair`` too (EPERM, as under the full filter): it is the one socket the audit hook never
+hears of (``_socket.socketpair`` raises no event, and a fresh copy of the ``_socket`` module
+brings it back whatever the server patches), so at the ``off`` level, where that hook is the only
+wall, a sample made unix pairs whose buffers are kernel memory no rlimit counts.
+
+``openat`` for writing (``O_WRONLY``, ``O_RDWR``, ``O_CREAT`` or ``O_TRUNC``) relative to a folder's
+descriptor (any ``dirfd`` but ``AT_FDCWD``), and ``openat2``: the audit hook's ``open`` event
+carries the path and flags but not ``dir_fd``, so it resolved ``os.open("x", O_WRONLY | O_CREAT,
+dir_fd=d)`` against the sample's folder and let it through, and at ``off`` a sample wrote (created,
+truncated) files in any folder its uid may write, root's as ``user = "none"``, once it had opened
+that folder for reading. Python's own ``open``, ``os.open`` without ``dir_fd`` and libc's ``open``
+pass ``AT_FDCWD``; reading relative to a folder's descriptor (``os.fwalk``) still works.
+
+Seventeen classic-BPF instructions with the system call numbers of x86_64 and aarch64 (None
 elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
 
@@ -26,13 +46,20 @@ from pathlib import Path
 
 from polyrl.sandbox import isolation
 
-#: Per machine: the audit architecture (``seccomp_data.arch``) and the numbers of memfd_create
-#: and memfd_secret.
-CALLS = {"x86_64": (0xC000003E, (319, 447)), "aarch64": (0xC00000B7, (279, 447))}
+#: Per machine: the audit architecture (``seccomp_data.arch``), the numbers of the calls refused
+#: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2) and openat's.
+CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437), 257),
+         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437), 56)}
+#: ``openat``'s ``dirfd`` meaning "the working folder" (-100 as the 32 bits the kernel reads).
+AT_FDCWD = 0xFFFFFF9C
+#: ``openat`` flags that write: O_WRONLY, O_RDWR, O_CREAT, O_TRUNC (the same on x86_64 and aarch64).
+WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000
+#: Offsets in ``struct seccomp_data`` of the low 32 bits of ``args[0]`` and ``args[2]`` (little-endian).
+_DIRFD, _FLAGS = 16, 32
 #: x32 system calls on x86_64 have this bit set in their number.
 X32_BIT = 0x40000000
 
-_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW = 0x7FFF0000
 _EPERM = 0x00050000 | errno.EPERM  # SECCOMP_RET_ERRNO | EPERM
 
@@ -46,17 +73,24 @@ def program(machine: str | None = None) -> bytes | None:
     found = CALLS.get(machine or platform.machine())
     if found is None:
         return None
-    arch, (create, secret) = found
+    arch, refused, openat = found
+    n = len(refused)
+    allow, deny = n + 10, n + 11  # the indexes of the two returns below
+    to = lambda target, at: target - at - 1  # noqa: E731 - a jump's offset from the instruction at ``at``
     return b"".join([
-        _op(_LD_W_ABS, 4),                # A = seccomp_data.arch
-        _op(_JEQ_K, arch, jt=1),          # this ABI: on; another: refused
-        _op(_RET_K, _EPERM),
-        _op(_LD_W_ABS, 0),                # A = seccomp_data.nr
-        _op(_JGE_K, X32_BIT, jt=3),       # x32: refused
-        _op(_JEQ_K, create, jt=2),
-        _op(_JEQ_K, secret, jt=1),
-        _op(_RET_K, _ALLOW),
-        _op(_RET_K, _EPERM),
+        _op(_LD_W_ABS, 4),                                    # 0: A = seccomp_data.arch
+        _op(_JEQ_K, arch, jt=1),                              # 1: this ABI: on; another: refused
+        _op(_RET_K, _EPERM),                                  # 2
+        _op(_LD_W_ABS, 0),                                    # 3: A = seccomp_data.nr
+        _op(_JGE_K, X32_BIT, jt=to(deny, 4)),                 # 4: x32: refused
+        *(_op(_JEQ_K, nr, jt=to(deny, 5 + i)) for i, nr in enumerate(refused)),
+        _op(_JEQ_K, openat, jf=to(allow, n + 5)),             # openat: its dirfd and flags
+        _op(_LD_W_ABS, _DIRFD),
+        _op(_JEQ_K, AT_FDCWD, jt=to(allow, n + 7)),           # the working folder: the audit hook's to judge
+        _op(_LD_W_ABS, _FLAGS),
+        _op(_JSET_K, WRITE_FLAGS, jt=to(deny, n + 9), jf=to(allow, n + 9)),
+        _op(_RET_K, _ALLOW),                                  # allow
+        _op(_RET_K, _EPERM),                                  # deny
     ])
 
 

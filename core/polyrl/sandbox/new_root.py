@@ -46,6 +46,26 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 #: What of ``/`` the new root holds besides ``/usr``: the merged-/usr links or folders.
 ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
+#: ``/proc`` files with /dev/null bound over them in every sample's own ``/proc`` (bubblewrap's,
+#: both setup programs'): ``keys`` listed, by description, every key the sample may view, and it
+#: possesses the trainer's session keyring's (a key named "hf-token" added there was listed with its
+#: length in every sample, root or pool uid; a root sample, ``user = "none"``, also saw root's
+#: keyrings), and ``key-users`` every uid's key counts. The filter refuses the calls that read a key.
+PROC_MASKED = ("/proc/keys", "/proc/key-users")
+
+#: Both setup programs' binds of /dev/null (``null``) over ``PROC_MASKED`` under ``top`` (their
+#: ``/proc``); where the kernel refuses one the sample runs as before (the bind is not a wall the
+#: rest rests on: the filter refuses ``keyctl``).
+MASK_PROC = r'''
+def mask_proc(top, null):
+    for path in @PROC_MASKED@:
+        if os.path.exists(top + path):
+            try:
+                mount(null, top + path, None, BIND)
+            except OSError:
+                pass
+'''.replace("@PROC_MASKED@", repr(PROC_MASKED))
+
 #: The setup programs' last step (this one's and ``host_view``'s), right before they exec the
 #: privilege drop: load the seccomp filter (``polyrl.sandbox.seccomp``; hex, or "-" for none), as
 #: bubblewrap's ``--seccomp`` does. ``no_new_privs`` first: the kernel asks it of a process
@@ -119,6 +139,8 @@ def all_read_only(top):
                 if os.path.exists(point) and os.statvfs(point).f_flag & RDONLY == 0:
                     raise
 
+@MASK_PROC@
+
 def place(path, fd):
     """An empty folder or file at ``NEW + path`` (its missing folders 0755), ``fd``'s bound on it."""
     target = NEW + path
@@ -159,6 +181,7 @@ try:
         os.symlink(f"/proc/self/fd/{index}", f"{NEW}/dev/{name}")
     for path, fd in opened[:first]:
         place(path, fd)
+    mask_proc(NEW, f"{NEW}/dev/null")
     for folder in hide:  # the trainer's folders inside /usr: an empty tmpfs, before the kept binds under it
         mode = os.stat(NEW + folder).st_mode & 0o7777
         mount("polyrl-hidden", NEW + folder, "tmpfs", NOSUID | NODEV, f"size=1m,nr_inodes=4096,mode={mode:o}")
@@ -198,7 +221,7 @@ except OSError as exc:
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
 '''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace(
-    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC)
+    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC).replace("@MASK_PROC@", MASK_PROC)
 
 
 def pivot_root_number() -> int | None:

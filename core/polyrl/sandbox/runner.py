@@ -138,11 +138,16 @@ class Sandbox:
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
         if self.launch.seccomp_program is None and _MEMFD_HEX:
             if (memfd_off := memfd_filter.refused(self.python, _MEMFD_HEX)) is None:
-                self.report["seccomp"] += ("; memfd_create and memfd_secret refused all the same (a filter of their "
-                                           "own, built without libseccomp: memfd pages are memory no rlimit counts)")
+                self.report["seccomp"] += ("; memfd_create, memfd_secret, socketpair and pidfd_send_signal refused all "
+                                           "the same, and openat writing relative to a folder's descriptor (a filter of "
+                                           "their own, built without libseccomp: memfd pages are memory no rlimit counts; "
+                                           "the rest are what the audit hook never hears of or judges)")
             else:
                 self.report["seccomp"] += (f"; memfd filter OFF ({memfd_off}): memfd_create is open, a sample holds "
-                                           "up to max_open_files x file_size_mb in memfds, memory no rlimit counts")
+                                           "up to max_open_files x file_size_mb in memfds, memory no rlimit counts, "
+                                           "socketpair makes sockets, pidfd_send_signal signals the trainer's "
+                                           "uid's processes and openat writes relative to a folder's descriptor, "
+                                           "which the audit hook never hears of or judges")
         if uncounted:
             log.warning("code sandbox: samples run with real uid 0, which max_processes (RLIMIT_NPROC) never binds: "
                         "a sample's threads are bounded by memory_mb only", user=self.report["user"],

@@ -199,8 +199,8 @@ def _own_keyring(number):
 
 
 def _memfd_filter(hexed):
-    """Load ``polyrl.sandbox.memfd_filter``'s program (hex): memfd_create and memfd_secret then
-    fail with EPERM. Sent only where the full seccomp filter is off: a sample held up to
+    """Load ``polyrl.sandbox.memfd_filter``'s program (hex): memfd_create, memfd_secret,
+    socketpair and pidfd_send_signal then fail with EPERM. Sent only where the full seccomp filter is off: a sample held up to
     max_open_files x file_size_mb in memfds, memory RLIMIT_AS does not count. A kernel without
     seccomp filters (EINVAL) runs the sample as before, and this returns why (the trainer's probe of
     the same function, ``memfd_filter.refused``, puts it in the report); any other refusal ends it."""
@@ -518,7 +518,8 @@ def _make_self_pipe(loop):
     """``BaseSelectorEventLoop._make_self_pipe`` made of an ``os.pipe``: asyncio's own makes a unix
     ``socket.socketpair()``, which the audit hook refuses as every socket, so a right solution
     calling ``asyncio.run`` itself scored 0. A pipe is what a sample may make anyway (``os.pipe``):
-    this opens nothing the sample could not, and no socket."""
+    this opens nothing the sample could not, and no socket (``socketpair`` is refused by the
+    kernel filters too: ``seccomp``, ``memfd_filter``)."""
     read, write = os.pipe()
     loop._ssock, loop._csock = _PipeEnd(read), _PipeEnd(write)
     loop._ssock.setblocking(False)
@@ -532,7 +533,7 @@ class _PipeSelfPipe:
     above (``_make_self_pipe``). Installed before the sample runs, importing nothing: ``asyncio``'s
     import costs 40-70 ms, which a sample not using it should not pay. Nothing rests on it for
     soundness: a sample removing it, or loading the module around it, gets asyncio's own
-    socketpair, which the audit hook refuses."""
+    socketpair, which the audit hook and the kernel filters refuse."""
 
     NAME = "asyncio.selector_events"
 
