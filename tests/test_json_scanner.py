@@ -71,6 +71,7 @@ def test_a_reading_merged_into_the_first_does_not_lend_it_later_starts():
 def test_first_reading_of_what_is_not_an_open_brace_is_empty():
     assert first_reading('{"a": 1}', 1, 8) == ([], [])
     assert first_reading('{"a": 1}', 0, 0) == ([], [])
+    assert first_reading('{', 1, 5) == ([], []) and first_reading('{', 0, 5) == ([], [0])
     assert first_reading('{"a": {}}', 0, 9) == ([(6, 8), (0, 9)], [])
 
 

@@ -67,7 +67,7 @@ def first_reading(text: str, start: int, stop: int) -> tuple[list[tuple[int, int
     ``stop``: ``(start, end)`` of each (``end`` the index after its ``}``) in the order their
     ``}`` come, and the ``{`` still open at ``stop`` in text order. Linear in ``stop - start``.
     No depth limit: one above any depth ``stop`` characters can reach."""
-    if not (0 <= start < stop and text[start] == "{"):
+    if not (0 <= start < min(stop, len(text)) and text[start] == "{"):
         return [], []
     starts = {m.start() for m in _OPEN.finditer(text, start, stop)}
     mine: set[int] = set()  # the starts the first reading itself met outside strings
