@@ -5,7 +5,8 @@ nested N deep holds N such starts one inside the other: each was decoded again, 
 N times over (32 times for the deepest a call may nest). One decode already builds every object
 inside it: the decoder's ``object_pairs_hook`` hands each one over as it closes (innermost first),
 and a scan of the decoded text that counts braces outside strings says where each starts (the
-k-th ``}`` it meets closes the k-th object handed over). A later start of such an object takes it
+k-th ``}`` it meets closes the k-th object handed over: ``json_spans.first_reading``, the
+scanner ``json_spans`` finds every call object's span with). A later start of such an object takes it
 instead of decoding again. A decode that fails teaches as much: the objects it closed before
 failing are whole, and an object still open where it failed fails there too when decoded on its
 own (the decoder reads an object alike wherever it starts), unless what stopped it was Python's
@@ -24,7 +25,8 @@ from typing import Any
 
 import attrs
 
-_EVENTS = re.compile(r'[{}"\\]')
+from polyrl.agents.json_spans import first_reading
+
 #: a number token as the decoder reads one outside strings (and the constants it hands its hook)
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|NaN|-?Infinity")
 _LOCAL = threading.local()
@@ -66,51 +68,32 @@ class Memo:
         """``raw_decode(text, start)``, learning from it; ``text`` is ``self.text[offset:]`` or a
         prefix of it (``offset``: where it lies in ``self.text``). Raises what the decode raises."""
         built: list[dict[str, Any]] = []
+        read = offset + len(text)  # the decode reads no further
         previous = getattr(_LOCAL, "built", None)
         _LOCAL.built = built
         try:
             obj, end = raw_decode(text, start)
         except json.JSONDecodeError as exc:
-            self._learn(offset + start, built, failed_at=offset + exc.pos)
+            self._learn(offset + start, built, offset + exc.pos, read)
             raise
         except RecursionError:
-            self._learn(offset + start, built, failed_at=None)
+            self._learn(offset + start, built, None, read)
             raise
         except ValueError:
-            self._learn(offset + start, built, failed_at=self._refused_number(offset + start))
+            self._learn(offset + start, built, self._refused_number(offset + start), read)
             raise
         finally:
             _LOCAL.built = previous
-        self._learn(offset + start, built, failed_at=None)
+        self._learn(offset + start, built, None, offset + end)
         return obj, end
 
-    def _learn(self, start: int, built: list[dict[str, Any]], failed_at: int | None) -> None:
-        """Place the objects ``built`` (in the order they closed) by scanning from ``start``; with
+    def _learn(self, start: int, built: list[dict[str, Any]], failed_at: int | None, stop: int) -> None:
+        """Place the objects ``built`` (in the order they closed) by the reading from ``start``
+        (``json_spans.first_reading``, up to ``stop`` where the decode read at most); with
         ``failed_at`` (a decode error's position) the objects still open there fail on their own."""
-        closed: list[tuple[int, int]] = []  # (start, end) in the order their "}" come
-        opened: list[int] = []
-        in_string, escaped_at = False, -1
-        for match in _EVENTS.finditer(self.text, start):
-            at = match.start()
-            if failed_at is None and len(closed) == len(built):
-                break
-            if failed_at is not None and at >= failed_at:
-                break
-            char = self.text[at]
-            if in_string:
-                if at == escaped_at:  # the character a backslash escapes
-                    continue
-                if char == "\\":
-                    escaped_at = at + 1
-                elif char == '"':
-                    in_string = False
-                continue
-            if char == '"':
-                in_string = True
-            elif char == "{":
-                opened.append(at)
-            elif char == "}" and opened:
-                closed.append((opened.pop(), at + 1))
+        closed, opened = first_reading(self.text, start, stop if failed_at is None else failed_at)
+        if failed_at is None:
+            closed = closed[:len(built)]
         if len(closed) < len(built) or (failed_at is not None and len(closed) != len(built)):
             return  # not the decoder's reading (never expected): learn nothing rather than something wrong
         heights: dict[int, int] = {}
@@ -120,7 +103,6 @@ class Memo:
             self.objects[begin] = Nested(value, end, height)
         if failed_at is not None:
             self.failing.update(opened)
-
 
     def _refused_number(self, start: int) -> int | None:
         """Where the first number the decoder refuses lies, reading from ``start`` (outside strings)."""
