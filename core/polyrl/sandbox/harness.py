@@ -59,6 +59,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from polyrl.sandbox import program_cases
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -239,6 +240,20 @@ class Session:
             answer["v"] = answer["v"][1]
         value = self._answered(answer, data, root, passed, kin)
         return finished(value) if awaited else value
+
+    def program(self, stdin: str) -> list[str]:
+        """Run the sample's program afresh on ``stdin`` (``program_cases``): the lines it printed.
+        Why here: only the input goes to the sample, the expected output stays with the tests. A
+        program that raises (or exits with a failure) fails its case, whatever it printed."""
+        if type(stdin) is not str:
+            raise TypeError("a program's input is text")
+        self.dirty = True
+        self.asks += 1
+        answer = self.channel.ask({"op": "program", "text": stdin})
+        if answer.get("ok") is not True:
+            raise remote_exception(answer.get("exc"), self.exception_class)
+        out = answer.get("out")
+        return program_cases.lines(out if type(out) is str else "")
 
     def _answered(self, answer: dict[str, Any], data: bool, root: str | None,
                   passed: tuple[tuple[Any, ...], dict[str, Any]] | None, kin: int | None) -> Any:
@@ -567,6 +582,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources), fallbacks)))
     below = helper_objects(fallbacks)
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
+    namespace[program_cases.PROGRAM] = session.program  # stdin/stdout cases' runs (``program_cases``)
     theirs = bound | modules.keys()
     session.objects = object_roots(sources)
     session.varied = varied_query_roots(sources, DATA_QUERIES)

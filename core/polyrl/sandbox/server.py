@@ -384,10 +384,55 @@ class _Session:
         return {name: self.out(value) for name, value in list(self.namespace.items())
                 if not (name.startswith("__") and name.endswith("__"))}
 
+    #: (setup, solution, the sample's folder) where the tests are stdin/stdout cases, else None
+    program_code = None
+
+    def program(self, text):
+        """Run the solution as a program, ``__main__``, in a fresh module, on ``text`` as its
+        stdin (``sys.stdin``, ``input()``, ``sys.stdin.buffer``, ``open(0)``: descriptor 0 is a file
+        holding it), waiting for the threads it started (``threading.Thread(target=main).start()``).
+        What it prints is the answer (``_Printed``); ``sys.exit(0)`` ends it as a success."""
+        setup, solution, root = self.program_code
+        module = type(sys)("__main__")
+        namespace = module.__dict__
+        namespace["__builtins__"] = __builtins__
+        saved = (sys.modules.get("__main__"), sys.modules.get("solution"), sys.stdin)
+        sys.modules["__main__"] = sys.modules["solution"] = module
+        path = os.path.join(root, ".stdin")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+            while data:
+                data = data[os.write(fd, data):]
+            os.lseek(fd, 0, 0)
+        finally:
+            os.unlink(path)
+            _as_stdin(fd)
+        try:
+            sys.stdin = open(0, encoding="utf-8", closefd=False)
+            try:
+                if setup is not None:
+                    exec(setup, namespace)
+                exec(solution, namespace)
+            except SystemExit as exc:
+                if exc.code is not None and exc.code != 0:
+                    raise
+            threading = sys.modules.get("threading")
+            if threading is not None:
+                for thread in threading.enumerate():
+                    if thread is not threading.current_thread() and not thread.daemon:
+                        thread.join()
+        finally:
+            sys.modules["__main__"], sys.modules["solution"], sys.stdin = saved
+            _as_stdin(os.open(os.devnull, os.O_RDONLY))
+        return None
+
     def handle(self, req):
         op = req["op"]
         if op == "names":
             return self.names()
+        if op == "program" and self.program_code is not None and type(req.get("text")) is str:
+            return self.program(req["text"])
         obj = self.refs[req["ref"]]
         if op == "call":
             args = [self.arg(a) for a in req["args"]]
@@ -596,6 +641,13 @@ def _subtype(kind, cls):
 
 
 _MRO = type.__dict__["__mro__"].__get__
+
+def _as_stdin(fd):
+    """Make ``fd`` descriptor 0. It may be 0 already: a program's ``open(0)`` closes it when freed."""
+    if fd != 0:
+        os.dup2(fd, 0)
+        os.close(fd)
+
 
 #: Most characters of one request's printing sent with its answer (``_Printed``); its stream gets it all.
 MAX_PRINTED = 1 << 20
@@ -831,9 +883,12 @@ def _main():
     namespace["__builtins__"] = __builtins__
     sys.modules["solution"] = module
     try:
-        if setup is not None:
-            exec(setup, namespace)
-        exec(solution, namespace)
+        if job.get("program"):  # stdin/stdout cases: it runs once per case, on that input (``_Session.program``)
+            _Session.program_code = (setup, solution, root)
+        else:
+            if setup is not None:
+                exec(setup, namespace)
+            exec(solution, namespace)
     except BaseException as exc:
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return
