@@ -117,8 +117,9 @@ What is NOT isolated, or only partly:
       string the tests pass it, ``timeit.timeit(f(x))``, is not covered) and absent with
       ``tests_in = "trainer"``.
     * What the tests can express: arguments must be plain data, values the sample returned, a
-      ``range`` or ``slice``, or a builtin or standard function (``sort_by(xs, len)``, sent by
-      name; a lambda cannot be sent; a
+      ``range`` or ``slice``, a builtin or standard function (``sort_by(xs, len)``, sent by
+      name), or a function of the tests' own (a lambda, a ``def``: the sample can only call it
+      back, ``polyrl.sandbox.tests_callbacks``); a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
       sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
       returns come back as themselves, as does a namedtuple, as the trainer's own of that name); one

@@ -23,7 +23,8 @@ a name their source binds anywhere is never the sample's, even before or when th
 the trainer's builtins: a solution cannot shadow ``sorted`` or ``isinstance`` for the tests.
 
 Limits (documented in ``polyrl.rewards.code``): arguments must be plain data, values the sample
-returned or a ``REBUILT`` standard value (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
+returned, a ``REBUILT`` standard value or a function of the tests' (called back: ``tests_callbacks``),
+and a test sees in-place changes to its arguments only through
 values the sample returns, or in its lists, dicts and sets after a call (``in_place``; shrunk only
 where no check of theirs may read them vacuously: ``vacuous_reads``). A module the solution imported stands here for a read-only view of the
 trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
@@ -59,7 +60,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from polyrl.sandbox import program_cases
+from polyrl.sandbox import program_cases, tests_callbacks
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -161,6 +162,10 @@ class Session:
         #: what the tests wrote in their ``builtins`` (``BuiltinsLayer._written``): a patched ``input`` there
         self.written_builtins: dict[str, Any] = {}
         self.in_input = False  # the tests' ``input`` is answering the sample (``tests_input``)
+        #: the tests' functions handed to the sample, by the index it calls them back with (``tests_callbacks``)
+        self.callbacks: list[Callable[..., Any]] = []
+        #: one of them failed an assert while called back: the test running fails, whatever the sample did then
+        self.callback_asserted = False
         #: the tests' ``type(value)`` of a sample's value, asked in a frame (``_type_of``), once their names are set
         self.type_of: Callable[[Remote, Any], Any] | None = None
 
@@ -205,6 +210,9 @@ class Session:
         standard = ("builtins", stand_in) if stand_in is not None else standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]
+        if callable(value) and not isinstance(value, type):  # the tests' own function: the sample calls it back
+            self.callbacks.append(value)
+            return ["K", len(self.callbacks) - 1]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
     def ask(self, op: str, data: bool, root: str | None = None,
@@ -227,8 +235,9 @@ class Session:
             fields["stdin"] = stdin.read()
             stdin.seek(start)
         answer = self.channel.ask({"op": op, **fields})
-        while "ok" not in answer and "input" in answer:
-            answer = self.channel.ask(self._tests_input(asked, answer["input"]))
+        while "ok" not in answer and ("input" in answer or "callback" in answer):
+            answer = self.channel.ask(self._tests_input(asked, answer["input"]) if "input" in answer
+                                      else self._called_back(answer["callback"]))
         if stdin is not None:
             read = answer.get("in")
             stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
@@ -264,6 +273,15 @@ class Session:
                 return None
             return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer["v"][3])
         return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer.get("v"))
+
+    def _called_back(self, message: Any) -> dict[str, Any]:
+        """The reply to the sample calling a function of the tests' it was handed (``tests_callbacks``)."""
+        index, args, kwargs = tests_callbacks.well_formed(message, len(self.callbacks), self.channel)
+        args = self._decoded(lambda v: [self.value(a) for a in v], args)
+        kwargs = self._decoded(lambda v: {k: self.value(a) for k, a in v.items()}, kwargs)
+        reply, asserted = tests_callbacks.reply(self.callbacks[index], args, kwargs, self.arg)
+        self.callback_asserted = self.callback_asserted or asserted
+        return reply
 
     def _tests_input(self, asked: Callable[..., Any] | None, prompt: Any) -> dict[str, Any]:
         """The reply to the sample's ``input()`` in a call: the tests' patched ``input`` called
@@ -744,6 +762,8 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
             ok = False
         if session.channel.dead is not None:  # the sample stopped, whatever the test's ``except`` did
             raise session.channel.dead
+        if session.callback_asserted:  # their check inside a function they handed it (``tests_callbacks``)
+            session.callback_asserted = ok = False
         if is_test:  # a loop in this step or one before that is no test: this test's verdict
             for verdicts in session.unconfirmed.values():
                 if None in verdicts:

@@ -17,6 +17,7 @@
 # accident.
 import _json
 import _operator
+import builtins as _BUILTINS
 import marshal
 import os
 import resource
@@ -341,6 +342,8 @@ class _Session:
         if tag == "X":  # a built-in type made from positional arguments (range, slice)
             module = __import__(data[1], fromlist=[data[2]])
             return getattr(module, data[2])(*[self.arg(d) for d in data[3]])
+        if tag == "K":  # a function of the tests': called back over the channel (``_TestsCallback``)
+            return _TestsCallback(self, data[1])
         if tag == "g":  # a standard function, class or constant, by name: this process's own
             return getattr(__import__(data[1], fromlist=[data[2]]), data[2])
         if tag in ("l", "t"):  # items may be any of these, at any depth
@@ -726,6 +729,44 @@ class _TestsInput:
             self.builtins.input = self.old
 
 
+class _TestsCallback:
+    """A function of the tests' handed to the solution (``apply(lambda x: x * 2, xs)``): calling it
+    sends ``{"callback": [index, args, kwargs]}`` (its own values as handles) and serves the
+    harness's requests (the tests' function reading those values) until the reply, ``{"v": value}``
+    or ``{"e": [class name]}``. It has nothing else: the function stays in the tests' process."""
+
+    __slots__ = ("_session", "_index")
+
+    def __init__(self, session, index):
+        self._session, self._index = session, index
+
+    def __call__(self, *args, **kwargs):
+        session, chan = self._session, self._session.chan
+        chan.send({"callback": [self._index, [session.out(a) for a in args],
+                                {str(k): session.out(v) for k, v in kwargs.items()}]})
+        while True:
+            message = chan.recv()
+            if type(message) is not dict:
+                raise EOFError("the tests ended while their function was called")
+            if "op" not in message:
+                break
+            try:  # the tests' function asking about a value of the sample's (``p.x``, ``len(r)``)
+                answer = {"ok": True, "v": session.handle(message)}
+            except BaseException as exc:
+                answer = {"ok": False, "exc": _describe(exc)}
+            chan.send(answer)
+        if "e" in message:
+            name = message["e"][0] if type(message["e"]) is list and message["e"] else None
+            kind = getattr(_BUILTINS, name, None) if type(name) is str else None
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                kind = RuntimeError
+            raise kind()
+        return session.arg(message.get("v"))
+
+    def __repr__(self):
+        return "<function of the tests>"
+
+
 class _Tee:
     """A text stream writing to ``stream`` and keeping what it was given (up to ``MAX_PRINTED``)."""
 
@@ -893,6 +934,7 @@ def _main():
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return
     session = _Session(namespace)
+    session.chan = chan
     chan.send({"ok": True, "v": session.names(), "fds": extra})
     while True:
         req = chan.recv()
