@@ -67,6 +67,7 @@ from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.compared_copies import register as register_compared_copies
 from polyrl.sandbox.defaulted_reads import register as register_defaulted_sites
 from polyrl.sandbox.in_place import write_back, written
+from polyrl.sandbox.suppressed import register as register_suppressed
 from polyrl.sandbox.vacuous_counts import register as register_vacuous_counts
 from polyrl.sandbox.vacuous_reads import Vacuous, compared_with_answer, reached, read_vacuously, vacuous_paths
 from polyrl.sandbox.module_views import (
@@ -576,6 +577,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     register_defaulted_sites(named)
     register_self_compared(named)
     register_vacuous_counts(named)
+    register_suppressed(named)
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3], next=tests_next, all=tests_all,
                          any=tests_any, sum=tests_sum)  # a copy: the trainer's own stay

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.asserted_truths import asserted_here
 from polyrl.sandbox.attribute_reads import attribute_looped_here, not_in_item_here
@@ -29,6 +29,7 @@ from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.vacuous_counts import counted_vacuously_above, counted_vacuously_here
 from polyrl.sandbox.values import MAX_ITEMS
 from polyrl.sandbox.zipped_views import zipped_view_here
+from polyrl.sandbox.suppressed import may_suppress
 
 if TYPE_CHECKING:
     from polyrl.sandbox.harness import Session
@@ -336,14 +337,15 @@ class Remote:
         TypeError: "does not support the context manager protocol", so a right one scored 0)."""
         return self._own_method("__enter__")()
 
-    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> Literal[False]:
+    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> bool:
         """Its own ``__exit__``, for its effects, given the exception's class where one is sent as
         a standard name (a built-in exception), else None, and never the exception or traceback
-        (the tests' objects). Never suppresses: an ``__exit__`` saying True swallowed the tests'
-        failed assert or the solution's error inside the block."""
+        (the tests' objects). Its True suppresses only what ``suppressed.may_suppress`` allows
+        (``with suppress_errors(): raise ValueError``): an ``__exit__`` saying True swallowed the
+        tests' failed assert or the solution's error inside the block."""
         sent = kind if kind is None or getattr(kind, "__module__", None) == "builtins" else None
-        self._own_method("__exit__")(sent, None, None)
-        return False
+        answer = self._own_method("__exit__")(sent, None, None)
+        return sent is not None and answer is True and may_suppress(kind, traceback)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """``c.radius = 1``, ``a.next = b`` written in the tests: the sample's own ``__setattr__``
