@@ -94,7 +94,8 @@ from polyrl.sandbox.tests_input import patched_input, well_formed
 from polyrl.sandbox.tests_input import reply as tests_input_reply
 from polyrl.sandbox.tests_namespace import future_flags, registered
 from polyrl.sandbox.tests_modules import (
-    SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, helper_objects, local_module, tests_view, unbound_modules)
+    SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, doctest_view, helper_objects, local_module, tests_view,
+    unbound_modules)
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 from polyrl.sandbox.zipped_views import register as register_view_sites
 
@@ -621,7 +622,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             return solution
         if name == "builtins" and level == 0:
             return builtins_view
-        return tests_view(real_import(name, globals, locals, fromlist, level), builtins_view)
+        return doctest_view(tests_view(real_import(name, globals, locals, fromlist, level), builtins_view),
+                            tests_module)
 
     def sync(data: Any) -> None:
         names = session.names(data)
