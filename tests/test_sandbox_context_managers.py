@@ -69,6 +69,7 @@ _UNSUPPRESSED = {
     "helper_raises": "def check():\n    if g() != 3:\n        raise ValueError('wrong')\nwith CM():\n    check()\n",
     "solutions_error": "def test_f():\n    with CM():\n        f()\n",
     "assert_after_raise": "with CM():\n    x = [][0]\n    assert g() == 3\n",
+    "their_code_raising_on_the_answer": "def must(v):\n    return {3: 'ok'}[v]\ndef test_g():\n    with CM():\n        must(g())\n",
 }
 
 

@@ -7,7 +7,8 @@ tests' failed assert, or the wrong solution's own error, inside the block. So it
 only an exception that could not hide a check: an ``Exception`` (not an ``AssertionError``, nor a
 test runner's outcome), raised by the tests' own code and not through the sample (no frame of the
 harness on its way: ``Session.ask`` raising what a call of the sample's raised), in a block that
-holds no check at all (an ``assert``, a ``raise`` under a condition, a call named ``assert*``,
+asked the sample nothing (``Remote.__exit__``: their code raising on a wrong answer, ``must(f())``,
+is a check of it) and holds no check at all (an ``assert``, a ``raise`` under a condition, a call named ``assert*``,
 ``fail``, ``raises``, ``warns``, an exit, or a call of a function of the tests' holding one of
 those), in every ``with`` around the line that raised.
 """
