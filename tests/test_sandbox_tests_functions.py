@@ -31,6 +31,32 @@ _TESTS = {
     "reads_the_samples_values": "assert total(make(4), lambda p: p.x) == 6\n",
     "their_check_holding": "def check(r):\n    assert r > 0\n    return True\nassert apply(check, [1, 2]) == [True, True]\n",
 }
+_NODE = ("class Node:\n    def __init__(self, val, left=None, right=None):\n        self.val, self.left, self.right = val, left, right\n"
+         "    def kids(self):\n        return [k for k in (self.left, self.right) if k is not None]\n")
+_TREES = ("def tree_sum(n):\n    return 0 if n is None else n.val + tree_sum(n.left) + tree_sum(n.right)\n"
+          "def invert(n):\n    if n is not None:\n        n.left, n.right = invert(n.right), invert(n.left)\n    return n\n"
+          "def count(n):\n    return 1 + sum(count(k) for k in n.kids())\n"
+          "def tag(n):\n    n.seen = True\n")
+#: Objects of a class the tests define, handed to the solution: it reads their attributes, calls
+#: their methods and sets attributes, as in-process. Each scored 0 on main ("cannot be sent").
+_OBJECTS = {
+    "reads_attributes": _NODE + "assert tree_sum(Node(1, Node(2), Node(3, Node(4)))) == 10\n",
+    "sets_attributes": _NODE + ("t = Node(1, Node(2), None)\nassert invert(t) is t\n"
+                                "assert t.left is None and type(t.right) is Node and t.right.val == 2\n"),
+    "calls_methods": _NODE + "assert count(Node(1, Node(2), Node(3, Node(4)))) == 4\n",
+    "new_attribute": _NODE + "t = Node(5)\ntag(t)\nassert t.seen is True\n",
+}
+#: Wrong ones using the object path: reading its class or globals through it, replacing the
+#: tests' method checked later with a no-op.
+_OBJECT_FORGED = {
+    "reads_class_globals": ("def tree_sum(n):\n    return n.kids.__globals__['WANT']\n",
+                            _NODE + "WANT = 10\nassert tree_sum(Node(1, Node(9))) == WANT\n"),
+    "reads_dunder": ("def tree_sum(n):\n    return n.__dict__['want']\n",
+                     _NODE + "t = Node(1, Node(9))\nt.want = 10\nassert tree_sum(t) == 10\n"),
+    "replaces_their_method": ("def prepare(n):\n    n.verify = lambda r: None\ndef solve(n):\n    return 0\n",
+                              _NODE.replace("    def kids", "    def verify(self, r):\n        assert r == 10\n    def kids")
+                              + "def test_it():\n    t = Node(1)\n    prepare(t)\n    t.verify(solve(t))\n"),
+}
 _CHECKED = "def check(r):\n    assert r == 42, 'wanted 42'\n    return True\nassert solve(check) == 42\n"
 #: Wrong solutions using the new path: reading the tests' function's globals, closure or code,
 #: swallowing the assert of a check they handed it, reading a wanted value from an exception's
@@ -56,3 +82,12 @@ def test_a_solution_calling_the_tests_functions_passes():
 
 def test_a_wrong_solution_reaching_into_the_tests_functions_scores_zero():
     assert _each_scored({name: (tests, code) for name, (code, tests) in _FORGED.items()}) == dict.fromkeys(_FORGED, 0.0)
+
+
+def test_a_solution_reading_the_tests_objects_passes():
+    """Each scored 0 on main (TypeError: a Node cannot be sent to the sample)."""
+    assert _each_scored({n: (t, _TREES) for n, t in _OBJECTS.items()}) == dict.fromkeys(_OBJECTS, 1.0)
+
+
+def test_a_wrong_solution_reaching_through_the_tests_objects_scores_zero():
+    assert _each_scored({n: (t, c) for n, (c, t) in _OBJECT_FORGED.items()}) == dict.fromkeys(_OBJECT_FORGED, 0.0)

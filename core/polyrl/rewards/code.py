@@ -118,8 +118,9 @@ What is NOT isolated, or only partly:
       ``tests_in = "trainer"``.
     * What the tests can express: arguments must be plain data, values the sample returned, a
       ``range`` or ``slice``, a builtin or standard function (``sort_by(xs, len)``, sent by
-      name), or a function of the tests' own (a lambda, a ``def``: the sample can only call it
-      back, ``polyrl.sandbox.tests_callbacks``); a
+      name), or a function or object of the tests' own (a lambda, a ``def``, a ``TreeNode`` of
+      theirs: the sample can only call it back or read and set its attributes,
+      ``polyrl.sandbox.tests_callbacks``); a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
       sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
       returns come back as themselves, as does a namedtuple, as the trainer's own of that name); one

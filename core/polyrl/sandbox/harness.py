@@ -165,7 +165,8 @@ class Session:
         self.written_builtins: dict[str, Any] = {}
         self.in_input = False  # the tests' ``input`` is answering the sample (``tests_input``)
         #: the tests' functions handed to the sample, by the index it calls them back with (``tests_callbacks``)
-        self.callbacks: list[Callable[..., Any]] = []
+        self.callbacks: list[Any] = []
+        self.handed_index: dict[int, int] = {}  # id of one of them -> its index
         #: one of them failed an assert while called back: the test running fails, whatever the sample did then
         self.callback_asserted = False
         #: the tests' ``type(value)`` of a sample's value, asked in a frame (``_type_of``), once their names are set
@@ -213,8 +214,9 @@ class Session:
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]
         if callable(value) and not isinstance(value, type):  # the tests' own function: the sample calls it back
-            self.callbacks.append(value)
-            return ["K", len(self.callbacks) - 1]
+            return ["K", self._handed(value)]
+        if tests_callbacks.is_tests_object(value):  # an object of a class of theirs: the sample reads it back
+            return ["O", self._handed(value)]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
     def ask(self, op: str, data: bool, root: str | None = None,
@@ -237,9 +239,12 @@ class Session:
             fields["stdin"] = stdin.read()
             stdin.seek(start)
         answer = self.channel.ask({"op": op, **fields})
-        while "ok" not in answer and ("input" in answer or "callback" in answer):
+        while "ok" not in answer and ("input" in answer or "callback" in answer or "attr" in answer
+                                      or "setattr" in answer):
             answer = self.channel.ask(self._tests_input(asked, answer["input"]) if "input" in answer
-                                      else self._called_back(answer["callback"]))
+                                      else self._called_back(answer["callback"]) if "callback" in answer
+                                      else self._read_back(answer["attr"], False) if "attr" in answer
+                                      else self._read_back(answer["setattr"], True))
         if stdin is not None:
             read = answer.get("in")
             stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
@@ -275,6 +280,21 @@ class Session:
                 return None
             return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer["v"][3])
         return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer.get("v"))
+
+    def _handed(self, value: Any) -> int:
+        """Its index among what the tests handed the sample, the same each time (``is`` holds there)."""
+        index = self.handed_index.get(id(value))
+        if index is None:
+            self.callbacks.append(value)  # kept, so its id is never another's
+            index = self.handed_index[id(value)] = len(self.callbacks) - 1
+        return index
+
+    def _read_back(self, message: Any, writing: bool) -> dict[str, Any]:
+        """The reply to the sample reading (or setting) an attribute of an object of the tests' it was handed."""
+        index, name, data = tests_callbacks.well_formed_attribute(message, self.callbacks, writing, self.channel)
+        value = self._decoded(self.value, data) if writing else None
+        reply, _ = tests_callbacks.attribute_reply(self.callbacks[index], name, value, writing, self.arg)
+        return reply
 
     def _called_back(self, message: Any) -> dict[str, Any]:
         """The reply to the sample calling a function of the tests' it was handed (``tests_callbacks``)."""
@@ -430,6 +450,8 @@ class Session:
                 return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root, kin=kin)
             if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
                 return local_module(encoded[1])
+            if tag == "H" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.callbacks):
+                return self.callbacks[encoded[1]]  # a function or object of the tests' they handed it, given back
             if tag == "N" and len(encoded) == 2:
                 return named_tuple(decode(encoded[1], depth + 1))
             if tag == "E" and len(encoded) == 3 and type(encoded[1]) is int:

@@ -304,6 +304,7 @@ class _Session:
         self.namespace = namespace
         self.refs = []
         self.failed = {}  # ref -> what its iterator raised after the items a ``take`` sent
+        self.handed = {}  # index -> the proxy of the tests' function or object of that index
 
     def out(self, value):
         data = encode(value)
@@ -315,6 +316,8 @@ class _Session:
                 return data
         if type(value) is type(sys):
             return ["m", value.__name__ if type(value.__name__) is str else "?"]
+        if type(value) is _TestsCallback or type(value) is _TestsObject:  # theirs again (``invert(t) is t``)
+            return ["H", object.__getattribute__(value, "_index")]
         if isinstance(value, type) and issubclass(value, BaseException):  # the harness makes its own of it
             self.refs.append(value)
             return ["E", len(self.refs) - 1, _lineage(value)]
@@ -342,8 +345,11 @@ class _Session:
         if tag == "X":  # a built-in type made from positional arguments (range, slice)
             module = __import__(data[1], fromlist=[data[2]])
             return getattr(module, data[2])(*[self.arg(d) for d in data[3]])
-        if tag == "K":  # a function of the tests': called back over the channel (``_TestsCallback``)
-            return _TestsCallback(self, data[1])
+        if tag == "K" or tag == "O":  # the tests' function or object: asked back over the channel (``_TestsCallback``)
+            proxy = self.handed.get(data[1])
+            if proxy is None:
+                proxy = self.handed[data[1]] = (_TestsCallback if tag == "K" else _TestsObject)(self, data[1])
+            return proxy
         if tag == "g":  # a standard function, class or constant, by name: this process's own
             return getattr(__import__(data[1], fromlist=[data[2]]), data[2])
         if tag in ("l", "t"):  # items may be any of these, at any depth
@@ -741,30 +747,61 @@ class _TestsCallback:
         self._session, self._index = session, index
 
     def __call__(self, *args, **kwargs):
-        session, chan = self._session, self._session.chan
-        chan.send({"callback": [self._index, [session.out(a) for a in args],
-                                {str(k): session.out(v) for k, v in kwargs.items()}]})
-        while True:
-            message = chan.recv()
-            if type(message) is not dict:
-                raise EOFError("the tests ended while their function was called")
-            if "op" not in message:
-                break
-            try:  # the tests' function asking about a value of the sample's (``p.x``, ``len(r)``)
-                answer = {"ok": True, "v": session.handle(message)}
-            except BaseException as exc:
-                answer = {"ok": False, "exc": _describe(exc)}
-            chan.send(answer)
-        if "e" in message:
-            name = message["e"][0] if type(message["e"]) is list and message["e"] else None
-            kind = getattr(_BUILTINS, name, None) if type(name) is str else None
-            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-                kind = RuntimeError
-            raise kind()
-        return session.arg(message.get("v"))
+        session = self._session
+        return _ask_tests(session, {"callback": [self._index, [session.out(a) for a in args],
+                                                 {str(k): session.out(v) for k, v in kwargs.items()}]})
 
     def __repr__(self):
         return "<function of the tests>"
+
+
+class _TestsObject:
+    """An object of a class the tests define, handed to the solution (a ``TreeNode`` of theirs):
+    reading an attribute asks for it (``{"attr": [index, name]}``), setting one sends it
+    (``{"setattr": [index, name, value]}``); the harness refuses ``__`` names and its class's own."""
+
+    __slots__ = ("_session", "_index")
+
+    def __init__(self, session, index):
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_index", index)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _ask_tests(object.__getattribute__(self, "_session"),
+                          {"attr": [object.__getattribute__(self, "_index"), name]})
+
+    def __setattr__(self, name, value):
+        session = object.__getattribute__(self, "_session")
+        _ask_tests(session, {"setattr": [object.__getattribute__(self, "_index"), name, session.out(value)]})
+
+    def __repr__(self):
+        return "<object of the tests>"
+
+
+def _ask_tests(session, message):
+    """Send ``message`` to the harness and serve its requests until its reply (``_TestsCallback``)."""
+    chan = session.chan
+    chan.send(message)
+    while True:
+        message = chan.recv()
+        if type(message) is not dict:
+            raise EOFError("the tests ended while their function was called")
+        if "op" not in message:
+            break
+        try:  # the tests' function asking about a value of the sample's (``p.x``, ``len(r)``)
+            answer = {"ok": True, "v": session.handle(message)}
+        except BaseException as exc:
+            answer = {"ok": False, "exc": _describe(exc)}
+        chan.send(answer)
+    if "e" in message:
+        name = message["e"][0] if type(message["e"]) is list and message["e"] else None
+        kind = getattr(_BUILTINS, name, None) if type(name) is str else None
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            kind = RuntimeError
+        raise kind()
+    return session.arg(message.get("v"))
 
 
 class _Tee:

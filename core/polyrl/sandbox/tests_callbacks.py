@@ -11,6 +11,12 @@ function answers, as it would in-process. Two things are stricter than in-proces
 solution is the one being graded: an exception's text never goes back (an assert's message may
 hold an expected value), only its class name; and an ``AssertionError`` raised in the tests'
 function fails the test that was running, whether or not the sample caught it.
+
+An object of a class the tests define (a ``TreeNode`` of theirs) crosses the same way (``["O", i]``):
+the sample's proxy reads its attributes back (``node.val``, ``node.left``: data, or another such
+proxy; a method is a function as above) and may set new or instance attributes (``node.left =
+x``), never a name with a leading ``__`` nor one its class defines (a method of the tests' replaced
+by a no-op would pass their later call of it).
 """
 
 from __future__ import annotations
@@ -22,6 +28,36 @@ from polyrl.sandbox.channel import Channel, SampleStopped
 
 #: Most arguments one call back may carry.
 MAX_ARGS = 256
+#: The module name of what the tests define (``harness.run_tests``' module).
+TESTS_MODULE = "tests"
+
+
+def is_tests_object(value: Any) -> bool:
+    """Whether ``value`` is an instance of a class the tests define (not an exception, not a class)."""
+    return (getattr(type(value), "__module__", None) == TESTS_MODULE and not isinstance(value, (type, BaseException)))
+
+
+def well_formed_attribute(message: Any, handed: list[Any], writing: bool, channel: Channel) -> tuple[int, str, Any]:
+    """(index, name, encoded value) of the sample's ``{"attr": [i, name]}`` or ``{"setattr": [i, name,
+    value]}`` about an object of the tests' it was handed; anything else stops it as crashed."""
+    size = 3 if writing else 2
+    if (isinstance(message, list) and len(message) == size and type(message[0]) is int
+            and 0 <= message[0] < len(handed) and is_tests_object(handed[message[0]])
+            and type(message[1]) is str and message[1].isidentifier()):
+        return message[0], message[1], message[2] if writing else None
+    channel.dead = SampleStopped("crashed", "the sample read an object of the tests' it was not handed")
+    raise channel.dead
+
+
+def attribute_reply(obj: Any, name: str, value: Any, writing: bool,
+                    send: Callable[[Any], Any]) -> tuple[dict[str, Any], bool]:
+    """``getattr(obj, name)`` sent back, or ``setattr(obj, name, value)`` done (module doc); what it
+    refuses or raises goes back as an AttributeError (or the exception's class)."""
+    if name.startswith("__") or (writing and any(name in vars(kind) for kind in type(obj).__mro__)):
+        return {"e": ["AttributeError"]}, False
+    if writing:
+        return reply(lambda: setattr(obj, name, value), [], {}, send)
+    return reply(lambda: getattr(obj, name), [], {}, send)
 
 
 def well_formed(message: Any, count: int, channel: Channel) -> tuple[int, list[Any], dict[str, Any]]:
