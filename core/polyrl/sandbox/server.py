@@ -651,6 +651,7 @@ def _subtype(kind, cls):
 
 _MRO = type.__dict__["__mro__"].__get__
 
+
 def _as_stdin(fd):
     """Make ``fd`` descriptor 0. It may be 0 already: a program's ``open(0)`` closes it when freed."""
     if fd != 0:
