@@ -48,3 +48,35 @@ def test_a_solutions_context_manager_works_in_the_tests_with():
 
 def test_a_context_manager_never_swallows_a_wrong_solutions_failure():
     assert _each_scored({name: (tests, code) for name, (code, tests) in _FORGED.items()}) == dict.fromkeys(_FORGED, 0.0)
+
+
+_SUPPRESSING = ("from contextlib import contextmanager\nclass suppress_errors:\n    def __init__(self, *kinds):\n"
+                "        self.kinds = kinds or (Exception,)\n    def __enter__(self):\n        return self\n"
+                "    def __exit__(self, kind, exc, tb):\n        return kind is not None and issubclass(kind, self.kinds)\n"
+                "@contextmanager\ndef ignoring(*kinds):\n    try:\n        yield\n    except kinds:\n        pass\n")
+_SUPPRESSED = {
+    "bare": "with suppress_errors():\n    raise ValueError('x')\nassert suppress_errors is not None\n",
+    "by_kind": "n = 0\nwith suppress_errors(ZeroDivisionError):\n    n = 1\n    1 / 0\n    n = 2\nassert n == 1\n",
+    "generator": "d = {}\nwith ignoring(KeyError):\n    d['k']\nassert ignoring is not None\n",
+    "in_a_test_function": "def test_it():\n    with suppress_errors(ValueError):\n        int('x')\n",
+}
+#: Context managers saying True to everything, around a wrong ``f``'s failure that is no assert:
+#: a conditional raise of the tests', one in a helper of theirs, and the solution's own error.
+_SWALLOWING = ("class CM:\n    def __enter__(self):\n        return self\n    def __exit__(self, *a):\n        return True\n"
+               "def f():\n    raise ValueError('wrong')\ndef g():\n    return 4\n")
+_UNSUPPRESSED = {
+    "conditional_raise": "with CM():\n    if g() != 3:\n        raise ValueError('wrong')\n",
+    "helper_raises": "def check():\n    if g() != 3:\n        raise ValueError('wrong')\nwith CM():\n    check()\n",
+    "solutions_error": "def test_f():\n    with CM():\n        f()\n",
+    "assert_after_raise": "with CM():\n    x = [][0]\n    assert g() == 3\n",
+    "their_code_raising_on_the_answer": "def must(v):\n    return {3: 'ok'}[v]\ndef test_g():\n    with CM():\n        must(g())\n",
+}
+
+
+def test_a_solutions_context_manager_suppresses_what_the_tests_raise():
+    """Each scored 0 on main (the stand-in never suppressed: the ValueError failed the cell)."""
+    assert _each_scored({n: (t, _SUPPRESSING) for n, t in _SUPPRESSED.items()}) == dict.fromkeys(_SUPPRESSED, 1.0)
+
+
+def test_a_suppressing_context_manager_never_hides_a_check_or_the_solutions_error():
+    assert _each_scored({n: (t, _SWALLOWING) for n, t in _UNSUPPRESSED.items()}) == dict.fromkeys(_UNSUPPRESSED, 0.0)

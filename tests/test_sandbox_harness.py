@@ -63,10 +63,10 @@ def test_snippet_lists_bytes_sets_and_dicts(box):
     assert result.passed == [True, False, True]
 
 
-def test_a_lambda_cannot_be_sent_and_fails_only_its_test(box):
+def test_a_tests_lambda_is_called_back_and_a_tests_object_fails_only_its_test(box):
     code = "def apply(f, x):\n    return f(x)\ndef ident(x):\n    return x\n"
-    result = run(box, code, "assert apply(lambda v: v + 1, 1) == 2\nassert ident(5) == 5\n")
-    assert result.passed == [False, True]
+    tests = "class T:\n    pass\nassert apply(lambda v: v + 1, 1) == 2\nassert ident(T()) is None\nassert ident(5) == 5\n"
+    assert run(box, code, tests).passed == [True, False, True]
 
 
 def test_numpy_solutions_behind_bubblewrap(box):

@@ -14,7 +14,9 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
                       function; other statements — imports, helpers — run in order between them
                       and fail closed: one that raises is a failed check and the tests after it
                       fail (``polyrl.rewards.test_cells``), or a list of snippets, one test each
-                      (a snippet passes when it runs without an exception). No tests -> score None.
+                      (a snippet passes when it runs without an exception), or stdin/stdout cases
+                      (APPS ``{"inputs": [...], "outputs": [...]}``, its JSON string, CodeContests,
+                      open-r1: ``polyrl.sandbox.program_cases``). No tests -> score None.
 ``entry_point_column`` column naming the solution's function for a HumanEval-style
                       ``check(candidate)`` that the tests define and never call (default
                       "entry_point"; the tests then end with ``check(<entry point>)``)
@@ -115,8 +117,10 @@ What is NOT isolated, or only partly:
       string the tests pass it, ``timeit.timeit(f(x))``, is not covered) and absent with
       ``tests_in = "trainer"``.
     * What the tests can express: arguments must be plain data, values the sample returned, a
-      ``range`` or ``slice``, or a builtin or standard function (``sort_by(xs, len)``, sent by
-      name; a lambda cannot be sent; a
+      ``range`` or ``slice``, a builtin or standard function (``sort_by(xs, len)``, sent by
+      name), or a function or object of the tests' own (a lambda, a ``def``, a ``TreeNode`` of
+      theirs: the sample can only call it back or read and set its attributes,
+      ``polyrl.sandbox.tests_callbacks``); a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
       sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution
       returns come back as themselves, as does a namedtuple, as the trainer's own of that name); one

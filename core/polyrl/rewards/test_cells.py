@@ -30,6 +30,7 @@ from typing import Any
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards.test_runs import drive, expects_failure, yields
+from polyrl.sandbox import program_cases
 from polyrl.sandbox.fixtures import FIXTURES
 from polyrl.sandbox.step_lines import at_line
 
@@ -51,7 +52,11 @@ _warned_missing = False
 
 def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> list[tuple[str, bool]]:
     """Steps ``(source, is_test)`` from a tests cell (see ``code_tests``' ``column`` option);
-    ``entry_point`` names the solution's function for a HumanEval-style ``check(candidate)``."""
+    ``entry_point`` names the solution's function for a HumanEval-style ``check(candidate)``;
+    stdin/stdout cases (APPS, CodeContests) are one step each (``program_cases``)."""
+    io_cases = program_cases.cases(tests, where)
+    if io_cases is not None:
+        return [(program_cases.step(stdin, stdout), True) for stdin, stdout in io_cases]
     if isinstance(tests, str):
         try:
             tree = ast.parse(tests)
@@ -81,7 +86,8 @@ def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> 
             out.append((item, True))
         return out
     raise RewardError(f"{NAME}: the tests{where} are a {type(tests).__name__}. "
-                      "Fix: store tests as a string of asserts or a list of strings")
+                      "Fix: store tests as a string of asserts, a list of strings, or stdin/stdout cases "
+                      "({'inputs': [...], 'outputs': [...]})")
 
 
 def _at_its_line(node: ast.stmt) -> str:

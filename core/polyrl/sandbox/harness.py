@@ -23,7 +23,8 @@ a name their source binds anywhere is never the sample's, even before or when th
 the trainer's builtins: a solution cannot shadow ``sorted`` or ``isinstance`` for the tests.
 
 Limits (documented in ``polyrl.rewards.code``): arguments must be plain data, values the sample
-returned or a ``REBUILT`` standard value (a lambda cannot be sent), and a test sees in-place changes to its arguments only through
+returned, a ``REBUILT`` standard value or a function of the tests' (called back: ``tests_callbacks``),
+and a test sees in-place changes to its arguments only through
 values the sample returns, or in its lists, dicts and sets after a call (``in_place``; shrunk only
 where no check of theirs may read them vacuously: ``vacuous_reads``). A module the solution imported stands here for a read-only view of the
 trainer's own copy when it is in ``SAFE_MODULES`` and is unusable otherwise: a name the sample
@@ -59,12 +60,14 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from polyrl.sandbox import program_cases, tests_callbacks
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.compared_copies import register as register_compared_copies
 from polyrl.sandbox.defaulted_reads import register as register_defaulted_sites
 from polyrl.sandbox.in_place import write_back, written
+from polyrl.sandbox.suppressed import register as register_suppressed
 from polyrl.sandbox.vacuous_counts import register as register_vacuous_counts
 from polyrl.sandbox.vacuous_reads import Vacuous, compared_with_answer, reached, read_vacuously, vacuous_paths
 from polyrl.sandbox.module_views import (
@@ -91,7 +94,8 @@ from polyrl.sandbox.tests_input import patched_input, well_formed
 from polyrl.sandbox.tests_input import reply as tests_input_reply
 from polyrl.sandbox.tests_namespace import future_flags, registered
 from polyrl.sandbox.tests_modules import (
-    SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, helper_objects, local_module, tests_view, unbound_modules)
+    SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, doctest_view, helper_objects, local_module, tests_view,
+    unbound_modules)
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 from polyrl.sandbox.zipped_views import register as register_view_sites
 
@@ -160,6 +164,11 @@ class Session:
         #: what the tests wrote in their ``builtins`` (``BuiltinsLayer._written``): a patched ``input`` there
         self.written_builtins: dict[str, Any] = {}
         self.in_input = False  # the tests' ``input`` is answering the sample (``tests_input``)
+        #: the tests' functions handed to the sample, by the index it calls them back with (``tests_callbacks``)
+        self.callbacks: list[Any] = []
+        self.handed_index: dict[int, int] = {}  # id of one of them -> its index
+        #: one of them failed an assert while called back: the test running fails, whatever the sample did then
+        self.callback_asserted = False
         #: the tests' ``type(value)`` of a sample's value, asked in a frame (``_type_of``), once their names are set
         self.type_of: Callable[[Remote, Any], Any] | None = None
 
@@ -204,6 +213,10 @@ class Session:
         standard = ("builtins", stand_in) if stand_in is not None else standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]
+        if callable(value) and not isinstance(value, type):  # the tests' own function: the sample calls it back
+            return ["K", self._handed(value)]
+        if tests_callbacks.is_tests_object(value):  # an object of a class of theirs: the sample reads it back
+            return ["O", self._handed(value)]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
 
     def ask(self, op: str, data: bool, root: str | None = None,
@@ -226,8 +239,12 @@ class Session:
             fields["stdin"] = stdin.read()
             stdin.seek(start)
         answer = self.channel.ask({"op": op, **fields})
-        while "ok" not in answer and "input" in answer:
-            answer = self.channel.ask(self._tests_input(asked, answer["input"]))
+        while "ok" not in answer and ("input" in answer or "callback" in answer or "attr" in answer
+                                      or "setattr" in answer):
+            answer = self.channel.ask(self._tests_input(asked, answer["input"]) if "input" in answer
+                                      else self._called_back(answer["callback"]) if "callback" in answer
+                                      else self._read_back(answer["attr"], False) if "attr" in answer
+                                      else self._read_back(answer["setattr"], True))
         if stdin is not None:
             read = answer.get("in")
             stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
@@ -240,6 +257,20 @@ class Session:
         value = self._answered(answer, data, root, passed, kin)
         return finished(value) if awaited else value
 
+    def program(self, stdin: str) -> list[str]:
+        """Run the sample's program afresh on ``stdin`` (``program_cases``): the lines it printed.
+        Why here: only the input goes to the sample, the expected output stays with the tests. A
+        program that raises (or exits with a failure) fails its case, whatever it printed."""
+        if type(stdin) is not str:
+            raise TypeError("a program's input is text")
+        self.dirty = True
+        self.asks += 1
+        answer = self.channel.ask({"op": "program", "text": stdin})
+        if answer.get("ok") is not True:
+            raise remote_exception(answer.get("exc"), self.exception_class)
+        out = answer.get("out")
+        return program_cases.lines(out if type(out) is str else "")
+
     def _answered(self, answer: dict[str, Any], data: bool, root: str | None,
                   passed: tuple[tuple[Any, ...], dict[str, Any]] | None, kin: int | None) -> Any:
         if passed is not None and written(answer.get("v")):
@@ -249,6 +280,30 @@ class Session:
                 return None
             return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer["v"][3])
         return self._decoded(lambda v: self.value(v, data=data, root=root, kin=kin), answer.get("v"))
+
+    def _handed(self, value: Any) -> int:
+        """Its index among what the tests handed the sample, the same each time (``is`` holds there)."""
+        index = self.handed_index.get(id(value))
+        if index is None:
+            self.callbacks.append(value)  # kept, so its id is never another's
+            index = self.handed_index[id(value)] = len(self.callbacks) - 1
+        return index
+
+    def _read_back(self, message: Any, writing: bool) -> dict[str, Any]:
+        """The reply to the sample reading (or setting) an attribute of an object of the tests' it was handed."""
+        index, name, data = tests_callbacks.well_formed_attribute(message, self.callbacks, writing, self.channel)
+        value = self._decoded(self.value, data) if writing else None
+        reply, _ = tests_callbacks.attribute_reply(self.callbacks[index], name, value, writing, self.arg)
+        return reply
+
+    def _called_back(self, message: Any) -> dict[str, Any]:
+        """The reply to the sample calling a function of the tests' it was handed (``tests_callbacks``)."""
+        index, args, kwargs = tests_callbacks.well_formed(message, len(self.callbacks), self.channel)
+        args = self._decoded(lambda v: [self.value(a) for a in v], args)
+        kwargs = self._decoded(lambda v: {k: self.value(a) for k, a in v.items()}, kwargs)
+        reply, asserted = tests_callbacks.reply(self.callbacks[index], args, kwargs, self.arg)
+        self.callback_asserted = self.callback_asserted or asserted
+        return reply
 
     def _tests_input(self, asked: Callable[..., Any] | None, prompt: Any) -> dict[str, Any]:
         """The reply to the sample's ``input()`` in a call: the tests' patched ``input`` called
@@ -395,6 +450,8 @@ class Session:
                 return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root, kin=kin)
             if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
                 return local_module(encoded[1])
+            if tag == "H" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.callbacks):
+                return self.callbacks[encoded[1]]  # a function or object of the tests' they handed it, given back
             if tag == "N" and len(encoded) == 2:
                 return named_tuple(decode(encoded[1], depth + 1))
             if tag == "E" and len(encoded) == 3 and type(encoded[1]) is int:
@@ -543,6 +600,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     register_defaulted_sites(named)
     register_self_compared(named)
     register_vacuous_counts(named)
+    register_suppressed(named)
     real_builtins = dict(vars(builtins), zip=paired[0], map=paired[1], filter=tests_filter,
                          enumerate=paired[2], len=paired[3], next=tests_next, all=tests_all,
                          any=tests_any, sum=tests_sum)  # a copy: the trainer's own stay
@@ -567,6 +625,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources), fallbacks)))
     below = helper_objects(fallbacks)
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
+    namespace[program_cases.PROGRAM] = session.program  # stdin/stdout cases' runs (``program_cases``)
     theirs = bound | modules.keys()
     session.objects = object_roots(sources)
     session.varied = varied_query_roots(sources, DATA_QUERIES)
@@ -585,7 +644,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
             return solution
         if name == "builtins" and level == 0:
             return builtins_view
-        return tests_view(real_import(name, globals, locals, fromlist, level), builtins_view)
+        return doctest_view(tests_view(real_import(name, globals, locals, fromlist, level), builtins_view),
+                            tests_module)
 
     def sync(data: Any) -> None:
         names = session.names(data)
@@ -728,6 +788,8 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
             ok = False
         if session.channel.dead is not None:  # the sample stopped, whatever the test's ``except`` did
             raise session.channel.dead
+        if session.callback_asserted:  # their check inside a function they handed it (``tests_callbacks``)
+            session.callback_asserted = ok = False
         if is_test:  # a loop in this step or one before that is no test: this test's verdict
             for verdicts in session.unconfirmed.values():
                 if None in verdicts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from polyrl.sandbox.asserted_truths import asserted_here
 from polyrl.sandbox.attribute_reads import attribute_looped_here, not_in_item_here
@@ -29,6 +29,7 @@ from polyrl.sandbox.tests_guard import TESTS_FILES
 from polyrl.sandbox.vacuous_counts import counted_vacuously_above, counted_vacuously_here
 from polyrl.sandbox.values import MAX_ITEMS
 from polyrl.sandbox.zipped_views import zipped_view_here
+from polyrl.sandbox.suppressed import may_suppress
 
 if TYPE_CHECKING:
     from polyrl.sandbox.harness import Session
@@ -106,7 +107,7 @@ class Remote:
 
     __slots__ = ("_session", "_ref", "_kind", "_type", "_data", "_origin", "_root", "_query", "_made", "_counted",
                  "_reader", "_hash", "_plain", "_kin", "_seen", "_owner", "_from", "_base", "_attr",
-                 "_asserted", "_view_of", "_key", "_attrs", "_indexed")
+                 "_asserted", "_view_of", "_key", "_attrs", "_indexed", "_entered")
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
@@ -138,6 +139,7 @@ class Remote:
         object.__setattr__(self, "_key", ref)  # what the tests' readings of it are kept under (``_same_attribute``)
         object.__setattr__(self, "_attrs", None)  # attribute name -> the value last read as it (``_same_attribute``)
         object.__setattr__(self, "_indexed", False)  # whether ``_read_for_index`` was tried (once: a failure stays one)
+        object.__setattr__(self, "_entered", None)  # the requests made when its ``with`` block began (``__exit__``)
 
     def _gives_data(self) -> bool:
         """Whether what calling it returns is data to the tests: anything but a solution name
@@ -334,16 +336,22 @@ class Remote:
     def __enter__(self) -> Any:
         """``with Timer() as t:`` of a sample's object: its own ``__enter__``'s answer (it raised
         TypeError: "does not support the context manager protocol", so a right one scored 0)."""
-        return self._own_method("__enter__")()
+        entered = self._own_method("__enter__")()
+        object.__setattr__(self, "_entered", self._session.asks)
+        return entered
 
-    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> Literal[False]:
+    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> bool:
         """Its own ``__exit__``, for its effects, given the exception's class where one is sent as
         a standard name (a built-in exception), else None, and never the exception or traceback
-        (the tests' objects). Never suppresses: an ``__exit__`` saying True swallowed the tests'
-        failed assert or the solution's error inside the block."""
+        (the tests' objects). Its True suppresses only what ``suppressed.may_suppress`` allows
+        (``with suppress_errors(): raise ValueError``), in a block that asked the sample nothing
+        (the tests' code raising on a wrong answer, ``must(f())``, is no subject to suppress): an
+        ``__exit__`` saying True swallowed the tests' failed assert or the solution's error inside
+        the block."""
+        quiet = self._entered is not None and self._session.asks == self._entered
         sent = kind if kind is None or getattr(kind, "__module__", None) == "builtins" else None
-        self._own_method("__exit__")(sent, None, None)
-        return False
+        answer = self._own_method("__exit__")(sent, None, None)
+        return quiet and sent is not None and answer is True and may_suppress(kind, traceback)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """``c.radius = 1``, ``a.next = b`` written in the tests: the sample's own ``__setattr__``

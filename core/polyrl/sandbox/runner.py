@@ -21,7 +21,8 @@ from polyrl import sandbox_hidden
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
-from polyrl.sandbox import isolation, leftovers, memfd_filter, process_tree, scratch, server_code, tests_guard, uids
+from polyrl.sandbox import (isolation, leftovers, memfd_filter, process_tree, program_cases, scratch, server_code,
+                            tests_guard, uids)
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
@@ -284,6 +285,8 @@ class Sandbox:
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap",
+                                 # stdin/stdout cases: the program runs per case, on its input, not first
+                                 "program": program_cases.is_program(steps),
                                  # without the filter keyctl is open: the sample leaves the trainer's session keyring
                                  "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None,
                                  "memfd": _MEMFD_HEX if self.launch.seccomp_program is None else None})

@@ -17,6 +17,7 @@
 # accident.
 import _json
 import _operator
+import builtins as _BUILTINS
 import marshal
 import os
 import resource
@@ -303,6 +304,7 @@ class _Session:
         self.namespace = namespace
         self.refs = []
         self.failed = {}  # ref -> what its iterator raised after the items a ``take`` sent
+        self.handed = {}  # index -> the proxy of the tests' function or object of that index
 
     def out(self, value):
         data = encode(value)
@@ -314,6 +316,8 @@ class _Session:
                 return data
         if type(value) is type(sys):
             return ["m", value.__name__ if type(value.__name__) is str else "?"]
+        if type(value) is _TestsCallback or type(value) is _TestsObject:  # theirs again (``invert(t) is t``)
+            return ["H", object.__getattribute__(value, "_index")]
         if isinstance(value, type) and issubclass(value, BaseException):  # the harness makes its own of it
             self.refs.append(value)
             return ["E", len(self.refs) - 1, _lineage(value)]
@@ -341,6 +345,11 @@ class _Session:
         if tag == "X":  # a built-in type made from positional arguments (range, slice)
             module = __import__(data[1], fromlist=[data[2]])
             return getattr(module, data[2])(*[self.arg(d) for d in data[3]])
+        if tag == "K" or tag == "O":  # the tests' function or object: asked back over the channel (``_TestsCallback``)
+            proxy = self.handed.get(data[1])
+            if proxy is None:
+                proxy = self.handed[data[1]] = (_TestsCallback if tag == "K" else _TestsObject)(self, data[1])
+            return proxy
         if tag == "g":  # a standard function, class or constant, by name: this process's own
             return getattr(__import__(data[1], fromlist=[data[2]]), data[2])
         if tag in ("l", "t"):  # items may be any of these, at any depth
@@ -384,10 +393,55 @@ class _Session:
         return {name: self.out(value) for name, value in list(self.namespace.items())
                 if not (name.startswith("__") and name.endswith("__"))}
 
+    #: (setup, solution, the sample's folder) where the tests are stdin/stdout cases, else None
+    program_code = None
+
+    def program(self, text):
+        """Run the solution as a program, ``__main__``, in a fresh module, on ``text`` as its
+        stdin (``sys.stdin``, ``input()``, ``sys.stdin.buffer``, ``open(0)``: descriptor 0 is a file
+        holding it), waiting for the threads it started (``threading.Thread(target=main).start()``).
+        What it prints is the answer (``_Printed``); ``sys.exit(0)`` ends it as a success."""
+        setup, solution, root = self.program_code
+        module = type(sys)("__main__")
+        namespace = module.__dict__
+        namespace["__builtins__"] = __builtins__
+        saved = (sys.modules.get("__main__"), sys.modules.get("solution"), sys.stdin)
+        sys.modules["__main__"] = sys.modules["solution"] = module
+        path = os.path.join(root, ".stdin")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+            while data:
+                data = data[os.write(fd, data):]
+            os.lseek(fd, 0, 0)
+        finally:
+            os.unlink(path)
+            _as_stdin(fd)
+        try:
+            sys.stdin = open(0, encoding="utf-8", closefd=False)
+            try:
+                if setup is not None:
+                    exec(setup, namespace)
+                exec(solution, namespace)
+            except SystemExit as exc:
+                if exc.code is not None and exc.code != 0:
+                    raise
+            threading = sys.modules.get("threading")
+            if threading is not None:
+                for thread in threading.enumerate():
+                    if thread is not threading.current_thread() and not thread.daemon:
+                        thread.join()
+        finally:
+            sys.modules["__main__"], sys.modules["solution"], sys.stdin = saved
+            _as_stdin(os.open(os.devnull, os.O_RDONLY))
+        return None
+
     def handle(self, req):
         op = req["op"]
         if op == "names":
             return self.names()
+        if op == "program" and self.program_code is not None and type(req.get("text")) is str:
+            return self.program(req["text"])
         obj = self.refs[req["ref"]]
         if op == "call":
             args = [self.arg(a) for a in req["args"]]
@@ -598,6 +652,14 @@ def _subtype(kind, cls):
 
 _MRO = type.__dict__["__mro__"].__get__
 
+
+def _as_stdin(fd):
+    """Make ``fd`` descriptor 0. It may be 0 already: a program's ``open(0)`` closes it when freed."""
+    if fd != 0:
+        os.dup2(fd, 0)
+        os.close(fd)
+
+
 #: Most characters of one request's printing sent with its answer (``_Printed``); its stream gets it all.
 MAX_PRINTED = 1 << 20
 
@@ -673,6 +735,75 @@ class _TestsInput:
     def end(self):
         if self.builtins.input == self.input:
             self.builtins.input = self.old
+
+
+class _TestsCallback:
+    """A function of the tests' handed to the solution (``apply(lambda x: x * 2, xs)``): calling it
+    sends ``{"callback": [index, args, kwargs]}`` (its own values as handles) and serves the
+    harness's requests (the tests' function reading those values) until the reply, ``{"v": value}``
+    or ``{"e": [class name]}``. It has nothing else: the function stays in the tests' process."""
+
+    __slots__ = ("_session", "_index")
+
+    def __init__(self, session, index):
+        self._session, self._index = session, index
+
+    def __call__(self, *args, **kwargs):
+        session = self._session
+        return _ask_tests(session, {"callback": [self._index, [session.out(a) for a in args],
+                                                 {str(k): session.out(v) for k, v in kwargs.items()}]})
+
+    def __repr__(self):
+        return "<function of the tests>"
+
+
+class _TestsObject:
+    """An object of a class the tests define, handed to the solution (a ``TreeNode`` of theirs):
+    reading an attribute asks for it (``{"attr": [index, name]}``), setting one sends it
+    (``{"setattr": [index, name, value]}``); the harness refuses ``__`` names and its class's own."""
+
+    __slots__ = ("_session", "_index")
+
+    def __init__(self, session, index):
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_index", index)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _ask_tests(object.__getattribute__(self, "_session"),
+                          {"attr": [object.__getattribute__(self, "_index"), name]})
+
+    def __setattr__(self, name, value):
+        session = object.__getattribute__(self, "_session")
+        _ask_tests(session, {"setattr": [object.__getattribute__(self, "_index"), name, session.out(value)]})
+
+    def __repr__(self):
+        return "<object of the tests>"
+
+
+def _ask_tests(session, message):
+    """Send ``message`` to the harness and serve its requests until its reply (``_TestsCallback``)."""
+    chan = session.chan
+    chan.send(message)
+    while True:
+        message = chan.recv()
+        if type(message) is not dict:
+            raise EOFError("the tests ended while their function was called")
+        if "op" not in message:
+            break
+        try:  # the tests' function asking about a value of the sample's (``p.x``, ``len(r)``)
+            answer = {"ok": True, "v": session.handle(message)}
+        except BaseException as exc:
+            answer = {"ok": False, "exc": _describe(exc)}
+        chan.send(answer)
+    if "e" in message:
+        name = message["e"][0] if type(message["e"]) is list and message["e"] else None
+        kind = getattr(_BUILTINS, name, None) if type(name) is str else None
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            kind = RuntimeError
+        raise kind()
+    return session.arg(message.get("v"))
 
 
 class _Tee:
@@ -832,13 +963,17 @@ def _main():
     namespace["__builtins__"] = __builtins__
     sys.modules["solution"] = module
     try:
-        if setup is not None:
-            exec(setup, namespace)
-        exec(solution, namespace)
+        if job.get("program"):  # stdin/stdout cases: it runs once per case, on that input (``_Session.program``)
+            _Session.program_code = (setup, solution, root)
+        else:
+            if setup is not None:
+                exec(setup, namespace)
+            exec(solution, namespace)
     except BaseException as exc:
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return
     session = _Session(namespace)
+    session.chan = chan
     chan.send({"ok": True, "v": session.names(), "fds": extra})
     while True:
         req = chan.recv()

@@ -141,3 +141,22 @@ def helper_objects(names: Iterable[str]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - not installed in the trainer
             found[name] = NotInstalled(f"{module}.{attr}")
     return found
+
+
+def doctest_view(module: Any, main: Any) -> Any:
+    """``doctest`` as the tests use it, else ``module`` as it is: ``testmod()`` with no module tests
+    theirs (``main``: the examples in their own docstrings, as a script run tests its ``__main__``),
+    where it tested the trainer's ``__main__`` and no right solution passed; and any ``testmod`` whose
+    examples fail raises AssertionError. Why the raise: a bare ``doctest.testmod()`` only prints its
+    failures, so a cell of it checks nothing and, now that it asks the solution, a wrong one passed.
+    The examples of the solution's own docstrings (``testmod(solution)``) are not read: they are
+    the sample's claims about itself."""
+    if getattr(module, "__name__", None) != "doctest" or not hasattr(module, "testmod"):
+        return module
+
+    def testmod(m: Any = None, *args: Any, **kwargs: Any) -> Any:
+        result = module.testmod(main if m is None else m, *args, **kwargs)
+        if result.failed:
+            raise AssertionError(f"{result.failed} of {result.attempted} doctest examples failed")
+        return result
+    return ModuleWithViews(module, {"testmod": testmod})

@@ -1,0 +1,90 @@
+"""Stdin/stdout cases: a tests cell that gives a program its input and checks what it prints.
+
+Why: APPS, TACO, CodeContests and the open-r1 / verifiable-coding-problems sets test whole
+programs (Codeforces, AtCoder) by the text they print for a given stdin, and a right program
+reads that input when it runs (``n = int(input())`` at its top level). Written as Python tests it
+could not pass: the sample's module runs once, before the tests, with an empty stdin, so every
+right program raised EOFError and scored 0. Such a cell is now read as cases (``cases``), each one
+test step calling ``PROGRAM``: the sample runs the program afresh as ``__main__`` on that case's
+input (``server._Session.program``) and only its printed text comes back; the trainer compares it
+with the expected output here (``lines``). The expected output never enters the sample.
+
+Shapes read (a JSON string of the first two as well, as APPS stores ``input_output``):
+``{"inputs": [...], "outputs": [...]}`` (APPS, TACO), ``{"input": [...], "output": [...]}``
+(CodeContests' public/private tests) and ``[{"input": "...", "output": "..."}, ...]`` (open-r1's
+``test_cases``). An input or output given as a list of lines is those lines joined.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from polyrl.errors import RewardError
+
+NAME = "code_tests"
+#: The tests' name for "run the program on this input, give its output lines" (bound by the harness).
+PROGRAM = "__polyrl_program__"
+_PAIRS = (("inputs", "outputs"), ("input", "output"))
+
+
+def cases(tests: Any, where: str = "") -> list[tuple[str, str]] | None:
+    """(stdin, expected stdout) of each case when ``tests`` is one of the shapes above, else None."""
+    if isinstance(tests, str):
+        text = tests.strip()
+        if not text.startswith("{"):
+            return None
+        try:
+            tests = json.loads(text)
+        except ValueError:
+            return None  # Python (a dict display in a cell is no JSON): read as tests
+    if isinstance(tests, dict):
+        for ins, outs in _PAIRS:
+            if ins in tests and outs in tests:
+                if tests.get("fn_name"):
+                    raise RewardError(f"{NAME}: the tests{where} are call-based APPS cases (fn_name "
+                                      f"{tests['fn_name']!r}), which code_tests does not read. Fix: write them as "
+                                      "asserts (assert f(*args) == output), or keep only stdin/stdout rows")
+                given, wanted = tests[ins], tests[outs]
+                if not isinstance(given, list) or not isinstance(wanted, list) or len(given) != len(wanted):
+                    raise RewardError(f"{NAME}: the tests{where} have {ins!r} and {outs!r} that are not two lists of "
+                                      "the same length. Fix: one output per input")
+                return [(_text(i, ins, where), _text(o, outs, where)) for i, o in zip(given, wanted)]
+        return None
+    if isinstance(tests, (list, tuple)) and tests and all(isinstance(case, dict) for case in tests):
+        out = []
+        for n, case in enumerate(tests):
+            if "input" not in case or "output" not in case:
+                raise RewardError(f"{NAME}: test {n}{where} has keys {sorted(map(str, case))}, not 'input' and "
+                                  "'output'. Fix: give each case its stdin as 'input' and its stdout as 'output'")
+            out.append((_text(case["input"], "input", where), _text(case["output"], "output", where)))
+        return out
+    return None
+
+
+def _text(value: Any, key: str, where: str) -> str:
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):
+        return "\n".join(value) + "\n"  # APPS writes some as their lines
+    if not isinstance(value, str):
+        raise RewardError(f"{NAME}: an {key!r} of the tests{where} is a {type(value).__name__}, not text. "
+                          "Fix: store each case's stdin and stdout as strings")
+    return value
+
+
+def step(stdin: str, stdout: str) -> str:
+    """The test step for one case: the program's printed lines against the expected ones."""
+    return f"assert {PROGRAM}({stdin!r}) == {lines(stdout)!r}\n"
+
+
+def is_program(steps: Sequence[tuple[str, bool]]) -> bool:
+    """Whether these steps are stdin/stdout cases (``step``): the sample then runs no module first."""
+    return bool(steps) and all(source.startswith(f"assert {PROGRAM}(") for source, _ in steps)
+
+
+def lines(text: str) -> list[str]:
+    """What is compared of a printed text: its lines, blanks around each and blank lines at the
+    end left out (as APPS's and open-r1's checkers compare them: a trailing space or newline is no
+    wrong answer)."""
+    return [line.strip() for line in text.strip().split("\n")]
+

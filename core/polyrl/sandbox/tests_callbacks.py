@@ -1,0 +1,87 @@
+"""The tests' own functions handed to the solution (``apply(lambda x: x * 2, xs)``, ``key=...``).
+
+Why: only data crossed to the sample, so a lambda, a ``def`` of the tests' or a bound method of
+their object as an argument raised "cannot be sent" and a right ``apply``/``sort_by``/``retry``
+scored 0. Now such a function crosses as an index (``["K", i]``); the sample holds a proxy that
+can only be called (``server._TestsCallback``: no attributes, so no ``__globals__`` or closure of
+theirs), and each call sends its arguments here, the function is called in the tests' process on
+them (the sample's values as stand-ins, compared by the harness's own rules) and what it returns
+goes back as any argument does (``Session.arg``). What the sample learns is only what the tests'
+function answers, as it would in-process. Two things are stricter than in-process, because the
+solution is the one being graded: an exception's text never goes back (an assert's message may
+hold an expected value), only its class name; and an ``AssertionError`` raised in the tests'
+function fails the test that was running, whether or not the sample caught it.
+
+An object of a class the tests define (a ``TreeNode`` of theirs) crosses the same way (``["O", i]``):
+the sample's proxy reads its attributes back (``node.val``, ``node.left``: data, or another such
+proxy; a method is a function as above) and may set new or instance attributes (``node.left =
+x``), never a name with a leading ``__`` nor one its class defines (a method of the tests' replaced
+by a no-op would pass their later call of it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from polyrl.sandbox.channel import Channel, SampleStopped
+
+#: Most arguments one call back may carry.
+MAX_ARGS = 256
+#: The module name of what the tests define (``harness.run_tests``' module).
+TESTS_MODULE = "tests"
+
+
+def is_tests_object(value: Any) -> bool:
+    """Whether ``value`` is an instance of a class the tests define (not an exception, not a class)."""
+    return (getattr(type(value), "__module__", None) == TESTS_MODULE and not isinstance(value, (type, BaseException)))
+
+
+def well_formed_attribute(message: Any, handed: list[Any], writing: bool, channel: Channel) -> tuple[int, str, Any]:
+    """(index, name, encoded value) of the sample's ``{"attr": [i, name]}`` or ``{"setattr": [i, name,
+    value]}`` about an object of the tests' it was handed; anything else stops it as crashed."""
+    size = 3 if writing else 2
+    if (isinstance(message, list) and len(message) == size and type(message[0]) is int
+            and 0 <= message[0] < len(handed) and is_tests_object(handed[message[0]])
+            and type(message[1]) is str and message[1].isidentifier()):
+        return message[0], message[1], message[2] if writing else None
+    channel.dead = SampleStopped("crashed", "the sample read an object of the tests' it was not handed")
+    raise channel.dead
+
+
+def attribute_reply(obj: Any, name: str, value: Any, writing: bool,
+                    send: Callable[[Any], Any]) -> tuple[dict[str, Any], bool]:
+    """``getattr(obj, name)`` sent back, or ``setattr(obj, name, value)`` done (module doc); what it
+    refuses or raises goes back as an AttributeError (or the exception's class)."""
+    if name.startswith("__") or (writing and any(name in vars(kind) for kind in type(obj).__mro__)):
+        return {"e": ["AttributeError"]}, False
+    if writing:
+        return reply(lambda: setattr(obj, name, value), [], {}, send)
+    return reply(lambda: getattr(obj, name), [], {}, send)
+
+
+def well_formed(message: Any, count: int, channel: Channel) -> tuple[int, list[Any], dict[str, Any]]:
+    """(index, encoded args, encoded kwargs) of the sample's ``{"callback": [i, args, kwargs]}``;
+    anything else is no answer of the protocol: the sample is stopped as crashed."""
+    if (isinstance(message, list) and len(message) == 3 and type(message[0]) is int and 0 <= message[0] < count
+            and isinstance(message[1], list) and isinstance(message[2], dict)
+            and len(message[1]) + len(message[2]) <= MAX_ARGS and all(type(k) is str for k in message[2])):
+        return message[0], message[1], message[2]
+    channel.dead = SampleStopped("crashed", "the sample called back a function of the tests' it was not handed")
+    raise channel.dead
+
+
+def reply(function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
+          send: Callable[[Any], Any]) -> tuple[dict[str, Any], bool]:
+    """The tests' function called as the sample called it: ``({"v": encoded}, False)``, or
+    ``({"e": [class name]}, asserted)`` where it raised (or returned what cannot be sent)."""
+    try:
+        value = function(*args, **kwargs)
+    except (KeyboardInterrupt, SampleStopped):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - raised in the sample as it would have been in-process
+        return {"e": [type(exc).__name__]}, isinstance(exc, AssertionError)
+    try:
+        return {"v": send(value)}, False
+    except TypeError:
+        return {"e": ["TypeError"]}, False

@@ -1,0 +1,78 @@
+"""Stdin/stdout cases (APPS, CodeContests, open-r1): a program reading its input at its top level.
+
+On main a tests cell could not give a whole program its input: the sample's module ran once,
+before the tests, with an empty stdin, so ``n = int(input())`` at the top raised EOFError and
+every right Codeforces-style program scored 0 (and APPS's ``{"inputs": [...], "outputs": [...]}``
+was read as Python: a dict display that checks nothing, one test any program running passed). Such
+cases now run the program afresh per case on its input, and the trainer compares the lines it
+printed with the expected ones, which never enter the sample (``polyrl.sandbox.program_cases``).
+Scored through the real reward path (``code_tests``), every sample of a test in one reward call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_sandbox_emptied_values import _each_scored
+
+from polyrl.errors import RewardError
+
+pytestmark = pytest.mark.faults
+
+_IN, _OUT = ["1 2\n", "10 -3\n"], ["3\n", "7\n"]
+_APPS = json.dumps({"inputs": _IN, "outputs": _OUT})  # APPS's input_output column: a JSON string
+_SHAPES = {"apps": _APPS, "code_contests": {"input": _IN, "output": _OUT},
+           "open_r1": [{"input": i, "output": o} for i, o in zip(_IN, _OUT)]}
+#: Right programs, each reading its input its own way.
+_RIGHT = {
+    "input_at_top": "a, b = map(int, input().split())\nprint(a + b)\n",
+    "stdin_read": "import sys\nprint(sum(map(int, sys.stdin.read().split())))\n",
+    "open_0": "print(sum(map(int, open(0).read().split())))  \n\n",
+    "buffer_and_write": "import sys\nr = sys.stdin.buffer.readline\nsys.stdout.write(str(sum(map(int, r().split()))) + '\\n')\n",
+    "main_guard_exit": ("import sys\ndef main():\n    print(sum(map(int, input().split())))\n    sys.exit(0)\n"
+                        "if __name__ == '__main__':\n    main()\n"),
+    "thread": ("import threading\ndef main():\n    print(sum(map(int, input().split())))\n"
+               "threading.Thread(target=main).start()\n"),
+}
+#: Wrong programs trying the new path: ending with success before printing, ending the process,
+#: echoing the input, raising after printing, claiming an answer by rewriting the server's reply,
+#: and printing every request field the server gets (the expected output is never among them).
+_FORGED = {
+    "exit_zero_first": "import sys\nsys.exit(0)\n",
+    "os_exit": "import os\nos._exit(0)\n",
+    "echo": "print(input())\n",
+    "raise_after_print": "print(sum(map(int, input().split())))\nraise ValueError('late')\n",
+    "claims_output": ("import sys\nm = sys.modules['solution'] if False else None\nimport gc\n"
+                      "for o in gc.get_objects():\n    if isinstance(o, type) and o.__name__ == '_Printed':\n"
+                      "        end = o.end\n        def claim(self, answer, _end=end):\n            _end(self, answer)\n"
+                      "            answer['out'] = 'yes'\n            answer['ok'] = True\n        o.end = claim\n"),
+    "prints_the_request": ("import sys\nf = sys._getframe()\nwhile f is not None:\n    if 'req' in f.f_locals:\n"
+                           "        print(repr(f.f_locals['req']))\n    f = f.f_back\n"),
+}
+
+
+def test_a_program_reading_its_input_passes_stdin_stdout_cases():
+    """Each scored 0 on main (EOFError at the top: the sample's module ran first, stdin empty)."""
+    cases = {f"{shape}/{name}": (tests, code) for shape, tests in _SHAPES.items() for name, code in _RIGHT.items()
+             if shape == "apps" or name == "input_at_top"}
+    assert _each_scored(cases) == dict.fromkeys(cases, 1.0)
+
+
+def test_a_wrong_program_through_the_cases_scores_zero():
+    """Also on main these scored 0 (by EOFError); what matters is that the new path pays none."""
+    assert _each_scored({name: (_APPS, code) for name, code in _FORGED.items()}) == dict.fromkeys(_FORGED, 0.0)
+
+
+def test_cases_are_read_from_each_shape_and_bad_ones_are_errors():
+    from polyrl.sandbox import program_cases  # here: the tests above run on main's code too
+
+    for tests in _SHAPES.values():
+        assert program_cases.cases(tests) == list(zip(_IN, _OUT))
+    assert program_cases.cases({"inputs": [["1 2", "3"]], "outputs": [["3", "x"]]}) == [("1 2\n3\n", "3\nx\n")]
+    assert program_cases.cases("assert f(1) == 2\n") is None and program_cases.cases(["assert f(1) == 2"]) is None
+    assert program_cases.lines("3  \n7\n\n") == program_cases.lines("3\n7") != program_cases.lines("3\n\n7")
+    for bad, says in (({"inputs": ["1"], "outputs": []}, "same length"), ([{"in": "1"}], "'input'"),
+                      ({"inputs": [1], "outputs": ["1"]}, "not text"), ({"inputs": [[1]], "outputs": ["1"], "fn_name": "f"},
+                                                                         "call-based")):
+        with pytest.raises(RewardError, match=says):
+            program_cases.cases(bad, " of row 0")

@@ -1,0 +1,93 @@
+"""The tests' own functions handed to a solution (``apply(lambda x: x * 2, xs)``, ``key=lambda``).
+
+On main only data crossed to the sample: a lambda, a ``def`` of the tests' or a bound method of
+their object as an argument raised TypeError ("a function cannot be sent") and a right ``apply``,
+``sorted_by`` or ``retry`` scored 0. Such a function now crosses as a proxy the sample can only call;
+each call runs the tests' function in their process (``polyrl.sandbox.tests_callbacks``). Scored
+through the real reward path (``code_tests``), every sample of a test in one reward call."""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_emptied_values import _each_scored
+
+pytestmark = pytest.mark.faults
+
+_RIGHT = ("def apply(f, xs):\n    return [f(x) for x in xs]\ndef sorted_by(items, key):\n"
+          "    return sorted(items, key=key)\ndef retry(f, times):\n    for _ in range(times):\n        try:\n"
+          "            return f()\n        except ValueError:\n            pass\n"
+          "class P:\n    def __init__(self, x):\n        self.x = x\ndef make(n):\n    return [P(i) for i in range(n)]\n"
+          "def total(points, get):\n    return sum(get(p) for p in points)\n")
+_TESTS = {
+    "lambda": "assert apply(lambda x: x * 2, [1, 2, 3]) == [2, 4, 6]\n",
+    "key_lambda": "assert sorted_by([3, 1, 2], key=lambda v: -v) == [3, 2, 1]\n",
+    "def_with_state": ("calls = []\ndef f(x):\n    calls.append(x)\n    return x + 1\n"
+                       "assert apply(f, [1, 2]) == [2, 3]\nassert calls == [1, 2]\n"),
+    "raises_then_returns": ("n = [0]\ndef flaky():\n    n[0] += 1\n    if n[0] < 3:\n        raise ValueError('not yet')\n"
+                            "    return 'ok'\nassert retry(flaky, 5) == 'ok' and n == [3]\n"),
+    "bound_method": ("class Acc:\n    def __init__(self):\n        self.seen = []\n    def add(self, x):\n"
+                     "        self.seen.append(x)\n        return len(self.seen)\na = Acc()\n"
+                     "assert apply(a.add, ['x', 'y']) == [1, 2]\nassert a.seen == ['x', 'y']\n"),
+    "reads_the_samples_values": "assert total(make(4), lambda p: p.x) == 6\n",
+    "their_check_holding": "def check(r):\n    assert r > 0\n    return True\nassert apply(check, [1, 2]) == [True, True]\n",
+}
+_NODE = ("class Node:\n    def __init__(self, val, left=None, right=None):\n        self.val, self.left, self.right = val, left, right\n"
+         "    def kids(self):\n        return [k for k in (self.left, self.right) if k is not None]\n")
+_TREES = ("def tree_sum(n):\n    return 0 if n is None else n.val + tree_sum(n.left) + tree_sum(n.right)\n"
+          "def invert(n):\n    if n is not None:\n        n.left, n.right = invert(n.right), invert(n.left)\n    return n\n"
+          "def count(n):\n    return 1 + sum(count(k) for k in n.kids())\n"
+          "def tag(n):\n    n.seen = True\n")
+#: Objects of a class the tests define, handed to the solution: it reads their attributes, calls
+#: their methods and sets attributes, as in-process. Each scored 0 on main ("cannot be sent").
+_OBJECTS = {
+    "reads_attributes": _NODE + "assert tree_sum(Node(1, Node(2), Node(3, Node(4)))) == 10\n",
+    "sets_attributes": _NODE + ("t = Node(1, Node(2), None)\nassert invert(t) is t\n"
+                                "assert t.left is None and type(t.right) is Node and t.right.val == 2\n"),
+    "calls_methods": _NODE + "assert count(Node(1, Node(2), Node(3, Node(4)))) == 4\n",
+    "new_attribute": _NODE + "t = Node(5)\ntag(t)\nassert t.seen is True\n",
+}
+#: Wrong ones using the object path: reading its class or globals through it, replacing the
+#: tests' method checked later with a no-op.
+_OBJECT_FORGED = {
+    "reads_class_globals": ("def tree_sum(n):\n    return n.kids.__globals__['WANT']\n",
+                            _NODE + "WANT = 10\nassert tree_sum(Node(1, Node(9))) == WANT\n"),
+    "reads_dunder": ("def tree_sum(n):\n    return n.__dict__['want']\n",
+                     _NODE + "t = Node(1, Node(9))\nt.want = 10\nassert tree_sum(t) == 10\n"),
+    "replaces_their_method": ("def prepare(n):\n    n.verify = lambda r: None\ndef solve(n):\n    return 0\n",
+                              _NODE.replace("    def kids", "    def verify(self, r):\n        assert r == 10\n    def kids")
+                              + "def test_it():\n    t = Node(1)\n    prepare(t)\n    t.verify(solve(t))\n"),
+}
+_CHECKED = "def check(r):\n    assert r == 42, 'wanted 42'\n    return True\nassert solve(check) == 42\n"
+#: Wrong solutions using the new path: reading the tests' function's globals, closure or code,
+#: swallowing the assert of a check they handed it, reading a wanted value from an exception's
+#: text, and calling back a function it was never handed. Each scores 0.
+_FORGED = {
+    "reads_globals": ("def apply(f, xs):\n    return f.__globals__['WANT']\n",
+                      "WANT = [2, 4]\nassert apply(lambda x: x * 2, [1, 2]) == WANT\n"),
+    "reads_closure": ("def apply(f, xs):\n    return f.__closure__[0].cell_contents\n",
+                      "def t():\n    want = [2, 4]\n    assert apply(lambda x: want and x * 2, [1, 2]) == want\nt()\n"),
+    "swallows_their_assert": ("def solve(check):\n    try:\n        check(41)\n    except BaseException:\n        pass\n"
+                              "    return 42\n", "def check(r):\n    assert r == 42\n    return True\nsolve(check)\n"),
+    "reads_the_message": ("def solve(check):\n    try:\n        check(0)\n    except BaseException as e:\n"
+                          "        return int(str(e).split()[-1])\n", _CHECKED),
+    "calls_what_it_was_not_handed": ("def apply(f, xs):\n    f._index = 7\n    return [f(x) for x in xs]\n",
+                                     "assert apply(lambda x: x * 2, [1]) == [2]\n"),
+}
+
+
+def test_a_solution_calling_the_tests_functions_passes():
+    """Each scored 0 on main (TypeError: a function cannot be sent to the sample)."""
+    assert _each_scored({name: (tests, _RIGHT) for name, tests in _TESTS.items()}) == dict.fromkeys(_TESTS, 1.0)
+
+
+def test_a_wrong_solution_reaching_into_the_tests_functions_scores_zero():
+    assert _each_scored({name: (tests, code) for name, (code, tests) in _FORGED.items()}) == dict.fromkeys(_FORGED, 0.0)
+
+
+def test_a_solution_reading_the_tests_objects_passes():
+    """Each scored 0 on main (TypeError: a Node cannot be sent to the sample)."""
+    assert _each_scored({n: (t, _TREES) for n, t in _OBJECTS.items()}) == dict.fromkeys(_OBJECTS, 1.0)
+
+
+def test_a_wrong_solution_reaching_through_the_tests_objects_scores_zero():
+    assert _each_scored({n: (t, c) for n, (c, t) in _OBJECT_FORGED.items()}) == dict.fromkeys(_OBJECT_FORGED, 0.0)
