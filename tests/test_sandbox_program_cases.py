@@ -69,10 +69,10 @@ def test_cases_are_read_from_each_shape_and_bad_ones_are_errors():
     for tests in _SHAPES.values():
         assert program_cases.cases(tests) == list(zip(_IN, _OUT))
     assert program_cases.cases({"inputs": [["1 2", "3"]], "outputs": [["3", "x"]]}) == [("1 2\n3\n", "3\nx\n")]
+    assert program_cases.cases({"fn_name": "f", "inputs": [[1]], "outputs": [1]}) is None  # call_cases'
     assert program_cases.cases("assert f(1) == 2\n") is None and program_cases.cases(["assert f(1) == 2"]) is None
     assert program_cases.lines("3  \n7\n\n") == program_cases.lines("3\n7") != program_cases.lines("3\n\n7")
     for bad, says in (({"inputs": ["1"], "outputs": []}, "same length"), ([{"in": "1"}], "'input'"),
-                      ({"inputs": [1], "outputs": ["1"]}, "not text"), ({"inputs": [[1]], "outputs": ["1"], "fn_name": "f"},
-                                                                         "call-based")):
+                      ({"inputs": [1], "outputs": ["1"]}, "not text")):
         with pytest.raises(RewardError, match=says):
             program_cases.cases(bad, " of row 0")

@@ -30,7 +30,7 @@ from typing import Any
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards.test_runs import drive, expects_failure, yields
-from polyrl.sandbox import program_cases
+from polyrl.sandbox import call_cases, program_cases
 from polyrl.sandbox.fixtures import FIXTURES
 from polyrl.sandbox.step_lines import at_line
 
@@ -53,7 +53,11 @@ _warned_missing = False
 def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> list[tuple[str, bool]]:
     """Steps ``(source, is_test)`` from a tests cell (see ``code_tests``' ``column`` option);
     ``entry_point`` names the solution's function for a HumanEval-style ``check(candidate)``;
-    stdin/stdout cases (APPS, CodeContests) are one step each (``program_cases``)."""
+    stdin/stdout cases (APPS, CodeContests) are one step each (``program_cases``), as are APPS's
+    call-based cases (``call_cases``)."""
+    calls = call_cases.steps(tests, where)
+    if calls is not None:
+        return [(source, True) for source in calls]
     io_cases = program_cases.cases(tests, where)
     if io_cases is not None:
         return [(program_cases.step(stdin, stdout), True) for stdin, stdout in io_cases]

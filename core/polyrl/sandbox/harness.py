@@ -60,7 +60,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from polyrl.sandbox import program_cases, tests_callbacks
+from polyrl.sandbox import call_cases, program_cases, tests_callbacks
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -626,6 +626,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     below = helper_objects(fallbacks)
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     namespace[program_cases.PROGRAM] = session.program  # stdin/stdout cases' runs (``program_cases``)
+    namespace[call_cases.CALL] = lambda name, args, want: call_cases.returns(
+        _solution_function(sample, name)(*call_cases.arguments(args)), want)  # APPS's call-based cases
     theirs = bound | modules.keys()
     session.objects = object_roots(sources)
     session.varied = varied_query_roots(sources, DATA_QUERIES)
@@ -673,6 +675,17 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
         sys.settrace(previous)
     consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
     return passed, consulted
+
+
+def _solution_function(sample: dict[str, Any], name: str) -> Any:
+    """The sample's function a call-based case names (``call_cases``): its top-level ``name``, else
+    the method ``name`` of a fresh ``Solution()`` (LeetCode's shape, in APPS). A name it lacks fails
+    the case as a test using it would: NameError."""
+    if name in sample:
+        return sample[name]
+    if "Solution" in sample:
+        return getattr(sample["Solution"](), name)
+    raise NameError(f"name {name!r} is not defined")
 
 
 #: At most this many stand-ins the tests hold are offered to the sample as a value's class (``_type_of``).
