@@ -76,3 +76,31 @@ def test_cases_are_read_from_each_shape_and_bad_ones_are_errors():
                       ({"inputs": [1], "outputs": ["1"]}, "not text")):
         with pytest.raises(RewardError, match=says):
             program_cases.cases(bad, " of row 0")
+
+
+#: a / b: the first answer a decimal (printed here with 6 digits), the second an integer.
+_DIVIDE = json.dumps({"inputs": ["1 3\n", "2000000000 2\n"], "outputs": ["0.333333\n", "1000000000\n"]})
+_READ = "a, b = map(int, input().split())\n"
+
+
+def test_a_printed_decimal_within_float_tolerance_passes_and_an_integer_stays_exact():
+    """On integ ``more_digits`` scored 0.5 (its 0.3333333333 compared as text); the near misses
+    (a decimal off in its fourth digit, an integer off by one, nan, inf, an extra token) pay nothing."""
+    cases = {
+        "more_digits": _READ + "print(f'{a / b:.10f}' if a % b else a // b)\n",
+        "exponent": _READ + "print(f'{a / b:e}' if a % b else a // b)\n",
+        "near_miss": _READ + "print('0.3334' if a % b else a // b + 1)\n",
+        "nan": _READ + "print('nan' if a % b else 'inf')\n",
+        "extra_token": _READ + "print(f'{a / b:.10f} 0' if a % b else f'{a // b} 0')\n",
+    }
+    assert _each_scored({name: (_DIVIDE, code) for name, code in cases.items()}) == {
+        "more_digits": 1.0, "exponent": 1.0, "near_miss": 0.0, "nan": 0.0, "extra_token": 0.0}
+
+
+def test_same_compares_tokens_and_decimals_only():
+    from polyrl.sandbox.program_cases import close, same
+
+    assert same(["0.3333333 2", "x"], ["0.333333 2", "x"]) and same(["1  2"], ["1 2"])
+    assert not same(["1000000001"], ["1000000000"]) and not same(["0.33"], ["0.333333"])
+    assert not same(["0.333333"], ["0.333333", "1"]) and not same(["0.333333 1"], ["0.333333"])
+    assert close("1.0000000001e9", "1e9") and not close("1_0.0", "10.0") and not close("inf", "1e999")

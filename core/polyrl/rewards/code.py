@@ -16,7 +16,8 @@ Options (``[[rewards]] name = "code_tests"``); unknown options are an error:
                       fail (``polyrl.rewards.test_cells``), or a list of snippets, one test each
                       (a snippet passes when it runs without an exception), or stdin/stdout cases
                       (APPS ``{"inputs": [...], "outputs": [...]}``, its JSON string, CodeContests,
-                      open-r1: ``polyrl.sandbox.program_cases``). No tests -> score None.
+                      open-r1: ``polyrl.sandbox.program_cases``) or APPS's call-based cases
+                      (``"fn_name"``: ``polyrl.sandbox.call_cases``). No tests -> score None.
 ``entry_point_column`` column naming the solution's function for a HumanEval-style
                       ``check(candidate)`` that the tests define and never call (default
                       "entry_point"; the tests then end with ``check(<entry point>)``)

@@ -257,10 +257,11 @@ class Session:
         value = self._answered(answer, data, root, passed, kin)
         return finished(value) if awaited else value
 
-    def program(self, stdin: str) -> list[str]:
-        """Run the sample's program afresh on ``stdin`` (``program_cases``): the lines it printed.
-        Why here: only the input goes to the sample, the expected output stays with the tests. A
-        program that raises (or exits with a failure) fails its case, whatever it printed."""
+    def program(self, stdin: str, expected: list[str]) -> bool:
+        """Run the sample's program afresh on ``stdin`` (``program_cases``): whether the lines it
+        printed are ``expected`` (``program_cases.same``). Why here: only the input goes to the
+        sample, the expected output stays with the tests. A program that raises (or exits with a
+        failure) fails its case, whatever it printed."""
         if type(stdin) is not str:
             raise TypeError("a program's input is text")
         self.dirty = True
@@ -269,7 +270,7 @@ class Session:
         if answer.get("ok") is not True:
             raise remote_exception(answer.get("exc"), self.exception_class)
         out = answer.get("out")
-        return program_cases.lines(out if type(out) is str else "")
+        return program_cases.same(program_cases.lines(out if type(out) is str else ""), expected)
 
     def _answered(self, answer: dict[str, Any], data: bool, root: str | None,
                   passed: tuple[tuple[Any, ...], dict[str, Any]] | None, kin: int | None) -> Any:

@@ -7,7 +7,8 @@ could not pass: the sample's module runs once, before the tests, with an empty s
 right program raised EOFError and scored 0. Such a cell is now read as cases (``cases``), each one
 test step calling ``PROGRAM``: the sample runs the program afresh as ``__main__`` on that case's
 input (``server._Session.program``) and only its printed text comes back; the trainer compares it
-with the expected output here (``lines``). The expected output never enters the sample.
+with the expected output here (``lines``, ``same``: tokens, decimals within APPS's float tolerance).
+The expected output never enters the sample. APPS's call-based rows (``fn_name``) are ``call_cases``'.
 
 Shapes read (a JSON string of the first two as well, as APPS stores ``input_output``):
 ``{"inputs": [...], "outputs": [...]}`` (APPS, TACO), ``{"input": [...], "output": [...]}``
@@ -18,6 +19,8 @@ Shapes read (a JSON string of the first two as well, as APPS stores ``input_outp
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,8 +74,8 @@ def _text(value: Any, key: str, where: str) -> str:
 
 
 def step(stdin: str, stdout: str) -> str:
-    """The test step for one case: the program's printed lines against the expected ones."""
-    return f"assert {PROGRAM}({stdin!r}) == {lines(stdout)!r}\n"
+    """The test step for one case: whether the program's printed lines are the expected ones (``same``)."""
+    return f"assert {PROGRAM}({stdin!r}, {lines(stdout)!r})\n"
 
 
 def is_program(steps: Sequence[tuple[str, bool]]) -> bool:
@@ -85,4 +88,36 @@ def lines(text: str) -> list[str]:
     end left out (as APPS's and open-r1's checkers compare them: a trailing space or newline is no
     wrong answer)."""
     return [line.strip() for line in text.strip().split("\n")]
+
+
+def same(printed: list[str], expected: list[str]) -> bool:
+    """Whether printed lines (``lines``) answer the expected ones: line by line, their blank-split
+    tokens equal, or, where the expected token is a decimal with a fraction or exponent
+    (``0.333333``, ``1e-9``), the printed decimal within APPS's float tolerance of it (``close``).
+    Why: a right program printing ``0.3333333333`` for ``0.333333`` failed. An integer answer stays
+    exact (APPS's ``allclose`` let ``1000000001`` pass for ``1000000000``)."""
+    if printed == expected:
+        return True
+    if len(printed) != len(expected):
+        return False
+    for mine, theirs in zip(printed, expected):
+        if mine != theirs:
+            tokens, wanted = mine.split(), theirs.split()
+            if len(tokens) != len(wanted) or not all(t == w or close(t, w) for t, w in zip(tokens, wanted)):
+                return False
+    return True
+
+
+#: A decimal as a program prints one: no ``nan``, ``inf``, ``_`` or hex that ``float()`` also reads.
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+
+
+def close(token: str, wanted: str) -> bool:
+    """Whether a printed decimal is within ``numpy.allclose``'s default tolerance (relative 1e-5,
+    absolute 1e-8, as APPS compares float outputs) of an expected one written with a fraction or
+    exponent; both finite."""
+    if not (_DECIMAL.fullmatch(token) and _DECIMAL.fullmatch(wanted) and any(c in wanted for c in ".eE")):
+        return False
+    mine, theirs = float(token), float(wanted)
+    return math.isfinite(mine) and math.isfinite(theirs) and abs(mine - theirs) <= 1e-8 + 1e-5 * abs(theirs)
 
