@@ -33,6 +33,7 @@ _RIGHT = {
     "stdin_row_beside": (json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]}), "print(sum(map(int, input().split())))\n"),
 }
 #: Wrong samples trying the new path: an answer equal to everything (a function's, a Solution's),
+#: a list subclass equal to everything, one binding the tests' checker's name,
 #: one reading the request the server got (the expected output is not in it), exiting early (with
 #: success, or killing itself), printing the answer instead of returning it, and one right answer
 #: of two (half).
@@ -48,6 +49,8 @@ _FORGED = {
     "exits_zero": "import sys\ndef add(a, b):\n    sys.exit(0)\n",
     "os_exit": "import os\ndef add(a, b):\n    os._exit(0)\n",
     "prints": "def add(a, b):\n    print([a + b])\n    print(a + b)\n",
+    "eq_always_list_subclass": "class L(list):\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return L()\n",
+    "defines_the_checker": "__polyrl_call__ = lambda *args: True\ndef add(a, b):\n    return 0\n",
 }
 
 
@@ -72,6 +75,8 @@ def test_call_based_cases_are_read_and_bad_ones_are_errors():
     assert call_cases.returns(3, "[3]") and call_cases.returns([3], "[3]") and not call_cases.returns([[3]], "[3]")
     assert call_cases.returns((1, 2), "[1, 2]") and call_cases.returns((1, 2), "[[1, 2]]")
     assert not call_cases.returns(None, "[]") and call_cases.returns([], "[]") and not call_cases.returns(3, "[]")
+    assert not call_cases.returns(1, "[1, 2]") and call_cases.returns([(0, 1), (1, 2)], "[[0, 1], [1, 2]]")
+    assert call_cases.returns({1: 1}, '{"1": 1}') and call_cases.returns({1: 1}, '[{"1": 1}]')
     assert call_cases.arguments('[{"1": 2}, {"a": 1}]') == [{1: 2}, {"a": 1}]
     for bad, says in (({"fn_name": "f", "inputs": [[1]], "outputs": []}, "same length"),
                       ({"fn_name": "f x", "inputs": [], "outputs": []}, "no Python name"),

@@ -10,7 +10,8 @@ output stays in the trainer.
 
 Comparison, as the APPS/TACO evaluators accept an answer: a returned tuple is read as a list (JSON
 has no tuples), an output given as a one-element list also matches its one item unwrapped (APPS
-writes ``[3]`` for a function returning 3), a list of tuples matches that item as a list of lists,
+writes ``[3]`` for a function returning 3; APPS's evaluator unwrapped the first item of any list,
+so returning 1 passed for ``[1, 2]``: not here), a list of tuples also matches as a list of lists,
 and a dict whose JSON keys all read as ints is also compared with int keys (JSON made them str).
 """
 
@@ -71,17 +72,14 @@ def returns(value: Any, text: str) -> bool:
     want = json.loads(text)
     if type(value) is tuple:
         value = list(value)
+    mine = [value]
+    if type(value) is list and value and all(type(item) is tuple for item in value):
+        mine.append([list(item) for item in value])
     accepted = [want]
-    if isinstance(want, dict) and (keyed := _int_keyed(want)) is not None:
-        accepted.append(keyed)
-    if isinstance(want, list) and want:
-        accepted.append(want[0])
-        if isinstance(want[0], dict) and (keyed := _int_keyed(want[0])) is not None:
-            accepted.append(keyed)
-    pairs = [(value, one) for one in accepted]
-    if isinstance(want, list) and want and type(value) is list and value and all(type(i) is tuple for i in value):
-        pairs.append(([list(item) for item in value], want[0]))
-    return any(_same(mine, one) for mine, one in pairs)
+    if isinstance(want, list) and len(want) == 1:
+        accepted.append(want[0])  # never the first of several: returning 1 is no answer to [1, 2]
+    accepted += [keyed for one in accepted if isinstance(one, dict) and (keyed := _int_keyed(one)) is not None]
+    return any(_same(answer, one) for answer in mine for one in accepted)
 
 
 def _same(value: Any, want: Any) -> bool:
