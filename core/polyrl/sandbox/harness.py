@@ -69,12 +69,11 @@ from polyrl.sandbox.defaulted_reads import register as register_defaulted_sites
 from polyrl.sandbox.in_place import write_back, written
 from polyrl.sandbox.suppressed import register as register_suppressed
 from polyrl.sandbox.vacuous_counts import register as register_vacuous_counts
-from polyrl.sandbox.vacuous_reads import Vacuous, compared_with_answer, reached, read_vacuously, vacuous_paths
+from polyrl.sandbox.vacuous_reads import Vacuous, compared_with_answer, reached, read_vacuously
 from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
-from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.reader import same_items
 from polyrl.sandbox.sample_types import tests_repr, tests_type
@@ -83,18 +82,19 @@ from polyrl.sandbox.remote_exceptions import (
     EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
     exception_text, remote_exception)
 from polyrl.sandbox.shrinking import returned_items
-from polyrl.sandbox.standard_names import SOLUTION_MODULE, helper_names, standard_object_name
+from polyrl.sandbox.standard_names import SOLUTION_MODULE, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, numpy_constructed, rebuilt
-from polyrl.sandbox.step_lines import laid_out_in_files
 from polyrl.sandbox.step_state import leaves_state
 from polyrl.sandbox.self_compared import register as register_self_compared
 from polyrl.sandbox.subset_reads import register as register_subset_sites
 from polyrl.sandbox.truth_loops import tests_all, tests_any, tests_sum
 from polyrl.sandbox.tests_input import patched_input, well_formed
 from polyrl.sandbox.tests_input import reply as tests_input_reply
-from polyrl.sandbox.tests_namespace import future_flags, registered
+from polyrl.sandbox.tests_analysis import Analysis, analysed
+from polyrl.sandbox.tests_namespace import registered
 from polyrl.sandbox.tests_modules import (
-    SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, doctest_view, helper_objects, local_module, tests_view,
+    SAFE_MODULES, TEST_MODULES, NotInstalled, Unavailable, doctest_view, helper_objects, local_module,
+    module_objects, tests_view,
     unbound_modules)
 from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, decode, encode, spread
 from polyrl.sandbox.zipped_views import register as register_view_sites
@@ -581,18 +581,17 @@ def bound_names(sources: Iterable[str]) -> frozenset[str]:
 
 
 def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str, bool]],
-              setup: str) -> tuple[list[bool], bool]:
+              setup: str, analysis: Analysis | None = None) -> tuple[list[bool], bool]:
     """Run the steps here against the sample's names: one bool per test step, and whether the
     tests looked at the sample at all (a request to it, or a plain value of its that they name).
     Why the second: tests that never consult the sample pass every completion, an empty one too
     (a check shadowed by a builtin's name, ``try: add except NameError: ...``), so such a pass
     must not count. Each step is compiled at its own lines (``step_lines``), so no two steps' code
-    shares a place."""
-    placed = laid_out_in_files(steps)
-    steps = [(source, is_test) for source, is_test, _ in placed]
-    files = [file for _, _, file in placed]
-    sources = [setup, *(source for source, _ in steps)]
-    named = [("<setup>", setup), *zip(files, (source for source, _ in steps))]
+    shares a place. ``analysis``: what the tests' text alone says (``tests_analysis``), found
+    here (cached) where not given."""
+    if analysis is None:
+        analysis = analysed(steps, setup)
+    steps, files, named = analysis.steps, analysis.files, list(analysis.named)
     paired = tests_pairing(named)
     register_subset_sites(named)
     register_view_sites(named)
@@ -620,21 +619,20 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     tests_module = types.ModuleType("tests")  # in sys.modules while they run (``tests_namespace``)
     namespace: dict[str, Any] = tests_module.__dict__
     namespace["__builtins__"] = layer
-    bound = bound_names(sources)
-    modules = unbound_modules(sources, bound, builtins_view)
-    fallbacks: set[str] = set()  # the trainer's below the solution's names (``standard_subjects.fallback_calls``)
-    modules.update(helper_objects(helper_names(steps, setup, bound | modules.keys(), global_names(sources), fallbacks)))
-    below = helper_objects(fallbacks)
+    bound = analysis.bound
+    modules = module_objects(analysis.modules, builtins_view)
+    modules.update(helper_objects(analysis.helpers))
+    below = helper_objects(analysis.fallbacks)  # the trainer's below the solution's names (``standard_subjects``)
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     namespace[program_cases.PROGRAM] = session.program  # stdin/stdout cases' runs (``program_cases``)
     namespace[call_cases.CALL] = lambda name, args, want: call_cases.returns(
         _solution_function(sample, name)(*call_cases.arguments(args)), want)  # APPS's call-based cases
     theirs = bound | modules.keys()
-    session.objects = object_roots(sources)
-    session.varied = varied_query_roots(sources, DATA_QUERIES)
-    session.changers = changer_roots(sources)
-    session.effect_calls = effect_call_names(sources)
-    session.vacuous = vacuous_paths(sources)
+    session.objects = analysis.objects
+    session.varied = analysis.varied
+    session.changers = analysis.changers
+    session.effect_calls = analysis.effect_calls
+    session.vacuous = analysis.vacuous
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
     session.type_of = lambda value, frame: _type_of(session, value, sample, frame)
@@ -671,10 +669,10 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sys.settrace(_stop_at(session.channel))
     try:
         with registered(tests_module):
-            _run_steps(session, steps, namespace, sync, passed, future_flags(source for source, _ in steps), files)
+            _run_steps(session, steps, namespace, sync, passed, analysis.flags, files, analysis.stateful)
     finally:
         sys.settrace(previous)
-    consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & _used_names(sources))
+    consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & analysis.used)
     return passed, consulted
 
 
@@ -764,7 +762,7 @@ def _stop_at(channel: Channel) -> Callable[..., Any]:
 
 def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: dict[str, Any],
                sync: Callable[[Any], None], passed: list[bool], flags: int = 0,
-               files: Sequence[str] = ()) -> None:
+               files: Sequence[str] = (), stateful: Sequence[bool] | None = None) -> None:
     """Run the steps in order, one verdict per test. A step that is not a test and raises is a
     failed check itself, and every test after it fails unrun, as a script run of the cell stops
     there; so does a failed test that leaves state a later step reads (``step_state``). Why:
@@ -774,9 +772,11 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
     per-test partial credit: the tests after it still run. A test in which (or in a step before it
     that is no test) a loop read a sample's value emptied unseen fails where no whole reading of
     the tests' sees that value empty before the run ends (``Remote._emptied_unseen``). ``flags``: the cell's ``from
-    __future__`` imports (``tests_namespace.future_flags``), which apply to every step."""
+    __future__`` imports (``tests_namespace.future_flags``), which apply to every step; ``stateful``:
+    ``step_state.leaves_state`` of the steps, found here where not given."""
     stopped = False
-    stateful = leaves_state([source for source, _ in steps])
+    if stateful is None:
+        stateful = leaves_state([source for source, _ in steps])
     for index, ((source, is_test), leaves) in enumerate(zip(steps, stateful)):
         if stopped:
             if is_test:

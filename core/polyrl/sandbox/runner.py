@@ -22,10 +22,11 @@ from polyrl.errors import RewardError
 from polyrl.logs import get_logger
 from polyrl.rewards import forked, guard
 from polyrl.sandbox import (isolation, leftovers, memfd_filter, process_tree, program_cases, scratch, server_code,
-                            tests_guard, uids)
+                            tests_analysis, tests_guard, uids)
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
+from polyrl.sandbox.tests_analysis import Analysis
 from polyrl.sandbox.remote_exceptions import exception_parts, exception_text
 from polyrl.sandbox.values import ProtocolError
 
@@ -277,7 +278,8 @@ class Sandbox:
                 if clean:  # else this process keeps the uid, so no later sample on the host gets it
                     uids.release(uid)
 
-    def _talk(self, channel: Channel, code: str, steps: Sequence[tuple[str, bool]], setup: str) -> SandboxResult:
+    def _talk(self, channel: Channel, code: str, steps: Sequence[tuple[str, bool]], setup: str,
+              analysis: Analysis | None = None) -> SandboxResult:
         session = Session(channel)
         try:
             if (framed := server_code.framed(self.python, SERVER_SOURCE)) is not None:
@@ -296,7 +298,7 @@ class Sandbox:
             if hello.get("ok") is not True:
                 error = ": ".join(exception_parts(hello.get("exc")))
                 return SandboxResult("error", [False] * sum(1 for _, t in steps if t), error=error, inherited_fds=fds)
-            passed, consulted = run_tests(session, hello, steps, setup)
+            passed, consulted = run_tests(session, hello, steps, setup, analysis)
             return SandboxResult("ok", passed, inherited_fds=fds, consulted=consulted)
         except SampleStopped as stop:
             return SandboxResult(stop.status, error=stop.detail or None)
@@ -316,12 +318,18 @@ class Sandbox:
         sample wanted. The copy is killed past the deadline and its address space is capped at
         ``memory_mb`` over the trainer's; only the verdict and the sample's output come back."""
         allowance = max(self.limits.memory_mb, TESTS_MIN_MEMORY_MB) * 1024 * 1024
+        try:  # here, once per distinct tests, so every copy inherits it (``tests_analysis``)
+            analysis: Analysis | None = tests_analysis.analysed(steps, setup)
+        except Exception:  # noqa: BLE001 - the copy finds it again and fails there, costing this sample only
+            analysis = None
 
         def work() -> dict[str, Any]:
             channel.renew_selector()
             _cap_address_space(allowance)
             tests_guard.install([setup, *(source for source, _ in steps)])  # this copy only: it ends with the verdict
-            result = self._talk(channel, code, steps, setup)
+            # never ``analysed`` here: its lock may have been held by another thread at the fork
+            found = analysis if analysis is not None else tests_analysis.analyse(steps, setup)  # raises again: this sample crashes
+            result = self._talk(channel, code, steps, setup, found)
             return {"status": result.status, "passed": result.passed, "error": result.error,
                     "consulted": result.consulted,
                     "fds": result.inherited_fds, "output": bytes(channel.output).decode("latin-1"),

@@ -107,6 +107,12 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str], builtins_vie
     """The real modules for the ``TEST_MODULES`` names these sources use only as a module
     (``math.isclose``) and never bind; one that does not import here is ``NotInstalled``, never
     the solution's."""
+    return module_objects(unbound_module_names(sources, bound), builtins_view)
+
+
+def unbound_module_names(sources: Iterable[str], bound: Collection[str]) -> tuple[str, ...]:
+    """The ``TEST_MODULES`` names of ``unbound_modules``, sorted: found from the tests' text alone,
+    so ``tests_analysis`` keeps them for every sample of the same tests."""
     as_module: set[str] = set()
     otherwise: set[str] = set()
     for source in sources:
@@ -119,13 +125,18 @@ def unbound_modules(sources: Iterable[str], bound: Collection[str], builtins_vie
         for node in ast.walk(tree):
             if isinstance(node, ast.Name):
                 (as_module if id(node) in bases else otherwise).add(node.id)
+    return tuple(name for name in sorted(as_module - otherwise - set(bound)) if name in TEST_MODULES)
+
+
+def module_objects(names: Iterable[str], builtins_view: Any = None) -> dict[str, Any]:
+    """The trainer's module (its tests' view) for each of ``unbound_module_names``' names; one that
+    does not import here is ``NotInstalled``, never the solution's."""
     modules: dict[str, Any] = {}
-    for name in sorted(as_module - otherwise - set(bound)):
-        if name in TEST_MODULES:
-            try:
-                modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]), builtins_view)
-            except Exception:  # noqa: BLE001 - not installed in the trainer
-                modules[name] = NotInstalled(TEST_MODULES[name])
+    for name in names:
+        try:
+            modules[name] = tests_view(importlib.import_module(TEST_MODULES[name]), builtins_view)
+        except Exception:  # noqa: BLE001 - not installed in the trainer
+            modules[name] = NotInstalled(TEST_MODULES[name])
     return modules
 
 
