@@ -134,6 +134,8 @@ class TrlCallbacks:
         self.control = TrainerControl()
         self._steps = 0  # the run's train.steps (``run_begin``)
         self._can_evaluate = False  # the run has held-out rows (``run_begin``)
+        #: the names of the run's named eval sets (TRL's dict eval_dataset), each evaluation logged per set
+        self._eval_sets: list[str] = []
         self._said_no_evaluation = False  # the warning for a should_evaluate the run cannot follow
         #: under a launcher, the error a callback raised on this rank, raised on every rank after the
         #: step (``StepAsk.failed``); no event is called after it
@@ -289,6 +291,7 @@ class TrlCallbacks:
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
+        self._eval_sets = [name for name, _ in getattr(trainer, "eval_set_sizes", ())]
         self._eval_every = int(getattr(trainer.config.eval, "every", 0) or 0)
         self._ended_first = self._epoch_end_after_save = None
         self._evaluates_after = trainer.eval_dataset is not None and bool(getattr(trainer, "evaluate_after", False))
@@ -368,8 +371,7 @@ class TrlCallbacks:
         """One warning the first time a callback asks an evaluation of a run without held-out rows."""
         if not self._said_no_evaluation:
             log.warning("a callback set control.should_evaluate, but this run has no eval_dataset to "
-                        "evaluate on (none given, or a dict of them or an IterableDataset); ignored for the "
-                        "whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>), one datasets.Dataset",
+                        "evaluate on; ignored for the whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>)",
                         step=self.state.global_step)
             self._said_no_evaluation = True
 
@@ -806,10 +808,10 @@ class TrlCallbacks:
         self._raise_deferred()
 
     def evaluate_called(self, metrics: dict[str, Any]) -> None:
-        """A ``trainer.evaluate()`` outside the run: its metrics logged (``log_history``, ``on_log``)
-        and ``on_evaluate`` called, as transformers' ``evaluate()`` does; a callback that raises is
-        raised here (nothing to checkpoint)."""
-        self._evaluation(metrics)
+        """A ``trainer.evaluate()`` outside the run (one set's metrics): logged (``log_history``,
+        ``on_log``) and ``on_evaluate`` called, as transformers' ``evaluate()`` does; a callback that
+        raises is raised here (nothing to checkpoint)."""
+        self._one_evaluation(metrics)
         self._raise_deferred()
 
     def _raise_deferred(self) -> None:
@@ -820,6 +822,15 @@ class TrlCallbacks:
             raise failed
 
     def _evaluation(self, metrics: dict[str, Any]) -> None:
+        """An evaluation of the run (TRL's names), one entry per named eval set where the run has
+        them (``step_metrics.trl_eval_entries``), as transformers' ``evaluate()`` of a dict logs each
+        set and calls ``on_evaluate`` with its metrics alone."""
+        from polyrl.step_metrics import trl_eval_entries
+
+        for entry in trl_eval_entries(metrics, self._eval_sets):
+            self._one_evaluation(entry)
+
+    def _one_evaluation(self, metrics: dict[str, Any]) -> None:
         """An evaluation's entry logged, then its completions printed where ``log_completions``
         asks (``RunTracking.show_evaluation``), as TRL's ``log`` prints them after that entry."""
         self._log(metrics)
