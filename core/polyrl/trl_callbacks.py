@@ -80,6 +80,7 @@ from typing import Any, Literal
 
 import attrs
 
+from polyrl import trl_args_seen
 from polyrl.errors import CallbackError, ConfigError
 from polyrl.logs import get_logger
 from polyrl.trl_log_steps import flow_logs, logs_at_epoch_end, replayed, window_mean
@@ -134,6 +135,8 @@ class TrlCallbacks:
         self.control = TrainerControl()
         self._steps = 0  # the run's train.steps (``run_begin``)
         self._can_evaluate = False  # the run has held-out rows (``run_begin``)
+        #: ``args`` as the run trains them (``trl_args_seen.snapshot``), from ``run_begin`` to ``train_end``
+        self._args_in_run: dict[str, str] | None = None
         #: the names of the run's named eval sets (TRL's dict eval_dataset), each evaluation logged per set
         self._eval_sets: list[str] = []
         self._said_no_evaluation = False  # the warning for a should_evaluate the run cannot follow
@@ -262,6 +265,39 @@ class TrlCallbacks:
                 return
             if result is not None:  # a callback may return the control it changed (or none)
                 self.control = result
+            if self._args_in_run is not None:
+                self._check_args(callback, name)
+                if self.deferred is not None:
+                    return
+
+    def _check_args(self, callback: Any, event: str) -> None:
+        """A callback that changed ``args`` while the run trains: a field TRL reads again as it trains
+        (``trl_args_seen.READ_IN_RUN``) ends the run after the step with one ``CallbackError``
+        naming it, as polyrl read the GRPOConfig once (the change would not be trained, without a
+        word); any other is warned about once, as TRL does not read it again either."""
+        assert self._args_in_run is not None
+        changed = trl_args_seen.changed_fields(self._args_in_run, self.args)
+        if not changed:
+            return
+        self._args_in_run = trl_args_seen.snapshot(self.args)
+        who = f"{type(callback).__name__}.{event}"
+        refused = [c for c in changed if c[0] in trl_args_seen.READ_IN_RUN]
+        if refused:
+            field, was, now = refused[0]
+            failed = CallbackError(
+                f"callback {who} changed args.{field} to {now} (it was {was}) during train(); TRL reads it again "
+                f"as the run goes on, polyrl read the GRPOConfig once when the trainer was built, so the change "
+                f"would not be trained; {_AFTER.get(event, _STOPPED)}. Fix: set {field} in the trl.GRPOConfig before GRPOTrainer(...) "
+                "and leave args unchanged in callbacks (control flags and state are read as transformers reads them)")
+            if not self._defer:
+                raise failed
+            self.deferred = failed
+            return
+        for field, was, now in changed:
+            if field not in trl_args_seen.READ_AGAIN:
+                log.warning(f"callback {who} changed args.{field} during train(): this run does not read it again, "
+                            "as TRL's does not (it read it when training began); the change has no effect on it",
+                            was=was, now=now)
 
     # --- the run's observer (polyrl.run_observer.RunObserver) ------------------------------------
 
@@ -302,6 +338,7 @@ class TrlCallbacks:
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
+        self._args_in_run = trl_args_seen.snapshot(self.args)  # a callback's change from here: ``_check_args``
         self.event("on_train_begin")
 
     def step_begin(self, step: int) -> None:
@@ -738,6 +775,7 @@ class TrlCallbacks:
         to ``log_history`` and given to ``on_log``."""
         self._final_events()
         self._pending_epoch_end()
+        self._args_in_run = None  # the run has ended: on_train_end's changes are the next train()'s to refuse
         self.state.log_history = log_history
         self.state.global_step = global_step
         try:
