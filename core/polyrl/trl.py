@@ -450,7 +450,7 @@ class GRPOTrainer:
             callbacks = self.callback_handler  # state.best_metric is kept with no callback too, as transformers
         # eval_strategy="no": a callback's control.should_evaluate still evaluates (transformers'
         # _maybe_log_save_evaluate), on the eval_dataset given, and then nothing else does
-        asked_only = not self._evaluates and callbacks is not None and _one_eval_set(self.eval_dataset)
+        asked_only = not self._evaluates and callbacks is not None and _has_eval_rows(self.eval_dataset)
         trainer = self._polyrl_trainer(self.policy, self._asked_eval_config() if asked_only else self.grpo_config,
                                        self.eval_dataset if self._evaluates or asked_only else None, resume=resume)
         if asked_only:
@@ -1039,7 +1039,7 @@ def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:
     return True
 
 
-def _one_eval_set(eval_dataset: Any) -> bool:
+def _has_eval_rows(eval_dataset: Any) -> bool:
     """Whether the run has ``eval_dataset`` rows to evaluate during training: a set of rows, or a
     dict of named sets (``_check_set_names``), not None."""
     return eval_dataset is not None
