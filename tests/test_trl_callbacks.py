@@ -1301,3 +1301,21 @@ def test_a_callback_changing_args_trl_does_not_read_again_is_warned_and_the_run_
         assert trainer.train().global_step == 2
     told = [e for e in logs if "changed args.learning_rate" in e["event"]]
     assert len(told) == 1 and told[0]["now"] == "1.0" and "no effect" in told[0]["event"]
+
+
+class EditsState(TrainerCallback):
+    """Sets ``state.save_steps = 1`` in on_train_begin: transformers' DefaultFlowCallback then saves every step."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.save_steps = 1
+
+
+def test_a_callback_changing_the_states_save_steps_is_one_error_naming_it(tiny_model_dir, tmp_path):
+    """transformers' DefaultFlowCallback reads ``state.save_steps`` (and ``eval_steps``) at each
+    step; polyrl's checkpoints kept their own interval without a word."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), callbacks=[EditsState()])
+    with pytest.raises(CallbackError) as err:
+        trainer.train()
+    assert "EditsState.on_train_begin changed state.save_steps to 1" in str(err.value)
+    assert "before its first step" in str(err.value) and "set save_steps in the trl.GRPOConfig" in str(err.value)

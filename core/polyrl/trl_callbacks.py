@@ -137,6 +137,8 @@ class TrlCallbacks:
         self._can_evaluate = False  # the run has held-out rows (``run_begin``)
         #: ``args`` as the run trains them (``trl_args_seen.snapshot``), from ``run_begin`` to ``train_end``
         self._args_in_run: dict[str, str] | None = None
+        #: the state's ``eval_steps`` and ``save_steps`` as the run has them (``_check_args``)
+        self._intervals: dict[str, Any] = {}
         #: the names of the run's named eval sets (TRL's dict eval_dataset), each evaluation logged per set
         self._eval_sets: list[str] = []
         self._said_no_evaluation = False  # the warning for a should_evaluate the run cannot follow
@@ -272,22 +274,28 @@ class TrlCallbacks:
 
     def _check_args(self, callback: Any, event: str) -> None:
         """A callback that changed ``args`` while the run trains: a field TRL reads again as it trains
-        (``trl_args_seen.READ_IN_RUN``) ends the run after the step with one ``CallbackError``
+        (``trl_args_seen.READ_IN_RUN``; the state's ``eval_steps`` and ``save_steps``, which
+        ``DefaultFlowCallback`` reads) ends the run after the step with one ``CallbackError``
         naming it, as polyrl read the GRPOConfig once (the change would not be trained, without a
         word); any other is warned about once, as TRL does not read it again either."""
         assert self._args_in_run is not None
         changed = trl_args_seen.changed_fields(self._args_in_run, self.args)
-        if not changed:
+        # transformers' DefaultFlowCallback reads these of the state at each step; polyrl's run its own
+        intervals = [(f"state.{name}", str(was), str(getattr(self.state, name, was)))
+                     for name, was in self._intervals.items() if getattr(self.state, name, was) != was]
+        if not changed and not intervals:
             return
         self._args_in_run = trl_args_seen.snapshot(self.args)
+        self._intervals = {name: getattr(self.state, name, was) for name, was in self._intervals.items()}
         who = f"{type(callback).__name__}.{event}"
-        refused = [c for c in changed if c[0] in trl_args_seen.READ_IN_RUN]
+        refused = intervals + [(f"args.{name}", was, now) for name, was, now in changed
+                               if name in trl_args_seen.READ_IN_RUN]
         if refused:
             field, was, now = refused[0]
             failed = CallbackError(
-                f"callback {who} changed args.{field} to {now} (it was {was}) during train(); TRL reads it again "
+                f"callback {who} changed {field} to {now} (it was {was}) during train(); TRL reads it again "
                 f"as the run goes on, polyrl read the GRPOConfig once when the trainer was built, so the change "
-                f"would not be trained; {_AFTER.get(event, _STOPPED)}. Fix: set {field} in the trl.GRPOConfig before GRPOTrainer(...) "
+                f"would not be trained; {_AFTER.get(event, _STOPPED)}. Fix: set {field.partition('.')[2]} in the trl.GRPOConfig before GRPOTrainer(...) "
                 "and leave args unchanged in callbacks (control flags and state are read as transformers reads them)")
             if not self._defer:
                 raise failed
@@ -339,6 +347,7 @@ class TrlCallbacks:
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
         self._args_in_run = trl_args_seen.snapshot(self.args)  # a callback's change from here: ``_check_args``
+        self._intervals = {name: getattr(self.state, name, None) for name in ("eval_steps", "save_steps")}
         self.event("on_train_begin")
 
     def step_begin(self, step: int) -> None:
