@@ -1262,3 +1262,60 @@ def test_the_resume_advice_of_a_trl_script_names_the_launcher_that_started_its_r
     said = run_plan.resume_command(run_plan.started_by(tmp_path / "run"))
     launcher = "with the launcher as before: torchrun or accelerate launch ..." if launched else "python"
     assert said == f"trainer.train(resume_from_checkpoint=True) in the TRL script, run again ({launcher} {script.resolve()})"
+
+
+class EditsArgs(TrainerCallback):
+    """Sets ``args.<field> = value`` in on_step_end of step 1, as a schedule-tweaking callback does."""
+
+    def __init__(self, field, value):
+        self.field, self.value = field, value
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            setattr(args, self.field, self.value)
+
+
+def test_a_callback_changing_args_trl_reads_as_it_trains_is_one_error_naming_it(tiny_model_dir, tmp_path):
+    """transformers reads ``max_grad_norm`` again at every step (and DefaultFlowCallback the
+    strategies, GRPOTrainer its loss terms): a callback's change there changes TRL's run. polyrl read
+    the GRPOConfig once and trained on without it, without a word; now the run stops after the step,
+    checkpointed, naming the callback, the event and the field."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), callbacks=[EditsArgs("max_grad_norm", 0.1)])
+    with pytest.raises(CallbackError) as err:
+        trainer.train()
+    text = str(err.value)
+    assert "EditsArgs.on_step_end changed args.max_grad_norm to 0.1 (it was 1.0)" in text and "Fix:" in text
+    assert "\n" not in text and err.value.__cause__ is None
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000001"]
+
+
+def test_a_callback_changing_args_trl_does_not_read_again_is_warned_and_the_run_goes_on(tiny_model_dir, tmp_path):
+    """``learning_rate``: TRL built its optimizer and schedule when train() began, so a callback's
+    change has no effect there; polyrl's run goes on as TRL's does, and says so once."""
+    from structlog.testing import capture_logs
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), callbacks=[EditsArgs("learning_rate", 1.0)])
+    with capture_logs() as logs:
+        assert trainer.train().global_step == 2
+    told = [e for e in logs if "changed args.learning_rate" in e["event"]]
+    assert len(told) == 1 and told[0]["now"] == "1.0" and "no effect" in told[0]["event"]
+
+
+class EditsState(TrainerCallback):
+    """Sets ``state.save_steps = 1`` in on_train_begin: transformers' DefaultFlowCallback then saves every step."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.save_steps = 1
+
+
+def test_a_callback_changing_the_states_save_steps_is_one_error_naming_it(tiny_model_dir, tmp_path):
+    """transformers' DefaultFlowCallback reads ``state.save_steps`` (and ``eval_steps``) at each
+    step; polyrl's checkpoints kept their own interval without a word."""
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path),
+                          train_dataset=_dataset(), callbacks=[EditsState()])
+    with pytest.raises(CallbackError) as err:
+        trainer.train()
+    assert "EditsState.on_train_begin changed state.save_steps to 1" in str(err.value)
+    assert "before its first step" in str(err.value) and "set save_steps in the trl.GRPOConfig" in str(err.value)

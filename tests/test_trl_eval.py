@@ -703,3 +703,51 @@ def test_an_evaluation_at_a_step_logging_steps_skips_has_eval_num_tokens_as_trl_
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in entries] == [1, 2] and not [h for h in trainer.state.log_history if "loss" in h]
     assert [e["eval_num_tokens"] for e in entries] == [x["num_tokens"] for x in lines] and lines[0]["num_tokens"] > 0
+
+
+def test_named_eval_sets_are_kept_apart_in_a_line_and_logged_one_entry_each():
+    """A dict eval_dataset's sets side by side in a step's line (``eval/sets/<name>/``), under TRL's
+    ``eval_<name>_`` names, and split into one entry per set, as transformers logs each set."""
+    line = {"num_tokens": 7, **step_metrics.named_eval("a", {"eval/sampled_reward_mean": 1.0,
+                                                              "eval/sampled_reward_std": 0.5}),
+            **step_metrics.named_eval("a_b", {"eval/sampled_reward_mean": 2.0, "eval/sampled_reward_std": 0.0})}
+    assert line["eval/sets/a_b/sampled_reward_mean"] == 2.0
+    named = step_metrics.trl_eval_names(line)
+    assert named == {"eval_a_reward": 1.0, "eval_a_reward_std": 0.5, "eval_a_num_tokens": 7,
+                     "eval_a_b_reward": 2.0, "eval_a_b_reward_std": 0.0, "eval_a_b_num_tokens": 7}
+    entries = step_metrics.trl_eval_entries(named, ["a", "a_b"])
+    assert entries == [{"eval_a_reward": 1.0, "eval_a_reward_std": 0.5, "eval_a_num_tokens": 7},
+                       {"eval_a_b_reward": 2.0, "eval_a_b_reward_std": 0.0, "eval_a_b_num_tokens": 7}]
+
+
+def test_a_dict_eval_dataset_is_evaluated_set_by_set_during_training(tiny_model_dir, tmp_path):
+    """TRL (transformers' ``evaluate()``) evaluates each dataset of a dict ``eval_dataset`` and logs
+    each under ``eval_<name>_``; polyrl refused the dict at GRPOTrainer(...). Each set's entry, at
+    each evaluated step, holds that set's numbers: the last ones are what ``evaluate()`` of that set
+    gives on the same weights and seed; the best metric reads a set's name."""
+    datasets = pytest.importorskip("datasets")
+    named = {"a": datasets.Dataset.from_list(_rows(2, start=10)), "b": _rows(3, start=20)}
+    args = dict(eval_strategy="steps", eval_steps=1, metric_for_best_model="eval_b_reward", report_to="none")
+    trainer = _trainer(tiny_model_dir, tmp_path, eval_dataset=named, args=args)
+    trainer.train()
+    entries = [h for h in trainer.state.log_history if any(k.startswith(("eval_a_", "eval_b_")) for k in h)]
+    assert [(e["step"], next(k for k in e if k.startswith("eval_"))[:7]) for e in entries] == \
+        [(1, "eval_a_"), (1, "eval_b_"), (2, "eval_a_"), (2, "eval_b_")]
+    keys = {k for k in _TRL_KEYS}
+    assert set(entries[-2]) == {k.replace("eval_", "eval_a_") for k in keys} | {"epoch", "step"}
+    assert set(entries[-1]) == {k.replace("eval_", "eval_b_") for k in keys} | {"epoch", "step"}
+    assert entries[-1]["eval_b_samples_per_second"] == pytest.approx(3 / entries[-1]["eval_b_runtime"], rel=1e-2)
+    assert trainer.state.best_metric == max(e["eval_b_reward"] for e in entries if "eval_b_reward" in e)
+    for name in ("a", "b"):
+        again = trainer.evaluate(eval_dataset=name)
+        last = entries[-2] if name == "a" else entries[-1]
+        assert again["eval_reward"] == pytest.approx(last[f"eval_{name}_reward"])
+        assert again["eval_completions/mean_length"] == pytest.approx(last[f"eval_{name}_completions/mean_length"])
+
+
+@pytest.mark.parametrize(("given", "words"), [({}, "empty dict"), ({"a/b": _rows(1)}, "holds a '/'"),
+                                              ({1: _rows(1), "1": _rows(1)}, "repeat")])
+def test_a_dict_eval_dataset_whose_names_polyrl_cannot_log_is_one_error(tiny_model_dir, tmp_path, given, words):
+    with pytest.raises(ConfigError) as err:
+        _trainer(tiny_model_dir, tmp_path, eval_dataset=given)
+    assert err.value.field == "eval_dataset" and words in err.value.message

@@ -291,6 +291,11 @@ def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     logs the training tokens seen so far), and a reward's ``log_metric(name, ...)`` as ``eval_<name>``
     (``polyrl.eval_log_metrics``). Empty without such an evaluation. ``names``: as for
     ``trl_aliases``. A NaN stays NaN (``_no_value`` says why)."""
+    sets = eval_set_parts(metrics)
+    if sets:  # named eval sets (TRL's dict eval_dataset): each under eval_<name>_
+        shared = {key: value for key, value in metrics.items() if not key.startswith("eval/")}
+        return {f"eval_{name}_{key.removeprefix('eval_')}": value for name, part in sets.items()
+                for key, value in trl_eval_names({**shared, **part}, names).items()}
     if "eval/sampled_reward_std" not in metrics:
         return {}
     from polyrl.eval_log_metrics import PREFIX  # a reward's log_metric(name, ...): TRL's eval_<name>
@@ -305,6 +310,47 @@ def trl_eval_names(metrics: Mapping[str, Any], names: Mapping[str, str] | None =
     if "eval/seconds" in metrics:  # transformers' speed metrics of the evaluation
         out.update(eval_speed("eval", metrics["eval/seconds"], metrics.get("eval/count"), metrics.get("eval/batches")))
     return out
+
+
+#: the key prefix of one named eval set's numbers in a step's line: ``eval/sets/<name>/<key>`` for
+#: that set's ``eval/<key>`` (``Trainer.eval_set_sizes``, TRL's dict ``eval_dataset``)
+NAMED_EVAL = "eval/sets/"
+
+
+def named_eval(name: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """One named set's evaluation (``eval/<key>``) under ``eval/sets/<name>/<key>``: a step's line
+    holds every set's numbers side by side (``eval_set_parts`` takes them apart again)."""
+    return {f"{NAMED_EVAL}{name}/{key.removeprefix('eval/')}": value for key, value in metrics.items()}
+
+
+def eval_set_parts(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """name -> that named eval set's numbers under their own ``eval/<key>`` (``named_eval``), in
+    the order the line holds them; empty for a run with one eval set."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in metrics.items():
+        if key.startswith(NAMED_EVAL):
+            name, _, rest = key[len(NAMED_EVAL):].partition("/")
+            out.setdefault(name, {})[f"eval/{rest}"] = value
+    return out
+
+
+def trl_eval_entries(evaluated: Mapping[str, Any], sets: Sequence[str]) -> list[dict[str, Any]]:
+    """An evaluation under TRL's names (``trl_eval_names``) as the entries transformers logs it:
+    one, or with named eval ``sets`` one per set in their order (its ``eval_<name>_`` keys), as
+    transformers' ``evaluate()`` logs and calls ``on_evaluate`` for each set of a dict. A key is
+    the set's whose ``eval_<name>_`` prefix is the longest that fits."""
+    if not sets:
+        return [dict(evaluated)]
+    by_length = sorted(sets, key=len, reverse=True)
+    entries: dict[str, dict[str, Any]] = {name: {} for name in sets}
+    for key, value in evaluated.items():
+        name = next((n for n in by_length if key.startswith(f"eval_{n}_")), None)
+        if name is None:  # not a set's key: every entry's
+            for entry in entries.values():
+                entry[key] = value
+        else:
+            entries[name][key] = value
+    return [entry for entry in entries.values() if any(k.startswith("eval_") for k in entry)]
 
 
 def eval_speed(prefix: str, seconds: float, rows: Any, steps: Any) -> dict[str, float]:

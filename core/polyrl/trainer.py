@@ -417,6 +417,9 @@ class Trainer:
         #: observer asks for (``polyrl.trl`` under TRL's eval_strategy="no", where a callback's
         #: should_evaluate evaluates and TRL evaluates nothing at the end)
         self.evaluate_after = True
+        #: (name, rows) of each named eval set, in order, that ``eval_dataset`` holds one after another
+        #: (``polyrl.trl``: TRL's dict ``eval_dataset``): each evaluated on its own (``_evaluate_sets``)
+        self.eval_set_sizes: Sequence[tuple[str, int]] = ()
         #: a weight push that failed after its step trained: raised once the step is recorded
         self._sync_failed: PolyrlError | None = None
         #: (epoch, position) of the prompt sampler where the current step's prompts start (``_end_epoch``)
@@ -1428,6 +1431,8 @@ class Trainer:
         self._phase = f"the evaluation {phase} training (after {self.step} steps)"
         if self.eval_dataset is None:
             return {}
+        if self.eval_set_sizes:
+            return self._evaluate_sets(phase)
         self.rollouts.pending()  # the generator is busy until the rollout sampled ahead is done
         started = time.perf_counter()  # the evaluation's own time, TRL's eval_runtime
         self.engines.sync_weights(self.step)
@@ -1495,6 +1500,31 @@ class Trainer:
         if self.rank == 0:
             self._warn_shadowed_eval_log_metrics(out)
             self.tracking.hold_evaluation(evaluation.shown_records(records), self.step)
+        return out
+
+    def _evaluate_sets(self, phase: str) -> dict[str, float]:
+        """``evaluate`` of each named eval set (``eval_set_sizes``) on its own, as transformers
+        evaluates each dataset of a dict (its own batches, advantages, loss and speed), the numbers
+        side by side in one line under ``eval/sets/<name>/`` (``step_metrics.named_eval``)."""
+        from polyrl.step_metrics import named_eval
+
+        whole, sizes = self.eval_dataset, self.eval_set_sizes
+        assert whole is not None  # evaluate() returned before
+        if sum(size for _, size in sizes) != len(whole):  # rows dropped (data.drop_overlong): the sets are lost
+            raise ConfigError(f"the named eval sets hold {sum(size for _, size in sizes)} rows, {len(whole)} were "
+                              "kept", field="eval_dataset",
+                              fix="leave data.drop_overlong off with named eval sets, or drop the overlong rows "
+                                  "from them yourself")
+        out: dict[str, float] = {}
+        start = 0
+        try:
+            self.eval_set_sizes = ()
+            for name, size in sizes:
+                self.eval_dataset = whole.select(list(range(start, start + size)))
+                start += size
+                out.update(named_eval(name, self.evaluate(phase)))
+        finally:
+            self.eval_dataset, self.eval_set_sizes = whole, sizes
         return out
 
     def _eval_batch_metrics(self, scores: np.ndarray, parts: Mapping[str, np.ndarray], lengths: np.ndarray,

@@ -262,6 +262,7 @@ class GRPOTrainer:
         # a chat passed as the dataset: refused here, as TRL's other argument checks are (told as train_dataset)
         refuse_one_conversation(train_dataset)
         refuse_one_conversation(eval_dataset, "eval_prompts")
+        _check_set_names(eval_dataset)
         if isinstance(train_dataset, Mapping):  # load_dataset(...) without split: it iterates as its split names
             splits = list(train_dataset) or ["train"]
             raise ConfigError(f"train_dataset is a {type(train_dataset).__name__} of splits "
@@ -449,7 +450,7 @@ class GRPOTrainer:
             callbacks = self.callback_handler  # state.best_metric is kept with no callback too, as transformers
         # eval_strategy="no": a callback's control.should_evaluate still evaluates (transformers'
         # _maybe_log_save_evaluate), on the eval_dataset given, and then nothing else does
-        asked_only = not self._evaluates and callbacks is not None and _one_eval_set(self.eval_dataset)
+        asked_only = not self._evaluates and callbacks is not None and _has_eval_rows(self.eval_dataset)
         trainer = self._polyrl_trainer(self.policy, self._asked_eval_config() if asked_only else self.grpo_config,
                                        self.eval_dataset if self._evaluates or asked_only else None, resume=resume)
         if asked_only:
@@ -499,7 +500,8 @@ class GRPOTrainer:
         log_history = [in_updates(with_trl_names(m, trainer.trl_names), per_step) for m in _as_logged(history, logged)]
         if self._evaluates or asked_only:  # TRL logs each evaluation as an entry of its own, eval_ names
             log_history = _with_evaluations(log_history, summary, per_step, trainer.trl_names,
-                                            untold=set(getattr(observer, "untold_evaluations", ())))
+                                            untold=set(getattr(observer, "untold_evaluations", ())),
+                                            sets=[name for name, _ in trainer.eval_set_sizes])
         log_history = [entry for entry in log_history if not entry.get(_UNLOGGED)]
         log_history = with_script_logs(log_history, self._logged_in_run)  # a resumed run's checkpoint's too
         run_settings(self.state, trainer, self.args)
@@ -591,12 +593,17 @@ class GRPOTrainer:
         (``engines``: loaded ones it uses, ``evaluate()``'s), ``eval_prompts`` in the order TRL's
         eval sampler draws them (``trl_eval_order``)."""
         from polyrl import api, run_plan
-        from polyrl.trl_evaluate import rows_of, trl_eval_order
+        from polyrl.trl_evaluate import eval_sets, rows_of, trl_eval_order
         from polyrl.trl_completions import follow
         from polyrl.trl_tags import trl_tags
         from polyrl.trl_window import resumed_window
 
-        if eval_prompts is not None:
+        sizes: list[tuple[str, int]] = []  # a dict's sets: (name, rows) each, evaluated one by one
+        if isinstance(eval_prompts, Mapping):
+            sets = [(name, trl_eval_order(rows, self.args)) for name, rows in eval_sets(eval_prompts, None, self.args)]
+            sizes = [(str(name), len(rows)) for name, rows in sets]
+            eval_prompts = [row for _, rows in sets for row in rows]
+        elif eval_prompts is not None:
             eval_prompts = trl_eval_order(rows_of(eval_prompts, "eval_dataset", self.args), self.args)
         asked = (SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT)
         if set(asked) & set(grpo_config.settings):  # asked by the run's callback handler (``trl_callbacks``):
@@ -623,6 +630,7 @@ class GRPOTrainer:
                                                                  reference_path=str(self._initial_reference)))
         config = resumed_window(config, grpo_config, resume)  # the window the run was started with
         trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
+        trainer.eval_set_sizes = sizes
         # polyrl report's resume advice: this run goes on with train(resume_from_checkpoint=True)
         trainer.started_by = run_plan.trl_script()
         # the trackers' tags and steps transformers' integrations write in a TRL run (train/loss at global_step)
@@ -1028,16 +1036,34 @@ def _evaluates(eval_dataset: Any, grpo_config: Any) -> bool:
         raise ConfigError("the GRPOConfig evaluates (eval_strategy or eval_on_start) but no eval_dataset was given",
                           field="eval_dataset", fix='pass eval_dataset=<held-out rows>, or set eval_strategy="no" '
                                                     "(as TRL asks)")
-    if isinstance(eval_dataset, Mapping):
-        raise ConfigError("eval_dataset is a dict of named datasets; polyrl evaluates one set of rows during "
-                          "training", field="eval_dataset", fix="pass one datasets.Dataset (or a list of rows)")
     return True
 
 
-def _one_eval_set(eval_dataset: Any) -> bool:
-    """Whether ``eval_dataset`` is one set of rows the run can evaluate during training (not None or
-    a dict of named sets; ``_evaluates`` names those)."""
-    return eval_dataset is not None and not isinstance(eval_dataset, Mapping)
+def _has_eval_rows(eval_dataset: Any) -> bool:
+    """Whether the run has ``eval_dataset`` rows to evaluate during training: a set of rows, or a
+    dict of named sets (``_check_set_names``), not None."""
+    return eval_dataset is not None
+
+
+def _check_set_names(eval_dataset: Any) -> None:
+    """A dict ``eval_dataset``'s names, which its metrics are logged under (``eval_<name>_...``, as
+    transformers prefixes them): an empty dict, a name polyrl cannot keep apart in a step's line
+    (empty or with a ``/``: ``step_metrics.named_eval``) or two names that are one string are one
+    ConfigError naming ``eval_dataset``."""
+    if not isinstance(eval_dataset, Mapping):
+        return
+    if not eval_dataset:
+        raise ConfigError("eval_dataset is an empty dict of datasets", field="eval_dataset",
+                          fix="pass one or more named held-out sets, e.g. eval_dataset={\"a\": rows}, or leave it out")
+    names = [str(name) for name in eval_dataset]
+    bad = next((name for name in names if not name or "/" in name), None)
+    if bad is not None:
+        raise ConfigError(f"eval_dataset's set name {bad!r} is empty or holds a '/'; polyrl logs each set's "
+                          f"metrics under eval/sets/<name>/ (TRL: eval_<name>_...)", field="eval_dataset",
+                          fix="name each set without '/', e.g. eval_dataset={\"gsm8k\": ..., \"math\": ...}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"eval_dataset's set names {names} repeat as strings", field="eval_dataset",
+                          fix="give each set its own name")
 
 
 #: how the Trainer names an error of the run's rewards on the held-out rows (``Trainer._eval_reward_computer``)
@@ -1113,26 +1139,32 @@ def _as_logged(history: Sequence[Mapping[str, Any]],
 
 def _with_evaluations(log_history: list[dict[str, Any]], summary: Mapping[str, Any],
                       per_step: int = 1, names: Mapping[str, str] | None = None,
-                      untold: Collection[int] = ()) -> list[dict[str, Any]]:
+                      untold: Collection[int] = (), sets: Sequence[str] = ()) -> list[dict[str, Any]]:
     """``log_history`` with an entry after each evaluation's step under TRL's ``eval_`` names
     (``step_metrics.trl_eval_names``; ``names`` the rewards' TRL names), the one before training
     (``eval_on_start``) at step 0 and the one after training at the last step when no step's line
     holds it, as TRL logs them; none for a step in ``untold`` (global steps whose evaluation a
-    callback cleared in ``on_epoch_end`` after polyrl ran it: TRL's trainer runs and logs none)."""
-    from polyrl.step_metrics import tokens_seen, trl_eval_names
+    callback cleared in ``on_epoch_end`` after polyrl ran it: TRL's trainer runs and logs none); with
+    named eval ``sets`` (a dict ``eval_dataset``) one entry per set, as transformers logs each."""
+    from polyrl.step_metrics import tokens_seen, trl_eval_entries, trl_eval_names
 
     out: list[dict[str, Any]] = []
+
+    def logged(evaluated: Mapping[str, Any], epoch: Any, step: Any) -> None:
+        """The evaluation's entries (one per named eval set, ``sets``), as transformers logs them."""
+        out.extend({**entry, "epoch": epoch, "step": step} for entry in trl_eval_entries(evaluated, sets))
+
     if summary.get("eval_before"):  # transformers' epoch before any update: the int 0
-        out.append({**trl_eval_names({**summary["eval_before"], **tokens_seen(True, {})}, names), "epoch": 0, "step": 0})
+        logged(trl_eval_names({**summary["eval_before"], **tokens_seen(True, {})}, names), 0, 0)
     for entry in log_history:
         out.append(entry)
         evaluated = trl_eval_names(entry, names)
         if evaluated and entry.get("step") not in untold:
-            out.append({**evaluated, "epoch": entry.get("epoch"), "step": entry.get("step")})
+            logged(evaluated, entry.get("epoch"), entry.get("step"))
     last = log_history[-1] if log_history else {}
     if summary.get("eval_after") and not trl_eval_names(last):
-        out.append({**trl_eval_names({**summary["eval_after"], **tokens_seen(False, last)}, names), "epoch": last.get("epoch"),
-                    "step": int(summary.get("steps", 0)) * per_step})
+        logged(trl_eval_names({**summary["eval_after"], **tokens_seen(False, last)}, names), last.get("epoch"),
+               int(summary.get("steps", 0)) * per_step)
     return out
 
 
@@ -1290,8 +1322,10 @@ def _default_eval_prompts(environments: TrlEnvironments, eval_dataset: Any, args
     ``args``: ``trl_evaluate.stream_eval_rows``), which ``api.prompt_rows`` refuses."""
     from polyrl import api, trl_evaluate, trl_streams
 
-    if eval_dataset is None or isinstance(eval_dataset, Mapping):
+    if eval_dataset is None:
         return eval_dataset
+    if isinstance(eval_dataset, Mapping):  # named sets: each as one
+        return {name: _default_eval_prompts(environments, rows, args) for name, rows in eval_dataset.items()}
     try:
         if trl_streams.is_stream(eval_dataset):
             streamed = trl_evaluate.stream_eval_rows(eval_dataset, args, "eval_dataset")

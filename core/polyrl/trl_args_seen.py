@@ -1,4 +1,5 @@
-"""A script's ``trl.GRPOConfig`` changed after ``polyrl.trl.GRPOTrainer`` read it, refused at ``train()``.
+"""A script's ``trl.GRPOConfig`` changed after ``polyrl.trl.GRPOTrainer`` read it, refused at ``train()``
+(or, changed by a callback while the run trains, where TRL would read the new value: ``READ_IN_RUN``).
 
 Why: TRL's trainer reads most of ``trainer.args`` when ``train()`` runs (``max_steps``,
 ``learning_rate``, the logging and save steps...), so a script may set ``trainer.args.max_steps = 5``
@@ -36,6 +37,29 @@ def refuse_changes(seen: dict[str, str] | None, args: Any) -> None:
                       "trainer is built (TRL reads it again in train())", field=f"args.{changed[0]}",
                       fix="set it in the trl.GRPOConfig before GRPOTrainer(...), or build a new GRPOTrainer with "
                           "the changed args")
+
+
+#: ``trl.GRPOConfig`` fields TRL 1.16 and transformers read again while ``train()`` runs, so a callback
+#: changing one (in ``on_step_end``...) changes the rest of that run there: ``DefaultFlowCallback``'s
+#: strategies, the training loop's clipping, NaN filter and checkpoint limit, each evaluation's batch,
+#: GRPOTrainer's loss terms (``entropy_coef_*``, ``delta``, SAPO, VESPO, the KL correction) and its log.
+#: polyrl turned them into its run settings once, when the trainer was built.
+READ_IN_RUN = frozenset({
+    "logging_strategy", "logging_first_step", "eval_strategy", "eval_delay", "eval_on_start", "save_strategy",
+    "max_grad_norm", "logging_nan_inf_filter", "save_total_limit", "load_best_model_at_end",
+    "include_num_input_tokens_seen", "per_device_eval_batch_size", "entropy_coef_min", "entropy_coef_max",
+    "entropy_coef_delta", "entropy_target", "delta", "sapo_temperature_neg", "sapo_temperature_pos",
+    "vespo_k_neg", "vespo_k_pos", "vespo_lambda_neg", "vespo_lambda_pos", "use_bias_correction_kl", "report_to",
+})
+#: of those, what polyrl's callback handler reads again at each evaluation, as transformers'
+#: ``_determine_best_metric`` does (``TrlCallbacks._track_best``): a change there is followed
+READ_AGAIN = frozenset({"metric_for_best_model", "greater_is_better"})
+
+
+def changed_fields(seen: dict[str, str], args: Any) -> list[tuple[str, str, str]]:
+    """(field, value seen, value now) for each field of ``args`` changed since ``seen``."""
+    now = snapshot(args) or {}
+    return [(name, value, now[name]) for name, value in seen.items() if now.get(name, value) != value]
 
 
 def _text(value: Any) -> str:

@@ -80,6 +80,7 @@ from typing import Any, Literal
 
 import attrs
 
+from polyrl import trl_args_seen
 from polyrl.errors import CallbackError, ConfigError
 from polyrl.logs import get_logger
 from polyrl.trl_log_steps import flow_logs, logs_at_epoch_end, replayed, window_mean
@@ -134,6 +135,12 @@ class TrlCallbacks:
         self.control = TrainerControl()
         self._steps = 0  # the run's train.steps (``run_begin``)
         self._can_evaluate = False  # the run has held-out rows (``run_begin``)
+        #: ``args`` as the run trains them (``trl_args_seen.snapshot``), from ``run_begin`` to ``train_end``
+        self._args_in_run: dict[str, str] | None = None
+        #: the state's ``eval_steps`` and ``save_steps`` as the run has them (``_check_args``)
+        self._intervals: dict[str, Any] = {}
+        #: the names of the run's named eval sets (TRL's dict eval_dataset), each evaluation logged per set
+        self._eval_sets: list[str] = []
         self._said_no_evaluation = False  # the warning for a should_evaluate the run cannot follow
         #: under a launcher, the error a callback raised on this rank, raised on every rank after the
         #: step (``StepAsk.failed``); no event is called after it
@@ -260,6 +267,45 @@ class TrlCallbacks:
                 return
             if result is not None:  # a callback may return the control it changed (or none)
                 self.control = result
+            if self._args_in_run is not None:
+                self._check_args(callback, name)
+                if self.deferred is not None:
+                    return
+
+    def _check_args(self, callback: Any, event: str) -> None:
+        """A callback that changed ``args`` while the run trains: a field TRL reads again as it trains
+        (``trl_args_seen.READ_IN_RUN``; the state's ``eval_steps`` and ``save_steps``, which
+        ``DefaultFlowCallback`` reads) ends the run after the step with one ``CallbackError``
+        naming it, as polyrl read the GRPOConfig once (the change would not be trained, without a
+        word); any other is warned about once, as TRL does not read it again either."""
+        assert self._args_in_run is not None
+        changed = trl_args_seen.changed_fields(self._args_in_run, self.args)
+        # transformers' DefaultFlowCallback reads these of the state at each step; polyrl's run its own
+        intervals = [(f"state.{name}", str(was), str(getattr(self.state, name, was)))
+                     for name, was in self._intervals.items() if getattr(self.state, name, was) != was]
+        if not changed and not intervals:
+            return
+        self._args_in_run = trl_args_seen.snapshot(self.args)
+        self._intervals = {name: getattr(self.state, name, was) for name, was in self._intervals.items()}
+        who = f"{type(callback).__name__}.{event}"
+        refused = intervals + [(f"args.{name}", was, now) for name, was, now in changed
+                               if name in trl_args_seen.READ_IN_RUN]
+        if refused:
+            field, was, now = refused[0]
+            failed = CallbackError(
+                f"callback {who} changed {field} to {now} (it was {was}) during train(); TRL reads it again "
+                f"as the run goes on, polyrl read the GRPOConfig once when the trainer was built, so the change "
+                f"would not be trained; {_AFTER.get(event, _STOPPED)}. Fix: set {field.partition('.')[2]} in the trl.GRPOConfig before GRPOTrainer(...) "
+                "and leave args unchanged in callbacks (control flags and state are read as transformers reads them)")
+            if not self._defer:
+                raise failed
+            self.deferred = failed
+            return
+        for field, was, now in changed:
+            if field not in trl_args_seen.READ_AGAIN:
+                log.warning(f"callback {who} changed args.{field} during train(): this run does not read it again, "
+                            "as TRL's does not (it read it when training began); the change has no effect on it",
+                            was=was, now=now)
 
     # --- the run's observer (polyrl.run_observer.RunObserver) ------------------------------------
 
@@ -289,6 +335,7 @@ class TrlCallbacks:
         self.state.epoch = next((m["epoch"] for m in reversed(trainer.history) if "epoch" in m), 0)
         self.deferred = None  # a train() again after one a callback ended: its callbacks are called anew
         self._can_evaluate = trainer.eval_dataset is not None
+        self._eval_sets = [name for name, _ in getattr(trainer, "eval_set_sizes", ())]
         self._eval_every = int(getattr(trainer.config.eval, "every", 0) or 0)
         self._ended_first = self._epoch_end_after_save = None
         self._evaluates_after = trainer.eval_dataset is not None and bool(getattr(trainer, "evaluate_after", False))
@@ -299,6 +346,8 @@ class TrlCallbacks:
         self._said_no_evaluation = self._said_epoch_evaluation = False
         self._epoch_open = False  # transformers' loop calls on_epoch_begin for a resumed run's epoch too
         self.model, self.optimizer = training_module(trainer)
+        self._args_in_run = trl_args_seen.snapshot(self.args)  # a callback's change from here: ``_check_args``
+        self._intervals = {name: getattr(self.state, name, None) for name in ("eval_steps", "save_steps")}
         self.event("on_train_begin")
 
     def step_begin(self, step: int) -> None:
@@ -368,8 +417,7 @@ class TrlCallbacks:
         """One warning the first time a callback asks an evaluation of a run without held-out rows."""
         if not self._said_no_evaluation:
             log.warning("a callback set control.should_evaluate, but this run has no eval_dataset to "
-                        "evaluate on (none given, or a dict of them or an IterableDataset); ignored for the "
-                        "whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>), one datasets.Dataset",
+                        "evaluate on; ignored for the whole run. Fix: pass GRPOTrainer(eval_dataset=<held-out rows>)",
                         step=self.state.global_step)
             self._said_no_evaluation = True
 
@@ -736,6 +784,7 @@ class TrlCallbacks:
         to ``log_history`` and given to ``on_log``."""
         self._final_events()
         self._pending_epoch_end()
+        self._args_in_run = None  # the run has ended: on_train_end's changes are the next train()'s to refuse
         self.state.log_history = log_history
         self.state.global_step = global_step
         try:
@@ -806,10 +855,10 @@ class TrlCallbacks:
         self._raise_deferred()
 
     def evaluate_called(self, metrics: dict[str, Any]) -> None:
-        """A ``trainer.evaluate()`` outside the run: its metrics logged (``log_history``, ``on_log``)
-        and ``on_evaluate`` called, as transformers' ``evaluate()`` does; a callback that raises is
-        raised here (nothing to checkpoint)."""
-        self._evaluation(metrics)
+        """A ``trainer.evaluate()`` outside the run (one set's metrics): logged (``log_history``,
+        ``on_log``) and ``on_evaluate`` called, as transformers' ``evaluate()`` does; a callback that
+        raises is raised here (nothing to checkpoint)."""
+        self._one_evaluation(metrics)
         self._raise_deferred()
 
     def _raise_deferred(self) -> None:
@@ -820,6 +869,15 @@ class TrlCallbacks:
             raise failed
 
     def _evaluation(self, metrics: dict[str, Any]) -> None:
+        """An evaluation of the run (TRL's names), one entry per named eval set where the run has
+        them (``step_metrics.trl_eval_entries``), as transformers' ``evaluate()`` of a dict logs each
+        set and calls ``on_evaluate`` with its metrics alone."""
+        from polyrl.step_metrics import trl_eval_entries
+
+        for entry in trl_eval_entries(metrics, self._eval_sets):
+            self._one_evaluation(entry)
+
+    def _one_evaluation(self, metrics: dict[str, Any]) -> None:
         """An evaluation's entry logged, then its completions printed where ``log_completions``
         asks (``RunTracking.show_evaluation``), as TRL's ``log`` prints them after that entry."""
         self._log(metrics)
