@@ -460,7 +460,9 @@ def test_host_view_and_off_samples_nest_no_user_namespace(no_bwrap, no_filter, u
         box = Sandbox(LIMITS, isolation="off", user=user, python=python, audit_hook=False)
     result = box.run(NESTED_ATTACK + GOOD, TESTS)
     assert result.status == "ok" and result.passed == [True], (result, result.output)
-    assert "NESTED -1 28" in result.output and "NET_ADMIN" not in result.output, result.output
+    # at off the server's small filter refuses unshare itself (EPERM) before the namespace's limit (ENOSPC)
+    assert "NESTED -1 28" in result.output or level == "off" and "NESTED -1 1" in result.output, result.output
+    assert "NET_ADMIN" not in result.output, result.output
 
 
 @needs_unshare

@@ -27,8 +27,20 @@ truncated) files in any folder its uid may write, root's as ``user = "none"``, o
 that folder for reading. Python's own ``open``, ``os.open`` without ``dir_fd`` and libc's ``open``
 pass ``AT_FDCWD``; reading relative to a folder's descriptor (``os.fwalk``) still works.
 
-Seventeen classic-BPF instructions with the system call numbers of x86_64 and aarch64 (None
-elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
+At the ``off`` level only (``program(paths=True)``: no mount namespace there, so the audit hook's
+path checks are the only wall and a path must name the same file when the kernel opens it as when
+the hook judged it), the calls that change what a path of the sample's names are refused whole
+too: ``rename``/``renameat``/``renameat2``, ``link``/``linkat``, ``symlink``/``symlinkat``,
+``chdir``/``fchdir``, and ``mount``, ``umount2``, ``chroot``, ``pivot_root``, ``unshare``,
+``setns``. Why: the hook judges a path (its ``realpath`` inside the sample's folder), then the
+kernel opens it, and a second thread changed it in between: renaming a folder of the sample's over
+one holding a link to a file outside, or moving the working folder the path is relative to, wrote
+a root-owned file as ``user = "none"`` within a few thousand tries. Creating, reading, writing and
+removing files and folders inside the sample's folder, ``tempfile`` and threads still work; a
+sample that renames (``os.replace``, ``shutil.move``) or changes folder gets EPERM at ``off``.
+
+Classic-BPF instructions (seventeen, 32 with the path calls on x86_64) with the system call
+numbers of x86_64 and aarch64 (None elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
 
 Whether the kernel took it is asked once per interpreter and program (``refused``): where it
@@ -50,6 +62,11 @@ from polyrl.sandbox import isolation
 #: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2) and openat's.
 CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437), 257),
          "aarch64": (0xC00000B7, (279, 447, 199, 424, 437), 56)}
+#: Per machine: the calls refused whole at ``off`` only (module docstring): rename, renameat,
+#: renameat2, link, linkat, symlink, symlinkat, chdir, fchdir, mount, umount2, chroot, pivot_root,
+#: unshare, setns (aarch64 has only the ``at`` forms of the first ones).
+PATH_CALLS = {"x86_64": (82, 264, 316, 86, 265, 88, 266, 80, 81, 165, 166, 161, 155, 272, 308),
+              "aarch64": (38, 276, 37, 36, 49, 50, 40, 39, 51, 41, 97, 268)}
 #: ``openat``'s ``dirfd`` meaning "the working folder" (-100 as the 32 bits the kernel reads).
 AT_FDCWD = 0xFFFFFF9C
 #: ``openat`` flags that write: O_WRONLY, O_RDWR, O_CREAT, O_TRUNC (the same on x86_64 and aarch64).
@@ -68,12 +85,15 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)  # struct sock_filter, native order as the kernel reads it
 
 
-def program(machine: str | None = None) -> bytes | None:
-    """The program for ``machine`` (default: this one's), or None where its numbers are not known."""
-    found = CALLS.get(machine or platform.machine())
+def program(machine: str | None = None, paths: bool = False) -> bytes | None:
+    """The program for ``machine`` (default: this one's), or None where its numbers are not known;
+    ``paths``: the ``off`` level's, also refusing the calls that change what a path names."""
+    machine = machine or platform.machine()
+    found = CALLS.get(machine)
     if found is None:
         return None
-    arch, refused, openat = found
+    arch, whole, openat = found
+    refused: tuple[int, ...] = whole + (PATH_CALLS[machine] if paths else ())
     n = len(refused)
     allow, deny = n + 10, n + 11  # the indexes of the two returns below
     to = lambda target, at: target - at - 1  # noqa: E731 - a jump's offset from the instruction at ``at``

@@ -51,6 +51,9 @@ TESTS_MIN_MEMORY_MB = 1024
 _HERE = Path(__file__).parent
 #: ``memfd_filter``'s program for this machine (hex), which the server loads where the full filter is off.
 _MEMFD_HEX = (memfd_filter.program() or b"").hex() or None
+#: The same at the ``off`` level, also refusing the calls that change what a path names (renames,
+#: links, ``chdir``, mounts): there the audit hook's path checks are the only wall, and they raced.
+_OFF_HEX = (memfd_filter.program(paths=True) or b"").hex() or None
 #: The program the sample's interpreter runs: the value encoder, then the server loop.
 SERVER_SOURCE = (_HERE / "values.py").read_text() + "\n\n" + (_HERE / "server.py").read_text()
 
@@ -138,10 +141,16 @@ class Sandbox:
                        "rlimits": rlimits,
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
-        if self.launch.seccomp_program is None and _MEMFD_HEX:
-            if (memfd_off := memfd_filter.refused(self.python, _MEMFD_HEX)) is None:
+        self._small_filter = (_OFF_HEX if self.launch.level == "off" else _MEMFD_HEX) \
+            if self.launch.seccomp_program is None else None
+        if self._small_filter:
+            if (memfd_off := memfd_filter.refused(self.python, self._small_filter)) is None:
                 self.report["seccomp"] += ("; memfd_create, memfd_secret, socketpair and pidfd_send_signal refused all "
-                                           "the same, and openat writing relative to a folder's descriptor (a filter of "
+                                           "the same, and openat writing relative to a folder's descriptor" + (
+                                               ", renames, links, symlinks, chdir and mounts (off: what a path "
+                                               "names stays what the audit hook judged)"
+                                               if self.launch.level == "off" else "") +
+                                           " (a filter of "
                                            "their own, built without libseccomp: memfd pages are memory no rlimit counts; "
                                            "the rest are what the audit hook never hears of or judges)")
             else:
@@ -291,7 +300,7 @@ class Sandbox:
                                  "program": program_cases.is_program(steps),
                                  # without the filter keyctl is open: the sample leaves the trainer's session keyring
                                  "keyring": leftovers.keyctl_number() if self.launch.seccomp_program is None else None,
-                                 "memfd": _MEMFD_HEX if self.launch.seccomp_program is None else None})
+                                 "memfd": self._small_filter})
             fds = hello.get("fds")  # every field of the hello is the sample's to forge: bounded
             fds = [fd for fd in fds[:MAX_REPORTED_FDS] if type(fd) is int and 0 <= fd < 1 << 20] \
                 if isinstance(fds, list) else []

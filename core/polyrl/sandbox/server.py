@@ -201,7 +201,8 @@ def _own_keyring(number):
 
 def _memfd_filter(hexed):
     """Load ``polyrl.sandbox.memfd_filter``'s program (hex): memfd_create, memfd_secret,
-    socketpair and pidfd_send_signal then fail with EPERM. Sent only where the full seccomp filter is off: a sample held up to
+    socketpair and pidfd_send_signal then fail with EPERM (at the off level renames, links, chdir
+    and mounts too). Sent only where the full seccomp filter is off: a sample held up to
     max_open_files x file_size_mb in memfds, memory RLIMIT_AS does not count. A kernel without
     seccomp filters (EINVAL) runs the sample as before, and this returns why (the trainer's probe of
     the same function, ``memfd_filter.refused``, puts it in the report); any other refusal ends it."""
@@ -1001,9 +1002,19 @@ def _install_audit_hook(root, native):
     writes outside the sample's folder. The kernel layers outside hold without it. ``native``
     (only behind bubblewrap, whose walls do not depend on this hook) lets ctypes load, which
     numpy needs; without bubblewrap ctypes would be a way around the hook."""
-    realpath, join, getcwd, fsdecode, getpid = (os.path.realpath, os.path.join, os.getcwd,
-                                                os.fsdecode, os.getpid)
+    realpath, normpath, join, getcwd, fsdecode, getpid = (os.path.realpath, os.path.normpath, os.path.join,
+                                                          os.getcwd, os.fsdecode, os.getpid)
     prefix = root + os.sep
+    # the names the sample's folder goes by as written (HOME, TMPDIR: tempfile's paths), where a
+    # link above it makes them differ from ``root``; a path must be inside one as written too
+    names = {root} | {normpath(os.environ[k]) for k in ("HOME", "TMPDIR", "TMP", "TEMP")
+                      if os.environ.get(k, "").startswith(os.sep) and realpath(os.environ[k]) == root}
+    prefixes = tuple(name.rstrip(os.sep) + os.sep for name in names)
+    # a descriptor's metadata: judged by its path when opened, and reading anything passes, so
+    # ``os.fchmod`` of a file outside opened for reading made it world-writable (os.truncate
+    # needs a descriptor open for writing, which was judged)
+    fd_refused = frozenset({"os.chmod", "os.chown", "os.utime", "os.setxattr", "os.removexattr", "os.chflags",
+                            "os.lchflags"})
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
     allowed_writes = frozenset({"/dev/null"})
     denied = frozenset({
@@ -1027,13 +1038,18 @@ def _install_audit_hook(root, native):
     }
 
     def inside(path):
+        """Inside the sample's folder both as written and with its links resolved: a path through a
+        link whose target changes (``/proc/self/fd/N`` after a thread's ``dup2``) was judged by the
+        target it had, then opened at the one it got."""
         if isinstance(path, int):
             return True  # a file descriptor: checked when it was opened
         try:
-            full = realpath(join(getcwd(), fsdecode(path)))
+            full = join(getcwd(), fsdecode(path))
+            real = realpath(full)
         except Exception:
             return False
-        return full == root or full.startswith(prefix)
+        written = normpath(full)
+        return (real == root or real.startswith(prefix)) and (written in names or written.startswith(prefixes))
 
     def deny(event, detail=""):
         raise PermissionError("sandbox: %s is not allowed%s" % (event, detail))
@@ -1050,6 +1066,8 @@ def _install_audit_hook(root, native):
         spec = path_events.get(event)
         if spec is not None:
             paths, fds = spec
+            if event in fd_refused and args and isinstance(args[0], int):
+                deny(event + " of a file descriptor")
             for i in fds:
                 if i < len(args) and args[i] is not None and args[i] != -1:
                     deny(event + " with dir_fd")

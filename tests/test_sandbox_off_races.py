@@ -1,0 +1,206 @@
+"""Races on the audit hook's path checks at ``isolation = "off"`` (no mount namespace), and what
+the hook judged by a descriptor.
+
+The hook judges a path (``os.path.realpath`` against the sample's folder), then the kernel opens
+it: a second thread of the sample's that changes what the path names in between (renaming a
+folder of its own over one holding a link to a file outside, changing the working folder, or
+swapping the descriptor a ``/proc/self/fd/N`` path names) made the open reach a file outside.
+Each attack here tries a bounded number of times and reports how many writes got out; the
+trainer's files are checked on disk as well. As ``user = "none"`` where the trainer is root (the
+sample owns root's files), else as the trainer's own uid."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from polyrl.rewards.code import parse_tests
+from polyrl.sandbox import Sandbox, SandboxLimits, memfd_filter
+
+pytestmark = pytest.mark.faults
+
+#: Attempts per race: thousands of checks a second, so a race the kernel lets through shows in
+#: well under a second; the bound keeps a closed one short.
+TRIES = 4000
+
+RACES = r"""
+import os, threading
+
+def _swapping(work, stop):
+    def run():
+        while not stop:
+            try:
+                work()
+            except OSError:
+                pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+def _open_tries(path, tries, stop):
+    out = 0
+    for _ in range(tries):
+        try:
+            with open(path, "a") as f:
+                f.write("X")
+            out += 1
+        except OSError:
+            pass
+    stop.append(True)
+    return out
+
+def race_rename(victim, tries):
+    # "b/f" is a plain file when judged; "a" holds "f", a link to the victim; a thread swaps a and b
+    for name in ("a", "b"):
+        os.mkdir(name)
+    open("b/f", "w").close()
+    try:
+        os.symlink(victim, "a/f")
+    except OSError:
+        pass
+    def swap():
+        os.rename("a", "t")
+        os.rename("b", "a")
+        os.rename("t", "b")
+    stop = []
+    thread = _swapping(swap, stop)
+    _open_tries("b/f", tries, stop)
+    thread.join()
+    return "done"
+
+def race_chdir(folder, tries):
+    # "planted" is judged against the working folder, then the other thread moves it
+    home = os.getcwd()
+    def move():
+        os.chdir(folder)
+        os.chdir(home)
+    stop = []
+    thread = _swapping(move, stop)
+    _open_tries("planted", tries, stop)
+    thread.join()
+    try:
+        os.chdir(home)
+    except OSError:
+        pass
+    return "done"
+
+def race_fd(victim, tries):
+    # /proc/self/fd/N names a file of the sample's when judged; the other thread puts the
+    # victim, open for reading only, at N; the open for writing reopens the victim
+    mine = os.open("mine", os.O_RDONLY | os.O_CREAT)
+    theirs = os.open(victim, os.O_RDONLY)
+    n = os.dup(mine)
+    def swap():
+        os.dup2(theirs, n)
+        os.dup2(mine, n)
+    stop = []
+    thread = _swapping(swap, stop)
+    _open_tries("/proc/self/fd/%d" % n, tries, stop)
+    thread.join()
+    return "done"
+
+def mode_by_fd(victim):
+    # the hook let a descriptor's metadata change through ("checked when it was opened")
+    fd = os.open(victim, os.O_RDONLY)
+    out = []
+    for change in (lambda: os.chmod(fd, 0o666), lambda: os.fchmod(fd, 0o666), lambda: os.utime(fd, (0, 0))):
+        try:
+            change()
+            out.append("changed")
+        except OSError:
+            out.append("refused")
+    return out
+"""
+
+
+def _box(audit_hook: bool = True) -> Sandbox:
+    if memfd_filter.program() is None:
+        pytest.skip("the small filter's numbers are known for x86_64 and aarch64 only")
+    return Sandbox(SandboxLimits(timeout_s=30, memory_mb=512, disk_mb=8), audit_hook=audit_hook, isolation="off",
+                   user="none" if os.geteuid() == 0 else "auto", python=sys.executable)
+
+
+@pytest.fixture
+def trainer_files(tmp_path):
+    """A folder of the trainer's outside the sample's, with a file the sample's uid may write."""
+    folder = tmp_path / "trainer-files"
+    folder.mkdir()
+    victim = folder / "victim"
+    victim.write_text("kept")
+    victim.chmod(0o644)
+    return folder
+
+
+@pytest.mark.parametrize("race", ["race_rename", "race_chdir", "race_fd"])
+def test_a_second_thread_does_not_race_a_write_out_of_the_folder_at_off(trainer_files, race):
+    """A thread of the sample's changing what a judged path names before the kernel opens it
+    (module docstring): each wrote the trainer's file or planted one in its folder within a few
+    thousand tries. Now none gets out."""
+    victim = trainer_files / "victim"
+    target = str(trainer_files) if race == "race_chdir" else str(victim)
+    result = _box().run(RACES, parse_tests(f"assert {race}({target!r}, {TRIES}) == 'done'\n"))
+    assert result.status == "ok", result
+    assert victim.read_text() == "kept", (race, victim.read_text()[:40], result.output[-500:])
+    assert sorted(p.name for p in trainer_files.iterdir()) == ["victim"], result.output[-500:]
+
+
+def test_a_descriptor_opened_for_reading_changes_no_metadata_outside_at_off(trainer_files):
+    """``os.chmod(fd)``/``os.fchmod`` and ``os.utime(fd)`` of a file outside, opened for reading: the
+    hook judged a descriptor "when it was opened", and a read-only open passes, so the sample made
+    the trainer's file world-writable. Now those calls on a descriptor are refused."""
+    victim = trainer_files / "victim"
+    result = _box().run(RACES, parse_tests(
+        f"assert mode_by_fd({str(victim)!r}) == ['refused'] * 3\n"))
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644, oct(victim.stat().st_mode)
+    assert result.status == "ok" and result.passed == [True], result
+
+
+NATURAL = r"""
+import os, sys, tempfile, threading
+
+def natural():
+    sys.setrecursionlimit(1 << 20)
+    threading.stack_size(1 << 26)
+    out = []
+    def deep(n):
+        return 0 if n == 0 else 1 + deep(n - 1)
+    t = threading.Thread(target=lambda: out.append(deep(50000)))
+    t.start()
+    t.join()
+    os.makedirs("sub/dir", exist_ok=True)
+    with open("sub/dir/data.txt", "w") as f:
+        f.write("hello")
+    with open(os.path.join(os.getcwd(), "sub", "dir", "data.txt")) as f:
+        out.append(f.read())
+    with tempfile.NamedTemporaryFile("w", dir=".", delete=False) as f:
+        f.write("t")
+    with open(f.name) as g:
+        out.append(g.read())
+    os.remove(f.name)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "x"), "w") as f:
+            f.write("y")
+        out.append(sorted(os.listdir(d)))
+    out.append(sorted(os.listdir("sub/dir")))
+    return out
+"""
+
+
+@pytest.mark.parametrize("linked", [False, True])
+def test_natural_threads_and_file_io_still_work_at_off(tmp_path, monkeypatch, linked):
+    """Deep recursion in a thread (Codeforces-style), files in folders of the sample's own, a
+    temporary file and folder: all still work under the filter and hook at ``off``; ``linked``:
+    the trainer's temporary folder is reached through a link, so the sample's HOME and TMPDIR
+    (where ``tempfile`` writes) are written through it while its working folder is the real one."""
+    if linked:
+        import tempfile
+
+        real = tmp_path / "real"
+        real.mkdir()
+        (tmp_path / "alias").symlink_to(real)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "alias"))
+    result = _box().run(NATURAL, parse_tests("assert natural() == [50000, 'hello', 't', ['x'], ['data.txt']]\n"))
+    assert result.status == "ok" and result.passed == [True], result
