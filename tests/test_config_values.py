@@ -80,6 +80,8 @@ NAMED_CASES = [
     ("rewards.weight", 1e308), ("rewards.weight", -1e101),  # finite, but weight x score overflows float64
     ("train.threads", 0), ("eval.count", -1),
     ("train.prompts_per_step", 10**7),  # one step that fills memory for hours, deaf to a stop request
+    ("train.collective_timeout_s", 1e308),  # torch's timedelta overflowed: a traceback on every rank
+    ("train.collective_timeout_s", 1e14), ("logging.tracker_timeout_s", 1e10),  # Python's timed waits overflow
 ]
 
 
@@ -117,6 +119,21 @@ def test_a_reward_weight_that_overflows_a_weighted_total_is_refused_in_toml_and_
         api.run_config(api.grpo, policy=api.Agent("x"), prompts=["hi"] * 4, rewards=["numeric_match", "exact_match"],
                        grpo_config=api.GRPOConfig(reward_weights=[1.0, 1e308]))
     assert info.value.field == "grpo_config.reward_weights" and "past 1e+100" in info.value.message, info.value
+
+
+def test_a_wait_is_bounded_where_torch_and_pythons_timed_waits_still_hold_it():
+    """``collective_timeout_s = 1e308`` loaded, and every rank of ``polyrl launch`` then stopped with
+    torch's ``OverflowError`` from the process group's ``timedelta``; a year of seconds loads."""
+    from datetime import timedelta
+
+    from polyrl.validators import MAX_WAIT_S
+
+    timedelta(seconds=MAX_WAIT_S)  # the bound itself is a timeout torch takes
+    assert RunConfig.from_dict(config_with("train.collective_timeout_s", 31_536_000)).train.collective_timeout_s == 31_536_000
+    for field in ("train.collective_timeout_s", "logging.tracker_timeout_s", "environment.tool_timeout_s",
+                  "environment.env_timeout_s", "rewards.timeout_s"):
+        with pytest.raises(ConfigError, match=r"must be a finite number in \(0, 1000000000\]( or unset)?, got 1e\+308"):
+            RunConfig.from_dict(config_with(field, 1e308))
 
 
 def test_free_tables_reject_non_finite_numbers_and_deep_nesting():

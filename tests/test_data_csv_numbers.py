@@ -109,3 +109,40 @@ def test_other_renderings_keep_the_value_and_the_answer_rewards_score_the_text_a
     assert exact_match([f"The answer is {cell}"], context) == [1.0]
     if not isinstance(read, bool):
         assert numeric_match([f"The answer is {cell}"], context) == [1.0]
+
+
+@pytest.mark.parametrize("other", ["1.5", ""])
+def test_an_integer_a_float_column_rounds_is_refused_naming_its_line(tmp_path, other):
+    """Beside a fraction or an empty cell pandas reads the column as float64: 12345678901234567
+    reached the rewards as 1.2345678901234568e+16, another answer, silently."""
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\nWhat is 2 + 3?,{other}\nWhat is the id?,12345678901234567\n")
+    read = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    assert read[1]["answer"] != 12345678901234567  # why: datasets rounds it
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {path}:3: column 'answer' holds the integer 12345678901234567, "
+                                     "which pandas (🤗 datasets' CSV reader, and so TRL) reads as the number "
+                                     "1.2345678901234568e+16"), str(err.value)
+    assert "JSONL (that value quoted as a string) or Parquet" in str(err.value)
+
+
+@pytest.mark.parametrize("cell", ["123456789012345678901", '"-12345678901234567890"'])
+def test_an_integer_past_64_bits_names_its_cell_not_a_broken_file(tmp_path, cell):
+    """pandas cannot read it: the error was "Python int too large to convert to C long. Fix: check
+    that the file is a valid csv file (re-export it)", for a valid file, naming no cell."""
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\nWhat is 2 + 3?,5\nWhat is 25!?,{cell}\n")
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {path}:3: column 'answer' holds the integer {cell.strip(chr(34))}, "
+                                     "past the 64 bits"), str(err.value)
+
+
+def test_long_integers_pandas_keeps_are_read_as_datasets_reads_them(tmp_path):
+    """A uint64, an int64 and digits beside text (a text column) keep their value: no error."""
+    path = tmp_path / "qa.csv"
+    path.write_text("prompt,big,id,code\na,12345678901234567890,9007199254740993,x\nb,1,2,123456789012345678901\n")
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    assert [r["big"] for r in rows] == [12345678901234567890, 1] and rows[0]["id"] == 9007199254740993
+    assert rows[1]["code"] == "123456789012345678901"

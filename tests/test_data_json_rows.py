@@ -145,3 +145,37 @@ def test_a_column_of_dates_is_read_as_datasets_reads_it_not_refused_as_mixed(tmp
     assert type(expected[0]["when"]) is not str  # why: datasets reads it as a timestamp
     rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
     assert rows == expected
+
+
+@pytest.mark.parametrize(("rows", "number", "why"), [
+    ([{"answer": 3}, {"answer": 123456789012345678901}], 123456789012345678901, "pyarrow holds integers up to int64"),
+    ([{"answer": 1.5}, {"answer": 12345678901234567}], 12345678901234567, "its column holds fractions too"),
+])
+def test_an_integer_datasets_reads_as_another_number_is_refused(tmp_path, rows, number, why):
+    """An integer past int64 (a factorial as an answer) was read as a float64 of 16 digits, and one
+    past 2**53 beside a fraction lost its last digit: rewards compared another number, silently."""
+    path = tmp_path / "qa.jsonl"
+    path.write_bytes(_lines(*({"prompt": p, **r} for p, r in zip("ab", rows))))
+    assert _datasets_rows(path, tmp_path / "hf")[1]["answer"] != number  # why: datasets changes it
+    with pytest.raises(ConfigError) as err:
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+    assert str(err.value).startswith(f"data.path: {path} line 2 (row 1): column 'answer' holds the integer {number}, "
+                                     "which 🤗 datasets (and so TRL) reads as "), str(err.value)
+    assert why in str(err.value) and f"quote 'answer' as a string in every row (\"{number}\")" in str(err.value)
+
+
+def test_an_integer_past_int64_in_a_json_array_is_not_read_wrapped(tmp_path):
+    """In a .json array datasets wrapped it modulo 2**64: 123456789012345678901 read as 1.28e19."""
+    path = tmp_path / "qa.json"
+    path.write_text('[{"prompt": "a", "meta": {"ids": [123456789012345678901]}}]')
+    with pytest.raises(ConfigError, match=r"row 0 of .*qa.json: column 'meta' \(at meta.ids\[0\]\) holds the integer "
+                                          r"123456789012345678901, which .* reads as 1.27\d*e\+19"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))
+
+
+def test_integers_datasets_keeps_as_their_value_are_read_as_it_gives_them(tmp_path):
+    """5 beside 5.5 is 5.0 (the same number), and an int64 is kept: no error, datasets' rows."""
+    path = tmp_path / "qa.jsonl"
+    path.write_bytes(_lines({"prompt": "a", "answer": 5, "id": 2**62}, {"prompt": "b", "answer": 5.5, "id": -(2**63)}))
+    rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
+    assert rows == _datasets_rows(path, tmp_path / "hf") and rows[0]["answer"] == 5 and rows[0]["id"] == 2**62

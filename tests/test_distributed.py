@@ -291,6 +291,35 @@ def test_launch_builds_the_multi_node_torchrun_command_and_rejects_bad_flags(lau
     assert "--nproc-per-node" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("endpoint", "says"), [("node0:99999", "has the port '99999'"), ("node0:abc", "has the port 'abc'"),
+                                                (":29400", "names no host"), ("not a host", "names no host")])
+def test_a_rendezvous_endpoint_torchrun_cannot_read_is_refused(endpoint, says):
+    """--dry-run printed the command as checked, and the launch then stopped on every node with
+    "torchrun failed: ValueError: The port number of the rendezvous endpoint ...", naming no flag."""
+    from polyrl.errors import ConfigError
+    from polyrl.launch import check_endpoint
+
+    with pytest.raises(ConfigError) as info:
+        check_endpoint(endpoint)
+    assert info.value.field == "--rdzv-endpoint" and info.value.message.startswith(says), info.value
+    for fine in ("node0", "10.0.0.1:29400", "[::1]:29400", "node0:0"):
+        check_endpoint(fine)
+
+
+def test_a_bad_rendezvous_endpoint_is_one_error_line_and_no_dry_run_command(launch_toml, capsys, monkeypatch):
+    from polyrl import launch
+    from polyrl.cli import main
+
+    monkeypatch.setattr(launch, "cuda_gpu_count", lambda: 0)
+    monkeypatch.setattr(launch, "cpu_count", lambda: 8)
+    assert main(["launch", str(launch_toml), "--nproc-per-node", "1", "--nnodes", "2", "--rdzv-endpoint", "node0:99999",
+                 "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith("error: --rdzv-endpoint: has the port '99999'") and "Fix: pass HOST:PORT of node 0" in line
+    assert not captured.out
+
+
 @pytest.mark.faults
 @pytest.mark.parametrize("device, gpus, nproc, says", [
     ("auto", 0, 9, "8 CPU"),  # no GPU: the ranks train on the CPU
@@ -340,13 +369,13 @@ def test_a_bad_launch_is_one_error_line_before_any_rank_starts(launch_toml, tmp_
 def test_dry_run_prints_a_command_that_pastes_into_a_shell_as_these_arguments(launch_toml, tmp_path):
     import shlex
 
-    out = _launch(str(launch_toml), "--dry-run", "--nproc-per-node", "1", "--nnodes", "2", "--rdzv-endpoint", "not a host",
+    out = _launch(str(launch_toml), "--dry-run", "--nproc-per-node", "1", "--nnodes", "2", "--rdzv-endpoint", "node0:29400",
                   "--rdzv-id", "$(touch pwned)", "--set", "train.output_dir=out dir; `touch pwned`",
                   cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     argv = shlex.split(out.stdout)
     assert argv[argv.index("--rdzv-id") + 1] == "$(touch pwned)"
-    assert argv[argv.index("--rdzv-endpoint") + 1] == "not a host"
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "node0:29400"
     assert argv[-2:] == ["--set", "train.output_dir=out dir; `touch pwned`"]
     pasted = subprocess.run(["bash", "-c", "printf '%s\\n' " + out.stdout.strip()], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)

@@ -930,3 +930,17 @@ def test_a_failed_weight_push_keeps_the_trained_steps_in_a_checkpoint(hostile, t
     assert latest_checkpoint(trainer.checkpoint_root) == trainer.checkpoint_root / "step-00000002"
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
+
+
+@pytest.mark.parametrize(("key", "value", "shown"), [("timeout_s", True, "True"), ("timeout_s", 1e308, "1e+308"),
+                                                      ("backoff_s", float("nan"), "nan"), ("backoff_s", 1e10, "10000000000.0")])
+def test_a_wait_that_is_no_number_of_seconds_is_refused_at_the_start(key, value, shown):
+    """``timeout_s = true`` was read as 1 s, and 1e308 overflowed a thread's join (a sleep for
+    ``backoff_s``) mid-run: a traceback, after the models loaded."""
+    from polyrl.remote import remote_options
+
+    with pytest.raises(ConfigError) as info:
+        remote_options({"servers": ["http://127.0.0.1:9/v1"], key: value})
+    assert str(info.value).startswith(f"backends.options.{key}: must be a number of seconds in (0, 1e+09], got {shown}. "
+                                      f"Fix: e.g. {key} = "), str(info.value)
+    assert remote_options({"servers": ["http://127.0.0.1:9/v1"], key: 3}).timeout_s == (3 if key == "timeout_s" else 120)

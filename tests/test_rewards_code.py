@@ -244,6 +244,17 @@ def test_options_and_columns_are_checked_before_any_model_loads(tmp_path):
         assert info.value.field == "rewards[0].options", options
 
 
+@pytest.mark.parametrize(("key", "value"), [("timeout_s", 1e20), ("cpu_s", 10**19), ("memory_mb", 10**13)])
+def test_a_limit_past_what_the_kernel_holds_is_refused_when_the_run_is_set_up(key, value):
+    """Past int64 for RLIMIT_CPU / RLIMIT_AS every sample's sandbox failed to start: every
+    completion, a right one too, scored 0 with a warning each, and the run trained on the zeros."""
+    pm = get_plugin_manager(entry_points=False)
+    with pytest.raises(ConfigError, match=rf"code_tests: option {key} must be at most \d+, got .*Fix: e.g. {key} = ") \
+            as info:
+        RewardComputer(pm, [("code_tests", 1.0, {**FAST, key: value})], columns=["prompt", "tests"])
+    assert info.value.field == "rewards[0].options"
+
+
 def test_a_wrong_solution_fails_the_asserts_below_the_top_level():
     """Mixed tests (one top-level assert, the rest in a loop, in a checker function, in pytest-style
     functions): a solution passing only the first case scored 1.0, now the share it passes."""

@@ -485,3 +485,16 @@ def test_max_length_fits_the_models_positions_and_threads_are_bounded(tiny_model
     for threads in ("0", str(10 ** 9)):
         with pytest.raises(ConfigError, match="--threads: must be between 1 and 4096"):
             build_server(parser.parse_args(["--model", tiny_model_dir, "--port", "0", "--threads", threads]))
+
+
+def test_a_read_timeout_no_socket_takes_is_refused_at_startup():
+    """``--read-timeout-s 1e308`` started the server, and each connection's ``settimeout`` then
+    raised OverflowError in its handler thread: a traceback per request, none ever answered."""
+    from polyrl.errors import ConfigError
+    from polyrl.serving.limits import Limits
+
+    with pytest.raises(ConfigError, match=r"--read-timeout-s: must be at most 1e\+09 seconds, got 1e\+308\. Fix: "):
+        Limits(read_timeout_s=1e308)
+    bound = Limits(read_timeout_s=1e9).read_timeout_s
+    with socket.socket() as sock:
+        sock.settimeout(bound)  # the bound is a timeout a socket takes

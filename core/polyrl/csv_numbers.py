@@ -9,6 +9,11 @@ A column of text is no guard: pandas types each file, and each block of ``PANDAS
 file, on its own, and datasets then casts a block's numbers to the text type of the first block. So
 ``007`` in a block (or a later file of a glob) whose cells are all numbers reached the rewards as the
 text ``"7"``, while a file read whole would have kept ``"007"``: such a cell is refused too.
+
+An integer of more digits than a float64 holds (past 2**53) is refused too where pandas read its
+column as floats (beside a fraction or an empty cell): ``12345678901234567`` reached the rewards as
+``1.2345678901234568e+16``. One past 64 bits stopped the read with "Python int too large to convert
+to C long. Fix: check that the file is a valid csv file": the cell is named instead.
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ from polyrl.errors import ConfigError
 #: a field that starts (after a quote, a sign or spaces) with a zero and another digit
 _LEADING_ZERO = re.compile(rb'(?:^|[^0-9.eE])[ "]*[+-]?0[0-9]', re.MULTILINE)
 _CELL = re.compile(r"\s*[+-]?0[0-9]")
+#: a run of 16 or more digits: only such an integer may be past what a float64 holds exactly (2**53)
+_LONG_DIGITS = re.compile(rb"[0-9]{16,}")
+#: a cell that is an integer as written (pandas' reading of it, quotes or not)
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+#: what pandas reads a column of integers as: int64, or uint64 for larger non-negative ones
+_INT_RANGE = (-(2**63), 2**64)
+#: the fix for a long integer in a CSV
+LONG_FIX = ("give the rows as JSONL (that value quoted as a string) or Parquet with that column as strings "
+            "(in a CSV, quotes do not keep it text)")
 #: rows pandas types at a time in 🤗 datasets' CSV reader (``CsvConfig.chunksize``)
 PANDAS_BLOCK = 10_000
 
@@ -74,6 +88,65 @@ def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str
                         fix="give the rows as JSONL or Parquet with that column as strings (in a CSV, quotes do "
                             "not keep it text), or write the numbers without leading zeros")
                 row += 1
+
+
+def refuse_rounded_integers(table: Any, paths: Sequence[Path], sep: str, field: str) -> None:
+    """Raise naming the first cell written as an integer that a float column of ``table`` (as
+    pandas typed it) holds as another number: its last digits rounded away."""
+    import pyarrow as pa
+
+    floats = {name for name, kind in zip(table.column_names, table.schema.types) if pa.types.is_floating(kind)}
+    if not floats or not any(_has_long_digits(path) for path in paths):
+        return
+    row = 0
+    for path in paths:
+        with closing(records(path, sep)) as rows:
+            header = next(rows, (0, None))[1]
+            if header is None:
+                continue
+            columns = [(at, name) for at, name in enumerate(header) if name in floats]
+            for line, record in rows:
+                if _skipped_by_pandas(record):
+                    continue
+                if row >= table.num_rows:  # pandas read fewer rows than written: no cell left to name
+                    return
+                for at, name in columns:
+                    cell = record[at] if at < len(record) else ""
+                    if not _INTEGER.fullmatch(cell) or (value := table.column(name)[row].as_py()) is None:
+                        continue
+                    if value != int(cell):  # float == int compares exactly
+                        raise ConfigError(
+                            f"{path}:{line}: column {name!r} holds the integer {cell.strip()}, which pandas (🤗 "
+                            f"datasets' CSV reader, and so TRL) reads as the number {value!r}: the column holds "
+                            "fractions or empty cells too, and a float64 keeps about 16 digits", field=field,
+                            fix=LONG_FIX)
+                row += 1
+
+
+def first_integer_past_64_bits(paths: Sequence[Path], sep: str) -> tuple[Path, int, str, str] | None:
+    """(file, line, column, cell) of the first cell written as an integer that neither int64 nor
+    uint64 holds, which pandas cannot read; None when there is none."""
+    for path in paths:
+        if not _has_long_digits(path):
+            continue
+        with closing(records(path, sep)) as rows:
+            header = next(rows, (0, None))[1]
+            if header is None:
+                continue
+            for line, record in rows:
+                for at, cell in enumerate(record):
+                    if _INTEGER.fullmatch(cell) and not _INT_RANGE[0] <= int(cell) < _INT_RANGE[1]:
+                        name = header[at] if at < len(header) else f"field {at + 1}"
+                        return path, line, name, cell.strip()
+    return None
+
+
+def _has_long_digits(path: Path) -> bool:
+    """Whether ``path``'s bytes hold a run of 16 or more digits (memory-mapped, as ``_may_hold_one``)."""
+    if path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return _LONG_DIGITS.search(data) is not None
 
 
 def _skipped_by_pandas(record: list[str]) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 from polyrl import json_keys, json_lines, long_numbers
 from polyrl.csv_layout import refuse_long_rows, refuse_other_separator, refuse_repeated_names, refuse_row_labels
-from polyrl.csv_numbers import refuse_leading_zeros
+from polyrl.csv_numbers import LONG_FIX, first_integer_past_64_bits, refuse_leading_zeros, refuse_rounded_integers
 from polyrl.data_arrow import ArrowRows
 from polyrl.json_coercion import refuse_coerced
 from polyrl.late_columns import first_rows
@@ -467,6 +467,11 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
                                   "FILE > NEW.csv when it is Latin-1)") from None
         if builder == "csv":  # files whose columns pandas shifts differ from the others (or each other)
             refuse_long_rows(paths, options.get("sep", ","), field)
+        if builder == "csv" and "too large to convert" in _reason(exc) \
+                and (long := first_integer_past_64_bits(paths, options.get("sep", ","))) is not None:
+            raise ConfigError(f"{long[0]}:{long[1]}: column {long[2]!r} holds the integer {long[3]}, past the 64 bits "
+                              "pandas (🤗 datasets' CSV reader) reads an integer column in", field=field,
+                              fix=LONG_FIX) from None
         raise ConfigError(f"cannot read {name} as {builder}: {_reason(exc)}", field=field,
                           fix=f"check that the file is a valid {builder} file (re-export it)") from None
     if builder == "csv":
@@ -474,6 +479,7 @@ def load_files(path: str | Sequence[str], *, split: str | None = None, cache_dir
         refuse_repeated_names(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_other_separator(loaded.column_names, paths, options.get("sep", ","), field)
         refuse_leading_zeros(loaded.data.table, paths, options.get("sep", ","), field)
+        refuse_rounded_integers(loaded.data.table, paths, options.get("sep", ","), field)
     table = _arrow_rows(loaded, digest, name)
     if builder == "csv":
         table.csv = (tuple(paths), options.get("sep", ","))

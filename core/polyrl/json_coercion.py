@@ -9,6 +9,12 @@ silently, as TRL's would; the file says a string, so no reading of it is right b
 A column of dates or times (``"2024-01-05"``) is another matter: pyarrow reads such strings as
 timestamps whatever the other rows hold, as it does for every datasets user, so they are left as
 datasets gives them (refusing them refused a column of one type, calling it mixed).
+
+An integer is refused the same way when datasets does not hold its value: one past int64 (a
+factorial, a big id) is read as a float64 of 16 digits, or wrapped modulo 2**64 in a .json array
+(``123456789012345678901`` read as ``1.277632457008837e+19``), and one past 2**53 in a column
+that also holds a fraction loses its last digits; the answer a reward compared was another number.
+(``5`` read as ``5.0`` beside ``5.5`` is the same value and stays as datasets gives it.)
 """
 
 from __future__ import annotations
@@ -29,11 +35,19 @@ def _kept(typed: Any) -> bool:
     return type(typed) is str or isinstance(typed, _TIMES)
 
 
-def _walk(raw: Any, typed: Any, path: str) -> tuple[str, str, Any] | None:
-    """(where, the string, what it became) for the first string of ``raw`` that ``typed`` does
-    not hold as a string (nor as a date or time); None when every one is kept."""
+def _same_number(raw: int, typed: Any) -> bool:
+    """Whether ``typed`` (datasets' value for the JSON integer ``raw``) is that number (``5.0`` for ``5``)."""
+    return isinstance(typed, (int, float)) and not isinstance(typed, bool) and typed == raw
+
+
+def _walk(raw: Any, typed: Any, path: str) -> tuple[str, str | int, Any] | None:
+    """(where, the string or integer, what it became) for the first string of ``raw`` that ``typed``
+    does not hold as a string (nor as a date or time), or integer it does not hold as that number;
+    None when every one is kept."""
     if type(raw) is str:
         return None if _kept(typed) else (path, raw, typed)
+    if type(raw) is int:
+        return None if _same_number(raw, typed) else (path, raw, typed)
     if isinstance(raw, dict) and isinstance(typed, dict):
         for key, value in raw.items():
             if (found := _walk(value, typed.get(key), f"{path}.{key}")) is not None:
@@ -45,14 +59,18 @@ def _walk(raw: Any, typed: Any, path: str) -> tuple[str, str, Any] | None:
     return None
 
 
-def first_coerced(raw_rows: Sequence[Any], typed_rows: Sequence[Any]) -> tuple[int, str, str, str, Any] | None:
-    """(row, column, where in it, the string, what datasets made of it) for the first string in
-    ``raw_rows`` (Python's parse) that ``typed_rows`` (datasets') does not hold as that string."""
+def first_coerced(raw_rows: Sequence[Any], typed_rows: Sequence[Any]) -> tuple[int, str, str, str | int, Any] | None:
+    """(row, column, where in it, the string or integer, what datasets made of it) for the first
+    string in ``raw_rows`` (Python's parse) that ``typed_rows`` (datasets') does not hold as that
+    string, or integer it does not hold as that number."""
     for i, (raw, typed) in enumerate(zip(raw_rows, typed_rows)):
         for column, value in raw.items():
             kind = type(value)
             if kind is str:
                 if not _kept(typed.get(column)):
+                    return i, column, "", value, typed.get(column)
+            elif kind is int:
+                if not _same_number(value, typed.get(column)):
                     return i, column, "", value, typed.get(column)
             elif kind is dict or kind is list:
                 found = _walk(value, typed.get(column), "")
@@ -68,14 +86,28 @@ def refuse_coerced(raw_rows: Sequence[Any], typed_rows: Sequence[Any], where: An
     if found is None:
         return
     row, column, inner, text, value = found
-    became = "null (a missing value)" if value is None else f"{value!r} ({type(value).__name__})"
     at = f" (at {column}{inner})" if inner else ""
+    if isinstance(text, int):
+        digits = str(text) if len(str(text)) <= 40 else str(text)[:40] + "..."
+        raise ConfigError(
+            f"{where(row)}: column {column!r}{at} holds the integer {digits}, which 🤗 datasets (and so TRL) "
+            f"reads as {value!r}, another number ({_why_other(text)})",
+            field=field, fix=f"quote {column + inner!r} as a string in every row (\"{digits}\"), so its digits "
+                             "reach the rewards as written")
+    became = "null (a missing value)" if value is None else f"{value!r} ({type(value).__name__})"
     shown = text if len(text) <= 40 else text[:40] + "..."
     raise ConfigError(
         f"{where(row)}: column {column!r}{at} holds the string {shown!r}, which 🤗 datasets (and so TRL) reads as "
         f"{became}, since that column holds other types in other rows", field=field,
         fix=f"give {column + inner!r} one JSON type in every row: quote every value as a string, or write every "
             f"one as {_unquoted(value)} without quotes")
+
+
+def _why_other(number: int) -> str:
+    """Why datasets changed the integer ``number``, for the error."""
+    if -(2**63) <= number < 2**63:
+        return "its column holds fractions too, and a float64 keeps about 16 digits"
+    return "pyarrow holds integers up to int64: past it a float64 of about 16 digits, or wrapped"
 
 
 def _unquoted(value: Any) -> str:

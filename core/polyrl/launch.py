@@ -27,6 +27,27 @@ from polyrl.errors import ConfigError
 PROBE_TIMEOUT_S = 300
 
 
+def check_endpoint(endpoint: str) -> None:
+    """Refuse a ``--rdzv-endpoint`` torchrun cannot parse (``host:99999``, ``:29400``, ``host:abc``).
+    Why: ``--dry-run`` printed a command for it as checked, and the launch then failed in torchrun,
+    on every node, with "torchrun failed: ValueError: ..." naming neither the flag nor the fix."""
+    text = endpoint.strip()
+    if text.startswith("["):  # an IPv6 address: [::1]:29400
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else (None if not rest else rest)
+    else:
+        host, sep, port_text = text.rpartition(":")
+        host, port = (host, port_text) if sep else (text, None)
+    problem = None
+    if not host or any(ch.isspace() for ch in host):
+        problem = f"names no host ({endpoint!r})"
+    elif port is not None and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        problem = f"has the port {port!r}, not a number from 0 to 65535"
+    if problem is not None:
+        raise ConfigError(problem, field="--rdzv-endpoint",
+                          fix="pass HOST:PORT of node 0, the same on every node, e.g. --rdzv-endpoint node0:29400")
+
+
 def torchrun_command(args: argparse.Namespace) -> list[str]:
     """The ``python -m torch.distributed.run ... -m polyrl.cli train CONFIG ...`` argv."""
     if args.nproc_per_node < 1:
@@ -41,6 +62,7 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
         if not args.rdzv_endpoint:
             raise ConfigError("a multi-node launch needs a rendezvous address", field="--rdzv-endpoint",
                               fix="pass --rdzv-endpoint HOST:PORT of node 0 (the same on every node)")
+        check_endpoint(args.rdzv_endpoint)
         cmd += ["--nnodes", str(args.nnodes), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id]
     cmd += ["-m", "polyrl.cli"]

@@ -94,6 +94,7 @@ from polyrl.http_limits import IDENTITY_ENCODING, CappedBody, ReplyTooLarge, ref
 from polyrl.redact import Redactor, url_secrets
 from polyrl.logs import get_logger
 from polyrl.json_budget import over_budget
+from polyrl.validators import MAX_WAIT_S, fits_float, shown
 from polyrl.remote_replies import (BadReply, ServerRestarted, StaleWeights, check_weights, completion, json_body,
                                    prompt_ids_of, reply_choices, reply_model, reply_value_budget, restarted,
                                    weights_instance)
@@ -174,9 +175,13 @@ def remote_options(options: Mapping[str, Any]) -> RemoteOptions:
                           "and its replies to one of the URLs then read as another client's weights)")
     known = {f.name for f in attrs.fields(RemoteOptions)}
     values = {k: options[k] for k in known if k in options and k != "servers"}
-    for key in ("timeout_s", "backoff_s"):
-        if key in values and (not isinstance(values[key], (int, float)) or values[key] <= 0):
-            raise ConfigError("must be a number > 0", field=f"backends.options.{key}")
+    for key, example in (("timeout_s", 120), ("backoff_s", 0.5)):
+        # true read as 1 s, and 1e308 (nan, inf from Python) overflowed a thread's join or sleep mid-run
+        value = values.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not fits_float(value) \
+                or not 0 < value <= MAX_WAIT_S:
+            raise ConfigError(f"must be a number of seconds in (0, {MAX_WAIT_S:g}], got {shown(value)}",
+                              field=f"backends.options.{key}", fix=f"e.g. {key} = {example}")
     for key in ("api_key_env", "weights_dir", "weight_push_token_env", "weight_push_token_file"):
         if key in values and not (values[key] is None or isinstance(values[key], str) and values[key]):
             raise ConfigError("must be a non-empty string", field=f"backends.options.{key}")

@@ -48,6 +48,11 @@ MAX_LR = 10.0
 #: size (1e308 x 2), and then the run stopped, or a sample read as unscored, after the models loaded.
 #: Within it, scores up to 1e100 (``safe_stats.SAFE_MAGNITUDE``) times their weights sum finite.
 MAX_REWARD_WEIGHT = 1e100
+#: Seconds any wait may be set to (about 31 years). Why: torch's process group takes its timeout as a
+#: ``timedelta``, which ``train.collective_timeout_s = 1e308`` (or 1e14) overflowed: a traceback on
+#: every rank under ``polyrl launch``; Python's timed waits (a thread's join, a socket) overflow past
+#: about 9.2e9 s too. No wait meant as finite is longer.
+MAX_WAIT_S = 1e9
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -223,7 +228,7 @@ RULES: dict[str, Rule] = {
     "train.keep_previous_runs": _int(0, fix="earlier runs to keep in output_dir/previous/, e.g. 1; "
                                             "0 deletes an earlier run instead of moving it aside"),
     "train.max_consecutive_skips": _int(1, fix="e.g. 3"),
-    "train.collective_timeout_s": _float(0, low_open=True, fix="seconds a rank may wait for the others, e.g. 600"),
+    "train.collective_timeout_s": _float(0, MAX_WAIT_S, low_open=True, fix="seconds a rank may wait for the others, e.g. 600"),
     "eval.count": _int(0, 1_000_000, fix="0 disables evaluation; e.g. 100 held-out prompts"),
     "eval.every": _int(0, fix="0 evaluates only before and after training"),
     "eval.max_new_tokens": _int(1, MAX_TOKENS, optional=True, fix="unset uses generation.max_new_tokens"),
@@ -232,18 +237,18 @@ RULES: dict[str, Rule] = {
     "eval.loss_batch": _int(0, 1_000_000, fix="a multiple of eval.samples, e.g. 8; 0 takes the whole eval set as one batch"),
     "eval.pass_threshold": _float(fix="the eval reward at or above which a sample is correct, e.g. 1.0"),
     "logging.completions_per_step": _int(0, 4096, fix="e.g. 4; 0 turns the completions log off"),
-    "logging.tracker_timeout_s": _float(0, low_open=True, fix="seconds one tracker call may take, e.g. 60"),
+    "logging.tracker_timeout_s": _float(0, MAX_WAIT_S, low_open=True, fix="seconds one tracker call may take, e.g. 60"),
     "logging.table_cell_chars": _int(0, fix="characters of one completions table cell, e.g. 16384; 0 leaves cells uncut"),
     "environment.max_turns": _int(1, 1024, fix="assistant turns per episode, e.g. 4"),
     "environment.max_episode_tokens": _int(1, MAX_TOKENS, fix="tokens after the first prompt, e.g. 512"),
-    "environment.tool_timeout_s": _float(0, low_open=True, fix="seconds per tool call, e.g. 10"),
-    "environment.env_timeout_s": _float(0, low_open=True, fix="seconds per environment call (reset, step), e.g. 60"),
+    "environment.tool_timeout_s": _float(0, MAX_WAIT_S, low_open=True, fix="seconds per tool call, e.g. 10"),
+    "environment.env_timeout_s": _float(0, MAX_WAIT_S, low_open=True, fix="seconds per environment call (reset, step), e.g. 60"),
     "environment.max_concurrent_tools": _int(1, 4096, fix="tool calls at once across a step, e.g. 8"),
     "environment.max_tool_calls_per_turn": _int(1, 1024, fix="tool calls run per assistant turn, e.g. 8"),
     "rewards.weight": _float(-MAX_REWARD_WEIGHT, MAX_REWARD_WEIGHT,
                              fix="e.g. 1.0; a negative weight penalises; scale the reward's scores instead of "
                                  "a weight past 1e100"),
-    "rewards.timeout_s": _float(0, low_open=True, optional=True,
+    "rewards.timeout_s": _float(0, MAX_WAIT_S, low_open=True, optional=True,
                                 fix="seconds one reward call may take, e.g. timeout_s = 600; unset lets polyrl size it"),
 }
 

@@ -306,6 +306,12 @@ DEFAULTS: dict[str, Any] = {
 _POSITIVE = ("timeout_s", "memory_mb", "file_size_mb", "disk_mb", "max_open_files", "max_processes",
              "max_output_bytes", "max_workers")
 
+#: The most ``timeout_s`` / ``cpu_s`` (a day) and ``memory_mb`` (1 PiB) take. Why: past what the
+#: kernel's limits hold (``RLIMIT_CPU`` and ``RLIMIT_AS`` are int64: ``timeout_s = 1e20``,
+#: ``memory_mb = 1e13``) every sample's sandbox failed to start and every completion scored 0,
+#: a warning each, while the run trained on the zeros. No test of one sample runs a day.
+_AT_MOST = {"timeout_s": 86400, "cpu_s": 86400, "memory_mb": 1 << 30}
+
 _sandboxes: dict[str, Sandbox] = {}
 _sandboxes_lock = threading.Lock()
 
@@ -314,6 +320,10 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     opts = merged(NAME, given, DEFAULTS)
     for key in _POSITIVE + (("cpu_s",) if opts["cpu_s"] is not None else ()):
         positive_number(NAME, opts, key, DEFAULTS[key] or 2)
+        if key in _AT_MOST and opts[key] > _AT_MOST[key]:
+            raise RewardError(f"{NAME}: option {key} must be at most {_AT_MOST[key]}, got {opts[key]!r} (past the "
+                              "kernel's limit every sample's sandbox fails, so every completion scores 0). "
+                              f"Fix: e.g. {key} = {DEFAULTS[key] or 10}")
     if opts["mode"] not in ("fraction", "binary"):
         raise RewardError(f"{NAME}: mode must be \"fraction\" or \"binary\", got {opts['mode']!r}")
     if opts["extract"] not in ("auto", "last_block", "all_blocks", "raw"):

@@ -41,6 +41,13 @@ class Limits:
                 flag = "--" + field.name.replace("_", "-")
                 raise ConfigError(f"must be a finite number > 0, got {value}", field=flag,
                                   fix=f"give {flag} a positive value")
+        from polyrl.validators import MAX_WAIT_S
+
+        if self.read_timeout_s > MAX_WAIT_S:  # each connection's socket timeout: past ~9.2e9 s it overflowed
+            from polyrl.errors import ConfigError  # in every handler thread, and no request was ever answered
+
+            raise ConfigError(f"must be at most {MAX_WAIT_S:g} seconds, got {self.read_timeout_s:g}",
+                              field="--read-timeout-s", fix="e.g. --read-timeout-s 30")
 
 
 def content_length(header: str | None, limits: Limits) -> int:
