@@ -240,11 +240,12 @@ class Session:
             stdin.seek(start)
         answer = self.channel.ask({"op": op, **fields})
         while "ok" not in answer and ("input" in answer or "callback" in answer or "attr" in answer
-                                      or "setattr" in answer):
+                                      or "setattr" in answer or "use" in answer):
             answer = self.channel.ask(self._tests_input(asked, answer["input"]) if "input" in answer
                                       else self._called_back(answer["callback"]) if "callback" in answer
                                       else self._read_back(answer["attr"], False) if "attr" in answer
-                                      else self._read_back(answer["setattr"], True))
+                                      else self._read_back(answer["setattr"], True) if "setattr" in answer
+                                      else self._used_back(answer["use"]))
         if stdin is not None:
             read = answer.get("in")
             stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
@@ -295,6 +296,16 @@ class Session:
         index, name, data = tests_callbacks.well_formed_attribute(message, self.callbacks, writing, self.channel)
         value = self._decoded(self.value, data) if writing else None
         reply, _ = tests_callbacks.attribute_reply(self.callbacks[index], name, value, writing, self.arg)
+        return reply
+
+    def _used_back(self, message: Any) -> dict[str, Any]:
+        """The reply to the sample taking the length of, looping over, indexing or comparing an
+        object of the tests' it was handed (``tests_callbacks.USES``)."""
+        index, how, data = tests_callbacks.well_formed_use(message, self.callbacks, self.channel)
+        values = self._decoded(lambda v: [self.value(a) for a in v], data)
+        reply, asserted = tests_callbacks.reply(tests_callbacks.USES[how][1], [self.callbacks[index], *values], {},
+                                                self.arg)
+        self.callback_asserted = self.callback_asserted or asserted
         return reply
 
     def _called_back(self, message: Any) -> dict[str, Any]:

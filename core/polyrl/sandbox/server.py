@@ -760,7 +760,9 @@ class _TestsCallback:
 class _TestsObject:
     """An object of a class the tests define, handed to the solution (a ``TreeNode`` of theirs):
     reading an attribute asks for it (``{"attr": [index, name]}``), setting one sends it
-    (``{"setattr": [index, name, value]}``); the harness refuses ``__`` names and its class's own."""
+    (``{"setattr": [index, name, value]}``); the harness refuses ``__`` names and its class's own.
+    ``len``, ``bool``, a loop, ``obj[k]``, ``in``, ``hash`` and comparisons are done there too
+    (``{"use": [index, how, args]}``, ``tests_callbacks.USES``)."""
 
     __slots__ = ("_session", "_index")
 
@@ -780,6 +782,47 @@ class _TestsObject:
 
     def __repr__(self):
         return "<object of the tests>"
+
+    def _use(self, how, *args):
+        session = object.__getattribute__(self, "_session")
+        return _ask_tests(session, {"use": [object.__getattribute__(self, "_index"), how,
+                                            [session.out(a) for a in args]]})
+
+    def __len__(self):
+        return self._use("len")
+
+    def __bool__(self):
+        return self._use("bool")
+
+    def __iter__(self):  # its items, read there at once (at most ``MAX_ITEMS``)
+        return iter(self._use("iter"))
+
+    def __getitem__(self, key):
+        return self._use("getitem", key)
+
+    def __contains__(self, item):
+        return self._use("contains", item)
+
+    def __hash__(self):
+        return self._use("hash")
+
+    def __eq__(self, other):
+        return self._use("==", other)
+
+    def __ne__(self, other):
+        return self._use("!=", other)
+
+    def __lt__(self, other):
+        return self._use("<", other)
+
+    def __le__(self, other):
+        return self._use("<=", other)
+
+    def __gt__(self, other):
+        return self._use(">", other)
+
+    def __ge__(self, other):
+        return self._use(">=", other)
 
 
 def _ask_tests(session, message):
