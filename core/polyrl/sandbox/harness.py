@@ -60,7 +60,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from polyrl.sandbox import call_cases, program_cases, tests_callbacks
+from polyrl.sandbox import call_cases, program_cases, sample_identity, tests_callbacks
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -455,11 +455,15 @@ class Session:
             raise ProtocolError("nested too deep")
         if isinstance(encoded, list) and encoded:
             tag = encoded[0]
-            if tag == "r" and len(encoded) == 4 and type(encoded[1]) is int and type(encoded[2]) is str \
+            if tag == "r" and len(encoded) in (4, 5) and type(encoded[1]) is int and type(encoded[2]) is str \
                     and type(encoded[3]) is str:
+                first = encoded[4] if len(encoded) == 5 else encoded[1]  # the object's first handle (``sample_identity``)
+                if type(first) is not int or not 0 <= first <= encoded[1]:
+                    raise ProtocolError("a malformed handle")
                 if origin is not None and encoded[2] == "object":  # read again after each step: one family
                     kin = self.named.setdefault(origin, encoded[1])
-                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root, kin=kin)
+                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root, kin=kin,
+                              first=first)
             if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
                 return local_module(encoded[1])
             if tag == "H" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.callbacks):
@@ -638,6 +642,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     below = helper_objects(fallbacks)
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     namespace[program_cases.PROGRAM] = session.program  # stdin/stdout cases' runs (``program_cases``)
+    namespace[sample_identity.SAME] = sample_identity.same  # their ``a is b`` of two of its values
     namespace[call_cases.CALL] = lambda name, args, want: call_cases.returns(
         _solution_function(sample, name)(*call_cases.arguments(args)), want)  # APPS's call-based cases
     theirs = bound | modules.keys()
@@ -671,7 +676,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     layer.refill(below, real_builtins, {"__import__": importer})
     if setup:  # before the solution's names exist, as in the sample
         try:
-            exec(compile(setup, "<setup>", "exec", dont_inherit=True, optimize=0), namespace)
+            exec(sample_identity.compiled(setup, "<setup>"), namespace)
         except Exception:  # noqa: BLE001 - setup that fails here still ran in the sample
             pass
     sync(hello.get("v"))
@@ -801,7 +806,7 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         # dont_inherit: this module's ``from __future__ import annotations`` is not the tests'
         try:
             file = files[index] if index < len(files) else "<test>"  # its window's (``step_lines``)
-            exec(compile(source, file, "exec", flags=flags, dont_inherit=True, optimize=0), namespace)
+            exec(sample_identity.compiled(source, file, flags), namespace)
             ok = True
         except SampleStopped:
             raise

@@ -303,6 +303,7 @@ class _Session:
     def __init__(self, namespace):
         self.namespace = namespace
         self.refs = []
+        self.first = {}  # id of an object in ``refs`` -> the first handle given it (``sample_identity``)
         self.failed = {}  # ref -> what its iterator raised after the items a ``take`` sent
         self.handed = {}  # index -> the proxy of the tests' function or object of that index
 
@@ -332,8 +333,11 @@ class _Session:
             if data is not None:
                 return ["x", spec[0], spec[1], data]
         self.refs.append(value)
+        index = len(self.refs) - 1
+        first = self.first.setdefault(id(value), index)  # ``refs`` holds it, so its id is never another's
         kind = "callable" if callable(value) else "object"
-        return ["r", len(self.refs) - 1, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
+        sent = ["r", index, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
+        return sent if first == index else sent + [first]  # one object reached again: ``is`` holds there
 
     def arg(self, data):
         tag = data[0] if isinstance(data, list) and data else None
