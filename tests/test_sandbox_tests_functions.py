@@ -91,3 +91,52 @@ def test_a_solution_reading_the_tests_objects_passes():
 
 def test_a_wrong_solution_reaching_through_the_tests_objects_scores_zero():
     assert _each_scored({n: (t, c) for n, (c, t) in _OBJECT_FORGED.items()}) == dict.fromkeys(_OBJECT_FORGED, 0.0)
+
+
+_BOX = ("WANT = 7\nclass Box:\n    def __init__(self, *xs):\n        self.xs = list(xs)\n    def __len__(self):\n"
+        "        return len(self.xs)\n    def __iter__(self):\n        return iter(self.xs)\n"
+        "    def __getitem__(self, i):\n        if i >= len(self.xs):\n            raise KeyError(WANT)\n"
+        "        return self.xs[i]\n    def __eq__(self, other):\n        return isinstance(other, Box) and other.xs == self.xs\n"
+        "    def __hash__(self):\n        return hash(tuple(self.xs))\n    def __lt__(self, other):\n"
+        "        return self.xs < other.xs\n")
+_USING = ("def size(b):\n    return len(b)\ndef listed(b):\n    return [x for x in b]\ndef at(b, i):\n    return b[i]\n"
+          "def has(b, x):\n    return x in b\ndef same(a, b):\n    return a == b and not a != b\n"
+          "def truth(b):\n    return 'yes' if b else 'no'\ndef distinct(bs):\n    return len(set(bs))\n"
+          "def smallest(bs):\n    return min(bs)\n")
+#: The tests' objects used beyond their attributes inside the solution: its length, a loop over
+#: it, an item, ``in``, ``==``/``!=``, truth, ``hash`` (a set of them) and ordering. Each scored 0
+#: on integ (TypeError in the sample: the proxy had none of these).
+_USES = {
+    "len": _BOX + "assert size(Box(1, 2, 3)) == 3\n",
+    "loop": _BOX + "assert listed(Box(1, 2, 3)) == [1, 2, 3]\n",
+    "item": _BOX + "assert at(Box(4, 5), 1) == 5\n",
+    "in": _BOX + "assert has(Box(4, 5), 5) and not has(Box(4), 5)\n",
+    "eq": _BOX + "assert same(Box(1), Box(1)) and not same(Box(1), Box(2))\n",
+    "truth": _BOX + "assert truth(Box()) == 'no' and truth(Box(1)) == 'yes'\n",
+    "hash": _BOX + "assert distinct([Box(1), Box(1), Box(2)]) == 2\n",
+    "order": _BOX + "b = Box(0)\nassert smallest([Box(3), b, Box(1)]) is b\n",
+}
+#: Wrong solutions reaching the tests' values through those uses: an exception's text of their
+#: ``__getitem__`` (it holds ``WANT``), a use the tests' class never offers, the right use on a
+#: handed function of theirs (its globals are not an object's), and an item of theirs read past
+#: a use they answer. Each scores 0.
+_USE_FORGED = {
+    "reads_the_error": ("def want(b):\n    try:\n        b[99]\n    except KeyError as e:\n        return e.args[0]\n",
+                        _BOX + "assert want(Box(1)) == WANT\n"),
+    "asks_another_use": ("def want(b):\n    return b._use('getattr', '__globals__')['WANT']\n",
+                         _BOX + "assert want(Box(1)) == WANT\n"),
+    "uses_a_function_as_an_object": (
+        "def want(f, b):\n    p = object.__new__(type(b))\n    object.__setattr__(p, '_session', b._session)\n"
+        "    object.__setattr__(p, '_index', 0)\n    return p['WANT']\n",
+        _BOX + "assert want(lambda: 0, Box(1)) == WANT\n"),
+    "asks_with_extra_values": ("def want(b):\n    return b._use('len', 'WANT')\n", _BOX + "assert want(Box(1)) == 1\n"),
+}
+
+
+def test_a_solution_using_the_tests_objects_as_containers_passes():
+    """Each scored 0 on integ (the proxy of a tests' object had no ``__len__``, ``__iter__``...)."""
+    assert _each_scored({n: (t, _USING) for n, t in _USES.items()}) == dict.fromkeys(_USES, 1.0)
+
+
+def test_a_wrong_solution_reaching_through_the_tests_objects_uses_scores_zero():
+    assert _each_scored({n: (t, c) for n, (c, t) in _USE_FORGED.items()}) == dict.fromkeys(_USE_FORGED, 0.0)

@@ -120,7 +120,8 @@ What is NOT isolated, or only partly:
     * What the tests can express: arguments must be plain data, values the sample returned, a
       ``range`` or ``slice``, a builtin or standard function (``sort_by(xs, len)``, sent by
       name), or a function or object of the tests' own (a lambda, a ``def``, a ``TreeNode`` of
-      theirs: the sample can only call it back or read and set its attributes,
+      theirs: the sample can only call it back, read and set its attributes, or have the
+      tests' process take its length, items, truth, hash or comparisons,
       ``polyrl.sandbox.tests_callbacks``); a
       ``Counter``, ``OrderedDict``, ``deque``, ``Fraction`` or ``Decimal`` is rebuilt in the
       sample from its data, a ``defaultdict`` arrives as a dict, and the same types the solution

@@ -60,7 +60,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from polyrl.sandbox import call_cases, program_cases, tests_callbacks
+from polyrl.sandbox import call_cases, program_cases, sample_identity, tests_callbacks
 from polyrl.sandbox.attribute_reads import register as register_attribute_sites
 from polyrl.sandbox.awaited_calls import finished, is_awaited
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -240,11 +240,12 @@ class Session:
             stdin.seek(start)
         answer = self.channel.ask({"op": op, **fields})
         while "ok" not in answer and ("input" in answer or "callback" in answer or "attr" in answer
-                                      or "setattr" in answer):
+                                      or "setattr" in answer or "use" in answer):
             answer = self.channel.ask(self._tests_input(asked, answer["input"]) if "input" in answer
                                       else self._called_back(answer["callback"]) if "callback" in answer
                                       else self._read_back(answer["attr"], False) if "attr" in answer
-                                      else self._read_back(answer["setattr"], True))
+                                      else self._read_back(answer["setattr"], True) if "setattr" in answer
+                                      else self._used_back(answer["use"]))
         if stdin is not None:
             read = answer.get("in")
             stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
@@ -295,6 +296,16 @@ class Session:
         index, name, data = tests_callbacks.well_formed_attribute(message, self.callbacks, writing, self.channel)
         value = self._decoded(self.value, data) if writing else None
         reply, _ = tests_callbacks.attribute_reply(self.callbacks[index], name, value, writing, self.arg)
+        return reply
+
+    def _used_back(self, message: Any) -> dict[str, Any]:
+        """The reply to the sample taking the length of, looping over, indexing or comparing an
+        object of the tests' it was handed (``tests_callbacks.USES``)."""
+        index, how, data = tests_callbacks.well_formed_use(message, self.callbacks, self.channel)
+        values = self._decoded(lambda v: [self.value(a) for a in v], data)
+        reply, asserted = tests_callbacks.reply(tests_callbacks.USES[how][1], [self.callbacks[index], *values], {},
+                                                self.arg)
+        self.callback_asserted = self.callback_asserted or asserted
         return reply
 
     def _called_back(self, message: Any) -> dict[str, Any]:
@@ -444,11 +455,15 @@ class Session:
             raise ProtocolError("nested too deep")
         if isinstance(encoded, list) and encoded:
             tag = encoded[0]
-            if tag == "r" and len(encoded) == 4 and type(encoded[1]) is int and type(encoded[2]) is str \
+            if tag == "r" and len(encoded) in (4, 5) and type(encoded[1]) is int and type(encoded[2]) is str \
                     and type(encoded[3]) is str:
+                first = encoded[4] if len(encoded) == 5 else encoded[1]  # the object's first handle (``sample_identity``)
+                if type(first) is not int or not 0 <= first <= encoded[1]:
+                    raise ProtocolError("a malformed handle")
                 if origin is not None and encoded[2] == "object":  # read again after each step: one family
                     kin = self.named.setdefault(origin, encoded[1])
-                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root, kin=kin)
+                return Remote(self, encoded[1], encoded[2], encoded[3], data=data, origin=origin, root=root, kin=kin,
+                              first=first)
             if tag == "m" and len(encoded) == 2 and type(encoded[1]) is str:
                 return local_module(encoded[1])
             if tag == "H" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.callbacks):
@@ -625,6 +640,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     below = helper_objects(analysis.fallbacks)  # the trainer's below the solution's names (``standard_subjects``)
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     namespace[program_cases.PROGRAM] = session.program  # stdin/stdout cases' runs (``program_cases``)
+    namespace[sample_identity.SAME] = sample_identity.same  # their ``a is b`` of two of its values
     namespace[call_cases.CALL] = lambda name, args, want: call_cases.returns(
         _solution_function(sample, name)(*call_cases.arguments(args)), want)  # APPS's call-based cases
     theirs = bound | modules.keys()
@@ -658,7 +674,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     layer.refill(below, real_builtins, {"__import__": importer})
     if setup:  # before the solution's names exist, as in the sample
         try:
-            exec(compile(setup, "<setup>", "exec", dont_inherit=True, optimize=0), namespace)
+            exec(sample_identity.compiled(setup, "<setup>"), namespace)
         except Exception:  # noqa: BLE001 - setup that fails here still ran in the sample
             pass
     sync(hello.get("v"))
@@ -790,7 +806,7 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         # dont_inherit: this module's ``from __future__ import annotations`` is not the tests'
         try:
             file = files[index] if index < len(files) else "<test>"  # its window's (``step_lines``)
-            exec(compile(source, file, "exec", flags=flags, dont_inherit=True, optimize=0), namespace)
+            exec(sample_identity.compiled(source, file, flags), namespace)
             ok = True
         except SampleStopped:
             raise

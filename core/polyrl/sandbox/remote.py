@@ -111,9 +111,11 @@ class Remote:
     LIVES_IN_SAMPLE = True  # ``values.same_hash`` never hashes one (each hash is a request)
 
     def __init__(self, session: Session, ref: int, kind: str, type_name: str, data: bool = False,
-                 origin: str | None = None, root: str | None = None, kin: int | None = None) -> None:
+                 origin: str | None = None, root: str | None = None, kin: int | None = None,
+                 first: int | None = None) -> None:
         object.__setattr__(self, "_session", session)
-        object.__setattr__(self, "_ref", ref)
+        # requests go to the object's first handle (``sample_identity``); what is kept of this reach, under ``ref``
+        object.__setattr__(self, "_ref", ref if first is None else first)
         object.__setattr__(self, "_kind", kind)
         object.__setattr__(self, "_type", type_name)
         object.__setattr__(self, "_data", data)

@@ -304,6 +304,7 @@ class _Session:
     def __init__(self, namespace):
         self.namespace = namespace
         self.refs = []
+        self.first = {}  # id of an object in ``refs`` -> the first handle given it (``sample_identity``)
         self.failed = {}  # ref -> what its iterator raised after the items a ``take`` sent
         self.handed = {}  # index -> the proxy of the tests' function or object of that index
 
@@ -333,8 +334,11 @@ class _Session:
             if data is not None:
                 return ["x", spec[0], spec[1], data]
         self.refs.append(value)
+        index = len(self.refs) - 1
+        first = self.first.setdefault(id(value), index)  # ``refs`` holds it, so its id is never another's
         kind = "callable" if callable(value) else "object"
-        return ["r", len(self.refs) - 1, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
+        sent = ["r", index, kind, type(value).__name__ if isinstance(type(value).__name__, str) else "?"]
+        return sent if first == index else sent + [first]  # one object reached again: ``is`` holds there
 
     def arg(self, data):
         tag = data[0] if isinstance(data, list) and data else None
@@ -761,7 +765,9 @@ class _TestsCallback:
 class _TestsObject:
     """An object of a class the tests define, handed to the solution (a ``TreeNode`` of theirs):
     reading an attribute asks for it (``{"attr": [index, name]}``), setting one sends it
-    (``{"setattr": [index, name, value]}``); the harness refuses ``__`` names and its class's own."""
+    (``{"setattr": [index, name, value]}``); the harness refuses ``__`` names and its class's own.
+    ``len``, ``bool``, a loop, ``obj[k]``, ``in``, ``hash`` and comparisons are done there too
+    (``{"use": [index, how, args]}``, ``tests_callbacks.USES``)."""
 
     __slots__ = ("_session", "_index")
 
@@ -781,6 +787,47 @@ class _TestsObject:
 
     def __repr__(self):
         return "<object of the tests>"
+
+    def _use(self, how, *args):
+        session = object.__getattribute__(self, "_session")
+        return _ask_tests(session, {"use": [object.__getattribute__(self, "_index"), how,
+                                            [session.out(a) for a in args]]})
+
+    def __len__(self):
+        return self._use("len")
+
+    def __bool__(self):
+        return self._use("bool")
+
+    def __iter__(self):  # its items, read there at once (at most ``MAX_ITEMS``)
+        return iter(self._use("iter"))
+
+    def __getitem__(self, key):
+        return self._use("getitem", key)
+
+    def __contains__(self, item):
+        return self._use("contains", item)
+
+    def __hash__(self):
+        return self._use("hash")
+
+    def __eq__(self, other):
+        return self._use("==", other)
+
+    def __ne__(self, other):
+        return self._use("!=", other)
+
+    def __lt__(self, other):
+        return self._use("<", other)
+
+    def __le__(self, other):
+        return self._use("<=", other)
+
+    def __gt__(self, other):
+        return self._use(">", other)
+
+    def __ge__(self, other):
+        return self._use(">=", other)
 
 
 def _ask_tests(session, message):

@@ -16,15 +16,21 @@ An object of a class the tests define (a ``TreeNode`` of theirs) crosses the sam
 the sample's proxy reads its attributes back (``node.val``, ``node.left``: data, or another such
 proxy; a method is a function as above) and may set new or instance attributes (``node.left =
 x``), never a name with a leading ``__`` nor one its class defines (a method of the tests' replaced
-by a no-op would pass their later call of it).
+by a no-op would pass their later call of it). ``len(node)``, ``bool``, a loop over it, ``node[k]``,
+``x in node``, ``hash`` and comparisons (``USES``) are Python's own operations done here on the
+object (a loop's items sent at once, at most ``MAX_ITEMS``), their answers sent back as a call's
+are: the tests' own ``__len__``/``__eq__``... run in the tests' process, never the sample's.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
+from polyrl.sandbox.values import MAX_ITEMS
 
 #: Most arguments one call back may carry.
 MAX_ARGS = 256
@@ -58,6 +64,35 @@ def attribute_reply(obj: Any, name: str, value: Any, writing: bool,
     if writing:
         return reply(lambda: setattr(obj, name, value), [], {}, send)
     return reply(lambda: getattr(obj, name), [], {}, send)
+
+
+def _items(obj: Any) -> list[Any]:
+    """``obj``'s items as a loop over it reads them, refused past ``MAX_ITEMS``."""
+    items = list(itertools.islice(iter(obj), MAX_ITEMS + 1))
+    if len(items) > MAX_ITEMS:
+        raise OverflowError(f"more than {MAX_ITEMS} items")
+    return items
+
+
+#: What the sample may do with an object of the tests' beyond its attributes, done here by
+#: Python's own operation on it: how -> (the number of the sample's values it takes, the operation).
+USES: dict[str, tuple[int, Callable[..., Any]]] = {
+    "len": (0, len), "bool": (0, bool), "iter": (0, _items), "hash": (0, hash),
+    "getitem": (1, operator.getitem), "contains": (1, operator.contains),
+    "==": (1, operator.eq), "!=": (1, operator.ne), "<": (1, operator.lt), "<=": (1, operator.le),
+    ">": (1, operator.gt), ">=": (1, operator.ge)}
+
+
+def well_formed_use(message: Any, handed: list[Any], channel: Channel) -> tuple[int, str, list[Any]]:
+    """(index, how, encoded values) of the sample's ``{"use": [i, how, values]}`` of an object of the
+    tests' it was handed (``len(node)``, ``node[0]``, ``node == x``); anything else stops it as crashed."""
+    if (isinstance(message, list) and len(message) == 3 and type(message[0]) is int
+            and 0 <= message[0] < len(handed) and is_tests_object(handed[message[0]])
+            and type(message[1]) is str and message[1] in USES and isinstance(message[2], list)
+            and len(message[2]) == USES[message[1]][0]):
+        return message[0], message[1], message[2]
+    channel.dead = SampleStopped("crashed", "the sample used an object of the tests' in a way it cannot")
+    raise channel.dead
 
 
 def well_formed(message: Any, count: int, channel: Channel) -> tuple[int, list[Any], dict[str, Any]]:

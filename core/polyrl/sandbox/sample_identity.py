@@ -1,0 +1,72 @@
+"""``is`` between two of the sample's values as the tests see it: one object there, one answer here.
+
+Why: every reach of a sample's value is a stand-in of its own (``Remote``: each keeps what the
+harness knows of that reach, whether the tests expect data from it, its family...), so ``Color(1) is
+Color.RED``, ``Color['RED'] is Color.RED`` and ``get() is get()`` of a singleton compared two
+stand-ins and were False: a right solution scored 0. ``is`` cannot be overloaded, and one stand-in
+shared by every reach would carry a lenient reach's state into a strict one. So the stand-ins stay
+apart and the tests' ``a is b`` (and ``is not``) of two non-literal operands is compiled as
+``SAME(a, b)``, which holds for two stand-ins routed to the same handle.
+
+Why that is sound: the sample's server names, with each new handle, the first handle it gave the
+same object (``server._Session.out``), and a stand-in sends every request to that first handle
+(``Remote._ref``; its own state stays under its own, ``Remote._key``). A server that claims a
+value is one it is not therefore gets that other object's answers for it from then on: the claim
+is made when the value arrives, before the tests compare anything, and what it buys is exactly
+what a solution really returning that object would, never an answer only a forged server gives.
+Not covered: ``unittest``'s ``assertIs`` (its own ``is``, in unittest's code) and a chain
+``a is b is c``, which stay Python's.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from polyrl.sandbox.remote import Remote
+
+#: The tests' global the rewritten ``is`` calls (as ``program_cases.PROGRAM``).
+SAME = "__polyrl_same__"
+
+
+def same(a: Any, b: Any) -> bool:
+    """``a is b``, or both stand-ins of one object of the same sample (module doc). ``type``, not
+    ``isinstance``: a tests' object's own ``__class__`` is never asked."""
+    if a is b:
+        return True
+    return type(a) is Remote and type(b) is Remote and a._session is b._session and a._ref == b._ref
+
+
+class _Rewrite(ast.NodeTransformer):
+    """``a is b`` -> ``SAME(a, b)``, ``a is not b`` -> ``not SAME(a, b)``, where neither side is a
+    literal (``x is None`` stays Python's: no stand-in is ever None, True or a literal)."""
+
+    found = False
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:  # noqa: N802 - ast's visitor name
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            return node
+        if isinstance(node.left, ast.Constant) or isinstance(node.comparators[0], ast.Constant):
+            return node
+        self.found = True
+        call: ast.expr = ast.Call(func=ast.Name(id=SAME, ctx=ast.Load()), args=[node.left, node.comparators[0]],
+                                  keywords=[])
+        if isinstance(node.ops[0], ast.IsNot):
+            call = ast.UnaryOp(op=ast.Not(), operand=call)
+        return ast.fix_missing_locations(ast.copy_location(call, node))
+
+
+def compiled(source: str, file: str, flags: int = 0) -> Any:
+    """The tests' ``source`` compiled as ``compile`` would (asserts kept, no inherited futures),
+    its ``is`` between non-literals asking ``SAME``; unchanged where it has none, or cannot be parsed
+    (``compile`` then raises its own SyntaxError)."""
+    try:
+        tree = ast.parse(source, file)
+    except (SyntaxError, ValueError):
+        return compile(source, file, "exec", flags=flags, dont_inherit=True, optimize=0)
+    rewrite = _Rewrite()
+    tree = rewrite.visit(tree)
+    if not rewrite.found:
+        return compile(source, file, "exec", flags=flags, dont_inherit=True, optimize=0)
+    return compile(tree, file, "exec", flags=flags, dont_inherit=True, optimize=0)
