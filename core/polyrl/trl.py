@@ -436,6 +436,8 @@ class GRPOTrainer:
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
         trl_args_seen.refuse_changes(self._args_seen, self.args)
+        if not resume_from_checkpoint:
+            self._refuse_training_again()
         self._check_own_saves()
         resume: str | None = None
         if resume_from_checkpoint:
@@ -521,6 +523,20 @@ class GRPOTrainer:
             log_history.append({**metrics, "step": self.state.global_step})
         self._args_seen = trl_args_seen.snapshot(self.args)  # a callback's own changes in this run stand
         return _train_output(self.state.global_step, training_loss, metrics)
+
+    def _refuse_training_again(self) -> None:
+        """A fresh ``train()`` after one that trained: one ConfigError. Why: transformers' second
+        ``train()`` trains the model object the first one left (its trained weights, from step 0
+        with a new optimizer); polyrl's run loads the model the trainer was built with, so it
+        trained the untrained model again and set the first run aside without a word."""
+        if self.summary is None or "model" not in self.summary or not self.summary.get("steps"):
+            return  # nothing trained yet (no run, or one stopped before its first step): a fresh start is TRL's
+        raise ConfigError(
+            "train() already trained this trainer's model; TRL's second train() goes on training those trained "
+            "weights from step 0, but polyrl's run would start again from the model the trainer was built with",
+            field="resume_from_checkpoint", fix="continue this run with train(resume_from_checkpoint=True), or save the trained "
+                               "model (trainer.save_model(DIR)) and build a new GRPOTrainer(model=DIR, ...) to train "
+                               "it from step 0")
 
     def _end_metrics(self, trainer: Any, started: float) -> dict[str, float]:
         """transformers' end-of-training metrics for ``trainer``'s run (``_train_metrics``, the mean of
