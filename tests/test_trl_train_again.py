@@ -25,3 +25,24 @@ def test_a_second_train_after_one_that_trained_is_one_error_and_keeps_the_first_
     assert err.value.field == "resume_from_checkpoint" and "save_model" in (err.value.fix or "")
     run = tmp_path / "run"
     assert (run / "model").is_dir() and not (run / "previous").exists()  # the first run stays where it was
+
+
+def test_a_fresh_train_after_one_that_raised_past_its_first_step_is_one_error_too(tiny_model_dir, tmp_path):
+    """A callback raising in step 1's on_step_end: the model was trained there (TRL's next train() goes
+    on from those weights); polyrl's next train() started from the untrained model again."""
+    from transformers import TrainerCallback
+
+    from polyrl.errors import CallbackError
+
+    class Broken(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            raise RuntimeError("broken")
+
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=grpo_args(tmp_path, max_steps=2),
+                          train_dataset=prompts_dataset(), callbacks=[Broken()])
+    with pytest.raises(CallbackError):
+        trainer.train()
+    trainer.remove_callback(Broken)
+    with pytest.raises(ConfigError) as err:
+        trainer.train()
+    assert err.value.field == "resume_from_checkpoint" and "1 step" in err.value.message

@@ -343,6 +343,8 @@ class GRPOTrainer:
         #: whether reward models sharing one TRL name were told (``api.warn_shared_trl_names``): once a trainer
         self._shared_names_told = False
         self.summary: dict[str, Any] | None = None
+        #: the steps this trainer's ``train()`` calls took, a failed one's too (``_refuse_training_again``)
+        self._trained_steps = 0
         #: what this trainer saved in output_dir before its run (save_metrics/save_state before
         #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
         #: in). ``train()``'s fresh start keeps these and sets every other trainer's results aside.
@@ -479,12 +481,15 @@ class GRPOTrainer:
         ended: dict[str, dict[str, float]] = {}  # transformers' end-of-training metrics, taken once
         trainer.end_metrics = lambda run: ended.setdefault(
             "metrics", _with_unlogged(self._end_metrics(run, started), observer))
+        first_step = trainer.step
         try:
             summary = trainer.run(progress=progress)
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
             raise _all_cut_in_trl_names(exc) from None
         finally:
             self._run = None
+            if trainer.step > first_step:  # a run that raised after its updates trained the model too
+                self._trained_steps += trainer.step - first_step
         self.summary = summary
         self._own_results, self._displaced = {}, []  # what it saved before this run is part of this run now
         self._run_results = trl_saves.run_results(Path(self.grpo_config.output_dir))
@@ -525,18 +530,20 @@ class GRPOTrainer:
         return _train_output(self.state.global_step, training_loss, metrics)
 
     def _refuse_training_again(self) -> None:
-        """A fresh ``train()`` after one that trained: one ConfigError. Why: transformers' second
-        ``train()`` trains the model object the first one left (its trained weights, from step 0
-        with a new optimizer); polyrl's run loads the model the trainer was built with, so it
-        trained the untrained model again and set the first run aside without a word."""
-        if self.summary is None or "model" not in self.summary or not self.summary.get("steps"):
+        """A fresh ``train()`` after one that trained (or raised after some steps): one ConfigError.
+        Why: transformers' next ``train()`` trains the model object the earlier one left (its
+        trained weights, from step 0 with a new optimizer); polyrl's run loads the model the trainer
+        was built with, so it trained the untrained model again and set the earlier run aside
+        without a word."""
+        if not self._trained_steps:
             return  # nothing trained yet (no run, or one stopped before its first step): a fresh start is TRL's
         raise ConfigError(
-            "train() already trained this trainer's model; TRL's second train() goes on training those trained "
-            "weights from step 0, but polyrl's run would start again from the model the trainer was built with",
-            field="resume_from_checkpoint", fix="continue this run with train(resume_from_checkpoint=True), or save the trained "
-                               "model (trainer.save_model(DIR)) and build a new GRPOTrainer(model=DIR, ...) to train "
-                               "it from step 0")
+            f"an earlier train() of this trainer trained its model ({self._trained_steps} step(s)); TRL's next "
+            "train() goes on training those weights from step 0, but polyrl's run would start again from the "
+            "model the trainer was built with", field="resume_from_checkpoint",
+            fix="continue that run with train(resume_from_checkpoint=True), or save the trained model "
+                "(trainer.save_model(DIR) after a train() that finished) and build a new GRPOTrainer(model=DIR, "
+                "...) to train it from step 0")
 
     def _end_metrics(self, trainer: Any, started: float) -> dict[str, float]:
         """transformers' end-of-training metrics for ``trainer``'s run (``_train_metrics``, the mean of
