@@ -251,6 +251,8 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
                               fix="pass a reward function, a list of them, or a reward model folder (or an "
                                   "environment_factory whose environment defines get_reward())")
+        written_rewards = user_rewards  # as the script wrote them: a Hub id is the name TRL logs it under
+        user_rewards = trl_reward_models.hub_reward_models(user_rewards)
         reward_tokenizers = trl_reward_models.reward_tokenizers(reward_processing_classes, user_rewards)
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
@@ -274,7 +276,7 @@ class GRPOTrainer:
         reward_dtypes = trl_reward_models.reward_model_dtypes(user_rewards, getattr(self.args, "model_init_kwargs", None),
                                                               folders=not isinstance(self.args, api.GRPOConfig))
         # the names TRL logs the reward models under, read before a model object is saved as reward_funcs_<i>
-        reward_names = trl_reward_models.reward_model_names(user_rewards)
+        reward_names = trl_reward_models.reward_model_names(user_rewards, written_rewards)
         agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
