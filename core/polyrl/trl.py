@@ -513,7 +513,8 @@ class GRPOTrainer:
                                             sets=[name for name, _ in trainer.eval_set_sizes])
         log_history = [entry for entry in log_history if not entry.get(_UNLOGGED)]
         log_history = with_script_logs(log_history, self._logged_in_run)  # a resumed run's checkpoint's too
-        run_settings(self.state, trainer, self.args)
+        # the intervals set when the run began (its observer's ``run_begin``) stay, a callback's changes too
+        run_settings(self.state, trainer, self.args, intervals=observer is None)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
         if epoch is not None:  # else transformers' 0
             self.state.epoch = epoch
@@ -555,7 +556,8 @@ class GRPOTrainer:
         from polyrl.trl_callbacks import run_settings
 
         losses = [m["loss"] for m in trainer.history if isinstance(m.get("loss"), (int, float))]
-        run_settings(self.state, trainer, self.args)  # the state's max_steps, which the throughputs count
+        # the state's max_steps, which the throughputs count (its intervals are the run's: ``train()``)
+        run_settings(self.state, trainer, self.args, intervals=False)
         metrics = _train_metrics(time.monotonic() - started,
                                  _train_loss(losses, getattr(self.args, "logging_nan_inf_filter", True)),
                                  self.state, self.args, self.train_dataset, self.accelerator.num_processes)
