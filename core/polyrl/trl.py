@@ -483,15 +483,15 @@ class GRPOTrainer:
         ended: dict[str, dict[str, float]] = {}  # transformers' end-of-training metrics, taken once
         trainer.end_metrics = lambda run: ended.setdefault(
             "metrics", _with_unlogged(self._end_metrics(run, started), observer))
-        first_step = trainer.step
+        first_step = int(getattr(trainer, "step", 0))  # (a Trainer stand-in in the tests has none)
         try:
             summary = trainer.run(progress=progress)
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
             raise _all_cut_in_trl_names(exc) from None
         finally:
             self._run = None
-            if trainer.step > first_step:  # a run that raised after its updates trained the model too
-                self._trained_steps += trainer.step - first_step
+            # a run that raised after its updates trained the model too
+            self._trained_steps += max(0, int(getattr(trainer, "step", first_step)) - first_step)
         self.summary = summary
         self._own_results, self._displaced = {}, []  # what it saved before this run is part of this run now
         self._run_results = trl_saves.run_results(Path(self.grpo_config.output_dir))
