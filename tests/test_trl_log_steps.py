@@ -191,3 +191,25 @@ def test_a_resumed_run_keeps_the_logs_a_callback_forced_before_its_checkpoint_an
     lines = _lines(tmp_path / "run")
     assert trainer.state.log_history[0]["reward"] == pytest.approx(lines[0]["reward_mean"])
     assert trainer.state.log_history[0] == {**first.logs[0][1], "step": 1}
+
+
+class ChangesIntervals(TrainerCallback):
+    """At step 1: the state's logging_steps to 2 (DefaultFlowCallback reads it at each step) and
+    args.logging_steps to 3 (transformers read it once, when training began)."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            state.logging_steps, args.logging_steps = 2, 3
+
+
+def test_the_states_logging_steps_after_train_are_the_runs_as_a_callback_left_them(tiny_model_dir, tmp_path):
+    """transformers sets the state's intervals once, when training starts: after train() they are the
+    run's, a callback's change of the state's kept, one of args' with no effect. polyrl computed them
+    from args again at the end (state.logging_steps was 3: args', not the run's 2)."""
+    logs = Logs()
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=_dataset(),
+                          args=grpo_args(tmp_path, max_steps=3, per_device_train_batch_size=2),
+                          callbacks=[ChangesIntervals(), logs])
+    trainer.train()
+    assert [step for step, entry in logs.logs if "loss" in entry] == [1, 2]  # the state's 2 followed, not args' 3
+    assert trainer.state.logging_steps == 2

@@ -515,3 +515,25 @@ def test_reward_entries_name_reward_models_as_trl(rm_path, capfd):
     assert "rewards reward_model, reward_model_3 share TRL's name 'tiny-rm'" in said, said
     _, plugins = api.reward_entries([rm_path, short, rm_path + "/", rm_path], model_names=[None, None, None, "x"])
     assert trl_reward_names(plugins) == {"reward_model": "tiny-rm", "reward_model_2": "", "reward_model_3": "x"}
+
+
+def test_a_cached_hub_id_in_reward_funcs_is_that_reward_model_with_its_tokenizer_and_trls_name(
+        rm_path, byte_tokenizer, tmp_path, monkeypatch):
+    """TRL loads ``reward_funcs="org/name"`` with AutoModelForSequenceClassification (its name in the
+    logs: "name"). The id reached polyrl's reward names as is: ``reward_processing_classes``' tokenizer
+    for it was ignored as a function's, and train() stopped naming ``rewards[0]``, no field of the
+    script. Now: the id's folder in the local HF cache, the tokenizer saved for it, TRL's name; an
+    id not cached is one error naming ``reward_funcs[0]`` when the trainer is built."""
+    from huggingface_hub import constants
+
+    from test_hub_ids import populate_hf_cache
+
+    snapshot = populate_hf_cache(tmp_path / "hub", "org/tiny-rm", rm_path)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    trainer = GRPOTrainer(model="m", reward_funcs=["org/tiny-rm", short], args=_args(tmp_path),
+                          train_dataset=_dataset(), reward_processing_classes=[byte_tokenizer, None])
+    assert Path(trainer._reward_entries[0]) == snapshot and trainer._reward_names[0] == "tiny-rm"
+    assert trainer._reward_tokenizers[0] is not None and trainer._reward_tokenizers[1] is None
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model="m", reward_funcs=["org/not-cached"], args=_args(tmp_path), train_dataset=_dataset())
+    assert err.value.field == "reward_funcs[0]" and "hf download org/not-cached" in (err.value.fix or "")

@@ -251,6 +251,8 @@ class GRPOTrainer:
             raise ConfigError("GRPOTrainer needs reward_funcs", field="reward_funcs",
                               fix="pass a reward function, a list of them, or a reward model folder (or an "
                                   "environment_factory whose environment defines get_reward())")
+        written_rewards = user_rewards  # as the script wrote them: a Hub id is the name TRL logs it under
+        user_rewards = trl_reward_models.hub_reward_models(user_rewards)
         reward_tokenizers = trl_reward_models.reward_tokenizers(reward_processing_classes, user_rewards)
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
@@ -274,7 +276,7 @@ class GRPOTrainer:
         reward_dtypes = trl_reward_models.reward_model_dtypes(user_rewards, getattr(self.args, "model_init_kwargs", None),
                                                               folders=not isinstance(self.args, api.GRPOConfig))
         # the names TRL logs the reward models under, read before a model object is saved as reward_funcs_<i>
-        reward_names = trl_reward_models.reward_model_names(user_rewards)
+        reward_names = trl_reward_models.reward_model_names(user_rewards, written_rewards)
         agent = self.tools is not None or self.trl_environments is not None
         self.grpo_config = trl_args if isinstance(trl_args, api.GRPOConfig) else \
             api.GRPOConfig.from_trl(trl_args, tools=agent)
@@ -343,6 +345,8 @@ class GRPOTrainer:
         #: whether reward models sharing one TRL name were told (``api.warn_shared_trl_names``): once a trainer
         self._shared_names_told = False
         self.summary: dict[str, Any] | None = None
+        #: the steps this trainer's ``train()`` calls took, a failed one's too (``_refuse_training_again``)
+        self._trained_steps = 0
         #: what this trainer saved in output_dir before its run (save_metrics/save_state before
         #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
         #: in). ``train()``'s fresh start keeps these and sets every other trainer's results aside.
@@ -436,6 +440,8 @@ class GRPOTrainer:
         if trial is not None:
             raise ConfigError("polyrl runs no hyperparameter search", field="trial", fix="remove trial")
         trl_args_seen.refuse_changes(self._args_seen, self.args)
+        if not resume_from_checkpoint:
+            self._refuse_training_again()
         self._check_own_saves()
         resume: str | None = None
         if resume_from_checkpoint:
@@ -477,12 +483,15 @@ class GRPOTrainer:
         ended: dict[str, dict[str, float]] = {}  # transformers' end-of-training metrics, taken once
         trainer.end_metrics = lambda run: ended.setdefault(
             "metrics", _with_unlogged(self._end_metrics(run, started), observer))
+        first_step = int(getattr(trainer, "step", 0))  # (a Trainer stand-in in the tests has none)
         try:
             summary = trainer.run(progress=progress)
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
             raise _all_cut_in_trl_names(exc) from None
         finally:
             self._run = None
+            # a run that raised after its updates trained the model too
+            self._trained_steps += max(0, int(getattr(trainer, "step", first_step)) - first_step)
         self.summary = summary
         self._own_results, self._displaced = {}, []  # what it saved before this run is part of this run now
         self._run_results = trl_saves.run_results(Path(self.grpo_config.output_dir))
@@ -504,7 +513,8 @@ class GRPOTrainer:
                                             sets=[name for name, _ in trainer.eval_set_sizes])
         log_history = [entry for entry in log_history if not entry.get(_UNLOGGED)]
         log_history = with_script_logs(log_history, self._logged_in_run)  # a resumed run's checkpoint's too
-        run_settings(self.state, trainer, self.args)
+        # the intervals set when the run began (its observer's ``run_begin``) stay, a callback's changes too
+        run_settings(self.state, trainer, self.args, intervals=observer is None)
         self.state.global_step = int(summary.get("steps", 0)) * per_step
         if epoch is not None:  # else transformers' 0
             self.state.epoch = epoch
@@ -522,6 +532,22 @@ class GRPOTrainer:
         self._args_seen = trl_args_seen.snapshot(self.args)  # a callback's own changes in this run stand
         return _train_output(self.state.global_step, training_loss, metrics)
 
+    def _refuse_training_again(self) -> None:
+        """A fresh ``train()`` after one that trained (or raised after some steps): one ConfigError.
+        Why: transformers' next ``train()`` trains the model object the earlier one left (its
+        trained weights, from step 0 with a new optimizer); polyrl's run loads the model the trainer
+        was built with, so it trained the untrained model again and set the earlier run aside
+        without a word."""
+        if not self._trained_steps:
+            return  # nothing trained yet (no run, or one stopped before its first step): a fresh start is TRL's
+        raise ConfigError(
+            f"an earlier train() of this trainer trained its model ({self._trained_steps} step(s)); TRL's next "
+            "train() goes on training those weights from step 0, but polyrl's run would start again from the "
+            "model the trainer was built with", field="resume_from_checkpoint",
+            fix="continue that run with train(resume_from_checkpoint=True), or save the trained model "
+                "(trainer.save_model(DIR) after a train() that finished) and build a new GRPOTrainer(model=DIR, "
+                "...) to train it from step 0")
+
     def _end_metrics(self, trainer: Any, started: float) -> dict[str, float]:
         """transformers' end-of-training metrics for ``trainer``'s run (``_train_metrics``, the mean of
         its steps' losses, its last ``epoch``), taken while its trackers are still open
@@ -530,7 +556,8 @@ class GRPOTrainer:
         from polyrl.trl_callbacks import run_settings
 
         losses = [m["loss"] for m in trainer.history if isinstance(m.get("loss"), (int, float))]
-        run_settings(self.state, trainer, self.args)  # the state's max_steps, which the throughputs count
+        # the state's max_steps, which the throughputs count (its intervals are the run's: ``train()``)
+        run_settings(self.state, trainer, self.args, intervals=False)
         metrics = _train_metrics(time.monotonic() - started,
                                  _train_loss(losses, getattr(self.args, "logging_nan_inf_filter", True)),
                                  self.state, self.args, self.train_dataset, self.accelerator.num_processes)

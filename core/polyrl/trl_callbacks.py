@@ -1113,15 +1113,18 @@ def in_updates(entry: dict[str, Any], per_step: int) -> dict[str, Any]:
 STEPS_DEFAULT = 500
 
 
-def run_settings(state: Any, trainer: Any, args: Any) -> None:
+def run_settings(state: Any, trainer: Any, args: Any, intervals: bool = True) -> None:
     """The fields of ``state`` a run sets when it starts: ``max_steps`` and ``num_train_epochs``
     from polyrl's ``trainer`` (a ``polyrl.trainer.Trainer``: its steps in optimizer updates), and
-    ``logging_steps``, ``eval_steps`` and ``save_steps`` from TRL's ``args`` (``compute_steps``)."""
+    with ``intervals`` ``logging_steps``, ``eval_steps`` and ``save_steps`` from TRL's ``args``
+    (``compute_steps``). Without: the intervals the run had stay, as transformers sets them once when
+    training starts (a callback's change of the state's stands, one of ``args``' has no effect)."""
     from polyrl.step_metrics import trl_epoch
 
     c, per_step = trainer.config.train, updates_per_step(trainer)
     state.max_steps = c.steps * per_step
-    compute_steps(state, args, state.max_steps)
+    if intervals:
+        compute_steps(state, args, state.max_steps)
     state.num_train_epochs = math.ceil(trl_epoch(c.steps, c.prompts_per_step, len(trainer.dataset)))
 
 

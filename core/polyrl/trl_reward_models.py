@@ -89,17 +89,36 @@ def reward_tokenizers(value: Any, rewards: Sequence[Any]) -> list[Any]:
     return aligned
 
 
-def reward_model_names(rewards: Sequence[Any]) -> list[str | None]:
+def hub_reward_models(rewards: Sequence[Any]) -> list[Any]:
+    """``rewards`` (the script's ``reward_funcs``) with each Hub id (``org/name``, as TRL's
+    ``AutoModelForSequenceClassification.from_pretrained`` takes it) as its snapshot folder in the
+    local Hugging Face cache, which polyrl's ``reward_model`` reads; an id not cached there is one
+    ConfigError naming ``reward_funcs[i]`` (polyrl never downloads). Why: the id reached polyrl's
+    reward names as is, so the run stopped at ``train()`` naming ``rewards[i]``, a field the script
+    never wrote, and ``reward_processing_classes``' tokenizer for it was taken as a function's
+    (ignored), where TRL loads the model the id names."""
+    from polyrl.hub import looks_like_hub_id, resolve_cached
+
+    return [resolve_cached(reward, field=f"reward_funcs[{i}]")
+            if isinstance(reward, str) and "@" not in reward and looks_like_hub_id(reward) else reward
+            for i, reward in enumerate(rewards)]
+
+
+def reward_model_names(rewards: Sequence[Any], given: Sequence[Any] | None = None) -> list[str | None]:
     """The name TRL 1.16 logs each reward model of ``rewards`` (the script's ``reward_funcs``)
     under, ``rewards/<name>/mean``: the last "/"-part of its ``config._name_or_path``, which for a
     folder is the string given (``api.trl_model_name``); None for a function. Read before a model
     object is saved: polyrl scores it from ``reward_models/reward_funcs_<i>``, a name TRL never
-    logs, and its polyrl label is ``reward_model`` (``api.reward_entries``)."""
+    logs, and its polyrl label is ``reward_model`` (``api.reward_entries``). ``given``: ``reward_funcs``
+    as the script wrote them, where a Hub id is its own name (``hub_reward_models``' folder is not)."""
     from polyrl.api import is_reward_model_folder, trl_model_name
 
     names: list[str | None] = []
-    for reward in rewards:
-        if is_model_object(reward):
+    for i, reward in enumerate(rewards):
+        written = given[i] if given is not None and i < len(given) else reward
+        if isinstance(written, str) and written != reward and is_reward_model_folder(reward):
+            names.append(trl_model_name(written))  # a Hub id's: TRL's config._name_or_path is the id
+        elif is_model_object(reward):
             names.append(trl_model_name(str(getattr(getattr(reward, "config", None), "_name_or_path", "") or "")))
         elif is_reward_model_folder(reward):
             names.append(trl_model_name(reward))
@@ -282,5 +301,5 @@ def saved_reward_models(rewards: Sequence[Any], tokenizers: Sequence[Any],
     return entries, folders
 
 
-__all__ = ["MODELS", "REWARD_DTYPES", "TOKENIZERS", "is_model_object", "remove_stale_staging", "reward_model_dtypes",
-           "reward_model_names", "reward_tokenizers", "saved_reward_models"]
+__all__ = ["MODELS", "REWARD_DTYPES", "TOKENIZERS", "hub_reward_models", "is_model_object", "remove_stale_staging",
+           "reward_model_dtypes", "reward_model_names", "reward_tokenizers", "saved_reward_models"]
