@@ -91,3 +91,13 @@ def test_a_solution_reading_the_tests_objects_passes():
 
 def test_a_wrong_solution_reaching_through_the_tests_objects_scores_zero():
     assert _each_scored({n: (t, c) for n, (c, t) in _OBJECT_FORGED.items()}) == dict.fromkeys(_OBJECT_FORGED, 0.0)
+
+
+def test_a_solution_setting_a_slot_of_the_tests_object_passes():
+    """On integ setting any name the tests' class defines was refused, a ``__slots__`` field too:
+    a right ``invert`` of a slotted ``Node`` (``n.left = ...``) scored 0. A slot (a data
+    descriptor) is the instance's own value; a method of theirs stays unreplaceable
+    (``replaces_their_method`` above)."""
+    slotted = _NODE.replace("class Node:\n", "class Node:\n    __slots__ = ('val', 'left', 'right')\n")
+    tests = slotted + "t = Node(1, Node(2))\nassert invert(t) is t\nassert t.left is None and t.right.val == 2\n"
+    assert _each_scored({"slots": (tests, _TREES)}) == {"slots": 1.0}

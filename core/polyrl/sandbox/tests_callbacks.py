@@ -16,7 +16,7 @@ An object of a class the tests define (a ``TreeNode`` of theirs) crosses the sam
 the sample's proxy reads its attributes back (``node.val``, ``node.left``: data, or another such
 proxy; a method is a function as above) and may set new or instance attributes (``node.left =
 x``), never a name with a leading ``__`` nor one its class defines (a method of the tests' replaced
-by a no-op would pass their later call of it).
+by a no-op would pass their later call of it), but for a slot or property of theirs (``__slots__``).
 """
 
 from __future__ import annotations
@@ -53,11 +53,22 @@ def attribute_reply(obj: Any, name: str, value: Any, writing: bool,
                     send: Callable[[Any], Any]) -> tuple[dict[str, Any], bool]:
     """``getattr(obj, name)`` sent back, or ``setattr(obj, name, value)`` done (module doc); what it
     refuses or raises goes back as an AttributeError (or the exception's class)."""
-    if name.startswith("__") or (writing and any(name in vars(kind) for kind in type(obj).__mro__)):
+    if name.startswith("__") or (writing and _class_defines(obj, name)):
         return {"e": ["AttributeError"]}, False
     if writing:
         return reply(lambda: setattr(obj, name, value), [], {}, send)
     return reply(lambda: getattr(obj, name), [], {}, send)
+
+
+def _class_defines(obj: Any, name: str) -> bool:
+    """Whether ``obj``'s class defines ``name`` as something setting it would shadow (a method, a
+    class constant): a slot or another data descriptor (a ``__slots__`` field, a property with its
+    setter) is where the instance keeps its own value, set as in-process (a right ``invert`` of a
+    slotted ``Node`` setting ``n.left`` was refused)."""
+    for kind in type(obj).__mro__:
+        if name in vars(kind):
+            return not hasattr(type(vars(kind)[name]), "__set__")
+    return False
 
 
 def well_formed(message: Any, count: int, channel: Channel) -> tuple[int, list[Any], dict[str, Any]]:
