@@ -10,7 +10,8 @@ goes back as any argument does (``Session.arg``). What the sample learns is only
 function answers, as it would in-process. Two things are stricter than in-process, because the
 solution is the one being graded: an exception's text never goes back (an assert's message may
 hold an expected value), only its class name; and an ``AssertionError`` raised in the tests'
-function fails the test that was running, whether or not the sample caught it.
+function (or a test runner's outcome, ``pytest.fail``, or ``sys.exit(1)``: ``failed_check``)
+fails the test that was running, whether or not the sample caught it.
 
 An object of a class the tests define (a ``TreeNode`` of theirs) crosses the same way (``["O", i]``):
 the sample's proxy reads its attributes back (``node.val``, ``node.left``: data, or another such
@@ -71,6 +72,16 @@ def _class_defines(obj: Any, name: str) -> bool:
     return False
 
 
+def failed_check(exc: BaseException) -> bool:
+    """Whether ``exc``, raised in a function of the tests' the sample called back, is their check
+    failing: an ``AssertionError`` (``unittest``'s too), a test runner's outcome (``pytest.fail``:
+    a ``BaseException``, no ``Exception``) or an exit with a failure (``sys.exit(1)``). Why: the
+    sample may catch what its call raised, and a wrong one swallowing ``pytest.fail`` passed."""
+    if isinstance(exc, SystemExit):
+        return exc.code not in (None, 0)
+    return isinstance(exc, AssertionError) or not isinstance(exc, Exception)
+
+
 def well_formed(message: Any, count: int, channel: Channel) -> tuple[int, list[Any], dict[str, Any]]:
     """(index, encoded args, encoded kwargs) of the sample's ``{"callback": [i, args, kwargs]}``;
     anything else is no answer of the protocol: the sample is stopped as crashed."""
@@ -91,7 +102,7 @@ def reply(function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
     except (KeyboardInterrupt, SampleStopped):
         raise
     except BaseException as exc:  # noqa: BLE001 - raised in the sample as it would have been in-process
-        return {"e": [type(exc).__name__]}, isinstance(exc, AssertionError)
+        return {"e": [type(exc).__name__]}, failed_check(exc)
     try:
         return {"v": send(value)}, False
     except TypeError:
