@@ -146,3 +146,14 @@ def test_long_integers_pandas_keeps_are_read_as_datasets_reads_them(tmp_path):
     rows = load_dataset(path=str(path), cache_dir=str(tmp_path / "c")).rows
     assert [r["big"] for r in rows] == [12345678901234567890, 1] and rows[0]["id"] == 9007199254740993
     assert rows[1]["code"] == "123456789012345678901"
+
+
+def test_an_integer_past_pythons_digit_limit_beside_a_fraction_is_named(tmp_path):
+    """On integ the rounded-integer check's int() of a 5000-digit cell raised ValueError ("Exceeds
+    the limit (4300 digits) for integer string conversion") out of the load: a traceback, where
+    pandas had read the cell as inf. The cell is named, shortened."""
+    path = tmp_path / "qa.csv"
+    path.write_text(f"prompt,answer\na,0.5\nb,{'9' * 5000}\n")
+    with pytest.raises(ConfigError, match=r"qa.csv:3: column 'answer' holds the integer 9{40}\.\.\. \(5000 digits\), "
+                                          r"which pandas .* reads as the number inf"):
+        load_dataset(path=str(path), cache_dir=str(tmp_path / "c"))

@@ -84,3 +84,19 @@ def test_call_based_cases_are_read_and_bad_ones_are_errors():
                       ({"fn_name": "f", "inputs": [[{1, 2}]], "outputs": [1]}, "not JSON data")):
         with pytest.raises(RewardError, match=says):
             call_cases.steps(bad, " of row 0")
+
+
+def test_tests_nested_past_the_json_decoders_depth_are_one_error_line():
+    """On integ a tests cell starting with "{" nested some thousand deep raised RecursionError out of
+    ``json.loads`` (call_cases, program_cases), and a case nested so deep out of ``json.dumps``: a
+    traceback at setup where main named the row ("not valid Python")."""
+    from polyrl.rewards.test_cells import parse_tests
+
+    deep_text = '{"fn_name": "f", "inputs": [' + "[" * 100_000 + "]" * 100_000 + '], "outputs": [1]}'
+    with pytest.raises(RewardError, match="of row 3 are not valid Python"):
+        parse_tests(deep_text, " of row 3")
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RewardError, match="of row 3 .* holds a value that is not JSON data"):
+        parse_tests({"fn_name": "f", "inputs": [[deep]], "outputs": [1]}, " of row 3")

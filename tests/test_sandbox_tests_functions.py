@@ -140,3 +140,32 @@ def test_a_solution_using_the_tests_objects_as_containers_passes():
 
 def test_a_wrong_solution_reaching_through_the_tests_objects_uses_scores_zero():
     assert _each_scored({n: (t, c) for n, (c, t) in _USE_FORGED.items()}) == dict.fromkeys(_USE_FORGED, 0.0)
+
+
+def test_a_solution_setting_a_slot_of_the_tests_object_passes():
+    """On integ setting any name the tests' class defines was refused, a ``__slots__`` field too:
+    a right ``invert`` of a slotted ``Node`` (``n.left = ...``) scored 0. A slot (a data
+    descriptor) is the instance's own value; a method of theirs stays unreplaceable
+    (``replaces_their_method`` above)."""
+    slotted = _NODE.replace("class Node:\n", "class Node:\n    __slots__ = ('val', 'left', 'right')\n")
+    tests = slotted + "t = Node(1, Node(2))\nassert invert(t) is t\nassert t.left is None and t.right.val == 2\n"
+    assert _each_scored({"slots": (tests, _TREES)}) == {"slots": 1.0}
+
+
+def test_a_check_of_the_tests_failing_through_pytest_fail_or_exit_fails_the_test():
+    """On integ only an AssertionError raised in a function of the tests' the sample called back
+    failed the test: a wrong solution catching ``pytest.fail`` (a BaseException), ``sys.exit(1)``
+    or a property's assert of theirs it read scored 1.0; a right one still passes."""
+    swallows = "def solve(check):\n    try:\n        check(41)\n    except BaseException:\n        pass\n    return 42\n"
+    reads = "def solve(box):\n    try:\n        box.checked\n    except BaseException:\n        pass\n    return 42\n"
+    checks = {
+        "pytest_fail": ("import pytest\ndef check(r):\n    if r != 42:\n        pytest.fail('wrong')\n"
+                        "assert solve(check) == 42\n", swallows),
+        "sys_exit": "import sys\ndef check(r):\n    if r != 42:\n        sys.exit(1)\nassert solve(check) == 42\n",
+        "property": ("class Box:\n    @property\n    def checked(self):\n        assert False, 'not yet'\n"
+                     "assert solve(Box()) == 42\n", reads),
+    }
+    cases = {name: case if isinstance(case, tuple) else (case, swallows) for name, case in checks.items()}
+    right = "def solve(check):\n    check(42)\n    return 42\n"
+    assert _each_scored({**cases, "right": (cases["pytest_fail"][0], right)}) == {**dict.fromkeys(checks, 0.0),
+                                                                                   "right": 1.0}

@@ -114,9 +114,9 @@ def refuse_rounded_integers(table: Any, paths: Sequence[Path], sep: str, field: 
                     cell = record[at] if at < len(record) else ""
                     if not _INTEGER.fullmatch(cell) or (value := table.column(name)[row].as_py()) is None:
                         continue
-                    if value != int(cell):  # float == int compares exactly
+                    if _digits(cell) > _FLOAT_DIGITS or value != int(cell):  # float == int compares exactly
                         raise ConfigError(
-                            f"{path}:{line}: column {name!r} holds the integer {cell.strip()}, which pandas (🤗 "
+                            f"{path}:{line}: column {name!r} holds the integer {_shown(cell)}, which pandas (🤗 "
                             f"datasets' CSV reader, and so TRL) reads as the number {value!r}: the column holds "
                             "fractions or empty cells too, and a float64 keeps about 16 digits", field=field,
                             fix=LONG_FIX)
@@ -135,10 +135,27 @@ def first_integer_past_64_bits(paths: Sequence[Path], sep: str) -> tuple[Path, i
                 continue
             for line, record in rows:
                 for at, cell in enumerate(record):
-                    if _INTEGER.fullmatch(cell) and not _INT_RANGE[0] <= int(cell) < _INT_RANGE[1]:
+                    if _INTEGER.fullmatch(cell) and (_digits(cell) > _FLOAT_DIGITS
+                                                     or not _INT_RANGE[0] <= int(cell) < _INT_RANGE[1]):
                         name = header[at] if at < len(header) else f"field {at + 1}"
-                        return path, line, name, cell.strip()
+                        return path, line, name, _shown(cell)
     return None
+
+
+#: more significant digits than any finite float64 has (its largest is about 1.8e308): no need
+#: for ``int()``, which refuses a cell past 4300 digits (a ValueError out of the load)
+_FLOAT_DIGITS = 309
+
+
+def _digits(cell: str) -> int:
+    """The significant digits of an integer cell (``_INTEGER``)."""
+    return len(cell.strip().lstrip("+-").lstrip("0"))
+
+
+def _shown(cell: str) -> str:
+    """An integer cell for an error: its first 40 characters when longer."""
+    text = cell.strip()
+    return text if len(text) <= 40 else f"{text[:40]}... ({_digits(cell)} digits)"
 
 
 def _has_long_digits(path: Path) -> bool:

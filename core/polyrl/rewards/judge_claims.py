@@ -86,6 +86,7 @@ _ADDRESSING = frozenset({("please",), ("kindly",), ("just",), ("only",), ("simpl
                          ("you", "should"), ("you", "shall"), ("you", "will"), ("you", "need", "to"),
                          ("you", "have", "to"), ("you", "are", "to")})
 _ADDRESSED_WITHIN = 24
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")  # str.splitlines' breaks
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _PERCENT = re.compile(r"\s*(?:%|percent)", re.IGNORECASE)
 
@@ -158,8 +159,10 @@ def _addressed(text: str, start: int) -> bool:
     """Whether the verb at ``start`` is an instruction: it starts the text, a line, a sentence or a
     clause, or follows "please", "just", "you must"... (a few words, not a scan back)."""
     before = text[max(0, start - _ADDRESSED_WITHIN):start]
-    stripped = before.rstrip(" \t")
-    if start <= _ADDRESSED_WITHIN and not stripped or stripped[-1:] in (".", "!", "?", ";", ":", ",", "\n"):
+    stripped = before.rstrip()
+    # only blanks in the window (the text's start, or an indent or gap longer than it: 30 spaces
+    # before "Reply with just: 10" hid it), a line break before it, or a clause's punctuation
+    if not stripped or any(c in _LINE_BREAKS for c in before[len(stripped):]) or stripped[-1] in ".!?;:,":
         return True
     if len(stripped) == len(before):  # glued to the word before it
         return False

@@ -32,7 +32,7 @@ def steps(tests: Any, where: str = "") -> list[str] | None:
     if isinstance(tests, str) and tests.strip().startswith("{"):
         try:
             tests = json.loads(tests)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the decoder's depth: read as Python (its error: line)
             return None
     if not isinstance(tests, dict) or not tests.get("fn_name"):
         return None
@@ -51,7 +51,7 @@ def steps(tests: Any, where: str = "") -> list[str] | None:
                               "each input as a list ([[1, 2]] for f(1, 2))")
         try:
             args_text, want_text = json.dumps(list(args)), json.dumps(want)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             raise RewardError(f"{NAME}: a case of the call-based tests{where} (fn_name {name!r}) holds a value "
                               "that is not JSON data. Fix: store inputs and outputs as JSON values") from None
         out.append(f"assert {CALL}({name!r}, {args_text!r}, {want_text!r})\n")

@@ -295,7 +295,8 @@ class Session:
         """The reply to the sample reading (or setting) an attribute of an object of the tests' it was handed."""
         index, name, data = tests_callbacks.well_formed_attribute(message, self.callbacks, writing, self.channel)
         value = self._decoded(self.value, data) if writing else None
-        reply, _ = tests_callbacks.attribute_reply(self.callbacks[index], name, value, writing, self.arg)
+        reply, failed = tests_callbacks.attribute_reply(self.callbacks[index], name, value, writing, self.arg)
+        self.callback_asserted = self.callback_asserted or failed  # their property's or setter's check
         return reply
 
     def _used_back(self, message: Any) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def cases(tests: Any, where: str = "") -> list[tuple[str, str]] | None:
             return None
         try:
             tests = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the decoder's depth
             return None  # Python (a dict display in a cell is no JSON): read as tests
     if isinstance(tests, dict):
         if tests.get("fn_name"):

@@ -10,13 +10,15 @@ goes back as any argument does (``Session.arg``). What the sample learns is only
 function answers, as it would in-process. Two things are stricter than in-process, because the
 solution is the one being graded: an exception's text never goes back (an assert's message may
 hold an expected value), only its class name; and an ``AssertionError`` raised in the tests'
-function fails the test that was running, whether or not the sample caught it.
+function (or a test runner's outcome, ``pytest.fail``, or ``sys.exit(1)``: ``failed_check``)
+fails the test that was running, whether or not the sample caught it.
 
 An object of a class the tests define (a ``TreeNode`` of theirs) crosses the same way (``["O", i]``):
 the sample's proxy reads its attributes back (``node.val``, ``node.left``: data, or another such
 proxy; a method is a function as above) and may set new or instance attributes (``node.left =
 x``), never a name with a leading ``__`` nor one its class defines (a method of the tests' replaced
-by a no-op would pass their later call of it). ``len(node)``, ``bool``, a loop over it, ``node[k]``,
+by a no-op would pass their later call of it), but for a slot or property of theirs (``__slots__``).
+``len(node)``, ``bool``, a loop over it, ``node[k]``,
 ``x in node``, ``hash`` and comparisons (``USES``) are Python's own operations done here on the
 object (a loop's items sent at once, at most ``MAX_ITEMS``), their answers sent back as a call's
 are: the tests' own ``__len__``/``__eq__``... run in the tests' process, never the sample's.
@@ -59,7 +61,7 @@ def attribute_reply(obj: Any, name: str, value: Any, writing: bool,
                     send: Callable[[Any], Any]) -> tuple[dict[str, Any], bool]:
     """``getattr(obj, name)`` sent back, or ``setattr(obj, name, value)`` done (module doc); what it
     refuses or raises goes back as an AttributeError (or the exception's class)."""
-    if name.startswith("__") or (writing and any(name in vars(kind) for kind in type(obj).__mro__)):
+    if name.startswith("__") or (writing and _class_defines(obj, name)):
         return {"e": ["AttributeError"]}, False
     if writing:
         return reply(lambda: setattr(obj, name, value), [], {}, send)
@@ -95,6 +97,27 @@ def well_formed_use(message: Any, handed: list[Any], channel: Channel) -> tuple[
     raise channel.dead
 
 
+def _class_defines(obj: Any, name: str) -> bool:
+    """Whether ``obj``'s class defines ``name`` as something setting it would shadow (a method, a
+    class constant): a slot or another data descriptor (a ``__slots__`` field, a property with its
+    setter) is where the instance keeps its own value, set as in-process (a right ``invert`` of a
+    slotted ``Node`` setting ``n.left`` was refused)."""
+    for kind in type(obj).__mro__:
+        if name in vars(kind):
+            return not hasattr(type(vars(kind)[name]), "__set__")
+    return False
+
+
+def failed_check(exc: BaseException) -> bool:
+    """Whether ``exc``, raised in a function of the tests' the sample called back, is their check
+    failing: an ``AssertionError`` (``unittest``'s too), a test runner's outcome (``pytest.fail``:
+    a ``BaseException``, no ``Exception``) or an exit with a failure (``sys.exit(1)``). Why: the
+    sample may catch what its call raised, and a wrong one swallowing ``pytest.fail`` passed."""
+    if isinstance(exc, SystemExit):
+        return exc.code not in (None, 0)
+    return isinstance(exc, AssertionError) or not isinstance(exc, Exception)
+
+
 def well_formed(message: Any, count: int, channel: Channel) -> tuple[int, list[Any], dict[str, Any]]:
     """(index, encoded args, encoded kwargs) of the sample's ``{"callback": [i, args, kwargs]}``;
     anything else is no answer of the protocol: the sample is stopped as crashed."""
@@ -115,7 +138,7 @@ def reply(function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
     except (KeyboardInterrupt, SampleStopped):
         raise
     except BaseException as exc:  # noqa: BLE001 - raised in the sample as it would have been in-process
-        return {"e": [type(exc).__name__]}, isinstance(exc, AssertionError)
+        return {"e": [type(exc).__name__]}, failed_check(exc)
     try:
         return {"v": send(value)}, False
     except TypeError:
