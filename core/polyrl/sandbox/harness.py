@@ -675,7 +675,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     layer.refill(below, real_builtins, {"__import__": importer})
     if setup:  # before the solution's names exist, as in the sample
         try:
-            exec(sample_identity.compiled(setup, "<setup>"), namespace)
+            exec(analysis.codes[0] or sample_identity.compiled(setup, "<setup>"), namespace)
         except Exception:  # noqa: BLE001 - setup that fails here still ran in the sample
             pass
     sync(hello.get("v"))
@@ -686,7 +686,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sys.settrace(_stop_at(session.channel))
     try:
         with registered(tests_module):
-            _run_steps(session, steps, namespace, sync, passed, analysis.flags, files, analysis.stateful)
+            _run_steps(session, steps, namespace, sync, passed, analysis.flags, files, analysis.stateful,
+                       analysis.codes[1:])
     finally:
         sys.settrace(previous)
     consulted = session.asks > asks_before or session.read_plain or bool(session.plain_names & analysis.used)
@@ -779,7 +780,8 @@ def _stop_at(channel: Channel) -> Callable[..., Any]:
 
 def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: dict[str, Any],
                sync: Callable[[Any], None], passed: list[bool], flags: int = 0,
-               files: Sequence[str] = (), stateful: Sequence[bool] | None = None) -> None:
+               files: Sequence[str] = (), stateful: Sequence[bool] | None = None,
+               codes: Sequence[types.CodeType | None] = ()) -> None:
     """Run the steps in order, one verdict per test. A step that is not a test and raises is a
     failed check itself, and every test after it fails unrun, as a script run of the cell stops
     there; so does a failed test that leaves state a later step reads (``step_state``). Why:
@@ -790,7 +792,8 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
     that is no test) a loop read a sample's value emptied unseen fails where no whole reading of
     the tests' sees that value empty before the run ends (``Remote._emptied_unseen``). ``flags``: the cell's ``from
     __future__`` imports (``tests_namespace.future_flags``), which apply to every step; ``stateful``:
-    ``step_state.leaves_state`` of the steps, found here where not given."""
+    ``step_state.leaves_state`` of the steps, found here where not given; ``codes``: each step
+    compiled once for every sample (``tests_analysis``), compiled here where not given."""
     stopped = False
     if stateful is None:
         stateful = leaves_state([source for source, _ in steps])
@@ -807,7 +810,8 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         # dont_inherit: this module's ``from __future__ import annotations`` is not the tests'
         try:
             file = files[index] if index < len(files) else "<test>"  # its window's (``step_lines``)
-            exec(sample_identity.compiled(source, file, flags), namespace)
+            code = codes[index] if index < len(codes) else None
+            exec(code if code is not None else sample_identity.compiled(source, file, flags), namespace)
             ok = True
         except SampleStopped:
             raise

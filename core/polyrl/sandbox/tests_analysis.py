@@ -16,8 +16,11 @@ import collections
 import threading
 from collections.abc import Sequence
 
+from types import CodeType
+
 import attrs
 
+from polyrl.sandbox import sample_identity
 from polyrl.sandbox.object_use import changer_roots, effect_call_names, object_roots, varied_query_roots
 from polyrl.sandbox.remote import DATA_QUERIES
 from polyrl.sandbox.standard_names import helper_names
@@ -51,6 +54,16 @@ class Analysis:
     used: frozenset[str]  # every name they mention (``harness._used_names``)
     flags: int  # their ``from __future__`` flags
     stateful: tuple[bool, ...]  # per step: whether it leaves state a later one reads (``step_state``)
+    codes: tuple[CodeType | None, ...]  # the setup's, then each step's (``sample_identity.compiled``); None: it raised
+
+
+def _code(source: str, file: str, flags: int) -> CodeType | None:
+    """``source`` compiled as the run compiles it, or None where compiling raises (the run compiles
+    it again there, so its error is raised where the step runs, as before)."""
+    try:
+        return sample_identity.compiled(source, file, flags)
+    except Exception:  # noqa: BLE001 - a step that does not compile fails when it runs
+        return None
 
 
 def analyse(steps: Sequence[tuple[str, bool]], setup: str) -> Analysis:
@@ -60,6 +73,7 @@ def analyse(steps: Sequence[tuple[str, bool]], setup: str) -> Analysis:
     placed = laid_out_in_files(steps)
     laid = tuple((source, is_test) for source, is_test, _ in placed)
     files = tuple(file for _, _, file in placed)
+    flags = future_flags(source for source, _ in laid)
     sources = (setup, *(source for source, _ in laid))
     bound = bound_names(sources)
     modules = unbound_module_names(sources, bound)
@@ -70,8 +84,9 @@ def analyse(steps: Sequence[tuple[str, bool]], setup: str) -> Analysis:
         bound=bound, modules=modules, helpers=frozenset(helpers), fallbacks=frozenset(fallbacks),
         objects=object_roots(sources), varied=varied_query_roots(sources, DATA_QUERIES),
         changers=changer_roots(sources), effect_calls=effect_call_names(sources), vacuous=vacuous_paths(sources),
-        used=frozenset(_used_names(sources)), flags=future_flags(source for source, _ in laid),
-        stateful=tuple(leaves_state([source for source, _ in laid])))
+        used=frozenset(_used_names(sources)), flags=flags,
+        stateful=tuple(leaves_state([source for source, _ in laid])),
+        codes=(_code(setup, "<setup>", 0), *(_code(source, file, flags) for (source, _), file in zip(laid, files))))
 
 
 _kept: collections.OrderedDict[tuple[tuple[tuple[str, bool], ...], str], Analysis] = collections.OrderedDict()
