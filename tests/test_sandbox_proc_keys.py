@@ -16,18 +16,17 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.faults
 
 TRAINER = """
-import ctypes, json, os, platform, sys
+import ctypes, json, os, platform, sys, traceback
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, leftovers, new_root, runner
 
-level = sys.argv[1]
+levels, no_bwrap_path = json.loads(sys.argv[1]), sys.argv[2]
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 assert libc.syscall(leftovers.KEYCTL_NR[platform.machine()], 1, b"polyrl-trainer-session") > 0  # JOIN_SESSION_KEYRING
@@ -38,25 +37,50 @@ probe = ("def listed():\\n    out = {}\\n    for path in ('/proc/keys', '/proc/k
          "            out[path] = open(path).read()\\n        except OSError as exc:\\n"
          "            out[path] = exc.strerror\\n    return out\\n"
          "def lines():\\n    return sum(len(text.splitlines()) for text in listed().values() if text != 'Permission denied')\\n")
-got = {}
+got = {level: {} for level in levels}
 users = ["auto", "none"] if os.geteuid() == 0 else ["auto"]
-for user, view in [(u, "own root") for u in users] + ([(users[-1], "host view")] if level == "unshare" else []):
-    if view == "host view":  # as where pivot_root is refused: the unshare level's read-only view of the host
-        new_root.pivot_root_number = lambda: None
+for level in levels:  # bwrap first: then bubblewrap off the PATH, as at the weak level's unshare
+    if level == "unshare":
+        os.environ["PATH"] = no_bwrap_path
         runner._launches.clear()
         isolation._probes.clear()
-    python = sys.executable if user == "none" or not os.path.exists("/usr/bin/python3") else "/usr/bin/python3"
-    box = Sandbox(SandboxLimits(timeout_s=20), audit_hook=False, user=user, python=python,
-                  isolation={"bwrap": "auto", "unshare": "weak"}[level])
-    result = box.run(probe + "print('LISTED', listed())\\n", parse_tests("assert lines() == 0\\n"))
-    got[f"{user}, {view}"] = {"level": box.level, "filesystem": box.report["filesystem"], "status": result.status,
-                              "passed": result.passed, "output": result.output}
+    for user, view in [(u, "own root") for u in users] + ([(users[-1], "host view")] if level == "unshare" else []):
+        if view == "host view":  # as where pivot_root is refused: the unshare level's read-only view of the host
+            new_root.pivot_root_number = lambda: None
+            runner._launches.clear()
+            isolation._probes.clear()
+        python = sys.executable if user == "none" or not os.path.exists("/usr/bin/python3") else "/usr/bin/python3"
+        try:
+            box = Sandbox(SandboxLimits(timeout_s=20), audit_hook=False, user=user, python=python,
+                          isolation={"bwrap": "auto", "unshare": "weak"}[level])
+            result = box.run(probe + "print('LISTED', listed())\\n", parse_tests("assert lines() == 0\\n"))
+            got[level][f"{user}, {view}"] = {"level": box.level, "filesystem": box.report["filesystem"],
+                                             "status": result.status, "passed": result.passed, "output": result.output}
+        except Exception:
+            got[level][f"{user}, {view}"] = {"error": traceback.format_exc()}
 print(json.dumps(got))
 """
 
 
+@pytest.fixture(scope="module")
+def trainer_run(tmp_path_factory) -> subprocess.CompletedProcess:
+    """One trainer for both levels (bubblewrap's where it is installed, then ``unshare`` with
+    bubblewrap off its PATH): its results by level and case, so the levels share its start
+    (the interpreter, polyrl's import, the keyring) and are still told apart."""
+    folder = tmp_path_factory.mktemp("proc-keys")
+    bin_dir = folder / "bin"  # bubblewrap off the PATH: the weak level's unshare
+    bin_dir.mkdir()
+    for tool in ("unshare", "setpriv", "choom", "mount", "sh"):
+        if shutil.which(tool):
+            (bin_dir / tool).symlink_to(shutil.which(tool))
+    (folder / "trainer.py").write_text(TRAINER)
+    levels = (["bwrap"] if shutil.which("bwrap") else []) + ["unshare"]
+    return subprocess.run([sys.executable, str(folder / "trainer.py"), json.dumps(levels), str(bin_dir)],
+                          capture_output=True, text=True, timeout=240, cwd=str(folder))
+
+
 @pytest.mark.parametrize("level", ["bwrap", "unshare"])
-def test_a_sample_lists_no_key_of_the_trainer(tmp_path, level):
+def test_a_sample_lists_no_key_of_the_trainer(trainer_run, level):
     """Each user a sample may run as here (pool uid; root, ``user = "none"``, for a root trainer),
     and at ``unshare`` its read-only view of the host too (where ``pivot_root`` is refused): the
     trainer's key name was listed in ``/proc/keys``; now neither file shows a line."""
@@ -68,24 +92,15 @@ def test_a_sample_lists_no_key_of_the_trainer(tmp_path, level):
         pytest.skip("keyctl's and add_key's numbers are known here for x86_64 and aarch64 only")
     if not os.path.exists("/proc/keys"):
         pytest.skip("this kernel has no /proc/keys")
-    env = {**os.environ}
-    if level == "unshare":  # bubblewrap off the PATH: the weak level's unshare
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        for tool in ("unshare", "setpriv", "choom", "mount", "sh"):
-            if shutil.which(tool):
-                (bin_dir / tool).symlink_to(shutil.which(tool))
-        env["PATH"] = str(bin_dir)
-    elif shutil.which("bwrap") is None:
+    if level == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap not installed")
-    script = Path(tmp_path) / "trainer.py"
-    script.write_text(TRAINER)
-    done = subprocess.run([sys.executable, str(script), level], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=str(tmp_path))
-    if done.returncode != 0 and level == "unshare" and "unshare" in done.stderr:
-        pytest.skip(f"unshare cannot make namespaces here: {done.stderr.strip().splitlines()[-1][:200]}")
+    done = trainer_run
     assert done.returncode == 0, done.stderr[-3000:]
-    cases = json.loads(done.stdout.strip().splitlines()[-1])
+    cases = json.loads(done.stdout.strip().splitlines()[-1])[level]
+    errors = [got["error"] for got in cases.values() if "error" in got]
+    if errors and level == "unshare" and "unshare" in errors[0]:
+        pytest.skip(f"unshare cannot make namespaces here: {errors[0].strip().splitlines()[-1][:200]}")
+    assert errors == [], errors
     views = [got["filesystem"] for case, got in cases.items() if case.endswith("host view")]
     assert views == ([] if level == "bwrap" else [views[0]]) and all("host files read-only" in v for v in views), cases
     for user, got in cases.items():
