@@ -27,7 +27,7 @@ import ctypes, json, os, platform, sys, traceback
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, leftovers, seccomp
 
-level, users = sys.argv[1], json.loads(sys.argv[2])
+levels, users = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 number = leftovers.KEYCTL_NR[platform.machine()]
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -36,10 +36,10 @@ assert libc.syscall(number, 1, b"polyrl-trainer-session") > 0  # KEYCTL_JOIN_SES
 key = libc.syscall(248 if platform.machine() == "x86_64" else 217, b"user", b"trainer-token", b"SECRET-TOKEN", 12,
                    ctypes.c_long(-3))  # add_key(..., KEY_SPEC_SESSION_KEYRING)
 assert key > 0, ctypes.get_errno()
-if level == "bwrap":  # as without libseccomp: bubblewrap runs, the filter does not
+if levels == ["bwrap"]:  # as without libseccomp: bubblewrap runs, the filter does not
     seccomp._cache.append((None, "off: no libseccomp bindings (test)"))
 got = {}
-for user in users:  # one sandbox per user, each case's result (or error) by its user
+for level, user in [(level, user) for level in levels for user in users[level]]:  # each case's result (or error)
     try:
         box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=512, disk_mb=8), audit_hook=False, user=user,
                       isolation={"bwrap": "auto", "unshare": "weak", "off": "off"}[level],
@@ -47,10 +47,10 @@ for user in users:  # one sandbox per user, each case's result (or error) by its
                       else "/usr/bin/python3")
         attack = ATTACK.replace("@KEY@", str(key)).replace("@NR@", str(number))
         result = box.run(attack + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
-        got[user] = {"level": box.level, "seccomp": box.report["seccomp"], "status": result.status,
-                     "passed": result.passed, "output": result.output}
+        got[f"{level} {user}"] = {"level": box.level, "seccomp": box.report["seccomp"], "status": result.status,
+                                  "passed": result.passed, "output": result.output}
     except Exception:
-        got[user] = {"error": traceback.format_exc()}
+        got[f"{level} {user}"] = {"error": traceback.format_exc()}
 print(json.dumps(got))
 """
 ATTACK = """
@@ -148,13 +148,15 @@ def test_sample_reads_no_key_of_the_trainers_session_keyring(tmp_path, shared_tr
     key's id; possession came with the keyring it inherited). Now a sample without the seccomp
     filter starts in a session keyring of its own, empty, and the token's read is refused."""
     env = _keyring_case_env(tmp_path, level)
-    users = [u for lv, u in CASES if lv == level]
-    done = shared_trainer(("session keyring", level), TRAINER.replace("ATTACK.replace", json.dumps(ATTACK) + ".replace"),
-                          [level, json.dumps(users)], env)
+    levels = ["bwrap"] if level == "bwrap" else ["unshare", "off"]  # those of one PATH: one trainer
+    users = {lv: [u for case_level, u in CASES if case_level == lv] for lv in levels}
+    done = shared_trainer(("session keyring", *levels),
+                          TRAINER.replace("ATTACK.replace", json.dumps(ATTACK) + ".replace"),
+                          [json.dumps(levels), json.dumps(users)], env)
     if done.returncode != 0 and "unshare" in done.stderr and level == "unshare":
         pytest.skip(f"unshare cannot make namespaces here: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])[user]
+    got = json.loads(done.stdout.strip().splitlines()[-1])[f"{level} {user}"]
     if "error" in got and "unshare" in got["error"] and level == "unshare":
         pytest.skip(f"unshare cannot make namespaces here: {got['error'].strip().splitlines()[-1]}")
     assert "error" not in got, got
@@ -292,23 +294,26 @@ description = f"polyrl-test-{os.getpid()}"
 key = libc.syscall(248 if platform.machine() == "x86_64" else 217, b"user", description.encode(),
                    b"SECRET-USER-KEY", 15, ctypes.c_long(-4))  # add_key(..., KEY_SPEC_USER_KEYRING): root's @u
 assert key > 0, ctypes.get_errno()
-level, users = sys.argv[3], json.loads(sys.argv[1])
-if level == "view":  # as where pivot_root is refused (a root on the initramfs): the unshare level's host view
-    from polyrl.sandbox import new_root
-    new_root.pivot_root_number = lambda: None
+levels, users = json.loads(sys.argv[3]), json.loads(sys.argv[1])
 try:
     got = {}
-    for user in users:  # one sandbox per user, each case's result (or error) by its user
+    for level, user in [(level, user) for level in levels for user in users]:  # each case's result (or error)
+        if level == "view" and user == users[0]:  # as where pivot_root is refused (a root on the initramfs):
+            from polyrl.sandbox import isolation, new_root, runner  # the unshare level's host view, from here on
+
+            new_root.pivot_root_number = lambda: None
+            runner._launches.clear()
+            isolation._probes.clear()
         try:
             box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=512, disk_mb=8), audit_hook=False, user=user,
                           isolation={"bwrap": "auto", "unshare": "weak", "view": "weak", "off": "off"}[level],
                           python=sys.executable if user == "none" else "/usr/bin/python3")
             attack = sys.argv[2].replace("@KEY@", str(key)).replace("@NR@", str(number)).replace("@DESC@", description)
             result = box.run(attack + "def add(a, b):\\n    return a + b\\n", parse_tests("assert add(1, 2) == 3\\n"))
-            got[user] = {"level": box.level, "isolation": box.report["isolation"] + box.report["filesystem"],
-                         "status": result.status, "passed": result.passed, "output": result.output}
+            got[f"{level} {user}"] = {"level": box.level, "isolation": box.report["isolation"] + box.report["filesystem"],
+                                      "status": result.status, "passed": result.passed, "output": result.output}
         except Exception:
-            got[user] = {"error": traceback.format_exc()}
+            got[f"{level} {user}"] = {"error": traceback.format_exc()}
     print(json.dumps(got))
 finally:
     libc.syscall(number, 9, ctypes.c_long(key), ctypes.c_long(-4))  # KEYCTL_UNLINK from root's @u
@@ -343,11 +348,12 @@ def test_a_root_trainers_sample_nests_no_user_namespace_and_reads_no_user_key_wi
     mapped to itself) whose ``user.max_user_namespaces`` is 0: ENOSPC, and the search finds
     nothing. ``view``: the ``unshare`` level where ``pivot_root`` is refused."""
     env = _keyring_case_env(tmp_path, level)
-    done = shared_trainer(("root", level), ROOT_TRAINER, [json.dumps(ROOT_USERS), ROOT_ATTACK, level], env)
+    levels = ["bwrap"] if level == "bwrap" else ["off", "unshare", "view"]  # those of one PATH: one trainer
+    done = shared_trainer(("root", *levels), ROOT_TRAINER, [json.dumps(ROOT_USERS), ROOT_ATTACK, json.dumps(levels)], env)
     if done.returncode != 0 and ("bubblewrap" in done.stderr or "unshare" in done.stderr):
         pytest.skip(f"the level does not work here: {done.stderr.strip().splitlines()[-1][:200]}")
     assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])[user]
+    got = json.loads(done.stdout.strip().splitlines()[-1])[f"{level} {user}"]
     if "error" in got and ("bubblewrap" in got["error"] or "unshare" in got["error"]):
         pytest.skip(f"the level does not work here: {got['error'].strip().splitlines()[-1][:200]}")
     assert "error" not in got, got
