@@ -441,9 +441,9 @@ class _Session:
                     if thread is not threading.current_thread() and not thread.daemon:
                         thread.join()
         finally:
+            namespace.clear()  # its files on descriptor 1 (``open(1, 'w')``) write what they hold as they go
             for stream in (sys.stdout, sys.__stdout__, saved[3]):
                 _flush(stream)
-            namespace.clear()  # its files on descriptor 1 (``open(1, 'w')``) write what they hold as they go
             sys.modules["__main__"], sys.modules["solution"], sys.stdin, sys.stdout = saved
             _as_stdin(os.open(os.devnull, os.O_RDONLY))
             os.dup2(shared, 1)
