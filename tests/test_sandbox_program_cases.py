@@ -104,3 +104,51 @@ def test_same_compares_tokens_and_decimals_only():
     assert not same(["1000000001"], ["1000000000"]) and not same(["0.33"], ["0.333333"])
     assert not same(["0.333333"], ["0.333333", "1"]) and not same(["0.333333 1"], ["0.333333"])
     assert close("1.0000000001e9", "1e9") and not close("1_0.0", "10.0") and not close("inf", "1e999")
+
+
+#: CodeContests-sized output: 200 000 lines, 2.4 MB (past the old 1 MiB ``MAX_PRINTED`` and the
+#: 64 KiB ``max_output_bytes`` that printing to descriptor 1, then a copy of 2, counted against).
+_BIG_IN = "200000\n"
+_BIG_OUT = "".join(f"{10**10 + i}\n" for i in range(200000))
+_BIG_TESTS = {"input": [_BIG_IN], "output": [_BIG_OUT]}
+_BIG_RIGHT = {
+    "print_loop": "for i in range(int(input())):\n    print(10**10 + i)\n",
+    "one_write": "import sys\nn = int(input())\nsys.stdout.write('\\n'.join(str(10**10 + i) for i in range(n)) + '\\n')\n",
+}
+_BIG_WRONG = {
+    "one_line_off": "n = int(input())\nprint('\\n'.join(str(10**10 + i + (i == n - 1)) for i in range(n)))\n",
+    "twice": "n = int(input())\nfor _ in range(2):\n    print('\\n'.join(str(10**10 + i) for i in range(n)))\n",
+    "flood": "import sys\nint(input())\nfor _ in range(8):\n    sys.stdout.write('9' * (1 << 20) + '\\n')\n",
+}
+
+
+def test_a_program_printing_megabytes_is_read_and_a_longer_output_is_wrong():
+    """The right programs scored 0 on integ (their 2.4 MB went over the output limits); output
+    longer than a right answer can be (twice the expected bytes and a margin) is wrong unread."""
+    cases = {name: (_BIG_TESTS, code) for name, code in {**_BIG_RIGHT, **_BIG_WRONG}.items()}
+    assert _each_scored(cases) == {**dict.fromkeys(_BIG_RIGHT, 1.0), **dict.fromkeys(_BIG_WRONG, 0.0)}
+
+
+#: Right programs writing to descriptor 1 other ways than ``print``, ``sys.stdout(.buffer)`` and ``os.write``.
+_FD1_RIGHT = {
+    "open_1": "a, b = map(int, input().split())\nopen(1, 'w').write(f'{a + b}\\n')\n",
+    "open_1_kept": "a, b = map(int, input().split())\nout = open(1, 'w')\nout.write(f'{a + b}\\n')\n",
+    "dunder_stdout": "import sys\na, b = map(int, input().split())\nsys.__stdout__.write(f'{a + b}\\n')\n",
+    "fdopen": ("import os\ndef main():\n    a, b = map(int, input().split())\n    f = os.fdopen(1, 'w')\n"
+               "    f.write(str(a + b) + '\\n')\n    f.flush()\nmain()\n"),
+    "stdout_replaced": "import io, sys\nsys.stdout = io.TextIOWrapper(open(1, 'wb', 0), write_through=True)\nprint(sum(map(int, input().split())))\n",
+}
+#: Wrong programs writing server answer frames on descriptor 1 (as the channel's stdout was once):
+#: claiming "3" (hex 33), the first case's answer, as JSON lines the trainer would read as answers.
+_FD1_FORGED = {
+    "frame_open_1": "f = open(1, 'w')\nf.write('{\"ok\": true, \"v\": \"33\"}\\n')\nf.flush()\n",
+    "frame_os_write": "import os\nos.write(1, b'{\"ok\": true, \"v\": \"33\"}\\n{\"ok\": true, \"v\": \"37\"}\\n')\n",
+    "frame_dunder": "import sys\nsys.__stdout__.write('{\"ok\": true, \"out\": \"3\\\\n\"}\\n')\nsys.__stdout__.flush()\n",
+}
+
+
+def test_output_written_to_descriptor_1_itself_is_the_programs_output():
+    """The right programs scored 0 on integ (``open(1, 'w')``, ``sys.__stdout__``, ``os.fdopen(1)``
+    bypassed the capture); answer frames written there are output, compared and wrong."""
+    cases = {name: (_APPS, code) for name, code in {**_FD1_RIGHT, **_FD1_FORGED}.items()}
+    assert _each_scored(cases) == {**dict.fromkeys(_FD1_RIGHT, 1.0), **dict.fromkeys(_FD1_FORGED, 0.0)}

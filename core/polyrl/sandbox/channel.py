@@ -52,6 +52,8 @@ class Channel:
         self.selector.register(self.err_fd, selectors.EVENT_READ)
         self.err_open = True
         self.dead: SampleStopped | None = None
+        #: the cap on the answer awaited now (``ask``'s ``max_bytes``)
+        self.max_message = MAX_MESSAGE_BYTES
 
     def close(self) -> None:
         self.selector.close()
@@ -65,10 +67,17 @@ class Channel:
         if self.err_open:
             self.selector.register(self.err_fd, selectors.EVENT_READ)
 
-    def ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send ``message`` and wait for the answer line."""
+    def ask(self, message: dict[str, Any], max_bytes: int | None = None) -> dict[str, Any]:
+        """Send ``message`` and wait for the answer line, of at most ``max_bytes`` where given
+        (a program's printed output: ``Session.program`` bounds it by the expected output's size)."""
         self.send(message)
-        return self.receive()
+        if max_bytes is None:
+            return self.receive()
+        self.max_message = max(max_bytes, MAX_MESSAGE_BYTES)
+        try:
+            return self.receive()
+        finally:
+            self.max_message = MAX_MESSAGE_BYTES
 
     def send(self, message: dict[str, Any]) -> None:
         if self.dead:
@@ -154,6 +163,6 @@ class Channel:
                 if not data:
                     self._stop("crashed", "the sample ended without an answer")
                 self.inbox += data
-                if len(self.inbox) > MAX_MESSAGE_BYTES:
-                    self._stop("crashed", f"an answer over {MAX_MESSAGE_BYTES} bytes")
+                if len(self.inbox) > self.max_message:
+                    self._stop("crashed", f"an answer over {self.max_message} bytes")
         return writable

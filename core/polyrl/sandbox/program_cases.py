@@ -74,13 +74,30 @@ def _text(value: Any, key: str, where: str) -> str:
 
 
 def step(stdin: str, stdout: str) -> str:
-    """The test step for one case: whether the program's printed lines are the expected ones (``same``)."""
-    return f"assert {PROGRAM}({stdin!r}, {lines(stdout)!r})\n"
+    """The test step for one case: whether the program's printed lines are the expected ones (``same``).
+    Both texts stay one string literal each: as a list of its lines, a CodeContests output of 200 000
+    lines was 200 000 nodes each analysis of the tests walked (``tests_analysis``), past the timeout."""
+    return f"assert {PROGRAM}({stdin!r}, {stdout!r})\n"
 
 
 def is_program(steps: Sequence[tuple[str, bool]]) -> bool:
     """Whether these steps are stdin/stdout cases (``step``): the sample then runs no module first."""
     return bool(steps) and all(source.startswith(f"assert {PROGRAM}(") for source, _ in steps)
+
+
+#: Most bytes of a program's printed output read back for one case, whatever the expected output:
+#: the sample's file limit (``SandboxLimits.file_size_mb``'s default) bounds what it can write there.
+MAX_PROGRAM_BYTES = 16 * 1024 * 1024
+
+
+def most_printed(expected: str) -> int:
+    """Most bytes of output read back for a case expecting ``expected``. Why:
+    CodeContests and TACO expect outputs of megabytes (200 000 lines), past what one answer used to
+    carry (a right program scored 0), yet a longer output than a right one can be (twice the
+    expected bytes, for a blank or ``\\r`` after every token, plus a margin) is wrong unread, so a
+    sample's flood never reaches the trainer's memory."""
+    size = len(expected.encode("utf-8", "surrogatepass"))
+    return min(2 * size + 4096, MAX_PROGRAM_BYTES)
 
 
 def lines(text: str) -> list[str]:

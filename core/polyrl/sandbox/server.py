@@ -401,27 +401,31 @@ class _Session:
     #: (setup, solution, the sample's folder) where the tests are stdin/stdout cases, else None
     program_code = None
 
-    def program(self, text):
+    def program(self, text, most):
         """Run the solution as a program, ``__main__``, in a fresh module, on ``text`` as its
         stdin (``sys.stdin``, ``input()``, ``sys.stdin.buffer``, ``open(0)``: descriptor 0 is a file
         holding it), waiting for the threads it started (``threading.Thread(target=main).start()``).
-        What it prints is the answer (``_Printed``); ``sys.exit(0)`` ends it as a success."""
+        Its answer is what it wrote to descriptor 1, a file here too, as hex (at most ``most``
+        bytes; None past them: longer than a right answer): ``print``, ``sys.stdout.buffer``,
+        ``os.write(1)`` and ``open(1, 'w')``, ``sys.__stdout__``, ``os.fdopen(1)`` alike (only the
+        first three were caught by ``_Printed``: a right program scored 0). The channel has its own
+        descriptor, so nothing written there reaches the trainer as an answer. ``sys.exit(0)``
+        ends it as a success."""
         setup, solution, root = self.program_code
         module = type(sys)("__main__")
         namespace = module.__dict__
         namespace["__builtins__"] = __builtins__
-        saved = (sys.modules.get("__main__"), sys.modules.get("solution"), sys.stdin)
+        saved = (sys.modules.get("__main__"), sys.modules.get("solution"), sys.stdin, sys.stdout)
         sys.modules["__main__"] = sys.modules["solution"] = module
-        path = os.path.join(root, ".stdin")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            data = text.encode("utf-8", "surrogateescape")
-            while data:
-                data = data[os.write(fd, data):]
-            os.lseek(fd, 0, 0)
-        finally:
-            os.unlink(path)
-            _as_stdin(fd)
+        fd = _hidden_file(os.path.join(root, ".stdin"))
+        data = text.encode("utf-8", "surrogateescape")
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, 0)
+        _as_stdin(fd)
+        _flush(sys.stdout)
+        out, shared = _hidden_file(os.path.join(root, ".stdout")), os.dup(1)
+        os.dup2(out, 1)
         try:
             sys.stdin = open(0, encoding="utf-8", closefd=False)
             try:
@@ -437,16 +441,39 @@ class _Session:
                     if thread is not threading.current_thread() and not thread.daemon:
                         thread.join()
         finally:
-            sys.modules["__main__"], sys.modules["solution"], sys.stdin = saved
+            namespace.clear()  # its files on descriptor 1 (``open(1, 'w')``) write what they hold as they go
+            for stream in (sys.stdout, sys.__stdout__, saved[3]):
+                _flush(stream)
+            sys.modules["__main__"], sys.modules["solution"], sys.stdin, sys.stdout = saved
             _as_stdin(os.open(os.devnull, os.O_RDONLY))
-        return None
+            os.dup2(shared, 1)
+            os.close(shared)
+            printed = _Printed.current
+            if printed is not None:  # all of it is read from the file below, not twice
+                tee = printed.tees[0][1]
+                tee.parts, tee.kept, tee.decoder = [], 0, None
+        try:
+            size = os.lseek(out, 0, 2)
+            if size > most:
+                return None
+            os.lseek(out, 0, 0)
+            chunks = []
+            while size > 0:
+                chunk = os.read(out, size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size -= len(chunk)
+            return b"".join(chunks).hex()
+        finally:
+            os.close(out)
 
     def handle(self, req):
         op = req["op"]
         if op == "names":
             return self.names()
         if op == "program" and self.program_code is not None and type(req.get("text")) is str:
-            return self.program(req["text"])
+            return self.program(req["text"], req.get("most", 0))
         obj = self.refs[req["ref"]]
         if op == "call":
             args = [self.arg(a) for a in req["args"]]
@@ -656,6 +683,20 @@ def _subtype(kind, cls):
 
 
 _MRO = type.__dict__["__mro__"].__get__
+
+
+def _hidden_file(path):
+    """A new empty file at ``path``, unlinked at once: only the descriptor reaches it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.unlink(path)
+    return fd
+
+
+def _flush(stream):
+    try:
+        stream.flush()
+    except BaseException:
+        pass
 
 
 def _as_stdin(fd):
