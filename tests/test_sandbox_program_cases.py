@@ -106,18 +106,20 @@ def test_same_compares_tokens_and_decimals_only():
     assert close("1.0000000001e9", "1e9") and not close("1_0.0", "10.0") and not close("inf", "1e999")
 
 
-#: CodeContests-sized output: 200 000 lines, 2.4 MB (past the old 1 MiB ``MAX_PRINTED`` and the
-#: 64 KiB ``max_output_bytes`` that printing to descriptor 1, then a copy of 2, counted against).
-_BIG_IN = "200000\n"
-_BIG_OUT = "".join(f"{10**10 + i}\n" for i in range(200000))
+#: CodeContests-sized output: 2.4 MB (past the old 1 MiB ``MAX_PRINTED`` and the 64 KiB
+#: ``max_output_bytes`` that printing to descriptor 1, then a copy of 2, counted against), as
+#: 20 000 lines of ten numbers: 200 000 short lines took half the time limit on a loaded machine.
+_BIG_IN = "20000\n"
+_BIG_OUT = "".join(" ".join(str(10**10 + i + k) for k in range(10)) + "\n" for i in range(20000))
 _BIG_TESTS = {"input": [_BIG_IN], "output": [_BIG_OUT]}
+_LINE = "' '.join(str(10**10 + i + k) for k in range(10))"
 _BIG_RIGHT = {
-    "print_loop": "for i in range(int(input())):\n    print(10**10 + i)\n",
-    "one_write": "import sys\nn = int(input())\nsys.stdout.write('\\n'.join(str(10**10 + i) for i in range(n)) + '\\n')\n",
+    "print_loop": "for i in range(int(input())):\n    print(*(10**10 + i + k for k in range(10)))\n",
+    "one_write": f"import sys\nn = int(input())\nsys.stdout.write('\\n'.join({_LINE} for i in range(n)) + '\\n')\n",
 }
 _BIG_WRONG = {
-    "one_line_off": "n = int(input())\nprint('\\n'.join(str(10**10 + i + (i == n - 1)) for i in range(n)))\n",
-    "twice": "n = int(input())\nfor _ in range(2):\n    print('\\n'.join(str(10**10 + i) for i in range(n)))\n",
+    "one_line_off": f"n = int(input())\nprint('\\n'.join({_LINE} for i in range(n - 1)))\nprint(1)\n",
+    "twice": f"n = int(input())\nfor _ in range(2):\n    print('\\n'.join({_LINE} for i in range(n)))\n",
     "flood": "import sys\nint(input())\nfor _ in range(8):\n    sys.stdout.write('9' * (1 << 20) + '\\n')\n",
 }
 
