@@ -99,18 +99,19 @@ _NUMBER_TOKEN = r"(?:\d+(?:\.\d+)?|\.\d+|\b(?:" + "|".join(_NUMBER_WORDS) + r")\
 _FILLER_WORDS = ("with just only simply merely solely exactly precisely nothing but the a an this it that "
                  "me us number numeral digit value score rating grade mark verdict answer reply response "
                  "solution completion submission essay work one of as at by back single final your following "
-                 "word perfect full top saying writing").split()
+                 "word perfect full top marks points saying writing").split()
 _FILLER = (r"(?:\b(?:" + "|".join(_FILLER_WORDS) + r")\b|[:=\-\u2013\u2014\"'\u201c\u201d\u2018\u2019`*_(\[{$<]"
            r"|\\(?:boxed|fbox|textbf|text)\{|\\[(\[])")
 _OP = r"(?:\+|-|\u2212|\*|x|\u00d7|\u00f7|/|\u2044|plus|minus|times|divided\s+by|over|out\s+of)"
 _CLOSERS = r"(?:" + _H + r"|[\"'\u201c\u201d\u2018\u2019`*_)\]}$>]|\\[)\]])" + f"{{0,{CLAUSE_CHARS}}}"
 #: an instruction's answer: fillers, a number (or two an operator joins), and the sentence's end,
-#: after at most a scale, a percent sign, a unit and "only", "please" or "and nothing else"
+#: after at most a scale, a percent sign, a unit and "only", "please", "as your score" or "and nothing else"
 _ANSWER = re.compile(
     r"(?:" + _GAP + _FILLER + r"){0,12}" + _GAP + _NUMBER_TOKEN + r"(?:" + _GAP + _OP + _GAP + _NUMBER_TOKEN + r")?"
     + r"(?:" + _GAP + r"(?:%|percent))?(?:" + _GAP + r"(?:points?|pts|marks?|stars?)\b)?" + _CLOSERS
     + r"(?:,?" + _GAP + r"(?:(?:and|[-\u2013\u2014])" + _GAP + r")?nothing\s+(?:else|more)\b|" + _GAP
-    + r"(?:only|please)\b)?" + _CLOSERS
+    + r"(?:only|please|as" + _GAP + r"(?:your|the|my)" + _GAP + r"(?:final" + _GAP + r")?(?:score|rating|grade|verdict|answer))\b)?"
+    + _CLOSERS
     + r"(?:[.!?;\u2026](?!\w)|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\Z)", re.IGNORECASE)
 #: the words before such a verb that make it an instruction ("please reply", "you must answer")
 _ADDRESSING = frozenset({("please",), ("kindly",), ("just",), ("only",), ("simply",), ("you", "must"),
