@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import mmap
 import re
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -61,32 +61,41 @@ def refuse_leading_zeros(table: Any, paths: Sequence[Path], sep: str, field: str
     maybe = [_may_hold_one(path) for path in paths]
     if not any(maybe):
         return
+    last = len(maybe) - maybe[::-1].index(True)  # up to the last file that may hold one
+    with closing(_cells(table, paths[:last], sep, numeric | text)) as cells:
+        for path, line, name, cell, row in cells:
+            if not _CELL.match(cell) or (value := table.column(name)[row].as_py()) is None:
+                continue
+            if name in text and value == cell:  # a text block keeps the cell as written
+                continue
+            read = (f"the number {value!r}" if name in numeric else
+                    f"the number {value}, then as the text {value!r} (the column holds text elsewhere: "
+                    f"pandas types each file, and each {PANDAS_BLOCK:,} rows of a file, on its own)")
+            raise ConfigError(
+                f"{path}:{line}: column {name!r} holds {cell!r}, which pandas (🤗 datasets' CSV reader, "
+                f"and so TRL) reads as {read}, its leading zeros dropped", field=field,
+                fix="give the rows as JSONL or Parquet with that column as strings (in a CSV, quotes do "
+                    "not keep it text), or write the numbers without leading zeros")
+
+
+def _cells(table: Any, paths: Sequence[Path], sep: str, names: set[str]) -> Generator[tuple[Path, int, str, str, int], None, None]:
+    """(file, line, column, cell as written, its row in ``table``) of every cell of the columns
+    ``names``, in the order pandas read the rows; ends where ``table`` has no row left (pandas read
+    fewer rows than were written: no cell left to name)."""
     row = 0
-    for path in paths[:len(maybe) - maybe[::-1].index(True)]:  # up to the last file that may hold one
+    for path in paths:
         with closing(records(path, sep)) as rows:
             header = next(rows, (0, None))[1]
             if header is None:
                 continue
-            columns = [(at, name) for at, name in enumerate(header) if name in numeric or name in text]
+            columns = [(at, name) for at, name in enumerate(header) if name in names]
             for line, record in rows:
                 if _skipped_by_pandas(record):
                     continue
-                if row >= table.num_rows:  # pandas read fewer rows than written: no cell left to name
+                if row >= table.num_rows:
                     return
                 for at, name in columns:
-                    cell = record[at] if at < len(record) else ""
-                    if not _CELL.match(cell) or (value := table.column(name)[row].as_py()) is None:
-                        continue
-                    if name in text and value == cell:  # a text block keeps the cell as written
-                        continue
-                    read = (f"the number {value!r}" if name in numeric else
-                            f"the number {value}, then as the text {value!r} (the column holds text elsewhere: "
-                            f"pandas types each file, and each {PANDAS_BLOCK:,} rows of a file, on its own)")
-                    raise ConfigError(
-                        f"{path}:{line}: column {name!r} holds {cell!r}, which pandas (🤗 datasets' CSV reader, "
-                        f"and so TRL) reads as {read}, its leading zeros dropped", field=field,
-                        fix="give the rows as JSONL or Parquet with that column as strings (in a CSV, quotes do "
-                            "not keep it text), or write the numbers without leading zeros")
+                    yield path, line, name, (record[at] if at < len(record) else ""), row
                 row += 1
 
 
@@ -98,29 +107,16 @@ def refuse_rounded_integers(table: Any, paths: Sequence[Path], sep: str, field: 
     floats = {name for name, kind in zip(table.column_names, table.schema.types) if pa.types.is_floating(kind)}
     if not floats or not any(_has_long_digits(path) for path in paths):
         return
-    row = 0
-    for path in paths:
-        with closing(records(path, sep)) as rows:
-            header = next(rows, (0, None))[1]
-            if header is None:
+    with closing(_cells(table, paths, sep, floats)) as cells:
+        for path, line, name, cell, row in cells:
+            if not _INTEGER.fullmatch(cell) or (value := table.column(name)[row].as_py()) is None:
                 continue
-            columns = [(at, name) for at, name in enumerate(header) if name in floats]
-            for line, record in rows:
-                if _skipped_by_pandas(record):
-                    continue
-                if row >= table.num_rows:  # pandas read fewer rows than written: no cell left to name
-                    return
-                for at, name in columns:
-                    cell = record[at] if at < len(record) else ""
-                    if not _INTEGER.fullmatch(cell) or (value := table.column(name)[row].as_py()) is None:
-                        continue
-                    if _digits(cell) > _FLOAT_DIGITS or value != int(cell):  # float == int compares exactly
-                        raise ConfigError(
-                            f"{path}:{line}: column {name!r} holds the integer {_shown(cell)}, which pandas (🤗 "
-                            f"datasets' CSV reader, and so TRL) reads as the number {value!r}: the column holds "
-                            "fractions or empty cells too, and a float64 keeps about 16 digits", field=field,
-                            fix=LONG_FIX)
-                row += 1
+            if _digits(cell) > _FLOAT_DIGITS or value != int(cell):  # float == int compares exactly
+                raise ConfigError(
+                    f"{path}:{line}: column {name!r} holds the integer {_shown(cell)}, which pandas (🤗 "
+                    f"datasets' CSV reader, and so TRL) reads as the number {value!r}: the column holds "
+                    "fractions or empty cells too, and a float64 keeps about 16 digits", field=field,
+                    fix=LONG_FIX)
 
 
 def first_integer_past_64_bits(paths: Sequence[Path], sep: str) -> tuple[Path, int, str, str] | None:
