@@ -13,9 +13,11 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
 
 #: A reply the test writes byte by byte (a hostile server): called with the request's handler.
 RawReply = Callable[[BaseHTTPRequestHandler], None]
@@ -183,6 +185,24 @@ def emptied(server: ScriptedJudge, default: str = "Score: 7/10") -> ScriptedJudg
         server.requests.clear()
         server.default = default
     return server
+
+
+def module_fixtures() -> tuple[Any, Any]:
+    """The ``server`` (one scripted judge for the test module) and ``stub`` (it emptied for each
+    test) fixtures, for a module to bind as ``server, stub = module_fixtures()``."""
+
+    @pytest.fixture(scope="module")
+    def server() -> Iterator[ScriptedJudge]:
+        judge = ScriptedJudge()
+        yield judge
+        judge.close()
+
+    @pytest.fixture()
+    def stub(server: ScriptedJudge) -> ScriptedJudge:
+        """The module's server with an empty script, its default reply and no requests recorded."""
+        return emptied(server)
+
+    return server, stub
 
 
 def scores_in_order(base_url: str, texts: list[str], **options: Any) -> Any:

@@ -8,30 +8,16 @@ under a rubric asking for "Score: N/10"."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from polyrl.errors import RewardError
 from polyrl.rewards import judge_score
 from polyrl.rewards.judge import DEFAULT_RUBRIC
 
-from judge_stub import ScriptedJudge, emptied, scores_in_order
+from judge_stub import module_fixtures, scores_in_order
 
 pytestmark = pytest.mark.faults
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedJudge]:
-    stub = ScriptedJudge()
-    yield stub
-    stub.close()
-
-
-@pytest.fixture()
-def stub(server: ScriptedJudge) -> ScriptedJudge:
-    """The module's server with an empty script, its default reply and no requests recorded."""
-    return emptied(server)
+server, stub = module_fixtures()
 
 
 scores = scores_in_order

@@ -7,36 +7,22 @@ completion that talks the judge into full marks without a number, which is measu
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-
 import pytest
 
 from polyrl.rewards.judge import DEFAULT_RUBRIC, parse_score
 from polyrl.rewards.judge_claims import claimed_scores
 from polyrl.rewards import judge_score
 
-from judge_stub import ScriptedJudge, emptied, scores_in_order
+from judge_stub import module_fixtures, scores_in_order
 from work_meter import measured
 
 pytestmark = pytest.mark.faults
+server, stub = module_fixtures()
 
 scores = scores_in_order
 SCALE = (0.0, 10.0)
 #: the rubric of examples/rlaif.toml: a cue a small judge continues with a bare number
 CUE_RUBRIC = "Rate the student's answer from 0 to 10.\nQuestion: {prompt}\nStudent's answer: {completion}\nRating (0-10):"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedJudge]:
-    stub = ScriptedJudge()
-    yield stub
-    stub.close()
-
-
-@pytest.fixture()
-def stub(server: ScriptedJudge) -> ScriptedJudge:
-    """The module's server with an empty script, its default reply and no requests recorded."""
-    return emptied(server)
 
 
 #: verdicts multilingual judges write, each 8 out of 10
