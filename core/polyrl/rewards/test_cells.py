@@ -55,10 +55,11 @@ def parse_tests(tests: Any, where: str = "", entry_point: str | None = None) -> 
     ``entry_point`` names the solution's function for a HumanEval-style ``check(candidate)``;
     stdin/stdout cases (APPS, CodeContests) are one step each (``program_cases``), as are APPS's
     call-based cases (``call_cases``)."""
-    calls = call_cases.steps(tests, where)
+    cases = program_cases.decoded(tests)  # once: a CodeContests row's JSON is megabytes
+    calls = call_cases.steps(cases, where)
     if calls is not None:
         return [(source, True) for source in calls]
-    io_cases = program_cases.cases(tests, where)
+    io_cases = program_cases.cases(cases, where)
     if io_cases is not None:
         return [(program_cases.step(stdin, stdout), True) for stdin, stdout in io_cases]
     if isinstance(tests, str):

@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from polyrl.errors import RewardError
+from polyrl.sandbox import program_cases
 
 NAME = "code_tests"
 #: The tests' name for "call the sample's function on these arguments, compare its answer" (bound by the harness).
@@ -29,11 +30,7 @@ CALL = "__polyrl_call__"
 
 def steps(tests: Any, where: str = "") -> list[str] | None:
     """One test step per case when ``tests`` (or its JSON string) is a call-based APPS row, else None."""
-    if isinstance(tests, str) and tests.strip().startswith("{"):
-        try:
-            tests = json.loads(tests)
-        except (ValueError, RecursionError):  # nested past the decoder's depth: read as Python (its error: line)
-            return None
+    tests = program_cases.decoded(tests)
     if not isinstance(tests, dict) or not tests.get("fn_name"):
         return None
     name, given, wanted = tests["fn_name"], tests.get("inputs"), tests.get("outputs")

@@ -34,14 +34,7 @@ _PAIRS = (("inputs", "outputs"), ("input", "output"))
 
 def cases(tests: Any, where: str = "") -> list[tuple[str, str]] | None:
     """(stdin, expected stdout) of each case when ``tests`` is one of the shapes above, else None."""
-    if isinstance(tests, str):
-        text = tests.strip()
-        if not text.startswith("{"):
-            return None
-        try:
-            tests = json.loads(text)
-        except (ValueError, RecursionError):  # RecursionError: nested past the decoder's depth
-            return None  # Python (a dict display in a cell is no JSON): read as tests
+    tests = decoded(tests)
     if isinstance(tests, dict):
         if tests.get("fn_name"):
             return None  # call-based: ``call_cases``
@@ -62,6 +55,18 @@ def cases(tests: Any, where: str = "") -> list[tuple[str, str]] | None:
             out.append((_text(case["input"], "input", where), _text(case["output"], "output", where)))
         return out
     return None
+
+
+def decoded(tests: Any) -> Any:
+    """``tests`` read as JSON where it is a string holding a JSON object (APPS stores
+    ``input_output`` so), else as given: Python (a dict display in a cell is no JSON), or one
+    nested past the decoder's depth (RecursionError), is left to be read as tests."""
+    if isinstance(tests, str) and tests.lstrip().startswith("{"):
+        try:
+            return json.loads(tests)
+        except (ValueError, RecursionError):
+            return tests
+    return tests
 
 
 def _text(value: Any, key: str, where: str) -> str:
