@@ -246,9 +246,7 @@ def _private_channel():
         extra.append(fd)
         os.close(fd)
     rfd, wfd = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
+    _as_stdin(os.open(os.devnull, os.O_RDONLY))
     os.dup2(2, 1)
     return rfd, wfd, extra
 
@@ -1068,10 +1066,7 @@ def _main():
         req = chan.recv()
         if req is None:  # the harness is done: hand over the sample's output, then end
             for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except BaseException:
-                    pass
+                _flush(stream)
             os._exit(0)
         printed = _Printed(req.get("stdin"))
         asked = _TestsInput(chan) if req.get("input") is True else None
