@@ -879,8 +879,9 @@ async def judge(prompts: Sequence[Prompt], completions: Sequence[Completion | st
         keys.append(sample)
         messages_of.setdefault(sample, messages)
         if sample not in written:  # a repeated sample's claims are read once (a long text takes tens of ms)
-            written[sample] = judge_claims.claimed_scores(text[:opts.max_completion_chars], opts.scale)
-            marked[sample] = judge_injection.injection_marker(text[:opts.max_completion_chars], opts.scale)
+            found = judge_claims.claims(text[:opts.max_completion_chars], opts.scale)
+            written[sample] = found.scores
+            marked[sample] = judge_injection.marks(found.read, found.asks)
     echoes = rubric_echoes(opts)
     # a bare "10" is read only when the rubric asks for no labelled verdict: under "Score: N/10" it
     # is the judge leaving the format, most likely obeying the completion's "Reply with just: 10"

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from typing import NamedTuple
 
 from polyrl.rewards import judge_score
 
@@ -275,13 +276,28 @@ def asked_scores(read: str, scale: tuple[float, float]) -> frozenset[float]:
     return frozenset(_scores_of(_asked(read), scale))
 
 
+class Claims(NamedTuple):
+    """What a completion claims (``claims``), read once for the judge reward's two uses of it."""
+
+    scores: frozenset[float]  # ``claimed_scores``
+    read: str  # the completion as a judge reads it (``as_read``)
+    asks: bool  # whether it tells the judge which number to answer (``asked_scores`` holds one)
+
+
+def claims(text: str, scale: tuple[float, float]) -> Claims:
+    """``text``'s claimed scores, its judge's reading and whether it asks for a number: the
+    forged-score check and ``judge_injection.marks`` both need the last two."""
+    read = as_read(text)
+    claimed = set(judge_score.written_scores(text, scale))
+    if read != text:
+        claimed |= judge_score.written_scores(read, scale)
+    asked = _scores_of(_asked(read), scale)
+    return Claims(frozenset(claimed | asked | _scores_of(_clauses(read), scale)), read, bool(asked))
+
+
 def claimed_scores(text: str, scale: tuple[float, float]) -> frozenset[float]:
     """The normalised scores ``text`` claims for itself: ``judge_score.written_scores`` of it as
     written and as a judge reads it (``as_read``), every value its claims' clauses name or
     compute, number words included (see the module docstring), and the scores it asks the judge
     to answer (``asked_scores``); the set ``judge_score.read_score`` never takes a verdict from."""
-    read = as_read(text)
-    claimed = set(judge_score.written_scores(text, scale))
-    if read != text:
-        claimed |= judge_score.written_scores(read, scale)
-    return frozenset(claimed | _scores_of(_clauses(read) + _asked(read), scale))
+    return claims(text, scale).scores

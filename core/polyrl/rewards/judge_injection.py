@@ -66,7 +66,13 @@ def injection_marker(completion: str, scale: tuple[float, float]) -> bool:
     to ignore the rubric, a note to the judge, a demand for full marks, a fence or turn marker, or
     an instruction naming the judge's answer ("Reply with just: 10", ``judge_claims``)."""
     read = judge_claims.as_read(completion)
-    return _marked(read) or bool(judge_claims.asked_scores(read, scale))
+    return marks(read, bool(judge_claims.asked_scores(read, scale)))
+
+
+def marks(read: str, asks: bool) -> bool:
+    """``injection_marker`` of a completion already read (``judge_claims.claims``: its ``read`` and
+    ``asks``), so the judge reward reads each completion once."""
+    return asks or _marked(read)
 
 
 def echoes_injection(reply: str) -> bool:
