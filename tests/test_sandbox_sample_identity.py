@@ -66,3 +66,38 @@ def test_two_objects_of_the_solutions_are_never_one_even_where_its_server_claims
     cases["new_each_get"] = ("assert Config.get() is Config.get()\n",
                              "class Config:\n    @classmethod\n    def get(cls):\n        return cls()\n")
     assert _each_scored(cases) == dict.fromkeys(cases, 0.0)
+
+
+#: ``unittest``'s ``assertIs``/``assertIsNot`` (``is`` in unittest's code) and a chain of ``is``:
+#: each scored 0 with the right solution on integ (``copy`` aside: it passed, and so did the wrong one).
+_UNITTEST = "import unittest\nclass T(unittest.TestCase):\n    def test_it(self):\n        {}\n"
+_COPYING = ("class Stack:\n    def __init__(self, xs=()):\n        self.xs = list(xs)\n"
+            "    def copy(self):\n        return Stack(self.xs)\n")
+_IS_CHECKS = {
+    "assert_is": _UNITTEST.format("self.assertIs(Color(1), Color.RED)\n        "
+                                  "self.assertIsNot(Color(2), Color.RED, 'two members')"),
+    "chain": "assert Color(1) is Color['RED'] is Color.RED\nassert not (first() is Color.RED is Color.GREEN)\n",
+    "chain_is_not": "assert Color(2) is not Color.RED is not Color.GREEN and not (Color(1) is not first() is not None)\n",
+    "copy": _UNITTEST.format("s = Stack([1])\n        self.assertIsNot(s.copy(), s)\n        "
+                             "self.assertEqual(s.copy().xs, [1])"),
+    "still_pythons": ("a = [1]\nb = a\nassert a is b is a and [1] is not a is b and Color.RED is Color.RED\n"
+                      "unittest.TestCase().assertIs(a, b)\nunittest.TestCase().assertIsNot(a, [1])\n"),
+}
+
+
+def test_unittests_assert_is_and_a_chain_of_is_see_one_object_of_the_solutions_as_one():
+    cases = {name: (tests, _ENUM + _COPYING) for name, tests in _IS_CHECKS.items()}
+    cases["still_pythons"] = ("import unittest\n" + _IS_CHECKS["still_pythons"], _ENUM)
+    assert _each_scored(cases) == dict.fromkeys(cases, 1.0)
+
+
+def test_assert_is_and_a_chain_of_is_never_pass_two_objects_of_the_solutions():
+    """``assertIsNot(s.copy(), s)`` of a ``copy`` returning ``s`` scored 1.0 on integ."""
+    cases = {"assert_is": (_IS_CHECKS["assert_is"], _NOT_ENUM),
+             "chain": ("assert Color(1) is Color['RED'] is Color.RED\n",
+                       _NOT_ENUM + "Color.__class_getitem__ = classmethod(lambda c, k: getattr(c, k))\n"),
+             "copy": (_IS_CHECKS["copy"], _COPYING.replace("return Stack(self.xs)", "return self"))}
+    cases["chain_claimed"] = (_CHECK.replace("Color(1) is Color.RED", "Color(1) is Color.RED is Color(1)"),
+                              _NOT_ENUM + "import __main__\n_out = __main__._Session.out\n"
+                              + _CLAIMS["each_the_one_before"] + "__main__._Session.out = out\n")
+    assert _each_scored(cases) == dict.fromkeys(cases, 0.0)

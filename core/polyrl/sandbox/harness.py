@@ -650,6 +650,8 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     namespace.update(modules)  # the tests' globals: never the sample's (module doc)
     namespace[program_cases.PROGRAM] = session.program  # stdin/stdout cases' runs (``program_cases``)
     namespace[sample_identity.SAME] = sample_identity.same  # their ``a is b`` of two of its values
+    namespace[sample_identity.IS_ARGS] = sample_identity.is_args  # their ``assertIs(a, b)``
+    namespace[sample_identity.CHAIN] = sample_identity.Chained  # their ``a is b is c``
     namespace[call_cases.CALL] = lambda name, args, want: call_cases.returns(
         _solution_function(sample, name)(*call_cases.arguments(args)), want)  # APPS's call-based cases
     theirs = bound | modules.keys()
