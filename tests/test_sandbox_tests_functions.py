@@ -169,3 +169,47 @@ def test_a_check_of_the_tests_failing_through_pytest_fail_or_exit_fails_the_test
     right = "def solve(check):\n    check(42)\n    return 42\n"
     assert _each_scored({**cases, "right": (cases["pytest_fail"][0], right)}) == {**dict.fromkeys(checks, 0.0),
                                                                                    "right": 1.0}
+
+
+_LIST_NODE = ("class ListNode:\n    next = None\n    def __init__(self, val):\n        self.val = val\n"
+              "def build(xs):\n    head = None\n    for x in reversed(xs):\n        n = ListNode(x)\n        n.next = head\n"
+              "        head = n\n    return head\ndef items(h):\n    out = []\n    while h is not None:\n"
+              "        out.append(h.val)\n        h = h.next\n    return out\n")
+_TREE_NODE = ("class TreeNode:\n    left = None\n    right = None\n    seen = 0\n    def __init__(self, val):\n"
+              "        self.val = val\n")
+_DEFAULTS = ("def reverse(head):\n    prev = None\n    while head:\n        head.next, prev, head = prev, head, head.next\n"
+             "    return prev\ndef mirror(t):\n    if t is not None:\n        t.left, t.right = mirror(t.right), mirror(t.left)\n"
+             "    return t\ndef visit(t):\n    t.seen += 1\n")
+
+
+def test_a_solution_setting_a_default_the_tests_class_holds_passes():
+    """On integ a name the tests' class defines as a plain default (``class ListNode: next = None``)
+    could not be set on its instance: a right ``reverse`` (``node.next = prev``) and ``mirror``
+    scored 0. The instance's own value shadows the default, as in-process; the class keeps its own."""
+    cases = {
+        "reverse": (_LIST_NODE + "assert items(reverse(build([1, 2, 3]))) == [3, 2, 1]\n", _DEFAULTS),
+        "mirror": (_TREE_NODE + "t = TreeNode(1)\nt.left = TreeNode(2)\nm = mirror(t)\n"
+                   "assert m is t and m.left is None and m.right.val == 2\n", _DEFAULTS),
+        "counted": (_TREE_NODE + "t = TreeNode(1)\nvisit(t)\nvisit(t)\nassert t.seen == 2 and TreeNode.seen == 0\n",
+                    _DEFAULTS),
+    }
+    assert _each_scored(cases) == dict.fromkeys(cases, 1.0)
+
+
+def test_code_the_tests_class_holds_stays_unreplaceable():
+    """A method kept under a second name, a ``classmethod`` and a nested class are still refused
+    (each replaced by the wrong solution would pass the tests' later call of it); a wrong
+    ``reverse`` leaving the list as it was still fails."""
+    check = "    def check(self, v):\n        assert v == self.val * 2\n"
+    run = "def test_it():\n    t = TreeNode(2)\n    prep(t)\n    t.{}(solve(t))\n"
+    cases = {
+        "method_alias": (_TREE_NODE + check + "    ok = check\n" + run.format("ok"),
+                         "def prep(t):\n    t.ok = print\ndef solve(t):\n    return 0\n"),
+        "classmethod": (_TREE_NODE + "    @classmethod\n    def verify(cls, v):\n        assert v == 4\n" + run.format("verify"),
+                        "def prep(t):\n    t.verify = print\ndef solve(t):\n    return 0\n"),
+        "nested_class": (_TREE_NODE + "    class Checker:\n        def __init__(self, v):\n            assert v == 4\n"
+                         + run.format("Checker"), "def prep(t):\n    t.Checker = print\ndef solve(t):\n    return 0\n"),
+        "wrong_reverse": (_LIST_NODE + "assert items(reverse(build([1, 2, 3]))) == [3, 2, 1]\n",
+                          "def reverse(head):\n    return head\n"),
+    }
+    assert _each_scored(cases) == dict.fromkeys(cases, 0.0)

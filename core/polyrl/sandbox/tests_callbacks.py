@@ -16,8 +16,9 @@ fails the test that was running, whether or not the sample caught it.
 An object of a class the tests define (a ``TreeNode`` of theirs) crosses the same way (``["O", i]``):
 the sample's proxy reads its attributes back (``node.val``, ``node.left``: data, or another such
 proxy; a method is a function as above) and may set new or instance attributes (``node.left =
-x``), never a name with a leading ``__`` nor one its class defines (a method of the tests' replaced
-by a no-op would pass their later call of it), but for a slot or property of theirs (``__slots__``).
+x``), never a name with a leading ``__`` nor code its class defines (a method of the tests' replaced
+by a no-op would pass their later call of it), but for a slot or property of theirs (``__slots__``)
+and a plain default value of the class's (``next = None``).
 ``len(node)``, ``bool``, a loop over it, ``node[k]``,
 ``x in node``, ``hash`` and comparisons (``USES``) are Python's own operations done here on the
 object (a loop's items sent at once, at most ``MAX_ITEMS``), their answers sent back as a call's
@@ -98,13 +99,19 @@ def well_formed_use(message: Any, handed: list[Any], channel: Channel) -> tuple[
 
 
 def _class_defines(obj: Any, name: str) -> bool:
-    """Whether ``obj``'s class defines ``name`` as something setting it would shadow (a method, a
-    class constant): a slot or another data descriptor (a ``__slots__`` field, a property with its
-    setter) is where the instance keeps its own value, set as in-process (a right ``invert`` of a
-    slotted ``Node`` setting ``n.left`` was refused)."""
+    """Whether ``obj``'s class defines ``name`` as code setting it would shadow (a method, a
+    ``classmethod``, a nested class, any callable or other descriptor). A slot or another data
+    descriptor (a ``__slots__`` field, a property with its setter) is where the instance keeps its
+    own value, set as in-process (a right ``invert`` of a slotted ``Node`` setting ``n.left`` was
+    refused); so is a plain value the class holds as the instances' default (``class ListNode:
+    next = None``: a right ``reverse`` setting ``node.next`` was refused), which shadows nothing
+    the tests run, as the instance attributes their ``__init__`` sets."""
     for kind in type(obj).__mro__:
         if name in vars(kind):
-            return not hasattr(type(vars(kind)[name]), "__set__")
+            found = vars(kind)[name]
+            if hasattr(type(found), "__set__"):
+                return False
+            return callable(found) or hasattr(type(found), "__get__")
     return False
 
 
