@@ -80,3 +80,35 @@ def test_a_solutions_context_manager_suppresses_what_the_tests_raise():
 
 def test_a_suppressing_context_manager_never_hides_a_check_or_the_solutions_error():
     assert _each_scored({n: (t, _SWALLOWING) for n, t in _UNSUPPRESSED.items()}) == dict.fromkeys(_UNSUPPRESSED, 0.0)
+
+
+#: A command-line ``main`` exiting 2 on no arguments (argparse's way), and a subclass of SystemExit.
+_EXITING = ("import sys\ndef main(argv):\n    if not argv:\n        sys.exit(2)\n    return sum(map(int, argv))\n"
+            "class Done(SystemExit):\n    pass\ndef done():\n    raise Done('bye')\n")
+_EXIT_CAUGHT = {
+    "pytest_raises": ("import pytest\ndef test_exit():\n    with pytest.raises(SystemExit) as e:\n        main([])\n"
+                      "    assert e.value.code == 2\n"),
+    "assert_raises": ("import unittest\nclass T(unittest.TestCase):\n    def test_exit(self):\n"
+                      "        with self.assertRaises(SystemExit) as c:\n            main([])\n"
+                      "        self.assertEqual(c.exception.code, 2)\n"),
+    "except": "try:\n    main([])\n    code = None\nexcept SystemExit as e:\n    code = e.code\nassert code == 2\n",
+    "subclass": "import pytest\nwith pytest.raises(SystemExit, match='bye'):\n    done()\n",
+}
+
+
+def test_the_tests_catch_the_solutions_own_exit():
+    """Each scored 0 on integ: the solution's ``sys.exit(2)`` reached the tests as a ``RemoteError``,
+    which no ``pytest.raises(SystemExit)``, ``assertRaises`` or ``except SystemExit`` takes."""
+    assert _each_scored({n: (t, _EXITING) for n, t in _EXIT_CAUGHT.items()}) == dict.fromkeys(_EXIT_CAUGHT, 1.0)
+
+
+def test_the_solutions_exit_never_ends_the_tests_as_a_success():
+    """A wrong ``main`` that does not exit fails the same tests; the solution's ``sys.exit(0)`` (a
+    success where the tests' own script calls it) fails the test it leaves, and one the tests'
+    ``except Exception`` does not take ends the test as in one process (1.0 on integ)."""
+    cases = {n: (t, "def main(argv):\n    return 0\ndef done():\n    pass\n") for n, t in _EXIT_CAUGHT.items()}
+    quits = "import sys\ndef main(argv):\n    sys.exit(0)\n"
+    cases["exit_0_in_the_script"] = ("main(['1'])\nassert False\n", quits)
+    cases["exit_0_in_a_test"] = ("def test_it():\n    main(['1'])\n    assert False\n", quits)
+    cases["not_an_exception"] = ("try:\n    main([])\nexcept Exception:\n    pass\nassert main(['2']) == 2\n", _EXITING)
+    assert _each_scored(cases) == dict.fromkeys(cases, 0.0)

@@ -15,6 +15,7 @@ from test_sandbox_helpers import LIAR
 from test_sandbox_verdict import MODES, score
 
 from polyrl.sandbox import harness
+from polyrl.sandbox.remote_exceptions import SampleExit
 
 pytestmark = pytest.mark.faults
 
@@ -218,7 +219,7 @@ def test_an_exceptions_state_is_decoded_strictly():
 
 def test_an_exception_class_stand_in_is_plain_bounded_and_never_control_flow():
     """The stand-in for a sample's exception class is the trainer's own plain class: a lineage
-    ending in StopIteration or BaseException derives from RemoteError, a malformed one is refused,
+    ending in StopIteration or BaseException derives from RemoteError (in SystemExit: SampleExit), a malformed one is refused,
     one lineage gives one class."""
     from test_sandbox_harness import _NoChannel
 
@@ -228,9 +229,12 @@ def test_an_exception_class_stand_in_is_plain_bounded_and_never_control_flow():
     kind = session.exception_class(lineage)
     assert kind is session.exception_class(lineage) and kind.__name__ == "NotFound"
     assert issubclass(kind, ValueError) and kind.__mro__[1].__name__ == "SolutionError"
-    for base in ("StopIteration", "SystemExit", "BaseException", "KeyboardInterrupt"):
+    for base in ("StopIteration", "BaseException", "KeyboardInterrupt"):
         stop = session.exception_class([["solution", "Stop"], ["builtins", base], ["builtins", "object"]])
         assert issubclass(stop, harness.RemoteError) and not issubclass(stop, (StopIteration, SystemExit, KeyboardInterrupt))
+    # a SystemExit of the sample's own class: the tests' ``except SystemExit`` takes it, never their success
+    done = session.exception_class([["solution", "Done"], ["builtins", "SystemExit"], ["builtins", "object"]])
+    assert issubclass(done, SampleExit) and not issubclass(done, (Exception, KeyboardInterrupt))
     exc = harness.remote_exception(["Stop", "x", [["solution", "Stop"], ["builtins", "StopIteration"]]],
                                    session.exception_class)
     assert isinstance(exc, harness.RemoteError)

@@ -11,8 +11,8 @@ import pytest
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, harness
-from polyrl.sandbox.remote_exceptions import IteratorEnd
-from polyrl.sandbox.values import MAX_DEPTH, ProtocolError
+from polyrl.sandbox.remote_exceptions import IteratorEnd, SampleExit
+from polyrl.sandbox.values import MAX_DEPTH, ProtocolError, encode
 
 
 @pytest.fixture(scope="module")
@@ -145,12 +145,15 @@ def test_malformed_stand_ins_are_protocol_errors():
 
 def test_a_sample_exception_is_never_control_flow_or_a_trainer_crash():
     assert isinstance(harness.remote_exception(["ValueError", "no"]), ValueError)
-    for name in ("StopIteration", "StopAsyncIteration", "SystemExit", "KeyboardInterrupt", "GeneratorExit",
+    for name in ("StopIteration", "StopAsyncIteration", "KeyboardInterrupt", "GeneratorExit",
                  "__import__", "object"):
         exc = harness.remote_exception([name, "x"])
         # the sample's StopIteration is a RemoteError too, one the tests' ``next(g, default)`` knows
         assert type(exc) is (IteratorEnd if name == "StopIteration" else harness.RemoteError), name
         assert isinstance(exc, harness.RemoteError) and not isinstance(exc, (StopIteration, StopAsyncIteration))
+    # the sample's exit is one the tests' ``except SystemExit`` takes, never the tests' own success
+    exited = harness.remote_exception(["SystemExit", "2", [["builtins", "SystemExit"]], {"args": encode((2,))}])
+    assert type(exited) is SampleExit and exited.code == 2
     deep: list = []
     for _ in range(100_000):
         deep = [deep]

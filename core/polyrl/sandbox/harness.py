@@ -79,8 +79,8 @@ from polyrl.sandbox.reader import same_items
 from polyrl.sandbox.sample_types import tests_repr, tests_type
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
-    EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, exception_parts, exception_state,
-    exception_text, remote_exception)
+    CONTROL, EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, SampleExit, exception_parts,
+    exception_state, exception_text, remote_exception)
 from polyrl.sandbox.shrinking import returned_items
 from polyrl.sandbox.standard_names import SOLUTION_MODULE, standard_object_name
 from polyrl.sandbox.standard_values import CONSTRUCTED, REBUILDERS, REBUILT, named_tuple, numpy_constructed, rebuilt
@@ -497,8 +497,8 @@ class Session:
         """The trainer's stand-in for an exception class of the sample's, from its MRO as
         ``[module, name]`` pairs (``server._lineage``), or None when that is malformed: a plain
         class of that name deriving from the stand-in of the next class, down to the first
-        built-in exception (``RemoteError`` for one that is no ``EXCEPTIONS``: ``SystemExit``,
-        ``StopIteration``, ``BaseException``). One class per lineage and sample, the same for the
+        built-in exception (``SampleExit`` for ``SystemExit``; ``RemoteError`` for one that is no
+        ``EXCEPTIONS``: ``StopIteration``, ``BaseException``). One class per lineage and sample, the same for the
         sample's name and for what it raised. Why: a solution's ``SolutionError`` was a handle no
         ``except``, ``pytest.raises`` or ``assertRaises`` takes, and what it raised came as a
         ``RemoteError``, so right solutions failed every such test (and ``class E(ValueError)``
@@ -514,7 +514,7 @@ class Session:
             return RemoteError
         (module, name), rest = lineage[0], lineage[1:]
         if module == "builtins":
-            return EXCEPTIONS.get(name, RemoteError)
+            return EXCEPTIONS.get(name) or CONTROL.get(name, RemoteError)
         if not name.isidentifier():  # no class of that name here: the next one stands for it
             return self._stand_in(rest)
         made = self.stand_ins.get(lineage)
@@ -828,7 +828,7 @@ def _run_steps(session: Session, steps: Sequence[tuple[str, bool]], namespace: d
         except KeyboardInterrupt:
             raise
         except SystemExit as exc:  # the tests' ``sys.exit(0)`` ends a script run as a success
-            ok = exc.code in (None, 0)
+            ok = exc.code in (None, 0) and not isinstance(exc, SampleExit)  # the sample's never does
         except BaseException:  # noqa: BLE001 - any other failure of a test is a failed test
             ok = False
         if session.channel.dead is not None:  # the sample stopped, whatever the test's ``except`` did

@@ -1,7 +1,7 @@
 """Exceptions the sample raised, as the tests here get them: the trainer's own types, plain data only.
 
-Why a module of its own: which exception types may cross (never control flow: StopIteration,
-SystemExit), and how their arguments and attributes are read back bounded, is one rule set that
+Why a module of its own: which exception types may cross (never control flow: StopIteration; the
+sample's SystemExit as ``SampleExit``), and how their arguments and attributes are read back bounded, is one rule set that
 ``runner`` and the harness both use, apart from the running of the tests.
 """
 
@@ -30,6 +30,19 @@ class RemoteError(Exception):
     """An exception raised inside the sample whose type has no built-in counterpart here."""
 
 
+class SampleExit(SystemExit):
+    """The sample's own ``sys.exit(code)`` (or ``exit()``, ``raise SystemExit``) out of a call of the
+    tests'. Why a ``SystemExit``: the tests' ``pytest.raises(SystemExit)``, ``assertRaises(SystemExit)``,
+    ``contextlib.suppress(SystemExit)`` and ``except SystemExit`` around a right command-line
+    ``main([])`` exiting 2 caught nothing (it came as a ``RemoteError``), so it scored 0. Why its own
+    class: the tests' own ``sys.exit(0)`` ends a script run as a success, the sample's never does
+    (``harness._run_steps``: one they leave uncaught fails the test, whatever its code)."""
+
+
+#: The sample's control-flow exceptions the tests get as a class of their own (not ``EXCEPTIONS``).
+CONTROL = {"SystemExit": SampleExit}
+
+
 class IteratorEnd(RemoteError):
     """Python's own StopIteration raised inside the sample (an iterator of its ended): an error
     here, as every RemoteError, never control flow (``EXCEPTIONS``), except to the tests' ``next``
@@ -39,13 +52,14 @@ class IteratorEnd(RemoteError):
 def remote_exception(exc: Any, classes: Callable[[Any], type[BaseException] | None] | None = None) -> BaseException:
     """The exception the sample raised: an instance of the stand-in ``classes`` gives for its
     class's lineage (``Session.exception_class``), else of the built-in type of its name when
-    there is one (so ``except ValueError`` in a test works), else ``RemoteError``; never a type
-    that stops the trainer or steers the tests' control flow (see ``EXCEPTIONS``). It carries
+    there is one (so ``except ValueError`` in a test works; ``SampleExit`` for ``SystemExit``), else
+    ``RemoteError``; never a type that stops the trainer or steers the tests' control flow (see
+    ``EXCEPTIONS``, ``SampleExit``). It carries
     the plain data the sample sent of it (``exception_state``)."""
     name, message = exception_parts(exc)
     kind = classes(exc[2]) if classes is not None and isinstance(exc, list) and len(exc) >= 3 else None
     if kind is None or kind is RemoteError:
-        kind = EXCEPTIONS.get(name)
+        kind = EXCEPTIONS.get(name) or CONTROL.get(name)
     if kind is not None:
         args, attrs = exception_state(exc)
         made = _exception_of(kind, message, args)
