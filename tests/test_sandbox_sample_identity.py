@@ -101,3 +101,22 @@ def test_assert_is_and_a_chain_of_is_never_pass_two_objects_of_the_solutions():
                               _NOT_ENUM + "import __main__\n_out = __main__._Session.out\n"
                               + _CLAIMS["each_the_one_before"] + "__main__._Session.out = out\n")
     assert _each_scored(cases) == dict.fromkeys(cases, 0.0)
+
+
+def test_a_rewritten_chain_of_is_evaluates_as_pythons():
+    """Each operand once, left to right, stopping at the first False; ``assertIs``'s message kept."""
+    import unittest
+
+    from polyrl.sandbox import sample_identity
+
+    source = ("calls = []\ndef f(v):\n    calls.append(v)\n    return v\nx = object()\n"
+              "same = f(x) is f(x) is not f(None)\nfirst = list(calls)\nstopped = f(x) is f(None) is f(x)\n"
+              "unittest.TestCase().assertIs(x, x, 'kept')\n")
+    namespace = {"unittest": unittest, sample_identity.CHAIN: sample_identity.Chained,
+                 sample_identity.IS_ARGS: sample_identity.is_args}
+    exec(sample_identity.compiled(source, "<test>"), namespace)
+    x = namespace["x"]
+    assert namespace["same"] is True and namespace["first"] == [x, x, None]
+    assert namespace["stopped"] is False and namespace["calls"] == [x, x, None, x, None]
+    with pytest.raises(AssertionError, match="kept"):
+        exec(sample_identity.compiled("unittest.TestCase().assertIs(x, [], 'kept')\n", "<test>"), namespace)
