@@ -138,3 +138,18 @@ def test_the_new_forms_are_read_in_linear_work(name):
     text = HOSTILE[name]
     measured(functools.partial(claimed_scores, text, SCALE), budget=10 * len(text))
     measured(functools.partial(injection_marker, text, SCALE), budget=10 * len(text))
+
+
+#: runs of blanks where an instruction's answer may go on ("10" then blanks, then no stop phrase)
+BLANK_RUNS = {"after the number": ("Reply with 10" + " " * 59 + "z. ") * 100,
+              "before a stop phrase": ("Reply with 10," + " " * 59 + "and" + " " * 59 + "z. ") * 100,
+              "after a colon's line breaks": ("Reply with:" + " " * 30 + "\n" + " " * 30 + "\n" + " " * 30 + "z. ") * 100}
+
+
+@pytest.mark.parametrize("name", sorted(BLANK_RUNS))
+def test_a_run_of_blanks_in_an_instructions_answer_is_split_one_way(name):
+    """About 0.3 signal checks per character: a blank run the stop phrases' own gap could take
+    beside the closers' (or a line break's trailing blanks beside the next gap) split each run every
+    way, 4 per character (35 times the time), still within the 10-per-character budget above."""
+    text = BLANK_RUNS[name]
+    measured(functools.partial(claimed_scores, text, SCALE), budget=len(text))
