@@ -58,7 +58,12 @@ _LABEL = re.compile(first_letters(("score", "rating", "grade", *LOCAL_LABELS, *C
                     re.IGNORECASE)
 _JSON_KEY = re.compile(r'"(?:score|rating|grade)"\s*:\s*', re.IGNORECASE)
 _THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
-_OUT_OF = re.compile(r"out\s+of", re.IGNORECASE)
+#: "8 out of 10" and its forms in the rubric languages whose labels are read: "8 sur 10", "8 von 10",
+#: "8 de 10", "8 sobre 10", "8 su 10", "8 из 10". Only "out of" was a denominator, so "Punktzahl: 4 von 5"
+#: on 0..10 read 4 (0.4) where "Score: 4 out of 5" is over another maximum, "Note : 8 sur 10" was no
+#: verdict, and "verdient 3 von 10" beside "Punktzahl: 8/10" was no second score.
+OUT_OF = r"(?:out\s+of|sur|von|de|sobre|su|\u0438\u0437)(?!\w)"
+_OUT_OF = re.compile(OUT_OF, re.IGNORECASE)
 _WORD = re.compile(r"\w")
 _WHOLE = re.compile(r"[-+]?\d+", re.ASCII)
 _TRAILER = re.compile(r"[\s.!*`\])]*")  # "8.", "**8**", MT-Bench's "[[8]]"
@@ -116,7 +121,7 @@ def _plain_end(text: str, i: int) -> bool:
 
 
 def _denominator_at(text: str, i: int) -> tuple[float, int] | None:
-    """``/ 10`` or ``out of 10`` starting at ``i`` (after optional whitespace)."""
+    """``/ 10`` or ``out of 10`` (``_OUT_OF``) starting at ``i`` (after optional whitespace)."""
     i = _skip(text, i, stars=False)
     if text.startswith("/", i):
         i += 1
