@@ -1043,7 +1043,7 @@ def _main():
     if job["audit"]:
         _no_process_start()
         sys.meta_path.insert(0, _PipeSelfPipe)
-        _install_audit_hook(root, bool(job.get("native")))
+        _install_audit_hook(root, bool(job.get("native")), bool(job.get("strict")))
     os.write = _os_write  # after the channel took the real one
     module = type(sys)("solution")  # in sys.modules as ``__main__`` is for a script: what dataclasses, pickle look up
     namespace = module.__dict__
@@ -1080,11 +1080,20 @@ def _main():
         chan.send(answer)
 
 
-def _install_audit_hook(root, native):
+def _install_audit_hook(root, native, strict=False):
     """The inner, Python-level layer: refuses process creation, sockets, signals to others and
     writes outside the sample's folder. The kernel layers outside hold without it. ``native``
     (only behind bubblewrap, whose walls do not depend on this hook) lets ctypes load, which
-    numpy needs; without bubblewrap ctypes would be a way around the hook."""
+    numpy needs; without bubblewrap ctypes would be a way around the hook.
+
+    ``strict`` (the ``off`` level, where this hook is the wall and the small filter lets ``rename``
+    and ``chdir`` through: ``memfd_filter``): a path written to, renamed, removed or changed to
+    (``os.chdir``) must have no ``..`` component, and ``os.chdir`` of a descriptor is refused. Why:
+    with no links (``symlink``/``link`` are refused by the filter) and no ``..``, a path inside the
+    sample's folder can only walk down from it, so a second thread renaming its folders or changing
+    the working folder between this judgement and the kernel's walk can change which file it
+    names, never take it outside. With ``..`` it could: ``a/b/../../f`` judged inside, then ``a/b``
+    moved up a level, and the kernel's second ``..`` left the folder."""
     realpath, normpath, join, getcwd, fsdecode, getpid = (os.path.realpath, os.path.normpath, os.path.join,
                                                           os.getcwd, os.fsdecode, os.getpid)
     prefix = root + os.sep
@@ -1119,6 +1128,9 @@ def _install_audit_hook(root, native):
         "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()), "shutil.rmtree": ((0,), (1,)),
         "os.mkfifo": ((0,), (2,)), "os.mknod": ((0,), (3,)),
     }
+    if strict:  # the working folder moves within the sample's folder only (docstring)
+        path_events["os.chdir"] = ((0,), ())
+        fd_refused |= {"os.chdir"}
 
     def inside(path):
         """Inside the sample's folder both as written and with its links resolved: a path through a
@@ -1127,6 +1139,8 @@ def _install_audit_hook(root, native):
         if isinstance(path, int):
             return True  # a file descriptor: checked when it was opened
         try:
+            if strict and ".." in fsdecode(path).split(os.sep):
+                return False
             full = join(getcwd(), fsdecode(path))
             real = realpath(full)
         except Exception:
