@@ -282,3 +282,28 @@ def test_a_sample_renames_and_changes_folder_within_its_own_folder_at_off(traine
     assert result.status == "ok" and result.passed == [True, True], result
     assert victim.read_text() == "kept" and sorted(p.name for p in trainer_files.iterdir()) == ["victim"]
     assert "renames and chdir only within the sample's folder" in _box().report["seccomp"], _box().report
+
+
+FLOCKS = r"""
+import fcntl, os
+
+def flocks(theirs):
+    out = []
+    for path in (theirs, "mine"):
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT if path == "mine" else os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out.append("locked")
+        except OSError:
+            out.append("refused")
+    return out
+"""
+
+
+def test_a_sample_at_off_takes_no_flock_of_a_file_outside_its_folder(trainer_files):
+    """Opening for reading passes the audit hook, and ``flock`` needs no more: a ``user = "none"``
+    sample (root's files) took the flock of the uid pool's lock files (``/run/polyrl-sandbox-uids``),
+    and the trainer skipped every uid it held while it ran. Now ``fcntl.flock`` of a file outside
+    the sample's folder is refused; of its own files it works."""
+    result = _box().run(FLOCKS, parse_tests(f"assert flocks({str(trainer_files / 'victim')!r}) == ['refused', 'locked']\n"))
+    assert result.status == "ok" and result.passed == [True], result

@@ -1093,9 +1093,12 @@ def _install_audit_hook(root, native, strict=False):
     sample's folder can only walk down from it, so a second thread renaming its folders or changing
     the working folder between this judgement and the kernel's walk can change which file it
     names, never take it outside. With ``..`` it could: ``a/b/../../f`` judged inside, then ``a/b``
-    moved up a level, and the kernel's second ``..`` left the folder."""
-    realpath, normpath, join, getcwd, fsdecode, getpid = (os.path.realpath, os.path.normpath, os.path.join,
-                                                          os.getcwd, os.fsdecode, os.getpid)
+    moved up a level, and the kernel's second ``..`` left the folder. And ``fcntl.flock`` only of a
+    file in the sample's folder: opening for reading passes the hook, so a ``user = "none"`` sample
+    (root's files) took the flock of the uid pool's lock files (``polyrl.sandbox.uids``), and the
+    trainer skipped those uids while it ran."""
+    realpath, normpath, join, getcwd, fsdecode, getpid, readlink = (
+        os.path.realpath, os.path.normpath, os.path.join, os.getcwd, os.fsdecode, os.getpid, os.readlink)
     prefix = root + os.sep
     # the names the sample's folder goes by as written (HOME, TMPDIR: tempfile's paths), where a
     # link above it makes them differ from ``root``; a path must be inside one as written too
@@ -1176,6 +1179,16 @@ def _install_audit_hook(root, native, strict=False):
             name = str(args[0]) if args else ""
             if name.split(".")[0] in blocked_modules or name.rsplit(".", 1)[-1] in blocked_modules:
                 deny("importing " + name)
+            return
+        if event == "fcntl.flock" and strict:  # a lock only on a file of the sample's folder (docstring)
+            try:
+                target = readlink("/proc/self/fd/%d" % args[0])
+            except Exception:
+                deny("fcntl.flock of that descriptor")
+            if target.endswith(" (deleted)"):
+                target = target[:-len(" (deleted)")]
+            if target.startswith(os.sep) and not inside(target):
+                deny("fcntl.flock of a file outside the sandbox folder", ": %r" % (target,))
             return
         if event == "os.kill":
             if args and args[0] != getpid():
