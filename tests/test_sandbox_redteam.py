@@ -530,3 +530,45 @@ def test_a_root_sample_cannot_read_or_write_bubblewraps_pid_1(filtered, monkeypa
     assert (box.level, box.report["seccomp"].startswith("on")) == ("bwrap", filtered), box.report
     result = box.run(PID_ONE, parse_tests("assert pid_one() == (True, [])\n"))
     assert (result.status, result.passed) == ("ok", [True]), result
+
+
+#: Makes SysV semaphore sets of 32000 semaphores (~2 MB of kernel memory each, which RLIMIT_AS
+#: never counts); returns (sets made, errno of the first refusal or 0).
+SEMAPHORES = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def semaphores():\n"
+    "    made = 0\n"
+    "    for _ in range(8):\n"
+    "        if libc.semget(0, 32000, 0o1600) < 0:\n"  # IPC_PRIVATE, IPC_CREAT | 0600
+    "            return made, ctypes.get_errno()\n"
+    "        made += 1\n"
+    "    return made, 0\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("filtered", [True, False])
+def test_a_sample_makes_no_sysv_semaphore_set(filtered, monkeypatch):
+    """``shmget`` and ``msgget`` were refused, ``semget`` was not: each set of 32000 semaphores
+    held 2 MB of kernel memory past ``memory_mb`` (150 sets, 300 MB, in 0.6 s at ``memory_mb =
+    128``; the IPC namespace's defaults allow 32000 sets). Now the filter refuses ``semget``
+    (EPERM), and without it (``filtered`` False: no libseccomp) the wrapper's ``kernel/sem``
+    SEMMSL of 0 refuses every set (EINVAL)."""
+    import errno
+    import sys
+
+    from polyrl.rewards.code import parse_tests
+    from polyrl.sandbox import Sandbox, SandboxLimits, runner, seccomp
+
+    if filtered and seccomp.compiled_filter()[0] is None:
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    if not filtered:
+        monkeypatch.setattr(seccomp, "compiled_filter", lambda: (None, "off: test"))
+        monkeypatch.setattr(runner, "_launches", {})
+    box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=8), python=sys.executable)
+    if not filtered and not box.launch.wrapper:
+        pytest.skip("no tmpfs wrapper here (util-linux unshare or mount missing): the IPC limits are not set")
+    wanted = errno.EPERM if filtered else errno.EINVAL
+    result = box.run(SEMAPHORES, parse_tests(f"assert semaphores() == (0, {wanted})\n"))
+    assert result.status == "ok" and result.passed == [True], (result, box.report["seccomp"])
