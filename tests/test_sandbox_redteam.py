@@ -572,3 +572,34 @@ def test_a_sample_makes_no_sysv_semaphore_set(filtered, monkeypatch):
     wanted = errno.EPERM if filtered else errno.EINVAL
     result = box.run(SEMAPHORES, parse_tests(f"assert semaphores() == (0, {wanted})\n"))
     assert result.status == "ok" and result.passed == [True], (result, box.report["seccomp"])
+
+
+#: Asks Linux AIO for contexts (``io_setup``) until refused; returns (events taken, errno of the refusal).
+AIO = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def contexts(nr):\n"
+    "    taken = 0\n"
+    "    for events in (32768, 32768, 1):\n"
+    "        ctx = ctypes.c_ulong(0)\n"
+    "        if libc.syscall(nr, events, ctypes.byref(ctx)) != 0:\n"
+    "            return taken, ctypes.get_errno()\n"
+    "        taken += events\n"
+    "    return taken, 0\n"
+)
+
+
+@needs_bwrap
+def test_a_sample_takes_no_aio_events_from_the_host():
+    """``io_setup`` was open: AIO events count against ``fs.aio-max-nr``, one limit for the whole
+    host (65536 by default) that no namespace splits, and a sample took all of it in two calls,
+    so every ``io_setup`` on the host (the trainer's libaio, other samples) failed with EAGAIN
+    while it ran. Now the filter refuses it (EPERM) before anything is counted."""
+    import errno
+
+    if not _seccomp_on("auto"):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    nrs = _syscall_numbers("io_setup")
+    if not nrs:
+        pytest.skip("no io_setup on this architecture")
+    assert score(AIO, f"assert contexts({nrs['io_setup']}) == (0, {errno.EPERM})\n", isolation="auto") == 1.0
