@@ -603,3 +603,49 @@ def test_a_sample_takes_no_aio_events_from_the_host():
     if not nrs:
         pytest.skip("no io_setup on this architecture")
     assert score(AIO, f"assert contexts({nrs['io_setup']}) == (0, {errno.EPERM})\n", isolation="auto") == 1.0
+
+
+#: Kernel calls that reach past the sample (bubblewrap's pid 1, the host's mounts, its own limits);
+#: returns each one's (result < 0, errno).
+REACH_PAST = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "def tried(nrs):\n"
+    "    out = {}\n"
+    "    def call(name, *args):\n"
+    "        r = libc.syscall(ctypes.c_long(nrs[name]), *[ctypes.c_long(a) if type(a) is int else a for a in args])\n"
+    "        out[name] = (r < 0, ctypes.get_errno() if r < 0 else 0)\n"
+    "        return r\n"
+    "    attr = (ctypes.c_char * 128)()\n"
+    "    call('perf_event_open', attr, 0, -1, -1, 0)\n"
+    "    call('open_tree', -100, b'/', 1)\n"  # OPEN_TREE_CLONE of the root: a mount to move elsewhere
+    "    pidfd = call('pidfd_open', 1, 0)\n"  # bubblewrap's pid 1 (root): a descriptor of it is allowed
+    "    call('pidfd_getfd', pidfd, 0, 0)\n"
+    "    limit = (ctypes.c_ulong * 2)(1 << 40, 1 << 40)\n"
+    "    call('prlimit64', 1, 9, limit, None)\n"  # RLIMIT_AS of pid 1
+    "    out['setrlimit'] = (libc.setrlimit(9, limit) < 0, ctypes.get_errno())\n"  # its own RLIMIT_AS past the hard one
+    "    call('kill', -1, 0)\n"  # every process it may signal: none in its PID namespace
+    "    out['mem of pid 1'] = (libc.open(b'/proc/1/mem', os.O_RDWR) < 0, ctypes.get_errno())\n"
+    "    return out\n"
+)
+
+
+@needs_bwrap
+def test_kernel_calls_reaching_past_the_sample_fail():
+    """Red-team pass at the default level, each already stopped (a guard, not a fix): a perf event,
+    a clone of the mount tree, a descriptor taken from bubblewrap's pid 1 through its pidfd, pid
+    1's limits, its own memory limit past the hard one, a signal to every process it can see, and
+    pid 1's memory opened past the audit hook (libc's open)."""
+    import errno
+
+    if not _seccomp_on("auto"):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    names = ("perf_event_open", "open_tree", "pidfd_open", "pidfd_getfd", "prlimit64", "kill")
+    nrs = _syscall_numbers(*names)
+    if len(nrs) != len(names):
+        pytest.skip(f"calls missing on this architecture: {sorted(set(names) - set(nrs))}")
+    want = {"perf_event_open": (True, errno.EPERM), "open_tree": (True, errno.EPERM), "pidfd_open": (False, 0),
+            "pidfd_getfd": (True, errno.EPERM), "prlimit64": (True, errno.EPERM), "setrlimit": (True, errno.EPERM),
+            "kill": (True, errno.ESRCH), "mem of pid 1": (True, errno.EACCES)}
+    assert score(REACH_PAST, f"assert tried({nrs!r}) == {want!r}\n", isolation="auto") == 1.0
