@@ -307,3 +307,49 @@ def test_a_sample_at_off_takes_no_flock_of_a_file_outside_its_folder(trainer_fil
     the sample's folder is refused; of its own files it works."""
     result = _box().run(FLOCKS, parse_tests(f"assert flocks({str(trainer_files / 'victim')!r}) == ['refused', 'locked']\n"))
     assert result.status == "ok" and result.passed == [True], result
+
+
+UNAUDITED = r"""
+import os
+
+def unaudited(folder, name):
+    out = []
+    def tried(act):
+        try:
+            act()
+            out.append("done")
+        except Exception:
+            out.append("refused")
+    def database():
+        import sqlite3
+        sqlite3.connect(":memory:").execute("vacuum into ?", (os.path.join(folder, "vacuumed.db"),))
+    def history():
+        import readline
+        readline.add_history("* * * * * root planted")
+        readline.write_history_file(os.path.join(folder, "history"))
+    def shared_memory():
+        import _posixshmem
+        os.close(_posixshmem.shm_open("/" + name, os.O_CREAT | os.O_RDWR, 0o600))
+    def semaphore():
+        import _multiprocessing
+        _multiprocessing.SemLock(1, 1, 1, "/" + name + "-sem", False)
+    for act in (database, history, shared_memory, semaphore):
+        tried(act)
+    return out
+"""
+
+
+def test_a_sample_at_off_writes_no_file_through_modules_the_hook_never_hears_of(trainer_files):
+    """C modules writing files by path raise no audit event the hook judges: at ``off`` a sample
+    wrote a SQLite database outside its folder (``VACUUM INTO``; ``connect`` and ``ATTACH`` alike),
+    a file of lines of its choosing (``readline.write_history_file``: a cron line, a ``.pth``), and
+    files in the host's /dev/shm (``_posixshmem.shm_open``, ``_multiprocessing.SemLock``: memory
+    no rlimit counts that outlives the sample). Now those modules are not importable there."""
+    name = f"polyrl-test-{os.getpid()}"
+    result = _box().run(UNAUDITED, parse_tests(
+        f"assert unaudited({str(trainer_files)!r}, {name!r}) == ['refused'] * 4\n"))
+    leaked = [p for p in (f"/dev/shm/{name}", f"/dev/shm/sem.{name}-sem") if os.path.exists(p)]
+    for path in leaked:
+        os.unlink(path)
+    assert sorted(p.name for p in trainer_files.iterdir()) == ["victim"] and not leaked, leaked
+    assert result.status == "ok" and result.passed == [True], result

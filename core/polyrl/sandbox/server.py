@@ -1119,10 +1119,18 @@ def _install_audit_hook(root, native, strict=False):
         "webbrowser.open", "urllib.Request", "http.client.connect", "ftplib.connect",
         "smtplib.connect", "imaplib.open", "nntplib.connect", "poplib.connect", "telnetlib.Telnet.open",
     })
-    denied_prefixes = ("socket.",) if native else ("socket.", "ctypes.", "_ctypes.")
+    denied_prefixes = ("socket.",) if native else ("socket.", "ctypes.", "_ctypes.", "sqlite3.", "syslog.")
     blocked_modules = {"_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters"}
     if not native:
         blocked_modules |= {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
+        # C modules writing files by path with no audit event the hook could judge (without
+        # bubblewrap the host's files are there): sqlite3 (a database anywhere, by ``connect``,
+        # ``ATTACH`` or ``VACUUM INTO``, and ``load_extension`` runs native code), readline
+        # (``write_history_file``: lines of the sample's choosing in any file), and the POSIX
+        # shared memory and named semaphores in the host's /dev/shm (``_posixshmem.shm_open``,
+        # ``_multiprocessing.SemLock``: memory no rlimit counts that outlives the sample, and as
+        # ``user = "none"`` the trainer's own segments); ``syslog.`` events: the host's journal
+        blocked_modules |= {"_sqlite3", "readline", "_posixshmem", "_multiprocessing"}
     path_events = {
         "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)),
         "os.link": ((0, 1), (2, 3)), "os.symlink": ((1,), (2,)), "os.mkdir": ((0,), (2,)),
