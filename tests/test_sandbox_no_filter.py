@@ -569,6 +569,9 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else(tmp_path
             "print('AT_READ', len(os.read(os.open('w.txt', os.O_RDONLY, dir_fd=here), 9)))\n"
             "libc = ctypes.CDLL(None, use_errno=True)\n"
             f"print('X32', libc.syscall({0x40000000 | 319}), ctypes.get_errno())\n"
+            "ctx = ctypes.c_ulong(0)\n"
+            f"print('AIO', libc.syscall({206 if platform.machine() == 'x86_64' else 0}, 1, ctypes.byref(ctx)), "
+            "ctypes.get_errno())\n"
             "print('PID', os.getpid() > 0, open(os.devnull).read() == '')\n"
             "os.rename('w.txt', 'v.txt')\nos.chdir('.')\nprint('RENAMED')\n")  # refused at off only
     done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60,
@@ -577,6 +580,7 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else(tmp_path
     assert "MEMFD 1" in done.stdout and "PAIR 1" in done.stdout and "SIGNAL 1" in done.stdout, done.stdout
     assert done.stdout.count("AT_WRITE 1") == 3 and "AT_READ 0" in done.stdout, done.stdout
     assert "PID True True" in done.stdout and "RENAMED" in done.stdout, done.stdout
+    assert "AIO -1 1" in done.stdout, done.stdout  # io_setup: fs.aio-max-nr is the host's
     if platform.machine() == "x86_64":
         assert "X32 -1 1" in done.stdout, done.stdout
 

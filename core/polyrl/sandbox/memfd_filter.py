@@ -1,5 +1,5 @@
 """A seccomp program refusing ``memfd_create``, ``memfd_secret``, ``socketpair``, ``pidfd_send_signal``,
-``openat2`` and writes through ``openat`` relative to a folder's descriptor, built without
+``openat2``, ``io_setup`` and writes through ``openat`` relative to a folder's descriptor, built without
 libseccomp (the module's name is its first job's).
 
 Why: where the sample runs without the full filter (``polyrl.sandbox.seccomp``: no libseccomp,
@@ -8,6 +8,10 @@ x ``file_size_mb`` in memfds (300 MB at ``memory_mb = 128``): their pages are wr
 mapped, so RLIMIT_AS does not count them, and a memfd lives on the kernel's internal tmpfs, whose
 size no mount option or namespace reaches. The server loads this program before the sample's code
 runs (``prctl``, after ``no_new_privs``), so both calls fail with EPERM as under the full filter.
+
+``io_setup`` too (EPERM, as under the full filter): Linux AIO's events count against
+``fs.aio-max-nr``, one limit for the whole host, and a sample took all of it (every ``io_setup``
+on the host failed while it ran).
 
 ``pidfd_send_signal`` too (EPERM, as under the full filter): the audit hook refuses ``os.kill`` of
 another process, but ``signal.pidfd_send_signal`` raises no audit event, so at the ``off`` level
@@ -50,7 +54,7 @@ working folder changes which of the sample's files it names, never takes it outs
 then a thread's ``chdir`` back up, wrote outside in under a second. Without the hook
 (``audit_hook = false``) renames and chdir are refused whole, as before.
 
-Classic-BPF instructions (seventeen, 32 with the path calls on x86_64) with the system call
+Classic-BPF instructions (seventeen, 32 with the path calls on x86_64, 34 with renames let through) with the system call
 numbers of x86_64 and aarch64 (None elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
 
@@ -70,9 +74,9 @@ from pathlib import Path
 from polyrl.sandbox import isolation
 
 #: Per machine: the audit architecture (``seccomp_data.arch``), the numbers of the calls refused
-#: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2) and openat's.
-CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437), 257),
-         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437), 56)}
+#: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2, io_setup) and openat's.
+CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437, 206), 257),
+         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437, 0), 56)}
 #: Per machine: the calls refused whole at ``off`` only (module docstring): rename, renameat,
 #: renameat2, chdir, link, linkat, symlink, symlinkat, fchdir, mount, umount2, chroot, pivot_root,
 #: unshare, setns (aarch64 has only the ``at`` forms of the first ones).

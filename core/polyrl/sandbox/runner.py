@@ -149,7 +149,8 @@ class Sandbox:
             if self.launch.seccomp_program is None else None
         if self._small_filter:
             if (memfd_off := memfd_filter.refused(self.python, self._small_filter)) is None:
-                self.report["seccomp"] += ("; memfd_create, memfd_secret, socketpair and pidfd_send_signal refused all "
+                self.report["seccomp"] += ("; memfd_create, memfd_secret, socketpair, pidfd_send_signal and io_setup "
+                                           "refused all "
                                            "the same, and openat writing relative to a folder's descriptor" + (
                                                (", links, symlinks, fchdir and mounts (off: renames and chdir "
                                                 "only within the sample's folder, by paths without '..', "
