@@ -569,6 +569,9 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else(tmp_path
             "print('AT_READ', len(os.read(os.open('w.txt', os.O_RDONLY, dir_fd=here), 9)))\n"
             "libc = ctypes.CDLL(None, use_errno=True)\n"
             f"print('X32', libc.syscall({0x40000000 | 319}), ctypes.get_errno())\n"
+            "ctx = ctypes.c_ulong(0)\n"
+            f"print('AIO', libc.syscall({206 if platform.machine() == 'x86_64' else 0}, 1, ctypes.byref(ctx)), "
+            "ctypes.get_errno())\n"
             "print('PID', os.getpid() > 0, open(os.devnull).read() == '')\n"
             "os.rename('w.txt', 'v.txt')\nos.chdir('.')\nprint('RENAMED')\n")  # refused at off only
     done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True, timeout=60,
@@ -577,8 +580,50 @@ def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else(tmp_path
     assert "MEMFD 1" in done.stdout and "PAIR 1" in done.stdout and "SIGNAL 1" in done.stdout, done.stdout
     assert done.stdout.count("AT_WRITE 1") == 3 and "AT_READ 0" in done.stdout, done.stdout
     assert "PID True True" in done.stdout and "RENAMED" in done.stdout, done.stdout
+    assert "AIO -1 1" in done.stdout, done.stdout  # io_setup: fs.aio-max-nr is the host's
     if platform.machine() == "x86_64":
         assert "X32 -1 1" in done.stdout, done.stdout
+
+
+def test_the_off_filter_lets_renames_and_chdir_through_from_the_working_folder_only(tmp_path):
+    """The ``off`` level's small filter with ``renames`` (the audit hook on, judging their paths):
+    ``rename``/``os.replace`` and ``chdir`` work (a natural solution's "write a temporary file,
+    replace it into place" failed with EPERM at ``off`` only); ``renameat`` from or to a folder's
+    descriptor (a path the hook cannot judge), ``fchdir``, ``link`` and ``symlink`` still fail
+    with EPERM. Without ``renames`` the filter refuses renames and chdir whole, as before. Loaded by
+    the server's own loader in a process of its own."""
+    import ast
+    from pathlib import Path
+
+    from polyrl.sandbox import memfd_filter, runner
+
+    hooked, whole = memfd_filter.program(paths=True, renames=True), memfd_filter.program(paths=True)
+    if hooked is None or whole is None:
+        pytest.skip("the small filter's numbers are known here for x86_64 and aarch64 only")
+    source = (Path(runner.__file__).parent / "server.py").read_text()
+    loader = next(node for node in ast.parse(source).body
+                  if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
+    code = ("import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
+            "os.mkdir('d')\nopen('w.txt', 'w').close()\nhere = os.open('.', os.O_RDONLY | os.O_DIRECTORY)\n"
+            "def tried(name, act):\n    try:\n        act()\n        print(name, 'done')\n"
+            "    except OSError as e:\n        print(name, e.errno)\n"
+            "tried('RENAME', lambda: os.rename('w.txt', 'v.txt'))\n"
+            "tried('REPLACE', lambda: os.replace('v.txt', 'd/v.txt'))\n"
+            "tried('RENAMEAT', lambda: os.rename('d/v.txt', 'u.txt', src_dir_fd=here))\n"
+            "tried('RENAMEAT_TO', lambda: os.rename('d/v.txt', 'u.txt', dst_dir_fd=here))\n"
+            "tried('CHDIR', lambda: os.chdir('d'))\ntried('FCHDIR', lambda: os.chdir(here))\n"
+            "tried('LINK', lambda: os.link('v.txt', 'l.txt'))\ntried('SYMLINK', lambda: os.symlink('v.txt', 's'))\n")
+    got = {}
+    for name, program in (("hooked", hooked), ("whole", whole)):
+        folder = tmp_path / name
+        folder.mkdir()
+        done = subprocess.run([sys.executable, "-I", "-c", code, program.hex()], capture_output=True, text=True,
+                              timeout=60, cwd=str(folder))
+        assert done.returncode == 0, done.stderr[-2000:]
+        got[name] = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert got["hooked"] == {"RENAME": "done", "REPLACE": "done", "RENAMEAT": "1", "RENAMEAT_TO": "1", "CHDIR": "done",
+                             "FCHDIR": "1", "LINK": "1", "SYMLINK": "1"}, got
+    assert set(got["whole"].values()) == {"1"}, got
 
 
 CAPABILITIES = """

@@ -87,6 +87,27 @@ def race_chdir(folder, tries):
         pass
     return "done"
 
+def race_dotdot(victim, tries):
+    # "../" as many times as the working folder is deep, then the victim's path: judged from a
+    # folder as deep again inside the sample's own, it names a file there; the other thread
+    # changes the working folder back to the sample's, where the same path names the victim
+    home = os.getcwd()
+    depth = len(home.strip("/").split("/"))
+    deep = os.path.join(home, *["d"] * depth)
+    os.makedirs(deep)
+    def move():
+        os.chdir(deep)
+        os.chdir(home)
+    stop = []
+    thread = _swapping(move, stop)
+    _open_tries("../" * depth + victim.lstrip("/"), tries, stop)
+    thread.join()
+    try:
+        os.chdir(home)
+    except OSError:
+        pass
+    return "done"
+
 def race_fd(victim, tries):
     # /proc/self/fd/N names a file of the sample's when judged; the other thread puts the
     # victim, open for reading only, at N; the open for writing reopens the victim
@@ -134,7 +155,7 @@ def trainer_files(tmp_path):
     return folder
 
 
-@pytest.mark.parametrize("race", ["race_rename", "race_chdir", "race_fd"])
+@pytest.mark.parametrize("race", ["race_rename", "race_chdir", "race_fd", "race_dotdot"])
 def test_a_second_thread_does_not_race_a_write_out_of_the_folder_at_off(trainer_files, race):
     """A thread of the sample's changing what a judged path names before the kernel opens it
     (module docstring): each wrote the trainer's file or planted one in its folder within a few
@@ -203,4 +224,132 @@ def test_natural_threads_and_file_io_still_work_at_off(tmp_path, monkeypatch, li
         (tmp_path / "alias").symlink_to(real)
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "alias"))
     result = _box().run(NATURAL, parse_tests("assert natural() == [50000, 'hello', 't', ['x'], ['data.txt']]\n"))
+    assert result.status == "ok" and result.passed == [True], result
+
+
+RENAMES = r"""
+import os, pathlib, shutil, tempfile
+
+def natural():
+    os.makedirs("out/sub", exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir="out", delete=False) as f:
+        f.write("v1")
+    os.replace(f.name, "out/result.txt")  # write a temporary file, then put it in place
+    shutil.move("out/result.txt", "out/sub/moved.txt")
+    os.rename("out/sub", "out/kept")
+    pathlib.Path("out/kept/moved.txt").rename("out/kept/final.txt")
+    home = os.getcwd()
+    os.chdir("out")
+    with open("kept/final.txt") as f:
+        got = [f.read()]
+    with open("here.txt", "w") as f:
+        f.write("h")
+    os.chdir(home)
+    got.append(sorted(os.listdir("out")))
+    return got
+
+def refused(victim):
+    out = []
+    os.makedirs("a/b", exist_ok=True)
+    open("f", "w").close()
+    for act in (lambda: os.rename("f", os.path.join(os.path.dirname(victim), "planted")),
+                lambda: os.rename(victim, "stolen"),
+                lambda: os.replace("f", victim),
+                lambda: os.chdir(os.path.dirname(victim)),
+                lambda: os.chdir("a/.."),
+                lambda: os.chdir(os.open("/", os.O_RDONLY)),
+                lambda: open("a/../g", "w"),
+                lambda: os.rename("a/b/../../f", "g")):
+        try:
+            act()
+            out.append("done")
+        except OSError:
+            out.append("refused")
+    return out
+"""
+
+
+def test_a_sample_renames_and_changes_folder_within_its_own_folder_at_off(trainer_files):
+    """Natural code writing a temporary file and ``os.replace``-ing it into place, ``shutil.move``,
+    renaming a folder and ``os.chdir`` into a folder of its own failed with EPERM at ``off`` only
+    (the small filter refused every rename and chdir). Now they work inside the sample's folder,
+    while a rename or chdir out of it, or by a path with ``..`` (the race ``race_dotdot`` shows),
+    is refused by the audit hook and ``fchdir`` by the filter."""
+    victim = trainer_files / "victim"
+    result = _box().run(RENAMES, parse_tests(
+        "assert natural() == ['v1', ['here.txt', 'kept']]\n"
+        f"assert refused({str(victim)!r}) == ['refused'] * 8\n"))
+    assert result.status == "ok" and result.passed == [True, True], result
+    assert victim.read_text() == "kept" and sorted(p.name for p in trainer_files.iterdir()) == ["victim"]
+    assert "renames and chdir only within the sample's folder" in _box().report["seccomp"], _box().report
+
+
+FLOCKS = r"""
+import fcntl, os
+
+def flocks(theirs):
+    out = []
+    for path in (theirs, "mine"):
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT if path == "mine" else os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out.append("locked")
+        except OSError:
+            out.append("refused")
+    return out
+"""
+
+
+def test_a_sample_at_off_takes_no_flock_of_a_file_outside_its_folder(trainer_files):
+    """Opening for reading passes the audit hook, and ``flock`` needs no more: a ``user = "none"``
+    sample (root's files) took the flock of the uid pool's lock files (``/run/polyrl-sandbox-uids``),
+    and the trainer skipped every uid it held while it ran. Now ``fcntl.flock`` of a file outside
+    the sample's folder is refused; of its own files it works."""
+    result = _box().run(FLOCKS, parse_tests(f"assert flocks({str(trainer_files / 'victim')!r}) == ['refused', 'locked']\n"))
+    assert result.status == "ok" and result.passed == [True], result
+
+
+UNAUDITED = r"""
+import os
+
+def unaudited(folder, name):
+    out = []
+    def tried(act):
+        try:
+            act()
+            out.append("done")
+        except Exception:
+            out.append("refused")
+    def database():
+        import sqlite3
+        sqlite3.connect(":memory:").execute("vacuum into ?", (os.path.join(folder, "vacuumed.db"),))
+    def history():
+        import readline
+        readline.add_history("* * * * * root planted")
+        readline.write_history_file(os.path.join(folder, "history"))
+    def shared_memory():
+        import _posixshmem
+        os.close(_posixshmem.shm_open("/" + name, os.O_CREAT | os.O_RDWR, 0o600))
+    def semaphore():
+        import _multiprocessing
+        _multiprocessing.SemLock(1, 1, 1, "/" + name + "-sem", False)
+    for act in (database, history, shared_memory, semaphore):
+        tried(act)
+    return out
+"""
+
+
+def test_a_sample_at_off_writes_no_file_through_modules_the_hook_never_hears_of(trainer_files):
+    """C modules writing files by path raise no audit event the hook judges: at ``off`` a sample
+    wrote a SQLite database outside its folder (``VACUUM INTO``; ``connect`` and ``ATTACH`` alike),
+    a file of lines of its choosing (``readline.write_history_file``: a cron line, a ``.pth``), and
+    files in the host's /dev/shm (``_posixshmem.shm_open``, ``_multiprocessing.SemLock``: memory
+    no rlimit counts that outlives the sample). Now those modules are not importable there."""
+    name = f"polyrl-test-{os.getpid()}"
+    result = _box().run(UNAUDITED, parse_tests(
+        f"assert unaudited({str(trainer_files)!r}, {name!r}) == ['refused'] * 4\n"))
+    leaked = [p for p in (f"/dev/shm/{name}", f"/dev/shm/sem.{name}-sem") if os.path.exists(p)]
+    for path in leaked:
+        os.unlink(path)
+    assert sorted(p.name for p in trainer_files.iterdir()) == ["victim"] and not leaked, leaked
     assert result.status == "ok" and result.passed == [True], result

@@ -530,3 +530,122 @@ def test_a_root_sample_cannot_read_or_write_bubblewraps_pid_1(filtered, monkeypa
     assert (box.level, box.report["seccomp"].startswith("on")) == ("bwrap", filtered), box.report
     result = box.run(PID_ONE, parse_tests("assert pid_one() == (True, [])\n"))
     assert (result.status, result.passed) == ("ok", [True]), result
+
+
+#: Makes SysV semaphore sets of 32000 semaphores (~2 MB of kernel memory each, which RLIMIT_AS
+#: never counts); returns (sets made, errno of the first refusal or 0).
+SEMAPHORES = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def semaphores():\n"
+    "    made = 0\n"
+    "    for _ in range(8):\n"
+    "        if libc.semget(0, 32000, 0o1600) < 0:\n"  # IPC_PRIVATE, IPC_CREAT | 0600
+    "            return made, ctypes.get_errno()\n"
+    "        made += 1\n"
+    "    return made, 0\n"
+)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("filtered", [True, False])
+def test_a_sample_makes_no_sysv_semaphore_set(filtered, monkeypatch):
+    """``shmget`` and ``msgget`` were refused, ``semget`` was not: each set of 32000 semaphores
+    held 2 MB of kernel memory past ``memory_mb`` (150 sets, 300 MB, in 0.6 s at ``memory_mb =
+    128``; the IPC namespace's defaults allow 32000 sets). Now the filter refuses ``semget``
+    (EPERM), and without it (``filtered`` False: no libseccomp) the wrapper's ``kernel/sem``
+    SEMMSL of 0 refuses every set (EINVAL)."""
+    import errno
+    import sys
+
+    from polyrl.rewards.code import parse_tests
+    from polyrl.sandbox import Sandbox, SandboxLimits, runner, seccomp
+
+    if filtered and seccomp.compiled_filter()[0] is None:
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    if not filtered:
+        monkeypatch.setattr(seccomp, "compiled_filter", lambda: (None, "off: test"))
+        monkeypatch.setattr(runner, "_launches", {})
+    box = Sandbox(SandboxLimits(timeout_s=20, memory_mb=128, disk_mb=8), python=sys.executable)
+    if not filtered and not box.launch.wrapper:
+        pytest.skip("no tmpfs wrapper here (util-linux unshare or mount missing): the IPC limits are not set")
+    wanted = errno.EPERM if filtered else errno.EINVAL
+    result = box.run(SEMAPHORES, parse_tests(f"assert semaphores() == (0, {wanted})\n"))
+    assert result.status == "ok" and result.passed == [True], (result, box.report["seccomp"])
+
+
+#: Asks Linux AIO for contexts (``io_setup``) until refused; returns (events taken, errno of the refusal).
+AIO = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def contexts(nr):\n"
+    "    taken = 0\n"
+    "    for events in (32768, 32768, 1):\n"
+    "        ctx = ctypes.c_ulong(0)\n"
+    "        if libc.syscall(nr, events, ctypes.byref(ctx)) != 0:\n"
+    "            return taken, ctypes.get_errno()\n"
+    "        taken += events\n"
+    "    return taken, 0\n"
+)
+
+
+@needs_bwrap
+def test_a_sample_takes_no_aio_events_from_the_host():
+    """``io_setup`` was open: AIO events count against ``fs.aio-max-nr``, one limit for the whole
+    host (65536 by default) that no namespace splits, and a sample took all of it in two calls,
+    so every ``io_setup`` on the host (the trainer's libaio, other samples) failed with EAGAIN
+    while it ran. Now the filter refuses it (EPERM) before anything is counted."""
+    import errno
+
+    if not _seccomp_on("auto"):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    nrs = _syscall_numbers("io_setup")
+    if not nrs:
+        pytest.skip("no io_setup on this architecture")
+    assert score(AIO, f"assert contexts({nrs['io_setup']}) == (0, {errno.EPERM})\n", isolation="auto") == 1.0
+
+
+#: Kernel calls that reach past the sample (bubblewrap's pid 1, the host's mounts, its own limits);
+#: returns each one's (result < 0, errno).
+REACH_PAST = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "def tried(nrs):\n"
+    "    out = {}\n"
+    "    def call(name, *args):\n"
+    "        r = libc.syscall(ctypes.c_long(nrs[name]), *[ctypes.c_long(a) if type(a) is int else a for a in args])\n"
+    "        out[name] = (r < 0, ctypes.get_errno() if r < 0 else 0)\n"
+    "        return r\n"
+    "    attr = (ctypes.c_char * 128)()\n"
+    "    call('perf_event_open', attr, 0, -1, -1, 0)\n"
+    "    call('open_tree', -100, b'/', 1)\n"  # OPEN_TREE_CLONE of the root: a mount to move elsewhere
+    "    pidfd = call('pidfd_open', 1, 0)\n"  # bubblewrap's pid 1 (root): a descriptor of it is allowed
+    "    call('pidfd_getfd', pidfd, 0, 0)\n"
+    "    limit = (ctypes.c_ulong * 2)(1 << 40, 1 << 40)\n"
+    "    call('prlimit64', 1, 9, limit, None)\n"  # RLIMIT_AS of pid 1
+    "    out['setrlimit'] = (libc.setrlimit(9, limit) < 0, ctypes.get_errno())\n"  # its own RLIMIT_AS past the hard one
+    "    call('kill', -1, 0)\n"  # every process it may signal: none in its PID namespace
+    "    out['mem of pid 1'] = (libc.open(b'/proc/1/mem', os.O_RDWR) < 0, ctypes.get_errno())\n"
+    "    return out\n"
+)
+
+
+@needs_bwrap
+def test_kernel_calls_reaching_past_the_sample_fail():
+    """Red-team pass at the default level, each already stopped (a guard, not a fix): a perf event,
+    a clone of the mount tree, a descriptor taken from bubblewrap's pid 1 through its pidfd, pid
+    1's limits, its own memory limit past the hard one, a signal to every process it can see, and
+    pid 1's memory opened past the audit hook (libc's open)."""
+    import errno
+
+    if not _seccomp_on("auto"):
+        pytest.skip("seccomp is off here (no pyseccomp/libseccomp)")
+    names = ("perf_event_open", "open_tree", "pidfd_open", "pidfd_getfd", "prlimit64", "kill")
+    nrs = _syscall_numbers(*names)
+    if len(nrs) != len(names):
+        pytest.skip(f"calls missing on this architecture: {sorted(set(names) - set(nrs))}")
+    want = {"perf_event_open": (True, errno.EPERM), "open_tree": (True, errno.EPERM), "pidfd_open": (False, 0),
+            "pidfd_getfd": (True, errno.EPERM), "prlimit64": (True, errno.EPERM), "setrlimit": (True, errno.EPERM),
+            "kill": (True, errno.ESRCH), "mem of pid 1": (True, errno.EACCES)}
+    assert score(REACH_PAST, f"assert tried({nrs!r}) == {want!r}\n", isolation="auto") == 1.0

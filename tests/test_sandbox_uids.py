@@ -173,3 +173,24 @@ def test_the_pool_skips_a_number_the_group_database_names(tmp_path, monkeypatch)
     finally:
         uids._named.cache_clear()
     assert got != group
+
+
+def test_a_link_or_fifo_in_place_of_a_lock_file_is_skipped_and_nothing_truncated(tmp_path, monkeypatch):
+    """A link planted in the lock folder under a uid's name was followed (``O_CREAT | O_RDWR``) and
+    its target truncated to mark the uid in use (as root: any file of the host); a FIFO there made
+    ``acquire`` raise (``pread``: ESPIPE). Now a lock file that is not a regular file of this user's
+    makes its uid taken: the pool gives the next one and touches nothing."""
+    from polyrl.sandbox import uids
+
+    first = _private_first()
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    (locks / str(first)).symlink_to(victim)
+    os.mkfifo(locks / str(first + 1))
+    monkeypatch.setattr(uids, "LOCKS", locks)
+    monkeypatch.setattr(uids, "FIRST", first)
+    got = uids.acquire()
+    uids.release(got)
+    assert got == first + 2 and victim.read_text() == "kept"

@@ -248,8 +248,10 @@ MIN_INODES = 4096
 #: Sysctls of the sample's IPC namespace set to 0 (no SysV shared memory segment or message
 #: queue). Why: without the seccomp filter (no libseccomp), which refuses ``shmget``, a sample held
 #: 384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is
-#: mapped, and a segment outlives its mapping in the sample's IPC namespace).
-IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni")
+#: mapped, and a segment outlives its mapping in the sample's IPC namespace). ``kernel/sem``'s
+#: first value (SEMMSL, semaphores per set) too: at 0 no set can be made (EINVAL), where each
+#: ``semget`` held 2 MB of kernel memory (32000 semaphores), 300 MB in 0.6 s at ``memory_mb = 128``.
+IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni", "kernel/sem")
 #: The most a loopback TCP socket of a sample may buffer, each way (bytes): the maximum of
 #: ``net.ipv4.tcp_wmem`` and ``tcp_rmem`` in the sample's network namespace (``TCP_BUFFERS``). Why:
 #: TCP grows a connection's send buffer by itself up to ``tcp_wmem``'s maximum (4 MB by default),

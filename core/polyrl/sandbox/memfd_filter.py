@@ -1,5 +1,5 @@
 """A seccomp program refusing ``memfd_create``, ``memfd_secret``, ``socketpair``, ``pidfd_send_signal``,
-``openat2`` and writes through ``openat`` relative to a folder's descriptor, built without
+``openat2``, ``io_setup`` and writes through ``openat`` relative to a folder's descriptor, built without
 libseccomp (the module's name is its first job's).
 
 Why: where the sample runs without the full filter (``polyrl.sandbox.seccomp``: no libseccomp,
@@ -8,6 +8,10 @@ x ``file_size_mb`` in memfds (300 MB at ``memory_mb = 128``): their pages are wr
 mapped, so RLIMIT_AS does not count them, and a memfd lives on the kernel's internal tmpfs, whose
 size no mount option or namespace reaches. The server loads this program before the sample's code
 runs (``prctl``, after ``no_new_privs``), so both calls fail with EPERM as under the full filter.
+
+``io_setup`` too (EPERM, as under the full filter): Linux AIO's events count against
+``fs.aio-max-nr``, one limit for the whole host, and a sample took all of it (every ``io_setup``
+on the host failed while it ran).
 
 ``pidfd_send_signal`` too (EPERM, as under the full filter): the audit hook refuses ``os.kill`` of
 another process, but ``signal.pidfd_send_signal`` raises no audit event, so at the ``off`` level
@@ -35,11 +39,22 @@ too: ``rename``/``renameat``/``renameat2``, ``link``/``linkat``, ``symlink``/``s
 ``setns``. Why: the hook judges a path (its ``realpath`` inside the sample's folder), then the
 kernel opens it, and a second thread changed it in between: renaming a folder of the sample's over
 one holding a link to a file outside, or moving the working folder the path is relative to, wrote
-a root-owned file as ``user = "none"`` within a few thousand tries. Creating, reading, writing and
-removing files and folders inside the sample's folder, ``tempfile`` and threads still work; a
-sample that renames (``os.replace``, ``shutil.move``) or changes folder gets EPERM at ``off``.
+a root-owned file as ``user = "none"`` within a few thousand tries.
 
-Classic-BPF instructions (seventeen, 32 with the path calls on x86_64) with the system call
+Renames and ``chdir`` with the audit hook on (``program(paths=True, renames=True)``): ``rename``
+and ``chdir`` are allowed, ``renameat``/``renameat2`` only with both folders ``AT_FDCWD`` (the
+paths the hook judged), while ``link``, ``symlink`` and ``fchdir`` stay refused. Why: natural
+code (a temporary file ``os.replace``-d into place, ``shutil.move``, ``os.chdir`` into a folder
+of its own) failed at ``off`` only. What keeps the race closed is the hook's ``strict`` rule
+(``server._install_audit_hook``): no path it lets write, rename or chdir has a ``..``
+component, and the sample can make no link, so every such path walks only down from the
+sample's folder (or its working folder, which is in it): a second thread moving folders or the
+working folder changes which of the sample's files it names, never takes it outside. With
+``..`` allowed the race was real: ``../../f`` judged from a working folder two levels deep,
+then a thread's ``chdir`` back up, wrote outside in under a second. Without the hook
+(``audit_hook = false``) renames and chdir are refused whole, as before.
+
+Classic-BPF instructions (seventeen, 32 with the path calls on x86_64, 34 with renames let through) with the system call
 numbers of x86_64 and aarch64 (None elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
 
@@ -59,19 +74,25 @@ from pathlib import Path
 from polyrl.sandbox import isolation
 
 #: Per machine: the audit architecture (``seccomp_data.arch``), the numbers of the calls refused
-#: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2) and openat's.
-CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437), 257),
-         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437), 56)}
+#: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2, io_setup) and openat's.
+CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437, 206), 257),
+         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437, 0), 56)}
 #: Per machine: the calls refused whole at ``off`` only (module docstring): rename, renameat,
-#: renameat2, link, linkat, symlink, symlinkat, chdir, fchdir, mount, umount2, chroot, pivot_root,
+#: renameat2, chdir, link, linkat, symlink, symlinkat, fchdir, mount, umount2, chroot, pivot_root,
 #: unshare, setns (aarch64 has only the ``at`` forms of the first ones).
-PATH_CALLS = {"x86_64": (82, 264, 316, 86, 265, 88, 266, 80, 81, 165, 166, 161, 155, 272, 308),
-              "aarch64": (38, 276, 37, 36, 49, 50, 40, 39, 51, 41, 97, 268)}
+PATH_CALLS = {"x86_64": (82, 264, 316, 80, 86, 265, 88, 266, 81, 165, 166, 161, 155, 272, 308),
+              "aarch64": (38, 276, 49, 37, 36, 50, 40, 39, 51, 41, 97, 268)}
+#: Per machine: of ``PATH_CALLS``, the ones a hooked sample at ``off`` may make (``renames=True``):
+#: rename and chdir whole, renameat and renameat2 with both folders ``AT_FDCWD`` (``RENAME_AT``).
+RENAME_CALLS = {"x86_64": (82, 80), "aarch64": (49,)}
+#: Per machine: renameat and renameat2, allowed with ``renames=True`` when both ``dirfd`` are AT_FDCWD.
+RENAME_AT = {"x86_64": (264, 316), "aarch64": (38, 276)}
 #: ``openat``'s ``dirfd`` meaning "the working folder" (-100 as the 32 bits the kernel reads).
 AT_FDCWD = 0xFFFFFF9C
 #: ``openat`` flags that write: O_WRONLY, O_RDWR, O_CREAT, O_TRUNC (the same on x86_64 and aarch64).
 WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000
-#: Offsets in ``struct seccomp_data`` of the low 32 bits of ``args[0]`` and ``args[2]`` (little-endian).
+#: Offsets in ``struct seccomp_data`` of the low 32 bits of ``args[0]`` and ``args[2]`` (little-endian):
+#: openat's dirfd and flags, renameat's two dirfds.
 _DIRFD, _FLAGS = 16, 32
 #: x32 system calls on x86_64 have this bit set in their number.
 X32_BIT = 0x40000000
@@ -85,33 +106,42 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)  # struct sock_filter, native order as the kernel reads it
 
 
-def program(machine: str | None = None, paths: bool = False) -> bytes | None:
+def program(machine: str | None = None, paths: bool = False, renames: bool = False) -> bytes | None:
     """The program for ``machine`` (default: this one's), or None where its numbers are not known;
-    ``paths``: the ``off`` level's, also refusing the calls that change what a path names."""
+    ``paths``: the ``off`` level's, also refusing the calls that change what a path names;
+    ``renames`` (with ``paths``, where the audit hook judges paths strictly: ``server``'s
+    ``strict``): ``rename`` and ``chdir`` are allowed, and ``renameat``/``renameat2`` from the
+    working folder to the working folder (module docstring)."""
     machine = machine or platform.machine()
     found = CALLS.get(machine)
     if found is None:
         return None
     arch, whole, openat = found
-    refused: tuple[int, ...] = whole + (PATH_CALLS[machine] if paths else ())
-    n = len(refused)
-    allow, deny = n + 10, n + 11  # the indexes of the two returns below
-    to = lambda target, at: target - at - 1  # noqa: E731 - a jump's offset from the instruction at ``at``
-    return b"".join([
-        _op(_LD_W_ABS, 4),                                    # 0: A = seccomp_data.arch
-        _op(_JEQ_K, arch, jt=1),                              # 1: this ABI: on; another: refused
-        _op(_RET_K, _EPERM),                                  # 2
-        _op(_LD_W_ABS, 0),                                    # 3: A = seccomp_data.nr
-        _op(_JGE_K, X32_BIT, jt=to(deny, 4)),                 # 4: x32: refused
-        *(_op(_JEQ_K, nr, jt=to(deny, 5 + i)) for i, nr in enumerate(refused)),
-        _op(_JEQ_K, openat, jf=to(allow, n + 5)),             # openat: its dirfd and flags
-        _op(_LD_W_ABS, _DIRFD),
-        _op(_JEQ_K, AT_FDCWD, jt=to(allow, n + 7)),           # the working folder: the audit hook's to judge
-        _op(_LD_W_ABS, _FLAGS),
-        _op(_JSET_K, WRITE_FLAGS, jt=to(deny, n + 9), jf=to(allow, n + 9)),
-        _op(_RET_K, _ALLOW),                                  # allow
-        _op(_RET_K, _EPERM),                                  # deny
-    ])
+    allowed = RENAME_CALLS[machine] + RENAME_AT[machine] if paths and renames else ()
+    refused = whole + tuple(nr for nr in (PATH_CALLS[machine] if paths else ()) if nr not in allowed)
+    checked = RENAME_AT[machine] if paths and renames else ()
+    code: list[tuple[int, int, str | None, str | None]] = [  # (op, k, true label, false label)
+        (_LD_W_ABS, 4, None, None),                          # A = seccomp_data.arch
+        (_JEQ_K, arch, None, "deny"),                        # another ABI: refused
+        (_LD_W_ABS, 0, None, None),                          # A = seccomp_data.nr
+        (_JGE_K, X32_BIT, "deny", None),                     # x32: refused
+        *((_JEQ_K, nr, "deny", None) for nr in refused),
+        *((_JEQ_K, nr, "both_cwd", None) for nr in checked),
+        (_JEQ_K, openat, None, "allow"),                     # openat: its dirfd and flags
+        (_LD_W_ABS, _DIRFD, None, None),
+        (_JEQ_K, AT_FDCWD, "allow", None),                   # the working folder: the audit hook's to judge
+        (_LD_W_ABS, _FLAGS, None, None),
+        (_JSET_K, WRITE_FLAGS, "deny", "allow"),
+    ]
+    labels = {}
+    if checked:  # renameat(olddirfd, old, newdirfd, new): both AT_FDCWD, the paths the hook judged
+        labels["both_cwd"] = len(code)
+        code += [(_LD_W_ABS, _DIRFD, None, None), (_JEQ_K, AT_FDCWD, None, "deny"),
+                 (_LD_W_ABS, _FLAGS, None, None), (_JEQ_K, AT_FDCWD, "allow", "deny")]
+    labels["allow"], labels["deny"] = len(code), len(code) + 1
+    code += [(_RET_K, _ALLOW, None, None), (_RET_K, _EPERM, None, None)]
+    return b"".join(_op(op, k, jt=labels[t] - at - 1 if t else 0, jf=labels[f] - at - 1 if f else 0)
+                    for at, (op, k, t, f) in enumerate(code))
 
 
 #: The server's loader (``server._memfd_filter``), then the check that memfd_create now fails.

@@ -18,7 +18,7 @@ bubblewrap). ``hide``: the trainer's folders inside ``/usr`` (``usr_hidden``), u
 read-only tmpfs, and the run's dataset files no such folder holds (in ``/usr``, or in a folder
 kept for the interpreter: ``host_view.bound_files``), under ``/dev/null`` after those binds.
 
-Before all that it sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (where the kernel
+Before all that it sets ``shmmni``, ``msgmni`` and ``sem``'s SEMMSL of the sample's IPC namespace to 0 (where the kernel
 lets it: always as root): without the seccomp filter (which refuses ``shmget``) a sample held
 384 MB of detached SysV segments with ``memory_mb = 128`` (RLIMIT_AS counts only what is mapped).
 
@@ -88,7 +88,7 @@ def load_filter(hexed):
 #: Sets ``shmmni`` and ``msgmni`` of the sample's IPC namespace to 0 (module doc: SysV memory
 #: held past ``memory_mb``); both setup programs run it before the privilege drop.
 NO_SYSV_IPC = '''
-for limit in ("kernel/shmmni", "kernel/msgmni"):  # no SysV segment or queue in the sample's IPC namespace
+for limit in ("kernel/shmmni", "kernel/msgmni", "kernel/sem"):  # no SysV segment, queue or semaphore set there
     try:
         with open(f"/proc/sys/{limit}", "w") as out:
             out.write("0")

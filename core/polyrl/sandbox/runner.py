@@ -54,6 +54,9 @@ _MEMFD_HEX = (memfd_filter.program() or b"").hex() or None
 #: The same at the ``off`` level, also refusing the calls that change what a path names (renames,
 #: links, ``chdir``, mounts): there the audit hook's path checks are the only wall, and they raced.
 _OFF_HEX = (memfd_filter.program(paths=True) or b"").hex() or None
+#: The same where the audit hook judges paths strictly (``off`` with the hook on): ``rename`` and
+#: ``chdir`` allowed, the hook keeping them in the sample's folder (``memfd_filter``).
+_OFF_HOOKED_HEX = (memfd_filter.program(paths=True, renames=True) or b"").hex() or None
 #: The program the sample's interpreter runs: the value encoder, then the server loop.
 SERVER_SOURCE = (_HERE / "values.py").read_text() + "\n\n" + (_HERE / "server.py").read_text()
 
@@ -141,14 +144,19 @@ class Sandbox:
                        "rlimits": rlimits,
                        "timeout": f"on: {self.limits.timeout_s:g} s wall clock, then SIGKILL to the sample's "
                                   "process group" + (" and PID namespace" if self.launch.level != "off" else "")}
-        self._small_filter = (_OFF_HEX if self.launch.level == "off" else _MEMFD_HEX) \
+        self._small_filter = ((_OFF_HOOKED_HEX if self.audit_hook else _OFF_HEX) if self.launch.level == "off"
+                              else _MEMFD_HEX) \
             if self.launch.seccomp_program is None else None
         if self._small_filter:
             if (memfd_off := memfd_filter.refused(self.python, self._small_filter)) is None:
-                self.report["seccomp"] += ("; memfd_create, memfd_secret, socketpair and pidfd_send_signal refused all "
+                self.report["seccomp"] += ("; memfd_create, memfd_secret, socketpair, pidfd_send_signal and io_setup "
+                                           "refused all "
                                            "the same, and openat writing relative to a folder's descriptor" + (
-                                               ", renames, links, symlinks, chdir and mounts (off: what a path "
-                                               "names stays what the audit hook judged)"
+                                               (", links, symlinks, fchdir and mounts (off: renames and chdir "
+                                                "only within the sample's folder, by paths without '..', "
+                                                "so what a path names stays inside where the audit hook judged it)"
+                                                if self.audit_hook else ", renames, links, symlinks, chdir and "
+                                                "mounts (off: what a path names stays what the kernel opens)")
                                                if self.launch.level == "off" else "") +
                                            " (a filter of "
                                            "their own, built without libseccomp: memfd pages are memory no rlimit counts; "
@@ -296,6 +304,8 @@ class Sandbox:
             hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap",
+                                 # off: renames and chdir allowed, the hook judges their paths strictly
+                                 "strict": self.launch.level == "off" and self.audit_hook,
                                  # stdin/stdout cases: the program runs per case, on its input, not first
                                  "program": program_cases.is_program(steps),
                                  # without the filter keyctl is open: the sample leaves the trainer's session keyring

@@ -73,10 +73,17 @@ DENIED = (
     "iopl", "ioperm", "personality", "io_uring_setup", "io_uring_enter", "io_uring_register",
     # the sample starts at the lowest best-effort I/O priority (``isolation.io_last``) and keeps it
     "ioprio_set",
+    # Linux AIO: its events count against ``fs.aio-max-nr``, one limit for the whole host that no
+    # namespace splits; a sample took all 65536 in 17 calls, and every ``io_setup`` on the host
+    # (the trainer's libaio, other samples) failed with EAGAIN until it ended. Nothing a sample runs uses it
+    "io_setup",
     # memory that RLIMIT_AS does not count: SysV shared memory and message queues outlive shmdt /
     # msgsnd in the sample's IPC namespace (shmmax/shmall are unlimited there), and a memfd's pages
-    # are written with write(2), never mapped; each would let a sample hold far more than memory_mb
-    "shmget", "msgget", "memfd_create", "memfd_secret",
+    # are written with write(2), never mapped; each would let a sample hold far more than memory_mb.
+    # SysV semaphore sets too: each semaphore is ~64 bytes of kernel memory, and the namespace's
+    # defaults (32000 sets of 32000) let a sample hold 2 MB per semget call, 300 MB in 0.6 s at
+    # memory_mb = 128 and up to ~64 GB in all (nothing a sample runs uses them: Python's locks are futexes)
+    "shmget", "msgget", "semget", "memfd_create", "memfd_secret",
     # the socket the audit hook never hears of (module docstring); and the signal it never hears
     # of (``signal.pidfd_send_signal``; the PID namespace hides the trainer, the small filter at
     # ``off`` refuses it too: ``memfd_filter``)
@@ -167,8 +174,8 @@ def _build() -> tuple[bytes | None, str]:
     except Exception as exc:  # noqa: BLE001 - any libseccomp failure means "no filter", reported
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
-    return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, ioprio_set, "
-                     "socketpair, pidfd_send_signal, ...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), "
+    return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, AIO, ioprio_set, "
+                     "SysV IPC, socketpair, pidfd_send_signal, ...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), "
                      "socket families beyond unix/inet/inet6 "
                      "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
                      "pipe buffer sizes (F_SETPIPE_SZ), setuid calls to uid 0; new processes refused (fork, vfork, clone "

@@ -1043,7 +1043,7 @@ def _main():
     if job["audit"]:
         _no_process_start()
         sys.meta_path.insert(0, _PipeSelfPipe)
-        _install_audit_hook(root, bool(job.get("native")))
+        _install_audit_hook(root, bool(job.get("native")), bool(job.get("strict")))
     os.write = _os_write  # after the channel took the real one
     module = type(sys)("solution")  # in sys.modules as ``__main__`` is for a script: what dataclasses, pickle look up
     namespace = module.__dict__
@@ -1080,13 +1080,25 @@ def _main():
         chan.send(answer)
 
 
-def _install_audit_hook(root, native):
+def _install_audit_hook(root, native, strict=False):
     """The inner, Python-level layer: refuses process creation, sockets, signals to others and
     writes outside the sample's folder. The kernel layers outside hold without it. ``native``
     (only behind bubblewrap, whose walls do not depend on this hook) lets ctypes load, which
-    numpy needs; without bubblewrap ctypes would be a way around the hook."""
-    realpath, normpath, join, getcwd, fsdecode, getpid = (os.path.realpath, os.path.normpath, os.path.join,
-                                                          os.getcwd, os.fsdecode, os.getpid)
+    numpy needs; without bubblewrap ctypes would be a way around the hook.
+
+    ``strict`` (the ``off`` level, where this hook is the wall and the small filter lets ``rename``
+    and ``chdir`` through: ``memfd_filter``): a path written to, renamed, removed or changed to
+    (``os.chdir``) must have no ``..`` component, and ``os.chdir`` of a descriptor is refused. Why:
+    with no links (``symlink``/``link`` are refused by the filter) and no ``..``, a path inside the
+    sample's folder can only walk down from it, so a second thread renaming its folders or changing
+    the working folder between this judgement and the kernel's walk can change which file it
+    names, never take it outside. With ``..`` it could: ``a/b/../../f`` judged inside, then ``a/b``
+    moved up a level, and the kernel's second ``..`` left the folder. And ``fcntl.flock`` only of a
+    file in the sample's folder: opening for reading passes the hook, so a ``user = "none"`` sample
+    (root's files) took the flock of the uid pool's lock files (``polyrl.sandbox.uids``), and the
+    trainer skipped those uids while it ran."""
+    realpath, normpath, join, getcwd, fsdecode, getpid, readlink = (
+        os.path.realpath, os.path.normpath, os.path.join, os.getcwd, os.fsdecode, os.getpid, os.readlink)
     prefix = root + os.sep
     # the names the sample's folder goes by as written (HOME, TMPDIR: tempfile's paths), where a
     # link above it makes them differ from ``root``; a path must be inside one as written too
@@ -1107,10 +1119,18 @@ def _install_audit_hook(root, native):
         "webbrowser.open", "urllib.Request", "http.client.connect", "ftplib.connect",
         "smtplib.connect", "imaplib.open", "nntplib.connect", "poplib.connect", "telnetlib.Telnet.open",
     })
-    denied_prefixes = ("socket.",) if native else ("socket.", "ctypes.", "_ctypes.")
+    denied_prefixes = ("socket.",) if native else ("socket.", "ctypes.", "_ctypes.", "sqlite3.", "syslog.")
     blocked_modules = {"_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters"}
     if not native:
         blocked_modules |= {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
+        # C modules writing files by path with no audit event the hook could judge (without
+        # bubblewrap the host's files are there): sqlite3 (a database anywhere, by ``connect``,
+        # ``ATTACH`` or ``VACUUM INTO``, and ``load_extension`` runs native code), readline
+        # (``write_history_file``: lines of the sample's choosing in any file), and the POSIX
+        # shared memory and named semaphores in the host's /dev/shm (``_posixshmem.shm_open``,
+        # ``_multiprocessing.SemLock``: memory no rlimit counts that outlives the sample, and as
+        # ``user = "none"`` the trainer's own segments); ``syslog.`` events: the host's journal
+        blocked_modules |= {"_sqlite3", "readline", "_posixshmem", "_multiprocessing"}
     path_events = {
         "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)),
         "os.link": ((0, 1), (2, 3)), "os.symlink": ((1,), (2,)), "os.mkdir": ((0,), (2,)),
@@ -1119,6 +1139,9 @@ def _install_audit_hook(root, native):
         "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()), "shutil.rmtree": ((0,), (1,)),
         "os.mkfifo": ((0,), (2,)), "os.mknod": ((0,), (3,)),
     }
+    if strict:  # the working folder moves within the sample's folder only (docstring)
+        path_events["os.chdir"] = ((0,), ())
+        fd_refused |= {"os.chdir"}
 
     def inside(path):
         """Inside the sample's folder both as written and with its links resolved: a path through a
@@ -1127,6 +1150,8 @@ def _install_audit_hook(root, native):
         if isinstance(path, int):
             return True  # a file descriptor: checked when it was opened
         try:
+            if strict and ".." in fsdecode(path).split(os.sep):
+                return False
             full = join(getcwd(), fsdecode(path))
             real = realpath(full)
         except Exception:
@@ -1162,6 +1187,16 @@ def _install_audit_hook(root, native):
             name = str(args[0]) if args else ""
             if name.split(".")[0] in blocked_modules or name.rsplit(".", 1)[-1] in blocked_modules:
                 deny("importing " + name)
+            return
+        if event == "fcntl.flock" and strict:  # a lock only on a file of the sample's folder (docstring)
+            try:
+                target = readlink("/proc/self/fd/%d" % args[0])
+            except Exception:
+                deny("fcntl.flock of that descriptor")
+            if target.endswith(" (deleted)"):
+                target = target[:-len(" (deleted)")]
+            if target.startswith(os.sep) and not inside(target):
+                deny("fcntl.flock of a file outside the sandbox folder", ": %r" % (target,))
             return
         if event == "os.kill":
             if args and args[0] != getpid():

@@ -26,6 +26,7 @@ import hashlib
 import os
 import pwd
 import socket
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -83,16 +84,26 @@ def _bind(uid: int) -> tuple[bool, socket.socket | None]:
 def _claim(uid: int) -> tuple[bool, int | None, socket.socket | None]:
     """Whether ``uid`` is free host-wide, the fd that now holds its lock file (None where no lock
     folder can be made) and the socket bound to its name (``SOCKETS``). Both claims are taken
-    where both work; where neither does, only this process's samples are kept apart."""
+    where both work; where neither does, only this process's samples are kept apart. A lock file
+    that is a link, not a regular file or not this user's makes the uid taken: the root trainer
+    followed a link there with ``O_CREAT`` and truncated its target ("in use"), and a FIFO made
+    ``acquire`` raise (``pread``: ESPIPE)."""
     free, sock = _bind(uid)
     if not free:
         return False, None, None
     try:
         LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(LOCKS / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except OSError:
+        fd = os.open(LOCKS / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link in its place: not ours to open, nor the uid ours to give
+            if sock is not None:
+                sock.close()
+            return False, None, None
         return True, None, sock
     try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, "not a lock file of this user's")  # a FIFO, a device, another user's
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
