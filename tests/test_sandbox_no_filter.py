@@ -454,7 +454,7 @@ def test_a_sample_without_the_filter_holds_no_memfd_memory(shared_trainer, level
                         level)
     assert got["level"] == level and got["status"] == "ok" and got["passed"] == [True], got
     assert "MEMFD 1\n" in got["output"] and "MEMFD_HELD_MB 0" in got["output"], got["output"]
-    assert "memfd_create, memfd_secret, socketpair and pidfd_send_signal refused" in got["seccomp"], got
+    assert "memfd_create, memfd_secret, socketpair, pidfd_send_signal and io_setup refused" in got["seccomp"], got
 
 
 MEMFD = """
