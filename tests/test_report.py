@@ -648,3 +648,23 @@ def test_compared_runs_and_metrics_named_in_wide_characters_keep_the_columns_ali
     assert len(columns) == 6
     for row in rows:
         assert _cell_ends(row)[1:] == columns, (row, header)
+
+
+def test_values_near_float_max_are_left_out_of_the_chart_with_a_warning_not_a_traceback(tmp_path, capsys):
+    """A reward of 1e308 is a finite score polyrl trains on, so its reward_mean (and a loss of
+    -1e308) reach metrics.jsonl; matplotlib's axis layout overflowed on them: ``ValueError: arange:
+    cannot compute length`` out of ``polyrl report``, for one run and for a comparison."""
+    huge, plain = tmp_path / "huge", tmp_path / "plain"
+    huge.mkdir(), plain.mkdir()
+    (huge / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "loss": 1e308, "reward_mean": 1e308, "reward_std": 1e308}) + "\n"
+        + json.dumps({"step": 2, "loss": -1e308, "reward_mean": 0.5, "reward_std": 1e308}) + "\n")
+    (plain / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
+    assert main(["report", str(huge), "--output", str(tmp_path / "one.png"), "--html", str(tmp_path / "one.html")]) == 0
+    err = capsys.readouterr().err
+    assert "left out of the chart (the table keeps them): loss, reward_mean, reward_std" in err, err
+    assert "1e+308" in (tmp_path / "one.html").read_text()  # the table keeps the values as logged
+    assert main(["report", str(huge), str(plain), "--output", str(tmp_path / "two.png"), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["metrics"]["loss"]["huge"] == {"first": 1e308, "last": -1e308, "best": None}
+    assert (tmp_path / "one.png").stat().st_size and (tmp_path / "two.png").stat().st_size

@@ -421,6 +421,26 @@ def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict
     return out
 
 
+#: The largest magnitude a chart draws: matplotlib lays out an axis by subtracting its ends, and
+#: values near float64's largest (a reward of 1e308 is a finite score polyrl trains on) overflowed
+#: there, a ValueError traceback instead of a report. Past it a point is left out of the chart only.
+MAX_DRAWN = 1e300
+
+
+def drawable(data: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
+    """``data`` without the points a chart cannot draw (``MAX_DRAWN``), and one warning naming the
+    metrics that lost some (the table and the page keep every value; nothing is left out silently)."""
+    out = {key: [p for p in points if abs(p[1]) <= MAX_DRAWN] for key, points in data.items()}
+    cut = sorted(key for key, points in data.items() if len(out[key]) < len(points))
+    if cut:
+        from polyrl.logs import get_logger
+
+        named = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+        get_logger("polyrl.report").warning(
+            f"values past {MAX_DRAWN:g} in magnitude are left out of the chart (the table keeps them): {named}")
+    return {key: points for key, points in out.items() if points}
+
+
 def panels_for(data: dict[str, list[tuple[float, float]]]) -> list[tuple[Panel, list[str]]]:
     """The panels that have at least one series here, with their keys."""
     chosen = []
@@ -501,7 +521,7 @@ def write_png(run: RunData, output: str | Path) -> Path:
     with plot_warnings.routed():
         plt = pyplot()
         lines = run.lines
-        data = series(lines, run.records, run.evals)
+        data = drawable(series(lines, run.records, run.evals))
         chosen = panels_for(data)
         cols = 2
         rows = max(1, math.ceil(len(chosen) / cols))
@@ -512,7 +532,8 @@ def write_png(run: RunData, output: str | Path) -> Path:
                 ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label(key))
             if panel.title == "reward" and "reward_std" in data and "reward_mean" in data:
                 mean, std = dict(data["reward_mean"]), dict(data["reward_std"])
-                both = [x for x in mean if x in std]
+                # a band edge past MAX_DRAWN (a std of 1e300 rewards) is as undrawable as such a point
+                both = [x for x in mean if x in std and abs(mean[x]) + std[x] <= MAX_DRAWN]
                 ax.fill_between(both, [mean[x] - std[x] for x in both], [mean[x] + std[x] for x in both], alpha=0.2,
                                 label="reward_std")
             if panel.log_scale and all(y > 0 for k in keys for _, y in data[k]):
