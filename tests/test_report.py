@@ -668,3 +668,17 @@ def test_values_near_float_max_are_left_out_of_the_chart_with_a_warning_not_a_tr
     out = capsys.readouterr()
     assert json.loads(out.out)["metrics"]["loss"]["huge"] == {"first": 1e308, "last": -1e308, "best": None}
     assert (tmp_path / "one.png").stat().st_size and (tmp_path / "two.png").stat().st_size
+
+
+def test_an_evaluation_record_with_a_list_for_prompt_index_is_left_out_not_a_traceback(tmp_path):
+    """pass@k groups an earlier polyrl's eval records by ``prompt_index``: one that is a list or an
+    object (a damaged or edited eval_completions.jsonl) was ``TypeError: unhashable type``."""
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
+    records = [{"phase": "after", "after_steps": 2, "greedy": False, "reward": 1.0, "correct": True, "prompt_index": 0},
+               {"phase": "after", "after_steps": 2, "greedy": False, "reward": 0.0, "prompt_index": [1]},
+               {"phase": "after", "after_steps": 2, "greedy": False, "reward": 0.0, "prompt_index": {"i": 1}}]
+    (tmp_path / "eval_completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = load_run(tmp_path)
+    drawn = series(run.lines, run.records, run.evals)
+    assert drawn["eval/sampled_reward_mean"] == [(2.0, 1.0)] and drawn["eval/pass@1"] == [(2.0, 1.0)]
+    assert any("2 lines that are not a record left out (first: line 2)" in w for w in run.warnings), run.warnings

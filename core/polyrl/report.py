@@ -352,7 +352,10 @@ def _phase_records(run: Path, phases: Sequence[str], warnings: list[str]) -> lis
     not_records = _Tally()
 
     def completion_line(number: int, record: Any) -> None:
-        if not isinstance(record, dict):
+        # a prompt_index that is no integer (a list or object in a damaged or edited file) was a
+        # TypeError traceback where pass@k groups the samples by it
+        index = record.get("prompt_index") if isinstance(record, dict) else None
+        if not isinstance(record, dict) or not (index is None or isinstance(index, (int, str))):
             not_records.add(number)
         elif record.get("phase") in phases:  # the rest is on the step lines
             records.append({k: record[k] for k in _SCORE_FIELDS if k in record})  # not the texts
