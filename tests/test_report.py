@@ -682,3 +682,24 @@ def test_an_evaluation_record_with_a_list_for_prompt_index_is_left_out_not_a_tra
     drawn = series(run.lines, run.records, run.evals)
     assert drawn["eval/sampled_reward_mean"] == [(2.0, 1.0)] and drawn["eval/pass@1"] == [(2.0, 1.0)]
     assert any("2 lines that are not a record left out (first: line 2)" in w for w in run.warnings), run.warnings
+
+
+def test_metrics_that_logged_no_number_are_named_not_dropped_silently(tmp_path, capsys, monkeypatch):
+    """A NaN loss is written ``null`` (and a hand-made file may hold ``NaN``/``Infinity``): the chart
+    left those points out without a word, and a comparison took the last number before them for
+    the run's ``last`` loss, so a run whose loss went NaN at its end compared as a healthy one."""
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join([*_steps(1, 2), '{"step": 3, "loss": null, "reward_mean": NaN}', '{"step": 4, "loss": Infinity}'])
+        + "\n")
+    run = load_run(tmp_path)
+    assert [w.split(": ", 1)[1] for w in run.warnings] == [
+        "2 metrics logged no number at some steps (null: NaN or inf when the run logged it), left out of the chart "
+        "there (and of a comparison's first, last and best): loss (2 steps, first: step 3), reward_mean (1 step, "
+        "first: step 3)"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
+    monkeypatch.setattr("polyrl.report_compare.write_png", lambda runs, names, output: Path(output))  # no drawing
+    assert main(["report", str(tmp_path), str(plain), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "logged no number at some steps" in err and "loss (2 steps, first: step 3)" in err, err

@@ -264,6 +264,7 @@ def load_run(run_dir: str | Path) -> RunData:
             by_step = {s + 1: {**line, "step": s + 1} for s, line in by_step.items()}
             warnings.append(f"{path}: steps numbered from 0 (an earlier polyrl wrote it); drawn one step later, "
                             "counting the steps taken as checkpoints do")
+        warnings += _no_number_warning(path, [*by_step.values(), *evals.values()])
     records = _phase_records(run, [p for p in metrics_file.EVAL_PHASES if p not in evals], warnings)
     if not by_step and not evals and not records:
         why = "; ".join(warnings) or f"{METRICS_FILE} missing or empty"
@@ -277,6 +278,25 @@ def load_run(run_dir: str | Path) -> RunData:
     last = max(by_step, default=0)
     return RunData(run.resolve().name, [by_step[k] for k in sorted(by_step)], records, tuple(warnings),
                    [evals[p] for p in metrics_file.EVAL_PHASES if p in evals], unfinished(run, last))
+
+
+def _no_number_warning(path: Path, lines: Sequence[dict[str, Any]]) -> list[str]:
+    """One sentence naming the metrics some of whose lines hold no number: ``null`` (a NaN or inf
+    the run logged, such as a skipped step's loss) or a ``NaN``/``Infinity`` token; none when every
+    value is a number. Why: such points were dropped from the chart, and from a comparison's first,
+    last and best, without a word: a run whose loss went NaN for its last steps compared with the
+    loss of the step before as its ``last``, and a metric null at every step read as ``missing``."""
+    at: dict[str, list[int]] = {}
+    for line in lines:
+        for key, value in line.items():
+            if value is None or isinstance(value, float) and not math.isfinite(value):
+                at.setdefault(key, []).append(line["step"])
+    if not at:
+        return []
+    named = [f"{key} ({_plural(len(steps), 'step')}, first: step {min(steps)})" for key, steps in sorted(at.items())]
+    more = f" and {len(named) - 5} more" if len(named) > 5 else ""
+    return [f"{path}: {_plural(len(named), 'metric')} logged no number at some steps (null: NaN or inf when the run "
+            f"logged it), left out of the chart there (and of a comparison's first, last and best): {', '.join(named[:5])}{more}"]
 
 
 def planned_steps(run: Path) -> int | None:
