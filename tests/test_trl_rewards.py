@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -1087,3 +1088,20 @@ def test_log_metric_over_ranks_is_trls_mean_of_every_value():
     assert joined["mean"] == 0.75  # the reward's own mean stays over the samples
     one = step_gather.join(shards[:1]).reward_metrics["solved_length"]["solved_length"]
     assert one == 4.5  # one process: the mean of its values, as before
+
+
+def test_log_metric_values_summing_past_float64_print_no_raw_numpy_warning():
+    """Two ``log_metric`` values of 1e308 in one call sum past float64's largest: their mean is inf, as
+    TRL's ``sum(values) / len(values)`` gives, and numpy's mean printed its raw ``RuntimeWarning:
+    overflow encountered in reduce`` between the run's log lines."""
+    def huge(completions, log_metric, **kwargs):
+        log_metric("big", 1e308)
+        log_metric("big", 1e308)
+        log_metric("third", 1 / 3)
+        return [0.5] * len(completions)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = scored([huge], ["a", "b"], [{"prompt": "p"}] * 2)
+    assert res.metrics["huge"]["big"] == float("inf") and res.metrics["huge"]["third"] == 1 / 3
+    assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == []
