@@ -667,6 +667,7 @@ def test_values_near_float_max_are_left_out_of_the_chart_with_a_warning_not_a_tr
     assert main(["report", str(huge), str(plain), "--output", str(tmp_path / "two.png"), "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["metrics"]["loss"]["huge"] == {"first": 1e308, "last": -1e308, "best": None}
+    assert "left out of the chart (the table keeps them): loss, reward_mean, reward_std run=huge" in out.err, out.err
     assert (tmp_path / "one.png").stat().st_size and (tmp_path / "two.png").stat().st_size
 
 

@@ -450,9 +450,10 @@ def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict
 MAX_DRAWN = 1e300
 
 
-def drawable(data: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
+def drawable(data: dict[str, list[tuple[float, float]]], run: str = "") -> dict[str, list[tuple[float, float]]]:
     """``data`` without the points a chart cannot draw (``MAX_DRAWN``), and one warning naming the
-    metrics that lost some (the table and the page keep every value; nothing is left out silently)."""
+    metrics that lost some (and ``run``, in a comparison; the table and the page keep every value:
+    nothing is left out silently)."""
     out = {key: [p for p in points if abs(p[1]) <= MAX_DRAWN] for key, points in data.items()}
     cut = sorted(key for key, points in data.items() if len(out[key]) < len(points))
     if cut:
@@ -460,7 +461,8 @@ def drawable(data: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple
 
         named = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
         get_logger("polyrl.report").warning(
-            f"values past {MAX_DRAWN:g} in magnitude are left out of the chart (the table keeps them): {named}")
+            f"values past {MAX_DRAWN:g} in magnitude are left out of the chart (the table keeps them): {named}",
+            **({"run": run} if run else {}))
     return {key: points for key, points in out.items() if points}
 
 
