@@ -704,3 +704,16 @@ def test_metrics_that_logged_no_number_are_named_not_dropped_silently(tmp_path, 
     assert main(["report", str(tmp_path), str(plain), "--json"]) == 0
     err = capsys.readouterr().err
     assert "logged no number at some steps" in err and "loss (2 steps, first: step 3)" in err, err
+
+
+def test_evaluation_means_near_float_max_stay_finite_and_json_output_is_strict(tmp_path, capsys):
+    """Two greedy rewards of 1e308 in an earlier polyrl's eval records: their mean was summed to inf
+    and ``polyrl report --json`` printed it as the bare token ``Infinity``, which jq and every strict
+    JSON reader refuse."""
+    from polyrl import cli
+
+    records = [{"phase": "after", "after_steps": 2, "greedy": True, "reward": 1e308}] * 2
+    assert series([], records)["eval/accuracy"] == [(2.0, 1e308)]
+    cli._print_json({"first": float("inf"), "last": float("nan"), "best": 0.5})
+    assert json.loads(capsys.readouterr().out, parse_constant=lambda token: pytest.fail(token)) == {
+        "first": None, "last": None, "best": 0.5}

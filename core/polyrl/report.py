@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import attrs
+import numpy as np
 
 from polyrl import evaluation, metrics_file, plot_warnings
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.path_text import check_path_text
+from polyrl.safe_stats import mean_std
 from polyrl.strict_json import valid_text
 
 METRICS_FILE = metrics_file.FILE_NAME
@@ -424,10 +426,12 @@ def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict
     greedy = [r["reward"] for r in scored if r.get("greedy")]
     sampled = [r for r in scored if not r.get("greedy")]
     out: dict[str, float] = {}
+    # overflow-safe means (safe_stats): a sum of rewards near float64's largest was inf, drawn as
+    # such and printed by --json as the token Infinity, which no strict JSON reader takes
     if greedy:
-        out["eval/accuracy"] = sum(greedy) / len(greedy)
+        out["eval/accuracy"] = mean_std(np.asarray([float(v) for v in greedy]))[0]
     if sampled:
-        out["eval/sampled_reward_mean"] = sum(r["reward"] for r in sampled) / len(sampled)
+        out["eval/sampled_reward_mean"] = mean_std(np.asarray([float(r["reward"]) for r in sampled]))[0]
     per_prompt: dict[Any, list[bool]] = {}
     for r in sampled:
         per_prompt.setdefault(r.get("prompt_index"), []).append(bool(r.get("correct")))
