@@ -1087,3 +1087,25 @@ def test_log_metric_over_ranks_is_trls_mean_of_every_value():
     assert joined["mean"] == 0.75  # the reward's own mean stays over the samples
     one = step_gather.join(shards[:1]).reward_metrics["solved_length"]["solved_length"]
     assert one == 4.5  # one process: the mean of its values, as before
+
+
+def test_a_trl_reward_factory_given_uncalled_is_refused_when_configured():
+    """``trl.rewards.get_repetition_penalty_reward`` makes a reward function; given itself (uncalled,
+    in reward_funcs or as a TOML ``function``), TRL's keyword call is a TypeError, and polyrl, which
+    passes a function without **kwargs only what it names, called it with nothing at the first step:
+    a RewardError after the models loaded whose fix ("return a list of floats") was not it. Its
+    parameters all have defaults, so nothing was refused. Now: one error naming the fix, at load."""
+    from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
+
+    with pytest.raises(ConfigError, match=r"'get_repetition_penalty_reward'.*takes none of the arguments.*"
+                                          r"Fix: pass what it returns \(reward_funcs=\[get_repetition_penalty_reward"
+                                          r"\(\.\.\.\)\]") as info:
+        _check(get_repetition_penalty_reward)
+    assert info.value.field == "rewards.function"
+    # one with a parameter nothing fills keeps that error, its fix telling of the factory's product too
+    with pytest.raises(ConfigError, match=r"parameter 'max_completion_len'.*Fix: rename.*or, if it makes the "
+                                          r"reward function, pass what it returns"):
+        _check(get_soft_overlong_punishment)
+    # what the factory returns, and a function reading only **kwargs, still pass
+    _check(get_repetition_penalty_reward(ngram_size=2))
+    _check(lambda **kwargs: [0.0] * len(kwargs["completions"]))
