@@ -1106,6 +1106,15 @@ def test_a_trl_reward_factory_given_uncalled_is_refused_when_configured():
     with pytest.raises(ConfigError, match=r"parameter 'max_completion_len'.*Fix: rename.*or, if it makes the "
                                           r"reward function, pass what it returns"):
         _check(get_soft_overlong_punishment)
+    # a reward class given uncalled is the same mistake: calling it made an instance, not scores
+
+    class Scorer:
+        def __call__(self, completions, **kwargs):
+            return [0.0] * len(completions)
+
+    with pytest.raises(ConfigError, match=r"'Scorer'.*takes none of the arguments.*Fix: pass what it returns"):
+        _check(Scorer)
+    _check(Scorer())
     # what the factory returns, and a function reading only **kwargs, still pass
     _check(get_repetition_penalty_reward(ngram_size=2))
     _check(lambda **kwargs: [0.0] * len(kwargs["completions"]))
