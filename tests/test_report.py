@@ -648,3 +648,72 @@ def test_compared_runs_and_metrics_named_in_wide_characters_keep_the_columns_ali
     assert len(columns) == 6
     for row in rows:
         assert _cell_ends(row)[1:] == columns, (row, header)
+
+
+def test_values_near_float_max_are_left_out_of_the_chart_with_a_warning_not_a_traceback(tmp_path, capsys):
+    """A reward of 1e308 is a finite score polyrl trains on, so its reward_mean (and a loss of
+    -1e308) reach metrics.jsonl; matplotlib's axis layout overflowed on them: ``ValueError: arange:
+    cannot compute length`` out of ``polyrl report``, for one run and for a comparison."""
+    huge, plain = tmp_path / "huge", tmp_path / "plain"
+    huge.mkdir(), plain.mkdir()
+    (huge / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "loss": 1e308, "reward_mean": 1e308, "reward_std": 1e308}) + "\n"
+        + json.dumps({"step": 2, "loss": -1e308, "reward_mean": 0.5, "reward_std": 1e308}) + "\n")
+    (plain / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
+    assert main(["report", str(huge), "--output", str(tmp_path / "one.png"), "--html", str(tmp_path / "one.html")]) == 0
+    err = capsys.readouterr().err
+    assert "left out of the chart (the table keeps them): loss, reward_mean, reward_std" in err, err
+    assert "1e+308" in (tmp_path / "one.html").read_text()  # the table keeps the values as logged
+    assert main(["report", str(huge), str(plain), "--output", str(tmp_path / "two.png"), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["metrics"]["loss"]["huge"] == {"first": 1e308, "last": -1e308, "best": None}
+    assert "left out of the chart (the table keeps them): loss, reward_mean, reward_std run=huge" in out.err, out.err
+    assert (tmp_path / "one.png").stat().st_size and (tmp_path / "two.png").stat().st_size
+
+
+def test_an_evaluation_record_with_a_list_for_prompt_index_is_left_out_not_a_traceback(tmp_path):
+    """pass@k groups an earlier polyrl's eval records by ``prompt_index``: one that is a list or an
+    object (a damaged or edited eval_completions.jsonl) was ``TypeError: unhashable type``."""
+    (tmp_path / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
+    records = [{"phase": "after", "after_steps": 2, "greedy": False, "reward": 1.0, "correct": True, "prompt_index": 0},
+               {"phase": "after", "after_steps": 2, "greedy": False, "reward": 0.0, "prompt_index": [1]},
+               {"phase": "after", "after_steps": 2, "greedy": False, "reward": 0.0, "prompt_index": {"i": 1}}]
+    (tmp_path / "eval_completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = load_run(tmp_path)
+    drawn = series(run.lines, run.records, run.evals)
+    assert drawn["eval/sampled_reward_mean"] == [(2.0, 1.0)] and drawn["eval/pass@1"] == [(2.0, 1.0)]
+    assert any("2 lines that are not a record left out (first: line 2)" in w for w in run.warnings), run.warnings
+
+
+def test_metrics_that_logged_no_number_are_named_not_dropped_silently(tmp_path, capsys, monkeypatch):
+    """A NaN loss is written ``null`` (and a hand-made file may hold ``NaN``/``Infinity``): the chart
+    left those points out without a word, and a comparison took the last number before them for
+    the run's ``last`` loss, so a run whose loss went NaN at its end compared as a healthy one."""
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join([*_steps(1, 2), '{"step": 3, "loss": null, "reward_mean": NaN}', '{"step": 4, "loss": Infinity}'])
+        + "\n")
+    run = load_run(tmp_path)
+    assert [w.split(": ", 1)[1] for w in run.warnings] == [
+        "2 metrics logged no number at some steps (null: NaN or inf when the run logged it), left out of the chart "
+        "there (and of a comparison's first, last and best): loss (2 steps, first: step 3), reward_mean (1 step, "
+        "first: step 3)"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "metrics.jsonl").write_text("\n".join(_steps(1, 2)) + "\n")
+    monkeypatch.setattr("polyrl.report_compare.write_png", lambda runs, names, output: Path(output))  # no drawing
+    assert main(["report", str(tmp_path), str(plain), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "logged no number at some steps" in err and "loss (2 steps, first: step 3)" in err, err
+
+
+def test_evaluation_means_near_float_max_stay_finite_and_json_output_is_strict(tmp_path, capsys):
+    """Two greedy rewards of 1e308 in an earlier polyrl's eval records: their mean was summed to inf
+    and ``polyrl report --json`` printed it as the bare token ``Infinity``, which jq and every strict
+    JSON reader refuse."""
+    from polyrl import cli
+
+    records = [{"phase": "after", "after_steps": 2, "greedy": True, "reward": 1e308}] * 2
+    assert series([], records)["eval/accuracy"] == [(2.0, 1e308)]
+    cli._print_json({"first": float("inf"), "last": float("nan"), "best": 0.5})
+    assert json.loads(capsys.readouterr().out, parse_constant=lambda token: pytest.fail(token)) == {
+        "first": None, "last": None, "best": 0.5}

@@ -1281,3 +1281,24 @@ def test_an_evaluations_table_holds_its_first_256_records_not_every_one(tmp_path
     [(step, text)] = _tensorboard_texts(tmp_path, "eval_completions")
     rows = text.splitlines()[2:]
     assert step == 1 and len(rows) == 256 and "Held 0 |" in rows[0] and "Held 85 |" in rows[-1], rows[-1][:80]
+
+
+def test_tensorboard_leaves_out_values_past_float32_with_a_warning_not_inf(tmp_path, capsys):
+    """A TensorBoard scalar is a float32: a finite reward mean of 1e100 (polyrl trains on any finite
+    score) was written as inf and read back by TensorBoard as inf, a value no step had."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl.tracking.spec import TrackerContext
+    from polyrl.tracking.tensorboard import TensorBoardTracker
+
+    tracker = TensorBoardTracker(TrackerContext(output_dir=tmp_path, run_name="r", project="p", config={}))
+    tracker.log_metrics({"reward_mean": 1e100, "reward_std": -1e300, "loss": 3e38}, step=1)
+    tracker.log_metrics({"reward_mean": 1e100, "reward_std": 0.5, "loss": 0.25}, step=2)
+    tracker.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    read = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    assert read == {"reward_std": [(2, 0.5)], "loss": [(1, pytest.approx(3e38)), (2, 0.25)]}
+    warned = [line for line in capsys.readouterr().err.splitlines() if "left out of TensorBoard" in line]
+    assert len(warned) == 2 and "metric=reward_mean" in warned[0] and "metric=reward_std" in warned[1], warned

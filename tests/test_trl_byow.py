@@ -243,3 +243,24 @@ def test_prompts_that_leave_a_completion_less_than_max_new_tokens_are_counted_in
     with capture_logs() as logs:
         check_prompt_lengths(ds, words, 100, max_new_tokens=10)  # 90 + 10 fits exactly
     assert not [e for e in logs if e["log_level"] == "warning"]
+
+
+def test_a_model_folder_of_a_type_transformers_lacks_is_one_line_naming_the_type_and_the_script_s_model(
+        tiny_model_dir, tmp_path):
+    """A local folder whose config.json names a model_type the installed transformers does not
+    implement (a model newer than it): the refusal was transformers' three paragraphs after "cannot
+    read a tokenizer and config", its fix "point model.path at a Hugging Face model folder" (it is
+    one), and the TRL script was told of ``model.path``, a key it never wrote, not its ``model``."""
+    folder = tmp_path / "newer"
+    shutil.copytree(tiny_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mysterylm"}))
+    trainer = GRPOTrainer(model=str(folder), reward_funcs=[short], train_dataset=datasets.Dataset.from_list(
+        [{"prompt": "q", "answer": "1"}] * 2), args=grpo_args(tmp_path, per_device_train_batch_size=2))
+    with pytest.raises(ConfigError) as err:
+        trainer.train()
+    assert err.value.field == "model"
+    assert "\n" not in str(err.value)
+    assert f"{str(folder)!r} holds a model of type 'mysterylm' (its config.json), which transformers" in err.value.message
+    assert err.value.fix.startswith("upgrade transformers if 'mysterylm' is newer than it, or train a model of an "
+                                    "architecture it implements")

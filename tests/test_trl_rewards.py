@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -1087,3 +1088,51 @@ def test_log_metric_over_ranks_is_trls_mean_of_every_value():
     assert joined["mean"] == 0.75  # the reward's own mean stays over the samples
     one = step_gather.join(shards[:1]).reward_metrics["solved_length"]["solved_length"]
     assert one == 4.5  # one process: the mean of its values, as before
+
+
+def test_log_metric_values_summing_past_float64_print_no_raw_numpy_warning():
+    """Two ``log_metric`` values of 1e308 in one call sum past float64's largest: their mean is inf, as
+    TRL's ``sum(values) / len(values)`` gives, and numpy's mean printed its raw ``RuntimeWarning:
+    overflow encountered in reduce`` between the run's log lines."""
+    def huge(completions, log_metric, **kwargs):
+        log_metric("big", 1e308)
+        log_metric("big", 1e308)
+        log_metric("third", 1 / 3)
+        return [0.5] * len(completions)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = scored([huge], ["a", "b"], [{"prompt": "p"}] * 2)
+    assert res.metrics["huge"]["big"] == float("inf") and res.metrics["huge"]["third"] == 1 / 3
+    assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == []
+
+
+def test_a_trl_reward_factory_given_uncalled_is_refused_when_configured():
+    """``trl.rewards.get_repetition_penalty_reward`` makes a reward function; given itself (uncalled,
+    in reward_funcs or as a TOML ``function``), TRL's keyword call is a TypeError, and polyrl, which
+    passes a function without **kwargs only what it names, called it with nothing at the first step:
+    a RewardError after the models loaded whose fix ("return a list of floats") was not it. Its
+    parameters all have defaults, so nothing was refused. Now: one error naming the fix, at load."""
+    from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
+
+    with pytest.raises(ConfigError, match=r"'get_repetition_penalty_reward'.*takes none of the arguments.*"
+                                          r"Fix: pass what it returns \(reward_funcs=\[get_repetition_penalty_reward"
+                                          r"\(\.\.\.\)\]") as info:
+        _check(get_repetition_penalty_reward)
+    assert info.value.field == "rewards.function"
+    # one with a parameter nothing fills keeps that error, its fix telling of the factory's product too
+    with pytest.raises(ConfigError, match=r"parameter 'max_completion_len'.*Fix: rename.*or, if it makes the "
+                                          r"reward function, pass what it returns"):
+        _check(get_soft_overlong_punishment)
+    # a reward class given uncalled is the same mistake: calling it made an instance, not scores
+
+    class Scorer:
+        def __call__(self, completions, **kwargs):
+            return [0.0] * len(completions)
+
+    with pytest.raises(ConfigError, match=r"'Scorer'.*takes none of the arguments.*Fix: pass what it returns"):
+        _check(Scorer)
+    _check(Scorer())
+    # what the factory returns, and a function reading only **kwargs, still pass
+    _check(get_repetition_penalty_reward(ngram_size=2))
+    _check(lambda **kwargs: [0.0] * len(kwargs["completions"]))

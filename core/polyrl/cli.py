@@ -36,7 +36,11 @@ COMPARE_PNG = "compare.png"
 
 
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+    """``data`` as strict JSON (NaN and infinities as null, ``strict_json``): a bare ``Infinity`` or
+    ``NaN`` token, which ``json.dumps`` writes by default, fails jq and every strict reader."""
+    from polyrl import strict_json
+
+    print(strict_json.dumps(data, indent=2, default=str))
 
 
 def _registry():

@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import attrs
+import numpy as np
 
 from polyrl import evaluation, metrics_file, plot_warnings
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
 from polyrl.path_text import check_path_text
+from polyrl.safe_stats import mean_std
 from polyrl.strict_json import valid_text
 
 METRICS_FILE = metrics_file.FILE_NAME
@@ -264,6 +266,7 @@ def load_run(run_dir: str | Path) -> RunData:
             by_step = {s + 1: {**line, "step": s + 1} for s, line in by_step.items()}
             warnings.append(f"{path}: steps numbered from 0 (an earlier polyrl wrote it); drawn one step later, "
                             "counting the steps taken as checkpoints do")
+        warnings += _no_number_warning(path, [*by_step.values(), *evals.values()])
     records = _phase_records(run, [p for p in metrics_file.EVAL_PHASES if p not in evals], warnings)
     if not by_step and not evals and not records:
         why = "; ".join(warnings) or f"{METRICS_FILE} missing or empty"
@@ -277,6 +280,25 @@ def load_run(run_dir: str | Path) -> RunData:
     last = max(by_step, default=0)
     return RunData(run.resolve().name, [by_step[k] for k in sorted(by_step)], records, tuple(warnings),
                    [evals[p] for p in metrics_file.EVAL_PHASES if p in evals], unfinished(run, last))
+
+
+def _no_number_warning(path: Path, lines: Sequence[dict[str, Any]]) -> list[str]:
+    """One sentence naming the metrics some of whose lines hold no number: ``null`` (a NaN or inf
+    the run logged, such as a skipped step's loss) or a ``NaN``/``Infinity`` token; none when every
+    value is a number. Why: such points were dropped from the chart, and from a comparison's first,
+    last and best, without a word: a run whose loss went NaN for its last steps compared with the
+    loss of the step before as its ``last``, and a metric null at every step read as ``missing``."""
+    at: dict[str, list[int]] = {}
+    for line in lines:
+        for key, value in line.items():
+            if value is None or isinstance(value, float) and not math.isfinite(value):
+                at.setdefault(key, []).append(line["step"])
+    if not at:
+        return []
+    named = [f"{key} ({_plural(len(steps), 'step')}, first: step {min(steps)})" for key, steps in sorted(at.items())]
+    more = f" and {len(named) - 5} more" if len(named) > 5 else ""
+    return [f"{path}: {_plural(len(named), 'metric')} logged no number at some steps (null: NaN or inf when the run "
+            f"logged it), left out of the chart there (and of a comparison's first, last and best): {', '.join(named[:5])}{more}"]
 
 
 def planned_steps(run: Path) -> int | None:
@@ -352,7 +374,10 @@ def _phase_records(run: Path, phases: Sequence[str], warnings: list[str]) -> lis
     not_records = _Tally()
 
     def completion_line(number: int, record: Any) -> None:
-        if not isinstance(record, dict):
+        # a prompt_index that is no integer (a list or object in a damaged or edited file) was a
+        # TypeError traceback where pass@k groups the samples by it
+        index = record.get("prompt_index") if isinstance(record, dict) else None
+        if not isinstance(record, dict) or not (index is None or isinstance(index, (int, str))):
             not_records.add(number)
         elif record.get("phase") in phases:  # the rest is on the step lines
             records.append({k: record[k] for k in _SCORE_FIELDS if k in record})  # not the texts
@@ -401,10 +426,12 @@ def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict
     greedy = [r["reward"] for r in scored if r.get("greedy")]
     sampled = [r for r in scored if not r.get("greedy")]
     out: dict[str, float] = {}
+    # overflow-safe means (safe_stats): a sum of rewards near float64's largest was inf, drawn as
+    # such and printed by --json as the token Infinity, which no strict JSON reader takes
     if greedy:
-        out["eval/accuracy"] = sum(greedy) / len(greedy)
+        out["eval/accuracy"] = mean_std(np.asarray([float(v) for v in greedy]))[0]
     if sampled:
-        out["eval/sampled_reward_mean"] = sum(r["reward"] for r in sampled) / len(sampled)
+        out["eval/sampled_reward_mean"] = mean_std(np.asarray([float(r["reward"]) for r in sampled]))[0]
     per_prompt: dict[Any, list[bool]] = {}
     for r in sampled:
         per_prompt.setdefault(r.get("prompt_index"), []).append(bool(r.get("correct")))
@@ -419,6 +446,28 @@ def _evaluation(scored: Sequence[dict[str, Any]], keys: Collection[str]) -> dict
             if 1 <= int(k) <= n:
                 out[key] = sum(evaluation.pass_at_k(len(v), sum(v), int(k)) for v in per_prompt.values()) / len(per_prompt)
     return out
+
+
+#: The largest magnitude a chart draws: matplotlib lays out an axis by subtracting its ends, and
+#: values near float64's largest (a reward of 1e308 is a finite score polyrl trains on) overflowed
+#: there, a ValueError traceback instead of a report. Past it a point is left out of the chart only.
+MAX_DRAWN = 1e300
+
+
+def drawable(data: dict[str, list[tuple[float, float]]], run: str = "") -> dict[str, list[tuple[float, float]]]:
+    """``data`` without the points a chart cannot draw (``MAX_DRAWN``), and one warning naming the
+    metrics that lost some (and ``run``, in a comparison; the table and the page keep every value:
+    nothing is left out silently)."""
+    out = {key: [p for p in points if abs(p[1]) <= MAX_DRAWN] for key, points in data.items()}
+    cut = sorted(key for key, points in data.items() if len(out[key]) < len(points))
+    if cut:
+        from polyrl.logs import get_logger
+
+        named = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+        get_logger("polyrl.report").warning(
+            f"values past {MAX_DRAWN:g} in magnitude are left out of the chart (the table keeps them): {named}",
+            **({"run": run} if run else {}))
+    return {key: points for key, points in out.items() if points}
 
 
 def panels_for(data: dict[str, list[tuple[float, float]]]) -> list[tuple[Panel, list[str]]]:
@@ -501,7 +550,7 @@ def write_png(run: RunData, output: str | Path) -> Path:
     with plot_warnings.routed():
         plt = pyplot()
         lines = run.lines
-        data = series(lines, run.records, run.evals)
+        data = drawable(series(lines, run.records, run.evals))
         chosen = panels_for(data)
         cols = 2
         rows = max(1, math.ceil(len(chosen) / cols))
@@ -512,7 +561,8 @@ def write_png(run: RunData, output: str | Path) -> Path:
                 ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label(key))
             if panel.title == "reward" and "reward_std" in data and "reward_mean" in data:
                 mean, std = dict(data["reward_mean"]), dict(data["reward_std"])
-                both = [x for x in mean if x in std]
+                # a band edge past MAX_DRAWN (a std of 1e300 rewards) is as undrawable as such a point
+                both = [x for x in mean if x in std and abs(mean[x]) + std[x] <= MAX_DRAWN]
                 ax.fill_between(both, [mean[x] - std[x] for x in both], [mean[x] + std[x] for x in both], alpha=0.2,
                                 label="reward_std")
             if panel.log_scale and all(y > 0 for k in keys for _, y in data[k]):

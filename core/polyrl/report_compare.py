@@ -25,6 +25,7 @@ from polyrl.report import (
     _cell,
     _shown,
     _writing,
+    drawable,
     label,
     panels_for,
     pyplot,
@@ -107,7 +108,7 @@ def write_png(runs: Sequence[RunData], names: Sequence[str], output: str | Path)
     has its metrics; a panel of several metrics tells them apart by line style."""
     with plot_warnings.routed():
         plt = pyplot()
-        per_run = [series(run.lines, run.records, run.evals) for run in runs]
+        per_run = [drawable(series(run.lines, run.records, run.evals), name) for name, run in zip(names, runs)]
         merged: dict[str, list[tuple[float, float]]] = {}
         for data in per_run:
             for key, points in data.items():

@@ -154,6 +154,8 @@ def _script_field(field: str | None, trl_args: bool = False) -> str | None:
         return "train_dataset"
     if field == "rewards.function":  # a reward function's signature: the script's reward_funcs
         return "reward_funcs"
+    if field == "model.path":  # the folder the script's model is (or was saved to): its model argument
+        return "model"
     head, _, rest = field.partition(".")
     if head == "lora":
         return "peft_config" + (f".{_PEFT_NAMES.get(rest, rest)}" if rest else "")

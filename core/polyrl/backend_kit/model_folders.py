@@ -108,6 +108,29 @@ def remote_code_error(folder: Path, trusted: bool, exc: BaseException,
         f"{refuser}", field=field, fix=fix)
 
 
+def unknown_type_error(folder: Path, exc: BaseException, field: str = "model.path") -> ConfigError | None:
+    """The refusal of a folder whose load failed (``exc``) because transformers implements no model
+    of its config.json's ``model_type`` (a model newer than the installed transformers, or a name
+    edited in): one line naming the type and the version. transformers' own message runs over
+    several lines and paragraphs, and the generic fix "point model.path at a Hugging Face model
+    folder" sent the user looking for a folder they had given. None for any other failure."""
+    model_type = _json_object(folder / "config.json").get("model_type")
+    if not isinstance(model_type, str) or "model_type" not in str(exc) and model_type not in str(exc):
+        return None
+    try:
+        import transformers
+        from transformers import CONFIG_MAPPING
+    except ImportError:
+        return None
+    if model_type in CONFIG_MAPPING:
+        return None
+    return ConfigError(
+        f"{str(folder)!r} holds a model of type {model_type!r} (its config.json), which transformers "
+        f"{transformers.__version__} does not implement", field=field,
+        fix=f"upgrade transformers if {model_type!r} is newer than it, or train a model of an architecture it "
+            "implements (README: Supported architectures)")
+
+
 def foreign_code_error(folder: Path, backend: str, field: str = "model.path") -> ConfigError | None:
     """The refusal, by a backend that runs no transformers modelling code (mlx, max), of a folder
     whose ``model_type`` it has no module for and whose ``auto_map`` names the folder's own code:

@@ -360,4 +360,29 @@ def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str],
                               fix=f"remove the '/' from the signature so {p.name!r} can be passed by name")
         where = f"reward function {origin} has parameter {p.name!r}, which nothing fills: {called}"
         if p.name not in available:
-            raise ConfigError(where, field="rewards.function", fix=_fix_for(p.name))
+            fix = _fix_for(p.name)
+            if not _reads_any(params, available):
+                fix += f"; or, if it makes the reward function, pass what it returns ({_factory_fix(fn)})"
+            raise ConfigError(where, field="rewards.function", fix=fix)
+    if not _reads_any(params, available):  # TRL's call is a TypeError; polyrl's would pass it nothing
+        raise ConfigError(
+            f"reward function {origin} takes none of the arguments TRL's GRPOTrainer passes reward functions "
+            f"({', '.join(arguments)} and the dataset columns: {', '.join(sorted(passed)) or 'none'}) and no "
+            "**kwargs: called with nothing, it cannot see the completions it scores (TRL's call is a TypeError); "
+            "a factory such as trl.rewards.get_repetition_penalty_reward makes the reward function",
+            field="rewards.function",
+            fix=f"pass what it returns ({_factory_fix(fn)}), or add the arguments it scores (completions, **kwargs)")
+
+
+def _factory_fix(fn: Callable[..., Any]) -> str:
+    """How the reward a factory ``fn`` makes is given, in Python and in a TOML."""
+    name = getattr(fn, "__name__", "make_reward")
+    return (f"reward_funcs=[{name}(...)] in Python; in a TOML, point function at a module variable holding it: "
+            f"my_reward = {name}(...) in rewards.py, function = \"rewards.py:my_reward\"")
+
+
+def _reads_any(params: list[inspect.Parameter], available: Collection[str]) -> bool:
+    """Whether a keyword call with ``available`` passes ``params`` anything (``**kwargs`` takes all)."""
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD
+               or (p.name in available and p.kind is not inspect.Parameter.POSITIONAL_ONLY
+                   and p.kind is not inspect.Parameter.VAR_POSITIONAL) for p in params)

@@ -33,6 +33,8 @@ from polyrl.tracking.spec import TrackerContext
 log = get_logger("polyrl.tracking")
 
 LOG_DIR = "tensorboard"
+#: the largest magnitude a TensorBoard scalar (a float32) holds: numpy's ``finfo(float32).max``
+FLOAT32_MAX = 3.4028234663852886e38
 #: the variable transformers' TensorBoardCallback takes its folder from (its ``logging_dir`` field
 #: is deprecated and unread)
 TRL_LOG_DIR_VARIABLE = "TENSORBOARD_LOGGING_DIR"
@@ -81,6 +83,7 @@ class TensorBoardTracker:
 
         self._event, self._summary, self._text_pb = event_pb2.Event, summary_pb2.Summary, text_pb
         self._session_log = event_pb2.SessionLog
+        self._too_large: set[str] = set()  # metrics said to be past float32's range (``_values``)
         self._started = False
         #: the resumed step as the trackers had it, logged again just after the session start
         self._resumed = context.resumed_step if context.resumed_at > 0 else None
@@ -106,8 +109,23 @@ class TensorBoardTracker:
             self._write_resumed()
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
 
+    def _values(self, metrics: Mapping[str, float]) -> list[Any]:
+        """``metrics`` as scalar summary values, those past float32's range left out with one warning per
+        tag. Why: a scalar event holds a float32 (``simple_value``), so a finite 1e100 (a reward's mean:
+        polyrl trains on any finite score) was written, and read back by TensorBoard, as inf."""
+        kept = {}
+        for key, value in metrics.items():
+            if abs(value) <= FLOAT32_MAX:
+                kept[key] = value
+            elif key not in self._too_large:
+                self._too_large.add(key)
+                log.warning("metric left out of TensorBoard: past the float32 range its scalars hold, it would read as "
+                            "inf (metrics.jsonl and the other trackers keep it; said once per metric)",
+                            metric=key, value=value)
+        return [self._summary.Value(tag=k, simple_value=v) for k, v in kept.items()]
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        values = [self._summary.Value(tag=k, simple_value=v) for k, v in metrics.items()]
+        values = self._values(metrics)
         self._add(self._summary(value=values), step)
         self._writer.flush()
 
@@ -128,7 +146,7 @@ class TensorBoardTracker:
             return
         at, resumed, self._resumed = self._resumed_at, self._resumed, None
         if resumed.metrics:
-            values = [self._summary.Value(tag=k, simple_value=v) for k, v in resumed.metrics.items()]
+            values = self._values(resumed.metrics)
             self._writer.add_event(self._event(wall_time=time.time(), step=at, summary=self._summary(value=values)))
         if resumed.records:
             self._writer.add_event(self._event(wall_time=time.time(), step=at,

@@ -21,7 +21,8 @@ from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.options import text_option
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.prompt_batch import encode_prompts
-from polyrl.backend_kit.model_folders import adapter_folder_error, pickled_code_error, remote_code_error
+from polyrl.backend_kit.model_folders import (adapter_folder_error, pickled_code_error, remote_code_error,
+                                              unknown_type_error)
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError
@@ -454,7 +455,8 @@ def _load_pretrained(folder: str, extra: dict[str, Any], **model_kwargs: Any) ->
         hf_config = AutoConfig.from_pretrained(folder, **extra)
     except (OSError, ValueError) as exc:
         raise (remote_code_error(Path(folder), bool(extra.get("trust_remote_code")), exc)
-               or ConfigError(f"cannot read a tokenizer and config from {folder!r}: {exc}",
+               or unknown_type_error(Path(folder), exc)
+               or ConfigError(f"cannot read a tokenizer and config from {folder!r}: {' '.join(str(exc).split())}",
                               field="model.path", fix=fix)) from None
     if extra.get("gguf_file"):
         from polyrl.backend_kit.gguf_vocab import check_gguf_tokenizer
