@@ -74,6 +74,8 @@ def test_the_file_is_not_changed(config_file):
     ("optimizer.lr=nan", "optimizer.lr", "nan"),
     ("train.steps=many", "train.steps", "expected"),
     ("rewards.5.weight=1", "rewards.5", "no entry"),
+    ("rewards.\u00b2.weight=1", "rewards.\u00b2", "no entry"),  # a superscript two: int() refused it, a traceback
+    ("rewards.\uff10.weight=1", "rewards.\uff10", "no entry"),  # a fullwidth zero: int() read it as 0, silently
     ("algorithm.beta.x=1", "algorithm.beta.x", "not a table"),
     ("data.path=x.parquet", "data", "exactly one of"),  # the file's cross-field rules too
     ("algorithm.beta", "--set", "KEY=VALUE"),

@@ -12,7 +12,7 @@ import pytest
 from polyrl.cli import main
 from polyrl.config import RunConfig
 from polyrl.errors import ConfigError
-from polyrl.run_lock import check_output_dir
+from polyrl.run_lock import OutputDirLock, check_output_dir
 
 BASE = '[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n[[rewards]]\nname = "numeric_match"\n'
 
@@ -109,6 +109,27 @@ def test_launch_dry_run_refuses_an_output_dir_the_run_cannot_write(tmp_path, cap
     path.write_text(BASE + f'[train]\noutput_dir = "{_unwritable_folder(tmp_path)}"\n')
     assert main(["launch", str(path), "--nproc-per-node", "1", "--dry-run"]) == 2
     assert _error_line(capsys).startswith("error: train.output_dir: cannot write to output_dir ")
+
+
+@pytest.mark.parametrize("below", ["", "run/a"])
+def test_an_output_dir_through_a_symlink_to_nowhere_is_refused_naming_the_link(tmp_path, below):
+    """It passed the check (the folder above takes entries, and ``polyrl launch --dry-run`` exited 0),
+    then the run, its models loaded, could not make the folder: "cannot write to output_dir ...:
+    File exists. Fix: free space or make it writable"."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    where = link / below if below else link
+    with pytest.raises(ConfigError) as info:
+        check_output_dir(where)
+    inside = f" is inside {link}," if below else " is"
+    assert info.value.field == "train.output_dir"
+    assert f"output_dir {where}{inside} a symlink to '{tmp_path / 'gone'}', a path that does not exist" in str(info.value)
+    assert f"mkdir -p {tmp_path / 'gone'}" in str(info.value)
+    (tmp_path / "gone").mkdir()  # the fix it gives: the run can then take the folder
+    check_output_dir(where)
+    lock = OutputDirLock(where)
+    lock.acquire()
+    lock.release()
 
 
 def test_the_write_check_leaves_nothing_behind(tmp_path):

@@ -56,6 +56,32 @@ def test_a_pre_quantized_model_folder_is_one_error_on_model_path_before_any_mode
         assert "unquantized model" in (err.value.fix or "")
 
 
+@pytest.mark.parametrize("kind, words", [
+    ("folder", "has no config.json"),
+    ("file", "is a file but not a .gguf file"),
+    ("fifo", "is neither a folder nor a regular file (a FIFO, socket or device)"),
+])
+def test_a_model_path_the_torch_load_refuses_is_refused_by_the_launch_check(kind, words, tmp_path, monkeypatch):
+    """``polyrl launch --dry-run`` (``check_run``) passed an empty folder, a data file or a FIFO as
+    model.path (exit 0), and every rank then refused it as the engine loaded; a FIFO was "has no
+    config.json", as if it were a folder."""
+    import os
+
+    from polyrl.trainer import check_run
+
+    model = tmp_path / "model"
+    if kind == "folder":
+        model.mkdir()
+    elif kind == "file":
+        model.write_text('{"prompt": "2+2", "answer": "4"}\n')
+    else:
+        os.mkfifo(model)
+    _no_model_loads(monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        check_run(_run_config(str(model), tmp_path))
+    assert err.value.field in ("model", "model.path") and words in err.value.message
+
+
 def test_mlx_quantized_folders_and_float_folders_are_not_read_as_pre_quantized(tiny_model_dir, tmp_path):
     """mlx-lm writes its own 4-bit folders' quantization_config without a quant_method: the MLX
     backend trains LoRA over them, so they are not refused here."""

@@ -207,7 +207,10 @@ def _refuse_unknown_section(parts: list[str], text: str, data: Mapping[str, Any]
 
 
 def _index(items: list[Any], part: str, where: str) -> int:
-    if not part.isdigit() or int(part) >= len(items):
+    """An array entry's index, written in ASCII digits as TOML writes them. Why ASCII: ``str.isdigit``
+    also passes ``²`` (which ``int`` refuses: a traceback) and ``０`` or ``١`` (which ``int`` reads as 0
+    and 1: a fullwidth or Arabic-Indic digit set a reward's key without a word)."""
+    if not (part.isascii() and part.isdigit()) or int(part) >= len(items):
         raise ConfigError(f"no entry {part!r}: the array has {len(items)}", field=where,
                           fix=f"use an index from 0 to {len(items) - 1}")
     return int(part)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -132,6 +133,7 @@ def check_output_dir(output_dir: Path) -> None:
         raise ConfigError(f"output_dir {path} cannot be followed: {getattr(exc, 'strerror', None) or exc}",
                           field="train.output_dir",
                           fix="remove the looping symlink, or point train.output_dir (--output-dir) at a folder") from None
+    _refuse_link_to_nowhere(path, exists)
     blocking = path if exists else next((p for p in path.parents if p.exists()), None)
     if blocking is not None and not blocking.is_dir():
         what = "is a file" if blocking == path else f"is inside {blocking}, a file"
@@ -139,6 +141,24 @@ def check_output_dir(output_dir: Path) -> None:
                           fix="move the file away, or point train.output_dir (--output-dir) at a folder")
     if blocking is not None:
         _check_writable(path, blocking)
+
+
+def _refuse_link_to_nowhere(path: Path, exists: bool) -> None:
+    """An output_dir that is (or lies below) a symlink whose target is gone is one error naming the
+    link and its target. Why: the check passed it (the folder above takes entries) and the run,
+    once its models had loaded, failed to make the folder: "cannot write to output_dir ...: File
+    exists. Fix: free space or make it writable", naming neither the link nor what to do."""
+    if exists:
+        return
+    link = next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None)
+    if link is None:
+        return
+    target = os.readlink(link)
+    where = "is" if link == path else f"is inside {link},"
+    raise ConfigError(f"output_dir {path} {where} a symlink to {target!r}, a path that does not exist",
+                      field="train.output_dir",
+                      fix=f"make the folder it points to (mkdir -p {shlex.quote(str(link.parent / target))}), "
+                          f"remove the link, or point train.output_dir (--output-dir) elsewhere")
 
 
 def _check_writable(path: Path, folder: Path) -> None:

@@ -21,12 +21,11 @@ from polyrl.backend_kit.chat import require_chat_template
 from polyrl.backend_kit.options import text_option
 from polyrl.backend_kit.literal_chat import encode_chat_literal
 from polyrl.backend_kit.prompt_batch import encode_prompts
-from polyrl.backend_kit.model_folders import (adapter_folder_error, pickled_code_error, remote_code_error,
+from polyrl.backend_kit.model_folders import (pickled_code_error, remote_code_error,
                                               unknown_type_error)
 from polyrl.backend_kit.tokens import CompletionDecoding, given_a_start, pad_token_id, text_prompt_ids
 from polyrl.backend_kit.weight_headers import config_sizes, refuse_sizes_beyond_weights
 from polyrl.errors import ConfigError
-from polyrl.folder_links import refuse_outside_links
 from polyrl.logs import get_logger
 from polyrl.types import ALL_LINEAR, EngineConfig, Prompt, TokenPrompt
 from polyrl_torch import decode_kernel, determinism, distributed, fixed_decode, sharding
@@ -37,6 +36,7 @@ from polyrl_torch.generation_weights import (lean_decode_requested, packing_requ
 from polyrl_torch.host_memory import retain_freed_memory, retain_requested
 from polyrl_torch.load_report import held_load_report
 from polyrl_torch.loading_info import CONFIG_FIX, refuse_mismatched_shapes, shown
+from polyrl_torch.model_location import model_location as _model_location
 from polyrl_torch.options import TorchOptions
 from polyrl_torch.rms_norm import fuse_rms_norms
 
@@ -71,35 +71,6 @@ def _absolute_base(peft_config: Any) -> None:
     base = peft_config.base_model_name_or_path
     if isinstance(base, str) and base and Path(base).is_dir():
         peft_config.base_model_name_or_path = str(Path(base).resolve())
-
-
-def _model_location(model: str, gguf: str | None) -> tuple[str, str | None]:
-    """(folder, gguf file name or None) for a HF folder, a ``.gguf`` file, or a folder + option."""
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ConfigError(
-            f"model path {model!r} does not exist",
-            field="model",
-            fix="give a local HF model folder or .gguf file, or resolve an alias first "
-            "(registry.resolve_model('tiny-llama') / 'smollm2-135m-instruct')",
-        )
-    refuse_outside_links(path, field="model.path")  # also for an engine built without the registry
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise ConfigError(f"{model!r} is a file but not a .gguf file", field="model",
-                              fix="point at the model folder (with config.json) or a .gguf file")
-        return str(path.parent), path.name
-    if gguf is None and not (path / "config.json").exists():
-        ggufs = sorted(p.name for p in path.glob("*.gguf"))
-        adapter = adapter_folder_error(path)
-        if len(ggufs) == 1:
-            gguf = ggufs[0]
-        elif adapter is not None:
-            raise adapter
-        else:
-            raise ConfigError(f"{model!r} has no config.json", field="model.path",
-                              fix="point at a HF model folder, or set backends.options.gguf_file")
-    return str(path), gguf
 
 
 def has_native_bf16(flags: frozenset[str]) -> bool:

@@ -16,7 +16,13 @@ from typing import Any
 def check_model(config: Any) -> None:
     """``ConfigError`` on ``lora.target_modules`` for targets the train engine would refuse; silent
     when there is no LoRA, no config.json (a GGUF file), remote code, or a model transformers
-    cannot build from its config here (the load then names what is wrong)."""
+    cannot build from its config here (the load then names what is wrong). First, the model path
+    as the load reads it (``model_location``): a folder without config.json, a file that is no
+    ``.gguf``, a FIFO or a device passed ``polyrl launch --dry-run``, and every rank refused it."""
+    from polyrl_torch.model_location import model_location
+    from polyrl_torch.options import TorchOptions
+
+    model_location(str(config.model), TorchOptions.read(config.options).gguf_file)
     if config.lora is None or config.role != "train" or config.trust_remote_code:
         return
     folder = Path(str(config.model))
