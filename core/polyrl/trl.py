@@ -253,6 +253,7 @@ class GRPOTrainer:
                                   "environment_factory whose environment defines get_reward())")
         written_rewards = user_rewards  # as the script wrote them: a Hub id is the name TRL logs it under
         user_rewards = trl_reward_models.hub_reward_models(user_rewards)
+        trl_reward_models.refuse_causal_lm_folders(user_rewards, written_rewards)
         reward_tokenizers = trl_reward_models.reward_tokenizers(reward_processing_classes, user_rewards)
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
