@@ -306,6 +306,7 @@ class GRPOTrainer:
                 self.grpo_config = attrs.evolve(self.grpo_config, reward_weights=[
                     *self.grpo_config.reward_weights, *[1.0] * len(env_rewards)])
         self.environment = _environment(self.tools, self.trl_environments, self.args)
+        _refuse_cut_sets(eval_dataset, self.grpo_config)
         # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else only where a callback asks
         self._evaluates = _evaluates(eval_dataset, self.grpo_config)
         self.accelerator = _Accelerator()
@@ -1092,6 +1093,28 @@ def _check_set_names(eval_dataset: Any) -> None:
     if len(set(names)) != len(names):
         raise ConfigError(f"eval_dataset's set names {names} repeat as strings", field="eval_dataset",
                           fix="give each set its own name")
+
+
+def _refuse_cut_sets(eval_dataset: Any, grpo_config: Any) -> None:
+    """A dict ``eval_dataset`` whose rows ``eval.count`` (a setting of polyrl's own GRPOConfig) cuts
+    short: one ConfigError when the trainer is built. Why: the run evaluates the first ``eval.count``
+    rows of the sets put end to end, so a set lost rows (or all of them) and the numbers could not
+    be told apart by set; the run refused it only at its first evaluation, after training steps,
+    with a fix naming ``data.drop_overlong``. A set without a length (a stream) is counted when read."""
+    count = grpo_config.settings.get("eval.count")
+    if not isinstance(eval_dataset, Mapping) or not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return
+    if not all(hasattr(rows, "__len__") for rows in eval_dataset.values()):
+        return
+    sizes = {str(name): len(rows) for name, rows in eval_dataset.items()}
+    if count < sum(sizes.values()):
+        held = ", ".join(f"{name!r}: {size}" for name, size in sizes.items())
+        raise ConfigError(f"eval.count = {count} is fewer rows than the named eval sets of eval_dataset hold "
+                          f"({held}; {sum(sizes.values())} in all): the first {count} of them end to end would "
+                          "leave a set cut short, where TRL evaluates each set whole",
+                          field="grpo_config.settings.eval.count",
+                          fix="leave eval.count out of the settings (every row of each set is evaluated), or cut "
+                              "each set to the rows to evaluate, e.g. eval_dataset={name: ds.select(range(n))}")
 
 
 #: how the Trainer names an error of the run's rewards on the held-out rows (``Trainer._eval_reward_computer``)
