@@ -46,6 +46,7 @@ from polyrl.global_rngs import seed_global_rngs
 from polyrl.logs import get_logger
 from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
+from polyrl.trl_failed_run import FailedRun, kept_after
 from polyrl.trl_names import trl_field_of
 from polyrl.trl_quantized import FIX as _QLORA_FIX
 
@@ -349,6 +350,9 @@ class GRPOTrainer:
         self.summary: dict[str, Any] | None = None
         #: the steps this trainer's ``train()`` calls took, a failed one's too (``_refuse_training_again``)
         self._trained_steps = 0
+        #: after a ``train()`` that raised past its first step: the weights it left (``trl_failed_run``),
+        #: which save_model, ``model`` and evaluate() read; None once a ``train()`` returns
+        self._failed_run: FailedRun | None = None
         #: what this trainer saved in output_dir before its run (save_metrics/save_state before
         #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
         #: in). ``train()``'s fresh start keeps these and sets every other trainer's results aside.
@@ -486,15 +490,20 @@ class GRPOTrainer:
         trainer.end_metrics = lambda run: ended.setdefault(
             "metrics", _with_unlogged(self._end_metrics(run, started), observer))
         first_step = int(getattr(trainer, "step", 0))  # (a Trainer stand-in in the tests has none)
+        returned = False
         try:
             summary = trainer.run(progress=progress)
+            returned = True
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
             raise _all_cut_in_trl_names(exc) from None
         finally:
             self._run = None
             # a run that raised after its updates trained the model too
-            self._trained_steps += max(0, int(getattr(trainer, "step", first_step)) - first_step)
-        self.summary = summary
+            trained = max(0, int(getattr(trainer, "step", first_step)) - first_step)
+            self._trained_steps += trained
+            if not returned and trained:
+                self._hold_failed_run(kept_after(trainer, trained))
+        self.summary, self._failed_run = summary, None
         self._own_results, self._displaced = {}, []  # what it saved before this run is part of this run now
         self._run_results = trl_saves.run_results(Path(self.grpo_config.output_dir))
         best_loaded = self._load_best_model(trainer, summary)
@@ -533,6 +542,26 @@ class GRPOTrainer:
             log_history.append({**metrics, "step": self.state.global_step})
         self._args_seen = trl_args_seen.snapshot(self.args)  # a callback's own changes in this run stand
         return _train_output(self.state.global_step, training_loss, metrics)
+
+    def _hold_failed_run(self, failed: FailedRun) -> None:
+        """After a ``train()`` that raised past its first step: ``failed`` is what this trainer holds
+        (``trl_failed_run``), and a model object in memory (the one given, or ``trainer.model``'s)
+        gets its weights, as TRL's raised ``train()`` leaves its model object partly trained. Runs
+        while the run's error propagates: a failure to load them is a warning, not a second error."""
+        self._failed_run = failed
+        self._eval_engines = None
+        if self._model_object is None or failed.folder is None:
+            return
+        try:
+            self._hold_trained(failed.folder)
+        except Exception as exc:  # noqa: BLE001 - the run's own error is what the script sees
+            log.warning("the model object still holds the weights it had before train(); save_model() saves the "
+                        "ones trained", error=f"{type(exc).__name__}: {exc}", checkpoint=str(failed.folder))
+
+    @property
+    def _trained(self) -> bool:
+        """Whether the model this trainer holds is trained: a ``train()`` returned or raised past its first step."""
+        return self.summary is not None or self._failed_run is not None
 
     def _refuse_training_again(self) -> None:
         """A fresh ``train()`` after one that trained (or raised after some steps): one ConfigError.
@@ -711,11 +740,11 @@ class GRPOTrainer:
             raise ConfigError(f"metric_key_prefix is {metric_key_prefix!r}", field="metric_key_prefix",
                               fix='pass a name for the keys, e.g. metric_key_prefix="eval" (the default)')
         sets = eval_sets(eval_dataset, self.eval_dataset, self.args)
-        self._check_own_saves(trained=self.summary is not None)
-        folder = self.model_path if self.summary is None else str(self._model_source("evaluate"))
+        self._check_own_saves(trained=self._trained)
+        folder = self.model_path if not self._trained else str(self._model_source("evaluate"))
         # the trained folder holds merged weights; before training LoRA adapters start at zero, but
         # a PeftModel's as given (its initial_adapter, loaded with the LoRA layers)
-        before_adapter = self.summary is None and self._initial_adapter is not None
+        before_adapter = not self._trained and self._initial_adapter is not None
         policy = attrs.evolve(self.policy, model=folder, lora=self.policy.lora if before_adapter else None)
         batch_size = int(getattr(self.args, "per_device_eval_batch_size", 8) or 8)
         out: dict[str, Any] = {}
@@ -733,7 +762,7 @@ class GRPOTrainer:
                 trainer.step = self.state.global_step // updates_per_step(trainer)
                 trainer.shared_state = self.state  # what TRL's evaluate() passes the rewards
                 started = time.monotonic()
-                ours = trainer.evaluate("after" if self.summary is not None else "before")
+                ours = trainer.evaluate("after" if self._trained else "before")
                 seconds = time.monotonic() - started
                 names, tracking = trainer.trl_names, trainer.tracking
                 del trainer
@@ -757,7 +786,7 @@ class GRPOTrainer:
         ``AutoPeftModelForCausalLM.from_pretrained(dir)`` loads. Before ``train()``, the model as
         given (TRL saves whatever model the trainer holds; with ``peft_config`` its untrained adapter)."""
         target = Path(output_dir or self.grpo_config.output_dir)
-        if self.summary is None:  # the model as given: its saved copy
+        if not self._trained:  # the model as given: its saved copy
             self._check_own_saves()
         if self.policy.lora is not None:
             self._save_adapter(target)
@@ -773,7 +802,7 @@ class GRPOTrainer:
         transformers' ``processing_class.save_pretrained`` write."""
         from polyrl import trl_peft
 
-        if self.summary is not None:
+        if self._trained:
             trl_peft.copy_adapter(trl_peft.adapter_folder(self._model_source("save_model"), "save_model"), target)
         else:
             self._peft("save_model").save_pretrained(str(target))
@@ -805,7 +834,7 @@ class GRPOTrainer:
 
         if self._peft_model is None:
             source = self._model_source(asked)
-            trained = self.summary is not None
+            trained = self._trained
             adapter = trl_peft.adapter_folder(source, asked) if trained else None
             base = self._model_object
             if base is None:
@@ -849,7 +878,10 @@ class GRPOTrainer:
         trl_saves.check_still_ours(self.grpo_config.output_dir, getattr(self, "_saver_token", None), folders)
 
     def _model_source(self, asked: str) -> Path:
-        """The folder of the model as it stands: trained after ``train()``, else the one given."""
+        """The folder of the model as it stands: trained after ``train()`` (one that raised: the
+        checkpoint of its last trained step, ``trl_failed_run``), else the one given."""
+        if self._failed_run is not None:
+            return self._failed_run.model(asked)
         if self.summary is not None and "model" in self.summary:  # this run's, not a later run's there
             return trl_saves.trained_model(Path(self.summary["model"]), self._trained_identity, asked)
         if self.summary is not None:
