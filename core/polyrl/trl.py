@@ -780,7 +780,9 @@ class GRPOTrainer:
 
     def save_model(self, output_dir: str | None = None) -> None:
         """Save the model to ``output_dir`` (TRL's default: the run's ``output_dir``) as TRL does:
-        the trained model folder (polyrl writes it to ``output_dir/model``) copied; with
+        the trained model folder (polyrl writes it to ``output_dir/model``) copied, its tokenizer the
+        ``processing_class`` given (or taken from ``trainer.processing_class``) as the script left it
+        (``pad_token``, ``padding_side``, ``model_max_length``: what TRL's save writes); with
         ``peft_config`` the adapter alone (``adapter_config.json``, ``adapter_model.safetensors``,
         its base the model folder polyrl trained from) and the tokenizer, which
         ``AutoPeftModelForCausalLM.from_pretrained(dir)`` loads. Before ``train()``, the model as
@@ -795,7 +797,14 @@ class GRPOTrainer:
         if target.resolve() == source.resolve():
             return
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, target, dirs_exist_ok=True)
+        if self._processing_class is None:
+            shutil.copytree(source, target, dirs_exist_ok=True)
+            return
+        # TRL saves the processing_class it holds, as the script left it (pad_token, padding_side,
+        # model_max_length): the folder's own tokenizer files are left out, lest a stale one win
+        shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
+            name for name in names if name in _TOKENIZER_FILES])
+        self._processing_class.save_pretrained(str(target))
 
     def _save_adapter(self, target: Path) -> None:
         """``save_model`` with ``peft_config``: what TRL's ``PeftModel.save_pretrained`` and
@@ -1061,6 +1070,13 @@ class GRPOTrainer:
         if fix is None:
             raise AttributeError(f"'GRPOTrainer' object has no attribute {name!r}")
         raise AttributeError(f"polyrl.trl.GRPOTrainer has no {name!r} (TRL's trainer has): {fix}")
+
+
+#: the files a tokenizer is saved in (transformers' ``save_pretrained``, slow and fast): ``save_model``
+#: writes the processing_class's own in their place
+_TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                              "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model",
+                              "sentencepiece.bpe.model", "chat_template.jinja", "chat_template.json"})
 
 
 #: TRL trainer attributes a script may read that polyrl's trainer cannot give -> what to do instead
