@@ -751,3 +751,25 @@ def test_a_dict_eval_dataset_whose_names_polyrl_cannot_log_is_one_error(tiny_mod
     with pytest.raises(ConfigError) as err:
         _trainer(tiny_model_dir, tmp_path, eval_dataset=given)
     assert err.value.field == "eval_dataset" and words in err.value.message
+
+
+def test_a_dict_eval_dataset_cut_short_by_eval_count_is_refused_when_the_trainer_is_built(tmp_path):
+    """polyrl's own GRPOConfig(settings={"eval.count": 2}) with named sets of 2 + 1 rows: the run
+    evaluates the first 2 rows of the sets end to end, so set "b" is lost. It was refused only at
+    the first evaluation (after step 1 trained), with a fix naming data.drop_overlong, a setting a
+    script cannot give; now GRPOTrainer(...) refuses it. A count covering every row is accepted."""
+    from polyrl.trl import GRPOTrainer
+
+    named = {"a": _rows(2, start=10), "b": _rows(1, start=20)}
+
+    def build(count: int) -> object:
+        config = api.GRPOConfig(steps=1, prompts_per_step=2, output_dir=str(tmp_path / "run"),
+                                settings={"eval.every": 1, "eval.count": count})
+        return GRPOTrainer(model="m", reward_funcs=[_short], args=config, train_dataset=_rows(4),
+                           eval_dataset=named)
+
+    with pytest.raises(ConfigError) as err:
+        build(2)
+    assert err.value.field == "grpo_config.settings.eval.count" and "'b': 1" in err.value.message
+    assert "drop_overlong" not in str(err.value)
+    assert build(3).eval_dataset is named

@@ -537,3 +537,16 @@ def test_a_cached_hub_id_in_reward_funcs_is_that_reward_model_with_its_tokenizer
     with pytest.raises(ConfigError) as err:
         GRPOTrainer(model="m", reward_funcs=["org/not-cached"], args=_args(tmp_path), train_dataset=_dataset())
     assert err.value.field == "reward_funcs[0]" and "hf download org/not-cached" in (err.value.fix or "")
+
+
+def test_a_causal_lm_folder_in_reward_funcs_is_refused_when_the_trainer_is_built(tiny_model_dir, rm_path, tmp_path):
+    """A causal LM's folder has no classification head (TRL's AutoModelForSequenceClassification
+    would score with a random one): it was refused only in train()'s first step, as polyrl's
+    reward_model option ``options.path``. Now GRPOTrainer(...) refuses it, naming reward_funcs[i]."""
+    with pytest.raises(ConfigError) as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short, tiny_model_dir], args=_args(tmp_path),
+                    train_dataset=_dataset())
+    assert err.value.field == "reward_funcs[1]" and "LlamaForCausalLM" in err.value.message
+    assert "options.path" not in str(err.value) and "AutoModelForSequenceClassification" in (err.value.fix or "")
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+    GRPOTrainer(model=tiny_model_dir, reward_funcs=[rm_path], args=_args(tmp_path), train_dataset=_dataset())

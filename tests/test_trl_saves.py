@@ -135,3 +135,21 @@ def test_only_copies_of_own_results_the_output_dir_holds_as_they_are_are_removed
     (tmp_path / "eval_results.json").write_text('{"eval_loss": 5.0}')  # another trainer's, since
     trl_saves.drop_own_copies(tmp_path, own)
     assert only.is_dir()
+
+
+def test_a_failed_runs_weights_no_checkpoint_holds_or_a_later_run_replaced_are_one_error(tmp_path):
+    """After a train() that raised past its first step, save_model reads the checkpoint of its last
+    trained step; where none holds those weights (an error mid-update), or that checkpoint changed
+    since, it is one error naming save_model, never the untrained model saved in their place."""
+    from polyrl.trl_failed_run import FailedRun
+
+    with pytest.raises(ConfigError) as err:
+        FailedRun(2, None).model("save_model")
+    assert err.value.field == "save_model" and "2 step(s)" in err.value.message
+    assert "resume_from_checkpoint=True" in (err.value.fix or "")
+    folder = _export(tmp_path / "ckpt")
+    kept = FailedRun(1, folder, trl_saves.model_identity(folder))
+    assert kept.model("save_model") == folder
+    (folder / "sub" / "weights.bin").write_text("a later run's weights")
+    with pytest.raises(ConfigError, match="changed or removed"):
+        kept.model("save_model")

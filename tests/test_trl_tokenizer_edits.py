@@ -77,3 +77,15 @@ def test_padding_edits_and_the_fix_are_taken(tiny_model_dir, tmp_path):
     _build(copy, None, tmp_path / "b")
     assert transformers.AutoTokenizer.from_pretrained(copy).eos_token == "<|endoftext|>"
 
+
+
+def test_save_model_saves_the_processing_class_as_the_script_left_it(tiny_model_dir, tmp_path):
+    """TRL's save_model writes the processing_class it holds: a script's pad_token = eos_token,
+    padding_side and model_max_length are in the saved folder. polyrl copied the model folder's
+    own tokenizer files, so a script reloading the saved folder got other padding without a word."""
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.pad_token, tok.padding_side, tok.model_max_length = tok.eos_token, "right", 77
+    _build(tiny_model_dir, tok, tmp_path).save_model(str(tmp_path / "saved"))
+    saved = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert (saved.pad_token, saved.padding_side, saved.model_max_length) == (tok.eos_token, "right", 77)
+    assert saved.chat_template == tok.chat_template and (tmp_path / "saved" / "model.safetensors").is_file()

@@ -1512,9 +1512,9 @@ class Trainer:
         assert whole is not None  # evaluate() returned before
         if sum(size for _, size in sizes) != len(whole):  # rows dropped (data.drop_overlong): the sets are lost
             raise ConfigError(f"the named eval sets hold {sum(size for _, size in sizes)} rows, {len(whole)} were "
-                              "kept", field="eval_dataset",
-                              fix="leave data.drop_overlong off with named eval sets, or drop the overlong rows "
-                                  "from them yourself")
+                              "kept (eval.count or data.drop_overlong left rows out)", field="eval_dataset",
+                              fix="evaluate every row of the sets (no eval.count below their rows, data.drop_overlong "
+                                  "off), or cut each set to the rows to evaluate yourself")
         out: dict[str, float] = {}
         start = 0
         try:

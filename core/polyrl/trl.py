@@ -46,6 +46,7 @@ from polyrl.global_rngs import seed_global_rngs
 from polyrl.logs import get_logger
 from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
+from polyrl.trl_failed_run import FailedRun, kept_after
 from polyrl.trl_names import trl_field_of
 from polyrl.trl_quantized import FIX as _QLORA_FIX
 
@@ -255,6 +256,7 @@ class GRPOTrainer:
                                   "environment_factory whose environment defines get_reward())")
         written_rewards = user_rewards  # as the script wrote them: a Hub id is the name TRL logs it under
         user_rewards = trl_reward_models.hub_reward_models(user_rewards)
+        trl_reward_models.refuse_causal_lm_folders(user_rewards, written_rewards)
         reward_tokenizers = trl_reward_models.reward_tokenizers(reward_processing_classes, user_rewards)
         if train_dataset is None and self.trl_environments is None:
             raise ConfigError("GRPOTrainer needs a train_dataset", field="train_dataset",
@@ -307,6 +309,7 @@ class GRPOTrainer:
                 self.grpo_config = attrs.evolve(self.grpo_config, reward_weights=[
                     *self.grpo_config.reward_weights, *[1.0] * len(env_rewards)])
         self.environment = _environment(self.tools, self.trl_environments, self.args)
+        _refuse_cut_sets(eval_dataset, self.grpo_config)
         # evaluated on as TRL's eval_strategy says (from_trl's [eval] settings), else only where a callback asks
         self._evaluates = _evaluates(eval_dataset, self.grpo_config)
         self.accelerator = _Accelerator()
@@ -349,6 +352,9 @@ class GRPOTrainer:
         self.summary: dict[str, Any] | None = None
         #: the steps this trainer's ``train()`` calls took, a failed one's too (``_refuse_training_again``)
         self._trained_steps = 0
+        #: after a ``train()`` that raised past its first step: the weights it left (``trl_failed_run``),
+        #: which save_model, ``model`` and evaluate() read; None once a ``train()`` returns
+        self._failed_run: FailedRun | None = None
         #: what this trainer saved in output_dir before its run (save_metrics/save_state before
         #: ``train()``): name -> its content (all_results.json: its own metrics, not others' merged
         #: in). ``train()``'s fresh start keeps these and sets every other trainer's results aside.
@@ -486,15 +492,20 @@ class GRPOTrainer:
         trainer.end_metrics = lambda run: ended.setdefault(
             "metrics", _with_unlogged(self._end_metrics(run, started), observer))
         first_step = int(getattr(trainer, "step", 0))  # (a Trainer stand-in in the tests has none)
+        returned = False
         try:
             summary = trainer.run(progress=progress)
+            returned = True
         except AllCompletionsCut as exc:  # its fix in the script's names, not polyrl's keys and CLI
             raise _all_cut_in_trl_names(exc) from None
         finally:
             self._run = None
             # a run that raised after its updates trained the model too
-            self._trained_steps += max(0, int(getattr(trainer, "step", first_step)) - first_step)
-        self.summary = summary
+            trained = max(0, int(getattr(trainer, "step", first_step)) - first_step)
+            self._trained_steps += trained
+            if not returned and trained:
+                self._hold_failed_run(kept_after(trainer, trained))
+        self.summary, self._failed_run = summary, None
         self._own_results, self._displaced = {}, []  # what it saved before this run is part of this run now
         self._run_results = trl_saves.run_results(Path(self.grpo_config.output_dir))
         best_loaded = self._load_best_model(trainer, summary)
@@ -533,6 +544,26 @@ class GRPOTrainer:
             log_history.append({**metrics, "step": self.state.global_step})
         self._args_seen = trl_args_seen.snapshot(self.args)  # a callback's own changes in this run stand
         return _train_output(self.state.global_step, training_loss, metrics)
+
+    def _hold_failed_run(self, failed: FailedRun) -> None:
+        """After a ``train()`` that raised past its first step: ``failed`` is what this trainer holds
+        (``trl_failed_run``), and a model object in memory (the one given, or ``trainer.model``'s)
+        gets its weights, as TRL's raised ``train()`` leaves its model object partly trained. Runs
+        while the run's error propagates: a failure to load them is a warning, not a second error."""
+        self._failed_run = failed
+        self._eval_engines = None
+        if self._model_object is None or failed.folder is None:
+            return
+        try:
+            self._hold_trained(failed.folder)
+        except Exception as exc:  # noqa: BLE001 - the run's own error is what the script sees
+            log.warning("the model object still holds the weights it had before train(); save_model() saves the "
+                        "ones trained", error=f"{type(exc).__name__}: {exc}", checkpoint=str(failed.folder))
+
+    @property
+    def _trained(self) -> bool:
+        """Whether the model this trainer holds is trained: a ``train()`` returned or raised past its first step."""
+        return self.summary is not None or self._failed_run is not None
 
     def _refuse_training_again(self) -> None:
         """A fresh ``train()`` after one that trained (or raised after some steps): one ConfigError.
@@ -711,11 +742,11 @@ class GRPOTrainer:
             raise ConfigError(f"metric_key_prefix is {metric_key_prefix!r}", field="metric_key_prefix",
                               fix='pass a name for the keys, e.g. metric_key_prefix="eval" (the default)')
         sets = eval_sets(eval_dataset, self.eval_dataset, self.args)
-        self._check_own_saves(trained=self.summary is not None)
-        folder = self.model_path if self.summary is None else str(self._model_source("evaluate"))
+        self._check_own_saves(trained=self._trained)
+        folder = self.model_path if not self._trained else str(self._model_source("evaluate"))
         # the trained folder holds merged weights; before training LoRA adapters start at zero, but
         # a PeftModel's as given (its initial_adapter, loaded with the LoRA layers)
-        before_adapter = self.summary is None and self._initial_adapter is not None
+        before_adapter = not self._trained and self._initial_adapter is not None
         policy = attrs.evolve(self.policy, model=folder, lora=self.policy.lora if before_adapter else None)
         batch_size = int(getattr(self.args, "per_device_eval_batch_size", 8) or 8)
         out: dict[str, Any] = {}
@@ -733,7 +764,7 @@ class GRPOTrainer:
                 trainer.step = self.state.global_step // updates_per_step(trainer)
                 trainer.shared_state = self.state  # what TRL's evaluate() passes the rewards
                 started = time.monotonic()
-                ours = trainer.evaluate("after" if self.summary is not None else "before")
+                ours = trainer.evaluate("after" if self._trained else "before")
                 seconds = time.monotonic() - started
                 names, tracking = trainer.trl_names, trainer.tracking
                 del trainer
@@ -751,13 +782,15 @@ class GRPOTrainer:
 
     def save_model(self, output_dir: str | None = None) -> None:
         """Save the model to ``output_dir`` (TRL's default: the run's ``output_dir``) as TRL does:
-        the trained model folder (polyrl writes it to ``output_dir/model``) copied; with
+        the trained model folder (polyrl writes it to ``output_dir/model``) copied, its tokenizer the
+        ``processing_class`` given (or taken from ``trainer.processing_class``) as the script left it
+        (``pad_token``, ``padding_side``, ``model_max_length``: what TRL's save writes); with
         ``peft_config`` the adapter alone (``adapter_config.json``, ``adapter_model.safetensors``,
         its base the model folder polyrl trained from) and the tokenizer, which
         ``AutoPeftModelForCausalLM.from_pretrained(dir)`` loads. Before ``train()``, the model as
         given (TRL saves whatever model the trainer holds; with ``peft_config`` its untrained adapter)."""
         target = Path(output_dir or self.grpo_config.output_dir)
-        if self.summary is None:  # the model as given: its saved copy
+        if not self._trained:  # the model as given: its saved copy
             self._check_own_saves()
         if self.policy.lora is not None:
             self._save_adapter(target)
@@ -766,14 +799,21 @@ class GRPOTrainer:
         if target.resolve() == source.resolve():
             return
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, target, dirs_exist_ok=True)
+        if self._processing_class is None:
+            shutil.copytree(source, target, dirs_exist_ok=True)
+            return
+        # TRL saves the processing_class it holds, as the script left it (pad_token, padding_side,
+        # model_max_length): the folder's own tokenizer files are left out, lest a stale one win
+        shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
+            name for name in names if name in _TOKENIZER_FILES])
+        self._processing_class.save_pretrained(str(target))
 
     def _save_adapter(self, target: Path) -> None:
         """``save_model`` with ``peft_config``: what TRL's ``PeftModel.save_pretrained`` and
         transformers' ``processing_class.save_pretrained`` write."""
         from polyrl import trl_peft
 
-        if self.summary is not None:
+        if self._trained:
             trl_peft.copy_adapter(trl_peft.adapter_folder(self._model_source("save_model"), "save_model"), target)
         else:
             self._peft("save_model").save_pretrained(str(target))
@@ -805,7 +845,7 @@ class GRPOTrainer:
 
         if self._peft_model is None:
             source = self._model_source(asked)
-            trained = self.summary is not None
+            trained = self._trained
             adapter = trl_peft.adapter_folder(source, asked) if trained else None
             base = self._model_object
             if base is None:
@@ -849,7 +889,10 @@ class GRPOTrainer:
         trl_saves.check_still_ours(self.grpo_config.output_dir, getattr(self, "_saver_token", None), folders)
 
     def _model_source(self, asked: str) -> Path:
-        """The folder of the model as it stands: trained after ``train()``, else the one given."""
+        """The folder of the model as it stands: trained after ``train()`` (one that raised: the
+        checkpoint of its last trained step, ``trl_failed_run``), else the one given."""
+        if self._failed_run is not None:
+            return self._failed_run.model(asked)
         if self.summary is not None and "model" in self.summary:  # this run's, not a later run's there
             return trl_saves.trained_model(Path(self.summary["model"]), self._trained_identity, asked)
         if self.summary is not None:
@@ -1031,6 +1074,13 @@ class GRPOTrainer:
         raise AttributeError(f"polyrl.trl.GRPOTrainer has no {name!r} (TRL's trainer has): {fix}")
 
 
+#: the files a tokenizer is saved in (transformers' ``save_pretrained``, slow and fast): ``save_model``
+#: writes the processing_class's own in their place
+_TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                              "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model",
+                              "sentencepiece.bpe.model", "chat_template.jinja", "chat_template.json"})
+
+
 #: TRL trainer attributes a script may read that polyrl's trainer cannot give -> what to do instead
 _TRL_ONLY = {
     name: "polyrl trains the model in its backend, not in this process; after train() the trained model is "
@@ -1093,6 +1143,28 @@ def _check_set_names(eval_dataset: Any) -> None:
     if len(set(names)) != len(names):
         raise ConfigError(f"eval_dataset's set names {names} repeat as strings", field="eval_dataset",
                           fix="give each set its own name")
+
+
+def _refuse_cut_sets(eval_dataset: Any, grpo_config: Any) -> None:
+    """A dict ``eval_dataset`` whose rows ``eval.count`` (a setting of polyrl's own GRPOConfig) cuts
+    short: one ConfigError when the trainer is built. Why: the run evaluates the first ``eval.count``
+    rows of the sets put end to end, so a set lost rows (or all of them) and the numbers could not
+    be told apart by set; the run refused it only at its first evaluation, after training steps,
+    with a fix naming ``data.drop_overlong``. A set without a length (a stream) is counted when read."""
+    count = grpo_config.settings.get("eval.count")
+    if not isinstance(eval_dataset, Mapping) or not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return
+    if not all(hasattr(rows, "__len__") for rows in eval_dataset.values()):
+        return
+    sizes = {str(name): len(rows) for name, rows in eval_dataset.items()}
+    if count < sum(sizes.values()):
+        held = ", ".join(f"{name!r}: {size}" for name, size in sizes.items())
+        raise ConfigError(f"eval.count = {count} is fewer rows than the named eval sets of eval_dataset hold "
+                          f"({held}; {sum(sizes.values())} in all): the first {count} of them end to end would "
+                          "leave a set cut short, where TRL evaluates each set whole",
+                          field="grpo_config.settings.eval.count",
+                          fix="leave eval.count out of the settings (every row of each set is evaluated), or cut "
+                              "each set to the rows to evaluate, e.g. eval_dataset={name: ds.select(range(n))}")
 
 
 #: how the Trainer names an error of the run's rewards on the held-out rows (``Trainer._eval_reward_computer``)

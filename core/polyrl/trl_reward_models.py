@@ -104,6 +104,61 @@ def hub_reward_models(rewards: Sequence[Any]) -> list[Any]:
             for i, reward in enumerate(rewards)]
 
 
+#: the first parts of a sequence classifier's head tensors (``score.weight``: Llama, Qwen, GPT-2;
+#: ``classifier.*``: BERT, DistilBERT, RoBERTa, DeBERTa), maybe under one prefix
+_HEAD_PARTS = frozenset({"score", "classifier"})
+
+
+def _architectures(folder: str) -> list[str]:
+    """config.json's ``architectures`` in ``folder`` ([] when it names none or cannot be read)."""
+    import json
+
+    try:
+        names = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(name) for name in names] if isinstance(names, list) else []
+
+
+def _holds_no_head(folder: str) -> bool:
+    """Whether the safetensors headers in ``folder`` list no classification-head tensor
+    (``_HEAD_PARTS``); False where they cannot be read (no safetensors, a broken index): the
+    reward model's own load then says what is wrong."""
+    from polyrl.backend_kit.weight_headers import tensor_shapes, weight_files
+
+    try:
+        files = weight_files(Path(folder))
+        names = list(tensor_shapes(files)) if files else []
+    except (ConfigError, ImportError):
+        return False
+    return bool(names) and not any(_HEAD_PARTS & set(name.split(".")[:2]) for name in names)
+
+
+def refuse_causal_lm_folders(rewards: Sequence[Any], given: Sequence[Any] | None = None) -> None:
+    """A ``ConfigError`` naming ``reward_funcs[i]`` for a folder in ``rewards`` that is no sequence
+    classifier: its config.json names other architectures (``LlamaForCausalLM``) and its weights
+    hold no classification head. Why at ``GRPOTrainer(...)``: the folder's weights would score
+    through a randomly initialised head (TRL's ``AutoModelForSequenceClassification`` makes one
+    with only a warning); polyrl's ``reward_model`` refused it at train()'s first step, naming its
+    own ``options.path``. Read from the headers only: no weight is loaded. ``given``: the script's
+    ``reward_funcs`` (a Hub id as written)."""
+    from polyrl.api import is_reward_model_folder
+
+    for i, reward in enumerate(rewards):
+        if not is_reward_model_folder(reward):
+            continue
+        kinds = _architectures(reward)
+        if not kinds or any(kind.endswith("ForSequenceClassification") for kind in kinds) or not _holds_no_head(reward):
+            continue
+        written = given[i] if given is not None and i < len(given) else reward
+        raise ConfigError(f"reward_funcs[{i}] ({written!r}) is a {', '.join(kinds)} folder, not a sequence-"
+                          "classification reward model: its weights have no classification head, so every score "
+                          "would come from a randomly initialised one", field=f"reward_funcs[{i}]",
+                          fix="pass a reward model folder (an AutoModelForSequenceClassification with num_labels=1, "
+                              "trained from this model or downloaded), or a reward function (e.g. one asking this "
+                              "model as a judge)")
+
+
 def reward_model_names(rewards: Sequence[Any], given: Sequence[Any] | None = None) -> list[str | None]:
     """The name TRL 1.16 logs each reward model of ``rewards`` (the script's ``reward_funcs``)
     under, ``rewards/<name>/mean``: the last "/"-part of its ``config._name_or_path``, which for a
@@ -301,5 +356,6 @@ def saved_reward_models(rewards: Sequence[Any], tokenizers: Sequence[Any],
     return entries, folders
 
 
-__all__ = ["MODELS", "REWARD_DTYPES", "TOKENIZERS", "hub_reward_models", "is_model_object", "remove_stale_staging",
-           "reward_model_dtypes", "reward_model_names", "reward_tokenizers", "saved_reward_models"]
+__all__ = ["MODELS", "REWARD_DTYPES", "TOKENIZERS", "hub_reward_models", "is_model_object", "refuse_causal_lm_folders",
+           "remove_stale_staging", "reward_model_dtypes", "reward_model_names", "reward_tokenizers",
+           "saved_reward_models"]
