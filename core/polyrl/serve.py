@@ -97,6 +97,7 @@ from polyrl.serving.vocab import embedding_rows, model_positions
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
                                         push_path, read_checked)
 from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
+from polyrl.validators import MAX_WAIT_S, shown
 
 log = get_logger("polyrl.serve")
 
@@ -121,10 +122,32 @@ class Faults:
     die_after: int | None = None
 
     def update(self, data: dict[str, Any]) -> None:
+        """Set the faults in ``data``, all or none: a value of the wrong type (``"delay_s": "2"``) was
+        stored as given and every later generation request was a 500 until it was set again."""
         for key, value in data.items():
             if key not in attrs.fields_dict(Faults):
                 raise ApiError(400, f"unknown fault {key!r}; known: {', '.join(attrs.fields_dict(Faults))}", key)
-            setattr(self, key, value)
+            if not _FAULT_RULES[key](value):
+                raise ApiError(400, f"fault {key} must be {_FAULT_KINDS[key]}, got {shown(value, 40)}", key)
+        for key, value in data.items():
+            setattr(self, key, float(value) if key == "delay_s" else value)
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+#: what each fault accepts: a check of the JSON value, and its words for the 400
+_FAULT_RULES: dict[str, Any] = {
+    "delay_s": lambda v: type(v) in (int, float) and 0 <= v <= MAX_WAIT_S,
+    "delay_first": _count,
+    "garbage": lambda v: type(v) is bool,
+    "fail_503_first": _count,
+    "die_after": lambda v: v is None or _count(v),
+}
+_FAULT_KINDS = {"delay_s": f"a number of seconds in [0, {MAX_WAIT_S:g}]", "delay_first": "an integer >= 0",
+                "garbage": "a JSON boolean", "fail_503_first": "an integer >= 0",
+                "die_after": "an integer >= 0 or null"}
 
 
 @attrs.define
