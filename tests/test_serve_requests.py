@@ -3,6 +3,8 @@ client sends that used to pass them and came back as garbage, a silently ignored
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from polyrl.serve import Faults
@@ -58,3 +60,59 @@ def test_a_fault_of_the_wrong_type_is_a_400_and_changes_nothing(update, field):
     assert faults == Faults(delay_s=1.0, delay_first=2, garbage=True, fail_503_first=0, die_after=3)
     faults.update({"die_after": None})
     assert faults.die_after is None
+
+
+def test_a_client_taking_a_reply_a_trickle_at_a_time_is_cut_off_at_the_send_deadline():
+    """The socket timeout bounds each send, so a client that took a big reply a KB at a time held
+    its handler thread (and a --max-connections slot) for as long as it liked: 128 of them and the
+    server answered everyone else 503. Now a reply must be taken within read_timeout_s plus a
+    second per MiB. A real TCP connection whose buffers are small, so the reply cannot hide in them."""
+    import socket
+    import types
+
+    from polyrl.serve import Handler, send_deadline_s
+    from polyrl.serving.connections import Deadlines
+
+    limits = Limits(read_timeout_s=1.0)
+    payload = {"pad": "a" * (1 << 20)}
+    assert send_deadline_s(1 << 20, limits) == 2.0
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(listener.getsockname())
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    conn.settimeout(limits.read_timeout_s)  # as Handler.setup does
+    handler = Handler.__new__(Handler)  # one connection's handler, without a model behind it
+    handler.server = types.SimpleNamespace(deadlines=Deadlines(tick_s=0.05), limits=limits)  # type: ignore[assignment]
+    handler.connection, handler.wfile = conn, conn.makefile("wb")
+    handler.request_version, handler.requestline, handler.command = "HTTP/1.1", "POST / HTTP/1.1", "POST"
+    handler.client_address, handler.close_connection = ("127.0.0.1", 0), False
+    received, stop = [0], threading.Event()
+
+    def trickle() -> None:  # 2 KB every 0.02 s: each send makes progress, the whole takes 10 s
+        while not stop.is_set() and received[0] < len(payload["pad"]):
+            try:
+                chunk = client.recv(2048)
+            except OSError:
+                return
+            if not chunk:
+                return
+            received[0] += len(chunk)
+            stop.wait(0.02)
+
+    reader = threading.Thread(target=trickle, daemon=True)
+    writer = threading.Thread(target=handler._send, args=(200, payload), daemon=True)
+    reader.start()
+    writer.start()
+    try:
+        writer.join(60)  # a liveness bound far past the 2 s deadline, not a measure of the machine
+        assert not writer.is_alive(), f"the reply is still being sent ({received[0]} bytes taken)"
+        assert handler.close_connection
+        reader.join(60)
+        assert received[0] < len(payload["pad"])  # cut off, not sent whole
+    finally:
+        stop.set()
+        client.close()
+        conn.close()
+        listener.close()
