@@ -250,6 +250,7 @@ class Hostile:
         self.process: int | None = None  # set: polyrl serve's weights ids, a new process before every reply
         self.served: str | None = None  # set: the `model` its replies name (unset: they name none)
         self.dripped_out: list[str] = []  # the slow writes (trickle, header drip) that wrote their last byte
+        self.models = json.dumps({"data": [{"id": "hostile"}]})  # what GET /v1/models answers
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -269,7 +270,7 @@ class Hostile:
             def do_GET(self) -> None:
                 if owner.mode == "header_drip":
                     return owner.drip_headers(self)
-                self.send(200, json.dumps({"data": [{"id": "hostile"}]}))
+                self.send(200, owner.models)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -512,6 +513,28 @@ def test_a_redirect_is_not_followed_and_the_error_says_to_list_its_target(hostil
         assert "allow-weight-push" not in str(err.value)
     finally:
         target.stop()
+
+
+@pytest.mark.faults
+def test_a_model_list_whose_first_id_is_no_name_is_refused_not_asked_for_as_its_str(hostile):
+    """``str()`` of whatever stood at ``data[0].id`` (null, 5, an object) became the model every
+    request asked for; an empty list was an IndexError naming no field."""
+    hostile.models = '{"data": [{"id": null}]}'  # asked for as "None"
+    with pytest.raises(ConfigError, match=re.escape(f"cannot list the models of {hostile.url}: BadReply: "
+                                                    "`data[0].id` is None, not a model name")):
+        hostile_engine(hostile)
+    from polyrl.remote import _first_model
+    from polyrl.remote_replies import BadReply
+
+    for models, says in (({"data": [{"id": 5}]}, "`data[0].id` is 5"),
+                         ({"data": [{"id": {"name": "m"}}]}, "`data[0].id` is {'name': 'm'}"),
+                         ({"data": [{"id": " "}]}, "`data[0].id` is ' '"),
+                         ({"data": ["m"]}, "`data[0].id` is None"),
+                         ({"data": []}, "`data` is [], not a non-empty list"),
+                         ([], "`data` is None")):
+        with pytest.raises(BadReply, match=re.escape(says)):
+            _first_model(models)
+    assert _first_model({"data": [{"id": "served-name"}, {"id": "other"}]}) == "served-name"
 
 
 @pytest.mark.faults

@@ -251,7 +251,7 @@ class RemoteEngine:
             status, raw, _ = self._exchange(self.options.servers.index(server), f"{server}/models", None, method="GET")
             if status != 200:
                 raise _AttemptFailed(f"HTTP {status}: {_shown(raw)}")
-            return str(json_body(raw, MODEL_LIST_VALUES, "a model list")["data"][0]["id"])
+            return _first_model(json_body(raw, MODEL_LIST_VALUES, "a model list"))
         except Exception as exc:  # noqa: BLE001 - any failure means the same thing to the user
             raise ConfigError(self.redact(f"cannot list the models of {server}: {type(exc).__name__}: {exc}"),
                               field="backends.options.servers",
@@ -659,6 +659,19 @@ def _fix_for(failure: Exception | None, status: int = 0) -> str:
     if isinstance(failure, _AttemptFailed) and failure.fix:
         return failure.fix
     return "check that the servers in backends.options.servers are up"
+
+
+def _first_model(data: Any) -> str:
+    """The first model id of a ``GET /v1/models`` reply. Why checked: ``str()`` of whatever stood
+    there (null, 5, an object) became the model every request asked for, and each reply naming
+    the real model then stopped the run as "from another model"; an empty list was an IndexError."""
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list) or not models:
+        raise BadReply(f"`data` is {shown(models, 40)}, not a non-empty list of models")
+    first = models[0].get("id") if isinstance(models[0], dict) else None
+    if not isinstance(first, str) or not first.strip():
+        raise BadReply(f"`data[0].id` is {shown(first, 40)}, not a model name")
+    return first
 
 
 def _name(model: str) -> str:

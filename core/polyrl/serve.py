@@ -46,7 +46,7 @@ non-text content parts) is a 400 naming it when set, never silently ignored (``p
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
 sampling values and prompts over the context, 408 for a request not received within
-``--read-timeout-s``, 503 + Retry-After when the queue or the connection cap is full.
+``--read-timeout-s`` (a response not taken within that plus a second per MiB is cut off), 503 + Retry-After when the queue or the connection cap is full.
 
 Stopping: SIGTERM or SIGINT lets the batch generating now finish and answers its requests, answers
 every waiting request 503 + Retry-After (``shutting_down``), refuses new ones the same way, then
@@ -97,6 +97,7 @@ from polyrl.serving.vocab import embedding_rows, model_positions
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
                                         push_path, read_checked)
 from polyrl.types import Completion, Prompt, SamplingParams, TokenPrompt
+from polyrl.validators import MAX_WAIT_S, shown
 
 log = get_logger("polyrl.serve")
 
@@ -121,10 +122,32 @@ class Faults:
     die_after: int | None = None
 
     def update(self, data: dict[str, Any]) -> None:
+        """Set the faults in ``data``, all or none: a value of the wrong type (``"delay_s": "2"``) was
+        stored as given and every later generation request was a 500 until it was set again."""
         for key, value in data.items():
             if key not in attrs.fields_dict(Faults):
                 raise ApiError(400, f"unknown fault {key!r}; known: {', '.join(attrs.fields_dict(Faults))}", key)
-            setattr(self, key, value)
+            if not _FAULT_RULES[key](value):
+                raise ApiError(400, f"fault {key} must be {_FAULT_KINDS[key]}, got {shown(value, 40)}", key)
+        for key, value in data.items():
+            setattr(self, key, float(value) if key == "delay_s" else value)
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+#: what each fault accepts: a check of the JSON value, and its words for the 400
+_FAULT_RULES: dict[str, Any] = {
+    "delay_s": lambda v: type(v) in (int, float) and 0 <= v <= MAX_WAIT_S,
+    "delay_first": _count,
+    "garbage": lambda v: type(v) is bool,
+    "fail_503_first": _count,
+    "die_after": lambda v: v is None or _count(v),
+}
+_FAULT_KINDS = {"delay_s": f"a number of seconds in [0, {MAX_WAIT_S:g}]", "delay_first": "an integer >= 0",
+                "garbage": "a JSON boolean", "fail_503_first": "an integer >= 0",
+                "die_after": "an integer >= 0 or null"}
 
 
 @attrs.define
@@ -362,6 +385,15 @@ class PolyrlServer(ThreadingHTTPServer):
         return False
 
 
+#: the slowest a client may take a response: ``--read-timeout-s`` plus a second per this many bytes
+SEND_BYTES_PER_S = 1 << 20
+
+
+def send_deadline_s(size: int, limits: Limits) -> float:
+    """Seconds a client gets to take a response of ``size`` bytes (see ``Handler._send``)."""
+    return limits.read_timeout_s + size / SEND_BYTES_PER_S
+
+
 def _weights(weights_id: str) -> dict[str, Any]:
     """The reply fields naming the weights that generated it (see the module docstring)."""
     return {"weights_version": int(weights_id.rsplit("-", 1)[1]), "weights_id": weights_id}
@@ -427,7 +459,12 @@ class Handler(BaseHTTPRequestHandler):
     # --- plumbing ------------------------------------------------------------------------------
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        """Send one response, taken by the client within ``send_deadline_s``: the socket timeout
+        bounds each send, so a client reading a KB every second held its thread (and connection
+        slot) for the minutes a big reply took; past the deadline the connection is shut down."""
         data = strict_json.dumps(payload).encode("utf-8")  # a NaN log-prob is null, never a bare NaN
+        deadlines = self.server.deadlines
+        deadlines.set(self.connection, send_deadline_s(len(data), self.server.limits))
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -439,6 +476,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:  # the client gave up (timed out, reset) or the deadline shut the socket
             self.close_connection = True
+        finally:
+            deadlines.clear(self.connection)
 
     def _body(self) -> dict[str, Any]:
         """The JSON body, its size checked before a byte is read and received within the deadline."""

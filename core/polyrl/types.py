@@ -143,6 +143,9 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 #: The smallest temperature above 0 sampled with (vLLM's greedy threshold): float32 logits divided
 #: by less overflow to inf, every probability is NaN, and the sampler returns token 0 each time.
 MIN_TEMPERATURE = 1e-5
+#: The smallest repetition penalty: it divides a seen token's positive logit as a temperature does,
+#: so below this the float32 logit overflows the same way (1e-320 is 0 in float32: token 0 each time)
+MIN_REPETITION_PENALTY = MIN_TEMPERATURE
 
 
 @attrs.define(frozen=True)
@@ -187,6 +190,10 @@ class SamplingParams:
             raise ConfigError("min_p must be in [0, 1] (0 disables it)", field="min_p")
         if not self.repetition_penalty > 0:
             raise ConfigError("repetition_penalty must be > 0 (1.0 disables it)", field="repetition_penalty")
+        if self.repetition_penalty < MIN_REPETITION_PENALTY:
+            raise ConfigError(f"repetition_penalty {self.repetition_penalty:g} is too small to sample with: it "
+                              f"must be at least {MIN_REPETITION_PENALTY:g}", field="repetition_penalty",
+                              fix="use 1.0 to disable it, or a value such as 1.1 or 1.3")
         empty = next((i for i, s in enumerate(self.stop) if s == ""), None)
         if empty is not None:  # matched nowhere by the backends: a run meant to stop there ran to max_new_tokens
             raise ConfigError("is an empty string, which stops nothing", field=f"stop[{empty}]",

@@ -113,6 +113,8 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
         raise ApiError(400, "stop must be a non-empty string or a list of them", "stop")
     if len(stop) > limits.max_stops:
         raise ApiError(400, f"stop has {len(stop)} strings; at most {limits.max_stops}", "stop")
+    for s in stop:  # decoded text never holds a lone surrogate: such a stop was silently never matched
+        _check_utf8(s, "stop")
     ignore_eos = body.get("ignore_eos")
     if ignore_eos is None:  # absent or null, like every other optional field here
         ignore_eos = False
