@@ -340,3 +340,43 @@ def test_a_load_list_with_one_unknown_name_loads_the_rest_and_warns(site, monkey
     assert pm.has_plugin("loadme")
     assert pm.env_warnings == [pm.env_warnings[0]] and "POLYRL_LOAD_PLUGINS: 'lodme' is not" in pm.env_warnings[0]
     assert "so it loads nothing" in pm.env_warnings[0]
+
+
+def _load_error(name: str) -> str:
+    errors = registry.get_plugin_manager().load_errors
+    return next(e.error for e in errors if e.name == name)
+
+
+def test_a_hookimpl_with_argument_names_polyrl_never_passes_is_a_load_error_naming_the_hookspecs(site):
+    (site / "contract_argnames.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(reg):\n"
+        "    pass\n")
+    write_dist(site, "polyrl-argnames", "1.0", {"polyrl.backends": {"argnames": "contract_argnames"}})
+    error = _load_error("argnames")  # was pluggy's three lines, naming no fix
+    assert "hook polyrl_register_backends takes argument(s) 'reg'" in error
+    assert "Fix: name them as the hookspec does, polyrl_register_backends(register)" in error
+
+
+def test_an_entry_point_naming_a_class_is_a_load_error_asking_for_an_instance(site):
+    (site / "contract_classes.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec\n"
+        "class Unbound:\n"
+        "    @hookimpl\n"
+        "    def polyrl_register_backends(self, register):\n"
+        "        register(BackendSpec(name='unbound', load=lambda config: object()))\n"
+        "class Static:\n"
+        "    @hookimpl\n"
+        "    @staticmethod\n"
+        "    def polyrl_register_backends(register):\n"
+        "        register(BackendSpec(name='static', load=lambda config: object()))\n")
+    write_dist(site, "polyrl-classes", "1.0", {"polyrl.backends": {"unbound": "contract_classes:Unbound",
+                                                                   "static": "contract_classes:Static"}})
+    # was loaded, then its register hook failed with "missing 1 required positional argument: 'self'"
+    error = _load_error("unbound")
+    assert "names class Unbound, not an instance" in error
+    assert "`plugin = Unbound()` in contract_classes, then contract_classes:plugin" in error
+    names = {s.name for s in Registry().statuses()}
+    assert "static" in names and "unbound" not in names  # a class whose hooks need no self still loads
