@@ -380,3 +380,34 @@ def test_an_entry_point_naming_a_class_is_a_load_error_asking_for_an_instance(si
     assert "`plugin = Unbound()` in contract_classes, then contract_classes:plugin" in error
     names = {s.name for s in Registry().statuses()}
     assert "static" in names and "unbound" not in names  # a class whose hooks need no self still loads
+
+
+class _AsyncTracker:
+    """A tracker written for an async client: its ``log_metrics`` returned a coroutine nobody awaited."""
+
+    def __init__(self) -> None:
+        self.logged: list[dict] = []
+
+    async def log_metrics(self, metrics, step):
+        self.logged.append(dict(metrics))
+
+    def log_completions(self, records, step):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_tracker_whose_log_metrics_is_async_is_one_error_at_start_not_silently_nothing_logged(tmp_path):
+    from polyrl.tracking import TrackerSpec
+    from polyrl.tracking.session import RunTracking
+
+    spec = TrackerSpec(name="asyncy", create=lambda ctx: _AsyncTracker(), distribution="polyrl-asyncy")
+    tracking = RunTracking(specs=[spec], output_dir=tmp_path / "out", completions_per_step=0, run_name="r",
+                           project="p", config={})
+    with pytest.raises(ConfigError) as info:  # was opened, and every step's metrics went nowhere
+        tracking.open()
+    assert info.value.field == "logging.report_to"
+    assert "tracker 'asyncy' (polyrl-asyncy): log_metrics is async def or a generator" in str(info.value)
+    assert "make them plain def methods" in info.value.fix
+    assert tracking.trackers == {}
