@@ -382,3 +382,16 @@ def test_train_step_extra_naming_a_field_of_its_own_is_the_plugins_fault_not_the
         _engine("step-extra-fields", train_step=answer).train_step(TrainBatch(SEQS, np.ones(1)), Objective())
     ok = StepMetrics(loss=0.5, grad_norm=1.0, tokens=3, extra={"lr": 1e-5, "clip_low_fraction": 0.0})
     assert _engine("step-extra-ok", train_step=ok).train_step(TrainBatch(SEQS, np.ones(1)), Objective()).extra["lr"] == 1e-5
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"mask": [False]}, "mask"),  # read as an episode whose one token the model never sampled: nothing trained
+    ({"info": {"env_reward": 1.0}}, "info"),  # scored as an environment's reward
+    ({"reasoning_open": True, "messages": [{"role": "assistant", "content": "x"}]}, "messages, reasoning_open"),
+])
+def test_a_completion_setting_the_fields_only_the_core_sets_is_the_plugins_fault(fields, named):
+    from polyrl.types import SamplingParams
+
+    bad = Completion(0, [1], [3], [-0.5], finish_reason="stop", **fields)
+    with pytest.raises(PluginError, match=PREFIX + f"generate: completion 0 sets {named}, which only the core sets"):
+        _engine("gen-core-fields", generate=[bad]).generate(["hi"], SamplingParams(max_new_tokens=1))

@@ -124,6 +124,12 @@ class Engine:
                                          f"{'...' if len(order) > 12 else ''}; expected each prompt's "
                                          f"n={sampling.n} in prompt order (a sample credited to another "
                                          "prompt is scored against that prompt's row)")
+        for i, c in enumerate(out):  # mask=... made a sample read as an episode, info={"env_reward": ...} scored it
+            given = [name for name, default in CORE_FIELDS.items() if getattr(c, name) is not default
+                     and not (name == "info" and c.info == {})]
+            if given:
+                raise self._fail("generate", f"completion {i} sets {', '.join(given)}, which only the core sets "
+                                             "(multi-turn episodes); generate must leave them at their defaults")
         for c in out:
             if not isinstance(c.text, str) or c.finish_reason not in ("stop", "length"):
                 raise self._fail("generate", f"returned a completion with text {_describe(c.text)} and finish_reason "
@@ -330,6 +336,10 @@ class Engine:
         if not self._call("load_checkpoint", path=path, state_path=state_path, weights_only=weights_only):
             raise self._fail("load_checkpoint", "this backend cannot load checkpoints")
 
+
+#: ``Completion`` fields the core sets after ``generate`` (episodes), with the default ``generate`` leaves.
+CORE_FIELDS: dict[str, Any] = {"mask": None, "messages": None, "prompt_messages": None, "info": None,
+                               "reasoning_open": False, "environment": None}
 
 #: ``StepMetrics``' own fields, which no ``extra`` key may name (``as_dict`` would let it replace them).
 STEP_FIELDS = frozenset(a.name for a in attrs.fields(StepMetrics)) - {"extra"}
