@@ -411,3 +411,9 @@ def test_a_tracker_whose_log_metrics_is_async_is_one_error_at_start_not_silently
     assert "tracker 'asyncy' (polyrl-asyncy): log_metrics is async def or a generator" in str(info.value)
     assert "make them plain def methods" in info.value.fix
     assert tracking.trackers == {}
+
+
+def test_a_bare_keyboard_interrupt_on_import_is_a_load_error_with_a_reason_not_an_empty_one(site):
+    (site / "contract_interrupts.py").write_text("raise KeyboardInterrupt\n")
+    write_dist(site, "polyrl-interrupts", "1.0", {"polyrl.backends": {"interrupts": "contract_interrupts"}})
+    assert _load_error("interrupts") == "KeyboardInterrupt (raised with no message)"  # was "KeyboardInterrupt: "

@@ -83,8 +83,10 @@ class PluginLoadError:
     def caught(cls, name: str, group: str, distribution: str, exc: BaseException) -> PluginLoadError:
         """The error ``exc`` a plugin raised, with the traceback being handled (call it in the
         ``except`` block): a broken plugin is listed, never raised."""
-        return cls(name=name, group=group, distribution=distribution, error=f"{type(shown(exc)).__name__}: {exc}",
-                   traceback=traceback.format_exc())
+        kind, text = type(shown(exc)).__name__, str(exc)
+        # a bare ``raise KeyboardInterrupt`` was listed as "KeyboardInterrupt: ", a reason with nothing after it
+        error = f"{kind}: {text}" if text.strip() else f"{kind} (raised with no message)"
+        return cls(name=name, group=group, distribution=distribution, error=error, traceback=traceback.format_exc())
 
 
 @attrs.define(frozen=True)
