@@ -125,10 +125,10 @@ class Engine:
                                          f"n={sampling.n} in prompt order (a sample credited to another "
                                          "prompt is scored against that prompt's row)")
         for i, c in enumerate(out):  # mask=... made a sample read as an episode, info={"env_reward": ...} scored it
-            given = [name for name, default in CORE_FIELDS.items() if getattr(c, name) is not default
-                     and not (name == "info" and c.info == {})]
-            if given:
-                raise self._fail("generate", f"completion {i} sets {', '.join(given)}, which only the core sets "
+            core_set = [name for name, default in CORE_FIELDS.items() if getattr(c, name) is not default
+                        and not (name == "info" and c.info == {})]
+            if core_set:
+                raise self._fail("generate", f"completion {i} sets {', '.join(core_set)}, which only the core sets "
                                              "(multi-turn episodes); generate must leave them at their defaults")
         for c in out:
             if not isinstance(c.text, str) or c.finish_reason not in ("stop", "length"):
