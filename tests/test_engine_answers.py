@@ -347,3 +347,51 @@ def test_non_finite_logprobs_stop_the_run_naming_the_likely_cause(tmp_path, valu
         _engine(f"gen-{value}", generate=[sampled]).generate(["hi"], SamplingParams(max_new_tokens=2))
     with pytest.raises(NonFiniteModel, match=r"hook logprobs \(reference\) answered a non-finite log-prob"):
         _engine(f"lp-{value}", logprobs=[np.array([-0.1, value, -0.2])]).logprobs(SEQS, reference=True)
+
+
+def test_a_completion_longer_than_max_new_tokens_is_the_plugins_fault_not_trained_on():
+    from polyrl.types import SamplingParams
+
+    long = Completion(0, [1], [3, 4, 5, 6], [-0.5] * 4, finish_reason="length")  # a backend ignoring the limit
+    with pytest.raises(PluginError, match=PREFIX + r"generate: completion 0 has 4 tokens, more than "
+                                                   r"sampling.max_new_tokens = 2"):
+        _engine("gen-long", generate=[long]).generate(["hi"], SamplingParams(max_new_tokens=2))
+    (ok,) = _engine("gen-full", generate=[Completion(0, [1], [3, 4], [-0.5] * 2)]).generate(
+        ["hi"], SamplingParams(max_new_tokens=2))
+    assert ok.completion_ids.tolist() == [3, 4]
+
+
+@pytest.mark.parametrize("index, shown", [(0.0, r"0.0 \(float\)"), (False, r"False \(bool\)")])
+def test_a_prompt_index_that_is_no_int_is_the_plugins_fault_not_a_traceback(index, shown):
+    from polyrl.types import SamplingParams
+
+    bad = Completion(index, [1], [3], [-0.5], finish_reason="stop")  # type: ignore[arg-type]
+    with pytest.raises(PluginError, match=PREFIX + r"generate: completion 0 has prompt_index " + shown
+                                          + ", expected an int"):
+        _engine("gen-index", generate=[bad]).generate(["hi"], SamplingParams(max_new_tokens=1))
+    (ok,) = _engine("gen-np-index", generate=[Completion(np.int64(0), [1], [3], [-0.5])]).generate(  # type: ignore[arg-type]
+        ["hi"], SamplingParams(max_new_tokens=1))
+    assert type(ok.prompt_index) is int
+
+
+def test_train_step_extra_naming_a_field_of_its_own_is_the_plugins_fault_not_the_logged_value():
+    answer = StepMetrics(loss=float("nan"), grad_norm=1.0, tokens=3, skipped=True, extra={"skipped": False, "loss": 0.1})
+    # as_dict let extra win: a refused step was logged as applied, with a loss it never had
+    with pytest.raises(PluginError, match=PREFIX + r"train_step: StepMetrics.extra holds 'loss', 'skipped', a field "
+                                                   r"of StepMetrics itself.*Fix: set the field"):
+        _engine("step-extra-fields", train_step=answer).train_step(TrainBatch(SEQS, np.ones(1)), Objective())
+    ok = StepMetrics(loss=0.5, grad_norm=1.0, tokens=3, extra={"lr": 1e-5, "clip_low_fraction": 0.0})
+    assert _engine("step-extra-ok", train_step=ok).train_step(TrainBatch(SEQS, np.ones(1)), Objective()).extra["lr"] == 1e-5
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"mask": [False]}, "mask"),  # read as an episode whose one token the model never sampled: nothing trained
+    ({"info": {"env_reward": 1.0}}, "info"),  # scored as an environment's reward
+    ({"reasoning_open": True, "messages": [{"role": "assistant", "content": "x"}]}, "messages, reasoning_open"),
+])
+def test_a_completion_setting_the_fields_only_the_core_sets_is_the_plugins_fault(fields, named):
+    from polyrl.types import SamplingParams
+
+    bad = Completion(0, [1], [3], [-0.5], finish_reason="stop", **fields)
+    with pytest.raises(PluginError, match=PREFIX + f"generate: completion 0 sets {named}, which only the core sets"):
+        _engine("gen-core-fields", generate=[bad]).generate(["hi"], SamplingParams(max_new_tokens=1))

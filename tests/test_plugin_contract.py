@@ -340,3 +340,80 @@ def test_a_load_list_with_one_unknown_name_loads_the_rest_and_warns(site, monkey
     assert pm.has_plugin("loadme")
     assert pm.env_warnings == [pm.env_warnings[0]] and "POLYRL_LOAD_PLUGINS: 'lodme' is not" in pm.env_warnings[0]
     assert "so it loads nothing" in pm.env_warnings[0]
+
+
+def _load_error(name: str) -> str:
+    errors = registry.get_plugin_manager().load_errors
+    return next(e.error for e in errors if e.name == name)
+
+
+def test_a_hookimpl_with_argument_names_polyrl_never_passes_is_a_load_error_naming_the_hookspecs(site):
+    (site / "contract_argnames.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def polyrl_register_backends(reg):\n"
+        "    pass\n")
+    write_dist(site, "polyrl-argnames", "1.0", {"polyrl.backends": {"argnames": "contract_argnames"}})
+    error = _load_error("argnames")  # was pluggy's three lines, naming no fix
+    assert "hook polyrl_register_backends takes argument(s) 'reg'" in error
+    assert "Fix: name them as the hookspec does, polyrl_register_backends(register)" in error
+
+
+def test_an_entry_point_naming_a_class_is_a_load_error_asking_for_an_instance(site):
+    (site / "contract_classes.py").write_text(
+        "from polyrl.hookspecs import hookimpl\n"
+        "from polyrl.types import BackendSpec\n"
+        "class Unbound:\n"
+        "    @hookimpl\n"
+        "    def polyrl_register_backends(self, register):\n"
+        "        register(BackendSpec(name='unbound', load=lambda config: object()))\n"
+        "class Static:\n"
+        "    @hookimpl\n"
+        "    @staticmethod\n"
+        "    def polyrl_register_backends(register):\n"
+        "        register(BackendSpec(name='static', load=lambda config: object()))\n")
+    write_dist(site, "polyrl-classes", "1.0", {"polyrl.backends": {"unbound": "contract_classes:Unbound",
+                                                                   "static": "contract_classes:Static"}})
+    # was loaded, then its register hook failed with "missing 1 required positional argument: 'self'"
+    error = _load_error("unbound")
+    assert "names class Unbound, not an instance" in error
+    assert "`plugin = Unbound()` in contract_classes, then contract_classes:plugin" in error
+    names = {s.name for s in Registry().statuses()}
+    assert "static" in names and "unbound" not in names  # a class whose hooks need no self still loads
+
+
+class _AsyncTracker:
+    """A tracker written for an async client: its ``log_metrics`` returned a coroutine nobody awaited."""
+
+    def __init__(self) -> None:
+        self.logged: list[dict] = []
+
+    async def log_metrics(self, metrics, step):
+        self.logged.append(dict(metrics))
+
+    def log_completions(self, records, step):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_tracker_whose_log_metrics_is_async_is_one_error_at_start_not_silently_nothing_logged(tmp_path):
+    from polyrl.tracking import TrackerSpec
+    from polyrl.tracking.session import RunTracking
+
+    spec = TrackerSpec(name="asyncy", create=lambda ctx: _AsyncTracker(), distribution="polyrl-asyncy")
+    tracking = RunTracking(specs=[spec], output_dir=tmp_path / "out", completions_per_step=0, run_name="r",
+                           project="p", config={})
+    with pytest.raises(ConfigError) as info:  # was opened, and every step's metrics went nowhere
+        tracking.open()
+    assert info.value.field == "logging.report_to"
+    assert "tracker 'asyncy' (polyrl-asyncy): log_metrics is async def or a generator" in str(info.value)
+    assert "make them plain def methods" in info.value.fix
+    assert tracking.trackers == {}
+
+
+def test_a_bare_keyboard_interrupt_on_import_is_a_load_error_with_a_reason_not_an_empty_one(site):
+    (site / "contract_interrupts.py").write_text("raise KeyboardInterrupt\n")
+    write_dist(site, "polyrl-interrupts", "1.0", {"polyrl.backends": {"interrupts": "contract_interrupts"}})
+    assert _load_error("interrupts") == "KeyboardInterrupt (raised with no message)"  # was "KeyboardInterrupt: "

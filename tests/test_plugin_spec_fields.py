@@ -144,3 +144,19 @@ def test_a_register_hook_returning_its_specs_instead_of_registering_them_is_a_lo
     assert mine["distribution"] == f"polyrl-returns-{kind}"
     assert f"polyrl_register_{kind} returned a list instead of None" in mine["error"]
     assert "Fix: call register(spec) once for each spec" in mine["error"]
+
+
+def test_a_hook_registering_one_name_twice_is_a_load_error_not_the_last_silently_winning(installed, tmp_path):
+    (tmp_path / "polyrl_badfield_twice.py").write_text(
+        f"{_HEAD}def polyrl_register_trackers(register):\n"
+        "    register(TrackerSpec(name='twice', create=print, summary='the one meant'))\n"
+        "    register(TrackerSpec(name='twice', create=repr, summary='a copy-paste slip'))\n")
+    write_dist(tmp_path, "polyrl-badfield-twice", "1.0", {"polyrl.trackers": {"twice": "polyrl_badfield_twice"}})
+    try:
+        reg = Registry()
+        assert "twice" not in reg.trackers_by_name()  # was registered as the second, the first dropped silently
+        error = next(e for e in reg.load_errors if e.name == "twice")
+        assert "registered two TrackerSpecs named 'twice' in one polyrl_register_trackers" in error.error
+        assert "Fix: give each its own name" in error.error
+    finally:
+        sys.modules.pop("polyrl_badfield_twice", None)

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import attrs
 import numpy as np
 
 from polyrl.algorithms.objective import Objective
@@ -111,6 +112,11 @@ class Engine:
             raise self._fail(
                 "generate", f"returned {len(out)} completions for {len(prompts)} prompts x n={sampling.n}"
             )
+        for i, c in enumerate(out):  # a float index passed the order check below, then was a TypeError traceback
+            if isinstance(c.prompt_index, (bool, np.bool_)) or not isinstance(c.prompt_index, (int, np.integer)):
+                raise self._fail("generate", f"completion {i} has prompt_index {c.prompt_index!r:.40} "
+                                             f"({type(c.prompt_index).__name__}), expected an int")
+            c.prompt_index = int(c.prompt_index)
         # the trainer pairs completions with rows by position: prompt 0's n, then prompt 1's, ...
         order = [c.prompt_index for c in out]
         if order != [i for i in range(len(prompts)) for _ in range(sampling.n)]:
@@ -118,12 +124,18 @@ class Engine:
                                          f"{'...' if len(order) > 12 else ''}; expected each prompt's "
                                          f"n={sampling.n} in prompt order (a sample credited to another "
                                          "prompt is scored against that prompt's row)")
+        for i, c in enumerate(out):  # mask=... made a sample read as an episode, info={"env_reward": ...} scored it
+            core_set = [name for name, default in CORE_FIELDS.items() if getattr(c, name) is not default
+                        and not (name == "info" and c.info == {})]
+            if core_set:
+                raise self._fail("generate", f"completion {i} sets {', '.join(core_set)}, which only the core sets "
+                                             "(multi-turn episodes); generate must leave them at their defaults")
         for c in out:
             if not isinstance(c.text, str) or c.finish_reason not in ("stop", "length"):
                 raise self._fail("generate", f"returned a completion with text {_describe(c.text)} and finish_reason "
                                              f"{c.finish_reason!r}; expected a str and 'stop' or 'length'")
         for i, c in enumerate(out):
-            problem = self._sampled_problem(c)
+            problem = self._sampled_problem(c, sampling.max_new_tokens)
             if problem is not None:
                 raise self._fail("generate", f"completion {i} {problem}")
             self._refuse_non_finite("generate", np.asarray(c.logprobs))
@@ -143,14 +155,19 @@ class Engine:
                 "trained on. Fix: lower optimizer.lr, set optimizer.max_grad_norm, or resume from an earlier "
                 "checkpoint (a third-party backend: run its conformance tests)")
 
-    def _sampled_problem(self, c: Completion) -> str | None:
+    def _sampled_problem(self, c: Completion, max_new_tokens: int) -> str | None:
         """What is wrong with one sampled completion's ids and log-probs, or None. Why here: ids
         past the vocabulary failed later inside train_step (blaming the trainer's backend), and
         log-probs above 0 or non-finite changed the gradient through mismatch correction, or
         skipped every step, silently. Ids that are no integers (3.7, NaN, bools) never get here:
         ``Completion`` refuses them when the plugin builds it (``types.token_ids_array``), and
-        ``_call`` reports that ``ValueError`` as this hook's ``PluginError``."""
+        ``_call`` reports that ``ValueError`` as this hook's ``PluginError``. More ids than
+        ``max_new_tokens``: a backend ignoring the limit was trained on all of them (the remote
+        backend refused that for its servers; every backend's answer is checked here)."""
         ids = np.asarray(c.completion_ids)
+        if ids.size > max_new_tokens:
+            return (f"has {ids.size} tokens, more than sampling.max_new_tokens = {max_new_tokens}; a backend "
+                    "must stop sampling there")
         low, high = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
         if low < 0 or (self.vocab_size is not None and high >= self.vocab_size):
             return (f"has token id {low if low < 0 else high}, outside the model's vocabulary (0 to "
@@ -278,6 +295,11 @@ class Engine:
             raise self._fail("train_step", f"StepMetrics.extra is {_describe(out.extra)}, expected a dict of "
                                            "metric names (str) to values")
         out.extra = dict(out.extra)
+        taken = sorted(set(out.extra) & STEP_FIELDS)
+        if taken:  # as_dict lets extra win: {"loss": 0.0} replaced the checked loss in every log, silently
+            raise self._fail("train_step", f"StepMetrics.extra holds {', '.join(repr(k) for k in taken)}, a field of "
+                                           "StepMetrics itself; it would replace the checked value in the logged "
+                                           "metrics. Fix: set the field, or give the extra metric another name")
 
     def all_gather(self, value: Any, world_size: int = 1) -> list[Any]:
         """``value`` from every rank of a data-parallel run (``[value]`` when running alone)."""
@@ -314,6 +336,13 @@ class Engine:
         if not self._call("load_checkpoint", path=path, state_path=state_path, weights_only=weights_only):
             raise self._fail("load_checkpoint", "this backend cannot load checkpoints")
 
+
+#: ``Completion`` fields the core sets after ``generate`` (episodes), with the default ``generate`` leaves.
+CORE_FIELDS: dict[str, Any] = {"mask": None, "messages": None, "prompt_messages": None, "info": None,
+                               "reasoning_open": False, "environment": None}
+
+#: ``StepMetrics``' own fields, which no ``extra`` key may name (``as_dict`` would let it replace them).
+STEP_FIELDS = frozenset(a.name for a in attrs.fields(StepMetrics)) - {"extra"}
 
 #: How far above 0 a log-prob may round: log_softmax is <= 0 by construction, so anything past a
 #: rounding error is a wrong answer (a probability above 1).

@@ -73,6 +73,12 @@ def registered_by(impl: Any, hook_name: str, kind: type, dist: str) -> list[Any]
                 f"{dist or 'a plugin'} registered {'an' if what[0] in 'AEIOU' else 'a'} {what} whose {problem}; "
                 f"nothing of this hook is registered. Fix: correct the {what} (see polyrl.hookspecs), or report "
                 f"it to the plugin's authors")
+        name = getattr(spec, "name")  # noqa: B009 - checked a str above; ``kind`` is no static type
+        if any(kept.name == name and kept is not spec for kept in pending):  # the last silently won
+            raise PluginError(
+                f"{dist or 'a plugin'} registered two {what}s named {name!r} in one {hook_name}; the second "
+                f"would silently replace the first, so nothing of this hook is registered. Fix: give each its "
+                f"own name, or register it once")
         pending.append(spec)
 
     try:

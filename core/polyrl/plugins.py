@@ -38,6 +38,7 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 from polyrl.plugin_calls import call_limited, limit_s, shown
 from polyrl.plugin_requirements import unmet_core_requirement
+from polyrl.plugin_shapes import argument_problem, class_problem
 
 ENTRY_POINT_GROUPS = ("polyrl.backends", "polyrl.rewards", "polyrl.trackers", "polyrl.environments")
 #: polyrl's own distributions: a plugin may override one of their reward names (with a warning).
@@ -82,8 +83,10 @@ class PluginLoadError:
     def caught(cls, name: str, group: str, distribution: str, exc: BaseException) -> PluginLoadError:
         """The error ``exc`` a plugin raised, with the traceback being handled (call it in the
         ``except`` block): a broken plugin is listed, never raised."""
-        return cls(name=name, group=group, distribution=distribution, error=f"{type(shown(exc)).__name__}: {exc}",
-                   traceback=traceback.format_exc())
+        kind, text = type(shown(exc)).__name__, str(exc)
+        # a bare ``raise KeyboardInterrupt`` was listed as "KeyboardInterrupt: ", a reason with nothing after it
+        error = f"{kind}: {text}" if text.strip() else f"{kind} (raised with no message)"
+        return cls(name=name, group=group, distribution=distribution, error=error, traceback=traceback.format_exc())
 
 
 @attrs.define(frozen=True)
@@ -172,12 +175,26 @@ class PolyrlPluginManager(pluggy.PluginManager):
                     self.load_errors.append(PluginLoadError(name=ep.name, group=group, distribution=dist,
                                                             error=conflict))
                     continue
+                plugin = None
                 try:
                     plugin = call_limited(ep.load, f"importing plugin {ep.name!r} ({dist or group})")
                     if plugin is not None and self.is_registered(plugin):  # one module under two groups
                         continue
+                    shape = class_problem(self, plugin, ep.name, ep.value)
+                    if shape is not None:
+                        self.load_errors.append(PluginLoadError(name=ep.name, group=group, distribution=dist,
+                                                                error=shape))
+                        continue
                     if plugin is not None:  # pluggy reads None as "block this name", without a word
                         self.register(plugin, name=key)
+                except pluggy.PluginValidationError as exc:  # pluggy's words name no fix
+                    error = argument_problem(self, plugin, ep.name) if plugin is not None else None
+                    if error is None:
+                        self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc))
+                    else:
+                        self.load_errors.append(PluginLoadError(name=ep.name, group=group, distribution=dist,
+                                                                error=error, traceback=traceback.format_exc()))
+                    continue
                 except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break us
                     self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc))
                     continue

@@ -16,6 +16,7 @@ turns it off with one warning rather than ending the run.
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import numbers
 import os
@@ -72,6 +73,23 @@ def numeric_metrics(metrics: Mapping[str, Any], said: set[str] | None = None) ->
         elif math.isfinite(number):
             out[valid_text(str(key))] = number
     return out
+
+
+#: The tracker methods polyrl may call, required or optional (``spec.Tracker``).
+CALLED_METHODS = (*TRACKER_METHODS, "log_eval_completions", "close_failed", "close_stopped", "log_checkpoint")
+
+
+def unawaited_methods(tracker: Any) -> list[str]:
+    """The methods of ``tracker`` polyrl calls that are ``async def`` or generator functions. Why:
+    called plainly on the tracker's thread, such a ``log_metrics`` returned an unawaited coroutine,
+    and the run logged nothing to that tracker, its only sign a ``RuntimeWarning``."""
+    found = []
+    for name in CALLED_METHODS:
+        method = getattr(tracker, name, None)
+        if method is not None and (inspect.iscoroutinefunction(method) or inspect.isgeneratorfunction(method)
+                                   or inspect.isasyncgenfunction(method)):
+            found.append(name)
+    return found
 
 
 def start_fix(name: str, failed: CallRaised | CallTimedOut) -> str:
@@ -247,6 +265,15 @@ class RunTracking:
                 raise ConfigError(f"tracker {spec.name!r} ({spec.distribution or 'unknown dist'}): its create returned "
                                   f"a {made} without {', '.join(missing)}", field="logging.report_to",
                                   fix=f"create must return the tracker object (with {', '.join(TRACKER_METHODS)}); "
+                                      f"report it to the plugin's authors, or remove {spec.name!r} from report_to")
+            unawaited = unawaited_methods(self.trackers[spec.name])
+            if unawaited:  # called, they return a coroutine or generator that runs none of their code
+                self.close()
+                raise ConfigError(f"tracker {spec.name!r} ({spec.distribution or 'unknown dist'}): "
+                                  f"{', '.join(unawaited)} {'is' if len(unawaited) == 1 else 'are'} async def or a "
+                                  f"generator; polyrl calls tracker methods plainly, so nothing would be logged",
+                                  field="logging.report_to",
+                                  fix="make them plain def methods (run any async client inside with asyncio.run); "
                                       f"report it to the plugin's authors, or remove {spec.name!r} from report_to")
 
     def _resumed_step(self, steps_taken: int, kept: Mapping[str, Any] | None) -> ResumedStep | None:
