@@ -411,11 +411,12 @@ def test_a_run_killed_before_its_first_checkpoint_says_it_did_not_finish(toy, tm
             "the OOM killer, a lost machine), crashed, or is still running") in said, said
 
 
-def test_a_run_that_failed_in_its_first_step_says_how_it_ended_in_its_one_error_line(tiny_model_dir, tmp_path, capsys):
+def test_a_run_that_failed_in_its_first_step_says_how_it_ended_in_its_one_error_line(tiny_model_dir, tmp_path, capfd):
     """A run whose reward failed in step 1 logged no metrics; its report said only that the folder
     had none and to "pass a run's train.output_dir after at least one training step", as if the
     folder were the wrong one, though the run recorded how it ended (run_plan.json). The one
-    ``error:`` line now says that, and how to continue. A real CLI run of the tiny model."""
+    ``error:`` line now says that, and how to continue. A real CLI run of the tiny model (through
+    ``main`` in this process: a fresh interpreter only added its torch imports)."""
     (tmp_path / "rewards.py").write_text("def inf(completions, **kw):\n    return [float('inf')] * len(completions)\n")
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}:"}) + "\n" for i in range(4)))
     out = tmp_path / "run"
@@ -423,12 +424,13 @@ def test_a_run_that_failed_in_its_first_step_says_how_it_ended_in_its_one_error_
     config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 2\n'
                       f'[data]\npath = "{tmp_path / "prompts.jsonl"}"\n[[rewards]]\nfunction = "{tmp_path / "rewards.py"}:inf"\n'
                       f'[train]\nsteps = 3\nprompts_per_step = 2\nthreads = 1\noutput_dir = "{out}"\n')
-    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
-                            capture_output=True, text=True, timeout=240)
-    assert result.returncode != 0 and "returned inf" in result.stderr, result.stderr[-2000:]
+    capfd.readouterr()
+    code = main(["train", str(config), "--no-progress"])
+    stderr = capfd.readouterr().err
+    assert code != 0 and "returned inf" in stderr, stderr[-2000:]
     assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip()
     assert main(["report", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: RUN_DIR: "), err
     assert ("the run logged 0 of its 3 steps (train.steps): it stopped with an error before its first step ended "
             "(RewardError: reward 'inf'") in err[0], err[0]
