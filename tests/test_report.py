@@ -136,10 +136,13 @@ def test_a_missing_run_dir_is_one_error_line(tmp_path, capsys):
     assert len(err) == 1 and "not a directory" in err[0]
 
 
-def _report(run: Path) -> subprocess.CompletedProcess:
-    """The real ``polyrl report`` command on ``run``, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "polyrl.cli", "report", str(run)], capture_output=True,
-                          text=True, timeout=300)
+def _report(capfd, run: Path) -> subprocess.CompletedProcess:
+    """The real ``polyrl report`` command on ``run``, as a user runs it, through ``polyrl.cli.main``
+    in this process (a fresh interpreter only added its imports): its exit code and output."""
+    capfd.readouterr()
+    code = main(["report", str(run)])
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["report", str(run)], code, out, err)
 
 
 def _steps(*steps: int) -> list[str]:
@@ -147,12 +150,12 @@ def _steps(*steps: int) -> list[str]:
 
 
 @pytest.mark.faults
-def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path):
+def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path, capfd):
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1), deep, *_steps(2), "not json", *_steps(3)]) + "\n")
     (tmp_path / "eval_completions.jsonl").write_text(deep + "\n" + json.dumps(
         {"phase": "before", "greedy": True, "reward": 1.0, "after_steps": 0}) + "\n")
-    out = _report(tmp_path)
+    out = _report(capfd, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
@@ -164,9 +167,9 @@ def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path):
 
 
 @pytest.mark.faults
-def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path):
+def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path, capfd):
     (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1, 2), '{"step": 3, "lo']))
-    out = _report(tmp_path)
+    out = _report(capfd, tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
     assert len(warned) == 1 and "line 3" in warned[0] and "stopped" in warned[0], out.stderr
@@ -174,14 +177,14 @@ def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path):
 
 
 @pytest.mark.faults
-def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_path):
+def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_path, capfd):
     """A resumed run's steps after its checkpoint are logged again: the later line is this lineage's."""
     lines = [*_steps(1, 2), json.dumps({"step": 2, "loss": 9.0}), json.dumps({"step": "2", "loss": 3.0}),
              json.dumps({"step": True, "loss": 3.0}), json.dumps({"step": 1.5, "loss": 3.0}), "[1, 2]", *_steps(3)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     run = load_run(tmp_path)
     assert [(x["step"], x["loss"]) for x in run.lines] == [(1, 2.0), (2, 9.0), (3, 4.0)]
-    out = _report(tmp_path)
+    out = _report(capfd, tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
     assert len(warned) == 2, out.stderr
