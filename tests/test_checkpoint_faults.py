@@ -538,12 +538,12 @@ time.sleep(600)
 """
 
 
-def test_a_second_trainer_is_refused_and_a_killed_holder_does_not_block(tiny_model_dir, tmp_path):
+def test_a_second_trainer_is_refused_and_a_killed_holder_does_not_block(tiny_model_dir, tmp_path, capfd):
     out = tmp_path / "run"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        result = train(write_config(tmp_path, tiny_model_dir, out, steps=1))
+        result = train_here(capfd, write_config(tmp_path, tiny_model_dir, out, steps=1))  # the holder: another process
         one_clear_error(result, "in use by another trainer", f"pid {holder.pid}", "train.output_dir")
         assert not (out / "metrics.jsonl").exists()
         with pytest.raises(OutputDirBusy, match=f"pid {holder.pid}"):
