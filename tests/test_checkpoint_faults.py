@@ -494,7 +494,7 @@ def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, 
 
 
 def test_a_resume_on_another_train_backend_is_refused_before_any_engine_loads(tiny_model_dir, tmp_path, clean_run,
-                                                                              monkeypatch):
+                                                                              monkeypatch, capfd):
     """A torch checkpoint resumed with backends.train = "mlx": the saved config decides the
     refusal, so it comes before the engines load (it used to come after both models had loaded)."""
     from polyrl.registry import get_registry
@@ -505,7 +505,7 @@ def test_a_resume_on_another_train_backend_is_refused_before_any_engine_loads(ti
     _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=2)
     config = write_config(tmp_path, tiny_model_dir, out, backend="mlx", steps=8, reward_dir=clean_run.parent)
-    result = train(config, "--resume")
+    result = train_here(capfd, config, "--resume")
     one_clear_error(result, "config changed at resume", "backends.train 'torch' -> 'mlx'", "--resume-weights-only")
     assert "checkpoint skipped" not in result.stderr
 
