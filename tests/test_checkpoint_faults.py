@@ -485,16 +485,16 @@ def test_a_reward_model_rebuilt_in_place_since_the_checkpoint_is_refused_at_resu
                     "--resume-weights-only")
 
 
-def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, tmp_path, clean_run):
+def test_a_refused_config_change_is_one_error_line_from_the_cli(tiny_model_dir, tmp_path, clean_run, capfd):
     _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=2)
     config = write_config(tmp_path, tiny_model_dir, out, steps=8, seed=7, reward_dir=clean_run.parent)
-    one_clear_error(train(config, "--resume"), "config changed at resume", "train.seed 0 -> 7",
+    one_clear_error(train_here(capfd, config, "--resume"), "config changed at resume", "train.seed 0 -> 7",
                     "--resume-weights-only")
 
 
 def test_a_resume_on_another_train_backend_is_refused_before_any_engine_loads(tiny_model_dir, tmp_path, clean_run,
-                                                                              monkeypatch):
+                                                                              monkeypatch, capfd):
     """A torch checkpoint resumed with backends.train = "mlx": the saved config decides the
     refusal, so it comes before the engines load (it used to come after both models had loaded)."""
     from polyrl.registry import get_registry
@@ -505,7 +505,7 @@ def test_a_resume_on_another_train_backend_is_refused_before_any_engine_loads(ti
     _, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=2)
     config = write_config(tmp_path, tiny_model_dir, out, backend="mlx", steps=8, reward_dir=clean_run.parent)
-    result = train(config, "--resume")
+    result = train_here(capfd, config, "--resume")
     one_clear_error(result, "config changed at resume", "backends.train 'torch' -> 'mlx'", "--resume-weights-only")
     assert "checkpoint skipped" not in result.stderr
 
@@ -538,12 +538,12 @@ time.sleep(600)
 """
 
 
-def test_a_second_trainer_is_refused_and_a_killed_holder_does_not_block(tiny_model_dir, tmp_path):
+def test_a_second_trainer_is_refused_and_a_killed_holder_does_not_block(tiny_model_dir, tmp_path, capfd):
     out = tmp_path / "run"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        result = train(write_config(tmp_path, tiny_model_dir, out, steps=1))
+        result = train_here(capfd, write_config(tmp_path, tiny_model_dir, out, steps=1))  # the holder: another process
         one_clear_error(result, "in use by another trainer", f"pid {holder.pid}", "train.output_dir")
         assert not (out / "metrics.jsonl").exists()
         with pytest.raises(OutputDirBusy, match=f"pid {holder.pid}"):
@@ -819,14 +819,14 @@ def test_changed_lr_at_resume_reaches_the_mlx_optimizer_too(tiny_model_dir, tmp_
     ("empty", ["is not a polyrl checkpoint"]),
 ])
 def test_a_resume_path_that_is_not_a_checkpoint_says_so_before_anything_loads(clean_run, tmp_path, tiny_model_dir,
-                                                                            target, words):
+                                                                            target, words, capfd):
     """A mistyped or wrong path used to read as a damaged checkpoint ("no valid COMPLETE marker"),
     with a fix inviting the user to delete checkpoints, and only after the engines had loaded."""
     config = write_config(tmp_path, tiny_model_dir, tmp_path / "out", steps=8)
     (tmp_path / "empty").mkdir()
     path = {"missing": clean_run / "checkpoints" / "step-00000099", "config": config,
             "checkpoints": clean_run / "checkpoints", "run": clean_run, "empty": tmp_path / "empty"}[target]
-    result = train(config, "--resume", str(path))
+    result = train_here(capfd, config, "--resume", str(path))
     error = one_clear_error(result, "--resume", *words)
     assert "delete" not in error
     assert not (tmp_path / "out").exists()  # refused before the run started
@@ -960,9 +960,9 @@ def test_a_fresh_start_does_not_move_aside_the_model_it_trains(tiny_model_dir, t
     assert (out / "model" / "config.json").exists() and not (out / "previous").exists()
 
 
-def test_an_empty_output_dir_is_one_error_line(tiny_model_dir, tmp_path):
+def test_an_empty_output_dir_is_one_error_line(tiny_model_dir, tmp_path, capfd):
     config = write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, output_dir='" "')
-    one_clear_error(train(config), "train.output_dir: must name a folder", "Fix:")
+    one_clear_error(train_here(capfd, config), "train.output_dir: must name a folder", "Fix:")
 
 
 def test_only_our_timestamp_folders_in_previous_are_ever_deleted(tiny_model_dir, tmp_path):
@@ -1027,8 +1027,8 @@ def test_a_bad_keep_previous_runs_is_one_error_line(tiny_model_dir, tmp_path, va
     assert "Fix:" in str(err.value)
 
 
-def test_a_negative_keep_previous_runs_stops_the_cli_before_anything_runs(tiny_model_dir, tmp_path):
-    result = train(write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, keep_previous_runs=-1))
+def test_a_negative_keep_previous_runs_stops_the_cli_before_anything_runs(tiny_model_dir, tmp_path, capfd):
+    result = train_here(capfd, write_config(tmp_path, tiny_model_dir, tmp_path / "run", steps=1, keep_previous_runs=-1))
     one_clear_error(result, "train.keep_previous_runs", "must be an integer >= 0", "Fix:")
     assert not (tmp_path / "run").exists()
 
@@ -1057,13 +1057,13 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 def test_a_weights_only_resume_with_nothing_left_to_train_leaves_the_checkpoint_as_it_was(
-        tiny_model_dir, tmp_path, clean_run):
+        tiny_model_dir, tmp_path, clean_run, capfd):
     """It re-saved the same step: a fresh optimizer went into the run's last checkpoint, and a later
     exact --resume from it went off the run's numbers, silently."""
     config, out = crash_config(tmp_path, tiny_model_dir, clean_run)
     _copy_run(clean_run, out, upto=8)
     before = _digest(out / "checkpoints" / "step-00000008")
-    resumed = train(config, "--resume-weights-only")
+    resumed = train_here(capfd, config, "--resume-weights-only")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "nothing is left to train" in resumed.stderr
     assert _digest(out / "checkpoints" / "step-00000008") == before
@@ -1072,7 +1072,7 @@ def test_a_weights_only_resume_with_nothing_left_to_train_leaves_the_checkpoint_
 
 @pytest.mark.parametrize("new_copy_complete", [True, False])
 def test_a_same_step_re_save_killed_between_its_renames_is_put_back_at_resume(
-        tiny_model_dir, tmp_path, clean_run, new_copy_complete):
+        tiny_model_dir, tmp_path, clean_run, new_copy_complete, capfd):
     """A kill between ``step-N -> .old-step-N`` and ``.tmp-step-N -> step-N`` left no ``step-N``:
     the next --resume started over at step 0 though both copies were whole."""
     import shutil
@@ -1084,7 +1084,7 @@ def test_a_same_step_re_save_killed_between_its_renames_is_put_back_at_resume(
     if not new_copy_complete:  # killed before the new copy's marker was written
         (root / ".tmp-step-00000008" / ckpt.MARKER).unlink()
     (root / "step-00000008").rename(root / ".old-step-00000008")
-    resumed = train(config, "--resume")
+    resumed = train_here(capfd, config, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "re-save was cut short: put back" in resumed.stderr
     assert "starting from the first step" not in resumed.stderr and "nothing is left to train" in resumed.stderr

@@ -6,13 +6,28 @@ with "~" is read from the home folder, as output_dir and --resume are."""
 from __future__ import annotations
 
 import subprocess
-import sys
+
+import pytest
 
 
-def test_a_missing_bench_model_is_one_error_line_and_nothing_is_written(tmp_path):
+@pytest.fixture()
+def polyrl(capfd):
+    """``polyrl ARGV`` through ``polyrl.cli.main`` in this process: its exit code and output (a
+    fresh interpreter per refusal only added its imports)."""
+    from polyrl.cli import main
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        capfd.readouterr()
+        code = main(list(argv))
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+    return run
+
+
+def test_a_missing_bench_model_is_one_error_line_and_nothing_is_written(tmp_path, polyrl):
     missing, output = tmp_path / "no such model", tmp_path / "out" / "results.json"
-    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "bench", "--model", str(missing), "--steps", "1",
-                             "--output", str(output)], capture_output=True, text=True, timeout=120)
+    result = polyrl("bench", "--model", str(missing), "--steps", "1", "--output", str(output))
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
@@ -20,10 +35,9 @@ def test_a_missing_bench_model_is_one_error_line_and_nothing_is_written(tmp_path
     assert not output.exists() and result.stdout == ""
 
 
-def test_convert_to_an_unknown_format_names_the_flag_and_the_real_formats(tiny_model_dir, tmp_path):
+def test_convert_to_an_unknown_format_names_the_flag_and_the_real_formats(tiny_model_dir, tmp_path, polyrl):
     """Main said "Fix: pip install polyrl[HF]", an extra that does not exist."""
-    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "convert", tiny_model_dir, str(tmp_path / "out"),
-                             "--to", "HF"], capture_output=True, text=True, timeout=120)
+    result = polyrl("convert", tiny_model_dir, str(tmp_path / "out"), "--to", "HF")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "Traceback" not in result.stderr and len(lines) == 1, result.stderr[-2000:]
     assert lines[0].startswith(f"error: --to: no installed backend converts '{tiny_model_dir}' to 'HF'. Fix: "), lines
@@ -31,15 +45,13 @@ def test_convert_to_an_unknown_format_names_the_flag_and_the_real_formats(tiny_m
     assert not (tmp_path / "out").exists()
 
 
-def test_a_config_path_starting_with_a_tilde_is_read_from_the_home_folder(tmp_path):
+def test_a_config_path_starting_with_a_tilde_is_read_from_the_home_folder(tmp_path, polyrl, monkeypatch):
     """A quoted "~/run.toml" (no shell expands it) was "config file '~/run.toml' not found", while
     train.output_dir and --resume take "~" as the home folder. The file is read: its typo is named."""
-    import os
-
     (tmp_path / "run.toml").write_text('[model]\npath = "tiny-llama"\n[data]\ntask = "arithmetic"\n'
                                        '[[rewards]]\nname = "numeric_match"\n[train]\nstepz = 1\n')
-    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", "~/run.toml"], capture_output=True,
-                            text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = polyrl("train", "~/run.toml")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "Traceback" not in result.stderr and len(lines) == 1, result.stderr[-2000:]
     assert lines[0].startswith("error: train.stepz: unknown key 'stepz'. Fix: did you mean 'steps'?"), lines

@@ -71,13 +71,12 @@ def test_bad_data_is_one_config_error(tmp_path, case):
 
 @pytest.mark.parametrize("case", ["scrambled parquet", "csv without the prompt column", "invalid utf-8 jsonl",
                                   "glob matching nothing", "name not cached"])
-def test_bad_data_from_the_cli_is_one_error_line(tiny_model_dir, tmp_path, case):
+def test_bad_data_from_the_cli_is_one_error_line(tiny_model_dir, tmp_path, case, capfd, monkeypatch):
     table, field, text = _bad_files(tmp_path)[case]
     config = tmp_path / "bad.toml"
     config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[data]\n{table}\n[[rewards]]\nname = "numeric_match"\n'
                       f'[train]\nsteps = 1\nprompts_per_step = 1\noutput_dir = "{tmp_path / "out"}"\n')
-    result = subprocess.run([*POLYRL, "train", str(config), "--no-progress"], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "POLYRL_DISABLE_PLUGINS": "mlx,max"})
+    result = _train_here(capfd, monkeypatch, config)
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

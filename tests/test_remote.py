@@ -22,7 +22,7 @@ from polyrl.trainer import Trainer
 from polyrl.types import (BackendSpec, Capabilities, Completion, EngineConfig, SamplingParams, TokenPrompt,
                           TokenSequence)
 
-from serve_util import SERVED_NAME, start_server
+from serve_util import SERVED_NAME, start_server, stop_all
 
 pytest.importorskip("torch")
 
@@ -46,8 +46,7 @@ def servers(tiny_model_dir, push_token_file):
     started = [start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", push_token_file,
                             "--allow-fault-control") for _ in range(2)]
     yield started
-    for s in started:
-        s.stop()
+    stop_all(started)
 
 
 def remote_config(servers, **options) -> EngineConfig:

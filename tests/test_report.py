@@ -136,10 +136,13 @@ def test_a_missing_run_dir_is_one_error_line(tmp_path, capsys):
     assert len(err) == 1 and "not a directory" in err[0]
 
 
-def _report(run: Path) -> subprocess.CompletedProcess:
-    """The real ``polyrl report`` command on ``run``, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "polyrl.cli", "report", str(run)], capture_output=True,
-                          text=True, timeout=300)
+def _report(capfd, run: Path) -> subprocess.CompletedProcess:
+    """The real ``polyrl report`` command on ``run``, as a user runs it, through ``polyrl.cli.main``
+    in this process (a fresh interpreter only added its imports): its exit code and output."""
+    capfd.readouterr()
+    code = main(["report", str(run)])
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["report", str(run)], code, out, err)
 
 
 def _steps(*steps: int) -> list[str]:
@@ -147,12 +150,12 @@ def _steps(*steps: int) -> list[str]:
 
 
 @pytest.mark.faults
-def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path):
+def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path, capfd):
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1), deep, *_steps(2), "not json", *_steps(3)]) + "\n")
     (tmp_path / "eval_completions.jsonl").write_text(deep + "\n" + json.dumps(
         {"phase": "before", "greedy": True, "reward": 1.0, "after_steps": 0}) + "\n")
-    out = _report(tmp_path)
+    out = _report(capfd, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
@@ -164,9 +167,9 @@ def test_a_deeply_nested_line_is_skipped_and_counted_not_a_traceback(tmp_path):
 
 
 @pytest.mark.faults
-def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path):
+def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path, capfd):
     (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1, 2), '{"step": 3, "lo']))
-    out = _report(tmp_path)
+    out = _report(capfd, tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
     assert len(warned) == 1 and "line 3" in warned[0] and "stopped" in warned[0], out.stderr
@@ -174,14 +177,14 @@ def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path):
 
 
 @pytest.mark.faults
-def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_path):
+def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_path, capfd):
     """A resumed run's steps after its checkpoint are logged again: the later line is this lineage's."""
     lines = [*_steps(1, 2), json.dumps({"step": 2, "loss": 9.0}), json.dumps({"step": "2", "loss": 3.0}),
              json.dumps({"step": True, "loss": 3.0}), json.dumps({"step": 1.5, "loss": 3.0}), "[1, 2]", *_steps(3)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     run = load_run(tmp_path)
     assert [(x["step"], x["loss"]) for x in run.lines] == [(1, 2.0), (2, 9.0), (3, 4.0)]
-    out = _report(tmp_path)
+    out = _report(capfd, tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
     assert len(warned) == 2, out.stderr
@@ -233,15 +236,16 @@ def test_a_write_that_fails_while_drawing_is_one_error_line(tmp_path, capsys, fl
 
 
 @pytest.mark.faults
-def test_an_integer_past_float_range_is_left_out_not_a_traceback(tmp_path):
+def test_an_integer_past_float_range_is_left_out_not_a_traceback(tmp_path, capfd):
     """JSON allows any integer: one past float range in metrics.jsonl was an OverflowError
     traceback from the chart and the HTML table."""
     lines = [*_steps(1), json.dumps({"step": 2, "loss": 10 ** 400, "reward_mean": 0.2}), *_steps(3)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     assert series(load_run(tmp_path).lines, [])["loss"] == [(1.0, 2.0), (3.0, 4.0)]
-    out = subprocess.run([sys.executable, "-m", "polyrl.cli", "report", str(tmp_path), "--html",
-                          str(tmp_path / "r.html")], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    capfd.readouterr()
+    code = main(["report", str(tmp_path), "--html", str(tmp_path / "r.html")])  # the CLI, in this process
+    err = capfd.readouterr().err
+    assert code == 0 and "Traceback" not in err, err
     assert str(10 ** 400) in (tmp_path / "r.html").read_text()  # the table shows it as written
 
 
@@ -411,11 +415,12 @@ def test_a_run_killed_before_its_first_checkpoint_says_it_did_not_finish(toy, tm
             "the OOM killer, a lost machine), crashed, or is still running") in said, said
 
 
-def test_a_run_that_failed_in_its_first_step_says_how_it_ended_in_its_one_error_line(tiny_model_dir, tmp_path, capsys):
+def test_a_run_that_failed_in_its_first_step_says_how_it_ended_in_its_one_error_line(tiny_model_dir, tmp_path, capfd):
     """A run whose reward failed in step 1 logged no metrics; its report said only that the folder
     had none and to "pass a run's train.output_dir after at least one training step", as if the
     folder were the wrong one, though the run recorded how it ended (run_plan.json). The one
-    ``error:`` line now says that, and how to continue. A real CLI run of the tiny model."""
+    ``error:`` line now says that, and how to continue. A real CLI run of the tiny model (through
+    ``main`` in this process: a fresh interpreter only added its torch imports)."""
     (tmp_path / "rewards.py").write_text("def inf(completions, **kw):\n    return [float('inf')] * len(completions)\n")
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}:"}) + "\n" for i in range(4)))
     out = tmp_path / "run"
@@ -423,12 +428,13 @@ def test_a_run_that_failed_in_its_first_step_says_how_it_ended_in_its_one_error_
     config.write_text(f'[model]\npath = "{tiny_model_dir}"\n[generation]\ngroup_size = 2\nmax_new_tokens = 2\n'
                       f'[data]\npath = "{tmp_path / "prompts.jsonl"}"\n[[rewards]]\nfunction = "{tmp_path / "rewards.py"}:inf"\n'
                       f'[train]\nsteps = 3\nprompts_per_step = 2\nthreads = 1\noutput_dir = "{out}"\n')
-    result = subprocess.run([sys.executable, "-m", "polyrl.cli", "train", str(config), "--no-progress"],
-                            capture_output=True, text=True, timeout=240)
-    assert result.returncode != 0 and "returned inf" in result.stderr, result.stderr[-2000:]
+    capfd.readouterr()
+    code = main(["train", str(config), "--no-progress"])
+    stderr = capfd.readouterr().err
+    assert code != 0 and "returned inf" in stderr, stderr[-2000:]
     assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip()
     assert main(["report", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: RUN_DIR: "), err
     assert ("the run logged 0 of its 3 steps (train.steps): it stopped with an error before its first step ended "
             "(RewardError: reward 'inf'") in err[0], err[0]
