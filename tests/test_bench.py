@@ -392,3 +392,24 @@ def test_max_new_tokens_past_generations_bound_is_refused_before_the_bench():
 
     with pytest.raises(ConfigError, match=r"--max-new-tokens: must be an integer in \[1, 1048576\]"):
         check_workload(prompts=1, group_size=2, max_new_tokens=10**11, threads=1, steps=1, generate_only=False)
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda d: (d / "a").symlink_to(d / "b") or (d / "b").symlink_to(d / "a"), "cannot be followed: it leads into a "
+                                                                              "symlink loop"),
+    (lambda d: (d / "a").symlink_to(d / "gone" / "results.json"), "is a symlink to"),
+])
+def test_an_output_through_a_looping_or_dangling_link_is_refused_before_the_bench(tmp_path, make, words):
+    """The write failed after the whole bench (a loop, a link into a missing folder), or went
+    where a link to nowhere points; the chart beside it (``.png``) is checked as well."""
+    from polyrl.bench.args import check_output
+
+    make(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        check_output(str(tmp_path / "a"))
+    assert info.value.field == "--output" and words in str(info.value), str(info.value)
+    (tmp_path / "r.json").write_text("{}")
+    make_png = tmp_path / "r.png"
+    make_png.symlink_to(tmp_path / "nowhere.png")
+    with pytest.raises(ConfigError, match="r.png' is a symlink to"):
+        check_output(str(tmp_path / "r.json"))

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from polyrl.errors import BackendUnavailable, ConfigError
+from polyrl.path_loops import LOOP_FIX, symlink_loop
 from polyrl.registry import Registry
 from polyrl.remote import NAME as REMOTE
 from polyrl.validators import Rule
@@ -85,6 +86,15 @@ def check_output(output: str | os.PathLike[str] | None) -> None:
     path = Path(output)
     # the path itself first: "." or "/" has no name to change the suffix of (a ValueError traceback)
     for target in (path, *([] if path.is_dir() else [path.with_suffix(".png")])):
+        # a symlink loop, or a link to a folder that does not exist, failed the write after the whole bench;
+        # a link to nowhere else wrote the report where it points, outside the folder named
+        loop = symlink_loop(target)
+        if loop:
+            raise ConfigError(f"{str(target)!r} cannot be followed: {loop}", field="--output", fix=LOOP_FIX)
+        if target.is_symlink() and not target.exists():
+            raise ConfigError(f"{str(target)!r} is a symlink to {os.readlink(target)!r}, which does not exist",
+                              field="--output", fix="give a file path that is no dangling link, e.g. --output "
+                                                    "bench/results.json, or repoint the link")
         if target.is_dir():
             raise ConfigError(f"{str(target)!r} is a directory", field="--output",
                               fix=f"give a file path, e.g. --output {path / 'results.json'}")
