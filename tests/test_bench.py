@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -413,3 +414,27 @@ def test_an_output_through_a_looping_or_dangling_link_is_refused_before_the_benc
     make_png.symlink_to(tmp_path / "nowhere.png")
     with pytest.raises(ConfigError, match="r.png' is a symlink to"):
         check_output(str(tmp_path / "r.json"))
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda p: os.mkfifo(p), "is neither a folder nor a regular file"),
+    (lambda p: p.mkdir(), "has no config.json"),
+    (lambda p: p.write_text("{}"), "is a file but not a .gguf file"),
+])
+def test_a_model_that_is_no_model_is_refused_before_the_matmul_peak(tmp_path, make, words):
+    """A FIFO, an empty folder or a JSON file passed (it exists): the matmul peak ran, then every side failed alike."""
+    from polyrl.bench.args import resolve_bench_model
+    from polyrl.registry import get_registry
+
+    path = tmp_path / "model"
+    make(path)
+    with pytest.raises(ConfigError) as info:
+        resolve_bench_model(get_registry(), str(path))
+    assert info.value.field == "--model" and words in str(info.value), str(info.value)
+
+
+def test_a_model_folder_still_resolves(tiny_model_dir):
+    from polyrl.bench.args import resolve_bench_model
+    from polyrl.registry import get_registry
+
+    assert resolve_bench_model(get_registry(), tiny_model_dir) == tiny_model_dir

@@ -121,4 +121,14 @@ def resolve_bench_model(reg: Registry, model: str) -> str:
         raise ConfigError(f"model {model!r} is neither a local path nor a known alias", field="--model",
                           fix="give an existing HF model folder or .gguf file, or an alias like tiny-llama "
                           "or smollm2-135m-instruct")
+    # a FIFO, a device or a folder with no model in it passed: the matmul peak ran, every side failed alike
+    path = Path(resolved)
+    fix = "give an HF model folder (with config.json) or a .gguf file, or an alias like tiny-llama"
+    if not (path.is_dir() or path.is_file()):
+        raise ConfigError(f"model {model!r} is neither a folder nor a regular file (a FIFO, socket or device)",
+                          field="--model", fix=fix)
+    if path.is_dir() and not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+        raise ConfigError(f"model folder {model!r} has no config.json (nor a .gguf file)", field="--model", fix=fix)
+    if path.is_file() and path.suffix != ".gguf":
+        raise ConfigError(f"model {model!r} is a file but not a .gguf file", field="--model", fix=fix)
     return resolved
