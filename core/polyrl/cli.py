@@ -581,8 +581,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from polyrl.backend_kit.convert_paths import check_destination
     from polyrl.errors import ConfigError
-    from polyrl.path_text import check_path_text
+    from polyrl.path_text import check_path_text, refuse_empty_path
 
+    refuse_empty_path(args.dst, "dst", "polyrl convert MODEL ./converted --to mlx")
     check_path_text(args.dst, "dst")  # the backend's exists()/mkdir raised on a name past 255 bytes
     check_destination(args.dst)  # every converter's: a file in the way was its crash, a full folder lost
     reg = _registry()

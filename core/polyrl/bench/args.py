@@ -80,8 +80,9 @@ def check_output(output: str | os.PathLike[str] | None) -> None:
     written, so the nearest existing one must take a file. Probing leaves nothing behind."""
     if output is None:
         return
-    from polyrl.path_text import check_path_text
+    from polyrl.path_text import check_path_text, refuse_empty_path
 
+    refuse_empty_path(os.fspath(output), "--output", "--output bench/results.json")
     check_path_text(os.fspath(output), "--output")  # is_dir() raises on a name past 255 bytes or a path past PATH_MAX
     path = Path(output)
     # the path itself first: "." or "/" has no name to change the suffix of (a ValueError traceback)
