@@ -494,6 +494,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                         "threads": "train.threads"})
     if not 1 <= args.n <= 65536:  # generation.group_size's range: more would only fill memory for hours
         raise PolyrlError(f"--n must be an integer from 1 to 65536, got {args.n}. Fix: e.g. --n 4")
+    if args.n > 1 and args.temperature == 0:  # greedy (the default): n copies of one completion, without a word
+        raise ConfigError(f"--temperature 0 (greedy, the default) gives the {args.n} completions of --n {args.n} "
+                          "identically", field="--n", fix="add a temperature > 0 to sample them, e.g. --temperature "
+                                                          "1.0, or drop --n for the one greedy completion")
     # before the model loads: bytes that are not UTF-8 in the argument reach Python as surrogates
     check_prompt(args.prompt, "the command line", fix="pass the prompt as UTF-8 text (check the terminal's encoding)")
     if blank(args.prompt):  # a data file's rule too: "$UNSET" sampled from an empty prompt, with nothing said
