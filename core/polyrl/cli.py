@@ -204,8 +204,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from polyrl import report_compare
     from polyrl.logs import get_logger
+    from polyrl.path_text import refuse_empty_path
     from polyrl.report import check_outputs, load_run, write_html, write_png
 
+    # "" read as not given: --output "" drew the default chart, --html "" wrote no page, and both exited 0
+    for flag, value, example in (("--output", args.output, "--output report.png"),
+                                 ("--html", args.html, "--html report.html")):
+        if value is not None:
+            refuse_empty_path(value, flag, example)
     runs = [load_run(run_dir) for run_dir in args.run_dir]  # a folder that is no run: its error line, nothing drawn
     one = len(runs) == 1
     png_path = args.output or (Path(args.run_dir[0]) / "report.png" if one else Path(COMPARE_PNG))
