@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -400,3 +401,48 @@ def test_max_new_tokens_past_generations_bound_is_refused_before_the_bench():
 
     with pytest.raises(ConfigError, match=r"--max-new-tokens: must be an integer in \[1, 1048576\]"):
         check_workload(prompts=1, group_size=2, max_new_tokens=10**11, threads=1, steps=1, generate_only=False)
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda d: (d / "a").symlink_to(d / "b") or (d / "b").symlink_to(d / "a"), "cannot be followed: it leads into a "
+                                                                              "symlink loop"),
+    (lambda d: (d / "a").symlink_to(d / "gone" / "results.json"), "is a symlink to"),
+])
+def test_an_output_through_a_looping_or_dangling_link_is_refused_before_the_bench(tmp_path, make, words):
+    """The write failed after the whole bench (a loop, a link into a missing folder), or went
+    where a link to nowhere points; the chart beside it (``.png``) is checked as well."""
+    from polyrl.bench.args import check_output
+
+    make(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        check_output(str(tmp_path / "a"))
+    assert info.value.field == "--output" and words in str(info.value), str(info.value)
+    (tmp_path / "r.json").write_text("{}")
+    make_png = tmp_path / "r.png"
+    make_png.symlink_to(tmp_path / "nowhere.png")
+    with pytest.raises(ConfigError, match="r.png' is a symlink to"):
+        check_output(str(tmp_path / "r.json"))
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda p: os.mkfifo(p), "is neither a folder nor a regular file"),
+    (lambda p: p.mkdir(), "has no config.json"),
+    (lambda p: p.write_text("{}"), "is a file but not a .gguf file"),
+])
+def test_a_model_that_is_no_model_is_refused_before_the_matmul_peak(tmp_path, make, words):
+    """A FIFO, an empty folder or a JSON file passed (it exists): the matmul peak ran, then every side failed alike."""
+    from polyrl.bench.args import resolve_bench_model
+    from polyrl.registry import get_registry
+
+    path = tmp_path / "model"
+    make(path)
+    with pytest.raises(ConfigError) as info:
+        resolve_bench_model(get_registry(), str(path))
+    assert info.value.field == "--model" and words in str(info.value), str(info.value)
+
+
+def test_a_model_folder_still_resolves(tiny_model_dir):
+    from polyrl.bench.args import resolve_bench_model
+    from polyrl.registry import get_registry
+
+    assert resolve_bench_model(get_registry(), tiny_model_dir) == tiny_model_dir

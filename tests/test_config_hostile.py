@@ -229,3 +229,19 @@ def test_a_single_quoted_backslash_and_other_text_stay_a_name(tmp_path):
     path.write_text(BASE + "[train]\noutput_dir = 'runs\\new'\n[logging]\nrun_name = \"été 1\"\n")
     config = RunConfig.from_toml(path)
     assert config.train.output_dir == "runs\\new" and config.logging.run_name == "été 1"
+
+
+@pytest.mark.parametrize(("encode", "what", "name"), [
+    (lambda t: t.encode("utf-16"), "UTF-16 (little-endian, with a byte order mark)", "UTF-16"),
+    (lambda t: t.encode("utf-16-le"), "UTF-16 (little-endian, without a byte order mark)", "UTF-16LE"),
+])
+def test_a_utf16_config_file_is_named_as_that_with_the_command_that_converts_it(tmp_path, capsys, encode, what,
+                                                                                  name):
+    """Notepad's "Unicode" was "line 1 is not valid UTF-8 (byte 0xff)", or without a byte order mark
+    "not valid TOML": neither named the encoding nor how to convert the file, as the data files' do."""
+    path = tmp_path / "run.toml"
+    path.write_bytes(encode(BASE))
+    assert main(["train", str(path)]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: config: {path} is saved as {what}, not UTF-8"), line
+    assert f"iconv -f {name} -t UTF-8 {path} > {tmp_path / 'run.utf8.toml'}" in line

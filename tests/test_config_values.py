@@ -329,6 +329,17 @@ def test_generate_flags_get_the_same_rules_as_the_config(flags, start):
     assert lines[0].startswith(start) and "Fix:" in lines[0], lines[0]
 
 
+def test_generate_refuses_n_greedy_copies_of_one_completion(capsys):
+    """``--n 4`` with generate's default ``--temperature 0`` printed one greedy completion four
+    times, without a word (training refuses greedy groups the same way)."""
+    from polyrl.cli import main
+
+    assert main(["generate", "hi", "--model", "no-such-model", "--n", "4"]) == 2  # before the model lookup
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --n: --temperature 0 (greedy, the default) gives the 4 completions of --n 4 "
+                           "identically") and "--temperature 1.0" in line, line
+
+
 @pytest.mark.parametrize(("settings", "field", "words"), [
     ({"algorithm": {"ref_sync_every": 2}}, "algorithm.ref_sync_every", "beta = 0 never uses"),
     ({"model": {"path": "tiny-llama", "reference_path": "elsewhere"}}, "model.reference_path",

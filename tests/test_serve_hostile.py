@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from serve_util import raw_exchange, start_server, status_of
+from polyrl.errors import ConfigError
 
 pytestmark = pytest.mark.faults
 
@@ -498,3 +499,25 @@ def test_a_read_timeout_no_socket_takes_is_refused_at_startup():
     bound = Limits(read_timeout_s=1e9).read_timeout_s
     with socket.socket() as sock:
         sock.settimeout(bound)  # the bound is a timeout a socket takes
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--api-key-env", ""], "--api-key-env: names no environment variable (''), so clients would need no key"),
+    (["--api-key-env", " "], "--api-key-env: names no environment variable (' ')"),
+    (["--fault-delay-s", "nan"], "--fault-delay-s: must be a finite number of seconds >= 0, got nan"),
+    (["--fault-delay-s", "inf"], "--fault-delay-s: must be a finite number of seconds >= 0, got inf"),
+    (["--fault-delay-s", "-1"], "--fault-delay-s: must be a finite number of seconds >= 0, got -1.0"),
+])
+def test_a_flag_read_as_unset_or_a_delay_that_cannot_be_slept_is_refused_before_the_model_loads(args, words):
+    """``--api-key-env "$VAR"`` with VAR unset served with no key, without a word; a nan or -1
+    delay delayed nothing and an inf one made each delayed request a 500 (``time.sleep``)."""
+    import argparse
+
+    from polyrl.serve import add_arguments, build_server
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(ConfigError) as err:  # the model "unused" would fail to load: each error comes first
+        build_server(parser.parse_args(["--model", "unused", "--port", "0", *args]))
+    assert str(err.value).startswith(words), str(err.value)
+    assert err.value.fix

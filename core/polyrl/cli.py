@@ -204,8 +204,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from polyrl import report_compare
     from polyrl.logs import get_logger
+    from polyrl.path_text import refuse_empty_path
     from polyrl.report import check_outputs, load_run, write_html, write_png
 
+    # "" read as not given: --output "" drew the default chart, --html "" wrote no page, and both exited 0
+    for flag, value, example in (("--output", args.output, "--output report.png"),
+                                 ("--html", args.html, "--html report.html")):
+        if value is not None:
+            refuse_empty_path(value, flag, example)
     runs = [load_run(run_dir) for run_dir in args.run_dir]  # a folder that is no run: its error line, nothing drawn
     one = len(runs) == 1
     png_path = args.output or (Path(args.run_dir[0]) / "report.png" if one else Path(COMPARE_PNG))
@@ -494,6 +500,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                         "threads": "train.threads"})
     if not 1 <= args.n <= 65536:  # generation.group_size's range: more would only fill memory for hours
         raise PolyrlError(f"--n must be an integer from 1 to 65536, got {args.n}. Fix: e.g. --n 4")
+    if args.n > 1 and args.temperature == 0:  # greedy (the default): n copies of one completion, without a word
+        raise ConfigError(f"--temperature 0 (greedy, the default) gives the {args.n} completions of --n {args.n} "
+                          "identically", field="--n", fix="add a temperature > 0 to sample them, e.g. --temperature "
+                                                          "1.0, or drop --n for the one greedy completion")
     # before the model loads: bytes that are not UTF-8 in the argument reach Python as surrogates
     check_prompt(args.prompt, "the command line", fix="pass the prompt as UTF-8 text (check the terminal's encoding)")
     if blank(args.prompt):  # a data file's rule too: "$UNSET" sampled from an empty prompt, with nothing said
@@ -581,8 +591,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from polyrl.backend_kit.convert_paths import check_destination
     from polyrl.errors import ConfigError
-    from polyrl.path_text import check_path_text
+    from polyrl.path_text import check_path_text, refuse_empty_path
 
+    refuse_empty_path(args.dst, "dst", "polyrl convert MODEL ./converted --to mlx")
     check_path_text(args.dst, "dst")  # the backend's exists()/mkdir raised on a name past 255 bytes
     check_destination(args.dst)  # every converter's: a file in the way was its crash, a full folder lost
     reg = _registry()

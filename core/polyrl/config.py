@@ -30,6 +30,7 @@ from polyrl.step_line import STEP_LINE_CHOICES
 from polyrl.trl_names import trl_fix
 from polyrl.types import LoraConfig, OptimizerConfig, SamplingParams, as_lora_config
 from polyrl.validators import check_depth, check_record
+from polyrl.wide_text import HEAD_BYTES, refuse_wide_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -739,6 +740,9 @@ class RunConfig:
             raise ConfigError(f"config file {str(path)!r} is larger than {MAX_CONFIG_BYTES >> 20} MiB, where a run "
                               "config is a few KB of settings", field="config",
                               fix="pass the run's TOML config; rows go in a data file named by data.path")
+        # a UTF-16 file (Notepad's "Unicode", PowerShell 5's ">") was "line 1 is not valid UTF-8 (byte
+        # 0xff)", or without a byte order mark "not valid TOML": name the encoding and iconv's command
+        refuse_wide_text(path, raw[:HEAD_BYTES], "config")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

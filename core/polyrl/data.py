@@ -191,6 +191,21 @@ class Dataset:
         if final_assistant:
             warn_final_assistant(self.where(final_assistant[0]), source, len(final_assistant))
 
+    def null_everywhere(self, column: str) -> bool:
+        """Whether ``column`` (a mapped name: its source column) is there and null in every row: a
+        Parquet column of type null, JSON lines all writing it null, a CSV column left blank. Read
+        from the Arrow column's null count (no row is materialised) or the JSON rows as parsed."""
+        source = self.column_map.get(column, column)
+        if self._arrow is not None:
+            if source not in self._arrow.column_names:
+                return False
+            values = self._arrow.table.data.table.column(source)
+            if self._arrow.indices is not None:
+                values = values.take(self._arrow.indices)
+            return bool(values.null_count == len(values))
+        rows = self._rows or ()
+        return any(source in row for row in rows) and all(row.get(source) is None for row in rows)
+
     @property
     def late_columns(self) -> dict[str, str]:
         """{column: where it first appears} for the columns the first rows of a JSON file that 🤗

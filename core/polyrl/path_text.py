@@ -95,3 +95,13 @@ def refuse_control_chars(value: Any, field: str) -> None:
                               field=field, fix="remove it; in a double-quoted TOML string a backslash starts an "
                                                "escape (\\n is a line break, \\t a tab): write / between folders, "
                                                "or single quotes for the text as it is")
+
+
+def refuse_empty_path(value: str, field: str, example: str) -> None:
+    """A path argument that is empty or blank (``"$OUT"`` with OUT unset): one ConfigError naming
+    ``field``. Why: ``Path("")`` is ``.``, so ``polyrl convert M ""`` wrote the model into the current
+    folder (refused as "destination '' exists and is not empty" when it held anything) and
+    ``polyrl report ""`` drew whatever run the current folder held."""
+    if not value.strip():
+        raise ConfigError(f"names no path ({value!r}: an unset shell variable reads so)", field=field,
+                          fix=f"give the path, e.g. {example}")

@@ -29,7 +29,7 @@ import numpy as np
 from polyrl import evaluation, metrics_file, plot_warnings
 from polyrl.errors import ConfigError
 from polyrl.folder_links import NOT_REGULAR
-from polyrl.path_text import check_path_text
+from polyrl.path_text import check_path_text, refuse_empty_path
 from polyrl.safe_stats import mean_std
 from polyrl.strict_json import valid_text
 
@@ -225,6 +225,7 @@ def load_run(run_dir: str | Path) -> RunData:
     its later line, as a resume's own rewind of metrics.jsonl does: the steps after a checkpoint
     are logged again by the run that continued from it. A run with an evaluation and no step yet
     (stopped in its first step) is drawn too."""
+    refuse_empty_path(str(run_dir), "RUN_DIR", "polyrl report runs/my-run (a run's train.output_dir)")
     check_path_text(str(run_dir), "RUN_DIR")  # is_dir() raises on a NUL or a name past 255 bytes
     run = Path(run_dir)
     path = run / METRICS_FILE

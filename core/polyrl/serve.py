@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import math
 import os
 import random
 import re
@@ -781,6 +782,16 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     token = load_token(args.weight_push_token_file, args.weight_push_token_env)
     check_startup(args.allow_weight_push, token, args.insecure_weight_push, args.host)
     api_key = None
+    if args.api_key_env is not None and not args.api_key_env.strip():
+        # `--api-key-env "$KEY_VAR"` with KEY_VAR unset served with no key at all, without a word
+        raise ConfigError(f"names no environment variable ({args.api_key_env!r}), so clients would need no key",
+                          field="--api-key-env",
+                          fix="give the variable's name, e.g. --api-key-env POLYRL_API_KEY (export it first), or "
+                              "drop --api-key-env to serve without a key")
+    # nan or -1 delayed nothing, without a word; inf made every delayed request an OverflowError (a 500)
+    if not (math.isfinite(args.fault_delay_s) and args.fault_delay_s >= 0):
+        raise ConfigError(f"must be a finite number of seconds >= 0, got {args.fault_delay_s}",
+                          field="--fault-delay-s", fix="e.g. --fault-delay-s 2 (0: no delay)")
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:

@@ -69,6 +69,7 @@ from polyrl.errors import (
     StoppedAtOnce,
 )
 from polyrl.late_columns import refuse_needed, reward_columns
+from polyrl.null_answers import answer_columns, refuse_null
 from polyrl.logs import get_logger, log_from_signal_handler, readable
 from polyrl.tracking.tensorboard import LOG_DIR as TENSORBOARD_DIR
 from polyrl.plugins import get_plugin_manager
@@ -376,6 +377,11 @@ class Trainer:
         for data in self._source_data:  # a column a reward reads, missing from a JSON file's first rows
             if data is not None:
                 refuse_needed(read, data.late_columns, data.name)
+        # an answer column null in every row: the reward would score nothing (``polyrl.null_answers``)
+        train_data, held_out = self._source_data
+        refuse_null(answer_columns(config.rewards), train_data, "the training set")
+        if held_out is not None:
+            refuse_null(answer_columns(config.rewards, config.eval.reward, RUN_REWARDS), held_out, "the held-out set")
         self.stop_requested = False
         #: the run was stopped by a signal (or its agreement under a launcher) before its last step
         self._stopped_on_request = False

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from polyrl.errors import BackendUnavailable, ConfigError
+from polyrl.path_loops import LOOP_FIX, symlink_loop
 from polyrl.registry import Registry
 from polyrl.remote import NAME as REMOTE
 from polyrl.validators import Rule
@@ -79,12 +80,22 @@ def check_output(output: str | os.PathLike[str] | None) -> None:
     written, so the nearest existing one must take a file. Probing leaves nothing behind."""
     if output is None:
         return
-    from polyrl.path_text import check_path_text
+    from polyrl.path_text import check_path_text, refuse_empty_path
 
+    refuse_empty_path(os.fspath(output), "--output", "--output bench/results.json")
     check_path_text(os.fspath(output), "--output")  # is_dir() raises on a name past 255 bytes or a path past PATH_MAX
     path = Path(output)
     # the path itself first: "." or "/" has no name to change the suffix of (a ValueError traceback)
     for target in (path, *([] if path.is_dir() else [path.with_suffix(".png")])):
+        # a symlink loop, or a link to a folder that does not exist, failed the write after the whole bench;
+        # a link to nowhere else wrote the report where it points, outside the folder named
+        loop = symlink_loop(target)
+        if loop:
+            raise ConfigError(f"{str(target)!r} cannot be followed: {loop}", field="--output", fix=LOOP_FIX)
+        if target.is_symlink() and not target.exists():
+            raise ConfigError(f"{str(target)!r} is a symlink to {os.readlink(target)!r}, which does not exist",
+                              field="--output", fix="give a file path that is no dangling link, e.g. --output "
+                                                    "bench/results.json, or repoint the link")
         if target.is_dir():
             raise ConfigError(f"{str(target)!r} is a directory", field="--output",
                               fix=f"give a file path, e.g. --output {path / 'results.json'}")
@@ -111,4 +122,14 @@ def resolve_bench_model(reg: Registry, model: str) -> str:
         raise ConfigError(f"model {model!r} is neither a local path nor a known alias", field="--model",
                           fix="give an existing HF model folder or .gguf file, or an alias like tiny-llama "
                           "or smollm2-135m-instruct")
+    # a FIFO, a device or a folder with no model in it passed: the matmul peak ran, every side failed alike
+    path = Path(resolved)
+    fix = "give an HF model folder (with config.json) or a .gguf file, or an alias like tiny-llama"
+    if not (path.is_dir() or path.is_file()):
+        raise ConfigError(f"model {model!r} is neither a folder nor a regular file (a FIFO, socket or device)",
+                          field="--model", fix=fix)
+    if path.is_dir() and not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+        raise ConfigError(f"model folder {model!r} has no config.json (nor a .gguf file)", field="--model", fix=fix)
+    if path.is_file() and path.suffix != ".gguf":
+        raise ConfigError(f"model {model!r} is a file but not a .gguf file", field="--model", fix=fix)
     return resolved
