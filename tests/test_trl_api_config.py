@@ -55,6 +55,7 @@ def test_trl_names_as_arguments_are_one_config_error_naming_polyrls_field():
     ({"optimizer.weight_decay": "a"}, "optimizer.weight_decay", "must be a finite number >= 0, got 'a'"),
     ({"train.checkpoint_every": "five"}, "grpo_config.settings", "a setting has the wrong type"),
     ({"algorithm.bta": 0.1}, "algorithm.bta", "did you mean 'beta'?"),
+    ("train.seed", "grpo_config.settings", "settings is a str"),  # was a ValueError traceback at train()
 ])
 def test_own_grpo_configs_bad_settings_are_refused_when_it_is_built(settings, field, said):
     """An unknown, misspelt or wrong-typed settings key was refused only by train()/run, after the

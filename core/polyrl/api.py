@@ -1046,7 +1046,7 @@ def _setting_changes(sections: Any, settings: Mapping[str, Any],
     by table name); an unknown key, or a generation value ``generation_config`` sets differently, refused."""
     changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
-        table, _, name = key.partition(".")
+        table, _, name = key.partition(".") if isinstance(key, str) else ("", "", "")
         section = getattr(sections, table, None) if table in _WHOLE_TABLES or key in _OTHER_SETTINGS else None
         if section is None or name not in {f.name for f in attrs.fields(type(section))}:
             raise ConfigError(f"unknown setting {key!r}", field=f"grpo_config.settings.{key}",
@@ -1090,10 +1090,17 @@ def check_settings(settings: Mapping[str, Any]) -> None:
     from polyrl.config import LoggingSection
     from polyrl.validators import check_record
 
+    try:  # as run_config reads it (a list of pairs too); a string or a number was a traceback at train()
+        settings = dict(settings)
+    except (TypeError, ValueError):
+        raise ConfigError(f"settings is a {type(settings).__name__}, not a mapping of polyrl keys to values",
+                          field="grpo_config.settings",
+                          fix='pass a dict, e.g. settings={"optimizer.schedule": "cosine"}') from None
     algorithm = {k.partition(".")[2]: v for k, v in settings.items()
-                 if k.startswith("algorithm.") and k not in _REQUESTS}
+                 if isinstance(k, str) and k.startswith("algorithm.") and k not in _REQUESTS}
     AlgorithmConfig.check_setting_names(algorithm)
-    own = {k: v for k, v in settings.items() if k not in _REQUESTS and not k.startswith("algorithm.")}
+    own = {k: v for k, v in settings.items()
+           if not (isinstance(k, str) and (k in _REQUESTS or k.startswith("algorithm.")))}
     sections = {"generation": GenerationSection(), "optimizer": OptimizerConfig(), "train": TrainSection(),
                 "eval": EvalSection(), "logging": LoggingSection(), "model": ModelSection(path="model"),
                 "data": DataSection(rows=[{"prompt": "-"}])}
