@@ -49,6 +49,32 @@ def test_trl_names_as_arguments_are_one_config_error_naming_polyrls_field():
 
 # --- GRPOConfig.from_trl ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("settings, field, said", [
+    ({"data.drop_overlong": True}, "grpo_config.settings.data.drop_overlong", "unknown setting 'data.drop_overlong'"),
+    ({"train.chekpoint_every": 5}, "grpo_config.settings.train.chekpoint_every", "unknown setting"),
+    ({"optimizer.weight_decay": "a"}, "optimizer.weight_decay", "must be a finite number >= 0, got 'a'"),
+    ({"train.checkpoint_every": "five"}, "grpo_config.settings", "a setting has the wrong type"),
+    ({"algorithm.bta": 0.1}, "algorithm.bta", "did you mean 'beta'?"),
+    ("train.seed", "grpo_config.settings", "settings is a str"),  # was a ValueError traceback at train()
+])
+def test_own_grpo_configs_bad_settings_are_refused_when_it_is_built(settings, field, said):
+    """An unknown, misspelt or wrong-typed settings key was refused only by train()/run, after the
+    trainer was built and maybe the model loaded; now by the GRPOConfig itself, in run's words."""
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig(settings=settings)
+    assert info.value.field == field, info.value
+    assert said in str(info.value)
+
+
+def test_own_grpo_configs_settings_the_rest_of_the_run_decides_still_build():
+    """What depends on the prompts or other tables (an eval interval without eval rows yet, an
+    epoch request, a long completion) waits for run_config, as before."""
+    config = api.GRPOConfig(settings={"eval.every": 2, "train.checkpoint_every_epoch": True,
+                                      "generation.max_new_tokens": 4096, "algorithm.beta": 0.1,
+                                      "data.shuffle": False, "model.max_length": 8192})
+    assert config.settings["eval.every"] == 2
+
+
 def test_an_untouched_trl_config_keeps_trls_defaults_where_they_differ_from_polyrls():
     ours = api.GRPOConfig.from_trl(trl_config())
     assert (ours.learning_rate, ours.seed, ours.output_dir) == (1e-6, 42, "trainer_output")

@@ -89,3 +89,40 @@ def test_save_model_saves_the_processing_class_as_the_script_left_it(tiny_model_
     saved = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
     assert (saved.pad_token, saved.padding_side, saved.model_max_length) == (tok.eos_token, "right", 77)
     assert saved.chat_template == tok.chat_template and (tmp_path / "saved" / "model.safetensors").is_file()
+
+
+def test_save_model_without_a_processing_class_saves_trls_left_padding(tiny_model_dir, tmp_path):
+    """Without a processing_class TRL 1.16 loads the tokenizer itself with padding_side and
+    truncation_side "left" and saves that object; polyrl copied the folder's files, so a script
+    reloading the saved tokenizer padded (and cut) on the folder's side, right here."""
+    folder = tmp_path / "right"
+    shutil.copytree(tiny_model_dir, folder)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config.update(padding_side="right", truncation_side="right")
+    config_file.write_text(json.dumps(config))
+    trainer = _build(folder, None, tmp_path / "run")
+    assert (trainer.processing_class.padding_side, trainer.processing_class.truncation_side) == ("left", "left")
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert (saved.padding_side, saved.truncation_side) == ("left", "left")
+    assert saved.chat_template == trainer.processing_class.chat_template
+
+
+def test_save_model_writes_trls_args_as_training_args_bin(tiny_model_dir, tmp_path):
+    """transformers' save_model writes torch.save(args) as training_args.bin beside the weights,
+    which TrainingArguments reloads and the Hub model card read; polyrl's own GRPOConfig is no
+    TrainingArguments, so none is written for it."""
+    import torch
+
+    from polyrl import api
+
+    trainer = _build(tiny_model_dir, None, tmp_path / "run")
+    trainer.save_model(str(tmp_path / "saved"))
+    args = torch.load(tmp_path / "saved" / "training_args.bin", weights_only=False)
+    assert type(args) is type(trainer.args) and args.output_dir == trainer.args.output_dir
+    own = GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], train_dataset=prompts_dataset(),
+                      args=api.GRPOConfig(output_dir=str(tmp_path / "own")))
+    own.save_model(str(tmp_path / "own_saved"))
+    assert (tmp_path / "own_saved" / "model.safetensors").is_file()
+    assert not (tmp_path / "own_saved" / "training_args.bin").exists()

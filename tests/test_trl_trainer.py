@@ -499,6 +499,7 @@ def test_with_peft_config_save_model_before_train_saves_trls_untrained_adapter(t
     trainer.save_model(str(tmp_path / "untrained"))
     config = json.loads((tmp_path / "untrained" / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["lora_alpha"] == 8
+    assert (tmp_path / "untrained" / "training_args.bin").is_file()  # transformers' _save writes it with an adapter too
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     plain = _logits(base)
     assert torch.allclose(_logits(peft.PeftModel.from_pretrained(base, str(tmp_path / "untrained"))), plain)

@@ -27,6 +27,7 @@ import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ParamSpec, TypeVar
 
 import attrs
@@ -48,9 +49,12 @@ from polyrl.one_conversation import MESSAGE_ROWS_FIX, refuse_one_conversation
 from polyrl.trl_config import (
     BEST_KEPT,
     EVERY_EPOCH,
+    EVAL_FRACTION,
     ROUNDED_SAVE,
     SAVE_EVERY_EPOCH,
+    SAVE_FRACTION,
     SAVE_ON_BEST,
+    WARMUP_FRACTION,
     resolve_fractions,
     rounded_save_warning,
 )
@@ -210,6 +214,8 @@ class GRPOConfig:
                               field="grpo_config.learning_rate",
                               fix=f"did you mean learning_rate={guess} (the exponent's minus sign lost)?" if guess
                               else "set e.g. learning_rate=1e-6 (TRL's default)")
+        if not self._from_trl:  # from_trl's settings are TRL's values, checked and named by its fields
+            check_settings(self.settings)
         if self.chat_template_kwargs is not None:  # named as the argument the caller wrote
             object.__setattr__(self, "chat_template_kwargs",
                                checked(self.chat_template_kwargs, "grpo_config.chat_template_kwargs"))
@@ -1027,19 +1033,21 @@ def _refuse_preset_over_trl(algorithm: str, overrides: Mapping[str, Any]) -> Non
 
 #: the keys ``with_settings`` takes outside its whole tables
 _OTHER_SETTINGS = ("data.shuffle", "model.max_length")
+#: the tables ``with_settings`` takes whole
+_WHOLE_TABLES = ("generation", "optimizer", "train", "eval", "logging")
+#: ``GRPOConfig.settings`` keys that are requests ``run_config`` turns into config keys, not keys
+_REQUESTS = (EVERY_EPOCH, SAVE_EVERY_EPOCH, SAVE_ON_BEST, BEST_KEPT, ROUNDED_SAVE, SAVE_FRACTION, EVAL_FRACTION,
+             WARMUP_FRACTION, "algorithm.name")
 
 
-def with_settings(config: RunConfig, settings: Mapping[str, Any],
-                  generation_config: GenerationConfig | None = None) -> RunConfig:
-    """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train,
-    eval, logging, data.shuffle and model.max_length) set; a value also set differently in an explicit
-    ``generation_config`` is an error. (``model.max_length``: a script's only way to take prompts and
-    completions past polyrl's default of 1024 tokens; ``polyrl.trl_window``.)"""
+def _setting_changes(sections: Any, settings: Mapping[str, Any],
+                     generation_config: GenerationConfig | None = None) -> dict[str, dict[str, Any]]:
+    """``settings`` as table -> field -> value over ``sections`` (a ``RunConfig``, or its records
+    by table name); an unknown key, or a generation value ``generation_config`` sets differently, refused."""
     changes: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
-        table, _, name = key.partition(".")
-        section = getattr(config, table, None) if table in ("generation", "optimizer", "train", "eval", "logging") or \
-            key in _OTHER_SETTINGS else None
+        table, _, name = key.partition(".") if isinstance(key, str) else ("", "", "")
+        section = getattr(sections, table, None) if table in _WHOLE_TABLES or key in _OTHER_SETTINGS else None
         if section is None or name not in {f.name for f in attrs.fields(type(section))}:
             raise ConfigError(f"unknown setting {key!r}", field=f"grpo_config.settings.{key}",
                               fix="name a generation.*, optimizer.*, train.*, eval.* or logging.* key of the Config "
@@ -1050,10 +1058,52 @@ def with_settings(config: RunConfig, settings: Mapping[str, Any],
                 raise ConfigError(f"{name} is {mine!r} in generation_config and {value!r} in grpo_config",
                                   field=f"generation_config.{name}", fix="set it in one of them")
         changes.setdefault(table, {})[name] = value
-    if not changes:
-        return config
+    return changes
+
+
+def _evolved(record: Any, values: Mapping[str, Any]) -> Any:
+    """``attrs.evolve``, a value of the wrong type (a record's check comparing it) a ConfigError."""
     try:
-        return attrs.evolve(config, **{table: attrs.evolve(getattr(config, table), **values)
-                                       for table, values in changes.items()})
+        return attrs.evolve(record, **values)
     except TypeError as exc:
         raise ConfigError(f"a setting has the wrong type: {exc}", field="grpo_config.settings") from None
+
+
+def with_settings(config: RunConfig, settings: Mapping[str, Any],
+                  generation_config: GenerationConfig | None = None) -> RunConfig:
+    """``config`` with polyrl's ``table.key`` -> value ``settings`` (generation, optimizer, train,
+    eval, logging, data.shuffle and model.max_length) set; a value also set differently in an explicit
+    ``generation_config`` is an error. (``model.max_length``: a script's only way to take prompts and
+    completions past polyrl's default of 1024 tokens; ``polyrl.trl_window``.)"""
+    changes = _setting_changes(config, settings, generation_config)
+    if not changes:
+        return config
+    return _evolved(config, {table: _evolved(getattr(config, table), values) for table, values in changes.items()})
+
+
+def check_settings(settings: Mapping[str, Any]) -> None:
+    """``settings`` of polyrl's own ``GRPOConfig`` checked when it is built, with the errors ``run``
+    gives (``with_settings``, each record's own checks and ``check_record``'s rules, the algorithm's
+    key names): an unknown key or a refused value was found only once ``train()`` began, maybe after
+    the model had loaded. What depends on the rest of the run (the prompts, other tables) waits for
+    ``run_config``."""
+    from polyrl.config import LoggingSection
+    from polyrl.validators import check_record
+
+    try:  # as run_config reads it (a list of pairs too); a string or a number was a traceback at train()
+        settings = dict(settings)
+    except (TypeError, ValueError):
+        raise ConfigError(f"settings is a {type(settings).__name__}, not a mapping of polyrl keys to values",
+                          field="grpo_config.settings",
+                          fix='pass a dict, e.g. settings={"optimizer.schedule": "cosine"}') from None
+    algorithm = {k.partition(".")[2]: v for k, v in settings.items()
+                 if isinstance(k, str) and k.startswith("algorithm.") and k not in _REQUESTS}
+    AlgorithmConfig.check_setting_names(algorithm)
+    own = {k: v for k, v in settings.items()
+           if not (isinstance(k, str) and (k in _REQUESTS or k.startswith("algorithm.")))}
+    sections = {"generation": GenerationSection(), "optimizer": OptimizerConfig(), "train": TrainSection(),
+                "eval": EvalSection(), "logging": LoggingSection(), "model": ModelSection(path="model"),
+                "data": DataSection(rows=[{"prompt": "-"}])}
+    for table, values in _setting_changes(SimpleNamespace(**sections), own).items():
+        check_record(_evolved(sections[table], values), table)
+

@@ -794,19 +794,42 @@ class GRPOTrainer:
             self._check_own_saves()
         if self.policy.lora is not None:
             self._save_adapter(target)
+            self._save_args(target)
             return
         source = self._model_source("save_model")
         if target.resolve() == source.resolve():
             return
         target.mkdir(parents=True, exist_ok=True)
-        if self._processing_class is None:
-            shutil.copytree(source, target, dirs_exist_ok=True)
-            return
         # TRL saves the processing_class it holds, as the script left it (pad_token, padding_side,
-        # model_max_length): the folder's own tokenizer files are left out, lest a stale one win
+        # model_max_length), or as it loaded it itself (left padding and truncation): the folder's
+        # own tokenizer files are left out, lest a stale one win
+        tokenizer = self._processing_class
+        if tokenizer is None and any((source / name).is_file() for name in _TOKENIZER_FILES):
+            from transformers import AutoTokenizer
+
+            from polyrl import trl_folder_code
+
+            # what TRL 1.16 loads without a processing_class (left padding and truncation), from the files saved
+            tokenizer = trl_folder_code.load(AutoTokenizer, source, "model", padding_side="left",
+                                             truncation_side="left")
         shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
-            name for name in names if name in _TOKENIZER_FILES])
-        self._processing_class.save_pretrained(str(target))
+            name for name in names if tokenizer is not None and name in _TOKENIZER_FILES])
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(target))
+        self._save_args(target)
+
+    def _save_args(self, target: Path) -> None:
+        """transformers' ``training_args.bin`` beside the saved model: ``torch.save`` of ``args``,
+        which ``torch.load`` (``TrainingArguments`` reloaded) and the Hub model card read. Written for
+        TRL's or transformers' own arguments only; polyrl's ``api.GRPOConfig`` is no ``TrainingArguments``."""
+        try:
+            from transformers import TrainingArguments
+        except ImportError:
+            return
+        if isinstance(self.args, TrainingArguments):
+            import torch
+
+            torch.save(self.args, target / "training_args.bin")
 
     def _save_adapter(self, target: Path) -> None:
         """``save_model`` with ``peft_config``: what TRL's ``PeftModel.save_pretrained`` and
@@ -919,10 +942,12 @@ class GRPOTrainer:
 
             from polyrl import trl_folder_code
 
-            # after train() the tokenizer saved beside the trained model: a polyrl model name is no Hub id
+            # after train() the tokenizer saved beside the trained model: a polyrl model name is no Hub id.
+            # Left padding and truncation, as TRL 1.16's GRPOTrainer loads it (save_model writes them)
             trained = "model" in (self.summary or {})
             self._processing_class = trl_folder_code.load(
-                AutoTokenizer, self._model_source("processing_class") if trained else self.model_path, "model")
+                AutoTokenizer, self._model_source("processing_class") if trained else self.model_path, "model",
+                padding_side="left", truncation_side="left")
         return self._processing_class
 
     @property

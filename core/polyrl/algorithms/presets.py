@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import attrs
@@ -387,14 +387,20 @@ class AlgorithmConfig:
             close = difflib.get_close_matches(str(name), ALGORITHMS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             _fail("name", f"unknown algorithm {name!r}", f"{hint}use one of {', '.join(ALGORITHMS)}")
-        fields = sorted(f.name for f in attrs.fields(cls) if f.name != "name")
-        for key, value in overrides.items():
-            if key not in fields:
-                _fail(key, f"unknown algorithm setting {key!r}", unknown_key_fix(key, value, fields))
+        cls.check_setting_names(overrides)
         refuse_preset_shaping_under_gdpo(name, overrides)
         config = cls(name=name, **{**PRESETS[name], **overrides})
         check_given_keys_act(config, overrides)
         return config
+
+    @classmethod
+    def check_setting_names(cls, overrides: Mapping[str, Any]) -> None:
+        """One ConfigError for the first key of ``overrides`` that is no algorithm field (a typo
+        gets the closest name); ``polyrl.api.GRPOConfig`` checks its ``algorithm.*`` settings with it."""
+        fields = sorted(f.name for f in attrs.fields(cls) if f.name != "name")
+        for key, value in overrides.items():
+            if key not in fields:
+                _fail(key, f"unknown algorithm setting {key!r}", unknown_key_fix(key, value, fields))
 
     # --- derived values ------------------------------------------------------------------------
 
