@@ -62,8 +62,9 @@ def test_a_bench_whose_every_side_failed_exits_non_zero_with_one_error_line(tmp_
     load) measured nothing, yet exited 0: now the table and report, then one ``error:`` line. A
     failing backend is reported, not fatal: its side's result holds its error (one bench run
     checks both; each costs three children loading torch)."""
-    broken = tmp_path / "broken-model"  # no config.json: the torch side's load fails
-    broken.mkdir()  # (a missing --model is refused before any side runs: test_cli_flag_errors.py)
+    broken = tmp_path / "broken-model"  # a config.json but no weights nor tokenizer: the torch side's load fails
+    broken.mkdir()  # (a missing --model, or a folder with no config.json, is refused before any side runs)
+    (broken / "config.json").write_text(json.dumps({"model_type": "llama"}))
     out = tmp_path / "b.json"
     done = _bench_cli(tmp_path, "--model", str(broken), "--backends", "torch", "--steps", "1", "--output", str(out))
     assert done.returncode == 2, done.stderr
