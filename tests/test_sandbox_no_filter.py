@@ -538,24 +538,32 @@ def test_where_the_kernel_refuses_the_samples_user_namespace_bubblewrap_runs_and
     assert result.status == "ok" and result.passed == [True], result
 
 
+def _loading_the_filter() -> str:
+    """Python that loads the filter in ``sys.argv[1]`` with the server's own ``_memfd_filter`` (its
+    source, read from server.py), for a process of its own."""
+    import ast
+
+    from polyrl.sandbox import runner
+
+    source = (Path(runner.__file__).parent / "server.py").read_text()
+    loader = next(node for node in ast.parse(source).body
+                  if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
+    return "import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
+
+
 def test_the_memfd_filter_refuses_memfd_and_other_abis_and_nothing_else(tmp_path):
     """``memfd_filter``'s program, loaded in a process of its own by the server's own loader:
     memfd_create, socketpair, pidfd_send_signal (to its own parent) and openat for writing relative
     to a folder's descriptor fail with EPERM, so does an x32 call (on x86_64), and ordinary calls (a
     unix socket, a pipe, a plain open for writing, reading relative to a folder's descriptor) still work."""
-    import ast
     import platform
-    from pathlib import Path
 
-    from polyrl.sandbox import memfd_filter, runner
+    from polyrl.sandbox import memfd_filter
 
     program = memfd_filter.program()
     if program is None:
         pytest.skip("memfd_create's number is known here for x86_64 and aarch64 only")
-    source = (Path(runner.__file__).parent / "server.py").read_text()
-    loader = next(node for node in ast.parse(source).body
-                  if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
-    code = ("import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
+    code = (_loading_the_filter() +
             "try:\n    os.memfd_create('x')\n    print('MEMFD made')\nexcept OSError as e:\n    print('MEMFD', e.errno)\n"
             "import _socket\ntry:\n    _socket.socketpair()\n    print('PAIR made')\nexcept OSError as e:\n    print('PAIR', e.errno)\n"
             "_socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM).close()\nos.close(os.pipe()[0])\n"
@@ -592,18 +600,13 @@ def test_the_off_filter_lets_renames_and_chdir_through_from_the_working_folder_o
     descriptor (a path the hook cannot judge), ``fchdir``, ``link`` and ``symlink`` still fail
     with EPERM. Without ``renames`` the filter refuses renames and chdir whole, as before. Loaded by
     the server's own loader in a process of its own."""
-    import ast
-    from pathlib import Path
 
-    from polyrl.sandbox import memfd_filter, runner
+    from polyrl.sandbox import memfd_filter
 
     hooked, whole = memfd_filter.program(paths=True, renames=True), memfd_filter.program(paths=True)
     if hooked is None or whole is None:
         pytest.skip("the small filter's numbers are known here for x86_64 and aarch64 only")
-    source = (Path(runner.__file__).parent / "server.py").read_text()
-    loader = next(node for node in ast.parse(source).body
-                  if isinstance(node, ast.FunctionDef) and node.name == "_memfd_filter")
-    code = ("import ctypes, os, sys\n" + str(ast.get_source_segment(source, loader)) + "\n_memfd_filter(sys.argv[1])\n"
+    code = (_loading_the_filter() +
             "os.mkdir('d')\nopen('w.txt', 'w').close()\nhere = os.open('.', os.O_RDONLY | os.O_DIRECTORY)\n"
             "def tried(name, act):\n    try:\n        act()\n        print(name, 'done')\n"
             "    except OSError as e:\n        print(name, e.errno)\n"
