@@ -78,6 +78,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -128,8 +129,9 @@ class Faults:
         for key, value in data.items():
             if key not in attrs.fields_dict(Faults):
                 raise ApiError(400, f"unknown fault {key!r}; known: {', '.join(attrs.fields_dict(Faults))}", key)
-            if not _FAULT_RULES[key](value):
-                raise ApiError(400, f"fault {key} must be {_FAULT_KINDS[key]}, got {shown(value, 40)}", key)
+            accepts, kind = _FAULT_RULES[key]
+            if not accepts(value):
+                raise ApiError(400, f"fault {key} must be {kind}, got {shown(value, 40)}", key)
         for key, value in data.items():
             setattr(self, key, float(value) if key == "delay_s" else value)
 
@@ -139,16 +141,14 @@ def _count(value: Any) -> bool:
 
 
 #: what each fault accepts: a check of the JSON value, and its words for the 400
-_FAULT_RULES: dict[str, Any] = {
-    "delay_s": lambda v: type(v) in (int, float) and 0 <= v <= MAX_WAIT_S,
-    "delay_first": _count,
-    "garbage": lambda v: type(v) is bool,
-    "fail_503_first": _count,
-    "die_after": lambda v: v is None or _count(v),
+_FAULT_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "delay_s": (lambda v: type(v) in (int, float) and 0 <= v <= MAX_WAIT_S,
+                f"a number of seconds in [0, {MAX_WAIT_S:g}]"),
+    "delay_first": (_count, "an integer >= 0"),
+    "garbage": (lambda v: type(v) is bool, "a JSON boolean"),
+    "fail_503_first": (_count, "an integer >= 0"),
+    "die_after": (lambda v: v is None or _count(v), "an integer >= 0 or null"),
 }
-_FAULT_KINDS = {"delay_s": f"a number of seconds in [0, {MAX_WAIT_S:g}]", "delay_first": "an integer >= 0",
-                "garbage": "a JSON boolean", "fail_503_first": "an integer >= 0",
-                "die_after": "an integer >= 0 or null"}
 
 
 @attrs.define
