@@ -111,12 +111,9 @@ _HEAD_PARTS = frozenset({"score", "classifier"})
 
 def _architectures(folder: str) -> list[str]:
     """config.json's ``architectures`` in ``folder`` ([] when it names none or cannot be read)."""
-    import json
+    from polyrl.backend_kit.model_folders import json_object
 
-    try:
-        names = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("architectures")
-    except (OSError, ValueError, AttributeError):
-        return []
+    names = json_object(Path(folder) / "config.json").get("architectures")
     return [str(name) for name in names] if isinstance(names, list) else []
 
 

@@ -22,7 +22,7 @@ from polyrl.errors import ConfigError
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def _json_object(file: Path) -> dict[str, Any]:
+def json_object(file: Path) -> dict[str, Any]:
     """``file``'s JSON object; empty when absent, unreadable or not an object (the loader reports those)."""
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
@@ -38,7 +38,7 @@ def adapter_folder_error(folder: Path, field: str = "model.path", backend: str =
     config = folder / ADAPTER_CONFIG
     if (folder / "config.json").exists() or not config.is_file():
         return None
-    adapter = _json_object(config)
+    adapter = json_object(config)
     if "fine_tune_type" in adapter or "lora_parameters" in adapter:
         return _mlx_lm_adapter_error(folder, adapter, field)
     base = adapter.get("base_model_name_or_path")
@@ -76,7 +76,7 @@ def remote_code_files(folder: Path) -> list[str]:
     folder's own modelling code), sorted; empty when neither file names any."""
     files: set[str] = set()
     for name in ("config.json", "tokenizer_config.json"):
-        auto_map = _json_object(folder / name).get("auto_map")
+        auto_map = json_object(folder / name).get("auto_map")
         if not isinstance(auto_map, dict):
             continue
         for value in auto_map.values():
@@ -114,7 +114,7 @@ def unknown_type_error(folder: Path, exc: BaseException, field: str = "model.pat
     edited in): one line naming the type and the version. transformers' own message runs over
     several lines and paragraphs, and the generic fix "point model.path at a Hugging Face model
     folder" sent the user looking for a folder they had given. None for any other failure."""
-    model_type = _json_object(folder / "config.json").get("model_type")
+    model_type = json_object(folder / "config.json").get("model_type")
     if not isinstance(model_type, str) or "model_type" not in str(exc) and model_type not in str(exc):
         return None
     try:
@@ -139,7 +139,7 @@ def foreign_code_error(folder: Path, backend: str, field: str = "model.path") ->
     files = remote_code_files(folder)
     if not files:
         return None
-    model_type = _json_object(folder / "config.json").get("model_type")
+    model_type = json_object(folder / "config.json").get("model_type")
     return ConfigError(
         f"{str(folder)!r} needs its own Python code to build model_type {model_type!r} ({', '.join(files)}, "
         f"named by auto_map), which the {backend} backend cannot run", field=field,
