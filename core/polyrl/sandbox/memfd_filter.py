@@ -13,6 +13,12 @@ runs (``prctl``, after ``no_new_privs``), so both calls fail with EPERM as under
 ``fs.aio-max-nr``, one limit for the whole host, and a sample took all of it (every ``io_setup``
 on the host failed while it ran).
 
+``vmsplice`` too (EPERM, as under the full filter): a pipe holds its pages by reference, and a page
+of a transparent huge page pinned its whole 2 MB folio after the sample unmapped it (32 MB per pipe
+no rlimit counts). ``sync`` and ``syncfs`` (EPERM; Python's ``os.sync`` ignores the answer, and the
+full filter answers them 0 without effect): each flushes the host's disks, and a sample looping on
+``os.sync()`` made 120 such flushes a second.
+
 ``pidfd_send_signal`` too (EPERM, as under the full filter): the audit hook refuses ``os.kill`` of
 another process, but ``signal.pidfd_send_signal`` raises no audit event, so at the ``off`` level
 (no PID namespace) a sample of the trainer's uid (a non-root trainer's, or ``user = "none"`` as
@@ -54,7 +60,7 @@ working folder changes which of the sample's files it names, never takes it outs
 then a thread's ``chdir`` back up, wrote outside in under a second. Without the hook
 (``audit_hook = false``) renames and chdir are refused whole, as before.
 
-Classic-BPF instructions (seventeen, 32 with the path calls on x86_64, 34 with renames let through) with the system call
+Classic-BPF instructions (twenty, 35 with the path calls on x86_64, 37 with renames let through) with the system call
 numbers of x86_64 and aarch64 (None elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
 
@@ -74,9 +80,10 @@ from pathlib import Path
 from polyrl.sandbox import isolation
 
 #: Per machine: the audit architecture (``seccomp_data.arch``), the numbers of the calls refused
-#: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2, io_setup) and openat's.
-CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437, 206), 257),
-         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437, 0), 56)}
+#: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2, io_setup, vmsplice,
+#: sync, syncfs) and openat's.
+CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437, 206, 278, 162, 306), 257),
+         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437, 0, 75, 81, 267), 56)}
 #: Per machine: the calls refused whole at ``off`` only (module docstring): rename, renameat,
 #: renameat2, chdir, link, linkat, symlink, symlinkat, fchdir, mount, umount2, chroot, pivot_root,
 #: unshare, setns (aarch64 has only the ``at`` forms of the first ones).

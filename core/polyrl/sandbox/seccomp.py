@@ -88,7 +88,17 @@ DENIED = (
     # of (``signal.pidfd_send_signal``; the PID namespace hides the trainer, the small filter at
     # ``off`` refuses it too: ``memfd_filter``)
     "socketpair", "pidfd_send_signal",
+    # pages a pipe holds by reference (no copy): a page of a transparent huge page pins the whole 2 MB
+    # folio after the sample unmaps it, so 16 such pages held 32 MB per pipe that RLIMIT_AS no longer
+    # counts (256 MB in 8 pipes at memory_mb = 512, MemAvailable's drop); ``write`` copies, so pipes
+    # work as before. Nothing a sample runs uses it
+    "vmsplice",
 )
+#: Kernel calls answered 0 without effect: every file a sample may write is on its tmpfs, where they
+#: do nothing, but they flush the host's disks: ``sync`` writes back every filesystem's dirty pages
+#: and sends the disk a cache flush (120 a second in a loop), and ``fsync`` of a host file opened for
+#: reading (a read-only bind) commits its filesystem's journal with a flush too (400 a second).
+NO_EFFECT = ("sync", "syncfs", "fsync", "fdatasync", "sync_file_range", "sync_file_range2")
 #: Kernel calls that start a process, refused with EPERM (``clone`` is refused unless it makes a thread).
 NEW_PROCESS = ("fork", "vfork")
 #: Kernel calls that set the real uid from their first argument, refused when it is 0 (module
@@ -113,6 +123,14 @@ INT_BITS = 0xFFFFFFFF
 #: ``setsockopt`` options answered 0 without effect (module docstring): (level, option name).
 BUFFER_OPTIONS = tuple((socket.SOL_SOCKET, getattr(socket, name)) for name in ("SO_SNDBUF", "SO_RCVBUF")
                        if hasattr(socket, name)) if hasattr(socket, "SOL_SOCKET") else ()
+
+#: ``setsockopt(SOL_SOCKET, SO_ZEROCOPY)``, refused with EPERM (the number of asm-generic, x86_64 and
+#: aarch64). Why: with it, ``sendmsg(MSG_ZEROCOPY)`` on a TCP or UDP socket leaves the sample's pages
+#: in the send queue by reference, and a page of a transparent huge page pins its whole 2 MB folio
+#: after the sample unmaps it: 47 such sends per loopback connection nobody reads held about 94 MB
+#: that RLIMIT_AS no longer counts (263 MB in 4 connections at memory_mb = 512). Without the option
+#: the kernel copies what ``MSG_ZEROCOPY`` sends, so sockets work as before.
+SO_ZEROCOPY = 60
 
 _lock = threading.Lock()
 _cache: list[tuple[bytes | None, str]] = []
@@ -144,6 +162,11 @@ def _build() -> tuple[bytes | None, str]:
                 rules.add_rule(sc.ERRNO(errno.EPERM), name)
             except (ValueError, RuntimeError, OSError):
                 pass  # not a call on this architecture (aarch64 has clone only)
+        for name in NO_EFFECT:
+            try:
+                rules.add_rule(sc.ERRNO(0), name)
+            except (ValueError, RuntimeError, OSError):
+                pass  # not a call on this architecture (sync_file_range2: 32-bit ARM and PowerPC)
         flags = _clone_flags_arg(sc)
         rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(flags, sc.MASKED_EQ, CLONE_THREAD, 0))
         rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
@@ -167,6 +190,9 @@ def _build() -> tuple[bytes | None, str]:
         for level, option in BUFFER_OPTIONS:
             rules.add_rule(sc.ERRNO(0), "setsockopt", sc.Arg(1, sc.MASKED_EQ, INT_BITS, level),
                            sc.Arg(2, sc.MASKED_EQ, INT_BITS, option))
+        if BUFFER_OPTIONS:  # Linux: SOL_SOCKET is known
+            rules.add_rule(sc.ERRNO(errno.EPERM), "setsockopt", sc.Arg(1, sc.MASKED_EQ, INT_BITS, socket.SOL_SOCKET),
+                           sc.Arg(2, sc.MASKED_EQ, INT_BITS, SO_ZEROCOPY))
         with tempfile.TemporaryFile() as out:  # libseccomp writes to a real descriptor
             rules.export_bpf(out)
             out.seek(0)
@@ -175,8 +201,9 @@ def _build() -> tuple[bytes | None, str]:
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
     return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, AIO, ioprio_set, "
-                     "SysV IPC, socketpair, pidfd_send_signal, ...), clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), "
-                     "socket families beyond unix/inet/inet6 "
+                     "SysV IPC, socketpair, pidfd_send_signal, vmsplice, ...), sync/fsync answered without effect, "
+                     "clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), "
+                     "SO_ZEROCOPY, socket families beyond unix/inet/inet6 "
                      "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
                      "pipe buffer sizes (F_SETPIPE_SZ), setuid calls to uid 0; new processes refused (fork, vfork, clone "
                      "without CLONE_THREAD; clone3 ENOSYS): one process, threads only, memory_mb in all")
