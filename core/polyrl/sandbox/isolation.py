@@ -276,13 +276,22 @@ ACCEPT_QUEUE = 8
 #: shared connection table: a sample connecting to its own listener and closing made 14 000 of
 #: them in 3 s (the namespace's limit was 131 072). They go when its namespace does, at its end.
 TIME_WAIT_MAX = 256
+#: ``net.unix.max_dgram_qlen`` in the sample's network namespace: a unix datagram socket queues one
+#: more than this of what others send it (what it sends itself is bounded by its own send buffer).
+#: Why: a datagram waits there after its sender is closed, up to the sender's send buffer (208 KB)
+#: each, kernel memory no rlimit counts, and the default is 10: a sample sending to 40 sockets of
+#: its own from short-lived senders held 86 MB in them (MemAvailable fell 104 MB) at any
+#: ``memory_mb``. Now two datagrams a socket, at most ``max_open_files`` x 416 KB.
+UNIX_DGRAM_QUEUE = 1
 
 
 def namespace_sysctls() -> list[tuple[str, str]]:
     """What either wrapper writes in the sample's network namespace (under /proc/sys): the capped
-    ``TCP_BUFFERS``, ``ACCEPT_QUEUE`` and ``TIME_WAIT_MAX``; any refused fails the wrapper."""
+    ``TCP_BUFFERS``, ``ACCEPT_QUEUE``, ``TIME_WAIT_MAX`` and ``UNIX_DGRAM_QUEUE``; any refused fails
+    the wrapper."""
     return [*zip(TCP_BUFFERS, tcp_buffer_limits()), ("net/core/somaxconn", str(ACCEPT_QUEUE)),
-            ("net/ipv4/tcp_max_tw_buckets", str(TIME_WAIT_MAX))]
+            ("net/ipv4/tcp_max_tw_buckets", str(TIME_WAIT_MAX)),
+            ("net/unix/max_dgram_qlen", str(UNIX_DGRAM_QUEUE))]
 
 
 def tcp_buffer_limits() -> list[str]:
@@ -965,7 +974,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                     "isolation": "bwrap: own mount, PID (fresh /proc), network, IPC, UTS namespaces"
                     + _userns_report(launch, notes) + "; no capabilities; "
                     + (f"TCP buffers at most {TCP_BUFFER_MAX // 1024} KB each way, accept queues {ACCEPT_QUEUE}, "
-                       f"TIME_WAIT sockets {TIME_WAIT_MAX}" + (
+                       f"TIME_WAIT sockets {TIME_WAIT_MAX}, unix datagram queues {UNIX_DGRAM_QUEUE + 1}" + (
                            " (set by Python: no util-linux unshare, mount or sh)"
                            if launch.wrapper[:1] == (sys.executable,) else "")
                        if launch.wrapper else
