@@ -22,8 +22,9 @@ held every device node the sample's uid may open, and as uid 0 (``user = "none"`
 read and write on the console, ``/dev/vcs``, ``/dev/kvm`` and swap on ``/dev/zram0``); then it
 changes to ``/tmp`` and execs the
 rest of the command (first, as ``new_root``'s, it sets the IPC namespace's ``shmmni`` and
-``msgmni`` to 0). A unix socket elsewhere stays reachable: ``connect`` needs write permission
-on the socket, which a read-only mount does not take away (the kernel's EROFS check skips sockets).
+``msgmni`` to 0, and the network namespace's unix socket queues short: ``new_root.UNIX_QUEUES``).
+A unix socket elsewhere stays reachable: ``connect`` needs write permission on the socket, which
+a read-only mount does not take away (the kernel's EROFS check skips sockets).
 
 Descendants of a hidden folder cannot be revealed again: a sample has no capability to unmount,
 and in a user namespace of its own the mounts it inherits are locked by the kernel.
@@ -39,7 +40,7 @@ import subprocess
 from collections.abc import Sequence
 
 from polyrl import sandbox_hidden
-from polyrl.sandbox.new_root import DEVICES, LOAD_FILTER, MASK_PROC, NO_SYSV_IPC
+from polyrl.sandbox.new_root import DEVICES, LOAD_FILTER, MASK_PROC, NO_SYSV_IPC, UNIX_QUEUES
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
@@ -160,7 +161,7 @@ except OSError as exc:
     print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC).replace("@DEVICES@", repr(DEVICES)).replace(
+'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES).replace("@DEVICES@", repr(DEVICES)).replace(
     "@MASK_PROC@", MASK_PROC)
 
 #: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,

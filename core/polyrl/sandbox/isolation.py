@@ -261,7 +261,8 @@ IPC_LIMITS = ("kernel/shmmni", "kernel/msgmni", "kernel/sem")
 TCP_BUFFER_MAX = 128 * 1024
 #: The per-network-namespace TCP buffer settings (min, default, max) capped at ``TCP_BUFFER_MAX``.
 TCP_BUFFERS = ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem")
-#: ``net.core.somaxconn`` in the sample's network namespace: the longest accept queue of a listening
+#: ``net.core.somaxconn`` in the sample's network namespace (``new_root.ACCEPT_QUEUE``, which the
+#: ``unshare`` level's setup writes too): the longest accept queue of a listening
 #: socket (a larger ``listen`` backlog is clamped to it). Why: a connection waiting there needs no
 #: descriptor of the sample's, nor does its client once closed with data unsent (an orphan), so
 #: ``max_open_files`` did not bound them: a sample connecting to its own listener, filling and
@@ -269,20 +270,15 @@ TCP_BUFFERS = ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem")
 #: queue is 4096 a listener (the host's ``tcp_mem`` limit, shared with the trainer's connections,
 #: is a few GB). Now at most ``max_open_files`` x ``ACCEPT_QUEUE`` such connections, each within
 #: ``TCP_BUFFER_MAX`` each way.
-ACCEPT_QUEUE = 8
+ACCEPT_QUEUE = new_root.ACCEPT_QUEUE
 #: ``net.ipv4.tcp_max_tw_buckets`` in the sample's network namespace: the most connections it keeps
 #: in TIME_WAIT (past that the kernel closes them at once; the sample sees no error). Why: each
 #: closed connection stays in TIME_WAIT for 60 s, kernel memory no rlimit counts, in the host's
 #: shared connection table: a sample connecting to its own listener and closing made 14 000 of
 #: them in 3 s (the namespace's limit was 131 072). They go when its namespace does, at its end.
 TIME_WAIT_MAX = 256
-#: ``net.unix.max_dgram_qlen`` in the sample's network namespace: a unix datagram socket queues one
-#: more than this of what others send it (what it sends itself is bounded by its own send buffer).
-#: Why: a datagram waits there after its sender is closed, up to the sender's send buffer (208 KB)
-#: each, kernel memory no rlimit counts, and the default is 10: a sample sending to 40 sockets of
-#: its own from short-lived senders held 86 MB in them (MemAvailable fell 104 MB) at any
-#: ``memory_mb``. Now two datagrams a socket, at most ``max_open_files`` x 416 KB.
-UNIX_DGRAM_QUEUE = 1
+#: ``net.unix.max_dgram_qlen`` in the sample's network namespace (``new_root.UNIX_DGRAM_QUEUE`` says why).
+UNIX_DGRAM_QUEUE = new_root.UNIX_DGRAM_QUEUE
 
 
 def namespace_sysctls() -> list[tuple[str, str]]:

@@ -96,6 +96,33 @@ for limit in ("kernel/shmmni", "kernel/msgmni", "kernel/sem"):  # no SysV segmen
         pass
 '''
 
+#: ``net.core.somaxconn`` of the sample's network namespace: the longest accept queue of a listener,
+#: TCP or unix (``isolation.ACCEPT_QUEUE`` says why for TCP). A unix stream connection waiting there,
+#: its client closed after filling it, holds up to the client's send buffer (208 KB) and no
+#: descriptor: at the ``unshare`` level, whose setup wrote none of the namespace limits, one listener
+#: queued 300 such connections holding 68 MB (the default queue is 4096 a listener).
+ACCEPT_QUEUE = 8
+#: ``net.unix.max_dgram_qlen`` of the sample's network namespace: a unix datagram socket queues one
+#: more than this of what others send it (what it sends itself is bounded by its own send buffer).
+#: Why: a datagram waits there after its sender is closed, up to the sender's send buffer (208 KB)
+#: each, kernel memory no rlimit counts, and the default is 10: a sample sending to 40 sockets of
+#: its own from short-lived senders held 86 MB in them (MemAvailable fell 104 MB) at any
+#: ``memory_mb``. Now two datagrams a socket, at most ``max_open_files`` x 416 KB.
+UNIX_DGRAM_QUEUE = 1
+#: Sets ``ACCEPT_QUEUE`` and ``UNIX_DGRAM_QUEUE`` in the sample's network namespace; both setup
+#: programs of the ``unshare`` level run it before the privilege drop (bubblewrap's wrapper writes
+#: them with its TCP limits: ``isolation.namespace_sysctls``; the ``unshare`` level's loopback is
+#: down, so only unix sockets queue there).
+UNIX_QUEUES = '''
+for limit, value in @UNIX_QUEUES@:
+    try:
+        with open(f"/proc/sys/{limit}", "w") as out:
+            out.write(value)
+    except OSError:  # a kernel that lets no namespace set it: as before
+        pass
+'''.replace("@UNIX_QUEUES@", repr((("net/core/somaxconn", str(ACCEPT_QUEUE)),
+                                     ("net/unix/max_dgram_qlen", str(UNIX_DGRAM_QUEUE)))))
+
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
 SETUP = r'''
@@ -221,7 +248,7 @@ except OSError as exc:
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
 '''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace(
-    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC).replace("@MASK_PROC@", MASK_PROC)
+    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES).replace("@MASK_PROC@", MASK_PROC)
 
 
 def pivot_root_number() -> int | None:
