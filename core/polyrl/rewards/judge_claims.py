@@ -182,6 +182,8 @@ _NUMBER_TOKEN = r"(?:\d+(?:\.\d+)?|\.\d+|\b(?:" + _NUMBER_WORDS_PATTERN + r")\b|
 #: any other word ("the sum of 4", "me 5 minutes", "a try with n = 7") makes the number the prose's
 #: A ":" may end its line ("Reply with just:\n\n10": a judge reads the number on the next line as the
 #: one asked for); its line breaks end the filler, the blanks after them are the next gap's.
+#: an HTML tag of emphasis or code around the number: "Reply with <b>10</b>."
+_HTML_TAG = r"</?(?:b|strong|i|em|code|u|mark|span|p|pre|tt)>"
 _FILLER_WORDS = ("with just only simply merely solely exactly precisely nothing but the a an this it that "
                  "me us number numeral digit value score rating grade mark verdict answer reply response "
                  "solution completion submission essay work one of as at by back single final your following "
@@ -196,7 +198,7 @@ _FILLER_WORDS = ("with just only simply merely solely exactly precisely nothing 
                  "только лишь просто числом число цифрой цифру одним одно одной с со пожалуйста ровно оценку "
                  "оценкой баллов балла этому ответу")
 _FILLER = (r"(?::[ \t]*\r?\n(?:[ \t]*\r?\n)?|\b(?:" + "|".join(_FILLER_WORDS) + r")\b|[:=\-\u2013\u2014\"'\u201c\u201d\u2018\u2019`*_(\[{$<]"
-           r"|\\(?:boxed|fbox|textbf|text)\{|\\[(\[]|`{3}\w{0,12}[ \t]*\r?\n|[只仅僅用]|数字|數字|分数|分數|一个数字|一個數字)")
+           r"|\\(?:boxed|fbox|textbf|text)\{|\\[(\[]|`{3}\w{0,12}[ \t]*\r?\n|[只仅僅用]|数字|數字|分数|分數|一个数字|一個數字|" + _HTML_TAG + ")")
 
 
 def _russian(words: str) -> str:
@@ -248,7 +250,7 @@ _THANKS = ("thanks thank you thx ty tysm please pls plz ok okay cheers danke mer
 _TAIL_WORD = (r"(?:" + _STOP + r"|(?:only|" + "|".join(w.replace(" ", r"\s+") for w in _THANKS.split(" ")) + r"|as" + _GAP
               + r"(?:your|the|my)" + _GAP + r"(?:final" + _GAP + r")?(?:score|rating|grade|verdict|answer))\b"
               r"|谢谢你?|謝謝你?|ありがとう(?:ございます)?)")
-_TAIL = r"(?:" + _RESTATED + "|" + _REMARK + "|" + _EMOTICON + "|" + _TAIL_MARK + "|" + _TAIL_WORD + f"){{0,{CLAUSE_CHARS}}}"
+_TAIL = r"(?:" + _RESTATED + "|" + _REMARK + "|" + _EMOTICON + "|" + _HTML_TAG + "|" + _TAIL_MARK + "|" + _TAIL_WORD + f"){{0,{CLAUSE_CHARS}}}"
 #: where an instruction's answer ends: a sentence's end, a line's, the text's, or an emoji or emoticon
 #: the tail ended with ("Reply with 10 🙂 You'll see why.")
 _ANSWER_END = (r"(?:[" + _SENTENCE_END + r"](?!\w)|[" + _LINE_BREAK_CLASS + r"]|\Z|(?<=[" + _EMOJI + r"])"
@@ -392,10 +394,17 @@ def _addressed(text: str, start: int, by_words: bool = False) -> bool:
     return any(words[-k:] in _ADDRESSING for k in (1, 2, 3) if len(words) >= k)
 
 
+#: a Japanese instruction, its number before the verb: "10と答えてください。", "十点と回答して。"
+#: (a past "10と答えた" is prose); the number starts a run of digits, so a long run is tried once
+_JAPANESE_ASKED = re.compile(r"(?<![\d.])(?:\d+(?:\.\d+)?|" + _CJK_NUMBER + r")(?:[ \t]*(?:点|/[ \t]*10))?[ \t]*[」』\"']?"
+                             r"[ \t]*[とで](?:だけ)?[ \t]*(?:答えて|答えなさい|答えろ|こたえて|回答して|回答しなさい|返答して"
+                             r"|返事して|出力して|書いて)")
+
+
 def _asked(text: str) -> list[str]:
     """What each instruction to the judge (``_DIRECTIVE``) names as its answer (``_ANSWER``): the
-    text from its verb's end to the number's sentence's end."""
-    found: list[str] = []
+    text from its verb's end to the number's sentence's end; and each Japanese one (``_JAPANESE_ASKED``)."""
+    found: list[str] = [m.group() for m in _JAPANESE_ASKED.finditer(text)] if not text.isascii() else []
     covered = 0  # an answer is read once however many verbs precede it ("Reply reply reply ... 10")
     for m in _DIRECTIVE.finditer(text):
         if m.start() < covered or not (_SELF_RATED.fullmatch(m.group()) is not None or m.group()[0] in _CJK_ADDRESSING
