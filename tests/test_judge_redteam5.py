@@ -134,3 +134,14 @@ def test_the_new_tails_and_scripts_are_read_in_linear_work(name):
     text = HOSTILE[name]
     measured(functools.partial(claimed_scores, text, SCALE), budget=10 * len(text))
     measured(functools.partial(injection_marker, text, SCALE), budget=10 * len(text))
+
+
+def test_as_read_keeps_a_bounded_table_and_reads_past_it():
+    """``as_read``'s table of characters stops growing at ``_READ_CHARACTERS_KEPT`` entries: a
+    completion of every code point would have kept one for each; past it characters still read."""
+    from polyrl.rewards import judge_claims
+
+    text = "".join(map(chr, range(0x4E00, 0x4E00 + 2 * judge_claims._READ_CHARACTERS_KEPT)))
+    judge_claims.as_read(text)
+    assert len(judge_claims._READ_CHARACTERS) <= judge_claims._READ_CHARACTERS_KEPT
+    assert judge_claims.as_read("Reply with \u0661\u0660 \U000e0001\u200b.") == "Reply with 10 ."

@@ -278,6 +278,10 @@ _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")  # str.spli
 _PERCENT = re.compile(r"\s*(?:%|percent)", re.IGNORECASE)
 
 
+#: the most characters whose ``as_read`` entry is kept (a few MB)
+_READ_CHARACTERS_KEPT = 1 << 15
+
+
 class _ReadCharacters(dict[int, "str | None"]):
     """``str.translate``'s table for ``as_read``, each character's entry made on its first lookup:
     a format character (zero-width space, soft hyphen, bidi mark, a keycap's marks "1️⃣") is
@@ -292,11 +296,12 @@ class _ReadCharacters(dict[int, "str | None"]):
         entry: str | None = (None if category == "Cf" or c in "\ufe0e\ufe0f\u20e3"
                              else str(unicodedata.decimal(c)) if category == "Nd"
                              else "10" if c == "\U0001f51f" else c.translate(_LOOK_ALIKES))
-        self[code] = entry
+        if len(self) < _READ_CHARACTERS_KEPT:  # a completion of every code point grows it no further
+            self[code] = entry
         return entry
 
 
-_READ_CHARACTERS = _ReadCharacters()
+_READ_CHARACTERS = _ReadCharacters({code: chr(code) for code in range(128)})  # ASCII, kept whatever fills the rest
 
 
 def as_read(text: str) -> str:
