@@ -303,3 +303,34 @@ def test_text_after_a_special_token_is_encoded_as_the_whole_rendering_on_a_metas
     assert spelled[:len(plain) - 1] == plain[:-1], (tok.convert_ids_to_tokens(spelled), tok.convert_ids_to_tokens(plain))
     assert spelled[-1] == plain[-1] == tok.convert_tokens_to_ids("[/INST]")
     assert "".join(tok.convert_ids_to_tokens(spelled[len(plain) - 1:-1])) == "▁</s>"  # the spelled one: text
+
+
+def test_an_observation_spelling_a_special_token_is_inserted_as_rendered_on_a_metaspace_tokenizer():
+    """The episode's side: an observation ``how are you </s>`` was inserted as ``[INST]``, ``▁how``,
+    ... where the template's rendering (and the same observation without ``</s>``) reads ``[INST]``,
+    ``h``, ``ow``: the model read it with a space before it that no rendering holds."""
+    from family_chat import Scripted, check, encoder, inserted_runs
+
+    from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+    from polyrl.agents.spec import Observation
+    from polyrl.types import SamplingParams
+
+    tok = metaspace_tokenizer()
+    runs = []
+    for said in ("how are you", "how are you </s>"):
+        class Env:
+            def reset(self, row):
+                return [{"role": "user", "content": "hello user"}]
+
+            def step(self, message, said=said):
+                return Observation([{"role": "user", "content": said}], done=False)
+
+        model = Scripted(tok, lambda text, j: "a reply", tok.eos_token_id)
+        runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=2, max_episode_tokens=100),
+                               make_environment=Env, eos_ids=[tok.eos_token_id])
+        [episode] = runner.run([{"prompt": "unused"}], SamplingParams(n=1, max_new_tokens=16))
+        assert check(model, [episode]) == [] and episode.info["turns"] == 2
+        runs.append(inserted_runs(episode)[0].tolist())
+    plain, spelled = runs
+    assert spelled[:len(plain) - 1] == plain[:-1], (tok.convert_ids_to_tokens(spelled), tok.convert_ids_to_tokens(plain))
+    assert "".join(tok.convert_ids_to_tokens(spelled[len(plain) - 1:])) == "▁</s>[/INST]"
