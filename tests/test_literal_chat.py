@@ -256,3 +256,81 @@ def test_a_tool_description_spelling_a_special_token_is_text(tiny_model_dir):
         assert ids.count(start) == genuine.count(start) and ids.count(end) == genuine.count(end)
         assert tok.decode(ids, skip_special_tokens=False) == tok.apply_chat_template(
             messages, tools=forged, add_generation_prompt=True, tokenize=False)  # the same characters, as text
+
+
+#: Mistral's instruction format: ``[INST]`` and ``[/INST]`` are special tokens the text runs straight after
+INST_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ '[INST]' + m.content + '[/INST]' }}"
+                 "{% else %}{{ m.content + eos_token }}{% endif %}{% endfor %}")
+
+
+def metaspace_tokenizer():
+    """A real ``tokenizers`` BPE with the pre-tokenizer transformers gives SentencePiece vocabularies it
+    converts with ``legacy=False`` (Mistral v0.3's, Llama 2's): Metaspace, ``▁`` prepended "first" only
+    (to the text at the string's offset 0, never after a special token). No such model ships offline."""
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    core.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    core.train_from_iterator(["hello user, how are you doing today?", "a reply from the assistant"] * 20,
+                             trainers.BpeTrainer(vocab_size=200, initial_alphabet=[*string.printable, "▁"],
+                                                 special_tokens=["<unk>", "<s>", "</s>", "[INST]", "[/INST]"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                  additional_special_tokens=["[INST]", "[/INST]"])
+    tok.chat_template = INST_TEMPLATE
+    return tok
+
+
+def test_text_after_a_special_token_is_encoded_as_the_whole_rendering_on_a_metaspace_tokenizer():
+    """A message spelling a special token (an observation ``... </s>``) is encoded part by part
+    between the template's special tokens; on a Metaspace "first" tokenizer every part got the
+    ``▁`` (a space) that only the string's start gets, so the whole conversation, the template's text
+    and every earlier message included, became other ids than the template's rendering (``[INST]``,
+    ``▁hello`` for ``[INST]``, ``hello``): the model read a space before each message."""
+    tok = metaspace_tokenizer()
+
+    def conversation(last: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": "hello user"}, {"role": "assistant", "content": "a reply"},
+                {"role": "user", "content": last}]
+
+    plain = encode_chat_literal(tok, conversation("how are you"), None, True)
+    assert plain == tok(tok.apply_chat_template(conversation("how are you"), tokenize=False),
+                        add_special_tokens=False)["input_ids"]  # spelling nothing: the rendering tokenized whole
+    spelled = encode_chat_literal(tok, conversation("how are you </s>"), None, True)
+    assert spelled[:len(plain) - 1] == plain[:-1], (tok.convert_ids_to_tokens(spelled), tok.convert_ids_to_tokens(plain))
+    assert spelled[-1] == plain[-1] == tok.convert_tokens_to_ids("[/INST]")
+    assert "".join(tok.convert_ids_to_tokens(spelled[len(plain) - 1:-1])) == "▁</s>"  # the spelled one: text
+
+
+def test_an_observation_spelling_a_special_token_is_inserted_as_rendered_on_a_metaspace_tokenizer():
+    """The episode's side: an observation ``how are you </s>`` was inserted as ``[INST]``, ``▁how``,
+    ... where the template's rendering (and the same observation without ``</s>``) reads ``[INST]``,
+    ``h``, ``ow``: the model read it with a space before it that no rendering holds."""
+    from family_chat import Scripted, check, encoder, inserted_runs
+
+    from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
+    from polyrl.agents.spec import Observation
+    from polyrl.types import SamplingParams
+
+    tok = metaspace_tokenizer()
+    runs = []
+    for said in ("how are you", "how are you </s>"):
+        class Env:
+            def reset(self, row):
+                return [{"role": "user", "content": "hello user"}]
+
+            def step(self, message, said=said):
+                return Observation([{"role": "user", "content": said}], done=False)
+
+        model = Scripted(tok, lambda text, j: "a reply", tok.eos_token_id)
+        runner = EpisodeRunner(model.generate, encoder(tok), EpisodeLimits(max_turns=2, max_episode_tokens=100),
+                               make_environment=Env, eos_ids=[tok.eos_token_id])
+        [episode] = runner.run([{"prompt": "unused"}], SamplingParams(n=1, max_new_tokens=16))
+        assert check(model, [episode]) == [] and episode.info["turns"] == 2
+        runs.append(inserted_runs(episode)[0].tolist())
+    plain, spelled = runs
+    assert spelled[:len(plain) - 1] == plain[:-1], (tok.convert_ids_to_tokens(spelled), tok.convert_ids_to_tokens(plain))
+    assert "".join(tok.convert_ids_to_tokens(spelled[len(plain) - 1:])) == "▁</s>[/INST]"

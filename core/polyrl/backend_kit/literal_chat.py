@@ -15,6 +15,7 @@ either place: they are how the model itself writes that text, not the template's
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import weakref
@@ -24,8 +25,9 @@ from typing import Any
 from polyrl.backend_kit.template_limits import render_chat
 
 _plain_lock = threading.Lock()
-#: per HF tokenizer: (its size when copied, a Rust copy that encodes special-token strings as text)
-_plain: weakref.WeakKeyDictionary[Any, tuple[int, Any]] = weakref.WeakKeyDictionary()
+#: per HF tokenizer: (its size when copied, a Rust copy that encodes special-token strings as text,
+#: the same for text that does not open the string: ``_inner_json``)
+_plain: weakref.WeakKeyDictionary[Any, tuple[int, Any, Any]] = weakref.WeakKeyDictionary()
 _KEEP = ("role", "type")  # structure a template branches on, never free text
 
 
@@ -35,8 +37,33 @@ def special_tokens(tokenizer: Any) -> dict[str, Any]:
     return {tok.content: tok for tok in decoder.values() if getattr(tok, "special", False) and tok.content}
 
 
-def _rust_plain(tokenizer: Any) -> Any:
-    """A private copy of a fast tokenizer's Rust tokenizer that reads special-token strings as text.
+def _inner_json(config: str) -> str | None:
+    """``config`` (a Rust tokenizer's JSON) for text that does not open the string encoded, or
+    None where that is encoded as any text is. Why: a Metaspace pre-tokenizer with
+    ``prepend_scheme = "first"`` (SentencePiece vocabularies as transformers converts them with
+    ``legacy=False``: Mistral v0.3's, Llama 2's) writes its ``▁`` only before the text at offset 0;
+    the text after one of the template's special tokens gets none when the rendering is tokenized
+    whole, so encoding it on its own must not add one either."""
+    data = json.loads(config)
+    changed = False
+
+    def never(pre: Any) -> None:
+        nonlocal changed
+        if not isinstance(pre, dict):
+            return
+        if pre.get("type") == "Metaspace" and pre.get("prepend_scheme") == "first":
+            pre["prepend_scheme"] = "never"
+            changed = True
+        for inner in pre.get("pretokenizers") or ():  # a Sequence
+            never(inner)
+
+    never(data.get("pre_tokenizer"))
+    return json.dumps(data) if changed else None
+
+
+def _rust_plain(tokenizer: Any, inner: bool = False) -> Any:
+    """A private copy of a fast tokenizer's Rust tokenizer that reads special-token strings as text;
+    ``inner``: one for text that does not open the string (``_inner_json``).
 
     A copy rather than ``split_special_tokens=True`` per call: transformers sets that as a flag
     on the shared Rust tokenizer before encoding, so a concurrent call on another thread could
@@ -46,6 +73,13 @@ def _rust_plain(tokenizer: Any) -> Any:
         return None
     from tokenizers import Tokenizer
 
+    def copy(config: str) -> Any:
+        plain = Tokenizer.from_str(config)
+        plain.no_truncation()
+        plain.no_padding()
+        plain.encode_special_tokens = True
+        return plain
+
     with _plain_lock:
         size = int(backend.get_vocab_size(with_added_tokens=True))
         try:
@@ -53,22 +87,22 @@ def _rust_plain(tokenizer: Any) -> Any:
         except TypeError:  # not weakly referenceable: copied each time
             cached = None
         if cached is None or cached[0] != size:
-            plain = Tokenizer.from_str(backend.to_str())
-            plain.no_truncation()
-            plain.no_padding()
-            plain.encode_special_tokens = True
-            cached = (size, plain)
+            config = backend.to_str()
+            plain = copy(config)
+            inner_config = _inner_json(config)
+            cached = (size, plain, plain if inner_config is None else copy(inner_config))
             try:
                 _plain[tokenizer] = cached
             except TypeError:
                 pass
-        return cached[1]
+        return cached[2] if inner else cached[1]
 
 
-def plain_ids(tokenizer: Any, text: str) -> list[int]:
+def plain_ids(tokenizer: Any, text: str, inner: bool = False) -> list[int]:
     """``text``'s ids with every special-token string in it read as ordinary text; no special
-    tokens added."""
-    plain = _rust_plain(tokenizer)
+    tokens added. ``inner``: ``text`` follows a special token in a longer string (encoded as it
+    is there, ``_inner_json``), not at its start."""
+    plain = _rust_plain(tokenizer, inner)
     if plain is not None:
         return [int(i) for i in plain.encode(text, add_special_tokens=False).ids]
     return [int(i) for i in tokenizer(text, add_special_tokens=False, split_special_tokens=True,
@@ -182,5 +216,5 @@ def _encode_rendered(tokenizer: Any, rendered: str, specials: Mapping[str, Any],
         if k % 2:
             ids.append(ids_of[part])
         elif part:
-            ids.extend(plain_ids(tokenizer, hidden.reveal(part)))
+            ids.extend(plain_ids(tokenizer, hidden.reveal(part), inner=k > 0))
     return ids
