@@ -213,3 +213,38 @@ def test_code_the_tests_class_holds_stays_unreplaceable():
                           "def reverse(head):\n    return head\n"),
     }
     assert _each_scored(cases) == dict.fromkeys(cases, 0.0)
+
+
+#: A class of the tests' handed to the solution (a factory argument, ``make(ListNode, xs)``):
+#: on integ it raised "a type cannot be sent" and the right ``make``/``tally`` scored 0.
+_CLASS_HANDED = {
+    "factory": (_LIST_NODE + "assert items(make(ListNode, [1, 2, 3])) == [1, 2, 3]\n",
+                "def make(cls, xs):\n    head = None\n    for x in reversed(xs):\n        n = cls(x)\n        n.next = head\n"
+                "        head = n\n    return head\n"),
+    "keyword": (_NODE + "t = grow(factory=Node, depth=2)\nassert t.val == 2 and t.left.val == 1 and t.left.left is None\n",
+                "def grow(factory, depth):\n    return None if depth == 0 else factory(depth, grow(factory, depth - 1))\n"),
+}
+#: Wrong solutions reaching through a handed class: its class attribute, its method as a class's
+#: attribute, its ``__init__``'s globals; a tests' exception class and a class with a metaclass
+#: of theirs still do not cross. Each scores 0.
+_CLASS_FORGED = {
+    "class_attribute": ("def make(cls, xs):\n    return cls.WANT\n",
+                        "class Box:\n    WANT = [1, 2]\n    def __init__(self, x):\n        self.x = x\n"
+                        "assert make(Box, [1, 2]) == Box.WANT\n"),
+    "method_of_the_class": ("def make(cls, xs):\n    return cls.want(None)\n",
+                            "class Box:\n    def want(self):\n        return 3\nassert make(Box, [1]) == 3\n"),
+    "init_globals": ("def make(cls, xs):\n    return cls.__init__.__globals__['WANT']\n",
+                     "WANT = 4\nclass Box:\n    def __init__(self, x):\n        self.x = x\nassert make(Box, [1]) == WANT\n"),
+    "metaclass": ("def make(cls, xs):\n    return cls(xs)\n",
+                  "class M(type):\n    def __call__(cls, *a):\n        return 5\nclass Box(metaclass=M):\n    pass\n"
+                  "assert make(Box, [1]) == 5\n"),
+}
+
+
+def test_a_solution_calling_a_class_the_tests_hand_it_passes():
+    """Each scored 0 on integ (TypeError: a type cannot be sent to the sample)."""
+    assert _each_scored(_CLASS_HANDED) == dict.fromkeys(_CLASS_HANDED, 1.0)
+
+
+def test_a_wrong_solution_reaching_through_a_handed_class_scores_zero():
+    assert _each_scored({n: (t, c) for n, (c, t) in _CLASS_FORGED.items()}) == dict.fromkeys(_CLASS_FORGED, 0.0)

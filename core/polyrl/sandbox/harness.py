@@ -213,8 +213,8 @@ class Session:
         standard = ("builtins", stand_in) if stand_in is not None else standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]
-        if callable(value) and not isinstance(value, type):  # the tests' own function: the sample calls it back
-            return ["K", self._handed(value)]
+        if callable(value) and (not isinstance(value, type) or tests_callbacks.is_tests_class(value)):
+            return ["K", self._handed(value)]  # the tests' own function (or class): the sample calls it back
         if tests_callbacks.is_tests_object(value):  # an object of a class of theirs: the sample reads it back
             return ["O", self._handed(value)]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")

@@ -2,7 +2,8 @@
 
 Why: only data crossed to the sample, so a lambda, a ``def`` of the tests' or a bound method of
 their object as an argument raised "cannot be sent" and a right ``apply``/``sort_by``/``retry``
-scored 0. Now such a function crosses as an index (``["K", i]``); the sample holds a proxy that
+scored 0. Now such a function (or a plain class of theirs, ``make(ListNode, xs)``: ``is_tests_class``)
+crosses as an index (``["K", i]``); the sample holds a proxy that
 can only be called (``server._TestsCallback``: no attributes, so no ``__globals__`` or closure of
 theirs), and each call sends its arguments here, the function is called in the tests' process on
 them (the sample's values as stand-ins, compared by the harness's own rules) and what it returns
@@ -44,6 +45,15 @@ TESTS_MODULE = "tests"
 def is_tests_object(value: Any) -> bool:
     """Whether ``value`` is an instance of a class the tests define (not an exception, not a class)."""
     return (getattr(type(value), "__module__", None) == TESTS_MODULE and not isinstance(value, (type, BaseException)))
+
+
+def is_tests_class(value: Any) -> bool:
+    """Whether ``value`` is a plain class the tests define (``make(ListNode, xs)``), handed to the
+    solution as a function it may only call: calling it makes their object, which crosses as one
+    (``["O", i]``); its class attributes and methods stay theirs. No exception class (the sample
+    would need a real class to catch it) and no metaclass of theirs (its ``__call__`` is code of
+    theirs the sample could not reach through a plain class either)."""
+    return (type(value) is type and value.__module__ == TESTS_MODULE and not issubclass(value, BaseException))
 
 
 def well_formed_attribute(message: Any, handed: list[Any], writing: bool, channel: Channel) -> tuple[int, str, Any]:
