@@ -31,6 +31,12 @@ CELLS = {
                      "[(1, 2, 3), (2, 2, 4)]\n\n    def test_pairs(self):\n        for a, b, want in self.pairs:\n"
                      "            self.assertEqual(add(a, b), want)\n\n    def test_zero(self):\n"
                      "        self.assertEqual(add(0, 0), 0)\n\nif __name__ == '__main__':\n    unittest.main()\n",
+    # setUpClass/tearDownClass: debug() runs neither, so every completion failed (AttributeError)
+    "unittest_class_fixture": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    @classmethod\n"
+                              "    def setUpClass(cls):\n        cls.pairs = [(1, 2, 3), (2, 2, 4)]\n\n    @classmethod\n"
+                              "    def tearDownClass(cls):\n        del cls.pairs\n\n    def test_pairs(self):\n"
+                              "        for a, b, want in self.pairs:\n            self.assertEqual(add(a, b), want)\n\n"
+                              "    def test_zero(self):\n        self.assertEqual(add(0, len(self.pairs)), 2)\n",
     "unittest_runner": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def test_pairs(self):\n"
                        "        self.assertEqual(add(2, 2), 4)\n\nsuite = unittest.TestLoader().loadTestsFromTestCase(TestAdd)\n"
                        "unittest.TextTestRunner().run(suite)\n",

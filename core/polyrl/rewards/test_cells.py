@@ -328,12 +328,25 @@ def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals:
     methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                and m.name.startswith("test") and not expects_failure(m)]
     if _is_unittest_case(node, body):
-        return [f"{node.name}({m.name!r}).debug()" if not yields(m) else  # as debug() runs it; a name no other step reads
-                f"{(case := f'_polyrl_{node.name}_{m.name}')} = {node.name}({m.name!r})\n{case}.setUp()\n"
-                f"{drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
+        tests = [f"{node.name}({m.name!r}).debug()" if not yields(m) else  # as debug() runs it; a name no other step reads
+                 f"{(case := f'_polyrl_{node.name}_{m.name}')} = {node.name}({m.name!r})\n{case}.setUp()\n"
+                 f"{drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
+        if tests and _class_fixtures(body):  # as a runner: once before the class's first test, once after its last
+            tests[0] = f"{node.name}.setUpClass()\n{tests[0]}"
+            tests[-1] = f"{tests[-1]}\n{node.name}.tearDownClass()"
+        return tests
     if node.name.startswith("Test"):
         return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals)]
     return []
+
+
+def _class_fixtures(body: list[ast.stmt]) -> bool:
+    """Whether a class of the cell defines ``setUpClass`` or ``tearDownClass``. Why: ``debug()``
+    runs setUp, the test and tearDown only, so a test reading ``self.s`` that ``setUpClass`` set
+    (``cls.s = Stack()``) raised AttributeError and every completion failed it."""
+    return any(isinstance(node, ast.ClassDef) and any(isinstance(m, ast.FunctionDef) and m.name in
+                                                      ("setUpClass", "tearDownClass") for m in node.body)
+               for node in body)
 
 
 def _literal_lists(body: list[ast.stmt]) -> dict[str, ast.expr]:
