@@ -248,3 +248,34 @@ def test_a_solution_calling_a_class_the_tests_hand_it_passes():
 
 def test_a_wrong_solution_reaching_through_a_handed_class_scores_zero():
     assert _each_scored({n: (t, c) for n, (c, t) in _CLASS_FORGED.items()}) == dict.fromkeys(_CLASS_FORGED, 0.0)
+
+
+_THROUGH = ("import sys\ndef quit_now(code):\n    sys.exit(code)\ndef check_pos(x):\n    assert x > 0\n    return x\n"
+            "def apply(f, x):\n    return f(x)\ndef safe(f):\n    try:\n        f()\n    except ValueError:\n"
+            "        return 'caught'\n    return 'no'\n")
+#: The solution's own exit or assert passing back out through a function of the tests' (their
+#: callback calling the solution), and the tests' exception subclass caught by its built-in base:
+#: each scored 0 on integ (their check "failed" there; ``Bad`` came as a RuntimeError).
+_THROUGH_RIGHT = {
+    "exit": "import pytest\ndef cb(x):\n    return quit_now(x)\nwith pytest.raises(SystemExit):\n    apply(cb, 1)\n",
+    "assert": ("import pytest\ndef cb(x):\n    return check_pos(x)\nwith pytest.raises(AssertionError):\n    apply(cb, -1)\n"
+               "assert apply(cb, 2) == 2\n"),
+    "their_subclass": "class Bad(ValueError):\n    pass\ndef boom():\n    raise Bad()\nassert safe(boom) == 'caught'\n",
+}
+#: Wrong ones dodging the check of a callback of the tests' by exiting or asserting in the call it
+#: makes, then swallowing that: each still 0.
+_DODGE = "def cb(x):\n    r = half(x)\n    assert r == x / 2\n    return r\nassert run(cb) == 'done'\n"
+_THROUGH_FORGED = {
+    "exit": "import sys\ndef half(x):\n    sys.exit(1)\ndef run(cb):\n    try:\n        cb(4)\n    except SystemExit:\n"
+            "        pass\n    return 'done'\n",
+    "assert": "def half(x):\n    assert False\ndef run(cb):\n    try:\n        cb(4)\n    except AssertionError:\n"
+              "        pass\n    return 'done'\n",
+}
+
+
+def test_the_solutions_exit_or_assert_through_the_tests_function_is_pythons():
+    assert _each_scored({n: (t, _THROUGH) for n, t in _THROUGH_RIGHT.items()}) == dict.fromkeys(_THROUGH_RIGHT, 1.0)
+
+
+def test_a_wrong_solution_swallowing_its_exit_through_the_tests_function_scores_zero():
+    assert _each_scored({n: (_DODGE, c) for n, c in _THROUGH_FORGED.items()}) == dict.fromkeys(_THROUGH_FORGED, 0.0)
