@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 from test_sandbox_emptied_values import _each_scored
+from test_sandbox_verdict import score
 
 from polyrl.rewards.test_cells import parse_tests
 
@@ -90,3 +91,28 @@ def test_only_what_the_solution_reads_and_python_lacks_is_copied():
     assert "sqrt" in text and "class Node" in text
     assert "pow" not in text and "numpy" not in text and "Exp" not in text and "import f" not in text
     assert tests_header.header(steps, "def f(x):\n    return x + 1\n") == ""
+
+
+#: LeetCodeDataset's row shape: the preamble (star imports, ``inf``, the node classes and their
+#: helpers) before ``check(candidate)``, the entry point ``Solution().reverseList``.
+_LEETCODE_DATASET = ("import collections\nfrom typing import *\nfrom collections import *\nfrom itertools import *\n"
+                     "from math import *\ninf = float('inf')\n" + _LIST_NODE.replace("def build", "def list_node")
+                     + "def is_same_list(p, q):\n    return to_list(p) == to_list(q)\n"
+                     "def check(candidate):\n    assert is_same_list(candidate(head=list_node([1, 2, 3])), list_node([3, 2, 1]))\n"
+                     "    assert candidate(head=None) is None\n")
+_REVERSE = ("class Solution:\n    def reverseList(self, head: Optional[ListNode]) -> Optional[ListNode]:\n"
+            "        dummy = ListNode()\n        while head:\n            nxt = head.next\n"
+            "            head.next = dummy.next\n            dummy.next = head\n            head = nxt\n        return dummy.next\n")
+
+
+def test_a_leetcode_dataset_row_scores_through_its_entry_point():
+    """``Solution().reverseList`` as the entry point was an ``error:`` at setup ("not a function
+    name"); with it, the right solution scored 0 (NameError: ``Optional``) on main's sandbox."""
+    row = {"prompt": "p", "tests": _LEETCODE_DATASET, "entry_point": "Solution().reverseList"}
+    wrong = _REVERSE.replace("return dummy.next", "return head")
+    assert list(score([_REVERSE, wrong], rows=[row, row]).total) == [1.0, 0.0]
+    from polyrl.errors import RewardError
+    from polyrl.rewards.code import _entry_point
+    for bad in ("Solution().f()", "Solution(1).f", "Solution().f.g", "__import__('os').f", "().f"):
+        with pytest.raises(RewardError, match="not a function name"):
+            _entry_point({"entry_point": bad}, "entry_point", 0)
