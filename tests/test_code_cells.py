@@ -44,6 +44,10 @@ CELLS = {
                     "    assert len(seen) <= len(pairs)\n\ndef test_pairs(pairs, log):\n    for a, b, want in pairs:\n"
                     "        assert add(a, b) == want\n        log.append(a)\n\nclass TestZero:\n"
                     "    def test_zero(self, pairs):\n        assert add(0, len(pairs)) == 2\n",
+    # an autouse fixture resetting what each test reads: never made, so the second test saw the first's
+    "autouse_fixture": "import pytest\n\nseen = []\n\n@pytest.fixture(autouse=True)\ndef fresh():\n    seen.clear()\n"
+                       "    yield\n    seen.clear()\n\ndef test_a():\n    seen.append(add(1, 2))\n    assert seen == [3]\n\n"
+                       "def test_b():\n    seen.append(add(2, 2))\n    assert seen == [4]\n",
     "unittest_runner": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def test_pairs(self):\n"
                        "        self.assertEqual(add(2, 2), 4)\n\nsuite = unittest.TestLoader().loadTestsFromTestCase(TestAdd)\n"
                        "unittest.TextTestRunner().run(suite)\n",

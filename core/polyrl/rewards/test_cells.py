@@ -368,7 +368,7 @@ def _bound_here(node: ast.stmt) -> set[str]:
 
 
 def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str,
-           literals: dict[str, ast.expr], own: dict[str, list[str]] | None = None) -> list[str]:
+           literals: dict[str, ast.expr], own: Fixtures | None = None) -> list[str]:
     """The calls a test runner makes of a test function: one per case of its
     ``@pytest.mark.parametrize`` decorators (their product when stacked), else one with no
     arguments. Why: a parametrized test called with none raised TypeError, so a right solution
@@ -379,11 +379,12 @@ def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str
              if isinstance(d, ast.Call) and _name_of(d.func) == "parametrize"]
     combos = itertools.product(*grids) if grids else [()]
     calls = [[arg for case in combo for arg in case] for combo in combos]
-    mine = _own_fixtures(node, calls, own or {})
-    fixtures = sorted(set(_fixtures(node, calls)) | {p for f in mine for p in (own or {})[f] if p in FIXTURES})
+    own = own if own is not None else Fixtures()
+    mine = _own_fixtures(node, calls, own)
+    fixtures = sorted(set(_fixtures(node, calls)) | {p for f in mine for p in own[f] if p in FIXTURES})
     given = [f"{f}={_FIXTURE_NAME}{FIXTURES[f]}" for f in _fixtures(node, calls)]
     given += [f"{f}={_OWN_NAME}{f}" for f in _parameters(node) if f in mine and f not in _given(calls)]
-    return [_with_fixtures(_with_own(_call(node, f"{target}({', '.join(args + given)})"), mine, own or {}), fixtures)
+    return [_with_fixtures(_with_own(_call(node, f"{target}({', '.join(args + given)})"), mine, own), fixtures)
             for args in calls]
 
 
@@ -391,11 +392,21 @@ def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str
 _OWN_NAME = "_polyrl_fixture_"
 
 
-def own_fixtures(body: list[ast.stmt]) -> dict[str, list[str]]:
+class Fixtures(dict[str, list[str]]):
+    """The cell's own fixtures by name, each with the parameters it names; ``autouse``: those
+    made for every test (``@pytest.fixture(autouse=True)``), named by it or not."""
+
+    def __init__(self, found: dict[str, list[str]] | None = None, autouse: set[str] | None = None) -> None:
+        super().__init__(found or {})
+        self.autouse = frozenset(autouse or ())
+
+
+def own_fixtures(body: list[ast.stmt]) -> Fixtures:
     """The cell's own pytest fixtures (``@pytest.fixture``, ``@fixture``, ``@pytest.fixture(scope=...)``
-    on a top-level function) by name, each with the parameters it names. One with ``params`` (a
-    parametrized fixture) is left out: its cases are not written at the test."""
+    on a top-level function) by name, each with the parameters it names, and which are ``autouse``.
+    One with ``params`` (a parametrized fixture) is left out: its cases are not written at the test."""
     found: dict[str, list[str]] = {}
+    autouse: set[str] = set()
     for node in body:
         if not isinstance(node, ast.FunctionDef):
             continue
@@ -404,7 +415,10 @@ def own_fixtures(body: list[ast.stmt]) -> dict[str, list[str]]:
             if _name_of(call.func if call else d) == "fixture" and not (call and any(
                     k.arg in ("params", "name") for k in call.keywords)):
                 found[node.name] = _parameters(node)
-    return found
+                if call and any(k.arg == "autouse" and isinstance(k.value, ast.Constant) and k.value.value is True
+                                for k in call.keywords):
+                    autouse.add(node.name)  # made for every test of the cell, named or not
+    return Fixtures(found, autouse)
 
 
 def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -415,8 +429,7 @@ def _given(calls: list[list[str]]) -> set[str]:
     return {arg.split("=", 1)[0] for args in calls for arg in args}
 
 
-def _own_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]],
-                  own: dict[str, list[str]]) -> list[str]:
+def _own_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]], own: Fixtures) -> list[str]:
     """The tests' own fixtures a test needs, each after those it names; none where one of them
     names a fixture given nowhere here (``request``, ``tmp_path``): the test runs as before."""
     order: list[str] = []
@@ -433,6 +446,7 @@ def _own_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list
         return True
 
     wanted = [p for p in _parameters(node) if p in own and p not in _given(calls)]
+    wanted += [name for name in own if name in own.autouse and name not in wanted]
     return order if all(need(p, ()) for p in wanted) else []
 
 
