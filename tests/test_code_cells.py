@@ -31,6 +31,23 @@ CELLS = {
                      "[(1, 2, 3), (2, 2, 4)]\n\n    def test_pairs(self):\n        for a, b, want in self.pairs:\n"
                      "            self.assertEqual(add(a, b), want)\n\n    def test_zero(self):\n"
                      "        self.assertEqual(add(0, 0), 0)\n\nif __name__ == '__main__':\n    unittest.main()\n",
+    # setUpClass/tearDownClass: debug() runs neither, so every completion failed (AttributeError)
+    "unittest_class_fixture": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    @classmethod\n"
+                              "    def setUpClass(cls):\n        cls.pairs = [(1, 2, 3), (2, 2, 4)]\n\n    @classmethod\n"
+                              "    def tearDownClass(cls):\n        del cls.pairs\n\n    def test_pairs(self):\n"
+                              "        for a, b, want in self.pairs:\n            self.assertEqual(add(a, b), want)\n\n"
+                              "    def test_zero(self):\n        self.assertEqual(add(0, len(self.pairs)), 2)\n",
+    # the cell's own pytest fixtures (plain, yielding, depending on another, a class's test): the test
+    # was called with no argument (TypeError), so every completion failed
+    "own_fixtures": "import pytest\n\n@pytest.fixture\ndef pairs():\n    return [(1, 2, 3), (2, 2, 4)]\n\n"
+                    "@pytest.fixture(scope='module')\ndef log(pairs):\n    seen = []\n    yield seen\n"
+                    "    assert len(seen) <= len(pairs)\n\ndef test_pairs(pairs, log):\n    for a, b, want in pairs:\n"
+                    "        assert add(a, b) == want\n        log.append(a)\n\nclass TestZero:\n"
+                    "    def test_zero(self, pairs):\n        assert add(0, len(pairs)) == 2\n",
+    # an autouse fixture resetting what each test reads: never made, so the second test saw the first's
+    "autouse_fixture": "import pytest\n\nseen = []\n\n@pytest.fixture(autouse=True)\ndef fresh():\n    seen.clear()\n"
+                       "    yield\n    seen.clear()\n\ndef test_a():\n    seen.append(add(1, 2))\n    assert seen == [3]\n\n"
+                       "def test_b():\n    seen.append(add(2, 2))\n    assert seen == [4]\n",
     "unittest_runner": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def test_pairs(self):\n"
                        "        self.assertEqual(add(2, 2), 4)\n\nsuite = unittest.TestLoader().loadTestsFromTestCase(TestAdd)\n"
                        "unittest.TextTestRunner().run(suite)\n",

@@ -66,3 +66,31 @@ def test_a_value_claiming_a_class_it_is_not_of_scores_zero():
     cases = {f"{name}/{n}": (check, code) for name, code in _FORGED.items() for n, check in enumerate(_CHECKS)}
     cases["lying_repr"] = ("assert repr(P()) == 'P(1)'\n", _LYING_REPR)
     assert _each_scored(cases) == dict.fromkeys(cases, 0.0)
+
+
+_GENERATORS = "def gen(n):\n    yield from range(n)\ndef make_adder(k):\n    return lambda x: x + k\n"
+#: The tests' ``isinstance`` of a value that stays in the sample against Python's class of it
+#: (KodCode's "write a generator" tests): each scored 0 on integ (the stand-in is no generator).
+_PYTHONS_CLASSES = {
+    "generator": "import types\ng = gen(3)\nassert isinstance(g, types.GeneratorType)\nassert list(g) == [0, 1, 2]\n",
+    "abc_in_a_helper": ("from collections.abc import Generator, Iterator\ndef lazy(g):\n"
+                        "    return isinstance(g, (Generator, Iterator))\nassert lazy(gen(2))\n"),
+    "function": "import types\nassert isinstance(make_adder(2), types.FunctionType) and make_adder(2)(1) == 3\n",
+}
+#: Wrong ones: a list where a generator was asked, a class of its own named ``generator`` or
+#: ``int`` (a name never makes an object one of Python's data types), a function for a generator.
+_PYTHONS_FORGED = {
+    "list": ("def gen(n):\n    return list(range(n))\n", "import types\nassert isinstance(gen(3), types.GeneratorType)\n"),
+    "named_int": ("class int:\n    def __index__(self):\n        return 3\ndef gen(n):\n    return int()\n",
+                  "assert isinstance(gen(3), (int, type(None)))\n"),
+    "function": ("def gen(n):\n    return lambda: n\n", "import types\nassert isinstance(gen(3), types.GeneratorType)\n"),
+}
+
+
+def test_the_tests_isinstance_of_a_generator_or_function_of_the_samples_holds():
+    assert _each_scored({n: (t, _GENERATORS) for n, t in _PYTHONS_CLASSES.items()}) == dict.fromkeys(_PYTHONS_CLASSES,
+                                                                                                         1.0)
+
+
+def test_a_value_posing_as_pythons_class_by_name_is_not_one():
+    assert _each_scored({n: (t, c) for n, (c, t) in _PYTHONS_FORGED.items()}) == dict.fromkeys(_PYTHONS_FORGED, 0.0)

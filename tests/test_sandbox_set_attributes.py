@@ -52,3 +52,33 @@ def test_the_tests_setting_an_attribute_of_a_solutions_object_pass():
 
 def test_a_wrong_solution_behind_an_attribute_set_scores_zero():
     assert _each_scored(_FORGED) == dict.fromkeys(_FORGED, 0.0)
+
+
+_CACHE = ("from collections import OrderedDict\nclass LRU:\n    def __init__(self, n):\n        self.n, self.d = n, OrderedDict()\n"
+          "    def __setitem__(self, k, v):\n        self.d[k] = v\n        self.d.move_to_end(k)\n"
+          "        if len(self.d) > self.n:\n            self.d.popitem(last=False)\n"
+          "    def __getitem__(self, k):\n        self.d.move_to_end(k)\n        return self.d[k]\n"
+          "    def __delitem__(self, k):\n        del self.d[k]\n    def size(self):\n        return len(self.d)\n")
+_ITEMS = {
+    "set_and_evict": ("import pytest\ndef test_evicts():\n    c = LRU(2)\n    c['a'] = 1\n    c['b'] = 2\n"
+                      "    assert c['a'] == 1\n    c['c'] = 3\n    with pytest.raises(KeyError):\n        c['b']\n"
+                      "    assert c.size() == 2\n"),
+    "augmented": "c = LRU(2)\nc['a'] = 1\nc['a'] += 5\nassert c['a'] == 6\n",
+    "delete": "c = LRU(2)\nc['a'] = 1\ndel c['a']\nassert c.size() == 0\n",
+}
+_ITEMS_FORGED = {
+    "emptied_by_the_set": (IS_PRIME + "def test():\n    r = primes(3)\n    assert len(r) == 3\n    r[0] = 1\n"
+                           "    assert all(is_prime(x) for x in r)\ntest()\n",
+                           _EMPTIED.replace("def __setattr__(self, name, value)", "def __setitem__(self, k, v)")),
+    "wrong_eviction": (_ITEMS["set_and_evict"], _CACHE.replace("last=False", "last=True")),
+    "exit_zero": (_ITEMS["augmented"], _CACHE.replace("self.d[k] = v\n", "import sys\n        sys.exit(0)\n")),
+}
+
+
+def test_the_tests_setting_an_item_of_a_solutions_object_pass():
+    """Each scored 0 on integ (TypeError: 'Remote' object does not support item assignment)."""
+    assert _each_scored({name: (tests, _CACHE) for name, tests in _ITEMS.items()}) == dict.fromkeys(_ITEMS, 1.0)
+
+
+def test_a_wrong_solution_behind_an_item_set_scores_zero():
+    assert _each_scored(_ITEMS_FORGED) == dict.fromkeys(_ITEMS_FORGED, 0.0)

@@ -213,3 +213,69 @@ def test_code_the_tests_class_holds_stays_unreplaceable():
                           "def reverse(head):\n    return head\n"),
     }
     assert _each_scored(cases) == dict.fromkeys(cases, 0.0)
+
+
+#: A class of the tests' handed to the solution (a factory argument, ``make(ListNode, xs)``):
+#: on integ it raised "a type cannot be sent" and the right ``make``/``tally`` scored 0.
+_CLASS_HANDED = {
+    "factory": (_LIST_NODE + "assert items(make(ListNode, [1, 2, 3])) == [1, 2, 3]\n",
+                "def make(cls, xs):\n    head = None\n    for x in reversed(xs):\n        n = cls(x)\n        n.next = head\n"
+                "        head = n\n    return head\n"),
+    "keyword": (_NODE + "t = grow(factory=Node, depth=2)\nassert t.val == 2 and t.left.val == 1 and t.left.left is None\n",
+                "def grow(factory, depth):\n    return None if depth == 0 else factory(depth, grow(factory, depth - 1))\n"),
+}
+#: Wrong solutions reaching through a handed class: its class attribute, its method as a class's
+#: attribute, its ``__init__``'s globals; a tests' exception class and a class with a metaclass
+#: of theirs still do not cross. Each scores 0.
+_CLASS_FORGED = {
+    "class_attribute": ("def make(cls, xs):\n    return cls.WANT\n",
+                        "class Box:\n    WANT = [1, 2]\n    def __init__(self, x):\n        self.x = x\n"
+                        "assert make(Box, [1, 2]) == Box.WANT\n"),
+    "method_of_the_class": ("def make(cls, xs):\n    return cls.want(None)\n",
+                            "class Box:\n    def want(self):\n        return 3\nassert make(Box, [1]) == 3\n"),
+    "init_globals": ("def make(cls, xs):\n    return cls.__init__.__globals__['WANT']\n",
+                     "WANT = 4\nclass Box:\n    def __init__(self, x):\n        self.x = x\nassert make(Box, [1]) == WANT\n"),
+    "metaclass": ("def make(cls, xs):\n    return cls(xs)\n",
+                  "class M(type):\n    def __call__(cls, *a):\n        return 5\nclass Box(metaclass=M):\n    pass\n"
+                  "assert make(Box, [1]) == 5\n"),
+}
+
+
+def test_a_solution_calling_a_class_the_tests_hand_it_passes():
+    """Each scored 0 on integ (TypeError: a type cannot be sent to the sample)."""
+    assert _each_scored(_CLASS_HANDED) == dict.fromkeys(_CLASS_HANDED, 1.0)
+
+
+def test_a_wrong_solution_reaching_through_a_handed_class_scores_zero():
+    assert _each_scored({n: (t, c) for n, (c, t) in _CLASS_FORGED.items()}) == dict.fromkeys(_CLASS_FORGED, 0.0)
+
+
+_THROUGH = ("import sys\ndef quit_now(code):\n    sys.exit(code)\ndef check_pos(x):\n    assert x > 0\n    return x\n"
+            "def apply(f, x):\n    return f(x)\ndef safe(f):\n    try:\n        f()\n    except ValueError:\n"
+            "        return 'caught'\n    return 'no'\n")
+#: The solution's own exit or assert passing back out through a function of the tests' (their
+#: callback calling the solution), and the tests' exception subclass caught by its built-in base:
+#: each scored 0 on integ (their check "failed" there; ``Bad`` came as a RuntimeError).
+_THROUGH_RIGHT = {
+    "exit": "import pytest\ndef cb(x):\n    return quit_now(x)\nwith pytest.raises(SystemExit):\n    apply(cb, 1)\n",
+    "assert": ("import pytest\ndef cb(x):\n    return check_pos(x)\nwith pytest.raises(AssertionError):\n    apply(cb, -1)\n"
+               "assert apply(cb, 2) == 2\n"),
+    "their_subclass": "class Bad(ValueError):\n    pass\ndef boom():\n    raise Bad()\nassert safe(boom) == 'caught'\n",
+}
+#: Wrong ones dodging the check of a callback of the tests' by exiting or asserting in the call it
+#: makes, then swallowing that: each still 0.
+_DODGE = "def cb(x):\n    r = half(x)\n    assert r == x / 2\n    return r\nassert run(cb) == 'done'\n"
+_THROUGH_FORGED = {
+    "exit": "import sys\ndef half(x):\n    sys.exit(1)\ndef run(cb):\n    try:\n        cb(4)\n    except SystemExit:\n"
+            "        pass\n    return 'done'\n",
+    "assert": "def half(x):\n    assert False\ndef run(cb):\n    try:\n        cb(4)\n    except AssertionError:\n"
+              "        pass\n    return 'done'\n",
+}
+
+
+def test_the_solutions_exit_or_assert_through_the_tests_function_is_pythons():
+    assert _each_scored({n: (t, _THROUGH) for n, t in _THROUGH_RIGHT.items()}) == dict.fromkeys(_THROUGH_RIGHT, 1.0)
+
+
+def test_a_wrong_solution_swallowing_its_exit_through_the_tests_function_scores_zero():
+    assert _each_scored({n: (_DODGE, c) for n, c in _THROUGH_FORGED.items()}) == dict.fromkeys(_THROUGH_FORGED, 0.0)

@@ -42,16 +42,25 @@ def test_subclasses_and_objects_are_not_data():
         assert encode(value) is None
 
 
-def test_depth_and_huge_ints_are_not_data():
+def test_too_deep_is_not_data():
     nested: list = []
     for _ in range(MAX_DEPTH + 2):
         nested = [nested]
     assert encode(nested) is None
-    assert encode(10 ** 5000) is None  # more digits than int() may print
+
+
+def test_ints_past_the_decimal_digit_limit_cross_exactly():
+    """More digits than ``str(int)`` may print (4300) crossed as no value: a right ``2 ** 100000``
+    or ``factorial(5000)`` failed every check. They cross in hex, which has no such limit."""
+    for value in (10 ** 5000, -(3 ** 20000), [1, 2 ** 70000], {2 ** 70000: -(2 ** 70001)}):
+        back = decode(encode(value))
+        assert back == value and type(back) is type(value)
+    assert encode(10 ** 4000) == ["i", str(10 ** 4000)]  # below it: decimal, as before
 
 
 @pytest.mark.parametrize("bad", [None, [], ["?"], ["i", 3], ["i", "1e9"], ["b", 1], ["f", "1" * 50], ["s", 5],
-                                 ["S", [["l", []]]], ["d", [["s", "k"]]], "n", ["n", 1], ["y", "zz"]])
+                                 ["S", [["l", []]]], ["d", [["s", "k"]]], "n", ["n", 1], ["y", "zz"],
+                                 ["h", "zz"], ["h", 5], ["h", "-"], ["h", " ff"]])
 def test_malformed_messages_are_refused(bad):
     with pytest.raises(ProtocolError):
         decode(bad)

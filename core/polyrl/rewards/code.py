@@ -410,10 +410,14 @@ async def score_code(completions: Sequence[Completion | str], rows: Sequence[Map
 
 
 def _entry_point(row: Mapping[str, Any], column: Any, i: int) -> str | None:
-    """The row's entry point (HumanEval's ``entry_point``), checked to be a plain name."""
+    """The row's entry point, checked to be a plain name (HumanEval's ``add``) or a method of a
+    class made with no arguments (LeetCodeDataset's ``Solution().reverseList``, refused before)."""
     value = row.get(column) if isinstance(column, str) else None
     if value is None:
         return None
+    made, dot, method = value.partition("().") if isinstance(value, str) else ("", "", "")
+    if dot and made.isidentifier() and method.isidentifier():
+        return value
     if not isinstance(value, str) or not value.isidentifier():
         raise RewardError(f"{NAME}: column {column!r} of row {i} is {value!r}, not a function name. Fix: store the "
                           "solution's function name there (e.g. \"add\"), or set option entry_point_column to another "

@@ -274,7 +274,7 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
     tests = [t for node in body if isinstance(node, ast.ClassDef) for t in _class_tests(node, body, where, literals)]
     reached = _reached(body, _names_in(tests))
     tests += [t for name, node in _functions(body).items() if name.startswith("test") and name not in reached
-              and not expects_failure(node) for t in _calls(node, name, where, literals)]
+              and not expects_failure(node) for t in _calls(node, name, where, literals, own_fixtures(body))]
     reached = _reached(body, _names_in(tests))
     has_tests = bool(tests) or any(_is_test(node, checkers) for node in body)
     if "check" in checkers and "check" not in reached:
@@ -328,12 +328,25 @@ def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals:
     methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                and m.name.startswith("test") and not expects_failure(m)]
     if _is_unittest_case(node, body):
-        return [f"{node.name}({m.name!r}).debug()" if not yields(m) else  # as debug() runs it; a name no other step reads
-                f"{(case := f'_polyrl_{node.name}_{m.name}')} = {node.name}({m.name!r})\n{case}.setUp()\n"
-                f"{drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
+        tests = [f"{node.name}({m.name!r}).debug()" if not yields(m) else  # as debug() runs it; a name no other step reads
+                 f"{(case := f'_polyrl_{node.name}_{m.name}')} = {node.name}({m.name!r})\n{case}.setUp()\n"
+                 f"{drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
+        if tests and _class_fixtures(body):  # as a runner: once before the class's first test, once after its last
+            tests[0] = f"{node.name}.setUpClass()\n{tests[0]}"
+            tests[-1] = f"{tests[-1]}\n{node.name}.tearDownClass()"
+        return tests
     if node.name.startswith("Test"):
-        return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals)]
+        return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals, own_fixtures(body))]
     return []
+
+
+def _class_fixtures(body: list[ast.stmt]) -> bool:
+    """Whether a class of the cell defines ``setUpClass`` or ``tearDownClass``. Why: ``debug()``
+    runs setUp, the test and tearDown only, so a test reading ``self.s`` that ``setUpClass`` set
+    (``cls.s = Stack()``) raised AttributeError and every completion failed it."""
+    return any(isinstance(node, ast.ClassDef) and any(isinstance(m, ast.FunctionDef) and m.name in
+                                                      ("setUpClass", "tearDownClass") for m in node.body)
+               for node in body)
 
 
 def _literal_lists(body: list[ast.stmt]) -> dict[str, ast.expr]:
@@ -355,7 +368,7 @@ def _bound_here(node: ast.stmt) -> set[str]:
 
 
 def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str,
-           literals: dict[str, ast.expr]) -> list[str]:
+           literals: dict[str, ast.expr], own: Fixtures | None = None) -> list[str]:
     """The calls a test runner makes of a test function: one per case of its
     ``@pytest.mark.parametrize`` decorators (their product when stacked), else one with no
     arguments. Why: a parametrized test called with none raised TypeError, so a right solution
@@ -366,9 +379,86 @@ def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str
              if isinstance(d, ast.Call) and _name_of(d.func) == "parametrize"]
     combos = itertools.product(*grids) if grids else [()]
     calls = [[arg for case in combo for arg in case] for combo in combos]
-    fixtures = _fixtures(node, calls)
-    given = [f"{f}={_FIXTURE_NAME}{FIXTURES[f]}" for f in fixtures]
-    return [_with_fixtures(_call(node, f"{target}({', '.join(args + given)})"), fixtures) for args in calls]
+    own = own if own is not None else Fixtures()
+    mine = _own_fixtures(node, calls, own)
+    fixtures = sorted(set(_fixtures(node, calls)) | {p for f in mine for p in own[f] if p in FIXTURES})
+    given = [f"{f}={_FIXTURE_NAME}{FIXTURES[f]}" for f in _fixtures(node, calls)]
+    given += [f"{f}={_OWN_NAME}{f}" for f in _parameters(node) if f in mine and f not in _given(calls)]
+    return [_with_fixtures(_with_own(_call(node, f"{target}({', '.join(args + given)})"), mine, own), fixtures)
+            for args in calls]
+
+
+#: The prefix of the name a fixture of the tests' own is bound to while a test runs (``_with_own``).
+_OWN_NAME = "_polyrl_fixture_"
+
+
+class Fixtures(dict[str, list[str]]):
+    """The cell's own fixtures by name, each with the parameters it names; ``autouse``: those
+    made for every test (``@pytest.fixture(autouse=True)``), named by it or not."""
+
+    def __init__(self, found: dict[str, list[str]] | None = None, autouse: set[str] | None = None) -> None:
+        super().__init__(found or {})
+        self.autouse = frozenset(autouse or ())
+
+
+def own_fixtures(body: list[ast.stmt]) -> Fixtures:
+    """The cell's own pytest fixtures (``@pytest.fixture``, ``@fixture``, ``@pytest.fixture(scope=...)``
+    on a top-level function) by name, each with the parameters it names, and which are ``autouse``.
+    One with ``params`` (a parametrized fixture) is left out: its cases are not written at the test."""
+    found: dict[str, list[str]] = {}
+    autouse: set[str] = set()
+    for node in body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for d in node.decorator_list:
+            call = d if isinstance(d, ast.Call) else None
+            if _name_of(call.func if call else d) == "fixture" and not (call and any(
+                    k.arg in ("params", "name") for k in call.keywords)):
+                found[node.name] = _parameters(node)
+                if call and any(k.arg == "autouse" and isinstance(k.value, ast.Constant) and k.value.value is True
+                                for k in call.keywords):
+                    autouse.add(node.name)  # made for every test of the cell, named or not
+    return Fixtures(found, autouse)
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    return [p.arg for p in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+
+
+def _given(calls: list[list[str]]) -> set[str]:
+    return {arg.split("=", 1)[0] for args in calls for arg in args}
+
+
+def _own_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]], own: Fixtures) -> list[str]:
+    """The tests' own fixtures a test needs, each after those it names; none where one of them
+    names a fixture given nowhere here (``request``, ``tmp_path``): the test runs as before."""
+    order: list[str] = []
+
+    def need(name: str, path: tuple[str, ...]) -> bool:
+        if name in order:
+            return True
+        if name in path or name not in own:
+            return False
+        for p in own[name]:
+            if p not in FIXTURES and not need(p, (*path, name)):
+                return False
+        order.append(name)
+        return True
+
+    wanted = [p for p in _parameters(node) if p in own and p not in _given(calls)]
+    wanted += [name for name in own if name in own.autouse and name not in wanted]
+    return order if all(need(p, ()) for p in wanted) else []
+
+
+def _with_own(call: str, mine: list[str], own: dict[str, list[str]]) -> str:
+    """``call`` inside a ``with`` per fixture of the tests' own it needs (``fixtures.own``), the
+    first made outermost, so each is made once per test and undone after it."""
+    for name in reversed(mine):
+        given = "".join(f", {p}={_OWN_NAME}{p}" if p in own else f", {p}={_FIXTURE_NAME}{FIXTURES[p]}"
+                        for p in own[name])
+        call = (f"with __import__('polyrl.sandbox.fixtures', fromlist=['own']).own({name}{given}) as "
+                f"{_OWN_NAME}{name}:\n" + textwrap.indent(call, "    "))
+    return call
 
 
 #: The prefix of the name a test's fixture is bound to while it runs, its maker's name after it (``_with_fixtures``).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import io
 import os
 from collections.abc import Callable, Iterator, MutableMapping
@@ -142,3 +143,32 @@ def patching() -> Iterator[Patches]:
         yield patches
     finally:
         patches.undo()
+
+
+@contextlib.contextmanager
+def own(fixture: Any, **given: Any) -> Iterator[Any]:
+    """The value of a fixture the tests define (``@pytest.fixture def data(): return [3, 1, 2]``)
+    for one test, made with the fixtures it names (``given``); a generator fixture's code after
+    its ``yield`` runs when the test ends, however it ends. Why: a test naming one was called
+    with no argument and raised TypeError, so every completion, right ones too, failed it.
+    pytest refuses a fixture called directly, so its function is taken from pytest's wrapper."""
+    made = _fixture_function(fixture)(**given)
+    if not inspect.isgenerator(made):
+        yield made
+        return
+    value = next(made)
+    try:
+        yield value
+    finally:
+        with contextlib.suppress(StopIteration):
+            next(made)
+
+
+def _fixture_function(fixture: Any) -> Callable[..., Any]:
+    """The function under pytest's fixture wrapper: ``_get_wrapped_function()`` (pytest 8.4 on),
+    ``__pytest_wrapped__.obj`` (before), else the object itself (a fixture of another library)."""
+    unwrap = getattr(fixture, "_get_wrapped_function", None)
+    if callable(unwrap):
+        return unwrap()
+    wrapped = getattr(fixture, "__pytest_wrapped__", None)
+    return getattr(wrapped, "obj", fixture)

@@ -76,7 +76,7 @@ from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
 from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.reader import same_items
-from polyrl.sandbox.sample_types import tests_repr, tests_type
+from polyrl.sandbox.sample_types import tests_isinstance, tests_repr, tests_type
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     CONTROL, EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, SampleExit, exception_parts,
@@ -169,6 +169,11 @@ class Session:
         self.handed_index: dict[int, int] = {}  # id of one of them -> its index
         #: one of them failed an assert while called back: the test running fails, whatever the sample did then
         self.callback_asserted = False
+        #: the latest exceptions the sample's answers raised here: one passing through a function of
+        #: the tests' it called back is the sample's own, never their check failing (``tests_callbacks.reply``)
+        self.sample_raised: collections.deque[BaseException] = collections.deque(maxlen=64)
+        #: such an exception of a failing kind (an exit, an assert) on its way back to the sample
+        self.passing: list[BaseException] = []
         #: the tests' ``type(value)`` of a sample's value, asked in a frame (``_type_of``), once their names are set
         self.type_of: Callable[[Remote, Any], Any] | None = None
 
@@ -213,8 +218,8 @@ class Session:
         standard = ("builtins", stand_in) if stand_in is not None else standard_object_name(value)
         if standard is not None:  # a standard function, class or constant: the sample's own copy of it
             return ["g", *standard]
-        if callable(value) and not isinstance(value, type):  # the tests' own function: the sample calls it back
-            return ["K", self._handed(value)]
+        if callable(value) and (not isinstance(value, type) or tests_callbacks.is_tests_class(value)):
+            return ["K", self._handed(value)]  # the tests' own function (or class): the sample calls it back
         if tests_callbacks.is_tests_object(value):  # an object of a class of theirs: the sample reads it back
             return ["O", self._handed(value)]
         raise TypeError(f"a {type(value).__name__} cannot be sent to the sample (only plain data)")
@@ -238,6 +243,7 @@ class Session:
             start = stdin.tell()
             fields["stdin"] = stdin.read()
             stdin.seek(start)
+        passing = len(self.passing)
         answer = self.channel.ask({"op": op, **fields})
         while "ok" not in answer and ("input" in answer or "callback" in answer or "attr" in answer
                                       or "setattr" in answer or "use" in answer):
@@ -250,8 +256,14 @@ class Session:
             read = answer.get("in")
             stdin.seek(start + min(max(read, 0), len(fields["stdin"])) if type(read) is int else start)
         self.printed(answer)
+        if len(self.passing) > passing:  # the sample's exit or assert through a function of the tests'
+            del self.passing[passing:]
+            if answer.get("ok") is True:  # ... swallowed by it: as their check failing there would be
+                self.callback_asserted = True
         if answer.get("ok") is not True:
-            raise remote_exception(answer.get("exc"), self.exception_class)
+            raised = remote_exception(answer.get("exc"), self.exception_class)
+            self.sample_raised.append(raised)
+            raise raised
         awaited = op == "call" and is_awaited(answer.get("v"))
         if awaited:  # an ``async def``'s answer, run to its end there: the tests get a coroutine giving it
             answer["v"] = answer["v"][1]
@@ -313,7 +325,7 @@ class Session:
         index, how, data = tests_callbacks.well_formed_use(message, self.callbacks, self.channel)
         values = self._decoded(lambda v: [self.value(a) for a in v], data)
         reply, asserted = tests_callbacks.reply(tests_callbacks.USES[how][1], [self.callbacks[index], *values], {},
-                                                self.arg)
+                                                self.arg, self.sample_raised, self.passing)
         self.callback_asserted = self.callback_asserted or asserted
         return reply
 
@@ -322,7 +334,8 @@ class Session:
         index, args, kwargs = tests_callbacks.well_formed(message, len(self.callbacks), self.channel)
         args = self._decoded(lambda v: [self.value(a) for a in v], args)
         kwargs = self._decoded(lambda v: {k: self.value(a) for k, a in v.items()}, kwargs)
-        reply, asserted = tests_callbacks.reply(self.callbacks[index], args, kwargs, self.arg)
+        reply, asserted = tests_callbacks.reply(self.callbacks[index], args, kwargs, self.arg,
+                                                self.sample_raised, self.passing)
         self.callback_asserted = self.callback_asserted or asserted
         return reply
 
@@ -664,6 +677,7 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     solution = SolutionModule(session, sample)
     session.type_of = lambda value, frame: _type_of(session, value, sample, frame)
     real_builtins["type"] = tests_type(session.type_of)
+    real_builtins["isinstance"] = tests_isinstance(session.type_of)
     real_builtins["repr"] = tests_repr
     real_import = builtins.__import__
 

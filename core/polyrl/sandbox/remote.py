@@ -371,6 +371,28 @@ class Remote:
         self._session.call_on(self._key)
         self._own_method("__setattr__")(name, value)
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``cache['a'] = 1`` written in the tests: the sample's own ``__setitem__``, counted as
+        ``__setattr__`` is (a method of the value called as a statement); it raised TypeError, so a
+        right mapping-like class (an LRU cache, a sparse vector) scored 0."""
+        self._changed_by_tests("__setitem__")(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        """``del cache['a']`` written in the tests: its own ``__delitem__``, as ``__setitem__``."""
+        self._changed_by_tests("__delitem__")(key)
+
+    def _changed_by_tests(self, name: str) -> Any:
+        """The sample's own method ``name`` (``__setitem__``...), once the caller is found to be the
+        tests' own code and the change counted as a call on the value (``__setattr__``'s rule)."""
+        caller = sys._getframe(2)
+        if caller.f_code in BOUND_CODE and caller.f_back is not None:
+            caller = caller.f_back
+        if caller.f_code.co_filename not in TESTS_FILES:
+            raise TypeError("values that live in the sample cannot be changed from the tests")
+        self._session.touch([self._kin])
+        self._session.call_on(self._key)
+        return self._own_method(name)
+
     def __getitem__(self, key: Any) -> Any:
         if type(key) is int and isinstance(self._fresh_seen(), list) and self._counts_items() and self._base is None:
             self._container_data()  # whether it is a sequence (``_check_index``), asked once

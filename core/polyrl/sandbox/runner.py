@@ -26,6 +26,7 @@ from polyrl.sandbox import (isolation, leftovers, memfd_filter, process_tree, pr
 from polyrl.sandbox.isolation import STRONG_LEVELS
 from polyrl.sandbox.channel import Channel, SampleStopped
 from polyrl.sandbox.harness import Session, run_tests
+from polyrl.sandbox import tests_header
 from polyrl.sandbox.tests_analysis import Analysis
 from polyrl.sandbox.remote_exceptions import exception_parts, exception_text
 from polyrl.sandbox.values import ProtocolError
@@ -301,7 +302,10 @@ class Sandbox:
         try:
             if (framed := server_code.framed(self.python, SERVER_SOURCE)) is not None:
                 channel.send_bytes(framed)  # the compiled server its ``BOOTSTRAP`` waits for
-            hello = channel.ask({"code": code, "setup": setup or "", "limits": self.limits.for_server(),
+            hello = channel.ask({"code": code, "setup": setup or "",
+                                 # the tests' node classes and imports the solution reads unbound
+                                 "header": "" if program_cases.is_program(steps) else tests_header.header(steps, code),
+                                 "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap",
                                  # off: renames and chdir allowed, the hook judges their paths strictly

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -64,3 +65,40 @@ def tests_repr(value: Any) -> str:
             raise TypeError("repr() of a sample's value is not a str")
         return text
     return repr(value)
+
+
+#: Python's classes of values that stay in the sample (a generator, a function, a ``map``), by name:
+#: the class ``isinstance`` judges such a value by. A class of the sample's so named gains nothing
+#: by it that one of these would not (its items, calls and answers are judged as before). Never a
+#: data type (``int``, ``list``...): a right one crosses as the trainer's own, so only an object
+#: posing as one would be judged by its name.
+_DATA = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset, range, slice, memoryview,
+         BaseException)
+_PYTHONS: dict[str, type] = {kind.__qualname__: kind for kind in (*vars(types).values(), *vars(builtins).values())
+                             if isinstance(kind, type) and kind.__module__ == "builtins" and not issubclass(kind, _DATA)
+                             and kind not in (object, type, super, property, classmethod, staticmethod, type(None))}
+
+
+def tests_isinstance(type_of: Callable[[Remote, Any], Any]) -> Callable[[Any, Any], bool]:
+    """An ``isinstance`` for the tests' builtins: a sample's value against Python's own classes
+    (``types.GeneratorType``, ``collections.abc.Generator``, ``types.FunctionType``) is judged by
+    its real type as the tests' ``type`` reads it, where that is one of Python's classes. Why: a
+    sample's generator is a stand-in here, so ``isinstance(gen(3), types.GeneratorType)`` was
+    False and a right generator failed it. A class of the sample's (a stand-in) or a value of the
+    trainer's is Python's ``isinstance`` as before; so is a class of the solution's asked about,
+    which answers from the sample's real MRO (``Remote.__instancecheck__``)."""
+
+    def isinstance_(obj: Any, classes: Any, /) -> bool:
+        kinds = classes if type(classes) is tuple else (classes,)
+        if (type(obj) is Remote and kinds and all(builtins.isinstance(k, builtins.type) for k in kinds)
+                and not builtins.isinstance(obj, classes)):
+            real = type_of(obj, sys._getframe(1))
+            if type(real) is Remote:  # a class in the sample: one of Python's own, by its name
+                real = _PYTHONS.get(real.__qualname__) if real._kind == "callable" else None
+            if builtins.isinstance(real, builtins.type) and not builtins.issubclass(real, Remote):
+                return builtins.issubclass(real, kinds)
+        return builtins.isinstance(obj, classes)
+
+    isinstance_.__name__ = isinstance_.__qualname__ = "isinstance"
+    isinstance_.__doc__ = builtins.isinstance.__doc__
+    return isinstance_

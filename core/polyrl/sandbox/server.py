@@ -1036,6 +1036,7 @@ def _main():
     # no attribute '__dict__'": it looks the class's module up in sys.modules)
     try:
         setup = compile(job["setup"], "<setup>", "exec", dont_inherit=True) if job["setup"] else None
+        header = compile(job.get("header") or "", "<tests' preamble>", "exec", dont_inherit=True)
         solution = compile(job["code"], "<solution>", "exec", dont_inherit=True)
     except BaseException as exc:
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
@@ -1053,6 +1054,7 @@ def _main():
         if job.get("program"):  # stdin/stdout cases: it runs once per case, on that input (``_Session.program``)
             _Session.program_code = (setup, solution, root)
         else:
+            exec(header, namespace)  # the tests' preamble the solution reads (``tests_header``)
             if setup is not None:
                 exec(setup, namespace)
             exec(solution, namespace)

@@ -2,7 +2,8 @@
 
 Why: only data crossed to the sample, so a lambda, a ``def`` of the tests' or a bound method of
 their object as an argument raised "cannot be sent" and a right ``apply``/``sort_by``/``retry``
-scored 0. Now such a function crosses as an index (``["K", i]``); the sample holds a proxy that
+scored 0. Now such a function (or a plain class of theirs, ``make(ListNode, xs)``: ``is_tests_class``)
+crosses as an index (``["K", i]``); the sample holds a proxy that
 can only be called (``server._TestsCallback``: no attributes, so no ``__globals__`` or closure of
 theirs), and each call sends its arguments here, the function is called in the tests' process on
 them (the sample's values as stand-ins, compared by the harness's own rules) and what it returns
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from polyrl.sandbox.channel import Channel, SampleStopped
@@ -44,6 +45,15 @@ TESTS_MODULE = "tests"
 def is_tests_object(value: Any) -> bool:
     """Whether ``value`` is an instance of a class the tests define (not an exception, not a class)."""
     return (getattr(type(value), "__module__", None) == TESTS_MODULE and not isinstance(value, (type, BaseException)))
+
+
+def is_tests_class(value: Any) -> bool:
+    """Whether ``value`` is a plain class the tests define (``make(ListNode, xs)``), handed to the
+    solution as a function it may only call: calling it makes their object, which crosses as one
+    (``["O", i]``); its class attributes and methods stay theirs. No exception class (the sample
+    would need a real class to catch it) and no metaclass of theirs (its ``__call__`` is code of
+    theirs the sample could not reach through a plain class either)."""
+    return (type(value) is type and value.__module__ == TESTS_MODULE and not issubclass(value, BaseException))
 
 
 def well_formed_attribute(message: Any, handed: list[Any], writing: bool, channel: Channel) -> tuple[int, str, Any]:
@@ -136,16 +146,39 @@ def well_formed(message: Any, count: int, channel: Channel) -> tuple[int, list[A
     raise channel.dead
 
 
-def reply(function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
-          send: Callable[[Any], Any]) -> tuple[dict[str, Any], bool]:
+def builtin_kind(exc: BaseException) -> str:
+    """The name of the first built-in class of ``exc``'s (``ValueError`` for the tests' ``class
+    Bad(ValueError)``, ``SystemExit`` for the sample's own exit coming back): what the sample
+    raises for it. Why: only a built-in name is raised there as itself (others as RuntimeError),
+    so a right solution's ``except ValueError`` missed the tests' subclass, and its own
+    ``sys.exit`` through their callback came back as no SystemExit."""
+    for kind in type(exc).__mro__:
+        if kind.__module__ == "builtins":
+            return kind.__name__
+    return type(exc).__name__
+
+
+def reply(function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], send: Callable[[Any], Any],
+          sample_raised: Iterable[BaseException] = (), passing: list[BaseException] | None = None,
+          ) -> tuple[dict[str, Any], bool]:
     """The tests' function called as the sample called it: ``({"v": encoded}, False)``, or
-    ``({"e": [class name]}, asserted)`` where it raised (or returned what cannot be sent)."""
+    ``({"e": [class name]}, asserted)`` where it raised (or returned what cannot be sent).
+    ``sample_raised``: exceptions the sample's own answers raised here. One of those passing
+    through the tests' function (their callback calling the solution, which exits or asserts) is
+    the sample's, not their check failing: it goes to ``passing``, and fails the test only where
+    the sample then swallows it (``Session.ask``), as it would a check of theirs; where it comes
+    back out to the tests it is Python's (``pytest.raises(SystemExit)`` around ``apply(cb, 1)``
+    whose ``cb`` calls the solution's ``sys.exit(1)`` failed a right one)."""
     try:
         value = function(*args, **kwargs)
     except (KeyboardInterrupt, SampleStopped):
         raise
     except BaseException as exc:  # noqa: BLE001 - raised in the sample as it would have been in-process
-        return {"e": [type(exc).__name__]}, failed_check(exc)
+        failed = failed_check(exc)
+        if failed and passing is not None and any(exc is e for e in sample_raised):
+            passing.append(exc)
+            failed = False
+        return {"e": [builtin_kind(exc)]}, failed
     try:
         return {"v": send(value)}, False
     except TypeError:

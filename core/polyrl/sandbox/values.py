@@ -42,8 +42,8 @@ def encode(value: object, depth: int = 0) -> list | None:
     if kind is int:
         try:
             return ["i", str(value)]
-        except ValueError:  # more digits than sys.get_int_max_str_digits()
-            return None
+        except ValueError:  # more digits than sys.get_int_max_str_digits(): hex has no such limit,
+            return ["h", format(value, "x")]  # and a right ``2 ** 100000`` crossed as no value at all
     if kind is float:
         return ["f", repr(value)]
     if kind is complex:
@@ -133,6 +133,8 @@ def decode(data: object, depth: int = 0) -> object:
             return rest[0]
         if tag == "i" and len(rest) == 1 and isinstance(rest[0], str):
             return int(rest[0])
+        if tag == "h" and len(rest) == 1 and type(rest[0]) is str and rest[0].lstrip("-").isalnum():
+            return int(rest[0], 16)
         if tag == "f" and len(rest) == 1:
             return _float(rest[0])
         if tag == "c" and len(rest) == 2:
