@@ -770,6 +770,18 @@ def test_api_prompts_that_would_iterate_as_other_prompts_are_refused(toy, tmp_pa
     assert info.value.field == "prompts"
 
 
+def test_api_a_dict_of_columns_is_refused_as_columns_with_a_fix_keeping_them(toy, tmp_path):
+    """``dataset[:2]`` is ``{column: [values]}``: it was "a dict of splits" with the fix
+    ``prompts=dataset['prompt']``, which drops the answer column the rewards read."""
+    import datasets
+
+    columns = datasets.Dataset.from_list([{"prompt": "What is 1 + 1?", "answer": "2"}] * 2)[:2]
+    with pytest.raises(ConfigError, match=r"prompts is a dict of columns \('prompt', 'answer'; 2 values each\)") \
+            as info:
+        _api_run(tmp_path, [HalfScorer()], prompts=columns)
+    assert info.value.field == "prompts" and "prompts=datasets.Dataset.from_dict" in info.value.fix
+
+
 
 def _endless_stream(read: list[int]):
     """A 🤗 IterableDataset that never ends, as ``load_dataset(..., streaming=True)`` over a large

@@ -1118,6 +1118,20 @@ def test_a_dataset_dict_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp
     assert err.value.field == "train_dataset" and "dataset['train']" in err.value.fix
 
 
+def test_a_dict_of_columns_is_refused_as_columns_not_splits_and_never_read_as_eval_sets(tiny_model_dir, tmp_path):
+    """``dataset[:2]`` is ``{column: [values]}``. As train_dataset it was "a dict of splits" whose
+    fix, ``dataset['prompt']``, dropped the answer column; as eval_dataset (TRL takes a dict of named
+    sets) each column became a set: the answers were evaluated as prompts, unsaid (TRL fails there)."""
+    columns = _dataset()[:2]
+    assert set(columns) == {"prompt", "answer"}
+    for where, given in (("train_dataset", {"train_dataset": columns}),
+                         ("eval_dataset", {"train_dataset": _dataset(), "eval_dataset": columns})):
+        with pytest.raises(ConfigError, match=rf"{where} is a dict of columns \('prompt', 'answer'; 2 values each\)") \
+                as err:
+            GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), **given)
+        assert err.value.field == where and "Dataset.from_dict" in err.value.fix and "dataset['prompt']" not in err.value.fix
+
+
 def test_a_dataset_formatted_as_arrow_is_one_error_naming_train_dataset(tiny_model_dir, tmp_path):
     """Its rows are pyarrow Tables (TRL's DataLoader fails on them): one line naming the script's argument."""
     data = _dataset().with_format("arrow")

@@ -44,6 +44,7 @@ from polyrl import run_paths, strict_json, trl_args_seen, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
 from polyrl.logs import get_logger
+from polyrl.column_dicts import column_dict_error, is_column_dict
 from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.trl_failed_run import FailedRun, kept_after
@@ -268,7 +269,11 @@ class GRPOTrainer:
         # a chat passed as the dataset: refused here, as TRL's other argument checks are (told as train_dataset)
         refuse_one_conversation(train_dataset)
         refuse_one_conversation(eval_dataset, "eval_prompts")
+        if is_column_dict(eval_dataset, "prompt"):  # read as named sets, each column one: the answers as prompts
+            raise column_dict_error(eval_dataset, "eval_dataset")
         _check_set_names(eval_dataset)
+        if is_column_dict(train_dataset):
+            raise column_dict_error(train_dataset, "train_dataset")
         if isinstance(train_dataset, Mapping):  # load_dataset(...) without split: it iterates as its split names
             splits = list(train_dataset) or ["train"]
             raise ConfigError(f"train_dataset is a {type(train_dataset).__name__} of splits "
