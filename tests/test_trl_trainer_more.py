@@ -1118,6 +1118,20 @@ def test_a_dataset_dict_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp
     assert err.value.field == "train_dataset" and "dataset['train']" in err.value.fix
 
 
+@pytest.mark.parametrize("where", ["train_dataset", "eval_dataset"])
+def test_a_data_files_path_as_a_dataset_is_refused_when_built_with_the_call_that_reads_it(tiny_model_dir, tmp_path,
+                                                                                        where):
+    """``train_dataset="train.jsonl"``: refused only in ``train()`` (``evaluate()`` for eval_dataset),
+    as "one string, which would be read as one prompt per character", fix "pass a list of prompts"."""
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n')
+    given = {"train_dataset": _dataset(), where: str(path)}
+    with pytest.raises(ConfigError, match=rf"{where} is the path of a data file \('.*train.jsonl'\)") as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), **given)
+    assert err.value.field == where
+    assert f'{where}=datasets.load_dataset("json", data_files={str(path)!r}, split="train")' in err.value.fix
+
+
 def test_a_dict_of_columns_is_refused_as_columns_not_splits_and_never_read_as_eval_sets(tiny_model_dir, tmp_path):
     """``dataset[:2]`` is ``{column: [values]}``. As train_dataset it was "a dict of splits" whose
     fix, ``dataset['prompt']``, dropped the answer column; as eval_dataset (TRL takes a dict of named

@@ -46,6 +46,7 @@ from polyrl.config import (
 from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
 from polyrl.column_dicts import column_dict_error, is_column_dict
+from polyrl.data_file_args import data_file_error
 from polyrl.one_conversation import MESSAGE_ROWS_FIX, refuse_one_conversation
 from polyrl.trl_config import (
     BEST_KEPT,
@@ -421,6 +422,9 @@ def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
                           "not a sequence of prompts", field="prompts",
                           fix=f"pass one split, e.g. prompts=dataset[{(splits or ['train'])[0]!r}]")
     if isinstance(prompts, (str, bytes)):
+        as_path = data_file_error(prompts, "prompts")
+        if as_path is not None:
+            raise as_path
         raise ConfigError("prompts is one string, which would be read as one prompt per character",
                           field="prompts", fix="pass a list of prompts, e.g. prompts=[\"What is 2 + 3?\"]")
     refuse_one_conversation(prompts)

@@ -45,6 +45,7 @@ from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
 from polyrl.logs import get_logger
 from polyrl.column_dicts import column_dict_error, is_column_dict
+from polyrl.data_file_args import data_file_error
 from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.trl_failed_run import FailedRun, kept_after
@@ -274,6 +275,10 @@ class GRPOTrainer:
         _check_set_names(eval_dataset)
         if is_column_dict(train_dataset):
             raise column_dict_error(train_dataset, "train_dataset")
+        for name, given in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            as_path = data_file_error(given, name) if isinstance(given, (str, bytes)) else None
+            if as_path is not None:  # refused in train() or evaluate() as a string, not as the file it names
+                raise as_path
         if isinstance(train_dataset, Mapping):  # load_dataset(...) without split: it iterates as its split names
             splits = list(train_dataset) or ["train"]
             raise ConfigError(f"train_dataset is a {type(train_dataset).__name__} of splits "
