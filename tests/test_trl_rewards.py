@@ -783,6 +783,16 @@ def test_api_a_data_files_path_as_prompts_gives_the_call_that_reads_it(path, bui
         prompt_rows("What is 2 + 3?")
 
 
+def test_api_one_row_as_prompts_is_refused_as_one_row():
+    """It was "a dict of splits ('prompt', 'answer')" with the fix ``prompts=dataset['prompt']``."""
+    from polyrl.api import prompt_rows
+
+    for row in ({"prompt": "What is 1 + 1?", "answer": "2"}, {"prompt": [{"role": "user", "content": "Hi"}]}):
+        with pytest.raises(ConfigError, match=r"prompts is one row \(a dict with the columns 'prompt'") as info:
+            prompt_rows(row)
+        assert info.value.fix.startswith("wrap it in a list: prompts=[{'prompt': ...")
+
+
 def test_api_a_dict_of_columns_is_refused_as_columns_with_a_fix_keeping_them(toy, tmp_path):
     """``dataset[:2]`` is ``{column: [values]}``: it was "a dict of splits" with the fix
     ``prompts=dataset['prompt']``, which drops the answer column the rewards read."""

@@ -1119,6 +1119,17 @@ def test_a_dataset_dict_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp
 
 
 @pytest.mark.parametrize("where", ["train_dataset", "eval_dataset"])
+def test_one_row_as_a_dataset_is_refused_as_one_row_when_built(tiny_model_dir, tmp_path, where):
+    """``train_dataset={"prompt": ..., "answer": ...}`` was "a dict of splits" (fix:
+    ``dataset['prompt']``); as eval_dataset, named sets of which "prompt" is a string."""
+    given = {"train_dataset": _dataset(), where: {"prompt": "What is 1 + 1?", "answer": "2"}}
+    with pytest.raises(ConfigError, match=rf"{where} is one row \(a dict with the columns 'prompt', 'answer'\)") \
+            as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), **given)
+    assert err.value.field == where and err.value.fix.startswith(f"wrap it in a list: {where}=[")
+
+
+@pytest.mark.parametrize("where", ["train_dataset", "eval_dataset"])
 def test_a_data_files_path_as_a_dataset_is_refused_when_built_with_the_call_that_reads_it(tiny_model_dir, tmp_path,
                                                                                         where):
     """``train_dataset="train.jsonl"``: refused only in ``train()`` (``evaluate()`` for eval_dataset),

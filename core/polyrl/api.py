@@ -45,7 +45,7 @@ from polyrl.config import (
 )
 from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
-from polyrl.column_dicts import column_dict_error, is_column_dict
+from polyrl.column_dicts import column_dict_error, is_column_dict, one_row_error
 from polyrl.data_file_args import data_file_error
 from polyrl.one_conversation import MESSAGE_ROWS_FIX, refuse_one_conversation
 from polyrl.trl_config import (
@@ -416,6 +416,9 @@ def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
                                                "with trl.GRPOConfig(max_steps=N), which streams it as TRL does")
     if is_column_dict(prompts):  # dataset[:n]: its columns, which the split error below told to pick one of
         raise column_dict_error(prompts, "prompts")
+    row = one_row_error(prompts, "prompts")
+    if row is not None:
+        raise row
     if isinstance(prompts, Mapping):
         splits = list(prompts)
         raise ConfigError(f"prompts is a {type(prompts).__name__} of splits ({', '.join(map(repr, splits))}), "

@@ -42,4 +42,20 @@ def column_dict_error(value: Mapping[str, Any], field: str) -> ConfigError:
                            "of dataset[:n]")
 
 
-__all__ = ["column_dict_error", "is_column_dict"]
+def one_row_error(value: Any, field: str, prompt_column: str = "prompt") -> ConfigError | None:
+    """The error for one row (``{"prompt": "...", "answer": ...}``) given as ``field``, where a
+    list of rows is expected; None for any other value. Why: it was refused as "a dict of splits"
+    (``'prompt', 'answer'``) with the fix ``dataset['prompt']``."""
+    if not isinstance(value, Mapping) or type(value).__name__ in _SPLIT_DICTS or prompt_column not in value:
+        return None
+    prompt = value[prompt_column]
+    chat = isinstance(prompt, (list, tuple)) and bool(prompt) and all(
+        isinstance(m, Mapping) and "role" in m for m in prompt)
+    if not isinstance(prompt, str) and not chat:
+        return None
+    return ConfigError(f"{field} is one row (a dict with the columns {', '.join(repr(str(k)) for k in value)}), where "
+                       "a dataset of rows is expected", field=field,
+                       fix=f"wrap it in a list: {field}=[{{{prompt_column!r}: ..., ...}}], one dict per row")
+
+
+__all__ = ["column_dict_error", "is_column_dict", "one_row_error"]
