@@ -65,6 +65,22 @@ def test_csv_with_a_column_mapping(tmp_path, cache, name):
     assert ds[0]["question"] == TEXT_ROWS[0]["question"]  # the source column stays visible
 
 
+@pytest.mark.parametrize("name", ["d.parquet", "d.jsonl"])
+def test_a_mapping_onto_a_column_the_dataset_has_is_one_error_not_a_hidden_column(tmp_path, cache, name):
+    """``columns = {answer = "solution"}`` on rows that hold an ``answer`` of their own (GSM8K's
+    worked solution beside a final number): every row's ``answer`` became the solution's value, so
+    a reward function's ``answer`` argument, which TRL fills with the dataset's own column, read
+    another column, unsaid. Mapping the prompt (which no reward reads by name) is not refused."""
+    rows = [{**r, "solution": f"#### {r['answer']}"} for r in ROWS]
+    path = str(_write(tmp_path, rows, name))
+    with pytest.raises(ConfigError, match=r"data.columns maps 'answer' to the column 'solution', but .* has an? "
+                                          r"'answer' column of its own") as err:
+        load_dataset(path=path, cache_dir=cache, columns={"answer": "solution"})
+    assert err.value.field == "data.columns.answer" and "options.column = 'solution'" in err.value.fix
+    ds = load_dataset(path=path, cache_dir=cache, columns={"prompt": "question", "final": "answer"})
+    assert ds[0]["final"] == ds[0]["answer"] == "1" and ds[0]["prompt"] == "What is 0 + 1?"
+
+
 def test_a_list_and_a_glob_of_files_concatenate_in_order(tmp_path, cache):
     for k in range(3):
         _write(tmp_path, ROWS[4 * k:4 * k + 4], f"part-{k}.parquet")

@@ -120,6 +120,16 @@ def test_an_error_on_a_key_a_trl_field_set_names_that_field_in_api_run(kwargs, f
     assert err.value.field == "generation.max_new_tokens", err.value
 
 
+@pytest.mark.parametrize("weights", [np.array([1.0, 0.5]), [np.float32(1.0), np.float32(0.5)], (np.int64(1), 0.5)])
+def test_reward_weights_computed_with_numpy_are_carried_as_trl_reads_them(weights):
+    """TRL builds ``torch.tensor(reward_weights)``, which reads a numpy array and numpy scalars as
+    numbers: such a script trains under TRL, and polyrl refused it as "not a list of numbers"."""
+    ours = api.GRPOConfig.from_trl(trl_config(reward_weights=weights))
+    assert list(ours.reward_weights) == [1.0, 0.5] and all(type(w) in (int, float) for w in ours.reward_weights)
+    with pytest.raises(ConfigError, match="is not a list of numbers"):  # a bool is still no weight
+        api.GRPOConfig.from_trl(trl_config(reward_weights=[True, 0.5]))
+
+
 def test_every_mapped_field_the_user_sets_is_carried():
     ours = api.GRPOConfig.from_trl(trl_config(
         max_steps=14, num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=2,

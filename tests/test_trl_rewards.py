@@ -770,6 +770,41 @@ def test_api_prompts_that_would_iterate_as_other_prompts_are_refused(toy, tmp_pa
     assert info.value.field == "prompts"
 
 
+@pytest.mark.parametrize(("path", "builder"), [("data/train.parquet", "parquet"), ("rows.CSV", "csv"),
+                                               ("data.jsonl", "json")])
+def test_api_a_data_files_path_as_prompts_gives_the_call_that_reads_it(path, builder):
+    """It was "one string, which would be read as one prompt per character", fix "pass a list of prompts"."""
+    from polyrl.api import prompt_rows
+
+    with pytest.raises(ConfigError, match=rf"prompts is the path of a data file \('{path}'\)") as info:
+        prompt_rows(path)
+    assert f'prompts=datasets.load_dataset("{builder}", data_files={path!r}, split="train")' in info.value.fix
+    with pytest.raises(ConfigError, match="prompts is one string"):  # a prompt is still named as one
+        prompt_rows("What is 2 + 3?")
+
+
+def test_api_one_row_as_prompts_is_refused_as_one_row():
+    """It was "a dict of splits ('prompt', 'answer')" with the fix ``prompts=dataset['prompt']``."""
+    from polyrl.api import prompt_rows
+
+    for row in ({"prompt": "What is 1 + 1?", "answer": "2"}, {"prompt": [{"role": "user", "content": "Hi"}]}):
+        with pytest.raises(ConfigError, match=r"prompts is one row \(a dict with the columns 'prompt'") as info:
+            prompt_rows(row)
+        assert info.value.fix.startswith("wrap it in a list: prompts=[{'prompt': ...")
+
+
+def test_api_a_dict_of_columns_is_refused_as_columns_with_a_fix_keeping_them(toy, tmp_path):
+    """``dataset[:2]`` is ``{column: [values]}``: it was "a dict of splits" with the fix
+    ``prompts=dataset['prompt']``, which drops the answer column the rewards read."""
+    import datasets
+
+    columns = datasets.Dataset.from_list([{"prompt": "What is 1 + 1?", "answer": "2"}] * 2)[:2]
+    with pytest.raises(ConfigError, match=r"prompts is a dict of columns \('prompt', 'answer'; 2 values each\)") \
+            as info:
+        _api_run(tmp_path, [HalfScorer()], prompts=columns)
+    assert info.value.field == "prompts" and "prompts=datasets.Dataset.from_dict" in info.value.fix
+
+
 
 def _endless_stream(read: list[int]):
     """A 🤗 IterableDataset that never ends, as ``load_dataset(..., streaming=True)`` over a large

@@ -1118,6 +1118,45 @@ def test_a_dataset_dict_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp
     assert err.value.field == "train_dataset" and "dataset['train']" in err.value.fix
 
 
+@pytest.mark.parametrize("where", ["train_dataset", "eval_dataset"])
+def test_one_row_as_a_dataset_is_refused_as_one_row_when_built(tiny_model_dir, tmp_path, where):
+    """``train_dataset={"prompt": ..., "answer": ...}`` was "a dict of splits" (fix:
+    ``dataset['prompt']``); as eval_dataset, named sets of which "prompt" is a string."""
+    given = {"train_dataset": _dataset(), where: {"prompt": "What is 1 + 1?", "answer": "2"}}
+    with pytest.raises(ConfigError, match=rf"{where} is one row \(a dict with the columns 'prompt', 'answer'\)") \
+            as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), **given)
+    assert err.value.field == where and err.value.fix.startswith(f"wrap it in a list: {where}=[")
+
+
+@pytest.mark.parametrize("where", ["train_dataset", "eval_dataset"])
+def test_a_data_files_path_as_a_dataset_is_refused_when_built_with_the_call_that_reads_it(tiny_model_dir, tmp_path,
+                                                                                        where):
+    """``train_dataset="train.jsonl"``: refused only in ``train()`` (``evaluate()`` for eval_dataset),
+    as "one string, which would be read as one prompt per character", fix "pass a list of prompts"."""
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n')
+    given = {"train_dataset": _dataset(), where: str(path)}
+    with pytest.raises(ConfigError, match=rf"{where} is the path of a data file \('.*train.jsonl'\)") as err:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), **given)
+    assert err.value.field == where
+    assert f'{where}=datasets.load_dataset("json", data_files={str(path)!r}, split="train")' in err.value.fix
+
+
+def test_a_dict_of_columns_is_refused_as_columns_not_splits_and_never_read_as_eval_sets(tiny_model_dir, tmp_path):
+    """``dataset[:2]`` is ``{column: [values]}``. As train_dataset it was "a dict of splits" whose
+    fix, ``dataset['prompt']``, dropped the answer column; as eval_dataset (TRL takes a dict of named
+    sets) each column became a set: the answers were evaluated as prompts, unsaid (TRL fails there)."""
+    columns = _dataset()[:2]
+    assert set(columns) == {"prompt", "answer"}
+    for where, given in (("train_dataset", {"train_dataset": columns}),
+                         ("eval_dataset", {"train_dataset": _dataset(), "eval_dataset": columns})):
+        with pytest.raises(ConfigError, match=rf"{where} is a dict of columns \('prompt', 'answer'; 2 values each\)") \
+                as err:
+            GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=_args(tmp_path), **given)
+        assert err.value.field == where and "Dataset.from_dict" in err.value.fix and "dataset['prompt']" not in err.value.fix
+
+
 def test_a_dataset_formatted_as_arrow_is_one_error_naming_train_dataset(tiny_model_dir, tmp_path):
     """Its rows are pyarrow Tables (TRL's DataLoader fails on them): one line naming the script's argument."""
     data = _dataset().with_format("arrow")

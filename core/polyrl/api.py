@@ -45,6 +45,8 @@ from polyrl.config import (
 )
 from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
+from polyrl.column_dicts import column_dict_error, is_column_dict, one_row_error
+from polyrl.data_file_args import data_file_error
 from polyrl.one_conversation import MESSAGE_ROWS_FIX, refuse_one_conversation
 from polyrl.trl_config import (
     BEST_KEPT,
@@ -412,12 +414,20 @@ def prompt_rows(prompts: Any) -> list[dict[str, Any]]:
                           field="prompts", fix="pass a datasets.Dataset (e.g. prompts=Dataset.from_list("
                                                "list(stream.take(N)))), or train through polyrl.trl.GRPOTrainer "
                                                "with trl.GRPOConfig(max_steps=N), which streams it as TRL does")
+    if is_column_dict(prompts):  # dataset[:n]: its columns, which the split error below told to pick one of
+        raise column_dict_error(prompts, "prompts")
+    row = one_row_error(prompts, "prompts")
+    if row is not None:
+        raise row
     if isinstance(prompts, Mapping):
         splits = list(prompts)
         raise ConfigError(f"prompts is a {type(prompts).__name__} of splits ({', '.join(map(repr, splits))}), "
                           "not a sequence of prompts", field="prompts",
                           fix=f"pass one split, e.g. prompts=dataset[{(splits or ['train'])[0]!r}]")
     if isinstance(prompts, (str, bytes)):
+        as_path = data_file_error(prompts, "prompts")
+        if as_path is not None:
+            raise as_path
         raise ConfigError("prompts is one string, which would be read as one prompt per character",
                           field="prompts", fix="pass a list of prompts, e.g. prompts=[\"What is 2 + 3?\"]")
     refuse_one_conversation(prompts)

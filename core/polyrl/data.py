@@ -99,6 +99,20 @@ def _chat_problem(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _hidden_column(target: str, column: str, where: str) -> ConfigError:
+    """The error for ``data.columns`` mapping ``column`` onto ``target``, a column the rows have of
+    their own (the prompt column aside: no reward reads it by name, TRL passes ``prompts``). Why: the
+    mapped values replaced that column's in every row, so the rewards (a reward function's ``target``
+    argument, as TRL passes the dataset's own column) read ``column``'s values under its name, and
+    the dataset's own were gone, unsaid."""
+    return ConfigError(f"data.columns maps {target!r} to the column {column!r}, but {where} has a {target!r} column "
+                       f"of its own, which the mapping would hide: the rewards would read {column!r}'s values under "
+                       f"the name {target!r}", field=f"data.columns.{target}",
+                       fix=f"read {column!r} by its own name in place of the mapping (a built-in reward's "
+                           f"options.column = {column!r}, a reward function's parameter {column!r}), or rename the "
+                           f"dataset's {target!r} column")
+
+
 class Dataset:
     """Validated prompt rows: non-empty, every row with a well-formed prompt.
 
@@ -146,6 +160,8 @@ class Dataset:
                 if column not in names:
                     raise ConfigError(f"{self.name} has no column {column!r} (its columns: {', '.join(names)})",
                                       field=f"data.columns.{target}", fix="map it to one of those columns")
+                if target not in (column, self.prompt_column) and target in names:
+                    raise _hidden_column(target, column, self.name)
             for column in IMAGE_COLUMNS:
                 if column in names:
                     raise image_column_error(column, self.name)
@@ -171,6 +187,8 @@ class Dataset:
                 if column not in row and target != self.prompt_column:
                     raise ConfigError(f"{self.where(i)} has no column {column!r}", field=f"data.columns.{target}",
                                       fix="map it to a column every row has")
+                if target not in (column, self.prompt_column) and target in row:
+                    raise _hidden_column(target, column, self.where(i))
             if row.get(source) is None:  # absent, or null (datasets gives a line without it None)
                 present = ", ".join(sorted(str(k) for k, v in row.items() if v is not None)) or "none"
                 mapped = self.prompt_column in self.column_map

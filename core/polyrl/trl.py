@@ -44,6 +44,8 @@ from polyrl import run_paths, strict_json, trl_args_seen, trl_saves
 from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
 from polyrl.logs import get_logger
+from polyrl.column_dicts import column_dict_error, is_column_dict, one_row_error
+from polyrl.data_file_args import data_file_error
 from polyrl.one_conversation import refuse_one_conversation
 from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.trl_failed_run import FailedRun, kept_after
@@ -268,6 +270,7 @@ class GRPOTrainer:
         # a chat passed as the dataset: refused here, as TRL's other argument checks are (told as train_dataset)
         refuse_one_conversation(train_dataset)
         refuse_one_conversation(eval_dataset, "eval_prompts")
+        _refuse_misshaped(train_dataset, eval_dataset)
         _check_set_names(eval_dataset)
         if isinstance(train_dataset, Mapping):  # load_dataset(...) without split: it iterates as its split names
             splits = list(train_dataset) or ["train"]
@@ -1147,6 +1150,22 @@ def _has_eval_rows(eval_dataset: Any) -> bool:
     """Whether the run has ``eval_dataset`` rows to evaluate during training: a set of rows, or a
     dict of named sets (``_check_set_names``), not None."""
     return eval_dataset is not None
+
+
+def _refuse_misshaped(train_dataset: Any, eval_dataset: Any) -> None:
+    """One ConfigError, as the trainer is built, for a dataset given in another shape than rows:
+    a dict of columns (``dataset[:n]``: as eval_dataset, a dict of named sets, each column was read
+    as a set), one row, or a data file's path (refused only in ``train()``/``evaluate()``, as a
+    string read as one prompt per character)."""
+    if is_column_dict(eval_dataset, "prompt"):
+        raise column_dict_error(eval_dataset, "eval_dataset")
+    if is_column_dict(train_dataset):
+        raise column_dict_error(train_dataset, "train_dataset")
+    for name, given in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+        problem = one_row_error(given, name) or (data_file_error(given, name) if isinstance(given, (str, bytes))
+                                                 else None)
+        if problem is not None:
+            raise problem
 
 
 def _check_set_names(eval_dataset: Any) -> None:

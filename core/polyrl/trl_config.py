@@ -749,7 +749,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     elif trl_config.sync_ref_model:
         out["algorithm.ref_sync_alpha"] = trl_config.ref_model_mixup_alpha
     if trl_config.reward_weights is not None:
-        weights = trl_config.reward_weights
+        weights = _plain_weights(trl_config.reward_weights)
         if not isinstance(weights, (list, tuple)) or not all(
                 isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights):
             raise ConfigError(f"TRL's reward_weights = {shown(weights)} is not a list of numbers, one per reward "
@@ -1053,6 +1053,19 @@ def rounded_save_warning(total_updates: int, per_step: int, minibatches: int) ->
         f"whole number of polyrl steps of {per_step} optimizer updates each; polyrl checkpoints every {every} steps "
         f"({every * per_step} updates), where transformers' Trainer would every {HF_SAVE_STEPS}",
         fix=f"set save_steps to a multiple of {_per_step_name(minibatches)} ({per_step}) to silence this")
+
+
+def _plain_weights(weights: Any) -> Any:
+    """TRL's ``reward_weights`` with what ``torch.tensor(reward_weights)`` reads as numbers made
+    Python floats: a 1-d numpy array or tensor (its ``tolist()``) and numpy's scalars
+    (``np.float32(0.5)``, registered as ``numbers.Real``). Why: weights computed with numpy train
+    under TRL, and polyrl refused them as "not a list of numbers". Anything else is returned as it
+    is, for the checks to name (a bool stays a bool: refused, though ``torch.tensor`` reads True as 1)."""
+    if callable(getattr(weights, "tolist", None)) and getattr(weights, "ndim", None) == 1:
+        weights = weights.tolist()
+    if not isinstance(weights, (list, tuple)):
+        return weights
+    return [float(w) if isinstance(w, numbers.Real) and not isinstance(w, (int, float)) else w for w in weights]
 
 
 def eval_settings(trl_config: Any) -> dict[str, Any]:

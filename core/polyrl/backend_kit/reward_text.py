@@ -33,13 +33,28 @@ def _text(completion: Scored) -> str:
     return "\n".join(str(m.get("content") or "") for m in completion)
 
 
-def templated(tokenizer: Any, chat_template: bool | str, prompt: Prompt | None = None) -> bool:
+def templated(tokenizer: Any, chat_template: bool | str, prompt: Prompt | None = None,
+              field: str = "options.path") -> bool:
     """Whether the pair is rendered with the chat template: asked for (``True``, or ``"auto"`` for a
     chat prompt only, TRL's rule: ``GRPOTrainer._calculate_rewards`` scores a text prompt as
-    ``prompt + completion`` even when the reward tokenizer has a template) and the tokenizer has one."""
+    ``prompt + completion`` even when the reward tokenizer has a template). Asked for of a tokenizer
+    without one is a ConfigError on ``field``. Why: TRL's ``apply_chat_template`` raises there, and
+    polyrl scored the messages' contents joined by line breaks with the completion glued to the last
+    one (no roles, no separator), a text the reward model was never trained on, unsaid."""
     if chat_template == "auto":
         chat_template = prompt is not None and not isinstance(prompt, str)
-    return bool(chat_template) and bool(getattr(tokenizer, "chat_template", None))
+    if not chat_template:
+        return False
+    if not getattr(tokenizer, "chat_template", None):
+        what = "a chat prompt" if prompt is not None and not isinstance(prompt, str) else "the prompt"
+        raise ConfigError(
+            f"the reward model's tokenizer has no chat template, and {what} is to be scored through one "
+            "(TRL's GRPOTrainer raises here: it renders a chat prompt and its completion with the reward "
+            "tokenizer's template)", field=field,
+            fix="give the reward model a tokenizer with a chat template (save one to the folder, set options.tokenizer, "
+                "or in a TRL script pass reward_processing_classes), or set the reward's options.chat_template = "
+                "false to score the messages' text followed by the completion as plain text")
+    return True
 
 
 def render_pair(tokenizer: Any, prompt: Prompt, completion: Scored, chat_template: bool | str,
@@ -48,7 +63,7 @@ def render_pair(tokenizer: Any, prompt: Prompt, completion: Scored, chat_templat
     within ``template_limits``' bounds: past one, a ConfigError on ``field``; ``template_kwargs``
     its extra variables, the reward's ``chat_template_kwargs``), else the prompt's text followed by
     the completion."""
-    if templated(tokenizer, chat_template, prompt):
+    if templated(tokenizer, chat_template, prompt, field):
         return render_chat(tokenizer, _conversation(prompt, completion), None, False, field, template_kwargs)
     if isinstance(prompt, str):
         return prompt + _text(completion)
@@ -69,7 +84,7 @@ def encode_pair_cut(tokenizer: Any, prompt: Prompt, completion: Scored, chat_tem
                     field: str = "options.path",
                     template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], bool]:
     """``encode_pair``'s ids and whether the pair was cut to ``max_length`` (``warn_cut`` says so)."""
-    if templated(tokenizer, chat_template, prompt):
+    if templated(tokenizer, chat_template, prompt, field):
         ids = encode_chat_literal(tokenizer, _conversation(prompt, completion), field=field,
                                   template_kwargs=template_kwargs)  # first: a template past its bounds says so
         _check_shown(tokenizer, _conversation(prompt, completion), field, template_kwargs)

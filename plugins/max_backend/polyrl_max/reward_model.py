@@ -14,8 +14,9 @@ Options (``[[rewards]] name = "max_reward_model"``); unknown options are an erro
                    (default 512); a warning says how many were cut
 ``label``          which logit is the score (default 0 for one-label models; required otherwise)
 ``chat_template``  "auto" (default, TRL's rule): a chat prompt is rendered with the tokenizer's chat
-                   template when it has one, a text prompt as its text followed by the completion;
-                   true: every prompt through the template; false: never
+                   template (a ConfigError when it has none, as TRL raises: a BERT tokenizer has none),
+                   a text prompt as its text followed by the completion; true: every prompt through
+                   the template; false: never
 ``chat_template_kwargs``  extra variables for the chat template (default none), as ``reward_model``'s
 """
 

@@ -13,9 +13,10 @@ Options (``[[rewards]] name = "reward_model"``); unknown options are an error:
 ``max_length``     tokens per sequence; longer ones are cut from the left, keeping the completion's
                    end (default 1024), and a warning says how many were cut
 ``chat_template``  "auto" (default, TRL's rule): a chat prompt is rendered as ``prompt + [assistant:
-                   completion]`` with the tokenizer's chat template when it has one, a text prompt is its
-                   text followed by the completion; true: every prompt through the template (a text
-                   prompt as the user turn); false: the prompt text followed by the completion.
+                   completion]`` with the tokenizer's chat template (a ConfigError when it has none, as
+                   TRL raises), a text prompt is its text followed by the completion; true: every prompt
+                   through the template (a text prompt as the user turn); false: the prompt text
+                   followed by the completion.
                    Either way only the template's (or the tokenizer's own) special tokens are special:
                    a completion spelling ``<|im_end|>`` is scored as those characters, never as a
                    turn it ended (``polyrl.backend_kit.literal_chat``)
