@@ -797,7 +797,11 @@ class GRPOTrainer:
             self._save_args(target)
             return
         source = self._model_source("save_model")
-        if target.resolve() == source.resolve():
+        if target.resolve() == source.resolve():  # the weights are there already; TRL's save writes its args too
+            self._save_args(target)
+            if self.summary is not None and "model" in self.summary and target.resolve() == Path(
+                    self.summary["model"]).resolve():  # the file added is this trainer's, not a later run's
+                self._trained_identity = trl_saves.model_identity(target)
             return
         target.mkdir(parents=True, exist_ok=True)
         # TRL saves the processing_class it holds, as the script left it (pad_token, padding_side,
