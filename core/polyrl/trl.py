@@ -682,6 +682,8 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
+        elif self.environment is None:  # TRL parses a chat completion with its tokenizer's response_schema
+            _with_response_parser(plugins, self._response_parser())
         if self._initial_adapter is not None and config.lora is not None:  # a PeftModel's adapter, trained on
             config = attrs.evolve(config, backends=attrs.evolve(config.backends, options={
                 **config.backends.options, "initial_adapter": str(self._initial_adapter)}))
@@ -953,6 +955,18 @@ class GRPOTrainer:
                 AutoTokenizer, self._model_source("processing_class") if trained else self.model_path, "model",
                 padding_side="left", truncation_side="left")
         return self._processing_class
+
+    def _response_parser(self) -> Any:
+        """``trl_responses.response_parser`` of the tokenizer TRL decodes completions with (the
+        folder's loaded only when its files name a response_schema)."""
+        from polyrl import trl_responses
+
+        tokenizer = self._processing_class
+        if tokenizer is None:  # the folder given: its trained copy keeps its tokenizer files
+            if not trl_responses.folder_has_schema(self.model_path):
+                return None
+            tokenizer = self.processing_class
+        return trl_responses.response_parser(tokenizer)
 
     @property
     def callback_handler(self) -> TrlCallbacks:
@@ -1500,6 +1514,15 @@ def _with_environments(config: Any, plugins: list[Any]) -> list[Any]:
         if isinstance(plugin, FunctionReward):
             plugin.environments = True
     return plugins
+
+
+def _with_response_parser(plugins: list[Any], parser: Any) -> None:
+    """Hand every reward function ``parser`` (``FunctionReward.parse_completion``)."""
+    from polyrl.rewards.functions import FunctionReward
+
+    for plugin in plugins:
+        if isinstance(plugin, FunctionReward):
+            plugin.parse_completion = parser
 
 
 def _environment(tools: GivenTools | None, environments: TrlEnvironments | None,
