@@ -81,6 +81,20 @@ def test_a_batch_size_set_on_the_config_after_it_was_built_is_refused_not_read_s
     assert api.GRPOConfig.from_trl(grpo_args(tmp_path, per_device_train_batch_size=8)).prompts_per_step == 4
 
 
+def test_gradient_accumulation_steps_set_after_the_config_was_built_says_so_in_the_fix(tmp_path):
+    """GRPOConfig makes an unset steps_per_generation gradient_accumulation_steps when it is built;
+    ``args.gradient_accumulation_steps = 2`` afterwards left it at 1, and the error named only
+    steps_per_generation, a field the script never set, with no word of why."""
+    from polyrl import api
+
+    args = grpo_args(tmp_path)
+    args.gradient_accumulation_steps = 2
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(args)
+    assert info.value.field == "grpo_config.steps_per_generation"
+    assert "pass gradient_accumulation_steps to trl.GRPOConfig(...) itself" in (info.value.fix or ""), info.value
+
+
 def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(tmp_path):
     """The checks above read numbers as numbers: a numpy float or int (a sweep's value) is no error."""
     import numpy as np

@@ -566,7 +566,9 @@ def _minibatches(trl_config: Any) -> int:
                           field="grpo_config.steps_per_generation",
                           fix=f"set steps_per_generation to a multiple of {accumulation} (or generation_batch_size "
                               "to a multiple of per_device_train_batch_size x processes x "
-                              "gradient_accumulation_steps), or leave both unset")
+                              "gradient_accumulation_steps), or leave both unset; GRPOConfig makes an unset "
+                              "steps_per_generation gradient_accumulation_steps when it is built, so pass "
+                              "gradient_accumulation_steps to trl.GRPOConfig(...) itself, not set on the config after")
     return per_rollout // accumulation
 
 
