@@ -1155,9 +1155,10 @@ def test_a_reward_class_given_uncalled_whose_init_takes_kwargs_is_refused_when_c
         def __init__(self, completions, weight=1.0):
             self.weight = weight
 
-    for cls in (Scorer, Reads):
-        with pytest.raises(ConfigError, match=rf"'{cls.__name__}'.*is a class, not an instance.*Fix: pass an "
-                                              rf"instance \(reward_funcs=\[{cls.__name__}\(\.\.\.\)\]") as info:
+    for cls in (Scorer, Reads, functools.partial(Scorer, weight=2.0)):
+        name = getattr(cls, "__name__", "Scorer")
+        with pytest.raises(ConfigError, match=rf"'{name}'.*is a class, not an instance.*Fix: pass an "
+                                              rf"instance \(reward_funcs=\[{name}\(\.\.\.\)\]") as info:
             _check(cls)
         assert info.value.field == "rewards.function"
     _check(Scorer())
