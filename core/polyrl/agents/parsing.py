@@ -255,24 +255,25 @@ def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tupl
                     id=call_id if isinstance(call_id, str) and _MODEL_ID.fullmatch(call_id) else _call_id(index)), None
 
 
-def _hermes_spans(text: str) -> list[tuple[int, int, str, bool]]:
-    """Each ``<tool_call>`` of ``text`` as (start, end, body, closed). A body is cut at the first
-    ``</tool_call>``, unless so cut it is no JSON while one JSON value read from its start ends
-    right before a later ``</tool_call>`` (or the text's end). Why: a call whose string argument
-    holds the tag (code or docs that write ``</tool_call>``) was cut inside that string, and the
-    model's well-formed call became a "not valid JSON" error."""
-    spans: list[tuple[int, int, str, bool]] = []
+def _hermes_spans(text: str) -> list[tuple[int, int, str, bool, tuple[Any, str | None]]]:
+    """Each ``<tool_call>`` of ``text`` as (start, end, body, closed, its decode). A body is cut at
+    the first ``</tool_call>``, unless so cut it is no JSON while one JSON value read from its start
+    ends right before a later ``</tool_call>`` (or the text's end). Why: a call whose string
+    argument holds the tag (code or docs that write ``</tool_call>``) was cut inside that string,
+    and the model's well-formed call became a "not valid JSON" error."""
+    spans: list[tuple[int, int, str, bool, tuple[Any, str | None]]] = []
     for match in _HERMES.finditer(text):
         if spans and match.start() < spans[-1][1]:
             continue  # inside the body of a call read past its first closing tag
-        start, body = match.start(), match.group(1)
+        body, end = match.group(1), match.end()
         closed = match.group(0).endswith(HERMES_CLOSE)
-        end = match.end()
-        if closed and _decode_object(body)[1] is not None:
+        decoded = _decode_object(body)
+        if closed and decoded[1] is not None:
             whole = _whole_body(text, match.start(1))
             if whole is not None:
                 body, end, closed = whole
-        spans.append((start, end, body, closed))
+                decoded = _decode_object(body)
+        spans.append((match.start(), end, body, closed, decoded))
     return spans
 
 
@@ -298,11 +299,10 @@ def _hermes(text: str) -> ParsedTurn:
     unterminated = False
     content: list[str] = []
     last = 0
-    for i, (start, end, body, closed) in enumerate(_hermes_spans(text)):
+    for i, (start, end, body, closed, (obj, error)) in enumerate(_hermes_spans(text)):
         content.append(text[last:start])
         last = end
         unterminated = unterminated or not closed  # only the last can be: the pattern ends it at \Z
-        obj, error = _decode_object(body)
         if error:
             errors.append(error if closed else f"unterminated <tool_call> (no </tool_call>): {_short(body)}")
             continue
