@@ -799,12 +799,9 @@ class GRPOTrainer:
             self._save_args(target)
             return
         source = self._model_source("save_model")
-        if target.resolve() == source.resolve():  # the weights are there already; TRL's save writes its args too
-            self._save_args(target)
-            if self.summary is not None and "model" in self.summary and target.resolve() == Path(
-                    self.summary["model"]).resolve():  # the file added is this trainer's, not a later run's
-                self._trained_identity = trl_saves.model_identity(target)
-            return
+        # into the folder the model is in (the one given, the trained export): the weights are there
+        # already, and TRL's save writes its tokenizer and args there all the same
+        same = target.resolve() == source.resolve()
         target.mkdir(parents=True, exist_ok=True)
         # TRL saves the processing_class it holds, as the script left it (pad_token, padding_side,
         # model_max_length), or as it loaded it itself (left padding and truncation): the folder's
@@ -818,11 +815,15 @@ class GRPOTrainer:
             # what TRL 1.16 loads without a processing_class (left padding and truncation), from the files saved
             tokenizer = trl_folder_code.load(AutoTokenizer, source, "model", padding_side="left",
                                              truncation_side="left")
-        shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
-            name for name in names if tokenizer is not None and name in _TOKENIZER_FILES])
+        if not same:
+            shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
+                name for name in names if tokenizer is not None and name in _TOKENIZER_FILES])
         if tokenizer is not None:
             tokenizer.save_pretrained(str(target))
         self._save_args(target)
+        if same and self.summary is not None and "model" in self.summary and target.resolve() == Path(
+                self.summary["model"]).resolve():  # the files written are this trainer's, not a later run's
+            self._trained_identity = trl_saves.model_identity(target)
 
     def _save_args(self, target: Path) -> None:
         """transformers' ``training_args.bin`` beside the saved model: ``torch.save`` of ``args``,
