@@ -339,3 +339,22 @@ def test_many_calls_with_one_id_are_renamed_in_linear_work(monkeypatch):
     text = '<tool_call>{"name": "f", "arguments": {}, "id": "abcdefghi"}</tool_call>' * 300
     ids = [c.id for c in parse_tool_calls(text).calls]
     assert ids == ["abcdefghi"] + [call_id(n) for n in range(1, 300)] and len(made) <= 4 * 300
+
+
+def test_hermes_a_closing_tag_inside_a_json_string_argument_does_not_cut_the_call():
+    """A call whose string argument holds ``</tool_call>`` (code or docs about the format) was cut at
+    that tag inside the string: the model's well-formed call became a "not valid JSON" error and
+    the string's tail leaked into the content. The call now reads to the tag that closes it."""
+    code = 'print("<tool_call>{}</tool_call>")'
+    text = ('Writing it.\n<tool_call>\n' + json.dumps({"name": "python", "arguments": {"code": code}})
+            + '\n</tool_call>\nthen <tool_call>{"name": "g", "arguments": {}}</tool_call> done')
+    turn = parse_tool_calls(text)
+    assert turn.errors == [] and turn.content == "Writing it.\n\nthen  done"
+    assert turn.calls == [ToolCall("python", {"code": code}, "call00000"), ToolCall("g", {}, "call00001")]
+    assert parse_tool_calls(text, fmt="hermes") == turn
+    # the closing tag cut off by a stop string: the call is whole, read as unterminated as before
+    cut = parse_tool_calls('<tool_call>{"name": "f", "arguments": {"s": "</tool_call>"}}')
+    assert cut.calls == [ToolCall("f", {"s": "</tool_call>"}, "call00000")] and cut.unterminated
+    # a body that is no JSON read whole either keeps the first tag's cut and its error
+    bad = parse_tool_calls('<tool_call>{"name": "f", "arguments": {"s": "</tool_call>" oops</tool_call> tail')
+    assert bad.calls == [] and "not valid JSON" in bad.errors[0] and bad.content.endswith("oops</tool_call> tail")

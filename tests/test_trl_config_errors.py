@@ -64,6 +64,37 @@ def test_a_bad_trl_value_is_one_error_naming_the_trl_field_and_its_fix(tiny_mode
     assert words in err.message and err.fix, err
 
 
+def test_a_batch_size_set_on_the_config_after_it_was_built_is_refused_not_read_stale(tiny_model_dir, tmp_path):
+    """GRPOConfig derives generation_batch_size from per_device_train_batch_size when it is built;
+    ``args.per_device_train_batch_size = 8`` afterwards left it at 4, which polyrl read as 2 prompts
+    a step without a word (TRL's dataloader takes 8 completions, its sampler groups of the old 4).
+    Now one error naming the field; the same value given to GRPOConfig(...) itself trains as before."""
+    args = grpo_args(tmp_path)
+    args.per_device_train_batch_size = 8
+    with pytest.raises(ConfigError) as info:
+        GRPOTrainer(model=tiny_model_dir, reward_funcs=[short], args=args, train_dataset=prompts_dataset())
+    assert info.value.field == "args.per_device_train_batch_size", info.value
+    assert "generation_batch_size = 4 is not per_device_train_batch_size x world_size x steps_per_generation = " \
+           "8 x 1 x 1" in info.value.message and "trl.GRPOConfig(...) itself" in (info.value.fix or "")
+    from polyrl import api
+
+    assert api.GRPOConfig.from_trl(grpo_args(tmp_path, per_device_train_batch_size=8)).prompts_per_step == 4
+
+
+def test_gradient_accumulation_steps_set_after_the_config_was_built_says_so_in_the_fix(tmp_path):
+    """GRPOConfig makes an unset steps_per_generation gradient_accumulation_steps when it is built;
+    ``args.gradient_accumulation_steps = 2`` afterwards left it at 1, and the error named only
+    steps_per_generation, a field the script never set, with no word of why."""
+    from polyrl import api
+
+    args = grpo_args(tmp_path)
+    args.gradient_accumulation_steps = 2
+    with pytest.raises(ConfigError) as info:
+        api.GRPOConfig.from_trl(args)
+    assert info.value.field == "grpo_config.steps_per_generation"
+    assert "pass gradient_accumulation_steps to trl.GRPOConfig(...) itself" in (info.value.fix or ""), info.value
+
+
 def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(tmp_path):
     """The checks above read numbers as numbers: a numpy float or int (a sweep's value) is no error."""
     import numpy as np

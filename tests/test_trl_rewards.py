@@ -1171,3 +1171,35 @@ def test_a_trl_reward_factory_given_uncalled_is_refused_when_configured():
     # what the factory returns, and a function reading only **kwargs, still pass
     _check(get_repetition_penalty_reward(ngram_size=2))
     _check(lambda **kwargs: [0.0] * len(kwargs["completions"]))
+
+
+def test_a_reward_class_given_uncalled_whose_init_takes_kwargs_is_refused_when_configured():
+    """A reward class passed uncalled (``reward_funcs=[Scorer]``) whose ``__init__`` takes
+    ``**kwargs`` (or the arguments TRL passes) passed the signature check: calling it builds an
+    instance, which TRL's trainer fails iterating and polyrl refused only after the models loaded.
+    Now one error at load naming the fix; an instance, and a class whose objects are the scores
+    (a list subclass, which TRL iterates), still pass."""
+    class Scorer:
+        def __init__(self, **kwargs):
+            self.weight = kwargs.get("weight", 1.0)
+
+        def __call__(self, completions, **kwargs):
+            return [self.weight] * len(completions)
+
+    class Reads(Scorer):
+        def __init__(self, completions, weight=1.0):
+            self.weight = weight
+
+    for cls in (Scorer, Reads, functools.partial(Scorer, weight=2.0)):
+        name = getattr(cls, "__name__", "Scorer")
+        with pytest.raises(ConfigError, match=rf"'{name}'.*is a class, not an instance.*Fix: pass an "
+                                              rf"instance \(reward_funcs=\[{name}\(\.\.\.\)\]") as info:
+            _check(cls)
+        assert info.value.field == "rewards.function"
+    _check(Scorer())
+
+    class Scores(list):
+        def __init__(self, completions, **kwargs):
+            super().__init__([0.0] * len(completions))
+
+    _check(Scores)

@@ -126,3 +126,23 @@ def test_save_model_writes_trls_args_as_training_args_bin(tiny_model_dir, tmp_pa
     own.save_model(str(tmp_path / "own_saved"))
     assert (tmp_path / "own_saved" / "model.safetensors").is_file()
     assert not (tmp_path / "own_saved" / "training_args.bin").exists()
+
+
+def test_save_model_into_the_model_folder_itself_writes_the_tokenizer_and_training_args_bin(tiny_model_dir,
+                                                                                             tmp_path):
+    """``save_model`` into the folder the model already is in (the folder given, or polyrl's
+    trained export) returned at once: TRL's save writes the processing_class as the script left it
+    and training_args.bin there too, so a script reloading that folder got neither."""
+    import torch
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    tok.padding_side, tok.model_max_length = "right", 77
+    trainer = _build(folder, tok, tmp_path / "run")
+    trainer.save_model(str(folder))
+    args = torch.load(folder / "training_args.bin", weights_only=False)
+    assert type(args) is type(trainer.args) and args.output_dir == trainer.args.output_dir
+    saved = transformers.AutoTokenizer.from_pretrained(folder)  # (a pad_token edit: the folder's older
+    assert (saved.padding_side, saved.model_max_length) == ("right", 77)  # special_tokens_map.json wins, in TRL too)
+    assert (folder / "model.safetensors").is_file()

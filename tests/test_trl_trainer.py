@@ -50,6 +50,21 @@ def test_a_trl_script_with_its_import_changed_trains_and_saves(two_step_run, tmp
     assert any(p.suffix == ".safetensors" for p in (tmp_path / "saved").iterdir())
 
 
+def test_save_model_into_the_trained_model_folder_writes_training_args_bin_and_keeps_it_ours(two_step_run, tmp_path):
+    """``save_model`` into the folder polyrl exported the trained model to returned
+    without a word and wrote no training_args.bin, which TRL's save writes there. Written now, the
+    trainer still takes the folder for its own run's (its record of the files follows the file added)."""
+    import torch
+
+    trainer = two_step_run[0]
+    exported = Path(trainer.summary["model"])
+    trainer.save_model(str(exported))
+    args = torch.load(exported / "training_args.bin", weights_only=False)
+    assert type(args) is type(trainer.args) and args.max_steps == 2
+    trainer.save_model(str(tmp_path / "again"))
+    assert (tmp_path / "again" / "training_args.bin").is_file() and (tmp_path / "again" / "config.json").is_file()
+
+
 def test_trls_batch_arithmetic_reaches_the_run(tiny_model_dir, tmp_path):
     """per_device_train_batch_size 4 completions in groups of num_generations 2: 2 prompts a step."""
     trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=short, args=_args(tmp_path, max_steps=1),

@@ -685,6 +685,8 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
+        elif self.environment is None:  # TRL parses a chat completion with its tokenizer's response_schema
+            _with_response_parser(plugins, self._response_parser())
         if self._initial_adapter is not None and config.lora is not None:  # a PeftModel's adapter, trained on
             config = attrs.evolve(config, backends=attrs.evolve(config.backends, options={
                 **config.backends.options, "initial_adapter": str(self._initial_adapter)}))
@@ -800,8 +802,9 @@ class GRPOTrainer:
             self._save_args(target)
             return
         source = self._model_source("save_model")
-        if target.resolve() == source.resolve():
-            return
+        # into the folder the model is in (the one given, the trained export): the weights are there
+        # already, and TRL's save writes its tokenizer and args there all the same
+        same = target.resolve() == source.resolve()
         target.mkdir(parents=True, exist_ok=True)
         # TRL saves the processing_class it holds, as the script left it (pad_token, padding_side,
         # model_max_length), or as it loaded it itself (left padding and truncation): the folder's
@@ -815,11 +818,15 @@ class GRPOTrainer:
             # what TRL 1.16 loads without a processing_class (left padding and truncation), from the files saved
             tokenizer = trl_folder_code.load(AutoTokenizer, source, "model", padding_side="left",
                                              truncation_side="left")
-        shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
-            name for name in names if tokenizer is not None and name in _TOKENIZER_FILES])
+        if not same:
+            shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
+                name for name in names if tokenizer is not None and name in _TOKENIZER_FILES])
         if tokenizer is not None:
             tokenizer.save_pretrained(str(target))
         self._save_args(target)
+        if same and self.summary is not None and "model" in self.summary and target.resolve() == Path(
+                self.summary["model"]).resolve():  # the files written are this trainer's, not a later run's
+            self._trained_identity = trl_saves.model_identity(target)
 
     def _save_args(self, target: Path) -> None:
         """transformers' ``training_args.bin`` beside the saved model: ``torch.save`` of ``args``,
@@ -952,6 +959,18 @@ class GRPOTrainer:
                 AutoTokenizer, self._model_source("processing_class") if trained else self.model_path, "model",
                 padding_side="left", truncation_side="left")
         return self._processing_class
+
+    def _response_parser(self) -> Any:
+        """``trl_responses.response_parser`` of the tokenizer TRL decodes completions with (the
+        folder's loaded only when its files name a response_schema)."""
+        from polyrl import trl_responses
+
+        tokenizer = self._processing_class
+        if tokenizer is None:  # the folder given: its trained copy keeps its tokenizer files
+            if not trl_responses.folder_has_schema(self.model_path):
+                return None
+            tokenizer = self.processing_class
+        return trl_responses.response_parser(tokenizer)
 
     @property
     def callback_handler(self) -> TrlCallbacks:
@@ -1515,6 +1534,15 @@ def _with_environments(config: Any, plugins: list[Any]) -> list[Any]:
         if isinstance(plugin, FunctionReward):
             plugin.environments = True
     return plugins
+
+
+def _with_response_parser(plugins: list[Any], parser: Any) -> None:
+    """Hand every reward function ``parser`` (``FunctionReward.parse_completion``)."""
+    from polyrl.rewards.functions import FunctionReward
+
+    for plugin in plugins:
+        if isinstance(plugin, FunctionReward):
+            plugin.parse_completion = parser
 
 
 def _environment(tools: GivenTools | None, environments: TrlEnvironments | None,

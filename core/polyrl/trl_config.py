@@ -566,7 +566,9 @@ def _minibatches(trl_config: Any) -> int:
                           field="grpo_config.steps_per_generation",
                           fix=f"set steps_per_generation to a multiple of {accumulation} (or generation_batch_size "
                               "to a multiple of per_device_train_batch_size x processes x "
-                              "gradient_accumulation_steps), or leave both unset")
+                              "gradient_accumulation_steps), or leave both unset; GRPOConfig makes an unset "
+                              "steps_per_generation gradient_accumulation_steps when it is built, so pass "
+                              "gradient_accumulation_steps to trl.GRPOConfig(...) itself, not set on the config after")
     return per_rollout // accumulation
 
 
@@ -679,6 +681,28 @@ def _refuse_bad_counts(trl_config: Any) -> None:
                           field="grpo_config.loss_type", fix=f"use one of {', '.join(map(repr, losses))}")
 
 
+def _refuse_stale_batch(trl_config: Any) -> None:
+    """One ConfigError when ``generation_batch_size`` is not ``per_device_train_batch_size`` x
+    ``world_size`` x ``steps_per_generation``, which ``GRPOConfig.__post_init__`` makes it: one of
+    them was set on the config after it was built (``args.per_device_train_batch_size = 8``).
+    Why: polyrl read the stale generation batch without a word, while TRL's trainer batches with
+    both (its dataloader the new per-device size, its sampler the old generation batch)."""
+    per_device, per_rollout = trl_config.per_device_train_batch_size, trl_config.steps_per_generation
+    world, generation = processes(trl_config), trl_config.generation_batch_size
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (per_device, per_rollout, generation)):
+        return  # a count that is none: _refuse_bad_counts' (or the loss's) to name
+    if generation == per_device * world * per_rollout:
+        return
+    raise ConfigError(
+        f"TRL's generation_batch_size = {generation} is not per_device_train_batch_size x world_size x "
+        f"steps_per_generation = {per_device} x {world} x {per_rollout}, which GRPOConfig makes it when it is built: "
+        "one of them was set on the config afterwards, and TRL's trainer would batch with both (its dataloader "
+        "the per-device size set, its sampler the generation batch computed before)",
+        field="grpo_config.per_device_train_batch_size",
+        fix="pass per_device_train_batch_size, gradient_accumulation_steps, steps_per_generation and "
+            "generation_batch_size to trl.GRPOConfig(...) itself, not set on the config after it is built")
+
+
 def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     """polyrl's ``table.key`` -> value for every field of ``trl_config`` with an equivalent
     (``algorithm.name`` for a loss that is a polyrl preset; ``rewards[].weight`` is TRL's
@@ -686,6 +710,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
     run has tools, whose ``AGENT_FIELDS`` the caller reads with ``agent_settings``."""
     as_false = _refuse_none(trl_config)
     _refuse_bad_counts(trl_config)
+    _refuse_stale_batch(trl_config)
     _refuse_unsupported(trl_config, agent)
     out: dict[str, Any] = {}
     for name, entry in TRL_NAMES.items():

@@ -255,22 +255,61 @@ def _to_call(obj: Any, index: int, raw: str, args_keys: tuple[str, ...]) -> tupl
                     id=call_id if isinstance(call_id, str) and _MODEL_ID.fullmatch(call_id) else _call_id(index)), None
 
 
+def _hermes_spans(text: str) -> list[tuple[int, int, str, bool, tuple[Any, str | None]]]:
+    """Each ``<tool_call>`` of ``text`` as (start, end, body, closed, its decode). A body is cut at
+    the first ``</tool_call>``, unless so cut it is no JSON while one JSON value read from its start
+    ends right before a later ``</tool_call>`` (or the text's end). Why: a call whose string
+    argument holds the tag (code or docs that write ``</tool_call>``) was cut inside that string,
+    and the model's well-formed call became a "not valid JSON" error."""
+    spans: list[tuple[int, int, str, bool, tuple[Any, str | None]]] = []
+    for match in _HERMES.finditer(text):
+        if spans and match.start() < spans[-1][1]:
+            continue  # inside the body of a call read past its first closing tag
+        body, end = match.group(1), match.end()
+        closed = match.group(0).endswith(HERMES_CLOSE)
+        decoded = _decode_object(body)
+        if closed and decoded[1] is not None:
+            whole = _whole_body(text, match.start(1))
+            if whole is not None:
+                body, end, closed = whole
+                decoded = _decode_object(body)
+        spans.append((match.start(), end, body, closed, decoded))
+    return spans
+
+
+def _whole_body(text: str, begin: int) -> tuple[str, int, bool] | None:
+    """The body of the call whose body starts at ``begin`` read as one JSON value to its end, the
+    end of its ``</tool_call>`` and whether it has one; None unless only whitespace then follows
+    before a ``</tool_call>`` or the text's end."""
+    at = len(text) - len(text[begin:].lstrip())
+    try:
+        _, stop = _raw_decode(text, at)
+    except json.JSONDecodeError:
+        return None
+    rest = text[stop:].lstrip()
+    if rest.startswith(HERMES_CLOSE):
+        close = len(text) - len(rest)
+        return text[begin:close], close + len(HERMES_CLOSE), True
+    return (text[begin:], len(text), False) if not rest else None
+
+
 def _hermes(text: str) -> ParsedTurn:
     calls: list[ToolCall] = []
     errors: list[str] = []
     unterminated = False
-    for i, match in enumerate(_HERMES.finditer(text)):
-        body = match.group(1)
-        closed = match.group(0).endswith(HERMES_CLOSE)
+    content: list[str] = []
+    last = 0
+    for i, (start, end, body, closed, (obj, error)) in enumerate(_hermes_spans(text)):
+        content.append(text[last:start])
+        last = end
         unterminated = unterminated or not closed  # only the last can be: the pattern ends it at \Z
-        obj, error = _decode_object(body)
         if error:
             errors.append(error if closed else f"unterminated <tool_call> (no </tool_call>): {_short(body)}")
             continue
         call, error = _to_call(obj, i, body, ("arguments", "parameters"))
         _collect(call, error, calls, errors)
-    content = _HERMES.sub("", text).strip()
-    return ParsedTurn(content, calls, errors, unterminated)
+    content.append(text[last:])
+    return ParsedTurn("".join(content).strip(), calls, errors, unterminated)
 
 
 def _llama3(text: str) -> ParsedTurn:

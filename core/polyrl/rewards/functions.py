@@ -69,7 +69,7 @@ from polyrl.path_loops import LOOP_FIX, missing_problem
 from polyrl.rewards import guard
 from polyrl.rewards.isolation import resolve as resolve_isolation
 from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TRL_ARGUMENTS, TrainerState, accepted_arguments, as_number,
-                                      as_score_list, callable_name, check_binding, is_async_callable,
+                                      as_score_list, callable_name, check_binding, is_async_callable, is_conversational,
                                       private_copy, trl_completion)
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -217,6 +217,10 @@ class FunctionReward:
         #: pass ``environments=`` (each completion's ``Completion.environment``), as TRL does in a run
         #: with an ``environment_factory`` (set by ``polyrl.trl``, whose episodes keep them)
         self.environments = False
+        #: a chat completion as TRL hands it over when its tokenizer has a ``response_schema``: the
+        #: completion's token ids parsed into one assistant message (``thinking``, ``tool_calls``
+        #: split out of ``content``), set by ``polyrl.trl`` (``trl_responses.response_parser``)
+        self.parse_completion: Callable[[list[int]], dict[str, Any]] | None = None
 
     def __repr__(self) -> str:
         return f"FunctionReward({self.name!r} from {self.origin})"
@@ -253,11 +257,11 @@ class FunctionReward:
             state = TrainerState(global_step=context.step)
         # in TRL's order (``_calculate_rewards``), which a reward iterating **kwargs sees; every call
         # gets its own copies: see trl_compat.private_copy
+        id_lists = [[int(t) for t in x] for x in ids]
         kwargs: dict[str, Any] = {
             "prompts": [private_copy(p) for p in prompts],
-            "completions": [trl_completion(p, t, getattr(c, "messages", None))
-                            for p, t, c in zip(prompts, texts, completions)],
-            "completion_ids": [[int(t) for t in x] for x in ids],
+            "completions": [self._completion(p, t, c, x) for p, t, c, x in zip(prompts, texts, completions, id_lists)],
+            "completion_ids": id_lists,
             **{c: [private_copy(row.get(c)) for row in rows] for c in columns},
             "trainer_state": state, "log_extra": call_log.log_extra, "log_metric": call_log.log_metric,
         }
@@ -266,6 +270,14 @@ class FunctionReward:
         if self._accepted is not None:
             kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
         return kwargs
+
+    def _completion(self, prompt: Prompt, text: str, completion: Completion | str, ids: list[int]) -> Any:
+        """One completion as TRL hands it over (``trl_completion``); a chat completion parsed from
+        its token ids where ``parse_completion`` is set, as TRL's ``parse_response`` parses it."""
+        messages = getattr(completion, "messages", None)
+        if messages is None and self.parse_completion is not None and is_conversational(prompt):
+            return [self.parse_completion(list(ids))]
+        return trl_completion(prompt, text, messages)
 
     def _answer(self, result: Any, call_log: _CallLog) -> dict[str, Any]:
         if not isinstance(result, RewardScores):  # one with its own metrics stays as it is

@@ -372,6 +372,15 @@ def check_binding(fn: Callable[..., Any], origin: str, columns: Collection[str],
             "a factory such as trl.rewards.get_repetition_penalty_reward makes the reward function",
             field="rewards.function",
             fix=f"pass what it returns ({_factory_fix(fn)}), or add the arguments it scores (completions, **kwargs)")
+    made = fn
+    while isinstance(made, functools.partial):  # partial(MyReward, weight=2): the call builds one too
+        made = made.func
+    if inspect.isclass(made) and not hasattr(made, "__iter__"):  # its __init__ takes the arguments: the call builds one
+        raise ConfigError(
+            f"reward function {origin} is a class, not an instance: TRL's GRPOTrainer calls it with the "
+            "completions, which builds an object instead of scores (TRL's own call fails iterating it); its "
+            "__init__ takes the arguments, so no signature check catches it", field="rewards.function",
+            fix=f"pass an instance ({_factory_fix(made)})")
 
 
 def _factory_fix(fn: Callable[..., Any]) -> str:

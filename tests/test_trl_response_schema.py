@@ -1,0 +1,128 @@
+"""A tokenizer with a ``response_schema``: TRL 1.16 parses each chat completion with it before the
+reward functions see it (``trl.chat_template_utils.parse_response``: ``thinking`` and
+``tool_calls`` split out of ``content``); polyrl passed the decoded text as ``content``, so a
+reward scoring ``completion[0]["content"]`` scored the thinking too. TRL's own function is the
+oracle here."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import shutil
+
+import pytest
+
+pytest.importorskip("polyrl_torch")
+pytest.importorskip("trl")
+transformers = pytest.importorskip("transformers")
+
+from trl.chat_template_utils import parse_response, qwen3_schema  # noqa: E402
+
+from polyrl.errors import ConfigError  # noqa: E402
+from polyrl.rewards.functions import FunctionReward  # noqa: E402
+from polyrl.types import Completion, RewardContext  # noqa: E402
+
+TEXTS = [
+    "<think>\n2 and 2 make 4\n</think>\n\nThe answer is 4<|im_end|>",
+    'Calling.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n</tool_call><|im_end|>',
+    '<tool_call>\n{"arguments": {"a": 2}}\n</tool_call><|im_end|>',  # no name: TRL falls back to the text
+    "plain answer, cut short",
+]
+
+
+def _without_jmespath(schema):
+    """TRL's Qwen3 schema whose tool calls are read as the JSON they are (no jmespath transform)."""
+    schema = copy.deepcopy(schema)
+    del schema["properties"]["tool_calls"]["items"]["x-parser-args"]
+    return schema
+
+
+@pytest.fixture
+def schema_tokenizer(tiny_model_dir):
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.response_schema = _without_jmespath(qwen3_schema)
+    return tok
+
+
+def test_completions_are_parsed_as_trls_parse_response_parses_them(schema_tokenizer):
+    from polyrl.trl_responses import response_parser
+
+    parse = response_parser(schema_tokenizer)
+    assert parse is not None
+    for text in TEXTS:
+        ids = schema_tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert parse(ids) == parse_response(schema_tokenizer, ids), text
+    first = parse(schema_tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"])
+    assert first["content"] == "The answer is 4" and "2 and 2 make 4" in first["reasoning_content"]
+    schema_tokenizer.response_schema = None
+    assert response_parser(schema_tokenizer) is None  # no schema: TRL decodes the text, as polyrl does
+
+
+def test_a_reward_function_gets_the_parsed_message_for_a_chat_prompt_only(schema_tokenizer):
+    from polyrl.trl_responses import response_parser
+
+    seen = []
+
+    def reward(completions, **kwargs):
+        seen.append(completions)
+        return [0.0] * len(completions)
+
+    plugin = FunctionReward(reward)
+    plugin.parse_completion = response_parser(schema_tokenizer)
+    ids = schema_tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+    chat, text = [{"role": "user", "content": "2 + 2?"}], "2 + 2?"
+    for prompt in (chat, text):
+        completion = Completion(0, [1], ids, [0.0] * len(ids), text=schema_tokenizer.decode(ids))
+        plugin.reward([prompt], [completion], RewardContext(rows=[{"prompt": prompt}], wanted=(plugin.name,)))
+    assert seen[0] == [[parse_response(schema_tokenizer, ids)]]
+    assert seen[1] == [schema_tokenizer.decode(ids)]  # a text prompt's completion: the text, as in TRL
+
+
+def test_the_trl_trainer_hands_its_reward_functions_the_parser(tiny_model_dir, schema_tokenizer, tmp_path,
+                                                               monkeypatch):
+    """The run polyrl.trl builds (nothing trained: its Trainer stood in for) gives the reward
+    functions the parser of the processing_class given, or of the model folder's saved tokenizer."""
+    import datasets
+
+    import polyrl.trainer
+    from polyrl.trl import GRPOTrainer
+    from trl_util import grpo_args, short
+
+    built: list = []
+
+    class Captured:
+        def __init__(self, config, extra_plugins=()):
+            built.append(extra_plugins)
+
+    monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
+    rows = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i} + 1?"}], "answer": "1"}
+                                       for i in range(4)])
+    ids = schema_tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+    folder = tmp_path / "with_schema"
+    shutil.copytree(tiny_model_dir, folder)
+    schema_tokenizer.save_pretrained(folder)  # the schema in the folder's tokenizer files
+    for model, given in ((tiny_model_dir, schema_tokenizer), (tiny_model_dir, None), (folder, None)):
+        trainer = GRPOTrainer(model=model, reward_funcs=[short], args=grpo_args(tmp_path / str(len(built))),
+                              train_dataset=rows, processing_class=given)
+        trainer._polyrl_trainer(trainer.policy, trainer.grpo_config, None)
+        parsers = [p.parse_completion for p in built[-1] if isinstance(p, FunctionReward)]
+        assert len(parsers) == 1
+        if model == tiny_model_dir and given is None:
+            assert parsers == [None]  # the tiny folder's tokenizer has no schema
+        else:
+            assert parsers[0](ids) == parse_response(schema_tokenizer, ids)
+
+
+def test_a_schema_needing_jmespath_without_it_is_refused_when_the_run_is_built(schema_tokenizer):
+    """transformers' parse raises ImportError without jmespath for a schema that transforms (TRL's
+    Qwen3 one), which TRL lets through at the first completion: refused before any model loads."""
+    from polyrl.trl_responses import response_parser
+
+    schema_tokenizer.response_schema = qwen3_schema
+    if importlib.util.find_spec("jmespath") is not None:
+        ids = schema_tokenizer(TEXTS[1], add_special_tokens=False)["input_ids"]
+        assert response_parser(schema_tokenizer)(ids) == parse_response(schema_tokenizer, ids)
+        return
+    with pytest.raises(ConfigError, match="transforms what it parses with jmespath, which is not installed") as info:
+        response_parser(schema_tokenizer)
+    assert info.value.field == "processing_class" and "pip install jmespath" in info.value.fix
