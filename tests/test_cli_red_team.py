@@ -69,6 +69,22 @@ def test_an_empty_model_argument_is_no_model_not_the_current_folder(tmp_path, ca
     assert "Fix: " in line and captured.out == "" and not out.exists()
 
 
+@pytest.mark.parametrize("command", [["generate", "hi"], ["serve", "--port", "0"]])
+@pytest.mark.parametrize(("model", "said"), [
+    ("no such model", "model '{model}' is neither a local path nor a known alias. Fix: give a local HF model folder"),
+    ("empty", "'{model}' has no config.json. Fix: "),  # the backend's own words, naming the flag
+])
+def test_a_bad_model_argument_names_the_flag_not_a_config_field(tmp_path, capsys, command, model, said):
+    """`polyrl generate/serve --model X` named `model.path` (a config field these commands have none
+    of) or no field, with the Python API's fix ("resolve an alias first (registry.resolve_model(...))")."""
+    (tmp_path / "empty").mkdir()
+    path = tmp_path / model
+    assert main([*command, "--backend", "torch", "--model", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --model: " + said.format(model=path)), line
+    assert "model.path" not in line and "resolve_model" not in line
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose every write fails)")
 @pytest.mark.parametrize("argv", [["config-reference"], ["backends", "--json"], ["trackers"]])
 def test_an_output_that_cannot_be_written_is_one_error_line(argv):

@@ -492,6 +492,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from polyrl.control_setup import check_config_text
     from polyrl.engine import Engine
     from polyrl.errors import ConfigError
+    from polyrl.model_flag import model_errors_named, resolve_flag_model
     from polyrl.text_validity import blank, blank_problem, check_prompt
     from polyrl.types import EngineConfig, SamplingParams
 
@@ -511,9 +512,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                           fix='pass the text to sample from, e.g. polyrl generate "What is 2 + 3?"')
     template_kwargs = _chat_template_kwargs(args.chat_template_kwargs, args.raw)
     reg = _registry()
-    model = reg.resolve_model(args.model, field="--model")
-    engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
-                                                    chat_template_kwargs=template_kwargs))
+    model = resolve_flag_model(reg, args.model)
+    with model_errors_named():  # the backend's words name model.path, which this command has none of
+        engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
+                                                        chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
     probe = engines_probe([engine])  # a control character this model's tokenizer reads as another token
     if probe is not None:

@@ -773,6 +773,7 @@ def fitted_max_length(asked: int | None, positions: int | None) -> int:
 def build_server(args: argparse.Namespace) -> PolyrlServer:
     from polyrl.engine import Engine
     from polyrl.registry import get_registry
+    from polyrl.model_flag import model_errors_named, resolve_flag_model
     from polyrl.types import EngineConfig
 
     limits = limits_from(args)
@@ -801,12 +802,13 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
         raise ConfigError(f"must be between 1 and 4096, got {args.threads}", field="--threads",
                           fix="the CPU threads to compute with, e.g. --threads 4; leave it out for all cores")
     reg = get_registry()
-    path = reg.resolve_model(args.model, field="--model")
-    args.max_length = fitted_max_length(args.max_length, model_positions(path))
-    limits = limits_from(args)
-    engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
-                                                    device=args.device, threads=args.threads,
-                                                    max_length=args.max_length))
+    path = resolve_flag_model(reg, args.model)
+    with model_errors_named():  # the backend's words name model.path, which this command has none of
+        args.max_length = fitted_max_length(args.max_length, model_positions(path))
+        limits = limits_from(args)
+        engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
+                                                        device=args.device, threads=args.threads,
+                                                        max_length=args.max_length))
     spec = WeightSpec.of(engine.export_weights()) if args.allow_weight_push else None
     faults = Faults(delay_s=args.fault_delay_s, delay_first=args.fault_delay_first, garbage=args.fault_garbage,
                     fail_503_first=args.fault_503_first, die_after=args.fault_die_after)
