@@ -46,7 +46,9 @@ non-text content parts) is a 400 naming it when set, never silently ignored (``p
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
 sampling values and prompts over the context, 408 for a request not received within
-``--read-timeout-s`` (a response not taken within that plus a second per MiB is cut off), 503 + Retry-After when the queue or the connection cap is full.
+``--read-timeout-s`` (a response not taken within that plus a second per MiB is cut off), 400 for a
+body the client cut short (it closed or reset the connection mid-body: that was a 408, as if the
+server had waited too little), 503 + Retry-After when the queue or the connection cap is full.
 
 Stopping: SIGTERM or SIGINT lets the batch generating now finish and answers its requests, answers
 every waiting request 503 + Retry-After (``shutting_down``), refuses new ones the same way, then
@@ -490,16 +492,35 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             raise ApiError(411, "Transfer-Encoding is not accepted; send a plain body with Content-Length",
                            "Transfer-Encoding", close=True)
-        try:
-            raw = self.rfile.read(length) if length else b""
-        except OSError:
-            raw = b""
+        raw = self._received(length)
         if len(raw) < length:
-            raise ApiError(408, f"the body was not received within {self.server.limits.read_timeout_s:g} s "
-                           f"({len(raw)} of {length} bytes)", "Content-Length", close=True)
+            if self.server.deadlines.cut(self.connection):
+                raise ApiError(408, f"the body was not received within {self.server.limits.read_timeout_s:g} s "
+                               f"({len(raw)} of {length} bytes); the request was not acted on", "Content-Length",
+                               close=True)
+            # the client went away mid-body (closed, reset, interrupted): a 408 blamed the server's wait
+            raise ApiError(400, f"the connection ended after {len(raw)} of the body's {length} bytes (the client "
+                                "closed or reset it mid-body); the request was not acted on: nothing was loaded or "
+                                "generated", "Content-Length", close=True)
         self._body_read = True
         self.server.deadlines.clear(self.connection)  # the request is in; generating may take long
         return req.parse_json_object(raw)
+
+    def _received(self, length: int) -> bytes:
+        """Up to ``length`` bytes of the body: fewer when the connection ends first. Read piece by piece,
+        so a reset mid-body still says how much had come (one ``read`` lost it: "0 of N bytes")."""
+        parts: list[bytes] = []
+        got = 0
+        try:
+            while got < length:
+                part = self.rfile.read1(min(length - got, 1 << 20))
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        except OSError:  # reset, or a recv past the socket timeout
+            pass
+        return b"".join(parts)
 
     def _authorised(self) -> None:
         if self.server.api_key is None:
