@@ -85,6 +85,17 @@ def test_a_bad_model_argument_names_the_flag_not_a_config_field(tmp_path, capsys
     assert "model.path" not in line and "resolve_model" not in line
 
 
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--max-length", "1"], "--max-length: must be an integer in [2, 1048576], got 1"),  # was EngineConfig.max_length
+    (["--device", "nodev"], "--device: unknown device 'nodev'"),  # was device:
+    (["--dtype", "float8"], "--dtype: dtype 'float8' is not supported by the torch backend"),  # named no field
+])
+def test_serve_engine_flags_the_backend_refuses_name_the_flag(tiny_model_dir, capsys, flags, said):
+    assert main(["serve", "--backend", "torch", "--model", tiny_model_dir, "--port", "0", *flags]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: " + said), line
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose every write fails)")
 @pytest.mark.parametrize("argv", [["config-reference"], ["backends", "--json"], ["trackers"]])
 def test_an_output_that_cannot_be_written_is_one_error_line(argv):

@@ -212,6 +212,14 @@ def cmd_report(args: argparse.Namespace) -> int:
                                  ("--html", args.html, "--html report.html")):
         if value is not None:
             refuse_empty_path(value, flag, example)
+    seen: dict[Path, str] = {}
+    for run_dir in args.run_dir:  # one run twice was one entry of --json's metrics for two runs, without a word
+        first = seen.setdefault(Path(run_dir).resolve(), run_dir)
+        if first != run_dir or args.run_dir.count(run_dir) > 1:
+            from polyrl.errors import ConfigError
+
+            raise ConfigError(f"{run_dir!r} is given twice" + (f" (also as {first!r})" if first != run_dir else ""),
+                              field="RUN_DIR", fix="name each run folder once")
     runs = [load_run(run_dir) for run_dir in args.run_dir]  # a folder that is no run: its error line, nothing drawn
     one = len(runs) == 1
     png_path = args.output or (Path(args.run_dir[0]) / "report.png" if one else Path(COMPARE_PNG))
@@ -492,7 +500,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from polyrl.control_setup import check_config_text
     from polyrl.engine import Engine
     from polyrl.errors import ConfigError
-    from polyrl.model_flag import model_errors_named, resolve_flag_model
+    from polyrl.model_flag import flag_errors_named, resolve_flag_model
     from polyrl.text_validity import blank, blank_problem, check_prompt
     from polyrl.types import EngineConfig, SamplingParams
 
@@ -513,7 +521,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     template_kwargs = _chat_template_kwargs(args.chat_template_kwargs, args.raw)
     reg = _registry()
     model = resolve_flag_model(reg, args.model)
-    with model_errors_named():  # the backend's words name model.path, which this command has none of
+    with flag_errors_named("--model", "--threads"):  # the backend's words name model.path, not the flag
         engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
                                                         chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]

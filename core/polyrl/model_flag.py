@@ -1,9 +1,11 @@
-"""A command's ``--model`` flag: its model resolved and checked, and the errors about it naming the flag.
+"""A command's ``--model`` (and engine) flags: the model resolved and checked, the errors naming the flags.
 
 Why: ``polyrl generate`` and ``polyrl serve`` passed the flag's value straight to the backend, whose
 errors name the config fields ``model.path`` or ``model``, which these commands do not have; and a
 name that is neither a path nor an alias was "model path 'x' does not exist", with the Python API's
-advice (``registry.resolve_model('tiny-llama')``) as its fix.
+advice (``registry.resolve_model('tiny-llama')``) as its fix. So for ``polyrl serve``'s ``--dtype``,
+``--device``, ``--max-length`` and ``--threads``: "EngineConfig.max_length: ...", "device: ... Fix: use
+device='cpu'" named fields and spellings of the Python API.
 """
 
 from __future__ import annotations
@@ -15,8 +17,14 @@ from pathlib import Path
 from polyrl.errors import ConfigError
 from polyrl.registry import Registry
 
-#: The config fields a backend's errors name for the model it loads.
-MODEL_FIELDS = ("model.path", "model")
+#: The config fields a backend's (and ``EngineConfig``'s) errors name, by the flag that sets them here.
+FLAG_FIELDS = {
+    "--model": ("model.path", "model"),
+    "--dtype": ("model.dtype", "dtype", "EngineConfig.dtype"),
+    "--device": ("model.device", "device", "EngineConfig.device"),
+    "--max-length": ("model.max_length", "max_length", "EngineConfig.max_length"),
+    "--threads": ("train.threads", "threads", "EngineConfig.threads"),
+}
 
 
 def resolve_flag_model(registry: Registry, name: str, flag: str = "--model") -> str:
@@ -30,13 +38,15 @@ def resolve_flag_model(registry: Registry, name: str, flag: str = "--model") -> 
 
 
 @contextlib.contextmanager
-def model_errors_named(flag: str = "--model") -> Iterator[None]:
-    """A ``ConfigError`` raised inside about the model (``MODEL_FIELDS``) names ``flag`` instead; its
-    fix's mentions of ``model.path`` too (not of the bare word "model", which is no field there)."""
+def flag_errors_named(*flags: str) -> Iterator[None]:
+    """A ``ConfigError`` raised inside about a field one of ``flags`` sets (``FLAG_FIELDS``) names
+    that flag instead; its fix's mentions of a dotted field too (not of a bare word such as
+    "model" or "device", which reads as plain English there)."""
     try:
         yield
     except ConfigError as exc:
-        if exc.field not in MODEL_FIELDS:
+        flag = next((f for f in flags if exc.field in FLAG_FIELDS[f]), None)
+        if flag is None:
             raise
-        exc.renamed(flag, in_fix=exc.field == "model.path")
+        exc.renamed(flag, in_fix=exc.field is not None and "." in exc.field)
         raise

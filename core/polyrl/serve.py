@@ -794,7 +794,7 @@ def fitted_max_length(asked: int | None, positions: int | None) -> int:
 def build_server(args: argparse.Namespace) -> PolyrlServer:
     from polyrl.engine import Engine
     from polyrl.registry import get_registry
-    from polyrl.model_flag import model_errors_named, resolve_flag_model
+    from polyrl.model_flag import flag_errors_named, resolve_flag_model
     from polyrl.types import EngineConfig
 
     limits = limits_from(args)
@@ -814,6 +814,16 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     if not (math.isfinite(args.fault_delay_s) and args.fault_delay_s >= 0):
         raise ConfigError(f"must be a finite number of seconds >= 0, got {args.fault_delay_s}",
                           field="--fault-delay-s", fix="e.g. --fault-delay-s 2 (0: no delay)")
+    # the HTTP fault control refuses these (``_count``); as flags, -1 died at the first request, -5 did nothing
+    for flag, count in (("--fault-delay-first", args.fault_delay_first), ("--fault-503-first", args.fault_503_first),
+                        ("--fault-die-after", args.fault_die_after)):
+        if count is not None and count < 0:
+            raise ConfigError(f"must be a count >= 0, got {count}", field=flag, fix=f"e.g. {flag} 2")
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        # `--served-model-name "$NAME"` with NAME unset served as --model's name, without a word
+        raise ConfigError(f"is blank ({args.served_model_name!r}), so no client could name the model",
+                          field="--served-model-name",
+                          fix="give the name clients send, e.g. --served-model-name tiny, or drop the flag to use --model's")
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
@@ -824,7 +834,8 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
                           fix="the CPU threads to compute with, e.g. --threads 4; leave it out for all cores")
     reg = get_registry()
     path = resolve_flag_model(reg, args.model)
-    with model_errors_named():  # the backend's words name model.path, which this command has none of
+    # the backend's and EngineConfig's words name model.path, EngineConfig.max_length...: not the flags
+    with flag_errors_named("--model", "--dtype", "--device", "--max-length", "--threads"):
         args.max_length = fitted_max_length(args.max_length, model_positions(path))
         limits = limits_from(args)
         engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
