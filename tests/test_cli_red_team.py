@@ -96,6 +96,23 @@ def test_serve_engine_flags_the_backend_refuses_name_the_flag(tiny_model_dir, ca
     assert line.startswith("error: " + said), line
 
 
+@pytest.mark.parametrize("argv", [["generate", "hi", "--model", "tiny-llama"], ["serve", "--model", "tiny-llama", "--port", "0"]])
+def test_an_unknown_backend_argument_names_the_flag(capsys, argv):
+    """`polyrl generate/serve --backend nosuch` named no flag ("unknown backend 'nosuch'")."""
+    assert main([*argv, "--backend", "nosuch"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --backend: unknown backend 'nosuch' (known: "), line
+
+
+def test_convert_quantize_bits_the_converter_refuses_name_the_flag(tmp_path, capsys):
+    """The converter's words named its hook argument (``quantize_bits: ...``), not ``--quantize-bits``."""
+    pytest.importorskip("polyrl_mlx", reason="needs polyrl-mlx, whose converter refuses it")
+    assert main(["convert", "tiny-llama", str(tmp_path / "out"), "--to", "hf", "--quantize-bits", "4"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --quantize-bits: quantization is only written in MLX format"), line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose every write fails)")
 @pytest.mark.parametrize("argv", [["config-reference"], ["backends", "--json"], ["trackers"]])
 def test_an_output_that_cannot_be_written_is_one_error_line(argv):

@@ -521,7 +521,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     template_kwargs = _chat_template_kwargs(args.chat_template_kwargs, args.raw)
     reg = _registry()
     model = resolve_flag_model(reg, args.model)
-    with flag_errors_named("--model", "--threads"):  # the backend's words name model.path, not the flag
+    with flag_errors_named("--backend", "--model", "--threads"):  # the backend's words name model.path
         engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
                                                         chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
@@ -601,6 +601,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from polyrl.backend_kit.convert_paths import check_destination
     from polyrl.errors import ConfigError
+    from polyrl.model_flag import flag_errors_named
     from polyrl.path_text import check_path_text, refuse_empty_path
 
     refuse_empty_path(args.dst, "dst", "polyrl convert MODEL ./converted --to mlx")
@@ -612,7 +613,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.src!r} does not exist", field="src",
                           fix="give a model folder (config.json, tokenizer files, *.safetensors), a .gguf file "
                               "or a model alias")
-    converted = reg.convert_model(src, args.dst, args.to, args.quantize_bits)
+    with flag_errors_named("--quantize-bits"):  # the converter's words name its argument quantize_bits
+        converted = reg.convert_model(src, args.dst, args.to, args.quantize_bits)
     if not converted:  # "Fix: pip install polyrl[HF]" named an extra that does not exist
         raise ConfigError(f"no installed backend converts {args.src!r} to {args.to!r}", field="--to",
                           fix=CONVERT_FIX)

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from polyrl.errors import ConfigError
+from polyrl.errors import BackendUnavailable, ConfigError
 from polyrl.registry import Registry
 
 #: The config fields a backend's (and ``EngineConfig``'s) errors name, by the flag that sets them here.
@@ -24,6 +24,7 @@ FLAG_FIELDS = {
     "--device": ("model.device", "device", "EngineConfig.device"),
     "--max-length": ("model.max_length", "max_length", "EngineConfig.max_length"),
     "--threads": ("train.threads", "threads", "EngineConfig.threads"),
+    "--quantize-bits": ("quantize_bits",),  # polyrl_convert_model's argument
 }
 
 
@@ -41,11 +42,16 @@ def resolve_flag_model(registry: Registry, name: str, flag: str = "--model") -> 
 def flag_errors_named(*flags: str) -> Iterator[None]:
     """A ``ConfigError`` raised inside about a field one of ``flags`` sets (``FLAG_FIELDS``) names
     that flag instead; its fix's mentions of a dotted field too (not of a bare word such as
-    "model" or "device", which reads as plain English there)."""
+    "model" or "device", which reads as plain English there). With ``--backend`` among ``flags``, a
+    ``BackendUnavailable`` (an unknown backend, one unusable here) names it too."""
     try:
         yield
+    except BackendUnavailable as exc:  # the backend --backend names: unknown, or unusable here
+        if "--backend" not in flags:
+            raise
+        raise ConfigError(str(exc), field="--backend") from None
     except ConfigError as exc:
-        flag = next((f for f in flags if exc.field in FLAG_FIELDS[f]), None)
+        flag = next((f for f in flags if exc.field in FLAG_FIELDS.get(f, ())), None)
         if flag is None:
             raise
         exc.renamed(flag, in_fix=exc.field is not None and "." in exc.field)

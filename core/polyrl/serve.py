@@ -835,7 +835,7 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     reg = get_registry()
     path = resolve_flag_model(reg, args.model)
     # the backend's and EngineConfig's words name model.path, EngineConfig.max_length...: not the flags
-    with flag_errors_named("--model", "--dtype", "--device", "--max-length", "--threads"):
+    with flag_errors_named("--backend", "--model", "--dtype", "--device", "--max-length", "--threads"):
         args.max_length = fitted_max_length(args.max_length, model_positions(path))
         limits = limits_from(args)
         engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
