@@ -113,6 +113,22 @@ def test_convert_quantize_bits_the_converter_refuses_name_the_flag(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["train", "launch"])
+def test_a_blank_resume_path_is_refused_not_read_as_resume_alone(command):
+    """`--resume "$CKPT"` with CKPT unset was `--resume` alone: the newest checkpoint (or a fresh run)
+    instead of the one meant, without a word. Alone it still means the newest."""
+    from polyrl.cli import build_parser
+
+    parser = build_parser()
+    for blank in ("", " "):
+        with pytest.raises(ConfigError) as err:
+            parser.parse_args([command, "run.toml", "--resume", blank])
+        assert err.value.field == "--resume" and "names no checkpoint" in str(err.value)
+    assert parser.parse_args([command, "run.toml", "--resume"]).resume == ""
+    assert parser.parse_args([command, "run.toml"]).resume is None
+    assert parser.parse_args([command, "run.toml", "--resume", "runs/x/checkpoints/step-00000002"]).resume.endswith("2")
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose every write fails)")
 @pytest.mark.parametrize("argv", [["config-reference"], ["backends", "--json"], ["trackers"]])
 def test_an_output_that_cannot_be_written_is_one_error_line(argv):

@@ -646,6 +646,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from polyrl.resume_flag import ResumeFlag
+
     parser = _Parser(prog="polyrl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"polyrl {__version__}")
     parser.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
@@ -653,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a TOML config")
     p.add_argument("config")
-    p.add_argument("--resume", nargs="?", const="", default=None,
+    p.add_argument("--resume", action=ResumeFlag,
                    help="continue from the newest checkpoint that verifies (or the one given)")
     p.add_argument("--resume-weights-only", action="store_true",
                    help="continue from a checkpoint's weights alone: fresh optimizer and RNG, config "
