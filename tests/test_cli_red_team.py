@@ -69,6 +69,66 @@ def test_an_empty_model_argument_is_no_model_not_the_current_folder(tmp_path, ca
     assert "Fix: " in line and captured.out == "" and not out.exists()
 
 
+@pytest.mark.parametrize("command", [["generate", "hi"], ["serve", "--port", "0"]])
+@pytest.mark.parametrize(("model", "said"), [
+    ("no such model", "model '{model}' is neither a local path nor a known alias. Fix: give a local HF model folder"),
+    ("empty", "'{model}' has no config.json. Fix: "),  # the backend's own words, naming the flag
+])
+def test_a_bad_model_argument_names_the_flag_not_a_config_field(tmp_path, capsys, command, model, said):
+    """`polyrl generate/serve --model X` named `model.path` (a config field these commands have none
+    of) or no field, with the Python API's fix ("resolve an alias first (registry.resolve_model(...))")."""
+    (tmp_path / "empty").mkdir()
+    path = tmp_path / model
+    assert main([*command, "--backend", "torch", "--model", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --model: " + said.format(model=path)), line
+    assert "model.path" not in line and "resolve_model" not in line
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--max-length", "1"], "--max-length: must be an integer in [2, 1048576], got 1"),  # was EngineConfig.max_length
+    (["--device", "nodev"], "--device: unknown device 'nodev'"),  # was device:
+    (["--dtype", "float8"], "--dtype: dtype 'float8' is not supported by the torch backend"),  # named no field
+])
+def test_serve_engine_flags_the_backend_refuses_name_the_flag(tiny_model_dir, capsys, flags, said):
+    assert main(["serve", "--backend", "torch", "--model", tiny_model_dir, "--port", "0", *flags]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: " + said), line
+
+
+@pytest.mark.parametrize("argv", [["generate", "hi", "--model", "tiny-llama"], ["serve", "--model", "tiny-llama", "--port", "0"]])
+def test_an_unknown_backend_argument_names_the_flag(capsys, argv):
+    """`polyrl generate/serve --backend nosuch` named no flag ("unknown backend 'nosuch'")."""
+    assert main([*argv, "--backend", "nosuch"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --backend: unknown backend 'nosuch' (known: "), line
+
+
+def test_convert_quantize_bits_the_converter_refuses_name_the_flag(tmp_path, capsys):
+    """The converter's words named its hook argument (``quantize_bits: ...``), not ``--quantize-bits``."""
+    pytest.importorskip("polyrl_mlx", reason="needs polyrl-mlx, whose converter refuses it")
+    assert main(["convert", "tiny-llama", str(tmp_path / "out"), "--to", "hf", "--quantize-bits", "4"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --quantize-bits: quantization is only written in MLX format"), line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "launch"])
+def test_a_blank_resume_path_is_refused_not_read_as_resume_alone(command):
+    """`--resume "$CKPT"` with CKPT unset was `--resume` alone: the newest checkpoint (or a fresh run)
+    instead of the one meant, without a word. Alone it still means the newest."""
+    from polyrl.cli import build_parser
+
+    parser = build_parser()
+    for blank in ("", " "):
+        with pytest.raises(ConfigError) as err:
+            parser.parse_args([command, "run.toml", "--resume", blank])
+        assert err.value.field == "--resume" and "names no checkpoint" in str(err.value)
+    assert parser.parse_args([command, "run.toml", "--resume"]).resume == ""
+    assert parser.parse_args([command, "run.toml"]).resume is None
+    assert parser.parse_args([command, "run.toml", "--resume", "runs/x/checkpoints/step-00000002"]).resume.endswith("2")
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose every write fails)")
 @pytest.mark.parametrize("argv", [["config-reference"], ["backends", "--json"], ["trackers"]])
 def test_an_output_that_cannot_be_written_is_one_error_line(argv):

@@ -265,6 +265,24 @@ def test_sampled_ids_and_logprobs_are_checked_where_generate_answers(tmp_path, i
         engine.generate(["hi"], SamplingParams(max_new_tokens=2))
 
 
+@pytest.mark.parametrize("prompt_ids, problem", [
+    ([], r"completion 0 has no prompt_ids; generate must return the ids of the prompt"),  # was accepted
+    ([1, 10], r"completion 0 has prompt token id 10, outside the model's vocabulary \(0 to 9\)"),
+    ([-2, 1], r"completion 0 has prompt token id -2, outside the model's vocabulary"),
+])
+def test_prompt_ids_that_are_empty_or_past_the_vocabulary_are_the_plugins_fault(tmp_path, prompt_ids, problem):
+    """An empty ``prompt_ids`` left logprobs and train_step no position to score the first sampled
+    token from (the max backend then blamed the user's "sequences"); a prompt id past the
+    vocabulary failed inside train_step, blaming the trainer's backend."""
+    from polyrl.types import SamplingParams
+
+    (tmp_path / "config.json").write_text('{"vocab_size": 10}')
+    ANSWERS[str(tmp_path)] = {"generate": [Completion(0, prompt_ids, [3], [-0.5], finish_reason="stop")]}
+    engine = Engine(Registry(get_plugin_manager(extra=[_Answers()])), "answers", EngineConfig(model=str(tmp_path)))
+    with pytest.raises(PluginError, match=PREFIX + "generate: " + problem):
+        engine.generate(["hi"], SamplingParams(max_new_tokens=2))
+
+
 class _Builds(_Answers):
     """A backend building its Completion inside ``generate``, from ``ANSWERS[engine]["ids"]``."""
 

@@ -64,3 +64,36 @@ def test_a_wholly_null_answer_column_is_refused_before_any_model_loads(tmp_path,
     assert err.value.message.startswith(f"{what} (nulls.parquet): column 'answer', which reward 'numeric_match' reads "
                                      "its answer from, is null in every one of its"), err.value.message
     assert "fill in the 'answer' column" in err.value.fix
+
+
+@pytest.mark.parametrize(("make", "answers", "expected"), [
+    (_jsonl, [""] * 6, True),
+    (_jsonl, ["", None, "  ", "", None, "\u200b"], True),  # null, empty, spaces, invisible: no answer anywhere
+    (_jsonl, [""] * 5 + ["6"], False),  # a mixed set: the rows without one stay unscored, as before
+    (_jsonl, [0] * 6, False),  # numbers are answers
+    (_parquet, ["", None, " ", "", "", ""], True),
+    (_parquet, ["", "", "", "", "", "x"], False),
+    (lambda p, a: _parquet(p, a, "null"), [None] * 6, True),
+])
+def test_blank_everywhere_reads_null_and_empty_text_alike(tmp_path, make, answers, expected):
+    suffix = ".jsonl" if make is _jsonl else ".parquet"
+    data = load_dataset(path=make(tmp_path / f"rows{suffix}", answers))
+    assert data.blank_everywhere("answer") is expected
+    assert data.blank_everywhere("missing") is False
+
+
+@pytest.mark.parametrize("make", [_jsonl, _parquet])
+def test_an_answer_column_of_empty_text_in_every_row_is_refused_as_a_null_one_is(tmp_path, make):
+    """`exact_match` leaves a row whose answer is "" unscored, so a column of "" passed the dry run
+    and the run scored nothing with it, step after step (a null column was already refused)."""
+    from polyrl.config import RewardSection
+    from polyrl.null_answers import answer_columns, refuse_null
+
+    suffix = ".jsonl" if make is _jsonl else ".parquet"
+    data = load_dataset(path=make(tmp_path / f"rows{suffix}", ["", " ", "", "", "", ""]))
+    with pytest.raises(ConfigError) as err:
+        refuse_null(answer_columns([RewardSection(name="exact_match")]), data, "the training set")
+    assert err.value.field == "rewards[0].options.column"
+    assert err.value.message.startswith(f"the training set (rows{suffix}): column 'answer', which reward "
+                                        "'exact_match' reads its answer from, is null or empty text in every one of "
+                                        "its 6 rows"), err.value.message

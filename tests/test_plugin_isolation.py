@@ -313,7 +313,7 @@ def test_generate_naming_a_backend_whose_plugin_did_not_import_says_so_not_insta
         registry.get_registry(refresh=True)
     err = capsys.readouterr().err
     assert code != 0 and "Traceback" not in err
-    assert ("error: backend 'broken' is installed (polyrl-broken) but its plugin did not load: ImportError: "
+    assert ("error: --backend: backend 'broken' is installed (polyrl-broken) but its plugin did not load: ImportError: "
             "libfoo.so: cannot open shared object") in err
     assert "pip install" not in err
     assert str(info.value).startswith("backend 'broken' is installed (polyrl-broken) but its plugin did not load")

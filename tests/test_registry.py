@@ -14,7 +14,7 @@ from polyrl.plugins import get_plugin_manager
 from polyrl.registry import Registry
 from polyrl.types import BackendSpec, EngineConfig, SamplingParams, TokenSequence
 
-from toy_dist import activate, install_toy_dists
+from toy_dist import activate, install_toy_dists, write_plugin
 
 
 @pytest.fixture()
@@ -45,6 +45,28 @@ def test_broken_plugins_are_recorded_not_fatal(toy_dists):
     assert errors["badreg"].distribution == "polyrl-badreg"
     assert "registration exploded" in errors["badreg"].error
     assert "toy" in reg.names()  # the healthy plugin still works
+
+
+def test_a_plugin_failing_at_import_gets_a_fix_like_every_other_load_error(toy_dists, monkeypatch):
+    """A module that raises while imported (a SyntaxError, its own code, a missing dependency) was
+    listed as the bare exception: no "Fix:", so nobody could tell whose fault it was or that
+    disabling it lets polyrl run."""
+    import sys
+
+    for module, source, ep in (("polyrl_p85_syntax", "def f(:\n", "syntaxbad"),
+                               ("polyrl_p85_code", "TABLE = {}['k']\n", "codebad"),
+                               ("polyrl_p85_dep", "import libp85notthere\n", "depbad")):
+        write_plugin(toy_dists, module, source, (f"polyrl-{ep}", "1.0"), ep)
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    errors = {e.name: e.error for e in Registry().load_errors}
+    for ep, said in (("syntaxbad", "SyntaxError"), ("codebad", "KeyError"), ("broken", "libfoo.so"),
+                     ("depbad", "Fix: install 'libp85notthere', which polyrl-depbad imports")):
+        assert said in errors[ep] and f"POLYRL_DISABLE_PLUGINS={ep}" in errors[ep]
+        assert errors[ep].count("Fix:") == 1
+    assert "Fix: report it to polyrl-badreg's authors" in errors["badreg"]  # a register hook that raised
+    with pytest.raises(BackendUnavailable) as caught:  # and a run naming it: still one Fix
+        Registry().spec("syntaxbad")
+    assert str(caught.value).count("Fix:") == 1
 
 
 def test_allow_and_deny_lists(toy_dists, monkeypatch):

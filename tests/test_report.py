@@ -556,6 +556,20 @@ def test_comparing_with_a_folder_that_is_not_a_run_is_its_one_error_line(run_dir
     assert not (tmp_path / "compare.png").exists()
 
 
+@pytest.mark.parametrize("second", ["a", "./a/"])
+def test_one_run_given_twice_is_refused_not_one_column_for_two(tmp_path, capsys, monkeypatch, second):
+    """`polyrl report a a --json` listed two runs and one entry of metrics for both (the table's
+    name for each was "a"), without a word; `a ./a/` compared the run with itself."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "a", second, "--json"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(f"error: RUN_DIR: {second!r} is given twice") and "Fix: name each run folder once" in line
+    assert captured.out == "" and not (tmp_path / "compare.png").exists()
+
+
 def test_matplotlib_warnings_are_polyrl_log_lines_not_raw_text(tmp_path):
     """A run folder or metric named in Chinese printed matplotlib's raw ``UserWarning: Glyph ...
     missing from font(s)`` with a line of polyrl's source, four times per character, and an

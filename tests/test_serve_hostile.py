@@ -507,6 +507,9 @@ def test_a_read_timeout_no_socket_takes_is_refused_at_startup():
     (["--fault-delay-s", "nan"], "--fault-delay-s: must be a finite number of seconds >= 0, got nan"),
     (["--fault-delay-s", "inf"], "--fault-delay-s: must be a finite number of seconds >= 0, got inf"),
     (["--fault-delay-s", "-1"], "--fault-delay-s: must be a finite number of seconds >= 0, got -1.0"),
+    (["--fault-die-after", "-1"], "--fault-die-after: must be a count >= 0, got -1"),  # died at the first request
+    (["--fault-503-first", "-5"], "--fault-503-first: must be a count >= 0, got -5"),  # did nothing
+    (["--served-model-name", ""], "--served-model-name: is blank (''), so no client could name the model"),
 ])
 def test_a_flag_read_as_unset_or_a_delay_that_cannot_be_slept_is_refused_before_the_model_loads(args, words):
     """``--api-key-env "$VAR"`` with VAR unset served with no key, without a word; a nan or -1

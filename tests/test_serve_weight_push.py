@@ -188,3 +188,73 @@ def test_a_fifo_named_like_weights_is_refused_without_blocking_the_server(server
     answer = push(server, str(folder))
     assert answer.status_code == 400 and "is not a regular file" in answer.json()["error"]["message"]
     assert server.get("/health").status_code == 200
+
+
+class _NoEngine:
+    """A generate engine that is never asked (a unit-test fake of the core's Engine): the push below
+    is refused before anything would reach it."""
+
+    def generate(self, prompts, sampling):
+        raise AssertionError("not asked")
+
+    def import_weights(self, weights):
+        raise AssertionError("not asked")
+
+
+@pytest.mark.faults
+def test_a_push_whose_client_goes_away_mid_body_is_told_so_not_a_timeout():
+    """A weight push interrupted mid-body (the trainer killed, its connection closed) was answered 408
+    "the body was not received within 60 s": the server had waited no time at all, and nothing was
+    loaded. It is a 400 saying the connection ended mid-body and that nothing was done."""
+    import json
+    import socket
+    import threading
+
+    from polyrl.serve import PolyrlServer
+    from polyrl.serving.weight_push import TOKEN_HEADER
+
+    server = PolyrlServer(("127.0.0.1", 0), _NoEngine(), model_name="m", allow_weight_push=True,
+                          weight_push_token="secret")
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=60) as sock:
+            sock.sendall(f"POST /polyrl/weights HTTP/1.1\r\nHost: x\r\n{TOKEN_HEADER}: secret\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"path\": \"/tm".encode())
+            sock.shutdown(socket.SHUT_WR)  # gone mid-body; still reading, so the answer can be seen
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), reply
+        message = json.loads(body)["error"]["message"]
+        assert message.startswith("the connection ended after 13 of the body's 100 bytes"), message
+        assert "nothing was loaded" in message and "not received within" not in message
+        assert server.stats.weight_version == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_deadline_watcher_tells_a_connection_it_cut_from_one_the_client_closed():
+    """What lets the body's reader say 408 (the server's deadline) or 400 (the client went away)."""
+    import socket
+    import time
+
+    from polyrl.serving.connections import Deadlines
+
+    deadlines = Deadlines(tick_s=0.01)
+    left, right = socket.socketpair()
+    other, _peer = socket.socketpair()
+    try:
+        deadlines.set(left, 0)
+        deadlines.set(other, 3600)
+        give_up = time.monotonic() + 60  # a bound for a loaded machine, not a timing assertion
+        while not deadlines.cut(left) and time.monotonic() < give_up:
+            time.sleep(0.01)
+        assert deadlines.cut(left) and not deadlines.cut(other)
+        assert left.recv(1) == b""  # shut down: its reader sees end-of-file
+        deadlines.clear(left)
+        assert not deadlines.cut(left)
+    finally:
+        for s in (left, right, other, _peer):
+            s.close()

@@ -212,6 +212,14 @@ def cmd_report(args: argparse.Namespace) -> int:
                                  ("--html", args.html, "--html report.html")):
         if value is not None:
             refuse_empty_path(value, flag, example)
+    seen: dict[Path, str] = {}
+    for run_dir in args.run_dir:  # one run twice was one entry of --json's metrics for two runs, without a word
+        first = seen.setdefault(Path(run_dir).resolve(), run_dir)
+        if first != run_dir or args.run_dir.count(run_dir) > 1:
+            from polyrl.errors import ConfigError
+
+            raise ConfigError(f"{run_dir!r} is given twice" + (f" (also as {first!r})" if first != run_dir else ""),
+                              field="RUN_DIR", fix="name each run folder once")
     runs = [load_run(run_dir) for run_dir in args.run_dir]  # a folder that is no run: its error line, nothing drawn
     one = len(runs) == 1
     png_path = args.output or (Path(args.run_dir[0]) / "report.png" if one else Path(COMPARE_PNG))
@@ -492,6 +500,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from polyrl.control_setup import check_config_text
     from polyrl.engine import Engine
     from polyrl.errors import ConfigError
+    from polyrl.model_flag import flag_errors_named, resolve_flag_model
     from polyrl.text_validity import blank, blank_problem, check_prompt
     from polyrl.types import EngineConfig, SamplingParams
 
@@ -511,9 +520,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                           fix='pass the text to sample from, e.g. polyrl generate "What is 2 + 3?"')
     template_kwargs = _chat_template_kwargs(args.chat_template_kwargs, args.raw)
     reg = _registry()
-    model = reg.resolve_model(args.model, field="--model")
-    engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
-                                                    chat_template_kwargs=template_kwargs))
+    model = resolve_flag_model(reg, args.model)
+    with flag_errors_named("--backend", "--model", "--threads"):  # the backend's words name model.path
+        engine = Engine(reg, args.backend, EngineConfig(model=model, role="generate", threads=args.threads,
+                                                        chat_template_kwargs=template_kwargs))
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
     probe = engines_probe([engine])  # a control character this model's tokenizer reads as another token
     if probe is not None:
@@ -591,6 +601,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from polyrl.backend_kit.convert_paths import check_destination
     from polyrl.errors import ConfigError
+    from polyrl.model_flag import flag_errors_named
     from polyrl.path_text import check_path_text, refuse_empty_path
 
     refuse_empty_path(args.dst, "dst", "polyrl convert MODEL ./converted --to mlx")
@@ -602,7 +613,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.src!r} does not exist", field="src",
                           fix="give a model folder (config.json, tokenizer files, *.safetensors), a .gguf file "
                               "or a model alias")
-    converted = reg.convert_model(src, args.dst, args.to, args.quantize_bits)
+    with flag_errors_named("--quantize-bits"):  # the converter's words name its argument quantize_bits
+        converted = reg.convert_model(src, args.dst, args.to, args.quantize_bits)
     if not converted:  # "Fix: pip install polyrl[HF]" named an extra that does not exist
         raise ConfigError(f"no installed backend converts {args.src!r} to {args.to!r}", field="--to",
                           fix=CONVERT_FIX)
@@ -634,6 +646,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from polyrl.resume_flag import ResumeFlag
+
     parser = _Parser(prog="polyrl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"polyrl {__version__}")
     parser.add_argument("--log-json", action="store_true", help="JSON log lines on stderr")
@@ -641,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a TOML config")
     p.add_argument("config")
-    p.add_argument("--resume", nargs="?", const="", default=None,
+    p.add_argument("--resume", action=ResumeFlag,
                    help="continue from the newest checkpoint that verifies (or the one given)")
     p.add_argument("--resume-weights-only", action="store_true",
                    help="continue from a checkpoint's weights alone: fresh optimizer and RNG, config "

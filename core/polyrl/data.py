@@ -28,8 +28,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, bare_tool_call, check_prompt_column,
-                               check_text_columns, image_column_error, unknown_role, warn_final_assistant)
+from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, all_blank, bare_tool_call,
+                               check_prompt_column, check_text_columns, image_column_error, unknown_role,
+                               warn_final_assistant)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
 from polyrl.control_chars import ControlProbe
 from polyrl.csv_chats import refuse_chat_text
@@ -223,6 +224,21 @@ class Dataset:
             return bool(values.null_count == len(values))
         rows = self._rows or ()
         return any(source in row for row in rows) and all(row.get(source) is None for row in rows)
+
+    def blank_everywhere(self, column: str) -> bool:
+        """Whether ``column`` is there and, in every row, null or text that shows nothing ("", spaces:
+        ``text_validity.blank``): a column no row holds an answer in, as ``exact_match`` reads one."""
+        source = self.column_map.get(column, column)
+        if self._arrow is not None:
+            if source not in self._arrow.column_names:
+                return False
+            values = self._arrow.table.data.table.column(source)
+            if self._arrow.indices is not None:
+                values = values.take(self._arrow.indices)
+            return all_blank(values)
+        rows = self._rows or ()
+        return any(source in row for row in rows) and all(
+            row.get(source) is None or (isinstance(row[source], str) and blank(row[source])) for row in rows)
 
     @property
     def late_columns(self) -> dict[str, str]:

@@ -74,6 +74,16 @@ def _blank(texts: Any) -> np.ndarray:
     return np.asarray(pc.fill_null(blank, True).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def all_blank(values: Any, block: int = 65536) -> bool:
+    """Whether every value of an Arrow (chunked) array is null or text that shows nothing (``_blank``);
+    read ``block`` rows at a time, stopping at the first that shows something (most columns: at once)."""
+    if values.null_count == len(values):
+        return True
+    if not _is_text(values.type):
+        return False
+    return all(bool(_blank(values.slice(start, block)).all()) for start in range(0, len(values), block))
+
+
 def _bad_rows(chunk: Any) -> tuple[np.ndarray, str]:
     """Indices (within ``chunk``) of rows whose prompt is unusable, and why (the first one's)."""
     pa, pc = _pa()

@@ -164,14 +164,19 @@ class Engine:
         ``_call`` reports that ``ValueError`` as this hook's ``PluginError``. More ids than
         ``max_new_tokens``: a backend ignoring the limit was trained on all of them (the remote
         backend refused that for its servers; every backend's answer is checked here)."""
+        prompt = np.asarray(c.prompt_ids)
+        if prompt.size == 0:  # logprobs and train_step then had no position to score the first token from
+            return ("has no prompt_ids; generate must return the ids of the prompt as the model read them (an "
+                    "empty text prompt too gets one: backend_kit.tokens.given_a_start)")
         ids = np.asarray(c.completion_ids)
         if ids.size > max_new_tokens:
             return (f"has {ids.size} tokens, more than sampling.max_new_tokens = {max_new_tokens}; a backend "
                     "must stop sampling there")
-        low, high = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
-        if low < 0 or (self.vocab_size is not None and high >= self.vocab_size):
-            return (f"has token id {low if low < 0 else high}, outside the model's vocabulary (0 to "
-                    f"{'...' if self.vocab_size is None else self.vocab_size - 1})")
+        for what, seq in (("token id", ids), ("prompt token id", prompt)):  # a prompt's too: it is trained after
+            low, high = (int(seq.min()), int(seq.max())) if seq.size else (0, 0)
+            if low < 0 or (self.vocab_size is not None and high >= self.vocab_size):
+                return (f"has {what} {low if low < 0 else high}, outside the model's vocabulary (0 to "
+                        f"{'...' if self.vocab_size is None else self.vocab_size - 1})")
         lp = np.asarray(c.logprobs)
         if lp.ndim != 1 or len(lp) != ids.size:
             return (f"has log-probs of shape {lp.shape} for {ids.size} tokens; expected one log-prob per "

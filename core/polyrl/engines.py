@@ -98,8 +98,8 @@ def check_backend_names(config: RunConfig, registry: Registry) -> None:
                 raise ConfigError(
                     f"backend {name!r} is installed ({broken.distribution or 'unknown distribution'}) but its "
                     f"plugin did not load: {broken.error}", field=f"backends.{role}",
-                    fix="repair or reinstall that distribution (`polyrl backends` shows the error), or name "
-                    "another backend")
+                    fix=None if "Fix:" in broken.error else "repair or reinstall that distribution (`polyrl "
+                    "backends` shows the error), or name another backend")
             others = f"; plugins that did not load: {', '.join(e.name for e in failed)}" if failed else ""
             raise ConfigError(
                 f"unknown backend {name!r} (installed: {', '.join(known) or 'none'}{others})",

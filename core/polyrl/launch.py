@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from polyrl.errors import ConfigError
+from polyrl.resume_flag import ResumeFlag
 
 #: How long the GPU count may take (torch's import on a cold disk is the slow part).
 PROBE_TIMEOUT_S = 300
@@ -170,7 +171,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nnodes", type=int, default=1, help="machines taking part")
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of node 0 (multi-node)")
     p.add_argument("--rdzv-id", default="polyrl", help="job id shared by the nodes of one run")
-    p.add_argument("--resume", nargs="?", const="", default=None,
+    p.add_argument("--resume", action=ResumeFlag,
                    help="continue from the newest complete checkpoint (any world size)")
     p.add_argument("--resume-weights-only", action="store_true",
                    help="continue from a checkpoint's weights alone: fresh optimizer and RNG (see polyrl train)")

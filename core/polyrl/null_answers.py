@@ -1,10 +1,12 @@
-"""An answer column null in every row, refused where a built-in reward reads it.
+"""An answer column null (or empty text) in every row, refused where a built-in reward reads it.
 
 Why: ``numeric_match`` and ``exact_match`` leave a row whose answer is null unscored, which is
 right for a mixed set where some rows have none. A column null in every row (a Parquet column of
 type null, JSON lines each writing ``"answer": null``, a CSV column left blank) passed every check,
 ``polyrl launch --dry-run`` included, and the run then scored nothing with that reward, step after
 step: the same run as one whose data lacks the column, which is refused before any model loads.
+A column of empty text ("" or spaces) in every row is the same to ``exact_match`` (an empty answer
+is unscored) and an error at the first step to ``numeric_match``: refused alike.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ def refuse_null(readers: Iterable[tuple[str, str, str]], data: Any, what: str) -
     """Raise for the first reader whose column ``data`` (a ``polyrl.data.Dataset``; ``what``
     names it in the error) holds as null in every row."""
     for reward, column, field in readers:
-        if data.null_everywhere(column):
+        kind = "null" if data.null_everywhere(column) else "null or empty text" if data.blank_everywhere(column) \
+            else None
+        if kind is not None:
             raise ConfigError(
-                f"{what} ({data.name}): column {column!r}, which reward {reward!r} reads its answer from, is null "
+                f"{what} ({data.name}): column {column!r}, which reward {reward!r} reads its answer from, is {kind} "
                 f"in every one of its {len(data)} rows, so the reward would score none of them",
                 field=field,
-                fix=f"fill in the {column!r} column (a Parquet column of type null, or \"{column}\": null on every "
-                    "line, holds no answer), point the reward's option column at the column that holds the "
+                fix=f"fill in the {column!r} column (a Parquet column of type null, or \"{column}\": null or \"\" on "
+                    "every line, holds no answer), point the reward's option column at the column that holds the "
                     "answers, or remove the reward")

@@ -36,7 +36,7 @@ import pluggy
 from polyrl import hookspecs
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
-from polyrl.plugin_calls import call_limited, limit_s, shown
+from polyrl.plugin_calls import LIMIT_ENV, PluginCallTimedOut, call_limited, limit_s, shown
 from polyrl.plugin_requirements import unmet_core_requirement
 from polyrl.plugin_shapes import argument_problem, class_problem
 
@@ -65,6 +65,10 @@ BUILTIN_TRACKER_PLUGINS = (("polyrl-builtin-trackers", "polyrl.tracking.builtin"
 BUILTIN_ENVIRONMENT_PLUGINS = (("polyrl-builtin-environments", "polyrl.agents.builtin"),)
 #: The core's own model alias (``tiny-llama``: built with numpy + tokenizers, loaded by every backend).
 BUILTIN_MODEL_PLUGINS = (("polyrl-tiny-models", "polyrl.testing.aliases"),)
+#: The registration names of all of the above.
+BUILTIN_NAMES = frozenset(name for name, _ in (*BUILTIN_REWARD_PLUGINS, *BUILTIN_BACKEND_PLUGINS,
+                                               *BUILTIN_TRACKER_PLUGINS, *BUILTIN_ENVIRONMENT_PLUGINS,
+                                               *BUILTIN_MODEL_PLUGINS))
 ALLOW_ENV = "POLYRL_LOAD_PLUGINS"
 DENY_ENV = "POLYRL_DISABLE_PLUGINS"
 
@@ -80,13 +84,31 @@ class PluginLoadError:
     traceback: str = ""
 
     @classmethod
-    def caught(cls, name: str, group: str, distribution: str, exc: BaseException) -> PluginLoadError:
+    def caught(cls, name: str, group: str, distribution: str, exc: BaseException, fix: str) -> PluginLoadError:
         """The error ``exc`` a plugin raised, with the traceback being handled (call it in the
-        ``except`` block): a broken plugin is listed, never raised."""
+        ``except`` block): a broken plugin is listed, never raised. ``fix`` ends it (unless the
+        plugin's own error already says ``Fix:``), as every other load error ends."""
         kind, text = type(shown(exc)).__name__, str(exc)
         # a bare ``raise KeyboardInterrupt`` was listed as "KeyboardInterrupt: ", a reason with nothing after it
         error = f"{kind}: {text}" if text.strip() else f"{kind} (raised with no message)"
+        if "Fix:" not in error:
+            error = f"{error}. Fix: {fix}"
         return cls(name=name, group=group, distribution=distribution, error=error, traceback=traceback.format_exc())
+
+
+def import_fix(ep: metadata.EntryPoint, distribution: str, exc: BaseException) -> str:
+    """How to get past a plugin whose module failed at import (``ImportError``, ``SyntaxError``,
+    anything its module code raised). Why: "ModuleNotFoundError: No module named 'x'" alone, unlike
+    every other load error, said neither whose fault it was nor that polyrl runs without it."""
+    who = distribution or f"the distribution of entry point {ep.name!r}"
+    off = f"or disable it with {DENY_ENV}={ep.name} (polyrl runs without it)"
+    if isinstance(exc, PluginCallTimedOut):
+        return f"raise {LIMIT_ENV} if its import is only slow, else report the hang to {who}'s authors, {off}"
+    error = shown(exc)
+    module = ep.value.split(":")[0].strip()
+    if isinstance(error, ModuleNotFoundError) and error.name and not (module + ".").startswith(error.name + "."):
+        return f"install {error.name.split('.')[0]!r}, which {who} imports, or reinstall {who}, {off}"
+    return f"reinstall or upgrade {who} (one made for this Python and polyrl), report it to its authors, {off}"
 
 
 @attrs.define(frozen=True)
@@ -158,6 +180,20 @@ class PolyrlPluginManager(pluggy.PluginManager):
 
         return __version__
 
+    def hook_fix(self, plugin_name: str, exc: BaseException) -> str:
+        """How to get past plugin ``plugin_name`` whose register hook raised ``exc`` or hung."""
+        info = self.plugin_info.get(plugin_name)
+        if info is not None:  # an entry point: it can be disabled ("name@dist" when two share the name)
+            name = plugin_name.split("@")[0]
+            who, off = f"{info.distribution or name}'s authors", f", or disable it with {DENY_ENV}={name}"
+        elif plugin_name in BUILTIN_NAMES:
+            who, off = "polyrl's authors (a built-in plugin)", ""
+        else:
+            return "fix the plugin object passed to get_plugin_manager(extra=...)"
+        if isinstance(exc, PluginCallTimedOut):
+            return f"raise {LIMIT_ENV} if it is only slow, else report the hang to {who}{off}"
+        return f"report it to {who}{off}"
+
     def load_entry_points(self) -> None:
         allow, deny = _split_env(ALLOW_ENV), _split_env(DENY_ENV) or set()
         found = {group: list(_entry_points(group)) for group in ENTRY_POINT_GROUPS}
@@ -190,13 +226,15 @@ class PolyrlPluginManager(pluggy.PluginManager):
                 except pluggy.PluginValidationError as exc:  # pluggy's words name no fix
                     error = argument_problem(self, plugin, ep.name) if plugin is not None else None
                     if error is None:
-                        self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc))
+                        fix = f"report it to the authors of {dist or ep.name}, or disable it with {DENY_ENV}={ep.name}"
+                        self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc, fix))
                     else:
                         self.load_errors.append(PluginLoadError(name=ep.name, group=group, distribution=dist,
                                                                 error=error, traceback=traceback.format_exc()))
                     continue
                 except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break us
-                    self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc))
+                    self.load_errors.append(PluginLoadError.caught(ep.name, group, dist, exc,
+                                                                   import_fix(ep, dist, exc)))
                     continue
                 if plugin is None or not self.get_hookcallers(plugin):
                     if plugin is not None:

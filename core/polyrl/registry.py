@@ -109,7 +109,8 @@ class Registry:
                 try:
                     specs = registered_by(impl, hook_name, kind, dist)
                 except Exception as exc:  # noqa: BLE001 - a timeout too (PluginCallTimedOut)
-                    self.hook_errors.append(PluginLoadError.caught(impl.plugin_name, hook_name, dist, exc))
+                    self.hook_errors.append(PluginLoadError.caught(impl.plugin_name, hook_name, dist, exc,
+                                                                   self.pm.hook_fix(impl.plugin_name, exc)))
                     continue
                 for spec in specs:
                     self._add(spec, sink, kind, impl.plugin, dist)

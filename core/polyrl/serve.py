@@ -46,7 +46,9 @@ non-text content parts) is a 400 naming it when set, never silently ignored (``p
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
 sampling values and prompts over the context, 408 for a request not received within
-``--read-timeout-s`` (a response not taken within that plus a second per MiB is cut off), 503 + Retry-After when the queue or the connection cap is full.
+``--read-timeout-s`` (a response not taken within that plus a second per MiB is cut off), 400 for a
+body the client cut short (it closed or reset the connection mid-body: that was a 408, as if the
+server had waited too little), 503 + Retry-After when the queue or the connection cap is full.
 
 Stopping: SIGTERM or SIGINT lets the batch generating now finish and answers its requests, answers
 every waiting request 503 + Retry-After (``shutting_down``), refuses new ones the same way, then
@@ -490,16 +492,35 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             raise ApiError(411, "Transfer-Encoding is not accepted; send a plain body with Content-Length",
                            "Transfer-Encoding", close=True)
-        try:
-            raw = self.rfile.read(length) if length else b""
-        except OSError:
-            raw = b""
+        raw = self._received(length)
         if len(raw) < length:
-            raise ApiError(408, f"the body was not received within {self.server.limits.read_timeout_s:g} s "
-                           f"({len(raw)} of {length} bytes)", "Content-Length", close=True)
+            if self.server.deadlines.cut(self.connection):
+                raise ApiError(408, f"the body was not received within {self.server.limits.read_timeout_s:g} s "
+                               f"({len(raw)} of {length} bytes); the request was not acted on", "Content-Length",
+                               close=True)
+            # the client went away mid-body (closed, reset, interrupted): a 408 blamed the server's wait
+            raise ApiError(400, f"the connection ended after {len(raw)} of the body's {length} bytes (the client "
+                                "closed or reset it mid-body); the request was not acted on: nothing was loaded or "
+                                "generated", "Content-Length", close=True)
         self._body_read = True
         self.server.deadlines.clear(self.connection)  # the request is in; generating may take long
         return req.parse_json_object(raw)
+
+    def _received(self, length: int) -> bytes:
+        """Up to ``length`` bytes of the body: fewer when the connection ends first. Read piece by piece,
+        so a reset mid-body still says how much had come (one ``read`` lost it: "0 of N bytes")."""
+        parts: list[bytes] = []
+        got = 0
+        try:
+            while got < length:
+                part = self.rfile.read1(min(length - got, 1 << 20))
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        except OSError:  # reset, or a recv past the socket timeout
+            pass
+        return b"".join(parts)
 
     def _authorised(self) -> None:
         if self.server.api_key is None:
@@ -773,6 +794,7 @@ def fitted_max_length(asked: int | None, positions: int | None) -> int:
 def build_server(args: argparse.Namespace) -> PolyrlServer:
     from polyrl.engine import Engine
     from polyrl.registry import get_registry
+    from polyrl.model_flag import flag_errors_named, resolve_flag_model
     from polyrl.types import EngineConfig
 
     limits = limits_from(args)
@@ -792,6 +814,16 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
     if not (math.isfinite(args.fault_delay_s) and args.fault_delay_s >= 0):
         raise ConfigError(f"must be a finite number of seconds >= 0, got {args.fault_delay_s}",
                           field="--fault-delay-s", fix="e.g. --fault-delay-s 2 (0: no delay)")
+    # the HTTP fault control refuses these (``_count``); as flags, -1 died at the first request, -5 did nothing
+    for flag, count in (("--fault-delay-first", args.fault_delay_first), ("--fault-503-first", args.fault_503_first),
+                        ("--fault-die-after", args.fault_die_after)):
+        if count is not None and count < 0:
+            raise ConfigError(f"must be a count >= 0, got {count}", field=flag, fix=f"e.g. {flag} 2")
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        # `--served-model-name "$NAME"` with NAME unset served as --model's name, without a word
+        raise ConfigError(f"is blank ({args.served_model_name!r}), so no client could name the model",
+                          field="--served-model-name",
+                          fix="give the name clients send, e.g. --served-model-name tiny, or drop the flag to use --model's")
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
@@ -801,12 +833,14 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
         raise ConfigError(f"must be between 1 and 4096, got {args.threads}", field="--threads",
                           fix="the CPU threads to compute with, e.g. --threads 4; leave it out for all cores")
     reg = get_registry()
-    path = reg.resolve_model(args.model, field="--model")
-    args.max_length = fitted_max_length(args.max_length, model_positions(path))
-    limits = limits_from(args)
-    engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
-                                                    device=args.device, threads=args.threads,
-                                                    max_length=args.max_length))
+    path = resolve_flag_model(reg, args.model)
+    # the backend's and EngineConfig's words name model.path, EngineConfig.max_length...: not the flags
+    with flag_errors_named("--backend", "--model", "--dtype", "--device", "--max-length", "--threads"):
+        args.max_length = fitted_max_length(args.max_length, model_positions(path))
+        limits = limits_from(args)
+        engine = Engine(reg, args.backend, EngineConfig(model=path, role="generate", dtype=args.dtype,
+                                                        device=args.device, threads=args.threads,
+                                                        max_length=args.max_length))
     spec = WeightSpec.of(engine.export_weights()) if args.allow_weight_push else None
     faults = Faults(delay_s=args.fault_delay_s, delay_first=args.fault_delay_first, garbage=args.fault_garbage,
                     fail_503_first=args.fault_503_first, die_after=args.fault_die_after)

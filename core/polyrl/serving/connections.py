@@ -63,6 +63,8 @@ class Deadlines:
     def __init__(self, tick_s: float = 0.25) -> None:
         self._lock = threading.Lock()
         self._due: dict[socket.socket, float] = {}
+        #: connections shut down for their deadline and not yet cleared (``cut``)
+        self._cut: set[socket.socket] = set()
         self._tick_s = tick_s
         threading.Thread(target=self._watch, name="polyrl-serve-deadlines", daemon=True).start()
 
@@ -73,6 +75,14 @@ class Deadlines:
     def clear(self, conn: socket.socket) -> None:
         with self._lock:
             self._due.pop(conn, None)
+            self._cut.discard(conn)
+
+    def cut(self, conn: socket.socket) -> bool:
+        """Whether ``conn`` was shut down for its deadline. Why ask: to its handler both that and the
+        client closing (or resetting) it look like end-of-file, and a body cut short by the client was
+        answered "not received within N s", as if the server had waited on it."""
+        with self._lock:
+            return conn in self._cut
 
     def _watch(self) -> None:
         while True:
@@ -82,6 +92,7 @@ class Deadlines:
                 late = [c for c, due in self._due.items() if due <= now]
                 for c in late:
                     del self._due[c]
+                    self._cut.add(c)
             for c in late:
                 try:
                     c.shutdown(socket.SHUT_RDWR)

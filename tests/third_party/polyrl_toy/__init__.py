@@ -42,7 +42,8 @@ class ToyEngine:
 
 def _prompt_ids(prompt) -> list[int]:
     text = prompt if isinstance(prompt, str) else " ".join(m["content"] for m in prompt)
-    return [1 + (ord(ch) % (VOCAB - 1)) for ch in text[:8]]
+    # an empty prompt is one start token, as polyrl's backends give it (backend_kit.tokens.given_a_start)
+    return [1 + (ord(ch) % (VOCAB - 1)) for ch in text[:8]] or [1]
 
 
 @hookimpl
