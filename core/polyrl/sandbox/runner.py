@@ -303,8 +303,8 @@ class Sandbox:
             if (framed := server_code.framed(self.python, SERVER_SOURCE)) is not None:
                 channel.send_bytes(framed)  # the compiled server its ``BOOTSTRAP`` waits for
             hello = channel.ask({"code": code, "setup": setup or "",
-                                 # the tests' node classes and imports the solution reads unbound
-                                 "header": "" if program_cases.is_program(steps) else tests_header.header(steps, code),
+                                 # the tests' node classes and imports: the sample runs those its code reads
+                                 "header": [] if program_cases.is_program(steps) else tests_header.statements(steps),
                                  "limits": self.limits.for_server(),
                                  "audit": self.audit_hook, "site": list(self.launch.site_dirs),
                                  "native": self.launch.level == "bwrap",

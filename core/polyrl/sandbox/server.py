@@ -988,6 +988,17 @@ def _lineage(kind):
             for c in kind.__mro__[:32]]
 
 
+def _names_read(code):
+    """Every global name ``code`` and the code nested in it may load, builtins left out: which of
+    the tests' preamble statements the solution reads (``tests_header.names_read`` spells it too)."""
+    names, todo = set(), [code]
+    while todo:
+        each = todo.pop()
+        names.update(each.co_names)
+        todo += [const for const in each.co_consts if type(const) is type(code)]
+    return {name for name in names if not hasattr(_BUILTINS, name)}
+
+
 def _describe(exc):
     try:
         return [type(exc).__name__, str(exc)[:300], _lineage(type(exc)), _plain_state(exc)]
@@ -1036,8 +1047,10 @@ def _main():
     # no attribute '__dict__'": it looks the class's module up in sys.modules)
     try:
         setup = compile(job["setup"], "<setup>", "exec", dont_inherit=True) if job["setup"] else None
-        header = compile(job.get("header") or "", "<tests' preamble>", "exec", dont_inherit=True)
         solution = compile(job["code"], "<solution>", "exec", dont_inherit=True)
+        read = _names_read(solution)
+        header = compile("".join(text for name, text in job.get("header") or () if name in read),
+                         "<tests' preamble>", "exec", dont_inherit=True)
     except BaseException as exc:
         chan.send({"ok": False, "exc": _describe(exc), "fds": extra})
         return

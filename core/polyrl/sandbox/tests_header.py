@@ -27,6 +27,7 @@ import builtins
 import functools
 import importlib
 import sys
+import types
 from collections.abc import Sequence
 
 #: Modules whose ``from m import *`` is followed (LeetCode's preamble star-imports these); their
@@ -37,21 +38,29 @@ _STAR_MODULES = frozenset({"typing", "collections", "itertools", "functools", "h
 _BLANKS = (None, 0, "", False, True)
 
 
+def statements(steps: Sequence[tuple[str, bool]]) -> list[tuple[str, str]]:
+    """(name, the statement binding it alone) for each name ``steps``' preamble offers. The sample
+    runs those its compiled code reads (the server's ``_preamble_read``): the solution is parsed
+    only there, in the sandbox, never in the trainer (hostile nesting exhausts a parser)."""
+    return list(_offered(tuple(source for source, _ in steps)))
+
+
 def header(steps: Sequence[tuple[str, bool]], code: str) -> str:
-    """The statements of the tests' preamble (``steps``' top-level imports and plain data
-    classes) binding a name the solution ``code`` reads; "" where none (or it does not parse)."""
-    try:
-        read = _read_names(ast.parse(code))
-    except (SyntaxError, ValueError):
-        return ""
-    offered = _offered(tuple(source for source, _ in steps))
-    return "".join(text for name, text in offered if name in read)
+    """The statements of ``statements(steps)`` the solution ``code`` reads, as the sample picks
+    them: for tests of that choice (the trainer itself never compiles a solution)."""
+    return "".join(text for name, text in statements(steps) if name in names_read(compile(code, "<solution>", "exec")))
 
 
-def _read_names(tree: ast.Module) -> frozenset[str]:
-    """Every name the solution loads anywhere, builtins left out (theirs stay Python's own)."""
-    return frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
-                     and isinstance(node.ctx, ast.Load) and not hasattr(builtins, node.id))
+def names_read(code: types.CodeType) -> frozenset[str]:
+    """Every global name ``code`` and the code nested in it may load, builtins left out (theirs stay
+    Python's own). The server spells the same walk (it cannot import polyrl): keep them alike."""
+    names: set[str] = set()
+    todo = [code]
+    while todo:
+        each = todo.pop()
+        names.update(each.co_names)
+        todo += [const for const in each.co_consts if isinstance(const, types.CodeType)]
+    return frozenset(name for name in names if not hasattr(builtins, name))
 
 
 @functools.lru_cache(maxsize=256)
