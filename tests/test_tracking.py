@@ -947,6 +947,23 @@ def test_mlflow_names_are_names_mlflow_takes():
         validation._validate_length_limit("Metric name", validation.MAX_ENTITY_KEY_LENGTH, mlflow_name(name))
 
 
+def test_mlflow_names_of_parts_read_alike_are_told_apart_under_one_folder_each():
+    """A part (``judge [gpt]``) that reads as another's under the same parent once refused characters
+    are ``_`` gets its own suffix, the same for each of its metrics (one it alone logs included), and
+    the first keeps the plain name; a folder clash on a file store is still left out."""
+    from polyrl.tracking.mlflow import MetricNames
+
+    names = MetricNames(file_store=True)
+    assert names.name("reward/judge (gpt)/mean") == "reward/judge _gpt_/mean"
+    assert names.name("reward/judge [gpt]/std") == "reward/judge _gpt__2/std"
+    assert names.name("reward/judge [gpt]/mean") == "reward/judge _gpt__2/mean"
+    assert names.name("reward/judge {gpt}/only_here") == "reward/judge _gpt__3/only_here"
+    assert names.name("reward/judge (gpt)/std") == "reward/judge _gpt_/std"
+    assert names.name("eval/pass@4") == "eval/pass_at_4" and names.name("loss") == "loss"
+    assert names.name("reward") is None  # a file where reward/... needs a folder
+    assert names.name("reward/judge [gpt]/mean") == "reward/judge _gpt__2/mean"  # decided once
+
+
 def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_values(tmp_path):
     """Once: a run killed after step 3 and resumed from its step-2 checkpoint showed steps 2 and 3
     twice in TensorBoard (the dead lineage's values beside the resumed run's)."""
