@@ -962,6 +962,13 @@ def test_mlflow_names_of_parts_read_alike_are_told_apart_under_one_folder_each()
     assert names.name("eval/pass@4") == "eval/pass_at_4" and names.name("loss") == "loss"
     assert names.name("reward") is None  # a file where reward/... needs a folder
     assert names.name("reward/judge [gpt]/mean") == "reward/judge _gpt__2/mean"  # decided once
+    # a file store's folders on a disk that ignores case (macOS, Windows): Judge is judge's folder there
+    stored = MetricNames(file_store=True)
+    assert [stored.name(f"reward/{label}/mean") for label in ("judge", "Judge", "JUDGE", "judge")] == [
+        "reward/judge/mean", "reward/Judge_2/mean", "reward/JUDGE_3/mean", "reward/judge/mean"]
+    database = MetricNames(file_store=False)  # a database store tells them apart
+    assert database.name("reward/judge/mean") == "reward/judge/mean" and database.name("reward/Judge/mean") == \
+        "reward/Judge/mean"
 
 
 def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_values(tmp_path):

@@ -33,6 +33,7 @@ import os
 import re
 import shlex
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -70,7 +71,10 @@ class MetricNames:
     each of its metrics under the one folder, said once. On a file store (``file_store``), which
     keeps each metric as a file named by it, a name that is a folder of another's (or whose
     folder another's is) is still left out: TRL's ``reward`` beside polyrl's ``reward/<f>/mean``
-    was an "Is a directory" error that dropped the tracker at the first step."""
+    was an "Is a directory" error that dropped the tracker at the first step. A file store also
+    tells parts apart only as its disk does: parts equal but for case or Unicode normalisation
+    (``Judge`` and ``judge``) are one folder on macOS's and Windows' disks, where the two rewards'
+    values went into one metric's history, a zigzag of both; there such a part is suffixed too."""
 
     def __init__(self, file_store: bool) -> None:
         self.file_store = file_store
@@ -87,16 +91,22 @@ class MetricNames:
             return chosen
         base = mlflow_name(part)
         chosen, k = base, 1
-        while (parent, chosen) in self._part_of:
+        while (parent, self._as_stored(chosen)) in self._part_of:
             k += 1
             chosen = f"{base}_{k}"
         if chosen != base:
-            log.warning("mlflow: a name part reads as another's once the characters MLflow refuses are '_'; "
-                        "suffixed to keep both", part=part, mlflow_part=chosen, other=self._part_of[(parent, base)],
+            log.warning("mlflow: a name part reads as another's once the characters MLflow refuses are '_' (or, in "
+                        "a file store, on a disk that ignores case); suffixed to keep both", part=part,
+                        mlflow_part=chosen, other=self._part_of[(parent, self._as_stored(base))],
                         under=parent or "(top)")
         self._parts[(parent, part)] = chosen
-        self._part_of[(parent, chosen)] = part
+        self._part_of[(parent, self._as_stored(chosen))] = part
         return chosen
+
+    def _as_stored(self, part: str) -> str:
+        """``part`` as a disk that ignores case and Unicode normalisation compares it (a file store's
+        folders); as it is elsewhere."""
+        return unicodedata.normalize("NFC", part).casefold() if self.file_store else part
 
     def name(self, name: str) -> str | None:
         """The MLflow name of metric ``name``; None when it is left out (see the class)."""
