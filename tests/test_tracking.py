@@ -996,6 +996,32 @@ def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_v
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 1.0), (3, 2.0), (4, 2.0)]
 
 
+def test_tensorboard_hides_the_dead_lineage_when_a_resume_ends_before_its_first_step(tmp_path):
+    """Once: a resume that failed or was stopped before its first step (a reward that cannot start,
+    Ctrl-C while sampling) had rewound metrics.jsonl to its checkpoint and moved the later checkpoints
+    aside, but TensorBoard still drew the crashed run's steps past the checkpoint as the run's: the
+    session start came only with the first event logged, and none was."""
+    pytest.importorskip("tensorboard")
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl.registry import get_registry
+
+    spec = get_registry().trackers_by_name()["tensorboard"]
+    for taken, steps in ((0, range(1, 5)), (2, ())):  # crashed after 4 steps; resumed at 2, ended at once
+        tracking = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=0, run_name="r",
+                               project="p", config={})
+        tracking.open(taken, {"step": 2, "loss": 2.0} if taken else None)
+        for step in steps:
+            tracking.publish({"step": step, "loss": float(step)})
+        tracking.close(failed=bool(taken))
+        time.sleep(1.1)  # event file names carry the second they were opened
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 2.0)]
+
+
 @pytest.mark.parametrize("scale", [1, 3])
 def test_tensorboard_keeps_the_resumed_steps_curves_when_the_resume_logs_that_step_first(tmp_path, scale):
     """A run killed in its evaluation after training, after its last checkpoint, resumes at that
