@@ -174,6 +174,7 @@ def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path, cap
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
     assert len(warned) == 1 and "line 3" in warned[0] and "stopped" in warned[0], out.stderr
     assert "unreadable" not in warned[0]  # normal for a killed run, not called corruption
+    assert "or is writing it now" in warned[0]  # a running run's line read half written: it had "stopped"
 
 
 @pytest.mark.faults

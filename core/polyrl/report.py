@@ -182,8 +182,9 @@ def _read_jsonl(path: Path, take: Callable[[int, Any], None]) -> list[str]:
             take(number, value)
     warnings = []
     if bad.count and not complete and last_bad == number:  # a run killed mid-write: expected, not damage
-        warnings.append(f"{path}: line {number}, the last, is cut short (the run stopped while writing it); "
-                        "it is left out")
+        # or one still running, whose line was read half written: it was said to have stopped
+        warnings.append(f"{path}: line {number}, the last, is cut short (the run stopped while writing it, or is "
+                        "writing it now); it is left out")
         bad.count -= 1
     if bad.count:
         warnings.insert(0, f"{path}: {_plural(bad.count, 'unreadable line')} left out (first: line {bad.first}); "
