@@ -31,6 +31,24 @@ def test_the_bar_shows_time_left_and_short_steps_in_milliseconds(capsys, monkeyp
     assert re.search(r"left\s+\d+:\d\d:\d\d", err), err  # the estimated time left beside the elapsed time
 
 
+def test_the_time_left_shows_for_steps_longer_than_half_a_minute(capsys, monkeypatch):
+    """Once: rich estimates speed from the last 30 s of progress by default, so with steps of a
+    minute (an RL step on a real model: sampling, scoring, the update) no two steps fell in that
+    window and the bar's time left read ``-:--:--`` for the whole run. Here a run resumed after
+    3 of 10 steps takes two 60 s steps: 5 steps are left, 5 minutes at that pace."""
+    import rich.console
+
+    _terminal(monkeypatch)
+    clock = [1000.0]
+    monkeypatch.setattr(rich.console, "monotonic", lambda: clock[0])  # the console's (and bar's) clock
+    with step_progress(total=10, start=3) as advance:
+        for _ in range(2):
+            clock[0] += 60.0
+            advance({"reward_mean": 0.5, "time/step": 60.0})
+    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", capsys.readouterr().err)
+    assert "5/10" in err and re.search(r"left\s+0:05:00", err), err
+
+
 def test_no_bar_when_not_wanted(capsys):
     with step_progress(total=2, enabled=False) as advance:
         advance({"reward_mean": 1.0})

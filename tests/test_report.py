@@ -174,6 +174,7 @@ def test_a_cut_short_last_line_is_named_as_a_run_stopped_mid_write(tmp_path, cap
     warned = [x for x in out.stderr.splitlines() if "warning" in x]
     assert len(warned) == 1 and "line 3" in warned[0] and "stopped" in warned[0], out.stderr
     assert "unreadable" not in warned[0]  # normal for a killed run, not called corruption
+    assert "or is writing it now" in warned[0]  # a running run's line read half written: it had "stopped"
 
 
 @pytest.mark.faults
@@ -190,6 +191,33 @@ def test_steps_logged_twice_keep_the_later_line_and_bad_steps_are_counted(tmp_pa
     assert len(warned) == 2, out.stderr
     assert any("1 step logged more than once" in x and "line 3" in x for x in warned)
     assert any("4 lines without a step number" in x and "line 4" in x for x in warned)
+
+
+def test_the_page_says_what_the_report_left_out_of_a_damaged_or_running_run(tmp_path):
+    """Once: lines left out (a damaged line, a last line a running or killed run had not finished)
+    were said on the terminal alone; the HTML page, shared or opened later, showed the chart and
+    table of the steps read as the whole run, and ``--json`` had no word of them either."""
+    from polyrl import report_compare
+    from polyrl.report import write_html
+
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1), "{garbled", *_steps(2), '{"step": 3, "lo']))
+    png = tmp_path / "chart.png"
+    png.write_bytes(PNG_MAGIC)  # the page embeds the chart's bytes as they are
+    run = load_run(tmp_path)
+    assert len(run.warnings) == 2
+    page = write_html(run, png, tmp_path / "page.html").read_text()
+    assert "1 unreadable line left out (first: line 2)" in page and "line 4, the last, is cut short" in page
+    table = report_compare.summary([run, run], ["a", "b"])
+    both = report_compare.write_html([run, run], ["a", "b"], table, png, tmp_path / "both.html").read_text()
+    assert both.count("is cut short") == 2 and "Left out (b):" in both
+
+
+def test_report_json_lists_what_it_left_out(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*_steps(1, 2), '{"step": 3, "lo']))
+    assert main(["report", str(tmp_path), "--json"]) == 0
+    (got,) = json.loads(capsys.readouterr().out)["runs"]
+    assert got["steps"] == 2 and len(got["left_out"]) == 1 and "line 3, the last, is cut short" in got["left_out"][0]
 
 
 def test_a_line_separator_inside_a_completion_does_not_split_its_record(tmp_path):

@@ -947,6 +947,30 @@ def test_mlflow_names_are_names_mlflow_takes():
         validation._validate_length_limit("Metric name", validation.MAX_ENTITY_KEY_LENGTH, mlflow_name(name))
 
 
+def test_mlflow_names_of_parts_read_alike_are_told_apart_under_one_folder_each():
+    """A part (``judge [gpt]``) that reads as another's under the same parent once refused characters
+    are ``_`` gets its own suffix, the same for each of its metrics (one it alone logs included), and
+    the first keeps the plain name; a folder clash on a file store is still left out."""
+    from polyrl.tracking.mlflow import MetricNames
+
+    names = MetricNames(file_store=True)
+    assert names.name("reward/judge (gpt)/mean") == "reward/judge _gpt_/mean"
+    assert names.name("reward/judge [gpt]/std") == "reward/judge _gpt__2/std"
+    assert names.name("reward/judge [gpt]/mean") == "reward/judge _gpt__2/mean"
+    assert names.name("reward/judge {gpt}/only_here") == "reward/judge _gpt__3/only_here"
+    assert names.name("reward/judge (gpt)/std") == "reward/judge _gpt_/std"
+    assert names.name("eval/pass@4") == "eval/pass_at_4" and names.name("loss") == "loss"
+    assert names.name("reward") is None  # a file where reward/... needs a folder
+    assert names.name("reward/judge [gpt]/mean") == "reward/judge _gpt__2/mean"  # decided once
+    # a file store's folders on a disk that ignores case (macOS, Windows): Judge is judge's folder there
+    stored = MetricNames(file_store=True)
+    assert [stored.name(f"reward/{label}/mean") for label in ("judge", "Judge", "JUDGE", "judge")] == [
+        "reward/judge/mean", "reward/Judge_2/mean", "reward/JUDGE_3/mean", "reward/judge/mean"]
+    database = MetricNames(file_store=False)  # a database store tells them apart
+    assert database.name("reward/judge/mean") == "reward/judge/mean" and database.name("reward/Judge/mean") == \
+        "reward/Judge/mean"
+
+
 def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_values(tmp_path):
     """Once: a run killed after step 3 and resumed from its step-2 checkpoint showed steps 2 and 3
     twice in TensorBoard (the dead lineage's values beside the resumed run's)."""
@@ -970,6 +994,32 @@ def test_tensorboard_after_a_resume_shows_each_step_once_with_the_resumed_runs_v
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 1.0), (3, 2.0), (4, 2.0)]
+
+
+def test_tensorboard_hides_the_dead_lineage_when_a_resume_ends_before_its_first_step(tmp_path):
+    """Once: a resume that failed or was stopped before its first step (a reward that cannot start,
+    Ctrl-C while sampling) had rewound metrics.jsonl to its checkpoint and moved the later checkpoints
+    aside, but TensorBoard still drew the crashed run's steps past the checkpoint as the run's: the
+    session start came only with the first event logged, and none was."""
+    pytest.importorskip("tensorboard")
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from polyrl.registry import get_registry
+
+    spec = get_registry().trackers_by_name()["tensorboard"]
+    for taken, steps in ((0, range(1, 5)), (2, ())):  # crashed after 4 steps; resumed at 2, ended at once
+        tracking = RunTracking(specs=[spec], output_dir=tmp_path, completions_per_step=0, run_name="r",
+                               project="p", config={})
+        tracking.open(taken, {"step": 2, "loss": 2.0} if taken else None)
+        for step in steps:
+            tracking.publish({"step": step, "loss": float(step)})
+        tracking.close(failed=bool(taken))
+        time.sleep(1.1)  # event file names carry the second they were opened
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 1.0), (2, 2.0)]
 
 
 @pytest.mark.parametrize("scale", [1, 3])

@@ -275,6 +275,29 @@ def test_a_metric_named_as_another_ones_folder_is_left_out_not_the_tracker(tmp_p
     assert metrics == {"reward/f/mean": 0.7, "loss": 0.2}  # reward/f is a folder of reward/f/mean too
 
 
+def test_two_rewards_whose_names_mlflow_reads_alike_both_keep_their_curves(tmp_path, monkeypatch):
+    """Once: rewards labelled ``judge (gpt)`` and ``judge [gpt]`` are both ``reward/judge _gpt_/...``
+    in MLflow (it refuses brackets), and every metric of the second was left out (one warning line):
+    its curves were missing from the MLflow UI. Now the second reward's metrics, all of them, are
+    under ``reward/judge _gpt__2/``."""
+    from mlflow.tracking import MlflowClient
+
+    from polyrl.tracking.mlflow import MlflowTracker
+    from polyrl.tracking.spec import TrackerContext
+
+    mlflow_env(monkeypatch)
+    tracker = MlflowTracker(TrackerContext(tmp_path, "alike", "polyrl-alike", {}))
+    for step in (1, 2):
+        tracker.log_metrics({"reward/judge (gpt)/mean": 0.1 * step, "reward/judge [gpt]/mean": 0.5 * step,
+                             "reward/judge [gpt]/cache_hits": 3.0 * step}, step)
+    tracker.close()
+    client = MlflowClient(tracking_uri=tracker.uri)
+    metrics = client.get_run(tracker.run_id).data.metrics
+    assert metrics == {"reward/judge _gpt_/mean": 0.2, "reward/judge _gpt__2/mean": 1.0,
+                       "reward/judge _gpt__2/cache_hits": 6.0}
+    assert [m.step for m in client.get_metric_history(tracker.run_id, "reward/judge _gpt__2/mean")] == [1, 2]
+
+
 @pytest.mark.parametrize("experiment", [None, "grpo-sweep"])
 def test_a_trl_runs_mlflow_experiment_name_and_tags_are_transformers_mlflowcallbacks(tmp_path, monkeypatch,
                                                                                      tiny_model_dir, experiment):

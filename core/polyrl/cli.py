@@ -242,7 +242,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         page = write_html(runs[0], png, args.html) if one else report_compare.write_html(runs, names, table, png,
                                                                                          args.html)
     if args.json:
-        _print_json({"runs": [{"name": n, "dir": str(d), "steps": len(r.lines), "unfinished": r.unfinished}
+        _print_json({"runs": [{"name": n, "dir": str(d), "steps": len(r.lines), "unfinished": r.unfinished,
+                               "left_out": list(r.warnings)}
                               for n, d, r in zip(names, args.run_dir, runs)],
                      "chart": str(png), "page": None if page is None else str(page), "metrics": table})
     elif page is not None:

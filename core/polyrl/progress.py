@@ -21,6 +21,10 @@ from polyrl.logs import get_logger, json_mode
 log = get_logger("polyrl.trainer")
 #: Seconds a step runs, without the bar, before a log line says it still runs, and between such lines.
 HEARTBEAT_S = 60.0
+#: The span of recent steps the bar's time left is estimated from. Why not rich's default 30 s: it
+#: needs two steps ending within it, so with steps of over 30 s (an RL step on a real model) the
+#: time left read ``-:--:--`` for the whole run.
+RATE_WINDOW_S = 24 * 3600.0
 
 
 @contextmanager
@@ -37,7 +41,7 @@ def step_progress(total: int, start: int = 0, enabled: bool = True) -> Iterator[
         TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
     )
     before = (sys.stdout, sys.stderr)
-    progress = Progress(*columns, console=console, transient=False)
+    progress = Progress(*columns, console=console, transient=False, speed_estimate_period=RATE_WINDOW_S)
     with _streams_told(before):
         progress.start()  # in a terminal: sys.stdout/stderr wrapped by rich while the bar is drawn
     proxies = (sys.stdout, sys.stderr)

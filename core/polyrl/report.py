@@ -182,8 +182,9 @@ def _read_jsonl(path: Path, take: Callable[[int, Any], None]) -> list[str]:
             take(number, value)
     warnings = []
     if bad.count and not complete and last_bad == number:  # a run killed mid-write: expected, not damage
-        warnings.append(f"{path}: line {number}, the last, is cut short (the run stopped while writing it); "
-                        "it is left out")
+        # or one still running, whose line was read half written: it was said to have stopped
+        warnings.append(f"{path}: line {number}, the last, is cut short (the run stopped while writing it, or is "
+                        "writing it now); it is left out")
         bad.count -= 1
     if bad.count:
         warnings.insert(0, f"{path}: {_plural(bad.count, 'unreadable line')} left out (first: line {bad.first}); "
@@ -608,6 +609,15 @@ def _cell(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def warnings_html(warnings: Sequence[str], run: str = "") -> str:
+    """What the report left out of a run (``RunData.warnings``: unreadable or cut-short lines, steps
+    logged twice, metrics with no number), one paragraph each, for the page. Why: they went to the
+    terminal alone, so a page shared or opened later showed a chart missing a damaged file's steps
+    as the whole run, without a word."""
+    where = f" ({html.escape(run)})" if run else ""
+    return "".join(f"<p><b>Left out{where}:</b> {html.escape(w)}</p>" for w in warnings)
+
+
 def write_html(run: RunData, png: Path, output: str | Path) -> Path:
     """A single HTML file: the PNG embedded as base64 and every step's metrics as a table (the
     evaluation lines before and after training in their places)."""
@@ -621,6 +631,7 @@ def write_html(run: RunData, png: Path, output: str | Path) -> Path:
     body = "".join("<tr>" + "".join(f"<td>{_cell(line.get(k))}</td>" for k in keys) + "</tr>" for line in lines)
     title = html.escape(f"polyrl report: {run.name}")
     note = f"<p><b>Not finished:</b> {html.escape(run.unfinished)}</p>" if run.unfinished else ""
+    note += warnings_html(run.warnings)
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
             f"{PAGE_STYLE}</head><body>"
             f"<h1>{title}</h1>{note}<img alt=\"curves\" style=\"max-width:100%\" src=\"data:image/png;base64,{image}\">"

@@ -31,6 +31,7 @@ from polyrl.report import (
     pyplot,
     save_figure,
     series,
+    warnings_html,
     whole_steps,
 )
 
@@ -152,6 +153,7 @@ def write_html(runs: Sequence[RunData], names: Sequence[str], table: dict[str, A
     title = html.escape("polyrl report: " + " vs ".join(names))
     notes = "".join(f"<p><b>Not finished ({html.escape(n)}):</b> {html.escape(run.unfinished)}</p>"
                     for n, run in zip(names, runs) if run.unfinished)
+    notes += "".join(warnings_html(run.warnings, n) for n, run in zip(names, runs))
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
             f"{PAGE_STYLE}</head><body>"
             f"<h1>{title}</h1>{notes}<img alt=\"curves\" style=\"max-width:100%\" "

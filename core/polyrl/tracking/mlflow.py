@@ -33,6 +33,7 @@ import os
 import re
 import shlex
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -59,6 +60,79 @@ def mlflow_name(name: str) -> str:
     (MLflow refuses a name that a path normalisation would change)."""
     text = _REFUSED.sub("_", name.replace("@", "_at_"))[:MAX_NAME_CHARS]
     return "/".join("_" if part in (".", "..") else part for part in text.split("/") if part) or "_"
+
+
+class MetricNames:
+    """Each metric's MLflow name, decided once (None: left out). Names are mapped part by part
+    (the ``/``-separated parts): a part that reads as another part's under the same parent once
+    refused characters are ``_`` gets ``_2``, ``_3``... Why: two rewards labelled ``judge (gpt)`` and
+    ``judge [gpt]`` both became ``reward/judge _gpt_/...``, and the second one's every metric was
+    left out of MLflow (a warning in the log, no curve); now it is ``reward/judge _gpt__2/...``,
+    each of its metrics under the one folder, said once. On a file store (``file_store``), which
+    keeps each metric as a file named by it, a name that is a folder of another's (or whose
+    folder another's is) is still left out: TRL's ``reward`` beside polyrl's ``reward/<f>/mean``
+    was an "Is a directory" error that dropped the tracker at the first step. A file store also
+    tells parts apart only as its disk does: parts equal but for case or Unicode normalisation
+    (``Judge`` and ``judge``) are one folder on macOS's and Windows' disks, where the two rewards'
+    values went into one metric's history, a zigzag of both; there such a part is suffixed too."""
+
+    def __init__(self, file_store: bool) -> None:
+        self.file_store = file_store
+        self._names: dict[str, str | None] = {}  # metric name -> MLflow's (None: left out)
+        self._taken: dict[str, str] = {}  # MLflow name -> the metric name that has it
+        self._parts: dict[tuple[str, str], str] = {}  # (MLflow parent, part) -> its MLflow part
+        self._part_of: dict[tuple[str, str], str] = {}  # (MLflow parent, MLflow part) -> the part that has it
+
+    def _part(self, parent: str, part: str) -> str:
+        """``part``'s MLflow name under ``parent`` (an MLflow name): its own, or suffixed when another
+        part there already reads so."""
+        chosen = self._parts.get((parent, part))
+        if chosen is not None:
+            return chosen
+        base = mlflow_name(part)
+        chosen, k = base, 1
+        while (parent, self._as_stored(chosen)) in self._part_of:
+            k += 1
+            chosen = f"{base}_{k}"
+        if chosen != base:
+            log.warning("mlflow: a name part reads as another's once the characters MLflow refuses are '_' (or, in "
+                        "a file store, on a disk that ignores case); suffixed to keep both", part=part,
+                        mlflow_part=chosen, other=self._part_of[(parent, self._as_stored(base))],
+                        under=parent or "(top)")
+        self._parts[(parent, part)] = chosen
+        self._part_of[(parent, self._as_stored(chosen))] = part
+        return chosen
+
+    def _as_stored(self, part: str) -> str:
+        """``part`` as a disk that ignores case and Unicode normalisation compares it (a file store's
+        folders); as it is elsewhere."""
+        return unicodedata.normalize("NFC", part).casefold() if self.file_store else part
+
+    def name(self, name: str) -> str | None:
+        """The MLflow name of metric ``name``; None when it is left out (see the class)."""
+        if name in self._names:
+            return self._names[name]
+        parent = ""
+        for part in (p for p in name.replace("@", "_at_").split("/") if p):
+            chosen = self._part(parent, part)
+            parent = f"{parent}/{chosen}" if parent else chosen
+        wanted = mlflow_name(parent)  # cut to MAX_NAME_CHARS
+        nested = None if not self.file_store else next(
+            (owner for taken, owner in self._taken.items()
+             if taken.startswith(wanted + "/") or wanted.startswith(taken + "/")), None)
+        owner = nested or self._taken.setdefault(wanted, name)
+        self._names[name] = wanted if owner == name else None
+        if nested is not None:
+            log.info("mlflow: metric left out, its name is a folder of another metric's (or that name is "
+                     "a folder of it), which MLflow's file store cannot hold (a database store holds both: "
+                     "MLFLOW_TRACKING_URI=sqlite:///mlflow.db, with SQLAlchemy installed)",
+                     metric=name, other=nested)
+        elif owner != name:
+            log.warning("mlflow: metric left out, its MLflow name is another metric's", metric=name,
+                        mlflow_name=wanted, other=owner)
+        elif wanted != name:
+            log.info("mlflow: metric renamed to a name MLflow takes", metric=name, mlflow_name=wanted)
+        return self._names[name]
 
 
 #: the SQLAlchemy dialects of MLflow's database store (``postgresql+psycopg2://`` too)
@@ -191,8 +265,6 @@ class MlflowTracker:
         from mlflow.tracking import MlflowClient
 
         self._metric = Metric
-        self._names: dict[str, str | None] = {}  # metric name -> MLflow's (None: taken by another)
-        self._taken: dict[str, str] = {}  # MLflow name -> the metric name that has it
         trl_run = context.trl_run
         #: the script's active run, logged into as transformers' MLflowCallback does, and left open
         self.adopted = trl_run is not None and trl_run.mlflow_active is not None
@@ -211,6 +283,7 @@ class MlflowTracker:
         #: whether the store keeps metrics as files named by them (``_name``)
         self.file_store = (server_store(self.uri) if kind == "server" else kind) == "file"
         self.client = MlflowClient(tracking_uri=self.uri)
+        self._names = MetricNames(self.file_store)  # each metric's MLflow name
         run_name: str | None
         if context.trl_run is None:
             exp_id, run_name, tags = self._experiment(context.project), context.run_name, {}
@@ -264,34 +337,9 @@ class MlflowTracker:
             return self._experiment(name)
         return os.environ.get("MLFLOW_EXPERIMENT_ID") or DEFAULT_EXPERIMENT_ID
 
-    def _name(self, name: str) -> str | None:
-        """The MLflow name of metric ``name`` (decided once); None when another metric has it, or,
-        on a file store, when it is a folder of another's or another's is a folder of it: the file
-        store keeps each metric as a file named by it, so TRL's ``reward`` beside polyrl's
-        ``reward/<f>/mean`` was an "Is a directory" error that dropped the tracker at the first
-        step. A database store holds both."""
-        if name not in self._names:
-            wanted = mlflow_name(name)
-            nested = None if not self.file_store else next(
-                (owner for taken, owner in self._taken.items()
-                 if taken.startswith(wanted + "/") or wanted.startswith(taken + "/")), None)
-            owner = nested or self._taken.setdefault(wanted, name)
-            self._names[name] = wanted if owner == name else None
-            if nested is not None:
-                log.info("mlflow: metric left out, its name is a folder of another metric's (or that name is "
-                         "a folder of it), which MLflow's file store cannot hold (a database store holds both: "
-                         "MLFLOW_TRACKING_URI=sqlite:///mlflow.db, with SQLAlchemy installed)",
-                         metric=name, other=nested)
-            elif owner != name:
-                log.warning("mlflow: metric left out, its MLflow name is another metric's", metric=name,
-                            mlflow_name=wanted, other=owner)
-            elif wanted != name:
-                log.info("mlflow: metric renamed to a name MLflow takes", metric=name, mlflow_name=wanted)
-        return self._names[name]
-
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
-        named = ((self._name(k), v) for k, v in metrics.items())
+        named = ((self._names.name(k), v) for k, v in metrics.items())
         self.client.log_batch(self.run_id, metrics=[self._metric(k, v, now, step) for k, v in named if k])
 
     def log_completions(self, records: Sequence[Mapping[str, Any]], step: int) -> None:

@@ -101,13 +101,17 @@ class TensorBoardTracker:
                  view=f"tensorboard --logdir {shlex.quote(str(self.log_dir))}")
 
     def _add(self, summary: Any, step: int) -> None:
+        self._start()
+        self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
+
+    def _start(self) -> None:
+        """The session start, once, before this run's first event (or at its close: ``close``)."""
         if not self._started:  # a restart: earlier files' events from ``_start_step`` on are stale
             start = self._session_log(status=self._session_log.START)
             self._writer.add_event(self._event(wall_time=time.time(), step=self._start_step, session_log=start))
             self._started = True
             self._write_texts()  # after the start: it hides what came before it from its step on
             self._write_resumed()
-        self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
 
     def _values(self, metrics: Mapping[str, float]) -> list[Any]:
         """``metrics`` as scalar summary values, those past float32's range left out with one warning per
@@ -162,7 +166,11 @@ class TensorBoardTracker:
         self._texts = {}
 
     def close(self) -> None:
-        self._write_texts()  # a run that logged nothing still shows its args
+        """The session start if nothing was logged, then the files closed. Why the start: a resume
+        that failed or was stopped before its first step had rewound metrics.jsonl and moved the
+        later checkpoints aside, while TensorBoard still drew the dead lineage's steps past the
+        resumed one as the run's. A run that logged nothing still shows its args (``_start``)."""
+        self._start()
         self._writer.close()
 
 
