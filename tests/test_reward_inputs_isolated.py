@@ -1,0 +1,91 @@
+"""A reward that edits what it is given in place changes nothing outside its own call.
+
+The trainer trains on the generator's token ids held by the ``Completion`` objects, logs their
+text and keeps the dataset rows for the whole run, so a reward plugin editing them would change
+the trained tokens, the completions log, the rewards called after it and later steps' prompts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polyrl.hookspecs import hookimpl
+from polyrl.plugins import get_plugin_manager
+from polyrl.rewards.combine import RewardComputer
+from polyrl.rewards.functions import function_reward_plugin
+from polyrl.types import Completion, RewardContext, RewardSpec
+
+CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+class _Vandal:
+    """A reward plugin that rewrites every input it can reach, then scores 1."""
+
+    @hookimpl
+    def polyrl_register_rewards(self, register):
+        register(RewardSpec(name="vandal", distribution="polyrl-test-vandal"))
+
+    @hookimpl
+    def reward(self, prompts, completions, context):
+        if "vandal" not in context.wanted:
+            return None
+        completions[0].completion_ids[0] = 999
+        completions[0].logprobs[0] = -42.0
+        completions[0].text = "rewritten"
+        context.completion_ids[1][0] = 888
+        context.rows[0]["answer"] = "rewritten"
+        context.options["vandal"]["k"].append("rewritten")
+        prompts[0][0]["content"] = "rewritten"
+        return {"vandal": [1.0] * len(completions)}
+
+
+def test_a_reward_plugin_editing_its_inputs_changes_no_trained_token_log_row_or_later_reward():
+    seen = {}
+
+    def later(prompts, completions, completion_ids, answer, **kwargs):
+        seen.update(prompts=prompts, completions=completions, ids=completion_ids, answer=answer)
+        return [0.0] * len(completions)
+
+    pm = get_plugin_manager(entry_points=False, extra=[_Vandal(), function_reward_plugin(later)])
+    options = {"k": ["given"]}
+    computer = RewardComputer(pm, [("vandal", 1.0, options), ("later", 1.0, {})], columns=("prompt", "answer"))
+    row = {"prompt": CHAT, "answer": "4"}
+    rows = [row, row]  # one row object per completion of a group, as the trainer repeats it
+    completions = [Completion(0, [1], [5, 6], [-0.5, -0.5], text="4"), Completion(0, [1], [7, 8], [-0.5, -0.5], text="5")]
+    context = RewardContext(rows=rows, wanted=("vandal", "later"), completion_ids=[c.completion_ids for c in completions])
+    result = computer([r["prompt"] for r in rows], completions, context)
+
+    assert result.total.tolist() == [1.0, 1.0]
+    assert [c.completion_ids.tolist() for c in completions] == [[5, 6], [7, 8]]  # what the trainer trains on
+    assert completions[0].logprobs.tolist() == [-0.5, -0.5] and completions[0].text == "4"
+    assert row == {"prompt": [{"role": "user", "content": "What is 2 + 2?"}], "answer": "4"}
+    assert computer.rewards[0][2] == {"k": ["given"]}  # the configured options, for the next step
+    assert seen["ids"] == [[5, 6], [7, 8]] and seen["answer"] == ["4", "4"]
+    assert seen["completions"][0] == [{"role": "assistant", "content": "4"}]
+    assert seen["prompts"][0] == CHAT
+
+
+def test_a_reward_plugin_still_gets_the_completions_and_their_live_environment():
+    got = {}
+
+    class Reader:
+        @hookimpl
+        def polyrl_register_rewards(self, register):
+            register(RewardSpec(name="reader", distribution="polyrl-test-reader"))
+
+        @hookimpl
+        def reward(self, prompts, completions, context):
+            got.update(completions=completions, ids=context.completion_ids)
+            return {"reader": [1.0] * len(completions)}
+
+    env = object()
+    completion = Completion(0, [1], [5, 6], [-0.5, -0.5], text="4", mask=[True, False],
+                            messages=[{"role": "assistant", "content": "4"}], info={"turns": 1}, environment=env)
+    computer = RewardComputer(get_plugin_manager(entry_points=False, extra=[Reader()]), [("reader", 1.0, {})])
+    computer([CHAT], [completion], RewardContext(rows=[{"prompt": CHAT}], wanted=("reader",)))
+
+    given = got["completions"][0]
+    assert given.environment is env and given.text == "4" and given.info == {"turns": 1}
+    assert given.completion_ids.tolist() == [5, 6] and given.mask.tolist() == [True, False]
+    assert given.messages == [{"role": "assistant", "content": "4"}]
+    assert np.array_equal(got["ids"][0], [5, 6])
