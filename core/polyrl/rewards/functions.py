@@ -67,6 +67,7 @@ from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.path_loops import LOOP_FIX, missing_problem
 from polyrl.rewards import guard
+from polyrl.rewards.isolation import kept_state
 from polyrl.rewards.isolation import resolve as resolve_isolation
 from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TRL_ARGUMENTS, TrainerState, accepted_arguments, as_number,
                                       as_score_list, callable_name, check_binding, is_async_callable,
@@ -217,9 +218,25 @@ class FunctionReward:
         #: pass ``environments=`` (each completion's ``Completion.environment``), as TRL does in a run
         #: with an ``environment_factory`` (set by ``polyrl.trl``, whose episodes keep them)
         self.environments = False
+        if self.isolation == "process":
+            self._warn_lost_state(isolation)
 
     def __repr__(self) -> str:
         return f"FunctionReward({self.name!r} from {self.origin})"
+
+    def _warn_lost_state(self, configured: str) -> None:
+        """Say that a function run in a forked child keeps state its child loses (``kept_state``).
+        Why: a counter or curriculum in a math-verify reward (forked by default) never moved, with
+        no word, where TRL, calling it on its main thread, keeps every change."""
+        state = kept_state(self.fn)
+        if state is None:
+            return
+        why = "as configured" if configured == "process" else "by default, as it uses math-verify or signal"
+        log.warning(f"reward {self.name!r} runs each call in a forked child ({why}), and its code {state}: that "
+                    "change is made in the child and lost when the call returns, so the next call never sees it",
+                    reward=self.name, origin=self.origin,
+                    fix='set isolation = "thread" in its [[rewards]] entry to keep the state (math-verify\'s parse '
+                        "then needs parsing_timeout=None), or keep the state outside the process (a file)")
 
     def check_binding(self, columns: Collection[str]) -> None:
         """Refuse (ConfigError) a parameter no argument fills, before any model loads."""
