@@ -89,3 +89,24 @@ def test_a_reward_plugin_still_gets_the_completions_and_their_live_environment()
     assert given.completion_ids.tolist() == [5, 6] and given.mask.tolist() == [True, False]
     assert given.messages == [{"role": "assistant", "content": "4"}]
     assert np.array_equal(got["ids"][0], [5, 6])
+
+
+def test_a_row_holding_a_value_that_cannot_be_copied_still_has_its_other_columns_copied():
+    import threading
+
+    class Editor:
+        @hookimpl
+        def polyrl_register_rewards(self, register):
+            register(RewardSpec(name="editor", distribution="polyrl-test-editor"))
+
+        @hookimpl
+        def reward(self, prompts, completions, context):
+            assert context.rows[0]["lock"] is lock  # passed as is
+            context.rows[0]["answer"] = "rewritten"
+            return {"editor": [1.0]}
+
+    lock = threading.Lock()
+    row = {"prompt": "2+2?", "answer": "4", "lock": lock}
+    computer = RewardComputer(get_plugin_manager(entry_points=False, extra=[Editor()]), [("editor", 1.0, {})])
+    computer(["2+2?"], [Completion(0, [1], [5], [-0.5], text="4")], RewardContext(rows=[row], wanted=("editor",)))
+    assert row["answer"] == "4"

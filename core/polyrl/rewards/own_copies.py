@@ -11,7 +11,7 @@ copies (``FunctionReward._arguments``); every other plugin gets these.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,6 +38,14 @@ def own_completion(completion: Any) -> Any:
     )
 
 
+def _own_row(row: Any) -> Any:
+    """A row copied column by column: one value that cannot be copied (a lock from the Python
+    API) is passed as is without leaving the row's other columns shared."""
+    if isinstance(row, Mapping):
+        return {key: private_copy(value) for key, value in row.items()}
+    return private_copy(row)
+
+
 def own_inputs(prompts: Sequence[Any], completions: Sequence[Any], context: RewardContext
                ) -> tuple[list[Any], list[Any], RewardContext]:
     """``prompts``, ``completions`` and ``context`` copied for one plugin call: every prompt, row,
@@ -46,7 +54,7 @@ def own_inputs(prompts: Sequence[Any], completions: Sequence[Any], context: Rewa
     ids = context.completion_ids
     copied = attrs.evolve(
         context,
-        rows=[private_copy(row) for row in context.rows],
+        rows=[_own_row(row) for row in context.rows],
         options=private_copy(context.options),
         completion_ids=None if ids is None else [private_copy(x) for x in ids],
     )
