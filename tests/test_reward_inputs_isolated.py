@@ -110,3 +110,27 @@ def test_a_row_holding_a_value_that_cannot_be_copied_still_has_its_other_columns
     computer = RewardComputer(get_plugin_manager(entry_points=False, extra=[Editor()]), [("editor", 1.0, {})])
     computer(["2+2?"], [Completion(0, [1], [5], [-0.5], text="4")], RewardContext(rows=[row], wanted=("editor",)))
     assert row["answer"] == "4"
+
+
+def test_a_row_repeated_for_a_group_is_copied_once_per_call():
+    """The trainer repeats one row object per completion of a group; a row of large test cases
+    copied group_size times for every plugin was group_size times the memory."""
+    got = []
+
+    class Reader:
+        @hookimpl
+        def polyrl_register_rewards(self, register):
+            register(RewardSpec(name="reader", distribution="polyrl-test-reader"))
+
+        @hookimpl
+        def reward(self, prompts, completions, context):
+            got.append(context.rows)
+            return {"reader": [1.0] * len(completions)}
+
+    row = {"prompt": "2+2?", "tests": ["assert f() == 4"] * 100}
+    computer = RewardComputer(get_plugin_manager(entry_points=False, extra=[Reader()]), [("reader", 1.0, {})])
+    completions = [Completion(0, [1], [5], [-0.5], text=t) for t in "abcd"]
+    computer(["2+2?"] * 4, completions, RewardContext(rows=[row] * 4, wanted=("reader",)))
+    tests = [r["tests"] for r in got[0]]
+    assert tests[0] == row["tests"] and tests[0] is not row["tests"]
+    assert all(t is tests[0] for t in tests)
