@@ -8,7 +8,9 @@ the trained tokens, the completions log, the rewards called after it and later s
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from polyrl.errors import RewardError
 from polyrl.hookspecs import hookimpl
 from polyrl.plugins import get_plugin_manager
 from polyrl.rewards.combine import RewardComputer
@@ -134,3 +136,23 @@ def test_a_row_repeated_for_a_group_is_copied_once_per_call():
     tests = [r["tests"] for r in got[0]]
     assert tests[0] == row["tests"] and tests[0] is not row["tests"]
     assert all(t is tests[0] for t in tests)
+
+
+def test_a_reward_returning_an_endless_generator_is_a_count_error_after_one_item_too_many():
+    """TRL draws a returned generator to the end; an endless one (``itertools.count()``) filled memory
+    until the time limit, then in the abandoned thread until the trainer ran out of memory."""
+    drawn = []
+
+    def endless(completions, **kwargs):
+        def scores():
+            for i in range(10**6):  # stands in for an endless one: on the old code it drew all
+                drawn.append(i)
+                yield 1.0
+        return scores()
+
+    computer = RewardComputer(get_plugin_manager(entry_points=False, extra=[function_reward_plugin(endless)]),
+                              [("endless", 1.0, {})])
+    completions = [Completion(0, [1], [5], [-0.5], text=t) for t in "ab"]
+    with pytest.raises(RewardError, match="returned 3 scores: expected 2"):
+        computer(["q", "q"], completions, RewardContext(rows=[{}, {}], wanted=("endless",)))
+    assert len(drawn) == 3

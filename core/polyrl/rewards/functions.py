@@ -20,7 +20,7 @@ it (``FunctionReward.environments``). A function that does not take ``**kwargs``
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL, and
 so does NaN (TRL's reading: it turns None into NaN and sums with ``nansum``; one warning per function).
 The return value may be a list, tuple, numpy array, 1-d torch tensor (or one of shape (n, 1), a
-reward model's logits) or generator of numbers, bools or None (what TRL accepts; one-element
+reward model's logits) or generator (drawn to one item past the completions) of numbers, bools or None (what TRL accepts; one-element
 tensors, ``Fraction``, ``Decimal`` and sympy numbers are numbers, as ``torch.tensor`` reads them);
 bools mixed with numbers (``[1, True, 0.5]``) read as TRL casts them, True = 1.0, with one warning
 naming the sample. Each call gets its own copies of the prompts and columns, so a
@@ -284,9 +284,9 @@ class FunctionReward:
             kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
         return kwargs
 
-    def _answer(self, result: Any, call_log: _CallLog) -> dict[str, Any]:
+    def _answer(self, result: Any, call_log: _CallLog, n: int) -> dict[str, Any]:
         if not isinstance(result, RewardScores):  # one with its own metrics stays as it is
-            result = as_score_list(result)
+            result = as_score_list(result, most=n + 1)  # one past n: the count check names it
         metrics = call_log.means()
         if (metrics or call_log.extra) and isinstance(result, list):
             result = RewardScores(result, metrics=metrics, extra=dict(call_log.extra),
@@ -303,7 +303,7 @@ class FunctionReward:
         result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):
             result = await result
-        return self._answer(result, call_log)
+        return self._answer(result, call_log, len(completions))
 
     # --- the plugin hooks ------------------------------------------------------------------
 
@@ -326,7 +326,7 @@ class FunctionReward:
             result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):  # a callable that hides its async (a wrapper without async def)
             result = run_coroutine(_awaited(result))
-        return self._answer(result, call_log)
+        return self._answer(result, call_log, len(completions))
 
 
 async def _awaited(awaitable: Any) -> Any:
