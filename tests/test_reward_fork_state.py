@@ -89,3 +89,12 @@ def test_a_cell_of_the_calls_own_nested_function_is_no_state():
         return [float(total)] * len(completions)
 
     assert kept_state(reward) is None
+
+
+def test_a_function_wrapped_twice_is_named_once():
+    def counter(completions, **kwargs):
+        SEEN.clear()
+        return [1.0] * len(completions)
+
+    assert len(_warnings(counter, "process")[1]) == 1
+    assert _warnings(counter, "process")[1] == []

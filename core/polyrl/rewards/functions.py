@@ -55,6 +55,7 @@ import inspect
 import io
 import sys
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
@@ -194,6 +195,10 @@ class _CallLog:
         return {name: len(values) for name, values in self.metrics.items()}
 
 
+#: the functions ``FunctionReward._warn_lost_state`` has named (said once per function)
+_warned_state: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 class FunctionReward:
     """A reward plugin wrapping one callable; register it with ``get_plugin_manager(extra=...)``."""
 
@@ -231,6 +236,12 @@ class FunctionReward:
         state = kept_state(self.fn)
         if state is None:
             return
+        try:
+            if self.fn in _warned_state:
+                return
+            _warned_state.add(self.fn)  # once: the Python API wraps a function given twice twice
+        except TypeError:  # an object without weak references (or unhashable): said each time
+            pass
         why = "as configured" if configured == "process" else "by default, as it uses math-verify or signal"
         log.warning(f"reward {self.name!r} runs each call in a forked child ({why}), and its code {state}: that "
                     "change is made in the child and lost when the call returns, so the next call never sees it",
