@@ -59,6 +59,7 @@ from polyrl.plugin_calls import shown
 from polyrl.plugin_specs import registered_by
 from polyrl.plugins import FIRST_PARTY_DISTRIBUTIONS, PolyrlPluginManager
 from polyrl.rewards import forked, guard
+from polyrl.rewards.own_copies import own_inputs
 from polyrl.safe_stats import mean_std
 from polyrl.rewards.functions import FunctionReward, run_coroutine
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
@@ -657,6 +658,8 @@ class RewardComputer:
         pending: list[tuple[_Provider, tuple[Any, ...]]] = []
         for provider in self._providers:
             args = (list(prompts), list(completions), self._context(provider, context, completions))
+            if not isinstance(provider.plugin, FunctionReward):  # a function reward copies what it passes on
+                args = own_inputs(*args)
             if (getattr(provider.plugin, "is_async", False) and hasattr(provider.plugin, "await_reward")
                     and not self._in_process(provider)):
                 pending.append((provider, args))

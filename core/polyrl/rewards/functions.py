@@ -20,7 +20,7 @@ it (``FunctionReward.environments``). A function that does not take ``**kwargs``
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL, and
 so does NaN (TRL's reading: it turns None into NaN and sums with ``nansum``; one warning per function).
 The return value may be a list, tuple, numpy array, 1-d torch tensor (or one of shape (n, 1), a
-reward model's logits) or generator of numbers, bools or None (what TRL accepts; one-element
+reward model's logits) or generator (drawn to one item past the completions) of numbers, bools or None (what TRL accepts; one-element
 tensors, ``Fraction``, ``Decimal`` and sympy numbers are numbers, as ``torch.tensor`` reads them);
 bools mixed with numbers (``[1, True, 0.5]``) read as TRL casts them, True = 1.0, with one warning
 naming the sample. Each call gets its own copies of the prompts and columns, so a
@@ -55,6 +55,7 @@ import inspect
 import io
 import sys
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
@@ -67,6 +68,7 @@ from polyrl.hookspecs import hookimpl
 from polyrl.logs import get_logger
 from polyrl.path_loops import LOOP_FIX, missing_problem
 from polyrl.rewards import guard
+from polyrl.rewards.isolation import kept_state
 from polyrl.rewards.isolation import resolve as resolve_isolation
 from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TRL_ARGUMENTS, TrainerState, accepted_arguments, as_number,
                                       as_score_list, callable_name, check_binding, is_async_callable, is_conversational,
@@ -193,6 +195,10 @@ class _CallLog:
         return {name: len(values) for name, values in self.metrics.items()}
 
 
+#: the functions ``FunctionReward._warn_lost_state`` has named (said once per function)
+_warned_state: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 class FunctionReward:
     """A reward plugin wrapping one callable; register it with ``get_plugin_manager(extra=...)``."""
 
@@ -221,9 +227,31 @@ class FunctionReward:
         #: completion's token ids parsed into one assistant message (``thinking``, ``tool_calls``
         #: split out of ``content``), set by ``polyrl.trl`` (``trl_responses.response_parser``)
         self.parse_completion: Callable[[list[int]], dict[str, Any]] | None = None
+        if self.isolation == "process":
+            self._warn_lost_state(isolation)
 
     def __repr__(self) -> str:
         return f"FunctionReward({self.name!r} from {self.origin})"
+
+    def _warn_lost_state(self, configured: str) -> None:
+        """Say that a function run in a forked child keeps state its child loses (``kept_state``).
+        Why: a counter or curriculum in a math-verify reward (forked by default) never moved, with
+        no word, where TRL, calling it on its main thread, keeps every change."""
+        state = kept_state(self.fn)
+        if state is None:
+            return
+        try:
+            if self.fn in _warned_state:
+                return
+            _warned_state.add(self.fn)  # once: the Python API wraps a function given twice twice
+        except TypeError:  # an object without weak references (or unhashable): said each time
+            pass
+        why = "as configured" if configured == "process" else "by default, as it uses math-verify or signal"
+        log.warning(f"reward {self.name!r} runs each call in a forked child ({why}), and its code {state}: that "
+                    "change is made in the child and lost when the call returns, so the next call never sees it",
+                    reward=self.name, origin=self.origin,
+                    fix='set isolation = "thread" in its [[rewards]] entry to keep the state (math-verify\'s parse '
+                        "then needs parsing_timeout=None), or keep the state outside the process (a file)")
 
     def check_binding(self, columns: Collection[str]) -> None:
         """Refuse (ConfigError) a parameter no argument fills, before any model loads."""
@@ -279,9 +307,9 @@ class FunctionReward:
             return [self.parse_completion(list(ids))]
         return trl_completion(prompt, text, messages)
 
-    def _answer(self, result: Any, call_log: _CallLog) -> dict[str, Any]:
+    def _answer(self, result: Any, call_log: _CallLog, n: int) -> dict[str, Any]:
         if not isinstance(result, RewardScores):  # one with its own metrics stays as it is
-            result = as_score_list(result)
+            result = as_score_list(result, most=n + 1)  # one past n: the count check names it
         metrics = call_log.means()
         if (metrics or call_log.extra) and isinstance(result, list):
             result = RewardScores(result, metrics=metrics, extra=dict(call_log.extra),
@@ -298,7 +326,7 @@ class FunctionReward:
         result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):
             result = await result
-        return self._answer(result, call_log)
+        return self._answer(result, call_log, len(completions))
 
     # --- the plugin hooks ------------------------------------------------------------------
 
@@ -321,7 +349,7 @@ class FunctionReward:
             result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):  # a callable that hides its async (a wrapper without async def)
             result = run_coroutine(_awaited(result))
-        return self._answer(result, call_log)
+        return self._answer(result, call_log, len(completions))
 
 
 async def _awaited(awaitable: Any) -> Any:

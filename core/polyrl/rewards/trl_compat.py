@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
@@ -88,11 +89,14 @@ def private_copy(value: Any) -> Any:
         return value
 
 
-def as_score_list(result: Any) -> Any:
+def as_score_list(result: Any, most: int | None = None) -> Any:
     """A reward's return value read as TRL reads it (it iterates the value and converts the items
     with ``torch.tensor``): a numpy array or a torch tensor becomes a list, a generator is drawn,
     and the items ``torch.tensor`` takes as numbers become numbers (``as_number``). Anything else
-    is returned unchanged for the scores check to name."""
+    is returned unchanged for the scores check to name. ``most``: the most items drawn from a
+    generator (one more than the completions is enough to name a wrong count). Why: an endless one
+    (``itertools.count()``, ``map`` over one) filled memory until the call's time limit, and then
+    went on in the abandoned thread until the trainer ran out of memory."""
     if isinstance(result, (list, tuple)):
         return [as_number(x) for x in result]
     ndim = getattr(result, "ndim", None)
@@ -101,7 +105,7 @@ def as_score_list(result: Any) -> Any:
             return result.tolist()  # numpy arrays and torch tensors (on any device) alike
         return [as_number(x) for x in result]  # TRL iterates the rows: a reward model's logits, shape (n, 1)
     if isinstance(result, Iterator):
-        return [as_number(x) for x in result]
+        return [as_number(x) for x in (result if most is None else itertools.islice(result, most))]
     return result
 
 
