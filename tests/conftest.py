@@ -75,7 +75,7 @@ def judge_server(tiny_model_dir):
 
     server = start_server(tiny_model_dir, "--allow-fault-control")
     yield server
-    server.stop()
+    server.stop(graceful=False)  # a teardown: nothing checks how it exits (serve_util.ServerProcess.stop)
 
 
 @pytest.fixture()

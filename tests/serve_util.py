@@ -51,6 +51,10 @@ class ServerProcess:
             return ""
 
     def stop(self, graceful: bool = True) -> None:
+        """SIGTERM (``graceful``) and wait up to 10 s, else SIGKILL. A fixture's teardown, which checks
+        nothing about the stop, passes ``graceful=False``: an idle server's drain returns at once, but
+        its interpreter then spends ~3 s (more on loaded cores) tearing torch down before it exits.
+        The graceful stop has its own tests (test_serve_hostile's SIGTERM while generating)."""
         self.client.close()
         if self.proc.poll() is None:
             self.proc.terminate() if graceful else self.proc.kill()
@@ -65,14 +69,14 @@ class ServerProcess:
             pass
 
 
-def stop_all(servers: list[ServerProcess]) -> None:
-    """Stop ``servers`` together: each is sent SIGTERM before any is waited for, so servers slow to
+def stop_all(servers: list[ServerProcess], graceful: bool = True) -> None:
+    """Stop ``servers`` together: each is signalled before any is waited for, so servers slow to
     leave (up to ``stop``'s 10 s each) wait side by side rather than one after another."""
     for server in servers:
         if server.proc.poll() is None:
-            server.proc.terminate()
+            server.proc.terminate() if graceful else server.proc.kill()
     for server in servers:
-        server.stop()
+        server.stop(graceful)
 
 
 def launch(model_dir: str, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:

@@ -417,7 +417,7 @@ def push_server(tiny_model_dir, tmp_path_factory):
     token.write_text("agent-test-" + "5c1e" * 8 + "\n")
     server = start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", str(token))
     yield server, str(token)
-    server.stop()
+    server.stop(graceful=False)  # a teardown (serve_util.ServerProcess.stop)
 
 
 @pytest.mark.slow

@@ -319,7 +319,7 @@ def test_weights_pushed_to_a_remote_server_keep_tied_and_untied_heads(tie, serve
             assert _gap([c.logprobs for c in out], expected) < 5e-5
             trainer.train_step(TrainBatch(seqs, -np.linspace(-1, 1, len(seqs))), Objective())
     finally:
-        server.stop()
+        server.stop(graceful=False)  # cleanup (serve_util.ServerProcess.stop)
 
 
 def test_readme_architecture_table_is_the_rendered_measurements():

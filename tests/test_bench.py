@@ -72,8 +72,29 @@ def test_a_bench_whose_every_side_failed_exits_non_zero_with_one_error_line(tmp_
     assert last.startswith("error: every side of the bench failed, nothing was measured (torch: "), done.stderr
     assert "broken-model" in last and f"stderr_tail in {out}" in last and "Fix:" in last, last
     assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [last]
-    (only,) = json.loads(out.read_text())["results"]  # the report is still written, its error kept
+    report = json.loads(out.read_text())
+    (only,) = report["results"]  # the report is still written, its error kept
     assert only["backend"] == "torch" and "broken-model" in only["error"], only
+    assert "memory_read" not in report["machine"]  # nothing measured to bound: no child measured it
+
+
+@pytest.mark.parametrize("side", [{"error": "OSError: no weights"}, {"step_s": 1.0}])
+def test_the_memory_read_rate_is_measured_only_when_a_side_measured(tmp_path, monkeypatch, side):
+    """The read rate bounds the measured sides' generation; a bench whose every side failed ran its
+    torch child anyway (seconds of a 512 MB read) for a number nothing used."""
+    from polyrl.bench import workload
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    reads: list[int] = []
+    monkeypatch.setattr(workload, "matmul_peak", lambda *a, **k: {"peak_gflops": 100.0, "device": "cpu"})
+    monkeypatch.setattr(workload, "backend_child", lambda name, *a, **k: {"backend": name, **side})
+    monkeypatch.setattr(workload, "memory_read", lambda threads: reads.append(threads) or {"read_gb_per_s": 9.0})
+    report = run_bench(model=str(model), backends=["torch"], prompts=2, group_size=2, max_new_tokens=4,
+                       threads=1, steps=1, output=None)
+    assert reads == ([] if "error" in side else [1])
+    assert ("memory_read" in report["machine"]) is ("error" not in side)
 
 
 def test_a_bench_with_one_side_measured_is_no_failure():

@@ -276,12 +276,13 @@ def test_the_closure_check_names_packages_only_where_no_distribution_of_a_module
 def test_the_closure_check_finds_what_max_lacked_on_the_gpu_machine(tmp_path, capsys, monkeypatch):
     """A GPU session carried MAX there in four calls, then stopped at 'No module named pydantic', then
     'av': checked here, with the image's package list and no wheels, those are named; once wheels
-    bring them, nothing is. (MAX's imports are probed in a child once, ~20 s: the second check,
-    which differs only in the wheels, reuses what the first one's child loaded.)"""
+    bring them, nothing is. (MAX's imports are probed in a child once, ~20 s, and its source scanned
+    once, ~5-10 s: the second check, which differs only in the wheels, reuses what the first found.)"""
     pytest.importorskip("max.pipelines", reason="MAX (polyrl[max]) is not installed")
     closure = _load("gpu_max_closure")
     probed: dict[tuple[str, ...], set[str]] = {}
-    child = closure.loaded_modules
+    scanned: dict[Path, dict[str, set[str]]] = {}
+    child, scan = closure.loaded_modules, closure.code_imports
 
     def once(imports):
         key = tuple(imports)
@@ -289,7 +290,13 @@ def test_the_closure_check_finds_what_max_lacked_on_the_gpu_machine(tmp_path, ca
             probed[key] = child(imports)
         return set(probed[key])
 
+    def scan_once(package):
+        if package not in scanned:
+            scanned[package] = scan(package)
+        return {module: set(files) for module, files in scanned[package].items()}
+
     monkeypatch.setattr(closure, "loaded_modules", once)
+    monkeypatch.setattr(closure, "code_imports", scan_once)
     assert closure.main(["--wheels", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("error: MAX imports packages the GPU machines lack")

@@ -400,6 +400,14 @@ class TestMaxConformance(GenerationConformance):
     def model_dir(cls, tiny_model_dir) -> str:
         return tiny_model_dir  # the same model as above: no second compile
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def engine(cls, gen) -> Engine:
+        """The module's engine: the kit's would be the same one (this model, role generate, one
+        thread, max_length 1024) loaded a second time (~7 s from the compile cache); a second load
+        from the cache keeps its own test (test_a_second_engine_loads_from_the_compile_cache)."""
+        return gen
+
 
 def test_a_second_engine_loads_from_the_compile_cache(gen, tiny_model_dir):
     again = make_engine(tiny_model_dir)

@@ -46,7 +46,7 @@ def servers(tiny_model_dir, push_token_file):
     started = [start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", push_token_file,
                             "--allow-fault-control") for _ in range(2)]
     yield started
-    stop_all(started)
+    stop_all(started, graceful=False)  # a teardown (serve_util.ServerProcess.stop)
 
 
 def remote_config(servers, **options) -> EngineConfig:

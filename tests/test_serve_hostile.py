@@ -31,7 +31,7 @@ CAPS = ("--max-length", "128", "--max-batch-size", "4", "--max-n", "64", "--max-
 def server(tiny_model_dir):
     started = start_server(tiny_model_dir, *CAPS)
     yield started
-    started.stop()
+    started.stop(graceful=False)  # a teardown (serve_util.ServerProcess.stop)
 
 
 def _error(reply: bytes) -> dict:

@@ -27,7 +27,7 @@ def token_file(tmp_path_factory) -> str:
 def server(tiny_model_dir, token_file):
     started = start_server(tiny_model_dir, "--allow-weight-push", "--weight-push-token-file", token_file)
     yield started
-    started.stop()
+    started.stop(graceful=False)  # a teardown (serve_util.ServerProcess.stop)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_insecure_push_works_without_a_token_on_loopback_only_when_asked(tiny_mo
     try:
         assert push(server, tmp_path / "original.safetensors", token=None).status_code == 200
     finally:
-        server.stop()
+        server.stop(graceful=False)
 
 
 def test_every_reply_names_the_weights_that_generated_it_while_pushes_race_with_requests(server, original,

@@ -441,7 +441,10 @@ def run_bench(model: str = "tiny-llama", backends: list[str] | None = None, prom
             if hf.get("generate_s") and r.get("generate_s"):
                 r["generate_speedup_vs_hf"] = hf["generate_s"] / r["generate_s"]
         results.append(hf)
-    read = memory_read(threads) if peak.get("device", "cpu") == "cpu" else None
+    # the read rate only bounds measured sides' generation (add_utilisation): when every side failed,
+    # its torch child (seconds, a 512 MB buffer) would measure nothing the report uses
+    measured = any("error" not in r for r in results)
+    read = memory_read(threads) if measured and peak.get("device", "cpu") == "cpu" else None
     add_utilisations(results, peaks, resolved, lora, (read or {}).get("read_gb_per_s"))
     if trl and "error" not in results[len(names)]:
         add_flop_floor_lead(results[:len(names)], results[len(names)])
