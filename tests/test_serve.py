@@ -127,3 +127,21 @@ def test_logprob_bytes_are_each_tokens_own_bytes(tiny_model_dir):
     token_text = TokenText(None, tiny_model_dir)
     assert any("\ufffd" in token_text(i) for i in ids)  # some tokens are parts of a character
     assert bytes(b for i in ids for b in token_text.token_bytes(i)) == text.encode("utf-8")
+
+
+def test_a_stop_inside_a_token_ends_the_text_with_that_whole_token_as_the_ids_and_log_probs(server):
+    """The text is the decoded tokens, stop string included (vLLM's include_stop_str_in_output =
+    true), so text, token ids and log-probs agree; asking to leave the stop out is refused, not ignored."""
+    req = {"model": SERVED_NAME, "prompt": "hello", "max_tokens": 8, "seed": 3, "logprobs": 0,
+           "return_token_ids": True, "ignore_eos": True}
+    full = server.post("/v1/completions", json=req).json()["choices"][0]
+    tokens = full["logprobs"]["tokens"]
+    k = next(i for i, t in enumerate(tokens) if i > 0 and len(t) >= 2 and "\ufffd" not in t)
+    stop = tokens[k][:1] if tokens[k][0] not in "".join(tokens[:k]) else tokens[k - 1][-1:] + tokens[k][:1]
+    cut = server.post("/v1/completions", json={**req, "stop": stop}).json()["choices"][0]
+    assert cut["finish_reason"] == "stop"
+    assert cut["token_ids"] == full["token_ids"][:len(cut["token_ids"])]
+    assert cut["text"] == "".join(cut["logprobs"]["tokens"]) and stop in cut["text"]
+    assert len(cut["token_ids"]) == len(cut["logprobs"]["token_logprobs"])
+    refused = server.post("/v1/completions", json={**req, "stop": stop, "include_stop_str_in_output": False})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "include_stop_str_in_output"

@@ -31,7 +31,7 @@ handlers queue their prompts and one generation thread serves them round-robin i
 
 Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extension),
 ``max_tokens`` / ``max_completion_tokens`` (default 256, at most ``--max-tokens-limit``), ``n``
-(at most ``--max-n``), ``stop``, ``seed`` (0 to 2**63-1), ``ignore_eos`` (vLLM's extension, a JSON
+(at most ``--max-n``), ``stop`` (the text keeps the stop string: it is the decoded tokens), ``seed`` (0 to 2**63-1), ``ignore_eos`` (vLLM's extension, a JSON
 boolean: sample on past EOS to ``max_tokens``). Log-probs: chat ``"logprobs": true``
 gives ``choices[i].logprobs.content`` with each sampled token's log-prob; ``/v1/completions``
 ``"logprobs": 0`` gives ``tokens``/``token_logprobs``/``text_offset``. They are the sampler's own
@@ -41,7 +41,8 @@ top-p/top-k). Alternatives are not computed by the generate contract, so chat ``
 ``repetition_penalty`` are honoured. Every other field that would change the answer and is not
 done here (``logit_bias``, presence/frequency penalties, ``response_format`` other than text,
 ``tools``, ``min_tokens``, ``best_of``, ``suffix``, ``echo``, vLLM's ``chat_template_kwargs``,
-non-text content parts) is a 400 naming it when set, never silently ignored (``polyrl.serving.requests.UNHONOURED``).
+``stop_token_ids``, ``guided_*`` and the rest, non-text content parts) is a 400 naming it when set,
+never silently ignored (``polyrl.serving.requests.UNHONOURED``).
 
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
