@@ -34,7 +34,8 @@ Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extensi
 (at most ``--max-n``), ``stop`` (the text keeps the stop string: it is the decoded tokens), ``seed`` (0 to 2**63-1), ``ignore_eos`` (vLLM's extension, a JSON
 boolean: sample on past EOS to ``max_tokens``). Log-probs: chat ``"logprobs": true``
 gives ``choices[i].logprobs.content`` with each sampled token's log-prob; ``/v1/completions``
-``"logprobs": 0`` gives ``tokens``/``token_logprobs``/``text_offset``. They are the sampler's own
+``"logprobs": 0`` gives ``tokens``/``token_logprobs``/``text_offset`` (each token's character offset in
+``text``; a token holding part of a character gets that character's). They are the sampler's own
 log-probs (the backend's ``generate`` contract: the temperature-scaled distribution before
 top-p/top-k). Alternatives are not computed by the generate contract, so chat ``top_logprobs`` above
 0 and ``/v1/completions`` ``logprobs`` above 0 are refused. vLLM's ``min_p`` and
@@ -96,6 +97,7 @@ from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
 from polyrl.serving.scheduler import FairScheduler
+from polyrl.serving.text_offsets import text_offsets
 from polyrl.serving.vocab import embedding_rows, model_positions
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
                                         push_path, read_checked)
@@ -669,11 +671,11 @@ class Handler(BaseHTTPRequestHandler):
             entry: dict[str, Any] = {"index": i, "text": self.server.text_of(c), "logprobs": None,
                                      "finish_reason": c.finish_reason}
             if logprobs:
-                tokens = [self.server.token_text(t) for t in c.completion_ids.tolist()]
-                offsets, pos = [], 0
-                for t in tokens:
-                    offsets.append(pos)
-                    pos += len(t)
+                ids = c.completion_ids.tolist()
+                tokens = [self.server.token_text(t) for t in ids]
+                pieces = [bytes(self.server.token_text.token_bytes(t) or token.encode("utf-8"))
+                          for t, token in zip(ids, tokens)]
+                offsets = text_offsets(pieces, len(entry["text"]))
                 entry["logprobs"] = {"tokens": tokens, "token_logprobs": [float(x) for x in c.logprobs],
                                      "top_logprobs": None,
                                      "text_offset": offsets}
