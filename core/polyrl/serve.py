@@ -800,6 +800,13 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
         if not api_key:
             raise ConfigError(f"environment variable {args.api_key_env} is empty", field="--api-key-env",
                               fix=f"export {args.api_key_env}=<a key> or drop --api-key-env")
+        if not (api_key.isascii() and api_key.isprintable() and api_key == api_key.strip()):
+            # HTTP reads header bytes as Latin-1: a client sending "é" as UTF-8 (curl) never matched, and
+            # httpx (OpenAI's client) cannot send it at all; every request was a 401 naming no cause
+            raise ConfigError(f"the key in {args.api_key_env} holds a non-ASCII, control or surrounding space "
+                              "character, which clients cannot send in an Authorization header as it is",
+                              field="--api-key-env", fix=f"export {args.api_key_env}=<a key of printable ASCII "
+                              "characters>, e.g. $(openssl rand -hex 24)")
     if args.threads is not None and not 1 <= args.threads <= 4096:  # 10**9 started, then the first request died
         raise ConfigError(f"must be between 1 and 4096, got {args.threads}", field="--threads",
                           fix="the CPU threads to compute with, e.g. --threads 4; leave it out for all cores")
