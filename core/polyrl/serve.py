@@ -27,7 +27,9 @@ one engine generates one batch at a time anyway, so an async framework would buy
 dependencies. Each connection gets a thread (HTTP/1.1 keep-alive, at most ``--max-connections``),
 handlers queue their prompts and one generation thread serves them round-robin in units of at most
 ``--max-batch-size`` completions, merging units with the same sampling settings into one
-``generate`` call (``polyrl.serving.scheduler``). Streaming (``"stream": true``) is refused with a 400.
+``generate`` call (``polyrl.serving.scheduler``); a request whose client closed the connection (or
+half-closed it) before its generation started is dropped unanswered (``abandoned`` in the stats).
+Streaming (``"stream": true``) is refused with a 400.
 
 Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extension),
 ``max_tokens`` / ``max_completion_tokens`` (default 256, at most ``--max-tokens-limit``), ``n``
@@ -74,7 +76,9 @@ import math
 import os
 import random
 import re
+import select
 import signal
+import socket
 import string
 import sys
 import threading
@@ -96,7 +100,7 @@ from polyrl.serving.address import bind_error, check_address
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
-from polyrl.serving.scheduler import FairScheduler
+from polyrl.serving.scheduler import ClientGone, FairScheduler
 from polyrl.serving.text_offsets import text_offsets
 from polyrl.serving.vocab import embedding_rows, model_positions
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
@@ -165,6 +169,7 @@ class Stats:
     errors: int = 0
     overloaded: int = 0  # answered 503 because the queue was full
     refused_connections: int = 0  # answered 503 because --max-connections were open
+    abandoned: int = 0  # requests whose client closed the connection before any of it was generated
     weight_version: int = 0  # weight loads through POST /polyrl/weights (never reset: it names the weights)
     weight_load_s: float = 0.0  # the last one's duration
 
@@ -364,10 +369,16 @@ class PolyrlServer(ThreadingHTTPServer):
                 return _garbage(self._rng, max(8, len(completion.text)))
         return completion.text
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingParams) -> tuple[list[Completion], str]:
-        """The completions and the ``weights_id`` of the weights that generated them all."""
+    def generate(self, prompts: list[Prompt], sampling: SamplingParams,
+                 gone: Callable[[], bool] | None = None) -> tuple[list[Completion], str]:
+        """The completions and the ``weights_id`` of the weights that generated them all; ``gone``:
+        whether the client left (then the request is dropped if it has not started: ``ClientGone``)."""
         try:
-            out, weights = self.scheduler.submit_tagged(prompts, sampling)
+            out, weights = self.scheduler.submit_tagged(prompts, sampling, gone)
+        except ClientGone:
+            with self.lock:
+                self.stats.abandoned += 1
+            raise
         except ApiError as exc:
             if exc.status == 503:
                 with self.lock:
@@ -504,6 +515,15 @@ class Handler(BaseHTTPRequestHandler):
         self.server.deadlines.clear(self.connection)  # the request is in; generating may take long
         return req.parse_json_object(raw)
 
+    def _client_gone(self) -> bool:
+        """Whether the client closed the connection (end-of-file waiting on it): a peek, so bytes of a
+        next request it already sent stay where they are."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):  # reset, or already closed
+            return True
+
     def _authorised(self) -> None:
         if self.server.api_key is None:
             return
@@ -536,6 +556,9 @@ class Handler(BaseHTTPRequestHandler):
                     self.server.stats.errors += 1
             self.close_connection = self.close_connection or exc.close
             self._finish(exc.status, exc.body(), exc.headers)
+        except ClientGone:  # nobody to answer: the connection is closed as it is
+            self.close_connection = True
+            log.debug("client left before its request was generated", path=path)
         except ConfigError as exc:  # a value the engine refused: the request's fault
             self._finish(400, ApiError(400, str(exc), exc.field).body())
         except Exception as exc:  # noqa: BLE001 - answered as a 500, logged
@@ -642,7 +665,7 @@ class Handler(BaseHTTPRequestHandler):
         req.check_budget(1, sampling.n, self.server.limits)
         self.server.check_prompt_tokens(messages, "messages")
         self.server.before_generation()
-        completions, weights = self.server.generate([messages], sampling)
+        completions, weights = self.server.generate([messages], sampling, self._client_gone)
         choices = []
         for i, c in enumerate(completions):
             choices.append(self._token_ids({
@@ -665,7 +688,7 @@ class Handler(BaseHTTPRequestHandler):
         for p in prompts:
             self.server.check_prompt_tokens(p, "prompt")
         self.server.before_generation()
-        completions, weights = self.server.generate(list(prompts), sampling)
+        completions, weights = self.server.generate(list(prompts), sampling, self._client_gone)
         choices = []
         for i, c in enumerate(completions):
             entry: dict[str, Any] = {"index": i, "text": self.server.text_of(c), "logprobs": None,
