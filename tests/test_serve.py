@@ -188,3 +188,18 @@ def test_text_offsets_point_into_the_text_when_tokens_split_a_character(tiny_mod
             assert text[offset:offset + len(token)] == token, (offset, token)
         else:  # part of a character: the offset of that character
             assert ord(text[offset]) > 127
+
+
+def test_return_tokens_as_token_ids_names_each_log_probs_token_by_its_id(server):
+    """vLLM's field, which polyrl's remote backend sends to check each log-prob against its id, was
+    ignored: tokens came back as text, so that check never ran against polyrl serve."""
+    for path, body in (("/v1/completions", {"prompt": "hello", "logprobs": 0}),
+                       ("/v1/chat/completions", {"messages": CHAT, "logprobs": True})):
+        reply = server.post(path, json={"model": SERVED_NAME, "max_tokens": 5, "n": 2, "return_token_ids": True,
+                                        "return_tokens_as_token_ids": True, **body}).json()
+        for choice in reply["choices"]:
+            logprobs = choice["logprobs"]
+            names = logprobs["tokens"] if "tokens" in logprobs else [e["token"] for e in logprobs["content"]]
+            assert names == [f"token_id:{i}" for i in choice["token_ids"]] and names
+    refused = server.post("/v1/completions", json={"prompt": "hi", "return_tokens_as_token_ids": "yes"})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "return_tokens_as_token_ids"

@@ -40,8 +40,8 @@ gives ``choices[i].logprobs.content`` with each sampled token's log-prob; ``/v1/
 ``text``; a token holding part of a character gets that character's). They are the sampler's own
 log-probs (the backend's ``generate`` contract: the temperature-scaled distribution before
 top-p/top-k). Alternatives are not computed by the generate contract, so chat ``top_logprobs`` above
-0 and ``/v1/completions`` ``logprobs`` above 0 are refused. vLLM's ``min_p`` and
-``repetition_penalty`` are honoured. Every other field that would change the answer and is not
+0 and ``/v1/completions`` ``logprobs`` above 0 are refused. vLLM's ``min_p``,
+``repetition_penalty`` and ``return_tokens_as_token_ids`` (tokens named ``token_id:N``) are honoured. Every other field that would change the answer and is not
 done here (``logit_bias``, presence/frequency penalties, ``response_format`` other than text,
 ``tools``, ``min_tokens``, ``best_of``, ``suffix``, ``echo``, vLLM's ``chat_template_kwargs``,
 ``stop_token_ids``, ``guided_*`` and the rest, non-text content parts) is a 400 naming it when set,
@@ -648,10 +648,17 @@ class Handler(BaseHTTPRequestHandler):
             entry["prompt_token_ids"] = [int(t) for t in c.prompt_ids]
         return entry
 
-    def _logprob_entries(self, c: Completion) -> list[dict[str, Any]]:
+    @staticmethod
+    def _named(tokens: list[str], ids: list[int], body: dict[str, Any]) -> list[str]:
+        """vLLM's ``return_tokens_as_token_ids``: each log-prob's token named ``token_id:N``, so a
+        client (polyrl's remote backend) can check it against ``token_ids``; a token's text cannot."""
+        return [f"token_id:{int(t)}" for t in ids] if body.get("return_tokens_as_token_ids") else tokens
+
+    def _logprob_entries(self, c: Completion, body: dict[str, Any]) -> list[dict[str, Any]]:
         out = []
-        for tid, lp in zip(c.completion_ids.tolist(), c.logprobs.tolist()):
-            token = self.server.token_text(tid)
+        ids = c.completion_ids.tolist()
+        names = self._named([self.server.token_text(t) for t in ids], ids, body)
+        for tid, token, lp in zip(ids, names, c.logprobs.tolist()):
             out.append({"token": token, "logprob": float(lp), "bytes": self.server.token_text.token_bytes(tid),
                         "top_logprobs": []})
         return out
@@ -671,7 +678,7 @@ class Handler(BaseHTTPRequestHandler):
             choices.append(self._token_ids({
                 "index": i,
                 "message": {"role": "assistant", "content": self.server.text_of(c)},
-                "logprobs": {"content": self._logprob_entries(c)} if want_logprobs else None,
+                "logprobs": {"content": self._logprob_entries(c, body)} if want_logprobs else None,
                 "finish_reason": c.finish_reason,
             }, c, body))
         return 200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
@@ -699,7 +706,7 @@ class Handler(BaseHTTPRequestHandler):
                 pieces = [bytes(self.server.token_text.token_bytes(t) or token.encode("utf-8"))
                           for t, token in zip(ids, tokens)]
                 offsets = text_offsets(pieces, len(entry["text"]))
-                entry["logprobs"] = {"tokens": tokens, "token_logprobs": [float(x) for x in c.logprobs],
+                entry["logprobs"] = {"tokens": self._named(tokens, ids, body), "token_logprobs": [float(x) for x in c.logprobs],
                                      "top_logprobs": None,
                                      "text_offset": offsets}
             choices.append(self._token_ids(entry, c, body))

@@ -115,7 +115,7 @@ def _number(body: dict[str, Any], key: str, default: Any, rule: Rule) -> Any:
 
 def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> SamplingParams:
     """OpenAI's sampling fields (plus vLLM's ``top_k`` and ``ignore_eos``) checked against ``limits``."""
-    for flag in ("stream", "return_token_ids"):  # "no" or 0 would be read one way or the other
+    for flag in ("stream", "return_token_ids", "return_tokens_as_token_ids"):  # "no" or 0 would be read one way or the other
         value = body.get(flag)
         if value is not None and not isinstance(value, bool):
             raise ApiError(400, f"{flag} must be a JSON boolean (true or false), got {shown(value, 40)}", flag)
