@@ -319,3 +319,33 @@ def test_a_client_that_closes_its_connection_while_queued_is_dropped_by_a_real_s
         engine.release.set()
         server.shutdown()
         server.server_close()
+
+
+def test_a_client_is_told_gone_only_at_end_of_file_even_past_descriptor_1023():
+    """select.select refuses descriptors past 1023 (ValueError), which read as "gone": on a server
+    with more open files every queued request would have been dropped unanswered."""
+    import os
+    import resource
+    import socket
+    import types
+
+    from polyrl.serve import Handler
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 1200:
+        pytest.skip("needs 1200 open files (ulimit -n) to put a socket past descriptor 1023")
+    fillers = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    try:
+        ours, theirs = socket.socketpair()
+        assert ours.fileno() > 1023
+        connection = types.SimpleNamespace(connection=ours)
+        assert Handler._client_gone(connection) is False  # connected, nothing sent
+        theirs.sendall(b"GET /health HTTP/1.1\r\n")  # a next request already sent: still there, bytes kept
+        assert Handler._client_gone(connection) is False and ours.recv(3) == b"GET"
+        theirs.close()
+        assert Handler._client_gone(connection) is False  # unread bytes left: not yet end-of-file
+        ours.recv(64)
+        assert Handler._client_gone(connection) is True
+        ours.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)

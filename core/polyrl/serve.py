@@ -519,8 +519,13 @@ class Handler(BaseHTTPRequestHandler):
         """Whether the client closed the connection (end-of-file waiting on it): a peek, so bytes of a
         next request it already sent stay where they are."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            if hasattr(select, "poll"):  # select.select refuses descriptors past 1023 (--max-connections 2000)
+                poller = select.poll()
+                poller.register(self.connection, select.POLLIN)
+                readable = bool(poller.poll(0))
+            else:
+                readable = bool(select.select([self.connection], [], [], 0)[0])
+            return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):  # reset, or already closed
             return True
 
