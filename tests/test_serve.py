@@ -127,3 +127,79 @@ def test_logprob_bytes_are_each_tokens_own_bytes(tiny_model_dir):
     token_text = TokenText(None, tiny_model_dir)
     assert any("\ufffd" in token_text(i) for i in ids)  # some tokens are parts of a character
     assert bytes(b for i in ids for b in token_text.token_bytes(i)) == text.encode("utf-8")
+
+
+def test_a_stop_inside_a_token_ends_the_text_with_that_whole_token_as_the_ids_and_log_probs(server):
+    """The text is the decoded tokens, stop string included (vLLM's include_stop_str_in_output =
+    true), so text, token ids and log-probs agree; asking to leave the stop out is refused, not ignored."""
+    req = {"model": SERVED_NAME, "prompt": "hello", "max_tokens": 8, "seed": 3, "logprobs": 0,
+           "return_token_ids": True, "ignore_eos": True}
+    full = server.post("/v1/completions", json=req).json()["choices"][0]
+    tokens = full["logprobs"]["tokens"]
+    k = next(i for i, t in enumerate(tokens) if i > 0 and len(t) >= 2 and "\ufffd" not in t)
+    stop = tokens[k][:1] if tokens[k][0] not in "".join(tokens[:k]) else tokens[k - 1][-1:] + tokens[k][:1]
+    cut = server.post("/v1/completions", json={**req, "stop": stop}).json()["choices"][0]
+    assert cut["finish_reason"] == "stop"
+    assert cut["token_ids"] == full["token_ids"][:len(cut["token_ids"])]
+    assert cut["text"] == "".join(cut["logprobs"]["tokens"]) and stop in cut["text"]
+    assert len(cut["token_ids"]) == len(cut["logprobs"]["token_logprobs"])
+    refused = server.post("/v1/completions", json={**req, "stop": stop, "include_stop_str_in_output": False})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "include_stop_str_in_output"
+
+
+def test_text_offsets_point_into_the_text_when_tokens_split_a_character(tiny_model_dir):
+    """Byte-level BPE splits "é" and "€" into tokens that decode alone to U+FFFD: each was counted
+    as one character, so " b" was said to start at 3 in "aé b€" (it starts at 2) and the last
+    offsets lay past the end of the text. A fake engine answers those exact ids (the tiny model's
+    own tokenizer) through a real PolyrlServer on 127.0.0.1."""
+    import threading
+
+    import httpx
+    from tokenizers import Tokenizer
+
+    from polyrl.serve import PolyrlServer
+    from polyrl.types import Completion
+
+    text = "aé b€ c"
+    tokenizer = Tokenizer.from_file(f"{tiny_model_dir}/tokenizer.json")
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    assert tokenizer.decode(ids) == text and len(ids) > len(text.split()) + 2  # some tokens split a character
+
+    class Fixed:
+        def generate(self, prompts, sampling):
+            return [Completion(i, [1], ids, [-0.5] * len(ids), text=text, finish_reason="length")
+                    for i in range(len(prompts)) for _ in range(sampling.n)]
+
+    server = PolyrlServer(("127.0.0.1", 0), Fixed(), model_name="m", model_path=tiny_model_dir)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as client:
+            r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 16, "logprobs": 0})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    offsets, tokens = choice["logprobs"]["text_offset"], choice["logprobs"]["tokens"]
+    assert choice["text"] == text and len(offsets) == len(ids)
+    assert offsets == sorted(offsets) and offsets[-1] < len(text)
+    for offset, token in zip(offsets, tokens):
+        if "\ufffd" not in token:  # a whole token's text is found where its offset says
+            assert text[offset:offset + len(token)] == token, (offset, token)
+        else:  # part of a character: the offset of that character
+            assert ord(text[offset]) > 127
+
+
+def test_return_tokens_as_token_ids_names_each_log_probs_token_by_its_id(server):
+    """vLLM's field, which polyrl's remote backend sends to check each log-prob against its id, was
+    ignored: tokens came back as text, so that check never ran against polyrl serve."""
+    for path, body in (("/v1/completions", {"prompt": "hello", "logprobs": 0}),
+                       ("/v1/chat/completions", {"messages": CHAT, "logprobs": True})):
+        reply = server.post(path, json={"model": SERVED_NAME, "max_tokens": 5, "n": 2, "return_token_ids": True,
+                                        "return_tokens_as_token_ids": True, **body}).json()
+        for choice in reply["choices"]:
+            logprobs = choice["logprobs"]
+            names = logprobs["tokens"] if "tokens" in logprobs else [e["token"] for e in logprobs["content"]]
+            assert names == [f"token_id:{i}" for i in choice["token_ids"]] and names
+    refused = server.post("/v1/completions", json={"prompt": "hi", "return_tokens_as_token_ids": "yes"})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "return_tokens_as_token_ids"

@@ -504,6 +504,8 @@ def test_a_read_timeout_no_socket_takes_is_refused_at_startup():
 @pytest.mark.parametrize(("args", "words"), [
     (["--api-key-env", ""], "--api-key-env: names no environment variable (''), so clients would need no key"),
     (["--api-key-env", " "], "--api-key-env: names no environment variable (' ')"),
+    (["--api-key-env", "POLYRL_TEST_KEY_ACCENT"], "--api-key-env: the key in POLYRL_TEST_KEY_ACCENT holds a non-ASCII"),
+    (["--api-key-env", "POLYRL_TEST_KEY_NEWLINE"], "--api-key-env: the key in POLYRL_TEST_KEY_NEWLINE holds a non-ASCII"),
     (["--fault-delay-s", "nan"], "--fault-delay-s: must be a finite number of seconds >= 0, got nan"),
     (["--fault-delay-s", "inf"], "--fault-delay-s: must be a finite number of seconds >= 0, got inf"),
     (["--fault-delay-s", "-1"], "--fault-delay-s: must be a finite number of seconds >= 0, got -1.0"),
@@ -511,10 +513,15 @@ def test_a_read_timeout_no_socket_takes_is_refused_at_startup():
     (["--fault-503-first", "-5"], "--fault-503-first: must be a count >= 0, got -5"),  # did nothing
     (["--served-model-name", ""], "--served-model-name: is blank (''), so no client could name the model"),
 ])
-def test_a_flag_read_as_unset_or_a_delay_that_cannot_be_slept_is_refused_before_the_model_loads(args, words):
-    """``--api-key-env "$VAR"`` with VAR unset served with no key, without a word; a nan or -1
-    delay delayed nothing and an inf one made each delayed request a 500 (``time.sleep``)."""
+def test_a_flag_read_as_unset_or_a_delay_that_cannot_be_slept_is_refused_before_the_model_loads(args, words,
+                                                                                                 monkeypatch):
+    """``--api-key-env "$VAR"`` with VAR unset served with no key, without a word; a key no client
+    can send (a non-ASCII one, or one read from a file with its newline) answered every request 401;
+    a nan or -1 delay delayed nothing and an inf one made each delayed request a 500 (``time.sleep``)."""
     import argparse
+
+    monkeypatch.setenv("POLYRL_TEST_KEY_ACCENT", "cl\u00e9-secr\u00e8te")
+    monkeypatch.setenv("POLYRL_TEST_KEY_NEWLINE", "s3cret\n")
 
     from polyrl.serve import add_arguments, build_server
 

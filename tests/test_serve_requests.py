@@ -116,3 +116,39 @@ def test_a_client_taking_a_reply_a_trickle_at_a_time_is_cut_off_at_the_send_dead
         client.close()
         conn.close()
         listener.close()
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"stop_token_ids": [2]}, "stop_token_ids"),
+    ({"include_stop_str_in_output": False}, "include_stop_str_in_output"),
+    ({"skip_special_tokens": False}, "skip_special_tokens"),
+    ({"add_generation_prompt": False}, "add_generation_prompt"),
+    ({"continue_final_message": True}, "continue_final_message"),
+    ({"chat_template": "{{ messages }}"}, "chat_template"),
+    ({"prompt_logprobs": 1}, "prompt_logprobs"),
+    ({"guided_json": {"type": "object"}}, "guided_json"),
+    ({"guided_choice": ["yes", "no"]}, "guided_choice"),
+    ({"use_beam_search": True}, "use_beam_search"),
+    ({"truncate_prompt_tokens": 8}, "truncate_prompt_tokens"),
+], ids=lambda v: next(iter(v)) if isinstance(v, dict) else None)
+def test_vllm_fields_that_change_the_answer_are_refused_not_ignored(body, param):
+    """vLLM's extensions were read as absent: stop_token_ids stopped nothing, add_generation_prompt
+    false still added one, guided_json gave free text, and the 200 did not say so."""
+    assert "not supported by polyrl serve" in _refused(body, param)
+
+
+def test_vllm_fields_at_what_the_server_does_anyway_are_accepted():
+    """Their values meaning what polyrl serve does are not refused: a client sending its defaults works."""
+    same = {"stop_token_ids": [], "include_stop_str_in_output": True, "skip_special_tokens": True,
+            "add_generation_prompt": True, "continue_final_message": False, "use_beam_search": False,
+            "prompt_logprobs": None, "guided_json": None}
+    assert req.sampling(same, Limits(), 16).stop == ()
+
+
+@pytest.mark.parametrize("stop", [0, False, {}, ""])
+def test_a_stop_of_the_wrong_type_or_empty_is_a_400_not_no_stop(stop):
+    """``stop`` 0, false, {} and "" were falsy, so read as no stop at all: the completion ran on to
+    max_tokens past the text the client meant to stop at."""
+    assert "stop must be a non-empty string" in _refused({"stop": stop}, "stop")
+    assert req.sampling({"stop": None}, Limits(), 16).stop == ()
+    assert req.sampling({"stop": []}, Limits(), 16).stop == ()

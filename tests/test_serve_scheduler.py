@@ -244,3 +244,108 @@ def test_closing_finishes_the_running_batch_and_refuses_the_rest_at_once():
     assert [c.text for c in out["running"]] == ["running#1.0", "running#1.1", "running#1.2", "running#1.3"]
     assert scheduler.join(BOUND_S), "the generation thread did not end after its last batch"
     assert [p for p, _ in engine.calls] == [["running"]]
+
+
+def test_a_request_whose_client_left_before_it_started_is_never_generated():
+    """A client that timed out (and retried elsewhere) left its request queued, and the server
+    generated it anyway for nobody: under load each retry doubled the work. A request not started
+    when its client is gone leaves the queue; one already started runs to its end."""
+    from polyrl.serving.scheduler import ClientGone
+
+    engine, scheduler, out, threads = _running("started", SamplingParams(n=8))  # 2 units: one runs now
+    gone = threading.Event()
+    left: dict[str, object] = {}
+
+    def leaving(key: str) -> None:
+        try:
+            left[key] = scheduler.submit_tagged([key], SamplingParams(seed=1), gone.is_set)
+        except ClientGone as exc:
+            left[key] = exc
+
+    waiting = threading.Thread(target=leaving, args=("abandoned",))
+    waiting.start()
+    _queued(scheduler, 2)
+    gone.set()  # the client closes its connection while its request waits
+    waiting.join(BOUND_S)
+    assert isinstance(left["abandoned"], ClientGone) and scheduler.queued() == 1
+    engine.release.set()
+    for t in threads:
+        t.join(BOUND_S)
+    assert len(out["started"]) == 8  # type: ignore[arg-type]
+    assert all("abandoned" not in prompts for prompts, _ in engine.calls)
+    stays = scheduler.submit_tagged(["stays"], SamplingParams(), lambda: False)  # a client still there
+    assert [c.text for c in stays[0]] == [f"stays#{len(engine.calls)}.0"]
+
+
+@pytest.mark.faults
+def test_a_client_that_closes_its_connection_while_queued_is_dropped_by_a_real_server():
+    """Through a real PolyrlServer on 127.0.0.1 (the held fake engine keeps the first request
+    generating): the second client sends its request and closes; the server sees end-of-file on
+    its socket, counts it abandoned and never generates it, and keeps serving."""
+    import json
+    import socket
+
+    import httpx
+
+    from polyrl.serve import PolyrlServer
+
+    engine = RecordingEngine(hold=True)
+    server = PolyrlServer(("127.0.0.1", 0), engine, model_name="m")
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    host, port = server.server_address[:2]
+    try:
+        with httpx.Client(base_url=server.url, trust_env=False, timeout=BOUND_S) as client:
+            first: dict[str, object] = {}
+            held = threading.Thread(target=lambda: first.update(r=client.post(
+                "/v1/completions", json={"prompt": "held", "max_tokens": 1})))
+            held.start()
+            assert engine.entered.wait(BOUND_S)
+            body = json.dumps({"prompt": "left", "max_tokens": 1}).encode()
+            with socket.create_connection((host, port), timeout=BOUND_S) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                _queued(server.scheduler, 2)
+            deadline = time.monotonic() + BOUND_S / 2  # within the engine's hold
+            while server.scheduler.queued() > 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert server.scheduler.queued() == 1  # the held request only
+            assert server.stats.abandoned == 1
+            engine.release.set()
+            held.join(BOUND_S)
+            assert first["r"].status_code == 200  # type: ignore[attr-defined]
+            assert client.post("/v1/completions", json={"prompt": "next", "max_tokens": 1}).status_code == 200
+        assert [p for p, _ in engine.calls] == [["held"], ["next"]]
+    finally:
+        engine.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_client_is_told_gone_only_at_end_of_file_even_past_descriptor_1023():
+    """select.select refuses descriptors past 1023 (ValueError), which read as "gone": on a server
+    with more open files every queued request would have been dropped unanswered."""
+    import os
+    import resource
+    import socket
+    import types
+
+    from polyrl.serve import Handler
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 1200:
+        pytest.skip("needs 1200 open files (ulimit -n) to put a socket past descriptor 1023")
+    fillers = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    try:
+        ours, theirs = socket.socketpair()
+        assert ours.fileno() > 1023
+        connection = types.SimpleNamespace(connection=ours)
+        assert Handler._client_gone(connection) is False  # connected, nothing sent
+        theirs.sendall(b"GET /health HTTP/1.1\r\n")  # a next request already sent: still there, bytes kept
+        assert Handler._client_gone(connection) is False and ours.recv(3) == b"GET"
+        theirs.close()
+        assert Handler._client_gone(connection) is False  # unread bytes left: not yet end-of-file
+        ours.recv(64)
+        assert Handler._client_gone(connection) is True
+        ours.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)

@@ -27,21 +27,25 @@ one engine generates one batch at a time anyway, so an async framework would buy
 dependencies. Each connection gets a thread (HTTP/1.1 keep-alive, at most ``--max-connections``),
 handlers queue their prompts and one generation thread serves them round-robin in units of at most
 ``--max-batch-size`` completions, merging units with the same sampling settings into one
-``generate`` call (``polyrl.serving.scheduler``). Streaming (``"stream": true``) is refused with a 400.
+``generate`` call (``polyrl.serving.scheduler``); a request whose client closed the connection (or
+half-closed it) before its generation started is dropped unanswered (``abandoned`` in the stats).
+Streaming (``"stream": true``) is refused with a 400.
 
 Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extension),
 ``max_tokens`` / ``max_completion_tokens`` (default 256, at most ``--max-tokens-limit``), ``n``
-(at most ``--max-n``), ``stop``, ``seed`` (0 to 2**63-1), ``ignore_eos`` (vLLM's extension, a JSON
+(at most ``--max-n``), ``stop`` (the text keeps the stop string: it is the decoded tokens), ``seed`` (0 to 2**63-1), ``ignore_eos`` (vLLM's extension, a JSON
 boolean: sample on past EOS to ``max_tokens``). Log-probs: chat ``"logprobs": true``
 gives ``choices[i].logprobs.content`` with each sampled token's log-prob; ``/v1/completions``
-``"logprobs": 0`` gives ``tokens``/``token_logprobs``/``text_offset``. They are the sampler's own
+``"logprobs": 0`` gives ``tokens``/``token_logprobs``/``text_offset`` (each token's character offset in
+``text``; a token holding part of a character gets that character's). They are the sampler's own
 log-probs (the backend's ``generate`` contract: the temperature-scaled distribution before
 top-p/top-k). Alternatives are not computed by the generate contract, so chat ``top_logprobs`` above
-0 and ``/v1/completions`` ``logprobs`` above 0 are refused. vLLM's ``min_p`` and
-``repetition_penalty`` are honoured. Every other field that would change the answer and is not
+0 and ``/v1/completions`` ``logprobs`` above 0 are refused. vLLM's ``min_p``,
+``repetition_penalty`` and ``return_tokens_as_token_ids`` (tokens named ``token_id:N``) are honoured. Every other field that would change the answer and is not
 done here (``logit_bias``, presence/frequency penalties, ``response_format`` other than text,
 ``tools``, ``min_tokens``, ``best_of``, ``suffix``, ``echo``, vLLM's ``chat_template_kwargs``,
-non-text content parts) is a 400 naming it when set, never silently ignored (``polyrl.serving.requests.UNHONOURED``).
+``stop_token_ids``, ``guided_*`` and the rest, non-text content parts) is a 400 naming it when set,
+never silently ignored (``polyrl.serving.requests.UNHONOURED``).
 
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
@@ -74,7 +78,9 @@ import math
 import os
 import random
 import re
+import select
 import signal
+import socket
 import string
 import sys
 import threading
@@ -96,7 +102,8 @@ from polyrl.serving.address import bind_error, check_address
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
-from polyrl.serving.scheduler import FairScheduler
+from polyrl.serving.scheduler import ClientGone, FairScheduler
+from polyrl.serving.text_offsets import text_offsets
 from polyrl.serving.vocab import embedding_rows, model_positions
 from polyrl.serving.weight_push import (TOKEN_HEADER, WeightSpec, check_startup, check_token, load_token,
                                         push_path, read_checked)
@@ -164,6 +171,7 @@ class Stats:
     errors: int = 0
     overloaded: int = 0  # answered 503 because the queue was full
     refused_connections: int = 0  # answered 503 because --max-connections were open
+    abandoned: int = 0  # requests whose client closed the connection before any of it was generated
     weight_version: int = 0  # weight loads through POST /polyrl/weights (never reset: it names the weights)
     weight_load_s: float = 0.0  # the last one's duration
 
@@ -363,10 +371,16 @@ class PolyrlServer(ThreadingHTTPServer):
                 return _garbage(self._rng, max(8, len(completion.text)))
         return completion.text
 
-    def generate(self, prompts: list[Prompt], sampling: SamplingParams) -> tuple[list[Completion], str]:
-        """The completions and the ``weights_id`` of the weights that generated them all."""
+    def generate(self, prompts: list[Prompt], sampling: SamplingParams,
+                 gone: Callable[[], bool] | None = None) -> tuple[list[Completion], str]:
+        """The completions and the ``weights_id`` of the weights that generated them all; ``gone``:
+        whether the client left (then the request is dropped if it has not started: ``ClientGone``)."""
         try:
-            out, weights = self.scheduler.submit_tagged(prompts, sampling)
+            out, weights = self.scheduler.submit_tagged(prompts, sampling, gone)
+        except ClientGone:
+            with self.lock:
+                self.stats.abandoned += 1
+            raise
         except ApiError as exc:
             if exc.status == 503:
                 with self.lock:
@@ -522,6 +536,20 @@ class Handler(BaseHTTPRequestHandler):
             pass
         return b"".join(parts)
 
+    def _client_gone(self) -> bool:
+        """Whether the client closed the connection (end-of-file waiting on it): a peek, so bytes of a
+        next request it already sent stay where they are."""
+        try:
+            if hasattr(select, "poll"):  # select.select refuses descriptors past 1023 (--max-connections 2000)
+                poller = select.poll()
+                poller.register(self.connection, select.POLLIN)
+                readable = bool(poller.poll(0))
+            else:
+                readable = bool(select.select([self.connection], [], [], 0)[0])
+            return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):  # reset, or already closed
+            return True
+
     def _authorised(self) -> None:
         if self.server.api_key is None:
             return
@@ -554,6 +582,9 @@ class Handler(BaseHTTPRequestHandler):
                     self.server.stats.errors += 1
             self.close_connection = self.close_connection or exc.close
             self._finish(exc.status, exc.body(), exc.headers)
+        except ClientGone:  # nobody to answer: the connection is closed as it is
+            self.close_connection = True
+            log.debug("client left before its request was generated", path=path)
         except ConfigError as exc:  # a value the engine refused: the request's fault
             self._finish(400, ApiError(400, str(exc), exc.field).body())
         except Exception as exc:  # noqa: BLE001 - answered as a 500, logged
@@ -643,10 +674,17 @@ class Handler(BaseHTTPRequestHandler):
             entry["prompt_token_ids"] = [int(t) for t in c.prompt_ids]
         return entry
 
-    def _logprob_entries(self, c: Completion) -> list[dict[str, Any]]:
+    @staticmethod
+    def _named(tokens: list[str], ids: list[int], body: dict[str, Any]) -> list[str]:
+        """vLLM's ``return_tokens_as_token_ids``: each log-prob's token named ``token_id:N``, so a
+        client (polyrl's remote backend) can check it against ``token_ids``; a token's text cannot."""
+        return [f"token_id:{int(t)}" for t in ids] if body.get("return_tokens_as_token_ids") else tokens
+
+    def _logprob_entries(self, c: Completion, body: dict[str, Any]) -> list[dict[str, Any]]:
         out = []
-        for tid, lp in zip(c.completion_ids.tolist(), c.logprobs.tolist()):
-            token = self.server.token_text(tid)
+        ids = c.completion_ids.tolist()
+        names = self._named([self.server.token_text(t) for t in ids], ids, body)
+        for tid, token, lp in zip(ids, names, c.logprobs.tolist()):
             out.append({"token": token, "logprob": float(lp), "bytes": self.server.token_text.token_bytes(tid),
                         "top_logprobs": []})
         return out
@@ -660,13 +698,13 @@ class Handler(BaseHTTPRequestHandler):
         req.check_budget(1, sampling.n, self.server.limits)
         self.server.check_prompt_tokens(messages, "messages")
         self.server.before_generation()
-        completions, weights = self.server.generate([messages], sampling)
+        completions, weights = self.server.generate([messages], sampling, self._client_gone)
         choices = []
         for i, c in enumerate(completions):
             choices.append(self._token_ids({
                 "index": i,
                 "message": {"role": "assistant", "content": self.server.text_of(c)},
-                "logprobs": {"content": self._logprob_entries(c)} if want_logprobs else None,
+                "logprobs": {"content": self._logprob_entries(c, body)} if want_logprobs else None,
                 "finish_reason": c.finish_reason,
             }, c, body))
         return 200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
@@ -683,18 +721,18 @@ class Handler(BaseHTTPRequestHandler):
         for p in prompts:
             self.server.check_prompt_tokens(p, "prompt")
         self.server.before_generation()
-        completions, weights = self.server.generate(list(prompts), sampling)
+        completions, weights = self.server.generate(list(prompts), sampling, self._client_gone)
         choices = []
         for i, c in enumerate(completions):
             entry: dict[str, Any] = {"index": i, "text": self.server.text_of(c), "logprobs": None,
                                      "finish_reason": c.finish_reason}
             if logprobs:
-                tokens = [self.server.token_text(t) for t in c.completion_ids.tolist()]
-                offsets, pos = [], 0
-                for t in tokens:
-                    offsets.append(pos)
-                    pos += len(t)
-                entry["logprobs"] = {"tokens": tokens, "token_logprobs": [float(x) for x in c.logprobs],
+                ids = c.completion_ids.tolist()
+                tokens = [self.server.token_text(t) for t in ids]
+                pieces = [bytes(self.server.token_text.token_bytes(t) or token.encode("utf-8"))
+                          for t, token in zip(ids, tokens)]
+                offsets = text_offsets(pieces, len(entry["text"]))
+                entry["logprobs"] = {"tokens": self._named(tokens, ids, body), "token_logprobs": [float(x) for x in c.logprobs],
                                      "top_logprobs": None,
                                      "text_offset": offsets}
             choices.append(self._token_ids(entry, c, body))
@@ -829,6 +867,13 @@ def build_server(args: argparse.Namespace) -> PolyrlServer:
         if not api_key:
             raise ConfigError(f"environment variable {args.api_key_env} is empty", field="--api-key-env",
                               fix=f"export {args.api_key_env}=<a key> or drop --api-key-env")
+        if not (api_key.isascii() and api_key.isprintable() and api_key == api_key.strip()):
+            # HTTP reads header bytes as Latin-1: a client sending "é" as UTF-8 (curl) never matched, and
+            # httpx (OpenAI's client) cannot send it at all; every request was a 401 naming no cause
+            raise ConfigError(f"the key in {args.api_key_env} holds a non-ASCII, control or surrounding space "
+                              "character, which clients cannot send in an Authorization header as it is",
+                              field="--api-key-env", fix=f"export {args.api_key_env}=<a key of printable ASCII "
+                              "characters>, e.g. $(openssl rand -hex 24)")
     if args.threads is not None and not 1 <= args.threads <= 4096:  # 10**9 started, then the first request died
         raise ConfigError(f"must be between 1 and 4096, got {args.threads}", field="--threads",
                           fix="the CPU threads to compute with, e.g. --threads 4; leave it out for all cores")

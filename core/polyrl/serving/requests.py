@@ -54,6 +54,27 @@ UNHONOURED: dict[str, tuple[Any, str]] = {
     "chat_template_kwargs": (_off({}), "send none, or render the chat yourself (the model's tokenizer, "
                                        "apply_chat_template(..., enable_thinking=False)) and send the token ids "
                                        "to /v1/completions"),
+    # vLLM's other extensions that change the answer, each with the value that leaves it as served here
+    "chat_template": (_off(""), "send none: chats are rendered with the model's own template"),
+    "add_generation_prompt": (_off(True), "send true (or none), or render the chat yourself and send the token "
+                                          "ids to /v1/completions"),
+    "continue_final_message": (_off(False), "send false (or none), or render the chat yourself and send the token "
+                                            "ids to /v1/completions"),
+    "stop_token_ids": (_off([]), "send no stop_token_ids: only the model's EOS ends a completion early (or use "
+                                 "stop strings)"),
+    # the returned text is the decoded tokens, stop string included, so text, token ids and log-probs agree
+    "include_stop_str_in_output": (_off(True), "send true (or none): the text always ends with the stop string "
+                                               "that ended it"),
+    "skip_special_tokens": (_off(True), "send true (or none): special tokens are left out of the text "
+                                        "(return_token_ids gives every id)"),
+    "prompt_logprobs": (_off(), "send none: only the sampled tokens' log-probs are computed"),
+    "use_beam_search": (_off(False), "send false: beam search is not supported"),
+    "allowed_token_ids": (_off(), "send none: constrained output is not supported"),
+    "bad_words": (_off([]), "send none: constrained output is not supported"),
+    "truncate_prompt_tokens": (_off(), "send none and a prompt within the context: prompts are never truncated"),
+    **{key: (_off(), "send none: constrained output is not supported")
+       for key in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern",
+                   "structured_outputs", "logits_processors")},
 }
 
 
@@ -94,7 +115,7 @@ def _number(body: dict[str, Any], key: str, default: Any, rule: Rule) -> Any:
 
 def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> SamplingParams:
     """OpenAI's sampling fields (plus vLLM's ``top_k`` and ``ignore_eos``) checked against ``limits``."""
-    for flag in ("stream", "return_token_ids"):  # "no" or 0 would be read one way or the other
+    for flag in ("stream", "return_token_ids", "return_tokens_as_token_ids"):  # "no" or 0 would be read one way or the other
         value = body.get(flag)
         if value is not None and not isinstance(value, bool):
             raise ApiError(400, f"{flag} must be a JSON boolean (true or false), got {shown(value, 40)}", flag)
@@ -106,8 +127,10 @@ def sampling(body: dict[str, Any], limits: Limits, default_max_tokens: int) -> S
     given = {key: _number(body, key, default, rule) for key in ("max_tokens", "max_completion_tokens")
              if body.get(key) is not None}  # both checked: a bad one beside a good one was ignored
     max_tokens = given.get("max_completion_tokens", given.get("max_tokens", default))
-    stop = body.get("stop") or ()
-    if isinstance(stop, str):
+    stop = body.get("stop")
+    if stop is None:
+        stop = ()
+    if isinstance(stop, str):  # "" included: it is refused below, not read as no stop (nor 0, false, {})
         stop = (stop,)
     if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
         raise ApiError(400, "stop must be a non-empty string or a list of them", "stop")

@@ -14,6 +14,11 @@ trainer's push back for longer than the started ones take. Each request is answe
 ``tag`` (the served weights' id) read when its first unit ran, which is therefore the id of the
 weights every one of its completions came from.
 
+A request whose client closed its connection before any unit of it started leaves the queue
+unanswered (``submit_tagged``'s ``gone``): a client that timed out and retried would otherwise have
+the server generate both copies. One already started runs to its end (its units may be merged with
+other requests').
+
 Stopping (``close``) lets the batch generating now finish and answers every other request 503 at
 once: a batch cannot be cut short, and the interpreter must not exit while this thread is inside
 the backend (torch aborts the process then, and every client loses its connection unanswered).
@@ -29,6 +34,7 @@ import collections
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import attrs
@@ -36,6 +42,14 @@ import attrs
 from polyrl.serving.api_error import overloaded, shutting_down
 from polyrl.serving.limits import SEED_LIMIT
 from polyrl.types import Completion, Prompt, SamplingParams
+
+
+#: how often a waiting request checks that its client is still connected
+GONE_POLL_S = 1.0
+
+
+class ClientGone(Exception):
+    """The client closed its connection before any of its request was generated: not answered."""
 
 
 @attrs.define
@@ -120,8 +134,13 @@ class FairScheduler:
         """The completions (``sampling.n`` per prompt, in prompt order); 503 when the queue is full."""
         return self.submit_tagged(prompts, sampling)[0]
 
-    def submit_tagged(self, prompts: list[Prompt], sampling: SamplingParams) -> tuple[list[Completion], Any]:
-        """``submit``, and the ``tag()`` of the weights that generated every one of the completions."""
+    def submit_tagged(self, prompts: list[Prompt], sampling: SamplingParams,
+                      gone: Callable[[], bool] | None = None) -> tuple[list[Completion], Any]:
+        """``submit``, and the ``tag()`` of the weights that generated every one of the completions.
+
+        ``gone()`` is asked every ``GONE_POLL_S`` while the request waits: once it is true and no
+        unit of the request has started, the request leaves the queue (``ClientGone``), so a client
+        that timed out and retried does not have the server generate the abandoned copy too."""
         job = Job(list(prompts), collections.deque(plan_units(len(prompts), sampling, self.max_batch_size)))
         with self._cond:
             if self._closing:
@@ -133,10 +152,23 @@ class FairScheduler:
             self._jobs.append(job)
             self._cond.notify()
         try:
-            return job.future.result(), job.tag
+            while True:
+                try:
+                    return job.future.result(timeout=GONE_POLL_S if gone is not None else None), job.tag
+                except FutureTimeout:
+                    if gone is not None and gone() and self._withdraw(job):
+                        raise ClientGone() from None
         finally:
             with self._cond:
                 self._pending -= 1
+
+    def _withdraw(self, job: Job) -> bool:
+        """Take a request none of whose units has started out of the queue; whether it was."""
+        with self._cond:
+            if job.started or job not in self._jobs:
+                return False
+            self._jobs.remove(job)
+            return True
 
     def run_exclusive(self, action: Callable[[], Any]) -> Any:
         """Run ``action()`` (a weight load) on the generation thread between two batches. Requests
