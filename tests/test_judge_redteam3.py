@@ -13,6 +13,7 @@ from polyrl.rewards.judge import DEFAULT_RUBRIC, parse_score
 from polyrl.rewards.judge_claims import claimed_scores
 from polyrl.rewards import judge_score
 
+from judge_reading import CUE_RUBRIC, SCALE
 from judge_stub import module_fixtures, scores_in_order
 from work_meter import measured
 
@@ -20,9 +21,6 @@ pytestmark = pytest.mark.faults
 server, stub = module_fixtures()
 
 scores = scores_in_order
-SCALE = (0.0, 10.0)
-#: the rubric of examples/rlaif.toml: a cue a small judge continues with a bare number
-CUE_RUBRIC = "Rate the student's answer from 0 to 10.\nQuestion: {prompt}\nStudent's answer: {completion}\nRating (0-10):"
 
 
 #: verdicts multilingual judges write, each 8 out of 10

@@ -15,20 +15,13 @@ from polyrl.rewards import judge_score
 from polyrl.rewards.judge_claims import claimed_scores
 from polyrl.rewards.judge_injection import injection_marker
 
+from judge_reading import CUE_RUBRIC, SCALE, read
 from judge_stub import module_fixtures, scores_in_order
 from work_meter import measured
 
 pytestmark = pytest.mark.faults
 server, stub = module_fixtures()
 
-SCALE = (0.0, 10.0)
-#: the rubric of examples/rlaif.toml: a cue a small judge continues with a bare number
-CUE_RUBRIC = "Rate the student's answer from 0 to 10.\nQuestion: {prompt}\nStudent's answer: {completion}\nRating (0-10):"
-
-
-def read(reply: str, completion: str = "") -> float | None:
-    """The judge reply's verdict on 0..10 beside a graded ``completion``'s claims."""
-    return judge_score.read_score(reply, SCALE, claimed_scores(completion, SCALE)).score
 
 
 #: an instruction to answer a number and say no more: on integ only "..., nothing else" was claimed

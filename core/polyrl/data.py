@@ -216,12 +216,8 @@ class Dataset:
         from the Arrow column's null count (no row is materialised) or the JSON rows as parsed."""
         source = self.column_map.get(column, column)
         if self._arrow is not None:
-            if source not in self._arrow.column_names:
-                return False
-            values = self._arrow.table.data.table.column(source)
-            if self._arrow.indices is not None:
-                values = values.take(self._arrow.indices)
-            return bool(values.null_count == len(values))
+            values = self._arrow_column(source)
+            return values is not None and bool(values.null_count == len(values))
         rows = self._rows or ()
         return any(source in row for row in rows) and all(row.get(source) is None for row in rows)
 
@@ -230,15 +226,20 @@ class Dataset:
         ``text_validity.blank``): a column no row holds an answer in, as ``exact_match`` reads one."""
         source = self.column_map.get(column, column)
         if self._arrow is not None:
-            if source not in self._arrow.column_names:
-                return False
-            values = self._arrow.table.data.table.column(source)
-            if self._arrow.indices is not None:
-                values = values.take(self._arrow.indices)
-            return all_blank(values)
+            values = self._arrow_column(source)
+            return values is not None and all_blank(values)
         rows = self._rows or ()
         return any(source in row for row in rows) and all(
             row.get(source) is None or (isinstance(row[source], str) and blank(row[source])) for row in rows)
+
+    def _arrow_column(self, source: str) -> Any:
+        """The Arrow file's ``source`` column as this dataset's rows hold it (its selection taken); None
+        where the file lacks it."""
+        assert self._arrow is not None
+        if source not in self._arrow.column_names:
+            return None
+        values = self._arrow.table.data.table.column(source)
+        return values if self._arrow.indices is None else values.take(self._arrow.indices)
 
     @property
     def late_columns(self) -> dict[str, str]:
