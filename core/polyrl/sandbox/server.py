@@ -990,7 +990,7 @@ def _lineage(kind):
 
 def _names_read(code):
     """Every global name ``code`` and the code nested in it may load, builtins left out: which of
-    the tests' preamble statements the solution reads (``tests_header.names_read`` spells it too)."""
+    the tests' preamble statements the solution reads (``tests_header.header`` runs it in tests)."""
     names, todo = set(), [code]
     while todo:
         each = todo.pop()

@@ -28,7 +28,9 @@ import functools
 import importlib
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 #: Modules whose ``from m import *`` is followed (LeetCode's preamble star-imports these); their
 #: names are read from the trainer's copy, so only modules imported without side effects.
@@ -40,27 +42,26 @@ _BLANKS = (None, 0, "", False, True)
 
 def statements(steps: Sequence[tuple[str, bool]]) -> list[tuple[str, str]]:
     """(name, the statement binding it alone) for each name ``steps``' preamble offers. The sample
-    runs those its compiled code reads (the server's ``_preamble_read``): the solution is parsed
-    only there, in the sandbox, never in the trainer (hostile nesting exhausts a parser)."""
+    runs those its compiled code reads (``server._names_read``): the solution is compiled only
+    there, in the sandbox, never in the trainer (hostile nesting exhausts a parser)."""
     return list(_offered(tuple(source for source, _ in steps)))
 
 
 def header(steps: Sequence[tuple[str, bool]], code: str) -> str:
-    """The statements of ``statements(steps)`` the solution ``code`` reads, as the sample picks
-    them: for tests of that choice (the trainer itself never compiles a solution)."""
-    return "".join(text for name, text in statements(steps) if name in names_read(compile(code, "<solution>", "exec")))
+    """The statements of ``statements(steps)`` the solution ``code`` reads, chosen by the server's
+    own ``_names_read`` (run here from its source): for tests of that choice."""
+    read = _server_names_read()(compile(code, "<solution>", "exec", dont_inherit=True))
+    return "".join(text for name, text in statements(steps) if name in read)
 
 
-def names_read(code: types.CodeType) -> frozenset[str]:
-    """Every global name ``code`` and the code nested in it may load, builtins left out (theirs stay
-    Python's own). The server spells the same walk (it cannot import polyrl): keep them alike."""
-    names: set[str] = set()
-    todo = [code]
-    while todo:
-        each = todo.pop()
-        names.update(each.co_names)
-        todo += [const for const in each.co_consts if isinstance(const, types.CodeType)]
-    return frozenset(name for name in names if not hasattr(builtins, name))
+def _server_names_read() -> Callable[[types.CodeType], set[str]]:
+    """The sandbox server's ``_names_read`` (its module runs only in the sample: taken from its source)."""
+    source = (Path(__file__).with_name("server.py")).read_text()
+    found = next(node for node in ast.parse(source).body
+                 if isinstance(node, ast.FunctionDef) and node.name == "_names_read")
+    namespace: dict[str, Any] = {"_BUILTINS": builtins}
+    exec(compile(ast.Module([found], []), "server.py", "exec"), namespace)
+    return namespace["_names_read"]
 
 
 @functools.lru_cache(maxsize=256)
