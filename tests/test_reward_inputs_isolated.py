@@ -156,3 +156,34 @@ def test_a_reward_returning_an_endless_generator_is_a_count_error_after_one_item
     with pytest.raises(RewardError, match="returned 3 scores: expected 2"):
         computer(["q", "q"], completions, RewardContext(rows=[{}, {}], wanted=("endless",)))
     assert len(drawn) == 3
+
+
+class _Counting:
+    """A reward plugin counting its calls in an object its Python API user put in its options."""
+
+    @hookimpl
+    def polyrl_register_rewards(self, register):
+        register(RewardSpec(name="counting", distribution="polyrl-test-counting"))
+
+    @hookimpl
+    def reward(self, prompts, completions, context):
+        if "counting" not in context.wanted:
+            return None
+        context.options["counting"]["tally"].calls += 1
+        return {"counting": [1.0] * len(completions)}
+
+
+class _Tally:
+    calls = 0
+
+
+def test_an_object_in_a_plugins_options_keeps_the_state_the_plugin_leaves_in_it():
+    """Options' containers are copied for each call, the objects in them are not: a deep copy lost
+    a cache's or counter's state every call without a word."""
+    tally = _Tally()
+    pm = get_plugin_manager(entry_points=False, extra=[_Counting()])
+    computer = RewardComputer(pm, [("counting", 1.0, {"tally": tally})], columns=("prompt",))
+    for _ in range(2):
+        completions = [Completion(0, [1], [5], [-0.5], text="4")]
+        computer([CHAT], completions, RewardContext(rows=[{"prompt": CHAT}], wanted=("counting",)))
+    assert tally.calls == 2

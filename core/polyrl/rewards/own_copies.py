@@ -60,17 +60,30 @@ class _Copier:
         return self(row)
 
 
+def _data_copy(value: Any) -> Any:
+    """``value``'s dicts, lists, tuples and sets copied, any other object the same one: options are
+    the plugin's settings (data a plugin may edit without changing the next call's), and an object
+    given through the Python API (a cache, a client, a counter) keeps the state the plugin leaves in
+    it, as the plugin's author meant (a deep copy lost it every call)."""
+    if isinstance(value, Mapping):
+        return {key: _data_copy(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return type(value)(_data_copy(item) for item in value) if type(value) in (list, tuple, set, frozenset) \
+            else value
+    return value
+
+
 def own_inputs(prompts: Sequence[Any], completions: Sequence[Any], context: RewardContext
                ) -> tuple[list[Any], list[Any], RewardContext]:
     """``prompts``, ``completions`` and ``context`` copied for one plugin call: every prompt, row,
-    option and id list its own. The ``trainer_state`` stays the one shared object, as TRL passes
+    id list and option container its own (``_data_copy``). The ``trainer_state`` stays the one shared object, as TRL passes
     its trainer's state."""
     copy_ = _Copier()
     ids = context.completion_ids
     copied = attrs.evolve(
         context,
         rows=[copy_.row(row) for row in context.rows],
-        options=copy_(context.options),
+        options=_data_copy(context.options),
         completion_ids=None if ids is None else [copy_(x) for x in ids],
     )
     return [copy_(p) for p in prompts], [copy_.completion(c) for c in completions], copied
