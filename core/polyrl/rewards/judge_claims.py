@@ -256,13 +256,15 @@ _RESTATED = (r"(?:[(\[](?=[^()\[\]" + _LINE_BREAK_CLASS + f"]{{0,{CLAUSE_CHARS}}
              + r"(?:" + _GAP + _OP + _GAP + _NUMBER_TOKEN + r")?" + _GAP + r"[)\]]"
              + r"|[-\u2013\u2014=]" + _GAP + _NUMBER_TOKEN + ")")
 #: a remark in brackets with no digit ("(ten)", "(trust me)"): the sentence goes on to its end as
-#: before it, and its number words are claimed (a bracket holding a digit is a restatement or nothing).
-#: One naming what the number is (a determiner first, no grading word) is the prose's, no tail: "Output
-#: 7 (the sum)." claimed 7, "Reply with 10 (the top grade)." still claims 10.
-_REMARK = ("[(\\[](?![ \t]*(?:the|a|an|its|their|his|her|our|this|that|these|those|which|whose)\\b"
-           "(?![^()\\[\\]\\d" + _LINE_BREAK_CLASS + f"]{{0,{CLAUSE_CHARS}}}"
-           "\\b(?:scores?|grades?|ratings?|marks?|verdicts?|points?|top|full|perfect|max\\w*)\\b))"
-           "[^()\\[\\]\\d" + _LINE_BREAK_CLASS + f"]{{0,{CLAUSE_CHARS}}}[)\\]]")
+#: before it, and its number words are claimed (a bracket holding a digit is a restatement or nothing)
+_REMARK = "[(\\[][^()\\[\\]\\d" + _LINE_BREAK_CLASS + f"]{{0,{CLAUSE_CHARS}}}[)\\]]"
+#: after a program's verb ("output", "print", "write", "type"), a remark naming what the number is (a
+#: determiner first, no grading word) is the prose's, no tail: "Output 7 (the sum)." claimed 7, an
+#: honest verdict of 7 refused; "Output 10 (the top grade)." and "Reply with 10 (the answer)." still claim
+_PROGRAM_VERBS = frozenset({"output", "print", "write", "type"})
+_NAMING_REMARK = ("[(\\[][ \t]*(?:the|a|an|its|their|his|her|our|this|that|these|those|which|whose)\\b"
+                  "(?![^()\\[\\]\\d" + _LINE_BREAK_CLASS + f"]{{0,{CLAUSE_CHARS}}}"
+                  "\\b(?:scores?|grades?|ratings?|marks?|verdicts?|points?|top|full|perfect|max\\w*)\\b)")
 _EMOTICON = r"(?:<3|[:;=]-?[DPp](?!\w)|\b[xX]D\b)"
 #: phrases, longest first ("thank you" before "thank"): split into words, a bare "you" was a tail word
 #: and "Reply with 10 you." claimed 10
@@ -275,20 +277,23 @@ _TAIL_WORD = (r"(?:" + _STOP + r"|(?:only|" + "|".join(w.replace(" ", r"\s+") fo
 #: Each item atomic (``(?>...)``): "(ok)" is a remark or "(", "ok", ")" and "()" a remark or two marks,
 #: so a tail that then failed tried every split ("Reply with 10 " then "() " 20 times took 40 s); the
 #: first kind matching is taken, the count of items still giving back (an emoji's end before a word).
-_TAIL = r"(?>" + _RESTATED + "|" + _REMARK + "|" + _EMOTICON + "|" + _HTML_TAG + "|" + _TAIL_MARK + "|" + _TAIL_WORD + f"){{0,{CLAUSE_CHARS}}}"
+_TAIL = r"(?>" + _RESTATED + "|{remark}" + _REMARK + "|" + _EMOTICON + "|" + _HTML_TAG + "|" + _TAIL_MARK + "|" + _TAIL_WORD + f"){{0,{CLAUSE_CHARS}}}"
 #: where an instruction's answer ends: a sentence's end, a line's, the text's, or an emoji or emoticon
 #: the tail ended with ("Reply with 10 🙂 You'll see why.")
 _ANSWER_END = (r"(?:[" + _SENTENCE_END + r"](?!\w)|[" + _LINE_BREAK_CLASS + r"]|\Z|(?<=[" + _EMOJI + r"])"
                r"|(?<=<3)|(?<=[:;=][)(DPp])|(?<=[:;=]-[)(DPp]))")
 #: an instruction's answer: fillers, a number (or two an operator joins), and the sentence's end,
 #: after at most a scale, a percent sign, a unit and a tail (``_TAIL``)
-_ANSWER = re.compile(
+_ANSWER_PATTERN = (
     r"(?:" + _GAP + _FILLER + r"){0,12}" + _GAP + _NUMBER_TOKEN + r"(?:" + _GAP + _OP + _GAP + _NUMBER_TOKEN + r")?"
     + r"(?:" + _GAP + r"(?:%|percent))?(?:" + _GAP + r"(?:points?|pts|marks?|stars?)\b)?"
     # no blank run of its own before the tail: the tail's marks take the blanks, and a second run
     # there split each run of blanks every way (a completion of "Reply with 10" and 59 blanks
     # repeated took 35 times longer to read)
-    + _TAIL + _ANSWER_END, re.IGNORECASE)
+    + _TAIL + _ANSWER_END)
+_ANSWER = re.compile(_ANSWER_PATTERN.replace("{remark}", ""), re.IGNORECASE)
+#: a program's verb's answer (``_PROGRAM_VERBS``): a remark naming the number ends its tail
+_PROGRAM_ANSWER = re.compile(_ANSWER_PATTERN.replace("{remark}", "(?!" + _NAMING_REMARK + ")"), re.IGNORECASE)
 #: the words before such a verb that make it an instruction ("please reply", "you must answer")
 _ADDRESSING = frozenset({("please",), ("kindly",), ("just",), ("only",), ("simply",), ("you", "must"),
                          ("you", "should"), ("you", "shall"), ("you", "will"), ("you", "need", "to"),
@@ -442,7 +447,7 @@ def _asked(text: str) -> list[str]:
             continue
         # each match stops at the first word that is no filler (the next verb is none), so the
         # instructions' matches cover the text about once
-        answer = _ANSWER.match(text, m.end())
+        answer = (_PROGRAM_ANSWER if m.group().lower() in _PROGRAM_VERBS else _ANSWER).match(text, m.end())
         if answer is not None:
             covered = answer.end()
             found.append(answer.group().replace("<3", ""))  # a heart, no 3
