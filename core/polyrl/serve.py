@@ -506,9 +506,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             raise ApiError(411, "Transfer-Encoding is not accepted; send a plain body with Content-Length",
                            "Transfer-Encoding", close=True)
-        raw = self._received(length)
+        raw, timed_out = self._received(length)
         if len(raw) < length:
-            if self.server.deadlines.cut(self.connection):
+            if timed_out or self.server.deadlines.cut(self.connection):
                 raise ApiError(408, f"the body was not received within {self.server.limits.read_timeout_s:g} s "
                                f"({len(raw)} of {length} bytes); the request was not acted on", "Content-Length",
                                close=True)
@@ -520,9 +520,12 @@ class Handler(BaseHTTPRequestHandler):
         self.server.deadlines.clear(self.connection)  # the request is in; generating may take long
         return req.parse_json_object(raw)
 
-    def _received(self, length: int) -> bytes:
-        """Up to ``length`` bytes of the body: fewer when the connection ends first. Read piece by piece,
-        so a reset mid-body still says how much had come (one ``read`` lost it: "0 of N bytes")."""
+    def _received(self, length: int) -> tuple[bytes, bool]:
+        """Up to ``length`` bytes of the body (fewer when the connection ends first), and whether a
+        recv ran past the socket timeout. Read piece by piece, so a reset mid-body still says how
+        much had come (one ``read`` lost it: "0 of N bytes"). Why the flag: the per-recv timeout is
+        the read timeout, so a body stalling after its headers usually times out before the deadline
+        watcher's next tick; taken for a reset, that was a 400 blaming the client, not the 408."""
         parts: list[bytes] = []
         got = 0
         try:
@@ -532,9 +535,11 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 parts.append(part)
                 got += len(part)
-        except OSError:  # reset, or a recv past the socket timeout
+        except TimeoutError:  # socket.timeout: the server's wait ran out, as a deadline cut
+            return b"".join(parts), True
+        except OSError:  # reset
             pass
-        return b"".join(parts)
+        return b"".join(parts), False
 
     def _client_gone(self) -> bool:
         """Whether the client closed the connection (end-of-file waiting on it): a peek, so bytes of a
