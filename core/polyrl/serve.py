@@ -94,6 +94,7 @@ from typing import Any
 import attrs
 
 from polyrl import strict_json
+from polyrl.backend_kit.tokens import KEPT_TAGS, completion_decoder
 from polyrl.byte_level import byte_to_char
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger, log_from_signal_handler
@@ -182,12 +183,14 @@ class TokenText:
     def __init__(self, engine: Any, model_path: str) -> None:
         self._decode: Any = None
         self._piece: Any = None  # id -> the vocabulary's own spelling of the token
+        self._in_text: Any = None  # ids -> their text as a completion's (special tokens left out)
         raw = getattr(engine, "raw", engine)
         tok = getattr(raw, "tokenizer", None)
         if tok is not None and hasattr(tok, "decode"):
             self._decode = lambda i: tok.decode([int(i)], skip_special_tokens=False)
             if hasattr(tok, "convert_ids_to_tokens"):
                 self._piece = lambda i: tok.convert_ids_to_tokens(int(i))
+            self._in_text = completion_decoder(tok)
         else:
             path = os.path.join(model_path, "tokenizer.json")
             if os.path.isfile(path):
@@ -197,13 +200,25 @@ class TokenText:
                     fast = Tokenizer.from_file(path)
                     self._decode = lambda i: fast.decode([int(i)], skip_special_tokens=False)
                     self._piece = lambda i: fast.id_to_token(int(i))
+                    self._in_text = lambda ids: fast.decode(  # completion_decoder's rule: KEPT_TAGS stay
+                        list(ids), skip_special_tokens=not any(fast.id_to_token(int(i)) in KEPT_TAGS for i in ids))
                 except Exception:  # noqa: BLE001 - fall back to ids
                     self._decode = None
+        if callable(getattr(raw, "decode", None)):  # the engine's own: the one its completions' text came from
+            self._in_text = raw.decode
 
     def __call__(self, token_id: int) -> str:
         if self._decode is None:
             return f"<{int(token_id)}>"
         return self._decode(token_id)
+
+    def left_out(self, token_id: int) -> bool:
+        """Whether a completion's text leaves this token out: a special token (``<|im_end|>`` under
+        ``ignore_eos``) that the engine's decode skips. Why ask: its own decode spells it, and
+        counting those characters shifted every later ``text_offset`` past its token."""
+        if self._in_text is None or self._decode is None:
+            return False
+        return self._in_text([int(token_id)]) == "" and self(token_id) != ""
 
     def token_bytes(self, token_id: int) -> list[int] | None:
         """The token's own bytes (OpenAI's logprobs ``bytes``), or None when they cannot be told.
@@ -734,7 +749,8 @@ class Handler(BaseHTTPRequestHandler):
             if logprobs:
                 ids = c.completion_ids.tolist()
                 tokens = [self.server.token_text(t) for t in ids]
-                pieces = [bytes(self.server.token_text.token_bytes(t) or token.encode("utf-8"))
+                shown = self.server.token_text
+                pieces = [b"" if shown.left_out(t) else bytes(shown.token_bytes(t) or token.encode("utf-8"))
                           for t, token in zip(ids, tokens)]
                 offsets = text_offsets(pieces, len(entry["text"]))
                 entry["logprobs"] = {"tokens": self._named(tokens, ids, body), "token_logprobs": [float(x) for x in c.logprobs],
