@@ -48,6 +48,14 @@ CELLS = {
     "autouse_fixture": "import pytest\n\nseen = []\n\n@pytest.fixture(autouse=True)\ndef fresh():\n    seen.clear()\n"
                        "    yield\n    seen.clear()\n\ndef test_a():\n    seen.append(add(1, 2))\n    assert seen == [3]\n\n"
                        "def test_b():\n    seen.append(add(2, 2))\n    assert seen == [4]\n",
+    # fixtures of the cell's own named like pytest's built-ins (a module fixture overrides those): the
+    # test was called as test_a(capsys=..., capsys=...), a SyntaxError, and data(monkeypatch) read a
+    # name never bound, a NameError, so every completion failed
+    "own_fixture_named_like_builtin": "import pytest\n\n@pytest.fixture\ndef capsys():\n    return [(1, 2, 3)]\n\n"
+                                      "@pytest.fixture\ndef monkeypatch():\n    return {'pairs': [(2, 2, 4)]}\n\n"
+                                      "@pytest.fixture\ndef data(monkeypatch):\n    return monkeypatch['pairs']\n\n"
+                                      "def test_a(capsys):\n    for a, b, want in capsys:\n        assert add(a, b) == want\n\n"
+                                      "def test_b(data):\n    for a, b, want in data:\n        assert add(a, b) == want\n",
     "unittest_runner": "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def test_pairs(self):\n"
                        "        self.assertEqual(add(2, 2), 4)\n\nsuite = unittest.TestLoader().loadTestsFromTestCase(TestAdd)\n"
                        "unittest.TextTestRunner().run(suite)\n",
@@ -88,6 +96,20 @@ def test_every_shape_runs_its_checks(shape):
     scores, metrics = score(CELLS[shape], [RIGHT, WRONG, EMPTY])
     assert scores == [1.0, 0.0, 0.0], scores
     assert metrics["unconsulted"] == 0
+
+
+def test_tear_down_class_runs_when_the_classs_last_test_fails():
+    """tearDownClass ran after the class's last test only when that test passed: a failure there
+    left what setUpClass set (here an environment variable) for the tests after it, so a solution
+    failing one test failed the next as well (0 of 2, not 1 of 2)."""
+    cell = ("import os\nimport unittest\n\nclass TestAdd(unittest.TestCase):\n    @classmethod\n"
+            "    def setUpClass(cls):\n        os.environ['POLYRL_ADD_CASE'] = 'on'\n\n    @classmethod\n"
+            "    def tearDownClass(cls):\n        del os.environ['POLYRL_ADD_CASE']\n\n    def test_same(self):\n"
+            "        self.assertEqual(add(2, 2), 4)\n\ndef test_small():\n    assert 'POLYRL_ADD_CASE' not in os.environ\n"
+            "    assert add(1, 2) == 3\n")
+    half = "def add(a, b):\n    return 3\n"  # right for (1, 2) only
+    scores, _ = score(cell, [RIGHT, half, EMPTY])
+    assert scores == [1.0, 0.5, 0.0], scores
 
 
 def test_a_tests_cell_scores_the_same_in_the_trainer():

@@ -190,6 +190,55 @@ def test_text_offsets_point_into_the_text_when_tokens_split_a_character(tiny_mod
             assert ord(text[offset]) > 127
 
 
+@pytest.mark.parametrize("engine_decodes", [True, False], ids=["engine-decode", "tokenizer-json"])
+def test_text_offsets_skip_a_special_token_the_text_leaves_out(tiny_model_dir, engine_decodes):
+    """Under ignore_eos a completion can hold <|im_end|> mid-way; the text leaves it out (the engine
+    decodes with skip_special_tokens) but the offsets counted its 10 characters, so " c" in "a b c"
+    was said to start at 13, past the end. The tiny model's own tokenizer; a fake engine answers the
+    ids, with its own decode (as every backend's engine has) or without one (tokenizer.json's rule)."""
+    import threading
+
+    import httpx
+    from tokenizers import Tokenizer
+
+    from polyrl.serve import PolyrlServer
+    from polyrl.testing.tiny_model import IM_END
+    from polyrl.types import Completion
+
+    tokenizer = Tokenizer.from_file(f"{tiny_model_dir}/tokenizer.json")
+    special = tokenizer.token_to_id(IM_END)
+    ids = [*tokenizer.encode("a b", add_special_tokens=False).ids, special,
+           *tokenizer.encode(" c", add_special_tokens=False).ids]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    assert text == "a b c" and IM_END in tokenizer.decode(ids, skip_special_tokens=False)
+
+    class Fixed:
+        def generate(self, prompts, sampling):
+            return [Completion(i, [1], ids, [-0.5] * len(ids), text=text, finish_reason="length")
+                    for i in range(len(prompts)) for _ in range(sampling.n)]
+
+    engine = Fixed()
+    if engine_decodes:
+        engine.decode = lambda token_ids: tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    server = PolyrlServer(("127.0.0.1", 0), engine, model_name="m", model_path=tiny_model_dir)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as client:
+            r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 16, "logprobs": 0})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    offsets, tokens = choice["logprobs"]["text_offset"], choice["logprobs"]["tokens"]
+    assert choice["text"] == text and len(offsets) == len(ids) and tokens[ids.index(special)] == IM_END
+    for offset, token, token_id in zip(offsets, tokens, ids):
+        if token_id == special:  # where it would have been: after "a b"
+            assert offset == len("a b"), offsets
+        else:
+            assert text[offset:offset + len(token)] == token, (offset, token, offsets)
+
+
 def test_return_tokens_as_token_ids_names_each_log_probs_token_by_its_id(server):
     """vLLM's field, which polyrl's remote backend sends to check each log-prob against its id, was
     ignored: tokens came back as text, so that check never ran against polyrl serve."""

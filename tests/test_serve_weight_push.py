@@ -235,6 +235,38 @@ def test_a_push_whose_client_goes_away_mid_body_is_told_so_not_a_timeout():
         server.server_close()
 
 
+def test_a_body_stalling_past_the_read_timeout_is_a_408_not_a_client_reset():
+    """The per-recv timeout equals --read-timeout-s and the deadline watcher ticks every 0.25 s, so
+    a body stalling after its headers usually timed out in recv first: that was taken for a reset and
+    answered 400 "the client closed or reset it mid-body", blaming the client for the server's wait.
+    A watcher that never ticks here makes the recv timeout the one that ends the wait."""
+    import json
+    import socket
+    import threading
+
+    from polyrl.serve import PolyrlServer
+    from polyrl.serving.connections import Deadlines
+    from polyrl.serving.limits import Limits
+
+    server = PolyrlServer(("127.0.0.1", 0), _NoEngine(), model_name="m", limits=Limits(read_timeout_s=0.3))
+    server.deadlines = Deadlines(tick_s=3600)  # the watcher's tick not yet come: the recv times out first
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=60) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 10\r\n\r\n{\"")  # 2 of 10 bytes, then nothing more
+            reply = b""
+            while chunk := sock.recv(65536):  # the server answers, then closes
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408"), reply
+        message = json.loads(body)["error"]["message"]
+        assert message.startswith("the body was not received within 0.3 s (2 of 10 bytes)"), message
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_deadline_watcher_tells_a_connection_it_cut_from_one_the_client_closed():
     """What lets the body's reader say 408 (the server's deadline) or 400 (the client went away)."""
     import socket

@@ -94,6 +94,7 @@ from typing import Any
 import attrs
 
 from polyrl import strict_json
+from polyrl.backend_kit.tokens import KEPT_TAGS, completion_decoder
 from polyrl.byte_level import byte_to_char
 from polyrl.errors import ConfigError
 from polyrl.logs import get_logger, log_from_signal_handler
@@ -182,12 +183,14 @@ class TokenText:
     def __init__(self, engine: Any, model_path: str) -> None:
         self._decode: Any = None
         self._piece: Any = None  # id -> the vocabulary's own spelling of the token
+        self._in_text: Any = None  # ids -> their text as a completion's (special tokens left out)
         raw = getattr(engine, "raw", engine)
         tok = getattr(raw, "tokenizer", None)
         if tok is not None and hasattr(tok, "decode"):
             self._decode = lambda i: tok.decode([int(i)], skip_special_tokens=False)
             if hasattr(tok, "convert_ids_to_tokens"):
                 self._piece = lambda i: tok.convert_ids_to_tokens(int(i))
+            self._in_text = completion_decoder(tok)
         else:
             path = os.path.join(model_path, "tokenizer.json")
             if os.path.isfile(path):
@@ -197,13 +200,25 @@ class TokenText:
                     fast = Tokenizer.from_file(path)
                     self._decode = lambda i: fast.decode([int(i)], skip_special_tokens=False)
                     self._piece = lambda i: fast.id_to_token(int(i))
+                    self._in_text = lambda ids: fast.decode(  # completion_decoder's rule: KEPT_TAGS stay
+                        list(ids), skip_special_tokens=not any(fast.id_to_token(int(i)) in KEPT_TAGS for i in ids))
                 except Exception:  # noqa: BLE001 - fall back to ids
                     self._decode = None
+        if callable(getattr(raw, "decode", None)):  # the engine's own: the one its completions' text came from
+            self._in_text = raw.decode
 
     def __call__(self, token_id: int) -> str:
         if self._decode is None:
             return f"<{int(token_id)}>"
         return self._decode(token_id)
+
+    def left_out(self, token_id: int) -> bool:
+        """Whether a completion's text leaves this token out: a special token (``<|im_end|>`` under
+        ``ignore_eos``) that the engine's decode skips. Why ask: its own decode spells it, and
+        counting those characters shifted every later ``text_offset`` past its token."""
+        if self._in_text is None or self._decode is None:
+            return False
+        return self._in_text([int(token_id)]) == "" and self(token_id) != ""
 
     def token_bytes(self, token_id: int) -> list[int] | None:
         """The token's own bytes (OpenAI's logprobs ``bytes``), or None when they cannot be told.
@@ -506,9 +521,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             raise ApiError(411, "Transfer-Encoding is not accepted; send a plain body with Content-Length",
                            "Transfer-Encoding", close=True)
-        raw = self._received(length)
+        raw, timed_out = self._received(length)
         if len(raw) < length:
-            if self.server.deadlines.cut(self.connection):
+            if timed_out or self.server.deadlines.cut(self.connection):
                 raise ApiError(408, f"the body was not received within {self.server.limits.read_timeout_s:g} s "
                                f"({len(raw)} of {length} bytes); the request was not acted on", "Content-Length",
                                close=True)
@@ -520,9 +535,12 @@ class Handler(BaseHTTPRequestHandler):
         self.server.deadlines.clear(self.connection)  # the request is in; generating may take long
         return req.parse_json_object(raw)
 
-    def _received(self, length: int) -> bytes:
-        """Up to ``length`` bytes of the body: fewer when the connection ends first. Read piece by piece,
-        so a reset mid-body still says how much had come (one ``read`` lost it: "0 of N bytes")."""
+    def _received(self, length: int) -> tuple[bytes, bool]:
+        """Up to ``length`` bytes of the body (fewer when the connection ends first), and whether a
+        recv ran past the socket timeout. Read piece by piece, so a reset mid-body still says how
+        much had come (one ``read`` lost it: "0 of N bytes"). Why the flag: the per-recv timeout is
+        the read timeout, so a body stalling after its headers usually times out before the deadline
+        watcher's next tick; taken for a reset, that was a 400 blaming the client, not the 408."""
         parts: list[bytes] = []
         got = 0
         try:
@@ -532,9 +550,11 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 parts.append(part)
                 got += len(part)
-        except OSError:  # reset, or a recv past the socket timeout
+        except TimeoutError:  # socket.timeout: the server's wait ran out, as a deadline cut
+            return b"".join(parts), True
+        except OSError:  # reset
             pass
-        return b"".join(parts)
+        return b"".join(parts), False
 
     def _client_gone(self) -> bool:
         """Whether the client closed the connection (end-of-file waiting on it): a peek, so bytes of a
@@ -729,7 +749,8 @@ class Handler(BaseHTTPRequestHandler):
             if logprobs:
                 ids = c.completion_ids.tolist()
                 tokens = [self.server.token_text(t) for t in ids]
-                pieces = [bytes(self.server.token_text.token_bytes(t) or token.encode("utf-8"))
+                shown = self.server.token_text
+                pieces = [b"" if shown.left_out(t) else bytes(shown.token_bytes(t) or token.encode("utf-8"))
                           for t, token in zip(ids, tokens)]
                 offsets = text_offsets(pieces, len(entry["text"]))
                 entry["logprobs"] = {"tokens": self._named(tokens, ids, body), "token_logprobs": [float(x) for x in c.logprobs],

@@ -332,8 +332,9 @@ def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals:
                  f"{(case := f'_polyrl_{node.name}_{m.name}')} = {node.name}({m.name!r})\n{case}.setUp()\n"
                  f"{drive(f'{case}.{m.name}()')}\n{case}.tearDown()\n{case}.doCleanups()" for m in methods]
         if tests and _class_fixtures(body):  # as a runner: once before the class's first test, once after its last
+            # (whether or not the last passed: after it, a failure had left what the class set up in place)
+            tests[-1] = f"try:\n{textwrap.indent(tests[-1], '    ')}\nfinally:\n    {node.name}.tearDownClass()"
             tests[0] = f"{node.name}.setUpClass()\n{tests[0]}"
-            tests[-1] = f"{tests[-1]}\n{node.name}.tearDownClass()"
         return tests
     if node.name.startswith("Test"):
         return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals, own_fixtures(body))]
@@ -380,9 +381,10 @@ def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str
     combos = itertools.product(*grids) if grids else [()]
     calls = [[arg for case in combo for arg in case] for combo in combos]
     own = own if own is not None else Fixtures()
+    builtin = _builtin(own)
     mine = _own_fixtures(node, calls, own)
-    fixtures = sorted(set(_fixtures(node, calls)) | {p for f in mine for p in own[f] if p in FIXTURES})
-    given = [f"{f}={_FIXTURE_NAME}{FIXTURES[f]}" for f in _fixtures(node, calls)]
+    fixtures = sorted(set(_fixtures(node, calls, builtin)) | {p for f in mine for p in own[f] if p in builtin})
+    given = [f"{f}={_FIXTURE_NAME}{builtin[f]}" for f in _fixtures(node, calls, builtin)]
     given += [f"{f}={_OWN_NAME}{f}" for f in _parameters(node) if f in mine and f not in _given(calls)]
     return [_with_fixtures(_with_own(_call(node, f"{target}({', '.join(args + given)})"), mine, own), fixtures)
             for args in calls]
@@ -421,6 +423,14 @@ def own_fixtures(body: list[ast.stmt]) -> Fixtures:
     return Fixtures(found, autouse)
 
 
+def _builtin(own: Fixtures) -> dict[str, str]:
+    """The pytest built-in fixtures given here (``FIXTURES``) less those the cell defines itself: as
+    in pytest, a module's own ``capsys`` or ``monkeypatch`` overrides the built-in. Why: read as both,
+    ``test_a(capsys)`` was called ``test_a(capsys=..., capsys=...)`` (a SyntaxError) and a fixture
+    naming the cell's ``monkeypatch`` read a name never bound (a NameError): every completion failed."""
+    return {name: maker for name, maker in FIXTURES.items() if name not in own}
+
+
 def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     return [p.arg for p in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
 
@@ -433,6 +443,7 @@ def _own_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list
     """The tests' own fixtures a test needs, each after those it names; none where one of them
     names a fixture given nowhere here (``request``, ``tmp_path``): the test runs as before."""
     order: list[str] = []
+    builtin = _builtin(own)
 
     def need(name: str, path: tuple[str, ...]) -> bool:
         if name in order:
@@ -440,7 +451,7 @@ def _own_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list
         if name in path or name not in own:
             return False
         for p in own[name]:
-            if p not in FIXTURES and not need(p, (*path, name)):
+            if p not in builtin and not need(p, (*path, name)):
                 return False
         order.append(name)
         return True
@@ -465,12 +476,14 @@ def _with_own(call: str, mine: list[str], own: dict[str, list[str]]) -> str:
 _FIXTURE_NAME = "_polyrl_"
 
 
-def _fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]]) -> list[str]:
+def _fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]],
+              builtin: dict[str, str]) -> list[str]:
     """The parameters of a test function that name a pytest fixture given here (``capsys``,
-    ``capfd``, ``monkeypatch``) and that no ``parametrize`` case fills (``polyrl.sandbox.fixtures``)."""
+    ``capfd``, ``monkeypatch``; ``builtin``: those the cell does not define itself) and that no
+    ``parametrize`` case fills (``polyrl.sandbox.fixtures``)."""
     given = {arg.split("=", 1)[0] for args in calls for arg in args}
     params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
-    return [p.arg for p in params if p.arg in FIXTURES and p.arg not in given]
+    return [p.arg for p in params if p.arg in builtin and p.arg not in given]
 
 
 def _with_fixtures(call: str, fixtures: list[str]) -> str:
