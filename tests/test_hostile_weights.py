@@ -416,7 +416,7 @@ def test_polyrl_generate_on_weights_lacking_or_reshaping_a_tensor_prints_only_th
         words = f"1 tensor(s) of another shape: {name} ([3, 3] in the weights, [64, 64] in config.json's model)"
     status, lines = _polyrl("generate", "hi", "--backend", "torch", "--model", folder, "--max-new-tokens", "2")
     assert status == 2 and len(lines) == 1, lines
-    assert lines[0].startswith(f"error: model.path: config.json in {folder!r} does not match its weights: "), lines
+    assert lines[0].startswith(f"error: --model: config.json in {folder!r} does not match its weights: "), lines
     assert words in lines[0] and "Fix: use the config.json saved with these weights" in lines[0], lines
 
 

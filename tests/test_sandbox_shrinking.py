@@ -141,12 +141,14 @@ class _Node:
 def test_one_rule_of_the_same_item_for_readings_and_lost_items():
     """``reader.same_items`` (two readings of one value) and ``shrinking``'s lost and gained items
     follow one rule, ``values.item_key``: plain data exactly (``nan`` is itself; ``1`` is not
-    ``True`` nor ``1.0``; ``-0.0`` is not ``0.0``; a set in its order), an object of the sample's by
-    its type (a new handle each reading), another object by its type's name."""
+    ``True`` nor ``1.0``; ``-0.0`` is not ``0.0``; an int past 4300 digits by its value, as it
+    crosses; a set in its order), an object of the sample's by its type (a new handle each
+    reading), another object by its type's name."""
     nan = float("nan")
     pairs = [  # (a, b, whether they are the same item)
         (1, True, False), (1, 1.0, False), (0.0, -0.0, False), (nan, float("nan"), True), ("1", b"1", False),
-        ((1, [2]), (1, [2]), True), ((1,), [1], False), (10 ** 5000, 10 ** 5001, True), (_Node(), _Node(), True),
+        ((1, [2]), (1, [2]), True), ((1,), [1], False), (10 ** 5000, 10 ** 5001, False),
+        (10 ** 5000, 10 ** 5000, True), (_Node(), _Node(), True),
         (_Handle("Node"), _Handle("Node"), True), (_Handle("Node"), _Node(), False),
         (_Handle("Node"), _Handle("Leaf"), False), ({"a": 1}, {"a": 1}, True), ({"a": 1}, {"a": 2}, False),
     ]
