@@ -116,3 +116,15 @@ def test_a_leetcode_dataset_row_scores_through_its_entry_point():
     for bad in ("Solution().f()", "Solution(1).f", "Solution().f.g", "__import__('os').f", "().f"):
         with pytest.raises(RewardError, match="not a function name"):
             _entry_point({"entry_point": bad}, "entry_point", 0)
+
+
+def test_a_copied_class_keeps_none_of_the_tests_docstrings():
+    """A node class's docstring is the tests' text (it may show an example's wanted output): the
+    sample's copy has the class's data shape only."""
+    from polyrl.sandbox import tests_header
+    steps = parse_tests('class ListNode:\n    """reverse([1, 2]) == [2, 1]"""\n    def __init__(self, val=0, next=None):\n'
+                        '        """wanted: 42"""\n        self.val, self.next = val, next\nfrom solution import f\n'
+                        "assert f(ListNode(1)) == 1\n")
+    text = tests_header.header(steps, "def f(node: ListNode):\n    return node.val\n")
+    assert "class ListNode" in text and "self.val" in text
+    assert "reverse" not in text and "42" not in text

@@ -97,8 +97,9 @@ def _tried(node: ast.stmt) -> str:
 
 
 def _unannotated(node: ast.ClassDef) -> ast.ClassDef:
-    """The class without its annotations: they name the tests' types (``Optional['ListNode']``),
-    which the sample may lack, and a class that fails to be made would fail a right solution."""
+    """The class without its annotations and docstrings. Annotations name the tests' types
+    (``Optional['ListNode']``), which the sample may lack, and a class that fails to be made would
+    fail a right solution; docstrings are the tests' words, which may show a wanted output."""
     copy = ast.parse(ast.unparse(node)).body[0]
     assert isinstance(copy, ast.ClassDef)
     for item in ast.walk(copy):
@@ -110,6 +111,9 @@ def _unannotated(node: ast.ClassDef) -> ast.ClassDef:
             for i, stmt in enumerate(item.body):
                 if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
                     item.body[i] = ast.Assign([stmt.target], stmt.value, lineno=stmt.lineno)
+            # docstrings left out: the tests' words (an example's wanted output) are not the sample's to read
+            item.body = [stmt for stmt in item.body if not (isinstance(stmt, ast.Expr) and isinstance(
+                stmt.value, ast.Constant) and isinstance(stmt.value.value, str))] or [ast.Pass()]
     return copy
 
 
