@@ -10,6 +10,7 @@ reading ``completion[0]["content"]`` scored the thinking too, with no word.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -77,14 +78,9 @@ def _check_tool_calls(calls: Any) -> None:
             body["arguments"] = {}
 
 
-def folder_has_schema(folder: Any) -> bool:
+def folder_has_schema(folder: str | Path) -> bool:
     """Whether the tokenizer saved in ``folder`` has a ``response_schema`` (transformers keeps it in
     ``tokenizer_config.json``): read without loading the tokenizer; False for no such folder."""
-    import json
-    from pathlib import Path
+    from polyrl.backend_kit.model_folders import json_object
 
-    try:
-        config = json.loads((Path(folder) / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
-        return False
-    return isinstance(config, dict) and config.get("response_schema") is not None
+    return json_object(Path(folder) / "tokenizer_config.json").get("response_schema") is not None
