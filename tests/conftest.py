@@ -88,3 +88,17 @@ def toy(tmp_path, monkeypatch):
     deactivate = activate(install_toy_dists(tmp_path / "site"))
     yield
     deactivate()
+
+
+@pytest.fixture
+def native_build(request, monkeypatch):
+    """One build of the sampler's C library (``parametrize("native_build", native_builds.params(), indirect=True)``;
+    a param of None: none, the torch ops)."""
+    import native_builds
+    from polyrl_torch import decode_kernel
+
+    if request.param is None:
+        yield None
+        return
+    monkeypatch.setattr(decode_kernel, "instruction_set", lambda: request.param)
+    yield from native_builds.built_for(request.param)

@@ -2,8 +2,9 @@
 
 The kernel changes how the sampler's matmuls stream weights, not what they compute: it must
 multiply as ``F.linear`` does for any rows, sizes and bias (the sampler on it picking the plain
-sampler's tokens and following every weight update: ``test_torch_packed_generation``), "auto"
-must take it only where it is meant to (Intel AVX-512, one thread) and "on" where it cannot run
+sampler's tokens and following every weight update: ``test_torch_packed_generation``), in each
+build this CPU runs (AVX-512: 48-column panels, tiles of up to 8 rows; AVX2: 24 and 4), "auto"
+must take it only where it is meant to (Intel AVX-512 or AVX2-only, one thread) and "on" where it cannot run
 must fail at load with an error naming the option.
 """
 
@@ -19,6 +20,10 @@ from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams
 
 torch = pytest.importorskip("torch")
 decode_kernel = pytest.importorskip("polyrl_torch.decode_kernel")
+import native_builds  # noqa: E402
+
+#: once per build of the C library this CPU runs
+EACH_BUILD = pytest.mark.parametrize("native_build", native_builds.params(), indirect=True)
 
 PROMPTS = ["hello there", "count to three"]
 #: float32 log-probs computed by another matmul kernel (other summation order)
@@ -45,18 +50,21 @@ def _gap(a, b) -> float:
     return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
 
 
+@EACH_BUILD
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 20, 32, 41])
-@pytest.mark.parametrize(("out_features", "in_features"), [(1, 1), (47, 37), (48, 64), (49, 5), (150, 96), (3, 0)])
-def test_kernel_multiplies_as_linear_does(rows, out_features, in_features):
-    """Every tile height (1-8 rows), rows split into several even tiles (9: 5 + 4, 20: 7 + 7 + 6);
-    whole 48-column panels and a last one partly padding (its padding never written to the output)."""
-    _needs_kernel()
+@pytest.mark.parametrize(("out_features", "in_features"),
+                         [(1, 1), (23, 9), (47, 37), (48, 64), (49, 5), (150, 96), (3, 0)])
+def test_kernel_multiplies_as_linear_does(rows, out_features, in_features, native_build):
+    """Every tile height (1-8 rows; 1-4 with AVX2), rows split into several even tiles (9: 5 + 4, 20:
+    7 + 7 + 6; AVX2: 3 + 3 + 3, 5 x 4); whole panels and a last one partly padding (its padding
+    never written to the output)."""
     gen = torch.Generator().manual_seed(rows * 1000 + out_features)
     weight = torch.randn(out_features, in_features, generator=gen)
     bias = torch.randn(out_features, generator=gen)
     x = torch.randn(rows, in_features, generator=gen)
     panels = decode_kernel.panels_of(weight)
-    assert panels.shape == (-(-out_features // 48), in_features, 48)
+    width = decode_kernel.panel()
+    assert panels.shape == (-(-out_features // width), in_features, width)
     torch.testing.assert_close(decode_kernel.linear(x, panels, out_features, None),
                                torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-5)
     strided = torch.randn(2, 3, in_features, generator=gen)[:, -1:, :]  # the prefill's last position: a view
@@ -64,8 +72,9 @@ def test_kernel_multiplies_as_linear_does(rows, out_features, in_features):
                                torch.nn.functional.linear(strided, weight, bias), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("out_features", [48, 49, 150])
-def test_a_weight_update_repacks_in_place_as_a_fresh_pack_would(out_features):
+@EACH_BUILD
+@pytest.mark.parametrize("out_features", [24, 48, 49, 150])
+def test_a_weight_update_repacks_in_place_as_a_fresh_pack_would(out_features, native_build):
     """A weight update writes the new panels over the old ones (no new memory): the result is a fresh
     pack's, the last panel's padding zero again; panels of another shape are not reused."""
     gen = torch.Generator().manual_seed(out_features)
@@ -86,12 +95,12 @@ def test_a_weight_update_repacks_in_place_as_a_fresh_pack_would(out_features):
         assert decode_kernel.panels_of(new, into=made).data_ptr() == made.data_ptr()
 
 
+@EACH_BUILD
 @pytest.mark.parametrize("rows", [2, 9, 12, 20, 33])
-def test_a_row_multiplies_the_same_whatever_rows_share_its_call(rows):
+def test_a_row_multiplies_the_same_whatever_rows_share_its_call(rows, native_build):
     """How the rows are split into tiles changes which weights are read together, never a row's sums:
     each row of a call equals that row multiplied alone, bit for bit (a sequence's log-probs do not
     depend on how many rows are still sampling beside it, as far as these matmuls go)."""
-    _needs_kernel()
     gen = torch.Generator().manual_seed(rows)
     weight = torch.randn(200, 160, generator=gen)
     x = torch.randn(rows, 160, generator=gen)
@@ -101,8 +110,18 @@ def test_a_row_multiplies_the_same_whatever_rows_share_its_call(rows):
         assert torch.equal(together[row], decode_kernel.linear(x[row:row + 1], panels, 200, None)[0]), row
 
 
-def test_auto_takes_the_kernel_on_intel_avx512_with_one_thread_and_on_with_any(tiny_model_dir):
-    expected = decode_kernel.unavailable_reason() is None and decode_kernel.cpu_vendor() == "GenuineIntel"
+@pytest.mark.parametrize(("widest", "vendor", "takes"), [
+    ("avx512", "GenuineIntel", True), ("avx512", "AuthenticAMD", False), ("avx2", "GenuineIntel", True),
+    ("avx2", "AuthenticAMD", True), (None, "GenuineIntel", False)])
+def test_auto_takes_the_kernel_only_where_it_was_measured_to_win(widest, vendor, takes, monkeypatch):
+    """Intel with AVX-512 and AVX2-only CPUs (an AMD EPYC measured); not AMD's AVX-512 CPUs, unmeasured."""
+    monkeypatch.setattr(decode_kernel, "instruction_set", lambda: widest)
+    monkeypatch.setattr(decode_kernel, "cpu_vendor", lambda: vendor)
+    assert decode_kernel.measured_to_win() is takes
+
+
+def test_auto_takes_the_kernel_where_measured_with_one_thread_and_on_with_any(tiny_model_dir):
+    expected = decode_kernel.unavailable_reason() is None and decode_kernel.measured_to_win()
     sampling = SamplingParams(max_new_tokens=2, n=1, temperature=0.0)
     one = _engine(tiny_model_dir)
     one.generate(PROMPTS, sampling)
@@ -131,7 +150,7 @@ def test_decode_kernel_option_is_checked_at_load(tiny_model_dir, monkeypatch):
             _engine(tiny_model_dir, decode_kernel="on")
         assert err.value.field == "backends.options.decode_kernel"
         assert "cannot run here" in str(err.value) and ("ONEDNN_MAX_CPU_ISA" in str(err.value)
-                                                        or "no AVX-512F" in str(err.value))
+                                                        or "neither AVX-512F" in str(err.value))
         auto = _engine(tiny_model_dir)  # "auto" quietly keeps oneDNN there
         auto.generate(PROMPTS, SamplingParams(max_new_tokens=2, n=1, temperature=0.0))
         assert _on_kernel(auto) == {False}
@@ -157,3 +176,18 @@ def test_kernel_is_built_once_into_the_users_cache(tmp_path, monkeypatch):
         assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
     built = sorted(p.name for p in (tmp_path / "polyrl" / "kernels").iterdir())
     assert len(built) == 1 and built[0].startswith("decode_kernel-") and built[0].endswith(".so"), built
+
+
+def test_every_c_file_the_build_reads_is_keyed_and_ships_in_the_wheel():
+    """Each local ``#include`` of the C files is in ``HEADERS`` (a header edit must rebuild: the cache key
+    hashes them) and every source and header is the torch plugin's package-data (a wheel install
+    compiles from them)."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    files = (*decode_kernel.SOURCES, *decode_kernel.HEADERS)
+    included = {name for path in files for name in re.findall(r'#include "([^"]+)"', path.read_text())}
+    assert included and included <= {path.name for path in decode_kernel.HEADERS}
+    project = tomllib.loads((Path(decode_kernel.__file__).parents[1] / "pyproject.toml").read_text())
+    assert {path.name for path in files} <= set(project["tool"]["setuptools"]["package-data"]["polyrl_torch"])

@@ -1,7 +1,8 @@
 """A decode step's elementwise ops in C (``polyrl_torch.decode_ops``) against the torch ops they
 replace: the rotary embedding bit for bit (transformers' own ``apply_rotary_pos_emb``), RMSNorm after
 the residual add and the SiLU-gated product to float32 rounding, at widths that are and are not a
-multiple of one vector, extreme inputs included; bad tensors are refused, not misread."""
+multiple of one vector (16 floats with AVX-512, 8 with AVX2), extreme inputs included; bad tensors are
+refused, not misread."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from polyrl_torch import decode_kernel  # noqa: E402
+import native_builds  # noqa: E402
 
-pytestmark = pytest.mark.skipif(decode_kernel.unavailable_reason() is not None,
-                                reason=f"polyrl's C decode ops cannot run here: {decode_kernel.unavailable_reason()}")
+#: every test once per build of the C library this CPU runs (AVX-512 machines: the AVX2 build too)
+pytestmark = pytest.mark.parametrize("native_build", native_builds.params(), indirect=True)
 
 
 @pytest.fixture
-def ops():
+def ops(native_build):
     from polyrl_torch import decode_ops
 
     return decode_ops

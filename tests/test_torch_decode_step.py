@@ -19,7 +19,7 @@ from polyrl.types import EngineConfig, LoraConfig, OptimizerConfig, SamplingPara
 
 torch = pytest.importorskip("torch")
 
-from polyrl_torch import decode_kernel  # noqa: E402
+import native_builds  # noqa: E402
 
 #: prompts of different token lengths: the batch is left-padded, so the mask matters
 PROMPTS = ["hello there", "count to three, then four, five and six", "a"]
@@ -70,10 +70,9 @@ def test_written_out_steps_sample_what_transformers_forward_does(tiny_model_dir,
     assert plain.raw.generation_copy.decode_step is None
 
 
-@pytest.mark.skipif(decode_kernel.unavailable_reason() is not None,
-                    reason=f"polyrl's C decode ops cannot run here: {decode_kernel.unavailable_reason()}")
+@pytest.mark.parametrize("native_build", native_builds.params(), indirect=True)
 @pytest.mark.parametrize("shared", [True, False])
-def test_written_out_steps_with_c_ops_sample_what_torch_ops_do_to_rounding(tiny_model_dir, shared):
+def test_written_out_steps_with_c_ops_sample_what_torch_ops_do_to_rounding(tiny_model_dir, shared, native_build):
     """Where the copy runs polyrl's decode kernel, the step's norms, rotary embedding, SiLU product
     and a shared prompt's attention run in C (``decode_ops``, ``decode_attention``): the same
     tokens and log-probs as the torch ops to float32 rounding, through rows leaving and an update."""

@@ -17,7 +17,7 @@ from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenSeq
 
 torch = pytest.importorskip("torch")
 
-from polyrl_torch import decode_kernel  # noqa: E402
+import native_builds  # noqa: E402
 from polyrl_torch.shared_prompt_cache import SharedPromptLayer  # noqa: E402
 
 #: float32 attention computed in two orders of operations differs by a few ulps of its inputs
@@ -32,12 +32,7 @@ def _reference(query, keys, values, seen):
         query[:, :, None], keys, values, attn_mask=seen[:, None, None, :], scale=0.125, enable_gqa=True)[:, :, 0]
 
 
-NATIVE = pytest.param(True, marks=pytest.mark.skipif(
-    decode_kernel.unavailable_reason() is not None,
-    reason=f"polyrl's C attention cannot run here: {decode_kernel.unavailable_reason()}"))
-
-
-@pytest.mark.parametrize("native", [False, NATIVE])
+@pytest.mark.parametrize("native_build", [pytest.param(None, id="torch"), *native_builds.params()], indirect=True)
 @pytest.mark.parametrize(("owner", "kv_heads", "groups", "capacity", "dim", "prompt_len"), [
     ([0, 0, 0, 0, 1, 1, 1, 1], 3, 3, 6, 64, 7),      # two prompts, groups of 4, in order
     ([0, 1, 0, 2, 2, 1, 0], 2, 2, 6, 64, 7),         # a prompt given twice: rows not in prompt order, uneven groups
@@ -45,10 +40,12 @@ NATIVE = pytest.param(True, marks=pytest.mark.skipif(
     ([0, 0, 0, 1, 1, 1], 2, 7, 40, 128, 37),         # wider heads, more keys than one vector of scores
     ([0, 0, 1, 1, 1, 1], 4, 1, 4, 16, 1),            # no grouping; a one-token prompt
 ])
-def test_shared_prompt_attention_equals_per_row_attention(owner, kv_heads, groups, capacity, dim, prompt_len, native):
+def test_shared_prompt_attention_equals_per_row_attention(owner, kv_heads, groups, capacity, dim, prompt_len,
+                                                          native_build):
     """Each step appends a key and value per row and attends; rows leave after step 2 (one prompt's
     last rows among them, so that prompt is dropped) and the rest must still attend correctly; the
-    same in torch ops and in C (``native``)."""
+    same in torch ops and in C (``native_build``: each build of the C library this CPU runs)."""
+    native = native_build is not None
     gen = torch.Generator().manual_seed(len(owner))
     prompts = max(owner) + 1
     prompt_keys = torch.randn(prompts, kv_heads, prompt_len, dim, generator=gen)

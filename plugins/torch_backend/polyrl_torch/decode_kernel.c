@@ -1,44 +1,49 @@
-/* The sampler's float32 matmul for AVX-512 CPUs: y[rows][n] = x[rows][k] * w[n][k]^T (+ nothing: bias is
-   added by the caller), w packed by decode_kernel.py in panels of 48 output columns, [ceil(n/48)][k][48],
-   the last panel padded with zeros.
+/* The sampler's float32 matmul for AVX-512 or AVX2 CPUs: y[rows][n] = x[rows][k] * w[n][k]^T (+ nothing: bias is
+   added by the caller), w packed by decode_kernel.py in panels of PANEL output columns (three vectors: 48 with
+   AVX-512, 24 with AVX2), [ceil(n/PANEL)][k][PANEL], the last panel padded with zeros.
 
    Why: a decode step multiplies a few rows by every weight once, so its time is the weights' streaming
    from memory plus the arithmetic. oneDNN's packed matmul does the two in turns on the Xeons here; this
-   kernel keeps up to 8 rows x 48 columns of sums in registers and, while it multiplies one panel,
-   prefetches the next one into L2, so the next weights arrive during the arithmetic. The rows are split
-   into tiles of at most 8, as even as they go (12 rows: two of 6, not 8 and 4), and a tile of R rows is
-   compiled for that R: few rows (long completions, small groups) then read each panel once, at about
-   the rate this core streams memory. */
-#include <immintrin.h>
+   kernel keeps up to TILE_ROWS rows x PANEL columns of sums in registers (8 x 48 in 24 of AVX-512's 32
+   registers, 4 x 24 in 12 of AVX2's 16) and, while it multiplies one panel, prefetches the next one into L2,
+   so the next weights arrive during the arithmetic. The rows are split into tiles of at most TILE_ROWS, as
+   even as they go (12 rows on AVX-512: two of 6, not 8 and 4), and a tile of R rows is compiled for that R:
+   few rows (long completions, small groups) then read each panel once, at about the rate this core streams
+   memory. */
 #include <stddef.h>
 
-#define PANEL 48
-#define LINES_PER_K (PANEL * sizeof(float) / 64) /* cache lines of one k step of a panel */
+#include "native_simd.h"
+
+#define PANEL (3 * LANES)
+#define TILE_ROWS (LANES / 2)
+
+/* The panel width this build packs for (decode_kernel.py asks it). */
+int polyrl_decode_panel(void) { return PANEL; }
 
 /* One tile: R rows of x times one panel, into R rows x `cols` columns of y. Each k step also prefetches
    `step` lines of the next panel (`*line` counts them across the panel's tiles). */
 static inline __attribute__((always_inline)) void tile(const int R, const float *x, int k, const float *w,
                                                        float *y, int n, int cols, const char *next,
                                                        size_t *line, size_t lines, int step) {
-    __m512 acc[8][3];
+    vf acc[TILE_ROWS][3];
     for (int r = 0; r < R; r++)
-        for (int j = 0; j < 3; j++) acc[r][j] = _mm512_setzero_ps();
+        for (int j = 0; j < 3; j++) acc[r][j] = vzero();
     for (int i = 0; i < k; i++) {
         for (int s = 0; s < step && *line < lines; s++, (*line)++) _mm_prefetch(next + *line * 64, _MM_HINT_T1);
         const float *wi = w + (size_t)i * PANEL;
-        const __m512 b0 = _mm512_loadu_ps(wi), b1 = _mm512_loadu_ps(wi + 16), b2 = _mm512_loadu_ps(wi + 32);
+        const vf b0 = vload(wi), b1 = vload(wi + LANES), b2 = vload(wi + 2 * LANES);
         for (int r = 0; r < R; r++) {
-            const __m512 s = _mm512_set1_ps(x[(size_t)r * k + i]);
-            acc[r][0] = _mm512_fmadd_ps(s, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(s, b1, acc[r][1]);
-            acc[r][2] = _mm512_fmadd_ps(s, b2, acc[r][2]);
+            const vf s = vset(x[(size_t)r * k + i]);
+            acc[r][0] = vfmadd(s, b0, acc[r][0]);
+            acc[r][1] = vfmadd(s, b1, acc[r][1]);
+            acc[r][2] = vfmadd(s, b2, acc[r][2]);
         }
     }
     for (int j = 0; j < 3; j++) {
-        const int valid = cols - 16 * j;
+        const int valid = cols - LANES * j;
         if (valid <= 0) break;
-        const __mmask16 mask = valid >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << valid) - 1u);
-        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (size_t)r * n + 16 * j, mask, acc[r][j]);
+        const vmask mask = vfirst(valid);
+        for (int r = 0; r < R; r++) vstore_on(y + (size_t)r * n + LANES * j, mask, acc[r][j]);
     }
 }
 
@@ -51,8 +56,8 @@ void polyrl_decode_linear(const float *x, const float *panels, float *y, int row
         return;
     }
     const int count = (n + PANEL - 1) / PANEL;
-    const int tiles = (rows + 7) / 8;
-    const size_t lines = (size_t)k * LINES_PER_K; /* cache lines of one panel */
+    const int tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
+    const size_t lines = ((size_t)k * PANEL * sizeof(float) + 63) / 64; /* cache lines of one panel */
     /* lines prefetched per k step of each tile: the next panel is in L2 before this one's last tile ends */
     const int step = (int)((lines + (size_t)k * tiles - 1) / ((size_t)k * tiles));
     for (int p = 0; p < count; p++) {
@@ -66,7 +71,10 @@ void polyrl_decode_linear(const float *x, const float *panels, float *y, int row
             const float *xr = x + (size_t)r * k;
             float *yr = y + (size_t)r * n + (size_t)p * PANEL;
             switch (height) {
-                TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6) TILE(7) TILE(8)
+                TILE(1) TILE(2) TILE(3) TILE(4)
+#if TILE_ROWS > 4
+                TILE(5) TILE(6) TILE(7) TILE(8)
+#endif
             }
             r += height;
         }

@@ -1,17 +1,17 @@
-"""The sampler's own float32 matmul on AVX-512 CPUs (``decode_kernel.c``), built with the system's C
-compiler on first use and loaded with ctypes.
+"""The sampler's own float32 matmul on AVX-512 and AVX2 CPUs (``decode_kernel.c``), built with the system's
+C compiler on first use for the widest of the two this CPU has, and loaded with ctypes.
 
 Why: a decode step multiplies a few tens of rows by every weight once, so it costs the weights'
 streaming from memory plus the arithmetic. On the Intel Xeons here oneDNN's packed matmul does the
 two in turns (``bench/decode_kernel_probe.py``); this kernel prefetches the next weights while it
-multiplies, and reads each weight once for up to 8 rows, which shortened generation on them (README,
-Performance). Where it is not measured to
-win (other CPUs), not buildable (no ``cc``, no AVX-512) or capped (an ISA limit such as
-``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps oneDNN's packed weights.
+multiplies, and reads each weight once for up to 8 rows (4 with AVX2), which shortened generation
+there and on an AVX2-only AMD EPYC (README, Performance). Where it is not measured to win (AMD CPUs
+with AVX-512), not buildable (no ``cc``, neither AVX-512F nor AVX2 with FMA) or capped (an ISA limit
+such as ``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps oneDNN's packed weights.
 
-``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 where it
-builds and one torch thread samples), "on" (any AVX-512 CPU, any thread count: the kernel runs on
-one; an error where it cannot run) or "off".
+``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 and for
+AVX2-only CPUs, where it builds and one torch thread samples), "on" (any AVX-512 or AVX2 CPU, any
+thread count: the kernel runs on one; an error where it cannot run) or "off".
 """
 
 from __future__ import annotations
@@ -36,20 +36,21 @@ from polyrl.errors import ConfigError
 from polyrl.logs import get_logger
 
 MODES = ("auto", "on", "off")
-#: Output columns per packed panel: three AVX-512 registers of float32 (the C file's PANEL).
-PANEL = 48
 #: The name of each call in torch's profiler, followed by "ROWSxINxOUT" (``bench/step_profile.py``
 #: reads it: a ctypes call is no torch op, so the profiler would not see the time otherwise).
 PROFILER_NAME = "polyrl::decode_linear"
-#: Compiler flags: the instruction sets the kernels use, nothing tuned to the build machine; no multiply-add
-#: the source does not write (``decode_ops``' rotary embedding is torch's products and sums, bit for bit).
-FLAGS = ("-O3", "-mavx512f", "-mfma", "-ffp-contract=off", "-shared", "-fPIC")
+#: Compiler flags: nothing tuned to the build machine; no multiply-add the source does not write
+#: (``decode_ops``' rotary embedding is torch's products and sums, bit for bit).
+FLAGS = ("-O3", "-mfma", "-ffp-contract=off", "-shared", "-fPIC")
+#: The instruction sets the C files are written for (``native_simd.h``), widest first: each one's
+#: /proc/cpuinfo flags and compiler flag. A build packs panels of three vectors: 48 or 24 columns.
+INSTRUCTION_SETS = {"avx512": (("avx512f", "fma"), "-mavx512f"), "avx2": (("avx2", "fma"), "-mavx2")}
 SOURCE = Path(__file__).with_name("decode_kernel.c")
 #: Every C file of the sampler's native library, built into one shared object: this matmul, the
 #: shared-prompt attention (``decode_attention``) and a decode step's elementwise ops (``decode_ops``);
 #: and the header they include (its text is in the build's cache key too).
 SOURCES = (SOURCE, Path(__file__).with_name("decode_attention.c"), Path(__file__).with_name("decode_ops.c"))
-HEADERS = (Path(__file__).with_name("native_exp.h"),)
+HEADERS = (Path(__file__).with_name("native_exp.h"), Path(__file__).with_name("native_simd.h"))
 #: Environment variables that cap the instruction set torch's kernels use; set, this kernel stays off too.
 ISA_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
@@ -57,8 +58,8 @@ ISA_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CP
 def mode(options: Mapping[str, Any]) -> str:
     """``backends.options.decode_kernel``, checked."""
     return choice_option(options, "decode_kernel", "auto", MODES,
-                         fix='write "auto" (Intel AVX-512 CPUs), "on" (any AVX-512 CPU) or "off" (oneDNN\'s packed '
-                             "weights)")
+                         fix='write "auto" (Intel AVX-512 and AVX2-only CPUs), "on" (any AVX-512 or AVX2 CPU) or '
+                             '"off" (oneDNN\'s packed weights)')
 
 
 def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype, threads: int = 1) -> bool:
@@ -72,7 +73,15 @@ def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype,
     if chosen == "on" and reason is not None:
         raise ConfigError(f"decode_kernel = \"on\" cannot run here: {reason}", field="backends.options.decode_kernel",
                           fix='write "auto" or "off" (oneDNN\'s packed weights)')
-    return reason is None and (chosen == "on" or (cpu_vendor() == "GenuineIntel" and threads == 1))
+    return reason is None and (chosen == "on" or (threads == 1 and measured_to_win()))
+
+
+def measured_to_win() -> bool:
+    """Whether "auto" takes the kernel on this CPU: where whole generate calls ran faster on it than on oneDNN's
+    packed weights (README, Performance): Intel CPUs with AVX-512 (its build), and CPUs whose widest build is
+    AVX2 (an AMD EPYC of that kind). AMD CPUs with AVX-512 are not measured: oneDNN there."""
+    chosen = instruction_set()
+    return chosen == "avx2" or (chosen == "avx512" and cpu_vendor() == "GenuineIntel")
 
 
 def _cpuinfo(field: str) -> str:
@@ -93,11 +102,19 @@ def cpu_vendor() -> str:
     return _cpuinfo("vendor_id")
 
 
+def instruction_set() -> str | None:
+    """The widest of ``INSTRUCTION_SETS`` this CPU runs (None: neither)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    flags = cpu_flags()
+    return next((name for name, (needs, _) in INSTRUCTION_SETS.items() if flags.issuperset(needs)), None)
+
+
 @functools.cache
 def unavailable_reason() -> str | None:
     """Why the kernel cannot run in this process (None: it can; it is then built and loaded)."""
-    if platform.machine() not in ("x86_64", "AMD64") or "avx512f" not in cpu_flags():
-        return "this CPU has no AVX-512F"
+    if instruction_set() is None:
+        return "this CPU has neither AVX-512F nor AVX2 with FMA"
     if capped := [name for name in ISA_LIMIT_VARIABLES if os.environ.get(name)]:
         return f"{capped[0]} caps the instruction set torch uses"
     if shutil.which("cc") is None:
@@ -111,9 +128,14 @@ def unavailable_reason() -> str | None:
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    """The compiled kernels, from the user's cache (keyed by sources and flags) or built there now."""
+    """The compiled kernels for ``instruction_set()``, from the user's cache (keyed by sources and flags)
+    or built there now."""
+    chosen = instruction_set()
+    if chosen is None:
+        raise OSError("this CPU has neither AVX-512F nor AVX2 with FMA")
+    flags = (*FLAGS, INSTRUCTION_SETS[chosen][1])
     source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
-    key = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]
+    key = hashlib.sha256(source + " ".join(flags).encode()).hexdigest()[:16]
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyrl" / "kernels"
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -125,7 +147,7 @@ def _library() -> ctypes.CDLL:
         handle, partial = tempfile.mkstemp(suffix=".so", dir=folder)
         os.close(handle)
         try:
-            subprocess.run([shutil.which("cc") or "cc", *FLAGS, "-o", partial, *map(str, SOURCES)], check=True,
+            subprocess.run([shutil.which("cc") or "cc", *flags, "-o", partial, *map(str, SOURCES)], check=True,
                            capture_output=True, text=True, timeout=120)
             os.replace(partial, built)
         except subprocess.CalledProcessError as err:
@@ -137,27 +159,38 @@ def _library() -> ctypes.CDLL:
     lib.polyrl_decode_linear.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                          ctypes.c_int, ctypes.c_int]
     lib.polyrl_decode_linear.restype = None
+    lib.polyrl_decode_panel.argtypes = []
+    lib.polyrl_decode_panel.restype = ctypes.c_int
     return lib
 
 
+@functools.cache
+def panel() -> int:
+    """Output columns per packed panel of the built kernel: three vectors of float32 (48 on AVX-512, 24 on
+    AVX2; the C file's PANEL)."""
+    return int(_library().polyrl_decode_panel())
+
+
 def panels_of(weight: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
-    """``weight`` (``[out, in]``, as nn.Linear holds it) in the kernel's layout: ``[ceil(out / 48), in, 48]``
-    float32, the last panel's missing columns zero. Written into ``into`` where it has that shape and may be
-    written here (a weight update re-packs in place: one pass over the weights, no fresh memory to fault in;
-    panels made under ``torch.inference_mode``, as generate makes them, are written in place only there)."""
+    """``weight`` (``[out, in]``, as nn.Linear holds it) in the kernel's layout: ``[ceil(out / P), in, P]``
+    float32 with P = ``panel()``, the last panel's missing columns zero. Written into ``into`` where it has
+    that shape and may be written here (a weight update re-packs in place: one pass over the weights, no
+    fresh memory to fault in; panels made under ``torch.inference_mode``, as generate makes them, are
+    written in place only there)."""
     out_features, in_features = weight.shape
-    count, whole = -(-out_features // PANEL), out_features // PANEL
-    shape = (count, in_features, PANEL)
+    width = panel()
+    count, whole = -(-out_features // width), out_features // width
+    shape = (count, in_features, width)
     writable = torch.is_inference_mode_enabled() or into is None or not into.is_inference()
     panels = into if into is not None and into.shape == shape and writable \
         else torch.empty(shape, dtype=torch.float32)
     weight = weight.detach()
     if whole:
-        panels[:whole].copy_(weight[:whole * PANEL].view(whole, PANEL, in_features).transpose(1, 2))
+        panels[:whole].copy_(weight[:whole * width].view(whole, width, in_features).transpose(1, 2))
     if whole < count:
         last = panels[whole]
         last.zero_()
-        last[:, :out_features - whole * PANEL].copy_(weight[whole * PANEL:].t())
+        last[:, :out_features - whole * width].copy_(weight[whole * width:].t())
     return panels
 
 
@@ -169,6 +202,8 @@ def _multiply(rows: torch.Tensor, panels: torch.Tensor, out: torch.Tensor) -> No
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for float32 ``x`` of any leading shape, ``panels = panels_of(weight)``."""
     in_features = panels.shape[1]
+    if panels.dim() != 3 or panels.shape[2] != panel():
+        raise ValueError(f"decode_kernel panels of {panel()} columns, not {tuple(panels.shape)}")
     count = math.prod(x.shape[:-1])
     rows = x.view(count, in_features) if x.is_contiguous() else x.reshape(count, in_features).contiguous()
     if rows.dtype != torch.float32 or panels.dtype != torch.float32:
