@@ -5,7 +5,7 @@ process, taking turns.
         --output bench/results/decode_kernel_ab_smollm2_1thread.json
 
 Why: ``polyrl_torch.decode_kernel`` replaces oneDNN's packed matmul in the sampler's copy where
-``backends.options.decode_kernel`` is "auto" (Intel AVX-512 and AVX2-only CPUs); its worth is the ratio
+``backends.options.decode_kernel`` is "auto" (Intel AVX-512 and AMD AVX2-only CPUs); its worth is the ratio
 of whole generate calls (prefill, decode steps, sampling) on the same weights and prompts, with the same
 seeds. Two engines load the same model, one per way ("on" and "off"), and generate in turns, who goes
 first alternating. The kernels add in another order, so log-probs agree to float32 rounding (the

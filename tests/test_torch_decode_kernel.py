@@ -4,7 +4,7 @@ The kernel changes how the sampler's matmuls stream weights, not what they compu
 multiply as ``F.linear`` does for any rows, sizes and bias (the sampler on it picking the plain
 sampler's tokens and following every weight update: ``test_torch_packed_generation``), in each
 build this CPU runs (AVX-512: 48-column panels, tiles of up to 8 rows; AVX2: 24 and 4), "auto"
-must take it only where it is meant to (Intel AVX-512 or AVX2-only, one thread) and "on" where it cannot run
+must take it only where it is meant to (Intel AVX-512 or AMD AVX2-only, one thread) and "on" where it cannot run
 must fail at load with an error naming the option.
 """
 
@@ -111,13 +111,29 @@ def test_a_row_multiplies_the_same_whatever_rows_share_its_call(rows, native_bui
 
 
 @pytest.mark.parametrize(("widest", "vendor", "takes"), [
-    ("avx512", "GenuineIntel", True), ("avx512", "AuthenticAMD", False), ("avx2", "GenuineIntel", True),
-    ("avx2", "AuthenticAMD", True), (None, "GenuineIntel", False)])
+    ("avx512", "GenuineIntel", True), ("avx512", "AuthenticAMD", False), ("avx2", "GenuineIntel", False),
+    ("avx2", "AuthenticAMD", True), (None, "GenuineIntel", False), (None, "AuthenticAMD", False)])
 def test_auto_takes_the_kernel_only_where_it_was_measured_to_win(widest, vendor, takes, monkeypatch):
-    """Intel with AVX-512 and AVX2-only CPUs (an AMD EPYC measured); not AMD's AVX-512 CPUs, unmeasured."""
+    """Intel with AVX-512 and AMD with AVX2 but not AVX-512 (the kinds measured); neither AMD's AVX-512
+    CPUs nor Intel's AVX2-only ones, unmeasured."""
     monkeypatch.setattr(decode_kernel, "instruction_set", lambda: widest)
     monkeypatch.setattr(decode_kernel, "cpu_vendor", lambda: vendor)
     assert decode_kernel.measured_to_win() is takes
+
+
+@EACH_BUILD
+def test_panels_of_another_shape_are_refused_not_read_past(native_build):
+    """Panels packed for fewer outputs, or for the other build's width, are a ValueError: the C code
+    would read past them (or misread them)."""
+    width = decode_kernel.panel()
+    panels = decode_kernel.panels_of(torch.randn(width, 8))
+    with pytest.raises(ValueError, match="outputs need panels"):
+        decode_kernel.linear(torch.randn(2, 8), panels, 4 * width, None)
+    other = torch.zeros(1, 8, 72 // width)  # 72 // 24 = 3 or 72 // 48 = 1 columns: never this build's width
+    with pytest.raises(ValueError, match="outputs need panels"):
+        decode_kernel.linear(torch.randn(2, 8), other, 1, None)
+    with pytest.raises(ValueError, match="outputs need panels"):
+        decode_kernel.linear(torch.randn(2, 8), torch.zeros(8, width), width, None)
 
 
 def test_auto_takes_the_kernel_where_measured_with_one_thread_and_on_with_any(tiny_model_dir):

@@ -77,10 +77,10 @@ void polyrl_shared_attention(const float *q, const float *prompt_keys, const flo
                 const vf peaks = vset(peak), none = vset(-INFINITY);
                 vf sums = vzero();
                 for (j = 0; j < total; j += LANES) {
-                    const vmask in = vfirst(total - j);
-                    const vf v = vload_on(in, s + j);
-                    const vf w = vkeep(vdiffer(in, v, none), exp_ps(vsub(v, peaks)));
-                    vstore_on(s + j, in, w);
+                    const vf v = vload_upto(s + j, total - j);
+                    /* lanes past `total` (read as 0) and hidden keys (-inf) weigh 0 */
+                    const vf w = vkeep(vdiffer(vfirst(total - j), v, none), exp_ps(vsub(v, peaks)));
+                    vstore_upto(s + j, total - j, w);
                     sums = vadd(sums, w);
                 }
                 vf acc[256 / LANES];

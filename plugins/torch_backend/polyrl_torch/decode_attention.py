@@ -17,7 +17,7 @@ import torch
 
 from polyrl_torch import decode_kernel
 
-#: The widest head the C code keeps in registers (16 vectors of 16 floats).
+#: The widest head the C code keeps in registers (16 vectors of 16 floats with AVX-512, 32 of 8 with AVX2).
 MAX_HEAD_DIM = 256
 
 

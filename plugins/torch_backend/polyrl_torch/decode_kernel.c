@@ -42,8 +42,7 @@ static inline __attribute__((always_inline)) void tile(const int R, const float 
     for (int j = 0; j < 3; j++) {
         const int valid = cols - LANES * j;
         if (valid <= 0) break;
-        const vmask mask = vfirst(valid);
-        for (int r = 0; r < R; r++) vstore_on(y + (size_t)r * n + LANES * j, mask, acc[r][j]);
+        for (int r = 0; r < R; r++) vstore_upto(y + (size_t)r * n + LANES * j, valid, acc[r][j]);
     }
 }
 

@@ -6,11 +6,11 @@ streaming from memory plus the arithmetic. On the Intel Xeons here oneDNN's pack
 two in turns (``bench/decode_kernel_probe.py``); this kernel prefetches the next weights while it
 multiplies, and reads each weight once for up to 8 rows (4 with AVX2), which shortened generation
 there and on an AVX2-only AMD EPYC (README, Performance). Where it is not measured to win (AMD CPUs
-with AVX-512), not buildable (no ``cc``, neither AVX-512F nor AVX2 with FMA) or capped (an ISA limit
+with AVX-512, Intel CPUs without it), not buildable (no ``cc``, neither AVX-512F nor AVX2 with FMA) or capped (an ISA limit
 such as ``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps oneDNN's packed weights.
 
-``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 and for
-AVX2-only CPUs, where it builds and one torch thread samples), "on" (any AVX-512 or AVX2 CPU, any
+``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 and AMD CPUs
+with AVX2 but not AVX-512, where it builds and one torch thread samples), "on" (any AVX-512 or AVX2 CPU, any
 thread count: the kernel runs on one; an error where it cannot run) or "off".
 """
 
@@ -58,8 +58,8 @@ ISA_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CP
 def mode(options: Mapping[str, Any]) -> str:
     """``backends.options.decode_kernel``, checked."""
     return choice_option(options, "decode_kernel", "auto", MODES,
-                         fix='write "auto" (Intel AVX-512 and AVX2-only CPUs), "on" (any AVX-512 or AVX2 CPU) or '
-                             '"off" (oneDNN\'s packed weights)')
+                         fix='write "auto" (Intel AVX-512 and AMD AVX2-only CPUs), "on" (any AVX-512 or AVX2 CPU) '
+                             'or "off" (oneDNN\'s packed weights)')
 
 
 def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype, threads: int = 1) -> bool:
@@ -77,11 +77,12 @@ def wanted(options: Mapping[str, Any], device: torch.device, dtype: torch.dtype,
 
 
 def measured_to_win() -> bool:
-    """Whether "auto" takes the kernel on this CPU: where whole generate calls ran faster on it than on oneDNN's
-    packed weights (README, Performance): Intel CPUs with AVX-512 (its build), and CPUs whose widest build is
-    AVX2 (an AMD EPYC of that kind). AMD CPUs with AVX-512 are not measured: oneDNN there."""
-    chosen = instruction_set()
-    return chosen == "avx2" or (chosen == "avx512" and cpu_vendor() == "GenuineIntel")
+    """Whether "auto" takes the kernel on this CPU: the kinds where whole generate calls ran faster on it than
+    on oneDNN's packed weights (README, Performance): Intel CPUs with AVX-512 (that build) and AMD CPUs whose
+    widest build is AVX2 (an EPYC of that kind). AMD with AVX-512 and Intel without it are not measured:
+    oneDNN there ("on" takes the kernel anyway)."""
+    chosen, vendor = instruction_set(), cpu_vendor()
+    return (chosen, vendor) in (("avx512", "GenuineIntel"), ("avx2", "AuthenticAMD"))
 
 
 def _cpuinfo(field: str) -> str:
@@ -201,9 +202,10 @@ def _multiply(rows: torch.Tensor, panels: torch.Tensor, out: torch.Tensor) -> No
 
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for float32 ``x`` of any leading shape, ``panels = panels_of(weight)``."""
+    if panels.dim() != 3 or panels.shape[2] != panel() or panels.shape[0] != -(-out_features // panel()):
+        raise ValueError(f"decode_kernel.linear: {out_features} outputs need panels [{-(-out_features // panel())}, "
+                         f"in, {panel()}], not {tuple(panels.shape)}")
     in_features = panels.shape[1]
-    if panels.dim() != 3 or panels.shape[2] != panel():
-        raise ValueError(f"decode_kernel panels of {panel()} columns, not {tuple(panels.shape)}")
     count = math.prod(x.shape[:-1])
     rows = x.view(count, in_features) if x.is_contiguous() else x.reshape(count, in_features).contiguous()
     if rows.dtype != torch.float32 or panels.dtype != torch.float32:

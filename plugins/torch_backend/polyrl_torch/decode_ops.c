@@ -20,19 +20,17 @@ void polyrl_add_rms_norm(float *x, const float *delta, const float *weight, floa
         float *yr = y + (size_t)r * d;
         vf squares = vzero();
         for (int c = 0; c < d; c += LANES) {
-            const vmask m = vfirst(d - c);
-            vf v = vload_on(m, xr + c);
+            vf v = vload_upto(xr + c, d - c);
             if (delta) {
-                v = vadd(v, vload_on(m, delta + (size_t)r * d + c));
-                vstore_on(xr + c, m, v);
+                v = vadd(v, vload_upto(delta + (size_t)r * d + c, d - c));
+                vstore_upto(xr + c, d - c, v);
             }
             squares = vfmadd(v, v, squares);
         }
         const vf s = vset(1.0f / sqrtf(vsum(squares) / (float)d + eps));
         for (int c = 0; c < d; c += LANES) {
-            const vmask m = vfirst(d - c);
-            const vf v = vmul(vload_on(m, xr + c), s);
-            vstore_on(yr + c, m, vmul(vload_on(m, weight + c), v));
+            const vf v = vmul(vload_upto(xr + c, d - c), s);
+            vstore_upto(yr + c, d - c, vmul(vload_upto(weight + c, d - c), v));
         }
     }
 }
@@ -58,9 +56,9 @@ void polyrl_rotary(float *x, const float *cos, const float *sin, int rows, int h
 void polyrl_silu_mul(const float *gate, const float *up, float *y, long count) {
     const vf one = vset(1.0f);
     for (long i = 0; i < count; i += LANES) {
-        const vmask m = vfirst(count - i > LANES ? LANES : (int)(count - i));
-        const vf g = vload_on(m, gate + i);
+        const int left = count - i > LANES ? LANES : (int)(count - i);
+        const vf g = vload_upto(gate + i, left);
         const vf e = exp_ps(vsub(vzero(), g));
-        vstore_on(y + i, m, vmul(vdiv(g, vadd(one, e)), vload_on(m, up + i)));
+        vstore_upto(y + i, left, vmul(vdiv(g, vadd(one, e)), vload_upto(up + i, left)));
     }
 }

@@ -115,4 +115,15 @@ static inline vf vsums(const vf *v) {
 #error "the sampler's C files are built with -mavx512f, or -mavx2 -mfma"
 #endif
 
+/* The first `left` floats at p, at most a vector of them: a whole vector by plain loads and stores (AVX2's
+   masked ones cost several times a plain one on some cores), a part through a mask (lanes past `left` read
+   as 0 and are not written). */
+static inline vf vload_upto(const float *p, int left) { return left >= LANES ? vload(p) : vload_on(vfirst(left), p); }
+static inline void vstore_upto(float *p, int left, vf v) {
+    if (left >= LANES)
+        vstore(p, v);
+    else
+        vstore_on(p, vfirst(left), v);
+}
+
 #endif
