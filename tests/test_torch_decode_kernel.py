@@ -207,3 +207,19 @@ def test_every_c_file_the_build_reads_is_keyed_and_ships_in_the_wheel():
     assert included and included <= {path.name for path in decode_kernel.HEADERS}
     project = tomllib.loads((Path(decode_kernel.__file__).parents[1] / "pyproject.toml").read_text())
     assert {path.name for path in files} <= set(project["tool"]["setuptools"]["package-data"]["polyrl_torch"])
+
+
+def test_doctor_says_which_build_the_kernel_uses_and_whether_auto_takes_it(monkeypatch):
+    from polyrl_torch import plugin
+
+    line = plugin._diagnostics()["decode_kernel"]
+    if decode_kernel.unavailable_reason() is None:
+        assert line.startswith(f"{decode_kernel.instruction_set()} build;"), line
+        assert ('"auto": on where one thread samples' in line) is decode_kernel.measured_to_win(), line
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    decode_kernel.unavailable_reason.cache_clear()
+    try:
+        assert plugin._diagnostics()["decode_kernel"] == f"off ({decode_kernel.unavailable_reason()})"
+    finally:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+        decode_kernel.unavailable_reason.cache_clear()

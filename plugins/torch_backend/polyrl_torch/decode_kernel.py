@@ -111,6 +111,15 @@ def instruction_set() -> str | None:
     return next((name for name, (needs, _) in INSTRUCTION_SETS.items() if flags.issuperset(needs)), None)
 
 
+def described() -> str:
+    """One line for ``polyrl doctor``: the build the sampler's kernel uses here and whether "auto" takes it,
+    or why it cannot run (builds the library where it can)."""
+    if reason := unavailable_reason():
+        return f"off ({reason})"
+    auto = "on where one thread samples" if measured_to_win() else 'off (not measured on this CPU; "on" takes it)'
+    return f'{instruction_set()} build; "auto": {auto}'
+
+
 @functools.cache
 def unavailable_reason() -> str | None:
     """Why the kernel cannot run in this process (None: it can; it is then built and loaded)."""

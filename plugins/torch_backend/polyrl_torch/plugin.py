@@ -114,11 +114,14 @@ def _diagnostics() -> Mapping[str, str]:
     """Facts for ``polyrl doctor`` (this one may import torch: doctor is allowed to be slow)."""
     import torch
 
+    from polyrl_torch import decode_kernel
+
     info = {
         "torch": torch.__version__,
         "threads": str(torch.get_num_threads()),
         "cuda": str(torch.cuda.is_available()),
         "blas": "mkl" if torch.backends.mkl.is_available() else "other",
+        "decode_kernel": decode_kernel.described(),
     }
     try:
         import transformers
