@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
+    from polyrl_torch import decode_kernel
+
     from polyrl_torch.generation_weights import PackedLinear
 
     registry = get_registry()
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds, rounds = ab_workload.alternating_rounds(
         args, {way: functools.partial(engines[way].generate, prompts) for way in WAYS}, digits=3)
     report = ab_workload.two_way_report(args, seconds, rounds, "onednn", "kernel", args.prompts * args.group_size,
-                                        ROUNDING, torch=torch.__version__)
+                                        ROUNDING, torch=torch.__version__,
+                                        kernel_build=decode_kernel.instruction_set())
     return 1 if report is None else 0
 
 

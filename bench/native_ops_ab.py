@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
+    from polyrl_torch import decode_kernel
+
     registry = get_registry()
     engine = Engine(registry, "torch", EngineConfig(
         model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
@@ -56,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
     seconds, rounds = ab_workload.alternating_rounds(args, {"torch_ops": way(False), "c_ops": way(True)}, digits=3)
     report = ab_workload.two_way_report(args, seconds, rounds, "torch_ops", "c_ops", args.prompts * args.group_size,
-                                        ROUNDING, torch=torch.__version__)
+                                        ROUNDING, torch=torch.__version__,
+                                        kernel_build=decode_kernel.instruction_set())
     return 1 if report is None else 0
 
 

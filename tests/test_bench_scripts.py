@@ -361,6 +361,7 @@ def _kernel_ab(name: str, tiny_model_dir: str, tmp_path: Path, slow: str, fast: 
     report = json.loads(out.read_text())
     assert {k: len(v) for k, v in report["generate_s"].items()} == {slow: 2, fast: 2}
     assert report["rows"] == 2 * 2 * 3
+    assert report["kernel_build"] == decode_kernel.instruction_set()  # which build's figures these are
     pairs = [a / b for a, b in zip(report["generate_s"][slow], report["generate_s"][fast])]
     assert report[f"{slow}_over_{fast}_each"] == pytest.approx(pairs)
     return report
