@@ -6,12 +6,13 @@ streaming from memory plus the arithmetic. On the Intel Xeons here oneDNN's pack
 two in turns (``bench/decode_kernel_probe.py``); this kernel prefetches the next weights while it
 multiplies, and reads each weight once for up to 8 rows (4 with AVX2), which shortened generation
 there and on an AVX2-only AMD EPYC (README, Performance). Where it is not measured to win (AMD CPUs
-with AVX-512, Intel CPUs without it), not buildable (no ``cc``, neither AVX-512F nor AVX2 with FMA) or capped (an ISA limit
-such as ``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps oneDNN's packed weights.
+with AVX-512, Intel CPUs without it), not buildable (no ``cc``, neither AVX-512F nor AVX2 with FMA)
+or capped (an ISA limit such as ``ONEDNN_MAX_CPU_ISA`` in the environment), the sampler keeps
+oneDNN's packed weights.
 
-``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 and AMD CPUs
-with AVX2 but not AVX-512, where it builds and one torch thread samples), "on" (any AVX-512 or AVX2 CPU, any
-thread count: the kernel runs on one; an error where it cannot run) or "off".
+``backends.options.decode_kernel``: "auto" (the default: on for Intel CPUs with AVX-512 and AMD
+CPUs with AVX2 but not AVX-512, where it builds and one torch thread samples), "on" (any AVX-512
+or AVX2 CPU, any thread count: the kernel runs on one; an error where it cannot run) or "off".
 """
 
 from __future__ import annotations
