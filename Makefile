@@ -55,7 +55,7 @@ test: install
 
 # minutes each: the embedded model's conversion, extra MAX graph compiles (GGUF, BERT), the kill -9 loop, launched-rank fault runs; and tests of tens of seconds each (multi-rank runs, kill -9 and SIGTERM runs, full CLI runs, multi-server and sandbox-batch tests); CI runs it
 test-slow: install
-	$(BIN)/python -m pytest -q -m "slow and not bench" --durations=20
+	$(BIN)/python -m pytest -q -rs -m "slow and not bench" --durations=20
 
 # the benchmark harness's slow tests: side-by-side runs with TRL, HF generate and mlx-lm-lora, the sweep, the GPU suite's CPU rehearsal
 test-bench: install
