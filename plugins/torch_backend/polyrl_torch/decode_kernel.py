@@ -212,9 +212,11 @@ def _multiply(rows: torch.Tensor, panels: torch.Tensor, out: torch.Tensor) -> No
 
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for float32 ``x`` of any leading shape, ``panels = panels_of(weight)``."""
-    if panels.dim() != 3 or panels.shape[2] != panel() or panels.shape[0] != -(-out_features // panel()):
-        raise ValueError(f"decode_kernel.linear: {out_features} outputs need panels [{-(-out_features // panel())}, "
-                         f"in, {panel()}], not {tuple(panels.shape)}")
+    width = panel()
+    panel_count = -(-out_features // width)
+    if panels.dim() != 3 or panels.shape[0] != panel_count or panels.shape[2] != width:
+        raise ValueError(f"decode_kernel.linear: {out_features} outputs need panels [{panel_count}, in, {width}], "
+                         f"not {tuple(panels.shape)}")
     in_features = panels.shape[1]
     count = math.prod(x.shape[:-1])
     rows = x.view(count, in_features) if x.is_contiguous() else x.reshape(count, in_features).contiguous()
