@@ -23,15 +23,14 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
-import itertools
 import textwrap
 from typing import Any
 
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
+from polyrl.rewards.test_calls import Scope, around_class, calls, hooks_of, module_setup, own_fixtures
 from polyrl.rewards.test_runs import drive, expects_failure, yields
 from polyrl.sandbox import call_cases, program_cases
-from polyrl.sandbox.fixtures import FIXTURES
 from polyrl.sandbox.step_lines import at_line
 
 NAME = "code_tests"
@@ -271,15 +270,21 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
     point>)``. A function that asserts which nothing runs, in a cell with no other test, is an
     error: every completion would pass it."""
     literals = _literal_lists(body)
-    tests = [t for node in body if isinstance(node, ast.ClassDef) for t in _class_tests(node, body, where, literals)]
+    hooks = hooks_of(body)
+    scope = Scope(own_fixtures(body, where, literals), hooks=hooks)
+    tests = [t for node in body if isinstance(node, ast.ClassDef) for t in _class_tests(node, body, where, literals, scope)]
     reached = _reached(body, _names_in(tests))
     tests += [t for name, node in _functions(body).items() if name.startswith("test") and name not in reached
-              and not expects_failure(node) for t in _calls(node, name, where, literals, own_fixtures(body))]
-    reached = _reached(body, _names_in(tests))
+              and not expects_failure(node) for t in calls(node, where, literals, scope)]
+    setup, teardown = module_setup(hooks) if tests else (None, None)
+    steps = [(t, True) for t in tests]
+    if setup is not None:  # no test: when it raises, every test after it fails (pytest errors them all)
+        steps.insert(0, (setup, False))
+    reached = _reached(body, _names_in(tests + [s for s in (setup, teardown) if s is not None]))
     has_tests = bool(tests) or any(_is_test(node, checkers) for node in body)
     if "check" in checkers and "check" not in reached:
         if entry_point is not None:
-            tests.append(f"check({entry_point})")
+            steps.append((f"check({entry_point})", True))
             reached, has_tests = reached | {"check"}, True
         elif not has_tests:
             raise RewardError(f"{NAME}: the tests{where} define check(candidate), which asserts, but nothing calls it, "
@@ -297,7 +302,7 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
         raise RewardError(f"{NAME}: the tests{where} define {', '.join(f'{n}()' for n in idle)}, which "
                           f"assert{'s' if len(idle) == 1 else ''}, but nothing calls {them}, so every completion would "
                           f"pass. Fix: call {them} in the tests, or name {them} test_* (run as pytest would)")
-    return [(t, True) for t in tests]
+    return steps + ([(teardown, False)] if teardown is not None else [])
 
 
 def _marked_to_fail(name: str, body: list[ast.stmt]) -> bool:
@@ -319,10 +324,12 @@ def _names_in(sources: list[str]) -> set[str]:
     return set().union(*(_used_names(ast.parse(source)) for source in sources))
 
 
-def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals: dict[str, ast.expr]) -> list[str]:
+def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals: dict[str, ast.expr],
+                 scope: Scope) -> list[str]:
     """``Case("test_x").debug()`` for a ``unittest.TestCase`` subclass (setUp, the test, tearDown;
-    a failure raises), ``Case().test_x(...)`` for a pytest ``Test*`` class; none marked to fail
-    (``test_runs.expects_failure``)."""
+    a failure raises), ``Case().test_x(...)`` for a pytest ``Test*`` class, with its fixtures and
+    setups (``test_calls``: its own fixture methods over the module's, ``setup_method``,
+    ``setup_class`` once before its first test); none marked to fail (``test_runs.expects_failure``)."""
     if expects_failure(node):
         return []
     methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -337,7 +344,13 @@ def _class_tests(node: ast.ClassDef, body: list[ast.stmt], where: str, literals:
             tests[0] = f"{node.name}.setUpClass()\n{tests[0]}"
         return tests
     if node.name.startswith("Test"):
-        return [t for m in methods for t in _calls(m, f"{node.name}().{m.name}", where, literals, own_fixtures(body))]
+        hooks = hooks_of(node.body)
+        inner = Scope(scope.fixtures.below(own_fixtures(node.body, where, literals, in_class=True)), node, hooks)
+        tests = [t for m in methods for t in calls(m, where, literals, inner)]
+        run = "__import__('polyrl.sandbox.fixtures', fromlist=['own']).xunit"
+        return around_class(tests, node.name, f"{run}({node.name}.setup_class, {node.name})" if "setup_class" in hooks
+                            else None, f"{run}({node.name}.teardown_class, {node.name})" if "teardown_class" in hooks
+                            else None)
     return []
 
 
@@ -368,177 +381,6 @@ def _bound_here(node: ast.stmt) -> set[str]:
     return {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store)}
 
 
-def _calls(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str, where: str,
-           literals: dict[str, ast.expr], own: Fixtures | None = None) -> list[str]:
-    """The calls a test runner makes of a test function: one per case of its
-    ``@pytest.mark.parametrize`` decorators (their product when stacked), else one with no
-    arguments. Why: a parametrized test called with none raised TypeError, so a right solution
-    failed it. Cases must be written out, in the decorator or as a list bound once at the top
-    (``CASES = [...]``); any other shape is an error naming the test, since the cases are the
-    tests and must be counted before they run."""
-    grids = [_cases(d, target, where, literals) for d in node.decorator_list
-             if isinstance(d, ast.Call) and _name_of(d.func) == "parametrize"]
-    combos = itertools.product(*grids) if grids else [()]
-    calls = [[arg for case in combo for arg in case] for combo in combos]
-    own = own if own is not None else Fixtures()
-    builtin = _builtin(own)
-    mine = _own_fixtures(node, calls, own)
-    fixtures = sorted(set(_fixtures(node, calls, builtin)) | {p for f in mine for p in own[f] if p in builtin})
-    given = [f"{f}={_FIXTURE_NAME}{builtin[f]}" for f in _fixtures(node, calls, builtin)]
-    given += [f"{f}={_OWN_NAME}{f}" for f in _parameters(node) if f in mine and f not in _given(calls)]
-    return [_with_fixtures(_with_own(_call(node, f"{target}({', '.join(args + given)})"), mine, own), fixtures)
-            for args in calls]
-
-
-#: The prefix of the name a fixture of the tests' own is bound to while a test runs (``_with_own``).
-_OWN_NAME = "_polyrl_fixture_"
-
-
-class Fixtures(dict[str, list[str]]):
-    """The cell's own fixtures by name, each with the parameters it names; ``autouse``: those
-    made for every test (``@pytest.fixture(autouse=True)``), named by it or not."""
-
-    def __init__(self, found: dict[str, list[str]] | None = None, autouse: set[str] | None = None) -> None:
-        super().__init__(found or {})
-        self.autouse = frozenset(autouse or ())
-
-
-def own_fixtures(body: list[ast.stmt]) -> Fixtures:
-    """The cell's own pytest fixtures (``@pytest.fixture``, ``@fixture``, ``@pytest.fixture(scope=...)``
-    on a top-level function) by name, each with the parameters it names, and which are ``autouse``.
-    One with ``params`` (a parametrized fixture) is left out: its cases are not written at the test."""
-    found: dict[str, list[str]] = {}
-    autouse: set[str] = set()
-    for node in body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        for d in node.decorator_list:
-            call = d if isinstance(d, ast.Call) else None
-            if _name_of(call.func if call else d) == "fixture" and not (call and any(
-                    k.arg in ("params", "name") for k in call.keywords)):
-                found[node.name] = _parameters(node)
-                if call and any(k.arg == "autouse" and isinstance(k.value, ast.Constant) and k.value.value is True
-                                for k in call.keywords):
-                    autouse.add(node.name)  # made for every test of the cell, named or not
-    return Fixtures(found, autouse)
-
-
-def _builtin(own: Fixtures) -> dict[str, str]:
-    """The pytest built-in fixtures given here (``FIXTURES``) less those the cell defines itself: as
-    in pytest, a module's own ``capsys`` or ``monkeypatch`` overrides the built-in. Why: read as both,
-    ``test_a(capsys)`` was called ``test_a(capsys=..., capsys=...)`` (a SyntaxError) and a fixture
-    naming the cell's ``monkeypatch`` read a name never bound (a NameError): every completion failed."""
-    return {name: maker for name, maker in FIXTURES.items() if name not in own}
-
-
-def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
-    return [p.arg for p in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
-
-
-def _given(calls: list[list[str]]) -> set[str]:
-    return {arg.split("=", 1)[0] for args in calls for arg in args}
-
-
-def _own_fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]], own: Fixtures) -> list[str]:
-    """The tests' own fixtures a test needs, each after those it names; none where one of them
-    names a fixture given nowhere here (``request``, ``tmp_path``): the test runs as before."""
-    order: list[str] = []
-    builtin = _builtin(own)
-
-    def need(name: str, path: tuple[str, ...]) -> bool:
-        if name in order:
-            return True
-        if name in path or name not in own:
-            return False
-        for p in own[name]:
-            if p not in builtin and not need(p, (*path, name)):
-                return False
-        order.append(name)
-        return True
-
-    wanted = [p for p in _parameters(node) if p in own and p not in _given(calls)]
-    wanted += [name for name in own if name in own.autouse and name not in wanted]
-    return order if all(need(p, ()) for p in wanted) else []
-
-
-def _with_own(call: str, mine: list[str], own: dict[str, list[str]]) -> str:
-    """``call`` inside a ``with`` per fixture of the tests' own it needs (``fixtures.own``), the
-    first made outermost, so each is made once per test and undone after it."""
-    for name in reversed(mine):
-        given = "".join(f", {p}={_OWN_NAME}{p}" if p in own else f", {p}={_FIXTURE_NAME}{FIXTURES[p]}"
-                        for p in own[name])
-        call = (f"with __import__('polyrl.sandbox.fixtures', fromlist=['own']).own({name}{given}) as "
-                f"{_OWN_NAME}{name}:\n" + textwrap.indent(call, "    "))
-    return call
-
-
-#: The prefix of the name a test's fixture is bound to while it runs, its maker's name after it (``_with_fixtures``).
-_FIXTURE_NAME = "_polyrl_"
-
-
-def _fixtures(node: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[list[str]],
-              builtin: dict[str, str]) -> list[str]:
-    """The parameters of a test function that name a pytest fixture given here (``capsys``,
-    ``capfd``, ``monkeypatch``; ``builtin``: those the cell does not define itself) and that no
-    ``parametrize`` case fills (``polyrl.sandbox.fixtures``)."""
-    given = {arg.split("=", 1)[0] for args in calls for arg in args}
-    params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
-    return [p.arg for p in params if p.arg in builtin and p.arg not in given]
-
-
-def _with_fixtures(call: str, fixtures: list[str]) -> str:
-    """``call`` run inside each of its fixtures' makers (``fixtures.capture``, ``fixtures.patching``),
-    which undo what they did when it ends, however it ends."""
-    for maker in sorted({FIXTURES[f] for f in fixtures}):
-        call = (f"with __import__('polyrl.sandbox.fixtures', fromlist=[{maker!r}]).{maker}() as {_FIXTURE_NAME}{maker}:\n"
-                + textwrap.indent(call, "    "))
-    return call
-
-
-def _cases(decorator: ast.Call, target: str, where: str, literals: dict[str, ast.expr]) -> list[list[str]]:
-    """Each case of one ``parametrize(argnames, argvalues)`` as ``name=value`` arguments; a
-    ``pytest.param`` marked skip or xfail is left out (the runner expects no pass from it)."""
-    def refuse(why: str) -> RewardError:
-        return RewardError(f"{NAME}: the tests{where} parametrize {target}() with {why}, which code_tests cannot "
-                           "expand. Fix: write the argument names as a string and the cases as a list of tuples "
-                           "in the decorator (@pytest.mark.parametrize(\"x, want\", [(1, 2), (5, 10)]))")
-    given = {k.arg: k.value for k in decorator.keywords if k.arg}
-    args = [*decorator.args, *(given[k] for k in ("argnames", "argvalues") if k in given)]
-    if len(args) != 2 or set(given) - {"argnames", "argvalues", "ids", "scope"}:
-        raise refuse("arguments other than argnames, argvalues and ids")
-    names_node, values_node = args
-    if isinstance(names_node, ast.Constant) and isinstance(names_node.value, str):
-        names = [n.strip() for n in names_node.value.split(",") if n.strip()]
-    elif isinstance(names_node, (ast.List, ast.Tuple)) and all(
-            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in names_node.elts):
-        names = [str(e.value).strip() for e in names_node.elts if isinstance(e, ast.Constant)]
-    else:
-        raise refuse("argument names that are not written out")
-    if not names or not all(n.isidentifier() for n in names):
-        raise refuse(f"argument names {ast.unparse(names_node)}")
-    if isinstance(values_node, ast.Name) and values_node.id in literals:
-        values_node = literals[values_node.id]
-    if not isinstance(values_node, (ast.List, ast.Tuple)):
-        raise refuse(f"cases computed at run time ({ast.unparse(values_node)[:60]})")
-    cases: list[list[str]] = []
-    for value in values_node.elts:
-        if isinstance(value, ast.Call) and _name_of(value.func) == "param":
-            marks = next((k.value for k in value.keywords if k.arg == "marks"), None)
-            if marks is not None and any(_name_of(m) in ("skip", "skipif", "xfail") for m in ast.walk(marks)):
-                continue
-            items = list(value.args)
-        elif len(names) == 1:
-            items = [value]
-        elif isinstance(value, (ast.List, ast.Tuple)):
-            items = list(value.elts)
-        else:
-            raise refuse(f"a case that is not a tuple ({ast.unparse(value)[:60]})")
-        if len(items) != len(names) or any(isinstance(i, ast.Starred) for i in items):
-            raise refuse(f"a case of {len(items)} values for {len(names)} names ({ast.unparse(value)[:60]})")
-        cases.append([f"{n}={ast.unparse(i)}" for n, i in zip(names, items)])
-    return cases
-
-
 def _is_unittest_case(node: ast.ClassDef, body: list[ast.stmt], depth: int = 0) -> bool:
     classes = {c.name: c for c in body if isinstance(c, ast.ClassDef)}
     for base in node.bases:
@@ -548,12 +390,3 @@ def _is_unittest_case(node: ast.ClassDef, body: list[ast.stmt], depth: int = 0) 
         if name in classes and name != node.name and depth < 20 and _is_unittest_case(classes[name], body, depth + 1):
             return True
     return False
-
-
-def _call(node: ast.stmt, call: str) -> str:
-    """``call`` as a statement; a coroutine function's is run to its end, as pytest-asyncio would,
-    and a generator function's as nose ran one (``test_runs.drive``)."""
-    if isinstance(node, ast.AsyncFunctionDef):
-        return f"__import__('asyncio').run({call})"
-    return drive(call) if yields(node) else call
-

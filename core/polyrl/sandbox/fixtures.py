@@ -7,7 +7,9 @@ while it runs (``test_cells``); what the sample prints during its calls reaches 
 harness (``harness.Session.printed``), so ``capfd`` (file descriptors, in pytest) is the same here.
 ``monkeypatch`` (``Patches``) was not given either: KodCode's ``monkeypatch.setattr('builtins.input',
 lambda _: '5')`` raised TypeError; what it patches is undone when the test ends, and a patched
-``input`` answers the sample's ``input()`` (``tests_input``)."""
+``input`` answers the sample's ``input()`` (``tests_input``). The tests' own fixtures (``own``,
+with a ``Request`` where one reads ``request.param``) and xunit-style setups (``xunit``) are
+made here too, as ``polyrl.rewards.test_calls`` calls them."""
 
 from __future__ import annotations
 
@@ -145,23 +147,81 @@ def patching() -> Iterator[Patches]:
         patches.undo()
 
 
+class Request:
+    """pytest's ``request`` as a fixture of the tests' own reads it: ``param`` (a parametrized
+    fixture's param for this test, ``@pytest.fixture(params=[...])`` or an ``indirect``
+    parametrize case; AttributeError for any other fixture, as pytest's), ``param_index``,
+    ``fixturename`` and ``addfinalizer`` (what it adds runs when the test ends, last added first).
+    Why: a fixture reading ``request.param`` was left out and its test called without it, a
+    TypeError, so every completion failed every param."""
+
+    def __init__(self, fixturename: str, param: Any = _UNSET, param_index: int = 0) -> None:
+        self.fixturename = fixturename
+        self.param_index = param_index
+        self._param = param
+        self._finalizers: list[Callable[[], object]] = []
+
+    @property
+    def param(self) -> Any:
+        if self._param is _UNSET:
+            raise AttributeError(f"fixture {self.fixturename!r} is not parametrized: its request has no param")
+        return self._param
+
+    def addfinalizer(self, finalizer: Callable[[], object]) -> None:
+        self._finalizers.append(finalizer)
+
+    def finish(self) -> None:
+        """Run what ``addfinalizer`` added, last first, each however the one before ended."""
+        if not self._finalizers:
+            return
+        finalizer = self._finalizers.pop()
+        try:
+            finalizer()
+        finally:
+            self.finish()
+
+
 @contextlib.contextmanager
 def own(fixture: Any, **given: Any) -> Iterator[Any]:
     """The value of a fixture the tests define (``@pytest.fixture def data(): return [3, 1, 2]``)
-    for one test, made with the fixtures it names (``given``); a generator fixture's code after
-    its ``yield`` runs when the test ends, however it ends. Why: a test naming one was called
-    with no argument and raised TypeError, so every completion, right ones too, failed it.
-    pytest refuses a fixture called directly, so its function is taken from pytest's wrapper."""
-    made = _fixture_function(fixture)(**given)
-    if not inspect.isgenerator(made):
-        yield made
-        return
-    value = next(made)
+    for one test, made with the fixtures it names (``given``; a method fixture of the test's class
+    is given its instance as ``self``); a generator fixture's code after its ``yield`` runs when
+    the test ends, however it ends, and then what its ``request.addfinalizer`` added. Why: a test
+    naming one was called with no argument and raised TypeError, so every completion, right ones
+    too, failed it. pytest refuses a fixture called directly, so its function is taken from
+    pytest's wrapper."""
+    requests = [value for value in given.values() if type(value) is Request]
     try:
-        yield value
+        made = _fixture_function(fixture)(**given)
+        if not inspect.isgenerator(made):
+            yield made
+            return
+        value = next(made)
+        try:
+            yield value
+        finally:
+            with contextlib.suppress(StopIteration):
+                next(made)
     finally:
-        with contextlib.suppress(StopIteration):
-            next(made)
+        for request in requests:
+            request.finish()
+
+
+def xunit(function: Any, argument: Any) -> Any:
+    """An xunit-style setup or teardown (``setup_function(function)``, ``setup_method(self,
+    method)``) called as pytest calls it: with ``argument`` where it takes one, else with none."""
+    try:
+        takes = bool(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        takes = True
+    return function(argument) if takes else function()
+
+
+def xunit_module(function: Any, name: str) -> Any:
+    """``setup_module(module)``/``teardown_module(module)`` (or unittest's ``setUpModule()``) with
+    the tests' module (``tests_namespace.registered``) where it takes one."""
+    import sys
+    return xunit(function, sys.modules.get(name))
 
 
 def _fixture_function(fixture: Any) -> Callable[..., Any]:
