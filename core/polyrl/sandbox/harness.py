@@ -74,9 +74,9 @@ from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
-from polyrl.sandbox.pairing import STAND_INS, TESTS_FILES, tests_filter, tests_pairing
+from polyrl.sandbox.pairing import PAIRING_CLASSES, STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.reader import same_items
-from polyrl.sandbox.sample_types import tests_isinstance, tests_repr, tests_type
+from polyrl.sandbox.sample_types import tests_isinstance, tests_issubclass, tests_repr, tests_type
 from polyrl.sandbox.remote import DATA_PREDICATES, DATA_QUERIES, Remote, tests_next
 from polyrl.sandbox.remote_exceptions import (
     CONTROL, EXCEPTIONS, MAX_EXCEPTION_ATTRS, MAX_LINEAGE, MAX_STAND_INS, RemoteError, SampleExit, exception_parts,
@@ -676,8 +676,12 @@ def run_tests(session: Session, hello: dict[str, Any], steps: Sequence[tuple[str
     sample: dict[str, Any] = {}
     solution = SolutionModule(session, sample)
     session.type_of = lambda value, frame: _type_of(session, value, sample, frame)
-    real_builtins["type"] = tests_type(session.type_of)
+    pythons: tuple[type, ...] = (zip, map, filter, enumerate)
+    stand_ins: dict[type, Any] = {kind: real_builtins[kind.__name__] for kind in pythons}
+    stand_ins.update({made: real_builtins[made.__mro__[1].__name__] for made in PAIRING_CLASSES})  # the tests' own map(f, r)
+    real_builtins["type"] = tests_type(session.type_of, stand_ins)
     real_builtins["isinstance"] = tests_isinstance(session.type_of)
+    real_builtins["issubclass"] = tests_issubclass
     real_builtins["repr"] = tests_repr
     real_import = builtins.__import__
 

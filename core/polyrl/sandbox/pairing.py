@@ -64,6 +64,11 @@ class _Enumerated(enumerate):
     _source: Any
 
 
+#: The tests' ``map``/``filter``/``enumerate`` objects' classes, each deriving from Python's (``sample_types``:
+#: ``type()`` of one is the tests' stand-in of that name, as ``type(map(f, r)) is map`` holds in Python).
+PAIRING_CLASSES = (_Mapped, _Filtered, _Enumerated)
+
+
 def _enumerated(source: Iterator[Any], start: int) -> Any:
     """``enumerate`` as the tests see it (``tests_pairing``): Python's, whose operand ``_paired``
     can see is empty (``zip(enumerate(f(2)), enumerate(expected))``)."""
@@ -341,6 +346,11 @@ class _Watched:
     def __init__(self, inner: Iterator[Any], check: Callable[[], None]) -> None:
         self._inner = inner
         self._check: Callable[[], None] | None = check
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> Any:
+        """Python's ``isinstance`` reads it after ``type()``: the zip or map object it watches."""
+        return type(self._inner)
 
     def __iter__(self) -> _Watched:
         return self

@@ -89,6 +89,10 @@ _BUILT: dict[str, type] = {kind.__name__: kind for kind in _CONTAINERS}
 _CONCATENATED = (str, list, tuple)
 #: Built-in data with items, whose readings as an attribute are kept (``Remote._plain_attribute``).
 _ITEMS_DATA = (list, tuple, dict, set, frozenset)
+#: The tests' dict views that compare as sets (``d.keys()``, ``d.items()``), against which a sample's
+#: set-like value (its ``dict_keys`` too) is its items as a set (``Remote.__eq__``). Why: a right
+#: ``keys(d)`` returning ``d.keys()`` failed ``== {'a': 1}.keys()`` (each side's ``__eq__`` declined).
+_SET_VIEWS: tuple[type, ...] = (type({}.keys()), type({}.items()))
 #: Built-in data types, whose own ``__eq__`` never compares with a ``Remote``.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
                           frozenset})
@@ -826,6 +830,9 @@ class Remote:
         if type(other) in _CONTAINERS:
             items = self._container_data()
             return items is not None and bool(items == other)
+        if type(other) in _SET_VIEWS:  # ``f() == {'a': 1}.keys()``: its items as a set, as Python compares a view
+            items = self._container_data()
+            return type(items) in (set, frozenset) and bool(items == other)
         return False if type(other) in _PLAIN_TYPES else NotImplemented
 
     def _container_data(self, looped: bool = False) -> Any:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from polyrl.sandbox.reader import Reader
 from polyrl.sandbox.remote import Remote
 
 #: The tests' global the rewritten ``is`` calls (as ``program_cases.PROGRAM``).
@@ -45,6 +46,9 @@ def same(a: Any, b: Any) -> bool:
     ``isinstance``: a tests' object's own ``__class__`` is never asked."""
     if a is b:
         return True
+    if type(a) is Reader or type(b) is Reader:  # ``iter(g) is g``: the reader of a value its own iterator
+        reader, other = (a, b) if type(a) is Reader else (b, a)
+        return reader.own and type(other) is Remote and other._session is reader._session and other._ref == reader._ref
     return type(a) is Remote and type(b) is Remote and a._session is b._session and a._ref == b._ref
 
 

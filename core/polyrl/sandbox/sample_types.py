@@ -16,17 +16,29 @@ from __future__ import annotations
 import builtins
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from polyrl.sandbox.pairing import STAND_INS, _Watched
 from polyrl.sandbox.remote import Remote
 
 
-def tests_type(type_of: Callable[[Remote, Any], Any]) -> type:
+def tests_type(type_of: Callable[[Remote, Any], Any], stand_ins: Mapping[type, Any] | None = None) -> type:
     """A ``type`` for the tests' builtins: ``type_of(value, frame)`` answers ``type(value)`` of a
     sample's value asked in the tests' ``frame``; every other use is Python's own ``type``. A subclass of ``type`` (not a
     function), so ``isinstance(C, type)``, ``issubclass(M, type)`` and ``class M(type)`` still
-    work in the tests."""
+    work in the tests. ``stand_ins``: Python's classes whose name the tests' builtins bind to a
+    stand-in (``zip``, ``map``, ``filter``, ``enumerate``: ``pairing``), and the harness's own
+    subclasses of them, each -> that stand-in, which ``type`` of such a value gives, so ``type(r)
+    is map`` holds for the sample's ``map`` object (and the tests' own) as in Python; it compared
+    Python's ``map`` with the tests' stand-in, and a right solution failed."""
+    known = dict(stand_ins or {})
+    by_name = {kind.__qualname__: stand_in for kind, stand_in in known.items() if kind.__module__ == "builtins"}
+
+    def as_tests_see(kind: Any) -> Any:
+        if type(kind) is Remote and kind._kind == "callable" and by_name:  # a class in the sample: Python's, by name
+            return by_name.get(kind.__qualname__, kind)
+        return known.get(kind, kind) if isinstance(kind, builtins.type) else kind
 
     class _Calls(type):
         def __call__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -34,7 +46,10 @@ def tests_type(type_of: Callable[[Remote, Any], Any]) -> type:
                 return super().__call__(*args, **kwargs)
             if len(args) == 1 and not kwargs:
                 value = args[0]
-                return type_of(value, sys._getframe(1)) if isinstance(value, Remote) else builtins.type(value)
+                kind = type_of(value, sys._getframe(1)) if isinstance(value, Remote) else builtins.type(value)
+                if kind is _Watched:  # the tests' zip or map watching an operand: the one it is
+                    kind = builtins.type(value._inner)
+                return as_tests_see(kind)
             return builtins.type(*args, **kwargs)
 
         def __instancecheck__(cls, instance: Any) -> bool:
@@ -79,6 +94,40 @@ _PYTHONS: dict[str, type] = {kind.__qualname__: kind for kind in (*vars(types).v
                              and kind not in (object, type, super, property, classmethod, staticmethod, type(None))}
 
 
+def _python_class(name: Any) -> type | None:
+    """One of ``_PYTHONS`` by name, or numpy's ``ndarray`` where the tests' process has numpy loaded
+    (an array the solution returns stays in the sample, judged as one by its type's name: ``Remote._type``).
+    Why: ``isinstance(f(3), np.ndarray)`` was False for a right array, which failed it."""
+    if name == "ndarray":
+        numpy = sys.modules.get("numpy")
+        return getattr(numpy, "ndarray", None) if numpy is not None else None
+    return _PYTHONS.get(name) if type(name) is str else None
+
+
+def real_classes(classes: Any, depth: int = 0) -> Any:
+    """``isinstance``'s and ``issubclass``'s classes with the tests' stand-ins of Python's classes
+    (``zip``, ``map``, ``filter``, ``enumerate``: functions of ``pairing``) as those classes. Why: a
+    function is no class, so ``isinstance(r, (filter, map))`` raised TypeError in the tests, for the
+    sample's ``filter`` object and the tests' own alike, and a right solution failed it."""
+    if type(classes) is tuple and depth < 16:
+        return tuple(real_classes(c, depth + 1) for c in classes)
+    if type(classes) is types.FunctionType:
+        kind = getattr(builtins, STAND_INS.get(classes.__code__, ""), None)
+        if isinstance(kind, builtins.type):
+            return kind
+    return classes
+
+
+def tests_issubclass(cls: Any, classes: Any, /) -> bool:
+    """``issubclass`` for the tests' builtins: Python's, with their stand-ins of Python's classes as
+    those classes on either side (``real_classes``: ``issubclass(type(r), map)``)."""
+    return builtins.issubclass(real_classes(cls), real_classes(classes))
+
+
+tests_issubclass.__name__ = tests_issubclass.__qualname__ = "issubclass"
+tests_issubclass.__doc__ = builtins.issubclass.__doc__
+
+
 def tests_isinstance(type_of: Callable[[Remote, Any], Any]) -> Callable[[Any, Any], bool]:
     """An ``isinstance`` for the tests' builtins: a sample's value against Python's own classes
     (``types.GeneratorType``, ``collections.abc.Generator``, ``types.FunctionType``) is judged by
@@ -89,12 +138,13 @@ def tests_isinstance(type_of: Callable[[Remote, Any], Any]) -> Callable[[Any, An
     which answers from the sample's real MRO (``Remote.__instancecheck__``)."""
 
     def isinstance_(obj: Any, classes: Any, /) -> bool:
+        classes = real_classes(classes)
         kinds = classes if type(classes) is tuple else (classes,)
         if (type(obj) is Remote and kinds and all(builtins.isinstance(k, builtins.type) for k in kinds)
                 and not builtins.isinstance(obj, classes)):
             real = type_of(obj, sys._getframe(1))
             if type(real) is Remote:  # a class in the sample: one of Python's own, by its name
-                real = _PYTHONS.get(real.__qualname__) if real._kind == "callable" else None
+                real = _python_class(real.__qualname__) if real._kind == "callable" else None
             if builtins.isinstance(real, builtins.type) and not builtins.issubclass(real, Remote):
                 return builtins.issubclass(real, kinds)
         return builtins.isinstance(obj, classes)
