@@ -77,6 +77,7 @@ _LOCAL_NUMBER_WORDS = {
     10: "zehn diez dez dix dieci", 12: "zwölf doce doze douze dodici", 20: "zwanzig veinte vinte vingt venti",
     100: "hundert cien cem cento"}
 _NUMBER_WORDS.update({w: v for v, words in _LOCAL_NUMBER_WORDS.items() for w in words.split()})
+_LOOK_ALIKES_FROM = "".join(chr(code) for code in _LOOK_ALIKES)
 
 
 def _read_forms(words: str) -> list[str]:
@@ -95,12 +96,20 @@ _RUSSIAN_NUMBER_WORDS = {0: "ноль нуль", 2: "два две двух", 3:
                          10: "десять десяти", 100: "сто"}
 #: A read form all Latin ("СТО" is "CTO", "ТРЕХ" "TPEX") is no number word: matched ignoring case, "Score:
 #: our CTO approved it." claimed 100. It is read as its number only in a completion holding Cyrillic
-#: (``_LATIN_RUSSIAN``), where "Оценка: СТО" is Russian.
+#: (``_LATIN_RUSSIAN``), where "Оценка: СТО" is Russian, and only written with a Cyrillic letter.
 _NUMBER_WORDS.update({form.lower(): v for v, words in _RUSSIAN_NUMBER_WORDS.items() for form in _read_forms(words)
                       if not form.isascii()})
 _LATIN_RUSSIAN_VALUES = {form: str(v) for v, words in _RUSSIAN_NUMBER_WORDS.items() for form in _read_forms(words)
                          if form.isascii()}
-_LATIN_RUSSIAN = re.compile(r"\b(?:" + "|".join(_LATIN_RUSSIAN_VALUES) + r")\b")
+#: Each such word as written: a letter either Cyrillic or its Latin look-alike, one Cyrillic at least. The
+#: Latin "CTO" in a Russian text ("Оценка: наш CTO одобрил.") is the English word and claimed 100 when
+#: the read form was matched; now only a word written with a Cyrillic letter is ("СТО", "СTO").
+_CYRILLIC_OF = {latin: "".join(c for c in _LOOK_ALIKES_FROM if chr(_LOOK_ALIKES[ord(c)]) == latin)
+                for latin in {c for form in _LATIN_RUSSIAN_VALUES for c in form}}
+_LATIN_RUSSIAN = re.compile("(?<!\\w)(?=[" + "".join(sorted({f[0] + _CYRILLIC_OF[f[0]] for f in _LATIN_RUSSIAN_VALUES}))
+                            + "])(?=\\w*[\u0400-\u04ff])(?:"
+                            + "|".join("".join("[" + c + _CYRILLIC_OF[c] + "]" for c in form)
+                                       for form in sorted(_LATIN_RUSSIAN_VALUES, key=len, reverse=True)) + ")(?!\\w)")
 _CYRILLIC = re.compile("[\u0400-\u04ff]")
 _NUMBER_WORDS_PATTERN = "|".join(r"due(?![ \t]+to\b)" if w == "due" else re.escape(w)
                                  for w in sorted(_NUMBER_WORDS, key=len, reverse=True))
@@ -667,7 +676,11 @@ def claims(text: str, scale: tuple[float, float]) -> Claims:
     claimed = set(judge_score.written_scores(text, scale))
     if read != text:
         claimed |= judge_score.written_scores(read, scale)
-    words = read if _CYRILLIC.search(text) is None else _LATIN_RUSSIAN.sub(lambda m: _LATIN_RUSSIAN_VALUES[m.group()], read)
+    words = read
+    if _CYRILLIC.search(text) is not None:  # "СТО" is read "CTO": its number, found in the text as written
+        marked = _LATIN_RUSSIAN.sub(lambda m: _LATIN_RUSSIAN_VALUES[m.group().translate(_LOOK_ALIKES)], text)
+        if marked != text:
+            words = as_read(marked)
     asked_clauses = _asked(words)
     asked = _scores_of(asked_clauses, scale)
     clauses = _clauses(words)
