@@ -36,11 +36,12 @@ _NUM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)", re.ASCII)  # "４" is no digi
 #: labels (a numbered criterion), whose digit was read as the verdict (2/10)
 #: A multilingual judge labels its verdict in the rubric's language ("Note : 8/10", "Punktzahl: 8/10",
 #: "Puntuación: 8/10", "评分：8/10", "Оценка: 8/10"): those replies were unreadable, so an honest
-#: judge's grade became a parse error (the minimum). Words of spaced scripts start a word; CJK labels
+#: judge's grade became a parse error (the minimum); a Korean judge's "평점: 8/10" (rating) too. Words of
+#: spaced scripts start a word; CJK labels
 #: may end a longer word ("综合评分": overall score), as those scripts write no spaces.
 LOCAL_LABELS = ("note", "nota", "punktzahl", "punkte", "bewertung", "puntuación", "puntuacion", "calificación",
                 "calificacion", "puntaje", "pontuação", "pontuacao", "punteggio", "voto", "оценка", "балл")
-CJK_LABELS = ("评分", "評分", "得分", "分数", "分數", "スコア", "点数", "점수")
+CJK_LABELS = ("评分", "評分", "得分", "分数", "分數", "スコア", "点数", "점수", "평점")
 #: labels that also name a remark ("Note: 2 steps are wrong"): a verdict only with its denominator
 #: ("Note : 8/10"), so an English judge's note is no second score beside its verdict
 WEAK_LABELS = frozenset({"note", "nota"})
