@@ -49,8 +49,9 @@ never silently ignored (``polyrl.serving.requests.UNHONOURED``).
 
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
-sampling values and prompts over the context, 408 for a request not received within
-``--read-timeout-s`` (a response not taken within that plus a second per MiB is cut off), 400 for a
+sampling values and prompts over the context, 408 for a request (its line, headers or body) not
+received within ``--read-timeout-s``, sent before the connection closes (a response not taken
+within that plus a second per MiB is cut off), 400 for a
 body the client cut short (it closed or reset the connection mid-body: that was a 408, as if the
 server had waited too little), 503 + Retry-After when the queue or the connection cap is full.
 
@@ -465,9 +466,47 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             deadlines.set(conn, seconds)
-            super().handle_one_request()
+            self._one_request()
         finally:
             deadlines.clear(conn)
+
+    def _one_request(self) -> None:
+        """The standard library's ``handle_one_request``, except that a request line or headers not
+        received within the read timeout are answered 408 with a JSON error, as a late body is. Its
+        own closed the connection without a word when a recv timed out, and when the deadline cut
+        the connection it read the end-of-file as the end of the headers and answered what had come."""
+        self.requestline = ""  # read by the log line of an answer sent before the request line is parsed
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if self._head_late() or not self.parse_request() or self._head_late():
+                return
+        except TimeoutError:  # a recv of the request line or a header waited the whole read timeout
+            self._head_late(timed_out=True)
+            return
+        method = getattr(self, "do_" + self.command, None)
+        if method is None:
+            self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+            return
+        try:
+            method()
+            self.wfile.flush()
+        except TimeoutError:  # a send timed out: the connection is discarded, as the standard library does
+            self.close_connection = True
+
+    def _head_late(self, timed_out: bool = False) -> bool:
+        """Whether the request's line or headers ran past the read timeout (then answered 408)."""
+        if not (timed_out or self.server.deadlines.cut(self.connection)):
+            return False
+        self.send_error(HTTPStatus.REQUEST_TIMEOUT, f"the request line and headers were not received within "
+                        f"{self.server.limits.read_timeout_s:g} s; the request was not acted on")
+        return True
 
     def handle_expect_100(self) -> bool:
         """A client asking before it sends the body learns at once that its size is refused."""
@@ -496,7 +535,7 @@ class Handler(BaseHTTPRequestHandler):
         slot) for the minutes a big reply took; past the deadline the connection is shut down."""
         data = strict_json.dumps(payload).encode("utf-8")  # a NaN log-prob is null, never a bare NaN
         deadlines = self.server.deadlines
-        deadlines.set(self.connection, send_deadline_s(len(data), self.server.limits))
+        deadlines.set(self.connection, send_deadline_s(len(data), self.server.limits), sending=True)
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
