@@ -321,6 +321,60 @@ def test_a_client_that_closes_its_connection_while_queued_is_dropped_by_a_real_s
         server.server_close()
 
 
+@pytest.mark.faults
+def test_a_client_that_only_half_closes_after_its_request_is_answered_by_a_real_server(monkeypatch):
+    """A client may send its whole request, shut down its write side (``shutdown(SHUT_WR)``, ``nc -N``)
+    and read the answer: HTTP allows it. Its end-of-file looked like a client gone, and a request
+    waiting a poll's time in the queue was dropped unanswered. The server now writes an interim
+    ``100 Continue``, which only a closed connection resets; this client reads it, then its answer."""
+    import json
+    import socket
+
+    import httpx
+
+    from polyrl.serve import PolyrlServer
+    from polyrl.serving import scheduler as scheduler_module
+    from polyrl.serving.peer import INTERIM
+
+    monkeypatch.setattr(scheduler_module, "GONE_POLL_S", 0.02)  # the waiting request's socket looked at often
+    engine = RecordingEngine(hold=True)
+    server = PolyrlServer(("127.0.0.1", 0), engine, model_name="m")
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    host, port = server.server_address[:2]
+    try:
+        with httpx.Client(base_url=server.url, trust_env=False, timeout=BOUND_S) as client:
+            first: dict[str, object] = {}
+            held = threading.Thread(target=lambda: first.update(r=client.post(
+                "/v1/completions", json={"prompt": "held", "max_tokens": 1})))
+            held.start()
+            assert engine.entered.wait(BOUND_S)
+            body = json.dumps({"prompt": "half", "max_tokens": 1}).encode()
+            with socket.create_connection((host, port), timeout=BOUND_S) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                sock.shutdown(socket.SHUT_WR)
+                interim = b""
+                while len(interim) < len(INTERIM) and (chunk := sock.recv(len(INTERIM) - len(interim))):
+                    interim += chunk  # b"" before: the server took the end-of-file for the client gone
+                assert interim == INTERIM
+                time.sleep(0.5)  # many polls more: the interim answer was not reset, the client is there
+                assert server.stats.abandoned == 0 and server.scheduler.queued() == 2
+                engine.release.set()
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            head, _, answer = reply.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), reply[:300]
+            assert json.loads(answer)["choices"][0]["text"] == "half#2.0"
+            held.join(BOUND_S)
+            assert first["r"].status_code == 200  # type: ignore[attr-defined]
+        assert [p for p, _ in engine.calls] == [["held"], ["half"]] and server.stats.abandoned == 0
+    finally:
+        engine.release.set()
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_client_is_told_gone_only_at_end_of_file_even_past_descriptor_1023():
     """select.select refuses descriptors past 1023 (ValueError), which read as "gone": on a server
     with more open files every queued request would have been dropped unanswered."""

@@ -27,8 +27,10 @@ one engine generates one batch at a time anyway, so an async framework would buy
 dependencies. Each connection gets a thread (HTTP/1.1 keep-alive, at most ``--max-connections``),
 handlers queue their prompts and one generation thread serves them round-robin in units of at most
 ``--max-batch-size`` completions, merging units with the same sampling settings into one
-``generate`` call (``polyrl.serving.scheduler``); a request whose client closed the connection (or
-half-closed it) before its generation started is dropped unanswered (``abandoned`` in the stats).
+``generate`` call (``polyrl.serving.scheduler``); a request whose client closed the connection
+before its generation started is dropped unanswered (``abandoned`` in the stats). A client that only
+shut down its write side after its request is answered: it is first written an interim ``100
+Continue``, which only a closed connection resets (``polyrl.serving.peer``).
 Streaming (``"stream": true``) is refused with a 400.
 
 Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extension),
@@ -79,9 +81,7 @@ import math
 import os
 import random
 import re
-import select
 import signal
-import socket
 import string
 import sys
 import threading
@@ -104,6 +104,7 @@ from polyrl.serving.address import bind_error, check_address
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
+from polyrl.serving.peer import INTERIM, peer_state
 from polyrl.serving.scheduler import ClientGone, FairScheduler
 from polyrl.serving.text_offsets import text_offsets
 from polyrl.serving.vocab import embedding_rows, model_positions
@@ -455,6 +456,7 @@ class Handler(BaseHTTPRequestHandler):
         """An idle kept-alive connection waits at most the read timeout for its next request, and
         a request, once its first byte is in, must arrive whole within the read timeout too."""
         self._body_read = False
+        self._probed = False  # whether ``_client_gone`` wrote its interim answer to this request
         deadlines, conn, seconds = self.server.deadlines, self.connection, self.server.limits.read_timeout_s
         deadlines.set(conn, seconds)
         try:
@@ -596,18 +598,22 @@ class Handler(BaseHTTPRequestHandler):
         return b"".join(parts), False
 
     def _client_gone(self) -> bool:
-        """Whether the client closed the connection (end-of-file waiting on it): a peek, so bytes of a
-        next request it already sent stay where they are."""
+        """Whether the client left: its connection was reset, or it closed it. A client that sent
+        end-of-file may only have shut down its write side and still be reading (HTTP allows it: it
+        was dropped unanswered), so it is first written an interim ``100 Continue``, which a closed
+        socket answers with a reset that the next call sees. HTTP/1.0 has no interim answers: its
+        end-of-file is taken for a half-close. Bytes of a next request already sent stay unread."""
+        state = peer_state(self.connection)
+        if state != "ended":
+            return state == "gone"
+        if self._probed or self.request_version != "HTTP/1.1":
+            return False
+        self._probed = True
         try:
-            if hasattr(select, "poll"):  # select.select refuses descriptors past 1023 (--max-connections 2000)
-                poller = select.poll()
-                poller.register(self.connection, select.POLLIN)
-                readable = bool(poller.poll(0))
-            else:
-                readable = bool(select.select([self.connection], [], [], 0)[0])
-            return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):  # reset, or already closed
+            self.wfile.write(INTERIM)
+        except OSError:
             return True
+        return False
 
     def _authorised(self) -> None:
         if self.server.api_key is None:
