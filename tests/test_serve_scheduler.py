@@ -9,6 +9,7 @@ import time
 import pytest
 
 from polyrl.serving.api_error import ApiError
+from polyrl.serving.limits import SEED_LIMIT
 from polyrl.serving.scheduler import FairScheduler, plan_units
 from polyrl.types import Completion, SamplingParams
 
@@ -86,11 +87,26 @@ def test_units_cover_every_completion_within_the_batch_size():
     s = SamplingParams(n=10, seed=7)
     units = plan_units(3, s, 4)
     assert [(u.prompt_indices, u.sampling.n) for u in units] == [([p], k) for p in range(3) for k in (4, 4, 2)]
-    assert [u.sampling.seed for u in units] == list(range(7, 16))
+    seeds = [u.sampling.seed for u in units]
+    assert seeds[0] == 7 and len(set(seeds)) == 9 and all(0 <= seed < 2 ** 63 for seed in seeds)
+    assert seeds == [u.sampling.seed for u in plan_units(3, s, 4)]  # the same request, the same seeds
     assert [(u.prompt_indices, u.sampling.n) for u in plan_units(5, SamplingParams(n=2), 4)] == \
         [([0, 1], 2), ([2, 3], 2), ([4], 2)]
     one = plan_units(2, SamplingParams(n=2, seed=3), 4)
     assert len(one) == 1 and one[0].sampling == SamplingParams(n=2, seed=3)  # fits: unchanged
+
+
+def test_the_units_of_a_seeded_request_never_draw_what_the_next_seeds_draw():
+    """Unit i of a request seeded s was seeded s + i: with n past --max-batch-size, the completions
+    4..7 of seed = 0, n = 8 were exactly those of seed = 1, n = 4, and a client drawing seeds 0, 1,
+    2... for independent samples got the same ones over again. Only the first unit keeps the seed."""
+    unit_seeds = {seed: [u.sampling.seed for u in plan_units(1, SamplingParams(n=16, seed=seed), 4)]
+                  for seed in range(64)}
+    assert all(seeds[0] == seed for seed, seeds in unit_seeds.items())
+    every = [seed for seeds in unit_seeds.values() for seed in seeds]
+    assert len(set(every)) == len(every) == 64 * 4
+    top = SEED_LIMIT - 1  # the largest seed a request may send: every unit's seed is still one a backend takes
+    assert all(0 <= seed < SEED_LIMIT for seed in (u.sampling.seed for u in plan_units(1, SamplingParams(n=8, seed=top), 4)))
 
 
 def test_a_small_request_waits_for_one_unit_of_a_huge_one_not_all_of_it():
