@@ -76,6 +76,28 @@ def test_completions_with_lists_n_logprobs_and_seed(server):
     assert first["usage"]["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in first["choices"])
 
 
+def test_a_seeded_request_is_the_same_amid_concurrent_ones_and_draws_its_own_units(server):
+    """A seeded request gives the same completions whether it runs alone or among concurrent clients'
+    requests (its units never share a generate call), each of its n choices included; and the
+    completions past its first unit (n = 40 > the server's --max-batch-size of 32) are not those of
+    the request seeded one more: units seeded seed + i drew the next seeds' samples over again."""
+    def texts(body: dict) -> list[str]:
+        r = server.post("/v1/completions", json={"model": SERVED_NAME, **body})
+        assert r.status_code == 200, r.text
+        return [c["text"] for c in r.json()["choices"]]
+
+    seeded = {"prompt": "The capital of France is", "n": 40, "max_tokens": 4, "temperature": 1.0, "seed": 11}
+    alone = texts(seeded)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        others = [pool.submit(texts, {"prompt": prompt, "n": 3, "max_tokens": 6, "temperature": 1.0, **extra})
+                  for prompt in ("1 + 1 =", "The capital of France is", "Hello")
+                  for extra in ({}, {"seed": 12})]
+        amid = [pool.submit(texts, seeded) for _ in range(2)]
+        assert all(len(f.result()) == 3 for f in others)
+        assert [f.result() for f in amid] == [alone, alone]
+    assert texts({**seeded, "seed": 12, "n": 8}) != alone[32:]
+
+
 def test_errors_are_openai_shaped(server):
     cases = [
         (server.post("/v1/chat/completions", content=b"{not json"), 400),

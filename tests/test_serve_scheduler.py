@@ -9,6 +9,7 @@ import time
 import pytest
 
 from polyrl.serving.api_error import ApiError
+from polyrl.serving.limits import SEED_LIMIT
 from polyrl.serving.scheduler import FairScheduler, plan_units
 from polyrl.types import Completion, SamplingParams
 
@@ -86,11 +87,26 @@ def test_units_cover_every_completion_within_the_batch_size():
     s = SamplingParams(n=10, seed=7)
     units = plan_units(3, s, 4)
     assert [(u.prompt_indices, u.sampling.n) for u in units] == [([p], k) for p in range(3) for k in (4, 4, 2)]
-    assert [u.sampling.seed for u in units] == list(range(7, 16))
+    seeds = [u.sampling.seed for u in units]
+    assert seeds[0] == 7 and len(set(seeds)) == 9 and all(0 <= seed < 2 ** 63 for seed in seeds)
+    assert seeds == [u.sampling.seed for u in plan_units(3, s, 4)]  # the same request, the same seeds
     assert [(u.prompt_indices, u.sampling.n) for u in plan_units(5, SamplingParams(n=2), 4)] == \
         [([0, 1], 2), ([2, 3], 2), ([4], 2)]
     one = plan_units(2, SamplingParams(n=2, seed=3), 4)
     assert len(one) == 1 and one[0].sampling == SamplingParams(n=2, seed=3)  # fits: unchanged
+
+
+def test_the_units_of_a_seeded_request_never_draw_what_the_next_seeds_draw():
+    """Unit i of a request seeded s was seeded s + i: with n past --max-batch-size, the completions
+    4..7 of seed = 0, n = 8 were exactly those of seed = 1, n = 4, and a client drawing seeds 0, 1,
+    2... for independent samples got the same ones over again. Only the first unit keeps the seed."""
+    unit_seeds = {seed: [u.sampling.seed for u in plan_units(1, SamplingParams(n=16, seed=seed), 4)]
+                  for seed in range(64)}
+    assert all(seeds[0] == seed for seed, seeds in unit_seeds.items())
+    every = [seed for seeds in unit_seeds.values() for seed in seeds]
+    assert len(set(every)) == len(every) == 64 * 4
+    top = SEED_LIMIT - 1  # the largest seed a request may send: every unit's seed is still one a backend takes
+    assert all(0 <= seed < SEED_LIMIT for seed in (u.sampling.seed for u in plan_units(1, SamplingParams(n=8, seed=top), 4)))
 
 
 def test_a_small_request_waits_for_one_unit_of_a_huge_one_not_all_of_it():
@@ -315,6 +331,60 @@ def test_a_client_that_closes_its_connection_while_queued_is_dropped_by_a_real_s
             assert first["r"].status_code == 200  # type: ignore[attr-defined]
             assert client.post("/v1/completions", json={"prompt": "next", "max_tokens": 1}).status_code == 200
         assert [p for p, _ in engine.calls] == [["held"], ["next"]]
+    finally:
+        engine.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.faults
+def test_a_client_that_only_half_closes_after_its_request_is_answered_by_a_real_server(monkeypatch):
+    """A client may send its whole request, shut down its write side (``shutdown(SHUT_WR)``, ``nc -N``)
+    and read the answer: HTTP allows it. Its end-of-file looked like a client gone, and a request
+    waiting a poll's time in the queue was dropped unanswered. The server now writes an interim
+    ``100 Continue``, which only a closed connection resets; this client reads it, then its answer."""
+    import json
+    import socket
+
+    import httpx
+
+    from polyrl.serve import PolyrlServer
+    from polyrl.serving import scheduler as scheduler_module
+    from polyrl.serving.peer import INTERIM
+
+    monkeypatch.setattr(scheduler_module, "GONE_POLL_S", 0.02)  # the waiting request's socket looked at often
+    engine = RecordingEngine(hold=True)
+    server = PolyrlServer(("127.0.0.1", 0), engine, model_name="m")
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    host, port = server.server_address[:2]
+    try:
+        with httpx.Client(base_url=server.url, trust_env=False, timeout=BOUND_S) as client:
+            first: dict[str, object] = {}
+            held = threading.Thread(target=lambda: first.update(r=client.post(
+                "/v1/completions", json={"prompt": "held", "max_tokens": 1})))
+            held.start()
+            assert engine.entered.wait(BOUND_S)
+            body = json.dumps({"prompt": "half", "max_tokens": 1}).encode()
+            with socket.create_connection((host, port), timeout=BOUND_S) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                sock.shutdown(socket.SHUT_WR)
+                interim = b""
+                while len(interim) < len(INTERIM) and (chunk := sock.recv(len(INTERIM) - len(interim))):
+                    interim += chunk  # b"" before: the server took the end-of-file for the client gone
+                assert interim == INTERIM
+                time.sleep(0.5)  # many polls more: the interim answer was not reset, the client is there
+                assert server.stats.abandoned == 0 and server.scheduler.queued() == 2
+                engine.release.set()
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            head, _, answer = reply.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), reply[:300]
+            assert json.loads(answer)["choices"][0]["text"] == "half#2.0"
+            held.join(BOUND_S)
+            assert first["r"].status_code == 200  # type: ignore[attr-defined]
+        assert [p for p, _ in engine.calls] == [["held"], ["half"]] and server.stats.abandoned == 0
     finally:
         engine.release.set()
         server.shutdown()

@@ -27,8 +27,10 @@ one engine generates one batch at a time anyway, so an async framework would buy
 dependencies. Each connection gets a thread (HTTP/1.1 keep-alive, at most ``--max-connections``),
 handlers queue their prompts and one generation thread serves them round-robin in units of at most
 ``--max-batch-size`` completions, merging units with the same sampling settings into one
-``generate`` call (``polyrl.serving.scheduler``); a request whose client closed the connection (or
-half-closed it) before its generation started is dropped unanswered (``abandoned`` in the stats).
+``generate`` call (``polyrl.serving.scheduler``); a request whose client closed the connection
+before its generation started is dropped unanswered (``abandoned`` in the stats). A client that only
+shut down its write side after its request is answered: it is first written an interim ``100
+Continue``, which only a closed connection resets (``polyrl.serving.peer``).
 Streaming (``"stream": true``) is refused with a 400.
 
 Sampling: ``temperature`` (default 1, at most 10), ``top_p``, ``top_k`` (extension),
@@ -49,8 +51,9 @@ never silently ignored (``polyrl.serving.requests.UNHONOURED``).
 
 Bad requests are 4xx with a reason in OpenAI's error shape, never a 500 or a hang: 411/400/413 for
 a missing, malformed or too large Content-Length, 400 for bad JSON, wrong types, out-of-range
-sampling values and prompts over the context, 408 for a request not received within
-``--read-timeout-s`` (a response not taken within that plus a second per MiB is cut off), 400 for a
+sampling values and prompts over the context, 408 for a request (its line, headers or body) not
+received within ``--read-timeout-s``, sent before the connection closes (a response not taken
+within that plus a second per MiB is cut off), 400 for a
 body the client cut short (it closed or reset the connection mid-body: that was a 408, as if the
 server had waited too little), 503 + Retry-After when the queue or the connection cap is full.
 
@@ -78,9 +81,7 @@ import math
 import os
 import random
 import re
-import select
 import signal
-import socket
 import string
 import sys
 import threading
@@ -103,6 +104,7 @@ from polyrl.serving.address import bind_error, check_address
 from polyrl.serving.api_error import ApiError
 from polyrl.serving.connections import Deadlines, Refuser
 from polyrl.serving.limits import Limits, content_length
+from polyrl.serving.peer import INTERIM, peer_state
 from polyrl.serving.scheduler import ClientGone, FairScheduler
 from polyrl.serving.text_offsets import text_offsets
 from polyrl.serving.vocab import embedding_rows, model_positions
@@ -454,6 +456,7 @@ class Handler(BaseHTTPRequestHandler):
         """An idle kept-alive connection waits at most the read timeout for its next request, and
         a request, once its first byte is in, must arrive whole within the read timeout too."""
         self._body_read = False
+        self._probed = False  # whether ``_client_gone`` wrote its interim answer to this request
         deadlines, conn, seconds = self.server.deadlines, self.connection, self.server.limits.read_timeout_s
         deadlines.set(conn, seconds)
         try:
@@ -465,9 +468,47 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             deadlines.set(conn, seconds)
-            super().handle_one_request()
+            self._one_request()
         finally:
             deadlines.clear(conn)
+
+    def _one_request(self) -> None:
+        """The standard library's ``handle_one_request``, except that a request line or headers not
+        received within the read timeout are answered 408 with a JSON error, as a late body is. Its
+        own closed the connection without a word when a recv timed out, and when the deadline cut
+        the connection it read the end-of-file as the end of the headers and answered what had come."""
+        self.requestline = ""  # read by the log line of an answer sent before the request line is parsed
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if self._head_late() or not self.parse_request() or self._head_late():
+                return
+        except TimeoutError:  # a recv of the request line or a header waited the whole read timeout
+            self._head_late(timed_out=True)
+            return
+        method = getattr(self, "do_" + self.command, None)
+        if method is None:
+            self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+            return
+        try:
+            method()
+            self.wfile.flush()
+        except TimeoutError:  # a send timed out: the connection is discarded, as the standard library does
+            self.close_connection = True
+
+    def _head_late(self, timed_out: bool = False) -> bool:
+        """Whether the request's line or headers ran past the read timeout (then answered 408)."""
+        if not (timed_out or self.server.deadlines.cut(self.connection)):
+            return False
+        self.send_error(HTTPStatus.REQUEST_TIMEOUT, f"the request line and headers were not received within "
+                        f"{self.server.limits.read_timeout_s:g} s; the request was not acted on")
+        return True
 
     def handle_expect_100(self) -> bool:
         """A client asking before it sends the body learns at once that its size is refused."""
@@ -496,7 +537,7 @@ class Handler(BaseHTTPRequestHandler):
         slot) for the minutes a big reply took; past the deadline the connection is shut down."""
         data = strict_json.dumps(payload).encode("utf-8")  # a NaN log-prob is null, never a bare NaN
         deadlines = self.server.deadlines
-        deadlines.set(self.connection, send_deadline_s(len(data), self.server.limits))
+        deadlines.set(self.connection, send_deadline_s(len(data), self.server.limits), sending=True)
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -557,18 +598,22 @@ class Handler(BaseHTTPRequestHandler):
         return b"".join(parts), False
 
     def _client_gone(self) -> bool:
-        """Whether the client closed the connection (end-of-file waiting on it): a peek, so bytes of a
-        next request it already sent stay where they are."""
+        """Whether the client left: its connection was reset, or it closed it. A client that sent
+        end-of-file may only have shut down its write side and still be reading (HTTP allows it: it
+        was dropped unanswered), so it is first written an interim ``100 Continue``, which a closed
+        socket answers with a reset that the next call sees. HTTP/1.0 has no interim answers: its
+        end-of-file is taken for a half-close. Bytes of a next request already sent stay unread."""
+        state = peer_state(self.connection)
+        if state != "ended":
+            return state == "gone"
+        if self._probed or self.request_version != "HTTP/1.1":
+            return False
+        self._probed = True
         try:
-            if hasattr(select, "poll"):  # select.select refuses descriptors past 1023 (--max-connections 2000)
-                poller = select.poll()
-                poller.register(self.connection, select.POLLIN)
-                readable = bool(poller.poll(0))
-            else:
-                readable = bool(select.select([self.connection], [], [], 0)[0])
-            return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):  # reset, or already closed
+            self.wfile.write(INTERIM)
+        except OSError:
             return True
+        return False
 
     def _authorised(self) -> None:
         if self.server.api_key is None:

@@ -4,7 +4,9 @@ Why a deadline and not only a socket timeout: a socket timeout bounds each ``rec
 slowloris client that sends one byte every few seconds never trips it while holding a thread
 forever. The ``Deadlines`` watcher gives each connection a time by which the request it is
 receiving must be complete (and an idle kept-alive connection a time by which the next one must
-start); past it the socket is shut down, which wakes the blocked handler thread with end-of-file.
+start); past it the socket is shut down for reading, which wakes the blocked handler thread with
+end-of-file and leaves it the write side to answer 408 on. A response the client takes too slowly
+(``set(..., sending=True)``) is shut down both ways: nothing more can be said to it.
 """
 
 from __future__ import annotations
@@ -62,15 +64,20 @@ class Deadlines:
 
     def __init__(self, tick_s: float = 0.25) -> None:
         self._lock = threading.Lock()
-        self._due: dict[socket.socket, float] = {}
+        #: connection -> (when, how to shut it down then)
+        self._due: dict[socket.socket, tuple[float, int]] = {}
         #: connections shut down for their deadline and not yet cleared (``cut``)
         self._cut: set[socket.socket] = set()
         self._tick_s = tick_s
         threading.Thread(target=self._watch, name="polyrl-serve-deadlines", daemon=True).start()
 
-    def set(self, conn: socket.socket, seconds: float) -> None:
+    def set(self, conn: socket.socket, seconds: float, *, sending: bool = False) -> None:
+        """Cut ``conn`` in ``seconds``: its read side while a request is received (its handler can
+        still answer 408: shut both ways, the 408 was never sent and a slow client read only the
+        connection closing), both sides while a response is sent (``sending``: a blocked send wakes)."""
+        how = socket.SHUT_RDWR if sending else socket.SHUT_RD
         with self._lock:
-            self._due[conn] = time.monotonic() + seconds
+            self._due[conn] = (time.monotonic() + seconds, how)
 
     def clear(self, conn: socket.socket) -> None:
         with self._lock:
@@ -89,12 +96,12 @@ class Deadlines:
             time.sleep(self._tick_s)
             now = time.monotonic()
             with self._lock:
-                late = [c for c, due in self._due.items() if due <= now]
-                for c in late:
+                late = [(c, how) for c, (due, how) in self._due.items() if due <= now]
+                for c, _ in late:
                     del self._due[c]
                     self._cut.add(c)
-            for c in late:
+            for c, how in late:
                 try:
-                    c.shutdown(socket.SHUT_RDWR)
+                    c.shutdown(how)
                 except OSError:
                     pass

@@ -23,9 +23,10 @@ Stopping (``close``) lets the batch generating now finish and answers every othe
 once: a batch cannot be cut short, and the interpreter must not exit while this thread is inside
 the backend (torch aborts the process then, and every client loses its connection unanswered).
 
-Seeded requests stay reproducible: their cut depends only on the request itself (unit ``i`` is
-seeded ``seed + i``; a request that fits one unit keeps its seed), and their units never share a
-``generate`` call with another request's.
+Seeded requests stay reproducible: their cut depends only on the request itself (unit 0 keeps
+the request's seed, so a request that fits one unit is sampled as it would be alone; unit ``i``
+gets a hash of the seed and ``i``, ``unit_seed``), and their units never share a ``generate`` call
+with another request's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import attrs
+import numpy as np
 
 from polyrl.serving.api_error import overloaded, shutting_down
 from polyrl.serving.limits import SEED_LIMIT
@@ -95,9 +97,21 @@ def plan_units(n_prompts: int, sampling: SamplingParams, max_batch_size: int) ->
                   for start in range(0, n, max_batch_size)]
     units = []
     for i, (indices, k) in enumerate(pieces):
-        seed = None if sampling.seed is None else (sampling.seed + i) % SEED_LIMIT
+        seed = None if sampling.seed is None else unit_seed(sampling.seed, i)
         units.append(Unit(indices, attrs.evolve(sampling, n=k, seed=seed)))
     return units
+
+
+def unit_seed(seed: int, unit: int) -> int:
+    """The seed of unit ``unit`` of a request seeded ``seed``: the request's own for the first, else
+    a hash of both (numpy ``SeedSequence``) in ``[0, SEED_LIMIT)``. Why a hash: units seeded ``seed +
+    i`` drew what the requests seeded ``seed + i`` drew in their first unit, so with ``n`` past
+    ``--max-batch-size`` the completions 4..7 of ``seed = 0, n = 8`` were those of ``seed = 1, n = 4``
+    (a client drawing seeds 0, 1, 2... got the same samples over again)."""
+    if unit == 0:
+        return seed
+    words = np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, unit]).generate_state(2, np.uint32)
+    return ((int(words[0]) << 32) | int(words[1])) % SEED_LIMIT
 
 
 class FairScheduler:
