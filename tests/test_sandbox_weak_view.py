@@ -802,3 +802,22 @@ def test_unshare_level_keeps_unix_socket_queues_short(no_bwrap):
     assert result.status == "ok" and result.passed == [True], (result, result.output)
     line = next((x for x in result.output.splitlines() if x.startswith("QUEUED ")), result.output)
     assert line == "QUEUED 9 2", line
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_sample_reads_no_host_name_of_the_machine(no_bwrap, fallback, monkeypatch):
+    """The ``unshare`` level made no UTS namespace: a sample read the machine's host name (and NIS
+    domain name) there. Now it has one of its own, named ``new_root.HOSTNAME`` by both setup
+    programs (its root of its own and, ``fallback``, the read-only host view)."""
+    from polyrl.sandbox import new_root
+
+    if fallback:
+        _no_new_root(monkeypatch)
+    box = _weak_box("auto")
+    code = ("import os\nprint('NAMES', os.uname().nodename, open('/proc/sys/kernel/hostname').read().strip(), "
+            "open('/proc/sys/kernel/domainname').read().strip())\n")
+    result = box.run(code + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    names = next((x for x in result.output.splitlines() if x.startswith("NAMES ")), result.output)
+    assert names == f"NAMES {new_root.HOSTNAME} {new_root.HOSTNAME} (none)", names

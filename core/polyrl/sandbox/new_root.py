@@ -123,6 +123,20 @@ for limit, value in @UNIX_QUEUES@:
 '''.replace("@UNIX_QUEUES@", repr((("net/core/somaxconn", str(ACCEPT_QUEUE)),
                                      ("net/unix/max_dgram_qlen", str(UNIX_DGRAM_QUEUE)))))
 
+#: The sample's host name (``uname -n``, ``socket.gethostname()``, ``/proc/sys/kernel/hostname``) in
+#: its UTS namespace of its own, at every level with one (bubblewrap's ``--hostname``; the ``unshare``
+#: level's setup programs). Why: a new UTS namespace starts with a copy of the host's names, so every
+#: sample read the machine's host name (a cluster node's, naming the site and the node).
+HOSTNAME = "sandbox"
+#: Sets ``HOSTNAME`` (and the NIS domain name, which the new namespace copied too, to the kernel's
+#: default) in the sample's UTS namespace; both setup programs of the ``unshare`` level run it
+#: before the privilege drop (``unshare --uts`` made the namespace; where it did not, e.g. a
+#: command line built without it, the host's names are left as they are: it is not a wall).
+OWN_NAMES = """
+for call, name in (("sethostname", @HOSTNAME@), ("setdomainname", b"(none)")):
+    getattr(libc, call)(name, len(name))
+""".replace("@HOSTNAME@", repr(HOSTNAME.encode()))
+
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
 SETUP = r'''
@@ -248,7 +262,8 @@ except OSError as exc:
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
 '''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace(
-    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES).replace("@MASK_PROC@", MASK_PROC)
+    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES + OWN_NAMES).replace(
+    "@MASK_PROC@", MASK_PROC)
 
 
 def pivot_root_number() -> int | None:
