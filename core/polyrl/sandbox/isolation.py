@@ -465,7 +465,7 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
         cmd += ["--unshare-user", *disable_userns(), "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
     cmd += [*_usr_binds(), "--proc", "/proc", "--dev", "/dev"]
-    for path in new_root.PROC_MASKED:  # the keys the sample may view, by name (``new_root.PROC_MASKED``)
+    for path in new_root.PROC_MASKED:  # the keys the sample may view, by name; the host's boot line (``new_root``)
         cmd += ["--ro-bind", "/dev/null", path] if os.path.exists(path) else []
     if tmpfs_dir is not None:
         cmd += ["--bind", tmpfs_dir, SANDBOX_HOME]

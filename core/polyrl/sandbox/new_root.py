@@ -51,7 +51,10 @@ ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: possesses the trainer's session keyring's (a key named "hf-token" added there was listed with its
 #: length in every sample, root or pool uid; a root sample, ``user = "none"``, also saw root's
 #: keyrings), and ``key-users`` every uid's key counts. The filter refuses the calls that read a key.
-PROC_MASKED = ("/proc/keys", "/proc/key-users")
+#: ``cmdline``: the host kernel's command line (the machine's boot setup, and where a host boots from
+#: the network the credentials of its root, e.g. dracut's ``netroot=iscsi:user:password@...``), which
+#: every sample read; nothing a sample runs needs it.
+PROC_MASKED = ("/proc/keys", "/proc/key-users", "/proc/cmdline")
 
 #: Both setup programs' binds of /dev/null (``null``) over ``PROC_MASKED`` under ``top`` (their
 #: ``/proc``); where the kernel refuses one the sample runs as before (the bind is not a wall the
