@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from sandbox_attacks import ROOT_THREADS, SOCKET_BUFFERS, SYSV_ATTACK, run_lingering
+from sandbox_attacks import ROOT_ONLY_PROC, ROOT_THREADS, SOCKET_BUFFERS, SYSV_ATTACK, run_lingering
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -821,3 +821,17 @@ def test_unshare_level_sample_reads_no_host_name_of_the_machine(no_bwrap, fallba
     assert result.status == "ok" and result.passed == [True], (result, result.output)
     names = next((x for x in result.output.splitlines() if x.startswith("NAMES ")), result.output)
     assert names == f"NAMES {new_root.HOSTNAME} {new_root.HOSTNAME} (none)", names
+
+
+@needs_unshare
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sample keeps uid 0 only when the trainer is root")
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_root_sample_reads_no_root_only_kernel_file(no_bwrap, fallback, monkeypatch):
+    """A root sample (``user = "none"``) read the kernel's mode-0400 ``/proc`` files as their owner
+    (every physical page's flags, the kernel heap's caches) in its own ``/proc``; both setup
+    programs bind /dev/null over them now (``new_root.ROOT_ONLY_PROC``)."""
+    if fallback:
+        _no_new_root(monkeypatch)
+    box = _weak_box("none")
+    result = box.run(ROOT_ONLY_PROC + GOOD, parse_tests("assert root_only_read() == {}\n"))
+    assert result.status == "ok" and result.passed == [True], (result, result.output)

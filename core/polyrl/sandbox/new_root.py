@@ -53,8 +53,17 @@ ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: keyrings), and ``key-users`` every uid's key counts. The filter refuses the calls that read a key.
 #: ``cmdline``: the host kernel's command line (the machine's boot setup, and where a host boots from
 #: the network the credentials of its root, e.g. dracut's ``netroot=iscsi:user:password@...``), which
-#: every sample read; nothing a sample runs needs it.
-PROC_MASKED = ("/proc/keys", "/proc/key-users", "/proc/cmdline")
+#: every sample read; nothing a sample runs needs it. ``ROOT_ONLY_PROC`` too.
+#: The kernel's own mode-0400 ``/proc`` files (``cmdline`` above is 0444), which no capability guards: a
+#: root sample (``user = "none"``: effective uid 0 without capabilities, its user namespace mapping
+#: uid 0 to the host's) read them as their owner under bubblewrap and at the ``unshare`` level:
+#: ``kpageflags``, ``kpagecount`` and ``kpagecgroup`` (the flags, use counts and cgroup of every
+#: physical page of the host: the map a Rowhammer or page-cache attack starts from), ``slabinfo``
+#: (the kernel heap's caches, which a kernel exploit grooms), ``vmallocinfo``, ``pagetypeinfo`` and
+#: ``timer_list`` (every CPU's timers, by kernel function). A pool uid's sample was refused them already.
+ROOT_ONLY_PROC = ("/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup", "/proc/slabinfo",
+                  "/proc/vmallocinfo", "/proc/pagetypeinfo", "/proc/timer_list")
+PROC_MASKED = ("/proc/keys", "/proc/key-users", "/proc/cmdline", *ROOT_ONLY_PROC)
 
 #: Both setup programs' binds of /dev/null (``null``) over ``PROC_MASKED`` under ``top`` (their
 #: ``/proc``); where the kernel refuses one the sample runs as before (the bind is not a wall the
