@@ -240,3 +240,24 @@ ROOT_THREADS = (
     "    stop.set()\n"
     "    return started\n"
 )
+
+
+#: ``root_only_read()``: the kernel's mode-0400 ``/proc`` files (``new_root.ROOT_ONLY_PROC``: physical
+#: page flags, the kernel heap's caches, timers) it opened and read bytes of, by libc's ``open`` past
+#: the audit hook: {path: bytes read}; a file refused or read empty is left out.
+ROOT_ONLY_PROC = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "PATHS = ('/proc/kpageflags', '/proc/kpagecount', '/proc/kpagecgroup', '/proc/slabinfo',\n"
+    "         '/proc/vmallocinfo', '/proc/pagetypeinfo', '/proc/timer_list')\n"
+    "def root_only_read():\n"
+    "    got = {}\n"
+    "    for path in PATHS:\n"
+    "        fd = libc.open(path.encode(), os.O_RDONLY)\n"
+    "        if fd >= 0:\n"
+    "            data = os.pread(fd, 64, 0)\n"
+    "            os.close(fd)\n"
+    "            if data:\n"
+    "                got[path] = len(data)\n"
+    "    return got\n"
+)

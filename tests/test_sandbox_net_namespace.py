@@ -1,4 +1,5 @@
-"""What a sample holds of the kernel through its network namespace, ptys and mount table.
+"""What a sample holds of the kernel through its network namespace, ptys and mount table, and what
+it reads of the host through its UTS namespace.
 
 Hostile samples through a real ``require`` sandbox (audit hook off: the kernel stops them): the
 namespace wrapper without util-linux (TCP settings capped by ``python_wrapper``), TIME_WAIT
@@ -18,7 +19,7 @@ import pytest
 from bwrap_util import needs_bwrap
 
 from polyrl.rewards.code import parse_tests
-from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
+from polyrl.sandbox import Sandbox, SandboxLimits, isolation, new_root, runner
 
 pytestmark = pytest.mark.faults
 
@@ -282,3 +283,22 @@ def test_a_sample_with_the_hosts_tcp_settings_is_warned_of(monkeypatch):
         sandbox = box()
     assert "TCP buffers not capped" in sandbox.report["isolation"]
     assert any("host's TCP settings" in entry["event"] and entry["log_level"] == "warning" for entry in logs), logs
+
+
+#: The host names a sample reads: ``uname -n`` (its UTS namespace's host name) and the NIS domain name.
+HOST_NAMES = ("import os\n"
+              "print('NAMES', os.uname().nodename, open('/proc/sys/kernel/hostname').read().strip(), "
+              "open('/proc/sys/kernel/domainname').read().strip())\n")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("user", ["auto", "none"] if os.geteuid() == 0 else ["auto"])
+def test_a_sample_reads_no_host_name_of_the_machine(user):
+    """A new UTS namespace starts with a copy of the host's names, so every sample read the
+    machine's host name (``os.uname().nodename``, ``/proc/sys/kernel/hostname``: a cluster node's
+    name, naming the site and the node). Bubblewrap now sets it (``--hostname``)."""
+    sandbox = Sandbox(SandboxLimits(timeout_s=8, memory_mb=512, disk_mb=8), isolation="require",
+                      audit_hook=False, user=user)
+    output = run(sandbox, HOST_NAMES)
+    names = next((line for line in output.splitlines() if line.startswith("NAMES ")), output)
+    assert names == f"NAMES {new_root.HOSTNAME} {new_root.HOSTNAME} (none)"  # the kernel's default domain

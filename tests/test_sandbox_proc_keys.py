@@ -1,11 +1,13 @@
-"""A sample reads no name of the trainer's kernel keys in ``/proc/keys``.
+"""A sample reads no name of the trainer's kernel keys in ``/proc/keys``, nor the host kernel's command line.
 
 The seccomp filter refuses ``keyctl``, so no sample reads a key's payload; but ``/proc/keys`` lists
 every key the reader may view, by description and payload length, and a sample possesses the keys
 of the session keyring it inherits from the trainer: a key named ``trainer-token-name`` added
 there was listed in every sample under bubblewrap and at the ``unshare`` level, pool uid or root
 (``user = "none"``, which also saw root's own keyrings; ``/proc/key-users`` listed every uid's key
-counts). Now both files are /dev/null in the sample's own ``/proc``. Replayed from a trainer in a
+counts); and ``/proc/cmdline`` showed every sample the host's boot line (where a host boots from the
+network, the credentials of its root: dracut's ``netroot=iscsi:user:password@...``). Now these files
+are /dev/null in the sample's own ``/proc``. Replayed from a trainer in a
 session keyring of its own (a child process: pytest's own keyring is untouched), with the filter on
 where libseccomp is here (the audit hook off: it does not guard reads)."""
 
@@ -33,7 +35,8 @@ assert libc.syscall(leftovers.KEYCTL_NR[platform.machine()], 1, b"polyrl-trainer
 key = libc.syscall(248 if platform.machine() == "x86_64" else 217, b"user", b"trainer-token-name", b"SECRET", 6,
                    ctypes.c_long(-3))  # add_key(..., KEY_SPEC_SESSION_KEYRING)
 assert key > 0, ctypes.get_errno()
-probe = ("def listed():\\n    out = {}\\n    for path in ('/proc/keys', '/proc/key-users'):\\n        try:\\n"
+probe = ("def listed():\\n    out = {}\\n    for path in ('/proc/keys', '/proc/key-users', '/proc/cmdline'):\\n"
+         "        try:\\n"
          "            out[path] = open(path).read()\\n        except OSError as exc:\\n"
          "            out[path] = exc.strerror\\n    return out\\n"
          "def lines():\\n    return sum(len(text.splitlines()) for text in listed().values() if text != 'Permission denied')\\n")
@@ -83,7 +86,8 @@ def trainer_run(tmp_path_factory) -> subprocess.CompletedProcess:
 def test_a_sample_lists_no_key_of_the_trainer(trainer_run, level):
     """Each user a sample may run as here (pool uid; root, ``user = "none"``, for a root trainer),
     and at ``unshare`` its read-only view of the host too (where ``pivot_root`` is refused): the
-    trainer's key name was listed in ``/proc/keys``; now neither file shows a line."""
+    trainer's key name was listed in ``/proc/keys``, and ``/proc/cmdline`` held the host's boot
+    line; now none of the three files shows a line."""
     import platform
 
     from polyrl.sandbox import leftovers
@@ -106,4 +110,4 @@ def test_a_sample_lists_no_key_of_the_trainer(trainer_run, level):
     for user, got in cases.items():
         assert got["level"] == level and got["status"] == "ok", (user, got)
         assert "LISTED" in got["output"] and "trainer-token-name" not in got["output"], (user, got["output"])
-        assert got["passed"] == [True], (user, got)  # both files read as nothing (or not at all)
+        assert got["passed"] == [True], (user, got)  # the files read as nothing (or not at all)

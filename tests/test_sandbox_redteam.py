@@ -17,6 +17,7 @@ from sandbox_attacks import (
     NOTIFY_GROUPS,
     ORPHANS,
     PIPE_BUFFERS,
+    ROOT_ONLY_PROC,
     ROOT_THREADS,
     SOCKET_BUFFERS,
     SOCKET_BUFFERS_WIDE,
@@ -67,6 +68,17 @@ def test_a_root_sample_cannot_write_kernel_settings(isolation):
     sysctls check only the uid, so it could open ``kernel.core_pattern`` for writing (a pipe
     there runs any program as the host's root at the next crash) through bwrap's fresh /proc."""
     assert score(KERNEL_SETTINGS, "assert probe() == (3, [])", isolation=isolation, user="none") == 1.0
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sample keeps uid 0 only when the trainer is root")
+def test_a_root_sample_reads_no_root_only_kernel_file():
+    """With ``user = "none"`` the sample is uid 0 without capabilities, mapped to the host's root,
+    and the kernel's mode-0400 ``/proc`` files check only the owner: it read every physical page's
+    flags and use count (``/proc/kpageflags``, ``kpagecount``), the kernel heap's caches
+    (``slabinfo``) and every CPU's timers. They are /dev/null in its ``/proc`` now
+    (``new_root.ROOT_ONLY_PROC``); a pool uid's sample was refused them already."""
+    assert score(ROOT_ONLY_PROC, "assert root_only_read() == {}", user="none", audit_hook=False) == 1.0
 
 
 #: Reads its OOM score adjustment and tries to lower it to the trainer's (0) past the audit hook.

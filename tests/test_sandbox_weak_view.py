@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from sandbox_attacks import ROOT_THREADS, SOCKET_BUFFERS, SYSV_ATTACK, run_lingering
+from sandbox_attacks import ROOT_ONLY_PROC, ROOT_THREADS, SOCKET_BUFFERS, SYSV_ATTACK, run_lingering
 
 from polyrl.rewards.code import parse_tests
 from polyrl.sandbox import Sandbox, SandboxLimits, isolation, runner
@@ -802,3 +802,36 @@ def test_unshare_level_keeps_unix_socket_queues_short(no_bwrap):
     assert result.status == "ok" and result.passed == [True], (result, result.output)
     line = next((x for x in result.output.splitlines() if x.startswith("QUEUED ")), result.output)
     assert line == "QUEUED 9 2", line
+
+
+@needs_unshare
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_sample_reads_no_host_name_of_the_machine(no_bwrap, fallback, monkeypatch):
+    """The ``unshare`` level made no UTS namespace: a sample read the machine's host name (and NIS
+    domain name) there. Now it has one of its own, named ``new_root.HOSTNAME`` by both setup
+    programs (its root of its own and, ``fallback``, the read-only host view)."""
+    from polyrl.sandbox import new_root
+
+    if fallback:
+        _no_new_root(monkeypatch)
+    box = _weak_box("auto")
+    code = ("import os\nprint('NAMES', os.uname().nodename, open('/proc/sys/kernel/hostname').read().strip(), "
+            "open('/proc/sys/kernel/domainname').read().strip())\n")
+    result = box.run(code + GOOD, TESTS)
+    assert result.status == "ok" and result.passed == [True], (result, result.output)
+    names = next((x for x in result.output.splitlines() if x.startswith("NAMES ")), result.output)
+    assert names == f"NAMES {new_root.HOSTNAME} {new_root.HOSTNAME} (none)", names
+
+
+@needs_unshare
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sample keeps uid 0 only when the trainer is root")
+@pytest.mark.parametrize("fallback", [False, True])
+def test_unshare_level_root_sample_reads_no_root_only_kernel_file(no_bwrap, fallback, monkeypatch):
+    """A root sample (``user = "none"``) read the kernel's mode-0400 ``/proc`` files as their owner
+    (every physical page's flags, the kernel heap's caches) in its own ``/proc``; both setup
+    programs bind /dev/null over them now (``new_root.ROOT_ONLY_PROC``)."""
+    if fallback:
+        _no_new_root(monkeypatch)
+    box = _weak_box("none")
+    result = box.run(ROOT_ONLY_PROC + GOOD, parse_tests("assert root_only_read() == {}\n"))
+    assert result.status == "ok" and result.passed == [True], (result, result.output)

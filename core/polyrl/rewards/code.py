@@ -157,7 +157,7 @@ What is NOT isolated, or only partly:
       standard-library one (``tests_modules.SAFE_MODULES``), else the solution's object or nothing;
       tests (or ``setup``) should import what they use.
     * Without bubblewrap only ``isolation = "weak"`` or ``"off"`` run (the default refuses): the
-      unshare level has network, PID, IPC and mount namespaces and the seccomp filter (loaded by
+      unshare level has network, PID, IPC, UTS and mount namespaces and the seccomp filter (loaded by
       its setup program; ``polyrl.sandbox.new_root`` gives it a root of its own, and where that
       is refused the fallback view is this one); the host's files are read-only,
       ``/run``, ``/var/tmp``, ``/dev/shm``, ``/dev/pts``, the homes and the trainer's working

@@ -40,7 +40,7 @@ import subprocess
 from collections.abc import Sequence
 
 from polyrl import sandbox_hidden
-from polyrl.sandbox.new_root import DEVICES, LOAD_FILTER, MASK_PROC, NO_SYSV_IPC, UNIX_QUEUES
+from polyrl.sandbox.new_root import DEVICES, LOAD_FILTER, MASK_PROC, NO_SYSV_IPC, OWN_NAMES, UNIX_QUEUES
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
@@ -161,7 +161,7 @@ except OSError as exc:
     print(f"polyrl-sandbox host view: {exc}", file=sys.stderr)
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
-'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES).replace("@DEVICES@", repr(DEVICES)).replace(
+'''.replace("@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES + OWN_NAMES).replace("@DEVICES@", repr(DEVICES)).replace(
     "@MASK_PROC@", MASK_PROC)
 
 #: Folders hidden under an empty read-only tmpfs: where unix sockets (``/run``, ``/var/run``,

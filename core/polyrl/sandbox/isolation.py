@@ -30,7 +30,7 @@ network) to kernel permissions of a uid that may be the trainer's own.
                 user, as root one per sample running at once (``polyrl.sandbox.uids``: the kernel
                 counts ``max_processes`` per uid) with the gid of the same number; seccomp filter if built (it also refuses new
                 processes: the sample is one process, ``memory_mb`` in all).
-``unshare``     util-linux unshare: network, PID, IPC and mount namespaces (a user namespace when
+``unshare``     util-linux unshare: network, PID, IPC, UTS and mount namespaces (a user namespace when
                 not root); a root of the sample's own as bubblewrap builds it (``new_root``):
                 read-only /usr and the interpreter's folders, its own /proc, a minimal /dev and a
                 capped private tmpfs at /tmp, nothing else of the host; chrooted below its mount
@@ -460,12 +460,12 @@ def bwrap_prefix(python: str, ids: tuple[int, int] | None, disk_mb: int, tmpfs_d
     root = os.geteuid() == 0
     # under the wrapper: its IPC and network namespaces, limits set
     own = [] if tmpfs_dir is not None else ["--unshare-net", "--unshare-ipc"]
-    cmd = [bwrap, "--unshare-pid", *own, "--unshare-uts", "--unshare-cgroup-try",
+    cmd = [bwrap, "--unshare-pid", *own, "--unshare-uts", "--hostname", new_root.HOSTNAME, "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
     if not root:  # the trainer's own uid inside, also under tmpfs_wrapper (where it is root)
         cmd += ["--unshare-user", *disable_userns(), "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
     cmd += [*_usr_binds(), "--proc", "/proc", "--dev", "/dev"]
-    for path in new_root.PROC_MASKED:  # the keys the sample may view, by name (``new_root.PROC_MASKED``)
+    for path in new_root.PROC_MASKED:  # the keys the sample may view, by name; the host's boot line (``new_root``)
         cmd += ["--ro-bind", "/dev/null", path] if os.path.exists(path) else []
     if tmpfs_dir is not None:
         cmd += ["--bind", tmpfs_dir, SANDBOX_HOME]
@@ -991,7 +991,8 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
         if unshare:
             # --mount-proc: a fresh /proc of the sample's own PID namespace; without it the host's
             # /proc (every process's cmdline, and as root every environ: the trainer's keys) is there
-            prefix = [unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
+            # --uts: a host name of its own (``new_root.OWN_NAMES``), not a copy of the host's
+            prefix = [unshare, "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
             if os.geteuid() != 0:
                 prefix[1:1] = ["--user", "--map-root-user"]
             prefix, kind, view, view_note = _host_view(prefix, python, disk_mb, expected, program)
@@ -1044,7 +1045,7 @@ def _choose(isolation: str, user: Any, python: str, disk_mb: int) -> Launch:
                                   f"(no read-only view: {view_note})")
                 filtered = program if kind else None  # loaded by the setup program, last
                 return Launch("unshare", tuple(prefix), tuple(drop), python, bool(kind), ids, filtered, {
-                    **base, "isolation": "PARTIAL (unshare): network, PID, IPC" + (" and mount" if kind else "")
+                    **base, "isolation": "PARTIAL (unshare): network, PID, IPC, UTS" + (" and mount" if kind else "")
                     + " namespaces" + caps + "; " + "; ".join(reasons),
                     "filesystem": filesystem,
                     "seccomp": seccomp_report if filtered is not None else (

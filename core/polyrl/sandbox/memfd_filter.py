@@ -1,6 +1,6 @@
 """A seccomp program refusing ``memfd_create``, ``memfd_secret``, ``socketpair``, ``pidfd_send_signal``,
-``openat2``, ``io_setup`` and writes through ``openat`` relative to a folder's descriptor, built without
-libseccomp (the module's name is its first job's).
+``openat2``, ``io_setup``, ``vmsplice``, ``splice``, ``sendfile`` and writes through ``openat`` relative
+to a folder's descriptor, built without libseccomp (the module's name is its first job's).
 
 Why: where the sample runs without the full filter (``polyrl.sandbox.seccomp``: no libseccomp,
 the ``off`` level, ``unshare`` without its setup program), a sample held up to ``max_open_files``
@@ -15,7 +15,10 @@ on the host failed while it ran).
 
 ``vmsplice`` too (EPERM, as under the full filter): a pipe holds its pages by reference, and a page
 of a transparent huge page pinned its whole 2 MB folio after the sample unmapped it (32 MB per pipe
-no rlimit counts). ``sync`` and ``syncfs`` (EPERM; Python's ``os.sync`` ignores the answer, and the
+no rlimit counts). ``splice`` and ``sendfile`` too (EPERM, as under the full filter): into a socket
+they send a pipe's or file's pages by reference, and the send queue counts bytes, not pages (one
+byte of each of 16 pages a splice: 459 MB at ``memory_mb = 128``; ``polyrl.sandbox.seccomp``).
+``sync`` and ``syncfs`` (EPERM; Python's ``os.sync`` ignores the answer, and the
 full filter answers them 0 without effect): each flushes the host's disks, and a sample looping on
 ``os.sync()`` made 120 such flushes a second.
 
@@ -60,7 +63,7 @@ working folder changes which of the sample's files it names, never takes it outs
 then a thread's ``chdir`` back up, wrote outside in under a second. Without the hook
 (``audit_hook = false``) renames and chdir are refused whole, as before.
 
-Classic-BPF instructions (twenty, 35 with the path calls on x86_64, 37 with renames let through) with the system call
+Classic-BPF instructions (22, 37 with the path calls on x86_64, 39 with renames let through) with the system call
 numbers of x86_64 and aarch64 (None elsewhere); a call of another ABI (x32, i386 through ``int 0x80``) is refused whole, so the
 number of a 32-bit ``memfd_create`` needs no table.
 
@@ -81,9 +84,9 @@ from polyrl.sandbox import isolation
 
 #: Per machine: the audit architecture (``seccomp_data.arch``), the numbers of the calls refused
 #: whole (memfd_create, memfd_secret, socketpair, pidfd_send_signal, openat2, io_setup, vmsplice,
-#: sync, syncfs) and openat's.
-CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437, 206, 278, 162, 306), 257),
-         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437, 0, 75, 81, 267), 56)}
+#: sync, syncfs, splice, sendfile) and openat's.
+CALLS = {"x86_64": (0xC000003E, (319, 447, 53, 424, 437, 206, 278, 162, 306, 275, 40), 257),
+         "aarch64": (0xC00000B7, (279, 447, 199, 424, 437, 0, 75, 81, 267, 76, 71), 56)}
 #: Per machine: the calls refused whole at ``off`` only (module docstring): rename, renameat,
 #: renameat2, chdir, link, linkat, symlink, symlinkat, fchdir, mount, umount2, chroot, pivot_root,
 #: unshare, setns (aarch64 has only the ``at`` forms of the first ones).

@@ -51,7 +51,19 @@ ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: possesses the trainer's session keyring's (a key named "hf-token" added there was listed with its
 #: length in every sample, root or pool uid; a root sample, ``user = "none"``, also saw root's
 #: keyrings), and ``key-users`` every uid's key counts. The filter refuses the calls that read a key.
-PROC_MASKED = ("/proc/keys", "/proc/key-users")
+#: ``cmdline``: the host kernel's command line (the machine's boot setup, and where a host boots from
+#: the network the credentials of its root, e.g. dracut's ``netroot=iscsi:user:password@...``), which
+#: every sample read; nothing a sample runs needs it. ``ROOT_ONLY_PROC`` too.
+#: The kernel's own mode-0400 ``/proc`` files (``cmdline`` above is 0444), which no capability guards: a
+#: root sample (``user = "none"``: effective uid 0 without capabilities, its user namespace mapping
+#: uid 0 to the host's) read them as their owner under bubblewrap and at the ``unshare`` level:
+#: ``kpageflags``, ``kpagecount`` and ``kpagecgroup`` (the flags, use counts and cgroup of every
+#: physical page of the host: the map a Rowhammer or page-cache attack starts from), ``slabinfo``
+#: (the kernel heap's caches, which a kernel exploit grooms), ``vmallocinfo``, ``pagetypeinfo`` and
+#: ``timer_list`` (every CPU's timers, by kernel function). A pool uid's sample was refused them already.
+ROOT_ONLY_PROC = ("/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup", "/proc/slabinfo",
+                  "/proc/vmallocinfo", "/proc/pagetypeinfo", "/proc/timer_list")
+PROC_MASKED = ("/proc/keys", "/proc/key-users", "/proc/cmdline", *ROOT_ONLY_PROC)
 
 #: Both setup programs' binds of /dev/null (``null``) over ``PROC_MASKED`` under ``top`` (their
 #: ``/proc``); where the kernel refuses one the sample runs as before (the bind is not a wall the
@@ -122,6 +134,20 @@ for limit, value in @UNIX_QUEUES@:
         pass
 '''.replace("@UNIX_QUEUES@", repr((("net/core/somaxconn", str(ACCEPT_QUEUE)),
                                      ("net/unix/max_dgram_qlen", str(UNIX_DGRAM_QUEUE)))))
+
+#: The sample's host name (``uname -n``, ``socket.gethostname()``, ``/proc/sys/kernel/hostname``) in
+#: its UTS namespace of its own, at every level with one (bubblewrap's ``--hostname``; the ``unshare``
+#: level's setup programs). Why: a new UTS namespace starts with a copy of the host's names, so every
+#: sample read the machine's host name (a cluster node's, naming the site and the node).
+HOSTNAME = "sandbox"
+#: Sets ``HOSTNAME`` (and the NIS domain name, which the new namespace copied too, to the kernel's
+#: default) in the sample's UTS namespace; both setup programs of the ``unshare`` level run it
+#: before the privilege drop (``unshare --uts`` made the namespace; where it did not, e.g. a
+#: command line built without it, the host's names are left as they are: it is not a wall).
+OWN_NAMES = """
+for call, name in (("sethostname", @HOSTNAME@), ("setdomainname", b"(none)")):
+    getattr(libc, call)(name, len(name))
+""".replace("@HOSTNAME@", repr(HOSTNAME.encode()))
 
 #: The setup program (``setup_command``, then the command it execs). Errors end it with status 126
 #: and one line on stderr, which the level's probe reports.
@@ -248,7 +274,8 @@ except OSError as exc:
     sys.exit(126)
 os.execv(program, rest)  # argv[0] as given: a venv's python finds its pyvenv.cfg from it
 '''.replace("@ROOT_ENTRIES@", repr(ROOT_ENTRIES)).replace("@DEVICES@", repr(DEVICES)).replace(
-    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES).replace("@MASK_PROC@", MASK_PROC)
+    "@LOAD_FILTER@", LOAD_FILTER).replace("@NO_SYSV_IPC@", NO_SYSV_IPC + UNIX_QUEUES + OWN_NAMES).replace(
+    "@MASK_PROC@", MASK_PROC)
 
 
 def pivot_root_number() -> int | None:

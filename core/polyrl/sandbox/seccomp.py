@@ -93,6 +93,17 @@ DENIED = (
     # counts (256 MB in 8 pipes at memory_mb = 512, MemAvailable's drop); ``write`` copies, so pipes
     # work as before. Nothing a sample runs uses it
     "vmsplice",
+    # pages a socket holds by reference: ``splice`` from a pipe, or ``sendfile``, into a socket sends
+    # the pipe's or file's pages themselves (MSG_SPLICE_PAGES), and the send queue counts the bytes
+    # sent, not the pages held: one byte of each of 16 pages of the sample's tmpfs file (truncated and
+    # written again between splices, so ``disk_mb`` never fills) per splice pinned 16 pages for about
+    # 800 bytes of the socket's send buffer, 459 MB in 27 unix connections and 338 MB in loopback TCP
+    # ones at memory_mb = 128 (MemAvailable fell 560-720 MB); ``sendfile`` alone, one page a call,
+    # held 30 MB there (6 MB in the same connections written with ``send``). Python's
+    # ``shutil.copyfile``, ``socket.sendfile`` and asyncio's ``sendfile`` fall back to copying when
+    # the first call fails, so they work as before (``tee`` and ``copy_file_range`` copy or share
+    # what a pipe or file already holds: left open)
+    "splice", "sendfile", "sendfile64",
 )
 #: Kernel calls answered 0 without effect: every file a sample may write is on its tmpfs, where they
 #: do nothing, but they flush the host's disks: ``sync`` writes back every filesystem's dirty pages
@@ -201,7 +212,8 @@ def _build() -> tuple[bytes | None, str]:
         return None, f"off: libseccomp failed ({type(exc).__name__}: {exc})"
     names = len(DENIED) - len(skipped)
     return program, (f"on: {names} calls refused (namespaces, mount, ptrace, keyctl, bpf, modules, io_uring, AIO, ioprio_set, "
-                     "SysV IPC, socketpair, pidfd_send_signal, vmsplice, ...), sync/fsync answered without effect, "
+                     "SysV IPC, socketpair, pidfd_send_signal, vmsplice, splice, sendfile, ...), sync/fsync answered "
+                     "without effect, "
                      "clone with namespace flags, TIOCSTI, TIOCSETD (line disciplines), "
                      "SO_ZEROCOPY, socket families beyond unix/inet/inet6 "
                      "(AF_VSOCK, AF_NETLINK...), socket buffer sizes (SO_SNDBUF/SO_RCVBUF kept at their defaults), "
