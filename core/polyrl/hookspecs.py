@@ -476,9 +476,10 @@ def encode_chat(
     train engine when the generate backend has no tokenizer (a remote server); the startup checks
     (every chat prompt below ``model.max_length``, in roles the template renders) ask it too when
     the engine object has no ``encode_prompt`` method (``polyrl.hook_prompts``).
-    Only the template's own special tokens are special: a message's text (a tool result, an
-    observation) spelling ``<|im_end|>`` is encoded as those characters, so it cannot end its turn
-    and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both, for an
+    Only the template's own markers are markers (its special tokens, and the added tokens it writes
+    around messages that the vocabulary does not mark special: ``backend_kit.turn_markers``): a
+    message's text (a tool result, an observation) spelling ``<|im_end|>`` is encoded as those
+    characters, so it cannot end its turn and forge the next (``polyrl.backend_kit.literal_chat.encode_chat_literal`` does both, for an
     HF tokenizer). ``generate`` renders a chat prompt the same way. Return the ids as a 1-D int
     array or list (not a tokenizer's ``BatchEncoding``); None when this engine has no tokenizer.
     The conformance kit checks both renderings against the model's declared special tokens.

@@ -9,8 +9,11 @@ inside a message (its content, tool-call arguments, any text it carries) is enco
 ordinary text it is. A conversation none of whose text spells a special token is encoded exactly
 as before: the rendered string, tokenized whole, token for token.
 
-Added tokens the vocabulary does not mark special (Qwen3's ``<think>``) are read as tokens in
-either place: they are how the model itself writes that text, not the template's structure.
+The template's markers are its special tokens and the added tokens it writes around a plain
+conversation's messages though the vocabulary does not mark them special (``<|im_start|>`` added
+with ``add_tokens`` by a ChatML fine-tune: ``polyrl.backend_kit.turn_markers``). Other added tokens
+the vocabulary does not mark special (Qwen3's ``<think>``) are read as tokens in either place: they
+are how the model itself writes that text, not the template's structure.
 """
 
 from __future__ import annotations
@@ -22,19 +25,15 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from polyrl.backend_kit.marker_aliases import encode_with_markers
 from polyrl.backend_kit.template_limits import render_chat
+from polyrl.backend_kit.turn_markers import template_markers
 
 _plain_lock = threading.Lock()
 #: per HF tokenizer: (its size when copied, a Rust copy that encodes special-token strings as text,
 #: the same for text that does not open the string: ``_inner_json``)
 _plain: weakref.WeakKeyDictionary[Any, tuple[int, Any, Any]] = weakref.WeakKeyDictionary()
 _KEEP = ("role", "type")  # structure a template branches on, never free text
-
-
-def special_tokens(tokenizer: Any) -> dict[str, Any]:
-    """The tokenizer's special added tokens by their text (``content -> AddedToken``)."""
-    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    return {tok.content: tok for tok in decoder.values() if getattr(tok, "special", False) and tok.content}
 
 
 def _inner_json(config: str) -> str | None:
@@ -185,22 +184,24 @@ def encode_chat_literal(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
     The template renders within ``template_limits``' bounds; past one, a ConfigError on ``field``.
     ``template_kwargs``: extra template variables (``EngineConfig.chat_template_kwargs``)."""
     conversation = [dict(m) for m in messages]
-    specials = special_tokens(tokenizer)
+    markers = template_markers(tokenizer, template_kwargs)
     texts = [*_strings(conversation), *_strings(list(tools or []))]
-    if not any(s in t for t in texts for s in specials):  # nothing to read differently: as always
+    if not any(s in t for t in texts for s in markers):  # nothing to read differently: as always
         rendered = render_chat(tokenizer, conversation, tools, add_generation_prompt, field, template_kwargs)
         # verbose=False: a conversation past the tokenizer's model_max_length is for the caller to
         # cut or end (an episode ends at its length cap); transformers' "indexing errors" warning
         # would only print over the run's own output
         return [int(i) for i in tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"]]
-    hidden = _Hidden(sorted(specials, key=len, reverse=True), texts)
+    hidden = _Hidden(sorted(markers, key=len, reverse=True), texts)
     rendered = render_chat(tokenizer, hidden.hide(conversation), hidden.hide(list(tools)) if tools else tools,
                            add_generation_prompt, field, template_kwargs)
-    return _encode_rendered(tokenizer, rendered, specials, hidden)
+    ids = encode_with_markers(tokenizer, rendered, markers, hidden.reveal)
+    return ids if ids is not None else _encode_rendered(tokenizer, rendered, markers, hidden)
 
 
 def _encode_rendered(tokenizer: Any, rendered: str, specials: Mapping[str, Any], hidden: _Hidden) -> list[int]:
-    """A rendering whose special-token strings are all the template's: those become their ids
+    """For a tokenizer without a Rust one (``encode_with_markers`` encodes the others whole): a
+    rendering whose special-token strings are all the template's: those become their ids
     (their ``lstrip``/``rstrip`` eating the whitespace beside them, as the tokenizer does), the text
     between them, the messages' spelled ones put back, is encoded as text."""
     ids_of = {tok.content: int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.content in specials}

@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from polyrl.backend_kit.chat import require_chat_template
-from polyrl.backend_kit.literal_chat import _strings, special_tokens
+from polyrl.backend_kit.literal_chat import _strings
 from polyrl.backend_kit.template_limits import render_chat
 from polyrl.backend_kit.tokens import given_a_start
+from polyrl.backend_kit.turn_markers import template_markers
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[Any], one: Callable[[Any], list[int]], model: str,
@@ -28,7 +29,7 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[Any], one: Callable[[Any], 
     out: list[list[int] | None] = [None] * len(prompts)
     texts: list[tuple[int, str]] = []
     chats: list[tuple[int, str]] = []
-    spelled: re.Pattern[str] | None = None  # any special-token string (one search per text, not one per token)
+    spelled: re.Pattern[str] | None = None  # any marker's string (one search per text, not one per token)
     for k, prompt in enumerate(prompts):
         if isinstance(prompt, str):
             texts.append((k, prompt))
@@ -38,7 +39,7 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[Any], one: Callable[[Any], 
             continue
         if spelled is None:
             require_chat_template(tokenizer, model)
-            specials = sorted(special_tokens(tokenizer), key=len, reverse=True)
+            specials = sorted(template_markers(tokenizer, template_kwargs), key=len, reverse=True)
             spelled = re.compile("|".join(re.escape(s) for s in specials) or r"(?!)")
         conversation = [dict(m) for m in prompt]
         if any(spelled.search(t) for t in _strings(conversation)):  # read as text: one at a time
