@@ -74,7 +74,8 @@ from polyrl.rewards import guard
 from polyrl.rewards.isolation import kept_state
 from polyrl.rewards.isolation import resolve as resolve_isolation
 from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TRL_ARGUMENTS, TrainerState, accepted_arguments, as_number,
-                                      as_score_list, callable_name, check_binding, is_async_callable, is_conversational,
+                                      as_score_list, callable_name, check_binding,
+                                      NotScores, not_scores, is_async_callable, is_conversational,
                                       private_copy, trl_completion)
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -344,6 +345,8 @@ class FunctionReward:
     def _answer(self, result: Any, call_log: _CallLog, n: int) -> dict[str, Any]:
         if not isinstance(result, RewardScores):  # one with its own metrics stays as it is
             result = as_score_list(result, most=n + 1)  # one past n: the count check names it
+            if not isinstance(result, list):  # named alike on a thread and from a forked child
+                result = NotScores(not_scores(result) or type(result).__name__)
         metrics = call_log.means()
         if (metrics or call_log.extra) and isinstance(result, list):
             result = RewardScores(result, metrics=metrics, extra=dict(call_log.extra),
