@@ -20,7 +20,8 @@ it (``FunctionReward.environments``). A function that does not take ``**kwargs``
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL, and
 so does NaN (TRL's reading: it turns None into NaN and sums with ``nansum``; one warning per function).
 The return value may be a list, tuple, numpy array, 1-d torch tensor (or one of shape (n, 1), a
-reward model's logits) or generator (drawn to one item past the completions) of numbers, bools or None (what TRL accepts; one-element
+reward model's logits), generator or other ordered iterable (``dict.values()``; drawn to one item past the completions)
+of numbers, bools or None (what TRL accepts; a set, a dict, text or one number is refused, ``trl_compat.not_scores``; one-element
 tensors, ``Fraction``, ``Decimal`` and sympy numbers are numbers, as ``torch.tensor`` reads them);
 bools mixed with numbers (``[1, True, 0.5]``) read as TRL casts them, True = 1.0, with one warning
 naming the sample. Each call gets its own copies of the prompts and columns, so a
