@@ -266,3 +266,66 @@ def test_a_run_with_an_editing_reward_trains_on_its_own_data(tiny_model_dir, tmp
     assert {r["step"] for r in records} == {1, 2}  # the first step is 1
     assert all(r["prompt"] == chat and r["extra"] == {"turns": 2} for r in records), records
     sys.modules.pop("rw", None)
+
+
+# --- return containers: ordered ones read as TRL reads them, unordered or misread ones named ---------
+
+
+class _Ordered:
+    """An iterable that is neither a list nor an iterator (a user's own container)."""
+
+    def __iter__(self):
+        return iter([0.5, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: {"c": 0.5, "a": 1.0, "b": 2.0}.values(),
+    _Ordered,
+    lambda: (np.float32(0.5), np.float64(1.0), np.float16(2.0)),
+    lambda: pytest.importorskip("pandas").Series([0.5, 1.0, 2.0], index=[2, 0, 1]),
+    lambda: __import__("collections").deque([0.5, 1.0, 2.0]),
+], ids=["dict-values", "own-iterable", "tuple-of-numpy-floats", "series", "deque"])
+def test_ordered_return_values_are_read_in_order_as_trl_reads_them(make):
+    """Once: ``dict.values()`` and a user's iterable were refused ("returned dict_values, not a list
+    of scores"), where TRL iterates them into its scores."""
+    torch = pytest.importorskip("torch")
+
+    def scorer(completions, **kwargs):
+        return make()
+
+    res = scored([scorer], ["x", "y", "z"], ROWS + [{"prompt": "c", "answer": "3"}])
+    assert res.total.tolist() == torch.tensor(list(make()), dtype=torch.float32).tolist() == [0.5, 1.0, 2.0]
+
+
+def _scored_in(isolation, fn):
+    from polyrl.plugins import get_plugin_manager
+    from polyrl.rewards.combine import RewardComputer
+    from polyrl.rewards.functions import function_reward_plugin
+    from polyrl.types import RewardContext
+
+    plugin = function_reward_plugin(fn, isolation=isolation)
+    computer = RewardComputer(get_plugin_manager(extra=[plugin], entry_points=False), [(plugin.name, 1.0, {})])
+    comps = [Completion(0, [1], [7], [0.0], text=t) for t in ("x", "y")]
+    return computer(["a", "b"], comps, RewardContext(rows=ROWS, wanted=(plugin.name,)))
+
+
+@pytest.mark.parametrize("isolation", ["thread", pytest.param("process", marks=pytest.mark.skipif(
+    sys.platform == "win32", reason="fork"))])
+@pytest.mark.parametrize("make, said", [
+    (lambda: {1.0, 0.5}, r"returned set \(a set has no order: its scores cannot be matched to the completions\)"),
+    (lambda: frozenset({1.0, 0.5}), r"returned frozenset \(a set has no order: its scores cannot be matched to the completions\)"),
+    (lambda: {0: 0.5, 1: 1.0}, r"returned dict \(TRL would read its keys as the scores\)"),
+    (lambda: {0.5: "a", 1.0: "b"}.keys(), r"returned dict_keys \(a dict's keys or items, not its values in the completions' order\)"),
+    (lambda: np.array(0.5), r"returned ndarray \(one number for the whole batch, not one score per completion\)"),
+    (lambda: bytearray(b"\x00\x01"), r"returned bytearray \(text or bytes, not scores\)"),
+], ids=["set", "frozenset", "dict", "dict-keys", "0-d-array", "bytearray"])
+def test_unordered_or_misread_return_values_are_refused_alike_on_a_thread_and_in_a_child(isolation, make, said):
+    """A set's order is its hashes': TRL scores the completions in it, silently wrong. A bytearray
+    was read here as its bytes (scores 0 and 1); from a forked child a set or a dict_values was
+    "its answer could not be sent back (TypeError: set is not JSON data)"."""
+    def scorer(completions, **kwargs):
+        return make()
+
+    with pytest.raises(RewardError, match=said + r", not a list of scores\. Fix: return a list of 2 floats in the "
+                                                r"completions' order"):
+        _scored_in(isolation, scorer)

@@ -42,6 +42,7 @@ from polyrl.config import (
     RewardSection,
     RunConfig,
     TrainSection,
+    plain_label,
 )
 from polyrl.errors import ConfigError
 from polyrl.global_rngs import seed_global_rngs
@@ -496,12 +497,10 @@ def warn_shared_trl_names(sections: Sequence[RewardSection], plugins: Sequence[A
 
 
 def _plain_label(name: str) -> str:
-    """A callable's TRL name as a polyrl label: a ``/`` (``__name__ = "math/accuracy"``, which TRL
-    logs as ``rewards/math/accuracy/mean``) becomes ``_`` and surrounding spaces go. Why: the label
-    names polyrl's ``reward/<label>/<metric>`` keys, which are split at ``/``; such a label left the
-    reward's ``rewards/<name>/mean`` out of ``log_history`` without a word. TRL's keys keep the name
-    (``FunctionReward.trl_name``)."""
-    return name.replace("/", "_").strip() or "reward"
+    """A callable's TRL name as a polyrl label (``config.plain_label``): a ``/`` (``__name__ =
+    "math/accuracy"``, which TRL logs as ``rewards/math/accuracy/mean``) becomes ``_``. TRL's keys
+    keep the name (``FunctionReward.trl_name``)."""
+    return plain_label(name)
 
 
 def reward_entries(rewards: Any, weights: Sequence[float] | None = None,

@@ -246,6 +246,15 @@ def _same_files(a: Any, b: Any) -> bool:
     return first is not None and first == second
 
 
+def plain_label(name: str) -> str:
+    """A reward's name as the label its metrics are keyed by (``reward/<label>/<metric>``, split at
+    ``/``): each ``/`` made ``_``, surrounding spaces dropped. Why: a plugin's reward registered as
+    ``acc/strict`` wrote ``reward/acc/strict/mean``, the tag a reward ``acc``'s own ``strict/mean``
+    metric has, nested in TensorBoard under ``acc``'s curves; and TRL's ``rewards/<name>/mean``
+    for it was left out of ``log_history`` without a word."""
+    return name.replace("/", "_").strip() or "reward"
+
+
 @attrs.define(frozen=True)
 class RewardSection:
     name: str | None = None  # a registered reward (see `polyrl backends`)
@@ -259,8 +268,8 @@ class RewardSection:
     #: where a function reward's calls run: a reward thread, or a forked child killed at the
     #: limit; "auto": a child for math-verify rewards (polyrl.rewards.isolation says why)
     isolation: str = "auto"
-    #: what metrics, logs and errors call this entry (``reward/<label>/mean``); default: the name,
-    #: or the function's name. Why: two entries of one reward (two reward-model folders) need two.
+    #: what metrics, logs and errors call this entry (``reward/<label>/mean``); default: the name
+    #: (``plain_label``: a "/" in it made "_"), or the function's name. Why: two entries of one reward (two reward-model folders) need two.
     label: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -275,8 +284,8 @@ class RewardSection:
             raise ConfigError(f"is empty ({getattr(self, blank)!r})", field=blank,
                               fix='name a reward, e.g. name = "numeric_match" (`polyrl rewards` lists them), or '
                                   'function = "my_rewards.py:score"')
-        if not self.label:
-            object.__setattr__(self, "label", self.name or str(self.function).rsplit(":", 1)[-1])
+        if not self.label:  # a registered name may hold a "/" (a plugin's "math/strict"): its label may not
+            object.__setattr__(self, "label", plain_label(self.name or str(self.function).rsplit(":", 1)[-1]))
         elif not isinstance(self.label, str) or "/" in self.label or self.label != self.label.strip():
             raise ConfigError(f"{self.label!r} cannot name metrics (reward/<label>/mean)", field="label",
                               fix='use a plain name without "/" or surrounding spaces, e.g. label = "reward_model_2"')

@@ -186,8 +186,8 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
                      "at `timeout_s`; POSIX) or `auto`: `process` for math-verify rewards (TRL's "
                      "`accuracy_reward`, or a function of yours that calls math-verify's `parse`/`verify`), "
                      "else `thread`",
-        "label": "what metrics (`reward/<label>/mean`), logs and errors call the entry (default: the `name`, or "
-                 "the function's name); two entries with one label (two reward-model folders, two files' `score` "
+        "label": "what metrics (`reward/<label>/mean`), logs and errors call the entry (default: the `name`, a "
+                 "`/` in it made `_` so that `acc/strict` keeps off reward `acc`'s keys, or the function's name); two entries with one label (two reward-model folders, two files' `score` "
                  "functions) are an error until one gets its own",
     },
     "train": {

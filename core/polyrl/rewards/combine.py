@@ -62,6 +62,7 @@ from polyrl.rewards import forked, guard
 from polyrl.rewards.own_copies import own_inputs
 from polyrl.safe_stats import mean_std
 from polyrl.rewards.functions import FunctionReward, run_coroutine
+from polyrl.rewards.trl_compat import NotScores, not_scores
 from polyrl.types import Completion, Prompt, RewardContext, RewardSpec
 from polyrl.validators import MAX_REWARD_WEIGHT, fits_float
 from polyrl.validators import shown as shown_value
@@ -528,11 +529,15 @@ class RewardComputer:
             raise self._fail(provider, name, f"returned no scores for it (got {type(answer).__name__})",
                              f"return {{{name!r}: [one score per completion]}} from the reward hook")
         scores = answer[name]
-        if isinstance(scores, np.ndarray):
+        if isinstance(scores, NotScores):  # a function reward's (trl_compat.as_score_list could not read it)
+            raise self._fail(provider, name, f"returned {scores.what}, not a list of scores",
+                             f"return a list of {n} floats in the completions' order (None to skip a sample)")
+        if isinstance(scores, np.ndarray) and scores.ndim:
             scores = scores.tolist()
-        if isinstance(scores, (str, bytes, Mapping)) or not isinstance(scores, Sequence):
-            raise self._fail(provider, name, f"returned {type(scores).__name__}, not a list of scores",
-                             f"return a list of {n} floats (None to skip a sample)")
+        if isinstance(scores, (str, bytes, bytearray, memoryview, Mapping, np.ndarray)) or \
+                not isinstance(scores, Sequence):
+            raise self._fail(provider, name, f"returned {not_scores(scores) or type(scores).__name__}, not a list "
+                             "of scores", f"return a list of {n} floats (None to skip a sample)")
         if len(scores) != n:
             raise self._fail(provider, name, f"returned {len(scores)} scores: expected {n} got {len(scores)}",
                              "return one score per completion (None to skip a sample)")

@@ -50,6 +50,7 @@ from typing import Any, NoReturn
 
 from polyrl.errors import RewardError
 from polyrl.rewards import guard
+from polyrl.rewards.trl_compat import NotScores
 from polyrl.tracking.completions import plain_extra
 from polyrl.types import RewardScores
 
@@ -181,7 +182,8 @@ def _to_wire(answer: Any) -> Any:
     if isinstance(answer, dict):
         answer = {name: {"scores": list(v), "metrics": v.metrics, "extra": _extra_to_wire(v.extra),
                          "metric_counts": v.metric_counts}
-                  if isinstance(v, RewardScores) else v for name, v in answer.items()}
+                  if isinstance(v, RewardScores) else {"not_scores": v.what} if isinstance(v, NotScores) else v
+                  for name, v in answer.items()}
     return json.loads(json.dumps({"answer": answer}, default=plain))["answer"]
 
 
@@ -197,7 +199,8 @@ def _from_wire(answer: Any) -> Any:
     if not isinstance(answer, dict):
         return answer
     return {name: RewardScores(v["scores"], metrics=v["metrics"], extra=v["extra"], metric_counts=v["metric_counts"])
-            if isinstance(v, dict) and set(v) == {"scores", "metrics", "extra", "metric_counts"} else v
+            if isinstance(v, dict) and set(v) == {"scores", "metrics", "extra", "metric_counts"}
+            else NotScores(str(v["not_scores"])) if isinstance(v, dict) and set(v) == {"not_scores"} else v
             for name, v in answer.items()}
 
 

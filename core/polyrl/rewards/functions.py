@@ -20,7 +20,8 @@ it (``FunctionReward.environments``). A function that does not take ``**kwargs``
 only the arguments it names (TRL would raise TypeError instead). None skips a sample, as in TRL, and
 so does NaN (TRL's reading: it turns None into NaN and sums with ``nansum``; one warning per function).
 The return value may be a list, tuple, numpy array, 1-d torch tensor (or one of shape (n, 1), a
-reward model's logits) or generator (drawn to one item past the completions) of numbers, bools or None (what TRL accepts; one-element
+reward model's logits), generator or other ordered iterable (``dict.values()``; drawn to one item past the completions)
+of numbers, bools or None (what TRL accepts; a set, a dict, text or one number is refused, ``trl_compat.not_scores``; one-element
 tensors, ``Fraction``, ``Decimal`` and sympy numbers are numbers, as ``torch.tensor`` reads them);
 bools mixed with numbers (``[1, True, 0.5]``) read as TRL casts them, True = 1.0, with one warning
 naming the sample. Each call gets its own copies of the prompts and columns, so a
@@ -53,11 +54,14 @@ import importlib
 import importlib.util
 import inspect
 import io
+import itertools
+import reprlib
 import sys
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Sized
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +75,8 @@ from polyrl.rewards import guard
 from polyrl.rewards.isolation import kept_state
 from polyrl.rewards.isolation import resolve as resolve_isolation
 from polyrl.rewards.trl_compat import (NOT_PASSED_COLUMNS, TRL_ARGUMENTS, TrainerState, accepted_arguments, as_number,
-                                      as_score_list, callable_name, check_binding, is_async_callable, is_conversational,
+                                      as_score_list, callable_name, check_binding,
+                                      NotScores, not_scores, is_async_callable, is_conversational,
                                       private_copy, trl_completion)
 from polyrl.types import Completion, Prompt, RewardContext, RewardScores, RewardSpec
 
@@ -141,8 +146,17 @@ def _has_loop() -> bool:
     return True
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
+    """``value``'s repr for an error line, at most 60 characters: built cut (``reprlib``: a 1 GB
+    string or an endless list is not spelled out first), and a repr that raises is named, not raised."""
+    try:
+        text = _REPR.repr(value)
+    except Exception as exc:  # noqa: BLE001 - the reward's object: its repr is not this line's problem
+        return f"<{type(value).__name__} object whose repr raised {type(exc).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -155,10 +169,12 @@ def _as_float(value: Any) -> float | None:
 
 
 class _CallLog:
-    """What one call reported through ``log_metric``/``log_extra``."""
+    """What one call reported through ``log_metric``/``log_extra``; ``n``: the call's completions
+    (a column holds one value each)."""
 
-    def __init__(self, reward: str) -> None:
+    def __init__(self, reward: str, n: int | None = None) -> None:
         self.reward = reward
+        self.n = n
         self.metrics: dict[str, list[float]] = defaultdict(list)
         self.extra: dict[str, list[Any]] = defaultdict(list)
 
@@ -172,16 +188,36 @@ class _CallLog:
         value = as_number(value)
         number = _as_float(value) if isinstance(value, (int, float, np.integer, np.floating, np.bool_)) else None
         if not isinstance(name, str) or number is None:
-            raise RewardError(f"reward {self.reward!r} called log_metric({name!r}, {_short(value)}). "
+            raise RewardError(f"reward {self.reward!r} called log_metric({_short(name)}, {_short(value)}). "
                               "Fix: pass a metric name (str) and a number (a float, int, bool or 0-d tensor/array)")
         self.metrics[name].append(number)
 
     def log_extra(self, column: str, values: list[Any]) -> None:
-        """TRL's extra completions-table column: polyrl adds it to the completions log."""
-        if not isinstance(column, str) or isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-            raise RewardError(f"reward {self.reward!r} called log_extra({column!r}, {_short(values)}). "
-                              "Fix: pass a column name (str) and a list with one value per completion")
-        self.extra[column].extend(values)
+        """TRL's extra completions-table column: polyrl adds it to the completions log. ``values``
+        is drawn to one past the completions' count at most: more is a RewardError naming the
+        column. Why: ``log_extra("x", itertools.count())`` (or ``map`` over one) filled memory until
+        the call's time limit, and went on in the abandoned thread until the trainer ran out of
+        memory (TRL's ``extend`` hangs the same way). A set (no order: its values could not be
+        matched to the completions) and a dict (TRL's ``extend`` takes its keys) are refused."""
+        call = f"reward {self.reward!r} called log_extra({_short(column)}, {_short(values)})"
+        if not isinstance(column, str) or isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
+            raise RewardError(f"{call}. Fix: pass a column name (str) and a list with one value per completion")
+        if isinstance(values, (AbstractSet, Mapping)):
+            what = ("a set has no order, so its values cannot be matched to the completions"
+                    if isinstance(values, AbstractSet) else "a dict gives its keys as values")
+            raise RewardError(f"{call}: {what}. Fix: pass a list with one value per completion, in the "
+                              "completions' order")
+        kept = self.extra[column]
+        if self.n is None:
+            kept.extend(values)
+            return
+        room = max(self.n - len(kept), 0)
+        drawn = list(itertools.islice(values, room + 1))  # one past: enough to tell there are too many
+        if len(drawn) > room:
+            told = f"{len(kept) + len(values)}" if isinstance(values, Sized) else f"more than {self.n}"
+            raise RewardError(f"{call}: {told} values for {self.n} completions (in this call's log_extra calls of "
+                              f"{column!r}). Fix: pass one value per completion")
+        kept.extend(drawn)
 
     def means(self) -> dict[str, float]:
         """Each name's ``sum(values) / len(values)``, TRL's arithmetic: inf and -inf in one call give
@@ -310,6 +346,8 @@ class FunctionReward:
     def _answer(self, result: Any, call_log: _CallLog, n: int) -> dict[str, Any]:
         if not isinstance(result, RewardScores):  # one with its own metrics stays as it is
             result = as_score_list(result, most=n + 1)  # one past n: the count check names it
+            if not isinstance(result, list):  # named alike on a thread and from a forked child
+                result = NotScores(not_scores(result) or type(result).__name__)
         metrics = call_log.means()
         if (metrics or call_log.extra) and isinstance(result, list):
             result = RewardScores(result, metrics=metrics, extra=dict(call_log.extra),
@@ -322,7 +360,7 @@ class FunctionReward:
         """The ``reward`` hook as a coroutine (async functions are awaited, sync ones called)."""
         if self.name not in context.wanted:
             return None
-        call_log = _CallLog(self.name)
+        call_log = _CallLog(self.name, len(completions))
         result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):
             result = await result
@@ -344,7 +382,7 @@ class FunctionReward:
             return None
         if self.is_async:
             return run_coroutine(self.await_reward(prompts, completions, context))
-        call_log = _CallLog(self.name)
+        call_log = _CallLog(self.name, len(completions))
         with main_thread_loop():
             result = self.fn(**self._arguments(prompts, completions, context, call_log))
         if inspect.isawaitable(result):  # a callable that hides its async (a wrapper without async def)

@@ -185,51 +185,18 @@ def _code_reaches(fn: Any, found: Callable[[Any], bool], names_say: Callable[[se
     return False
 
 
-#: methods that change the container they are called on (a list, dict, set or deque kept across calls)
-_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "remove",
-                       "discard", "clear", "appendleft", "extendleft", "__setitem__"})
-
-
 def kept_state(fn: Any) -> str | None:
     """What ``fn``'s own code changes that outlives a call, or None: a global it assigns
-    (``global n; n += 1``) or a module-level container it fills (``SEEN.append``), an enclosing
-    function's variable (``nonlocal``), or an attribute of its object (a callable object's or
-    method's ``self.calls += 1``, ``self.history.append``). Why: in a forked child
-    (``isolation = "process"``, the default for math-verify rewards) such a change is lost with
-    the child after every call, so a curriculum or a counter silently never moves."""
-    function = _python_function(fn)
-    if function is None:
+    (``global n; n += 1``), a module-level container it fills (``SEEN.append``, ``STATE["n"] += 1``,
+    ``CACHE[key] = v``), an enclosing function's variable (``nonlocal``, a closure's
+    ``cache[key] = v``), an attribute of its object (a callable object's or method's
+    ``self.calls += 1``, ``self.cache[key] = v``), a mutable default argument, a random generator
+    it draws from; in the functions of its own module it calls too (``polyrl.rewards.kept_state``).
+    Why: in a forked child (``isolation = "process"``, the default for math-verify rewards) such a
+    change is lost with the child after every call, so a curriculum or a counter silently never moves."""
+    from polyrl.rewards import kept_state as scan
+
+    try:
+        return scan.kept_state(fn, _python_function)
+    except Exception:  # noqa: BLE001 - a warning's reading of the code must never stop the reward from loading
         return None
-    code = function.__code__
-    owner = code.co_varnames[0] if code.co_argcount and (inspect.ismethod(fn) or not inspect.isfunction(
-        fn) and not isinstance(fn, functools.partial)) else None
-    return _state_in(code, owner, set(code.co_freevars))
-
-
-def _state_in(code: Any, owner: str | None, free: set[str]) -> str | None:
-    """``kept_state`` for one code object and the code nested in it (comprehensions, lambdas)."""
-    import dis
-
-    previous: list[Any] = []
-    for ins in dis.get_instructions(code):
-        if ins.opname == "STORE_GLOBAL":
-            return f"assigns the global {ins.argval!r}"
-        if ins.opname == "STORE_DEREF" and ins.argval in free:
-            return f"assigns {ins.argval!r} of the function around it (nonlocal)"
-        if owner is not None and ins.opname == "STORE_ATTR":
-            return f"sets {owner}.{ins.argval}"
-        if ins.opname in ("LOAD_METHOD", "LOAD_ATTR") and ins.argval in _MUTATORS and previous:
-            before = previous[-1]
-            if before.opname == "LOAD_GLOBAL":
-                return f"changes the module-level {before.argval!r} ({ins.argval})"
-            if owner is not None and before.opname == "LOAD_ATTR" and len(previous) > 1 and \
-                    previous[-2].opname == "LOAD_FAST" and previous[-2].argval == owner:
-                return f"changes {owner}.{before.argval} ({ins.argval})"
-        previous = (previous + [ins])[-2:]
-    for const in code.co_consts:
-        if inspect.iscode(const):
-            found = _state_in(const, None, free & set(const.co_freevars))  # a cell of its own call is no state
-            if found is not None:
-                return found
-    return None
-

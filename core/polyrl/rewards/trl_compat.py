@@ -17,7 +17,8 @@ import functools
 import inspect
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import attrs
@@ -91,10 +92,13 @@ def private_copy(value: Any) -> Any:
 
 def as_score_list(result: Any, most: int | None = None) -> Any:
     """A reward's return value read as TRL reads it (it iterates the value and converts the items
-    with ``torch.tensor``): a numpy array or a torch tensor becomes a list, a generator is drawn,
-    and the items ``torch.tensor`` takes as numbers become numbers (``as_number``). Anything else
-    is returned unchanged for the scores check to name. ``most``: the most items drawn from a
-    generator (one more than the completions is enough to name a wrong count). Why: an endless one
+    with ``torch.tensor``): a numpy array or a torch tensor becomes a list, a generator or any other
+    ordered iterable (``dict.values()``, a ``deque``, a pandas Series) is drawn, and the items
+    ``torch.tensor`` takes as numbers become numbers (``as_number``). What has no order for the
+    completions (a set), gives TRL something else than its scores (a dict's keys, a text's
+    characters, a ``bytearray``'s bytes) or is one number (a 0-d array) is returned unchanged for
+    the scores check to name (``not_scores``). ``most``: the most items drawn from an iterator (one
+    more than the completions is enough to name a wrong count). Why: an endless one
     (``itertools.count()``, ``map`` over one) filled memory until the call's time limit, and then
     went on in the abandoned thread until the trainer ran out of memory."""
     if isinstance(result, (list, tuple)):
@@ -104,9 +108,44 @@ def as_score_list(result: Any, most: int | None = None) -> Any:
         if ndim == 1:
             return result.tolist()  # numpy arrays and torch tensors (on any device) alike
         return [as_number(x) for x in result]  # TRL iterates the rows: a reward model's logits, shape (n, 1)
-    if isinstance(result, Iterator):
+    if isinstance(result, Iterator) or (ndim is None and not_scores(result) is None):
         return [as_number(x) for x in (result if most is None else itertools.islice(result, most))]
     return result
+
+
+def not_scores(value: Any) -> str | None:
+    """Why a reward's return value is no list of scores, as an error line says it after
+    "returned" (``"set (a set has no order...)"``), or None for an ordered iterable. Why: a set's
+    order is its hashes' (TRL would score the completions in that order, silently wrong); a
+    dict is read by TRL as its keys; a ``bytearray`` as its bytes."""
+    kind = type(value).__name__
+    if isinstance(value, (KeysView, ItemsView)):
+        return f"{kind} (a dict's keys or items, not its values in the completions' order)"
+    if isinstance(value, AbstractSet):
+        return f"{kind} (a set has no order: its scores cannot be matched to the completions)"
+    if isinstance(value, Mapping):
+        return f"{kind} (TRL would read its keys as the scores)"
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return f"{kind} (text or bytes, not scores)"
+    if getattr(value, "ndim", None) == 0 or isinstance(value, (int, float, np.generic)):
+        return f"{kind} (one number for the whole batch, not one score per completion)"
+    if value is None or not isinstance(value, Iterable):
+        return kind
+    return None
+
+
+class NotScores:
+    """A function reward's return value that is no list of scores, by ``not_scores``'s words: what
+    the scores check names (the same words from a reward thread and from a forked child, which
+    sends this, not the value)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"NotScores({self.what!r})"
 
 
 def as_number(value: Any) -> Any:

@@ -11,6 +11,7 @@ protobufs, JSON) cannot carry a lone surrogate.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -96,10 +97,20 @@ def capped(records: Sequence[Mapping[str, Any]], limit: int) -> list[dict[str, A
     return out
 
 
+#: Characters of a text read by the redactor before it is cut to ``MAX_TEXT_CHARS``: a secret that
+#: starts inside the kept part and ends past it is still seen whole, unless it is longer than this.
+REDACT_CHARS = 4 * MAX_TEXT_CHARS
+
+
 def _shown_text(text: str, redact: Redactor) -> str:
-    text = redact(strict_json.valid_text(text))
-    if len(text) > MAX_TEXT_CHARS:
-        text = text[:MAX_TEXT_CHARS] + cut_marker(len(text) - MAX_TEXT_CHARS)
+    """``text`` valid, redacted and cut to ``MAX_TEXT_CHARS``, the marker counting what the text
+    had past them. Only its first ``REDACT_CHARS`` are redacted (the rest is cut anyway). Why: a
+    reward's 50 MB ``log_extra`` text (a program's whole output) took the redactor's patterns 6 s
+    per record, every step."""
+    past = max(len(text) - REDACT_CHARS, 0)
+    text = redact(strict_json.valid_text(text[:REDACT_CHARS] if past else text))
+    if len(text) + past > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + cut_marker(len(text) - MAX_TEXT_CHARS + past)
     return text
 
 
@@ -126,18 +137,92 @@ def pick(count: int, total: int, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(total, size=count, replace=False).tolist())
 
 
+#: How deep a ``log_extra`` value's lists and tables are kept as such; deeper, a part is its repr.
+EXTRA_DEPTH = 16
+#: Items of one ``log_extra`` list, table or array kept; the rest are one marker saying how many.
+EXTRA_ITEMS = 10_000
+#: Bits of a ``log_extra`` int written as a number: past them Python refuses to spell it (its 4300
+#: digits limit: ``json.dumps`` and ``repr`` raise), so it is written as a text naming its size.
+_INT_BITS = 13_000
+
+
 def plain_extra(value: Any) -> Any:
     """A reward's extra value as JSON holds it: numbers, text, lists and tables stay (numpy's made
-    plain by ``strict_json.sanitize``), any other object becomes its repr."""
-    if value is None or isinstance(value, (str, int, float, bool, np.generic)):
+    plain by ``strict_json.sanitize``), any other object becomes its repr. Never raises. Why: a
+    reward's ``log_extra`` value that was self-referencing or nested thousands deep, or whose
+    ``repr`` raised, raised out of the step's sampling (the completions log went off for the rest
+    of the run) or, in a forked reward, failed the reward ("its answer could not be sent back")
+    where the same reward ran on a thread; an int of more than 4300 digits failed the file's JSON.
+    A list or table of more than ``EXTRA_ITEMS`` items keeps that many and says how many more there
+    were; one nested past ``EXTRA_DEPTH`` is its repr there; one that holds itself shows ``[...]``
+    (``{...}``) where it does, as Python's repr does. What it returns it returns unchanged (a
+    forked reward's values pass it in the child and again in the log)."""
+    return _plain(value, 0, frozenset())
+
+
+def _plain(value: Any, depth: int, within: frozenset[int]) -> Any:
+    if value is None or isinstance(value, (str, float, bool, np.integer, np.floating, np.bool_, np.str_)):
         return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= _INT_BITS else f"<int of {value.bit_length()} bits>"
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return _plain(value[()], depth, within)  # its one item (a numpy scalar, or the object it holds)
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        if value.size > EXTRA_ITEMS or depth + value.ndim > EXTRA_DEPTH:
+            return safe_repr(value)  # numpy's repr sums a large array up ("...")
+        if value.dtype.kind in "biuf":
+            return value.tolist()
+        value = value.tolist()
+    if not isinstance(value, (Mapping, list, tuple, np.ndarray)):
+        return safe_repr(value)
+    if id(value) in within:
+        return "{...}" if isinstance(value, Mapping) else "[...]"
+    if depth >= EXTRA_DEPTH:
+        return safe_repr(value)
+    within = within | {id(value)}
     if isinstance(value, Mapping):
-        return {str(k): plain_extra(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_extra(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return repr(value)
+        cut = len(value) > EXTRA_ITEMS + 1  # + 1: what a first pass left (its marker) is kept as it is
+        out = {_key(k): _plain(v, depth + 1, within)
+               for k, v in itertools.islice(value.items(), EXTRA_ITEMS if cut else None)}
+        if cut:
+            out[_more_key(out)] = f"{len(value) - EXTRA_ITEMS} more entries cut by polyrl"
+        return out
+    items = value.tolist() if isinstance(value, np.ndarray) else value  # an object array
+    cut = len(items) > EXTRA_ITEMS + 1
+    out_list = [_plain(v, depth + 1, within) for v in itertools.islice(items, EXTRA_ITEMS if cut else None)]
+    if cut:
+        out_list.append(f"[... {len(items) - EXTRA_ITEMS} more items cut by polyrl]")
+    return out_list
+
+
+def _more_key(table: Mapping[str, Any]) -> str:
+    key = "..."
+    while key in table:
+        key += "."
+    return key
+
+
+def _key(key: Any) -> str:
+    """A table key as text (JSON's keys are text), never raising."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, int) and key.bit_length() > _INT_BITS:
+        return f"<int of {key.bit_length()} bits>"
+    try:
+        text = str(key)
+    except Exception:  # noqa: BLE001 - the reward's object
+        return safe_repr(key)
+    return text if isinstance(text, str) else safe_repr(key)
+
+
+def safe_repr(value: Any) -> str:
+    """``repr(value)``, or a text naming its type when the repr raises (a RecursionError for a
+    structure nested thousands deep, a bug in the reward's class)."""
+    try:
+        text = repr(value)
+    except Exception as exc:  # noqa: BLE001 - RecursionError too: the reward's object, not the run's error
+        return f"<{type(value).__name__} object whose repr raised {type(exc).__name__}>"
+    return text if isinstance(text, str) else f"<{type(value).__name__} object>"
 
 
 def sample_records(step: int, prompts: Sequence[Any], completions: Sequence[Any],
