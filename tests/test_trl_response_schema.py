@@ -126,3 +126,91 @@ def test_a_schema_needing_jmespath_without_it_is_refused_when_the_run_is_built(s
     with pytest.raises(ConfigError, match="transforms what it parses with jmespath, which is not installed") as info:
         response_parser(schema_tokenizer)
     assert info.value.field == "processing_class" and "pip install jmespath" in info.value.fix
+
+
+def _computer(*plugins, rewards=None):
+    from polyrl.plugins import get_plugin_manager
+    from polyrl.rewards.combine import RewardComputer
+
+    pm = get_plugin_manager(extra=list(plugins), entry_points=False)
+    return RewardComputer(pm, rewards or [(p.name, 1.0, {}) for p in plugins])
+
+
+def test_each_completion_is_parsed_once_for_every_reward_and_an_edit_stays_in_its_function(schema_tokenizer):
+    """TRL's ``_generate`` parses each chat completion once and hands the same list to every reward
+    function; polyrl's ``RewardComputer`` parses once per call too (each function parsed it again),
+    and each function gets its own copy of the one parse, so a function editing its completions
+    in place (TRL's would change the next function's) changes nothing another reads."""
+    from polyrl.rewards.functions import function_reward_plugin
+    from polyrl.trl_responses import response_parser
+
+    parse = response_parser(schema_tokenizer)
+    calls = []
+
+    def counted(ids):
+        calls.append(list(ids))
+        return parse(ids)
+
+    seen = {}
+
+    def editing(completions, **kwargs):
+        seen["editing"] = copy.deepcopy(completions)
+        for c in completions:
+            c[0]["content"] = "edited"
+        return [1.0] * len(completions)
+
+    def reading(completions, **kwargs):
+        seen["reading"] = copy.deepcopy(completions)
+        return [0.0] * len(completions)
+
+    computer = _computer(function_reward_plugin(editing), function_reward_plugin(reading))
+    computer.parse_completion = counted
+    chat = [{"role": "user", "content": "2 + 2?"}]
+    ids = [schema_tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+    completions = [Completion(0, [1], x, [0.0] * len(x), text=schema_tokenizer.decode(x)) for x in ids]
+    computer([chat] * len(ids), completions, RewardContext(rows=[{}] * len(ids), wanted=("editing", "reading")))
+    assert calls == ids  # once each, for both functions
+    expected = [[parse_response(schema_tokenizer, x)] for x in ids]
+    assert seen["editing"] == expected and seen["reading"] == expected
+    assert all(c.messages is None for c in completions)  # the run's own completions are left as they were
+
+
+def test_a_reward_model_scores_the_parsed_message_as_trl_renders_it(schema_tokenizer, tiny_model_dir):
+    """TRL's reward model scores ``apply_chat_template({"messages": prompt + completion})`` where
+    ``completion`` is the parsed message: the thinking and tool calls out of ``content``, rendered
+    (or not) as the reward model's template renders those keys. polyrl's scored the decoded text as
+    ``content``, ``<think>...</think>`` included, unsaid."""
+    from trl.data_utils import apply_chat_template
+
+    from polyrl.backend_kit.reward_text import render_pair, reward_answer
+    from polyrl.hookspecs import hookimpl
+    from polyrl.trl_responses import response_parser
+
+    reward_tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    rendered = []
+
+    class RewardModel:  # a reward model plugin's hook, as polyrl_torch's: reward_answer over score_texts
+        __name__ = "stand-in-reward-model"
+
+        @hookimpl
+        def polyrl_register_rewards(self, register):
+            from polyrl.types import RewardSpec
+
+            register(RewardSpec(name="rm", summary="stand-in", distribution="tests"))
+
+        @hookimpl
+        def reward(self, prompts, completions, context):
+            def score_texts(prompts, texts, options):
+                rendered.extend(render_pair(reward_tokenizer, p, t, "auto") for p, t in zip(prompts, texts))
+                return [0.0] * len(texts)
+            return reward_answer("rm", score_texts, prompts, completions, context)
+
+    computer = _computer(RewardModel(), rewards=[("rm", 1.0, {})])
+    computer.parse_completion = response_parser(schema_tokenizer)
+    chat = [{"role": "user", "content": "2 + 2?"}]
+    ids = schema_tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+    completion = Completion(0, [1], ids, [0.0] * len(ids), text=schema_tokenizer.decode(ids, skip_special_tokens=True))
+    computer([chat], [completion], RewardContext(rows=[{}], wanted=("rm",)))
+    trl_text = apply_chat_template({"messages": chat + [parse_response(schema_tokenizer, ids)]}, reward_tokenizer)["text"]
+    assert rendered == [trl_text]
+    assert "2 and 2 make 4" not in trl_text  # the thinking is out of what this template renders

@@ -146,3 +146,75 @@ def test_save_model_into_the_model_folder_itself_writes_the_tokenizer_and_traini
     saved = transformers.AutoTokenizer.from_pretrained(folder)  # (a pad_token edit: the folder's older
     assert (saved.padding_side, saved.model_max_length) == ("right", 77)  # special_tokens_map.json wins, in TRL too)
     assert (folder / "model.safetensors").is_file()
+
+
+def _folder_without(tiny_model_dir, tmp_path, *tokens, name="edited"):
+    """A copy of the tiny model whose tokenizer files name none of ``tokens`` (``eos_token``, ``pad_token``)."""
+    folder = tmp_path / name
+    shutil.copytree(tiny_model_dir, folder)
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        data = json.loads((folder / file).read_text())
+        for token in tokens:
+            data.pop(token, None)
+        (folder / file).write_text(json.dumps(data))
+    return folder
+
+
+def test_a_tokenizer_without_an_eos_token_is_refused_as_trl_cannot_sample_with_it(tiny_model_dir, tmp_path):
+    """TRL 1.16 ends completions at ``[tokenizer.eos_token_id, *generation_config.eos_token_id]``
+    and pads with the EOS where there is no pad token: with no EOS its first generation fails with
+    a TypeError (None among the EOS ids, or a None pad). polyrl sampled on, stopping at the model's
+    generation_config EOS alone (or nowhere): a run TRL never makes, unsaid. Refused before any
+    model loads, whether the folder's files name no EOS, the script set it to None, or a model
+    object's tokenizer has none."""
+    for tokens in (("eos_token",), ("eos_token", "pad_token")):
+        folder = _folder_without(tiny_model_dir, tmp_path, *tokens, name="-".join(tokens))
+        with pytest.raises(ConfigError, match="the tokenizer has no EOS token id") as err:
+            _build(folder, None, tmp_path / "run")
+        assert err.value.field == "processing_class" and "eos_token" in err.value.fix
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.eos_token = None
+    with pytest.raises(ConfigError, match="TRL 1.16's GRPOTrainer ends each completion at tokenizer.eos_token_id"):
+        _build(tiny_model_dir, tok, tmp_path / "run2")
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with pytest.raises(ConfigError, match="no EOS token id"):
+        GRPOTrainer(model=model, reward_funcs=[short], args=grpo_args(tmp_path / "run3"),
+                    train_dataset=prompts_dataset(), processing_class=tok)
+    assert not (tmp_path / "run3" / "initial_model").exists()  # refused before anything was saved
+
+
+def _token_files(folder):
+    config = json.loads((folder / "config.json").read_text())
+    generation = json.loads((folder / "generation_config.json").read_text())
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    keys = ("pad_token_id", "eos_token_id", "bos_token_id")
+    return ({k: config.get(k) for k in (*keys, "use_cache")}, {k: generation.get(k) for k in keys},
+            (tok.pad_token, tok.eos_token))
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_no_pad_token_pads_with_the_eos_and_saves_trls_token_ids(tiny_model_dir, tmp_path, given):
+    """TRL's ``GRPOTrainer.__init__`` gives a tokenizer without a pad token its EOS (the object the
+    script passed too) and sets the model's ``pad_token_id`` to it; transformers' ``Trainer`` sets
+    ``config.use_cache = args.use_cache`` and, in ``train()``, aligns the EOS ids (a list in the
+    generation config); ``save_model`` writes all of it. polyrl left ``pad_token`` None (a script
+    padding with its tokenizer afterwards failed) and saved the folder's ids. Compared with TRL's
+    own trainer, before and after one step."""
+    trl = pytest.importorskip("trl")
+    folder = _folder_without(tiny_model_dir, tmp_path, "pad_token")
+    saved = {}
+    for name, trainer_class in (("trl", trl.GRPOTrainer), ("polyrl", GRPOTrainer)):
+        tok = transformers.AutoTokenizer.from_pretrained(folder) if given else None
+        trainer = trainer_class(model=str(folder), reward_funcs=[short], args=grpo_args(tmp_path / name),
+                                train_dataset=prompts_dataset(), processing_class=tok)
+        if given:
+            assert tok.pad_token == tok.eos_token == "<|im_end|>", name
+        assert trainer.processing_class.pad_token == "<|im_end|>", name
+        trainer.save_model(str(tmp_path / name / "before"))
+        trainer.train()
+        trainer.save_model(str(tmp_path / name / "after"))
+        saved[name] = [_token_files(tmp_path / name / when) for when in ("before", "after")]
+    assert saved["polyrl"] == saved["trl"]
+    after_config, after_generation, _ = saved["trl"][1]
+    assert after_config["pad_token_id"] == 2 and after_config["use_cache"] is False
+    assert after_generation["eos_token_id"] == [2]  # transformers' alignment, as TRL's save writes it

@@ -881,6 +881,10 @@ def _run_config(
         eval=EvalSection(count=eval_count or (len(eval_rows) if eval_rows is not None else 0)),
     )
     micro = router_micro_batch(cfg, policy.model, algorithm_config.router_aux_loss_coef)
+    if micro is None and cfg._trl_micro_batch is not None and algorithm_config.top_entropy_quantile < 1.0:
+        # TRL ranks the token entropies of each micro-batch of per_device_train_batch_size completions
+        # (get_high_entropy_mask): polyrl's threshold, over its whole batch, selected other tokens
+        micro = cfg._trl_micro_batch
     if micro is not None and "optimizer.micro_batch_size" not in settings:  # TRL's micro-batch: its router term
         settings["optimizer.micro_batch_size"] = micro
     return with_settings(config, settings, generation_config), plugins

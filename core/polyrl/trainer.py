@@ -1111,7 +1111,8 @@ class Trainer:
                            temperature=temperature, sampler_logprobs=[completions[i].logprobs for i in idx])
         whole, rows_in = router_rows.joined(whole, idx, np.flatnonzero(batch.cut_rows[mine]), completions)
         batches = self._minibatches(whole, completions, rows_in, batch.group_kept, batch.keep | batch.cut_rows,
-                                    batch.my_untruncated, batch.sizes, shuffle=batch.router_on)
+                                    batch.my_untruncated, batch.sizes,
+                                    shuffle=batch.router_on or self.config.algorithm.top_entropy_quantile < 1.0)
         return batches, untrained
 
     def _apply_updates(self, batches: list[TrainBatch], objective: Objective) -> tuple[list[StepMetrics], StepMetrics]:
@@ -1253,7 +1254,8 @@ class Trainer:
         divides every update by the generation batch's tokens / updates per pass, here the parts
         stepped); parts that train
         nothing on any rank are left out on every rank, so all make the same train_step calls.
-        ``shuffle`` (the loss holds the router term): one mini-batch's rows are shuffled too, as
+        ``shuffle`` (the loss holds the router term, or ranks token entropies per micro-batch:
+        ``top_entropy_quantile`` < 1): one mini-batch's rows are shuffled too, as
         TRL's are, when ``optimizer.micro_batch_size`` cuts it (``router_rows.shuffled``); several
         mini-batches are always drawn shuffled."""
         c = self.config

@@ -51,6 +51,7 @@ from polyrl.trl_config import BEST_KEPT, SAVE_EVERY_EPOCH, SAVE_ON_BEST
 from polyrl.trl_failed_run import FailedRun, kept_after
 from polyrl.trl_names import trl_field_of
 from polyrl.trl_quantized import FIX as _QLORA_FIX
+from polyrl.trl_tokenizer import align_saved_token_ids, align_token_ids, trl_pad
 
 if TYPE_CHECKING:
     from polyrl.agents.given_tools import GivenTools
@@ -386,6 +387,11 @@ class GRPOTrainer:
         self.state = self._new_state()
         #: transformers' callbacks (``polyrl.trl_callbacks``); None until a script gives one
         self._callbacks: TrlCallbacks | None = None
+        # TRL's __init__: the tokenizer given pads with its EOS where it has no pad token, and the
+        # model object given takes its pad id and args.use_cache (``trl_tokenizer.trl_pad``, ``align_token_ids``)
+        trl_pad(processing_class)
+        if self._model_object is not None:
+            align_token_ids(self._model_object, self.processing_class, trained=False, use_cache=self._use_cache())
         #: ``args`` as read into ``grpo_config``: a change a script makes before ``train()`` is refused there
         self._args_seen = trl_args_seen.snapshot(self.args)
         if callbacks:
@@ -685,8 +691,11 @@ class GRPOTrainer:
             plugins = [*plugins, *([self.tools] if self.tools is not None else [])]
         if self.trl_environments is not None:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
-        elif self.environment is None:  # TRL parses a chat completion with its tokenizer's response_schema
-            _with_response_parser(plugins, self._response_parser())
+        parser = None
+        if self.trl_environments is None and self.environment is None:
+            # TRL parses a chat completion with its tokenizer's response_schema, once, for every reward
+            parser = self._response_parser()
+            _with_response_parser(plugins, parser)
         if self._initial_adapter is not None and config.lora is not None:  # a PeftModel's adapter, trained on
             config = attrs.evolve(config, backends=attrs.evolve(config.backends, options={
                 **config.backends.options, "initial_adapter": str(self._initial_adapter)}))
@@ -696,6 +705,9 @@ class GRPOTrainer:
         config = resumed_window(config, grpo_config, resume)  # the window the run was started with
         trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
         trainer.eval_set_sizes = sizes
+        for computer in (getattr(trainer, "rewards", None), getattr(trainer, "_eval_rewards", None)):
+            if computer is not None and hasattr(computer, "parse_completion"):  # reward models too (``_parsed``)
+                computer.parse_completion = parser
         # polyrl report's resume advice: this run goes on with train(resume_from_checkpoint=True)
         trainer.started_by = run_plan.trl_script()
         # the trackers' tags and steps transformers' integrations write in a TRL run (train/loss at global_step)
@@ -818,15 +830,26 @@ class GRPOTrainer:
             # what TRL 1.16 loads without a processing_class (left padding and truncation), from the files saved
             tokenizer = trl_folder_code.load(AutoTokenizer, source, "model", padding_side="left",
                                              truncation_side="left")
+            trl_pad(tokenizer)
         if not same:
             shutil.copytree(source, target, dirs_exist_ok=True, ignore=lambda _, names: [
                 name for name in names if tokenizer is not None and name in _TOKENIZER_FILES])
         if tokenizer is not None:
             tokenizer.save_pretrained(str(target))
+            # the configs' token ids as TRL's model holds them when it saves (``align_token_ids``)
+            align_saved_token_ids(target, tokenizer, trained=self._trained, use_cache=self._use_cache())
         self._save_args(target)
         if same and self.summary is not None and "model" in self.summary and target.resolve() == Path(
                 self.summary["model"]).resolve():  # the files written are this trainer's, not a later run's
             self._trained_identity = trl_saves.model_identity(target)
+
+    def _use_cache(self) -> bool | None:
+        """The ``use_cache`` transformers' ``Trainer.__init__`` sets on the model's config:
+        ``args.use_cache`` of TRL's (or transformers') arguments; None for polyrl's own ``GRPOConfig``."""
+        from polyrl import api
+
+        value = getattr(self.args, "use_cache", None)
+        return value if isinstance(value, bool) and not isinstance(self.args, api.GRPOConfig) else None
 
     def _save_args(self, target: Path) -> None:
         """transformers' ``training_args.bin`` beside the saved model: ``torch.save`` of ``args``,
@@ -869,6 +892,9 @@ class GRPOTrainer:
             from polyrl import trl_folder_code
 
             self._model_object = trl_folder_code.load(AutoModelForCausalLM, self._model_source("model"), "model")
+            # the token ids TRL's trainer set on the model it holds (its tokenizer's; after train() aligned)
+            align_token_ids(self._model_object, self.processing_class, trained=self._trained,
+                            use_cache=self._use_cache())
         return self._model_object
 
     def _peft(self, asked: str) -> Any:
@@ -905,6 +931,8 @@ class GRPOTrainer:
             if self._peft_model is not None:  # no peft adapter saved (MLX): the untrained adapters out again
                 self._model_object, self._peft_model = self._peft_model.unload(), None
             _load_trained_weights(self._model_object, folder)
+            # transformers' train() aligned the model's token ids with the tokenizer (``align_token_ids``)
+            align_token_ids(self._model_object, self.processing_class, trained=True, use_cache=self._use_cache())
             return
         adapter = trl_peft.adapter_folder(folder, "model")
         if self._peft_model is not None and trl_peft.load_trained(self._peft_model, adapter):
@@ -958,6 +986,7 @@ class GRPOTrainer:
             self._processing_class = trl_folder_code.load(
                 AutoTokenizer, self._model_source("processing_class") if trained else self.model_path, "model",
                 padding_side="left", truncation_side="left")
+            trl_pad(self._processing_class)  # TRL's: its EOS where the folder's has no pad token
         return self._processing_class
 
     def _response_parser(self) -> Any:
@@ -1613,9 +1642,11 @@ def _model_folder(model: Any, processing_class: Any, output_dir: str) -> str:
         raise ConfigError(f"model is a {type(model).__name__}", field="model",
                           fix="pass a model folder, a polyrl model name or a transformers PreTrainedModel")
     from polyrl import trl_peft_model
+    from polyrl.trl_tokenizer import refuse_no_eos
 
     folder = Path(output_dir) / "initial_model"
     tokenizer = processing_class if processing_class is not None else _folder_tokenizer(model)
+    refuse_no_eos(tokenizer)  # before anything is saved: TRL's first generation fails without one
     if trl_peft_model.is_peft_model(model):  # the base alone, unmerged: the adapter is trained from its own file
         trl_peft_model.save_base(model, folder)
     else:
@@ -1665,11 +1696,20 @@ def _check_tokenizer(processing_class: Any, folder: str) -> None:
     """A ``processing_class`` must be the model folder's own tokenizer as the folder holds it:
     polyrl tokenizes with the folder's files, so another tokenizer, or one the script edited in
     memory (its chat template, eos_token, added tokens: ``polyrl.trl_tokenizer``), would be
-    ignored silently."""
-    if processing_class is None:
-        return
+    ignored silently. Either way a tokenizer without an EOS token id, which TRL cannot sample with,
+    is refused (``trl_tokenizer.refuse_no_eos``)."""
     from polyrl.hub import looks_like_hub_id, resolve_cached
+    from polyrl.trl_tokenizer import folder_names_eos, refuse_no_eos
 
+    if processing_class is None:  # the folder's own, loaded only where its files name no eos_token
+        try:
+            local = folder if Path(folder).is_dir() else resolve_cached(folder) if looks_like_hub_id(folder) else None
+        except ConfigError:  # not cached: the run's own load of the model says so
+            return
+        if local and not folder_names_eos(local):
+            refuse_no_eos(_local_tokenizer(local))
+        return
+    refuse_no_eos(processing_class)
     local = folder if Path(folder).is_dir() else resolve_cached(folder) if looks_like_hub_id(folder) else None
     same_source = str(getattr(processing_class, "name_or_path", "")) in {folder, local}
     if not same_source:

@@ -551,6 +551,22 @@ def _refuse_entropy_bonus(trl_config: Any) -> None:
                           "entropy_coef=0")
 
 
+def _refuse_entropy_ranking_across_processes(trl_config: Any) -> None:
+    """TRL's ``top_entropy_quantile < 1`` on several processes. Why: TRL's threshold is the quantile
+    of the token entropies of every process's micro-batch, gathered (``get_high_entropy_mask``);
+    polyrl ranks each rank's micro-batch of ``per_device_train_batch_size`` completions on its own
+    (``polyrl.api.run_config`` sets that micro-batch), so on several processes the policy term
+    trained on other tokens, with no word. On one process the two rank the same tokens."""
+    quantile = trl_config.top_entropy_quantile
+    if quantile >= 1 or processes(trl_config) == 1:
+        return
+    raise ConfigError(f"TRL's top_entropy_quantile = {shown(quantile)} on {processes(trl_config)} processes ranks the "
+                      "token entropies of every process's micro-batch together (gathered across processes); polyrl "
+                      "ranks each rank's micro-batch of per_device_train_batch_size completions on its own",
+                      field="grpo_config.top_entropy_quantile",
+                      fix="train on one process, or set top_entropy_quantile=1.0 (every token)")
+
+
 def _minibatches(trl_config: Any) -> int:
     """polyrl's ``algorithm.minibatches`` for TRL's ``steps_per_generation``. Why: TRL splits each
     process's generation batch (shuffled) into ``steps_per_generation`` slices and makes one
@@ -739,6 +755,7 @@ def trl_settings(trl_config: Any, agent: bool = False) -> dict[str, Any]:
         out["optimizer.warmup_steps"] = _warmup(out["optimizer.warmup_steps"], trl_config.max_steps)
     _refuse_micro_batch_mean(trl_config)
     _refuse_entropy_bonus(trl_config)
+    _refuse_entropy_ranking_across_processes(trl_config)
     loss = trl_value(TRL_NAMES["loss_type"], trl_config.loss_type)
     if isinstance(loss, Preset):
         out["algorithm.name"] = loss.name

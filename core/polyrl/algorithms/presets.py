@@ -531,7 +531,8 @@ class AlgorithmConfig:
         ``keep`` is the groups dynamic sampling keeps (``group_kept``, which the loss divisors count
         whole as TRL's batch does, less the ``barred`` rows), less the completions cut under
         ``mask_truncated_completions`` (``untruncated``) and the unscored ones, except that with the
-        KL term or an entropy bonus in the loss a completion no reward scored (``scores`` NaN) stays
+        KL term or an entropy bonus in the loss, or ``top_entropy_quantile`` < 1 (whose threshold
+        TRL takes over their tokens too), a completion no reward scored (``scores`` NaN) stays
         at advantage 0 for those terms, as in TRL (its unscored rows, multi-turn ones too, stay in
         the loss, their advantage 0). ``barred`` (per sample, None: none) marks the rows no term
         trains: episodes that ended in an environment error or hold nothing to train
@@ -547,8 +548,14 @@ class AlgorithmConfig:
             else:
                 group_kept = self.keep_mask(shaped, group_size)
                 advantages = self.advantages(shaped, group_size)
-        other_terms = (self.beta > 0 and not self.kl_in_reward) or self.entropy_coef > 0 or router
-        kl_only = np.isnan(scores) & other_terms
+        # an unscored row stays at advantage 0 (its policy term 0) where the loss reads more of it than
+        # that term: the KL term, the entropy bonus, the router term, and, in a step that trains any
+        # row, the tokens top_entropy_quantile ranks (TRL's threshold is a quantile over every token
+        # of its micro-batch, an unscorable row's too; with none scored its whole loss is 0)
+        unscored = np.isnan(scores)
+        ranked = self.top_entropy_quantile < 1.0 and not unscored.all()
+        other_terms = (self.beta > 0 and not self.kl_in_reward) or self.entropy_coef > 0 or router or ranked
+        kl_only = unscored & other_terms
         if barred is not None:  # not in TRL's batch either (its run stops): no divisor counts them
             group_kept = group_kept & ~np.asarray(barred, dtype=bool)
         keep = group_kept & (np.isfinite(shaped) | kl_only) & untruncated

@@ -245,6 +245,10 @@ class RewardComputer:
         self.should_stop: Callable[[], bool] = should_stop or (lambda: False)
         #: scores an evaluation's completions (its log lines say ``after_steps``), not a training step's
         self.evaluation = evaluation
+        #: TRL's parse of a chat completion's token ids into one assistant message (its tokenizer's
+        #: ``response_schema``: ``polyrl.trl_responses.response_parser``), set by ``polyrl.trl``;
+        #: None: completions are handed over as their text (``_parsed``)
+        self.parse_completion: Callable[[list[int]], dict[str, Any]] | None = None
         if columns is not None:
             for provider in self._providers:
                 check = getattr(provider.plugin, "check_binding", None)
@@ -356,6 +360,24 @@ class RewardComputer:
         return [name for name, _, _ in self.rewards]
 
     # --- scoring -----------------------------------------------------------------------------
+
+    def _parsed(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> list[Completion]:
+        """``completions`` with each chat one (a chat prompt's, not an episode's, which has its
+        messages) holding ``parse_completion`` of its ids as its one message
+        (``Completion.messages``), parsed once per call for every reward, as TRL's ``_generate``
+        parses it once and hands the same ``completions`` to every reward function and reward
+        model. Why: a reward model scored the decoded text, ``<think>`` and tool-call markup in
+        its ``content``, where TRL's renders ``prompt + [parsed message]`` with its chat
+        template; each reward function parsed the ids again. A function reward still gets its
+        own copy (``FunctionReward``), so one that edits it changes nothing another reads."""
+        from polyrl.rewards.trl_compat import is_conversational
+
+        parse = self.parse_completion
+        if parse is None:
+            return list(completions)
+        return [attrs.evolve(c, messages=[parse([int(t) for t in c.completion_ids])])
+                if isinstance(c, Completion) and c.messages is None and is_conversational(p) else c
+                for p, c in zip(prompts, completions, strict=True)]
 
     def _context(self, provider: _Provider, context: RewardContext, completions: Sequence[Any]) -> RewardContext:
         configured = {label: opts for label, _, opts in self.rewards}
@@ -659,6 +681,7 @@ class RewardComputer:
                 f"{n} completions but {len(prompts)} prompts and {len(context.rows)} dataset rows. "
                 "Fix: pass one prompt and one row per completion (repeat each row group_size times)"
             )
+        completions = self._parsed(prompts, completions)
         answers: dict[int, tuple[Any, float]] = {}
         pending: list[tuple[_Provider, tuple[Any, ...]]] = []
         for provider in self._providers:
