@@ -113,3 +113,32 @@ def test_params_computed_at_run_time_are_an_error():
         parse_tests(cell)
     ranged = "import pytest\n\n@pytest.mark.parametrize('x', range(-1, 3))\ndef test_x(x):\n    assert add(x, 0) == x\n"
     assert [s for s, t in parse_tests(ranged) if t] == ["test_x(x=-1)", "test_x(x=0)", "test_x(x=1)", "test_x(x=2)"]
+
+
+SKIP = "pytest.param(1, marks=pytest.mark.skip)"
+
+
+@pytest.mark.parametrize("cell", [
+    f"import pytest\n\n@pytest.mark.parametrize('x', [{SKIP}, pytest.param(2, marks=pytest.mark.xfail)])\n"
+    "def test_x(x):\n    assert add(x, 0) == x\n",
+    "import pytest\n\n@pytest.mark.parametrize('x', [])\ndef test_x(x):\n    assert add(x, 0) == x\n",
+    f"import pytest\n\n@pytest.fixture(params=[{SKIP}])\ndef x(request):\n    return request.param\n\n"
+    "def test_x(x):\n    assert add(x, 0) == x\n",
+    f"import pytest\n\nclass TestX:\n    @pytest.mark.parametrize('x', [{SKIP}])\n    def test_x(self, x):\n"
+    "        assert add(x, 0) == x\n",
+])
+def test_a_test_with_no_case_that_runs_is_an_error_saying_so(cell):
+    """A runner runs no case of it, so every completion would pass: refused, as before, but the
+    error said the test needed "fixture x, which code_tests does not give" (its parametrize
+    argument) or that "nothing calls" it (a test_* function a runner finds)."""
+    with pytest.raises(RewardError, match=r"the tests of row 3 define \S+\(\), whose every parametrize case or "
+                                          r"fixture param is marked skip or xfail .*a runner runs no case") as info:
+        parse_tests(cell, " of row 3")
+    assert "does not give" not in str(info.value) and "nothing calls" not in str(info.value)
+
+
+def test_a_test_with_no_case_that_runs_beside_others_is_left_out():
+    """As pytest: its cases are skipped, the other tests run (it was an error naming a fixture)."""
+    cell = (f"import pytest\n\n@pytest.mark.parametrize('x', [{SKIP}])\ndef test_x(x):\n    assert add(x, 0) == x\n\n"
+            "def test_y():\n    assert add(1, 2) == 3\n")
+    assert [s for s, t in parse_tests(cell) if t] == ["test_y()"]

@@ -61,3 +61,36 @@ def test_long_overlapping_and_unreachable_stops(tok):
     assert _first_hit(tok, ids, [text + " thirteen", "x" * 10_000]) is None  # longer than any completion
     # overlapping: the one completed first ends the row
     assert _ends_at(tok, ids, _first_hit(tok, ids, ["seven eight nine", "six seven"]), "six seven")
+
+
+class _CountingDecoder:
+    """A stand-in tokenizer's decode: token 0 is a special token the text leaves out, any other
+    one letter; counts the calls and the tokens decoded (the work a real tokenizer does)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.tokens = 0
+
+    def __call__(self, ids: list[int]) -> str:
+        self.calls += 1
+        self.tokens += len(ids)
+        return "".join(chr(ord("a") + (t - 1) % 26) for t in ids if t != 0)
+
+
+def test_a_long_run_of_tokens_the_text_leaves_out_costs_little_decoding():
+    """A row sampling special tokens that spell nothing (<|im_end|> under ignore_eos) widened its
+    window over the whole run on every token, decoding the row each time: 4096 such tokens made
+    51k decode calls over 20.5M tokens. The work now grows with the row, and a stop spanning the
+    run is still found at the token that completes it."""
+    decode = _CountingDecoder()
+    stop = StopStrings(decode, ["ab"])
+    text, run = [3] * 200 + [1], 4096  # "c" * 200 + "a", then the run, then "b"
+    ids: list[int] = []
+    for token in [*text, *[0] * run, 2]:
+        ids.append(token)
+        if stop.hit(ids):
+            break
+    assert len(ids) == len(text) + run + 1  # ended at the "b" completing "ab", not before
+    steps = len(ids)
+    assert decode.calls <= 3 * steps
+    assert decode.tokens <= 3 * steps * stop.window

@@ -214,3 +214,35 @@ def test_a_reward_model_scores_the_parsed_message_as_trl_renders_it(schema_token
     trl_text = apply_chat_template({"messages": chat + [parse_response(schema_tokenizer, ids)]}, reward_tokenizer)["text"]
     assert rendered == [trl_text]
     assert "2 and 2 make 4" not in trl_text  # the thinking is out of what this template renders
+
+
+def test_polyrl_builtins_score_the_same_with_or_without_a_response_schema(schema_tokenizer):
+    """The parse is what TRL hands reward functions and reward models; it was set as the
+    completion's ``messages``, which polyrl's builtins read as an episode's turns, so
+    length_penalty's "chars" counted the parsed ``content`` alone (no thinking, no tool calls)
+    once the tokenizer had a schema. The builtins now score the text either way, and a function
+    reward in the same call still gets the parsed message."""
+    from polyrl.rewards.functions import function_reward_plugin
+    from polyrl.trl_responses import response_parser
+
+    seen = {}
+
+    def reading(completions, **kwargs):
+        seen["reading"] = copy.deepcopy(completions)
+        return [0.0] * len(completions)
+
+    chat = [{"role": "user", "content": "2 + 2?"}]
+    ids = [schema_tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+    texts = [schema_tokenizer.decode(x, skip_special_tokens=True) for x in ids]
+    completions = [Completion(0, [1], x, [0.0] * len(x), text=t) for x, t in zip(ids, texts)]
+    rewards = [("length_penalty", 1.0, {"target": 1, "unit": "chars"}), ("reading", 1.0, {})]
+    scores = []
+    for parse in (None, response_parser(schema_tokenizer)):
+        computer = _computer(function_reward_plugin(reading), rewards=rewards)
+        computer.parse_completion = parse
+        result = computer([chat] * len(ids), completions,
+                          RewardContext(rows=[{}] * len(ids), wanted=("length_penalty", "reading")))
+        scores.append(result.per_reward["length_penalty"].tolist())
+    assert scores[0] == scores[1]
+    assert scores[0] == [-float(len(t) - 1) for t in texts]  # past the target: one per character
+    assert seen["reading"] == [[parse_response(schema_tokenizer, x)] for x in ids]

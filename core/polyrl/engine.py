@@ -344,7 +344,8 @@ class Engine:
 
 #: ``Completion`` fields the core sets after ``generate`` (episodes), with the default ``generate`` leaves.
 CORE_FIELDS: dict[str, Any] = {"mask": None, "messages": None, "prompt_messages": None, "info": None,
-                               "reasoning_open": False, "environment": None}
+                               "reasoning_open": False, "environment": None,
+                               "response_message": None}
 
 #: ``StepMetrics``' own fields, which no ``extra`` key may name (``as_dict`` would let it replace them).
 STEP_FIELDS = frozenset(a.name for a in attrs.fields(StepMetrics)) - {"extra"}

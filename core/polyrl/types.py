@@ -235,6 +235,12 @@ class Completion:
     #: in memory until the step is scored. Never checkpointed: a pending rollout comes back without
     #: it, so a run whose rewards read it refuses ``generation.overlap`` (``polyrl.trl``).
     environment: Any = attrs.field(default=None, eq=False, repr=False)
+    #: Set by the core while a step is scored, never by ``generate`` (a chat prompt's completion,
+    #: not an episode's, where the tokenizer has a ``response_schema``): TRL's parse of its ids
+    #: into one assistant message, thinking and tool calls out of ``content``. What TRL hands its
+    #: reward functions and reward models as the completion; polyrl's own rewards read ``text``,
+    #: as without a schema (``messages`` stays an episode's only).
+    response_message: dict[str, Any] | None = None
 
     def __attrs_post_init__(self) -> None:
         if len(self.completion_ids) != len(self.logprobs):

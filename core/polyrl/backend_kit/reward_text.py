@@ -168,9 +168,11 @@ def reward_answer(name: str, score_texts: Callable[[Sequence[Prompt], list[Score
     wants ``name`` (the completions' texts, that reward's options), None otherwise. An episode's
     completion is its conversation after the prompt (``Completion.messages``), as TRL's reward model
     scores ``prompt + completion`` messages: its text alone (the last answer) left out the tool
-    calls and results the model answered from, unsaid."""
+    calls and results the model answered from, unsaid. A chat completion parsed with the
+    tokenizer's ``response_schema`` (``Completion.response_message``) is that one message, as TRL's."""
     if name not in context.wanted:
         return None
-    texts: list[Scored] = [c if isinstance(c, str) else c.messages if c.messages is not None else c.text
+    texts: list[Scored] = [c if isinstance(c, str) else c.messages if c.messages is not None
+                           else [c.response_message] if c.response_message is not None else c.text
                            for c in completions]
     return {name: RewardScores(score_texts(prompts, texts, context.options.get(name)))}

@@ -363,9 +363,10 @@ class RewardComputer:
 
     def _parsed(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> list[Completion]:
         """``completions`` with each chat one (a chat prompt's, not an episode's, which has its
-        messages) holding ``parse_completion`` of its ids as its one message
-        (``Completion.messages``), parsed once per call for every reward, as TRL's ``_generate``
-        parses it once and hands the same ``completions`` to every reward function and reward
+        messages) holding ``parse_completion`` of its ids (``Completion.response_message``; not as
+        its ``messages``, which polyrl's own rewards read as an episode's turns: length_penalty's
+        "chars" counted the parsed ``content`` alone), parsed once per call for every reward
+        function and reward model, as TRL's ``_generate`` parses it once and hands the same ``completions`` to every reward function and reward
         model. Why: a reward model scored the decoded text, ``<think>`` and tool-call markup in
         its ``content``, where TRL's renders ``prompt + [parsed message]`` with its chat
         template; each reward function parsed the ids again. A function reward still gets its
@@ -375,7 +376,7 @@ class RewardComputer:
         parse = self.parse_completion
         if parse is None:
             return list(completions)
-        return [attrs.evolve(c, messages=[parse([int(t) for t in c.completion_ids])])
+        return [attrs.evolve(c, response_message=parse([int(t) for t in c.completion_ids]))
                 if isinstance(c, Completion) and c.messages is None and is_conversational(p) else c
                 for p, c in zip(prompts, completions, strict=True)]
 

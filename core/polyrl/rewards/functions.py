@@ -339,7 +339,10 @@ class FunctionReward:
         """One completion as TRL hands it over (``trl_completion``); a chat completion parsed from
         its token ids where ``parse_completion`` is set, as TRL's ``parse_response`` parses it."""
         messages = getattr(completion, "messages", None)
-        if messages is None and self.parse_completion is not None and is_conversational(prompt):
+        parsed = getattr(completion, "response_message", None)  # RewardComputer's one parse
+        if messages is None and parsed is not None and is_conversational(prompt):
+            messages = [parsed]
+        elif messages is None and self.parse_completion is not None and is_conversational(prompt):
             return [self.parse_completion(list(ids))]
         return trl_completion(prompt, text, messages)
 

@@ -50,6 +50,7 @@ class _Copier:
             mask=None if completion.mask is None else np.array(completion.mask, copy=True),
             messages=self(completion.messages),
             prompt_messages=self(completion.prompt_messages),
+            response_message=self(completion.response_message),
             info=self(completion.info),
         )
 

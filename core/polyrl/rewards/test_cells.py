@@ -292,6 +292,12 @@ def _discovered(body: list[ast.stmt], checkers: set[str], where: str, entry_poin
                               "solution's function (HumanEval's; option entry_point_column), or end the tests with "
                               "check(<function>)")
     idle = sorted(name for name in checkers if name not in reached)
+    caseless = [name for name in idle if _runs_no_case(name, body, where, literals, scope)]
+    if caseless and not has_tests and all(name in caseless or _marked_to_fail(name, body) for name in idle):
+        raise RewardError(f"{NAME}: the tests{where} define {', '.join(f'{n}()' for n in caseless)}, whose every "
+                          "parametrize case or fixture param is marked skip or xfail (pytest.param(..., marks=...)) "
+                          "or none is written; a runner runs no case of those, and no other test is left: every "
+                          "completion would pass. Fix: give the tests a case the solution must pass, or leave the row out")
     if idle and not has_tests and all(_marked_to_fail(name, body) for name in idle):
         raise RewardError(f"{NAME}: the tests{where} mark every test ({', '.join(f'{n}()' for n in idle)}) to fail "
                           "(pytest.mark.xfail or unittest.expectedFailure); a runner counts no pass from those, so "
@@ -317,6 +323,23 @@ def _marked_to_fail(name: str, body: list[ast.stmt]) -> bool:
             methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                        and m.name.startswith("test")]
             return bool(methods) and (expects_failure(node) or all(expects_failure(m) for m in methods))
+    return False
+
+
+def _runs_no_case(name: str, body: list[ast.stmt], where: str, literals: dict[str, ast.expr], scope: Scope) -> bool:
+    """Whether ``name`` is a test a runner would find that it calls with no case: every case of its
+    ``parametrize`` (or every param of a fixture it needs) marked skip or xfail, or none written;
+    for a class, every test method. Why: such a test, in a cell of no other, was refused as
+    needing "fixture x, which code_tests does not give" or as one "nothing calls"."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return name.startswith("test") and not expects_failure(node) and not calls(node, where, literals, scope)
+        if isinstance(node, ast.ClassDef) and node.name == name:  # a pytest class's (a TestCase has no cases)
+            if not name.startswith("Test") or expects_failure(node) or _is_unittest_case(node, body):
+                return False
+            methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and m.name.startswith("test") and not expects_failure(m)]
+            return bool(methods) and not _class_tests(node, body, where, literals, scope)
     return False
 
 
