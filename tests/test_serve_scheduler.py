@@ -3,8 +3,11 @@ scheduler's job is order and bookkeeping, which a real model would only make slo
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -293,14 +296,23 @@ def test_a_request_whose_client_left_before_it_started_is_never_generated():
     assert [c.text for c in stays[0]] == [f"stays#{len(engine.calls)}.0"]
 
 
-@pytest.mark.faults
-def test_a_client_that_closes_its_connection_while_queued_is_dropped_by_a_real_server():
-    """Through a real PolyrlServer on 127.0.0.1 (the held fake engine keeps the first request
-    generating): the second client sends its request and closes; the server sees end-of-file on
-    its socket, counts it abandoned and never generates it, and keeps serving."""
-    import json
-    import socket
+class _HeldServer:
+    """A real PolyrlServer on 127.0.0.1 whose held fake engine keeps a first request ("held", sent
+    by a thread) generating until ``release_first()``, which checks it got its 200."""
 
+    def __init__(self, engine: RecordingEngine, server: Any, client: Any, held: threading.Thread,
+                 first: dict[str, Any]) -> None:
+        self.engine, self.server, self.client, self._held, self._first = engine, server, client, held, first
+        self.address = server.server_address[:2]
+
+    def release_first(self) -> None:
+        self.engine.release.set()
+        self._held.join(BOUND_S)
+        assert self._first["r"].status_code == 200
+
+
+@contextlib.contextmanager
+def _a_request_held() -> Iterator[_HeldServer]:
     import httpx
 
     from polyrl.serve import PolyrlServer
@@ -308,33 +320,47 @@ def test_a_client_that_closes_its_connection_while_queued_is_dropped_by_a_real_s
     engine = RecordingEngine(hold=True)
     server = PolyrlServer(("127.0.0.1", 0), engine, model_name="m")
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    host, port = server.server_address[:2]
     try:
         with httpx.Client(base_url=server.url, trust_env=False, timeout=BOUND_S) as client:
-            first: dict[str, object] = {}
+            first: dict[str, Any] = {}
             held = threading.Thread(target=lambda: first.update(r=client.post(
                 "/v1/completions", json={"prompt": "held", "max_tokens": 1})))
             held.start()
             assert engine.entered.wait(BOUND_S)
-            body = json.dumps({"prompt": "left", "max_tokens": 1}).encode()
-            with socket.create_connection((host, port), timeout=BOUND_S) as sock:
-                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(body), body))
-                _queued(server.scheduler, 2)
-            deadline = time.monotonic() + BOUND_S / 2  # within the engine's hold
-            while server.scheduler.queued() > 1 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert server.scheduler.queued() == 1  # the held request only
-            assert server.stats.abandoned == 1
-            engine.release.set()
-            held.join(BOUND_S)
-            assert first["r"].status_code == 200  # type: ignore[attr-defined]
-            assert client.post("/v1/completions", json={"prompt": "next", "max_tokens": 1}).status_code == 200
-        assert [p for p, _ in engine.calls] == [["held"], ["next"]]
+            yield _HeldServer(engine, server, client, held, first)
     finally:
         engine.release.set()
         server.shutdown()
         server.server_close()
+
+
+def _send_request(sock: Any, prompt: str) -> None:
+    """A whole POST /v1/completions for ``prompt`` written to a raw socket."""
+    import json
+
+    body = json.dumps({"prompt": prompt, "max_tokens": 1}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+@pytest.mark.faults
+def test_a_client_that_closes_its_connection_while_queued_is_dropped_by_a_real_server():
+    """Through a real PolyrlServer on 127.0.0.1 (the held fake engine keeps the first request
+    generating): the second client sends its request and closes; the server sees end-of-file on
+    its socket, counts it abandoned and never generates it, and keeps serving."""
+    import socket
+
+    with _a_request_held() as held:
+        with socket.create_connection(held.address, timeout=BOUND_S) as sock:
+            _send_request(sock, "left")
+            _queued(held.server.scheduler, 2)
+        deadline = time.monotonic() + BOUND_S / 2  # within the engine's hold
+        while held.server.scheduler.queued() > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert held.server.scheduler.queued() == 1  # the held request only
+        assert held.server.stats.abandoned == 1
+        held.release_first()
+        assert held.client.post("/v1/completions", json={"prompt": "next", "max_tokens": 1}).status_code == 200
+    assert [p for p, _ in held.engine.calls] == [["held"], ["next"]]
 
 
 @pytest.mark.faults
@@ -346,49 +372,29 @@ def test_a_client_that_only_half_closes_after_its_request_is_answered_by_a_real_
     import json
     import socket
 
-    import httpx
-
-    from polyrl.serve import PolyrlServer
     from polyrl.serving import scheduler as scheduler_module
     from polyrl.serving.peer import INTERIM
 
     monkeypatch.setattr(scheduler_module, "GONE_POLL_S", 0.02)  # the waiting request's socket looked at often
-    engine = RecordingEngine(hold=True)
-    server = PolyrlServer(("127.0.0.1", 0), engine, model_name="m")
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    host, port = server.server_address[:2]
-    try:
-        with httpx.Client(base_url=server.url, trust_env=False, timeout=BOUND_S) as client:
-            first: dict[str, object] = {}
-            held = threading.Thread(target=lambda: first.update(r=client.post(
-                "/v1/completions", json={"prompt": "held", "max_tokens": 1})))
-            held.start()
-            assert engine.entered.wait(BOUND_S)
-            body = json.dumps({"prompt": "half", "max_tokens": 1}).encode()
-            with socket.create_connection((host, port), timeout=BOUND_S) as sock:
-                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(body), body))
-                sock.shutdown(socket.SHUT_WR)
-                interim = b""
-                while len(interim) < len(INTERIM) and (chunk := sock.recv(len(INTERIM) - len(interim))):
-                    interim += chunk  # b"" before: the server took the end-of-file for the client gone
-                assert interim == INTERIM
-                time.sleep(0.5)  # many polls more: the interim answer was not reset, the client is there
-                assert server.stats.abandoned == 0 and server.scheduler.queued() == 2
-                engine.release.set()
-                reply = b""
-                while chunk := sock.recv(65536):
-                    reply += chunk
-            head, _, answer = reply.partition(b"\r\n\r\n")
-            assert head.startswith(b"HTTP/1.1 200"), reply[:300]
-            assert json.loads(answer)["choices"][0]["text"] == "half#2.0"
-            held.join(BOUND_S)
-            assert first["r"].status_code == 200  # type: ignore[attr-defined]
-        assert [p for p, _ in engine.calls] == [["held"], ["half"]] and server.stats.abandoned == 0
-    finally:
-        engine.release.set()
-        server.shutdown()
-        server.server_close()
+    with _a_request_held() as held:
+        with socket.create_connection(held.address, timeout=BOUND_S) as sock:
+            _send_request(sock, "half")
+            sock.shutdown(socket.SHUT_WR)
+            interim = b""
+            while len(interim) < len(INTERIM) and (chunk := sock.recv(len(INTERIM) - len(interim))):
+                interim += chunk  # b"" before: the server took the end-of-file for the client gone
+            assert interim == INTERIM
+            time.sleep(0.5)  # many polls more: the interim answer was not reset, the client is there
+            assert held.server.stats.abandoned == 0 and held.server.scheduler.queued() == 2
+            held.engine.release.set()
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        head, _, answer = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), reply[:300]
+        assert json.loads(answer)["choices"][0]["text"] == "half#2.0"
+        held.release_first()
+    assert [p for p, _ in held.engine.calls] == [["held"], ["half"]] and held.server.stats.abandoned == 0
 
 
 def test_a_client_is_told_gone_only_at_end_of_file_even_past_descriptor_1023():

@@ -81,7 +81,8 @@ def hooks_of(body: list[ast.stmt]) -> frozenset[str]:
     return frozenset(node.name for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
-def _name_of(node: ast.AST) -> str | None:
+def name_of(node: ast.AST) -> str | None:
+    """The name a ``Name`` or an ``Attribute`` ends in (``patch``, ``mock.patch``); None for others."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -94,7 +95,7 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
 
 
 def _is_static(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(_name_of(d) == "staticmethod" for d in node.decorator_list)
+    return any(name_of(d) == "staticmethod" for d in node.decorator_list)
 
 
 def _required(node: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> list[str]:
@@ -116,9 +117,9 @@ def _patched(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
         if not isinstance(d, ast.Call):
             continue
         func = d.func
-        if _name_of(func) == "patch":
+        if name_of(func) == "patch":
             count += len(d.args) < 2 and not any(k.arg == "new" for k in d.keywords)
-        elif isinstance(func, ast.Attribute) and func.attr == "object" and _name_of(func.value) == "patch":
+        elif isinstance(func, ast.Attribute) and func.attr == "object" and name_of(func.value) == "patch":
             count += len(d.args) < 3 and not any(k.arg == "new" for k in d.keywords)
     return count
 
@@ -139,7 +140,7 @@ def own_fixtures(body: list[ast.stmt], where: str = "", literals: dict[str, ast.
             continue
         for d in node.decorator_list:
             call = d if isinstance(d, ast.Call) else None
-            if _name_of(call.func if call else d) != "fixture":
+            if name_of(call.func if call else d) != "fixture":
                 continue
             keywords = {k.arg: k.value for k in call.keywords if k.arg} if call else {}
             renamed = keywords.get("name")
@@ -170,7 +171,7 @@ def _values(node: ast.expr, literals: dict[str, ast.expr]) -> list[ast.expr] | N
         node = literals[node.id]
     if isinstance(node, (ast.List, ast.Tuple)):
         return list(node.elts)
-    if isinstance(node, ast.Call) and _name_of(node.func) == "range" and isinstance(node.func, ast.Name) \
+    if isinstance(node, ast.Call) and name_of(node.func) == "range" and isinstance(node.func, ast.Name) \
             and not node.keywords and 1 <= len(node.args) <= 3:
         bounds = [_int(a) for a in node.args]
         if all(b is not None for b in bounds) and (len(bounds) < 3 or bounds[2] != 0):
@@ -190,10 +191,10 @@ def _int(node: ast.expr) -> int | None:
 
 def _skipped(value: ast.expr) -> bool:
     """Whether a case is a ``pytest.param(..., marks=skip/skipif/xfail)``, which the runner expects no pass from."""
-    if not (isinstance(value, ast.Call) and _name_of(value.func) == "param"):
+    if not (isinstance(value, ast.Call) and name_of(value.func) == "param"):
         return False
     marks = next((k.value for k in value.keywords if k.arg == "marks"), None)
-    return marks is not None and any(_name_of(m) in ("skip", "skipif", "xfail") for m in ast.walk(marks))
+    return marks is not None and any(name_of(m) in ("skip", "skipif", "xfail") for m in ast.walk(marks))
 
 
 def _fixture_params(node: ast.expr, name: str, where: str, literals: dict[str, ast.expr]) -> list[str]:
@@ -206,7 +207,7 @@ def _fixture_params(node: ast.expr, name: str, where: str, literals: dict[str, a
     for value in values:
         if _skipped(value):
             continue
-        if isinstance(value, ast.Call) and _name_of(value.func) == "param":
+        if isinstance(value, ast.Call) and name_of(value.func) == "param":
             if len(value.args) != 1 or isinstance(value.args[0], ast.Starred):
                 raise _refused(where, f"give fixture {name}() a param of {len(value.args)} values "
                                             f"({ast.unparse(value)[:60]})", fix)
@@ -257,7 +258,7 @@ def parametrize_cases(decorator: ast.Call, target: str, where: str, literals: di
     for value in values:
         if _skipped(value):
             continue
-        if isinstance(value, ast.Call) and _name_of(value.func) == "param":
+        if isinstance(value, ast.Call) and name_of(value.func) == "param":
             items = list(value.args)
         elif len(names) == 1:
             items = [value]
@@ -339,7 +340,7 @@ def calls(node: ast.FunctionDef | ast.AsyncFunctionDef, where: str, literals: di
     cls = scope.cls
     target = f"{cls.name}().{node.name}" if cls is not None else node.name
     grids = [parametrize_cases(d, target, where, literals) for d in node.decorator_list
-             if isinstance(d, ast.Call) and _name_of(d.func) == "parametrize"]
+             if isinstance(d, ast.Call) and name_of(d.func) == "parametrize"]
     if any(not g.cases for g in grids):
         # every case marked skip or xfail (or none written): a runner calls it with none, so its
         # arguments are no fixtures to look for ("fixture x, which code_tests does not give" said

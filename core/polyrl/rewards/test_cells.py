@@ -28,7 +28,7 @@ from typing import Any
 
 from polyrl.errors import RewardError
 from polyrl.logs import get_logger
-from polyrl.rewards.test_calls import Scope, around_class, calls, hooks_of, module_setup, own_fixtures
+from polyrl.rewards.test_calls import Scope, around_class, calls, hooks_of, module_setup, name_of, own_fixtures
 from polyrl.rewards.test_runs import drive, expects_failure, yields
 from polyrl.sandbox import call_cases, program_cases
 from polyrl.sandbox.step_lines import at_line
@@ -131,17 +131,9 @@ def _is_runner(node: ast.stmt) -> bool:
         if isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) \
                 and (inner.value.id, inner.attr) in _RUNNER_ATTRS:
             return True
-        if isinstance(inner, (ast.Name, ast.Attribute)) and _name_of(inner) in _RUNNER_NAMES:
+        if isinstance(inner, (ast.Name, ast.Attribute)) and name_of(inner) in _RUNNER_NAMES:
             return True
     return False
-
-
-def _name_of(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return None
 
 
 def _warn_unchecked(where: str) -> None:
@@ -195,7 +187,7 @@ def _holds_check(node: ast.AST, top: bool = False) -> bool:
         if isinstance(inner, ast.Assert):
             return True
         if isinstance(inner, ast.Call):
-            name = _name_of(inner.func) or ""
+            name = name_of(inner.func) or ""
             if name.startswith("assert") or name in _CHECK_CALLS or (top and name in _EXIT_CALLS and _fails(inner)):
                 return True
         if isinstance(inner, ast.Raise) and inner.exc is not None and (top or _raises_assertion(inner)):
@@ -211,7 +203,7 @@ def _fails(exit_call: ast.Call) -> bool:
 
 def _raises_assertion(node: ast.Raise) -> bool:
     exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-    return exc is not None and _name_of(exc) == "AssertionError"
+    return exc is not None and name_of(exc) == "AssertionError"
 
 
 def _is_test(node: ast.stmt, checkers: set[str]) -> bool:
@@ -407,7 +399,7 @@ def _bound_here(node: ast.stmt) -> set[str]:
 def _is_unittest_case(node: ast.ClassDef, body: list[ast.stmt], depth: int = 0) -> bool:
     classes = {c.name: c for c in body if isinstance(c, ast.ClassDef)}
     for base in node.bases:
-        name = _name_of(base)
+        name = name_of(base)
         if name in _UNITTEST_BASES:
             return True
         if name in classes and name != node.name and depth < 20 and _is_unittest_case(classes[name], body, depth + 1):
