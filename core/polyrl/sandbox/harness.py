@@ -74,6 +74,7 @@ from polyrl.sandbox.module_views import (
     BOUND_CODE, BuiltinsLayer, BuiltinsView, ModulesView, ModuleView, ModuleWithViews, bound_builtins)
 from polyrl.sandbox.numpy_checks import (
     NUMPY_CHECKS, NUMPY_COMPARISONS, NumpyChecks, NumpyFunction, empty_array, one_empty, plain_array)
+from polyrl.sandbox.pandas_values import is_pandas, pandas_made, pandas_plain
 from polyrl.sandbox.pairing import PAIRING_CLASSES, STAND_INS, TESTS_FILES, tests_filter, tests_pairing
 from polyrl.sandbox.reader import same_items
 from polyrl.sandbox.sample_types import tests_isinstance, tests_issubclass, tests_repr, tests_type
@@ -208,6 +209,16 @@ class Session:
         if constructed is not None:
             module, name, args = constructed
             return ["X", module, name, [self.arg(a) for a in args(value)]]
+        plain = pandas_plain(value)
+        if plain is not None:  # the tests' DataFrame, Series or Index: the sample's pandas makes its own
+            data = encode(plain)
+            if data is not None:
+                return ["P", data]
+            raise TypeError(f"a {type(value).__name__} holding values other than plain data cannot be sent to the "
+                            "sample")
+        if is_pandas(value):
+            raise TypeError(f"a {type(value).__name__} of a kind not rebuilt from plain data (a MultiIndex, a "
+                            "nullable or timezone-aware column, ...) cannot be sent to the sample")
         made = numpy_constructed(value)
         if made is not None:  # the tests' numpy array or scalar: the sample's numpy makes its own
             return ["X", made[0], made[1], [self.arg(a) for a in made[2]]]
@@ -502,6 +513,8 @@ class Session:
             if tag == "x" and len(encoded) == 4 and type(encoded[1]) is str and type(encoded[2]) is str \
                     and (encoded[1], encoded[2]) in REBUILDERS:
                 return rebuilt(encoded[1], encoded[2], decode(encoded[3], depth + 1))
+            if tag == "P" and len(encoded) == 2:  # the sample's DataFrame, Series or Index, as the trainer's own
+                return pandas_made(decode(encoded[1], depth + 1))
             if tag == "L" and len(encoded) == 2 and isinstance(encoded[1], list):
                 return spread([self.value(item, depth + 1, data, root=root, kin=kin) for item in encoded[1]])
         return decode(encoded)

@@ -19,6 +19,7 @@ from polyrl.sandbox.defaulted_reads import defaulted_here
 from polyrl.sandbox.module_views import BOUND_CODE
 from polyrl.sandbox.number_results import round_agrees, unary_agrees
 from polyrl.sandbox.object_use import ANY_ROOT
+from polyrl.sandbox.pandas_values import holds_pandas
 from polyrl.sandbox.reader import Reader, same_items
 from polyrl.sandbox.remote_exceptions import IteratorEnd
 from polyrl.sandbox.shrinking import (
@@ -153,6 +154,15 @@ class Remote:
         a method (``Solution().dedupe(s)``, LeetCode's shape) returns data."""
         return self._origin is None or self._origin[:1].islower()
 
+    def _asked_with_pandas(self) -> bool:
+        """Whether its methods may be handed a pandas value of the tests' (``__call__``): an
+        instance the tests made of a solution's class they name (``Solution().solve(df)``) or an
+        object they use as one (``object_use``), never data they expect. Why: a DataFrame the
+        solution returns crosses as the trainer's own (``pandas_values``), so what stays a handle
+        and is asked ``f(x).equals(expected)`` is an object posing as one, whose own ``equals``
+        (a class named DataFrame, a subclass of pandas') said True."""
+        return not self._data and (self._made or self._root in self._session.objects)
+
     def _answers_queries(self) -> bool:
         """Whether its own ``DATA_QUERIES`` methods answer with arguments (see there): never for
         data the tests expect; for an object the tests use as one (``object_use.object_roots``),
@@ -168,6 +178,12 @@ class Remote:
             raise AttributeError(f"the sample's {self._type[:100]!r} object answers no str/list query "
                                  f"({', '.join(sorted(DATA_QUERIES))}) here: only a str, list or tuple it returns "
                                  "as a value does, or an object the tests use as one")
+        owner = self._owner
+        if owner is not None and not owner._asked_with_pandas() and holds_pandas([args, kwargs]):
+            raise TypeError(f"a pandas value of the tests' is not sent to a method of the sample's "
+                            f"{owner._type[:100]!r}: a DataFrame, Series or Index the solution returns crosses as "
+                            "one (pandas' own methods answer), and only an object the tests make or use as one "
+                            "is handed one")
         s = self._session
         passed = _families([args, kwargs])
         changes = self._root is None or bool({self._root, ANY_ROOT} & s.changers)

@@ -58,8 +58,12 @@ _OFF_HEX = (memfd_filter.program(paths=True) or b"").hex() or None
 #: The same where the audit hook judges paths strictly (``off`` with the hook on): ``rename`` and
 #: ``chdir`` allowed, the hook keeping them in the sample's folder (``memfd_filter``).
 _OFF_HOOKED_HEX = (memfd_filter.program(paths=True, renames=True) or b"").hex() or None
-#: The program the sample's interpreter runs: the value encoder, then the server loop.
-SERVER_SOURCE = (_HERE / "values.py").read_text() + "\n\n" + (_HERE / "server.py").read_text()
+#: Where ``pandas_values.py``'s part the sample runs too begins (its imports above are the trainer's).
+_SHARED_MARK = "# ---- shared with the sample's program from here (runner.SERVER_SOURCE) ----\n"
+#: The program the sample's interpreter runs: the value encoder, pandas values' (``pandas_values``), then the server loop.
+SERVER_SOURCE = ((_HERE / "values.py").read_text() + "\n\n"
+                 + (_HERE / "pandas_values.py").read_text().split(_SHARED_MARK, 1)[1] + "\n\n"
+                 + (_HERE / "server.py").read_text())
 
 
 @attrs.define(frozen=True)

@@ -331,6 +331,11 @@ class _Session:
             data = encode(spec[2](value))
             if data is not None:
                 return ["x", spec[0], spec[1], data]
+        plain = pandas_plain(value)  # exactly a DataFrame, Series or Index: its plain data, rebuilt there
+        if plain is not None:
+            data = encode(plain)
+            if data is not None:
+                return ["P", data]
         self.refs.append(value)
         index = len(self.refs) - 1
         first = self.first.setdefault(id(value), index)  # ``refs`` holds it, so its id is never another's
@@ -353,6 +358,8 @@ class _Session:
             if proxy is None:
                 proxy = self.handed[data[1]] = (_TestsCallback if tag == "K" else _TestsObject)(self, data[1])
             return proxy
+        if tag == "P":  # the tests' DataFrame, Series or Index: this process's pandas makes its own (``pandas_values``)
+            return pandas_made(decode(data[1]))
         if tag == "g":  # a standard function, class or constant, by name: this process's own
             return getattr(__import__(data[1], fromlist=[data[2]]), data[2])
         if tag in ("l", "t"):  # items may be any of these, at any depth
