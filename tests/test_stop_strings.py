@@ -93,4 +93,116 @@ def test_a_long_run_of_tokens_the_text_leaves_out_costs_little_decoding():
     assert len(ids) == len(text) + run + 1  # ended at the "b" completing "ab", not before
     steps = len(ids)
     assert decode.calls <= 3 * steps
-    assert decode.tokens <= 3 * steps * stop.window
+    assert decode.tokens <= 3 * steps * (4 * len("ab") + 4)
+
+
+def _letters(text: str) -> list[int]:
+    """``_CountingDecoder``'s ids spelling ``text`` (lowercase letters)."""
+    return [ord(c) - ord("a") + 1 for c in text]
+
+
+@pytest.mark.parametrize("count", [1, 16])
+def test_a_long_stop_costs_each_step_a_few_tokens_of_decoding_however_long_the_completion(count):
+    """A stop of 3,000 characters made every step decode a window of 4 tokens a character, the
+    whole completion here: a 4,096-token completion decoded 8.4M tokens (a 2,048-token one took ~3 s
+    of CPU against 0.43 s with a short stop). The row's text is now kept as it grows: a step decodes
+    its newest tokens and the few before them, and the stop is still found at its last token."""
+    import random
+
+    rng = random.Random(87)
+    text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4096))
+    stops = [text[-3000 - k:len(text) - k] for k in range(count)]  # the first ends at the last token
+    decode = _CountingDecoder()
+    stop = StopStrings(decode, ["x" * 5000, *stops])
+    ids: list[int] = []
+    for token in _letters(text):
+        ids.append(token)
+        if stop.hit(ids):
+            break
+    assert len(ids) == len(text) - count + 1  # ended where the earliest stop was completed, not before
+    steps, distinct = len(ids), 26  # ``_silent`` decodes each distinct id once (and twice more if empty)
+    assert decode.calls <= 2 * steps + 2 * distinct
+    assert decode.tokens <= 4 * steps + 3 * distinct
+
+
+def test_rows_keep_their_own_text_and_a_row_given_other_ids_restarts_from_them():
+    """Each row of a batch holds its own text (rows checked in turn); ``StopStrings.hit`` keeps one
+    row, read again from the first token whenever its ids are not the last ones grown."""
+    stop = StopStrings(_CountingDecoder(), ["abc"])
+    first, second = stop.row(), stop.row()
+    a, b = _letters("xxabc"), _letters("abxbc")
+    results = [(first.hit(a[:k]), second.hit(b[:k])) for k in range(1, 6)]
+    assert results == [(False, False)] * 4 + [(True, False)]
+    assert [stop.hit(a[:k]) for k in range(1, 6)] == [False] * 4 + [True]
+    assert not stop.hit(b)  # other ids: read from the first, "abxbc" holds no "abc"
+    assert stop.hit(_letters("zabc"))  # so do these
+    assert not stop.hit(_letters("ab")) and stop.hit(_letters("abc"))  # shorter, then grown
+
+
+def _sentencepiece(decoder: str):
+    """A SentencePiece-shaped vocabulary as transformers converts Llama's: "▁" for a space, words
+    with and without it, <0xNN> byte pieces for what the pieces lack (a CJK character: three),
+    special tokens. ``legacy``: Replace + ByteFallback + Fuse + Strip (Llama 2); ``metaspace``:
+    the Metaspace decoder, "▁" prepended first only (legacy=False)."""
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "▁", *string.ascii_letters,
+              *string.digits, *".,!?:'", *(f"▁{w}" for w in ("the", "stop", "here", "a", "answer", "is")), "the"]
+    core = Tokenizer(models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=[], unk_token="<unk>",
+                                byte_fallback=True))
+    core.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    core.decoder = (decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                       decoders.Strip(" ", 1, 0)]) if decoder == "legacy"
+                    else decoders.Sequence([decoders.ByteFallback(),
+                                            decoders.Metaspace(replacement="▁", prepend_scheme="first")]))
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def _brute_first_hit(decode, ids: list[int], stops: list[str]) -> int | None:
+    """The rule itself: the first k whose text decode(ids[:k]) holds a stop."""
+    return next((k for k in range(1, len(ids) + 1) if any(s in decode(ids[:k]) for s in stops)), None)
+
+
+@pytest.mark.parametrize("vocab", ["byte-level", "legacy", "metaspace"])
+def test_the_row_ends_where_the_whole_text_first_holds_a_stop_on_random_tokens(tok, vocab):
+    """Exactness against the rule (decode the whole completion at every token) on random ids: byte
+    tokens cutting characters (valid or not), words with and without "▁", special tokens the text
+    leaves out, and stops anywhere in the text (short, long, starting or ending mid-character)."""
+    import random
+
+    tokenizer = tok if vocab == "byte-level" else _sentencepiece(vocab)
+    decode = completion_decoder(tokenizer)
+    rng = random.Random(87)
+    specials = sorted(set(tokenizer.all_special_ids))
+    size = len(tokenizer)
+    if vocab == "byte-level":
+        pool = [i for t in ("日本 answer", "本日 is", " the stop", "é", "😀!") for i in _ids(tokenizer, t)]
+    else:
+        pool = [i for t in ("▁the", "▁stop", "▁", "a", "the", ".", "<0xE6>", "<0x97>", "<0xA5>", "<0xF0>")
+                for i in [tokenizer.convert_tokens_to_ids(t)]]
+    for case in range(60):
+        ids = [rng.choice(specials) if rng.random() < 0.1 else rng.choice(pool) if rng.random() < 0.6
+               else rng.randrange(size) for _ in range(rng.randrange(5, 50))]
+        text = decode(ids)
+        if len(text) < 2:
+            continue
+        stops = []
+        for _ in range(rng.randrange(1, 4)):
+            start = rng.randrange(len(text) - 1)
+            stops.append(text[start:rng.randrange(start + 1, min(len(text), start + 60) + 1)])
+        expected = _brute_first_hit(decode, ids, stops)
+        assert _first_hit(tokenizer, ids, stops) == expected, (case, ids, stops)
+
+
+def test_stops_over_sentencepiece_spaces_and_byte_pieces_end_at_their_last_token():
+    """"▁" pieces (a space, dropped at the text's start) and <0xNN> pieces on a Llama-shaped vocabulary."""
+    for decoder in ("legacy", "metaspace"):
+        tokenizer = _sentencepiece(decoder)
+        decode = completion_decoder(tokenizer)
+        ids = tokenizer.encode("the answer is 日本 stop here", add_special_tokens=False)
+        assert decode(ids) == "the answer is 日本 stop here"
+        for stops in ([" 日本 s"], ["日"], ["本 "], [" stop"], ["e answer is 日本 stop h"], ["is  "], ["the "]):
+            assert _first_hit(tokenizer, ids, stops) == _brute_first_hit(decode, ids, stops), (decoder, stops)

@@ -38,7 +38,8 @@ def _sample(engine: ExampleEngine, index: int, prompt_ids: list[int], sampling: 
             rng: torch.Generator) -> list[Completion]:
     """One prompt's ``n`` rows as one batch (same length, so no padding) through a KV cache."""
     n, temperature = sampling.n, sampling.temperature
-    stops = StopStrings(engine.decode, sampling.stop)
+    stop = StopStrings(engine.decode, sampling.stop)
+    stops = [stop.row() for _ in range(n)]  # each row's text kept as it grows
     rows: list[list[int]] = [[] for _ in range(n)]
     logprobs: list[list[float]] = [[] for _ in range(n)]
     stopped = [False] * n
@@ -59,7 +60,7 @@ def _sample(engine: ExampleEngine, index: int, prompt_ids: list[int], sampling: 
                 continue  # the row's batch slot keeps running; its output is ignored
             rows[r].append(int(tokens[r]))
             logprobs[r].append(float(chosen[r]))
-            stopped[r] = rows[r][-1] in engine.eos_ids or stops.hit(rows[r])
+            stopped[r] = rows[r][-1] in engine.eos_ids or stops[r].hit(rows[r])
         if all(stopped):
             break
         inputs = tokens[:, None]

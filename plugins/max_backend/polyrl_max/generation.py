@@ -53,7 +53,8 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
     tokens: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]
     finish = ["length"] * total
-    stops = StopStrings(engine.decode, sampling.stop)
+    stop = StopStrings(engine.decode, sampling.stop)
+    stops = [stop.row() for _ in range(total)]  # each row's text kept as it grows
 
     def build(s: int):
         return engine.new_context(prompt_ids[s // n], budgets[s], temperature=temperature,
@@ -70,7 +71,7 @@ def generate(engine: MaxEngine, prompts: Sequence[Prompt], sampling: SamplingPar
             raise RuntimeError("MAX did not call the logits processor for this step")
         tokens[s].append(token)
         logps[s].append(token_logprob(row, token, temperature))
-        if (token in engine.eos_ids and not sampling.ignore_eos) or stops.hit(tokens[s]):
+        if (token in engine.eos_ids and not sampling.ignore_eos) or stops[s].hit(tokens[s]):
             finish[s] = "stop"
             return True
         return len(tokens[s]) >= budgets[s]

@@ -188,6 +188,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
     cache, logits = _prefill_rows(engine, prompt_ids, n)
 
     tokens: list[list[int]] = [[] for _ in range(total)]
+    stops = [stop.row() for _ in range(total)]  # each row's text kept as it grows
     logps: list[list[float]] = [[] for _ in range(total)]
     finish = ["length"] * total
     active = np.arange(total)  # sample index of each batch row
@@ -218,7 +219,7 @@ def _generate(engine: MLXEngine, prompts: Sequence[Prompt], sampling: SamplingPa
         for row, (sample, tok, lp) in enumerate(zip(active.tolist(), chosen.tolist(), chosen_lp.tolist())):
             tokens[sample].append(int(tok))
             logps[sample].append(float(lp))
-            if (tok in engine.eos_ids and not sampling.ignore_eos) or stop.hit(tokens[sample]):
+            if (tok in engine.eos_ids and not sampling.ignore_eos) or stops[sample].hit(tokens[sample]):
                 finish[sample] = "stop"
             elif len(tokens[sample]) < budgets[sample]:
                 keep_rows.append(row)

@@ -213,6 +213,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
     fixed = FixedShapeDecoder(causal, cache, attention, next_pos, capture=device.type == "cuda") if fixed_shapes else None
 
     tokens: list[list[int]] = [[] for _ in range(total)]
+    stops = [stop.row() for _ in range(total)]  # each row's text kept as it grows
     logps: list[list[float]] = [[] for _ in range(total)]
     finish = ["length"] * total
     active = torch.arange(total, device=device)  # sample index of each batch row
@@ -227,7 +228,7 @@ def _generate(engine: TorchEngine, model, prompts, sampling: SamplingParams, cac
         """Record sample ``sample``'s next token; whether that ended it (a stop, or its budget)."""
         tokens[sample].append(tok)
         logps[sample].append(lp)
-        if (tok in engine.eos_ids and not sampling.ignore_eos) or stop.hit(tokens[sample]):
+        if (tok in engine.eos_ids and not sampling.ignore_eos) or stops[sample].hit(tokens[sample]):
             finish[sample] = "stop"
             return True
         return len(tokens[sample]) >= budgets[sample]
