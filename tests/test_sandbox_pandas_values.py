@@ -215,3 +215,80 @@ def test_a_right_frame_of_another_dtype_or_index_fails_where_pandas_fails():
     want = {name: float(_pandas_says(made, check)) for name, (made, check) in _MISMATCHES.items()}
     assert set(want.values()) == {0.0, 1.0}  # both ways among them
     assert _each(cases) == want
+
+
+def _khash_colliding(n: int) -> list[int]:
+    """``n`` distinct int64s of one pandas khash ``(k >> 33) ^ k ^ (k << 11)`` (mod 2**32): sums of its kernel."""
+    def khash(k: int) -> int:
+        return ((k >> 33) ^ k ^ (k << 11)) & 0xFFFFFFFF
+    pivots: dict[int, tuple[int, int]] = {}
+    kernel = []
+    for bit in range(64):
+        h, k = khash(1 << bit), 1 << bit
+        for top, (ph, pk) in sorted(pivots.items(), reverse=True):
+            if h >> top & 1:
+                h, k = h ^ ph, k ^ pk
+        if h:
+            pivots[h.bit_length() - 1] = (h, k)
+        else:
+            kernel.append(k)
+    keys = []
+    for i in range(1, n + 1):
+        k = 0
+        for j, v in enumerate(kernel):
+            if i >> j & 1:
+                k ^= v
+        keys.append(k - (1 << 64) if k >= 1 << 63 else k)
+    assert len(set(keys)) == n and len({khash(k % (1 << 64)) for k in keys}) == 1
+    return keys
+
+
+_PILED = _khash_colliding(2000)
+#: ints of one Python hash folded to 32 bits (``(h >> 32) ^ h``), as pandas' object tables fold it
+_FOLDED = [(a << 32) | (a ^ 12345) for a in range(1, 2001)]
+
+
+@pytest.mark.parametrize("plain", [
+    ("series", None, "int64", _PILED, ("range", None, 0, len(_PILED), 1)),
+    ("index", None, "int64", _PILED, None),
+    ("index", None, "datetime64[ns]", _PILED, None),
+    ("series", None, "uint64", [k % (1 << 64) for k in _PILED], ("range", None, 0, len(_PILED), 1)),
+    ("frame", ("range", None, 0, 1, 1), [("float64", [1.0] * len(_PILED))], ("index", None, "int64", _PILED, None)),
+    ("series", None, "int64", _FOLDED, ("range", None, 0, len(_FOLDED), 1)),
+    ("series", None, "object", _FOLDED, ("range", None, 0, len(_FOLDED), 1)),
+], ids=["int_column", "int_index", "datetime_index", "uint_column", "frame_index", "folded_ints", "folded_objects"])
+def test_values_built_to_collide_in_pandas_hash_tables_are_refused(plain):
+    """Distinct keys of one khash made ``value_counts``, ``is_unique`` and ``get_loc`` quadratic in
+    the trainer (20k: seconds; one message holds 250k): refused as malformed, the sample crashed."""
+    with pytest.raises(ProtocolError, match="collide"):
+        pandas_made(decode(encode(plain)))
+    assert pandas_plain(pd.Series(_PILED)) is None  # nor described by an honest side
+
+
+@pytest.mark.parametrize("value", [
+    pd.Series(range(100000)),
+    pd.DataFrame({"r": np.random.default_rng(0).integers(-2**62, 2**62, 100000),
+                  "f": np.random.default_rng(1).random(100000), "n": [np.nan] * 100000,
+                  "t": pd.date_range("2000-01-01", periods=100000, freq="min")}, index=pd.Index(range(100000, 0, -1))),
+    pd.Index(np.arange(0, 2**40, 2**20, dtype="uint64")),
+    pd.Series([float(i) for i in range(50000)] + [-0.0, 0.0], dtype=object),
+], ids=["range", "random_frame", "uint_index", "object_floats"])
+def test_ordinary_large_values_still_cross(value):
+    made = pandas_made(decode(encode(pandas_plain(value))))
+    assert type(made) is type(value) and made.equals(value)
+
+
+@pytest.mark.parametrize("value", [
+    pd.Series(pd.Categorical(pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-01"]))),
+    pd.Series(pd.Categorical.from_codes([0, 2], dtype=pd.CategoricalDtype(pd.RangeIndex(3)))),
+    pd.DataFrame({"v": [1, 2]}, index=pd.date_range("2020-01-01", periods=2, freq=pd.DateOffset(days=2))),
+], ids=["datetime_categories", "range_categories", "date_offset_freq"])
+def test_what_pandas_made_refuses_is_not_described(value):
+    """It stays a handle, as other kinds outside the allow-list do, instead of a malformed value there."""
+    assert pandas_plain(value) is None
+
+
+def test_a_right_category_of_datetimes_is_not_a_crash():
+    code = ("import pandas as pd\ndef days():\n"
+            "    return pd.Series(pd.Categorical(pd.to_datetime(['2020-01-01', '2020-01-02', '2020-01-01'])))\n")
+    assert _each({"len": ("assert len(days()) == 3\n", code)}) == {"len": 1.0}

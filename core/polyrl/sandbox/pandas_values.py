@@ -53,6 +53,14 @@ _PANDAS_STRINGS = {f"{kind}[{storage}]": (kind == "str", storage)
                    for kind in ("str", "string") for storage in ("python", "pyarrow")}
 #: Most frequency text a DatetimeIndex may carry (``"D"``, ``"2h"``, ``"W-SUN"``).
 _PANDAS_MAX_FREQ = 40
+#: Most distinct values of one column or index that may share one full 32-bit hash of pandas' own
+#: hash tables (values.py's ``MAX_SAME_HASH`` for Python's). Its khash tables probe by the full hash
+#: (start ``hash & mask``, step ``murmur2(hash) | 1``), so values of distinct hashes part whatever the
+#: table's size, and only equal hashes walk one path: n values on one hash cost n * n / 2 probes
+#: (20k took 2.7 s in ``value_counts``, 250k fit one message), where random values share by 2 or 3.
+_PANDAS_MAX_SAME_HASH = 16
+_PANDAS_M32 = 0x5BD1E995  # murmur2's multiplier, pandas' ``murmur2_32_32to32`` (khash.h)
+_PANDAS_SEED = 0xC70F6907 ^ 4
 
 
 def _pandas_classes():
@@ -75,28 +83,38 @@ def is_pandas(value):
 def pandas_plain(value):
     """``value`` (exactly a pandas DataFrame, Series, Index, RangeIndex or DatetimeIndex) as plain
     data of the module doc's shape, or None where it is none of them or holds anything outside the
-    allow-list. Nothing here decides a test: the data is what the other side rebuilds."""
+    allow-list or that ``pandas_made`` refuses (categories of datetimes, a ``DateOffset`` frequency,
+    values piling up on one of pandas' hashes), which the other side would take for a malformed
+    value (the sample's: crashed). Nothing here decides a test: the data is what the other side rebuilds."""
     classes = _pandas_classes()
     if classes is None or type(value) not in classes:
         return None
-    frame, series = classes[0], classes[1]
     try:
-        if type(value) is frame:
-            columns = _pandas_index_plain(value.columns, classes)
-            index = _pandas_index_plain(value.index, classes)
-            items = [_pandas_array_plain(value.iloc[:, i], classes) for i in range(value.shape[1])]
-            if columns is None or index is None or any(item is None for item in items):
-                return None
-            return ("frame", columns, items, index)
-        if type(value) is series:
-            index = _pandas_index_plain(value.index, classes)
-            item = _pandas_array_plain(value, classes)
-            if index is None or item is None:
-                return None
-            return ("series", _pandas_plain_name(value.name), item[0], item[1], index)
-        return _pandas_index_plain(value, classes)
-    except Exception:  # noqa: BLE001 - a value pandas cannot describe stays where it is
+        plain = _pandas_described(value, classes)
+        if plain is not None:
+            pandas_made(plain)  # what the other side would refuse (a false crash there) stays a handle here
+        return plain
+    except Exception:  # noqa: BLE001 - a value pandas cannot describe, or rebuild, stays where it is
         return None
+
+
+def _pandas_described(value, classes):
+    """``pandas_plain``'s data, unchecked: None outside the allow-list."""
+    frame, series = classes[0], classes[1]
+    if type(value) is frame:
+        columns = _pandas_index_plain(value.columns, classes)
+        index = _pandas_index_plain(value.index, classes)
+        items = [_pandas_array_plain(value.iloc[:, i], classes) for i in range(value.shape[1])]
+        if columns is None or index is None or any(item is None for item in items):
+            return None
+        return ("frame", columns, items, index)
+    if type(value) is series:
+        index = _pandas_index_plain(value.index, classes)
+        item = _pandas_array_plain(value, classes)
+        if index is None or item is None:
+            return None
+        return ("series", _pandas_plain_name(value.name), item[0], item[1], index)
+    return _pandas_index_plain(value, classes)
 
 
 def _pandas_plain_name(name):
@@ -237,11 +255,11 @@ def _pandas_array_made(pd, np, dtype, values):
     if kind is not None:
         if not all(type(v) is kind for v in values):
             raise ProtocolError(f"a {dtype} column holding other values")
-        return np.array(values, dtype=dtype)
+        return _pandas_spread(np, np.array(values, dtype=dtype))
     if dtype in _PANDAS_TIMES:
         if not all(type(v) is int for v in values):
             raise ProtocolError("a datetime column holding other values")
-        return np.array(values, dtype="int64").view(dtype)
+        return _pandas_spread(np, np.array(values, dtype="int64").view(dtype))
     strings = _PANDAS_STRINGS.get(dtype)
     if strings is not None:
         if not all(v is None or type(v) is str for v in values):
@@ -252,5 +270,142 @@ def _pandas_array_made(pd, np, dtype, values):
         array = np.empty(len(values), dtype=object)
         for i, v in enumerate(values):  # one by one: a list item stays one item
             array[i] = v
+        _pandas_objects_spread(values)
         return array
     raise ProtocolError(f"a pandas dtype outside the allow-list: {dtype[:40]}")
+
+
+def _pandas_spread(np, array):
+    """``array`` (numbers or datetimes of the sample's), unless more than ``_PANDAS_MAX_SAME_HASH``
+    distinct values share a hash of a table pandas puts them in (``ProtocolError``), as ``spread``
+    refuses Python's: int64's, uint64's and datetime64's (as int64) khash ``(k >> 33) ^ k ^ (k << 11)``
+    (a linear map, so 2**32 keys of each hash are at hand), float64's murmur2 of its bits (ints too,
+    cast to float64 against a float), and Python's hash folded to 32 bits of an int in an object
+    table (``astype(object)``). Narrower ints and float32 hash one to one. Vectorised: a few numpy
+    passes, nothing per value."""
+    kind = array.dtype.kind
+    if len(array) <= _PANDAS_MAX_SAME_HASH or kind not in "iuMf":
+        return array
+    if kind in "iuM":
+        keys = _pandas_distinct(np, (array.view("int64") if kind == "M" else array).astype("uint64" if kind == "u" else "int64"))
+        bits = keys.view("uint64")
+        _pandas_piled(np, (bits >> np.uint64(33)) ^ bits ^ (bits << np.uint64(11)))
+        if kind == "M":
+            return array
+        _pandas_piled(np, _pandas_python_hash(np, keys))
+    floats = array.astype("float64")
+    nan = floats != floats
+    floats = _pandas_distinct(np, floats[~nan])  # -0.0 and 0.0 one value (equal); NaNs, one, left out
+    _pandas_piled(np, _pandas_float_hash(np, floats))
+    return array
+
+
+def _pandas_piled(np, hashes):
+    """``ProtocolError`` where more than ``_PANDAS_MAX_SAME_HASH`` of ``hashes`` (one per distinct
+    value) are equal in their low 32 bits, the hash khash takes."""
+    hashes = np.sort((hashes & np.uint64(0xFFFFFFFF)).astype("uint32") if hashes.dtype != np.uint32 else hashes)
+    if len(hashes) <= _PANDAS_MAX_SAME_HASH:
+        return
+    starts = np.flatnonzero(np.concatenate(([True], hashes[1:] != hashes[:-1], [True])))
+    if int(np.diff(starts).max()) > _PANDAS_MAX_SAME_HASH:
+        raise ProtocolError("pandas values built to collide in its hash tables")
+
+
+def _pandas_distinct(np, values):
+    """The distinct ones of ``values`` (no NaN), sorted. Not ``np.unique``: numpy 2.3's hashes ints."""
+    values = np.sort(values)
+    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+
+
+def _pandas_float_hash(np, floats):
+    """pandas' ``kh_float64_hash_func`` of each float64: 0 for 0.0 and NaN, else ``murmur2_64to32``
+    of its bits (khash_python.h)."""
+    bits = floats.view("uint64")
+    m = np.uint32(_PANDAS_M32)
+    h = np.full(len(floats), _PANDAS_SEED, dtype="uint32")
+    for k in ((bits & np.uint64(0xFFFFFFFF)).astype("uint32"), (bits >> np.uint64(32)).astype("uint32")):
+        k = k * m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h *= m
+        h ^= k
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    h[(floats == 0) | (floats != floats)] = 0
+    return h
+
+
+def _pandas_python_hash(np, keys):
+    """Python's ``hash`` of each int64 or uint64 (``k mod 2**61 - 1``, signed; -1 is -2), folded to 32
+    bits as pandas' object tables fold it (``(h >> 32) ^ h``, ``kh_python_hash_func``)."""
+    modulus = np.uint64(2**61 - 1)
+    if keys.dtype.kind == "u":
+        h = keys % modulus
+    else:
+        negative = keys < 0
+        magnitude = np.where(negative, (~keys.view("uint64")) + np.uint64(1), keys.view("uint64")) % modulus
+        h = np.where(negative, (~magnitude) + np.uint64(1), magnitude)  # -m as two's complement
+        h[h == np.uint64(2**64 - 1)] = np.uint64(2**64 - 2)
+    return (h >> np.uint64(32)) ^ h
+
+
+def _pandas_objects_spread(values):
+    """``values`` of an object column or index, unless more than ``_PANDAS_MAX_SAME_HASH`` distinct
+    ones share the 32-bit hash pandas' object tables give them (Python's, folded: ``(h >> 32) ^ h``):
+    ints built so, each of its own Python hash (``spread`` lets them through), pile up there."""
+    if len(values) <= _PANDAS_MAX_SAME_HASH:
+        return
+    classes: dict = {}
+    for item in values:
+        key = _pandas_object_hash(item)
+        if key is None:
+            continue
+        same = classes.setdefault(key, [])
+        if any(item is other or _pandas_same(item, other) for other in same):
+            continue
+        same.append(item)
+        if len(same) > _PANDAS_MAX_SAME_HASH:
+            raise ProtocolError("pandas values built to collide in its hash tables")
+
+
+def _pandas_object_hash(item):
+    """pandas' ``kh_python_hash_func`` of one plain value (khash_python.h), or None if unhashable."""
+    mask = 2**64 - 1
+    kind = type(item)
+    if kind is float:
+        h = 0 if item != item else hash(item)
+    elif kind is complex:
+        parts = [0 if p != p else hash(p) for p in (item.real, item.imag)]
+        h = (parts[0] + 1000003 * parts[1]) & mask
+        h = -2 if h == mask else h
+    elif kind is tuple:
+        acc = 2870177450012600261
+        for part in item:
+            lane = _pandas_object_hash(part)
+            if lane is None:
+                return None
+            acc = ((acc + lane * 14029467366897019727) & mask)
+            acc = ((acc << 31) | (acc >> 33)) & mask
+            acc = (acc * 11400714785074694791) & mask
+        acc = (acc + (len(item) ^ (2870177450012600261 ^ 3527539))) & mask
+        h = 1546275796 if acc == mask else acc
+    else:
+        try:
+            h = hash(item)
+        except TypeError:
+            return None
+    h &= mask
+    return ((h >> 32) ^ h) & 0xFFFFFFFF
+
+
+def _pandas_same(a, b):
+    """Whether pandas' object tables take ``a`` and ``b`` for one value (NaN is NaN, in tuples too)."""
+    if type(a) is float and type(b) is float and a != a and b != b:
+        return True
+    if type(a) is tuple and type(b) is tuple:
+        return len(a) == len(b) and all(x is y or _pandas_same(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - a value that cannot be compared is another value
+        return False
