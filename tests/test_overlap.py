@@ -180,8 +180,10 @@ def test_a_pending_rollout_keeps_every_completion_field_through_a_checkpoint():
                          prompt_messages=[{"role": "user", "content": "ENV-ASKED: say hello"}],
                          info={"turns": 2, "tool_calls": 0, "env_reward": 0.5}, reasoning_open=True)
     defaults = Completion(prompt_index=0, prompt_ids=[1], completion_ids=[], logprobs=[])
-    #: held in memory only (TRL's environment instances): a run whose rewards read it refuses overlap
-    live = {"environment"}
+    #: held in memory only (TRL's environment instances): a run whose rewards read it refuses overlap;
+    #: response_message: set on the reward computer's own copies (TRL's response_schema parse of the
+    #: ids), never on a rollout's completions (generate may not set it), so none is checkpointed
+    live = {"environment", "response_message"}
     for field in attrs.fields(Completion):  # the example sets every field: a new one must be added here
         if field.name not in live:
             assert not _equal(getattr(episode, field.name), getattr(defaults, field.name)), field.name
