@@ -1102,3 +1102,8 @@ def test_a_runs_episodes_know_the_generators_end_of_sequence_ids(tiny_model_dir,
     knows which ids end a sequence: the generating engine's, wired in by the setup."""
     trainer = Trainer(agent_config(tiny_model_dir, tmp_path / "run"))
     assert trainer.episodes.eos_ids and trainer.episodes.eos_ids == trainer.gen_engine.raw.eos_ids
+    # and the tokenizer's reading of an end marker whose token's text holds the EOS's (``<|im_end|>\n``
+    # added as one token: backend_kit.eos_rest): the text after the EOS's, as its ids
+    tok = trainer.gen_engine.raw.tokenizer
+    eos, newline = tok.convert_tokens_to_ids("<|im_end|>"), tok("\n", add_special_tokens=False)["input_ids"]
+    assert trainer.episodes.glue._eos_rest(eos, [eos, *newline]) == newline

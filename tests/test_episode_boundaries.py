@@ -14,12 +14,15 @@ tell it; the trained ids stay the ones sampled, as in TRL's and verl's multi-tur
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from family_chat import Scripted, check, dressed, encoder, inserted_runs
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.spec import Observation
+from polyrl.backend_kit.eos_rest import eos_rest
 from polyrl.types import SamplingParams
 
 pytest.importorskip("transformers")
@@ -39,7 +42,7 @@ def _turn_two(tok, reply: str) -> tuple[np.ndarray, np.ndarray]:
     end = tok.convert_tokens_to_ids("<|im_end|>")
     model = Scripted(tok, lambda text, j: reply, end)
     runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=200),
-                           make_environment=_Env, model_name="SmolLM2", eos_ids=[end])
+                           make_environment=_Env, model_name="SmolLM2", eos_ids=[end], eos_rest=eos_rest(tok))
     [episode] = runner.run([{"prompt": [{"role": "user", "content": "guess a number"}]}],
                            SamplingParams(n=1, max_new_tokens=32))
     assert check(model, [episode]) == [] and episode.info["turns"] == 2
@@ -64,6 +67,26 @@ def test_a_reply_opening_with_a_blank_line_merges_with_the_prompt_when_rendered_
     assert tok.convert_ids_to_tokens(second[cut:cut + 4].tolist()) == ["\u010a"] * 3 + ["7"]
     assert tok.convert_ids_to_tokens(whole[cut:cut + 3].tolist()) == ["\u010a\u010a", "\u010a", "7"]
     assert np.array_equal(second[cut + 4:], whole[cut + 3:])  # the rest, the glue's join included, agrees
+
+
+@pytest.mark.parametrize("reply", ["7", "7\n"])
+def test_an_end_marker_added_as_one_token_with_its_newline_is_not_written_again_after_the_sampled_eos(
+        smollm2_tokenizer, reply):
+    """A ChatML fine-tune that adds ``<|im_end|>\\n`` as one special token: its template ends each turn
+    with that token, its model stops on ``<|im_end|>``. The marker went whole after the sampled EOS:
+    turn 2 was sampled (and trained) after ``7<|im_end|><|im_end|>\\n<|im_start|>user``. Now the
+    sampled ``<|im_end|>`` is followed by the ``\\n`` it lacks: turn 2's context is the template's
+    rendering of the conversation, the one token it writes there spelled as the model sampled it."""
+    tok = copy.deepcopy(smollm2_tokenizer)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_end|>\n"]})
+    one = tok.convert_tokens_to_ids("<|im_end|>\n")
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    second, whole = _turn_two(tok, reply)
+    assert one in whole.tolist() and end not in whole.tolist()  # the template's end of turn is the one token
+    at = second.tolist().index(end)  # the sampled EOS: the first prompt's ends are the one token
+    assert np.array_equal(second[:at], whole[:at]) and whole[at] == one  # the prompt and the sampled reply
+    assert tok.convert_ids_to_tokens(second[at:at + 3].tolist()) == ["<|im_end|>", "\u010a", "<|im_start|>"]
+    assert np.array_equal(second[at + 2:], whole[at + 1:])
 
 
 #: Llama 2's habit (polyrl's own template): an assistant turn is written `` text </s>``, its

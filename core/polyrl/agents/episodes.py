@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -60,6 +60,9 @@ from polyrl.rewards.trl_compat import private_copy
 from polyrl.stored_rows import for_reset
 from polyrl.template_roles import CALL_FIX, MODEL_FIX, ROLE_FIX, TemplateRoles
 from polyrl.types import Completion, FinishReason, Prompt, SamplingParams, TokenPrompt
+
+if TYPE_CHECKING:
+    from polyrl.backend_kit.eos_rest import EosRest
 
 log = get_logger(__name__)
 
@@ -258,6 +261,9 @@ class EpisodeRunner:
     ``probe``: the model tokenizer's ``ControlProbe``; an environment's first messages or
     observation holding a control character it misreads end the episode as an environment error,
     a tool's result holding one is answered with an error (``polyrl.agents.control_text``).
+    ``eos_ids``: the generator's end-of-sequence ids; ``eos_rest``: the tokenizer's reading of an
+    end marker one of whose tokens' text holds the EOS a turn stopped on (``<|im_end|>\\n`` added as
+    one token: ``polyrl.backend_kit.eos_rest``; None: such a marker goes whole after that EOS).
     """
 
     def __init__(self, generate: Generate, encode_chat: EncodeChat, limits: EpisodeLimits,
@@ -267,7 +273,7 @@ class EpisodeRunner:
                  environment_name: str | None = None, tool_timeout_s: float = 10.0,
                  max_concurrent_tools: int = 8, tool_format: str = "auto", model_name: str | None = None,
                  max_abandoned: int = MAX_ABANDONED, probe: ControlProbe | None = None,
-                 eos_ids: Collection[int] | None = None) -> None:
+                 eos_ids: Collection[int] | None = None, eos_rest: EosRest | None = None) -> None:
         self.generate = generate
         #: the generator's end-of-sequence ids: a turn that stopped on one holds its end-of-turn
         #: token already, whatever text the template writes before it (``ChatGlue._rest_of``)
@@ -284,7 +290,7 @@ class EpisodeRunner:
         self.prompt_column = prompt_column
         self.tools_prompt_format = tools_prompt_format  # how a template without tools hears of them
         self.tool_format = tool_format  # what ``parse`` reads (environment.tool_format)
-        self.glue = ChatGlue(encode_chat, self.eos_ids)
+        self.glue = ChatGlue(encode_chat, self.eos_ids, eos_rest)
         self._template_ignores_tools: bool | None = None
         self._first_roles = TemplateRoles()  # which roles the template shows in a first prompt
         #: the role a tool's result is rendered as: "tool", or "user" for a template that cannot

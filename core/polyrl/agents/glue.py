@@ -27,12 +27,15 @@ the episode keeps it before each turn, the template never shows it there (``open
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from polyrl.agents.spec import plain_text
 from polyrl.errors import ConfigError, OutOfMemory, TemplateRefused
+
+if TYPE_CHECKING:
+    from polyrl.backend_kit.eos_rest import EosRest
 
 
 class RenderError(ConfigError):
@@ -123,11 +126,14 @@ def content_left_out(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 class ChatGlue:
     """Computes inserted segments for one model's chat template (and one tool list)."""
 
-    def __init__(self, encode_chat: EncodeChat, eos_ids: Collection[int] = ()) -> None:
+    def __init__(self, encode_chat: EncodeChat, eos_ids: Collection[int] = (), eos_rest: EosRest | None = None) -> None:
         self._encode = encode_chat
         #: the generator's end-of-sequence ids: one the model stopped on stands for the template's
         #: own end token in the turn's end marker (``_rest_of``)
         self._eos_ids = frozenset(int(i) for i in eos_ids)
+        #: the tokenizer's word on an end marker whose one token's text opens with the EOS's
+        #: (``<|im_end|>\n`` added as one token: ``polyrl.backend_kit.eos_rest``); None: not asked
+        self._eos_rest = eos_rest
         self._turn_end: np.ndarray | None = None
         self._renders_role: dict[str, bool] = {}
 
@@ -306,7 +312,8 @@ class ChatGlue:
         if not np.array_equal(follows[at:at + len(end)], end):
             raise RenderError("the model's chat template ends this assistant turn differently from its plain "
                               "turns, so the episode's turns cannot be joined", field="environment", fix=_FIX)
-        return np.concatenate([self._rest_of(end, sampled, closed, self._eos_ids), follows[at + len(end):]])
+        return np.concatenate([self._rest_of(end, sampled, closed, self._eos_ids, self._eos_rest),
+                               follows[at + len(end):]])
 
     def _end_after_calls(self, context: Sequence[Mapping[str, Any]], assistant: Mapping[str, Any],
                          new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
@@ -342,7 +349,7 @@ class ChatGlue:
 
     @staticmethod
     def _rest_of(end: np.ndarray, sampled: np.ndarray, closed: bool = False,
-                 eos_ids: Collection[int] = ()) -> np.ndarray:
+                 eos_ids: Collection[int] = (), eos_rest: EosRest | None = None) -> np.ndarray:
         """What of the end marker ``end`` the turn ``sampled`` still lacks: the part after the
         marker's first tokens that the turn ends with; for a turn ``closed`` by the end-of-sequence
         token the marker holds past text (Llama 2's `` </s>``: a space, then the EOS), the part
@@ -355,7 +362,12 @@ class ChatGlue:
         there unless builtin tools are on) ends where the marker's end token would: the part after
         that token. Why: the whole marker went after it, ``<|eom_id|><|eot_id|>``, which no
         rendering holds; the template's own ipython mode writes ``<|eom_id|>`` and then the tool's
-        message, as the episode now does."""
+        message, as the episode now does.
+
+        A turn closed by an EOS that the marker holds only inside one of its tokens' text (a ChatML
+        fine-tune's ``<|im_end|>\\n`` added as one token, its model stopping on ``<|im_end|>``) is
+        followed by the rest of that text (``\\n``), which ``eos_rest`` encodes. Why: the marker
+        went whole after it, ``<|im_end|><|im_end|>\\n``, which no rendering holds."""
         for k in range(min(len(end), len(sampled)), 0, -1):
             if np.array_equal(sampled[len(sampled) - k:], end[:k]):
                 return end[k:]
@@ -365,4 +377,7 @@ class ChatGlue:
                 hits = np.flatnonzero(np.isin(end, np.fromiter(eos_ids, dtype=np.int64, count=len(eos_ids))))
             if len(hits):
                 return end[int(hits[0]) + 1:]
+            rest = eos_rest(int(sampled[-1]), [int(i) for i in end]) if eos_rest is not None else None
+            if rest is not None:
+                return np.asarray(rest, dtype=np.int64)
         return end

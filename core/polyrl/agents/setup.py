@@ -26,6 +26,7 @@ from polyrl.logs import get_logger
 from polyrl.reasoning import closes_reasoning
 
 if TYPE_CHECKING:
+    from polyrl.backend_kit.eos_rest import EosRest
     from polyrl.config import RunConfig
     from polyrl.control_chars import ControlProbe
     from polyrl.engine import Engine
@@ -240,7 +241,8 @@ def build_runner(config: RunConfig, plan: EnvironmentPlan, gen_engine: Engine, t
                            env_timeout_s=env.env_timeout_s, environment_name=env.name,
                            tool_timeout_s=env.tool_timeout_s, max_concurrent_tools=env.max_concurrent_tools,
                            tool_format=env.tool_format, model_name=config.model.path, probe=probe,
-                           eos_ids=_eos_ids([gen_engine, train_engine]))
+                           eos_ids=_eos_ids([gen_engine, train_engine]),
+                           eos_rest=_eos_rest([gen_engine, train_engine]))
     # how the template shows a tool's result (an environment's tool messages too): decided (or refused) now
     runner.check_tool_results(plan.toolbox.schemas if plan.toolbox is not None else [])
     if runner.tool_results_role == "user":
@@ -258,6 +260,18 @@ def _eos_ids(engines: Sequence[Engine]) -> frozenset[int]:
         if ids:
             return frozenset(int(i) for i in ids)
     return frozenset()
+
+
+def _eos_rest(engines: Sequence[Engine]) -> EosRest | None:
+    """``backend_kit.eos_rest`` on the first engine's tokenizer (the remote backend has none: an end
+    marker whose token holds the EOS's text then goes whole after a turn's EOS, as before)."""
+    from polyrl.backend_kit.eos_rest import eos_rest
+
+    for engine in engines:
+        tokenizer = getattr(getattr(engine, "raw", None), "tokenizer", None)
+        if tokenizer is not None:
+            return eos_rest(tokenizer)
+    return None
 
 
 def untrainable(completions: Sequence[Any]) -> np.ndarray:
