@@ -18,7 +18,7 @@ import copy
 
 import numpy as np
 import pytest
-from family_chat import Scripted, check, dressed, encoder, inserted_runs
+from family_chat import Scripted, check, dressed, encoder, family, inserted_runs
 
 from polyrl.agents.episodes import EpisodeLimits, EpisodeRunner
 from polyrl.agents.spec import Observation
@@ -36,10 +36,11 @@ class _Env:
         return Observation([{"role": "user", "content": "\nhigher"}], done=False)
 
 
-def _turn_two(tok, reply: str) -> tuple[np.ndarray, np.ndarray]:
-    """(turn 2's prompt as the episode sampled it, the same conversation rendered whole)."""
+def _turn_two(tok, reply: str, end: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(turn 2's prompt as the episode sampled it, the same conversation rendered whole); the model
+    stops on ``end`` (``<|im_end|>`` unless given)."""
     encode = encoder(tok)
-    end = tok.convert_tokens_to_ids("<|im_end|>")
+    end = tok.convert_tokens_to_ids("<|im_end|>") if end is None else end
     model = Scripted(tok, lambda text, j: reply, end)
     runner = EpisodeRunner(model.generate, encode, EpisodeLimits(max_turns=2, max_episode_tokens=200),
                            make_environment=_Env, model_name="SmolLM2", eos_ids=[end], eos_rest=eos_rest(tok))
@@ -87,6 +88,18 @@ def test_an_end_marker_added_as_one_token_with_its_newline_is_not_written_again_
     assert np.array_equal(second[:at], whole[:at]) and whole[at] == one  # the prompt and the sampled reply
     assert tok.convert_ids_to_tokens(second[at:at + 3].tolist()) == ["<|im_end|>", "\u010a", "<|im_start|>"]
     assert np.array_equal(second[at + 2:], whole[at + 1:])
+
+
+@pytest.mark.parametrize("name", ["llama3", "gemma3", "phi3"])
+def test_a_turn_ended_by_an_eos_that_is_the_templates_end_of_turn_joins_as_the_template_writes(smollm2_tokenizer, name):
+    """Llama 3's ``<|eot_id|>``, Gemma's ``<end_of_turn>`` (then ``\\n``), Phi-3's ``<|end|>`` (then
+    ``\\n``): the model stops on the end-of-turn token itself, and turn 2's context reads as the
+    conversation rendered whole, the glue after the sampled EOS token for token the template's."""
+    tok, eot, _ = family(smollm2_tokenizer, name)
+    second, whole = _turn_two(tok, "7", eot)
+    at, at_whole = (np.flatnonzero(ids == eot)[-2] for ids in (second, whole))  # the sampled one: before the user's
+    assert tok.decode(second.tolist(), skip_special_tokens=False) == tok.decode(whole.tolist(), skip_special_tokens=False)
+    assert np.array_equal(second[at:], whole[at_whole:])
 
 
 #: Llama 2's habit (polyrl's own template): an assistant turn is written `` text </s>``, its
