@@ -76,6 +76,31 @@ def test_shared_prompt_attention_equals_per_row_attention(owner, kv_heads, group
     assert layer.get_seq_length() == prompt_len + 5
 
 
+@pytest.mark.parametrize("native_build", native_builds.params(), indirect=True)
+@pytest.mark.parametrize(("kv_heads", "groups", "dim", "prompt_len"), [(3, 3, 64, 46), (2, 2, 128, 9)])
+def test_c_attention_over_long_completions_equals_per_row_attention(kv_heads, groups, dim, prompt_len,
+                                                                    native_build):
+    """Completions past several vectors of keys: the C code scores whole blocks of keys side by side and
+    fetches keys ahead, which the short caches above never reach; checked at and around block edges."""
+    gen = torch.Generator().manual_seed(dim)
+    owner = torch.tensor([0, 0, 1, 0])
+    prompt_keys, prompt_values = (torch.randn(2, kv_heads, prompt_len, dim, generator=gen) for _ in range(2))
+    seen = torch.ones(2, prompt_len, dtype=torch.bool)
+    seen[1, :2] = False
+    layer = SharedPromptLayer(prompt_keys, prompt_values, seen, owner, 70, native=True)
+    assert layer.native
+    keys, values, row_seen = prompt_keys[owner], prompt_values[owner], seen[owner]
+    for step in range(1, 66):
+        key, value = (torch.randn(4, kv_heads, dim, generator=gen) for _ in range(2))
+        layer.append(key, value)
+        keys, values = torch.cat([keys, key[:, :, None]], 2), torch.cat([values, value[:, :, None]], 2)
+        row_seen = torch.cat([row_seen, torch.ones(4, 1, dtype=torch.bool)], 1)
+        if step % 16 in (0, 1, 7, 8, 9, 15) or step > 60:
+            query = torch.randn(4, kv_heads * groups, dim, generator=gen) * 2.0
+            got, want = layer.attend(query, 0.125), _reference(query, keys, values, row_seen)
+            assert (got - want).abs().max().item() < ATTENTION_ROUNDING, step
+
+
 def _engine(model_dir: str, **options) -> Engine:
     return Engine(get_registry(), "torch", EngineConfig(
         model=model_dir, threads=1, seed=0, options=options, optimizer=OptimizerConfig(lr=1e-2)))

@@ -13,13 +13,24 @@
 #include "native_exp.h"
 #include "native_simd.h"
 
+/* Lines of keys fetched ahead of the block being scored: two blocks, so they arrive while this one multiplies. */
+#define AHEAD_BLOCKS 2
+
 /* scores[a * stride + j] = scale * q_a . key_j for the `g` queries `q` ([g][d]) and `count` keys ([count][d]),
-   LANES keys at a time; a key whose `hidden` byte is set (NULL: none is) scores -inf. */
+   LANES keys at a time; a key whose `hidden` byte is set (NULL: none is) scores -inf. The block's LANES dot
+   products are summed side by side (one key's products in one chain would wait on each multiply-add), each in
+   the order a lone dot product takes. */
 static void score(const float *q, int g, int d, const float *keys, int count, const unsigned char *hidden,
                   float scale, float *scores, int stride) {
     const vf scales = vset(scale), none = vset(-INFINITY);
+    const size_t block_bytes = (size_t)LANES * d * sizeof(float);
     for (int j0 = 0; j0 < count; j0 += LANES) {
         const int n = count - j0 < LANES ? count - j0 : LANES;
+        const float *block_keys = keys + (size_t)j0 * d;
+        if (j0 + (AHEAD_BLOCKS + 1) * LANES <= count) {
+            const char *ahead = (const char *)(block_keys + (size_t)AHEAD_BLOCKS * LANES * d);
+            for (size_t line = 0; line < block_bytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+        }
         const vmask block = vfirst(n);
         vmask shown = block;
         if (hidden)
@@ -28,26 +39,46 @@ static void score(const float *q, int g, int d, const float *keys, int count, co
         for (int a = 0; a < g; a++) {
             const float *qa = q + (size_t)a * d;
             vf products[LANES];
-            for (int jj = 0; jj < LANES; jj++) {
-                vf acc = vzero();
-                if (jj < n) {
-                    const float *key = keys + (size_t)(j0 + jj) * d;
-                    for (int c = 0; c < d; c += LANES) acc = vfmadd(vload(qa + c), vload(key + c), acc);
+            for (int jj = 0; jj < LANES; jj++) products[jj] = vzero();
+            if (n == LANES) /* a whole block: a fixed count the compiler unrolls */
+                for (int c = 0; c < d; c += LANES) {
+                    const vf qc = vload(qa + c);
+                    for (int jj = 0; jj < LANES; jj++)
+                        products[jj] = vfmadd(qc, vload(block_keys + (size_t)jj * d + c), products[jj]);
                 }
-                products[jj] = acc;
-            }
+            else
+                for (int c = 0; c < d; c += LANES) {
+                    const vf qc = vload(qa + c);
+                    for (int jj = 0; jj < n; jj++)
+                        products[jj] = vfmadd(qc, vload(block_keys + (size_t)jj * d + c), products[jj]);
+                }
             vstore_on(scores + (size_t)a * stride + j0, block, vpick(shown, none, vmul(vsums(products), scales)));
         }
     }
 }
 
-/* out += sum_j w[j] * values[j] over `count` values ([count][d]), d / LANES vectors of sums. */
-static void gather(const float *w, const float *values, int count, int d, vf *acc) {
+/* acc[0..CH) += sum_j w[j] * values[j][0..CH vectors): the CH sums stay in registers across the values (sums
+   kept in memory would chain every multiply-add through a store and a load). */
+static inline __attribute__((always_inline)) void gather_vectors(const int CH, const float *w, const float *values,
+                                                                 int count, int d, vf *acc) {
+    vf sums[8];
+    for (int c = 0; c < CH; c++) sums[c] = acc[c];
     for (int j = 0; j < count; j++) {
         const vf weight = vset(w[j]);
         const float *value = values + (size_t)j * d;
-        for (int c = 0; c < d / LANES; c++) acc[c] = vfmadd(weight, vload(value + LANES * c), acc[c]);
+        for (int c = 0; c < CH; c++) sums[c] = vfmadd(weight, vload(value + LANES * c), sums[c]);
     }
+    for (int c = 0; c < CH; c++) acc[c] = sums[c];
+}
+
+/* out += sum_j w[j] * values[j] over `count` values ([count][d]), d / LANES vectors of sums, eight (then four,
+   then one) at a time; each sum adds the values in order, as one pass over all d would. */
+static void gather(const float *w, const float *values, int count, int d, vf *acc) {
+    const int vectors = d / LANES;
+    int c = 0;
+    for (; c + 8 <= vectors; c += 8) gather_vectors(8, w, values + LANES * c, count, d, acc + c);
+    for (; c + 4 <= vectors; c += 4) gather_vectors(4, w, values + LANES * c, count, d, acc + c);
+    for (; c < vectors; c++) gather_vectors(1, w, values + LANES * c, count, d, acc + c);
 }
 
 /* q [rows][kv_heads][g][d]; prompt_keys/values [prompts][kv_heads][prompt_len][d]; hidden [prompts][prompt_len]

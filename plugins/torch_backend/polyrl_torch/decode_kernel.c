@@ -6,7 +6,9 @@
    from memory plus the arithmetic. oneDNN's packed matmul does the two in turns on the Xeons here; this
    kernel keeps up to TILE_ROWS rows x PANEL columns of sums in registers (8 x 48 in 24 of AVX-512's 32
    registers, 4 x 24 in 12 of AVX2's 16) and, while it multiplies one panel, prefetches the next one into L2,
-   so the next weights arrive during the arithmetic. The rows are split into tiles of at most TILE_ROWS, as
+   so the next weights arrive during the arithmetic (AVX2 builds fetch STREAM_AHEAD bytes ahead of the weights
+   being read instead, into L1, in the first tile only: on the AVX2-only EPYC a whole panel ahead into L2 left
+   the first tile's loads waiting). The rows are split into tiles of at most TILE_ROWS, as
    even as they go (12 rows on AVX-512: two of 6, not 8 and 4), and a tile of R rows is compiled for that R:
    few rows (long completions, small groups) then read each panel once, at about the rate this core streams
    memory. */
@@ -16,21 +18,35 @@
 
 #define PANEL (3 * LANES)
 #define TILE_ROWS (LANES / 2)
+#if LANES == 8
+#define STREAM_AHEAD 1024
+#endif
 
 /* The panel width this build packs for (decode_kernel.py asks it). */
 int polyrl_decode_panel(void) { return PANEL; }
 
 /* One tile: R rows of x times one panel, into R rows x `cols` columns of y. Each k step also prefetches
-   `step` lines of the next panel (`*line` counts them across the panel's tiles). */
+   `step` lines of the next panel (`*line` counts them across the panel's tiles), or with STREAM_AHEAD, in the
+   panel's `first` tile, the lines STREAM_AHEAD bytes ahead. */
 static inline __attribute__((always_inline)) void tile(const int R, const float *x, int k, const float *w,
                                                        float *y, int n, int cols, const char *next,
-                                                       size_t *line, size_t lines, int step) {
+                                                       size_t *line, size_t lines, int step, int first) {
+#ifdef STREAM_AHEAD
+    (void)next, (void)line, (void)lines, (void)step;
+#else
+    (void)first;
+#endif
     vf acc[TILE_ROWS][3];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < 3; j++) acc[r][j] = vzero();
     for (int i = 0; i < k; i++) {
-        for (int s = 0; s < step && *line < lines; s++, (*line)++) _mm_prefetch(next + *line * 64, _MM_HINT_T1);
         const float *wi = w + (size_t)i * PANEL;
+#ifdef STREAM_AHEAD
+        if (first) /* later tiles find the panel in cache */
+            for (int b = 0; b < PANEL * (int)sizeof(float); b += 64) _mm_prefetch((const char *)wi + STREAM_AHEAD + b, _MM_HINT_T0);
+#else
+        for (int s = 0; s < step && *line < lines; s++, (*line)++) _mm_prefetch(next + *line * 64, _MM_HINT_T1);
+#endif
         const vf b0 = vload(wi), b1 = vload(wi + LANES), b2 = vload(wi + 2 * LANES);
         for (int r = 0; r < R; r++) {
             const vf s = vset(x[(size_t)r * k + i]);
@@ -46,7 +62,7 @@ static inline __attribute__((always_inline)) void tile(const int R, const float 
     }
 }
 
-#define TILE(R) case R: tile(R, xr, k, w, yr, n, cols, next, &line, line_count, step); break;
+#define TILE(R) case R: tile(R, xr, k, w, yr, n, cols, next, &line, line_count, step, t == 0); break;
 
 void polyrl_decode_linear(const float *x, const float *panels, float *y, int rows, int n, int k) {
     if (rows <= 0 || n <= 0) return;
