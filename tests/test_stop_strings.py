@@ -206,3 +206,41 @@ def test_stops_over_sentencepiece_spaces_and_byte_pieces_end_at_their_last_token
         assert decode(ids) == "the answer is 日本 stop here"
         for stops in ([" 日本 s"], ["日"], ["本 "], [" stop"], ["e answer is 日本 stop h"], ["is  "], ["the "]):
             assert _first_hit(tokenizer, ids, stops) == _brute_first_hit(decode, ids, stops), (decoder, stops)
+
+
+def _byte_piece(tokenizer, byte: int) -> int:
+    """The id of ``byte``'s own token: an <0xNN> piece, or a byte-level BPE's character for it."""
+    piece = tokenizer.convert_tokens_to_ids(f"<0x{byte:02X}>")
+    if piece is not None and piece != tokenizer.unk_token_id:
+        return piece
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    shifted = printable + [b for b in range(256) if b not in printable]
+    characters = [chr(b) for b in printable] + [chr(256 + i) for i in range(256 - len(printable))]
+    return tokenizer.convert_tokens_to_ids(dict(zip(shifted, characters))[byte])
+
+
+@pytest.mark.parametrize("vocab", ["byte-level", "legacy", "metaspace"])
+def test_a_long_run_of_invalid_byte_pieces_costs_each_step_a_few_tokens_of_decoding(tok, vocab):
+    """Probe of session 88 (a reviewer's lead: a run of bytes that never completes a character re-decoded the
+    whole run at each step): the work per step stays flat as the run grows, on either decoder (byte-level BPE
+    replacing each bad byte, and ByteFallback, whose whole run of pieces reads U+FFFD once one byte is bad; a
+    bad byte in a long valid run changes the run's text back to its start, decoded once). Counted: decoded
+    tokens per step, whatever the run's length."""
+    tokenizer = tok if vocab == "byte-level" else _sentencepiece(vocab)
+    decode = completion_decoder(tokenizer)
+    for pattern in ([0x80], [0xE2], [0xF0, 0x9F, 0x98], "poisoned"):
+        for n in (300, 2400):
+            work = [0]
+
+            def counted(ids, work=work):
+                work[0] += len(ids)
+                return decode(ids)
+
+            run = ([0xE2, 0x82, 0xAC] * (n // 6) + [0x80] + [0xE2, 0x82, 0xAC] * (n // 6) if pattern == "poisoned"
+                   else (pattern * n)[:n])
+            stop = StopStrings(counted, ["zz"])
+            ids: list[int] = []
+            for byte in run:
+                ids.append(_byte_piece(tokenizer, byte))
+                assert not stop.hit(ids)
+            assert work[0] <= 16 * len(ids) + 2 * len(ids), (vocab, pattern, n, work[0])  # a poisoning once: the run

@@ -78,39 +78,73 @@ def test_a_reward_function_gets_the_parsed_message_for_a_chat_prompt_only(schema
     assert seen[1] == [schema_tokenizer.decode(ids)]  # a text prompt's completion: the text, as in TRL
 
 
-def test_the_trl_trainer_hands_its_reward_functions_the_parser(tiny_model_dir, schema_tokenizer, tmp_path,
-                                                               monkeypatch):
-    """The run polyrl.trl builds (nothing trained: its Trainer stood in for) gives the reward
-    functions the parser of the processing_class given, or of the model folder's saved tokenizer."""
+def test_the_trl_trainer_hands_the_parser_to_its_reward_computers_which_parse_each_completion_once(
+        tiny_model_dir, schema_tokenizer, tmp_path, monkeypatch):
+    """The run polyrl.trl builds (nothing trained: its Trainer stood in for, holding real reward
+    computers) hands the parser of the processing_class given, or of the model folder's saved
+    tokenizer, to its reward computers, the one owner: it was handed to each reward function too,
+    whose own parse a computer never reaches. Counted: one parse per chat completion a call scores."""
     import datasets
 
     import polyrl.trainer
+    import polyrl.trl_responses
     from polyrl.trl import GRPOTrainer
-    from trl_util import grpo_args, short
+    from trl_util import grpo_args
+
+    calls: list[list[int]] = []
+    real_parser = polyrl.trl_responses.response_parser
+
+    def counted_parser(tokenizer):
+        parse = real_parser(tokenizer)
+        if parse is None:
+            return None
+
+        def counted(ids):
+            calls.append(list(ids))
+            return parse(ids)
+        return counted
+
+    monkeypatch.setattr(polyrl.trl_responses, "response_parser", counted_parser)
+    seen: list = []
+
+    def reading(completions, answer, **kwargs):
+        seen.append(copy.deepcopy(completions))
+        return [0.0] * len(completions)
 
     built: list = []
 
     class Captured:
         def __init__(self, config, extra_plugins=()):
             built.append(extra_plugins)
+            functions = [p for p in extra_plugins if isinstance(p, FunctionReward)]
+            self.rewards, self._eval_rewards = _computer(*functions), _computer(*functions)
 
     monkeypatch.setattr(polyrl.trainer, "Trainer", Captured)
     rows = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": f"{i} + 1?"}], "answer": "1"}
                                        for i in range(4)])
-    ids = schema_tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+    ids = [schema_tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+    chat = [{"role": "user", "content": "2 + 2?"}]
     folder = tmp_path / "with_schema"
     shutil.copytree(tiny_model_dir, folder)
     schema_tokenizer.save_pretrained(folder)  # the schema in the folder's tokenizer files
     for model, given in ((tiny_model_dir, schema_tokenizer), (tiny_model_dir, None), (folder, None)):
-        trainer = GRPOTrainer(model=model, reward_funcs=[short], args=grpo_args(tmp_path / str(len(built))),
+        trainer = GRPOTrainer(model=model, reward_funcs=[reading], args=grpo_args(tmp_path / str(len(built))),
                               train_dataset=rows, processing_class=given)
-        trainer._polyrl_trainer(trainer.policy, trainer.grpo_config, None)
-        parsers = [p.parse_completion for p in built[-1] if isinstance(p, FunctionReward)]
-        assert len(parsers) == 1
-        if model == tiny_model_dir and given is None:
-            assert parsers == [None]  # the tiny folder's tokenizer has no schema
-        else:
-            assert parsers[0](ids) == parse_response(schema_tokenizer, ids)
+        made = trainer._polyrl_trainer(trainer.policy, trainer.grpo_config, None)
+        functions = [p for p in built[-1] if isinstance(p, FunctionReward)]
+        assert len(functions) == 1 and functions[0].parse_completion is None  # the computers' alone
+        schema = not (model == tiny_model_dir and given is None)  # the tiny folder's tokenizer has none
+        for computer in (made.rewards, made._eval_rewards):
+            assert (computer.parse_completion is not None) == schema
+            calls.clear()
+            seen.clear()
+            completions = [Completion(0, [1], x, [0.0] * len(x), text=schema_tokenizer.decode(x)) for x in ids]
+            computer([chat] * len(ids), completions,
+                     RewardContext(rows=[{"answer": "1"}] * len(ids), wanted=(functions[0].name,)))
+            assert calls == (ids if schema else [])  # once each
+            texts = [schema_tokenizer.decode(x) for x in ids]
+            assert seen == [[[parse_response(schema_tokenizer, x)] for x in ids] if schema
+                            else [[{"role": "assistant", "content": t}] for t in texts]]
 
 
 def test_a_schema_needing_jmespath_without_it_is_refused_when_the_run_is_built(schema_tokenizer):

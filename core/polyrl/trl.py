@@ -693,9 +693,9 @@ class GRPOTrainer:
             plugins = [*_with_environments(config, plugins), self.trl_environments]
         parser = None
         if self.trl_environments is None and self.environment is None:
-            # TRL parses a chat completion with its tokenizer's response_schema, once, for every reward
+            # TRL parses a chat completion with its tokenizer's response_schema, once, for every reward:
+            # made here (a schema needing jmespath refused before any model loads), handed over below
             parser = self._response_parser()
-            _with_response_parser(plugins, parser)
         if self._initial_adapter is not None and config.lora is not None:  # a PeftModel's adapter, trained on
             config = attrs.evolve(config, backends=attrs.evolve(config.backends, options={
                 **config.backends.options, "initial_adapter": str(self._initial_adapter)}))
@@ -705,9 +705,7 @@ class GRPOTrainer:
         config = resumed_window(config, grpo_config, resume)  # the window the run was started with
         trainer = api.make_trainer(config, plugins, resume=resume, engines=engines)
         trainer.eval_set_sizes = sizes
-        for computer in (getattr(trainer, "rewards", None), getattr(trainer, "_eval_rewards", None)):
-            if computer is not None and hasattr(computer, "parse_completion"):  # reward models too (``_parsed``)
-                computer.parse_completion = parser
+        _with_response_parser(trainer, parser)
         # polyrl report's resume advice: this run goes on with train(resume_from_checkpoint=True)
         trainer.started_by = run_plan.trl_script()
         # the trackers' tags and steps transformers' integrations write in a TRL run (train/loss at global_step)
@@ -1565,13 +1563,16 @@ def _with_environments(config: Any, plugins: list[Any]) -> list[Any]:
     return plugins
 
 
-def _with_response_parser(plugins: list[Any], parser: Any) -> None:
-    """Hand every reward function ``parser`` (``FunctionReward.parse_completion``)."""
-    from polyrl.rewards.functions import FunctionReward
-
-    for plugin in plugins:
-        if isinstance(plugin, FunctionReward):
-            plugin.parse_completion = parser
+def _with_response_parser(trainer: Any, parser: Any) -> None:
+    """Hand ``parser`` to the run's reward computers (training's and the held-out set's), its one
+    owner: each parses a chat completion once per call and every reward function and reward model
+    reads that parse (``RewardComputer._parsed``), as TRL's ``_generate`` parses once for all.
+    Why only there: it was also handed to each ``FunctionReward``, whose own parse is never reached
+    inside a computer (the completion already holds the parse), two owners of one setting; a
+    function reward called on its own still parses where its ``parse_completion`` is set."""
+    for computer in (getattr(trainer, "rewards", None), getattr(trainer, "_eval_rewards", None)):
+        if computer is not None and hasattr(computer, "parse_completion"):  # (a Trainer stand-in may lack it)
+            computer.parse_completion = parser
 
 
 def _environment(tools: GivenTools | None, environments: TrlEnvironments | None,

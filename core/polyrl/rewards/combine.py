@@ -246,7 +246,8 @@ class RewardComputer:
         #: scores an evaluation's completions (its log lines say ``after_steps``), not a training step's
         self.evaluation = evaluation
         #: TRL's parse of a chat completion's token ids into one assistant message (its tokenizer's
-        #: ``response_schema``: ``polyrl.trl_responses.response_parser``), set by ``polyrl.trl``;
+        #: ``response_schema``: ``polyrl.trl_responses.response_parser``), set by ``polyrl.trl`` here
+        #: only (the one owner: each reward function and reward model reads this parse);
         #: None: completions are handed over as their text (``_parsed``)
         self.parse_completion: Callable[[list[int]], dict[str, Any]] | None = None
         if columns is not None:

@@ -261,7 +261,9 @@ class FunctionReward:
         self.environments = False
         #: a chat completion as TRL hands it over when its tokenizer has a ``response_schema``: the
         #: completion's token ids parsed into one assistant message (``thinking``, ``tool_calls``
-        #: split out of ``content``), set by ``polyrl.trl`` (``trl_responses.response_parser``)
+        #: split out of ``content``; ``trl_responses.response_parser``), for this function called on
+        #: its own. In a run the reward computer owns the parse (``RewardComputer.parse_completion``,
+        #: set by ``polyrl.trl``) and hands it over as ``Completion.response_message``, read first
         self.parse_completion: Callable[[list[int]], dict[str, Any]] | None = None
         if self.isolation == "process":
             self._warn_lost_state(isolation)
