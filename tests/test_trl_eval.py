@@ -590,6 +590,40 @@ def test_the_eval_rows_are_evaluated_in_trls_eval_sampler_order(tiny_model_dir, 
     assert [p for batch in order for p in batch if p in held_out] == trl_order
 
 
+@pytest.mark.parametrize(("rows", "batch", "generations"), [(3, 4, 2), (5, 4, 2), (7, 6, 3), (4, 4, 2)])
+def test_dataloader_drop_last_evaluates_the_prompts_of_trls_whole_eval_batches_only(rows, batch, generations):
+    """transformers' eval DataLoader, under TRL's ``dataloader_drop_last=True``, drops the last batch of
+    ``per_device_eval_batch_size`` completions when it is short (TRL 1.16 evaluated 2 of 3 prompts with
+    a batch of 4 and 2 completions each); polyrl took the field as having no effect and scored every row,
+    so its eval_reward was another mean. The rows kept are those of TRL's own sampler and DataLoader
+    (the last case: whole batches, nothing dropped)."""
+    torch = pytest.importorskip("torch")
+    from trl.trainer.utils import RepeatSampler
+
+    from polyrl.trl_evaluate import trl_eval_order
+
+    data = _rows(rows)
+    args = trl_config(per_device_eval_batch_size=batch, num_generations_eval=generations, dataloader_drop_last=True,
+                      seed=3)
+    loader = torch.utils.data.DataLoader(range(rows), batch_size=batch, drop_last=True,
+                                         sampler=RepeatSampler(data, mini_repeat_count=generations, seed=3))
+    trls = [data[int(i)]["prompt"] for indices in loader for i in indices][::generations]
+    assert [row["prompt"] for row in trl_eval_order(data, args)] == trls
+    kept_all = trl_eval_order(data, trl_config(per_device_eval_batch_size=batch, num_generations_eval=generations,
+                                               seed=3))
+    assert len(kept_all) == rows  # transformers' default keeps the short batch
+
+
+def test_dataloader_drop_last_with_fewer_rows_than_one_eval_batch_is_one_error():
+    """TRL's DataLoader would drop the only, short, batch and evaluate nothing: one error naming the field."""
+    from polyrl.trl_evaluate import trl_eval_order
+
+    args = trl_config(per_device_eval_batch_size=8, num_generations_eval=2, dataloader_drop_last=True)
+    with pytest.raises(ConfigError, match=r"evaluates nothing.*Fix: set dataloader_drop_last=False") as info:
+        trl_eval_order(_rows(3), args)
+    assert info.value.field == "grpo_config.dataloader_drop_last"
+
+
 def test_eval_kl_is_zero_before_training_and_grows_with_it(tiny_model_dir, tmp_path):
     """With beta > 0 the eval loss carries the KL term against the reference: none before training
     (the policy is the reference), and after it eval_kl > 0. loss_type "grpo" averages each

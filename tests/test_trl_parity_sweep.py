@@ -183,6 +183,44 @@ def test_a_vlm_image_column_is_refused_not_dropped(tmp_path, fmt, column):
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet", "rows"])
+def test_an_images_column_of_empty_lists_is_taken_as_trl_trains_it_text_only(tmp_path, fmt):
+    """TRL 1.16 reads a batch whose every ``images`` is ``[]`` as holding no image (``images = None``:
+    text-only training, the column still passed to the rewards), as a text subset of a mixed vision
+    dataset has it; polyrl refused the column as if it held images it would drop."""
+    from polyrl.data import from_rows
+
+    rows = [{"prompt": [{"role": "user", "content": f"{i} + 1?"}], "images": [], "n": i} for i in range(2)]
+    dataset = from_rows(rows) if fmt == "rows" else _load(tmp_path, rows, fmt)
+    assert [dataset[i]["images"] for i in range(2)] == [[], []]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "rows"])
+@pytest.mark.parametrize("value", [["cat.png"], None])
+def test_an_images_column_holding_an_image_or_none_in_one_row_is_still_refused(tmp_path, fmt, value):
+    """One row's image (TRL's vision path) or None (the vision path too in TRL, which fails on a text
+    model) among empty lists: refused naming the column, as before."""
+    from polyrl.data import from_rows
+
+    rows = [{"prompt": "Describe it.", "images": []}, {"prompt": "And this?", "images": value}]
+    with pytest.raises(ConfigError, match=r"column 'images'.*text-only.*Fix: remove the 'images' column"):
+        from_rows(rows) if fmt == "rows" else _load(tmp_path, rows, fmt)
+
+
+def test_a_reward_gets_the_empty_images_column_as_trl_passes_it(toy, tmp_path):
+    """The run trains, and a reward reading ``images`` gets each row's ``[]``, as TRL passes it."""
+    from test_trl_rewards import _api_run
+
+    seen = []
+
+    def spy(prompts, completions, images, **kwargs):
+        seen.extend(images)
+        return [0.0] * len(completions)
+
+    _api_run(tmp_path, [spy], prompts=[{"prompt": f"p{i}", "images": []} for i in range(2)])
+    assert seen == [[]] * 4
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "rows"])
 def test_a_prompt_ending_with_an_assistant_message_is_taken_as_trl_takes_it_with_one_warning(tmp_path, fmt):
     """TRL 1.16's GRPOTrainer takes a chat prompt ending with an assistant message (it renders it
     closed, a new assistant turn after it: ``_tokenize_prompts``' ``add_generation_prompt=True``);

@@ -28,9 +28,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, all_blank, bare_tool_call,
-                               check_prompt_column, check_text_columns, image_column_error, unknown_role,
-                               warn_final_assistant)
+from polyrl.data_arrow import (CHAT_ROLES, IMAGE_COLUMNS, ITER_BLOCK, ArrowRows, all_blank, arrow_holds_images,
+                               bare_tool_call, check_prompt_column, check_text_columns, holds_images, image_column_error,
+                               unknown_role, warn_final_assistant)
 from polyrl.data_sources import RowOrigins, cached_split_rows, load_cached, load_files, read_json_files
 from polyrl.control_chars import ControlProbe
 from polyrl.csv_chats import refuse_chat_text
@@ -164,7 +164,7 @@ class Dataset:
                 if target not in (column, self.prompt_column) and target in names:
                     raise _hidden_column(target, column, self.name)
             for column in IMAGE_COLUMNS:
-                if column in names:
+                if column in names and arrow_holds_images(column, self._arrow_column(column)):
                     raise image_column_error(column, self.name)
             check_prompt_column(self._arrow.table.data.table, source, self.name, self._arrow.missing_cell)
             if self._arrow.csv is not None:  # a cell is text: chat messages there are JSON the model would read
@@ -182,7 +182,7 @@ class Dataset:
                 raise ConfigError(f"{self.where(i)} is a {type(row).__name__}, not an object", field="data",
                                   fix='each row must be a JSON object such as {"prompt": "...", "answer": "..."}')
             for column in IMAGE_COLUMNS:
-                if column in row:
+                if column in row and holds_images(column, row[column]):
                     raise image_column_error(column, self.where(i))
             for target, column in self.column_map.items():
                 if column not in row and target != self.prompt_column:

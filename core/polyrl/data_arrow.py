@@ -289,6 +289,30 @@ def _raise_at_undecodable(chunk: Any, offset: int, name: str, column: str) -> No
 
 #: Columns TRL feeds a vision-language model (its GRPOTrainer's signature columns).
 IMAGE_COLUMNS = ("image", "images")
+#: The one of ``IMAGE_COLUMNS`` whose empty list TRL 1.16 reads as no image at all: a batch whose every
+#: ``images`` is ``[]`` trains text-only (``_generate_and_score_completions``: ``images = None``), the
+#: column still passed to the reward functions
+LIST_IMAGES = "images"
+
+
+def holds_images(column: str, value: Any) -> bool:
+    """Whether a row's ``value`` of the image column ``column`` is refused (``image_column_error``):
+    anything but an empty list in ``images``. Why: TRL trains a dataset whose every ``images`` is ``[]``
+    as a text-only one (a text subset of a mixed vision dataset keeps the column), and polyrl refused
+    it as if it held images; a None there (TRL's vision path, which fails on a text model) or any
+    ``image`` value stays refused."""
+    return not (column == LIST_IMAGES and isinstance(value, (list, tuple)) and not value)
+
+
+def arrow_holds_images(column: str, values: Any) -> bool:
+    """``holds_images`` for a whole Arrow column: False only for an ``images`` list column whose every
+    row is an empty list (no null)."""
+    pa, pc = _pa()
+    if column != LIST_IMAGES or values.null_count or not (pa.types.is_list(values.type)
+                                                           or pa.types.is_large_list(values.type)):
+        return True
+    longest = pc.max(pc.list_value_length(values)).as_py()
+    return bool(longest)
 
 
 def image_column_error(column: str, name: str) -> ConfigError:

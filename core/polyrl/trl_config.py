@@ -41,6 +41,8 @@ IGNORED = frozenset({
     "save_only_model", "save_on_each_node",
     "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
     "use_cpu", "bf16", "tf32", "local_rank", "do_train", "do_eval", "do_predict", "accelerator_config",
+    # dataloader_drop_last: TRL's training sampler yields whole batches only; its evaluation's short last
+    # batch is dropped by polyrl.trl's eval rows (``trl_evaluate.whole_eval_batches``)
     "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
     "dataloader_prefetch_factor", "gradient_checkpointing", "gradient_checkpointing_kwargs",
     "torch_empty_cache_steps", "log_completions", "num_completions_to_print", "log_unique_prompts",

@@ -97,7 +97,30 @@ def trl_eval_order(rows: list[dict[str, Any]], args: Any) -> list[dict[str, Any]
     import torch
 
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
-    return [rows[i] for i in order]
+    return whole_eval_batches([rows[i] for i in order], args)
+
+
+def whole_eval_batches(rows: list[dict[str, Any]], args: Any) -> list[dict[str, Any]]:
+    """``rows`` (in TRL's eval sampler order) cut to the whole eval batches TRL evaluates under
+    ``dataloader_drop_last=True``: transformers' eval DataLoader then drops the last batch of
+    ``per_device_eval_batch_size`` (x processes) completions when it is short, so TRL evaluates the
+    prompts before it only (``num_generations_eval`` completions each). Why: ``dataloader_drop_last``
+    was taken as a setting without effect, and the evaluation scored prompts TRL never scores, its
+    ``eval_reward`` another mean, without a word. Every batch short (fewer rows than one batch) is
+    one ConfigError: TRL's evaluation would score nothing."""
+    from polyrl.trl_config import processes
+
+    if getattr(args, "dataloader_drop_last", False) is not True:
+        return rows
+    generations = getattr(args, "num_generations_eval", None) or getattr(args, "num_generations", None) or 1
+    batch = int(getattr(args, "per_device_eval_batch_size", 8) or 8) * processes(args)
+    kept = len(rows) * generations // batch * batch // generations
+    if kept == 0:
+        raise ConfigError(f"dataloader_drop_last=True with {len(rows)} eval rows x num_generations_eval = "
+                          f"{generations} completions, fewer than one eval batch of {batch}: TRL's eval DataLoader "
+                          "drops that short batch and evaluates nothing", field="grpo_config.dataloader_drop_last",
+                          fix="set dataloader_drop_last=False, lower per_device_eval_batch_size, or add eval rows")
+    return rows[:kept]
 
 
 def eval_settings(settings: Mapping[str, Any], args: Any) -> dict[str, Any]:
