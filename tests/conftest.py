@@ -88,9 +88,44 @@ def smollm2_tokenizer():
         pytest.skip(str(exc))
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=models.SMOLLM2_GGUF)
+    tok = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_folder(folder / models.SMOLLM2_GGUF)))
     tok.truncation_side = "left"
     return tok
+
+
+def smollm2_tokenizer_folder(gguf: Path) -> Path:
+    """The GGUF's tokenizer converted once and saved as tokenizer files: transformers' GGUF conversion
+    takes ~20 s on 2 cores (each xdist worker and each file run alone paid it), loading the saved
+    files ~1 s. Kept in polyrl's cache, keyed by the GGUF file and the converting libraries' versions;
+    every session loads the saved files (also the one that converted), so all see one tokenizer."""
+    import importlib.metadata
+    import shutil
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from polyrl.cache import default_cache_dir
+
+    stat = gguf.stat()
+    versions = "-".join(importlib.metadata.version(d) for d in ("transformers", "tokenizers", "gguf"))
+    key = f"{gguf.name}-{stat.st_size}-{stat.st_mtime_ns}-{versions}"
+    for root in (default_cache_dir() / "tests", Path(tempfile.gettempdir()) / f"polyrl-tests-{os.getuid()}"):
+        target = root / "smollm2-tokenizer" / key
+        if (target / "tokenizer.json").is_file():
+            return target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
+            AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(staging))
+            try:
+                staging.rename(target)  # whole or not at all; another worker's copy may have landed first
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+            if (target / "tokenizer.json").is_file():
+                return target
+        except OSError:
+            continue  # an unwritable cache: the next place
+    raise OSError(f"cannot save the converted tokenizer of {gguf} anywhere")
 
 
 @pytest.fixture(scope="session")

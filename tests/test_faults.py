@@ -401,23 +401,24 @@ def _assert_one_clear_error(returncode: int, stderr: str, expected: str) -> None
     assert len(errors) == 1 and expected in errors[0], stderr[-2000:]
 
 
-@pytest.mark.parametrize("case", ["toml syntax", "wrong type", "misspelt key", "empty dataset", "missing column",
-                                  "answer column missing", "unknown reward", "unknown backend"])
+@pytest.mark.parametrize("case", ["toml syntax", "wrong type", "misspelt key"])
 def test_bad_input_gives_one_clear_error(tiny_model_dir, tmp_path, case):
-    """Refused before any model loads: the real program in a subprocess (about a second each)."""
+    """Refused as the config is read: the real program in a subprocess (under a second each), its
+    exit code and stderr as a user sees them."""
     toml, expected = _bad_inputs(tmp_path, tiny_model_dir)[case]
     result = _cli(tmp_path, toml)
     _assert_one_clear_error(result.returncode, result.stderr, expected)
 
 
-@pytest.mark.parametrize("case", ["prompt too long", "reward wrong length", "reward raises", "mismatched tokenizer",
-                                  "folder without weights"])
-def test_bad_input_found_while_the_models_load_gives_one_clear_error(tiny_model_dir, tmp_path, capfd,
-                                                                     monkeypatch, case):
-    """Found once the models load or the first step runs: ``polyrl.cli.main`` in this process (a
-    subprocess paid torch's and transformers' imports again, ~7 s a case; the same checks on the
-    exit code and stderr). The program's own exit path after such an error stays covered in a
-    subprocess by test_checkpoint_faults.py::test_missing_optimizer_state_is_an_error_unless_weights_only."""
+@pytest.mark.parametrize("case", ["empty dataset", "missing column", "answer column missing", "unknown reward",
+                                  "unknown backend", "prompt too long", "reward wrong length", "reward raises",
+                                  "mismatched tokenizer", "folder without weights"])
+def test_bad_input_found_past_the_config_gives_one_clear_error(tiny_model_dir, tmp_path, capfd, monkeypatch, case):
+    """Found reading the data, looking up a reward or backend, loading the models or in the first
+    step: ``polyrl.cli.main`` in this process (a subprocess paid the imports of datasets, torch and
+    transformers again, 2-7 s a case; the same checks on the exit code and stderr). The program's
+    own exit path after such an error stays covered in a subprocess by test_bad_input_gives_one_clear_error
+    and test_checkpoint_faults.py::test_missing_optimizer_state_is_an_error_unless_weights_only."""
     from polyrl.cli import main
 
     toml, expected = _bad_inputs(tmp_path, tiny_model_dir)[case]

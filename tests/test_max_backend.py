@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from polyrl.engine import Engine
 from polyrl.errors import ConfigError
 from polyrl.registry import get_registry
 from polyrl.testing.conformance import GenerationConformance
-from polyrl.types import EngineConfig, SamplingParams, TokenPrompt, TokenSequence
+from polyrl.types import EngineConfig, OptimizerConfig, SamplingParams, TokenPrompt, TokenSequence
 
 from digits_run import digits_config
 
@@ -400,13 +401,43 @@ class TestMaxConformance(GenerationConformance):
     def model_dir(cls, tiny_model_dir) -> str:
         return tiny_model_dir  # the same model as above: no second compile
 
+    #: The module's engine once ``engine`` has been built (``_engine`` hands it out again).
+    shared: ClassVar[Engine | None] = None
+
     @pytest.fixture(scope="class")
     @classmethod
     def engine(cls, gen) -> Engine:
         """The module's engine: the kit's would be the same one (this model, role generate, one
         thread, max_length 1024) loaded a second time (~7 s from the compile cache); a second load
         from the cache keeps its own test (test_a_second_engine_loads_from_the_compile_cache)."""
-        return gen
+        cls.shared = gen
+        yield gen
+        cls.shared = None
+
+    @classmethod
+    def _engine(cls, model_dir: str, role: str = "train", backend: str | None = None,
+                optimizer: OptimizerConfig | None = None, max_length: int = 1024) -> Engine:
+        """The kit's scratch MAX engine (test_eos_is_part_of_the_completion, test_weights_round_trip_
+        across_backends) is the module's one, which differs from a fresh load only in its weights:
+        ``_original_weights`` puts back whatever a test imported. MAX ignores role and optimizer."""
+        if (backend or cls.backend) == cls.backend and max_length == 1024 and cls.shared is not None:
+            return cls.shared
+        return super()._engine(model_dir, role=role, backend=backend, optimizer=optimizer, max_length=max_length)
+
+    @pytest.fixture(autouse=True)
+    def _original_weights(self, request, tiny_model_dir):
+        """The shared engine built before any test that may ask ``_engine`` for it, and after a test
+        that imported weights into it, the model's own again (tests run in random order)."""
+        if not {"engine", "model_dir"} & set(request.fixturenames):
+            yield
+            return
+        engine = request.getfixturevalue("engine")
+        version = engine.raw.weight_version
+        yield
+        if engine.raw.weight_version != version:
+            from safetensors.numpy import load_file
+
+            engine.import_weights(load_file(str(Path(tiny_model_dir) / "model.safetensors")))
 
 
 def test_a_second_engine_loads_from_the_compile_cache(gen, tiny_model_dir):
