@@ -298,3 +298,28 @@ def test_the_row_ends_where_the_whole_text_first_holds_a_stop_over_long_runs_of_
             start = rng.randrange(len(text) - 1)
             stops.append(text[start:rng.randrange(start + 1, min(len(text), start + 20) + 1)])
         assert _first_hit(tokenizer, ids, stops) == _brute_first_hit(decode, ids, stops), (case, ids, stops)
+
+
+@pytest.mark.parametrize("vocab", ["legacy", "metaspace"])
+def test_a_bad_byte_piece_ahead_of_a_long_run_of_characters_costs_each_step_the_same(vocab):
+    """A window no longer starts where a run's bytes read otherwise alone (after a bad byte): the
+    windows that do start in such a run (at a stray continuation byte, which reads U+FFFD alone too)
+    keep the work per step flat as the run grows, whatever the characters' length."""
+    tokenizer = _sentencepiece(vocab)
+    decode = completion_decoder(tokenizer)
+    for char in ([0xE6, 0x97, 0xA5], [0xC3, 0xA9], [0xF0, 0x9F, 0x98, 0x80]):
+        per_token = []
+        for n in (300, 2400):
+            work = [0]
+
+            def counted(ids, work=work):
+                work[0] += len(ids)
+                return decode(ids)
+
+            stop = StopStrings(counted, ["zz", "日"])
+            ids: list[int] = []
+            for byte in [0x80, *char * (n // len(char))]:
+                ids.append(_byte_piece(tokenizer, byte))
+                assert not stop.hit(ids)
+            per_token.append(work[0] / len(ids))
+        assert per_token[1] <= 24 and per_token[1] <= per_token[0] * 1.1, (vocab, char, per_token)
