@@ -260,6 +260,11 @@ def test_a_bad_byte_piece_ahead_of_valid_characters_hides_them_from_the_stops_as
         assert _first_hit(tokenizer, ids, ["日"]) is None, lead
         ended = [*ids, tokenizer.convert_tokens_to_ids("a"), *[_byte_piece(tokenizer, b) for b in (0xE6, 0x97, 0xA5)]]
         assert _first_hit(tokenizer, ended, ["日"]) == len(ended)  # the run ends: a new run reads on its own
+    ascii_run = [_byte_piece(tokenizer, b) for b in [0x80, *[0x41] * 30]]  # <0x41> reads "A" alone
+    assert decode(ascii_run) == "\ufffd" * 31
+    assert _first_hit(tokenizer, ascii_run, ["A", "AA"]) is None
+    ended = [*ascii_run, tokenizer.convert_tokens_to_ids("a")]
+    assert _first_hit(tokenizer, ended, ["\ufffda", "Aa"]) == len(ended)
 
 
 @pytest.mark.parametrize("vocab", ["legacy", "metaspace"])
@@ -272,10 +277,10 @@ def test_the_row_ends_where_the_whole_text_first_holds_a_stop_over_long_runs_of_
 
     tokenizer = _sentencepiece(vocab)
     decode = completion_decoder(tokenizer)
-    rng = random.Random(88)
+    rng = random.Random(89)
     words = [tokenizer.convert_tokens_to_ids(t) for t in ("▁the", "▁stop", "a", ".", "▁")]
-    chars = [[0xE6, 0x97, 0xA5], [0xE2, 0x82, 0xAC], [0xC3, 0xA9], [0xF0, 0x9F, 0x98, 0x80], [0x41]]
-    spelled = ["日", "€", "é", "😀", "A"]
+    chars = [[0xE6, 0x97, 0xA5], [0xE2, 0x82, 0xAC], [0xC3, 0xA9], [0xF0, 0x9F, 0x98, 0x80], [0x41], [0x41] * 3]
+    spelled = ["日", "€", "é", "😀", "A", "AAA"]
     bad = [[0x80], [0xBF], [0x97, 0xA5], [0xE6], [0xF0, 0x9F], [0xC0], [0xFF]]
     for case in range(120):
         ids: list[int] = []
@@ -303,11 +308,12 @@ def test_the_row_ends_where_the_whole_text_first_holds_a_stop_over_long_runs_of_
 @pytest.mark.parametrize("vocab", ["legacy", "metaspace"])
 def test_a_bad_byte_piece_ahead_of_a_long_run_of_characters_costs_each_step_the_same(vocab):
     """A window no longer starts where a run's bytes read otherwise alone (after a bad byte): the
-    windows that do start in such a run (at a stray continuation byte, which reads U+FFFD alone too)
-    keep the work per step flat as the run grows, whatever the characters' length."""
+    windows that do start in such a run (at a stray continuation byte, which reads U+FFFD alone too,
+    or after the bad byte as a lead where every piece reads valid alone: <0x41> for "A") keep the
+    work per step flat as the run grows, whatever the characters' length."""
     tokenizer = _sentencepiece(vocab)
     decode = completion_decoder(tokenizer)
-    for char in ([0xE6, 0x97, 0xA5], [0xC3, 0xA9], [0xF0, 0x9F, 0x98, 0x80]):
+    for char in ([0xE6, 0x97, 0xA5], [0xC3, 0xA9], [0xF0, 0x9F, 0x98, 0x80], [0x41]):
         per_token = []
         for n in (300, 2400):
             work = [0]

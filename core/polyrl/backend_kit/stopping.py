@@ -78,20 +78,23 @@ class StopRow:
         self._list: Sequence[int] | None = None  # the caller's list they were read from
         self._found = False
         self._spelled: list[int] = []  # the ids that spell text (``StopStrings._silent`` left out)
-        # each kept window: (start, read, decode(_spelled[start:read]), the text it added); the next
-        # decodes _spelled[read_before:] (``_current``), which must read on from its window
-        self._kept: list[tuple[int, int, str, str]] = []
+        # each kept window: (start, read, decode(lead + _spelled[start:read]), the text it added, lead);
+        # the next decodes lead + _spelled[start:] (``_current``), which must read on from its window.
+        # lead: () or a token from before the window that reads the window as the text does
+        # (``_starts_here``: a bad byte of the ByteFallback run it starts in)
+        self._kept: list[tuple[int, int, str, str, tuple[int, ...]]] = []
         self._tail = ""  # the kept text's last ``longest`` characters
         # the text each step read after the newest window while it waited (ends in U+FFFD): (where the
         # window ended, tokens then, text), to check where a window may start (``_starts_here``)
         self._waiting: list[tuple[int, int, str]] = []
 
-    def _current(self) -> tuple[int, int, str]:
-        """Where the next window starts, where its kept text ends, and that text decoded alone."""
+    def _current(self) -> tuple[int, int, str, tuple[int, ...]]:
+        """Where the next window starts, where its kept text ends, that text decoded alone (after
+        its lead), and its lead."""
         if not self._kept:
-            return 0, 0, ""
-        start, read, window, _ = self._kept[-1]
-        return start, read, window
+            return 0, 0, "", ()
+        start, read, window, _, lead = self._kept[-1]
+        return start, read, window, lead
 
     def hit(self, ids: Sequence[int]) -> bool:
         """Whether the text of ``ids`` (this row's tokens, grown since the last call: the sampling
@@ -127,8 +130,8 @@ class StopRow:
     def _advance(self) -> bool:
         """Decode the newest window; whether a stop ends in its new text."""
         stops, ids = self._stops, self._spelled
-        start, read, window = self._current()
-        text = stops.decode(ids[start:])
+        start, read, window, lead = self._current()
+        text = stops.decode([*lead, *ids[start:]])
         if not text.startswith(window):
             if text.endswith("\ufffd") and not stops.cut_stop and len(ids) - read < _PENDING:
                 return False  # bytes of a character in progress (SentencePiece's <0xNN> pieces)
@@ -145,30 +148,34 @@ class StopRow:
         new = text[window:]
         seen = self._tail + new
         found = self._holds(seen, len(new))
-        start, read, _ = self._current()
+        start, read, _, lead = self._current()
         if (new and not new.endswith("\ufffd")) or len(ids) - read >= _PENDING:
-            alone = stops.decode(ids[read:])
-            if not self._kept or self._starts_here(read, alone, new):
-                self._kept.append((read, len(ids), alone, new))
+            for first in ((), lead or (ids[start],)) if self._kept else ((),):
+                alone = stops.decode([*first, *ids[read:]])
+                if not self._kept or self._starts_here(read, first, alone, new):
+                    self._kept.append((read, len(ids), alone, new, first))
+                    break
             else:
-                self._kept[-1] = (start, len(ids), text, self._kept[-1][3] + new)
+                self._kept[-1] = (start, len(ids), text, self._kept[-1][3] + new, lead)
             self._tail = seen[-stops.longest:]
             self._waiting = []
         else:
             self._waiting.append((read, len(ids), new))
         return found
 
-    def _starts_here(self, read: int, alone: str, new: str) -> bool:
+    def _starts_here(self, read: int, first: tuple[int, ...], alone: str, new: str) -> bool:
         """Whether a window may start at token ``read``: its tokens decoded from there (``alone``)
         read as the text does (``new``, decoded with the tokens before them), now and as tokens come.
         ByteFallback reads a run of <0xNN> pieces whole, and one bad byte makes every piece of the
         run one U+FFFD: decoded from mid-run, bytes after it read as the characters they spell, which
         the text does not hold, however far back the bad byte is. Where they read U+FFFD alone too,
         they do as long as the run goes on, unless only the last character's bytes are cut (more are
-        to come): so the text the last few waiting steps read must read alone as well. Cost: a run
-        whose every start reads otherwise alone (a bad byte, then <0xNN> pieces of ASCII each valid
-        alone) keeps one window growing over it, decoded whole at each step until the run ends."""
-        if not _reads_alone(alone, new):
+        to come): so the text the last few waiting steps read must read alone as well. Where no
+        token of a run reads so (a bad byte, then <0xNN> pieces of ASCII, each valid alone), the
+        window is read after a lead, ``first``: the first token of the window before (the bad byte
+        or a piece after it), checked as above, so the window need not grow over the run."""
+        ahead = self._stops.decode(list(first)) if first else ""
+        if not alone.startswith(ahead) or not _reads_alone(alone[len(ahead):], new):
             return False
         if not alone.endswith("\ufffd"):
             return True
@@ -176,8 +183,8 @@ class StopRow:
         for at, end, text in reversed(self._waiting[-3:]):  # a character's bytes cut: at most 3
             if at != read:
                 break
-            shorter = decode(ids[read:end])
-            if not _reads_alone(shorter, text):
+            shorter = decode([*first, *ids[read:end]])
+            if not shorter.startswith(ahead) or not _reads_alone(shorter[len(ahead):], text):
                 return False
             if not shorter.endswith("\ufffd"):
                 break
@@ -191,14 +198,14 @@ class StopRow:
         drop = 1
         while True:
             del self._kept[-drop:]
-            start, _, window = self._current()
-            text = stops.decode(ids[start:])
+            start, _, window, lead = self._current()
+            text = stops.decode([*lead, *ids[start:]])
             if text.startswith(window):
                 break
             drop *= 2
         parts: list[str] = []
         size = 0
-        for *_, kept in reversed(self._kept):
+        for *_, kept, _ in reversed(self._kept):
             if size >= stops.longest:
                 break
             parts.append(kept)
