@@ -141,9 +141,9 @@ class StopRow:
     def _take(self, text: str, window: int) -> bool:
         """Whether a stop ends in the text after the kept one (``text``, decoded from the newest
         window's start, whose first ``window`` characters it read); keep it once whole, or once it
-        has waited ``_PENDING`` tokens. Its tokens start the next window only where they read alone
-        as they read after the text before them (``_starts_here``); elsewhere the newest window grows
-        over them."""
+        has waited ``_PENDING`` tokens. Its tokens start the next window only where they read alone,
+        or after a lead token, as they read after the text before them (``_starts_here``); elsewhere
+        the newest window grows over them."""
         stops, ids = self._stops, self._spelled
         new = text[window:]
         seen = self._tail + new
