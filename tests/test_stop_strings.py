@@ -244,3 +244,88 @@ def test_a_long_run_of_invalid_byte_pieces_costs_each_step_a_few_tokens_of_decod
                 ids.append(_byte_piece(tokenizer, byte))
                 assert not stop.hit(ids)
             assert work[0] <= 16 * len(ids) + 2 * len(ids), (vocab, pattern, n, work[0])  # a poisoning once: the run
+
+
+@pytest.mark.parametrize("vocab", ["legacy", "metaspace"])
+def test_a_bad_byte_piece_ahead_of_valid_characters_hides_them_from_the_stops_as_from_the_text(vocab):
+    """ByteFallback reads a run of <0xNN> pieces as one: a bad byte anywhere in it makes every piece of the
+    run one U+FFFD, so <0x80> then 日's bytes twelve times is 37 U+FFFD and never holds "日". The row kept
+    its text as it read after 8 pieces and started its next window there, inside the run: decoded from
+    there the bytes were valid, and the row ended at token 28 on a "日" the completion never holds."""
+    tokenizer = _sentencepiece(vocab)
+    decode = completion_decoder(tokenizer)
+    for lead in ([0x80], [0x41, 0x80], [0xE6, 0x80], [0xF0]):  # a stray, an ASCII piece then a stray, cut ones
+        ids = [_byte_piece(tokenizer, b) for b in [*lead, *[0xE6, 0x97, 0xA5] * 12]]
+        assert decode(ids) == "\ufffd" * len(ids)
+        assert _first_hit(tokenizer, ids, ["日"]) is None, lead
+        ended = [*ids, tokenizer.convert_tokens_to_ids("a"), *[_byte_piece(tokenizer, b) for b in (0xE6, 0x97, 0xA5)]]
+        assert _first_hit(tokenizer, ended, ["日"]) == len(ended)  # the run ends: a new run reads on its own
+    ascii_run = [_byte_piece(tokenizer, b) for b in [0x80, *[0x41] * 30]]  # <0x41> reads "A" alone
+    assert decode(ascii_run) == "\ufffd" * 31
+    assert _first_hit(tokenizer, ascii_run, ["A", "AA"]) is None
+    ended = [*ascii_run, tokenizer.convert_tokens_to_ids("a")]
+    assert _first_hit(tokenizer, ended, ["\ufffda", "Aa"]) == len(ended)
+
+
+@pytest.mark.parametrize("vocab", ["legacy", "metaspace"])
+def test_the_row_ends_where_the_whole_text_first_holds_a_stop_over_long_runs_of_byte_pieces(vocab):
+    """Exactness against the rule on ByteFallback runs longer than the 8 tokens a row's text waits on
+    U+FFFD: valid characters' bytes many times over, with stray continuation bytes, cut characters,
+    bad lead bytes and <0xNN> pieces of ASCII letters anywhere in them, ended by words or special
+    tokens; stops from the text, and characters the bytes spell that the text may not hold."""
+    import random
+
+    tokenizer = _sentencepiece(vocab)
+    decode = completion_decoder(tokenizer)
+    rng = random.Random(89)
+    words = [tokenizer.convert_tokens_to_ids(t) for t in ("▁the", "▁stop", "a", ".", "▁")]
+    chars = [[0xE6, 0x97, 0xA5], [0xE2, 0x82, 0xAC], [0xC3, 0xA9], [0xF0, 0x9F, 0x98, 0x80], [0x41], [0x41] * 3]
+    spelled = ["日", "€", "é", "😀", "A", "AAA"]
+    bad = [[0x80], [0xBF], [0x97, 0xA5], [0xE6], [0xF0, 0x9F], [0xC0], [0xFF]]
+    for case in range(120):
+        ids: list[int] = []
+        used: set[str] = set()
+        for _ in range(rng.randrange(1, 5)):
+            run: list[int] = []
+            for _ in range(rng.randrange(0, 16)):
+                char = rng.randrange(len(chars))
+                used.add(spelled[char])
+                run += chars[char]
+            for _ in range(rng.randrange(0, 3)):
+                at = rng.randrange(len(run) + 1)
+                run[at:at] = rng.choice(bad)
+            ids += [_byte_piece(tokenizer, b) for b in run]
+            ids += [rng.choice(words) if rng.random() < 0.8 else tokenizer.eos_token_id for _ in range(rng.randrange(3))]
+        text = decode(ids)
+        char = rng.choice(sorted(used)) if used else "A"
+        stops = [rng.choice([char, char * 2, "\ufffd" + char, char + "a"])]
+        if len(text) >= 2:
+            start = rng.randrange(len(text) - 1)
+            stops.append(text[start:rng.randrange(start + 1, min(len(text), start + 20) + 1)])
+        assert _first_hit(tokenizer, ids, stops) == _brute_first_hit(decode, ids, stops), (case, ids, stops)
+
+
+@pytest.mark.parametrize("vocab", ["legacy", "metaspace"])
+def test_a_bad_byte_piece_ahead_of_a_long_run_of_characters_costs_each_step_the_same(vocab):
+    """A window no longer starts where a run's bytes read otherwise alone (after a bad byte): the
+    windows that do start in such a run (at a stray continuation byte, which reads U+FFFD alone too,
+    or after the bad byte as a lead where every piece reads valid alone: <0x41> for "A") keep the
+    work per step flat as the run grows, whatever the characters' length."""
+    tokenizer = _sentencepiece(vocab)
+    decode = completion_decoder(tokenizer)
+    for char in ([0xE6, 0x97, 0xA5], [0xC3, 0xA9], [0xF0, 0x9F, 0x98, 0x80], [0x41]):
+        per_token = []
+        for n in (300, 2400):
+            work = [0]
+
+            def counted(ids, work=work):
+                work[0] += len(ids)
+                return decode(ids)
+
+            stop = StopStrings(counted, ["zz", "日"])
+            ids: list[int] = []
+            for byte in [0x80, *char * (n // len(char))]:
+                ids.append(_byte_piece(tokenizer, byte))
+                assert not stop.hit(ids)
+            per_token.append(work[0] / len(ids))
+        assert per_token[1] <= 24 and per_token[1] <= per_token[0] * 1.1, (vocab, char, per_token)

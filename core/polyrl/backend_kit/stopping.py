@@ -18,6 +18,18 @@ _PENDING = 8
 _SCAN = 64
 
 
+def _reads_alone(alone: str, in_context: str) -> bool:
+    """Whether tokens decoded alone (``alone``) read as they did after the text before them: the
+    same, without the leading space a SentencePiece decode drops at a text's start, or with more
+    U+FFFD ahead (bytes of a character cut at the window's start, which a byte-level decode reads
+    on their own and then reads on as the text does)."""
+    if alone == in_context or (in_context.startswith(" ") and alone == in_context[1:]):
+        return True
+    cut = alone.lstrip("\ufffd")
+    head = in_context[:len(in_context) - len(cut)]
+    return len(alone) > len(in_context) and in_context.endswith(cut) and not head.strip("\ufffd")
+
+
 class StopStrings:
     """A request's stop strings and its tokenizer's decode, shared by the rows of a batch: each row
     checks its own tokens with a ``row()`` of its own."""
@@ -66,17 +78,23 @@ class StopRow:
         self._list: Sequence[int] | None = None  # the caller's list they were read from
         self._found = False
         self._spelled: list[int] = []  # the ids that spell text (``StopStrings._silent`` left out)
-        # each kept window: (start, read, decode(_spelled[start:read]), the text it added); the next
-        # decodes _spelled[read_before:] (``_current``), which must read on from its window
-        self._kept: list[tuple[int, int, str, str]] = []
+        # each kept window: (start, read, decode(lead + _spelled[start:read]), the text it added, lead);
+        # the next decodes lead + _spelled[start:] (``_current``), which must read on from its window.
+        # lead: () or a token from before the window that reads the window as the text does
+        # (``_starts_here``: a bad byte of the ByteFallback run it starts in)
+        self._kept: list[tuple[int, int, str, str, tuple[int, ...]]] = []
         self._tail = ""  # the kept text's last ``longest`` characters
+        # the text each step read after the newest window while it waited (ends in U+FFFD): (where the
+        # window ended, tokens then, text), to check where a window may start (``_starts_here``)
+        self._waiting: list[tuple[int, int, str]] = []
 
-    def _current(self) -> tuple[int, int, str]:
-        """Where the next window starts, where its kept text ends, and that text decoded alone."""
+    def _current(self) -> tuple[int, int, str, tuple[int, ...]]:
+        """Where the next window starts, where its kept text ends, that text decoded alone (after
+        its lead), and its lead."""
         if not self._kept:
-            return 0, 0, ""
-        start, read, window, _ = self._kept[-1]
-        return start, read, window
+            return 0, 0, "", ()
+        start, read, window, _, lead = self._kept[-1]
+        return start, read, window, lead
 
     def hit(self, ids: Sequence[int]) -> bool:
         """Whether the text of ``ids`` (this row's tokens, grown since the last call: the sampling
@@ -86,8 +104,10 @@ class StopRow:
         Exactness: the text is decode(ids) (special tokens the text leaves out are skipped, which
         spell nothing); a character cut over byte tokens is found at its last byte (the text of a
         window ending in U+FFFD waits for the next token); each window starts where an earlier
-        one's text ended whole, so its first token reads the same (SentencePiece's leading "▁"
-        dropped in both decodes that are compared); and where a new window's text does not run
+        one's text ended, at a token whose text decoded from there reads as the text does
+        (``_starts_here``: not inside a ByteFallback run a bad byte made U+FFFD), so its first
+        token reads the same (SentencePiece's leading "▁" dropped in both decodes that are
+        compared); and where a new window's text does not run
         on from its start's (<0xNN> pieces a later byte makes invalid, a clean-up of spaces) the
         row goes back over its kept windows until one does (``_rewind``)."""
         stops = self._stops
@@ -110,24 +130,65 @@ class StopRow:
     def _advance(self) -> bool:
         """Decode the newest window; whether a stop ends in its new text."""
         stops, ids = self._stops, self._spelled
-        start, read, window = self._current()
-        text = stops.decode(ids[start:])
+        start, read, window, lead = self._current()
+        text = stops.decode([*lead, *ids[start:]])
         if not text.startswith(window):
             if text.endswith("\ufffd") and not stops.cut_stop and len(ids) - read < _PENDING:
                 return False  # bytes of a character in progress (SentencePiece's <0xNN> pieces)
             return self._rewind()
-        return self._take(text[len(window):])
+        return self._take(text, len(window))
 
-    def _take(self, new: str) -> bool:
-        """Whether a stop ends in ``new`` (the text after the kept one); keep it once whole."""
+    def _take(self, text: str, window: int) -> bool:
+        """Whether a stop ends in the text after the kept one (``text``, decoded from the newest
+        window's start, whose first ``window`` characters it read); keep it once whole, or once it
+        has waited ``_PENDING`` tokens. Its tokens start the next window only where they read alone,
+        or after a lead token, as they read after the text before them (``_starts_here``); elsewhere
+        the newest window grows over them."""
         stops, ids = self._stops, self._spelled
+        new = text[window:]
         seen = self._tail + new
         found = self._holds(seen, len(new))
-        _, read, _ = self._current()
+        start, read, _, lead = self._current()
         if (new and not new.endswith("\ufffd")) or len(ids) - read >= _PENDING:
-            self._kept.append((read, len(ids), stops.decode(ids[read:]), new))
+            for first in ((), lead or (ids[start],)) if self._kept else ((),):
+                alone = stops.decode([*first, *ids[read:]])
+                if not self._kept or self._starts_here(read, first, alone, new):
+                    self._kept.append((read, len(ids), alone, new, first))
+                    break
+            else:
+                self._kept[-1] = (start, len(ids), text, self._kept[-1][3] + new, lead)
             self._tail = seen[-stops.longest:]
+            self._waiting = []
+        else:
+            self._waiting.append((read, len(ids), new))
         return found
+
+    def _starts_here(self, read: int, first: tuple[int, ...], alone: str, new: str) -> bool:
+        """Whether a window may start at token ``read``: its tokens decoded from there (``alone``)
+        read as the text does (``new``, decoded with the tokens before them), now and as tokens come.
+        ByteFallback reads a run of <0xNN> pieces whole, and one bad byte makes every piece of the
+        run one U+FFFD: decoded from mid-run, bytes after it read as the characters they spell, which
+        the text does not hold, however far back the bad byte is. Where they read U+FFFD alone too,
+        they do as long as the run goes on, unless only the last character's bytes are cut (more are
+        to come): so the text the last few waiting steps read must read alone as well. Where no
+        token of a run reads so (a bad byte, then <0xNN> pieces of ASCII, each valid alone), the
+        window is read after a lead, ``first``: the first token of the window before (the bad byte
+        or a piece after it), checked as above, so the window need not grow over the run."""
+        ahead = self._stops.decode(list(first)) if first else ""
+        if not alone.startswith(ahead) or not _reads_alone(alone[len(ahead):], new):
+            return False
+        if not alone.endswith("\ufffd"):
+            return True
+        decode, ids = self._stops.decode, self._spelled
+        for at, end, text in reversed(self._waiting[-3:]):  # a character's bytes cut: at most 3
+            if at != read:
+                break
+            shorter = decode([*first, *ids[read:end]])
+            if not shorter.startswith(ahead) or not _reads_alone(shorter[len(ahead):], text):
+                return False
+            if not shorter.endswith("\ufffd"):
+                break
+        return True
 
     def _rewind(self) -> bool:
         """The newest window's text changed what its window had read (a run of <0xNN> pieces made
@@ -137,20 +198,21 @@ class StopRow:
         drop = 1
         while True:
             del self._kept[-drop:]
-            start, _, window = self._current()
-            text = stops.decode(ids[start:])
+            start, _, window, lead = self._current()
+            text = stops.decode([*lead, *ids[start:]])
             if text.startswith(window):
                 break
             drop *= 2
         parts: list[str] = []
         size = 0
-        for *_, kept in reversed(self._kept):
+        for *_, kept, _ in reversed(self._kept):
             if size >= stops.longest:
                 break
             parts.append(kept)
             size += len(kept)
         self._tail = "".join(reversed(parts))[-stops.longest:]
-        return self._take(text[len(window):])
+        self._waiting = []
+        return self._take(text, len(window))
 
     def _holds(self, seen: str, new: int) -> bool:
         """Whether a stop ends in the last ``new`` characters of ``seen`` (one comparison per
