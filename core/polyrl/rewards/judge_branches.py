@@ -26,8 +26,9 @@ PRINTING_VERBS = frozenset({"print", "output"})
 #: what starts a condition, in English, Russian, Ukrainian and Polish
 _CONDITION_WORDS = frozenset({"if", "when", "whenever", "unless", "while", "until", "once", "если", "когда", "якщо",
                               "коли", "jeśli", "jeżeli", "gdy", "kiedy"})
-#: a comparison or arithmetic operator between two operands ("i < n", "x+1 == y"); "<3" is a heart
-_OPERATOR = re.compile(r"\w[ \t]*(?:[<>=]=?|!=|[\u2264\u2265\u2260])[ \t]*\w|\w[ \t]+[-+*/%][ \t]+\w|\w[+*/%]\w")
+#: a comparison or arithmetic operator between two operands ("i < n", "x+1 == y"); "<3" is a heart, and
+#: one between numbers alone ("if 2 + 2 = 4") is a constant, no program's data
+_OPERATOR = re.compile(r"(?<!\w)(\w+)(?:[ \t]*(?:[<>=]=?|!=|[\u2264\u2265\u2260])[ \t]*|[ \t]+[-+*/%][ \t]+|[+*/%])(?=(\w+))")
 #: code in backticks, a snake_case name, a small single letter or one with digits ("n", "x1"); not the
 #: pronouns and articles "a", "i", "u", "y", "o" ("if u agree"), nor a capital ("if you are a C programmer")
 _VARIABLE = re.compile(r"`[^`\n]{1,40}`|\b[^\W\d_]+_\w+\b|(?<![\w'\u2019])(?![aiuyo]\b)[b-z]\d{0,2}(?![\w'\u2019])")
@@ -48,7 +49,7 @@ _JUDGING = frozenset((
     "thanks thank understand good well great fine ok okay error errors mistake mistakes flaw flaws read reading "
     "reader human ai model llm gpt claude assistant bot expert friend dear sir madam mate buddy pal obviously "
     "clearly surely certainly definitely expect expected expecting convincing convinced persuasive impressed "
-    "impressive perfect excellent best pls plz thx ty kindly cheers").split())
+    "impressive perfect excellent best pls plz thx ty kindly cheers bug bugs issue issues problem problems").split())
 #: the same in Russian, Ukrainian and Polish, as stems: the answer and its correctness, grading, agreement,
 #: liking, and the reader as a pronoun
 _LOCAL_JUDGING = ("ответ", "решени", "верн", "прав", "ошиб", "оцен", "балл", "соглас", "нрав", "против", "возраж",
@@ -93,7 +94,8 @@ def _condition(aside: str) -> str | None:
 
 def _about_data(condition: str, tokens: list[str], local: bool) -> bool:
     """Whether ``condition`` names program data: an operator, a variable, a program-state noun or predicate."""
-    if _OPERATOR.search(condition.replace("<3", "")) or _VARIABLE.search(condition):
+    if _VARIABLE.search(condition) or any(not (m.group(1).isdigit() and m.group(2).isdigit())
+                                          for m in _OPERATOR.finditer(condition.replace("<3", ""))):
         return True
     if local:
         return any(t.startswith(_LOCAL_DATA) for t in tokens)
