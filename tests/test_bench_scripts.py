@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -381,6 +382,35 @@ def test_native_ops_ab_bench_times_the_step_in_torch_ops_and_in_c(tiny_model_dir
     tokens' log-probs within float32 rounding but not bit for bit."""
     report = _kernel_ab("native_ops_ab", tiny_model_dir, tmp_path, "torch_ops", "c_ops")
     assert 0 < report["largest_logprob_gap"] < 1e-4
+
+
+def test_native_build_ab_bench_times_this_build_against_another_checkouts_sources(tiny_model_dir, tmp_path, capsys):
+    """bench/native_build_ab.py: one engine samples on the library built from another folder's C
+    sources and on this checkout's, in turns (here the same sources: the same log-probs bit for bit);
+    afterwards the process's sampler is on its own library again. A folder without the sources is
+    one ``error:`` line."""
+    from polyrl_torch import decode_kernel
+
+    if reason := decode_kernel.unavailable_reason():
+        pytest.skip(f"polyrl's decode kernel cannot run here: {reason}")
+    module = _bench("native_build_ab")
+    assert module.main(["--against", str(tmp_path), "--model", tiny_model_dir]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --against {tmp_path} holds no polyrl_torch C sources. Fix: name the polyrl_torch folder of "
+        "another checkout (plugins/torch_backend/polyrl_torch)"]
+    other = tmp_path / "other"
+    other.mkdir()
+    for path in (*decode_kernel.SOURCES, *decode_kernel.HEADERS):
+        shutil.copy(path, other / path.name)
+    own = decode_kernel._library
+    out = tmp_path / "native_build_ab.json"
+    assert module.main(["--against", str(other), "--model", tiny_model_dir, "--rounds", "2", "--prompts", "2",
+                        "--group-size", "3", "--max-new-tokens", "6", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {k: len(v) for k, v in report["generate_s"].items()} == {"against": 2, "this": 2}
+    assert report["largest_logprob_gap"] == 0.0 and report["rows_parted"] == 0
+    assert report["against"] == str(other)
+    assert decode_kernel._library is own
 
 
 @pytest.mark.parametrize("name", ["decode_kernel_ab", "native_ops_ab"])
