@@ -20,10 +20,8 @@ import sys
 
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
-from polyrl.engine import Engine
-from polyrl.registry import get_registry
-from polyrl_torch.bench.kernel_ab import kernel_args
-from polyrl.types import EngineConfig, SamplingParams
+from polyrl_torch.bench.kernel_ab import kernel_args, kernel_engine
+from polyrl.types import SamplingParams
 
 #: The largest log-prob gap over shared tokens that still counts as float32 rounding.
 ROUNDING = 1e-3
@@ -40,11 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from polyrl_torch.generation_weights import PackedLinear
 
-    registry = get_registry()
-    engines = {way: Engine(registry, "torch", EngineConfig(
-        model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
-        max_length=args.max_new_tokens + 256, options={"decode_kernel": "on" if way == "kernel" else "off"}))
-        for way in WAYS}
+    engines = {way: kernel_engine(args, "on" if way == "kernel" else "off") for way in WAYS}
     prompts = bench_prompts(args.prompts)
     for engine in engines.values():  # warm-up: the sampler's copy, packed or in panels
         engine.generate(prompts, SamplingParams(max_new_tokens=4, n=args.group_size, seed=0, ignore_eos=True))

@@ -27,10 +27,8 @@ from typing import Any
 
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
-from polyrl.engine import Engine
-from polyrl.registry import get_registry
-from polyrl.types import EngineConfig, SamplingParams
-from polyrl_torch.bench.kernel_ab import kernel_args
+from polyrl.types import SamplingParams
+from polyrl_torch.bench.kernel_ab import kernel_args, kernel_engine
 
 WAYS = ("against", "this")
 
@@ -110,10 +108,7 @@ def _compare(args: argparse.Namespace, folder: Path, libs: dict[str, Any]) -> in
             print("error: --against's build packs panels of another width; the engine's packed weights fit one",
                   file=sys.stderr)
             return 1
-        registry = get_registry()
-        engine = Engine(registry, "torch", EngineConfig(
-            model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
-            max_length=args.max_new_tokens + 256, options={"decode_kernel": "on"}))
+        engine = kernel_engine(args)
         prompts = bench_prompts(args.prompts)
 
         def sample(way: str, sampling: SamplingParams) -> Any:

@@ -21,10 +21,8 @@ from collections.abc import Callable
 
 from polyrl.bench import ab_workload
 from polyrl.bench.workload import bench_prompts
-from polyrl.engine import Engine
-from polyrl.registry import get_registry
-from polyrl_torch.bench.kernel_ab import kernel_args
-from polyrl.types import Completion, EngineConfig, SamplingParams
+from polyrl_torch.bench.kernel_ab import kernel_args, kernel_engine
+from polyrl.types import Completion, SamplingParams
 
 #: The largest log-prob gap over shared tokens that still counts as float32 rounding.
 ROUNDING = 1e-3
@@ -38,10 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from polyrl_torch import decode_kernel
 
-    registry = get_registry()
-    engine = Engine(registry, "torch", EngineConfig(
-        model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
-        max_length=args.max_new_tokens + 256, options={"decode_kernel": "on"}))
+    engine = kernel_engine(args)
     prompts = bench_prompts(args.prompts)
     engine.generate(prompts, SamplingParams(max_new_tokens=4, n=args.group_size, seed=0, ignore_eos=True))
     step = engine.raw.generation_copy.decode_step

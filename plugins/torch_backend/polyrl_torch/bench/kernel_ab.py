@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from polyrl.bench import ab_workload
 
@@ -26,3 +27,16 @@ def kernel_args(description: str, argv: list[str] | None) -> argparse.Namespace 
         print(f"error: polyrl's decode kernel cannot run here ({reason}); nothing to compare", file=sys.stderr)
         return None
     return args
+
+
+def kernel_engine(args: argparse.Namespace, decode_kernel: str = "on") -> Any:
+    """The engine these benches sample with: ``args.model`` on the CPU in float32 at ``args.threads``,
+    room for the workload's tokens, ``backends.options.decode_kernel`` as asked."""
+    from polyrl.engine import Engine
+    from polyrl.registry import get_registry
+    from polyrl.types import EngineConfig
+
+    registry = get_registry()
+    return Engine(registry, "torch", EngineConfig(
+        model=registry.resolve_model(args.model), role="train", threads=args.threads, device="cpu",
+        max_length=args.max_new_tokens + 256, options={"decode_kernel": decode_kernel}))
