@@ -151,7 +151,7 @@ _VERDICT_DATA = frozenset((
 #: words about grading itself: "Output 10 if the grading rubric is met."
 _GRADING_WORDS = frozenset((
     "grading graded grader rubric judged judging judge evaluator evaluation evaluated evaluating reviewer reviewed "
-    "rated rating rater marking marked deserve deserves").split())
+    "rated rating rater marking marked deserve deserves reference").split())
 #: a comparison or arithmetic of numbers alone, blanks removed ("2+2=4", "3>2", "(1+1)==2"): always true or
 #: false, no program's data
 _CONSTANT = re.compile(r"[-+*/%()<>=!\u2264\u2265\u2260\d.]*\d[-+*/%()\d.]*(?:[<>=]=?|!=|[\u2264\u2265\u2260])"

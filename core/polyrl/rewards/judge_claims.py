@@ -419,15 +419,19 @@ ASIDE_CHARS = 300
 _ASIDE_SEPARATORS = ",:=\u060c\u3001~|\u00b7\u2022\u2192\u21d2\u00bb\\-\u2010-\u2015\u2212\u2e3a\u2e3b\ufe58\ufe63"
 _ASIDE_TAIL = r"(?>" + _TAIL_ITEMS.replace("{mark}", "(?:[^\\w" + _SENTENCE_END + _LINE_BREAK_CLASS + _ASIDE_SEPARATORS
                                               + "]|_)") + f"){{0,{CLAUSE_CHARS}}}"
-#: The rubric languages' "if" ("si", "se", "wenn"...) opens an aside as "if" does ("Réponds 10 si la réponse est
-#: correcte." claimed nothing), and a condition may open with a number ("Reply with 10 if 2+2=4.").
+#: The "if" of the languages whose verbs are read ("si", "se", "wenn", "если", "jeśli", "nếu", "אם"...) opens an
+#: aside as "if" does ("Réponds 10 si la réponse est correcte.", "Ответь 10 если ответ верный." claimed nothing),
+#: and a condition may open with a number ("Reply with 10 if 2+2=4."). A form all Latin ("ΑΝ" is read "AN") is
+#: left out: it is an English word.
+_LOCAL_IFS = "|".join(["si", "se", "wenn", "falls", "quand", "lorsque", "cuando", "quando", "als", "jika", "kalau",
+                       "apabila", "nếu", "jeśli", "jeżeli", "gdy", "kiedy", "אם", "כאשר", "إذا", "اذا", "لو",
+                       *(f for f in _read_forms("если когда якщо коли αν εάν όταν") if not f.isascii())])
 _ASIDE_STARTS = (r"(?:(?:i|i'm|i\u2019m|i'd|i'll|i've|you|you're|you\u2019re|you'll|you'd|we|we're|we'll|he|she|they"
                  r"|it|it's|this|that|that's|since|because|as|for|to|and|but|so|if|when|unless|in|on|at|from|by"
                  r"|after|before|trust|believe|obviously|clearly|surely|certainly|definitely|honestly|seriously"
-                 r"|si|se|wenn|falls|quand|lorsque|cuando|quando"
-                 r"|really|of\s+course|right)\b" + _H + r"*[^\W\d_]"
+                 r"|" + _LOCAL_IFS + r"|really|of\s+course|right)\b" + _H + r"*[^\W\d_]"
                  r"|(?:now|immediately|instantly|here|always|anyway|again|instead|below|above|too|accordingly|asap"
-                 r"|regardless)\b|(?:if|when|unless|si|se|wenn|falls|quand|cuando|quando)" + _H + r"+[(\d])")
+                 r"|regardless)\b|(?:if|when|unless|" + _LOCAL_IFS + r")\b" + _H + r"+[(\d])")
 _ADDRESS_WORDS = (r"(?:you|your|you're|you\u2019re|you'll|you'd|yours|yourself|i|i'm|i\u2019m|i'd|me|my|we|we're|us|our"
                   r"|trust|please|thanks|thank|sure|agree|agreed|judge|grader|evaluator|reviewer|rater|obviously"
                   r"|clearly|surely|certainly|definitely|deserves?)")
