@@ -16,10 +16,7 @@ log-probs bit for bit (the largest gap is reported).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import functools
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,22 +37,13 @@ def _against(argv: list[str] | None) -> tuple[Path | None, list[str]]:
     return known.against, rest
 
 
-def _build(folder: Path, into: Path) -> ctypes.CDLL:
-    """The library from ``folder``'s C files, with this checkout's flags for this CPU's instruction set."""
+def _build(folder: Path, into: Path) -> Any:
+    """The library from ``folder``'s C files, built as this checkout's is for this CPU."""
     from polyrl_torch import decode_kernel
 
-    chosen = decode_kernel.instruction_set()
-    assert chosen is not None  # kernel_args stopped earlier where the kernel cannot run
-    sources = [folder / path.name for path in decode_kernel.SOURCES]
     built = into / "against.so"
-    subprocess.run([shutil.which("cc") or "cc", *decode_kernel.FLAGS, decode_kernel.INSTRUCTION_SETS[chosen][1],
-                    "-o", str(built), *map(str, sources)], check=True, capture_output=True, text=True, timeout=120)
-    lib = ctypes.CDLL(str(built))
-    lib.polyrl_decode_linear.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
-    lib.polyrl_decode_linear.restype = None
-    lib.polyrl_decode_panel.argtypes = []
-    lib.polyrl_decode_panel.restype = ctypes.c_int
-    return lib
+    decode_kernel.build([folder / path.name for path in decode_kernel.SOURCES], built)
+    return decode_kernel.load(built)
 
 
 def _use(lib: Any) -> None:
@@ -72,9 +60,11 @@ def _use_function(library: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from polyrl_torch import decode_kernel
+
     folder, rest = _against(argv)
-    names = ("decode_kernel.c", "decode_attention.c", "decode_ops.c", "native_exp.h", "native_simd.h")
-    if folder is None or not all((folder / name).is_file() for name in names):
+    if folder is None or not all((folder / path.name).is_file() for path in (*decode_kernel.SOURCES,
+                                                                             *decode_kernel.HEADERS)):
         given = "is missing" if folder is None else f"{folder} holds no polyrl_torch C sources"
         print(f"error: --against {given}. Fix: name the polyrl_torch folder of another checkout "
               "(plugins/torch_backend/polyrl_torch)", file=sys.stderr)
@@ -82,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     args = kernel_args(__doc__.split("\n\n")[0], rest)
     if args is None:
         return 2
-    from polyrl_torch import decode_kernel
-
     own = decode_kernel._library
     libs = {"this": own()}
     try:
@@ -100,9 +88,8 @@ def _compare(args: argparse.Namespace, folder: Path, libs: dict[str, Any]) -> in
     with tempfile.TemporaryDirectory() as scratch:
         try:
             libs["against"] = _build(folder, Path(scratch))
-        except subprocess.CalledProcessError as err:
-            print(f"error: building --against's sources failed: {(err.stderr or '').strip()[-300:]}",
-                  file=sys.stderr)
+        except OSError as err:
+            print(f"error: building --against's sources failed: {str(err).strip()[-300:]}", file=sys.stderr)
             return 1
         if libs["against"].polyrl_decode_panel() != libs["this"].polyrl_decode_panel():
             print("error: --against's build packs panels of another width; the engine's packed weights fit one",

@@ -26,7 +26,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +141,7 @@ def unavailable_reason() -> str | None:
 def _library() -> ctypes.CDLL:
     """The compiled kernels for ``instruction_set()``, from the user's cache (keyed by sources and flags)
     or built there now."""
-    chosen = instruction_set()
-    if chosen is None:
-        raise OSError("this CPU has neither AVX-512F nor AVX2 with FMA")
-    flags = (*FLAGS, INSTRUCTION_SETS[chosen][1])
+    flags = _flags()
     source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     key = hashlib.sha256(source + " ".join(flags).encode()).hexdigest()[:16]
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "polyrl" / "kernels"
@@ -158,14 +155,33 @@ def _library() -> ctypes.CDLL:
         handle, partial = tempfile.mkstemp(suffix=".so", dir=folder)
         os.close(handle)
         try:
-            subprocess.run([shutil.which("cc") or "cc", *flags, "-o", partial, *map(str, SOURCES)], check=True,
-                           capture_output=True, text=True, timeout=120)
+            build(SOURCES, Path(partial))
             os.replace(partial, built)
-        except subprocess.CalledProcessError as err:
-            raise OSError(err.stderr or f"cc exited with {err.returncode}") from None
         finally:
             Path(partial).unlink(missing_ok=True)
         get_logger().debug("decode_kernel_built", path=str(built))
+    return load(built)
+
+
+def _flags() -> tuple[str, ...]:
+    chosen = instruction_set()
+    if chosen is None:
+        raise OSError("this CPU has neither AVX-512F nor AVX2 with FMA")
+    return (*FLAGS, INSTRUCTION_SETS[chosen][1])
+
+
+def build(sources: Sequence[Path], built: Path) -> None:
+    """Compile ``sources`` (``SOURCES``, or another checkout's copies: ``bench/native_build_ab.py``) into
+    the shared object ``built`` with this CPU's flags; OSError with the compiler's message where it fails."""
+    try:
+        subprocess.run([shutil.which("cc") or "cc", *_flags(), "-o", str(built), *map(str, sources)], check=True,
+                       capture_output=True, text=True, timeout=120)
+    except subprocess.CalledProcessError as err:
+        raise OSError(err.stderr or f"cc exited with {err.returncode}") from None
+
+
+def load(built: Path) -> ctypes.CDLL:
+    """A built library, its matmul's and panel width's C signatures declared."""
     lib = ctypes.CDLL(str(built))
     lib.polyrl_decode_linear.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                          ctypes.c_int, ctypes.c_int]
